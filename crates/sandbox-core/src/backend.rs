@@ -1,0 +1,144 @@
+//! The contract every backend implements.
+
+use std::ffi::OsString;
+use std::process::Command;
+
+use crate::axis::Axis;
+use crate::error::SandboxUnavailable;
+use crate::policy::ResolvedPolicy;
+use crate::report::EnforcementReport;
+
+/// A confinement backend (Landlock + seccomp, Seatbelt, noop).
+///
+/// A backend turns a command and a [`ResolvedPolicy`] into something runnable.
+/// Failing to confine is a [`SandboxUnavailable`] error, never a silent
+/// pass-through.
+pub trait Backend: Send + Sync + std::fmt::Debug {
+    /// Stable name (`landlock`, `seatbelt`, `noop`).
+    fn name(&self) -> &'static str;
+
+    /// The axes this backend claims to enforce.
+    fn axes(&self) -> &'static [Axis];
+
+    /// Whether this backend enforces anything (false only for audit-only backends).
+    fn enforces(&self) -> bool {
+        true
+    }
+
+    /// Prepares confinement of `argv` under `policy` (the `Command` form).
+    ///
+    /// Everything that may allocate or fail slowly happens here, in the parent.
+    fn prepare(
+        &self,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+    ) -> Result<Confinement, SandboxUnavailable>;
+
+    /// An argv that runs `argv` confined, for callers that spawn it themselves.
+    fn wrap_argv(
+        &self,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+    ) -> Result<WrappedArgv, SandboxUnavailable>;
+}
+
+/// The argv form of a confined command.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct WrappedArgv {
+    /// What to execute; the first element is the program.
+    pub argv: Vec<OsString>,
+    /// What the backend enforces for this policy.
+    pub report: EnforcementReport,
+}
+
+/// A closure run in the child between `fork` and `exec`.
+///
+/// Only [`PreExecHook::new`], which is `unsafe`, creates one: whoever builds a
+/// hook promises it is async-signal-safe (no allocation, no locks, no panics),
+/// and that it reports failure with [`encode_pre_exec_error`].
+pub struct PreExecHook(Box<dyn FnMut() -> std::io::Result<()> + Send + Sync + 'static>);
+
+impl PreExecHook {
+    /// Wraps `hook`.
+    ///
+    /// # Safety
+    /// `hook` must only make async-signal-safe calls: it runs in a forked
+    /// child of a possibly multi-threaded parent, where allocation or taking
+    /// a lock can deadlock. See [`std::os::unix::process::CommandExt::pre_exec`].
+    pub unsafe fn new(hook: impl FnMut() -> std::io::Result<()> + Send + Sync + 'static) -> Self {
+        Self(Box::new(hook))
+    }
+
+    /// Installs the hook on `cmd`, after any hooks already installed.
+    pub fn install(self, cmd: &mut Command) {
+        let hook = self.0;
+        // SAFETY: `PreExecHook::new` is unsafe and its caller promised the
+        // hook is async-signal-safe.
+        unsafe {
+            std::os::unix::process::CommandExt::pre_exec(cmd, hook);
+        }
+    }
+}
+
+impl std::fmt::Debug for PreExecHook {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("PreExecHook(..)")
+    }
+}
+
+/// A prepared confinement: the argv to execute and the hook to run before exec.
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct Confinement {
+    /// What to execute (a backend may prefix the command, e.g. `sandbox-exec`).
+    pub argv: Vec<OsString>,
+    /// Runs in the child after the runner's own hooks.
+    pub pre_exec: Option<PreExecHook>,
+    /// What the backend enforces for this policy.
+    pub report: EnforcementReport,
+}
+
+impl Confinement {
+    /// Builds a confinement.
+    pub fn new(
+        argv: Vec<OsString>,
+        pre_exec: Option<PreExecHook>,
+        report: EnforcementReport,
+    ) -> Self {
+        Self {
+            argv,
+            pre_exec,
+            report,
+        }
+    }
+
+    /// A plain `Command` for this confinement (no runner hooks).
+    ///
+    /// Returns `None` when the argv is empty. Prefer the facade's runner, which
+    /// adds session, fd and process-tree control.
+    pub fn into_command(self) -> Option<(Command, EnforcementReport)> {
+        let (program, args) = self.argv.split_first()?;
+        let mut cmd = Command::new(program);
+        cmd.args(args);
+        if let Some(hook) = self.pre_exec {
+            hook.install(&mut cmd);
+        }
+        Some((cmd, self.report))
+    }
+}
+
+/// Bit set on errno values reported by a pre-exec hook, so the parent can tell
+/// "the sandbox could not be applied" from "exec failed".
+pub const PRE_EXEC_ERROR_TAG: i32 = 1 << 16;
+
+/// An error for a pre-exec hook to return when applying confinement fails.
+pub fn encode_pre_exec_error(errno: i32) -> std::io::Error {
+    std::io::Error::from_raw_os_error(PRE_EXEC_ERROR_TAG | (errno & 0xffff))
+}
+
+/// The errno a pre-exec hook reported, if `err` came from [`encode_pre_exec_error`].
+pub fn decode_pre_exec_error(err: &std::io::Error) -> Option<i32> {
+    err.raw_os_error()
+        .filter(|code| code & PRE_EXEC_ERROR_TAG != 0)
+        .map(|code| code & 0xffff)
+}

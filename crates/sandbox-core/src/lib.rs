@@ -1,0 +1,38 @@
+//! Core types of the sandbox workspace.
+//!
+//! * [`SandboxPolicy`]: what a command may do, as written by a user or operator.
+//! * [`ResolvedPolicy`]: the validated, canonicalised policy backends consume.
+//! * [`SandboxConfig`]: the operator's config (backend choice, `on_unsupported`,
+//!   an optional bounding policy).
+//! * [`SandboxedExecOp`]: the op envelope in the legacy `allow_` vocabulary, and
+//!   its intersection with the operator policy.
+//! * [`SandboxMode`]: the `read-only`, `workspace-write` and `danger-full-access` presets.
+//! * [`Backend`]: the contract every enforcing backend implements, with the
+//!   [`EnforcementReport`] it returns; [`NoopBackend`] is the audit-only one.
+//! * [`axis`]: the axis-contract types and registry used by the conformance suite.
+#![warn(missing_docs)]
+
+pub mod axis;
+mod backend;
+mod config;
+mod env;
+mod error;
+mod mode;
+mod noop;
+mod op;
+mod policy;
+mod report;
+
+pub use axis::Axis;
+pub use backend::{
+    decode_pre_exec_error, encode_pre_exec_error, Backend, Confinement, PreExecHook, WrappedArgv,
+    PRE_EXEC_ERROR_TAG,
+};
+pub use config::{BackendChoice, OnUnsupported, SandboxConfig};
+pub use env::{env_name_denied, scrub_env};
+pub use error::{ConfigError, PolicyError, SandboxUnavailable, SANDBOX_UNAVAILABLE};
+pub use mode::SandboxMode;
+pub use noop::NoopBackend;
+pub use op::SandboxedExecOp;
+pub use policy::{ExpandContext, ResolvedPolicy, SandboxPolicy};
+pub use report::{AxisEnforcement, Enforcement, EnforcementReport, Level};

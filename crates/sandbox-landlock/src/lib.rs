@@ -1,0 +1,1 @@
+//! Linux backend (Landlock + seccomp). Not yet implemented: nothing here enforces.

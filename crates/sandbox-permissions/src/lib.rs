@@ -1,0 +1,1 @@
+//! Dispatch-time permissions, approvals and presets. Not yet implemented.

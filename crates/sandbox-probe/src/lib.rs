@@ -1,0 +1,1 @@
+//! Enforcement self-test and conformance arms. Not yet implemented.

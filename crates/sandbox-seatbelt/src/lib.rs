@@ -1,0 +1,1 @@
+//! Seatbelt (macOS) profile generator and backend. Not yet implemented: nothing here enforces.

@@ -1,0 +1,1 @@
+//! Policy to seccomp-BPF compiler. Not yet implemented: nothing here enforces.
