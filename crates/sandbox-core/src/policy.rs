@@ -419,7 +419,7 @@ mod tests {
         };
         let r = policy.resolve(&ctx(dir.path())).unwrap();
         let canon = std::fs::canonicalize(&real).unwrap();
-        assert_eq!(r.write_paths(), [canon.clone()]);
+        assert_eq!(r.write_paths(), std::slice::from_ref(&canon));
         assert_eq!(r.write_deny_paths(), [canon.join(".git/hooks")]);
         assert!(r.may_write(&canon.join("a")));
         assert!(!r.may_write(&canon.join(".git/hooks/x")));
