@@ -36,7 +36,12 @@ fn exit_codes_follow_the_shell() {
     let not_exec: &[(&[&str], i32)] = &[(&[plain], 126), (&[dir_path], 126)];
     for (argv, code) in cases.iter().chain(not_exec) {
         let out = run_cmd(&[], argv);
-        assert_eq!(out.status.code(), Some(*code), "{argv:?}: {}", String::from_utf8_lossy(&out.stderr));
+        assert_eq!(
+            out.status.code(),
+            Some(*code),
+            "{argv:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
     }
     let out = run_cmd(&["--timeout", "1"], &["/bin/sleep", "30"]);
     assert_eq!(out.status.code(), Some(124));
@@ -45,14 +50,22 @@ fn exit_codes_follow_the_shell() {
 fn pid_alive(pid: i32) -> bool {
     // Zombies are dead for our purpose.
     match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-        Ok(stat) => !stat.rsplit(')').next().unwrap_or("").trim_start().starts_with('Z'),
+        Ok(stat) => !stat
+            .rsplit(')')
+            .next()
+            .unwrap_or("")
+            .trim_start()
+            .starts_with('Z'),
         Err(_) => false,
     }
 }
 
 fn read_pid(path: &Path) -> i32 {
     for _ in 0..100 {
-        if let Some(pid) = std::fs::read_to_string(path).ok().and_then(|s| s.trim().parse().ok()) {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
             return pid;
         }
         std::thread::sleep(Duration::from_millis(20));
@@ -72,10 +85,18 @@ fn double_fork_script(pidfile: &Path, tail: &str) -> String {
 fn double_forked_descendant_is_gone_after_normal_exit() {
     let dir = tempfile::tempdir().unwrap();
     let pidfile = dir.path().join("pid");
-    let script = double_fork_script(&pidfile, &format!("while [ ! -s {} ]; do sleep 0.01; done", pidfile.display()));
+    let script = double_fork_script(
+        &pidfile,
+        &format!("while [ ! -s {} ]; do sleep 0.01; done", pidfile.display()),
+    );
     let w = dir.path().to_str().unwrap();
     let out = run_cmd(&["-w", w], &["/bin/sh", "-c", &script]);
-    assert_eq!(out.status.code(), Some(0), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pid = read_pid(&pidfile);
     assert!(!pid_alive(pid), "descendant {pid} outlived the run");
 }
@@ -87,7 +108,12 @@ fn double_forked_descendant_is_gone_after_timeout() {
     let script = double_fork_script(&pidfile, "sleep 300");
     let w = dir.path().to_str().unwrap();
     let out = run_cmd(&["-w", w, "--timeout", "1"], &["/bin/sh", "-c", &script]);
-    assert_eq!(out.status.code(), Some(124), "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        out.status.code(),
+        Some(124),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let pid = read_pid(&pidfile);
     assert!(!pid_alive(pid), "descendant {pid} outlived the timeout");
 }
@@ -97,7 +123,14 @@ fn env_denial_by_name_and_glob() {
     let out = sandbox()
         .args(["run"])
         .args(BACKEND)
-        .args(["--env-deny", "SECRET_TOKEN", "--env-deny", "AWS_*", "--", "/usr/bin/env"])
+        .args([
+            "--env-deny",
+            "SECRET_TOKEN",
+            "--env-deny",
+            "AWS_*",
+            "--",
+            "/usr/bin/env",
+        ])
         .env("SECRET_TOKEN", "x")
         .env("AWS_KEY_ID", "y")
         .env("AWS_REGION", "z")
@@ -109,7 +142,10 @@ fn env_denial_by_name_and_glob() {
     // Positive control: an undenied variable arrives.
     assert!(env.lines().any(|l| l == "KEEP_ME=k"), "{env}");
     for gone in ["SECRET_TOKEN=", "AWS_KEY_ID=", "AWS_REGION="] {
-        assert!(!env.lines().any(|l| l.starts_with(gone)), "{gone} leaked: {env}");
+        assert!(
+            !env.lines().any(|l| l.starts_with(gone)),
+            "{gone} leaked: {env}"
+        );
     }
 }
 
@@ -120,7 +156,10 @@ fn refused(args: &[&str], marker: &Path, needle: &str) {
     let lines = sandbox_lines(&out);
     assert_eq!(out.status.code(), Some(125), "{args:?}: {lines:?}");
     assert_eq!(lines.len(), 1, "{args:?}: {lines:?}");
-    assert!(lines[0].contains(needle), "{args:?}: {lines:?} lacks {needle:?}");
+    assert!(
+        lines[0].contains(needle),
+        "{args:?}: {lines:?} lacks {needle:?}"
+    );
     assert!(!marker.exists(), "{args:?}: the command ran");
 }
 
@@ -134,36 +173,92 @@ fn bad_input_runs_nothing() {
         std::fs::write(&p, body).unwrap();
         p.to_str().unwrap().to_owned()
     };
-    let unknown = cfg("unknown.toml", "[sandbox]\nbackend = \"noop\"\nbakend = \"x\"\n");
-    refused(&["run", "--config", &unknown, "--", "/bin/sh", "-c", &touch], &marker, "bakend");
-    let relative = cfg("relative.toml", "[sandbox.policy]\nwrite_paths = [\"relative/dir\"]\n");
-    refused(&["run", "--config", &relative, "--", "/bin/sh", "-c", &touch], &marker, "relative/dir");
+    let unknown = cfg(
+        "unknown.toml",
+        "[sandbox]\nbackend = \"noop\"\nbakend = \"x\"\n",
+    );
+    refused(
+        &["run", "--config", &unknown, "--", "/bin/sh", "-c", &touch],
+        &marker,
+        "bakend",
+    );
+    let relative = cfg(
+        "relative.toml",
+        "[sandbox.policy]\nwrite_paths = [\"relative/dir\"]\n",
+    );
+    refused(
+        &["run", "--config", &relative, "--", "/bin/sh", "-c", &touch],
+        &marker,
+        "relative/dir",
+    );
     let missing = dir.path().join("missing");
     refused(
-        &["run", "--backend", "noop", "-w", missing.to_str().unwrap(), "--", "/bin/sh", "-c", &touch],
+        &[
+            "run",
+            "--backend",
+            "noop",
+            "-w",
+            missing.to_str().unwrap(),
+            "--",
+            "/bin/sh",
+            "-c",
+            &touch,
+        ],
         &marker,
         "missing",
     );
     refused(
-        &["run", "--backend", "noop", "--timeout", "601", "--", "/bin/sh", "-c", &touch],
+        &[
+            "run",
+            "--backend",
+            "noop",
+            "--timeout",
+            "601",
+            "--",
+            "/bin/sh",
+            "-c",
+            &touch,
+        ],
         &marker,
         "601",
     );
-    let op = cfg("op.json", &format!("{{\"argv\": [\"/bin/sh\", \"-c\", \"{touch}\"], \"netwrk\": true}}"));
-    refused(&["exec-op", "--backend", "noop", "--op", &op], &marker, "netwrk");
+    let op = cfg(
+        "op.json",
+        &format!("{{\"argv\": [\"/bin/sh\", \"-c\", \"{touch}\"], \"netwrk\": true}}"),
+    );
+    refused(
+        &["exec-op", "--backend", "noop", "--op", &op],
+        &marker,
+        "netwrk",
+    );
     let op = cfg("op2.json", "{\"argv\": [\"/bin/true\"");
-    refused(&["exec-op", "--backend", "noop", "--op", &op], &marker, "op JSON");
-    let op = cfg("op3.json", &format!("{{\"argv\": [\"/bin/sh\", \"-c\", \"{touch}\"], \"timeout_seconds\": 900}}"));
-    refused(&["exec-op", "--backend", "noop", "--op", &op], &marker, "900");
+    refused(
+        &["exec-op", "--backend", "noop", "--op", &op],
+        &marker,
+        "op JSON",
+    );
+    let op = cfg(
+        "op3.json",
+        &format!("{{\"argv\": [\"/bin/sh\", \"-c\", \"{touch}\"], \"timeout_seconds\": 900}}"),
+    );
+    refused(
+        &["exec-op", "--backend", "noop", "--op", &op],
+        &marker,
+        "900",
+    );
 }
 
 #[test]
 fn report_records_the_outcome() {
     let dir = tempfile::tempdir().unwrap();
     let report = dir.path().join("outcome.json");
-    let out = run_cmd(&["--report", report.to_str().unwrap()], &["/bin/sh", "-c", "echo oops >&2; exit 3"]);
+    let out = run_cmd(
+        &["--report", report.to_str().unwrap()],
+        &["/bin/sh", "-c", "echo oops >&2; exit 3"],
+    );
     assert_eq!(out.status.code(), Some(3));
-    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(v["termination"]["code"], 3);
     assert_eq!(v["classification"]["class"], "task_failure");
     assert_eq!(v["timed_out"], false);

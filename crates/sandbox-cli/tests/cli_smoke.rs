@@ -6,7 +6,10 @@ use std::process::Command;
 
 #[test]
 fn help_lists_subcommands() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sandbox")).arg("--help").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .arg("--help")
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success());
     for sub in ["run", "exec-op", "policy", "check"] {
@@ -16,6 +19,9 @@ fn help_lists_subcommands() {
 
 #[test]
 fn run_without_command_is_a_usage_error() {
-    let out = Command::new(env!("CARGO_BIN_EXE_sandbox")).arg("run").output().unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .arg("run")
+        .output()
+        .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }

@@ -85,7 +85,7 @@ impl Classification {
 }
 
 /// Everything known about one run, serialisable as JSON.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
     /// The command as requested.
     pub argv: Vec<String>,
@@ -117,5 +117,63 @@ impl Outcome {
             Termination::Exited { code } => code,
             Termination::Signaled { signal } => 128 + signal,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_round_trips_through_json() {
+        let dir = std::env::temp_dir();
+        let policy = sandbox_core::SandboxPolicy {
+            write_paths: vec![dir.to_string_lossy().into_owned()],
+            ..Default::default()
+        }
+        .resolve(&sandbox_core::ExpandContext::default())
+        .unwrap();
+        let outcome = Outcome {
+            argv: vec!["/bin/false".into()],
+            policy: Some(policy),
+            backend: "noop".into(),
+            report: None,
+            termination: Termination::Signaled { signal: 9 },
+            timed_out: false,
+            leftover_processes_ended: 2,
+            duration_ms: 1.5,
+            classification: Classification::SandboxDenial {
+                evidence: vec!["x: Permission denied".into()],
+            },
+        };
+        let back: Outcome =
+            serde_json::from_str(&serde_json::to_string(&outcome).unwrap()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            serde_json::to_value(&outcome).unwrap()
+        );
+        assert_eq!(back.exit_code(), 137);
+    }
+
+    #[test]
+    fn classification_needs_confinement_for_denial() {
+        let failed = Termination::Exited { code: 1 };
+        let stderr = "touch: cannot touch '/etc/x': Permission denied\n";
+        assert!(matches!(
+            Classification::of(&failed, false, true, stderr),
+            Classification::SandboxDenial { .. }
+        ));
+        assert_eq!(
+            Classification::of(&failed, false, false, stderr),
+            Classification::TaskFailure
+        );
+        assert_eq!(
+            Classification::of(&failed, true, true, stderr),
+            Classification::Timeout
+        );
+        assert_eq!(
+            Classification::of(&Termination::Exited { code: 0 }, false, true, ""),
+            Classification::Ok
+        );
     }
 }
