@@ -151,7 +151,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     cmd.stdin(Stdio::inherit())
         .stdout(Stdio::inherit())
         .stderr(Stdio::piped());
-    runner_hook().install(&mut cmd);
+    runner_hook(req.policy.is_some()).install(&mut cmd);
     if let Some(hook) = hook {
         hook.install(&mut cmd);
     }
@@ -282,9 +282,10 @@ fn locate(
     Err(first_error.unwrap_or_else(|| RunError::NotFound(program.to_owned())))
 }
 
-/// The runner's own child setup: new session, parent-death signal, and every
-/// inherited fd above 2 marked close-on-exec.
-fn runner_hook() -> PreExecHook {
+/// The runner's own child setup: new session, parent-death signal, every
+/// inherited fd above 2 marked close-on-exec, and for confined runs
+/// no_new_privs (no setuid gain, whatever the backend).
+fn runner_hook(no_new_privs: bool) -> PreExecHook {
     // SAFETY: the closure only makes async-signal-safe syscalls with integer
     // arguments and allocates nothing.
     let parent = std::process::id() as libc::pid_t;
@@ -299,6 +300,9 @@ fn runner_hook() -> PreExecHook {
             // The parent may have died before PDEATHSIG was armed.
             if libc::getppid() != parent {
                 libc::_exit(EXIT_SANDBOX);
+            }
+            if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
             }
             // CLOSE_RANGE_CLOEXEC keeps std's exec-error pipe working until exec.
             if libc::syscall(
