@@ -1,5 +1,7 @@
 //! Project tasks: `cargo xtask ci | conformance | bench`.
 
+mod bench;
+
 use std::process::{Command, ExitCode};
 
 fn main() -> ExitCode {
@@ -7,7 +9,7 @@ fn main() -> ExitCode {
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
         Some("conformance") => conformance(&args[1..]),
-        Some("bench") => bench(&args[1..]),
+        Some("bench") => bench::main(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] | bench [--quick] [--write]>");
             return ExitCode::from(2);
@@ -60,8 +62,4 @@ fn ci() -> Result<(), String> {
 
 fn conformance(_args: &[String]) -> Result<(), String> {
     Err("conformance is not implemented yet".into())
-}
-
-fn bench(_args: &[String]) -> Result<(), String> {
-    Err("bench is not implemented yet".into())
 }
