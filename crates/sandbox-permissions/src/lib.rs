@@ -1,1 +1,35 @@
-//! Dispatch-time permissions, approvals and presets. Not yet implemented.
+//! Dispatch-time permissions, approvals and presets.
+//!
+//! The sandbox bounds what a running process can do; this crate decides,
+//! before anything runs, whether an operation may run at all and under which
+//! sandbox mode. Everything fails closed: no answer is a "no", a
+//! non-interactive run never prompts, and a grant to one skill is not
+//! inherited by the skills it calls.
+//!
+//! * [`Approvals`]: the approval service. [`ApprovalPolicy::Never`] rejects
+//!   before any [`Answerer`] is asked; otherwise the first answerer that takes
+//!   the request decides. The result is the closed [`ApprovalOutcome`].
+//! * [`AuditSink`] / [`JsonLinesAudit`]: `asked` and `decided` events as JSON lines.
+//! * [`PermissionModel`]: defaults, approved per-skill declarations and
+//!   operator pre-approvals, with grants keyed `<skill>/<op>/<path>` ([`GrantKey`])
+//!   and persisted in an [`ApprovalStore`].
+//! * [`PresetTable`] / [`PermissionState`]: named (sandbox mode, approval policy) bundles.
+//! * [`EscalationRequest`], [`effective_mode`], [`decide_escalation`] and
+//!   [`TerminalAnswerer`]: the one-shot re-run after a sandbox denial.
+#![warn(missing_docs)]
+
+mod answerer;
+mod audit;
+mod chain;
+mod escalation;
+mod grant;
+mod outcome;
+mod request;
+
+pub use answerer::{Answer, Answerer, FnAnswerer};
+pub use audit::{AuditError, AuditEvent, AuditSink, JsonLinesAudit};
+pub use chain::{decide_escalation, Approvals, Decision};
+pub use escalation::{effective_mode, Escalation, EscalationRequest, ModeSource, RetryPlan};
+pub use grant::{GrantKey, GrantKeyError, GrantRequest, Op, SkillName, Target};
+pub use outcome::{ApprovalOutcome, ApprovalPolicy};
+pub use request::ApprovalRequest;
