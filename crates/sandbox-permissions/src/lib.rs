@@ -21,10 +21,13 @@
 mod answerer;
 mod audit;
 mod chain;
+mod config;
 mod escalation;
 mod grant;
 mod outcome;
+mod permission;
 mod request;
+mod store;
 
 pub use answerer::{Answer, Answerer, FnAnswerer};
 pub use audit::{AuditError, AuditEvent, AuditSink, JsonLinesAudit};
@@ -33,3 +36,6 @@ pub use escalation::{effective_mode, Escalation, EscalationRequest, ModeSource, 
 pub use grant::{GrantKey, GrantKeyError, GrantRequest, Op, SkillName, Target};
 pub use outcome::{ApprovalOutcome, ApprovalPolicy};
 pub use request::ApprovalRequest;
+pub use config::{PermissionsConfig, PermissionsConfigError, PreApproval, PresetConfig};
+pub use permission::{Declaration, Defaults, Layer, PermissionError, PermissionModel, SkillCall};
+pub use store::{ApprovalStore, StoreError};
