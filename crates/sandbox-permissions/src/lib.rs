@@ -26,6 +26,7 @@ mod escalation;
 mod grant;
 mod outcome;
 mod permission;
+mod preset;
 mod request;
 mod store;
 
@@ -39,3 +40,6 @@ pub use request::ApprovalRequest;
 pub use config::{PermissionsConfig, PermissionsConfigError, PreApproval, PresetConfig};
 pub use permission::{Declaration, Defaults, Layer, PermissionError, PermissionModel, SkillCall};
 pub use store::{ApprovalStore, StoreError};
+pub use preset::{
+    CurrentPreset, PermissionEvent, PermissionState, Preset, PresetError, PresetTable, CUSTOM,
+};
