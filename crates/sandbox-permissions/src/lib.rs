@@ -29,6 +29,7 @@ mod permission;
 mod preset;
 mod request;
 mod store;
+mod terminal;
 
 pub use answerer::{Answer, Answerer, FnAnswerer};
 pub use audit::{AuditError, AuditEvent, AuditSink, JsonLinesAudit};
@@ -43,3 +44,4 @@ pub use store::{ApprovalStore, StoreError};
 pub use preset::{
     CurrentPreset, PermissionEvent, PermissionState, Preset, PresetError, PresetTable, CUSTOM,
 };
+pub use terminal::{decide_escalation_on_tty, session_is_interactive, TerminalAnswerer};
