@@ -61,7 +61,9 @@ pub(crate) fn now_unix_ms() -> u64 {
 #[non_exhaustive]
 pub enum AuditError {
     /// Opening or writing the audit target failed.
-    #[error("could not write the approval audit log {target}: {source}; check that it is writable")]
+    #[error(
+        "could not write the approval audit log {target}: {source}; check that it is writable"
+    )]
     Write {
         /// The file path, or `writer` for a plain writer.
         target: String,
@@ -182,6 +184,9 @@ mod tests {
         let err = JsonLinesAudit::open(Path::new("/nonexistent-dir-for-test/audit.jsonl"))
             .unwrap_err()
             .to_string();
-        assert!(err.contains("/nonexistent-dir-for-test/audit.jsonl"), "{err}");
+        assert!(
+            err.contains("/nonexistent-dir-for-test/audit.jsonl"),
+            "{err}"
+        );
     }
 }

@@ -238,7 +238,9 @@ mod tests {
     }
 
     /// Runs `request` and returns the decision and the parsed audit lines.
-    fn run(approvals: impl FnOnce(&JsonLinesAudit<Vec<u8>>) -> Decision) -> (Decision, Vec<serde_json::Value>) {
+    fn run(
+        approvals: impl FnOnce(&JsonLinesAudit<Vec<u8>>) -> Decision,
+    ) -> (Decision, Vec<serde_json::Value>) {
         let sink = JsonLinesAudit::new(Vec::new());
         let d = approvals(&sink);
         let lines = String::from_utf8(sink.into_inner())

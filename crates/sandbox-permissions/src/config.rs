@@ -83,19 +83,24 @@ impl PermissionsConfig {
             path: origin.to_path_buf(),
             message,
         };
-        let mut doc: toml::Table = text.parse().map_err(|e: toml::de::Error| parse(e.message().to_owned()))?;
+        let mut doc: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| parse(e.message().to_owned()))?;
         match doc.remove("permissions") {
             None => Ok(Self::default()),
-            Some(table) => table.try_into().map_err(|e: toml::de::Error| parse(e.message().to_owned())),
+            Some(table) => table
+                .try_into()
+                .map_err(|e: toml::de::Error| parse(e.message().to_owned())),
         }
     }
 
     /// Reads `path` and parses its `[permissions]` table.
     pub fn load(path: &Path) -> Result<Self, PermissionsConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| PermissionsConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text =
+            std::fs::read_to_string(path).map_err(|source| PermissionsConfigError::Read {
+                path: path.to_path_buf(),
+                source,
+            })?;
         Self::from_toml_str(&text, path)
     }
 

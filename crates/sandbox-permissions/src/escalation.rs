@@ -62,7 +62,9 @@ impl EscalationRequest {
         let mut policy = policy.clone();
         let mut one_shot_mode = None;
         match &self.escalation {
-            Escalation::AddWritePath(p) => policy.write_paths.push(p.to_string_lossy().into_owned()),
+            Escalation::AddWritePath(p) => {
+                policy.write_paths.push(p.to_string_lossy().into_owned())
+            }
             Escalation::AllowNetwork => policy.network = true,
             Escalation::AllowSubprocess => policy.deny_subprocess = false,
             Escalation::Mode(m) => one_shot_mode = Some(*m),

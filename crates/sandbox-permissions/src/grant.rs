@@ -11,7 +11,9 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 #[non_exhaustive]
 pub enum GrantKeyError {
     /// The skill name is empty or has characters outside `[A-Za-z0-9._-]`.
-    #[error("invalid skill name {0:?}: use 1-128 characters from A-Z a-z 0-9 . _ - (not `.` or `..`)")]
+    #[error(
+        "invalid skill name {0:?}: use 1-128 characters from A-Z a-z 0-9 . _ - (not `.` or `..`)"
+    )]
     Skill(String),
     /// The operation is not one of the known names.
     #[error("unknown operation {0:?}: expected file.read, file.write, shell or network")]
@@ -250,7 +252,10 @@ mod tests {
         assert!(matches!(e("bu ild/shell/*"), GrantKeyError::Skill(_)));
         assert!(matches!(e("../shell/*"), GrantKeyError::Skill(_)));
         assert!(matches!(e("b/file.exec/tmp"), GrantKeyError::Op(_)));
-        assert!(matches!(e("b/file.write/tmp/../etc"), GrantKeyError::Path(_)));
+        assert!(matches!(
+            e("b/file.write/tmp/../etc"),
+            GrantKeyError::Path(_)
+        ));
         // `.` components are dropped by lexical normalisation, `..` is refused.
         let k: GrantKey = "b/file.write/./tmp".parse().unwrap();
         assert_eq!(k.to_string(), "b/file.write/tmp");

@@ -34,14 +34,14 @@ mod terminal;
 pub use answerer::{Answer, Answerer, FnAnswerer};
 pub use audit::{AuditError, AuditEvent, AuditSink, JsonLinesAudit};
 pub use chain::{decide_escalation, Approvals, Decision};
+pub use config::{PermissionsConfig, PermissionsConfigError, PreApproval, PresetConfig};
 pub use escalation::{effective_mode, Escalation, EscalationRequest, ModeSource, RetryPlan};
 pub use grant::{GrantKey, GrantKeyError, GrantRequest, Op, SkillName, Target};
 pub use outcome::{ApprovalOutcome, ApprovalPolicy};
-pub use request::ApprovalRequest;
-pub use config::{PermissionsConfig, PermissionsConfigError, PreApproval, PresetConfig};
 pub use permission::{Declaration, Defaults, Layer, PermissionError, PermissionModel, SkillCall};
-pub use store::{ApprovalStore, StoreError};
 pub use preset::{
     CurrentPreset, PermissionEvent, PermissionState, Preset, PresetError, PresetTable, CUSTOM,
 };
+pub use request::ApprovalRequest;
+pub use store::{ApprovalStore, StoreError};
 pub use terminal::{decide_escalation_on_tty, session_is_interactive, TerminalAnswerer};

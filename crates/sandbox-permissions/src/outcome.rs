@@ -118,6 +118,9 @@ mod tests {
         assert_eq!("ask".parse::<ApprovalPolicy>(), Ok(ApprovalPolicy::Ask));
         assert_eq!("never".parse::<ApprovalPolicy>(), Ok(ApprovalPolicy::Never));
         let err = "always".parse::<ApprovalPolicy>().unwrap_err();
-        assert!(err.contains("always") && err.contains("ask or never"), "{err}");
+        assert!(
+            err.contains("always") && err.contains("ask or never"),
+            "{err}"
+        );
     }
 }

@@ -43,7 +43,10 @@ pub enum PermissionError {
 }
 
 fn join(keys: &[GrantKey]) -> String {
-    keys.iter().map(ToString::to_string).collect::<Vec<_>>().join(", ")
+    keys.iter()
+        .map(ToString::to_string)
+        .collect::<Vec<_>>()
+        .join(", ")
 }
 
 /// Which layer allows an operation.
@@ -157,7 +160,11 @@ impl PermissionModel {
         if self.defaults.allows(op, target) {
             return Some(Layer::Default);
         }
-        if let Some(k) = self.pre_approved.iter().find(|k| k.covers(skill, op, target)) {
+        if let Some(k) = self
+            .pre_approved
+            .iter()
+            .find(|k| k.covers(skill, op, target))
+        {
             return Some(Layer::PreApproved(k.clone()));
         }
         self.store

@@ -213,7 +213,11 @@ impl PermissionState {
     }
 
     /// Applies one event; choosing an unknown preset or `custom` is an error and changes nothing.
-    pub fn apply(&mut self, table: &PresetTable, event: &PermissionEvent) -> Result<(), PresetError> {
+    pub fn apply(
+        &mut self,
+        table: &PresetTable,
+        event: &PermissionEvent,
+    ) -> Result<(), PresetError> {
         match event {
             PermissionEvent::Mode(m) => self.mode = *m,
             PermissionEvent::Approval(a) => self.approval = *a,
@@ -270,9 +274,15 @@ mod tests {
     fn defaults_have_the_two_presets() {
         let t = PresetTable::default();
         let ww = t.get("workspace-write").unwrap();
-        assert_eq!((ww.mode, ww.approval), (WorkspaceWrite, ApprovalPolicy::Ask));
+        assert_eq!(
+            (ww.mode, ww.approval),
+            (WorkspaceWrite, ApprovalPolicy::Ask)
+        );
         let d = t.get("danger-full-access").unwrap();
-        assert_eq!((d.mode, d.approval), (DangerFullAccess, ApprovalPolicy::Never));
+        assert_eq!(
+            (d.mode, d.approval),
+            (DangerFullAccess, ApprovalPolicy::Never)
+        );
     }
 
     #[test]
@@ -281,11 +291,23 @@ mod tests {
         assert_eq!(current(&t, &[]), "custom");
         assert_eq!(current(&t, &[E::Mode(WorkspaceWrite)]), "workspace-write");
         assert_eq!(
-            current(&t, &[E::Preset("danger-full-access".into()), E::Approval(ApprovalPolicy::Ask)]),
+            current(
+                &t,
+                &[
+                    E::Preset("danger-full-access".into()),
+                    E::Approval(ApprovalPolicy::Ask)
+                ]
+            ),
             "custom"
         );
         assert_eq!(
-            current(&t, &[E::Mode(DangerFullAccess), E::Approval(ApprovalPolicy::Never)]),
+            current(
+                &t,
+                &[
+                    E::Mode(DangerFullAccess),
+                    E::Approval(ApprovalPolicy::Never)
+                ]
+            ),
             "danger-full-access"
         );
     }
@@ -296,7 +318,10 @@ mod tests {
         assert_eq!(current(&t, &[E::Mode(WorkspaceWrite)]), "workspace-write");
         assert_eq!(current(&t, &[E::Preset("dev".into())]), "dev");
         assert_eq!(
-            current(&t, &[E::Preset("dev".into()), E::Preset("workspace-write".into())]),
+            current(
+                &t,
+                &[E::Preset("dev".into()), E::Preset("workspace-write".into())]
+            ),
             "workspace-write"
         );
         // Knobs moved away and back: the explicit choice still tells.
@@ -322,14 +347,23 @@ mod tests {
             sandbox_mode: ReadOnly,
             approval: ApprovalPolicy::Ask,
         };
-        assert_eq!(PresetTable::from_config(&[cfg("custom")]).unwrap_err(), PresetError::Reserved);
+        assert_eq!(
+            PresetTable::from_config(&[cfg("custom")]).unwrap_err(),
+            PresetError::Reserved
+        );
         assert_eq!(
             PresetTable::from_config(&[cfg("a"), cfg("a")]).unwrap_err(),
             PresetError::Duplicate("a".into())
         );
         let mut s = PermissionState::new(ReadOnly, ApprovalPolicy::Ask);
-        let err = s.apply(&t, &E::Preset("nope".into())).unwrap_err().to_string();
-        assert!(err.contains("nope") && err.contains("danger-full-access"), "{err}");
+        let err = s
+            .apply(&t, &E::Preset("nope".into()))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("nope") && err.contains("danger-full-access"),
+            "{err}"
+        );
         assert_eq!(s, PermissionState::new(ReadOnly, ApprovalPolicy::Ask));
         // A config preset with a default's name replaces it.
         let t = PresetTable::from_config(&[PresetConfig {
@@ -338,7 +372,10 @@ mod tests {
             approval: ApprovalPolicy::Never,
         }])
         .unwrap();
-        assert_eq!(t.get("workspace-write").unwrap().approval, ApprovalPolicy::Never);
+        assert_eq!(
+            t.get("workspace-write").unwrap().approval,
+            ApprovalPolicy::Never
+        );
         assert_eq!(t.iter().count(), 2);
     }
 }

@@ -150,7 +150,11 @@ fn lock(path: &Path) -> Result<Flock<File>, StoreError> {
         .map_err(|(_, errno)| io_err("lock", &lock_path)(io::Error::from(errno)))
 }
 
-fn write_atomic(path: &Path, dir: &Path, grants: &BTreeMap<GrantKey, u64>) -> Result<(), StoreError> {
+fn write_atomic(
+    path: &Path,
+    dir: &Path,
+    grants: &BTreeMap<GrantKey, u64>,
+) -> Result<(), StoreError> {
     let file = FileFormat {
         version: VERSION,
         grants: grants
@@ -166,7 +170,8 @@ fn write_atomic(path: &Path, dir: &Path, grants: &BTreeMap<GrantKey, u64>) -> Re
         message: format!("could not serialise: {e}"),
     })?;
     text.push(b'\n');
-    let mut tmp = tempfile::NamedTempFile::new_in(dir).map_err(io_err("create a temporary file for", path))?;
+    let mut tmp = tempfile::NamedTempFile::new_in(dir)
+        .map_err(io_err("create a temporary file for", path))?;
     tmp.write_all(&text)
         .and_then(|()| tmp.as_file().sync_all())
         .map_err(io_err("write", path))?;
@@ -222,7 +227,10 @@ mod tests {
         ] {
             std::fs::write(&path, bad).unwrap();
             let err = ApprovalStore::load(dir.path()).unwrap_err().to_string();
-            assert!(err.contains("approvals.json") && err.contains("not valid"), "{err}");
+            assert!(
+                err.contains("approvals.json") && err.contains("not valid"),
+                "{err}"
+            );
             assert_eq!(std::fs::read_to_string(&path).unwrap(), bad);
         }
     }

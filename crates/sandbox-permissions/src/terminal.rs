@@ -132,7 +132,11 @@ fn converse<R: Read + AsFd, W: Write>(
                 return Ok(Answer::Decide(ApprovalOutcome::Cancelled));
             }
             Reply::TimedOut => {
-                writeln!(output, "\nno answer within {} s: cancelled", timeout.as_secs())?;
+                writeln!(
+                    output,
+                    "\nno answer within {} s: cancelled",
+                    timeout.as_secs()
+                )?;
                 return Ok(Answer::Decide(ApprovalOutcome::Cancelled));
             }
             Reply::Line(line) => match line.trim().to_ascii_lowercase().as_str() {
@@ -231,9 +235,14 @@ fn describe(request: &ApprovalRequest) -> String {
 fn question(request: &ApprovalRequest, timeout: Duration) -> String {
     let what = match request {
         ApprovalRequest::Escalation(_) => "Re-run the command once with this escalation?",
-        ApprovalRequest::Grants(_) => "Grant these to this skill (remembered in the approvals file)?",
+        ApprovalRequest::Grants(_) => {
+            "Grant these to this skill (remembered in the approvals file)?"
+        }
     };
-    format!("{what} [y/N] (no answer within {} s cancels) ", timeout.as_secs())
+    format!(
+        "{what} [y/N] (no answer within {} s cancels) ",
+        timeout.as_secs()
+    )
 }
 
 /// Text from the command or the request, made safe for a terminal: control

@@ -58,7 +58,7 @@ fn project() -> Project {
 fn model(p: &Project, config: &str) -> PermissionModel {
     let config = PermissionsConfig::from_toml_str(config, Path::new("test.toml")).unwrap();
     PermissionModel::new(
-        Defaults::new(&p.root, &[p.state.clone()]).unwrap(),
+        Defaults::new(&p.root, std::slice::from_ref(&p.state)).unwrap(),
         &config,
         ApprovalStore::load(&p.state).unwrap(),
     )
@@ -79,7 +79,10 @@ fn defaults_read_the_project_write_the_state_and_nothing_else() {
     let inside = Target::path(p.root.join("src/main.rs")).unwrap();
     let state_file = Target::path(p.state.join("cache")).unwrap();
     assert_eq!(m.check(&call, Op::FileRead, &inside), Some(Layer::Default));
-    assert_eq!(m.check(&call, Op::FileWrite, &state_file), Some(Layer::Default));
+    assert_eq!(
+        m.check(&call, Op::FileWrite, &state_file),
+        Some(Layer::Default)
+    );
     assert_eq!(m.check(&call, Op::FileWrite, &inside), None);
     assert_eq!(m.check(&call, Op::FileRead, &t("/etc/passwd")), None);
     assert_eq!(m.check(&call, Op::Shell, &Target::Any), None);
@@ -155,7 +158,10 @@ fn non_interactive_run_never_asks_and_uses_only_earlier_decisions() {
         .unwrap_err();
     assert!(matches!(err, PermissionError::NotGranted { .. }));
     let msg = err.to_string();
-    assert!(msg.contains("build/file.write/tmp/out") && msg.contains("pre_approved"), "{msg}");
+    assert!(
+        msg.contains("build/file.write/tmp/out") && msg.contains("pre_approved"),
+        "{msg}"
+    );
     assert_eq!(asked.get(), 0);
     assert!(!p.state.join("approvals.json").exists());
 
@@ -177,15 +183,33 @@ fn non_interactive_run_never_asks_and_uses_only_earlier_decisions() {
 #[test]
 fn refusals_store_nothing() {
     for (policy, reply, expected, asks) in [
-        (ApprovalPolicy::Ask, ApprovalOutcome::Rejected, ApprovalOutcome::Rejected, 1),
-        (ApprovalPolicy::Ask, ApprovalOutcome::Cancelled, ApprovalOutcome::Cancelled, 1),
-        (ApprovalPolicy::Never, ApprovalOutcome::AllowedOnce, ApprovalOutcome::Rejected, 0),
+        (
+            ApprovalPolicy::Ask,
+            ApprovalOutcome::Rejected,
+            ApprovalOutcome::Rejected,
+            1,
+        ),
+        (
+            ApprovalPolicy::Ask,
+            ApprovalOutcome::Cancelled,
+            ApprovalOutcome::Cancelled,
+            1,
+        ),
+        (
+            ApprovalPolicy::Never,
+            ApprovalOutcome::AllowedOnce,
+            ApprovalOutcome::Rejected,
+            0,
+        ),
     ] {
         let p = project();
         let asked = Cell::new(0);
         let audit = JsonLinesAudit::new(Vec::new());
         let mut approvals = Approvals::new(policy, true, &audit);
-        approvals.push(Human { asked: &asked, reply });
+        approvals.push(Human {
+            asked: &asked,
+            reply,
+        });
         let err = model(&p, "")
             .ensure(&SkillCall::root(skill("build")), &write_out(), &approvals)
             .unwrap_err();

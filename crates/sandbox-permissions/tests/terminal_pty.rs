@@ -23,7 +23,11 @@ impl Human {
         let mut buf = [0u8; 512];
         while !self.seen.contains(needle) {
             let n = self.master.read(&mut buf).expect("read pty master");
-            assert!(n > 0, "terminal closed before {needle:?}; saw {:?}", self.seen);
+            assert!(
+                n > 0,
+                "terminal closed before {needle:?}; saw {:?}",
+                self.seen
+            );
             self.seen.push_str(&String::from_utf8_lossy(&buf[..n]));
         }
     }
@@ -59,7 +63,8 @@ fn session(
     let decider = thread::spawn(move || {
         let terminal = TerminalAnswerer::new(slave_in, slave_out, interactive, timeout);
         let audit = JsonLinesAudit::new(Vec::new());
-        let outcome = decide_escalation(ApprovalPolicy::Ask, true, &request(), &[&terminal], &audit);
+        let outcome =
+            decide_escalation(ApprovalPolicy::Ask, true, &request(), &[&terminal], &audit);
         (outcome, audit.into_inner())
     });
     let mut human = Human {
@@ -86,10 +91,16 @@ fn yes_allows_once_and_the_prompt_shows_evidence_and_escalation() {
     });
     assert_eq!(outcome, ApprovalOutcome::AllowedOnce);
     assert!(seen.contains("$ touch /srv/data/out.txt"), "{seen}");
-    assert!(seen.contains("cannot touch '/srv/data/out.txt': Permission denied"), "{seen}");
+    assert!(
+        seen.contains("cannot touch '/srv/data/out.txt': Permission denied"),
+        "{seen}"
+    );
     assert!(seen.contains("add /srv/data to the write paths"), "{seen}");
     // Escape sequences from the command's output are shown, not interpreted.
-    assert!(!seen.contains('\x1b') && seen.contains("\\u{1b}]0;owned"), "{seen}");
+    assert!(
+        !seen.contains('\x1b') && seen.contains("\\u{1b}]0;owned"),
+        "{seen}"
+    );
     assert_eq!(audit[1]["outcome"], "allowed-once");
     assert_eq!(audit[1]["answerer"], "terminal");
 }
@@ -111,7 +122,12 @@ fn unclear_answer_is_asked_again() {
         h.type_line("maybe");
         h.wait_for("please answer y or n");
         // The question is asked again after the hint.
-        let after_hint = h.seen.split("please answer y or n").last().unwrap().to_owned();
+        let after_hint = h
+            .seen
+            .split("please answer y or n")
+            .last()
+            .unwrap()
+            .to_owned();
         h.seen = after_hint;
         h.wait_for("[y/N]");
         h.type_line("yes");
@@ -131,7 +147,10 @@ fn garbage_every_time_is_unavailable() {
         h.wait_for("not allowed");
     });
     assert_eq!(outcome, ApprovalOutcome::Unavailable);
-    assert!(audit[1]["reason"].as_str().unwrap().contains("malformed"), "{audit:?}");
+    assert!(
+        audit[1]["reason"].as_str().unwrap().contains("malformed"),
+        "{audit:?}"
+    );
 }
 
 #[test]
@@ -157,7 +176,10 @@ fn type_ahead_does_not_answer() {
         let audit = JsonLinesAudit::new(Vec::new());
         decide_escalation(ApprovalPolicy::Ask, true, &request(), &[&terminal], &audit)
     });
-    let mut human = Human { master, seen: String::new() };
+    let mut human = Human {
+        master,
+        seen: String::new(),
+    };
     human.wait_for("[y/N]");
     human.type_line("n");
     assert_eq!(decider.join().unwrap(), ApprovalOutcome::Rejected);
@@ -169,8 +191,7 @@ fn not_interactive_writes_nothing_and_is_unavailable() {
         let pty = openpty(None, None).expect("openpty");
         let slave_in = File::from(pty.slave);
         let mut slave_out = slave_in.try_clone().unwrap();
-        let terminal =
-            TerminalAnswerer::new(slave_in, slave_out.try_clone().unwrap(), flag, LONG);
+        let terminal = TerminalAnswerer::new(slave_in, slave_out.try_clone().unwrap(), flag, LONG);
         let audit = JsonLinesAudit::new(Vec::new());
         let outcome = decide_escalation(policy, true, &request(), &[&terminal], &audit);
         let expected = if flag {
