@@ -16,6 +16,31 @@
 //! * [`PresetTable`] / [`PermissionState`]: named (sandbox mode, approval policy) bundles.
 //! * [`EscalationRequest`], [`effective_mode`], [`decide_escalation`] and
 //!   [`TerminalAnswerer`]: the one-shot re-run after a sandbox denial.
+//!
+//! A CLI offering a one-shot re-run after a sandbox denial:
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! use sandbox_core::{SandboxMode, SandboxPolicy};
+//! use sandbox_permissions::*;
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! # let (policy, state_dir) = (SandboxPolicy::default(), std::path::Path::new("/tmp"));
+//! let request = EscalationRequest {
+//!     argv: vec!["touch".into(), "/srv/out.txt".into()],
+//!     evidence: vec!["touch: cannot touch '/srv/out.txt': Permission denied".into()],
+//!     escalation: Escalation::write_path_for("/srv/out.txt".as_ref()),
+//! };
+//! let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(state_dir))?;
+//! let outcome =
+//!     decide_escalation_on_tty(ApprovalPolicy::Ask, &request, &audit, Duration::from_secs(60));
+//! if outcome.permits() {
+//!     let plan = request.retry_plan(&policy);
+//!     let (mode, _source) = plan.mode(Some(SandboxMode::WorkspaceWrite), SandboxMode::ReadOnly);
+//!     // run once with `plan.policy` under `mode`
+//! }
+//! # Ok(()) }
+//! ```
 #![warn(missing_docs)]
 
 mod answerer;
