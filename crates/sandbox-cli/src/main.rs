@@ -10,6 +10,9 @@ use sandbox::{
     resolve_backend, BackendChoice, ExpandContext, OnUnsupported, Outcome, ResolvedPolicy,
     RunRequest, SandboxConfig, SandboxMode, SandboxPolicy, SandboxedExecOp, EXIT_SANDBOX,
 };
+use sandbox_permissions::{
+    decide_escalation_on_tty, ApprovalPolicy, Escalation, EscalationRequest, JsonLinesAudit,
+};
 
 #[derive(Parser)]
 #[command(
@@ -92,6 +95,10 @@ struct RunArgs {
     /// Write the outcome record as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
+    /// writable (interactive terminals only); `never` does not.
+    #[arg(long, value_name = "ask|never", default_value = "never")]
+    approval: ApprovalPolicy,
     /// The command.
     #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
     argv: Vec<OsString>,
@@ -275,20 +282,85 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         Some(SandboxMode::WorkspaceWrite) => Some(private_tmp_dir()?),
         _ => None,
     };
-    let policy = effective_policy(
-        &args.policy,
-        &config,
-        private_tmp.as_ref().map(|t| t.path()),
-    );
-    let result = policy.and_then(|policy| {
-        let mut req = RunRequest::new(args.argv, policy);
-        if let Some(tmp) = &private_tmp {
-            req.env_overrides.push(("TMPDIR".into(), tmp.path().into()));
+    let tmp = private_tmp.as_ref().map(|t| t.path());
+    let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
+        let mut req = RunRequest::new(args.argv.clone(), effective_policy(flags, &config, tmp)?);
+        if let Some(tmp) = tmp {
+            req.env_overrides.push(("TMPDIR".into(), tmp.into()));
         }
         execute(&config, req, args.report.as_deref())
-    });
-    drop(private_tmp);
-    result
+    };
+    let outcome = match run_once(&args.policy)? {
+        Ok(outcome) => outcome,
+        Err(code) => return Ok(code),
+    };
+    if let Some(flags) = escalate(&args, &outcome)? {
+        eprintln!("sandbox: re-running once with the approved escalation");
+        return Ok(match run_once(&flags)? {
+            Ok(outcome) => outcome.exit_code(),
+            Err(code) => code,
+        });
+    }
+    Ok(outcome.exit_code())
+}
+
+/// After a sandbox denial under `--approval ask`, asks on the terminal for a
+/// one-shot re-run with the denied path writable; returns the widened flags if approved.
+fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<PolicyFlags>, Fatal> {
+    let sandbox::Classification::SandboxDenial { evidence } = &outcome.classification else {
+        return Ok(None);
+    };
+    if args.approval == ApprovalPolicy::Never || args.policy.policy_json.is_some() {
+        return Ok(None);
+    }
+    let Some(denied) = evidence.iter().find_map(|line| denied_path(line)) else {
+        return Ok(None);
+    };
+    let Escalation::AddWritePath(path) = Escalation::write_path_for(&denied) else {
+        return Ok(None);
+    };
+    let request = EscalationRequest {
+        argv: outcome.argv.clone(),
+        evidence: evidence.clone(),
+        escalation: Escalation::AddWritePath(path.clone()),
+    };
+    let state = state_dir();
+    std::fs::create_dir_all(&state)
+        .map_err(|e| Fatal(format!("cannot create {}: {e}", state.display())))?;
+    let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(&state))?;
+    let answer = decide_escalation_on_tty(
+        args.approval,
+        &request,
+        &audit,
+        std::time::Duration::from_secs(60),
+    );
+    if !answer.permits() {
+        return Ok(None);
+    }
+    let mut flags = args.policy.clone();
+    flags.write.push(path);
+    Ok(Some(flags))
+}
+
+/// The quoted path in a denial line such as `touch: cannot touch '/x/y': Permission denied`.
+fn denied_path(line: &str) -> Option<PathBuf> {
+    let quoted = line
+        .split(['\'', '"', '`', '\u{2018}', '\u{2019}'])
+        .skip(1)
+        .step_by(2);
+    quoted
+        .chain(line.split(':').map(str::trim))
+        .find(|c| c.starts_with('/'))
+        .map(PathBuf::from)
+}
+
+/// Where approval audit records go: `$XDG_STATE_HOME/sandbox`, else `~/.local/state/sandbox`.
+fn state_dir() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("sandbox")
 }
 
 fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
@@ -316,10 +388,18 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
         std::env::vars_os().map(|(k, _)| k),
     )?;
     let req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
-    execute(&config, req, args.report.as_deref())
+    Ok(match execute(&config, req, args.report.as_deref())? {
+        Ok(outcome) => outcome.exit_code(),
+        Err(code) => code,
+    })
 }
 
-fn execute(config: &SandboxConfig, req: RunRequest, report: Option<&Path>) -> Result<i32, Fatal> {
+/// Runs `req`; `Err(code)` when the command could not start (126/127).
+fn execute(
+    config: &SandboxConfig,
+    req: RunRequest,
+    report: Option<&Path>,
+) -> Result<Result<Outcome, i32>, Fatal> {
     let resolved = if req.policy.is_some() {
         resolve_backend(config)?.backend
     } else {
@@ -328,7 +408,7 @@ fn execute(config: &SandboxConfig, req: RunRequest, report: Option<&Path>) -> Re
     match sandbox::run(resolved.as_ref(), &req) {
         Ok(outcome) => {
             write_report(report, &outcome)?;
-            Ok(outcome.exit_code())
+            Ok(Ok(outcome))
         }
         Err(err) => {
             let code = err.exit_code();
@@ -336,7 +416,7 @@ fn execute(config: &SandboxConfig, req: RunRequest, report: Option<&Path>) -> Re
                 return Err(Fatal(err.to_string()));
             }
             eprintln!("sandbox: {err}");
-            Ok(code)
+            Ok(Err(code))
         }
     }
 }
