@@ -6,7 +6,7 @@
 //! only on macOS (`tests/macos_behavior.rs`).
 
 use sandbox_core::axis::{LegKind, WitnessStrength};
-use sandbox_core::{Axis, ExpandContext, SandboxPolicy};
+use sandbox_core::{Axis, ExpandContext, ResolvedPolicy, SandboxPolicy};
 
 use crate::paths::macos_canonical;
 use crate::profile::{profile, SeatbeltProfile};
@@ -44,21 +44,30 @@ const SECRET: &str = "/tmp/sandbox-conformance-secret";
 ///
 /// An axis outside [`PROFILE_TEXT_AXES`] is an `Err`, never a pass.
 pub fn profile_text_leg(axis: Axis, leg: LegKind) -> LegResult {
+    leg_with(axis, leg, &|policy| {
+        profile(policy).map_err(|e| e.to_string())
+    })
+}
+
+/// Turns a resolved policy into a profile; tests substitute broken generators.
+type Gen<'a> = &'a dyn Fn(&ResolvedPolicy) -> Result<SeatbeltProfile, String>;
+
+fn leg_with(axis: Axis, leg: LegKind, gen: Gen) -> LegResult {
     match (axis, leg) {
-        (Axis::Network, LegKind::Deny) => network_deny(),
-        (Axis::Network, LegKind::Boundary) => network_boundary(),
-        (Axis::Network, LegKind::Workload) => network_workload(),
-        (Axis::Write, LegKind::Deny) => write_deny_outside(),
-        (Axis::Write, LegKind::Boundary) => write_boundary(),
-        (Axis::Write | Axis::WriteDeny, LegKind::Workload) => write_workload(),
-        (Axis::Spawn, LegKind::Deny) => spawn_deny(),
-        (Axis::Spawn, LegKind::Boundary) => spawn_boundary(),
-        (Axis::Spawn, LegKind::Workload) => spawn_workload(),
-        (Axis::ReadDeny, LegKind::Deny) => read_deny_deny(),
-        (Axis::ReadDeny, LegKind::Boundary) => read_deny_boundary(),
-        (Axis::ReadDeny, LegKind::Workload) => read_deny_workload(),
-        (Axis::WriteDeny, LegKind::Deny) => write_deny_deny(),
-        (Axis::WriteDeny, LegKind::Boundary) => write_deny_boundary(),
+        (Axis::Network, LegKind::Deny) => network_deny(gen),
+        (Axis::Network, LegKind::Boundary) => network_boundary(gen),
+        (Axis::Network, LegKind::Workload) => network_workload(gen),
+        (Axis::Write, LegKind::Deny) => write_deny_outside(gen),
+        (Axis::Write, LegKind::Boundary) => write_boundary(gen),
+        (Axis::Write | Axis::WriteDeny, LegKind::Workload) => write_workload(gen),
+        (Axis::Spawn, LegKind::Deny) => spawn_deny(gen),
+        (Axis::Spawn, LegKind::Boundary) => spawn_boundary(gen),
+        (Axis::Spawn, LegKind::Workload) => spawn_workload(gen),
+        (Axis::ReadDeny, LegKind::Deny) => read_deny_deny(gen),
+        (Axis::ReadDeny, LegKind::Boundary) => read_deny_boundary(gen),
+        (Axis::ReadDeny, LegKind::Workload) => read_deny_workload(gen),
+        (Axis::WriteDeny, LegKind::Deny) => write_deny_deny(gen),
+        (Axis::WriteDeny, LegKind::Boundary) => write_deny_boundary(gen),
         (axis, _) => Err(format!(
             "seatbelt has no profile-text leg for axis `{axis}` (it is enforced by the runner)"
         )),
@@ -79,11 +88,11 @@ struct Generated {
     rules: Vec<Rule>,
 }
 
-fn generate(policy: SandboxPolicy) -> Result<Generated, String> {
+fn generate(gen: Gen, policy: SandboxPolicy) -> Result<Generated, String> {
     let resolved = policy
         .resolve(&ExpandContext::default())
         .map_err(|e| format!("cannot resolve the leg's policy: {e}"))?;
-    let profile = profile(&resolved).map_err(|e| e.to_string())?;
+    let profile = gen(&resolved)?;
     let rules = validate(&profile.text).map_err(|e| format!("malformed profile: {e}"))?;
     if let Some(r) = rules
         .iter()
@@ -139,8 +148,8 @@ fn literal_and_subpath(rule: &Rule, name: &str) -> bool {
         && filters.contains(&("subpath", name))
 }
 
-fn network_deny() -> LegResult {
-    let g = generate(policy(false, false))?;
+fn network_deny(gen: Gen) -> LegResult {
+    let g = generate(gen, policy(false, false))?;
     if let Some(r) = g
         .rules
         .iter()
@@ -155,8 +164,8 @@ fn network_deny() -> LegResult {
     ))
 }
 
-fn network_boundary() -> LegResult {
-    let g = generate(policy(false, false))?;
+fn network_boundary(gen: Gen) -> LegResult {
+    let g = generate(gen, policy(false, false))?;
     if let Some(r) = g
         .rules
         .iter()
@@ -176,8 +185,8 @@ fn network_boundary() -> LegResult {
     )
 }
 
-fn network_workload() -> LegResult {
-    let g = generate(policy(true, false))?;
+fn network_workload(gen: Gen) -> LegResult {
+    let g = generate(gen, policy(true, false))?;
     for op in NETWORK_OPS {
         find(&g.rules, &format!("allowing {op} unconditionally"), |r| {
             unconditional(r, Action::Allow, op)
@@ -200,8 +209,8 @@ fn network_workload() -> LegResult {
 }
 
 /// Write-granting rules: every filter must be a write-path subpath or a device.
-fn write_deny_outside() -> LegResult {
-    let g = generate(with_write(policy(false, false)))?;
+fn write_deny_outside(gen: Gen) -> LegResult {
+    let g = generate(gen, with_write(policy(false, false)))?;
     let mut granted = Vec::new();
     for r in g.rules.iter().filter(|r| {
         r.action == Action::Allow && r.operations.iter().any(|o| o.starts_with("file-write"))
@@ -233,8 +242,8 @@ fn write_deny_outside() -> LegResult {
     ))
 }
 
-fn write_boundary() -> LegResult {
-    let g = generate(with_write(policy(false, false)))?;
+fn write_boundary(gen: Gen) -> LegResult {
+    let g = generate(gen, with_write(policy(false, false)))?;
     let expected = expected_value(WRITE_DIR)?;
     match g.profile.param("WRITE_PATH_0") {
         Some(v) if v == expected => {}
@@ -247,7 +256,7 @@ fn write_boundary() -> LegResult {
                 .iter()
                 .any(|f| f.args() == [Sexp::Str("/dev/null".into())])
     })?;
-    let ro = generate(policy(false, false))?;
+    let ro = generate(gen, policy(false, false))?;
     if !ro.profile.params.is_empty() {
         return Err(format!(
             "read-only profile has parameters {:?}",
@@ -260,8 +269,8 @@ fn write_boundary() -> LegResult {
     ))
 }
 
-fn write_workload() -> LegResult {
-    let g = generate(with_write(policy(false, false)))?;
+fn write_workload(gen: Gen) -> LegResult {
+    let g = generate(gen, with_write(policy(false, false)))?;
     let at = find(&g.rules, "allowing file-write* beneath WRITE_PATH_0", |r| {
         r.action == Action::Allow
             && r.has("file-write*")
@@ -276,8 +285,8 @@ fn write_workload() -> LegResult {
     Ok("(allow file-write* (subpath (param \"WRITE_PATH_0\"))) with no later write deny".into())
 }
 
-fn spawn_deny() -> LegResult {
-    let g = generate(policy(true, true))?;
+fn spawn_deny(gen: Gen) -> LegResult {
+    let g = generate(gen, policy(true, true))?;
     if let Some(r) = g
         .rules
         .iter()
@@ -290,8 +299,8 @@ fn spawn_deny() -> LegResult {
     Ok("deny_subprocess: no rule allows process-fork; (deny default) refuses it".into())
 }
 
-fn spawn_boundary() -> LegResult {
-    let g = generate(policy(true, true))?;
+fn spawn_boundary(gen: Gen) -> LegResult {
+    let g = generate(gen, policy(true, true))?;
     find(&g.rules, "allowing process-exec* unconditionally", |r| {
         unconditional(r, Action::Allow, "process-exec*")
     })?;
@@ -301,8 +310,8 @@ fn spawn_boundary() -> LegResult {
     )
 }
 
-fn spawn_workload() -> LegResult {
-    let g = generate(policy(true, false))?;
+fn spawn_workload(gen: Gen) -> LegResult {
+    let g = generate(gen, policy(true, false))?;
     find(&g.rules, "allowing process-fork unconditionally", |r| {
         unconditional(r, Action::Allow, "process-fork")
     })?;
@@ -316,8 +325,8 @@ fn read_deny_policy() -> SandboxPolicy {
     }
 }
 
-fn read_deny_deny() -> LegResult {
-    let g = generate(read_deny_policy())?;
+fn read_deny_deny(gen: Gen) -> LegResult {
+    let g = generate(gen, read_deny_policy())?;
     let allow = find(&g.rules, "allowing file-read* broadly", |r| {
         unconditional(r, Action::Allow, "file-read*")
     })?;
@@ -347,8 +356,8 @@ fn read_deny_deny() -> LegResult {
     ))
 }
 
-fn read_deny_boundary() -> LegResult {
-    let g = generate(read_deny_policy())?;
+fn read_deny_boundary(gen: Gen) -> LegResult {
+    let g = generate(gen, read_deny_policy())?;
     if let Some(r) = g
         .rules
         .iter()
@@ -362,17 +371,19 @@ fn read_deny_boundary() -> LegResult {
     Ok("the read deny is limited to its parameter; every other read stays allowed".into())
 }
 
-fn read_deny_workload() -> LegResult {
-    let g = generate(policy(false, false))?;
+fn read_deny_workload(gen: Gen) -> LegResult {
+    let g = generate(gen, policy(false, false))?;
     find(&g.rules, "allowing file-read* broadly", |r| {
         unconditional(r, Action::Allow, "file-read*")
     })?;
-    if let Some(r) = g.rules.iter().find(|r| r.action == Action::Deny) {
-        return Err(format!(
-            "a policy without read denies has a deny rule: {r:?}"
-        ));
+    if let Some(r) = g
+        .rules
+        .iter()
+        .find(|r| r.action == Action::Deny && r.has("file-read*"))
+    {
+        return Err(format!("a policy without read denies denies reads: {r:?}"));
     }
-    Ok("no read_deny_paths: (allow file-read*) and no deny rule".into())
+    Ok("no read_deny_paths: (allow file-read*) and no read deny".into())
 }
 
 fn write_deny_policy() -> SandboxPolicy {
@@ -382,8 +393,8 @@ fn write_deny_policy() -> SandboxPolicy {
     }
 }
 
-fn write_deny_deny() -> LegResult {
-    let g = generate(write_deny_policy())?;
+fn write_deny_deny(gen: Gen) -> LegResult {
+    let g = generate(gen, write_deny_policy())?;
     let allow = find(&g.rules, "allowing writes beneath WRITE_PATH_0", |r| {
         r.action == Action::Allow && r.param_filters().contains(&("subpath", "WRITE_PATH_0"))
     })?;
@@ -414,8 +425,8 @@ fn write_deny_deny() -> LegResult {
     ))
 }
 
-fn write_deny_boundary() -> LegResult {
-    let g = generate(write_deny_policy())?;
+fn write_deny_boundary(gen: Gen) -> LegResult {
+    let g = generate(gen, write_deny_policy())?;
     if let Some(r) = g
         .rules
         .iter()
@@ -443,6 +454,76 @@ mod tests {
         for (axis, leg, result) in results {
             let evidence = result.unwrap_or_else(|e| panic!("{axis} {}: {e}", leg.as_str()));
             assert!(!evidence.is_empty());
+        }
+    }
+
+    /// A generator that appends `extra` to the text of a correct profile.
+    fn broken(extra: &'static str) -> impl Fn(&ResolvedPolicy) -> Result<SeatbeltProfile, String> {
+        move |policy| {
+            let mut p = profile(policy).map_err(|e| e.to_string())?;
+            p.text.push_str(extra);
+            Ok(p)
+        }
+    }
+
+    /// Each leg fails when the profile it checks is wrong in the way it guards against.
+    #[test]
+    fn legs_fail_on_broken_profiles() {
+        let cases: &[(Axis, LegKind, &'static str)] = &[
+            (Axis::Network, LegKind::Deny, "(allow network-outbound)\n"),
+            (Axis::Network, LegKind::Boundary, "(deny network-bind)\n"),
+            (Axis::Write, LegKind::Deny, "(allow file-write*)\n"),
+            (
+                Axis::Write,
+                LegKind::Deny,
+                "(allow file-write-data (literal \"/dev/x\"))\n",
+            ),
+            (Axis::Write, LegKind::Workload, "(deny file-write*)\n"),
+            (Axis::Spawn, LegKind::Deny, "(allow process-fork)\n"),
+            (Axis::ReadDeny, LegKind::Deny, "(allow file-read*)\n"),
+            (Axis::ReadDeny, LegKind::Boundary, "(deny file-read*)\n"),
+            (
+                Axis::ReadDeny,
+                LegKind::Workload,
+                "(deny file-read* (subpath (param \"READ_DENY_PATH_0\")))\n",
+            ),
+            (Axis::WriteDeny, LegKind::Deny, "(allow file-write*)\n"),
+            (Axis::WriteDeny, LegKind::Boundary, "(deny file-write*)\n"),
+            (Axis::Network, LegKind::Deny, "(allow default)\n"),
+            (
+                Axis::Spawn,
+                LegKind::Deny,
+                "(allow file-read* (subpath \"/etc\"))\n",
+            ),
+            (Axis::Spawn, LegKind::Deny, "(allow file-read*\n"),
+        ];
+        for (axis, leg, extra) in cases {
+            let gen = broken(extra);
+            assert!(
+                leg_with(*axis, *leg, &gen).is_err(),
+                "{axis} {} passed with {extra:?}",
+                leg.as_str()
+            );
+        }
+        // Legs that need a rule fail when it is missing.
+        let strip = |from: &'static str| {
+            move |policy: &ResolvedPolicy| {
+                let mut p = profile(policy).map_err(|e| e.to_string())?;
+                p.text = p.text.replace(from, "");
+                Ok(p)
+            }
+        };
+        for (axis, leg, from) in [
+            (Axis::Spawn, LegKind::Boundary, "(allow process-exec*)"),
+            (Axis::Spawn, LegKind::Workload, "(allow process-fork)"),
+            (Axis::Network, LegKind::Workload, "(allow system-socket)"),
+            (Axis::ReadDeny, LegKind::Deny, "(allow file-read*)"),
+        ] {
+            assert!(
+                leg_with(axis, leg, &strip(from)).is_err(),
+                "{axis} {} passed without {from}",
+                leg.as_str()
+            );
         }
     }
 
