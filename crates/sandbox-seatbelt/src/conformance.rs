@@ -5,6 +5,8 @@
 //! right thing, not that `sandbox-exec` enforces it. The behavioral legs run
 //! only on macOS (`tests/macos_behavior.rs`).
 
+use std::path::Path;
+
 use sandbox_core::axis::{LegKind, WitnessStrength};
 use sandbox_core::{Axis, ExpandContext, ResolvedPolicy, SandboxPolicy};
 
@@ -118,13 +120,12 @@ fn with_write(mut p: SandboxPolicy) -> SandboxPolicy {
 
 /// The macOS name of `path` after the host canonicalised it.
 fn expected_value(path: &str) -> Result<String, String> {
-    let host = std::fs::canonicalize(WRITE_DIR)
-        .map_err(|e| format!("cannot canonicalise {WRITE_DIR}: {e}"))?
-        .join(
-            std::path::Path::new(path)
-                .strip_prefix(WRITE_DIR)
-                .unwrap_or(std::path::Path::new("")),
-        );
+    let base = std::fs::canonicalize(WRITE_DIR)
+        .map_err(|e| format!("cannot canonicalise {WRITE_DIR}: {e}"))?;
+    let host = match Path::new(path).strip_prefix(WRITE_DIR) {
+        Ok(rest) if !rest.as_os_str().is_empty() => base.join(rest),
+        _ => base,
+    };
     Ok(macos_canonical(&host).to_string_lossy().into_owned())
 }
 

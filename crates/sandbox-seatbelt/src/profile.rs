@@ -206,6 +206,9 @@ const BASE: &str = r#"(version 1)
 (allow process-info* (target same-sandbox))
 ; System information: sysctl reads, broad like file reads.
 (allow sysctl-read)
+; Local IPC ordinary tools use: preferences reads, POSIX semaphores (Python multiprocessing).
+(allow user-preference-read)
+(allow ipc-posix-sem)
 ; Services ordinary tools look up: users and groups, logging, preferences, per-user dirs.
 (allow mach-lookup
   (global-name "com.apple.bsd.dirhelper")

@@ -189,6 +189,7 @@ pub const KNOWN_OPERATIONS: &[&str] = &[
     "file-read*",
     "file-write*",
     "file-write-data",
+    "ipc-posix-sem",
     "mach-lookup",
     "network-bind",
     "network-inbound",
@@ -199,6 +200,7 @@ pub const KNOWN_OPERATIONS: &[&str] = &[
     "signal",
     "sysctl-read",
     "system-socket",
+    "user-preference-read",
 ];
 
 /// The only path strings a generated profile body contains: fixed devices.

@@ -46,15 +46,22 @@ fn sh_write(policy: &SandboxPolicy, file: &Path) -> Output {
 
 #[test]
 fn write_inside_succeeds_and_outside_is_denied() {
-    let inside = tempfile::tempdir().unwrap();
+    // A hostile name exercises the -D NAME=VALUE path through the real tool.
+    let root = tempfile::tempdir().unwrap();
+    let inside = root.path().join("we=ird \"dir\" (allow default)");
+    std::fs::create_dir(&inside).unwrap();
     let outside = tempfile::tempdir().unwrap();
     let policy = SandboxPolicy {
-        write_paths: vec![inside.path().to_str().unwrap().into()],
+        write_paths: vec![inside.to_str().unwrap().into()],
         ..SandboxPolicy::default()
     };
-    let ok = sh_write(&policy, &inside.path().join("f"));
+    let ok = sh_write(&policy, &inside.join("f"));
     assert!(ok.status.success(), "{}", text(&ok.stderr));
-    assert!(inside.path().join("f").exists());
+    assert!(inside.join("f").exists());
+    // The sibling of the write path is outside it.
+    let sibling = sh_write(&policy, &root.path().join("f"));
+    assert!(!sibling.status.success());
+    assert!(!root.path().join("f").exists());
 
     let denied = sh_write(&policy, &outside.path().join("f"));
     assert!(!denied.status.success());
@@ -165,6 +172,7 @@ fn helper_entry() {
             let addr = listener.local_addr().unwrap().to_string();
             assert_eq!(perform(&format!("connect={addr}")), "connected");
             assert_eq!(perform("socketpair"), "socketpair-ok");
+            assert_eq!(perform("spawn"), "spawned");
         }
     }
 }
@@ -173,6 +181,14 @@ fn perform(action: &str) -> String {
     if let Some(addr) = action.strip_prefix("connect=") {
         return match TcpStream::connect(addr) {
             Ok(_) => "connected".into(),
+            Err(e) => format!("error:{:?}:{e}", e.kind()),
+        };
+    }
+    if action == "spawn" {
+        // std uses posix_spawn on macOS, which must be refused like fork.
+        return match std::process::Command::new("/usr/bin/true").status() {
+            Ok(status) if status.success() => "spawned".into(),
+            Ok(status) => format!("error:status {status}"),
             Err(e) => format!("error:{:?}:{e}", e.kind()),
         };
     }
@@ -213,4 +229,15 @@ fn network_off_keeps_unix_socketpairs() {
         ..SandboxPolicy::default()
     };
     assert_eq!(helper(&off, "socketpair"), "socketpair-ok");
+}
+
+#[test]
+fn posix_spawn_is_denied_under_deny_subprocess() {
+    assert_eq!(helper(&SandboxPolicy::default(), "spawn"), "spawned");
+    let deny = SandboxPolicy {
+        deny_subprocess: true,
+        ..SandboxPolicy::default()
+    };
+    let denied = helper(&deny, "spawn");
+    assert!(denied.starts_with("error:"), "{denied}");
 }
