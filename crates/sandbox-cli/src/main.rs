@@ -35,6 +35,19 @@ enum Cmd {
     Policy(PolicyCmd),
     /// Report the resolved backend and what it enforces on this host.
     Check(CheckArgs),
+    /// Print the macOS Seatbelt profile and parameters for a policy (on any OS).
+    Profile(ProfileCmd),
+}
+
+#[derive(Args)]
+struct ProfileCmd {
+    #[command(flatten)]
+    policy: PolicyFlags,
+    #[command(flatten)]
+    config: ConfigFlags,
+    /// Print JSON (`text` and `params`) instead of the profile and `-D` lines.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Policy flags shared by `run` and `policy`.
@@ -162,6 +175,7 @@ fn main() -> ExitCode {
         Cmd::ExecOp(args) => cmd_exec_op(args),
         Cmd::Policy(args) => cmd_policy(args),
         Cmd::Check(args) => cmd_check(args),
+        Cmd::Profile(args) => cmd_profile(args),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -440,6 +454,28 @@ fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
                 "cannot create the private temporary directory: {e}"
             ))
         })
+}
+
+fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
+    let config = load_config(&args.config)?;
+    let Some(policy) = effective_policy(&args.policy, &config, None)? else {
+        return Err(Fatal(
+            "danger-full-access runs unconfined: there is no profile to print".into(),
+        ));
+    };
+    let profile = sandbox_seatbelt::profile(&policy)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&profile)?);
+    } else {
+        print!("{}", profile.text);
+        if !profile.text.ends_with('\n') {
+            println!();
+        }
+        for (name, value) in &profile.params {
+            println!(";; -D {name}={value}");
+        }
+    }
+    Ok(0)
 }
 
 fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
