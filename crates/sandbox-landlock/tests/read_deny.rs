@@ -98,7 +98,7 @@ fn read_deny_inside_a_write_path_removes_reads_and_writes() {
 #[test]
 fn programs_still_execute_with_reads_handled() {
     let s = setup();
-    let out = ok(&sh(&s.policy, "python3 -c 'print(6*7)' && /usr/bin/env true && echo ran"));
+    let out = ok(&sh(&s.policy, &format!("{PYTHON} -c 'print(6*7)' && /usr/bin/env true && echo ran")));
     assert!(out.contains("42") && out.contains("ran"), "{out}");
 }
 

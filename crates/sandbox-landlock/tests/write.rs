@@ -100,7 +100,7 @@ fn symlink_planted_inside_pointing_out() {
 fn truncate_by_path() {
     let s = setup();
     // truncate(2) on a path, not open(O_TRUNC): python's os.truncate with a str.
-    let script = |p: &str| format!("python3 -c 'import os,sys; os.truncate(sys.argv[1], 0)' {p}");
+    let script = |p: &str| format!("{PYTHON} -c 'import os,sys; os.truncate(sys.argv[1], 0)' {p}");
     ok(&sh(&s.policy, &script(&path_str(&s.w.join("inside")))));
     assert_eq!(content(&s.w.join("inside")), "");
     refused(&sh(&s.policy, &script(&path_str(&s.o.join("target")))));

@@ -109,3 +109,6 @@ pub fn write_policy(dirs: &[&Path], network: bool) -> SandboxPolicy {
         ..Default::default()
     }
 }
+
+/// The system Python (not a version-manager shim, which forks helpers).
+pub const PYTHON: &str = "/usr/bin/python3";
