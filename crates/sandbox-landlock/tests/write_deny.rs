@@ -46,7 +46,10 @@ fn denied_path_is_not_writable_and_siblings_are() {
     ok(&sh(&p, &format!(
         "echo more >> {w}/a/README && echo x >> {w}/src/main.c && mkdir {w}/src/new && echo n > {w}/src/new/f && rm {w}/src/new/f"
     )));
-    assert_eq!(fs::read_to_string(s.w.join("a/README")).unwrap(), "readme\nmore\n");
+    assert_eq!(
+        fs::read_to_string(s.w.join("a/README")).unwrap(),
+        "readme\nmore\n"
+    );
     // Reading the denied path still works (only writes are denied).
     ok(&sh(&p, &format!("cat {w}/a/.git/config")));
 
@@ -62,7 +65,10 @@ fn denied_path_is_not_writable_and_siblings_are() {
     ] {
         refused(&sh(&p, &cmd));
     }
-    assert_eq!(fs::read_to_string(s.w.join("a/.git/config")).unwrap(), "cfg\n");
+    assert_eq!(
+        fs::read_to_string(s.w.join("a/.git/config")).unwrap(),
+        "cfg\n"
+    );
     assert!(s.w.join("a/.git/objects/o1").exists());
     assert!(!s.w.join("a/.git/new").exists() && !s.w.join("a/.git/hooks").exists());
     assert!(s.w.join("src/main.c").exists());
@@ -91,7 +97,10 @@ fn denied_path_and_ancestors_cannot_be_removed_or_renamed() {
     for cmd in &cmds {
         denied(&sh(&p, cmd));
     }
-    assert_eq!(fs::read_to_string(s.w.join("a/.git/config")).unwrap(), "cfg\n");
+    assert_eq!(
+        fs::read_to_string(s.w.join("a/.git/config")).unwrap(),
+        "cfg\n"
+    );
     assert!(!s.w.join("a2").exists() && !s.w.join("a/git2").exists());
 }
 
