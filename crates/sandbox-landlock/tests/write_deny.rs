@@ -139,3 +139,21 @@ fn deny_at_or_above_the_write_path_wins() {
     let open = policy(&s.w, &[]);
     ok(&sh(&open, &format!("echo x >> {w}/src/main.c")));
 }
+
+#[test]
+fn symlinked_sibling_does_not_carry_the_split_grant_outside() {
+    // Splitting grants rights entry by entry; a symlink entry must not pass
+    // them on to its target.
+    let s = setup();
+    let outside = s._t.path.join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("f"), "orig\n").unwrap();
+    std::os::unix::fs::symlink(&outside, s.w.join("out-link")).unwrap();
+    let w = path_str(&s.w);
+    let p = policy(&s.w, &["a/.git"]);
+    refused(&sh(&p, &format!("echo x >> {w}/out-link/f")));
+    refused(&sh(&p, &format!("echo x > {w}/out-link/new")));
+    assert_eq!(fs::read_to_string(outside.join("f")).unwrap(), "orig\n");
+    // Positive control: a real sibling directory is writable.
+    ok(&sh(&p, &format!("echo x > {w}/src/new")));
+}
