@@ -1,5 +1,6 @@
 //! `apply_in_child` allocates nothing: a counting global allocator in this
 //! test binary, read before and after the call in a forked child.
+#![cfg(target_os = "linux")]
 
 mod common;
 

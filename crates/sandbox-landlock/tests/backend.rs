@@ -1,4 +1,5 @@
 //! The `Backend` contract: availability, argv form, report and hook errors.
+#![cfg(target_os = "linux")]
 
 mod common;
 

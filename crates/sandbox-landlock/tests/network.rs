@@ -1,6 +1,7 @@
 //! network = false: TCP connect to a loopback listener fails (v4 and v6),
 //! socketpair + NULL-address send works; Landlock's signal scope keeps the
 //! command from signalling the process that launched it.
+#![cfg(target_os = "linux")]
 
 mod common;
 

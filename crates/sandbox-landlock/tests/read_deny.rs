@@ -1,6 +1,7 @@
 //! read_deny_paths: a fake `~/.ssh` under a temporary HOME cannot be read, by
 //! path or through `/proc/self/root`, while its siblings and the rest of the
 //! system stay readable.
+#![cfg(target_os = "linux")]
 
 mod common;
 

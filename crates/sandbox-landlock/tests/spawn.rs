@@ -1,5 +1,6 @@
 //! deny_subprocess: forking fails, a non-forking command runs, threads work
 //! (Python and Rust).
+#![cfg(target_os = "linux")]
 
 mod common;
 

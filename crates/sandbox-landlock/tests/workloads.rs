@@ -1,5 +1,6 @@
 //! Real workloads under a write path with network false: git, python, cc,
 //! tar and make. TMPDIR and HOME point inside the write path.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -1,5 +1,6 @@
 //! The argv form: `wrap_argv` starts the `sandbox` binary with the policy.
 //! Alone in its own test binary because it changes the environment.
+#![cfg(target_os = "linux")]
 
 mod common;
 

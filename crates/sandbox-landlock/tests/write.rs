@@ -1,5 +1,6 @@
 //! Write axis: writes inside a write path work, writes outside fail and leave
 //! the target unchanged, by every route the issue names.
+#![cfg(target_os = "linux")]
 
 mod common;
 

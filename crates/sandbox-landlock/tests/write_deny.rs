@@ -1,6 +1,7 @@
 //! write_deny_paths inside a write path (`W/.git`): the denied path and its
 //! ancestors cannot be written, created, removed or renamed; siblings stay
 //! writable; a denied path that does not exist yet cannot be created.
+#![cfg(target_os = "linux")]
 
 mod common;
 
