@@ -230,10 +230,18 @@ fn prologue_kills_foreign_arch_and_x32_before_anything() {
                 arch,
                 ..data(libc::SYS_read as u32, [0; 6])
             };
-            assert_eq!(run(f.instructions(), &d), RET_KILL_PROCESS, "{spec:?} arch {arch:#x}");
+            assert_eq!(
+                run(f.instructions(), &d),
+                RET_KILL_PROCESS,
+                "{spec:?} arch {arch:#x}"
+            );
         }
         for nr in [0x4000_0000u32, 0x4000_0000 | 1, 0x4000_0000 | 512, u32::MAX] {
-            assert_eq!(run(f.instructions(), &data(nr, [0; 6])), RET_KILL_PROCESS, "{spec:?} nr {nr:#x}");
+            assert_eq!(
+                run(f.instructions(), &data(nr, [0; 6])),
+                RET_KILL_PROCESS,
+                "{spec:?} nr {nr:#x}"
+            );
         }
     }
 }
@@ -246,13 +254,36 @@ fn interesting_arg() -> impl Strategy<Value = u64> {
         Just(0u64),
         (0u64..64),
         Just(0xffff_ffff),
-        (high.clone(), prop_oneof![Just(SPEC_TIOCSTI), Just(SPEC_TIOCLINUX), Just(0x5413u32), Just(0xffff_ffff), Just(0)])
+        (
+            high.clone(),
+            prop_oneof![
+                Just(SPEC_TIOCSTI),
+                Just(SPEC_TIOCLINUX),
+                Just(0x5413u32),
+                Just(0xffff_ffff),
+                Just(0)
+            ]
+        )
             .prop_map(|(h, l)| h | u64::from(l)),
-        (high.clone(), any::<u32>()).prop_map(|(h, l)| h | u64::from(l & (SPEC_CLONE_THREAD | SPEC_CLONE_NEW_ANY | 0x0f00 | 0x11))),
+        (high.clone(), any::<u32>()).prop_map(|(h, l)| h | u64::from(
+            l & (SPEC_CLONE_THREAD | SPEC_CLONE_NEW_ANY | 0x0f00 | 0x11)
+        )),
         (high, any::<u32>()).prop_map(|(h, l)| h | u64::from(l & SPEC_MSG_FASTOPEN)),
-        prop_oneof![Just(libc::AF_UNIX), Just(libc::AF_INET), Just(libc::AF_INET6), Just(libc::AF_NETLINK)]
-            .prop_map(|v| v as u64),
-        (0u64..16, prop_oneof![Just(0u64), Just(libc::SOCK_NONBLOCK as u64), Just(libc::SOCK_CLOEXEC as u64)])
+        prop_oneof![
+            Just(libc::AF_UNIX),
+            Just(libc::AF_INET),
+            Just(libc::AF_INET6),
+            Just(libc::AF_NETLINK)
+        ]
+        .prop_map(|v| v as u64),
+        (
+            0u64..16,
+            prop_oneof![
+                Just(0u64),
+                Just(libc::SOCK_NONBLOCK as u64),
+                Just(libc::SOCK_CLOEXEC as u64)
+            ]
+        )
             .prop_map(|(t, f)| t | f),
         prop_oneof![Just(0u64), Just(6u64), Just(17u64), Just(262u64)],
     ]
@@ -261,8 +292,18 @@ fn interesting_arg() -> impl Strategy<Value = u64> {
 fn checked_syscall() -> impl Strategy<Value = u32> {
     use libc::*;
     prop::sample::select(vec![
-        SYS_ioctl, SYS_personality, SYS_utimensat, SYS_clone, SYS_clone3, SYS_socket,
-        SYS_socketpair, SYS_sendto, SYS_sendmsg, SYS_sendmmsg, SYS_connect, SYS_fork,
+        SYS_ioctl,
+        SYS_personality,
+        SYS_utimensat,
+        SYS_clone,
+        SYS_clone3,
+        SYS_socket,
+        SYS_socketpair,
+        SYS_sendto,
+        SYS_sendmsg,
+        SYS_sendmmsg,
+        SYS_connect,
+        SYS_fork,
         SYS_truncate,
     ])
     .prop_map(|n| n as u32)
@@ -310,13 +351,27 @@ fn every_exclusion_has_a_reason() {
 fn unchecked_allows_do_not_depend_on_arguments() {
     // The kernel's action cache only applies when the verdict ignores args.
     let (spec, f) = (
-        FilterSpec { network: false, deny_subprocess: true, landlock: LandlockCoverage { truncate: false } },
-        compile_spec(&FilterSpec { network: false, deny_subprocess: true, landlock: LandlockCoverage { truncate: false } }).unwrap(),
+        FilterSpec {
+            network: false,
+            deny_subprocess: true,
+            landlock: LandlockCoverage { truncate: false },
+        },
+        compile_spec(&FilterSpec {
+            network: false,
+            deny_subprocess: true,
+            landlock: LandlockCoverage { truncate: false },
+        })
+        .unwrap(),
     );
     for e in sandbox_seccomp::table(&spec) {
         if e.rule == sandbox_seccomp::Rule::Allow {
             for args in [[0u64; 6], [u64::MAX; 6], [0xdead_beef; 6]] {
-                assert_eq!(run(f.instructions(), &data(e.nr, args)), RET_ALLOW, "{}", e.name);
+                assert_eq!(
+                    run(f.instructions(), &data(e.nr, args)),
+                    RET_ALLOW,
+                    "{}",
+                    e.name
+                );
             }
         }
     }

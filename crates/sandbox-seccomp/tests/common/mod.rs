@@ -46,7 +46,9 @@ pub fn run(prog: &[sock_filter], data: &SeccompData) -> u32 {
     loop {
         steps += 1;
         assert!(steps <= prog.len(), "no forward progress");
-        let i = prog.get(pc).unwrap_or_else(|| panic!("pc {pc} out of program"));
+        let i = prog
+            .get(pc)
+            .unwrap_or_else(|| panic!("pc {pc} out of program"));
         let (jt, jf) = (usize::from(i.jt), usize::from(i.jf));
         match i.code {
             // BPF_LD | BPF_W | BPF_ABS
