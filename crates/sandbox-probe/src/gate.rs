@@ -8,7 +8,7 @@ use std::time::Instant;
 use sandbox_core::{Backend, SandboxUnavailable};
 use serde::Serialize;
 
-use crate::probe::{spawn_probe, write_probe, ProbeReport, ProbeResult};
+use crate::probe::{both_probes, ProbeReport, ProbeResult};
 
 /// The outcome of [`enforcement_self_test`] for one backend.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -89,8 +89,7 @@ impl From<GateFailure> for SandboxUnavailable {
 /// name per process.
 pub fn enforcement_self_test(backend: &dyn Backend) -> GateReport {
     let start = Instant::now();
-    let write = write_probe(backend);
-    let spawn = spawn_probe(backend);
+    let (write, spawn) = both_probes(backend);
     let elapsed_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
     GateReport {
         backend: backend.name().to_owned(),

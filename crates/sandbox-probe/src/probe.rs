@@ -104,7 +104,7 @@ pub struct ProbeReport {
     pub checks: Vec<Check>,
 }
 
-/// Runs the write probe against `backend`.
+/// Runs the write probe against `backend` (one launch).
 ///
 /// Policy: one temporary write path, `deny_subprocess` false (so the syscall
 /// layer cannot stand in for the write boundary). The shell writes a control
@@ -112,61 +112,89 @@ pub struct ProbeReport {
 /// existing one in a sibling directory that is not a write path, recording the
 /// status of each attempt.
 pub fn write_probe(backend: &dyn Backend) -> ProbeReport {
-    let mut checks = Vec::new();
-    let result = match Scratch::new() {
-        Ok(s) => run_write(backend, &s, &mut checks),
-        Err(why) => ProbeResult::Unwitnessed { why },
-    };
-    ProbeReport {
-        probe: ProbeKind::Write,
-        result,
-        checks,
-    }
+    probes(backend, Which::Write).0
 }
 
-/// Runs the spawn probe against `backend`.
+/// Runs the spawn probe against `backend` (two launches).
 ///
-/// Positive control (`deny_subprocess` false): a shell runs `/bin/mkdir` as a
-/// child and the directory appears. Under `deny_subprocess` true the shell
+/// Positive control (`deny_subprocess` false): a shell forks a subshell that
+/// writes a file, and the file appears. Under `deny_subprocess` true the shell
 /// first leaves a mark with a builtin (the non-forking control), then tries the
-/// same child, whose directory must never appear.
+/// same child, whose file must never appear.
 pub fn spawn_probe(backend: &dyn Backend) -> ProbeReport {
-    let mut checks = Vec::new();
-    let result = match Scratch::new() {
-        Ok(s) => run_spawn(backend, &s, &mut checks),
-        Err(why) => ProbeResult::Unwitnessed { why },
-    };
-    ProbeReport {
-        probe: ProbeKind::Spawn,
-        result,
-        checks,
-    }
+    probes(backend, Which::Spawn).1
 }
 
-const WRITE_SCRIPT: &str = r#"echo control > "$1/control"
+/// Both probes, sharing the launch under `deny_subprocess` false (two launches in all).
+pub(crate) fn both_probes(backend: &dyn Backend) -> (ProbeReport, ProbeReport) {
+    probes(backend, Which::Both)
+}
+
+#[derive(PartialEq, Eq)]
+enum Which {
+    Write,
+    Spawn,
+    Both,
+}
+
+fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
+    let mut write = ProbeReport {
+        probe: ProbeKind::Write,
+        result: ProbeResult::Unwitnessed {
+            why: "not run".into(),
+        },
+        checks: Vec::new(),
+    };
+    let mut spawn = ProbeReport {
+        probe: ProbeKind::Spawn,
+        ..write.clone()
+    };
+    let open = Scratch::new().and_then(|s| {
+        let existing = s.outside.join("existing");
+        std::fs::write(&existing, ORIGINAL)
+            .map_err(|e| format!("cannot create probe file {}: {e}", existing.display()))?;
+        let policy = s.policy(false)?;
+        let ended = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant);
+        let evidence = s.evidence(&ended);
+        Ok((s, evidence))
+    });
+    let (s, evidence) = match open {
+        Ok(v) => v,
+        Err(why) => {
+            write.result = ProbeResult::Unwitnessed { why: why.clone() };
+            spawn.result = ProbeResult::Unwitnessed { why };
+            return (write, spawn);
+        }
+    };
+    if which != Which::Spawn {
+        write.result = judge_write(&s, &evidence, &mut write.checks);
+    }
+    if which != Which::Write {
+        spawn.result = judge_spawn(backend, &s, &evidence, &mut spawn.checks);
+    }
+    (write, spawn)
+}
+
+/// Runs under `deny_subprocess` false: the write probe and the spawn probe's positive control.
+const OPEN_SCRIPT: &str = r#"echo control > "$1/control"
+(echo child > "$1/child")
 echo forbidden > "$2/created"
 echo $? > "$1/create-status"
 echo forbidden > "$2/existing"
 echo $? > "$1/overwrite-status"
 "#;
 
+/// Runs under `deny_subprocess` true. The subshell is a forked child: its
+/// write happens only if the fork did.
+const CONFINED_SCRIPT: &str = r#"echo alive > "$1/nofork"
+(echo child > "$1/child")
+echo $? > "$1/status"
+"#;
+
 const ORIGINAL: &str = "original\n";
 
-fn run_write(backend: &dyn Backend, s: &Scratch, checks: &mut Vec<Check>) -> ProbeResult {
-    let existing = s.outside.join("existing");
-    if let Err(e) = std::fs::write(&existing, ORIGINAL) {
-        return ProbeResult::Unwitnessed {
-            why: format!("cannot create probe file {}: {e}", existing.display()),
-        };
-    }
-    let policy = match s.policy(false) {
-        Ok(p) => p,
-        Err(why) => return ProbeResult::Unwitnessed { why },
-    };
+fn judge_write(s: &Scratch, evidence: &str, checks: &mut Vec<Check>) -> ProbeResult {
     let brief = s.brief(false);
-    let ended = s.run_sh(backend, &policy, WRITE_SCRIPT);
-    let evidence = s.evidence(&ended);
-
     let control = s.grant.join("control");
     let seen = read(&control).as_deref() == Some("control\n");
     checks.push(Check {
@@ -191,11 +219,9 @@ fn run_write(backend: &dyn Backend, s: &Scratch, checks: &mut Vec<Check>) -> Pro
     }
 
     let created = s.outside.join("created");
+    let existing = s.outside.join("existing");
     let create = Attempt {
-        attempted: format!(
-            "create {} outside write_paths ({brief})",
-            created.display()
-        ),
+        attempted: format!("create {} outside write_paths ({brief})", created.display()),
         happened: read(&created).map(|c| format!("the file was created with {c:?}")),
         status: read(&s.grant.join("create-status")),
     };
@@ -210,7 +236,7 @@ fn run_write(backend: &dyn Backend, s: &Scratch, checks: &mut Vec<Check>) -> Pro
         status: read(&s.grant.join("overwrite-status")),
     };
     for attempt in [create, overwrite] {
-        if let Some(verdict) = attempt.judge(&brief, &evidence, checks) {
+        if let Some(verdict) = attempt.judge(&brief, evidence, checks) {
             return verdict;
         }
     }
@@ -247,7 +273,9 @@ impl Attempt {
             (None, other) => {
                 let why = match other {
                     Some(_) => "the shell reported success but nothing changed".to_owned(),
-                    None => format!("the shell did not record the attempt (the command {evidence})"),
+                    None => {
+                        format!("the shell did not record the attempt (the command {evidence})")
+                    }
                 };
                 (
                     false,
@@ -269,57 +297,46 @@ impl Attempt {
     }
 }
 
-const SPAWN_SCRIPT: &str = r#"echo alive > "$1/nofork"
-/bin/mkdir "$1/child"
-echo $? > "$1/status"
-"#;
-
-fn run_spawn(backend: &dyn Backend, s: &Scratch, checks: &mut Vec<Check>) -> ProbeResult {
-    // Positive control: the same script with subprocesses allowed.
-    let open = s.grant.join("open");
-    let confined = s.grant.join("confined");
-    for dir in [&open, &confined] {
-        if let Err(e) = std::fs::create_dir(dir) {
-            return ProbeResult::Unwitnessed {
-                why: format!("cannot create probe directory {}: {e}", dir.display()),
-            };
-        }
-    }
-    let child_of = |dir: &Path| dir.join("child");
-
-    let (policy, brief) = match s.policy(false) {
-        Ok(p) => (p, s.brief(false)),
-        Err(why) => return ProbeResult::Unwitnessed { why },
-    };
-    let ended = s.run_sh_in(backend, &policy, SPAWN_SCRIPT, &open);
-    let evidence = s.evidence(&ended);
-    let seen = child_of(&open).is_dir();
+fn judge_spawn(
+    backend: &dyn Backend,
+    s: &Scratch,
+    open_evidence: &str,
+    checks: &mut Vec<Check>,
+) -> ProbeResult {
+    let open_child = s.grant.join("child");
+    let seen = read(&open_child).as_deref() == Some("child\n");
     checks.push(Check {
         role: CheckRole::PositiveControl,
-        policy: brief,
-        attempted: format!("fork /bin/mkdir {}", child_of(&open).display()),
+        policy: s.brief(false),
+        attempted: format!("fork a subshell that writes {}", open_child.display()),
         observed: if seen {
             "the child ran".into()
         } else {
-            format!("the child did not run; the command {evidence}")
+            format!("the child did not run; the command {open_evidence}")
         },
         ok: seen,
     });
     if !seen {
         return ProbeResult::Unwitnessed {
             why: format!(
-                "positive control not seen: with deny_subprocess false the shell's child \
-                 /bin/mkdir {} did not run (the command {evidence})",
-                child_of(&open).display()
+                "positive control not seen: with deny_subprocess false the shell's forked \
+                 child did not write {} (the command {open_evidence})",
+                open_child.display()
             ),
         };
     }
 
+    let confined = s.grant.join("confined");
+    if let Err(e) = std::fs::create_dir(&confined) {
+        return ProbeResult::Unwitnessed {
+            why: format!("cannot create probe directory {}: {e}", confined.display()),
+        };
+    }
     let (policy, brief) = match s.policy(true) {
         Ok(p) => (p, s.brief(true)),
         Err(why) => return ProbeResult::Unwitnessed { why },
     };
-    let ended = s.run_sh_in(backend, &policy, SPAWN_SCRIPT, &confined);
+    let ended = s.run_sh(backend, &policy, CONFINED_SCRIPT, &confined);
     let evidence = s.evidence(&ended);
     let mark = confined.join("nofork");
     let alive = read(&mark).as_deref() == Some("alive\n");
@@ -345,9 +362,9 @@ fn run_spawn(backend: &dyn Backend, s: &Scratch, checks: &mut Vec<Check>) -> Pro
         };
     }
 
-    let child = child_of(&confined);
-    let attempted = format!("fork /bin/mkdir {} ({brief})", child.display());
-    let ran = child.is_dir();
+    let child = confined.join("child");
+    let attempted = format!("fork a subshell that writes {} ({brief})", child.display());
+    let ran = read(&child).is_some();
     checks.push(Check {
         role: CheckRole::Deny,
         policy: brief,
@@ -362,7 +379,7 @@ fn run_spawn(backend: &dyn Backend, s: &Scratch, checks: &mut Vec<Check>) -> Pro
     if ran {
         return ProbeResult::Failed {
             attempted,
-            observed: format!("the child ran and created {}", child.display()),
+            observed: format!("the child ran and wrote {}", child.display()),
         };
     }
     ProbeResult::Witnessed
@@ -418,12 +435,8 @@ impl Scratch {
         self.dir.path().join("stderr")
     }
 
-    fn run_sh(&self, backend: &dyn Backend, policy: &ResolvedPolicy, script: &str) -> Ended {
-        self.run_sh_in(backend, policy, script, &self.grant)
-    }
-
     /// Runs `sh -c script sh <dir> <outside>`.
-    fn run_sh_in(
+    fn run_sh(
         &self,
         backend: &dyn Backend,
         policy: &ResolvedPolicy,

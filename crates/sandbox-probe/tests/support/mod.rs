@@ -113,7 +113,8 @@ impl Backend for TestBackend {
 }
 
 fn apply(landlock: Option<&OwnedFd>, filter: Option<&Filter>) -> std::io::Result<()> {
-    let fail = || encode_pre_exec_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
+    let fail =
+        || encode_pre_exec_error(std::io::Error::last_os_error().raw_os_error().unwrap_or(0));
     // SAFETY: async-signal-safe syscalls with valid arguments.
     unsafe {
         if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
