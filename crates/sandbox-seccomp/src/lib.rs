@@ -1,1 +1,217 @@
-//! Policy to seccomp-BPF compiler. Not yet implemented: nothing here enforces.
+//! Compiles a sandbox policy to a default-deny seccomp-BPF program.
+//!
+//! Landlock governs paths; this filter covers the rest of what the policy
+//! promises on Linux: no network, no child processes, and no syscall that
+//! gets around the path rules. Building a [`Filter`] is pure data; installing
+//! it ([`Filter::apply`]) is a separate, async-signal-safe call made in the
+//! child after `fork`.
+//!
+//! # Shape of the program
+//!
+//! 1. Architecture check, then the x32 bit (x86_64): both kill the process.
+//! 2. The allowlist (compiled by `seccompiler`), one row per syscall, grouped by
+//!    purpose in the table source (`table.rs`).
+//! 3. The answers of the non-allowed rows: `EPERM` for explicit denials,
+//!    [`METADATA_WRITE`] (today `EPERM`) for metadata writes Landlock cannot
+//!    govern, `ENOSYS` for `clone3`; `ENOSYS` for every syscall the table
+//!    does not know.
+//!
+//! # Syscalls with argument checks
+//!
+//! Every other allowed syscall is allowed unconditionally, so the kernel's
+//! per-syscall action cache serves it without running the filter.
+//!
+//! | syscall | allowed when | otherwise |
+//! |---|---|---|
+//! | `ioctl` | request (low 32 bits) is neither `TIOCSTI` nor `TIOCLINUX` | `EPERM` |
+//! | `personality` | persona (low 32 bits) is `0xffffffff` (query) or `PER_LINUX` | `EPERM` |
+//! | `utimensat` | path pointer is NULL (`futimens`) | [`METADATA_WRITE`] |
+//! | `clone` | no `CLONE_NEW*` flag; with `deny_subprocess` also `CLONE_THREAD` | `EPERM` |
+//! | `socket` (network off) | `AF_UNIX` stream/seqpacket, or `AF_INET`/`AF_INET6` stream with protocol 0 or TCP | `EPERM` |
+//! | `socketpair` (network off) | `AF_UNIX` | `EPERM` |
+//! | `sendto` (network off) | address is NULL and no `MSG_FASTOPEN` | `EPERM` |
+//! | `sendmsg`, `sendmmsg` (network off) | no `MSG_FASTOPEN` | `EPERM` |
+//!
+//! Policy-dependent rows without argument checks: `connect`, `listen`,
+//! `accept`, `accept4` are `EPERM` with network off; `fork`, `vfork` are
+//! `EPERM` with `deny_subprocess`; `truncate` is [`METADATA_WRITE`] unless
+//! Landlock handles the truncate right ([`LandlockCoverage::truncate`]).
+//! `clone3` is always `ENOSYS`: its flags sit behind a pointer a filter cannot
+//! read, and `ENOSYS` makes libc fall back to `clone`, whose flags it can.
+//!
+//! # Targets
+//!
+//! Linux on x86_64 and aarch64. Elsewhere the crate builds, and [`compile`]
+//! returns [`SeccompError::UnsupportedTarget`].
+#![warn(missing_docs)]
+
+mod spec;
+
+pub use spec::{
+    Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule, Width, DENY, ENOSYS, EPERM,
+    METADATA_WRITE, UNKNOWN,
+};
+
+pub use seccompiler::sock_filter;
+
+cfg_if::cfg_if! {
+    if #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))] {
+        mod arch;
+        pub mod bpf;
+        mod table;
+        #[cfg(feature = "libseccomp")]
+        pub mod libseccomp_backend;
+        pub use table::{table, CLONE_NEW_MASK, HIGHEST_KNOWN, PERSONALITY_QUERY};
+        pub use arch::{AUDIT_ARCH, X32_SYSCALL_BIT};
+        const SUPPORTED: bool = true;
+    } else {
+        const SUPPORTED: bool = false;
+    }
+}
+
+/// Why a policy could not be compiled to a filter.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeccompError {
+    /// No syscall table exists for this target.
+    #[error(
+        "seccomp filter: no syscall table for {os}/{arch}; only linux on x86_64 and aarch64 \
+         are supported, so run without the Landlock backend here"
+    )]
+    UnsupportedTarget {
+        /// `std::env::consts::OS`.
+        os: &'static str,
+        /// `std::env::consts::ARCH`.
+        arch: &'static str,
+    },
+    /// The program would exceed the kernel's 4096-instruction limit.
+    #[error("seccomp filter: the program has {0} instructions, the kernel accepts at most 4096")]
+    TooLong(usize),
+    /// A compiler back end failed; this is a bug in this crate.
+    #[error("seccomp filter: internal error while compiling: {0} (please report this)")]
+    Internal(String),
+}
+
+/// A compiled, ready-to-install seccomp-BPF program.
+#[derive(Debug, Clone)]
+pub struct Filter {
+    program: Vec<sock_filter>,
+    names: Vec<(u32, &'static str)>,
+}
+
+/// Compiles `policy` to a default-deny filter for the target architecture.
+pub fn compile(
+    policy: &sandbox_core::ResolvedPolicy,
+    coverage: LandlockCoverage,
+) -> Result<Filter, SeccompError> {
+    compile_spec(&FilterSpec::new(policy, coverage))
+}
+
+/// Compiles a [`FilterSpec`] (the policy facts the filter depends on).
+pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
+    if !SUPPORTED {
+        return Err(SeccompError::UnsupportedTarget {
+            os: std::env::consts::OS,
+            arch: std::env::consts::ARCH,
+        });
+    }
+    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    {
+        let rows = table::table(spec);
+        let program = bpf::assemble(&rows)?;
+        Ok(Filter::new(program, &rows))
+    }
+    #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    {
+        let _ = spec;
+        unreachable!("SUPPORTED is false on this target")
+    }
+}
+
+impl Filter {
+    #[allow(dead_code)]
+    fn new(program: Vec<sock_filter>, rows: &[Entry]) -> Self {
+        let mut names: Vec<(u32, &'static str)> = rows.iter().map(|e| (e.nr, e.name)).collect();
+        names.sort_unstable();
+        Filter { program, names }
+    }
+
+    /// The program's instructions.
+    pub fn instructions(&self) -> &[sock_filter] {
+        &self.program
+    }
+
+    /// Number of instructions.
+    pub fn len(&self) -> usize {
+        self.program.len()
+    }
+
+    /// Whether the program is empty (never true for a compiled filter).
+    pub fn is_empty(&self) -> bool {
+        self.program.is_empty()
+    }
+
+    /// The syscall name the table gives `nr`, if any.
+    pub fn syscall_name(&self, nr: u32) -> Option<&'static str> {
+        self.names
+            .binary_search_by_key(&nr, |&(n, _)| n)
+            .ok()
+            .map(|i| self.names[i].1)
+    }
+
+    /// Installs the filter on the calling thread (`SECCOMP_SET_MODE_FILTER`,
+    /// no flags). Async-signal-safe: no allocation, no panic; returns the raw
+    /// errno on failure. The caller must already have set `PR_SET_NO_NEW_PRIVS`
+    /// (or hold `CAP_SYS_ADMIN`).
+    pub fn apply(&self) -> Result<(), i32> {
+        apply_program(&self.program)
+    }
+
+    /// Human-readable disassembly, one instruction per line, with syscall
+    /// names and `seccomp_data` fields spelled out.
+    pub fn disassemble(&self) -> String {
+        #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+        {
+            bpf::disassemble(&self.program, |nr| self.syscall_name(nr))
+        }
+        #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+        {
+            String::new()
+        }
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn apply_program(program: &[sock_filter]) -> Result<(), i32> {
+    let Ok(len) = u16::try_from(program.len()) else {
+        return Err(libc::EINVAL);
+    };
+    // seccompiler's `sock_filter` is `#[repr(C)]` with the kernel's layout,
+    // identical to `libc::sock_filter`. The `sock_fprog` lives on this stack
+    // frame, so nothing is allocated.
+    let prog = libc::sock_fprog {
+        len,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: `prog` points at `len` valid instructions that outlive the call;
+    // the kernel copies the program before returning.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            0,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        // SAFETY: reading the calling thread's errno.
+        Err(unsafe { *libc::__errno_location() })
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn apply_program(_: &[sock_filter]) -> Result<(), i32> {
+    Err(libc::ENOSYS)
+}

@@ -1,0 +1,146 @@
+//! [`LandlockBackend`]: the [`Backend`] implementation.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+
+use sandbox_core::{
+    encode_pre_exec_error, Axis, Backend, Confinement, PreExecHook, ResolvedPolicy,
+    SandboxUnavailable, WrappedArgv,
+};
+
+use super::abi::{detect_abi, KernelAbi};
+use crate::LandlockError;
+
+const NAME: &str = "landlock";
+
+/// Environment variable naming the `sandbox` binary used by [`Backend::wrap_argv`].
+pub const SANDBOX_BIN_ENV: &str = "SANDBOX_BIN";
+
+/// The Linux backend: Landlock rules plus the seccomp filter.
+#[derive(Debug, Clone, Copy)]
+pub struct LandlockBackend {
+    abi: KernelAbi,
+}
+
+impl LandlockBackend {
+    /// The backend for this kernel; fails when the kernel has no Landlock.
+    pub fn new() -> Result<Self, SandboxUnavailable> {
+        detect_abi()
+            .map(|abi| Self { abi })
+            .map_err(unavailable)
+    }
+
+    /// The kernel's Landlock ABI and the one in use.
+    pub fn abi(&self) -> KernelAbi {
+        self.abi
+    }
+}
+
+fn unavailable(err: LandlockError) -> SandboxUnavailable {
+    SandboxUnavailable::new(NAME, err.to_string())
+}
+
+impl Backend for LandlockBackend {
+    fn name(&self) -> &'static str {
+        NAME
+    }
+
+    fn axes(&self) -> &'static [Axis] {
+        &[
+            Axis::Network,
+            Axis::Write,
+            Axis::Spawn,
+            Axis::ReadDeny,
+            Axis::WriteDeny,
+        ]
+    }
+
+    fn prepare(
+        &self,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+    ) -> Result<Confinement, SandboxUnavailable> {
+        if argv.is_empty() {
+            return Err(SandboxUnavailable::new(
+                NAME,
+                "the command is empty; give the program to run",
+            ));
+        }
+        let prepared = super::prepare_with(policy, self.abi).map_err(unavailable)?;
+        let report = prepared.report().clone();
+        let hook = move || {
+            prepared
+                .apply_in_child()
+                .map_err(encode_pre_exec_error)
+        };
+        // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,
+        // landlock_restrict_self, seccomp) on data prepared above: no
+        // allocation, no locks, no panics; failures go through
+        // `encode_pre_exec_error`, which builds an `io::Error` from a raw
+        // code without allocating.
+        let hook = unsafe { PreExecHook::new(hook) };
+        Ok(Confinement::new(argv.to_vec(), Some(hook), report))
+    }
+
+    fn wrap_argv(
+        &self,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+    ) -> Result<WrappedArgv, SandboxUnavailable> {
+        let bin = sandbox_binary()?;
+        let json = serde_json::to_string(&policy.to_policy()).map_err(|e| {
+            SandboxUnavailable::new(NAME, format!("serialising the policy to JSON failed: {e}"))
+        })?;
+        let mut wrapped: Vec<OsString> = vec![
+            bin.into_os_string(),
+            "run".into(),
+            "--policy-json".into(),
+            json.into(),
+            "--".into(),
+        ];
+        wrapped.extend(argv.iter().cloned());
+        Ok(WrappedArgv {
+            argv: wrapped,
+            report: super::report_only(policy, self.abi),
+        })
+    }
+}
+
+/// The `sandbox` binary: `$SANDBOX_BIN`, else `sandbox` on `PATH`.
+fn sandbox_binary() -> Result<PathBuf, SandboxUnavailable> {
+    if let Some(bin) = std::env::var_os(SANDBOX_BIN_ENV).filter(|v| !v.is_empty()) {
+        let bin = PathBuf::from(bin);
+        return if is_executable(&bin) {
+            Ok(bin)
+        } else {
+            Err(SandboxUnavailable::new(
+                NAME,
+                format!(
+                    "{SANDBOX_BIN_ENV}={} is not an executable file; point it at the `sandbox` binary",
+                    bin.display()
+                ),
+            ))
+        };
+    }
+    let path = std::env::var_os("PATH").unwrap_or_default();
+    std::env::split_paths(&path)
+        .filter(|dir| dir.is_absolute())
+        .map(|dir| dir.join("sandbox"))
+        .find(|candidate| is_executable(candidate))
+        .ok_or_else(|| {
+            SandboxUnavailable::new(
+                NAME,
+                format!(
+                    "the argv form needs the `sandbox` binary: {SANDBOX_BIN_ENV} is unset and no executable `sandbox` is on PATH ({}); install it or set {SANDBOX_BIN_ENV}",
+                    path.to_string_lossy()
+                ),
+            )
+        })
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}

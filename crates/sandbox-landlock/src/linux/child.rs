@@ -1,0 +1,110 @@
+//! The syscalls made in the child between `fork` and `exec`.
+//!
+//! Everything here is a raw syscall on pre-computed data: no allocation, no
+//! locks, no panics. Errors are raw errno values. The landlock crate's
+//! `RulesetCreated::restrict_self` consumes its ruleset and builds status
+//! values, so the restrict step is a raw `landlock_restrict_self` on the fd
+//! the crate created in the parent.
+
+use std::os::fd::RawFd;
+
+/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit capability sets in two 32-bit words.
+const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
+
+#[repr(C)]
+struct CapHeader {
+    version: u32,
+    pid: libc::c_int,
+}
+
+#[repr(C)]
+#[derive(Clone, Copy, Default)]
+struct CapData {
+    effective: u32,
+    permitted: u32,
+    inheritable: u32,
+}
+
+fn errno() -> i32 {
+    // SAFETY: __errno_location returns this thread's errno slot.
+    unsafe { *libc::__errno_location() }
+}
+
+/// `prctl(PR_SET_NO_NEW_PRIVS, 1)`.
+pub(crate) fn set_no_new_privs() -> Result<(), i32> {
+    // SAFETY: plain prctl with integer arguments.
+    let rc = unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// Empties the bounding and ambient sets, then the effective, permitted and
+/// inheritable sets, so neither this process nor what it executes (even as
+/// uid 0) holds a capability.
+pub(crate) fn drop_capabilities() -> Result<(), i32> {
+    for cap in 0..64 {
+        // SAFETY: plain prctl with integer arguments.
+        let rc = unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) };
+        if rc != 0 {
+            match errno() {
+                libc::EINVAL => break, // past the kernel's last capability
+                e => return Err(e),
+            }
+        }
+    }
+    // SAFETY: plain prctl with integer arguments.
+    let rc = unsafe {
+        libc::prctl(
+            libc::PR_CAP_AMBIENT,
+            libc::PR_CAP_AMBIENT_CLEAR_ALL,
+            0,
+            0,
+            0,
+        )
+    };
+    if rc != 0 {
+        return Err(errno());
+    }
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let data = [CapData::default(); 2];
+    // SAFETY: header and data are valid for the v3 layout (two data words).
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(errno());
+    }
+    Ok(())
+}
+
+/// `landlock_restrict_self(ruleset_fd, 0)`.
+pub(crate) fn restrict_self(ruleset_fd: RawFd) -> Result<(), i32> {
+    // SAFETY: integer arguments only.
+    let rc = unsafe { libc::syscall(libc::SYS_landlock_restrict_self, ruleset_fd, 0u32) };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
+/// Whether the calling process holds any capability (read in the parent).
+pub(crate) fn holds_capabilities() -> std::io::Result<bool> {
+    let mut header = CapHeader {
+        version: CAPABILITY_VERSION_3,
+        pid: 0,
+    };
+    let mut data = [CapData::default(); 2];
+    // SAFETY: header and data are valid for the v3 layout (two data words).
+    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(data
+        .iter()
+        .any(|d| d.effective | d.permitted | d.inheritable != 0))
+}

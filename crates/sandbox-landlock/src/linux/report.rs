@@ -1,0 +1,178 @@
+//! The enforcement report: per axis, which mechanism and how completely.
+
+use landlock::ABI;
+use sandbox_core::{Axis, AxisEnforcement, EnforcementReport, Level, ResolvedPolicy};
+
+use super::abi::{abi_number, KernelAbi, TESTED_ABI};
+use super::ruleset::Extras;
+
+/// Facts about a prepared ruleset that the report states.
+#[derive(Debug, Default)]
+pub(crate) struct RulesetFacts {
+    pub rules: usize,
+    pub handled: String,
+    pub skipped: Vec<String>,
+    pub drops_capabilities: bool,
+    pub seccomp_instructions: usize,
+}
+
+const NOT_RESTRICTED: &str = "not restricted by the policy";
+
+/// Builds the report for `policy` on `abi`.
+pub(crate) fn report(
+    policy: &ResolvedPolicy,
+    abi: KernelAbi,
+    facts: Option<&RulesetFacts>,
+) -> EnforcementReport {
+    let eff = abi.effective;
+    let extras = Extras::for_policy(policy, eff);
+    let mut details = vec![format!(
+        "landlock ABI {} (kernel reports {})",
+        abi_number(eff),
+        abi.kernel
+    )];
+    if abi.kernel > abi_number(TESTED_ABI) {
+        details.push(format!(
+            "rights newer than ABI {} are not requested: this crate was tested up to it",
+            abi_number(TESTED_ABI)
+        ));
+    }
+    details.push("no_new_privs set in the child".into());
+    details.push(if policy.read_deny_paths().is_empty() {
+        "read rights not handled (no read_deny_paths): reads cost no path walk".into()
+    } else {
+        "read rights handled because read_deny_paths is not empty".into()
+    });
+    if let Some(facts) = facts {
+        details.push(format!(
+            "{} path rules; handled filesystem rights: {}",
+            facts.rules, facts.handled
+        ));
+        if facts.drops_capabilities {
+            details.push(
+                "capabilities dropped in the child (bounding, ambient, effective, permitted, inheritable)"
+                    .into(),
+            );
+        }
+        details.push(format!(
+            "seccomp filter of {} instructions",
+            facts.seccomp_instructions
+        ));
+        for skipped in &facts.skipped {
+            details.push(format!("no rule (narrower than the policy): {skipped}"));
+        }
+    }
+    if eff < ABI::V2 {
+        details.push(
+            "Landlock ABI < 2 (no REFER right): linking or renaming across directories is refused everywhere"
+                .into(),
+        );
+    }
+    if !policy.write_deny_paths().is_empty() || !policy.read_deny_paths().is_empty() {
+        details.push(
+            "deny paths are cut out by rule splitting: new entries directly in a denied path's ancestors are refused"
+                .into(),
+        );
+    }
+
+    let axes = vec![
+        network(policy, extras),
+        write(eff),
+        spawn(policy),
+        read_deny(policy),
+        write_deny(policy, eff),
+    ];
+    EnforcementReport {
+        backend: "landlock".into(),
+        details,
+        axes,
+    }
+}
+
+fn entry(axis: Axis, mechanism: &str, gaps: Vec<String>) -> AxisEnforcement {
+    AxisEnforcement {
+        axis,
+        mechanism: mechanism.into(),
+        level: if gaps.is_empty() {
+            Level::Full
+        } else {
+            Level::Partial { gaps }
+        },
+    }
+}
+
+fn network(policy: &ResolvedPolicy, extras: Extras) -> AxisEnforcement {
+    if policy.network() {
+        return entry(Axis::Network, NOT_RESTRICTED, Vec::new());
+    }
+    // seccomp refuses connect/listen/accept and non-stream sockets on every
+    // ABI; Landlock adds CONNECT_TCP and the abstract-socket scope on top.
+    let mechanism = match (extras.connect_tcp, extras.abstract_unix_scope) {
+        (true, true) => "seccomp + landlock (connect_tcp, abstract unix scope)",
+        (true, false) => "seccomp + landlock (connect_tcp)",
+        _ => "seccomp",
+    };
+    entry(Axis::Network, mechanism, Vec::new())
+}
+
+fn write(abi: ABI) -> AxisEnforcement {
+    let mut gaps = Vec::new();
+    if abi < ABI::V3 {
+        gaps.push(
+            "truncate governed by seccomp because Landlock ABI < 3: truncate(2) is refused everywhere, including inside write paths"
+                .into(),
+        );
+    }
+    if abi < ABI::V5 {
+        gaps.push(
+            "ioctl on device files is not governed because Landlock ABI < 5 (no IOCTL_DEV right)"
+                .into(),
+        );
+    }
+    entry(
+        Axis::Write,
+        "landlock (paths) + seccomp (chmod/chown/xattr families)",
+        gaps,
+    )
+}
+
+fn spawn(policy: &ResolvedPolicy) -> AxisEnforcement {
+    if policy.deny_subprocess() {
+        entry(Axis::Spawn, "seccomp", Vec::new())
+    } else {
+        entry(Axis::Spawn, NOT_RESTRICTED, Vec::new())
+    }
+}
+
+fn read_deny(policy: &ResolvedPolicy) -> AxisEnforcement {
+    if policy.read_deny_paths().is_empty() {
+        return entry(Axis::ReadDeny, NOT_RESTRICTED, Vec::new());
+    }
+    entry(
+        Axis::ReadDeny,
+        "landlock (read rights split around each denied path)",
+        vec![
+            "metadata (stat, readlink) of denied paths stays visible: Landlock does not govern it"
+                .into(),
+            "a hard link to a denied file made before the run, outside the denied path, still reads it"
+                .into(),
+        ],
+    )
+}
+
+fn write_deny(policy: &ResolvedPolicy, abi: ABI) -> AxisEnforcement {
+    if policy.write_deny_paths().is_empty() {
+        return entry(Axis::WriteDeny, NOT_RESTRICTED, Vec::new());
+    }
+    let mut gaps = Vec::new();
+    if abi < ABI::V3 {
+        gaps.push(
+            "truncate governed by seccomp because Landlock ABI < 3 (refused everywhere)".into(),
+        );
+    }
+    entry(
+        Axis::WriteDeny,
+        "landlock (write rights split around each denied path)",
+        gaps,
+    )
+}

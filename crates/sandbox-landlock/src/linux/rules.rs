@@ -1,0 +1,264 @@
+//! Which rights each path gets: grants, denials and rule splitting.
+//!
+//! Landlock rights are additive: a rule on a directory grants its rights to
+//! the whole subtree, and no rule beneath can take them back. A denial inside
+//! a grant (a `write_deny_paths` entry beneath a write path, a
+//! `read_deny_paths` entry beneath `/`) is therefore expressed by *splitting*:
+//! instead of the ancestor, every sibling along the path down to the denied
+//! entry gets the rights. The denied subtree gets none, and neither do its
+//! ancestors themselves, so new entries directly in them are refused too
+//! (fail closed: a denied path that does not exist yet cannot be created).
+
+use std::fs::File;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use landlock::{AccessFs, BitFlags, ABI};
+use sandbox_core::ResolvedPolicy;
+
+use crate::LandlockError;
+
+/// Device files every command may write (writes are discarded): `/dev/null`
+/// for redirections, `/dev/zero` for programs that map it read-write. Not
+/// `/dev/tty`: the runner starts a new session, and a granted terminal would
+/// let the command write to the user's terminal when run without one.
+pub(crate) const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero"];
+
+/// One Landlock path-beneath rule: an `O_PATH` fd and the rights beneath it.
+#[derive(Debug)]
+pub(crate) struct Rule {
+    pub path: PathBuf,
+    pub fd: OwnedFd,
+    pub access: BitFlags<AccessFs>,
+}
+
+/// The rights the ruleset handles and the rules that grant them.
+#[derive(Debug)]
+pub(crate) struct Plan {
+    /// Handled filesystem rights.
+    pub handled: BitFlags<AccessFs>,
+    pub rules: Vec<Rule>,
+    /// Entries left without a rule (narrower, never wider, than the policy).
+    pub skipped: Vec<String>,
+}
+
+/// Builds the plan for `policy` under `abi`.
+pub(crate) fn plan(policy: &ResolvedPolicy, abi: ABI) -> Result<Plan, LandlockError> {
+    let write = AccessFs::from_write(abi);
+    let reads_handled = !policy.read_deny_paths().is_empty();
+    let read = if reads_handled {
+        AccessFs::from_read(abi)
+    } else {
+        BitFlags::EMPTY
+    };
+    let all = read | write;
+    let denies: Vec<(PathBuf, BitFlags<AccessFs>)> = policy
+        .read_deny_paths()
+        .iter()
+        .map(|p| (p.clone(), all))
+        .chain(policy.write_deny_paths().iter().map(|p| (p.clone(), write)))
+        .collect();
+
+    let mut planner = Planner {
+        file_rights: AccessFs::from_file(abi),
+        rules: Vec::new(),
+        skipped: Vec::new(),
+    };
+    if reads_handled {
+        planner.grant(Path::new("/"), read, &denies, Required::Yes)?;
+    }
+    for path in policy.write_paths() {
+        planner.grant(path, all, &denies, Required::Yes)?;
+    }
+    for dev in WRITABLE_DEVICES {
+        planner.grant(Path::new(dev), all, &denies, Required::No)?;
+    }
+    Ok(Plan {
+        handled: all,
+        rules: planner.rules,
+        skipped: planner.skipped,
+    })
+}
+
+/// Whether failing to open a grant's root is an error or a skipped entry.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Required {
+    Yes,
+    No,
+}
+
+struct Planner {
+    file_rights: BitFlags<AccessFs>,
+    rules: Vec<Rule>,
+    skipped: Vec<String>,
+}
+
+impl Planner {
+    /// Grants `access` beneath `root`, minus every denial that covers it.
+    fn grant(
+        &mut self,
+        root: &Path,
+        mut access: BitFlags<AccessFs>,
+        denies: &[(PathBuf, BitFlags<AccessFs>)],
+        required: Required,
+    ) -> Result<(), LandlockError> {
+        // A denial at or above the root wins over the grant (as in `may_write`).
+        for (deny, rights) in denies {
+            if root.starts_with(deny) {
+                access &= !*rights;
+            }
+        }
+        if access.is_empty() {
+            self.skipped
+                .push(format!("{}: fully denied by the policy", root.display()));
+            return Ok(());
+        }
+        let inner = beneath(root, denies, access);
+        match open_path(root) {
+            Ok((fd, kind)) => {
+                self.split(root, fd, kind, access, &inner);
+                Ok(())
+            }
+            Err(source) if required == Required::Yes => Err(LandlockError::OpenPath {
+                path: root.to_path_buf(),
+                source,
+            }),
+            Err(e) => {
+                self.skipped.push(format!("{}: {e}", root.display()));
+                Ok(())
+            }
+        }
+    }
+
+    /// Grants `access` on `path` (already opened as `fd`), splitting around `inner`.
+    fn split(
+        &mut self,
+        path: &Path,
+        fd: OwnedFd,
+        kind: Kind,
+        access: BitFlags<AccessFs>,
+        inner: &[(PathBuf, BitFlags<AccessFs>)],
+    ) {
+        let access = match kind {
+            Kind::Dir => access,
+            Kind::Symlink => return, // rights follow the target, never the link
+            Kind::Other => access & self.file_rights,
+        };
+        if access.is_empty() {
+            return;
+        }
+        if inner.is_empty() || kind != Kind::Dir {
+            self.push(path, fd, access);
+            return;
+        }
+        let denied = inner
+            .iter()
+            .fold(BitFlags::EMPTY, |acc, (_, rights)| acc | *rights)
+            & access;
+        let keep = access & !denied;
+        let entries = match list_dir(path) {
+            Ok(entries) => entries,
+            Err(e) => {
+                self.skipped.push(format!(
+                    "{}: cannot list it to split rules ({e}); its entries get no rights",
+                    path.display()
+                ));
+                if !keep.is_empty() {
+                    self.push(path, fd, keep);
+                }
+                return;
+            }
+        };
+        if !keep.is_empty() {
+            self.push(path, fd, keep);
+        }
+        for child in entries {
+            let mut child_access = denied;
+            for (deny, rights) in inner {
+                if *deny == child {
+                    child_access &= !*rights;
+                }
+            }
+            if child_access.is_empty() {
+                continue;
+            }
+            let child_inner = beneath(&child, inner, child_access);
+            match open_path(&child) {
+                Ok((child_fd, child_kind)) => {
+                    self.split(&child, child_fd, child_kind, child_access, &child_inner)
+                }
+                Err(e) => self.skipped.push(format!("{}: {e}", child.display())),
+            }
+        }
+    }
+
+    fn push(&mut self, path: &Path, fd: OwnedFd, access: BitFlags<AccessFs>) {
+        self.rules.push(Rule {
+            path: path.to_path_buf(),
+            fd,
+            access,
+        });
+    }
+}
+
+/// Denials strictly beneath `root` that remove some of `access`.
+fn beneath(
+    root: &Path,
+    denies: &[(PathBuf, BitFlags<AccessFs>)],
+    access: BitFlags<AccessFs>,
+) -> Vec<(PathBuf, BitFlags<AccessFs>)> {
+    denies
+        .iter()
+        .filter(|(deny, rights)| {
+            deny.as_path() != root && deny.starts_with(root) && !(*rights & access).is_empty()
+        })
+        .cloned()
+        .collect()
+}
+
+/// Entries of `dir`, sorted so the plan is deterministic.
+fn list_dir(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    let mut out = std::fs::read_dir(dir)?
+        .map(|entry| entry.map(|e| e.path()))
+        .collect::<std::io::Result<Vec<_>>>()?;
+    out.sort();
+    Ok(out)
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Kind {
+    Dir,
+    Symlink,
+    Other,
+}
+
+/// Opens `path` with `O_PATH | O_NOFOLLOW` (a symlink is never followed, so
+/// a link planted in a granted directory cannot widen the grant).
+fn open_path(path: &Path) -> std::io::Result<(OwnedFd, Kind)> {
+    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: `c_path` is NUL-terminated; these flags take no mode argument.
+    let raw = unsafe {
+        libc::open(
+            c_path.as_ptr(),
+            libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `raw` is a fresh fd we own.
+    let fd = unsafe { OwnedFd::from_raw_fd(raw) };
+    // fstat works on O_PATH fds; go through File for its metadata helper.
+    let file = File::from(fd);
+    let file_type = file.metadata()?.file_type();
+    let kind = if file_type.is_dir() {
+        Kind::Dir
+    } else if file_type.is_symlink() {
+        Kind::Symlink
+    } else {
+        Kind::Other
+    };
+    Ok((OwnedFd::from(file), kind))
+}

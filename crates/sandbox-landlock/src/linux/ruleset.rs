@@ -1,0 +1,83 @@
+//! The kernel ruleset, created in the parent from a [`Plan`].
+
+use std::os::fd::OwnedFd;
+
+use landlock::{
+    AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    Scope, ABI,
+};
+use sandbox_core::ResolvedPolicy;
+
+use super::rules::Plan;
+use crate::LandlockError;
+
+/// What the ruleset restricts besides the filesystem.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Extras {
+    /// `CONNECT_TCP` handled with no rule (network false, ABI >= 4).
+    pub connect_tcp: bool,
+    /// Signals scoped to the sandbox (ABI >= 6).
+    pub signal_scope: bool,
+    /// Abstract unix sockets scoped to the sandbox (network false, ABI >= 6).
+    pub abstract_unix_scope: bool,
+}
+
+impl Extras {
+    pub(crate) fn for_policy(policy: &ResolvedPolicy, abi: ABI) -> Self {
+        let no_net = !policy.network();
+        Self {
+            connect_tcp: no_net && abi >= ABI::V4,
+            signal_scope: abi >= ABI::V6,
+            abstract_unix_scope: no_net && abi >= ABI::V6,
+        }
+    }
+}
+
+/// Creates the ruleset and adds every rule of `plan`; returns its fd.
+///
+/// Rights are chosen from the detected ABI, so the ruleset is built with
+/// `CompatLevel::HardRequirement`: anything the kernel would silently drop is
+/// an error instead.
+pub(crate) fn build(plan: &Plan, extras: Extras) -> Result<OwnedFd, LandlockError> {
+    let err = |attempted: String| {
+        move |e: landlock::RulesetError| LandlockError::Ruleset {
+            attempted,
+            message: e.to_string(),
+        }
+    };
+    let mut ruleset = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(plan.handled)
+        .map_err(err("handling the filesystem rights".into()))?;
+    if extras.connect_tcp {
+        ruleset = ruleset
+            .handle_access(AccessNet::ConnectTcp)
+            .map_err(err("handling CONNECT_TCP".into()))?;
+    }
+    if extras.signal_scope {
+        ruleset = ruleset
+            .scope(Scope::Signal)
+            .map_err(err("scoping signals".into()))?;
+    }
+    if extras.abstract_unix_scope {
+        ruleset = ruleset
+            .scope(Scope::AbstractUnixSocket)
+            .map_err(err("scoping abstract unix sockets".into()))?;
+    }
+    let mut created = ruleset
+        .create()
+        .map_err(err("creating the ruleset".into()))?;
+    for rule in &plan.rules {
+        created = created
+            .add_rule(PathBeneath::new(&rule.fd, rule.access))
+            .map_err(err(format!(
+                "adding the rule for {} ({:?})",
+                rule.path.display(),
+                rule.access
+            )))?;
+    }
+    let fd: Option<OwnedFd> = created.into();
+    fd.ok_or_else(|| LandlockError::Unsupported {
+        reason: "the landlock crate created no ruleset fd".into(),
+    })
+}

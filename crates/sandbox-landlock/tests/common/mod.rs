@@ -1,0 +1,114 @@
+//! Helpers shared by the integration tests: build a policy, run a shell
+//! script confined by the backend, and look at what happened.
+#![allow(dead_code)]
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use sandbox_core::{Backend, ExpandContext, ResolvedPolicy, SandboxPolicy};
+use sandbox_landlock::LandlockBackend;
+
+/// A temporary directory whose path is canonical (tests compare paths).
+pub struct Temp {
+    _dir: tempfile::TempDir,
+    pub path: PathBuf,
+}
+
+pub fn temp() -> Temp {
+    let dir = tempfile::tempdir().expect("tempdir");
+    let path = std::fs::canonicalize(dir.path()).expect("canonicalize");
+    Temp { _dir: dir, path }
+}
+
+pub fn resolve(policy: SandboxPolicy) -> ResolvedPolicy {
+    policy
+        .resolve(&ExpandContext::default())
+        .expect("policy resolves")
+}
+
+pub fn path_str(p: &Path) -> String {
+    p.to_str().expect("utf-8 path").to_owned()
+}
+
+/// A confined `Command` for `argv` under `policy`.
+pub fn confined(policy: &ResolvedPolicy, argv: &[&str]) -> Command {
+    let backend = LandlockBackend::new().expect("Landlock is available on this host");
+    let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+    let confinement = backend.prepare(policy, &argv).expect("prepare");
+    let (mut cmd, _report) = confinement.into_command().expect("argv is not empty");
+    cmd.stdin(Stdio::null());
+    cmd
+}
+
+/// Runs `script` with `/bin/sh -c` under `policy`.
+pub fn sh(policy: &ResolvedPolicy, script: &str) -> Output {
+    sh_env(policy, script, &[])
+}
+
+/// Runs `script` with `/bin/sh -c` under `policy` with extra environment.
+pub fn sh_env(policy: &ResolvedPolicy, script: &str, env: &[(&str, &str)]) -> Output {
+    let mut cmd = confined(policy, &["/bin/sh", "-c", script]);
+    cmd.envs(env.iter().copied());
+    cmd.output().expect("spawn the confined shell")
+}
+
+/// Runs `script` unconfined (positive controls that must hold without a sandbox).
+pub fn sh_plain(script: &str) -> Output {
+    Command::new("/bin/sh")
+        .args(["-c", script])
+        .stdin(Stdio::null())
+        .output()
+        .expect("spawn /bin/sh")
+}
+
+/// Asserts success and returns stdout.
+#[track_caller]
+pub fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "expected success, got {:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Asserts failure and returns stderr.
+#[track_caller]
+pub fn denied(out: &Output) -> String {
+    assert!(
+        !out.status.success(),
+        "expected failure, got success\nstdout: {}\nstderr: {}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Asserts the failure was a permission refusal (EACCES/EPERM, as shells print it).
+#[track_caller]
+pub fn refused(out: &Output) -> String {
+    let err = denied(out);
+    let lower = err.to_lowercase();
+    assert!(
+        lower.contains("permission denied")
+            || lower.contains("operation not permitted")
+            || lower.contains("invalid cross-device link"),
+        "failure was not a permission refusal: {err}"
+    );
+    err
+}
+
+/// A policy writing only beneath `dirs`, with network as given.
+pub fn write_policy(dirs: &[&Path], network: bool) -> SandboxPolicy {
+    SandboxPolicy {
+        network,
+        write_paths: dirs.iter().map(|d| path_str(d)).collect(),
+        ..Default::default()
+    }
+}
+
+/// The system Python (not a version-manager shim, which forks helpers).
+pub const PYTHON: &str = "/usr/bin/python3";

@@ -1,0 +1,118 @@
+//! read_deny_paths: a fake `~/.ssh` under a temporary HOME cannot be read, by
+//! path or through `/proc/self/root`, while its siblings and the rest of the
+//! system stay readable.
+
+mod common;
+
+use common::*;
+use sandbox_core::{ExpandContext, SandboxPolicy};
+use std::fs;
+use std::path::PathBuf;
+
+struct Setup {
+    _t: Temp,
+    home: PathBuf,
+    w: PathBuf,
+    policy: sandbox_core::ResolvedPolicy,
+}
+
+fn setup() -> Setup {
+    let t = temp();
+    let home = t.path.join("home");
+    let w = t.path.join("w");
+    fs::create_dir_all(home.join(".ssh")).unwrap();
+    fs::create_dir_all(home.join(".sshx")).unwrap();
+    fs::create_dir_all(w.join("secret")).unwrap();
+    fs::create_dir_all(w.join("links")).unwrap();
+    fs::write(home.join(".ssh/id_rsa"), "SECRET\n").unwrap();
+    fs::write(home.join(".sshx/f"), "prefix-sibling\n").unwrap();
+    fs::write(home.join("notes"), "notes\n").unwrap();
+    fs::write(w.join("secret/key"), "WSECRET\n").unwrap();
+    fs::write(w.join("open"), "open\n").unwrap();
+    let ctx = ExpandContext {
+        home: Some(home.clone()),
+        workspace: Some(w.clone()),
+    };
+    let policy = SandboxPolicy {
+        write_paths: vec!["{{workspace}}".into()],
+        read_deny_paths: vec!["~/.ssh".into(), "{{workspace}}/secret".into()],
+        ..Default::default()
+    }
+    .resolve(&ctx)
+    .unwrap();
+    Setup {
+        _t: t,
+        home,
+        w,
+        policy,
+    }
+}
+
+#[test]
+fn denied_file_cannot_be_read_siblings_can() {
+    let s = setup();
+    let h = path_str(&s.home);
+    let out = ok(&sh(&s.policy, &format!(
+        "cat {h}/notes {h}/.sshx/f /etc/passwd >/dev/null && cat {h}/notes && ls {h}/.sshx && ls /usr >/dev/null && echo listed"
+    )));
+    assert!(out.contains("notes") && out.contains("f\n") && out.contains("listed"), "{out}");
+
+    for cmd in [
+        format!("cat {h}/.ssh/id_rsa"),
+        format!("cat /proc/self/root{h}/.ssh/id_rsa"),
+        format!("cd / && cat .{h}/.ssh/id_rsa"),
+        format!("cd {h} && cat .ssh/../.ssh/id_rsa"),
+        format!("ls {h}/.ssh"),
+        format!("cp {h}/.ssh/id_rsa {}/copy", path_str(&s.w)),
+    ] {
+        let err = refused(&sh(&s.policy, &cmd));
+        assert!(!err.contains("SECRET"));
+    }
+    // Positive control: unconfined, the same file reads.
+    assert!(ok(&sh_plain(&format!("cat {h}/.ssh/id_rsa"))).contains("SECRET"));
+}
+
+#[test]
+fn links_do_not_reach_the_denied_file() {
+    let s = setup();
+    let (h, w) = (path_str(&s.home), path_str(&s.w));
+    // A symlink resolves to the denied path; a new hard link is refused.
+    ok(&sh(&s.policy, &format!("ln -s {h}/.ssh/id_rsa {w}/links/link")));
+    refused(&sh(&s.policy, &format!("cat {w}/links/link")));
+    denied(&sh(&s.policy, &format!("ln {h}/.ssh/id_rsa {w}/links/hard")));
+    assert!(!s.w.join("links/hard").exists());
+    // Positive control: a symlink to a readable sibling reads.
+    ok(&sh(&s.policy, &format!("ln -s {h}/notes {w}/links/notes-link && cat {w}/links/notes-link")));
+}
+
+#[test]
+fn read_deny_inside_a_write_path_removes_reads_and_writes() {
+    let s = setup();
+    let w = path_str(&s.w);
+    ok(&sh(&s.policy, &format!("cat {w}/open && echo more >> {w}/open")));
+    refused(&sh(&s.policy, &format!("cat {w}/secret/key")));
+    refused(&sh(&s.policy, &format!("echo x > {w}/secret/key")));
+    assert_eq!(fs::read_to_string(s.w.join("secret/key")).unwrap(), "WSECRET\n");
+}
+
+#[test]
+fn programs_still_execute_with_reads_handled() {
+    let s = setup();
+    let out = ok(&sh(&s.policy, &format!("{PYTHON} -c 'print(6*7)' && /usr/bin/env true && echo ran")));
+    assert!(out.contains("42") && out.contains("ran"), "{out}");
+}
+
+#[test]
+fn listing_an_ancestor_of_a_denied_path_is_refused() {
+    // Fail closed by design: the ancestors of a denied path get no read
+    // rights themselves (only their other entries do), so they cannot be
+    // listed, while entries beneath them still open.
+    let s = setup();
+    let h = path_str(&s.home);
+    refused(&sh(&s.policy, &format!("ls {h}")));
+    refused(&sh(&s.policy, "ls /"));
+    ok(&sh(&s.policy, &format!("cat {h}/notes && ls /usr >/dev/null")));
+    // Positive control: without read denials, both list.
+    let open = resolve(write_policy(&[&s.w], true));
+    ok(&sh(&open, &format!("ls {h} && ls /")));
+}

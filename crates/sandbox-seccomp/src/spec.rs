@@ -1,0 +1,207 @@
+//! The vocabulary of the filter specification: actions, argument conditions,
+//! rules and table entries. Pure data; nothing here touches the process.
+
+/// What the filter does with a system call.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Action {
+    /// Let the call through.
+    Allow,
+    /// Fail the call with this errno.
+    Errno(u16),
+    /// Kill the whole process (architecture and ABI mismatches only).
+    KillProcess,
+    /// Hand the call to a user-space supervisor (`SECCOMP_RET_USER_NOTIF`).
+    /// Unused today; see [`METADATA_WRITE`].
+    UserNotif,
+}
+
+/// Linux `EPERM` (spelled out: this module also builds on other systems).
+pub const EPERM: u16 = 1;
+/// Linux `ENOSYS`.
+pub const ENOSYS: u16 = 38;
+
+/// `EPERM`: the explicit-denial answer.
+pub const DENY: Action = Action::Errno(EPERM);
+
+/// `ENOSYS`: the answer for syscalls the table does not know, so libc and
+/// runtimes fall back to older interfaces exactly as on an older kernel.
+pub const UNKNOWN: Action = Action::Errno(ENOSYS);
+
+/// The answer for metadata writes Landlock cannot govern (chmod, chown,
+/// xattr writes, path-based utimes, and `truncate` without the Landlock
+/// truncate right).
+///
+/// This is the single place a broker would change to
+/// [`Action::UserNotif`] to mediate them instead of refusing them.
+pub const METADATA_WRITE: Action = DENY;
+
+impl Action {
+    /// The `SECCOMP_RET_*` value (kernel ABI constants) the BPF program returns for this action.
+    pub fn ret(self) -> u32 {
+        match self {
+            Action::Allow => 0x7fff_0000,
+            Action::Errno(e) => 0x0005_0000 | u32::from(e),
+            Action::KillProcess => 0x8000_0000,
+            Action::UserNotif => 0x7fc0_0000,
+        }
+    }
+}
+
+/// How much of a 64-bit syscall argument a condition compares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Width {
+    /// The low 32 bits only: the kernel reads this argument as an `int`, so
+    /// high bits must not change the verdict (for example ioctl requests).
+    Low32,
+    /// All 64 bits (pointers).
+    Full64,
+}
+
+/// A comparison on one argument.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cmp {
+    /// `arg == value`.
+    Eq(u64),
+    /// `arg != value`.
+    Ne(u64),
+    /// `arg & mask == value` (`value` has no bits outside `mask`).
+    MaskedEq {
+        /// Bits compared.
+        mask: u64,
+        /// Expected value of those bits.
+        value: u64,
+    },
+}
+
+/// One argument condition: `args[arg]`, seen at `width`, satisfies `cmp`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Cond {
+    /// Argument index, 0..=5.
+    pub arg: u8,
+    /// How many bits are compared.
+    pub width: Width,
+    /// The comparison.
+    pub cmp: Cmp,
+}
+
+impl Cond {
+    /// Low-32-bit condition.
+    pub const fn low32(arg: u8, cmp: Cmp) -> Self {
+        Cond {
+            arg,
+            width: Width::Low32,
+            cmp,
+        }
+    }
+
+    /// Full-64-bit condition.
+    pub const fn full64(arg: u8, cmp: Cmp) -> Self {
+        Cond {
+            arg,
+            width: Width::Full64,
+            cmp,
+        }
+    }
+
+    /// Whether the condition holds for these arguments.
+    pub fn holds(&self, args: &[u64; 6]) -> bool {
+        let raw = args[usize::from(self.arg)];
+        let v = match self.width {
+            Width::Low32 => raw & 0xffff_ffff,
+            Width::Full64 => raw,
+        };
+        match self.cmp {
+            Cmp::Eq(x) => v == x,
+            Cmp::Ne(x) => v != x,
+            Cmp::MaskedEq { mask, value } => v & mask == value,
+        }
+    }
+}
+
+/// What a table entry does with its syscall.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Rule {
+    /// Always allowed (no argument checks, so the kernel's action cache applies).
+    Allow,
+    /// Allowed when every condition of at least one group holds, else `otherwise`.
+    AllowIf {
+        /// Disjunction of conjunctions.
+        any_of: Vec<Vec<Cond>>,
+        /// The answer when no group holds.
+        otherwise: Action,
+    },
+    /// Never allowed.
+    Deny(Action),
+}
+
+impl Rule {
+    /// The action for a call with these arguments.
+    pub fn eval(&self, args: &[u64; 6]) -> Action {
+        match self {
+            Rule::Allow => Action::Allow,
+            Rule::Deny(a) => *a,
+            Rule::AllowIf { any_of, otherwise } => {
+                if any_of.iter().any(|g| g.iter().all(|c| c.holds(args))) {
+                    Action::Allow
+                } else {
+                    *otherwise
+                }
+            }
+        }
+    }
+}
+
+/// One row of the syscall table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Entry {
+    /// Syscall name as in `man 2`.
+    pub name: &'static str,
+    /// Number on the target architecture.
+    pub nr: u32,
+    /// What the filter does with it.
+    pub rule: Rule,
+    /// Why (mandatory for anything that is not a plain allow).
+    pub reason: &'static str,
+}
+
+/// What the Landlock side already governs on this kernel (so seccomp covers the rest).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct LandlockCoverage {
+    /// `LANDLOCK_ACCESS_FS_TRUNCATE` is handled (Landlock ABI >= 3).
+    pub truncate: bool,
+}
+
+/// The facts a filter is compiled from: the policy's network and spawn
+/// switches and what Landlock already covers.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FilterSpec {
+    /// Whether the policy allows network access.
+    pub network: bool,
+    /// Whether the policy forbids creating child processes.
+    pub deny_subprocess: bool,
+    /// What Landlock governs on this kernel.
+    pub landlock: LandlockCoverage,
+}
+
+impl FilterSpec {
+    /// The spec for a resolved policy on a kernel with `coverage`.
+    pub fn new(policy: &sandbox_core::ResolvedPolicy, coverage: LandlockCoverage) -> Self {
+        FilterSpec {
+            network: policy.network(),
+            deny_subprocess: policy.deny_subprocess(),
+            landlock: coverage,
+        }
+    }
+
+    /// All eight combinations of the three switches.
+    pub fn all() -> impl Iterator<Item = FilterSpec> {
+        (0u8..8).map(|bits| FilterSpec {
+            network: bits & 1 != 0,
+            deny_subprocess: bits & 2 != 0,
+            landlock: LandlockCoverage {
+                truncate: bits & 4 != 0,
+            },
+        })
+    }
+}

@@ -1,0 +1,514 @@
+//! The syscall table: every syscall the filter knows, grouped by purpose.
+//!
+//! Anything not listed here answers `ENOSYS` ([`UNKNOWN`]). Plain allows carry
+//! no argument checks, so the kernel's per-syscall action cache applies to
+//! them; the few argument-checked rows are built in [`table`] below.
+
+use crate::spec::{Cmp, Cond, Entry, FilterSpec, Rule, DENY, METADATA_WRITE, UNKNOWN};
+
+/// libc's syscall numbers plus the ones this libc release does not name yet.
+/// Numbers from 424 on are shared by every architecture.
+#[allow(non_upper_case_globals, dead_code)]
+mod sys {
+    pub use libc::*;
+    #[cfg(target_arch = "x86_64")]
+    pub const SYS_io_pgetevents: c_long = 333;
+    #[cfg(target_arch = "aarch64")]
+    pub const SYS_io_pgetevents: c_long = 292;
+    pub const SYS_cachestat: c_long = 451;
+    pub const SYS_fchmodat2: c_long = 452;
+    pub const SYS_map_shadow_stack: c_long = 453;
+    pub const SYS_futex_wake: c_long = 454;
+    pub const SYS_futex_wait: c_long = 455;
+    pub const SYS_futex_requeue: c_long = 456;
+    pub const SYS_statmount: c_long = 457;
+    pub const SYS_listmount: c_long = 458;
+    pub const SYS_lsm_get_self_attr: c_long = 459;
+    pub const SYS_lsm_set_self_attr: c_long = 460;
+    pub const SYS_lsm_list_modules: c_long = 461;
+    pub const SYS_setxattrat: c_long = 463;
+    pub const SYS_getxattrat: c_long = 464;
+    pub const SYS_listxattrat: c_long = 465;
+    pub const SYS_removexattrat: c_long = 466;
+    pub const SYS_open_tree_attr: c_long = 467;
+    pub const SYS_file_getattr: c_long = 468;
+    pub const SYS_file_setattr: c_long = 469;
+    #[cfg(target_arch = "aarch64")]
+    pub const SYS_renameat: c_long = 38;
+    #[cfg(target_arch = "aarch64")]
+    pub const SYS_sync_file_range: c_long = 84;
+    #[cfg(target_arch = "aarch64")]
+    pub const SYS_getrlimit: c_long = 163;
+    #[cfg(target_arch = "aarch64")]
+    pub const SYS_setrlimit: c_long = 164;
+}
+
+/// The highest syscall number the table names.
+pub const HIGHEST_KNOWN: u32 = 469;
+
+/// A syscall by name and number.
+type Sys = (&'static str, i64);
+
+macro_rules! sys {
+    ($($name:ident),* $(,)?) => {
+        &[$((stringify!($name), sys::$name as i64)),*]
+    };
+}
+
+macro_rules! deny {
+    ($($name:ident => $reason:literal),* $(,)?) => {
+        &[$((stringify!($name), sys::$name as i64, $reason)),*]
+    };
+}
+
+// ---------------------------------------------------------------------------
+// Always allowed, by purpose.
+// ---------------------------------------------------------------------------
+
+/// The caller's own address space.
+const MEMORY: &[Sys] = sys![
+    SYS_brk, SYS_mmap, SYS_munmap, SYS_mremap, SYS_mprotect, SYS_madvise, SYS_msync,
+    SYS_mincore, SYS_mlock, SYS_mlock2, SYS_munlock, SYS_mlockall, SYS_munlockall,
+    SYS_pkey_alloc, SYS_pkey_free, SYS_pkey_mprotect, SYS_membarrier, SYS_mseal,
+    SYS_get_mempolicy, SYS_set_mempolicy, SYS_set_mempolicy_home_node, SYS_mbind,
+    SYS_remap_file_pages, SYS_memfd_create, SYS_memfd_secret, SYS_map_shadow_stack,
+];
+
+/// I/O on descriptors the process already holds (opening is Landlock's job).
+const FD_IO: &[Sys] = sys![
+    SYS_read, SYS_write, SYS_readv, SYS_writev, SYS_pread64, SYS_pwrite64, SYS_preadv,
+    SYS_pwritev, SYS_preadv2, SYS_pwritev2, SYS_lseek, SYS_close, SYS_close_range, SYS_dup,
+    SYS_dup3, SYS_fcntl, SYS_flock, SYS_fsync, SYS_fdatasync, SYS_sync, SYS_syncfs,
+    SYS_sync_file_range, SYS_fallocate, SYS_ftruncate, SYS_sendfile, SYS_splice, SYS_tee,
+    SYS_vmsplice, SYS_copy_file_range, SYS_readahead, SYS_fadvise64, SYS_pipe2, SYS_fstat,
+    SYS_fstatfs, SYS_getdents64, SYS_cachestat, SYS_fgetxattr, SYS_flistxattr,
+    SYS_io_setup, SYS_io_destroy, SYS_io_submit, SYS_io_cancel, SYS_io_getevents,
+    SYS_io_pgetevents,
+];
+
+/// Waiting for events on descriptors.
+const EVENTS: &[Sys] = sys![
+    SYS_pselect6, SYS_ppoll, SYS_epoll_create1, SYS_epoll_ctl, SYS_epoll_pwait,
+    SYS_epoll_pwait2, SYS_eventfd2, SYS_signalfd4, SYS_timerfd_create, SYS_timerfd_settime,
+    SYS_timerfd_gettime, SYS_inotify_init1, SYS_inotify_add_watch, SYS_inotify_rm_watch,
+];
+
+/// Path operations whose effect Landlock governs (or that only read metadata).
+const PATHS: &[Sys] = sys![
+    SYS_openat, SYS_openat2, SYS_newfstatat, SYS_statx, SYS_statfs, SYS_faccessat,
+    SYS_faccessat2, SYS_getcwd, SYS_chdir, SYS_fchdir, SYS_readlinkat, SYS_mkdirat,
+    SYS_unlinkat, SYS_renameat, SYS_renameat2, SYS_linkat, SYS_symlinkat, SYS_mknodat,
+    SYS_umask, SYS_getxattr, SYS_lgetxattr, SYS_listxattr, SYS_llistxattr, SYS_getxattrat,
+    SYS_listxattrat, SYS_file_getattr, SYS_statmount, SYS_listmount,
+];
+
+/// Clocks, sleeping and timers (reading only; setting clocks is denied).
+const TIME: &[Sys] = sys![
+    SYS_clock_gettime, SYS_clock_getres, SYS_clock_nanosleep, SYS_nanosleep,
+    SYS_gettimeofday, SYS_times, SYS_getitimer, SYS_setitimer, SYS_timer_create,
+    SYS_timer_settime, SYS_timer_gettime, SYS_timer_getoverrun, SYS_timer_delete,
+];
+
+/// Signals (Landlock ABI >= 6 scopes who may be signalled).
+const SIGNALS: &[Sys] = sys![
+    SYS_rt_sigaction, SYS_rt_sigprocmask, SYS_rt_sigreturn, SYS_rt_sigpending,
+    SYS_rt_sigtimedwait, SYS_rt_sigqueueinfo, SYS_rt_tgsigqueueinfo, SYS_rt_sigsuspend,
+    SYS_sigaltstack, SYS_kill, SYS_tkill, SYS_tgkill, SYS_pidfd_send_signal,
+];
+
+/// Threads, synchronisation and the caller's own scheduling.
+const THREADS: &[Sys] = sys![
+    SYS_set_tid_address, SYS_set_robust_list, SYS_rseq, SYS_futex, SYS_futex_waitv,
+    SYS_futex_wake, SYS_futex_wait, SYS_futex_requeue, SYS_sched_yield,
+    SYS_sched_getaffinity, SYS_sched_setaffinity, SYS_sched_getparam, SYS_sched_setparam,
+    SYS_sched_getscheduler, SYS_sched_setscheduler, SYS_sched_get_priority_max,
+    SYS_sched_get_priority_min, SYS_sched_rr_get_interval, SYS_sched_getattr,
+    SYS_sched_setattr, SYS_getpriority, SYS_setpriority, SYS_ioprio_get, SYS_ioprio_set,
+    SYS_getcpu, SYS_restart_syscall,
+];
+
+/// Process lifecycle and identity. Spawning is decided in [`table`].
+const PROCESS: &[Sys] = sys![
+    SYS_execve, SYS_execveat, SYS_exit, SYS_exit_group, SYS_wait4, SYS_waitid,
+    SYS_pidfd_open, SYS_getpid, SYS_getppid, SYS_gettid, SYS_getuid, SYS_geteuid, SYS_getgid,
+    SYS_getegid, SYS_getgroups, SYS_getresuid, SYS_getresgid, SYS_getpgid, SYS_getsid,
+    SYS_setsid, SYS_setpgid, SYS_setuid, SYS_setgid, SYS_setreuid, SYS_setregid,
+    SYS_setresuid, SYS_setresgid, SYS_setgroups, SYS_setfsuid, SYS_setfsgid, SYS_capget,
+    SYS_capset, SYS_prctl, SYS_getrlimit, SYS_setrlimit, SYS_prlimit64, SYS_getrusage,
+    SYS_sysinfo, SYS_uname, SYS_getrandom,
+];
+
+/// Self-confinement: a nested sandbox can only narrow what this one allows.
+const SELF_CONFINEMENT: &[Sys] = sys![
+    SYS_seccomp, SYS_landlock_create_ruleset, SYS_landlock_add_rule,
+    SYS_landlock_restrict_self, SYS_lsm_get_self_attr, SYS_lsm_list_modules,
+];
+
+/// System V IPC: used by build tools (fakeroot, test suites); not a path,
+/// network or spawn channel.
+const SYSV_IPC: &[Sys] = sys![
+    SYS_shmget, SYS_shmat, SYS_shmdt, SYS_shmctl, SYS_semget, SYS_semop, SYS_semtimedop,
+    SYS_semctl, SYS_msgget, SYS_msgsnd, SYS_msgrcv, SYS_msgctl,
+];
+
+/// Socket calls that need no check even without network: they act on sockets
+/// the policy already let the process create.
+const SOCKETS_ALWAYS: &[Sys] = sys![
+    SYS_bind, SYS_getsockname, SYS_getpeername, SYS_setsockopt, SYS_getsockopt,
+    SYS_shutdown, SYS_recvfrom, SYS_recvmsg, SYS_recvmmsg,
+];
+
+/// Legacy x86_64 entry points of calls allowed above (aarch64 never had them).
+#[cfg(target_arch = "x86_64")]
+const LEGACY_X86_64: &[Sys] = sys![
+    SYS_open, SYS_creat, SYS_stat, SYS_lstat, SYS_access, SYS_getdents, SYS_readlink,
+    SYS_mkdir, SYS_rmdir, SYS_unlink, SYS_rename, SYS_link, SYS_symlink, SYS_mknod,
+    SYS_pipe, SYS_dup2, SYS_select, SYS_poll, SYS_epoll_create, SYS_epoll_wait,
+    SYS_eventfd, SYS_signalfd, SYS_inotify_init, SYS_time, SYS_alarm, SYS_pause,
+    SYS_getpgrp, SYS_arch_prctl,
+];
+#[cfg(not(target_arch = "x86_64"))]
+const LEGACY_X86_64: &[Sys] = &[];
+
+// ---------------------------------------------------------------------------
+// Never allowed, each with its reason.
+// ---------------------------------------------------------------------------
+
+/// Denied with `EPERM` under every policy.
+const ALWAYS_DENIED: &[(&str, i64, &str)] = deny![
+    SYS_io_uring_setup => "io_uring runs file and network ops the filter never sees",
+    SYS_io_uring_enter => "io_uring runs file and network ops the filter never sees",
+    SYS_io_uring_register => "io_uring runs file and network ops the filter never sees",
+    SYS_ptrace => "controls other processes, including unconfined ones",
+    SYS_process_vm_readv => "reads another process's memory",
+    SYS_process_vm_writev => "writes another process's memory",
+    SYS_process_madvise => "acts on another process's memory",
+    SYS_process_mrelease => "acts on another process's memory",
+    SYS_pidfd_getfd => "steals descriptors from another process",
+    SYS_kcmp => "ptrace-class inspection of another process",
+    SYS_get_robust_list => "ptrace-class inspection of another process",
+    SYS_migrate_pages => "moves another process's memory",
+    SYS_move_pages => "moves another process's memory",
+    SYS_mount => "mounting rearranges the paths Landlock governs",
+    SYS_umount2 => "mounting rearranges the paths Landlock governs",
+    SYS_fsopen => "new mount API",
+    SYS_fsconfig => "new mount API",
+    SYS_fsmount => "new mount API",
+    SYS_fspick => "new mount API",
+    SYS_move_mount => "new mount API",
+    SYS_open_tree => "new mount API (clones mount trees)",
+    SYS_open_tree_attr => "new mount API (clones mount trees)",
+    SYS_mount_setattr => "new mount API",
+    SYS_pivot_root => "changes the root the paths resolve against",
+    SYS_chroot => "changes the root the paths resolve against",
+    SYS_unshare => "new namespaces escape path and network rules",
+    SYS_setns => "joins namespaces outside the sandbox",
+    SYS_bpf => "loads kernel programs",
+    SYS_perf_event_open => "kernel observation and a history of exploits",
+    SYS_userfaultfd => "stalls the kernel at chosen points (exploit primitive)",
+    SYS_keyctl => "kernel keyrings are shared outside the sandbox",
+    SYS_add_key => "kernel keyrings are shared outside the sandbox",
+    SYS_request_key => "kernel keyrings are shared outside the sandbox",
+    SYS_kexec_load => "replaces the running kernel",
+    SYS_kexec_file_load => "replaces the running kernel",
+    SYS_init_module => "loads kernel modules",
+    SYS_finit_module => "loads kernel modules",
+    SYS_delete_module => "unloads kernel modules",
+    SYS_reboot => "reboots the machine",
+    SYS_swapon => "changes system swap",
+    SYS_swapoff => "changes system swap",
+    SYS_acct => "writes process accounting to an arbitrary file",
+    SYS_quotactl => "changes filesystem quotas",
+    SYS_quotactl_fd => "changes filesystem quotas",
+    SYS_name_to_handle_at => "file handles bypass path resolution",
+    SYS_open_by_handle_at => "opens files by handle, bypassing Landlock's path walk",
+    SYS_fanotify_init => "intercepts other processes' file access",
+    SYS_fanotify_mark => "intercepts other processes' file access",
+    SYS_sethostname => "changes system identity",
+    SYS_setdomainname => "changes system identity",
+    SYS_settimeofday => "changes the system clock",
+    SYS_clock_settime => "changes the system clock",
+    SYS_clock_adjtime => "changes the system clock",
+    SYS_adjtimex => "changes the system clock",
+    SYS_syslog => "reads and clears the kernel log",
+    SYS_vhangup => "hangs up the controlling terminal of others",
+    SYS_lsm_set_self_attr => "changes the LSM security context",
+    SYS_mq_open => "POSIX message queues live outside Landlock's view",
+    SYS_mq_unlink => "POSIX message queues live outside Landlock's view",
+    SYS_mq_timedsend => "POSIX message queues live outside Landlock's view",
+    SYS_mq_timedreceive => "POSIX message queues live outside Landlock's view",
+    SYS_mq_notify => "POSIX message queues live outside Landlock's view",
+    SYS_mq_getsetattr => "POSIX message queues live outside Landlock's view",
+];
+
+/// x86_64-only denials.
+#[cfg(target_arch = "x86_64")]
+const ALWAYS_DENIED_X86_64: &[(&str, i64, &str)] = deny![
+    SYS_iopl => "raw I/O port access",
+    SYS_ioperm => "raw I/O port access",
+    SYS_modify_ldt => "segment descriptor tricks, a history of exploits",
+    SYS_uselib => "obsolete loader entry point",
+    SYS_ustat => "obsolete",
+    SYS_sysfs => "obsolete",
+];
+#[cfg(not(target_arch = "x86_64"))]
+const ALWAYS_DENIED_X86_64: &[(&str, i64, &str)] = &[];
+
+/// Metadata writes Landlock cannot govern: answered with [`METADATA_WRITE`].
+const METADATA: &[(&str, i64, &str)] = deny![
+    SYS_fchmod => "Landlock has no chmod right",
+    SYS_fchmodat => "Landlock has no chmod right",
+    SYS_fchmodat2 => "Landlock has no chmod right",
+    SYS_fchown => "Landlock has no chown right",
+    SYS_fchownat => "Landlock has no chown right",
+    SYS_setxattr => "Landlock has no xattr right",
+    SYS_lsetxattr => "Landlock has no xattr right",
+    SYS_fsetxattr => "Landlock has no xattr right",
+    SYS_setxattrat => "Landlock has no xattr right",
+    SYS_removexattr => "Landlock has no xattr right",
+    SYS_lremovexattr => "Landlock has no xattr right",
+    SYS_fremovexattr => "Landlock has no xattr right",
+    SYS_removexattrat => "Landlock has no xattr right",
+    SYS_file_setattr => "sets inode flags (immutable, append-only); no Landlock right",
+];
+
+/// x86_64-only metadata writes.
+#[cfg(target_arch = "x86_64")]
+const METADATA_X86_64: &[(&str, i64, &str)] = deny![
+    SYS_chmod => "Landlock has no chmod right",
+    SYS_chown => "Landlock has no chown right",
+    SYS_lchown => "Landlock has no chown right",
+    SYS_utime => "path-based utimes; Landlock has no utimes right",
+    SYS_utimes => "path-based utimes; Landlock has no utimes right",
+    SYS_futimesat => "path-based utimes; Landlock has no utimes right",
+];
+#[cfg(not(target_arch = "x86_64"))]
+const METADATA_X86_64: &[(&str, i64, &str)] = &[];
+
+// ---------------------------------------------------------------------------
+// Argument-checked rows and policy-dependent rows.
+// ---------------------------------------------------------------------------
+
+/// Every `CLONE_NEW*` flag `clone` accepts (`CLONE_NEWTIME` is clone3-only;
+/// in `clone` that bit is part of the exit signal).
+pub const CLONE_NEW_MASK: u64 = (libc::CLONE_NEWNS
+    | libc::CLONE_NEWCGROUP
+    | libc::CLONE_NEWUTS
+    | libc::CLONE_NEWIPC
+    | libc::CLONE_NEWUSER
+    | libc::CLONE_NEWPID
+    | libc::CLONE_NEWNET) as u64;
+
+/// `PER_LINUX`, the default persona (libc does not name it).
+pub const PER_LINUX: u64 = 0;
+
+/// `personality(0xffffffff)` only queries the persona.
+pub const PERSONALITY_QUERY: u64 = 0xffff_ffff;
+
+fn masked(arg: u8, mask: u64, value: u64) -> Cond {
+    Cond::low32(arg, Cmp::MaskedEq { mask, value })
+}
+
+fn allow_if(any_of: Vec<Vec<Cond>>) -> Rule {
+    Rule::AllowIf {
+        any_of,
+        otherwise: DENY,
+    }
+}
+
+fn row(sys: Sys, rule: Rule, reason: &'static str) -> Entry {
+    let (raw, nr) = sys;
+    Entry {
+        name: raw.strip_prefix("SYS_").unwrap_or(raw),
+        nr: nr as u32,
+        rule,
+        reason,
+    }
+}
+
+macro_rules! one {
+    ($name:ident) => {
+        (stringify!($name), sys::$name as i64)
+    };
+}
+
+/// Rows whose rule carries argument checks that do not depend on the policy.
+fn checked_always() -> Vec<Entry> {
+    vec![
+        row(
+            one!(SYS_ioctl),
+            allow_if(vec![vec![
+                Cond::low32(1, Cmp::Ne(libc::TIOCSTI as u64)),
+                Cond::low32(1, Cmp::Ne(libc::TIOCLINUX as u64)),
+            ]]),
+            "TIOCSTI/TIOCLINUX inject input into the terminal; the kernel reads the \
+             request as 32 bits, so only those are compared",
+        ),
+        row(
+            one!(SYS_personality),
+            allow_if(vec![
+                vec![Cond::low32(0, Cmp::Eq(PERSONALITY_QUERY))],
+                vec![Cond::low32(0, Cmp::Eq(PER_LINUX))],
+            ]),
+            "other personas disable ASLR or change the ABI; query and PER_LINUX only",
+        ),
+        row(
+            one!(SYS_utimensat),
+            Rule::AllowIf {
+                any_of: vec![vec![Cond::full64(1, Cmp::Eq(0))]],
+                otherwise: METADATA_WRITE,
+            },
+            "futimens (NULL path) acts on an open file; path-based utimes has no Landlock right",
+        ),
+    ]
+}
+
+/// `truncate(path)`: Landlock governs it only from ABI 3.
+fn truncate(spec: &FilterSpec) -> Entry {
+    if spec.landlock.truncate {
+        row(one!(SYS_truncate), Rule::Allow, "Landlock handles the truncate right")
+    } else {
+        row(
+            one!(SYS_truncate),
+            Rule::Deny(METADATA_WRITE),
+            "this kernel's Landlock lacks the truncate right",
+        )
+    }
+}
+
+/// Process creation.
+fn spawning(spec: &FilterSpec) -> Vec<Entry> {
+    let no_namespaces = masked(0, CLONE_NEW_MASK, 0);
+    let mut rows = Vec::new();
+    if spec.deny_subprocess {
+        rows.push(row(
+            one!(SYS_clone),
+            allow_if(vec![vec![
+                no_namespaces,
+                masked(0, libc::CLONE_THREAD as u64, libc::CLONE_THREAD as u64),
+            ]]),
+            "deny_subprocess: threads (CLONE_THREAD) only, never CLONE_NEW*",
+        ));
+    } else {
+        rows.push(row(
+            one!(SYS_clone),
+            allow_if(vec![vec![no_namespaces]]),
+            "CLONE_NEW* creates namespaces (see unshare)",
+        ));
+    }
+    rows.push(row(
+        one!(SYS_clone3),
+        Rule::Deny(UNKNOWN),
+        "flags sit behind a pointer the filter cannot read; ENOSYS makes libc fall back to clone",
+    ));
+    #[cfg(target_arch = "x86_64")]
+    for sys in [one!(SYS_fork), one!(SYS_vfork)] {
+        rows.push(if spec.deny_subprocess {
+            row(sys, Rule::Deny(DENY), "deny_subprocess")
+        } else {
+            row(sys, Rule::Allow, "")
+        });
+    }
+    rows
+}
+
+/// Socket creation and sending. With `network = false` only local sockets
+/// and the declared exceptions remain.
+fn network(spec: &FilterSpec) -> Vec<Entry> {
+    let plain = [
+        one!(SYS_socket),
+        one!(SYS_socketpair),
+        one!(SYS_connect),
+        one!(SYS_listen),
+        one!(SYS_accept),
+        one!(SYS_accept4),
+        one!(SYS_sendto),
+        one!(SYS_sendmsg),
+        one!(SYS_sendmmsg),
+    ];
+    if spec.network {
+        return plain.into_iter().map(|s| row(s, Rule::Allow, "")).collect();
+    }
+    let af = |a: i32| Cond::low32(0, Cmp::Eq(a as u64));
+    let ty = |t: i32| masked(1, 0xf, t as u64);
+    let proto = |p: i32| Cond::low32(2, Cmp::Eq(p as u64));
+    let no_fastopen = |arg| masked(arg, libc::MSG_FASTOPEN as u64, 0);
+    let mut socket_groups = vec![
+        vec![af(libc::AF_UNIX), ty(libc::SOCK_STREAM)],
+        vec![af(libc::AF_UNIX), ty(libc::SOCK_SEQPACKET)],
+    ];
+    for domain in [libc::AF_INET, libc::AF_INET6] {
+        for p in [0, libc::IPPROTO_TCP] {
+            socket_groups.push(vec![af(domain), ty(libc::SOCK_STREAM), proto(p)]);
+        }
+    }
+    let [socket, socketpair, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg] =
+        plain;
+    vec![
+        row(
+            socket,
+            allow_if(socket_groups),
+            "network=false: AF_UNIX stream/seqpacket (not DGRAM, which SOCK_RAW aliases) \
+             and TCP sockets that can bind but never connect",
+        ),
+        row(
+            socketpair,
+            allow_if(vec![vec![af(libc::AF_UNIX)]]),
+            "network=false: AF_UNIX pairs only",
+        ),
+        row(connect, Rule::Deny(DENY), "network=false"),
+        row(listen, Rule::Deny(DENY), "network=false"),
+        row(accept, Rule::Deny(DENY), "network=false"),
+        row(accept4, Rule::Deny(DENY), "network=false"),
+        row(
+            sendto,
+            allow_if(vec![vec![Cond::full64(4, Cmp::Eq(0)), no_fastopen(3)]]),
+            "network=false: connected sockets only (NULL address, no MSG_FASTOPEN)",
+        ),
+        row(
+            sendmsg,
+            allow_if(vec![vec![no_fastopen(2)]]),
+            "network=false: MSG_FASTOPEN would connect",
+        ),
+        row(
+            sendmmsg,
+            allow_if(vec![vec![no_fastopen(3)]]),
+            "network=false: MSG_FASTOPEN would connect",
+        ),
+    ]
+}
+
+/// The full table for `spec`, sorted by syscall number.
+pub fn table(spec: &FilterSpec) -> Vec<Entry> {
+    let allowed = [
+        MEMORY,
+        FD_IO,
+        EVENTS,
+        PATHS,
+        TIME,
+        SIGNALS,
+        THREADS,
+        PROCESS,
+        SELF_CONFINEMENT,
+        SYSV_IPC,
+        SOCKETS_ALWAYS,
+        LEGACY_X86_64,
+    ];
+    let mut rows: Vec<Entry> = allowed
+        .iter()
+        .flat_map(|group| group.iter())
+        .map(|&s| row(s, Rule::Allow, ""))
+        .collect();
+    for &(name, nr, reason) in ALWAYS_DENIED.iter().chain(ALWAYS_DENIED_X86_64) {
+        rows.push(row((name, nr), Rule::Deny(DENY), reason));
+    }
+    for &(name, nr, reason) in METADATA.iter().chain(METADATA_X86_64) {
+        rows.push(row((name, nr), Rule::Deny(METADATA_WRITE), reason));
+    }
+    rows.extend(checked_always());
+    rows.push(truncate(spec));
+    rows.extend(spawning(spec));
+    rows.extend(network(spec));
+    rows.sort_by_key(|e| e.nr);
+    rows
+}
