@@ -1,5 +1,5 @@
-//! Prints the cost of the gate's probes against the noop backend: three plain
-//! launches of `/bin/sh` (a real backend adds its own prepare and apply cost).
+//! Prints the cost of the gate (two `/bin/sh` launches) against the real
+//! Landlock backend and, for comparison, the noop backend.
 //!
 //! Wall-clock time depends on machine load; the children's CPU time does not.
 use std::time::Instant;
@@ -13,13 +13,22 @@ fn children_cpu_us() -> i64 {
 }
 
 fn main() {
-    let backend = sandbox_core::NoopBackend;
-    for i in 0..10 {
+    let landlock = sandbox_landlock::LandlockBackend::new().expect("Landlock available");
+    let backends: [&dyn sandbox_core::Backend; 2] = [&landlock, &sandbox_core::NoopBackend];
+    for backend in backends {
+        measure(backend);
+    }
+}
+
+fn measure(backend: &dyn sandbox_core::Backend) {
+    for i in 0..5 {
         let cpu = children_cpu_us();
         let t = Instant::now();
-        let _ = sandbox_probe::enforcement_self_test(&backend);
+        let report = sandbox_probe::enforcement_self_test(backend);
         println!(
-            "run {i}: wall {} us, children cpu {} us",
+            "{} run {i} (passed: {}): wall {} us, children cpu {} us",
+            backend.name(),
+            report.passed,
             t.elapsed().as_micros(),
             children_cpu_us() - cpu
         );

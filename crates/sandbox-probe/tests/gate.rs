@@ -185,3 +185,17 @@ fn the_report_serialises_for_sandbox_check_json() {
     assert!(json["spawn"]["attempted"].is_string());
     assert_eq!(json["spawn"]["checks"][1]["role"], "non-forking-control");
 }
+
+#[test]
+fn the_real_landlock_backend_passes() {
+    let backend = sandbox_landlock::LandlockBackend::new().expect("Landlock is available here");
+    let report = match gate(&backend) {
+        Ok(r) => r,
+        Err(e) => panic!("{e}"),
+    };
+    assert_eq!(report.backend, "landlock");
+    for probe in report.probes() {
+        assert!(probe.checks.iter().all(|c| c.ok), "{probe:?}");
+    }
+    eprintln!("gate cost (cold, landlock): {} us", report.elapsed_us);
+}
