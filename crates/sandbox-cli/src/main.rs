@@ -1,1 +1,489 @@
-fn main() {}
+//! The `sandbox` command: run a command confined by a declared policy.
+
+use std::ffi::OsString;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, Parser, Subcommand};
+use sandbox::{
+    resolve_backend, BackendChoice, ExpandContext, OnUnsupported, Outcome, ResolvedPolicy,
+    RunRequest, SandboxConfig, SandboxMode, SandboxPolicy, SandboxedExecOp, EXIT_SANDBOX,
+};
+use sandbox_permissions::{
+    decide_escalation_on_tty, ApprovalPolicy, Escalation, EscalationRequest, JsonLinesAudit,
+};
+
+#[derive(Parser)]
+#[command(
+    name = "sandbox",
+    version,
+    about = "Run commands confined by kernel mechanisms (Landlock + seccomp, Seatbelt)"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Run PROGRAM under the policy given by flags, mode and config.
+    Run(RunArgs),
+    /// Run a JSON op envelope (file or `-` for stdin), bounded by the config.
+    ExecOp(ExecOpArgs),
+    /// Print the effective resolved policy as JSON.
+    Policy(PolicyCmd),
+    /// Report the resolved backend and what it enforces on this host.
+    Check(CheckArgs),
+}
+
+/// Policy flags shared by `run` and `policy`.
+#[derive(Args, Clone, Default)]
+struct PolicyFlags {
+    /// Allow writes beneath PATH (repeatable).
+    #[arg(short = 'w', long = "write", value_name = "PATH")]
+    write: Vec<PathBuf>,
+    /// Refuse writes beneath PATH even inside a write path (repeatable).
+    #[arg(long = "write-deny", value_name = "PATH")]
+    write_deny: Vec<PathBuf>,
+    /// Refuse reads beneath PATH (repeatable).
+    #[arg(long = "read-deny", value_name = "PATH")]
+    read_deny: Vec<PathBuf>,
+    /// Refuse network access.
+    #[arg(long)]
+    no_network: bool,
+    /// Refuse child processes.
+    #[arg(long)]
+    deny_subprocess: bool,
+    /// Do not pass this environment variable (name or `*` glob; repeatable).
+    #[arg(long = "env-deny", value_name = "NAME")]
+    env_deny: Vec<String>,
+    /// Wall-clock limit in seconds.
+    #[arg(long, value_name = "SECS")]
+    timeout: Option<u64>,
+    /// Sandbox mode preset: read-only, workspace-write or danger-full-access.
+    #[arg(long, value_name = "MODE")]
+    mode: Option<SandboxMode>,
+    /// Workspace directory (for `{{workspace}}` and workspace-write mode).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    /// A whole policy as JSON, instead of the flags above (used by the argv form).
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode"])]
+    policy_json: Option<String>,
+}
+
+/// Config flags shared by every command.
+#[derive(Args, Clone, Default)]
+struct ConfigFlags {
+    /// Operator config file (default: ./sandbox.toml when present).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Backend: auto, landlock, seatbelt or noop (overrides the config).
+    #[arg(long, value_name = "B")]
+    backend: Option<String>,
+    /// When no working backend exists: warn, error or ignore (overrides the config).
+    #[arg(long, value_name = "W")]
+    on_unsupported: Option<String>,
+}
+
+#[derive(Args)]
+struct RunArgs {
+    #[command(flatten)]
+    policy: PolicyFlags,
+    #[command(flatten)]
+    config: ConfigFlags,
+    /// Write the outcome record as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+    /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
+    /// writable (interactive terminals only); `never` does not.
+    #[arg(long, value_name = "ask|never", default_value = "never")]
+    approval: ApprovalPolicy,
+    /// The command.
+    #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
+    argv: Vec<OsString>,
+}
+
+#[derive(Args)]
+struct ExecOpArgs {
+    /// The op envelope as JSON: a file, or `-` for stdin.
+    #[arg(long, value_name = "FILE|-")]
+    op: PathBuf,
+    /// Workspace directory (for `{{workspace}}`).
+    #[arg(long, value_name = "DIR")]
+    workspace: Option<PathBuf>,
+    #[command(flatten)]
+    config: ConfigFlags,
+    /// Write the outcome record as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    report: Option<PathBuf>,
+}
+
+#[derive(Args)]
+struct PolicyCmd {
+    #[command(flatten)]
+    policy: PolicyFlags,
+    #[command(flatten)]
+    config: ConfigFlags,
+}
+
+#[derive(Args)]
+struct CheckArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    json: bool,
+    #[command(flatten)]
+    config: ConfigFlags,
+}
+
+/// A failure before or around the command: exit 125 with one `sandbox:` line.
+struct Fatal(String);
+
+impl<E: std::fmt::Display> From<E> for Fatal {
+    fn from(e: E) -> Self {
+        Fatal(e.to_string())
+    }
+}
+
+fn main() -> ExitCode {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
+                .unwrap_or_else(|_| "warn".into()),
+        )
+        .with_writer(std::io::stderr)
+        .without_time()
+        .with_target(false)
+        .with_level(false)
+        .init();
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Cmd::Run(args) => cmd_run(args),
+        Cmd::ExecOp(args) => cmd_exec_op(args),
+        Cmd::Policy(args) => cmd_policy(args),
+        Cmd::Check(args) => cmd_check(args),
+    };
+    match result {
+        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Err(Fatal(message)) => {
+            let line = message.replace('\n', " ");
+            eprintln!("sandbox: {line}");
+            ExitCode::from(EXIT_SANDBOX as u8)
+        }
+    }
+}
+
+fn load_config(flags: &ConfigFlags) -> Result<SandboxConfig, Fatal> {
+    let mut config = match &flags.config {
+        Some(path) => SandboxConfig::load(path)?,
+        None if Path::new("sandbox.toml").is_file() => {
+            SandboxConfig::load(Path::new("sandbox.toml"))?
+        }
+        None => SandboxConfig::default(),
+    };
+    if let Some(b) = &flags.backend {
+        config.backend =
+            parse_enum::<BackendChoice>(b, "--backend", "auto, landlock, seatbelt or noop")?;
+    }
+    if let Some(w) = &flags.on_unsupported {
+        config.on_unsupported =
+            parse_enum::<OnUnsupported>(w, "--on-unsupported", "warn, error or ignore")?;
+    }
+    Ok(config)
+}
+
+fn parse_enum<T: serde::de::DeserializeOwned>(
+    value: &str,
+    flag: &str,
+    expected: &str,
+) -> Result<T, Fatal> {
+    serde_json::from_value(serde_json::Value::String(value.to_owned())).map_err(|_| {
+        Fatal(format!(
+            "{flag} {value:?} is not valid; expected {expected}"
+        ))
+    })
+}
+
+fn absolute(path: &Path) -> Result<String, Fatal> {
+    let abs = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()?.join(path)
+    };
+    abs.to_str()
+        .map(str::to_owned)
+        .ok_or_else(|| Fatal(format!("path {} is not valid UTF-8", abs.display())))
+}
+
+/// The effective policy for `run` and `policy`: flags (or `--policy-json`) and
+/// mode, bounded by the config's policy. `None` means danger-full-access.
+fn effective_policy(
+    flags: &PolicyFlags,
+    config: &SandboxConfig,
+    private_tmp: Option<&Path>,
+) -> Result<Option<ResolvedPolicy>, Fatal> {
+    let workspace = flags
+        .workspace
+        .as_deref()
+        .map(absolute)
+        .transpose()?
+        .map(PathBuf::from);
+    let ctx = ExpandContext::from_env(workspace.clone());
+    let mode = flags.mode.unwrap_or(SandboxMode::ReadOnly);
+    if !mode.is_confined() {
+        return Ok(None);
+    }
+    let mut requested = match &flags.policy_json {
+        Some(json) => serde_json::from_str::<SandboxPolicy>(json)
+            .map_err(|e| Fatal(format!("invalid --policy-json: {e}")))?,
+        None => {
+            let operator = config.policy.clone().unwrap_or_default();
+            let abs = |paths: &[PathBuf]| {
+                paths
+                    .iter()
+                    .map(|p| absolute(p))
+                    .collect::<Result<Vec<_>, _>>()
+            };
+            SandboxPolicy {
+                network: !flags.no_network,
+                write_paths: abs(&flags.write)?,
+                read_deny_paths: abs(&flags.read_deny)?,
+                write_deny_paths: abs(&flags.write_deny)?,
+                deny_subprocess: flags.deny_subprocess,
+                env_deny_names: flags.env_deny.clone(),
+                timeout_seconds: flags.timeout.unwrap_or(operator.timeout_seconds),
+                max_timeout_seconds: operator.max_timeout_seconds,
+            }
+        }
+    };
+    mode.extend(&mut requested, workspace.as_deref(), private_tmp)
+        .map_err(Fatal::from)?;
+    let requested = requested.resolve(&ctx)?;
+    Ok(Some(match &config.policy {
+        Some(operator) => requested.bounded_by(&operator.resolve(&ctx)?)?,
+        None => requested,
+    }))
+}
+
+fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
+    let config = load_config(&args.config)?;
+    let policy = effective_policy(&args.policy, &config, None)?;
+    let json = match &policy {
+        Some(p) => serde_json::to_string_pretty(p)?,
+        None => "null".to_owned(),
+    };
+    println!("{json}");
+    Ok(0)
+}
+
+fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
+    let config = load_config(&args.config)?;
+    let private_tmp = match args.policy.mode {
+        Some(SandboxMode::WorkspaceWrite) => Some(private_tmp_dir()?),
+        _ => None,
+    };
+    let tmp = private_tmp.as_ref().map(|t| t.path());
+    let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
+        let mut req = RunRequest::new(args.argv.clone(), effective_policy(flags, &config, tmp)?);
+        if let Some(tmp) = tmp {
+            req.env_overrides.push(("TMPDIR".into(), tmp.into()));
+        }
+        execute(&config, req, args.report.as_deref())
+    };
+    let outcome = match run_once(&args.policy)? {
+        Ok(outcome) => outcome,
+        Err(code) => return Ok(code),
+    };
+    if let Some(flags) = escalate(&args, &outcome)? {
+        eprintln!("sandbox: re-running once with the approved escalation");
+        return Ok(match run_once(&flags)? {
+            Ok(outcome) => outcome.exit_code(),
+            Err(code) => code,
+        });
+    }
+    Ok(outcome.exit_code())
+}
+
+/// After a sandbox denial under `--approval ask`, asks on the terminal for a
+/// one-shot re-run with the denied path writable; returns the widened flags if approved.
+fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<PolicyFlags>, Fatal> {
+    let sandbox::Classification::SandboxDenial { evidence } = &outcome.classification else {
+        return Ok(None);
+    };
+    if args.approval == ApprovalPolicy::Never || args.policy.policy_json.is_some() {
+        return Ok(None);
+    }
+    let Some(denied) = evidence.iter().find_map(|line| denied_path(line)) else {
+        return Ok(None);
+    };
+    let Escalation::AddWritePath(path) = Escalation::write_path_for(&denied) else {
+        return Ok(None);
+    };
+    let request = EscalationRequest {
+        argv: outcome.argv.clone(),
+        evidence: evidence.clone(),
+        escalation: Escalation::AddWritePath(path.clone()),
+    };
+    let state = state_dir();
+    std::fs::create_dir_all(&state)
+        .map_err(|e| Fatal(format!("cannot create {}: {e}", state.display())))?;
+    let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(&state))?;
+    let answer = decide_escalation_on_tty(
+        args.approval,
+        &request,
+        &audit,
+        std::time::Duration::from_secs(60),
+    );
+    if !answer.permits() {
+        return Ok(None);
+    }
+    let mut flags = args.policy.clone();
+    flags.write.push(path);
+    Ok(Some(flags))
+}
+
+/// The quoted path in a denial line such as `touch: cannot touch '/x/y': Permission denied`.
+fn denied_path(line: &str) -> Option<PathBuf> {
+    let quoted = line
+        .split(['\'', '"', '`', '\u{2018}', '\u{2019}'])
+        .skip(1)
+        .step_by(2);
+    quoted
+        .chain(line.split(':').map(str::trim))
+        .find(|c| c.starts_with('/'))
+        .map(PathBuf::from)
+}
+
+/// Where approval audit records go: `$XDG_STATE_HOME/sandbox`, else `~/.local/state/sandbox`.
+fn state_dir() -> PathBuf {
+    std::env::var_os("XDG_STATE_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
+        .unwrap_or_else(std::env::temp_dir)
+        .join("sandbox")
+}
+
+fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
+    let config = load_config(&args.config)?;
+    let text = if args.op.as_os_str() == "-" {
+        let mut s = String::new();
+        std::io::stdin().read_to_string(&mut s)?;
+        s
+    } else {
+        std::fs::read_to_string(&args.op)
+            .map_err(|e| Fatal(format!("cannot read op {}: {e}", args.op.display())))?
+    };
+    let op =
+        SandboxedExecOp::from_json(&text).map_err(|e| Fatal(format!("invalid op JSON: {e}")))?;
+    let workspace = args
+        .workspace
+        .as_deref()
+        .map(absolute)
+        .transpose()?
+        .map(PathBuf::from);
+    let ctx = ExpandContext::from_env(workspace);
+    let policy = op.effective_policy(
+        config.policy.as_ref(),
+        &ctx,
+        std::env::vars_os().map(|(k, _)| k),
+    )?;
+    let req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
+    Ok(match execute(&config, req, args.report.as_deref())? {
+        Ok(outcome) => outcome.exit_code(),
+        Err(code) => code,
+    })
+}
+
+/// Runs `req`; `Err(code)` when the command could not start (126/127).
+fn execute(
+    config: &SandboxConfig,
+    req: RunRequest,
+    report: Option<&Path>,
+) -> Result<Result<Outcome, i32>, Fatal> {
+    let resolved = if req.policy.is_some() {
+        resolve_backend(config)?.backend
+    } else {
+        std::sync::Arc::new(sandbox::NoopBackend)
+    };
+    match sandbox::run(resolved.as_ref(), &req) {
+        Ok(outcome) => {
+            write_report(report, &outcome)?;
+            Ok(Ok(outcome))
+        }
+        Err(err) => {
+            let code = err.exit_code();
+            if code == EXIT_SANDBOX {
+                return Err(Fatal(err.to_string()));
+            }
+            eprintln!("sandbox: {err}");
+            Ok(Err(code))
+        }
+    }
+}
+
+fn write_report(path: Option<&Path>, outcome: &Outcome) -> Result<(), Fatal> {
+    if let Some(path) = path {
+        let json = serde_json::to_string_pretty(outcome)?;
+        std::fs::write(path, json + "\n")
+            .map_err(|e| Fatal(format!("cannot write report {}: {e}", path.display())))?;
+    }
+    Ok(())
+}
+
+fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
+    // tempfile creates the directory with mode 0700.
+    tempfile::Builder::new()
+        .prefix("sandbox-tmp-")
+        .tempdir()
+        .map_err(|e| {
+            Fatal(format!(
+                "cannot create the private temporary directory: {e}"
+            ))
+        })
+}
+
+fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
+    let config = load_config(&args.config)?;
+    let resolved = resolve_backend(&config)?;
+    let probe_policy = SandboxPolicy::default().resolve(&ExpandContext::default())?;
+    let report = resolved
+        .backend
+        .prepare(&probe_policy, &[OsString::from("/bin/true")])
+        .map(|c| c.report)?;
+    if args.json {
+        let json = serde_json::json!({
+            "backend": resolved.backend.name(),
+            "enforces": resolved.backend.enforces(),
+            "fallback_reason": resolved.fallback.as_ref().map(|e| e.to_string()),
+            "report": report,
+            "enforcement": report.enforcement(),
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
+    } else {
+        println!("backend: {}", resolved.backend.name());
+        if let Some(why) = &resolved.fallback {
+            println!("fallback: {why}");
+        }
+        for d in &report.details {
+            println!("  {d}");
+        }
+        for a in &report.axes {
+            println!(
+                "  {:<11} {:<10} {}",
+                a.axis.as_str(),
+                a.mechanism,
+                level_text(&a.level)
+            );
+        }
+    }
+    Ok(0)
+}
+
+fn level_text(level: &sandbox::Level) -> String {
+    match level {
+        sandbox::Level::Full => "full".into(),
+        sandbox::Level::Partial { gaps } => format!("partial: {}", gaps.join("; ")),
+        sandbox::Level::None { reason } => format!("none: {reason}"),
+        _ => "unknown".into(),
+    }
+}

@@ -54,6 +54,9 @@ pub struct SandboxConfig {
 struct ConfigFile {
     #[serde(default)]
     sandbox: SandboxConfig,
+    /// Read by the `sandbox-permissions` crate; checked there, not here.
+    #[serde(default, rename = "permissions")]
+    _permissions: Option<toml::Table>,
 }
 
 impl SandboxConfig {

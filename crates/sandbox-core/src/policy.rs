@@ -130,7 +130,8 @@ fn absolute(path: PathBuf) -> Result<PathBuf, String> {
 ///
 /// Only [`SandboxPolicy::resolve`] creates one, so a backend holding a
 /// `ResolvedPolicy` never sees a relative, templated or missing write path.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "SandboxPolicy")]
 pub struct ResolvedPolicy {
     network: bool,
     write_paths: Vec<PathBuf>,
@@ -237,6 +238,15 @@ fn canonicalize_lenient(path: &Path) -> Result<PathBuf, String> {
                 }
             }
         }
+    }
+}
+
+/// Deserialising a `ResolvedPolicy` resolves it again (absolute paths only, no
+/// templates), so a serialised policy can never smuggle in an unchecked one.
+impl TryFrom<SandboxPolicy> for ResolvedPolicy {
+    type Error = PolicyError;
+    fn try_from(policy: SandboxPolicy) -> Result<Self, PolicyError> {
+        policy.resolve(&ExpandContext::default())
     }
 }
 

@@ -1,1 +1,20 @@
-//! Facade. Work in progress.
+//! Confine commands with kernel mechanisms.
+//!
+//! This facade resolves a backend from a [`SandboxConfig`] (Landlock + seccomp
+//! on Linux, Seatbelt on macOS, noop on request or by `on_unsupported`), and
+//! runs commands under it with [`run`]: own session, inherited fds closed,
+//! environment scrubbed, timeout, and no descendant outliving the run.
+#![warn(missing_docs)]
+
+mod gate;
+mod outcome;
+mod process_tree;
+mod resolve;
+mod runner;
+
+pub use outcome::{Classification, Outcome, Termination};
+pub use resolve::{resolve_backend, ResolvedBackend};
+pub use runner::{
+    run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
+};
+pub use sandbox_core::*;

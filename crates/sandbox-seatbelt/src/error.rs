@@ -1,0 +1,19 @@
+//! Typed errors of the profile generator.
+
+use std::path::PathBuf;
+
+/// A policy that cannot be expressed as a Seatbelt profile.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum SeatbeltError {
+    /// A path cannot be passed to `sandbox-exec` as a `-D` parameter.
+    #[error("seatbelt: policy field `{field}` has path {path:?} that cannot be passed to sandbox-exec: {reason}; rename the path or remove it from `{field}`")]
+    UnusablePath {
+        /// Policy field, e.g. `write_paths`.
+        field: &'static str,
+        /// The path as given (printed escaped).
+        path: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+    },
+}

@@ -1,0 +1,255 @@
+//! Policy -> SBPL profile text plus its `-D` parameters.
+//!
+//! The text depends only on the policy's booleans and on how many paths each
+//! list holds; path values travel exclusively as parameters referenced by
+//! `(param "NAME")`, so no path can change the profile's structure.
+
+use std::collections::BTreeSet;
+use std::ffi::OsString;
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use sandbox_core::ResolvedPolicy;
+use serde::Serialize;
+
+use crate::error::SeatbeltError;
+use crate::paths::{macos_canonical, parameter_value};
+
+/// Absolute path of the macOS `sandbox-exec` tool.
+pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
+
+/// Prefix of the parameters naming write paths (`WRITE_PATH_0`, ...).
+pub const WRITE_PARAM: &str = "WRITE_PATH";
+/// Prefix of the parameters naming read-deny paths.
+pub const READ_DENY_PARAM: &str = "READ_DENY_PATH";
+/// Prefix of the parameters naming write-deny paths.
+pub const WRITE_DENY_PARAM: &str = "WRITE_DENY_PATH";
+
+/// A generated Seatbelt profile: SBPL text and the parameters it references.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct SeatbeltProfile {
+    /// The SBPL profile, passed to `sandbox-exec -p`.
+    pub text: String,
+    /// `(name, value)` pairs, passed as `-D name=value`, in the order the text uses them.
+    pub params: Vec<(String, String)>,
+}
+
+impl SeatbeltProfile {
+    /// The argv that runs `argv` under this profile:
+    /// `/usr/bin/sandbox-exec -p TEXT -D NAME=VALUE ... -- argv...`.
+    pub fn sandbox_exec_argv(&self, argv: &[OsString]) -> Vec<OsString> {
+        let mut out = Vec::with_capacity(4 + 2 * self.params.len() + argv.len());
+        out.push(OsString::from(SANDBOX_EXEC));
+        out.push(OsString::from("-p"));
+        out.push(OsString::from(&self.text));
+        for (name, value) in &self.params {
+            out.push(OsString::from("-D"));
+            out.push(OsString::from(format!("{name}={value}")));
+        }
+        out.push(OsString::from("--"));
+        out.extend(argv.iter().cloned());
+        out
+    }
+
+    /// The value of parameter `name`, if the profile defines it.
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.params
+            .iter()
+            .find(|(n, _)| n == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// The parts of a policy a Seatbelt profile depends on.
+///
+/// [`profile`] builds one from a [`ResolvedPolicy`]; build one directly only
+/// when the paths are already canonical and absolute (the generator checks
+/// absoluteness and characters, not existence or symlinks).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProfileInput {
+    /// Whether network access is allowed.
+    pub network: bool,
+    /// Whether child processes are refused.
+    pub deny_subprocess: bool,
+    /// Paths writable beneath.
+    pub write_paths: Vec<PathBuf>,
+    /// Paths removed from the broad read surface.
+    pub read_deny_paths: Vec<PathBuf>,
+    /// Paths removed from the write surface.
+    pub write_deny_paths: Vec<PathBuf>,
+}
+
+impl From<&ResolvedPolicy> for ProfileInput {
+    fn from(policy: &ResolvedPolicy) -> Self {
+        Self {
+            network: policy.network(),
+            deny_subprocess: policy.deny_subprocess(),
+            write_paths: policy.write_paths().to_vec(),
+            read_deny_paths: policy.read_deny_paths().to_vec(),
+            write_deny_paths: policy.write_deny_paths().to_vec(),
+        }
+    }
+}
+
+/// The Seatbelt profile enforcing `policy`.
+///
+/// Paths are mapped to the names macOS resolves them to (see
+/// [`macos_canonical`](crate::macos_canonical)), sorted and deduplicated.
+/// A path with a control character, or one that is not UTF-8, is refused.
+pub fn profile(policy: &ResolvedPolicy) -> Result<SeatbeltProfile, SeatbeltError> {
+    ProfileInput::from(policy).profile()
+}
+
+impl ProfileInput {
+    /// The Seatbelt profile for this input; see [`profile`].
+    pub fn profile(&self) -> Result<SeatbeltProfile, SeatbeltError> {
+        let write = params("write_paths", WRITE_PARAM, &self.write_paths)?;
+        let read_deny = params("read_deny_paths", READ_DENY_PARAM, &self.read_deny_paths)?;
+        let write_deny = params("write_deny_paths", WRITE_DENY_PARAM, &self.write_deny_paths)?;
+
+        let mut text = String::from(BASE);
+        text.push_str(READS);
+        if read_deny.is_empty() {
+            text.push_str("; Read denies: none (read_deny_paths is empty).\n");
+        } else {
+            text.push_str("; Read denies: each read_deny_paths entry and everything beneath it.\n");
+            rule(
+                &mut text,
+                "deny file-read*",
+                &read_deny,
+                &["literal", "subpath"],
+            );
+        }
+        if write.is_empty() {
+            text.push_str("; Writes: none beyond the devices above (write_paths is empty).\n");
+        } else {
+            text.push_str("; Writes: beneath each write_paths entry.\n");
+            rule(&mut text, "allow file-write*", &write, &["subpath"]);
+        }
+        if write_deny.is_empty() {
+            text.push_str("; Write denies: none (write_deny_paths is empty).\n");
+        } else {
+            text.push_str(
+                "; Write denies: each write_deny_paths entry and everything beneath it, existing or not.\n",
+            );
+            rule(
+                &mut text,
+                "deny file-write*",
+                &write_deny,
+                &["literal", "subpath"],
+            );
+        }
+        text.push_str(if self.network {
+            NETWORK_ON
+        } else {
+            NETWORK_OFF
+        });
+        text.push_str(if self.deny_subprocess {
+            SUBPROCESS_DENIED
+        } else {
+            SUBPROCESS_ALLOWED
+        });
+
+        let params = write
+            .into_iter()
+            .chain(read_deny)
+            .chain(write_deny)
+            .collect();
+        Ok(SeatbeltProfile { text, params })
+    }
+}
+
+/// Checks, maps, sorts and names the paths of one policy field.
+fn params(
+    field: &'static str,
+    prefix: &str,
+    paths: &[PathBuf],
+) -> Result<Vec<(String, String)>, SeatbeltError> {
+    let mut values = BTreeSet::new();
+    for path in paths {
+        let checked = parameter_value(field, path)?;
+        values.insert(
+            macos_canonical(Path::new(&checked))
+                .to_string_lossy()
+                .into_owned(),
+        );
+    }
+    Ok(values
+        .into_iter()
+        .enumerate()
+        .map(|(i, value)| (format!("{prefix}_{i}"), value))
+        .collect())
+}
+
+/// Appends `(head (filter (param "P")) ...)`, one filter per line.
+fn rule(text: &mut String, head: &str, params: &[(String, String)], filters: &[&str]) {
+    text.push('(');
+    text.push_str(head);
+    for (name, _) in params {
+        for filter in filters {
+            // Names are generated here (`PREFIX_N`), never taken from input.
+            let _ = write!(text, "\n  ({filter} (param \"{name}\"))");
+        }
+    }
+    text.push_str(")\n");
+}
+
+/// Header and the sections every profile shares.
+const BASE: &str = r#"(version 1)
+; Refuse everything that is not allowed below.
+(deny default)
+; Apple's BSD base profile: dyld, libSystem and logging support (needed on macOS 26).
+(import "bsd.sb")
+; Processes: run programs; signal and inspect only processes in this sandbox.
+(allow process-exec*)
+(allow signal (target same-sandbox))
+(allow process-info* (target same-sandbox))
+; System information: sysctl reads, broad like file reads.
+(allow sysctl-read)
+; Local IPC ordinary tools use: preferences reads, POSIX semaphores (Python multiprocessing).
+(allow user-preference-read)
+(allow ipc-posix-sem)
+; Services ordinary tools look up: users and groups, logging, preferences, per-user dirs.
+(allow mach-lookup
+  (global-name "com.apple.bsd.dirhelper")
+  (global-name "com.apple.cfprefsd.agent")
+  (global-name "com.apple.cfprefsd.daemon")
+  (global-name "com.apple.logd")
+  (global-name "com.apple.system.logger")
+  (global-name "com.apple.system.notification_center")
+  (global-name "com.apple.system.opendirectoryd.libinfo")
+  (global-name "com.apple.system.opendirectoryd.membership"))
+; Devices: /dev/null and terminals may be written and controlled.
+(allow file-write-data file-ioctl
+  (literal "/dev/null")
+  (literal "/dev/tty")
+  (regex #"^/dev/ttys[0-9]+$"))
+"#;
+
+const READS: &str = r#"; Reads: the whole file system (read denies below take precedence).
+(allow file-read*)
+"#;
+
+const NETWORK_ON: &str = r#"; Network: on; sockets, connections, listening, and the services name resolution and TLS use.
+(allow network-bind network-inbound network-outbound)
+(allow system-socket)
+(allow mach-lookup
+  (global-name "com.apple.SecurityServer")
+  (global-name "com.apple.SystemConfiguration.DNSConfiguration")
+  (global-name "com.apple.SystemConfiguration.configd")
+  (global-name "com.apple.dnssd.service")
+  (global-name "com.apple.networkd")
+  (global-name "com.apple.ocspd")
+  (global-name "com.apple.trustd")
+  (global-name "com.apple.trustd.agent"))
+"#;
+
+const NETWORK_OFF: &str =
+    "; Network: off; only local unix socketpairs work, and they need no rule.\n";
+
+const SUBPROCESS_ALLOWED: &str = r#"; Subprocesses: allowed.
+(allow process-fork)
+"#;
+
+const SUBPROCESS_DENIED: &str =
+    "; Subprocesses: denied (no process-fork); the command's own exec still works.\n";

@@ -1,0 +1,243 @@
+//! Behavioral legs on macOS: real `sandbox-exec` runs under generated profiles.
+//! Every deny has an allowed twin under the same profile family, so a command
+//! that fails for an unrelated reason never reads as "denied".
+#![cfg(target_os = "macos")]
+
+use std::ffi::OsString;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::os::unix::net::UnixStream;
+use std::path::Path;
+use std::process::Output;
+
+use sandbox_core::{Backend, ExpandContext, Level, SandboxPolicy};
+use sandbox_seatbelt::SeatbeltBackend;
+
+/// Runs `argv` under `policy` through the backend's own `prepare`.
+fn run(policy: &SandboxPolicy, argv: &[&str], env: &[(&str, &str)]) -> Output {
+    let resolved = policy.resolve(&ExpandContext::default()).unwrap();
+    let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+    let confinement = SeatbeltBackend::new().prepare(&resolved, &argv).unwrap();
+    assert!(confinement.pre_exec.is_none());
+    assert_eq!(confinement.argv[0], "/usr/bin/sandbox-exec");
+    let (mut cmd, report) = confinement.into_command().unwrap();
+    assert!(report.axes.iter().all(|a| a.level == Level::Full));
+    cmd.envs(env.iter().copied());
+    cmd.output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn sh_write(policy: &SandboxPolicy, file: &Path) -> Output {
+    run(
+        policy,
+        &[
+            "/bin/sh",
+            "-c",
+            "echo x > \"$1\"",
+            "sh",
+            file.to_str().unwrap(),
+        ],
+        &[],
+    )
+}
+
+#[test]
+fn write_inside_succeeds_and_outside_is_denied() {
+    // A hostile name exercises the -D NAME=VALUE path through the real tool.
+    let root = tempfile::tempdir().unwrap();
+    let inside = root.path().join("we=ird \"dir\" (allow default)");
+    std::fs::create_dir(&inside).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        write_paths: vec![inside.to_str().unwrap().into()],
+        ..SandboxPolicy::default()
+    };
+    let ok = sh_write(&policy, &inside.join("f"));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    assert!(inside.join("f").exists());
+    // The sibling of the write path is outside it.
+    let sibling = sh_write(&policy, &root.path().join("f"));
+    assert!(!sibling.status.success());
+    assert!(!root.path().join("f").exists());
+
+    let denied = sh_write(&policy, &outside.path().join("f"));
+    assert!(!denied.status.success());
+    assert!(
+        text(&denied.stderr).contains("not permitted"),
+        "{}",
+        text(&denied.stderr)
+    );
+    assert!(!outside.path().join("f").exists());
+}
+
+#[test]
+fn write_deny_inside_a_write_path_is_denied_even_when_new() {
+    let dir = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        write_paths: vec![dir.path().to_str().unwrap().into()],
+        write_deny_paths: vec![dir.path().join("protected").to_str().unwrap().into()],
+        ..SandboxPolicy::default()
+    };
+    let ok = sh_write(&policy, &dir.path().join("sibling"));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let denied = sh_write(&policy, &dir.path().join("protected"));
+    assert!(!denied.status.success());
+    assert!(!dir.path().join("protected").exists());
+}
+
+#[test]
+fn read_deny_is_denied_and_siblings_stay_readable() {
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::write(dir.path().join("secret"), "s3cret").unwrap();
+    std::fs::write(dir.path().join("public"), "hello").unwrap();
+    let policy = SandboxPolicy {
+        read_deny_paths: vec![dir.path().join("secret").to_str().unwrap().into()],
+        ..SandboxPolicy::default()
+    };
+    let cat = |name: &str| {
+        run(
+            &policy,
+            &["/bin/cat", dir.path().join(name).to_str().unwrap()],
+            &[],
+        )
+    };
+    let ok = cat("public");
+    assert_eq!(text(&ok.stdout), "hello", "{}", text(&ok.stderr));
+    let denied = cat("secret");
+    assert!(!denied.status.success());
+    assert!(!text(&denied.stdout).contains("s3cret"));
+}
+
+#[test]
+fn fork_is_denied_under_deny_subprocess_and_exec_still_works() {
+    let forking = ["/bin/sh", "-c", "/usr/bin/true && echo forked"];
+    let allowed = run(&SandboxPolicy::default(), &forking, &[]);
+    assert_eq!(
+        text(&allowed.stdout).trim(),
+        "forked",
+        "{}",
+        text(&allowed.stderr)
+    );
+
+    let deny = SandboxPolicy {
+        deny_subprocess: true,
+        ..SandboxPolicy::default()
+    };
+    let non_forking = run(&deny, &["/bin/echo", "non-forking"], &[]);
+    assert!(
+        non_forking.status.success(),
+        "{}",
+        text(&non_forking.stderr)
+    );
+    assert_eq!(text(&non_forking.stdout).trim(), "non-forking");
+
+    let denied = run(&deny, &forking, &[]);
+    assert!(!text(&denied.stdout).contains("forked"));
+}
+
+const HELPER: &str = "SEATBELT_TEST_HELPER";
+
+/// Re-runs this test binary as the confined client: `HELPER` names the action.
+fn helper(policy: &SandboxPolicy, action: &str) -> String {
+    let exe = std::env::current_exe().unwrap();
+    let out = run(
+        policy,
+        &[
+            exe.to_str().unwrap(),
+            "--exact",
+            "helper_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ],
+        &[(HELPER, action)],
+    );
+    let stdout = text(&out.stdout);
+    stdout
+        .lines()
+        .find_map(|l| l.strip_prefix("HELPER:"))
+        .unwrap_or_else(|| panic!("helper printed no result: {stdout}\n{}", text(&out.stderr)))
+        .to_owned()
+}
+
+/// In helper mode performs the action; otherwise checks the helper works unconfined.
+#[test]
+fn helper_entry() {
+    match std::env::var(HELPER) {
+        Ok(action) => println!("HELPER:{}", perform(&action)),
+        Err(_) => {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = listener.local_addr().unwrap().to_string();
+            assert_eq!(perform(&format!("connect={addr}")), "connected");
+            assert_eq!(perform("socketpair"), "socketpair-ok");
+            assert_eq!(perform("spawn"), "spawned");
+        }
+    }
+}
+
+fn perform(action: &str) -> String {
+    if let Some(addr) = action.strip_prefix("connect=") {
+        return match TcpStream::connect(addr) {
+            Ok(_) => "connected".into(),
+            Err(e) => format!("error:{:?}:{e}", e.kind()),
+        };
+    }
+    if action == "spawn" {
+        // std uses posix_spawn on macOS, which must be refused like fork.
+        return match std::process::Command::new("/usr/bin/true").status() {
+            Ok(status) if status.success() => "spawned".into(),
+            Ok(status) => format!("error:status {status}"),
+            Err(e) => format!("error:{:?}:{e}", e.kind()),
+        };
+    }
+    if action == "socketpair" {
+        let (mut a, mut b) = match UnixStream::pair() {
+            Ok(pair) => pair,
+            Err(e) => return format!("error:{e}"),
+        };
+        let mut buf = [0u8; 1];
+        return match a.write_all(b"x").and_then(|()| b.read_exact(&mut buf)) {
+            Ok(()) if &buf == b"x" => "socketpair-ok".into(),
+            other => format!("error:{other:?}"),
+        };
+    }
+    format!("error:unknown action {action}")
+}
+
+#[test]
+fn network_off_denies_connect_and_network_on_allows_it() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let connect = format!("connect={}", listener.local_addr().unwrap());
+
+    let on = helper(&SandboxPolicy::default(), &connect);
+    assert_eq!(on, "connected");
+
+    let off = SandboxPolicy {
+        network: false,
+        ..SandboxPolicy::default()
+    };
+    let denied = helper(&off, &connect);
+    assert!(denied.starts_with("error:PermissionDenied"), "{denied}");
+}
+
+#[test]
+fn network_off_keeps_unix_socketpairs() {
+    let off = SandboxPolicy {
+        network: false,
+        ..SandboxPolicy::default()
+    };
+    assert_eq!(helper(&off, "socketpair"), "socketpair-ok");
+}
+
+#[test]
+fn posix_spawn_is_denied_under_deny_subprocess() {
+    assert_eq!(helper(&SandboxPolicy::default(), "spawn"), "spawned");
+    let deny = SandboxPolicy {
+        deny_subprocess: true,
+        ..SandboxPolicy::default()
+    };
+    let denied = helper(&deny, "spawn");
+    assert!(denied.starts_with("error:"), "{denied}");
+}

@@ -1,0 +1,179 @@
+//! The outcome record of one run.
+
+use serde::{Deserialize, Serialize};
+
+use sandbox_core::{EnforcementReport, ResolvedPolicy};
+
+use crate::runner::EXIT_TIMEOUT;
+
+/// How the main process ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "kind", rename_all = "snake_case")]
+pub enum Termination {
+    /// Exited with a status code.
+    Exited {
+        /// The code.
+        code: i32,
+    },
+    /// Killed by a signal.
+    Signaled {
+        /// The signal number.
+        signal: i32,
+    },
+}
+
+/// What kind of result a run had.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "class", rename_all = "snake_case")]
+#[non_exhaustive]
+pub enum Classification {
+    /// Exit status 0.
+    Ok,
+    /// The command failed on its own terms.
+    TaskFailure,
+    /// The command failed and its stderr or signal shows the sandbox refused something.
+    SandboxDenial {
+        /// The lines or signal that show it.
+        evidence: Vec<String>,
+    },
+    /// The runner itself failed.
+    RunnerFailure {
+        /// What went wrong.
+        reason: String,
+    },
+    /// The timeout ended the command.
+    Timeout,
+}
+
+/// Phrases in stderr that show a refusal by the sandbox.
+const DENIAL_MARKERS: &[&str] = &[
+    "Permission denied",
+    "Operation not permitted",
+    "Read-only file system",
+    "Function not implemented",
+];
+
+impl Classification {
+    /// Classifies a finished run. Denial evidence counts only for confined runs.
+    pub fn of(termination: &Termination, timed_out: bool, confined: bool, stderr: &str) -> Self {
+        if timed_out {
+            return Self::Timeout;
+        }
+        match termination {
+            Termination::Exited { code: 0 } => Self::Ok,
+            Termination::Signaled { signal } if confined && *signal == libc::SIGSYS => {
+                Self::SandboxDenial {
+                    evidence: vec!["killed by SIGSYS (seccomp)".into()],
+                }
+            }
+            _ if confined => {
+                let evidence: Vec<String> = stderr
+                    .lines()
+                    .filter(|l| DENIAL_MARKERS.iter().any(|m| l.contains(m)))
+                    .take(10)
+                    .map(|l| l.trim().to_owned())
+                    .collect();
+                if evidence.is_empty() {
+                    Self::TaskFailure
+                } else {
+                    Self::SandboxDenial { evidence }
+                }
+            }
+            _ => Self::TaskFailure,
+        }
+    }
+}
+
+/// Everything known about one run, serialisable as JSON.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct Outcome {
+    /// The command as requested.
+    pub argv: Vec<String>,
+    /// The effective policy; `None` when the run was unconfined (danger-full-access).
+    pub policy: Option<ResolvedPolicy>,
+    /// The backend that ran it.
+    pub backend: String,
+    /// What the backend enforced; `None` when unconfined.
+    pub report: Option<EnforcementReport>,
+    /// How the main process ended.
+    pub termination: Termination,
+    /// Whether the timeout ended it.
+    pub timed_out: bool,
+    /// Descendants still alive after the main process ended, which the runner ended.
+    pub leftover_processes_ended: usize,
+    /// Wall-clock duration in milliseconds.
+    pub duration_ms: f64,
+    /// The classification.
+    pub classification: Classification,
+}
+
+impl Outcome {
+    /// The shell-style exit code: the command's, 128+N for signal N, 124 on timeout.
+    pub fn exit_code(&self) -> i32 {
+        if self.timed_out {
+            return EXIT_TIMEOUT;
+        }
+        match self.termination {
+            Termination::Exited { code } => code,
+            Termination::Signaled { signal } => 128 + signal,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn outcome_round_trips_through_json() {
+        let dir = std::env::temp_dir();
+        let policy = sandbox_core::SandboxPolicy {
+            write_paths: vec![dir.to_string_lossy().into_owned()],
+            ..Default::default()
+        }
+        .resolve(&sandbox_core::ExpandContext::default())
+        .unwrap();
+        let outcome = Outcome {
+            argv: vec!["/bin/false".into()],
+            policy: Some(policy),
+            backend: "noop".into(),
+            report: None,
+            termination: Termination::Signaled { signal: 9 },
+            timed_out: false,
+            leftover_processes_ended: 2,
+            duration_ms: 1.5,
+            classification: Classification::SandboxDenial {
+                evidence: vec!["x: Permission denied".into()],
+            },
+        };
+        let back: Outcome =
+            serde_json::from_str(&serde_json::to_string(&outcome).unwrap()).unwrap();
+        assert_eq!(
+            serde_json::to_value(&back).unwrap(),
+            serde_json::to_value(&outcome).unwrap()
+        );
+        assert_eq!(back.exit_code(), 137);
+    }
+
+    #[test]
+    fn classification_needs_confinement_for_denial() {
+        let failed = Termination::Exited { code: 1 };
+        let stderr = "touch: cannot touch '/etc/x': Permission denied\n";
+        assert!(matches!(
+            Classification::of(&failed, false, true, stderr),
+            Classification::SandboxDenial { .. }
+        ));
+        assert_eq!(
+            Classification::of(&failed, false, false, stderr),
+            Classification::TaskFailure
+        );
+        assert_eq!(
+            Classification::of(&failed, true, true, stderr),
+            Classification::Timeout
+        );
+        assert_eq!(
+            Classification::of(&Termination::Exited { code: 0 }, false, true, ""),
+            Classification::Ok
+        );
+    }
+}

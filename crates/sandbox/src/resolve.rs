@@ -1,0 +1,103 @@
+//! Choosing the backend for a [`SandboxConfig`].
+
+use std::sync::Arc;
+
+use sandbox_core::{
+    Backend, BackendChoice, NoopBackend, OnUnsupported, SandboxConfig, SandboxUnavailable,
+};
+
+/// The backend a config resolved to.
+#[derive(Debug, Clone)]
+pub struct ResolvedBackend {
+    /// The backend to use.
+    pub backend: Arc<dyn Backend>,
+    /// Why the preferred backend was not used, when `on_unsupported` let resolution fall back.
+    pub fallback: Option<SandboxUnavailable>,
+}
+
+/// Picks the backend `config` asks for, and checks it really enforces here.
+///
+/// A real backend is handed out only after it passes the enforcement
+/// self-test on this host. A missing backend and one that fails its self-test
+/// are treated alike: `on_unsupported` decides between an error, a warning
+/// plus the noop backend, or the noop backend silently.
+pub fn resolve_backend(config: &SandboxConfig) -> Result<ResolvedBackend, SandboxUnavailable> {
+    let attempt = match config.backend {
+        BackendChoice::Noop => {
+            return Ok(ResolvedBackend {
+                backend: Arc::new(NoopBackend),
+                fallback: None,
+            })
+        }
+        BackendChoice::Auto => platform_backend(),
+        BackendChoice::Landlock => landlock_backend(),
+        BackendChoice::Seatbelt => seatbelt_backend(),
+        _ => Err(SandboxUnavailable::new(
+            "unknown",
+            "this backend choice is not supported by this build",
+        )),
+    }
+    .and_then(|backend| {
+        crate::gate::check(backend.as_ref())?;
+        Ok(backend)
+    });
+    match attempt {
+        Ok(backend) => Ok(ResolvedBackend {
+            backend,
+            fallback: None,
+        }),
+        Err(err) => match config.on_unsupported {
+            OnUnsupported::Error => Err(err),
+            OnUnsupported::Warn => {
+                tracing::warn!(
+                    "sandbox: {err}; falling back to the noop backend (on_unsupported = warn)"
+                );
+                Ok(ResolvedBackend {
+                    backend: Arc::new(NoopBackend),
+                    fallback: Some(err),
+                })
+            }
+            _ => Ok(ResolvedBackend {
+                backend: Arc::new(NoopBackend),
+                fallback: Some(err),
+            }),
+        },
+    }
+}
+
+fn platform_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
+    if cfg!(target_os = "linux") {
+        landlock_backend()
+    } else if cfg!(target_os = "macos") {
+        seatbelt_backend()
+    } else {
+        Err(SandboxUnavailable::new(
+            "auto",
+            format!("no sandbox backend exists for {}", std::env::consts::OS),
+        ))
+    }
+}
+
+fn landlock_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
+    #[cfg(target_os = "linux")]
+    {
+        Err(SandboxUnavailable::new(
+            "landlock",
+            "the Landlock backend is not built yet",
+        ))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err(SandboxUnavailable::new(
+            "landlock",
+            "Landlock exists only on Linux",
+        ))
+    }
+}
+
+fn seatbelt_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
+    Err(SandboxUnavailable::new(
+        "seatbelt",
+        "the Seatbelt backend runs only on macOS",
+    ))
+}

@@ -1,0 +1,450 @@
+//! Runs one command under a backend: session, fds, environment, timeout,
+//! process-tree cleanup and the outcome record.
+
+use std::collections::HashSet;
+use std::ffi::{OsStr, OsString};
+use std::io::Write;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use sandbox_core::{decode_pre_exec_error, scrub_env, Backend, PreExecHook, ResolvedPolicy};
+
+use crate::outcome::{Classification, Outcome, Termination};
+use crate::process_tree;
+
+/// Exit code when the timeout ended the command.
+pub const EXIT_TIMEOUT: i32 = 124;
+/// Exit code when the sandbox could not be applied or the input was bad.
+pub const EXIT_SANDBOX: i32 = 125;
+/// Exit code when the program exists but cannot be executed.
+pub const EXIT_NOT_EXECUTABLE: i32 = 126;
+/// Exit code when the program is not found.
+pub const EXIT_NOT_FOUND: i32 = 127;
+
+/// What to run and how.
+#[derive(Debug, Clone)]
+pub struct RunRequest {
+    /// Program and arguments.
+    pub argv: Vec<OsString>,
+    /// The policy; `None` runs the command unconfined (danger-full-access).
+    pub policy: Option<ResolvedPolicy>,
+    /// Working directory (default: the runner's).
+    pub cwd: Option<PathBuf>,
+    /// Environment before scrubbing (default: the runner's).
+    pub env: Option<Vec<(OsString, OsString)>>,
+    /// Extra variables set after scrubbing (e.g. `TMPDIR` for a private temp dir).
+    pub env_overrides: Vec<(OsString, OsString)>,
+    /// Time between SIGTERM and SIGKILL when ending the process tree.
+    pub grace: Duration,
+    /// Copy the command's stderr to this process's stderr while scanning it for evidence.
+    pub echo_stderr: bool,
+}
+
+impl RunRequest {
+    /// A request with defaults: runner's cwd and environment, 2 s grace, stderr echoed.
+    pub fn new(argv: Vec<OsString>, policy: Option<ResolvedPolicy>) -> Self {
+        Self {
+            argv,
+            policy,
+            cwd: None,
+            env: None,
+            env_overrides: Vec::new(),
+            grace: Duration::from_secs(2),
+            echo_stderr: true,
+        }
+    }
+}
+
+/// Why a run could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum RunError {
+    /// The argv is empty.
+    #[error("nothing to run: the command is empty")]
+    EmptyArgv,
+    /// The program was not found.
+    #[error("{}: command not found", .0.to_string_lossy())]
+    NotFound(OsString),
+    /// The program cannot be executed.
+    #[error("{}: cannot execute: {reason}", path.display())]
+    NotExecutable {
+        /// The program path.
+        path: PathBuf,
+        /// The OS reason.
+        reason: String,
+    },
+    /// The backend could not confine the command.
+    #[error(transparent)]
+    Unavailable(#[from] sandbox_core::SandboxUnavailable),
+    /// Applying confinement in the child failed.
+    #[error("could not apply the `{backend}` sandbox in the child: {source}")]
+    ApplyFailed {
+        /// Backend name.
+        backend: String,
+        /// The errno the child reported.
+        source: std::io::Error,
+    },
+    /// Spawning failed for another reason.
+    #[error("could not start {}: {source}", program.to_string_lossy())]
+    Spawn {
+        /// The program.
+        program: OsString,
+        /// The OS error.
+        source: std::io::Error,
+    },
+}
+
+impl RunError {
+    /// The exit code a shell-like runner reports for this error.
+    pub fn exit_code(&self) -> i32 {
+        match self {
+            RunError::NotFound(_) => EXIT_NOT_FOUND,
+            RunError::NotExecutable { .. } => EXIT_NOT_EXECUTABLE,
+            _ => EXIT_SANDBOX,
+        }
+    }
+}
+
+/// Main pids of runs in progress in this process: cleanup of one run never touches another's.
+static ACTIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+/// Runs `req` under `backend` and waits for it (and every descendant) to end.
+pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError> {
+    let started = Instant::now();
+    let (program, _) = req.argv.split_first().ok_or(RunError::EmptyArgv)?;
+    let env: Vec<(OsString, OsString)> = req
+        .env
+        .clone()
+        .unwrap_or_else(|| std::env::vars_os().collect());
+    let path_var = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.clone());
+    locate(program, path_var.as_deref(), req.cwd.as_deref())?;
+
+    let (argv, hook, report) = match &req.policy {
+        Some(policy) => {
+            let c = backend.prepare(policy, &req.argv)?;
+            (c.argv, c.pre_exec, Some(c.report))
+        }
+        None => (req.argv.clone(), None, None),
+    };
+    let env = match &req.policy {
+        Some(p) => scrub_env(env, p.env_deny_names()),
+        None => env,
+    };
+    let timeout = req.policy.as_ref().map(|p| p.timeout());
+
+    let mut cmd = Command::new(&argv[0]);
+    cmd.args(&argv[1..])
+        .env_clear()
+        .envs(env)
+        .envs(req.env_overrides.iter().cloned());
+    if let Some(cwd) = &req.cwd {
+        cmd.current_dir(cwd);
+    }
+    cmd.stdin(Stdio::inherit())
+        .stdout(Stdio::inherit())
+        .stderr(Stdio::piped());
+    runner_hook(req.policy.is_some()).install(&mut cmd);
+    if let Some(hook) = hook {
+        hook.install(&mut cmd);
+    }
+
+    process_tree::become_subreaper();
+    let mut child = cmd
+        .spawn()
+        .map_err(|source| spawn_error(backend, program, source))?;
+    let pid = child.id() as i32;
+    ACTIVE.lock().map(|mut a| a.push(pid)).ok();
+    let stderr = child.stderr.take().map(OwnedFd::from);
+    let mut watch = Watch::new(pid, stderr, req.echo_stderr);
+    let timed_out = !watch.wait_exit(timeout.map(|t| started + t));
+    let exclude = other_runs(pid);
+    if timed_out {
+        process_tree::end_tree(pid, req.grace, &exclude);
+    }
+    let status = child.wait().map_err(|source| RunError::Spawn {
+        program: program.clone(),
+        source,
+    })?;
+    ACTIVE.lock().map(|mut a| a.retain(|p| *p != pid)).ok();
+    let leftovers = process_tree::end_tree(pid, req.grace, &other_runs(pid));
+    let stderr_tail = watch.drain();
+
+    let termination = match (status.code(), status.signal()) {
+        (Some(code), _) => Termination::Exited { code },
+        (None, Some(signal)) => Termination::Signaled { signal },
+        _ => Termination::Exited { code: -1 },
+    };
+    let confined = report.is_some() && backend.enforces();
+    let classification = Classification::of(&termination, timed_out, confined, &stderr_tail);
+    Ok(Outcome {
+        argv: req
+            .argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        policy: req.policy.clone(),
+        backend: if req.policy.is_some() {
+            backend.name().to_owned()
+        } else {
+            "none (danger-full-access)".to_owned()
+        },
+        report,
+        termination,
+        timed_out,
+        leftover_processes_ended: leftovers,
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        classification,
+    })
+}
+
+fn other_runs(me: i32) -> HashSet<i32> {
+    ACTIVE
+        .lock()
+        .map(|a| a.iter().copied().filter(|p| *p != me).collect())
+        .unwrap_or_default()
+}
+
+fn spawn_error(backend: &dyn Backend, program: &OsStr, source: std::io::Error) -> RunError {
+    if let Some(errno) = decode_pre_exec_error(&source) {
+        return RunError::ApplyFailed {
+            backend: backend.name().to_owned(),
+            source: std::io::Error::from_raw_os_error(errno),
+        };
+    }
+    match source.raw_os_error() {
+        Some(libc::ENOENT) => RunError::NotFound(program.to_owned()),
+        Some(libc::EACCES | libc::ENOEXEC | libc::EISDIR | libc::EPERM) => {
+            RunError::NotExecutable {
+                path: PathBuf::from(program),
+                reason: source.to_string(),
+            }
+        }
+        _ => RunError::Spawn {
+            program: program.to_owned(),
+            source,
+        },
+    }
+}
+
+/// Finds `program` the way a shell would, so "not found" and "not executable"
+/// are told apart before anything is spawned.
+fn locate(
+    program: &OsStr,
+    path_var: Option<&OsStr>,
+    cwd: Option<&Path>,
+) -> Result<PathBuf, RunError> {
+    let check = |candidate: PathBuf| -> Option<Result<PathBuf, RunError>> {
+        let meta = std::fs::metadata(&candidate).ok()?;
+        let executable = meta.is_file() && {
+            let c = std::ffi::CString::new(candidate.as_os_str().as_bytes()).ok()?;
+            // SAFETY: c is a valid NUL-terminated path.
+            unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+        };
+        Some(if executable {
+            Ok(candidate)
+        } else {
+            Err(RunError::NotExecutable {
+                reason: if meta.is_dir() {
+                    "is a directory".into()
+                } else {
+                    "permission denied".into()
+                },
+                path: candidate,
+            })
+        })
+    };
+    if program.as_bytes().contains(&b'/') {
+        let path = match cwd {
+            Some(dir) if !Path::new(program).is_absolute() => dir.join(program),
+            _ => PathBuf::from(program),
+        };
+        return check(path).unwrap_or_else(|| Err(RunError::NotFound(program.to_owned())));
+    }
+    let search = path_var.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
+    let mut first_error = None;
+    for dir in std::env::split_paths(search) {
+        match check(dir.join(program)) {
+            Some(Ok(found)) => return Ok(found),
+            Some(Err(e)) => {
+                first_error.get_or_insert(e);
+            }
+            None => {}
+        }
+    }
+    Err(first_error.unwrap_or_else(|| RunError::NotFound(program.to_owned())))
+}
+
+/// The runner's own child setup: new session, parent-death signal, every
+/// inherited fd above 2 marked close-on-exec, and for confined runs
+/// no_new_privs (no setuid gain, whatever the backend).
+fn runner_hook(no_new_privs: bool) -> PreExecHook {
+    // SAFETY: the closure only makes async-signal-safe syscalls with integer
+    // arguments and allocates nothing.
+    let parent = std::process::id() as libc::pid_t;
+    unsafe {
+        PreExecHook::new(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before PDEATHSIG was armed.
+            if libc::getppid() != parent {
+                libc::_exit(EXIT_SANDBOX);
+            }
+            if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // CLOSE_RANGE_CLOEXEC keeps std's exec-error pipe working until exec.
+            if libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
+/// Waits on a child via its pidfd while copying its stderr.
+struct Watch {
+    pid: i32,
+    pidfd: Option<OwnedFd>,
+    stderr: Option<OwnedFd>,
+    echo: bool,
+    tail: Vec<u8>,
+}
+
+const TAIL_LIMIT: usize = 64 * 1024;
+
+impl Watch {
+    fn new(pid: i32, stderr: Option<OwnedFd>, echo: bool) -> Self {
+        // SAFETY: pidfd_open takes integer arguments; a valid fd is owned by us.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) });
+        if let Some(fd) = &stderr {
+            // Non-blocking, so draining never waits on a writer that escaped cleanup.
+            // SAFETY: fcntl on an fd we own.
+            unsafe {
+                let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+                libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
+            }
+        }
+        Self {
+            pid,
+            pidfd,
+            stderr,
+            echo,
+            tail: Vec::new(),
+        }
+    }
+
+    /// Waits until the child exits (true) or `deadline` passes (false).
+    fn wait_exit(&mut self, deadline: Option<Instant>) -> bool {
+        loop {
+            let wait_ms = match deadline {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return false;
+                    }
+                    left.as_millis().min(i32::MAX as u128) as i32 + 1
+                }
+                None => -1,
+            };
+            let Some(pidfd) = &self.pidfd else {
+                // No pidfd (very old kernel): poll the stderr pipe with a short tick.
+                return self.wait_without_pidfd(deadline);
+            };
+            let mut fds = [
+                libc::pollfd {
+                    fd: pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: self.stderr.as_ref().map_or(-1, |f| f.as_raw_fd()),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: fds is a valid array of two pollfd.
+            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) };
+            if n < 0 {
+                continue; // EINTR
+            }
+            if fds[1].revents != 0 && !self.read_stderr() {
+                self.stderr = None;
+            }
+            if fds[0].revents != 0 {
+                return true;
+            }
+        }
+    }
+
+    /// Fallback for kernels without pidfd_open: check with `waitid(WNOWAIT)` on a short tick,
+    /// leaving the child for `Child::wait` to reap.
+    fn wait_without_pidfd(&mut self, deadline: Option<Instant>) -> bool {
+        loop {
+            // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child unreaped.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    self.pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+                )
+            };
+            // SAFETY: si_pid is valid to read for waitid results.
+            if rc == 0 && unsafe { info.si_pid() } != 0 {
+                return true;
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return false;
+            }
+            while self.read_stderr() {}
+            std::thread::sleep(Duration::from_millis(5));
+        }
+    }
+
+    /// Reads once from stderr; false on EOF or error.
+    fn read_stderr(&mut self) -> bool {
+        let Some(fd) = &self.stderr else { return false };
+        let mut buf = [0u8; 8192];
+        // SAFETY: buf is valid for its length.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+        if n <= 0 {
+            return false;
+        }
+        let chunk = &buf[..n as usize];
+        if self.echo {
+            let _ = std::io::stderr().write_all(chunk);
+        }
+        self.tail.extend_from_slice(chunk);
+        if self.tail.len() > TAIL_LIMIT {
+            let cut = self.tail.len() - TAIL_LIMIT;
+            self.tail.drain(..cut);
+        }
+        true
+    }
+
+    /// Copies what is left of stderr (every writer has ended) and returns the tail.
+    fn drain(mut self) -> String {
+        while self.read_stderr() {}
+        String::from_utf8_lossy(&self.tail).into_owned()
+    }
+}

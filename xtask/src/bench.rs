@@ -1,0 +1,460 @@
+//! `cargo xtask bench [--quick] [--write]`: launch, runtime, gate and prepare
+//! costs, as interleaved A/B pairs (A B A B ...) so machine drift cancels;
+//! ratios are taken pair by pair, then the median.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::Instant;
+
+struct Settings {
+    launches: usize,
+    workload_runs: usize,
+    stat_calls: usize,
+    open_calls: usize,
+}
+
+/// One measured comparison.
+struct Row {
+    case: String,
+    command: String,
+    baseline_ms: Stats,
+    measured_ms: Stats,
+    ratio: Option<Stats>,
+}
+
+#[derive(Clone, Copy)]
+struct Stats {
+    median: f64,
+    min: f64,
+    max: f64,
+}
+
+impl Stats {
+    fn of(samples: &[f64]) -> Stats {
+        let mut s = samples.to_vec();
+        s.sort_by(|a, b| a.total_cmp(b));
+        let median = if s.is_empty() {
+            f64::NAN
+        } else if s.len() % 2 == 1 {
+            s[s.len() / 2]
+        } else {
+            (s[s.len() / 2 - 1] + s[s.len() / 2]) / 2.0
+        };
+        Stats {
+            median,
+            min: s.first().copied().unwrap_or(f64::NAN),
+            max: s.last().copied().unwrap_or(f64::NAN),
+        }
+    }
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let quick = args.iter().any(|a| a == "--quick");
+    let write = args.iter().any(|a| a == "--write");
+    if let Some(bad) = args.iter().find(|a| *a != "--quick" && *a != "--write") {
+        return Err(format!(
+            "unknown bench flag {bad:?}; expected --quick and/or --write"
+        ));
+    }
+    let settings = if quick {
+        Settings {
+            launches: 60,
+            workload_runs: 5,
+            stat_calls: 50_000,
+            open_calls: 20_000,
+        }
+    } else {
+        Settings {
+            launches: 400,
+            workload_runs: 15,
+            stat_calls: 200_000,
+            open_calls: 100_000,
+        }
+    };
+    crate::cargo(&[
+        "build",
+        "--release",
+        "--quiet",
+        "-p",
+        "sandbox-cli",
+        "-p",
+        "bench-workload",
+    ])?;
+    let root = workspace_root();
+    let bin = root.join("target/release/sandbox");
+    let workload = root.join("target/release/bench-workload");
+    let scratch = tempdir()?;
+    let w = scratch.to_str().ok_or("temp dir is not UTF-8")?.to_owned();
+    let confine = |extra: &[&str], argv: &[&str]| -> Vec<String> {
+        let mut v: Vec<String> = vec![
+            bin.display().to_string(),
+            "run".into(),
+            "--on-unsupported".into(),
+            "error".into(),
+            "-w".into(),
+            w.clone(),
+            "--no-network".into(),
+        ];
+        v.extend(extra.iter().map(|s| s.to_string()));
+        v.push("--".into());
+        v.extend(argv.iter().map(|s| s.to_string()));
+        v
+    };
+    let deny = deep_dir(Path::new("/usr/share"), 5);
+    let deny = deny.display().to_string();
+    let mut rows = Vec::new();
+
+    // Launch: bare /bin/true vs the CLI.
+    let bare = vec!["/bin/true".to_owned()];
+    let cli = confine(&[], &["/bin/true"]);
+    let (a, b) = interleave(settings.launches, || wall(&bare), || wall(&cli))?;
+    let launch_bare = Stats::of(&a).median;
+    let launch_cli = Stats::of(&b).median;
+    rows.push(row("launch /bin/true: CLI vs bare", &cli, &a, &b));
+
+    // Library Command form vs plain std::process::Command, measured in-process.
+    let lib = [
+        workload.display().to_string(),
+        "launch".into(),
+        settings.launches.to_string(),
+        w.clone(),
+    ];
+    let v = json_of(&lib)?;
+    let plain = ns_list(&v["plain"]);
+    let confined = ns_list(&v["confined"]);
+    rows.push(row(
+        "launch /bin/true: library Command form vs plain Command",
+        &lib,
+        &plain,
+        &confined,
+    ));
+
+    // Runtime workloads, timed inside the process (launch cost excluded).
+    let stat_dir = "/usr/lib";
+    for (name, argv) in [
+        (
+            format!("{} stat", settings.stat_calls),
+            vec![
+                workload.display().to_string(),
+                "stat".into(),
+                settings.stat_calls.to_string(),
+                stat_dir.into(),
+            ],
+        ),
+        (
+            format!("{} open", settings.open_calls),
+            vec![
+                workload.display().to_string(),
+                "open".into(),
+                settings.open_calls.to_string(),
+                "/etc/passwd".into(),
+            ],
+        ),
+    ] {
+        let argv_ref: Vec<&str> = argv.iter().map(String::as_str).collect();
+        for (label, extra) in [
+            ("", vec![]),
+            (" with a read denial", vec!["--read-deny", deny.as_str()]),
+        ] {
+            let confined = confine(&extra, &argv_ref);
+            let (a, b) = interleave(
+                settings.workload_runs,
+                || inner_ms(&argv),
+                || inner_ms(&confined),
+            )?;
+            rows.push(row(
+                &format!("{name}{label}: confined vs bare (loop time)"),
+                &confined,
+                &a,
+                &b,
+            ));
+        }
+    }
+    // find: whole-process time minus the launch medians.
+    let find = vec![
+        "find".to_owned(),
+        "/usr".into(),
+        "-name".into(),
+        "*.h".into(),
+    ];
+    for (label, extra) in [
+        ("", vec![]),
+        (" with a read denial", vec!["--read-deny", deny.as_str()]),
+    ] {
+        let confined = confine(&extra, &["find", "/usr", "-name", "*.h"]);
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || wall(&find).map(|t| t - launch_bare),
+            || wall(&confined).map(|t| t - launch_cli),
+        )?;
+        rows.push(row(
+            &format!("find /usr -name '*.h'{label}: confined vs bare (launch removed)"),
+            &confined,
+            &a,
+            &b,
+        ));
+    }
+
+    // Prepare cost: 50 write paths and a read denial deep under a wide directory.
+    let prep = [
+        workload.display().to_string(),
+        "prepare".into(),
+        "50".into(),
+        "/usr/share".into(),
+    ];
+    let v = json_of(&prep)?;
+    let samples = ns_list(&v["samples"]);
+    rows.push(Row {
+        case: "prepare: 50 write paths + deep read denial".into(),
+        command: prep.join(" "),
+        baseline_ms: Stats::of(&[]),
+        measured_ms: Stats::of(&samples),
+        ratio: None,
+    });
+
+    // Peers found on PATH, same policy.
+    let mut not_measured = Vec::new();
+    for (peer, argv) in peers(&w) {
+        if which(peer).is_none() {
+            not_measured.push(peer);
+            continue;
+        }
+        let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&argv))?;
+        rows.push(row(
+            &format!("launch /bin/true: {peer} vs bare"),
+            &argv,
+            &a,
+            &b,
+        ));
+    }
+
+    let report = render(&rows, &not_measured, quick);
+    println!("{report}");
+    if write {
+        std::fs::write(root.join("BENCHMARKS.md"), &report)
+            .map_err(|e| format!("cannot write BENCHMARKS.md: {e}"))?;
+        eprintln!("xtask: wrote BENCHMARKS.md");
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(())
+}
+
+fn row(case: &str, cmd: &[String], a: &[f64], b: &[f64]) -> Row {
+    let ratios: Vec<f64> = a.iter().zip(b).map(|(a, b)| b / a).collect();
+    Row {
+        case: case.into(),
+        command: cmd.join(" "),
+        baseline_ms: Stats::of(a),
+        measured_ms: Stats::of(b),
+        ratio: Some(Stats::of(&ratios)),
+    }
+}
+
+fn interleave(
+    n: usize,
+    mut a: impl FnMut() -> Result<f64, String>,
+    mut b: impl FnMut() -> Result<f64, String>,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
+    // One warm-up pair, not recorded.
+    a()?;
+    b()?;
+    let (mut va, mut vb) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        va.push(a()?);
+        vb.push(b()?);
+    }
+    Ok((va, vb))
+}
+
+/// Wall time of one run of `argv`, in ms; a failing run is an error.
+fn wall(argv: &[String]) -> Result<f64, String> {
+    let t = Instant::now();
+    let status = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    if !status.success() {
+        return Err(format!("`{}` failed: {status}", argv.join(" ")));
+    }
+    Ok(ms)
+}
+
+fn json_of(argv: &[String]) -> Result<serde_json::Value, String> {
+    let out = Command::new(&argv[0])
+        .args(&argv[1..])
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    if !out.status.success() {
+        return Err(format!("`{}` failed: {}", argv.join(" "), out.status));
+    }
+    // The last stdout line is the workload's JSON.
+    let text = String::from_utf8_lossy(&out.stdout);
+    let line = text.lines().last().unwrap_or("");
+    serde_json::from_str(line).map_err(|e| format!("`{}` printed {line:?}: {e}", argv.join(" ")))
+}
+
+/// Loop time reported by a workload, in ms.
+fn inner_ms(argv: &[String]) -> Result<f64, String> {
+    let v = json_of(argv)?;
+    v["ns"]
+        .as_u64()
+        .map(|ns| ns as f64 / 1e6)
+        .ok_or_else(|| format!("no ns in {v}"))
+}
+
+fn ns_list(v: &serde_json::Value) -> Vec<f64> {
+    v.as_array()
+        .map(|a| {
+            a.iter()
+                .filter_map(|x| x.as_u64())
+                .map(|ns| ns as f64 / 1e6)
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
+fn peers(w: &str) -> Vec<(&'static str, Vec<String>)> {
+    let s = |v: &[&str]| v.iter().map(|x| x.to_string()).collect::<Vec<_>>();
+    vec![
+        (
+            "bwrap",
+            s(&[
+                "bwrap",
+                "--ro-bind",
+                "/",
+                "/",
+                "--dev",
+                "/dev",
+                "--proc",
+                "/proc",
+                "--bind",
+                w,
+                w,
+                "--unshare-net",
+                "--",
+                "/bin/true",
+            ]),
+        ),
+        (
+            "firejail",
+            s(&[
+                "firejail",
+                "--quiet",
+                "--noprofile",
+                "--net=none",
+                "--read-only=/",
+                &format!("--read-write={w}"),
+                "/bin/true",
+            ]),
+        ),
+    ]
+}
+
+fn which(program: &str) -> Option<PathBuf> {
+    std::env::split_paths(&std::env::var_os("PATH")?)
+        .map(|d| d.join(program))
+        .find(|p| p.is_file())
+}
+
+fn deep_dir(root: &Path, depth: usize) -> PathBuf {
+    let mut cur = root.to_path_buf();
+    for _ in 0..depth {
+        let mut dirs: Vec<PathBuf> = match std::fs::read_dir(&cur) {
+            Ok(rd) => rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir() && !p.is_symlink())
+                .collect(),
+            Err(_) => break,
+        };
+        dirs.sort();
+        match dirs.into_iter().next() {
+            Some(d) => cur = d,
+            None => break,
+        }
+    }
+    cur
+}
+
+fn tempdir() -> Result<PathBuf, String> {
+    let p = std::env::temp_dir().join(format!("xtask-bench-{}", std::process::id()));
+    std::fs::create_dir_all(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+    std::fs::canonicalize(&p).map_err(|e| e.to_string())
+}
+
+fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .map(Path::to_path_buf)
+        .unwrap_or_default()
+}
+
+fn machine_line() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|c| {
+            c.lines()
+                .find(|l| l.starts_with("model name"))
+                .map(|l| l.split(':').nth(1).unwrap_or("").trim().to_owned())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(0);
+    let kernel = std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default();
+    format!("{cpu}, {cores} cores, Linux {}", kernel.trim())
+}
+
+fn render(rows: &[Row], not_measured: &[&str], quick: bool) -> String {
+    let date = Command::new("date")
+        .arg("-u")
+        .arg("+%Y-%m-%d")
+        .output()
+        .ok()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_owned())
+        .unwrap_or_default();
+    let mut s = String::new();
+    s.push_str("# Benchmarks\n\n");
+    s.push_str(&format!(
+        "Measured {date} with `cargo xtask bench{}` on: {}.\n\n",
+        if quick { " --quick" } else { "" },
+        machine_line()
+    ));
+    s.push_str("Interleaved A/B runs (baseline, then candidate, repeated); the ratio is taken pair by pair, then the median. Times in ms: median (min-max).\n\n");
+    s.push_str("| case | baseline ms | measured ms | ratio |\n|---|---|---|---|\n");
+    let fmt = |st: &Stats| {
+        if st.median.is_nan() {
+            "-".to_owned()
+        } else {
+            format!("{:.3} ({:.3}-{:.3})", st.median, st.min, st.max)
+        }
+    };
+    for r in rows {
+        let ratio = r
+            .ratio
+            .map(|x| format!("{:.2}x ({:.2}-{:.2})", x.median, x.min, x.max))
+            .unwrap_or_else(|| "-".into());
+        s.push_str(&format!(
+            "| {} | {} | {} | {} |\n",
+            r.case,
+            fmt(&r.baseline_ms),
+            fmt(&r.measured_ms),
+            ratio
+        ));
+    }
+    if !not_measured.is_empty() {
+        s.push_str(&format!(
+            "\nNot measured (not on PATH): {}.\n",
+            not_measured.join(", ")
+        ));
+    }
+    s.push_str("\n## Commands\n\n");
+    for r in rows {
+        s.push_str(&format!("* {}: `{}`\n", r.case, r.command));
+    }
+    s
+}

@@ -1,0 +1,164 @@
+//! Workloads for `cargo xtask bench`. Each prints one JSON object on stdout.
+//!
+//! * `stat N DIR`: N `stat` calls over the entries of DIR; prints the loop's nanoseconds.
+//! * `open N FILE`: N open+close of FILE; prints the loop's nanoseconds.
+//! * `launch N WRITE_DIR`: N interleaved pairs of a plain `Command` spawn of
+//!   `/bin/true` and the same spawn through the resolved backend's `Command`
+//!   form; prints both sample lists in nanoseconds.
+//! * `prepare N WIDE_DIR`: N prepares of a policy with 50 write paths and a read
+//!   denial deep under WIDE_DIR; prints the samples.
+//!
+//! Loops are timed inside the process, so launch cost never enters them.
+
+use std::ffi::OsString;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode};
+use std::time::Instant;
+
+use sandbox::{
+    resolve_backend, BackendChoice, ExpandContext, OnUnsupported, SandboxConfig, SandboxPolicy,
+};
+
+fn main() -> ExitCode {
+    let args: Vec<String> = std::env::args().skip(1).collect();
+    let n = |i: usize| {
+        args.get(i)
+            .and_then(|s| s.parse::<usize>().ok())
+            .unwrap_or(1000)
+    };
+    let path = |i: usize| PathBuf::from(args.get(i).map(String::as_str).unwrap_or("/usr"));
+    let result = match args.first().map(String::as_str) {
+        Some("stat") => stat_loop(n(1), &path(2)),
+        Some("open") => open_loop(n(1), &path(2)),
+        Some("launch") => launch_pairs(n(1), &path(2)),
+        Some("prepare") => prepare_loop(n(1), &path(2)),
+        _ => Err("usage: bench-workload stat|open|launch|prepare N PATH".into()),
+    };
+    match result {
+        Ok(json) => {
+            println!("{json}");
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("bench-workload: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn stat_loop(n: usize, dir: &Path) -> Result<serde_json::Value, String> {
+    let entries: Vec<PathBuf> = std::fs::read_dir(dir)
+        .map_err(|e| format!("{}: {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .collect();
+    if entries.is_empty() {
+        return Err(format!("{} is empty", dir.display()));
+    }
+    let start = Instant::now();
+    for i in 0..n {
+        let _ = std::fs::symlink_metadata(&entries[i % entries.len()]);
+    }
+    Ok(serde_json::json!({ "ns": start.elapsed().as_nanos() as u64 }))
+}
+
+fn open_loop(n: usize, file: &Path) -> Result<serde_json::Value, String> {
+    let start = Instant::now();
+    for _ in 0..n {
+        drop(std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?);
+    }
+    Ok(serde_json::json!({ "ns": start.elapsed().as_nanos() as u64 }))
+}
+
+fn real_backend() -> Result<std::sync::Arc<dyn sandbox::Backend>, String> {
+    let config = SandboxConfig {
+        backend: BackendChoice::Auto,
+        on_unsupported: OnUnsupported::Error,
+        policy: None,
+    };
+    resolve_backend(&config)
+        .map(|r| r.backend)
+        .map_err(|e| e.to_string())
+}
+
+fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
+    let backend = real_backend()?;
+    let policy = SandboxPolicy {
+        network: false,
+        write_paths: vec![write_dir.to_string_lossy().into_owned()],
+        ..Default::default()
+    }
+    .resolve(&ExpandContext::default())
+    .map_err(|e| e.to_string())?;
+    let argv = [OsString::from("/bin/true")];
+    let (mut plain, mut confined) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    for _ in 0..n {
+        let t = Instant::now();
+        let status = Command::new("/bin/true")
+            .status()
+            .map_err(|e| e.to_string())?;
+        plain.push(t.elapsed().as_nanos() as u64);
+        if !status.success() {
+            return Err("plain /bin/true failed".into());
+        }
+        let t = Instant::now();
+        let confinement = backend.prepare(&policy, &argv).map_err(|e| e.to_string())?;
+        let (mut cmd, _) = confinement.into_command().ok_or("empty argv")?;
+        let status = cmd.status().map_err(|e| e.to_string())?;
+        confined.push(t.elapsed().as_nanos() as u64);
+        if !status.success() {
+            return Err(format!("confined /bin/true failed: {status}"));
+        }
+    }
+    Ok(serde_json::json!({ "backend": backend.name(), "plain": plain, "confined": confined }))
+}
+
+fn prepare_loop(n: usize, wide: &Path) -> Result<serde_json::Value, String> {
+    let backend = real_backend()?;
+    let scratch = std::env::temp_dir().join(format!("bench-prepare-{}", std::process::id()));
+    let mut write_paths = Vec::new();
+    for i in 0..50 {
+        let p = scratch.join(format!("w{i}"));
+        std::fs::create_dir_all(&p).map_err(|e| e.to_string())?;
+        write_paths.push(p.to_string_lossy().into_owned());
+    }
+    let deep = deepest_dir(wide, 6);
+    let policy = SandboxPolicy {
+        write_paths,
+        read_deny_paths: vec![deep.to_string_lossy().into_owned()],
+        ..Default::default()
+    }
+    .resolve(&ExpandContext::default())
+    .map_err(|e| e.to_string())?;
+    let argv = [OsString::from("/bin/true")];
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let c = backend.prepare(&policy, &argv).map_err(|e| e.to_string())?;
+        samples.push(t.elapsed().as_nanos() as u64);
+        drop(c);
+    }
+    let _ = std::fs::remove_dir_all(&scratch);
+    Ok(serde_json::json!({ "backend": backend.name(), "deny": deep, "samples": samples }))
+}
+
+/// A directory up to `depth` levels below `root`, always taking the first subdirectory.
+fn deepest_dir(root: &Path, depth: usize) -> PathBuf {
+    let mut cur = root.to_path_buf();
+    for _ in 0..depth {
+        let next = std::fs::read_dir(&cur).ok().and_then(|rd| {
+            let mut dirs: Vec<PathBuf> = rd
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| p.is_dir() && !p.is_symlink())
+                .collect();
+            dirs.sort();
+            dirs.into_iter().next()
+        });
+        match next {
+            Some(d) => cur = d,
+            None => break,
+        }
+    }
+    cur
+}
