@@ -149,12 +149,231 @@ impl AxisContract {
 ///
 /// This list is never derived from [`REGISTRY`]: a test compares the two, so
 /// an axis dropped from the registry cannot pass unnoticed.
-pub const EXPECTED_AXES: &[Axis] = &[];
+pub const EXPECTED_AXES: &[Axis] = &[
+    Axis::Network,
+    Axis::Write,
+    Axis::Spawn,
+    Axis::ReadDeny,
+    Axis::WriteDeny,
+    Axis::Env,
+    Axis::Timeout,
+];
+
+/// Witness strength of every axis: behavioral on Landlock (a real process
+/// tries and the kernel answers); profile text on Seatbelt until a macOS
+/// runner runs the behavioral legs.
+const WITNESS: &[(&str, WitnessStrength)] = &[
+    ("landlock", WitnessStrength::Behavioral),
+    ("seatbelt", WitnessStrength::ProfileText),
+];
+
+/// No declared exceptions: the axis carries no deliberate hole.
+const NO_EXCEPTIONS: &[Exception] = &[];
+
+const fn legs(deny: &'static str, boundary: &'static str, workload: &'static str) -> [Leg; 3] {
+    [
+        Leg {
+            kind: LegKind::Deny,
+            description: deny,
+        },
+        Leg {
+            kind: LegKind::Boundary,
+            description: boundary,
+        },
+        Leg {
+            kind: LegKind::Workload,
+            description: workload,
+        },
+    ]
+}
+
+const NETWORK_LEGS: [Leg; 3] = legs(
+    "network = false: a TCP connect to a loopback listener the arm opens is refused \
+     (positive control: the same connect succeeds with network = true)",
+    "network = false: NULL-address send/recv on a connected AF_UNIX socketpair and bind \
+     survive, while an addressed UDP sendto to 127.0.0.1 and listen stay refused",
+    "network = false: local IPC (pipe, AF_UNIX socketpair, an asyncio event loop woken \
+     from a thread through its self-pipe) runs to completion",
+);
+const NETWORK_EXCEPTIONS: &[Exception] = &[
+    Exception {
+        name: "null-address sendto/recvfrom",
+        why: "send/recv on an already-connected socket carry no address and reach only \
+              the peer; event loops wake themselves through such a self-pipe",
+    },
+    Exception {
+        name: "AF_UNIX socketpair",
+        why: "an anonymous pair connects only the two ends the process holds",
+    },
+    Exception {
+        name: "bind",
+        why: "binding reaches no peer; listen, accept and connect stay refused",
+    },
+];
+
+const WRITE_LEGS: [Leg; 3] = legs(
+    "creating and overwriting files outside write_paths is refused (the production \
+     gate's write probe, with its positive control)",
+    "near misses stay refused: a prefix-named sibling of a write path, `..` out of it, a \
+     symlink inside it pointing outside, renaming a file out of it, truncating and \
+     chmod-ing a file outside it",
+    "a build-like workload under a write path (mkdir -p, write, rename, read back, \
+     remove) succeeds",
+);
+
+const SPAWN_LEGS: [Leg; 3] = legs(
+    "deny_subprocess = true: the child of a forking command never runs, while a \
+     non-forking command still does (the production gate's spawn probe)",
+    "deny_subprocess = true: fork, posix_spawn and subprocess stay refused while \
+     threads and the command's own exec keep working",
+    "deny_subprocess = false: a command that starts a pipeline of child processes \
+     completes with their output",
+);
+
+const READ_DENY_LEGS: [Leg; 3] = legs(
+    "reading a file beneath read_deny_paths is refused (positive control: a sibling \
+     file is readable under the same policy)",
+    "near misses: a prefix-named sibling stays readable; a symlink from a readable \
+     directory into the denied one and listing the denied directory stay refused",
+    "a program reading broadly (system files, a sibling project tree) works with a \
+     read-deny path in place",
+);
+
+const WRITE_DENY_LEGS: [Leg; 3] = legs(
+    "writing beneath a write_deny path inside a write path is refused (positive \
+     control: a sibling inside the write path is writable)",
+    "near misses stay refused: creating a new file in the denied directory, renaming \
+     a file into it, writing through a symlink pointing into it",
+    "a workload writing across existing siblings of the denied path succeeds",
+);
+
+const ENV_LEGS: [Leg; 3] = legs(
+    "a variable named in env_deny_names (exact and by `*` glob) does not reach the \
+     command",
+    "near misses of a glob (`AWS_*` against `AWSX`) and unrelated variables still \
+     reach the command",
+    "the command runs with PATH, HOME and the remaining variables intact",
+);
+
+const TIMEOUT_LEGS: [Leg; 3] = legs(
+    "a command overrunning timeout_seconds is ended with its whole process tree; no \
+     descendant keeps running",
+    "a command finishing within timeout_seconds keeps its own exit status",
+    "a command with child processes that finishes in time returns its output",
+);
 
 /// The registered axis contracts.
-pub const REGISTRY: &[AxisContract] = &[];
+pub const REGISTRY: &[AxisContract] = &[
+    AxisContract {
+        axis: Axis::Network,
+        legs: &NETWORK_LEGS,
+        exceptions: NETWORK_EXCEPTIONS,
+        witness: WITNESS,
+    },
+    AxisContract {
+        axis: Axis::Write,
+        legs: &WRITE_LEGS,
+        exceptions: NO_EXCEPTIONS,
+        witness: WITNESS,
+    },
+    AxisContract {
+        axis: Axis::Spawn,
+        legs: &SPAWN_LEGS,
+        exceptions: NO_EXCEPTIONS,
+        witness: WITNESS,
+    },
+    AxisContract {
+        axis: Axis::ReadDeny,
+        legs: &READ_DENY_LEGS,
+        exceptions: NO_EXCEPTIONS,
+        witness: WITNESS,
+    },
+    AxisContract {
+        axis: Axis::WriteDeny,
+        legs: &WRITE_DENY_LEGS,
+        exceptions: NO_EXCEPTIONS,
+        witness: WITNESS,
+    },
+    AxisContract {
+        axis: Axis::Env,
+        legs: &ENV_LEGS,
+        exceptions: NO_EXCEPTIONS,
+        witness: WITNESS,
+    },
+    AxisContract {
+        axis: Axis::Timeout,
+        legs: &TIMEOUT_LEGS,
+        exceptions: NO_EXCEPTIONS,
+        witness: WITNESS,
+    },
+];
 
 /// The contract for `axis`, if registered.
 pub fn contract(axis: Axis) -> Option<&'static AxisContract> {
     REGISTRY.iter().find(|c| c.axis == axis)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn registry_and_expected_axes_agree() {
+        assert!(
+            !EXPECTED_AXES.is_empty(),
+            "the guard must not pass vacuously"
+        );
+        let registered: Vec<Axis> = REGISTRY.iter().map(|c| c.axis).collect();
+        assert_eq!(
+            registered, EXPECTED_AXES,
+            "registry and EXPECTED_AXES disagree"
+        );
+        let mut unique = registered.clone();
+        unique.sort();
+        unique.dedup();
+        assert_eq!(
+            unique.len(),
+            registered.len(),
+            "an axis is registered twice"
+        );
+    }
+
+    #[test]
+    fn every_contract_has_three_legs_and_both_backends() {
+        for contract in REGISTRY {
+            let kinds: Vec<LegKind> = contract.legs.iter().map(|l| l.kind).collect();
+            assert_eq!(kinds, LegKind::ALL, "{}", contract.axis);
+            assert!(contract.legs.iter().all(|l| !l.description.is_empty()));
+            assert_eq!(
+                contract.witness_for("landlock"),
+                Some(WitnessStrength::Behavioral),
+                "{}",
+                contract.axis
+            );
+            assert_eq!(
+                contract.witness_for("seatbelt"),
+                Some(WitnessStrength::ProfileText),
+                "{}",
+                contract.axis
+            );
+        }
+    }
+
+    #[test]
+    fn exceptions_are_stated_explicitly() {
+        let names = |axis| -> Vec<&str> {
+            contract(axis)
+                .unwrap()
+                .exceptions
+                .iter()
+                .map(|e| e.name)
+                .collect()
+        };
+        assert_eq!(
+            names(Axis::Network),
+            ["null-address sendto/recvfrom", "AF_UNIX socketpair", "bind"]
+        );
+        assert!(names(Axis::Write).is_empty());
+        assert!(names(Axis::Spawn).is_empty());
+    }
 }

@@ -1,0 +1,357 @@
+//! The file-system axes: write, read_deny and write_deny.
+
+use std::os::unix::fs::PermissionsExt;
+
+use sandbox_core::axis::LegKind;
+use sandbox_core::SandboxPolicy;
+
+use super::harness::{
+    errored, resolve, s, show, succeeded, unwitnessed, Ctx, Outcome, Tree, PY_PRELUDE,
+};
+use super::LegResult;
+use crate::launch::minimal_env;
+use crate::probe::{read, write_probe, ProbeResult};
+
+fn verdict(pass: bool, evidence: String) -> Outcome {
+    (
+        if pass {
+            LegResult::Passed
+        } else {
+            LegResult::Failed
+        },
+        evidence,
+    )
+}
+
+/// Maps a production probe report onto a leg (used for the write and spawn deny legs).
+pub(crate) fn from_probe(report: &crate::ProbeReport) -> Outcome {
+    let checks = report
+        .checks
+        .iter()
+        .map(|c| format!("{:?}: {} -> {}", c.role, c.attempted, c.observed))
+        .collect::<Vec<_>>()
+        .join("; ");
+    match &report.result {
+        ProbeResult::Witnessed => (LegResult::Passed, format!("gate probe witnessed: {checks}")),
+        ProbeResult::Failed {
+            attempted,
+            observed,
+        } => (
+            LegResult::Failed,
+            format!("gate probe failed: attempted {attempted}; observed {observed}"),
+        ),
+        ProbeResult::Unwitnessed { why } => (
+            LegResult::Unwitnessed { why: why.clone() },
+            format!("gate probe unwitnessed: {checks}"),
+        ),
+    }
+}
+
+pub(crate) fn write_deny_leg(ctx: &Ctx<'_>) -> Outcome {
+    from_probe(&write_probe(ctx.backend))
+}
+
+const WRITE_BOUNDARY: &str = r#"
+grant, sibling, outside = sys.argv[1:4]
+def control():
+    os.makedirs(grant + "/nested/deeper", exist_ok=True)
+    open(grant + "/nested/deeper/ok", "w").write("ok")
+attempt("control_nested_write", control)
+attempt("prefix_sibling", lambda: open(sibling + "/f", "w").write("x"))
+attempt("dotdot_escape", lambda: open(grant + "/../outside/dotdot", "w").write("x"))
+attempt("symlink_out", lambda: open(grant + "/link/through-link", "w").write("x"))
+attempt("rename_out", lambda: os.rename(grant + "/moveme", outside + "/moved"))
+attempt("hardlink_in", lambda: os.link(outside + "/existing", grant + "/hardlink"))
+attempt("truncate_outside", lambda: os.truncate(outside + "/existing", 0))
+attempt("chmod_outside", lambda: os.chmod(outside + "/existing", 0o600))
+"#;
+
+const NEAR_MISSES: &[&str] = &[
+    "prefix_sibling",
+    "dotdot_escape",
+    "symlink_out",
+    "rename_out",
+    "hardlink_in",
+    "truncate_outside",
+    "chmod_outside",
+];
+
+pub(crate) fn write_boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
+    let tree = Tree::new()?;
+    let grant = tree.dir("grant")?;
+    let sibling = tree.dir("grant2")?;
+    let outside = tree.dir("outside")?;
+    let existing = tree.file("outside/existing", "original\n")?;
+    std::fs::set_permissions(&existing, std::fs::Permissions::from_mode(0o644))
+        .map_err(|e| unwitnessed(e.to_string()))?;
+    tree.file("grant/moveme", "m\n")?;
+    tree.symlink("grant/link", &outside)?;
+    let policy = resolve(SandboxPolicy {
+        write_paths: vec![s(&grant)],
+        ..SandboxPolicy::default()
+    })?;
+    let run = ctx.python(
+        &policy,
+        &format!("{PY_PRELUDE}{WRITE_BOUNDARY}"),
+        &[&grant, &sibling, &outside],
+    )?;
+    let values = run.started()?;
+    if read(&grant.join("nested/deeper/ok")).as_deref() != Some("ok") {
+        return Err(unwitnessed(format!(
+            "positive control not seen: a nested write inside the write path did not happen \
+             ({}; the child {})",
+            show(&values, &["control_nested_write"]),
+            run.describe()
+        )));
+    }
+    // What must not have changed on disk, whatever the child printed.
+    let untouched = [
+        ("prefix sibling file", !sibling.join("f").exists()),
+        ("dotdot file", !outside.join("dotdot").exists()),
+        (
+            "file through symlink",
+            !outside.join("through-link").exists(),
+        ),
+        (
+            "renamed file",
+            grant.join("moveme").exists() && !outside.join("moved").exists(),
+        ),
+        ("hard link", !grant.join("hardlink").exists()),
+        (
+            "outside file",
+            read(&existing).as_deref() == Some("original\n")
+                && std::fs::metadata(&existing)
+                    .map(|m| m.permissions().mode() & 0o777 == 0o644)
+                    .unwrap_or(false),
+        ),
+    ];
+    let changed: Vec<&str> = untouched
+        .iter()
+        .filter(|(_, ok)| !ok)
+        .map(|(n, _)| *n)
+        .collect();
+    let all_refused = NEAR_MISSES.iter().all(|k| errored(values.get(*k)));
+    let evidence = format!(
+        "control ok; {}; on disk changed: {}",
+        show(&values, NEAR_MISSES),
+        if changed.is_empty() {
+            "nothing".to_owned()
+        } else {
+            changed.join(", ")
+        }
+    );
+    Ok(verdict(all_refused && changed.is_empty(), evidence))
+}
+
+const WRITE_WORKLOAD: &str = r#"set -e
+mkdir -p "$1/build/obj/deep"
+echo hello > "$1/build/obj/deep/a.o"
+mv "$1/build/obj/deep/a.o" "$1/build/a.out"
+cat "$1/build/a.out" > "$1/result"
+rm -r "$1/build"
+"#;
+
+pub(crate) fn write_workload(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
+    let tree = Tree::new()?;
+    let grant = tree.dir("grant")?;
+    let policy = resolve(SandboxPolicy {
+        write_paths: vec![s(&grant)],
+        ..SandboxPolicy::default()
+    })?;
+    let run = ctx.sh(&policy, WRITE_WORKLOAD, &[&grant], &minimal_env())?;
+    let result = read(&grant.join("result"));
+    let pass =
+        run.exited_ok() && result.as_deref() == Some("hello\n") && !grant.join("build").exists();
+    Ok(verdict(
+        pass,
+        format!(
+            "mkdir -p, write, mv, cat, rm -r under the write path: result file {:?}, build tree \
+             removed: {} (the command {})",
+            result,
+            !grant.join("build").exists(),
+            run.describe()
+        ),
+    ))
+}
+
+const READ_DENY: &str = r#"
+root = sys.argv[1]
+def rd(p):
+    return len(open(p, "rb").read())
+attempt("secret", lambda: rd(root + "/secret/key"))
+attempt("public", lambda: rd(root + "/public/ok"))
+attempt("prefix_sibling", lambda: rd(root + "/secret2/ok"))
+attempt("symlink_in", lambda: rd(root + "/public/link"))
+attempt("listdir_secret", lambda: len(os.listdir(root + "/secret")))
+def broad():
+    n = 0
+    for d, _, files in os.walk(root + "/public"):
+        for f in files:
+            if not os.path.islink(os.path.join(d, f)):
+                n += rd(os.path.join(d, f))
+    import json, shlex
+    n += rd("/etc/passwd") > 0
+    n += len(os.listdir("/usr/bin")) > 0
+    return n > 0
+attempt("broad_reads", broad)
+"#;
+
+pub(crate) fn read_deny(ctx: &Ctx<'_>, leg: LegKind) -> Result<Outcome, Outcome> {
+    let tree = Tree::new()?;
+    let secret = tree.dir("secret")?;
+    tree.file("secret/key", "secret\n")?;
+    tree.file("secret2/ok", "open\n")?;
+    tree.file("public/ok", "open\n")?;
+    tree.file("public/tree/a/b", "bbb\n")?;
+    tree.symlink("public/link", &secret.join("key"))?;
+    let script = format!("{PY_PRELUDE}{READ_DENY}");
+    let keys = [
+        "secret",
+        "public",
+        "prefix_sibling",
+        "symlink_in",
+        "listdir_secret",
+        "broad_reads",
+    ];
+
+    // Positive control: without the read deny, everything is readable.
+    let open = ctx.python(&resolve(SandboxPolicy::default())?, &script, &[&tree.root])?;
+    let values = open.started()?;
+    if !keys.iter().all(|k| succeeded(values.get(*k))) {
+        return Err(unwitnessed(format!(
+            "positive control not seen: without read_deny_paths {} (the child {})",
+            show(&values, &keys),
+            open.describe()
+        )));
+    }
+    let policy = resolve(SandboxPolicy {
+        read_deny_paths: vec![s(&secret)],
+        ..SandboxPolicy::default()
+    })?;
+    let run = ctx.python(&policy, &script, &[&tree.root])?;
+    let v = run.started()?;
+    let (pass, shown) = match leg {
+        LegKind::Deny => (
+            errored(v.get("secret")) && succeeded(v.get("public")),
+            show(&v, &["secret", "public"]),
+        ),
+        LegKind::Boundary => (
+            succeeded(v.get("prefix_sibling"))
+                && errored(v.get("symlink_in"))
+                && errored(v.get("listdir_secret")),
+            show(&v, &["prefix_sibling", "symlink_in", "listdir_secret"]),
+        ),
+        LegKind::Workload => (
+            v.get("broad_reads").map(String::as_str) == Some("ok:True"),
+            show(&v, &["broad_reads"]),
+        ),
+    };
+    Ok(verdict(
+        pass,
+        format!(
+            "read_deny_paths=[{}]: {shown} (without the deny every read succeeded)",
+            secret.display()
+        ),
+    ))
+}
+
+const WRITE_DENY: &str = r#"
+g = sys.argv[1]
+def w(p, mode="w"):
+    with open(p, mode) as f:
+        f.write("x\n")
+attempt("overwrite_hook", lambda: w(g + "/.git/hooks/pre-commit"))
+attempt("sibling_write", lambda: w(g + "/src/main.rs"))
+attempt("create_in_denied", lambda: w(g + "/.git/hooks/new-hook"))
+attempt("rename_into_denied", lambda: os.rename(g + "/src/moveme", g + "/.git/hooks/moved"))
+attempt("write_through_symlink", lambda: w(g + "/src/hook-link"))
+attempt("rename_denied_away", lambda: os.rename(g + "/.git/hooks", g + "/.git/hooks-away"))
+def workload():
+    w(g + "/src/new-file.rs")
+    w(g + "/.git/config", "a")
+    os.makedirs(g + "/src/module/inner", exist_ok=True)
+    w(g + "/src/module/inner/lib.rs")
+    os.rename(g + "/src/module/inner/lib.rs", g + "/src/module/lib.rs")
+    return open(g + "/src/module/lib.rs").read().strip()
+attempt("workload", workload)
+"#;
+
+pub(crate) fn write_deny_axis(ctx: &Ctx<'_>, leg: LegKind) -> Result<Outcome, Outcome> {
+    let tree = Tree::new()?;
+    let grant = tree.dir("grant")?;
+    let hooks = tree.dir("grant/.git/hooks")?;
+    let hook = tree.file("grant/.git/hooks/pre-commit", "original\n")?;
+    tree.file("grant/.git/config", "[core]\n")?;
+    tree.file("grant/src/main.rs", "fn main() {}\n")?;
+    tree.file("grant/src/moveme", "m\n")?;
+    tree.symlink("grant/src/hook-link", &hook)?;
+    let script = format!("{PY_PRELUDE}{WRITE_DENY}");
+
+    // Positive control: without write_deny_paths the hook is writable.
+    let open_tree = Tree::new()?;
+    let open_grant = open_tree.dir("grant")?;
+    open_tree.file("grant/.git/hooks/pre-commit", "original\n")?;
+    let open_policy = resolve(SandboxPolicy {
+        write_paths: vec![s(&open_grant)],
+        ..SandboxPolicy::default()
+    })?;
+    let open = ctx.python(&open_policy, &script, &[&open_grant])?;
+    let ov = open.started()?;
+    if !succeeded(ov.get("overwrite_hook")) {
+        return Err(unwitnessed(format!(
+            "positive control not seen: without write_deny_paths {} (the child {})",
+            show(&ov, &["overwrite_hook"]),
+            open.describe()
+        )));
+    }
+
+    let policy = resolve(SandboxPolicy {
+        write_paths: vec![s(&grant)],
+        write_deny_paths: vec![s(&hooks)],
+        ..SandboxPolicy::default()
+    })?;
+    let run = ctx.python(&policy, &script, &[&grant])?;
+    let v = run.started()?;
+    let hook_intact = read(&hook).as_deref() == Some("original\n");
+    let (pass, shown) = match leg {
+        LegKind::Deny => (
+            errored(v.get("overwrite_hook")) && succeeded(v.get("sibling_write")) && hook_intact,
+            format!(
+                "{}, hook unchanged on disk: {hook_intact}",
+                show(&v, &["overwrite_hook", "sibling_write"])
+            ),
+        ),
+        LegKind::Boundary => {
+            let keys = [
+                "create_in_denied",
+                "rename_into_denied",
+                "write_through_symlink",
+                "rename_denied_away",
+            ];
+            let on_disk = !hooks.join("new-hook").exists()
+                && !hooks.join("moved").exists()
+                && hook_intact
+                && hooks.is_dir();
+            (
+                keys.iter().all(|k| errored(v.get(*k))) && on_disk,
+                format!(
+                    "{}, denied tree unchanged on disk: {on_disk}",
+                    show(&v, &keys)
+                ),
+            )
+        }
+        LegKind::Workload => (
+            v.get("workload").map(String::as_str) == Some("ok:x"),
+            show(&v, &["workload"]),
+        ),
+    };
+    Ok(verdict(
+        pass,
+        format!(
+            "write_paths=[{}], write_deny_paths=[{}]: {shown} (without the deny the hook was \
+             writable)",
+            grant.display(),
+            hooks.display()
+        ),
+    ))
+}

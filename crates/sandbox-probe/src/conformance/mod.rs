@@ -1,0 +1,267 @@
+//! CI-only conformance arms: every axis × deny/boundary/workload leg, run
+//! against a real backend, each with evidence text.
+//!
+//! Never used by the production gate; the write and spawn deny legs reuse the
+//! gate's own probes. Arms launch `/bin/sh` and `python3 -I -c` through the
+//! backend's wrap, on temporary files and loopback only.
+//!
+//! Two axes belong to the runner rather than the backend:
+//! * `env`: checked at process level, as [`sandbox_core::scrub_env`] followed
+//!   by the backend's wrap (the facade runner's own env path is not exercised).
+//! * `timeout`: the arms need a [`TimeoutRunner`] (the facade's runner);
+//!   without one, [`run_conformance`] reports its legs as skipped, and a
+//!   skip never counts as passed.
+
+mod env;
+mod files;
+mod harness;
+mod network;
+mod spawn;
+mod timeout;
+
+use std::ffi::OsString;
+
+use sandbox_core::axis::{Axis, LegKind, WitnessStrength, EXPECTED_AXES};
+use sandbox_core::{Backend, ResolvedPolicy};
+use serde::Serialize;
+
+use harness::{Ctx, Outcome};
+
+/// The result of one leg.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "result", rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum LegResult {
+    /// The leg's controls were seen and its claim held.
+    Passed,
+    /// The claim did not hold (see the record's evidence).
+    Failed,
+    /// A control was not seen, so the leg proves nothing.
+    Unwitnessed {
+        /// Which control is missing.
+        why: String,
+    },
+    /// The leg could not run here; never counts as passed.
+    Skipped {
+        /// Why not.
+        why: String,
+    },
+}
+
+impl LegResult {
+    /// Stable short name.
+    pub fn as_str(&self) -> &'static str {
+        match self {
+            LegResult::Passed => "passed",
+            LegResult::Failed => "failed",
+            LegResult::Unwitnessed { .. } => "unwitnessed",
+            LegResult::Skipped { .. } => "skipped",
+        }
+    }
+}
+
+/// One leg run against one backend.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct LegRecord {
+    /// The axis.
+    pub axis: Axis,
+    /// The leg.
+    pub leg: LegKind,
+    /// The backend it ran against.
+    pub backend: String,
+    /// Witness strength the registry declares for this backend, if any.
+    pub witness: Option<WitnessStrength>,
+    /// The result.
+    #[serde(flatten)]
+    pub result: LegResult,
+    /// What was attempted and what was seen.
+    pub evidence: String,
+}
+
+/// How a facade runner ended a command, for the timeout arms.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RunEnd {
+    /// Whether the runner ended it at the policy's timeout.
+    pub timed_out: bool,
+    /// The exit code the runner reports (124 on timeout by convention).
+    pub exit_code: Option<i32>,
+    /// The command's standard output.
+    pub stdout: Vec<u8>,
+}
+
+/// A runner that enforces `timeout_seconds` (the facade's), for the timeout arms.
+pub trait TimeoutRunner {
+    /// Runs `argv` confined by `backend` under `policy` and waits for it to end.
+    fn run(
+        &self,
+        backend: &dyn Backend,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+    ) -> Result<RunEnd, String>;
+}
+
+/// Runs every leg of every axis in [`EXPECTED_AXES`] against `backend`
+/// (timeout legs are skipped: they need a runner).
+pub fn run_conformance(backend: &dyn Backend) -> Vec<LegRecord> {
+    run_conformance_with(backend, None)
+}
+
+/// Like [`run_conformance`], with the runner that exercises the timeout legs.
+pub fn run_conformance_with(
+    backend: &dyn Backend,
+    runner: Option<&dyn TimeoutRunner>,
+) -> Vec<LegRecord> {
+    let ctx = Ctx::new(backend);
+    let mut records = Vec::new();
+    for &axis in EXPECTED_AXES {
+        for leg in LegKind::ALL {
+            let (result, evidence) = run_leg(&ctx, runner, axis, leg);
+            records.push(LegRecord {
+                axis,
+                leg,
+                backend: backend.name().to_owned(),
+                witness: sandbox_core::axis::contract(axis)
+                    .and_then(|c| c.witness_for(backend.name())),
+                result,
+                evidence,
+            });
+        }
+    }
+    records
+}
+
+/// Runs one leg of one axis against `backend`.
+pub fn run_leg_against(
+    backend: &dyn Backend,
+    runner: Option<&dyn TimeoutRunner>,
+    axis: Axis,
+    leg: LegKind,
+) -> LegRecord {
+    let ctx = Ctx::new(backend);
+    let (result, evidence) = run_leg(&ctx, runner, axis, leg);
+    LegRecord {
+        axis,
+        leg,
+        backend: backend.name().to_owned(),
+        witness: sandbox_core::axis::contract(axis).and_then(|c| c.witness_for(backend.name())),
+        result,
+        evidence,
+    }
+}
+
+fn run_leg(ctx: &Ctx<'_>, runner: Option<&dyn TimeoutRunner>, axis: Axis, leg: LegKind) -> Outcome {
+    use LegKind::{Boundary, Deny, Workload};
+    let done = |r: Result<Outcome, Outcome>| r.unwrap_or_else(|o| o);
+    match (axis, leg) {
+        (Axis::Network, Deny) => done(network::deny(ctx)),
+        (Axis::Network, Boundary) => done(network::boundary(ctx)),
+        (Axis::Network, Workload) => done(network::workload(ctx)),
+        (Axis::Write, Deny) => files::write_deny_leg(ctx),
+        (Axis::Write, Boundary) => done(files::write_boundary(ctx)),
+        (Axis::Write, Workload) => done(files::write_workload(ctx)),
+        (Axis::Spawn, Deny) => spawn::deny(ctx),
+        (Axis::Spawn, Boundary) => done(spawn::boundary(ctx)),
+        (Axis::Spawn, Workload) => done(spawn::workload(ctx)),
+        (Axis::ReadDeny, leg) => done(files::read_deny(ctx, leg)),
+        (Axis::WriteDeny, leg) => done(files::write_deny_axis(ctx, leg)),
+        (Axis::Env, leg) => done(env::leg(ctx, leg)),
+        (Axis::Timeout, leg) => match runner {
+            Some(runner) => done(timeout::leg(ctx, runner, leg)),
+            None => (
+                LegResult::Skipped {
+                    why: "the timeout axis is enforced by the facade runner; pass a \
+                          TimeoutRunner to run_conformance_with"
+                        .into(),
+                },
+                String::new(),
+            ),
+        },
+        (axis, leg) => (
+            LegResult::Skipped {
+                why: format!("no arm for {axis} {}", leg.as_str()),
+            },
+            String::new(),
+        ),
+    }
+}
+
+/// Why `records` do not prove `backend` conforms: failed, unwitnessed and
+/// skipped legs, and legs of [`EXPECTED_AXES`] that are missing. Empty when it does.
+pub fn problems(records: &[LegRecord], backend: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for &axis in EXPECTED_AXES {
+        for leg in LegKind::ALL {
+            let found = records
+                .iter()
+                .find(|r| r.axis == axis && r.leg == leg && r.backend == backend);
+            match found {
+                None => out.push(format!("{backend} {axis} {}: missing", leg.as_str())),
+                Some(r) if r.result == LegResult::Passed => {}
+                Some(r) => out.push(format!(
+                    "{backend} {axis} {}: {}: {}",
+                    leg.as_str(),
+                    r.result.as_str(),
+                    match &r.result {
+                        LegResult::Unwitnessed { why } | LegResult::Skipped { why } => why,
+                        _ => &r.evidence,
+                    }
+                )),
+            }
+        }
+    }
+    out
+}
+
+/// The records as a plain-text table: axis, leg, backend, witness, result, evidence.
+pub fn table(records: &[LegRecord]) -> String {
+    let rows: Vec<[String; 6]> = records
+        .iter()
+        .map(|r| {
+            [
+                r.axis.to_string(),
+                r.leg.as_str().to_owned(),
+                r.backend.clone(),
+                match r.witness {
+                    Some(WitnessStrength::Behavioral) => "behavioral".to_owned(),
+                    Some(WitnessStrength::ProfileText) => "profile-text".to_owned(),
+                    Some(_) => "other".to_owned(),
+                    None => "-".to_owned(),
+                },
+                r.result.as_str().to_owned(),
+                match &r.result {
+                    LegResult::Skipped { why } if r.evidence.is_empty() => why.clone(),
+                    _ => r.evidence.clone(),
+                },
+            ]
+        })
+        .collect();
+    let header = ["axis", "leg", "backend", "witness", "result", "evidence"].map(String::from);
+    let mut widths = header.clone().map(|h| h.len());
+    for row in &rows {
+        for (w, cell) in widths.iter_mut().zip(row).take(5) {
+            *w = (*w).max(cell.len());
+        }
+    }
+    let line = |row: &[String; 6]| {
+        let mut text = String::new();
+        for (i, cell) in row.iter().enumerate() {
+            if i < 5 {
+                text.push_str(&format!("{cell:<w$}  ", w = widths[i]));
+            } else {
+                text.push_str(cell);
+            }
+        }
+        text.trim_end().to_owned() + "\n"
+    };
+    let mut out = line(&header);
+    for row in &rows {
+        out.push_str(&line(row));
+    }
+    out
+}
+
+/// The records as pretty JSON (the same fields as the table).
+pub fn to_json(records: &[LegRecord]) -> String {
+    // Serialising plain data with string keys cannot fail.
+    serde_json::to_string_pretty(records).unwrap_or_else(|e| format!("{{\"error\": \"{e}\"}}"))
+}

@@ -1,0 +1,227 @@
+//! The network axis, against loopback sockets the arm opens itself.
+
+use std::net::{TcpListener, UdpSocket};
+
+use sandbox_core::SandboxPolicy;
+
+use super::harness::{refused, resolve, show, succeeded, unwitnessed, Ctx, Outcome, PY_PRELUDE};
+use super::LegResult;
+
+fn policy(network: bool) -> SandboxPolicy {
+    SandboxPolicy {
+        network,
+        ..SandboxPolicy::default()
+    }
+}
+
+const CONNECT: &str = r#"
+import socket
+port = int(sys.argv[1])
+def connect():
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.sendall(b"hello")
+    s.close()
+attempt("connect", connect)
+"#;
+
+/// How many connections wait on `listener` (non-blocking accept).
+fn accepted(listener: &TcpListener) -> usize {
+    let mut n = 0;
+    while listener.accept().is_ok() {
+        n += 1;
+    }
+    n
+}
+
+pub(crate) fn deny(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
+    let listener = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| unwitnessed(format!("cannot open a loopback listener: {e}")))?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| unwitnessed(format!("cannot make the listener non-blocking: {e}")))?;
+    let port = listener
+        .local_addr()
+        .map_err(|e| unwitnessed(e.to_string()))?
+        .port();
+    let port_arg = std::path::PathBuf::from(port.to_string());
+    let script = format!("{PY_PRELUDE}{CONNECT}");
+
+    let open = ctx.python(&resolve(policy(true))?, &script, &[&port_arg])?;
+    let values = open.started()?;
+    let open_seen = accepted(&listener);
+    if !succeeded(values.get("connect")) || open_seen == 0 {
+        return Err(unwitnessed(format!(
+            "positive control not seen: with network = true a connect to 127.0.0.1:{port} gave \
+             {} and the listener accepted {open_seen} connection(s) (the child {})",
+            show(&values, &["connect"]),
+            open.describe()
+        )));
+    }
+
+    let closed = ctx.python(&resolve(policy(false))?, &script, &[&port_arg])?;
+    let values = closed.started()?;
+    let closed_seen = accepted(&listener);
+    let evidence = format!(
+        "network=true: connect ok, listener accepted {open_seen}; network=false: {}, listener \
+         accepted {closed_seen}",
+        show(&values, &["connect"])
+    );
+    let pass = refused(values.get("connect")) && closed_seen == 0;
+    Ok((
+        if pass {
+            LegResult::Passed
+        } else {
+            LegResult::Failed
+        },
+        evidence,
+    ))
+}
+
+const BOUNDARY: &str = r#"
+import socket
+udp_port = int(sys.argv[1])
+def pair():
+    a, b = socket.socketpair()
+    a.send(b"ping")
+    got = b.recv(4)
+    b.send(b"pong")
+    return (got + a.recv(4)).decode()
+attempt("socketpair_null_sendto", pair)
+def bind():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    return s.getsockname()[1] > 0
+attempt("bind", bind)
+def listen():
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+attempt("listen", listen)
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"egress", ("127.0.0.1", udp_port))
+attempt("addressed_udp_sendto", udp)
+"#;
+
+const BOUNDARY_KEYS: &[&str] = &[
+    "socketpair_null_sendto",
+    "bind",
+    "listen",
+    "addressed_udp_sendto",
+];
+
+fn datagrams(socket: &UdpSocket) -> usize {
+    let mut buf = [0u8; 64];
+    let mut n = 0;
+    while socket.recv_from(&mut buf).is_ok() {
+        n += 1;
+    }
+    n
+}
+
+pub(crate) fn boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
+    let udp = UdpSocket::bind("127.0.0.1:0")
+        .map_err(|e| unwitnessed(format!("cannot open a loopback UDP socket: {e}")))?;
+    udp.set_nonblocking(true)
+        .map_err(|e| unwitnessed(format!("cannot make the UDP socket non-blocking: {e}")))?;
+    let port = udp
+        .local_addr()
+        .map_err(|e| unwitnessed(e.to_string()))?
+        .port();
+    let port_arg = std::path::PathBuf::from(port.to_string());
+    let script = format!("{PY_PRELUDE}{BOUNDARY}");
+
+    // Positive control: every attempt works with network allowed, and the datagram arrives.
+    let open = ctx.python(&resolve(policy(true))?, &script, &[&port_arg])?;
+    let values = open.started()?;
+    let arrived_open = datagrams(&udp);
+    if !BOUNDARY_KEYS.iter().all(|k| succeeded(values.get(*k))) || arrived_open == 0 {
+        return Err(unwitnessed(format!(
+            "positive control not seen: with network = true {} and {arrived_open} datagram(s) \
+             arrived (the child {})",
+            show(&values, BOUNDARY_KEYS),
+            open.describe()
+        )));
+    }
+
+    let closed = ctx.python(&resolve(policy(false))?, &script, &[&port_arg])?;
+    let values = closed.started()?;
+    let arrived = datagrams(&udp);
+    let evidence = format!(
+        "network=false: {}; datagrams arrived: {arrived} (network=true control: all ok, \
+         {arrived_open} arrived)",
+        show(&values, BOUNDARY_KEYS)
+    );
+    let pass = values.get("socketpair_null_sendto").map(String::as_str) == Some("ok:pingpong")
+        && succeeded(values.get("bind"))
+        && refused(values.get("listen"))
+        && refused(values.get("addressed_udp_sendto"))
+        && arrived == 0;
+    Ok((
+        if pass {
+            LegResult::Passed
+        } else {
+            LegResult::Failed
+        },
+        evidence,
+    ))
+}
+
+const WORKLOAD: &str = r#"
+import asyncio, socket, threading
+def pipe():
+    r, w = os.pipe()
+    data = b"x" * 60000
+    os.write(w, data)
+    got = b""
+    while len(got) < len(data):
+        got += os.read(r, 65536)
+    return len(got)
+attempt("pipe", pipe)
+def pair():
+    a, b = socket.socketpair()
+    data = os.urandom(1 << 20)
+    t = threading.Thread(target=lambda: a.sendall(data))
+    t.start()
+    got = bytearray()
+    while len(got) < len(data):
+        got += b.recv(65536)
+    t.join()
+    return bytes(got) == data
+attempt("socketpair_1mib", pair)
+def loop():
+    async def main():
+        running = asyncio.get_running_loop()
+        fut = running.create_future()
+        threading.Thread(target=lambda: running.call_soon_threadsafe(fut.set_result, 42)).start()
+        return await asyncio.wait_for(fut, 20)
+    return asyncio.run(main())
+attempt("asyncio_thread_wakeup", loop)
+"#;
+
+pub(crate) fn workload(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
+    let run = ctx.python(
+        &resolve(policy(false))?,
+        &format!("{PY_PRELUDE}{WORKLOAD}"),
+        &[],
+    )?;
+    let values = run.started()?;
+    let keys = ["pipe", "socketpair_1mib", "asyncio_thread_wakeup"];
+    let evidence = format!(
+        "network=false: {} (the child {})",
+        show(&values, &keys),
+        run.describe()
+    );
+    let pass = values.get("pipe").map(String::as_str) == Some("ok:60000")
+        && values.get("socketpair_1mib").map(String::as_str) == Some("ok:True")
+        && values.get("asyncio_thread_wakeup").map(String::as_str) == Some("ok:42")
+        && run.exited_ok();
+    Ok((
+        if pass {
+            LegResult::Passed
+        } else {
+            LegResult::Failed
+        },
+        evidence,
+    ))
+}

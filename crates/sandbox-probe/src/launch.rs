@@ -1,0 +1,201 @@
+//! One bounded launch of a command through a backend's own wrap.
+//!
+//! The command is prepared with [`Backend::prepare`] and turned into a plain
+//! `Command` with [`Confinement::into_command`](sandbox_core::Confinement::into_command),
+//! the same wrap `sandbox run` uses. It runs in its own process group with a
+//! minimal environment; when it overruns its deadline the whole group is
+//! killed and the launch reports that it timed out.
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::os::unix::process::{CommandExt, ExitStatusExt};
+use std::path::Path;
+use std::process::{Child, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+use sandbox_core::{decode_pre_exec_error, Backend, ResolvedPolicy};
+
+/// How a launch ended.
+#[derive(Debug)]
+pub(crate) enum Ended {
+    /// The command ran and exited (or was killed by a signal).
+    Exited {
+        /// Its status.
+        status: ExitStatus,
+    },
+    /// The command overran its deadline and was killed with its group.
+    TimedOut {
+        /// The deadline it overran.
+        after: Duration,
+    },
+    /// Nothing ran.
+    NotStarted {
+        /// What was attempted and what went wrong.
+        why: String,
+    },
+}
+
+impl Ended {
+    /// One line for evidence text.
+    pub(crate) fn describe(&self) -> String {
+        match self {
+            Ended::Exited { status } => describe_status(*status),
+            Ended::TimedOut { after } => format!(
+                "overran its {} ms deadline and was killed",
+                after.as_millis()
+            ),
+            Ended::NotStarted { why } => format!("did not start: {why}"),
+        }
+    }
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by signal {sig}"),
+        (None, None) => format!("ended with {status}"),
+    }
+}
+
+/// What to launch and where its output goes.
+pub(crate) struct Launch<'a> {
+    /// The command, unwrapped.
+    pub argv: &'a [OsString],
+    /// The complete environment of the command.
+    pub env: &'a [(OsString, OsString)],
+    /// File that receives stdout (discarded when `None`).
+    pub stdout: Option<&'a Path>,
+    /// File that receives stderr (discarded when `None`).
+    pub stderr: Option<&'a Path>,
+    /// Wall-clock bound.
+    pub deadline: Duration,
+}
+
+/// The environment probes run with: enough for `/bin/sh` and `python3`.
+pub(crate) fn minimal_env() -> Vec<(OsString, OsString)> {
+    vec![
+        ("PATH".into(), "/usr/local/bin:/usr/bin:/bin".into()),
+        ("LC_ALL".into(), "C".into()),
+    ]
+}
+
+/// Prepares `launch.argv` under `policy` with `backend` and runs it, bounded.
+pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &Launch<'_>) -> Ended {
+    let confinement = match backend.prepare(policy, launch.argv) {
+        Ok(c) => c,
+        Err(e) => {
+            return Ended::NotStarted {
+                why: format!("the backend refused to prepare the command: {e}"),
+            }
+        }
+    };
+    let Some((mut cmd, _report)) = confinement.into_command() else {
+        return Ended::NotStarted {
+            why: "the backend's wrap produced an empty argv".into(),
+        };
+    };
+    let sink = |path: Option<&Path>| -> Result<Stdio, String> {
+        match path {
+            None => Ok(Stdio::null()),
+            Some(p) => File::create(p)
+                .map(Stdio::from)
+                .map_err(|e| format!("cannot create output file {}: {e}", p.display())),
+        }
+    };
+    let (stdout, stderr) = match (sink(launch.stdout), sink(launch.stderr)) {
+        (Ok(o), Ok(e)) => (o, e),
+        (Err(why), _) | (_, Err(why)) => return Ended::NotStarted { why },
+    };
+    cmd.env_clear()
+        .envs(launch.env.iter().map(|(k, v)| (k, v)))
+        .stdin(Stdio::null())
+        .stdout(stdout)
+        .stderr(stderr)
+        .process_group(0);
+    let child = match cmd.spawn() {
+        Ok(child) => child,
+        Err(e) => {
+            let why = match decode_pre_exec_error(&e) {
+                Some(errno) => format!(
+                    "the backend's pre-exec hook failed: {}",
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+                None => format!("spawning {:?} failed: {e}", cmd.get_program()),
+            };
+            return Ended::NotStarted { why };
+        }
+    };
+    wait_bounded(child, launch.deadline)
+}
+
+/// Waits for `child` at most `deadline`; kills its process group on overrun.
+///
+/// std has no bounded wait; a pidfd gives one without a polling loop or a
+/// SIGCHLD handler (which would be process-global state a library must not own).
+fn wait_bounded(mut child: Child, deadline: Duration) -> Ended {
+    let exited = wait_pidfd(&child, deadline).unwrap_or_else(|| wait_polling(&mut child, deadline));
+    // The child is a zombie or still running: its pid (= its group id) cannot
+    // have been reused, so killing the group reaches only its own descendants.
+    kill_group(&child);
+    if !exited {
+        let _ = child.kill();
+    }
+    match child.wait() {
+        Ok(status) if exited => Ended::Exited { status },
+        Ok(_) => Ended::TimedOut { after: deadline },
+        Err(e) => Ended::NotStarted {
+            why: format!("waiting for the command failed: {e}"),
+        },
+    }
+}
+
+/// `Some(exited)` when a pidfd could be used, `None` when it is unavailable.
+fn wait_pidfd(child: &Child, deadline: Duration) -> Option<bool> {
+    let pid = libc::pid_t::try_from(child.id()).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    let fd = libc::c_int::try_from(fd).ok().filter(|fd| *fd >= 0)?;
+    // SAFETY: `fd` was just returned by pidfd_open and is owned here alone.
+    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
+    let start = Instant::now();
+    loop {
+        let left = deadline.saturating_sub(start.elapsed());
+        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
+        let mut pfd = libc::pollfd {
+            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
+        if n > 0 {
+            return Some(true);
+        }
+        if n == 0 {
+            return Some(false);
+        }
+        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return None;
+        }
+    }
+}
+
+fn wait_polling(child: &mut Child, deadline: Duration) -> bool {
+    let start = Instant::now();
+    loop {
+        match child.try_wait() {
+            Ok(Some(_)) => return true,
+            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(1)),
+            _ => return false,
+        }
+    }
+}
+
+fn kill_group(child: &Child) {
+    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
+        // SAFETY: signalling a process group we created; failure (ESRCH) is fine.
+        unsafe {
+            libc::kill(-pid, libc::SIGKILL);
+        }
+    }
+}
