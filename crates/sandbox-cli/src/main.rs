@@ -486,31 +486,70 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         .backend
         .prepare(&probe_policy, &[OsString::from("/bin/true")])
         .map(|c| c.report)?;
+    let gate = sandbox::gate_report(resolved.backend.name());
     if args.json {
         let json = serde_json::json!({
             "backend": resolved.backend.name(),
             "enforces": resolved.backend.enforces(),
             "fallback_reason": resolved.fallback.as_ref().map(|e| e.to_string()),
+            "self_test": gate,
             "report": report,
             "enforcement": report.enforcement(),
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
-    } else {
-        println!("backend: {}", resolved.backend.name());
-        if let Some(why) = &resolved.fallback {
-            println!("fallback: {why}");
-        }
-        for d in &report.details {
-            println!("  {d}");
-        }
-        for a in &report.axes {
+        return Ok(0);
+    }
+    println!("backend: {}", resolved.backend.name());
+    if let Some(why) = &resolved.fallback {
+        println!("fallback: {why}");
+    }
+    for d in &report.details {
+        println!("  {d}");
+    }
+    println!("axes (for the default policy):");
+    for a in &report.axes {
+        println!(
+            "  {:<11} {} [{}]",
+            a.axis.as_str(),
+            level_text(&a.level),
+            a.mechanism
+        );
+    }
+    match gate {
+        Some(g) => {
             println!(
-                "  {:<11} {:<10} {}",
-                a.axis.as_str(),
-                a.mechanism,
-                level_text(&a.level)
+                "self-test: {} in {:.2} ms",
+                if g.passed { "passed" } else { "FAILED" },
+                g.elapsed_us as f64 / 1000.0
             );
+            for probe in g.probes() {
+                let verdict = match &probe.result {
+                    sandbox_probe::ProbeResult::Witnessed => "witnessed".to_owned(),
+                    sandbox_probe::ProbeResult::Failed {
+                        attempted,
+                        observed,
+                    } => {
+                        format!("FAILED: attempted {attempted}; observed {observed}")
+                    }
+                    sandbox_probe::ProbeResult::Unwitnessed { why } => {
+                        format!("UNWITNESSED: {why}")
+                    }
+                    _ => "unknown".to_owned(),
+                };
+                println!("  {:?} probe: {verdict}", probe.probe);
+                for c in &probe.checks {
+                    println!(
+                        "    {} {:?} [{}] {} -> {}",
+                        if c.ok { "ok " } else { "BAD" },
+                        c.role,
+                        c.policy,
+                        c.attempted,
+                        c.observed
+                    );
+                }
+            }
         }
+        None => println!("self-test: not run (the noop backend claims nothing)"),
     }
     Ok(0)
 }
