@@ -506,6 +506,11 @@ pub const CLONE_NEW_MASK: u64 = (libc::CLONE_NEWNS
     | libc::CLONE_NEWPID
     | libc::CLONE_NEWNET) as u64;
 
+/// `TIOCSTI` (asm-generic value, shared by x86_64 and aarch64).
+pub const TIOCSTI: u64 = 0x5412;
+/// `TIOCLINUX` (asm-generic value, shared by x86_64 and aarch64).
+pub const TIOCLINUX: u64 = 0x541c;
+
 /// `PER_LINUX`, the default persona (libc does not name it).
 pub const PER_LINUX: u64 = 0;
 
@@ -545,8 +550,8 @@ fn checked_always() -> Vec<Entry> {
         row(
             one!(SYS_ioctl),
             allow_if(vec![vec![
-                Cond::low32(1, Cmp::Ne(libc::TIOCSTI as u64)),
-                Cond::low32(1, Cmp::Ne(libc::TIOCLINUX as u64)),
+                Cond::low32(1, Cmp::Ne(TIOCSTI)),
+                Cond::low32(1, Cmp::Ne(TIOCLINUX)),
             ]]),
             "TIOCSTI/TIOCLINUX inject input into the terminal; the kernel reads the \
              request as 32 bits, so only those are compared",

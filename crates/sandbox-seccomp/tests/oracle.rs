@@ -1,6 +1,7 @@
 //! program == oracle: the compiled BPF, run by the test interpreter, gives
 //! the same answer as a plain `match` written from the specification.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+#![allow(non_upper_case_globals)]
 
 mod common;
 
@@ -205,7 +206,7 @@ fn every_known_number_matches_the_oracle() {
     for (spec, f) in filters() {
         for nr in 0..=HIGHEST_KNOWN + 64 {
             for args in arg_sets {
-                check(&spec, &f, &data(nr, args));
+                check(spec, f, &data(nr, args));
             }
         }
     }
