@@ -35,6 +35,19 @@ enum Cmd {
     Policy(PolicyCmd),
     /// Report the resolved backend and what it enforces on this host.
     Check(CheckArgs),
+    /// Print the macOS Seatbelt profile and parameters for a policy (on any OS).
+    Profile(ProfileCmd),
+}
+
+#[derive(Args)]
+struct ProfileCmd {
+    #[command(flatten)]
+    policy: PolicyFlags,
+    #[command(flatten)]
+    config: ConfigFlags,
+    /// Print JSON (`text` and `params`) instead of the profile and `-D` lines.
+    #[arg(long)]
+    json: bool,
 }
 
 /// Policy flags shared by `run` and `policy`.
@@ -162,6 +175,7 @@ fn main() -> ExitCode {
         Cmd::ExecOp(args) => cmd_exec_op(args),
         Cmd::Policy(args) => cmd_policy(args),
         Cmd::Check(args) => cmd_check(args),
+        Cmd::Profile(args) => cmd_profile(args),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
@@ -442,6 +456,28 @@ fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
         })
 }
 
+fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
+    let config = load_config(&args.config)?;
+    let Some(policy) = effective_policy(&args.policy, &config, None)? else {
+        return Err(Fatal(
+            "danger-full-access runs unconfined: there is no profile to print".into(),
+        ));
+    };
+    let profile = sandbox_seatbelt::profile(&policy)?;
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&profile)?);
+    } else {
+        print!("{}", profile.text);
+        if !profile.text.ends_with('\n') {
+            println!();
+        }
+        for (name, value) in &profile.params {
+            println!(";; -D {name}={value}");
+        }
+    }
+    Ok(0)
+}
+
 fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
     let config = load_config(&args.config)?;
     let resolved = resolve_backend(&config)?;
@@ -450,31 +486,70 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         .backend
         .prepare(&probe_policy, &[OsString::from("/bin/true")])
         .map(|c| c.report)?;
+    let gate = sandbox::gate_report(resolved.backend.name());
     if args.json {
         let json = serde_json::json!({
             "backend": resolved.backend.name(),
             "enforces": resolved.backend.enforces(),
             "fallback_reason": resolved.fallback.as_ref().map(|e| e.to_string()),
+            "self_test": gate,
             "report": report,
             "enforcement": report.enforcement(),
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
-    } else {
-        println!("backend: {}", resolved.backend.name());
-        if let Some(why) = &resolved.fallback {
-            println!("fallback: {why}");
-        }
-        for d in &report.details {
-            println!("  {d}");
-        }
-        for a in &report.axes {
+        return Ok(0);
+    }
+    println!("backend: {}", resolved.backend.name());
+    if let Some(why) = &resolved.fallback {
+        println!("fallback: {why}");
+    }
+    for d in &report.details {
+        println!("  {d}");
+    }
+    println!("axes (for the default policy):");
+    for a in &report.axes {
+        println!(
+            "  {:<11} {} [{}]",
+            a.axis.as_str(),
+            level_text(&a.level),
+            a.mechanism
+        );
+    }
+    match gate {
+        Some(g) => {
             println!(
-                "  {:<11} {:<10} {}",
-                a.axis.as_str(),
-                a.mechanism,
-                level_text(&a.level)
+                "self-test: {} in {:.2} ms",
+                if g.passed { "passed" } else { "FAILED" },
+                g.elapsed_us as f64 / 1000.0
             );
+            for probe in g.probes() {
+                let verdict = match &probe.result {
+                    sandbox_probe::ProbeResult::Witnessed => "witnessed".to_owned(),
+                    sandbox_probe::ProbeResult::Failed {
+                        attempted,
+                        observed,
+                    } => {
+                        format!("FAILED: attempted {attempted}; observed {observed}")
+                    }
+                    sandbox_probe::ProbeResult::Unwitnessed { why } => {
+                        format!("UNWITNESSED: {why}")
+                    }
+                    _ => "unknown".to_owned(),
+                };
+                println!("  {:?} probe: {verdict}", probe.probe);
+                for c in &probe.checks {
+                    println!(
+                        "    {} {:?} [{}] {} -> {}",
+                        if c.ok { "ok " } else { "BAD" },
+                        c.role,
+                        c.policy,
+                        c.attempted,
+                        c.observed
+                    );
+                }
+            }
         }
+        None => println!("self-test: not run (the noop backend claims nothing)"),
     }
     Ok(0)
 }

@@ -29,6 +29,7 @@ pub enum LandlockError {
         message: String,
     },
     /// The seccomp program could not be compiled.
+    #[cfg(target_os = "linux")]
     #[error(transparent)]
     Seccomp(#[from] sandbox_seccomp::SeccompError),
     /// The parent's capabilities could not be read.

@@ -50,10 +50,18 @@ impl Backend for LandlockBackend {
     fn axes(&self) -> &'static [Axis] {
         &[]
     }
-    fn prepare(&self, _: &ResolvedPolicy, _: &[OsString]) -> Result<Confinement, SandboxUnavailable> {
+    fn prepare(
+        &self,
+        _: &ResolvedPolicy,
+        _: &[OsString],
+    ) -> Result<Confinement, SandboxUnavailable> {
         Err(SandboxUnavailable::new("landlock", WHY))
     }
-    fn wrap_argv(&self, _: &ResolvedPolicy, _: &[OsString]) -> Result<WrappedArgv, SandboxUnavailable> {
+    fn wrap_argv(
+        &self,
+        _: &ResolvedPolicy,
+        _: &[OsString],
+    ) -> Result<WrappedArgv, SandboxUnavailable> {
         Err(SandboxUnavailable::new("landlock", WHY))
     }
 }

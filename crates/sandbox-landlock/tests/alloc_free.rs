@@ -1,5 +1,6 @@
 //! `apply_in_child` allocates nothing: a counting global allocator in this
 //! test binary, read before and after the call in a forked child.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -59,7 +60,10 @@ fn apply_in_forked_child(prepared: &sandbox_landlock::PreparedLandlock) -> i32 {
     // SAFETY: waiting for our own child.
     let rc = unsafe { libc::waitpid(pid, &mut status, 0) };
     assert_eq!(rc, pid);
-    assert!(libc::WIFEXITED(status), "child did not exit normally: {status:#x}");
+    assert!(
+        libc::WIFEXITED(status),
+        "child did not exit normally: {status:#x}"
+    );
     libc::WEXITSTATUS(status)
 }
 

@@ -1,6 +1,7 @@
 //! network = false: TCP connect to a loopback listener fails (v4 and v6),
 //! socketpair + NULL-address send works; Landlock's signal scope keeps the
 //! command from signalling the process that launched it.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -55,6 +56,9 @@ fn signalling_the_parent_fails_own_child_works() {
     // Signal 0 only checks permission: harmless if it were allowed.
     ok(&sh_plain("kill -0 $PPID"));
     refused(&sh(&policy, "kill -0 $PPID"));
-    let out = ok(&sh(&policy, "sleep 1000 & pid=$!; kill -TERM $pid; wait $pid; echo status=$?"));
+    let out = ok(&sh(
+        &policy,
+        "sleep 1000 & pid=$!; kill -TERM $pid; wait $pid; echo status=$?",
+    ));
     assert!(out.contains("status=143"), "{out}");
 }

@@ -1,5 +1,6 @@
 //! What the confined process holds: no_new_privs, no capabilities, and the
 //! hook's failures are reported as pre-exec errors.
+#![cfg(target_os = "linux")]
 
 mod common;
 

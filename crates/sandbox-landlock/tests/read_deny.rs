@@ -1,6 +1,7 @@
 //! read_deny_paths: a fake `~/.ssh` under a temporary HOME cannot be read, by
 //! path or through `/proc/self/root`, while its siblings and the rest of the
 //! system stay readable.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -55,7 +56,10 @@ fn denied_file_cannot_be_read_siblings_can() {
     let out = ok(&sh(&s.policy, &format!(
         "cat {h}/notes {h}/.sshx/f /etc/passwd >/dev/null && cat {h}/notes && ls {h}/.sshx && ls /usr >/dev/null && echo listed"
     )));
-    assert!(out.contains("notes") && out.contains("f\n") && out.contains("listed"), "{out}");
+    assert!(
+        out.contains("notes") && out.contains("f\n") && out.contains("listed"),
+        "{out}"
+    );
 
     for cmd in [
         format!("cat {h}/.ssh/id_rsa"),
@@ -77,28 +81,46 @@ fn links_do_not_reach_the_denied_file() {
     let s = setup();
     let (h, w) = (path_str(&s.home), path_str(&s.w));
     // A symlink resolves to the denied path; a new hard link is refused.
-    ok(&sh(&s.policy, &format!("ln -s {h}/.ssh/id_rsa {w}/links/link")));
+    ok(&sh(
+        &s.policy,
+        &format!("ln -s {h}/.ssh/id_rsa {w}/links/link"),
+    ));
     refused(&sh(&s.policy, &format!("cat {w}/links/link")));
-    denied(&sh(&s.policy, &format!("ln {h}/.ssh/id_rsa {w}/links/hard")));
+    denied(&sh(
+        &s.policy,
+        &format!("ln {h}/.ssh/id_rsa {w}/links/hard"),
+    ));
     assert!(!s.w.join("links/hard").exists());
     // Positive control: a symlink to a readable sibling reads.
-    ok(&sh(&s.policy, &format!("ln -s {h}/notes {w}/links/notes-link && cat {w}/links/notes-link")));
+    ok(&sh(
+        &s.policy,
+        &format!("ln -s {h}/notes {w}/links/notes-link && cat {w}/links/notes-link"),
+    ));
 }
 
 #[test]
 fn read_deny_inside_a_write_path_removes_reads_and_writes() {
     let s = setup();
     let w = path_str(&s.w);
-    ok(&sh(&s.policy, &format!("cat {w}/open && echo more >> {w}/open")));
+    ok(&sh(
+        &s.policy,
+        &format!("cat {w}/open && echo more >> {w}/open"),
+    ));
     refused(&sh(&s.policy, &format!("cat {w}/secret/key")));
     refused(&sh(&s.policy, &format!("echo x > {w}/secret/key")));
-    assert_eq!(fs::read_to_string(s.w.join("secret/key")).unwrap(), "WSECRET\n");
+    assert_eq!(
+        fs::read_to_string(s.w.join("secret/key")).unwrap(),
+        "WSECRET\n"
+    );
 }
 
 #[test]
 fn programs_still_execute_with_reads_handled() {
     let s = setup();
-    let out = ok(&sh(&s.policy, &format!("{PYTHON} -c 'print(6*7)' && /usr/bin/env true && echo ran")));
+    let out = ok(&sh(
+        &s.policy,
+        &format!("{PYTHON} -c 'print(6*7)' && /usr/bin/env true && echo ran"),
+    ));
     assert!(out.contains("42") && out.contains("ran"), "{out}");
 }
 
@@ -111,7 +133,10 @@ fn listing_an_ancestor_of_a_denied_path_is_refused() {
     let h = path_str(&s.home);
     refused(&sh(&s.policy, &format!("ls {h}")));
     refused(&sh(&s.policy, "ls /"));
-    ok(&sh(&s.policy, &format!("cat {h}/notes && ls /usr >/dev/null")));
+    ok(&sh(
+        &s.policy,
+        &format!("cat {h}/notes && ls /usr >/dev/null"),
+    ));
     // Positive control: without read denials, both list.
     let open = resolve(write_policy(&[&s.w], true));
     ok(&sh(&open, &format!("ls {h} && ls /")));

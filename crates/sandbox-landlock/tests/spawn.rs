@@ -1,5 +1,6 @@
 //! deny_subprocess: forking fails, a non-forking command runs, threads work
 //! (Python and Rust).
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -23,7 +24,9 @@ fn forking_fails_non_forking_runs() {
     ok(&sh(&open, "true & wait $! && /bin/true"));
     denied(&sh(&closed, "true & wait $!"));
     denied(&sh(&closed, "/bin/true; /bin/true"));
-    let out = confined(&closed, &["/bin/echo", "no-fork"]).output().unwrap();
+    let out = confined(&closed, &["/bin/echo", "no-fork"])
+        .output()
+        .unwrap();
     assert_eq!(ok(&out).trim(), "no-fork");
 }
 
@@ -34,9 +37,16 @@ fn python_threads_work() {
     let out = confined(&closed, &[PYTHON, "-c", script]).output().unwrap();
     assert_eq!(ok(&out).trim(), "[0, 1, 2, 3]");
     // ...but python cannot start a process.
-    let out = confined(&closed, &[PYTHON, "-c", "import subprocess; subprocess.run(['/bin/true'])"])
-        .output()
-        .unwrap();
+    let out = confined(
+        &closed,
+        &[
+            PYTHON,
+            "-c",
+            "import subprocess; subprocess.run(['/bin/true'])",
+        ],
+    )
+    .output()
+    .unwrap();
     denied(&out);
 }
 
@@ -59,7 +69,14 @@ fn rust_threads_work() {
     let exe = path_str(&exe);
     let mut cmd = confined(
         &closed,
-        &[&exe, "rust_thread_helper", "--exact", "--ignored", "--nocapture", "--test-threads=1"],
+        &[
+            &exe,
+            "rust_thread_helper",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+            "--test-threads=1",
+        ],
     );
     cmd.env(HELPER_ENV, "1");
     let out = cmd.output().unwrap();

@@ -1,5 +1,6 @@
 //! Write axis: writes inside a write path work, writes outside fail and leave
 //! the target unchanged, by every route the issue names.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -39,7 +40,10 @@ fn content(p: &std::path::Path) -> String {
 fn open_and_creat() {
     let s = setup();
     let (w, o) = (path_str(&s.w), path_str(&s.o));
-    ok(&sh(&s.policy, &format!("echo new > {w}/new && echo more >> {w}/inside")));
+    ok(&sh(
+        &s.policy,
+        &format!("echo new > {w}/new && echo more >> {w}/inside"),
+    ));
     assert_eq!(content(&s.w.join("new")), "new\n");
     assert_eq!(content(&s.w.join("inside")), "inside\nmore\n");
 
@@ -56,7 +60,10 @@ fn rename_across_the_boundary() {
     let (w, o) = (path_str(&s.w), path_str(&s.o));
     fs::write(s.w.join("movable"), "m\n").unwrap();
     // Positive control: renames between directories inside the write path.
-    ok(&sh(&s.policy, &format!("mv {w}/movable {w}/sub/moved && mv {w}/sub/moved {w}/movable")));
+    ok(&sh(
+        &s.policy,
+        &format!("mv {w}/movable {w}/sub/moved && mv {w}/sub/moved {w}/movable"),
+    ));
     assert!(s.w.join("movable").exists());
 
     // Out: the file must stay inside.
@@ -88,7 +95,10 @@ fn link_across_the_boundary() {
 fn symlink_planted_inside_pointing_out() {
     let s = setup();
     let (w, o) = (path_str(&s.w), path_str(&s.o));
-    ok(&sh(&s.policy, &format!("ln -s {w}/inside {w}/in-link && echo via >> {w}/in-link")));
+    ok(&sh(
+        &s.policy,
+        &format!("ln -s {w}/inside {w}/in-link && echo via >> {w}/in-link"),
+    ));
     assert_eq!(content(&s.w.join("inside")), "inside\nvia\n");
 
     ok(&sh(&s.policy, &format!("ln -s {o}/target {w}/out-link")));
@@ -111,12 +121,23 @@ fn truncate_by_path() {
 fn mkdir_mknod_mkfifo() {
     let s = setup();
     let (w, o) = (path_str(&s.w), path_str(&s.o));
-    ok(&sh(&s.policy, &format!("mkdir {w}/d && mkfifo {w}/f && mknod {w}/p p")));
+    ok(&sh(
+        &s.policy,
+        &format!("mkdir {w}/d && mkfifo {w}/f && mknod {w}/p p"),
+    ));
     assert!(s.w.join("d").is_dir() && s.w.join("f").exists() && s.w.join("p").exists());
-    for cmd in [format!("mkdir {o}/d"), format!("mkfifo {o}/f"), format!("mknod {o}/p p")] {
+    for cmd in [
+        format!("mkdir {o}/d"),
+        format!("mkfifo {o}/f"),
+        format!("mknod {o}/p p"),
+    ] {
         refused(&sh(&s.policy, &cmd));
     }
-    assert_eq!(fs::read_dir(&s.o).unwrap().count(), 1, "only `target` is left outside");
+    assert_eq!(
+        fs::read_dir(&s.o).unwrap().count(),
+        1,
+        "only `target` is left outside"
+    );
 }
 
 #[test]
@@ -140,7 +161,10 @@ fn chmod_is_refused_by_seccomp() {
     refused(&sh(&s.policy, &format!("chmod 600 {}", path_str(&target))));
     assert_eq!(mode(&target), before);
     // Inside the write path too: the chmod family is denied everywhere.
-    refused(&sh(&s.policy, &format!("chmod 600 {}", path_str(&s.w.join("inside")))));
+    refused(&sh(
+        &s.policy,
+        &format!("chmod 600 {}", path_str(&s.w.join("inside"))),
+    ));
     // Positive control: the same chmod works unconfined.
     ok(&sh_plain(&format!("chmod 600 {}", path_str(&target))));
     assert_eq!(mode(&target), 0o600);

@@ -1,6 +1,7 @@
 //! write_deny_paths inside a write path (`W/.git`): the denied path and its
 //! ancestors cannot be written, created, removed or renamed; siblings stay
 //! writable; a denied path that does not exist yet cannot be created.
+#![cfg(target_os = "linux")]
 
 mod common;
 
@@ -46,7 +47,10 @@ fn denied_path_is_not_writable_and_siblings_are() {
     ok(&sh(&p, &format!(
         "echo more >> {w}/a/README && echo x >> {w}/src/main.c && mkdir {w}/src/new && echo n > {w}/src/new/f && rm {w}/src/new/f"
     )));
-    assert_eq!(fs::read_to_string(s.w.join("a/README")).unwrap(), "readme\nmore\n");
+    assert_eq!(
+        fs::read_to_string(s.w.join("a/README")).unwrap(),
+        "readme\nmore\n"
+    );
     // Reading the denied path still works (only writes are denied).
     ok(&sh(&p, &format!("cat {w}/a/.git/config")));
 
@@ -62,7 +66,10 @@ fn denied_path_is_not_writable_and_siblings_are() {
     ] {
         refused(&sh(&p, &cmd));
     }
-    assert_eq!(fs::read_to_string(s.w.join("a/.git/config")).unwrap(), "cfg\n");
+    assert_eq!(
+        fs::read_to_string(s.w.join("a/.git/config")).unwrap(),
+        "cfg\n"
+    );
     assert!(s.w.join("a/.git/objects/o1").exists());
     assert!(!s.w.join("a/.git/new").exists() && !s.w.join("a/.git/hooks").exists());
     assert!(s.w.join("src/main.c").exists());
@@ -91,7 +98,10 @@ fn denied_path_and_ancestors_cannot_be_removed_or_renamed() {
     for cmd in &cmds {
         denied(&sh(&p, cmd));
     }
-    assert_eq!(fs::read_to_string(s.w.join("a/.git/config")).unwrap(), "cfg\n");
+    assert_eq!(
+        fs::read_to_string(s.w.join("a/.git/config")).unwrap(),
+        "cfg\n"
+    );
     assert!(!s.w.join("a2").exists() && !s.w.join("a/git2").exists());
 }
 
@@ -129,4 +139,22 @@ fn deny_at_or_above_the_write_path_wins() {
     refused(&sh(&p, &format!("echo x >> {w}/src/main.c")));
     let open = policy(&s.w, &[]);
     ok(&sh(&open, &format!("echo x >> {w}/src/main.c")));
+}
+
+#[test]
+fn symlinked_sibling_does_not_carry_the_split_grant_outside() {
+    // Splitting grants rights entry by entry; a symlink entry must not pass
+    // them on to its target.
+    let s = setup();
+    let outside = s._t.path.join("outside");
+    fs::create_dir(&outside).unwrap();
+    fs::write(outside.join("f"), "orig\n").unwrap();
+    std::os::unix::fs::symlink(&outside, s.w.join("out-link")).unwrap();
+    let w = path_str(&s.w);
+    let p = policy(&s.w, &["a/.git"]);
+    refused(&sh(&p, &format!("echo x >> {w}/out-link/f")));
+    refused(&sh(&p, &format!("echo x > {w}/out-link/new")));
+    assert_eq!(fs::read_to_string(outside.join("f")).unwrap(), "orig\n");
+    // Positive control: a real sibling directory is writable.
+    ok(&sh(&p, &format!("echo x > {w}/src/new")));
 }

@@ -58,7 +58,12 @@ pub const MAX_INSNS: usize = 4096;
 const SENTINEL_ERRNO: u32 = 0xffff;
 
 fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter { code, jt: 0, jf: 0, k }
+    sock_filter {
+        code,
+        jt: 0,
+        jf: 0,
+        k,
+    }
 }
 
 fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
@@ -94,7 +99,8 @@ fn condition(c: &Cond) -> Result<SeccompCondition, SeccompError> {
         Cmp::Ne(v) => (SeccompCmpOp::Ne, v),
         Cmp::MaskedEq { mask, value } => (SeccompCmpOp::MaskedEq(mask), value),
     };
-    SeccompCondition::new(c.arg, len, op, value).map_err(|e| internal(format!("condition {c:?}: {e}")))
+    SeccompCondition::new(c.arg, len, op, value)
+        .map_err(|e| internal(format!("condition {c:?}: {e}")))
 }
 
 /// The allow part, compiled by seccompiler, without its architecture check.
@@ -139,7 +145,9 @@ fn allow_part(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
     ];
     match program.get(..3) {
         Some(head) if head == expected_head => Ok(program[3..].to_vec()),
-        _ => Err(internal("seccompiler's program does not start with the expected arch check")),
+        _ => Err(internal(
+            "seccompiler's program does not start with the expected arch check",
+        )),
     }
 }
 
@@ -164,7 +172,10 @@ pub fn assemble(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
     let sentinel = libc::SECCOMP_RET_ERRNO | SENTINEL_ERRNO;
     let mut seen = std::collections::BTreeSet::new();
     if let Some(dup) = rows.iter().find(|e| !seen.insert(e.nr)) {
-        return Err(internal(format!("syscall {} ({}) appears twice in the table", dup.name, dup.nr)));
+        return Err(internal(format!(
+            "syscall {} ({}) appears twice in the table",
+            dup.name, dup.nr
+        )));
     }
     for e in rows {
         let answers = match &e.rule {
@@ -173,7 +184,10 @@ pub fn assemble(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
             Rule::Deny(a) => Some(*a),
         };
         if answers.map(Action::ret) == Some(sentinel) || answers == Some(Action::Allow) {
-            return Err(internal(format!("row {} answers with a reserved action", e.name)));
+            return Err(internal(format!(
+                "row {} answers with a reserved action",
+                e.name
+            )));
         }
     }
     let mut body = allow_part(rows)?;
@@ -210,7 +224,9 @@ pub fn verify(program: &[sock_filter]) -> Result<(), SeccompError> {
             _ => return Err(internal(format!("instruction {i}: unexpected {insn:?}"))),
         };
         if let Some(t) = targets.iter().find(|&&t| t >= program.len()) {
-            return Err(internal(format!("instruction {i} jumps out of the program to {t}")));
+            return Err(internal(format!(
+                "instruction {i} jumps out of the program to {t}"
+            )));
         }
     }
     match program.last() {
@@ -313,6 +329,9 @@ pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'stati
             _ => format!("#0x{k:x}"),
         };
         let text = match insn.code {
+            // seccompiler leaves a mismatch answer after each unconditional
+            // row that no path reaches; printing it as such keeps diffs small.
+            _ if acc[i] == Acc::Unreached => "(unreachable)".to_string(),
             LD_W_ABS => format!("ld   {}", field(insn.k)),
             AND_K => format!("and  #0x{:x}", insn.k),
             JA => format!("ja   {}", target(insn.k)),
@@ -331,7 +350,10 @@ pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'stati
                 )
             }
             RET_K => format!("ret  {}", action_name(insn.k)),
-            _ => format!(".insn code=0x{:02x} jt={} jf={} k=0x{:x}", insn.code, insn.jt, insn.jf, insn.k),
+            _ => format!(
+                ".insn code=0x{:02x} jt={} jf={} k=0x{:x}",
+                insn.code, insn.jt, insn.jf, insn.k
+            ),
         };
         let _ = writeln!(out, "{i:4}: {text}");
     }

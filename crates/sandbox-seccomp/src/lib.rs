@@ -115,13 +115,19 @@ pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
             arch: std::env::consts::ARCH,
         });
     }
-    #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
     {
         let rows = table::table(spec);
         let program = bpf::assemble(&rows)?;
         Ok(Filter::new(program, &rows))
     }
-    #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+    #[cfg(not(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    )))]
     {
         let _ = spec;
         unreachable!("SUPPORTED is false on this target")
@@ -170,11 +176,17 @@ impl Filter {
     /// Human-readable disassembly, one instruction per line, with syscall
     /// names and `seccomp_data` fields spelled out.
     pub fn disassemble(&self) -> String {
-        #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))]
+        #[cfg(all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        ))]
         {
             bpf::disassemble(&self.program, |nr| self.syscall_name(nr))
         }
-        #[cfg(not(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64"))))]
+        #[cfg(not(all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        )))]
         {
             String::new()
         }

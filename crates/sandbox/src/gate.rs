@@ -1,14 +1,15 @@
-//! The hook where the enforcement self-test runs before a real backend is handed out.
+//! The enforcement self-test every real backend passes before it is handed out.
 
 use sandbox_core::{Backend, SandboxUnavailable};
 
-/// Checks that `backend` really enforces on this host.
+/// Checks that `backend` really enforces on this host (cached per backend per process).
+///
+/// Audit-only backends are not probed: they claim nothing.
 pub(crate) fn check(backend: &dyn Backend) -> Result<(), SandboxUnavailable> {
     if !backend.enforces() {
         return Ok(());
     }
-    Err(SandboxUnavailable::new(
-        backend.name(),
-        "the enforcement self-test is not available in this build, so the backend cannot be trusted",
-    ))
+    sandbox_probe::gate(backend)
+        .map(|_| ())
+        .map_err(|failure| failure.to_unavailable())
 }

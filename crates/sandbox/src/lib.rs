@@ -18,3 +18,13 @@ pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
 };
 pub use sandbox_core::*;
+#[cfg(target_os = "linux")]
+pub use sandbox_landlock::LandlockBackend;
+pub use sandbox_probe::{GateReport, ProbeReport};
+#[cfg(target_os = "macos")]
+pub use sandbox_seatbelt::SeatbeltBackend;
+
+/// The cached enforcement self-test report for `backend`, if it ran in this process.
+pub fn gate_report(backend: &'static str) -> Option<&'static GateReport> {
+    sandbox_probe::cached(backend)
+}

@@ -9,18 +9,25 @@
 use std::collections::{HashMap, HashSet};
 use std::time::{Duration, Instant};
 
-/// Makes the calling process a child subreaper (once per process).
+/// Makes the calling process a child subreaper (once per process; Linux only,
+/// elsewhere a descendant that leaves the session escapes cleanup).
 pub(crate) fn become_subreaper() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        // SAFETY: prctl with integer arguments has no memory effects.
-        unsafe {
-            libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-        }
-    });
+    #[cfg(target_os = "linux")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: prctl with integer arguments has no memory effects.
+            unsafe {
+                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+            }
+        });
+    }
 }
 
 /// pid -> (ppid, sid, is_zombie) for every process visible in /proc.
+///
+/// Without /proc (macOS) the table is empty and only the run's process group
+/// is signalled.
 fn snapshot() -> HashMap<i32, (i32, i32, bool)> {
     let mut table = HashMap::new();
     let Ok(dir) = std::fs::read_dir("/proc") else {
@@ -113,6 +120,15 @@ fn reap(root: i32, exclude: &HashSet<i32>) {
 /// `exclude` holds the main processes of other runs in this process, which
 /// must survive. Returns how many processes were signalled.
 pub(crate) fn end_tree(root: i32, grace: Duration, exclude: &HashSet<i32>) -> usize {
+    if !cfg!(target_os = "linux") {
+        // SAFETY: killpg has no memory effects; the group is the run's own session.
+        unsafe {
+            libc::killpg(root, libc::SIGTERM);
+            std::thread::sleep(grace.min(Duration::from_millis(200)));
+            libc::killpg(root, libc::SIGKILL);
+        }
+        return 0;
+    }
     let first = descendants(root, exclude);
     if first.is_empty() {
         return 0;

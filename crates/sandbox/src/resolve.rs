@@ -81,10 +81,7 @@ fn platform_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
 fn landlock_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
     #[cfg(target_os = "linux")]
     {
-        Err(SandboxUnavailable::new(
-            "landlock",
-            "the Landlock backend is not built yet",
-        ))
+        Ok(Arc::new(sandbox_landlock::LandlockBackend::new()?))
     }
     #[cfg(not(target_os = "linux"))]
     {

@@ -4,7 +4,7 @@
 use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -294,29 +294,63 @@ fn runner_hook(no_new_privs: bool) -> PreExecHook {
             if libc::setsid() < 0 {
                 return Err(std::io::Error::last_os_error());
             }
-            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // The parent may have died before PDEATHSIG was armed.
-            if libc::getppid() != parent {
-                libc::_exit(EXIT_SANDBOX);
-            }
-            if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            // CLOSE_RANGE_CLOEXEC keeps std's exec-error pipe working until exec.
-            if libc::syscall(
-                libc::SYS_close_range,
-                3u32,
-                u32::MAX,
-                libc::CLOSE_RANGE_CLOEXEC,
-            ) < 0
-            {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
+            child_sys::harden(parent, no_new_privs)
         })
     }
+}
+
+/// Child-side setup that differs by OS; async-signal-safe, no allocation.
+mod child_sys {
+    #[cfg(target_os = "linux")]
+    pub(super) unsafe fn harden(parent: libc::pid_t, no_new_privs: bool) -> std::io::Result<()> {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The parent may have died before PDEATHSIG was armed.
+        if libc::getppid() != parent {
+            libc::_exit(super::EXIT_SANDBOX);
+        }
+        if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // CLOSE_RANGE_CLOEXEC keeps std's exec-error pipe and a backend's
+        // ruleset fd usable until exec.
+        if libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// No parent-death signal or no_new_privs exist here; fds are marked close-on-exec one by one.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) unsafe fn harden(_parent: libc::pid_t, _no_new_privs: bool) -> std::io::Result<()> {
+        let max = libc::getdtablesize();
+        for fd in 3..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+        Ok(())
+    }
+}
+
+#[cfg(target_os = "linux")]
+fn pidfd_open(pid: i32) -> Option<OwnedFd> {
+    // SAFETY: pidfd_open takes integer arguments; a returned fd is ours to own.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    (fd >= 0).then(|| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pidfd_open(_pid: i32) -> Option<OwnedFd> {
+    None
 }
 
 /// Waits on a child via its pidfd while copying its stderr.
@@ -332,9 +366,7 @@ const TAIL_LIMIT: usize = 64 * 1024;
 
 impl Watch {
     fn new(pid: i32, stderr: Option<OwnedFd>, echo: bool) -> Self {
-        // SAFETY: pidfd_open takes integer arguments; a valid fd is owned by us.
-        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-        let pidfd = (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as i32) });
+        let pidfd = pidfd_open(pid);
         if let Some(fd) = &stderr {
             // Non-blocking, so draining never waits on a writer that escaped cleanup.
             // SAFETY: fcntl on an fd we own.

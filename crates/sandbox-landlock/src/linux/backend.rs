@@ -25,9 +25,7 @@ pub struct LandlockBackend {
 impl LandlockBackend {
     /// The backend for this kernel; fails when the kernel has no Landlock.
     pub fn new() -> Result<Self, SandboxUnavailable> {
-        detect_abi()
-            .map(|abi| Self { abi })
-            .map_err(unavailable)
+        detect_abi().map(|abi| Self { abi }).map_err(unavailable)
     }
 
     /// The kernel's Landlock ABI and the one in use.
@@ -68,11 +66,7 @@ impl Backend for LandlockBackend {
         }
         let prepared = super::prepare_with(policy, self.abi).map_err(unavailable)?;
         let report = prepared.report().clone();
-        let hook = move || {
-            prepared
-                .apply_in_child()
-                .map_err(encode_pre_exec_error)
-        };
+        let hook = move || prepared.apply_in_child().map_err(encode_pre_exec_error);
         // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,
         // landlock_restrict_self, seccomp) on data prepared above: no
         // allocation, no locks, no panics; failures go through

@@ -1,0 +1,1 @@
+//! The same specification compiled with libseccomp (feature `libseccomp`).

@@ -1,0 +1,378 @@
+//! program == oracle: the compiled BPF, run by the test interpreter, gives
+//! the same answer as a plain `match` written from the specification.
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+mod common;
+
+use common::*;
+use proptest::prelude::*;
+use sandbox_seccomp::{compile_spec, Filter, FilterSpec, LandlockCoverage, HIGHEST_KNOWN};
+
+const SPEC_TIOCSTI: u32 = 0x5412;
+const SPEC_TIOCLINUX: u32 = 0x541c;
+const SPEC_CLONE_THREAD: u32 = 0x0001_0000;
+const SPEC_CLONE_NEW_ANY: u32 = 0x0002_0000 // NEWNS
+    | 0x0200_0000 // NEWCGROUP
+    | 0x0400_0000 // NEWUTS
+    | 0x0800_0000 // NEWIPC
+    | 0x1000_0000 // NEWUSER
+    | 0x2000_0000 // NEWPID
+    | 0x4000_0000; // NEWNET
+const SPEC_MSG_FASTOPEN: u32 = 0x2000_0000;
+
+/// The expected answer, restated from the specification (x86_64 numbers).
+fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
+    if d.arch != AUDIT_ARCH_X86_64 || d.nr >= 0x4000_0000 {
+        return RET_KILL_PROCESS;
+    }
+    let lo = |i: usize| d.args[i] as u32;
+    let yes = |b: bool| if b { RET_ALLOW } else { RET_EPERM };
+    let metadata = RET_EPERM;
+    use libc::*;
+    match i64::from(d.nr) {
+        // -- argument checks that hold under every policy
+        SYS_ioctl => yes(lo(1) != SPEC_TIOCSTI && lo(1) != SPEC_TIOCLINUX),
+        SYS_personality => yes(lo(0) == 0xffff_ffff || lo(0) == 0),
+        SYS_utimensat => {
+            if d.args[1] == 0 {
+                RET_ALLOW
+            } else {
+                metadata
+            }
+        }
+        // -- spawning
+        SYS_clone => {
+            let f = lo(0);
+            let thread_ok = !spec.deny_subprocess || f & SPEC_CLONE_THREAD != 0;
+            yes(f & SPEC_CLONE_NEW_ANY == 0 && thread_ok)
+        }
+        SYS_clone3 => RET_ENOSYS,
+        SYS_fork | SYS_vfork => yes(!spec.deny_subprocess),
+        SYS_execve | SYS_execveat => RET_ALLOW,
+        // -- network
+        SYS_socket if !spec.network => {
+            let (dom, ty, proto) = (lo(0) as i32, lo(1) as i32 & 0xf, lo(2) as i32);
+            yes(match dom {
+                AF_UNIX => ty == SOCK_STREAM || ty == SOCK_SEQPACKET,
+                AF_INET | AF_INET6 => ty == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP),
+                _ => false,
+            })
+        }
+        SYS_socketpair if !spec.network => yes(lo(0) as i32 == AF_UNIX),
+        SYS_connect | SYS_listen | SYS_accept | SYS_accept4 if !spec.network => RET_EPERM,
+        SYS_sendto if !spec.network => yes(d.args[4] == 0 && lo(3) & SPEC_MSG_FASTOPEN == 0),
+        SYS_sendmsg if !spec.network => yes(lo(2) & SPEC_MSG_FASTOPEN == 0),
+        SYS_sendmmsg if !spec.network => yes(lo(3) & SPEC_MSG_FASTOPEN == 0),
+        SYS_socket | SYS_socketpair | SYS_connect | SYS_listen | SYS_accept | SYS_accept4
+        | SYS_sendto | SYS_sendmsg | SYS_sendmmsg | SYS_bind | SYS_getsockname
+        | SYS_getpeername | SYS_setsockopt | SYS_getsockopt | SYS_shutdown | SYS_recvfrom
+        | SYS_recvmsg | SYS_recvmmsg => RET_ALLOW,
+        // -- metadata writes Landlock cannot govern
+        SYS_truncate => {
+            if spec.landlock.truncate {
+                RET_ALLOW
+            } else {
+                metadata
+            }
+        }
+        SYS_chmod | SYS_fchmod | SYS_fchmodat | 452 /* fchmodat2 */ | SYS_chown | SYS_fchown
+        | SYS_lchown | SYS_fchownat | SYS_setxattr | SYS_lsetxattr | SYS_fsetxattr
+        | 463 /* setxattrat */ | SYS_removexattr | SYS_lremovexattr | SYS_fremovexattr
+        | 466 /* removexattrat */ | 469 /* file_setattr */ | SYS_utime | SYS_utimes
+        | SYS_futimesat => metadata,
+        // -- never allowed
+        SYS_io_uring_setup | SYS_io_uring_enter | SYS_io_uring_register | SYS_ptrace
+        | SYS_process_vm_readv | SYS_process_vm_writev | SYS_process_madvise
+        | SYS_process_mrelease | SYS_pidfd_getfd | SYS_kcmp | SYS_get_robust_list
+        | SYS_migrate_pages | SYS_move_pages | SYS_mount | SYS_umount2 | SYS_fsopen
+        | SYS_fsconfig | SYS_fsmount | SYS_fspick | SYS_move_mount | SYS_open_tree
+        | 467 /* open_tree_attr */ | SYS_mount_setattr | SYS_pivot_root | SYS_chroot
+        | SYS_unshare | SYS_setns | SYS_bpf | SYS_perf_event_open | SYS_userfaultfd
+        | SYS_keyctl | SYS_add_key | SYS_request_key | SYS_kexec_load | SYS_kexec_file_load
+        | SYS_init_module | SYS_finit_module | SYS_delete_module | SYS_reboot | SYS_swapon
+        | SYS_swapoff | SYS_acct | SYS_quotactl | SYS_quotactl_fd | SYS_name_to_handle_at
+        | SYS_open_by_handle_at | SYS_fanotify_init | SYS_fanotify_mark | SYS_sethostname
+        | SYS_setdomainname | SYS_settimeofday | SYS_clock_settime | SYS_clock_adjtime
+        | SYS_adjtimex | SYS_syslog | SYS_vhangup | 460 /* lsm_set_self_attr */
+        | SYS_mq_open | SYS_mq_unlink | SYS_mq_timedsend | SYS_mq_timedreceive
+        | SYS_mq_notify | SYS_mq_getsetattr | SYS_iopl | SYS_ioperm | SYS_modify_ldt
+        | SYS_uselib | SYS_ustat | SYS_sysfs => RET_EPERM,
+        // -- allowed unconditionally
+        // memory
+        SYS_brk | SYS_mmap | SYS_munmap | SYS_mremap | SYS_mprotect | SYS_madvise | SYS_msync
+        | SYS_mincore | SYS_mlock | SYS_mlock2 | SYS_munlock | SYS_mlockall | SYS_munlockall
+        | SYS_pkey_alloc | SYS_pkey_free | SYS_pkey_mprotect | SYS_membarrier | SYS_mseal
+        | SYS_get_mempolicy | SYS_set_mempolicy | SYS_set_mempolicy_home_node | SYS_mbind
+        | SYS_remap_file_pages | SYS_memfd_create | SYS_memfd_secret | 453
+        // descriptors
+        | SYS_read | SYS_write | SYS_readv | SYS_writev | SYS_pread64 | SYS_pwrite64
+        | SYS_preadv | SYS_pwritev | SYS_preadv2 | SYS_pwritev2 | SYS_lseek | SYS_close
+        | SYS_close_range | SYS_dup | SYS_dup2 | SYS_dup3 | SYS_fcntl | SYS_flock | SYS_fsync
+        | SYS_fdatasync | SYS_sync | SYS_syncfs | SYS_sync_file_range | SYS_fallocate
+        | SYS_ftruncate | SYS_sendfile | SYS_splice | SYS_tee | SYS_vmsplice
+        | SYS_copy_file_range | SYS_readahead | SYS_fadvise64 | SYS_pipe | SYS_pipe2
+        | SYS_fstat | SYS_fstatfs | SYS_getdents | SYS_getdents64 | 451 /* cachestat */
+        | SYS_fgetxattr | SYS_flistxattr | SYS_io_setup | SYS_io_destroy | SYS_io_submit
+        | SYS_io_cancel | SYS_io_getevents | 333 /* io_pgetevents */
+        // events
+        | SYS_select | SYS_pselect6 | SYS_poll | SYS_ppoll | SYS_epoll_create
+        | SYS_epoll_create1 | SYS_epoll_ctl | SYS_epoll_wait | SYS_epoll_pwait
+        | SYS_epoll_pwait2 | SYS_eventfd | SYS_eventfd2 | SYS_signalfd | SYS_signalfd4
+        | SYS_timerfd_create | SYS_timerfd_settime | SYS_timerfd_gettime | SYS_inotify_init
+        | SYS_inotify_init1 | SYS_inotify_add_watch | SYS_inotify_rm_watch
+        // paths
+        | SYS_open | SYS_openat | SYS_openat2 | SYS_creat | SYS_stat | SYS_lstat
+        | SYS_newfstatat | SYS_statx | SYS_statfs | SYS_access | SYS_faccessat
+        | SYS_faccessat2 | SYS_getcwd | SYS_chdir | SYS_fchdir | SYS_readlink
+        | SYS_readlinkat | SYS_mkdir | SYS_mkdirat | SYS_rmdir | SYS_unlink | SYS_unlinkat
+        | SYS_rename | SYS_renameat | SYS_renameat2 | SYS_link | SYS_linkat | SYS_symlink
+        | SYS_symlinkat | SYS_mknod | SYS_mknodat | SYS_umask | SYS_getxattr
+        | SYS_lgetxattr | SYS_listxattr | SYS_llistxattr | 464 | 465 | 468 | 457 | 458
+        // time
+        | SYS_clock_gettime | SYS_clock_getres | SYS_clock_nanosleep | SYS_nanosleep
+        | SYS_gettimeofday | SYS_time | SYS_times | SYS_getitimer | SYS_setitimer
+        | SYS_alarm | SYS_timer_create | SYS_timer_settime | SYS_timer_gettime
+        | SYS_timer_getoverrun | SYS_timer_delete
+        // signals
+        | SYS_rt_sigaction | SYS_rt_sigprocmask | SYS_rt_sigreturn | SYS_rt_sigpending
+        | SYS_rt_sigtimedwait | SYS_rt_sigqueueinfo | SYS_rt_tgsigqueueinfo
+        | SYS_rt_sigsuspend | SYS_sigaltstack | SYS_kill | SYS_tkill | SYS_tgkill
+        | SYS_pidfd_send_signal | SYS_pause
+        // threads and scheduling
+        | SYS_set_tid_address | SYS_set_robust_list | SYS_rseq | SYS_futex
+        | SYS_futex_waitv | 454 | 455 | 456 | SYS_sched_yield | SYS_sched_getaffinity
+        | SYS_sched_setaffinity | SYS_sched_getparam | SYS_sched_setparam
+        | SYS_sched_getscheduler | SYS_sched_setscheduler | SYS_sched_get_priority_max
+        | SYS_sched_get_priority_min | SYS_sched_rr_get_interval | SYS_sched_getattr
+        | SYS_sched_setattr | SYS_getpriority | SYS_setpriority | SYS_ioprio_get
+        | SYS_ioprio_set | SYS_getcpu | SYS_restart_syscall | SYS_arch_prctl
+        // process and identity
+        | SYS_exit | SYS_exit_group | SYS_wait4 | SYS_waitid | SYS_pidfd_open | SYS_getpid
+        | SYS_getppid | SYS_gettid | SYS_getuid | SYS_geteuid | SYS_getgid | SYS_getegid
+        | SYS_getgroups | SYS_getresuid | SYS_getresgid | SYS_getpgid | SYS_getpgrp
+        | SYS_getsid | SYS_setsid | SYS_setpgid | SYS_setuid | SYS_setgid | SYS_setreuid
+        | SYS_setregid | SYS_setresuid | SYS_setresgid | SYS_setgroups | SYS_setfsuid
+        | SYS_setfsgid | SYS_capget | SYS_capset | SYS_prctl | SYS_getrlimit
+        | SYS_setrlimit | SYS_prlimit64 | SYS_getrusage | SYS_sysinfo | SYS_uname
+        | SYS_getrandom
+        // self-confinement
+        | SYS_seccomp | SYS_landlock_create_ruleset | SYS_landlock_add_rule
+        | SYS_landlock_restrict_self | 459 | 461
+        // System V IPC
+        | SYS_shmget | SYS_shmat | SYS_shmdt | SYS_shmctl | SYS_semget | SYS_semop
+        | SYS_semtimedop | SYS_semctl | SYS_msgget | SYS_msgsnd | SYS_msgrcv
+        | SYS_msgctl => RET_ALLOW,
+        _ => RET_ENOSYS,
+    }
+}
+
+fn filters() -> &'static [(FilterSpec, Filter)] {
+    static FILTERS: std::sync::OnceLock<Vec<(FilterSpec, Filter)>> = std::sync::OnceLock::new();
+    FILTERS.get_or_init(|| {
+        FilterSpec::all()
+            .map(|s| (s, compile_spec(&s).expect("every combination compiles")))
+            .collect()
+    })
+}
+
+fn check(spec: &FilterSpec, f: &Filter, d: &SeccompData) {
+    let got = run(f.instructions(), d);
+    let want = oracle(spec, d);
+    assert_eq!(
+        got,
+        want,
+        "{spec:?} nr={} ({:?}) args={:x?}: program says {}, oracle says {}",
+        d.nr,
+        f.syscall_name(d.nr),
+        d.args,
+        ret_name(got),
+        ret_name(want)
+    );
+}
+
+fn data(nr: u32, args: [u64; 6]) -> SeccompData {
+    SeccompData {
+        nr,
+        arch: AUDIT_ARCH_X86_64,
+        ip: 0x7fff_0000_1234,
+        args,
+    }
+}
+
+#[test]
+fn every_known_number_matches_the_oracle() {
+    let arg_sets = [[0u64; 6], [u64::MAX; 6], [1, 2, 3, 4, 5, 6]];
+    for (spec, f) in filters() {
+        for nr in 0..=HIGHEST_KNOWN + 64 {
+            for args in arg_sets {
+                check(&spec, &f, &data(nr, args));
+            }
+        }
+    }
+}
+
+#[test]
+fn every_combination_fits_the_kernel_limit() {
+    let sizes: Vec<(FilterSpec, usize)> = filters().iter().map(|(s, f)| (*s, f.len())).collect();
+    let (spec, largest) = sizes.iter().max_by_key(|(_, n)| *n).copied().unwrap();
+    println!("largest program: {largest} instructions for {spec:?}");
+    for (s, n) in &sizes {
+        println!("{n:5} {s:?}");
+        assert!(*n <= 4096, "{s:?}: {n} instructions");
+    }
+}
+
+#[test]
+fn prologue_kills_foreign_arch_and_x32_before_anything() {
+    for (spec, f) in filters() {
+        for arch in [AUDIT_ARCH_I386, AUDIT_ARCH_AARCH64, 0, u32::MAX] {
+            let d = SeccompData {
+                arch,
+                ..data(libc::SYS_read as u32, [0; 6])
+            };
+            assert_eq!(
+                run(f.instructions(), &d),
+                RET_KILL_PROCESS,
+                "{spec:?} arch {arch:#x}"
+            );
+        }
+        for nr in [0x4000_0000u32, 0x4000_0000 | 1, 0x4000_0000 | 512, u32::MAX] {
+            assert_eq!(
+                run(f.instructions(), &data(nr, [0; 6])),
+                RET_KILL_PROCESS,
+                "{spec:?} nr {nr:#x}"
+            );
+        }
+    }
+}
+
+/// Argument values that sit on the edges of the checks, plus random ones.
+fn interesting_arg() -> impl Strategy<Value = u64> {
+    let high = any::<u32>().prop_map(|h| u64::from(h) << 32);
+    prop_oneof![
+        any::<u64>(),
+        Just(0u64),
+        (0u64..64),
+        Just(0xffff_ffff),
+        (
+            high.clone(),
+            prop_oneof![
+                Just(SPEC_TIOCSTI),
+                Just(SPEC_TIOCLINUX),
+                Just(0x5413u32),
+                Just(0xffff_ffff),
+                Just(0)
+            ]
+        )
+            .prop_map(|(h, l)| h | u64::from(l)),
+        (high.clone(), any::<u32>()).prop_map(|(h, l)| h | u64::from(
+            l & (SPEC_CLONE_THREAD | SPEC_CLONE_NEW_ANY | 0x0f00 | 0x11)
+        )),
+        (high, any::<u32>()).prop_map(|(h, l)| h | u64::from(l & SPEC_MSG_FASTOPEN)),
+        prop_oneof![
+            Just(libc::AF_UNIX),
+            Just(libc::AF_INET),
+            Just(libc::AF_INET6),
+            Just(libc::AF_NETLINK)
+        ]
+        .prop_map(|v| v as u64),
+        (
+            0u64..16,
+            prop_oneof![
+                Just(0u64),
+                Just(libc::SOCK_NONBLOCK as u64),
+                Just(libc::SOCK_CLOEXEC as u64)
+            ]
+        )
+            .prop_map(|(t, f)| t | f),
+        prop_oneof![Just(0u64), Just(6u64), Just(17u64), Just(262u64)],
+    ]
+}
+
+fn checked_syscall() -> impl Strategy<Value = u32> {
+    use libc::*;
+    prop::sample::select(vec![
+        SYS_ioctl,
+        SYS_personality,
+        SYS_utimensat,
+        SYS_clone,
+        SYS_clone3,
+        SYS_socket,
+        SYS_socketpair,
+        SYS_sendto,
+        SYS_sendmsg,
+        SYS_sendmmsg,
+        SYS_connect,
+        SYS_fork,
+        SYS_truncate,
+    ])
+    .prop_map(|n| n as u32)
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 4096, ..ProptestConfig::default() })]
+
+    #[test]
+    fn argument_checks_match_the_oracle(
+        nr in checked_syscall(),
+        args in proptest::array::uniform6(interesting_arg()),
+        which in 0usize..8,
+    ) {
+        let (spec, f) = &filters()[which];
+        check(spec, f, &data(nr, args));
+    }
+
+    #[test]
+    fn random_numbers_match_the_oracle(nr in any::<u32>(), args in proptest::array::uniform6(any::<u64>()), which in 0usize..8) {
+        let (spec, f) = &filters()[which];
+        check(spec, f, &data(nr, args));
+    }
+
+    #[test]
+    fn random_arch_is_killed(arch in any::<u32>().prop_filter("foreign", |a| *a != AUDIT_ARCH_X86_64), nr in 0u32..512) {
+        let (_, f) = &filters()[0];
+        let d = SeccompData { arch, ..data(nr, [0; 6]) };
+        prop_assert_eq!(run(f.instructions(), &d), RET_KILL_PROCESS);
+    }
+}
+
+#[test]
+fn every_exclusion_has_a_reason() {
+    for spec in FilterSpec::all() {
+        for e in sandbox_seccomp::table(&spec) {
+            if e.rule != sandbox_seccomp::Rule::Allow {
+                assert!(!e.reason.is_empty(), "{} has no reason", e.name);
+            }
+        }
+    }
+}
+
+#[test]
+fn unchecked_allows_do_not_depend_on_arguments() {
+    // The kernel's action cache only applies when the verdict ignores args.
+    let (spec, f) = (
+        FilterSpec {
+            network: false,
+            deny_subprocess: true,
+            landlock: LandlockCoverage { truncate: false },
+        },
+        compile_spec(&FilterSpec {
+            network: false,
+            deny_subprocess: true,
+            landlock: LandlockCoverage { truncate: false },
+        })
+        .unwrap(),
+    );
+    for e in sandbox_seccomp::table(&spec) {
+        if e.rule == sandbox_seccomp::Rule::Allow {
+            for args in [[0u64; 6], [u64::MAX; 6], [0xdead_beef; 6]] {
+                assert_eq!(
+                    run(f.instructions(), &data(e.nr, args)),
+                    RET_ALLOW,
+                    "{}",
+                    e.name
+                );
+            }
+        }
+    }
+}

@@ -1,0 +1,29 @@
+//! The disassembly of a small policy matrix, so every change to the filter
+//! shows up in review (`cargo insta review`).
+#![cfg(all(target_os = "linux", target_arch = "x86_64"))]
+
+use sandbox_seccomp::{compile_spec, FilterSpec, LandlockCoverage};
+
+fn disassembly(network: bool, deny_subprocess: bool, truncate: bool) -> String {
+    let spec = FilterSpec {
+        network,
+        deny_subprocess,
+        landlock: LandlockCoverage { truncate },
+    };
+    compile_spec(&spec).unwrap().disassemble()
+}
+
+#[test]
+fn permissive_policy() {
+    insta::assert_snapshot!(disassembly(true, false, true));
+}
+
+#[test]
+fn no_network() {
+    insta::assert_snapshot!(disassembly(false, false, true));
+}
+
+#[test]
+fn no_subprocess_and_landlock_without_truncate() {
+    insta::assert_snapshot!(disassembly(true, true, false));
+}
