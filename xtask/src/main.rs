@@ -1,6 +1,7 @@
 //! Project tasks: `cargo xtask ci | conformance | bench`.
 
 mod bench;
+mod conformance;
 
 use std::process::{Command, ExitCode};
 
@@ -8,7 +9,7 @@ fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let result = match args.first().map(String::as_str) {
         Some("ci") => ci(),
-        Some("conformance") => conformance(&args[1..]),
+        Some("conformance") => conformance::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
         _ => {
             eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] | bench [--quick] [--write]>");
@@ -58,8 +59,4 @@ fn ci() -> Result<(), String> {
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
     cargo(&["test", "--workspace"])
-}
-
-fn conformance(_args: &[String]) -> Result<(), String> {
-    Err("conformance is not implemented yet".into())
 }

@@ -199,3 +199,111 @@ fn kill_group(child: &Child) {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::{ExpandContext, NoopBackend, SandboxPolicy};
+
+    #[test]
+    fn an_overrunning_launch_is_killed_with_its_descendants() {
+        let dir = tempfile::tempdir().unwrap();
+        let beat = dir.path().join("beat");
+        let argv: Vec<OsString> = vec![
+            "/bin/sh".into(),
+            "-c".into(),
+            r#"(while :; do echo b >> "$1"; sleep 0.02; done) & sleep 60"#.into(),
+            "sh".into(),
+            beat.clone().into(),
+        ];
+        let policy = SandboxPolicy::default()
+            .resolve(&ExpandContext::default())
+            .unwrap();
+        let ended = launch(
+            &NoopBackend,
+            &policy,
+            &Launch {
+                argv: &argv,
+                env: &minimal_env(),
+                stdout: None,
+                stderr: None,
+                deadline: Duration::from_millis(300),
+            },
+        );
+        assert!(matches!(ended, Ended::TimedOut { .. }), "{ended:?}");
+        assert!(
+            ended.describe().contains("deadline"),
+            "{}",
+            ended.describe()
+        );
+        // The background loop belonged to the killed group: it beats no more.
+        let size = || std::fs::metadata(&beat).map(|m| m.len()).unwrap_or(0);
+        let before = size();
+        std::thread::sleep(Duration::from_millis(200));
+        assert_eq!(size(), before);
+    }
+
+    #[test]
+    fn a_failing_pre_exec_hook_is_reported_as_not_started() {
+        #[derive(Debug)]
+        struct Failing;
+        impl Backend for Failing {
+            fn name(&self) -> &'static str {
+                "failing"
+            }
+            fn axes(&self) -> &'static [sandbox_core::Axis] {
+                &[]
+            }
+            fn prepare(
+                &self,
+                _: &ResolvedPolicy,
+                argv: &[OsString],
+            ) -> Result<sandbox_core::Confinement, sandbox_core::SandboxUnavailable> {
+                // SAFETY: returns an error value only; no allocation happens in the child
+                // (the io::Error is built from a raw os error code).
+                let hook = unsafe {
+                    sandbox_core::PreExecHook::new(|| {
+                        Err(sandbox_core::encode_pre_exec_error(libc::EPERM))
+                    })
+                };
+                Ok(sandbox_core::Confinement::new(
+                    argv.to_vec(),
+                    Some(hook),
+                    sandbox_core::EnforcementReport {
+                        backend: "failing".into(),
+                        details: Vec::new(),
+                        axes: Vec::new(),
+                    },
+                ))
+            }
+            fn wrap_argv(
+                &self,
+                _: &ResolvedPolicy,
+                _: &[OsString],
+            ) -> Result<sandbox_core::WrappedArgv, sandbox_core::SandboxUnavailable> {
+                Err(sandbox_core::SandboxUnavailable::new("failing", "none"))
+            }
+        }
+        let policy = SandboxPolicy::default()
+            .resolve(&ExpandContext::default())
+            .unwrap();
+        let argv: Vec<OsString> = vec!["/bin/true".into()];
+        let ended = launch(
+            &Failing,
+            &policy,
+            &Launch {
+                argv: &argv,
+                env: &minimal_env(),
+                stdout: None,
+                stderr: None,
+                deadline: LAUNCH_DEADLINE_FOR_TESTS,
+            },
+        );
+        match ended {
+            Ended::NotStarted { why } => assert!(why.contains("pre-exec hook failed"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    const LAUNCH_DEADLINE_FOR_TESTS: Duration = Duration::from_secs(5);
+}

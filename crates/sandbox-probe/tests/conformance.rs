@@ -29,10 +29,7 @@ impl TimeoutRunner for GroupKillRunner {
             .map_err(|e| e.to_string())?
             .into_command()
             .ok_or("empty argv")?;
-        let out = tempfile::NamedTempFile::new().map_err(|e| e.to_string())?;
-        cmd.process_group(0)
-            .stdout(out.reopen().map_err(|e| e.to_string())?)
-            .stdin(std::process::Stdio::null());
+        cmd.process_group(0).stdin(std::process::Stdio::null());
         let mut child = cmd.spawn().map_err(|e| e.to_string())?;
         let pid = child.id() as i32;
         let start = std::time::Instant::now();
@@ -54,7 +51,6 @@ impl TimeoutRunner for GroupKillRunner {
         Ok(RunEnd {
             timed_out,
             exit_code: if timed_out { Some(124) } else { status.code() },
-            stdout: std::fs::read(out.path()).map_err(|e| e.to_string())?,
         })
     }
 }

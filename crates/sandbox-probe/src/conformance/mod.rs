@@ -85,8 +85,6 @@ pub struct RunEnd {
     pub timed_out: bool,
     /// The exit code the runner reports (124 on timeout by convention).
     pub exit_code: Option<i32>,
-    /// The command's standard output.
-    pub stdout: Vec<u8>,
 }
 
 /// A runner that enforces `timeout_seconds` (the facade's), for the timeout arms.

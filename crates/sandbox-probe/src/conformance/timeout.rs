@@ -72,14 +72,13 @@ pub(crate) fn leg(
             )
         }
         LegKind::Workload => {
-            let end = run(sh("/bin/echo a | /usr/bin/tr a b", &[]))?;
+            let end = run(sh(r#"/bin/echo a | /usr/bin/tr a b > "$1/out""#, &[&grant]))?;
+            let out = crate::probe::read(&grant.join("out"));
             (
-                !end.timed_out && end.exit_code == Some(0) && end.stdout == b"b\n",
+                !end.timed_out && end.exit_code == Some(0) && out.as_deref() == Some("b\n"),
                 format!(
-                    "pipeline under timeout_seconds=1: timed_out={}, exit={:?}, stdout={:?}",
-                    end.timed_out,
-                    end.exit_code,
-                    String::from_utf8_lossy(&end.stdout)
+                    "pipeline under timeout_seconds=1: timed_out={}, exit={:?}, output {out:?}",
+                    end.timed_out, end.exit_code
                 ),
             )
         }
