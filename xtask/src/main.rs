@@ -43,7 +43,8 @@ fn cargo_env(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     }
 }
 
-/// Format check, clippy with warnings denied, rustdoc without warnings, and every test.
+/// Format check, clippy with warnings denied, rustdoc without warnings, every
+/// test, and the seccomp compiler's libseccomp differential (needs libseccomp-dev).
 fn ci() -> Result<(), String> {
     cargo(&["fmt", "--all", "--check"])?;
     cargo(&[
@@ -58,5 +59,6 @@ fn ci() -> Result<(), String> {
         &["doc", "--workspace", "--no-deps"],
         &[("RUSTDOCFLAGS", "-D warnings")],
     )?;
-    cargo(&["test", "--workspace"])
+    cargo(&["test", "--workspace"])?;
+    cargo(&["test", "-p", "sandbox-seccomp", "--features", "libseccomp"])
 }
