@@ -9,7 +9,6 @@ mod ruleset;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use landlock::ABI;
 use sandbox_core::{EnforcementReport, ResolvedPolicy};
 use sandbox_seccomp::{Filter, LandlockCoverage};
 
@@ -40,12 +39,8 @@ pub(crate) fn prepare_with(
     let plan = rules::plan(policy, abi.effective)?;
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
-    let filter = sandbox_seccomp::compile(
-        policy,
-        LandlockCoverage {
-            truncate: abi.effective >= ABI::V3,
-        },
-    )?;
+    // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
+    let filter = sandbox_seccomp::compile(policy, LandlockCoverage { truncate: false })?;
     let drop_capabilities = child::holds_capabilities().map_err(LandlockError::Capabilities)?;
     let facts = report::RulesetFacts {
         rules: plan.rules.len(),

@@ -68,6 +68,10 @@ pub(crate) fn report(
                 .into(),
         );
     }
+    details.push(
+        "truncate(2) by path is refused by seccomp; O_TRUNC and ftruncate need write access, which Landlock governs (its TRUNCATE right is left unhandled so read-only opens cost no path walk)"
+            .into(),
+    );
     if !policy.write_deny_paths().is_empty() || !policy.read_deny_paths().is_empty() {
         details.push(
             "deny paths are cut out by rule splitting: new entries directly in a denied path's ancestors are refused"
@@ -80,7 +84,7 @@ pub(crate) fn report(
         write(eff),
         spawn(policy),
         read_deny(policy),
-        write_deny(policy, eff),
+        write_deny(policy),
     ];
     EnforcementReport {
         backend: "landlock".into(),
@@ -117,12 +121,6 @@ fn network(policy: &ResolvedPolicy, extras: Extras) -> AxisEnforcement {
 
 fn write(abi: ABI) -> AxisEnforcement {
     let mut gaps = Vec::new();
-    if abi < ABI::V3 {
-        gaps.push(
-            "truncate governed by seccomp because Landlock ABI < 3: truncate(2) is refused everywhere, including inside write paths"
-                .into(),
-        );
-    }
     if abi < ABI::V5 {
         gaps.push(
             "ioctl on device files is not governed because Landlock ABI < 5 (no IOCTL_DEV right)"
@@ -131,7 +129,7 @@ fn write(abi: ABI) -> AxisEnforcement {
     }
     entry(
         Axis::Write,
-        "landlock (paths) + seccomp (chmod/chown/xattr families)",
+        "landlock (paths) + seccomp (truncate by path, chmod/chown/xattr families)",
         gaps,
     )
 }
@@ -156,20 +154,17 @@ fn read_deny(policy: &ResolvedPolicy) -> AxisEnforcement {
                 .into(),
             "a hard link to a denied file made before the run, outside the denied path, still reads it"
                 .into(),
+            "names inside a denied directory stay listable (READ_DIR is not handled, so its ancestors stay listable)"
+                .into(),
         ],
     )
 }
 
-fn write_deny(policy: &ResolvedPolicy, abi: ABI) -> AxisEnforcement {
+fn write_deny(policy: &ResolvedPolicy) -> AxisEnforcement {
     if policy.write_deny_paths().is_empty() {
         return entry(Axis::WriteDeny, NOT_RESTRICTED, Vec::new());
     }
-    let mut gaps = Vec::new();
-    if abi < ABI::V3 {
-        gaps.push(
-            "truncate governed by seccomp because Landlock ABI < 3 (refused everywhere)".into(),
-        );
-    }
+    let gaps = Vec::new();
     entry(
         Axis::WriteDeny,
         "landlock (write rights split around each denied path)",
