@@ -414,8 +414,8 @@ fn execute(
     req: RunRequest,
     report: Option<&Path>,
 ) -> Result<Result<Outcome, i32>, Fatal> {
-    let resolved = if req.policy.is_some() {
-        resolve_backend(config)?.backend
+    let resolved = if let Some(policy) = &req.policy {
+        sandbox::resolve_backend_for(config, policy)?.backend
     } else {
         std::sync::Arc::new(sandbox::NoopBackend)
     };

@@ -1,15 +1,182 @@
-//! The enforcement self-test every real backend passes before it is handed out.
+//! The enforcement self-test every real backend passes before it is handed out,
+//! and the per-boot cache that lets a CLI launch skip it.
+//!
+//! The verdict is cached in-process by `sandbox-probe`. Across processes, a
+//! *passing* verdict is remembered in a file under the user's runtime
+//! directory, keyed by boot id, kernel release, backend and the identity of
+//! the running binary (device, inode, size, mtime and ctime: hashing the
+//! binary would cost more than the probes it saves). The file is trusted only
+//! when it and its directories belong to this user and are writable by no one
+//! else, and never when it lies beneath a write path of the run (a confined
+//! command could otherwise forge it). Failing verdicts are never cached.
+
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
+use std::path::{Path, PathBuf};
 
 use sandbox_core::{Backend, SandboxUnavailable};
 
-/// Checks that `backend` really enforces on this host (cached per backend per process).
+/// Checks that `backend` really enforces on this host.
 ///
-/// Audit-only backends are not probed: they claim nothing.
-pub(crate) fn check(backend: &dyn Backend) -> Result<(), SandboxUnavailable> {
+/// `writable` are the write paths of the run about to start (`None` when
+/// unknown, which disables the cross-process cache). Audit-only backends are
+/// not probed: they claim nothing.
+pub(crate) fn check(
+    backend: &dyn Backend,
+    writable: Option<&[PathBuf]>,
+) -> Result<(), SandboxUnavailable> {
     if !backend.enforces() {
         return Ok(());
     }
-    sandbox_probe::gate(backend)
-        .map(|_| ())
-        .map_err(|failure| failure.to_unavailable())
+    let cache = writable.and_then(|w| VerdictCache::locate(backend.name(), w));
+    if cache.as_ref().is_some_and(VerdictCache::holds_pass) {
+        return Ok(());
+    }
+    sandbox_probe::gate(backend).map_err(|failure| failure.to_unavailable())?;
+    if let Some(cache) = cache {
+        cache.record_pass();
+    }
+    Ok(())
+}
+
+struct VerdictCache {
+    file: PathBuf,
+    key: String,
+}
+
+impl VerdictCache {
+    fn locate(backend: &str, writable: &[PathBuf]) -> Option<Self> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let base = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
+            Some(dir) if dir.is_absolute() => dir,
+            _ if euid == 0 => PathBuf::from("/run"),
+            _ => return None,
+        };
+        Self::locate_in(&base, backend, writable)
+    }
+
+    fn locate_in(base: &Path, backend: &str, writable: &[PathBuf]) -> Option<Self> {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let base = fs::canonicalize(base).ok()?;
+        if !private_dir(&base, euid, true) {
+            return None;
+        }
+        let dir = base.join("sandbox");
+        let _ = fs::DirBuilder::new().mode(0o700).create(&dir);
+        if !private_dir(&dir, euid, false)
+            || writable
+                .iter()
+                .any(|w| dir.starts_with(w) || w.starts_with(&dir))
+        {
+            return None;
+        }
+        Some(Self {
+            file: dir.join(format!("gate-{backend}")),
+            key: cache_key(backend)?,
+        })
+    }
+
+    fn holds_pass(&self) -> bool {
+        let Ok(file) = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&self.file)
+        else {
+            return false;
+        };
+        let Ok(meta) = file.metadata() else {
+            return false;
+        };
+        // SAFETY: geteuid has no preconditions.
+        if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } || meta.mode() & 0o022 != 0 {
+            return false;
+        }
+        std::io::read_to_string(file).is_ok_and(|text| text == self.expected())
+    }
+
+    fn record_pass(&self) {
+        let tmp = self
+            .file
+            .with_extension(format!("tmp{}", std::process::id()));
+        let written = fs::OpenOptions::new()
+            .write(true)
+            .create_new(true)
+            .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
+            .open(&tmp)
+            .and_then(|mut f| f.write_all(self.expected().as_bytes()));
+        if written.is_err() || fs::rename(&tmp, &self.file).is_err() {
+            let _ = fs::remove_file(&tmp);
+        }
+    }
+
+    fn expected(&self) -> String {
+        format!("{}\npassed\n", self.key)
+    }
+}
+
+/// A directory is private when it is a real directory owned by `euid` (or by
+/// root, for a shared base such as `/run`) that nobody else can write.
+fn private_dir(dir: &Path, euid: u32, root_may_own: bool) -> bool {
+    fs::symlink_metadata(dir).is_ok_and(|m| {
+        m.is_dir() && (m.uid() == euid || (root_may_own && m.uid() == 0)) && m.mode() & 0o022 == 0
+    })
+}
+
+fn cache_key(backend: &str) -> Option<String> {
+    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
+    let exe = fs::metadata(std::env::current_exe().ok()?).ok()?;
+    Some(format!(
+        "v1 backend={backend} boot={} kernel={} exe={}:{}:{}:{}.{}:{}.{}",
+        boot.trim(),
+        kernel.trim(),
+        exe.dev(),
+        exe.ino(),
+        exe.size(),
+        exe.mtime(),
+        exe.mtime_nsec(),
+        exe.ctime(),
+        exe.ctime_nsec()
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn base() -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_recorded_pass_is_trusted_only_when_private() {
+        let dir = base();
+        let cache = VerdictCache::locate_in(dir.path(), "t", &[]).unwrap();
+        assert!(!cache.holds_pass(), "nothing recorded yet");
+        cache.record_pass();
+        assert!(cache.holds_pass());
+        fs::set_permissions(&cache.file, fs::Permissions::from_mode(0o622)).unwrap();
+        assert!(
+            !cache.holds_pass(),
+            "a file others can write is never trusted"
+        );
+        fs::set_permissions(&cache.file, fs::Permissions::from_mode(0o600)).unwrap();
+        fs::write(&cache.file, "v1 backend=t forged\npassed\n").unwrap();
+        assert!(!cache.holds_pass(), "a verdict for another key is ignored");
+    }
+
+    #[test]
+    fn no_cache_beneath_a_write_path_or_in_a_shared_dir() {
+        let dir = base();
+        assert!(VerdictCache::locate_in(dir.path(), "t", &[dir.path().to_path_buf()]).is_none());
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).unwrap();
+        assert!(VerdictCache::locate_in(dir.path(), "t", &[]).is_none());
+    }
 }

@@ -13,7 +13,7 @@ mod resolve;
 mod runner;
 
 pub use outcome::{Classification, Outcome, Termination};
-pub use resolve::{resolve_backend, ResolvedBackend};
+pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
 };

@@ -3,7 +3,8 @@
 use std::sync::Arc;
 
 use sandbox_core::{
-    Backend, BackendChoice, NoopBackend, OnUnsupported, SandboxConfig, SandboxUnavailable,
+    Backend, BackendChoice, NoopBackend, OnUnsupported, ResolvedPolicy, SandboxConfig,
+    SandboxUnavailable,
 };
 
 /// The backend a config resolved to.
@@ -22,6 +23,25 @@ pub struct ResolvedBackend {
 /// are treated alike: `on_unsupported` decides between an error, a warning
 /// plus the noop backend, or the noop backend silently.
 pub fn resolve_backend(config: &SandboxConfig) -> Result<ResolvedBackend, SandboxUnavailable> {
+    resolve(config, None)
+}
+
+/// [`resolve_backend`] for a run under `policy`.
+///
+/// A passing self-test verdict cached earlier in this boot (by the same
+/// binary) may stand in for the probes, unless the cache lies beneath one of
+/// the policy's write paths.
+pub fn resolve_backend_for(
+    config: &SandboxConfig,
+    policy: &ResolvedPolicy,
+) -> Result<ResolvedBackend, SandboxUnavailable> {
+    resolve(config, Some(policy.write_paths()))
+}
+
+fn resolve(
+    config: &SandboxConfig,
+    writable: Option<&[std::path::PathBuf]>,
+) -> Result<ResolvedBackend, SandboxUnavailable> {
     let attempt = match config.backend {
         BackendChoice::Noop => {
             return Ok(ResolvedBackend {
@@ -38,7 +58,7 @@ pub fn resolve_backend(config: &SandboxConfig) -> Result<ResolvedBackend, Sandbo
         )),
     }
     .and_then(|backend| {
-        crate::gate::check(backend.as_ref())?;
+        crate::gate::check(backend.as_ref(), writable)?;
         Ok(backend)
     });
     match attempt {
