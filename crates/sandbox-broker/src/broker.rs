@@ -128,7 +128,11 @@ fn serve(listener: &Listener, rules: &BrokerRules, stop: &OwnedFd) -> BrokerLog 
 }
 
 /// Decides and answers one notification; the record, unless nothing was asked.
-fn handle(listener: &Listener, rules: &BrokerRules, n: &libc::seccomp_notif) -> Option<BrokerRecord> {
+fn handle(
+    listener: &Listener,
+    rules: &BrokerRules,
+    n: &libc::seccomp_notif,
+) -> Option<BrokerRecord> {
     let nr = i64::from(n.data.nr);
     let tid = n.pid as i32;
     let (name, kind) = match syscalls::lookup(nr) {
@@ -137,7 +141,14 @@ fn handle(listener: &Listener, rules: &BrokerRules, n: &libc::seccomp_notif) -> 
             let decision = Decision::Refused {
                 reason: Refusal::UnknownSyscall { nr },
             };
-            return Some(answer(listener, n.id, tid, "unknown", Target::default(), decision));
+            return Some(answer(
+                listener,
+                n.id,
+                tid,
+                "unknown",
+                Target::default(),
+                decision,
+            ));
         }
     };
     let mut target = Target::default();
@@ -153,7 +164,9 @@ fn decide(
     target: &mut Target,
 ) -> Decision {
     let unreadable = |e: io::Error| Decision::Refused {
-        reason: Refusal::UnreadableCaller { errno: errno_of(&e) },
+        reason: Refusal::UnreadableCaller {
+            errno: errno_of(&e),
+        },
     };
     let caller = match Caller::open(n.pid as i32) {
         Ok(c) => c,

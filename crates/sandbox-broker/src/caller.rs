@@ -58,7 +58,8 @@ pub(crate) fn errno_of(err: &io::Error) -> i32 {
 impl Caller {
     /// Opens `/proc/TID` and a pidfd for the thread.
     pub(crate) fn open(tid: i32) -> io::Result<Self> {
-        let dir = CString::new(format!("/proc/{tid}")).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let dir = CString::new(format!("/proc/{tid}"))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: plain open of a NUL-terminated path.
         let fd = cvt(unsafe {
             libc::open(
@@ -188,7 +189,8 @@ impl Caller {
             // SAFETY: fresh fd (pidfd_getfd sets close-on-exec).
             return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
         }
-        let path = CString::new(format!("fd/{n}")).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        let path = CString::new(format!("fd/{n}"))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // SAFETY: openat relative to our /proc/TID fd.
         let fd = cvt(unsafe {
             libc::openat(

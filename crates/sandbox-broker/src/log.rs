@@ -103,6 +103,8 @@ pub enum Refusal {
         /// The errno of the failed resolution.
         errno: i32,
     },
+    /// The path goes through `/proc`, whose `self` would name the broker, not the caller.
+    ProcfsPath,
     /// The object moved while it was being checked (a concurrent rename or swap).
     Moved,
     /// chmod would add a set-user-ID or set-group-ID bit.
@@ -134,6 +136,7 @@ impl std::fmt::Display for Refusal {
             Self::Unresolvable { errno } => {
                 write!(f, "the path could not be resolved safely (errno {errno})")
             }
+            Self::ProcfsPath => f.write_str("paths through /proc are refused (use the fd itself)"),
             Self::Moved => f.write_str("the object moved while it was checked"),
             Self::SetIdBits => f.write_str("adding set-user-ID/set-group-ID bits is refused"),
             Self::NotOwner => f.write_str("the caller does not own the object"),
@@ -142,7 +145,10 @@ impl std::fmt::Display for Refusal {
             }
             Self::XattrNamespace => f.write_str("only user.* extended attributes are allowed"),
             Self::UnreadableCaller { errno } => {
-                write!(f, "the caller's arguments could not be read (errno {errno})")
+                write!(
+                    f,
+                    "the caller's arguments could not be read (errno {errno})"
+                )
             }
             Self::UnknownSyscall { nr } => write!(f, "syscall {nr} is not brokered"),
         }

@@ -49,7 +49,10 @@ impl Listener {
         }
         Ok(Self {
             fd,
-            notif_words: words(sizes.seccomp_notif, std::mem::size_of::<libc::seccomp_notif>()),
+            notif_words: words(
+                sizes.seccomp_notif,
+                std::mem::size_of::<libc::seccomp_notif>(),
+            ),
             resp_words: words(
                 sizes.seccomp_notif_resp,
                 std::mem::size_of::<libc::seccomp_notif_resp>(),

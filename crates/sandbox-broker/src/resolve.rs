@@ -78,6 +78,9 @@ impl BrokerRules {
                 empty_path,
             } => {
                 let absolute = path.as_bytes().first() == Some(&b'/');
+                if absolute && is_proc_path(path.as_bytes()) {
+                    return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
+                }
                 let base = if absolute {
                     None
                 } else if *dirfd == libc::AT_FDCWD {
@@ -85,6 +88,9 @@ impl BrokerRules {
                 } else {
                     Some(caller.fd(*dirfd).map_err(errno)?)
                 };
+                if base.as_ref().is_some_and(on_procfs) {
+                    return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
+                }
                 if path.as_bytes().is_empty() {
                     match (*empty_path, base) {
                         (true, Some(base)) => base,
@@ -95,13 +101,14 @@ impl BrokerRules {
                     let nofollow = if *follow { 0 } else { libc::O_NOFOLLOW };
                     // Magic links (/proc/*/fd/N, /proc/*/cwd, ...) would resolve in
                     // the broker's own context: refuse them.
-                    openat2(dir, path, libc::O_PATH | nofollow, RESOLVE_NO_MAGICLINKS)
-                        .map_err(|e| match errno_of(&e) {
+                    openat2(dir, path, libc::O_PATH | nofollow, RESOLVE_NO_MAGICLINKS).map_err(
+                        |e| match errno_of(&e) {
                             n @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => {
                                 Unresolved::Errno(n)
                             }
                             n => Unresolved::Refused(Refusal::Unresolvable { errno: n }, None),
-                        })?
+                        },
+                    )?
                 }
             }
         };
@@ -111,7 +118,8 @@ impl BrokerRules {
     /// Admits the object `first` refers to when it lies beneath a write path,
     /// not beneath a write-deny path, and is reached again beneath the write path.
     fn admit(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
-        let refused = |r: Refusal, p: Option<&Path>| Unresolved::Refused(r, p.map(Path::to_path_buf));
+        let refused =
+            |r: Refusal, p: Option<&Path>| Unresolved::Refused(r, p.map(Path::to_path_buf));
         let link = std::fs::read_link(format!("/proc/self/fd/{}", first.as_raw_fd()))
             .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
         if !link.is_absolute() || link.as_os_str().as_bytes().ends_with(b" (deleted)") {
@@ -124,7 +132,11 @@ impl BrokerRules {
             return Err(refused(Refusal::WriteDenyPath, Some(&link)));
         }
         let rel = link.strip_prefix(root).unwrap_or(Path::new(""));
-        let rel = if rel.as_os_str().is_empty() { Path::new(".") } else { rel };
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
         let rel = CString::new(rel.as_os_str().as_bytes())
             .map_err(|_| refused(Refusal::NoPath, Some(&link)))?;
         // The canonical path has no symlink and no `..`: reaching it again with
@@ -135,7 +147,14 @@ impl BrokerRules {
             libc::O_PATH | libc::O_NOFOLLOW,
             RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
         )
-        .map_err(|e| refused(Refusal::Unresolvable { errno: errno_of(&e) }, Some(&link)))?;
+        .map_err(|e| {
+            refused(
+                Refusal::Unresolvable {
+                    errno: errno_of(&e),
+                },
+                Some(&link),
+            )
+        })?;
         let a = fstat(first).map_err(|e| Unresolved::Errno(errno_of(&e)))?;
         let b = fstat(&second).map_err(|e| Unresolved::Errno(errno_of(&e)))?;
         if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
@@ -147,6 +166,22 @@ impl BrokerRules {
             stat: b,
         })
     }
+}
+
+/// `/proc` or beneath it, lexically (also `//proc`, `/./proc`).
+fn is_proc_path(path: &[u8]) -> bool {
+    let first = path
+        .split(|&b| b == b'/')
+        .find(|c| !c.is_empty() && *c != b".");
+    first == Some(b"proc")
+}
+
+fn on_procfs(fd: &OwnedFd) -> bool {
+    // SAFETY: statfs is plain data; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type == libc::PROC_SUPER_MAGIC
 }
 
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {

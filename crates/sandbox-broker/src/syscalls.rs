@@ -233,29 +233,57 @@ pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<(Su
             check_flags(a[3], nofollow_ok)?;
             (at(a[0], path(a[1])?, true, a[3]), mode(a[2]))
         }
-        Kind::Chown => (at(libc::AT_FDCWD as u64, path(a[0])?, true, 0), chown(a[1], a[2])),
-        Kind::Lchown => (at(libc::AT_FDCWD as u64, path(a[0])?, false, 0), chown(a[1], a[2])),
+        Kind::Chown => (
+            at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
+            chown(a[1], a[2]),
+        ),
+        Kind::Lchown => (
+            at(libc::AT_FDCWD as u64, path(a[0])?, false, 0),
+            chown(a[1], a[2]),
+        ),
         Kind::Fchown => (Subject::Fd(a[0] as i32), chown(a[1], a[2])),
         Kind::Fchownat => {
             check_flags(a[4], nofollow_ok)?;
             (at(a[0], path(a[1])?, true, a[4]), chown(a[2], a[3]))
         }
         Kind::Setxattr | Kind::Lsetxattr => {
-            let subject = at(libc::AT_FDCWD as u64, path(a[0])?, kind == Kind::Setxattr, 0);
+            let subject = at(
+                libc::AT_FDCWD as u64,
+                path(a[0])?,
+                kind == Kind::Setxattr,
+                0,
+            );
             (subject, set_xattr(caller, a[1], a[2], a[3], a[4])?)
         }
-        Kind::Fsetxattr => (Subject::Fd(a[0] as i32), set_xattr(caller, a[1], a[2], a[3], a[4])?),
+        Kind::Fsetxattr => (
+            Subject::Fd(a[0] as i32),
+            set_xattr(caller, a[1], a[2], a[3], a[4])?,
+        ),
         Kind::Removexattr | Kind::Lremovexattr => {
-            let subject = at(libc::AT_FDCWD as u64, path(a[0])?, kind == Kind::Removexattr, 0);
-            (subject, Op::RemoveXattr { name: xattr_name(caller, a[1])? })
+            let subject = at(
+                libc::AT_FDCWD as u64,
+                path(a[0])?,
+                kind == Kind::Removexattr,
+                0,
+            );
+            (
+                subject,
+                Op::RemoveXattr {
+                    name: xattr_name(caller, a[1])?,
+                },
+            )
         }
         Kind::Fremovexattr => (
             Subject::Fd(a[0] as i32),
-            Op::RemoveXattr { name: xattr_name(caller, a[1])? },
+            Op::RemoveXattr {
+                name: xattr_name(caller, a[1])?,
+            },
         ),
         Kind::Utimensat => {
             check_flags(a[3], nofollow_ok)?;
-            let times = Op::Times { times: timespecs(caller, a[2])? };
+            let times = Op::Times {
+                times: timespecs(caller, a[2])?,
+            };
             if a[1] == 0 {
                 // utimensat(fd, NULL, ...) acts on the fd itself.
                 if a[0] as i32 == libc::AT_FDCWD {
@@ -271,22 +299,31 @@ pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<(Su
         }
         Kind::Utimes => (
             at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
-            Op::Times { times: timevals(caller, a[1])? },
+            Op::Times {
+                times: timevals(caller, a[1])?,
+            },
         ),
         Kind::Futimesat => (
             at(a[0], path(a[1])?, true, 0),
-            Op::Times { times: timevals(caller, a[2])? },
+            Op::Times {
+                times: timevals(caller, a[2])?,
+            },
         ),
         Kind::Utime => (
             at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
-            Op::Times { times: utimbuf(caller, a[1])? },
+            Op::Times {
+                times: utimbuf(caller, a[1])?,
+            },
         ),
         Kind::Truncate => {
             let len = a[1] as i64;
             if len < 0 {
                 return Err(err(libc::EINVAL));
             }
-            (at(libc::AT_FDCWD as u64, path(a[0])?, true, 0), Op::Truncate { len })
+            (
+                at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
+                Op::Truncate { len },
+            )
         }
     })
 }
@@ -312,7 +349,11 @@ fn set_xattr(caller: &Caller, name: u64, value: u64, size: u64, flags: u64) -> i
     if size > XATTR_SIZE_MAX {
         return Err(err(libc::E2BIG));
     }
-    let value = if size == 0 { Vec::new() } else { caller.read(value, size)? };
+    let value = if size == 0 {
+        Vec::new()
+    } else {
+        caller.read(value, size)?
+    };
     Ok(Op::SetXattr {
         name,
         value,
@@ -380,7 +421,10 @@ mod tests {
 
     #[test]
     fn every_number_is_in_the_table_once() {
-        for nr in brokered_syscalls().iter().chain(brokered_truncate_syscalls()) {
+        for nr in brokered_syscalls()
+            .iter()
+            .chain(brokered_truncate_syscalls())
+        {
             assert_eq!(TABLE.iter().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
         assert_eq!(
