@@ -104,9 +104,7 @@ fn serve(listener: &Listener, rules: &BrokerRules, stop: &OwnedFd) -> BrokerLog 
         if fds[0].revents & libc::POLLIN != 0 {
             match listener.recv() {
                 Ok(Received::Notification(n)) => {
-                    if let Some(record) = handle(listener, rules, &n) {
-                        log.push(record);
-                    }
+                    log.push(handle(listener, rules, &n));
                 }
                 Ok(Received::Gone) => {}
                 Err(err) => {
@@ -127,12 +125,8 @@ fn serve(listener: &Listener, rules: &BrokerRules, stop: &OwnedFd) -> BrokerLog 
     log
 }
 
-/// Decides and answers one notification; the record, unless nothing was asked.
-fn handle(
-    listener: &Listener,
-    rules: &BrokerRules,
-    n: &libc::seccomp_notif,
-) -> Option<BrokerRecord> {
+/// Decides and answers one notification.
+fn handle(listener: &Listener, rules: &BrokerRules, n: &libc::seccomp_notif) -> BrokerRecord {
     let nr = i64::from(n.data.nr);
     let tid = n.pid as i32;
     let (name, kind) = match syscalls::lookup(nr) {
@@ -141,19 +135,12 @@ fn handle(
             let decision = Decision::Refused {
                 reason: Refusal::UnknownSyscall { nr },
             };
-            return Some(answer(
-                listener,
-                n.id,
-                tid,
-                "unknown",
-                Target::default(),
-                decision,
-            ));
+            return answer(listener, n.id, tid, "unknown", Target::default(), decision);
         }
     };
     let mut target = Target::default();
     let decision = decide(listener, rules, n, kind, &mut target);
-    Some(answer(listener, n.id, tid, name, target, decision))
+    answer(listener, n.id, tid, name, target, decision)
 }
 
 fn decide(
@@ -168,12 +155,18 @@ fn decide(
             errno: errno_of(&e),
         },
     };
-    let caller = match Caller::open(n.pid as i32) {
+    let mut caller = match Caller::open(n.pid as i32) {
         Ok(c) => c,
         Err(_) if !listener.id_valid(n.id) => return Decision::CallerGone,
         Err(e) => return unreadable(e),
     };
     let decoded = syscalls::decode(kind, n.data.args, &caller);
+    if decoded
+        .as_ref()
+        .is_ok_and(|(subject, _)| subject.needs_fd())
+    {
+        caller.open_pidfd();
+    }
     // TOCTOU guard: the memory we read and the handles we opened belong to the
     // thread that made this request only if it is still waiting for the answer.
     if !listener.id_valid(n.id) {

@@ -56,7 +56,7 @@ pub(crate) fn errno_of(err: &io::Error) -> i32 {
 }
 
 impl Caller {
-    /// Opens `/proc/TID` and a pidfd for the thread.
+    /// Opens `/proc/TID` for the thread (see [`Caller::open_pidfd`] for its fds).
     pub(crate) fn open(tid: i32) -> io::Result<Self> {
         let dir = CString::new(format!("/proc/{tid}"))
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -69,17 +69,23 @@ impl Caller {
         } as libc::c_long)?;
         // SAFETY: fd was just returned to us.
         let proc_dir = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        let pidfd = [PIDFD_THREAD, 0].into_iter().find_map(|flags| {
-            // SAFETY: pidfd_open takes a pid and flags.
-            let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, tid, flags) };
-            // SAFETY: rc is a fresh fd when non-negative.
-            (rc >= 0).then(|| unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
-        });
         Ok(Self {
             tid,
             proc_dir,
-            pidfd,
+            pidfd: None,
         })
+    }
+
+    /// Opens a pidfd for the thread, needed by [`Caller::fd`]; like every
+    /// handle, before the request id is re-validated. Without one (kernels
+    /// before 6.9 for non-leader threads), fds are reopened via `/proc/TID/fd`.
+    pub(crate) fn open_pidfd(&mut self) {
+        self.pidfd = [PIDFD_THREAD, 0].into_iter().find_map(|flags| {
+            // SAFETY: pidfd_open takes a pid and flags.
+            let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, self.tid, flags) };
+            // SAFETY: rc is a fresh fd when non-negative.
+            (rc >= 0).then(|| unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
+        });
     }
 
     /// Reads `len` bytes at `addr` of the caller's memory.

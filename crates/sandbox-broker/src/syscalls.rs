@@ -159,6 +159,18 @@ pub(crate) enum Subject {
     },
 }
 
+impl Subject {
+    /// Whether resolving it needs one of the caller's fds.
+    pub(crate) fn needs_fd(&self) -> bool {
+        match self {
+            Subject::Fd(_) => true,
+            Subject::At { dirfd, path, .. } => {
+                *dirfd != libc::AT_FDCWD && path.as_bytes().first() != Some(&b'/')
+            }
+        }
+    }
+}
+
 /// What to do to the object.
 #[derive(Debug)]
 pub(crate) enum Op {

@@ -53,12 +53,22 @@ fn brokered_chmod_cost() {
     assert_eq!(run.code, 0);
     let mut buf = [0u8; 8];
     // SAFETY: read into a live 8-byte buffer.
-    assert_eq!(unsafe { libc::read(r.as_raw_fd(), buf.as_mut_ptr().cast(), 8) }, 8);
+    assert_eq!(
+        unsafe { libc::read(r.as_raw_fd(), buf.as_mut_ptr().cast(), 8) },
+        8
+    );
     let brokered = u64::from_ne_bytes(buf) / u64::from(CALLS);
     let plain = chmod_loop(&f).expect("unbrokered chmod works") / u64::from(CALLS);
-    assert_eq!(run.log.performed().count() as u64 + run.log.omitted, u64::from(CALLS));
+    assert_eq!(
+        run.log.performed().count() as u64 + run.log.omitted,
+        u64::from(CALLS)
+    );
     println!(
         "chmod per call: brokered {brokered} ns, unbrokered {plain} ns ({CALLS} calls, {} build)",
-        if cfg!(debug_assertions) { "debug" } else { "release" }
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
     );
 }

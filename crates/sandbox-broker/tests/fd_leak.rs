@@ -32,7 +32,13 @@ fn thousands_of_requests_leak_no_fd() {
                     && result(libc::fchmod(fd_in, mode)) == 0
                     && result(libc::fchmodat(dir_out, c"f".as_ptr(), mode, 0)) == libc::EPERM
                     && result(libc::chmod(missing.as_ptr(), mode)) == libc::ENOENT
-                    && result(libc::setxattr(inside.as_ptr(), c"user.k".as_ptr(), b"v".as_ptr().cast(), 1, 0)) == 0
+                    && result(libc::setxattr(
+                        inside.as_ptr(),
+                        c"user.k".as_ptr(),
+                        b"v".as_ptr().cast(),
+                        1,
+                        0,
+                    )) == 0
                     && result(libc::futimens(fd_in, std::ptr::null())) == 0;
                 if !ok {
                     return 1;
@@ -42,7 +48,10 @@ fn thousands_of_requests_leak_no_fd() {
         }
     });
     assert_eq!(run.code, 0, "a request got a wrong answer");
-    assert_eq!(run.log.records.len() as u64 + run.log.omitted, 7 * ROUNDS as u64);
+    assert_eq!(
+        run.log.records.len() as u64 + run.log.omitted,
+        7 * ROUNDS as u64
+    );
     drop(run);
     assert_eq!(open_fds(), before, "fds leaked in the runner");
     assert_eq!(mode(&fx.o.join("f")), 0o644);

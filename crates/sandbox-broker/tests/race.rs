@@ -73,7 +73,10 @@ fn race(fx: &Fixture, link: &Path, swap_a: &Path, swap_b: &Path, inside: &Path, 
     assert_eq!(mode(outside), 0o644, "the outside file's mode changed");
     assert_eq!(run.code, 0, "the child did not see both outcomes");
     assert!(swaps.load(Ordering::Relaxed) > 0);
-    assert!(mode(inside) == 0o600 || mode(inside) == 0o640, "positive control");
+    assert!(
+        mode(inside) == 0o600 || mode(inside) == 0o640,
+        "positive control"
+    );
     let performed = run.log.performed().count();
     let refused = run.log.refusals().count();
     assert!(performed >= WANT_EACH as usize && refused >= WANT_EACH as usize);
@@ -96,7 +99,14 @@ fn swapping_a_file_symlink_never_reaches_outside() {
     let outside = fx.file(&fx.o.join("out"), 0o644);
     std::os::unix::fs::symlink(&inside, fx.w.join("link")).unwrap();
     std::os::unix::fs::symlink(&outside, fx.w.join("spare")).unwrap();
-    race(&fx, &fx.w.join("link"), &fx.w.join("link"), &fx.w.join("spare"), &inside, &outside);
+    race(
+        &fx,
+        &fx.w.join("link"),
+        &fx.w.join("link"),
+        &fx.w.join("spare"),
+        &inside,
+        &outside,
+    );
 }
 
 #[test]
@@ -107,5 +117,12 @@ fn swapping_a_directory_symlink_never_reaches_outside() {
     let outside = fx.file(&fx.o.join("f"), 0o644);
     std::os::unix::fs::symlink(fx.w.join("sub"), fx.w.join("dir")).unwrap();
     std::os::unix::fs::symlink(&fx.o, fx.w.join("spare")).unwrap();
-    race(&fx, &fx.w.join("dir/f"), &fx.w.join("dir"), &fx.w.join("spare"), &inside, &outside);
+    race(
+        &fx,
+        &fx.w.join("dir/f"),
+        &fx.w.join("dir"),
+        &fx.w.join("spare"),
+        &inside,
+        &outside,
+    );
 }

@@ -142,7 +142,10 @@ fn caller_killed_while_its_request_is_pending() {
     let c = cstr(&f);
     let mut pid = 0;
     // SAFETY (child): one syscall; it blocks until answered.
-    let listener = spawn(|| result(unsafe { libc::chmod(c.as_ptr(), 0o600) }), &mut pid);
+    let listener = spawn(
+        || result(unsafe { libc::chmod(c.as_ptr(), 0o600) }),
+        &mut pid,
+    );
     // Wait until the request is pending, then kill the caller before any answer.
     let mut pfd = libc::pollfd {
         fd: listener.as_raw_fd(),
@@ -160,7 +163,9 @@ fn caller_killed_while_its_request_is_pending() {
     assert_eq!(mode(&f), 0o644);
     // Positive control: the same request from a live caller is performed.
     // SAFETY (child): one syscall.
-    let run = confined(fx.rules(&[]), || result(unsafe { libc::chmod(c.as_ptr(), 0o600) }));
+    let run = confined(fx.rules(&[]), || {
+        result(unsafe { libc::chmod(c.as_ptr(), 0o600) })
+    });
     assert_eq!(run.code, 0);
     assert_eq!(mode(&f), 0o600);
 }

@@ -90,8 +90,8 @@ pub fn filter() -> Vec<libc::sock_filter> {
         jf,
         k,
     };
-    let ld = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u32;
-    let ret = (libc::BPF_RET | libc::BPF_K) as u32;
+    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let ret = libc::BPF_RET | libc::BPF_K;
     let mut f = vec![
         stmt(ld, 4),
         jeq(AUDIT_ARCH, 1, 0),
