@@ -406,3 +406,115 @@ fn missing_objects_get_the_kernels_errno_and_the_log_round_trips() {
     let back: BrokerLog = serde_json::from_str(&json).unwrap();
     assert_eq!(back, run.log);
 }
+
+#[test]
+fn nofollow_forms_on_a_symlink_match_the_kernel() {
+    let fx = Fixture::new();
+    let target = fx.file(&fx.w.join("t"), 0o644);
+    let link = cstr(&fx.w.join("l"));
+    std::os::unix::fs::symlink("t", fx.w.join("l")).unwrap();
+    // fchmodat2(AT_SYMLINK_NOFOLLOW) on a symlink: EOPNOTSUPP, target unchanged.
+    let run = confined(fx.rules(&[]), || {
+        // SAFETY (child): one raw syscall.
+        let rc = unsafe {
+            libc::syscall(
+                452,
+                libc::AT_FDCWD,
+                link.as_ptr(),
+                0o600,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        result(rc as i32)
+    });
+    assert_eq!(run.code, libc::EOPNOTSUPP);
+    assert_eq!(mode(&target), 0o644);
+    // lsetxattr(user.*) on a symlink: EPERM (as the kernel), target without the attribute.
+    let run = confined(fx.rules(&[]), || {
+        // SAFETY (child): one syscall with live buffers.
+        result(unsafe {
+            libc::lsetxattr(
+                link.as_ptr(),
+                c"user.a".as_ptr(),
+                b"v".as_ptr().cast(),
+                1,
+                0,
+            )
+        })
+    });
+    assert_eq!(run.code, libc::EPERM);
+    assert_eq!(get_xattr(&target, "user.a"), None);
+    // Twin: setxattr follows the link and sets it on the target.
+    let run = confined(fx.rules(&[]), || {
+        // SAFETY (child): one syscall with live buffers.
+        result(unsafe {
+            libc::setxattr(
+                link.as_ptr(),
+                c"user.a".as_ptr(),
+                b"v".as_ptr().cast(),
+                1,
+                0,
+            )
+        })
+    });
+    assert_eq!(run.code, 0);
+    assert_eq!(get_xattr(&target, "user.a").as_deref(), Some(&b"v"[..]));
+}
+
+#[test]
+fn unprivileged_caller_may_only_change_its_own_files() {
+    let fx = Fixture::new();
+    let mine = fx.file(&fx.w.join("mine"), 0o644);
+    let roots = fx.file(&fx.w.join("roots"), 0o644);
+    std::os::unix::fs::chown(&mine, Some(1000), Some(1000)).unwrap();
+    let (m, r) = (cstr(&mine), cstr(&roots));
+    let as_user = |path: &std::ffi::CString, gid: u32| {
+        let p = path.clone();
+        move || {
+            // SAFETY (child): raw setresgid/setresuid, then chmod and chown.
+            unsafe {
+                if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()) != 0
+                    || libc::syscall(libc::SYS_setresgid, 1000, 1000, 1000) != 0
+                    || libc::syscall(libc::SYS_setresuid, 1000, 1000, 1000) != 0
+                {
+                    return 98;
+                }
+                let a = result(libc::chmod(p.as_ptr(), 0o600));
+                if a != 0 {
+                    return a;
+                }
+                result(libc::chown(p.as_ptr(), u32::MAX, gid))
+            }
+        }
+    };
+    assert_eq!(confined(fx.rules(&[]), as_user(&m, 1000)).code, 0);
+    assert_eq!(mode(&mine), 0o600);
+    let run = confined(fx.rules(&[]), as_user(&r, 1000));
+    assert_eq!(run.code, libc::EPERM);
+    assert_eq!(refusals(&run.log), vec![Refusal::NotOwner]);
+    assert_eq!(mode(&roots), 0o644);
+    // chown of its own file to a group it is not in.
+    set_mode(&mine, 0o644);
+    let run = confined(fx.rules(&[]), as_user(&m, 0));
+    assert_eq!(run.code, libc::EPERM);
+    assert_eq!(meta(&mine).gid(), 1000);
+}
+
+#[test]
+fn the_write_path_itself_may_change() {
+    let fx = Fixture::new();
+    set_mode(&fx.w, 0o755);
+    assert_eq!(
+        sh(fx.rules(&[]), &format!("chmod 750 {}", q(&fx.w))).code,
+        0
+    );
+    assert_eq!(mode(&fx.w), 0o750);
+    assert_ne!(
+        sh(
+            fx.rules(&[]),
+            &format!("chmod 700 {}", q(fx.w.parent().unwrap()))
+        )
+        .code,
+        0
+    );
+}
