@@ -157,7 +157,7 @@ fn decide(
     };
     let mut caller = match Caller::open(n.pid as i32) {
         Ok(c) => c,
-        Err(_) if !listener.id_valid(n.id) => return Decision::CallerGone,
+        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => return Decision::CallerGone,
         Err(e) => return unreadable(e),
     };
     let decoded = syscalls::decode(kind, n.data.args, &caller);
@@ -169,8 +169,11 @@ fn decide(
     }
     // TOCTOU guard: the memory we read and the handles we opened belong to the
     // thread that made this request only if it is still waiting for the answer.
-    if !listener.id_valid(n.id) {
-        return Decision::CallerGone;
+    match listener.id_valid(n.id) {
+        Ok(true) => {}
+        Ok(false) => return Decision::CallerGone,
+        // Fail closed: answer EPERM rather than act on unverified data.
+        Err(e) => return unreadable(e),
     }
     let (subject, op) = match decoded {
         Ok(d) => d,

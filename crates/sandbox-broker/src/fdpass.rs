@@ -65,6 +65,65 @@ pub fn send_fd(sock: RawFd, fd: RawFd) -> Result<(), i32> {
     }
 }
 
+/// A connected `AF_UNIX` `SOCK_SEQPACKET` pair, both ends close-on-exec:
+/// `(runner end, child end)`. Create it before fork; the runner closes the
+/// child end after spawning, so [`recv_fd`] fails instead of hanging when the
+/// child dies before sending.
+pub fn listener_channel() -> Result<(OwnedFd, OwnedFd), BrokerError> {
+    let mut sv = [0; 2];
+    // SAFETY: socketpair fills two fds on success.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            sv.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(BrokerError::FdPassing {
+            reason: format!("socketpair: {}", std::io::Error::last_os_error()),
+        });
+    }
+    // SAFETY: fresh fds, owned from here.
+    Ok(unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) })
+}
+
+/// Child side, after `PR_SET_NO_NEW_PRIVS` (and Landlock): installs `filter` with
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`, sends the listener over `sock` with
+/// [`send_fd`] and closes the child's copy of it.
+///
+/// Async-signal-safe (stack only, no allocation, no panics); returns the raw
+/// errno on failure. `filter` must route [`crate::brokered_syscalls`] to
+/// `SECCOMP_RET_USER_NOTIF`.
+pub fn install_filter_with_listener(filter: &[libc::sock_filter], sock: RawFd) -> Result<(), i32> {
+    let Ok(len) = u16::try_from(filter.len()) else {
+        return Err(libc::EINVAL);
+    };
+    let prog = libc::sock_fprog {
+        len,
+        filter: filter.as_ptr().cast_mut(),
+    };
+    // SAFETY: seccomp(SET_MODE_FILTER, NEW_LISTENER, &prog) with a live program;
+    // the kernel copies it.
+    let listener = unsafe {
+        libc::syscall(
+            libc::SYS_seccomp,
+            libc::SECCOMP_SET_MODE_FILTER,
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
+            &prog as *const libc::sock_fprog,
+        )
+    };
+    if listener < 0 {
+        // SAFETY: reading errno right after the failed call.
+        return Err(unsafe { *libc::__errno_location() });
+    }
+    let sent = send_fd(sock, listener as RawFd);
+    // SAFETY: closing the listener fd we own (the runner holds its own copy now).
+    unsafe { libc::close(listener as RawFd) };
+    sent
+}
+
 /// Receives one fd sent with [`send_fd`] (close-on-exec set).
 pub fn recv_fd(sock: &OwnedFd) -> Result<OwnedFd, BrokerError> {
     let fail = |reason: String| BrokerError::FdPassing { reason };

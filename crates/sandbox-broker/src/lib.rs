@@ -88,7 +88,7 @@ pub use broker::Broker;
 #[cfg(target_os = "linux")]
 pub use error::BrokerError;
 #[cfg(target_os = "linux")]
-pub use fdpass::{recv_fd, send_fd};
+pub use fdpass::{install_filter_with_listener, listener_channel, recv_fd, send_fd};
 #[cfg(target_os = "linux")]
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]

@@ -33,6 +33,7 @@ impl BrokerLog {
             .filter(|r| matches!(r.decision, Decision::Performed))
     }
 
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn push(&mut self, record: BrokerRecord) {
         if self.records.len() < Self::MAX_RECORDS {
             self.records.push(record);

@@ -89,15 +89,27 @@ impl Listener {
     }
 
     /// Whether the request `id` is still pending (its caller alive and waiting).
-    pub(crate) fn id_valid(&self, id: u64) -> bool {
+    /// An error other than `ENOENT` means the kernel could not say.
+    pub(crate) fn id_valid(&self, id: u64) -> io::Result<bool> {
         let mut id = id;
-        // SAFETY: ID_VALID reads one u64.
-        unsafe {
-            libc::ioctl(
-                self.raw(),
-                libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
-                &mut id as *mut u64,
-            ) == 0
+        loop {
+            // SAFETY: ID_VALID reads one u64.
+            let rc = unsafe {
+                libc::ioctl(
+                    self.raw(),
+                    libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
+                    &mut id as *mut u64,
+                )
+            };
+            if rc == 0 {
+                return Ok(true);
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOENT) => return Ok(false),
+                _ => return Err(err),
+            }
         }
     }
 

@@ -4,12 +4,13 @@
 #![allow(dead_code)]
 
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use sandbox_broker::{
-    brokered_syscalls, brokered_truncate_syscalls, recv_fd, send_fd, Broker, BrokerLog, BrokerRules,
+    brokered_syscalls, brokered_truncate_syscalls, install_filter_with_listener, listener_channel,
+    recv_fd, Broker, BrokerLog, BrokerRules,
 };
 use sandbox_core::{ExpandContext, ResolvedPolicy, SandboxPolicy};
 
@@ -152,23 +153,7 @@ pub fn start<F: FnOnce() -> i32>(rules: BrokerRules, action: F, pid_out: &mut i3
 /// Forks the confined child and returns the listener it sent.
 pub fn spawn<F: FnOnce() -> i32>(action: F, pid_out: &mut i32) -> OwnedFd {
     let filter = filter();
-    let prog = libc::sock_fprog {
-        len: filter.len() as u16,
-        filter: filter.as_ptr() as *mut libc::sock_filter,
-    };
-    let mut sv = [0; 2];
-    // SAFETY: socketpair fills two fds.
-    let rc = unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
-            0,
-            sv.as_mut_ptr(),
-        )
-    };
-    assert_eq!(rc, 0, "socketpair");
-    // SAFETY: fresh fds.
-    let (parent, child) = unsafe { (OwnedFd::from_raw_fd(sv[0]), OwnedFd::from_raw_fd(sv[1])) };
+    let (parent, child) = listener_channel().expect("socketpair");
     // SAFETY: the child only makes async-signal-safe calls and exits with _exit.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork");
@@ -178,19 +163,9 @@ pub fn spawn<F: FnOnce() -> i32>(action: F, pid_out: &mut i32) -> OwnedFd {
             if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
                 libc::_exit(120);
             }
-            let listener = libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-                &prog as *const libc::sock_fprog,
-            );
-            if listener < 0 {
+            if install_filter_with_listener(&filter, child.as_raw_fd()).is_err() {
                 libc::_exit(121);
             }
-            if send_fd(child.as_raw_fd(), listener as i32).is_err() {
-                libc::_exit(122);
-            }
-            libc::close(listener as i32);
             libc::close(child.as_raw_fd());
             let code = action();
             libc::_exit(code);
