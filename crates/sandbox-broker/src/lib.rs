@@ -60,6 +60,25 @@
 //! * The runner needs ptrace-level access to the confined process
 //!   (`process_vm_readv`, `pidfd_getfd`): its parent or root, and Yama
 //!   `ptrace_scope` below 2.
+//!
+//! # Wiring it into a backend
+//! 1. Runner, before spawning: [`BrokerRules::new`] and [`listener_channel`].
+//! 2. Filter: route [`brokered_syscalls`] (and [`brokered_truncate_syscalls`]
+//!    when Landlock lacks the truncate right) to `SECCOMP_RET_USER_NOTIF`, only
+//!    when a broker serves the run: without a listener that action fails with
+//!    `ENOSYS`.
+//! 3. Child, in the pre-exec hook after `NO_NEW_PRIVS` and Landlock: install the
+//!    filter with [`install_filter_with_listener`] on the child end of the
+//!    channel (the socket must still be open there: do not close it with the
+//!    other inherited fds before the hook runs).
+//! 4. Runner, after spawn: drop the child end, [`recv_fd`] the listener,
+//!    [`Broker::start`]. Confined calls made before that simply wait.
+//! 5. After the process tree ended: [`Broker::finish`]; its refusals are the
+//!    denial evidence for the outcome record ([`BrokerLog::explain`] for humans).
+//!
+//! Requires Linux >= 5.9 (`pidfd_getfd`, `openat2`, user notification with
+//! `ID_VALID`); `fchmodat2` routing needs nothing more, kernels without it never
+//! issue it.
 #![warn(missing_docs)]
 
 mod log;

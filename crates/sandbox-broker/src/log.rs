@@ -33,6 +33,36 @@ impl BrokerLog {
             .filter(|r| matches!(r.decision, Decision::Performed))
     }
 
+    /// A short human summary for `--explain`: counts, then one line per refusal
+    /// (at most `max_lines`).
+    pub fn explain(&self, max_lines: usize) -> String {
+        let refused: Vec<&BrokerRecord> = self.refusals().collect();
+        let mut out = format!(
+            "metadata broker: {} performed, {} refused, {} failed{}\n",
+            self.performed().count(),
+            refused.len(),
+            self.records
+                .iter()
+                .filter(|r| matches!(r.decision, Decision::Failed { .. }))
+                .count(),
+            if self.omitted > 0 {
+                format!(" ({} more not recorded)", self.omitted)
+            } else {
+                String::new()
+            }
+        );
+        for r in refused.iter().take(max_lines) {
+            out.push_str(&format!("  {r}\n"));
+        }
+        if refused.len() > max_lines {
+            out.push_str(&format!(
+                "  ... {} more refusals\n",
+                refused.len() - max_lines
+            ));
+        }
+        out
+    }
+
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn push(&mut self, record: BrokerRecord) {
         if self.records.len() < Self::MAX_RECORDS {
@@ -54,6 +84,28 @@ pub struct BrokerRecord {
     pub target: Target,
     /// What the broker did.
     pub decision: Decision,
+}
+
+impl std::fmt::Display for BrokerRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}(", self.syscall)?;
+        match (&self.target.fd, &self.target.path) {
+            (Some(fd), Some(p)) => write!(f, "fd {fd}, {p:?}")?,
+            (Some(fd), None) => write!(f, "fd {fd}")?,
+            (None, Some(p)) => write!(f, "{p:?}")?,
+            (None, None) => {}
+        }
+        f.write_str(")")?;
+        if let Some(r) = &self.target.resolved {
+            write!(f, " -> {}", r.display())?;
+        }
+        match &self.decision {
+            Decision::Performed => f.write_str(": performed"),
+            Decision::Failed { errno } => write!(f, ": failed with errno {errno}"),
+            Decision::Refused { reason } => write!(f, ": refused, {reason}"),
+            Decision::CallerGone => f.write_str(": caller gone"),
+        }
+    }
 }
 
 /// The object a request named, as the caller wrote it and as the broker resolved it.
