@@ -525,3 +525,15 @@ fn the_write_path_itself_may_change() {
         0
     );
 }
+
+#[test]
+fn rules_name_a_write_path_that_vanished() {
+    let fx = Fixture::new();
+    let policy = fx.policy(&[]);
+    std::fs::remove_dir(&fx.w).unwrap();
+    let err = sandbox_broker::BrokerRules::new(&policy).unwrap_err();
+    assert!(
+        err.to_string().contains(&fx.w.display().to_string()),
+        "{err}"
+    );
+}

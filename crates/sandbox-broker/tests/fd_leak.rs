@@ -55,4 +55,20 @@ fn thousands_of_requests_leak_no_fd() {
     drop(run);
     assert_eq!(open_fds(), before, "fds leaked in the runner");
     assert_eq!(mode(&fx.o.join("f")), 0o644);
+
+    // Callers killed while their request is pending leak nothing either.
+    for _ in 0..50 {
+        let mut pid = 0;
+        // SAFETY (child): one syscall; it blocks until answered.
+        let listener = spawn(
+            || result(unsafe { libc::chmod(inside.as_ptr(), 0o600) }),
+            &mut pid,
+        );
+        let broker = sandbox_broker::Broker::start(listener, fx.rules(&[])).unwrap();
+        // SAFETY: killing our own child.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        wait(pid);
+        assert_eq!(broker.finish().stopped_by_error, None);
+    }
+    assert_eq!(open_fds(), before, "fds leaked after killed callers");
 }

@@ -79,7 +79,8 @@ fn race(fx: &Fixture, link: &Path, swap_a: &Path, swap_b: &Path, inside: &Path, 
     );
     let performed = run.log.performed().count();
     let refused = run.log.refusals().count();
-    assert!(performed >= WANT_EACH as usize && refused >= WANT_EACH as usize);
+    // The child counted both outcomes (exit 0); the log keeps only the first
+    // BrokerLog::MAX_RECORDS answers, so it is checked for kinds, not counts.
     assert!(run
         .log
         .records
