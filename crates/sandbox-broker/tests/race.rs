@@ -86,8 +86,14 @@ fn race(fx: &Fixture, link: &Path, swap_a: &Path, swap_b: &Path, inside: &Path, 
         .records
         .iter()
         .all(|r| matches!(r.decision, Decision::Performed | Decision::Refused { .. })));
+    let mut reasons = std::collections::BTreeMap::new();
+    for r in run.log.refusals() {
+        if let Decision::Refused { reason } = &r.decision {
+            *reasons.entry(format!("{reason:?}")).or_insert(0) += 1;
+        }
+    }
     println!(
-        "race via {}: {performed} performed, {refused} refused, {} swaps",
+        "race via {}: {performed} performed, {refused} refused {reasons:?}, {} swaps",
         link.display(),
         swaps.load(Ordering::Relaxed)
     );
