@@ -70,7 +70,15 @@ impl BrokerRules {
     pub(crate) fn resolve(&self, caller: &Caller, subject: &Subject) -> Result<Object, Unresolved> {
         let errno = |e: io::Error| Unresolved::Errno(errno_of(&e));
         let first = match subject {
-            Subject::Fd(n) => caller.fd(*n).map_err(errno)?,
+            Subject::Fd(n) => {
+                let fd = caller.fd(*n).map_err(errno)?;
+                // As the kernel: fchmod, fchown, f*xattr and futimens refuse O_PATH fds.
+                // SAFETY: F_GETFL on our own fd.
+                if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) } & libc::O_PATH != 0 {
+                    return Err(Unresolved::Errno(libc::EBADF));
+                }
+                fd
+            }
             Subject::At {
                 dirfd,
                 path,

@@ -72,6 +72,16 @@ fn fchmod_by_read_only_fd() {
     }
     assert_eq!(confined(fx.rules(&[]), via_fd(&inside)).code, 0);
     assert_eq!(mode(&fx.w.join("f")), 0o600);
+    // An O_PATH fd gets EBADF, as from the kernel.
+    let run = confined(fx.rules(&[]), || {
+        // SAFETY (child): open + fchmod.
+        unsafe {
+            let fd = libc::open(inside.as_ptr(), libc::O_PATH);
+            result(libc::fchmod(fd, 0o644))
+        }
+    });
+    assert_eq!(run.code, libc::EBADF);
+    assert_eq!(mode(&fx.w.join("f")), 0o600);
     let run = confined(fx.rules(&[]), via_fd(&outside));
     assert_eq!(run.code, libc::EPERM);
     assert_eq!(mode(&fx.o.join("f")), 0o644);
