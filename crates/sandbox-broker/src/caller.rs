@@ -1,0 +1,259 @@
+//! The calling thread: its memory, identity, cwd and fds.
+//!
+//! Handles are opened before the request id is re-validated, so once
+//! `ID_VALID` succeeds they are known to belong to the thread that made the call
+//! (a thread id cannot be reused while that thread waits in the syscall).
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+
+/// `PIDFD_THREAD` (Linux >= 6.9): a pidfd for a thread that need not lead its group.
+const PIDFD_THREAD: libc::c_uint = libc::O_EXCL as libc::c_uint;
+
+/// Effective capabilities the rules consult.
+pub(crate) const CAP_CHOWN: u32 = 0;
+pub(crate) const CAP_DAC_OVERRIDE: u32 = 1;
+pub(crate) const CAP_FOWNER: u32 = 3;
+
+/// The thread that made a request.
+pub(crate) struct Caller {
+    tid: i32,
+    proc_dir: OwnedFd,
+    pidfd: Option<OwnedFd>,
+}
+
+/// Credentials of the caller, from `/proc/TID/status`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub(crate) euid: u32,
+    pub(crate) fsuid: u32,
+    pub(crate) fsgid: u32,
+    /// fsgid and supplementary groups.
+    pub(crate) groups: Vec<u32>,
+    pub(crate) cap_eff: u64,
+}
+
+impl Identity {
+    pub(crate) fn has(&self, cap: u32) -> bool {
+        self.cap_eff & (1u64 << cap) != 0
+    }
+    pub(crate) fn in_group(&self, gid: u32) -> bool {
+        self.groups.contains(&gid)
+    }
+}
+
+pub(crate) fn cvt(rc: libc::c_long) -> io::Result<libc::c_long> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+pub(crate) fn errno_of(err: &io::Error) -> i32 {
+    err.raw_os_error().unwrap_or(libc::EIO)
+}
+
+impl Caller {
+    /// Opens `/proc/TID` for the thread (see [`Caller::open_pidfd`] for its fds).
+    pub(crate) fn open(tid: i32) -> io::Result<Self> {
+        let dir = CString::new(format!("/proc/{tid}"))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: plain open of a NUL-terminated path.
+        let fd = cvt(unsafe {
+            libc::open(
+                dir.as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        } as libc::c_long)?;
+        // SAFETY: fd was just returned to us.
+        let proc_dir = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
+        Ok(Self {
+            tid,
+            proc_dir,
+            pidfd: None,
+        })
+    }
+
+    /// Opens a pidfd for the thread, needed by [`Caller::fd`]; like every
+    /// handle, before the request id is re-validated. Without one (kernels
+    /// before 6.9 for non-leader threads), fds are reopened via `/proc/TID/fd`.
+    pub(crate) fn open_pidfd(&mut self) {
+        self.pidfd = [PIDFD_THREAD, 0].into_iter().find_map(|flags| {
+            // SAFETY: pidfd_open takes a pid and flags.
+            let rc = unsafe { libc::syscall(libc::SYS_pidfd_open, self.tid, flags) };
+            // SAFETY: rc is a fresh fd when non-negative.
+            (rc >= 0).then(|| unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
+        });
+    }
+
+    /// Reads `len` bytes at `addr` of the caller's memory.
+    pub(crate) fn read(&self, addr: u64, len: usize) -> io::Result<Vec<u8>> {
+        let mut out = vec![0u8; len];
+        let mut done = 0;
+        while done < len {
+            let n = self.read_some(addr + done as u64, &mut out[done..])?;
+            if n == 0 {
+                return Err(io::Error::from_raw_os_error(libc::EFAULT));
+            }
+            done += n;
+        }
+        Ok(out)
+    }
+
+    fn read_some(&self, addr: u64, buf: &mut [u8]) -> io::Result<usize> {
+        if addr == 0 {
+            return Err(io::Error::from_raw_os_error(libc::EFAULT));
+        }
+        let local = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let remote = libc::iovec {
+            iov_base: addr as *mut libc::c_void,
+            iov_len: buf.len(),
+        };
+        // SAFETY: `local` covers `buf`; the remote side is checked by the kernel.
+        let n = unsafe { libc::process_vm_readv(self.tid, &local, 1, &remote, 1, 0) };
+        cvt(n as libc::c_long).map(|n| n as usize)
+    }
+
+    /// Reads a NUL-terminated string of at most `max` bytes (NUL included).
+    ///
+    /// Reads page by page, since a string may end just before an unmapped page.
+    pub(crate) fn read_cstr(&self, addr: u64, max: usize) -> io::Result<CString> {
+        const PAGE: u64 = 4096;
+        let mut out = Vec::new();
+        let mut at = addr;
+        while out.len() < max {
+            let to_page_end = (PAGE - at % PAGE) as usize;
+            let want = to_page_end.min(max - out.len());
+            let mut chunk = vec![0u8; want];
+            let n = self.read_some(at, &mut chunk)?;
+            if n == 0 {
+                return Err(io::Error::from_raw_os_error(libc::EFAULT));
+            }
+            if let Some(nul) = chunk[..n].iter().position(|&b| b == 0) {
+                out.extend_from_slice(&chunk[..nul]);
+                // No interior NUL by construction.
+                return CString::new(out).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL));
+            }
+            out.extend_from_slice(&chunk[..n]);
+            at += n as u64;
+        }
+        Err(io::Error::from_raw_os_error(libc::ENAMETOOLONG))
+    }
+
+    /// The caller's credentials.
+    pub(crate) fn identity(&self) -> io::Result<Identity> {
+        let text = self.read_proc_file(c"status")?;
+        parse_status(&text).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
+    fn read_proc_file(&self, name: &std::ffi::CStr) -> io::Result<String> {
+        use std::io::Read;
+        // SAFETY: openat relative to our /proc/TID fd.
+        let fd = cvt(unsafe {
+            libc::openat(
+                self.proc_dir.as_raw_fd(),
+                name.as_ptr(),
+                libc::O_RDONLY | libc::O_CLOEXEC,
+            )
+        } as libc::c_long)?;
+        // SAFETY: fresh fd, owned by the File from here on.
+        let mut file = unsafe { std::fs::File::from_raw_fd(fd as RawFd) };
+        let mut text = String::new();
+        file.read_to_string(&mut text)?;
+        Ok(text)
+    }
+
+    /// An `O_PATH` fd on the caller's working directory.
+    pub(crate) fn cwd(&self) -> io::Result<OwnedFd> {
+        // SAFETY: openat relative to our /proc/TID fd; the magic link is followed on purpose.
+        let fd = cvt(unsafe {
+            libc::openat(
+                self.proc_dir.as_raw_fd(),
+                c"cwd".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        } as libc::c_long)?;
+        // SAFETY: fresh fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+
+    /// A duplicate of the caller's fd `n` (`pidfd_getfd`; `/proc/TID/fd/N`
+    /// opened `O_PATH` on kernels without thread pidfds).
+    pub(crate) fn fd(&self, n: i32) -> io::Result<OwnedFd> {
+        if n < 0 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        if let Some(pidfd) = &self.pidfd {
+            // SAFETY: pidfd_getfd(pidfd, targetfd, flags) returns a new fd.
+            let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), n, 0) };
+            let fd = cvt(rc)?;
+            // SAFETY: fresh fd (pidfd_getfd sets close-on-exec).
+            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        }
+        let path = CString::new(format!("fd/{n}"))
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: openat relative to our /proc/TID fd.
+        let fd = cvt(unsafe {
+            libc::openat(
+                self.proc_dir.as_raw_fd(),
+                path.as_ptr(),
+                libc::O_PATH | libc::O_CLOEXEC,
+            )
+        } as libc::c_long)?;
+        // SAFETY: fresh fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+}
+
+fn parse_status(text: &str) -> Option<Identity> {
+    let ids = |key: &str| -> Option<Vec<u32>> {
+        let line = text.lines().find(|l| l.starts_with(key))?;
+        line[key.len()..]
+            .split_whitespace()
+            .map(|v| v.parse().ok())
+            .collect()
+    };
+    let uids = ids("Uid:")?;
+    let gids = ids("Gid:")?;
+    let mut groups = ids("Groups:").unwrap_or_default();
+    let cap_eff = text
+        .lines()
+        .find_map(|l| l.strip_prefix("CapEff:"))
+        .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())?;
+    let (euid, fsuid) = (*uids.get(1)?, *uids.get(3)?);
+    let fsgid = *gids.get(3)?;
+    groups.push(fsgid);
+    Some(Identity {
+        euid,
+        fsuid,
+        fsgid,
+        groups,
+        cap_eff,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_is_parsed() {
+        let text = "Name:\tx\nUid:\t1000\t1001\t1002\t1003\nGid:\t50\t51\t52\t53\nGroups:\t7 8 \nCapEff:\t0000000000000009\n";
+        let id = parse_status(text).expect("parses");
+        assert_eq!(id.euid, 1001);
+        assert_eq!(id.fsuid, 1003);
+        assert_eq!(id.fsgid, 53);
+        assert_eq!(id.groups, vec![7, 8, 53]);
+        assert!(id.has(CAP_CHOWN) && id.has(CAP_FOWNER) && !id.has(CAP_DAC_OVERRIDE));
+    }
+
+    #[test]
+    fn status_without_caps_is_rejected() {
+        assert_eq!(parse_status("Uid:\t1\t1\t1\t1\nGid:\t1\t1\t1\t1\n"), None);
+    }
+}

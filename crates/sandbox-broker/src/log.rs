@@ -1,0 +1,209 @@
+//! What the broker answered, for the outcome record and `--explain`.
+
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+/// Every request the broker answered, in arrival order.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerLog {
+    /// The recorded requests (at most [`BrokerLog::MAX_RECORDS`]).
+    pub records: Vec<BrokerRecord>,
+    /// Requests answered but not recorded because the log was full.
+    pub omitted: u64,
+    /// Set when the broker stopped early; says why.
+    pub stopped_by_error: Option<String>,
+}
+
+impl BrokerLog {
+    /// Records kept before further ones are only counted.
+    pub const MAX_RECORDS: usize = 4096;
+
+    /// The refused requests.
+    pub fn refusals(&self) -> impl Iterator<Item = &BrokerRecord> {
+        self.records
+            .iter()
+            .filter(|r| matches!(r.decision, Decision::Refused { .. }))
+    }
+
+    /// The requests the broker performed successfully.
+    pub fn performed(&self) -> impl Iterator<Item = &BrokerRecord> {
+        self.records
+            .iter()
+            .filter(|r| matches!(r.decision, Decision::Performed))
+    }
+
+    /// A short human summary for `--explain`: counts, then one line per refusal
+    /// (at most `max_lines`).
+    pub fn explain(&self, max_lines: usize) -> String {
+        let refused: Vec<&BrokerRecord> = self.refusals().collect();
+        let mut out = format!(
+            "metadata broker: {} performed, {} refused, {} failed{}\n",
+            self.performed().count(),
+            refused.len(),
+            self.records
+                .iter()
+                .filter(|r| matches!(r.decision, Decision::Failed { .. }))
+                .count(),
+            if self.omitted > 0 {
+                format!(" ({} more not recorded)", self.omitted)
+            } else {
+                String::new()
+            }
+        );
+        for r in refused.iter().take(max_lines) {
+            out.push_str(&format!("  {r}\n"));
+        }
+        if refused.len() > max_lines {
+            out.push_str(&format!(
+                "  ... {} more refusals\n",
+                refused.len() - max_lines
+            ));
+        }
+        out
+    }
+
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn push(&mut self, record: BrokerRecord) {
+        if self.records.len() < Self::MAX_RECORDS {
+            self.records.push(record);
+        } else {
+            self.omitted += 1;
+        }
+    }
+}
+
+/// One answered request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct BrokerRecord {
+    /// Syscall name, e.g. `fchmodat`.
+    pub syscall: String,
+    /// Thread id of the caller (in the broker's pid namespace).
+    pub pid: i32,
+    /// What the caller named.
+    pub target: Target,
+    /// What the broker did.
+    pub decision: Decision,
+}
+
+impl std::fmt::Display for BrokerRecord {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}(", self.syscall)?;
+        match (&self.target.fd, &self.target.path) {
+            (Some(fd), Some(p)) => write!(f, "fd {fd}, {p:?}")?,
+            (Some(fd), None) => write!(f, "fd {fd}")?,
+            (None, Some(p)) => write!(f, "{p:?}")?,
+            (None, None) => {}
+        }
+        f.write_str(")")?;
+        if let Some(r) = &self.target.resolved {
+            write!(f, " -> {}", r.display())?;
+        }
+        match &self.decision {
+            Decision::Performed => f.write_str(": performed"),
+            Decision::Failed { errno } => write!(f, ": failed with errno {errno}"),
+            Decision::Refused { reason } => write!(f, ": refused, {reason}"),
+            Decision::CallerGone => f.write_str(": caller gone"),
+        }
+    }
+}
+
+/// The object a request named, as the caller wrote it and as the broker resolved it.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Target {
+    /// Path argument as written by the caller (lossy UTF-8), if any.
+    pub path: Option<String>,
+    /// File descriptor argument (the fd itself or the dirfd), if any.
+    pub fd: Option<i32>,
+    /// Canonical path of the resolved object, when resolution got that far.
+    pub resolved: Option<PathBuf>,
+}
+
+/// The broker's answer to one request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Decision {
+    /// Admitted and performed; the caller got 0.
+    Performed,
+    /// Admitted or unresolvable, and the kernel returned this errno (e.g.
+    /// `ENOENT` for a missing path); the caller got the same errno.
+    Failed {
+        /// The errno the caller received.
+        errno: i32,
+    },
+    /// Refused by the broker's rules; the caller got `EPERM`.
+    Refused {
+        /// Why.
+        reason: Refusal,
+    },
+    /// The caller died or its request became invalid before an answer.
+    CallerGone,
+}
+
+/// Why the broker refused a request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum Refusal {
+    /// The object does not lie beneath any write path.
+    OutsideWritePaths,
+    /// The object lies beneath a write-deny path.
+    WriteDenyPath,
+    /// The object has no reachable path (pipe, socket, memfd, unlinked file, or a
+    /// path outside the broker's root).
+    NoPath,
+    /// The path could not be resolved safely (e.g. through a `/proc` magic link).
+    Unresolvable {
+        /// The errno of the failed resolution.
+        errno: i32,
+    },
+    /// The path goes through `/proc`, whose `self` would name the broker, not the caller.
+    ProcfsPath,
+    /// The object moved while it was being checked (a concurrent rename or swap).
+    Moved,
+    /// chmod would add a set-user-ID or set-group-ID bit.
+    SetIdBits,
+    /// The caller neither owns the object nor holds the capability that would let it.
+    NotOwner,
+    /// chown would give the object to another user or to a group the caller is not in.
+    OwnershipChange,
+    /// The extended attribute is outside the `user.` namespace.
+    XattrNamespace,
+    /// The caller's arguments or identity could not be read.
+    UnreadableCaller {
+        /// The errno of the failed read.
+        errno: i32,
+    },
+    /// The syscall is not one the broker handles (the filter routed it by mistake).
+    UnknownSyscall {
+        /// The syscall number.
+        nr: i64,
+    },
+}
+
+impl std::fmt::Display for Refusal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Self::OutsideWritePaths => f.write_str("outside the write paths"),
+            Self::WriteDenyPath => f.write_str("beneath a write-deny path"),
+            Self::NoPath => f.write_str("the object has no reachable path"),
+            Self::Unresolvable { errno } => {
+                write!(f, "the path could not be resolved safely (errno {errno})")
+            }
+            Self::ProcfsPath => f.write_str("paths through /proc are refused (use the fd itself)"),
+            Self::Moved => f.write_str("the object moved while it was checked"),
+            Self::SetIdBits => f.write_str("adding set-user-ID/set-group-ID bits is refused"),
+            Self::NotOwner => f.write_str("the caller does not own the object"),
+            Self::OwnershipChange => {
+                f.write_str("ownership may only go to the caller or its groups")
+            }
+            Self::XattrNamespace => f.write_str("only user.* extended attributes are allowed"),
+            Self::UnreadableCaller { errno } => {
+                write!(
+                    f,
+                    "the caller's arguments could not be read (errno {errno})"
+                )
+            }
+            Self::UnknownSyscall { nr } => write!(f, "syscall {nr} is not brokered"),
+        }
+    }
+}

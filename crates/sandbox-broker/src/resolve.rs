@@ -1,0 +1,237 @@
+//! Which objects the broker may touch, and resolving a caller's object safely.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use sandbox_core::ResolvedPolicy;
+
+use crate::caller::{cvt, errno_of, Caller};
+use crate::error::BrokerError;
+use crate::log::Refusal;
+use crate::syscalls::Subject;
+
+const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+const RESOLVE_BENEATH: u64 = 0x08;
+
+/// `struct open_how` (libc's is `#[non_exhaustive]`).
+#[repr(C)]
+struct OpenHow {
+    flags: u64,
+    mode: u64,
+    resolve: u64,
+}
+
+/// The write paths (each with an `O_PATH` directory fd) and write-deny paths of a policy.
+#[derive(Debug)]
+pub struct BrokerRules {
+    write: Vec<(PathBuf, OwnedFd)>,
+    deny: Vec<PathBuf>,
+}
+
+/// An admitted object: opened `O_PATH` beneath a write path.
+pub(crate) struct Object {
+    pub(crate) fd: OwnedFd,
+    pub(crate) path: PathBuf,
+    pub(crate) stat: libc::stat,
+}
+
+/// Why no object was produced.
+pub(crate) enum Unresolved {
+    /// Answer the caller with this errno (the kernel would have, e.g. `ENOENT`).
+    Errno(i32),
+    /// Refuse with `EPERM`.
+    Refused(Refusal, Option<PathBuf>),
+}
+
+impl BrokerRules {
+    /// Opens every write path of `policy` as an `O_PATH` directory fd.
+    pub fn new(policy: &ResolvedPolicy) -> Result<Self, BrokerError> {
+        let mut write = Vec::new();
+        for path in policy.write_paths() {
+            let fd = open_dir(path).map_err(|source| BrokerError::OpenWritePath {
+                path: path.clone(),
+                source,
+            })?;
+            write.push((path.clone(), fd));
+        }
+        // Longest first, so the innermost write path is tried first.
+        write.sort_by_key(|(p, _)| std::cmp::Reverse(p.as_os_str().len()));
+        Ok(Self {
+            write,
+            deny: policy.write_deny_paths().to_vec(),
+        })
+    }
+
+    /// Resolves `subject` as the caller sees it and admits it, or says why not.
+    pub(crate) fn resolve(&self, caller: &Caller, subject: &Subject) -> Result<Object, Unresolved> {
+        let errno = |e: io::Error| Unresolved::Errno(errno_of(&e));
+        let first = match subject {
+            Subject::Fd(n) => {
+                let fd = caller.fd(*n).map_err(errno)?;
+                // As the kernel: fchmod, fchown, f*xattr and futimens refuse O_PATH fds.
+                // SAFETY: F_GETFL on our own fd.
+                if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) } & libc::O_PATH != 0 {
+                    return Err(Unresolved::Errno(libc::EBADF));
+                }
+                fd
+            }
+            Subject::At {
+                dirfd,
+                path,
+                follow,
+                empty_path,
+            } => {
+                let absolute = path.as_bytes().first() == Some(&b'/');
+                if absolute && is_proc_path(path.as_bytes()) {
+                    return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
+                }
+                let base = if absolute {
+                    None
+                } else if *dirfd == libc::AT_FDCWD {
+                    Some(caller.cwd().map_err(errno)?)
+                } else {
+                    Some(caller.fd(*dirfd).map_err(errno)?)
+                };
+                if base.as_ref().is_some_and(on_procfs) {
+                    return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
+                }
+                if path.as_bytes().is_empty() {
+                    match (*empty_path, base) {
+                        (true, Some(base)) => base,
+                        _ => return Err(Unresolved::Errno(libc::ENOENT)),
+                    }
+                } else {
+                    let dir = base.as_ref().map_or(libc::AT_FDCWD, |b| b.as_raw_fd());
+                    let nofollow = if *follow { 0 } else { libc::O_NOFOLLOW };
+                    // Magic links (/proc/*/fd/N, /proc/*/cwd, ...) would resolve in
+                    // the broker's own context: refuse them.
+                    openat2(dir, path, libc::O_PATH | nofollow, RESOLVE_NO_MAGICLINKS).map_err(
+                        |e| match errno_of(&e) {
+                            n @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => {
+                                Unresolved::Errno(n)
+                            }
+                            n => Unresolved::Refused(Refusal::Unresolvable { errno: n }, None),
+                        },
+                    )?
+                }
+            }
+        };
+        self.admit(&first)
+    }
+
+    /// Admits the object `first` refers to when it lies beneath a write path,
+    /// not beneath a write-deny path, and is reached again beneath the write path.
+    fn admit(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
+        let refused =
+            |r: Refusal, p: Option<&Path>| Unresolved::Refused(r, p.map(Path::to_path_buf));
+        let link = std::fs::read_link(format!("/proc/self/fd/{}", first.as_raw_fd()))
+            .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
+        if !link.is_absolute() || link.as_os_str().as_bytes().ends_with(b" (deleted)") {
+            return Err(refused(Refusal::NoPath, Some(&link)));
+        }
+        let Some((root, dir)) = self.write.iter().find(|(w, _)| link.starts_with(w)) else {
+            return Err(refused(Refusal::OutsideWritePaths, Some(&link)));
+        };
+        if self.deny.iter().any(|d| link.starts_with(d)) {
+            return Err(refused(Refusal::WriteDenyPath, Some(&link)));
+        }
+        let rel = link.strip_prefix(root).unwrap_or(Path::new(""));
+        let rel = if rel.as_os_str().is_empty() {
+            Path::new(".")
+        } else {
+            rel
+        };
+        let rel = CString::new(rel.as_os_str().as_bytes())
+            .map_err(|_| refused(Refusal::NoPath, Some(&link)))?;
+        // The canonical path has no symlink and no `..`: reaching it again with
+        // both forbidden, beneath the write path's fd, proves it lies there now.
+        let second = openat2(
+            dir.as_raw_fd(),
+            &rel,
+            libc::O_PATH | libc::O_NOFOLLOW,
+            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        )
+        .map_err(|e| {
+            refused(
+                Refusal::Unresolvable {
+                    errno: errno_of(&e),
+                },
+                Some(&link),
+            )
+        })?;
+        let a = fstat(first).map_err(|e| Unresolved::Errno(errno_of(&e)))?;
+        let b = fstat(&second).map_err(|e| Unresolved::Errno(errno_of(&e)))?;
+        if (a.st_dev, a.st_ino) != (b.st_dev, b.st_ino) {
+            return Err(refused(Refusal::Moved, Some(&link)));
+        }
+        Ok(Object {
+            fd: second,
+            path: link,
+            stat: b,
+        })
+    }
+}
+
+/// `/proc` or beneath it, lexically (also `//proc`, `/./proc`).
+fn is_proc_path(path: &[u8]) -> bool {
+    let first = path
+        .split(|&b| b == b'/')
+        .find(|c| !c.is_empty() && *c != b".");
+    first == Some(b"proc")
+}
+
+fn on_procfs(fd: &OwnedFd) -> bool {
+    // SAFETY: statfs is plain data; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_type == libc::PROC_SUPER_MAGIC
+}
+
+fn open_dir(path: &Path) -> io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    openat2(libc::AT_FDCWD, &c, libc::O_PATH | libc::O_DIRECTORY, 0)
+}
+
+/// `openat2` with close-on-exec; retries `EAGAIN` (a concurrent rename seen
+/// during `RESOLVE_BENEATH`) a few times.
+pub(crate) fn openat2(dir: RawFd, path: &CStr, flags: i32, resolve: u64) -> io::Result<OwnedFd> {
+    let how = OpenHow {
+        flags: (flags | libc::O_CLOEXEC) as u64,
+        mode: 0,
+        resolve,
+    };
+    let mut tries = 0;
+    loop {
+        // SAFETY: openat2(dirfd, path, &how, size) with a live, correctly sized how.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_openat2,
+                dir,
+                path.as_ptr(),
+                &how as *const OpenHow,
+                std::mem::size_of::<OpenHow>(),
+            )
+        };
+        match cvt(rc) {
+            // SAFETY: fresh fd.
+            Ok(fd) => return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) }),
+            Err(e) if e.raw_os_error() == Some(libc::EAGAIN) && tries < 8 => tries += 1,
+            Err(e) if e.raw_os_error() == Some(libc::EINTR) => {}
+            Err(e) => return Err(e),
+        }
+    }
+}
+
+pub(crate) fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
+    // SAFETY: stat is plain data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } as libc::c_long)?;
+    Ok(st)
+}

@@ -1,0 +1,449 @@
+//! The brokered syscalls and how their arguments are read from the caller.
+
+use std::ffi::CString;
+use std::io;
+
+use crate::caller::Caller;
+
+/// `fchmodat2` (Linux 6.6), the same number on every architecture.
+const SYS_FCHMODAT2: i64 = 452;
+/// Kernel limits on xattr names (with NUL) and values.
+const XATTR_NAME_MAX: usize = 255;
+const XATTR_SIZE_MAX: usize = 65536;
+const PATH_MAX: usize = libc::PATH_MAX as usize;
+
+/// Shape of a brokered syscall's arguments.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Kind {
+    Chmod,
+    Fchmod,
+    Fchmodat,
+    Fchmodat2,
+    Chown,
+    Lchown,
+    Fchown,
+    Fchownat,
+    Setxattr,
+    Lsetxattr,
+    Fsetxattr,
+    Removexattr,
+    Lremovexattr,
+    Fremovexattr,
+    Utimensat,
+    Utimes,
+    Futimesat,
+    Utime,
+    Truncate,
+}
+
+/// (number, name, shape) of every metadata syscall on this architecture.
+#[cfg(target_arch = "x86_64")]
+const TABLE: &[(i64, &str, Kind)] = &[
+    (libc::SYS_chmod, "chmod", Kind::Chmod),
+    (libc::SYS_fchmod, "fchmod", Kind::Fchmod),
+    (libc::SYS_fchmodat, "fchmodat", Kind::Fchmodat),
+    (SYS_FCHMODAT2, "fchmodat2", Kind::Fchmodat2),
+    (libc::SYS_chown, "chown", Kind::Chown),
+    (libc::SYS_lchown, "lchown", Kind::Lchown),
+    (libc::SYS_fchown, "fchown", Kind::Fchown),
+    (libc::SYS_fchownat, "fchownat", Kind::Fchownat),
+    (libc::SYS_setxattr, "setxattr", Kind::Setxattr),
+    (libc::SYS_lsetxattr, "lsetxattr", Kind::Lsetxattr),
+    (libc::SYS_fsetxattr, "fsetxattr", Kind::Fsetxattr),
+    (libc::SYS_removexattr, "removexattr", Kind::Removexattr),
+    (libc::SYS_lremovexattr, "lremovexattr", Kind::Lremovexattr),
+    (libc::SYS_fremovexattr, "fremovexattr", Kind::Fremovexattr),
+    (libc::SYS_utimensat, "utimensat", Kind::Utimensat),
+    (libc::SYS_utimes, "utimes", Kind::Utimes),
+    (libc::SYS_futimesat, "futimesat", Kind::Futimesat),
+    (libc::SYS_utime, "utime", Kind::Utime),
+    (libc::SYS_truncate, "truncate", Kind::Truncate),
+];
+
+/// aarch64 has only the `*at` forms of chmod/chown/utimes.
+#[cfg(target_arch = "aarch64")]
+const TABLE: &[(i64, &str, Kind)] = &[
+    (libc::SYS_fchmod, "fchmod", Kind::Fchmod),
+    (libc::SYS_fchmodat, "fchmodat", Kind::Fchmodat),
+    (SYS_FCHMODAT2, "fchmodat2", Kind::Fchmodat2),
+    (libc::SYS_fchown, "fchown", Kind::Fchown),
+    (libc::SYS_fchownat, "fchownat", Kind::Fchownat),
+    (libc::SYS_setxattr, "setxattr", Kind::Setxattr),
+    (libc::SYS_lsetxattr, "lsetxattr", Kind::Lsetxattr),
+    (libc::SYS_fsetxattr, "fsetxattr", Kind::Fsetxattr),
+    (libc::SYS_removexattr, "removexattr", Kind::Removexattr),
+    (libc::SYS_lremovexattr, "lremovexattr", Kind::Lremovexattr),
+    (libc::SYS_fremovexattr, "fremovexattr", Kind::Fremovexattr),
+    (libc::SYS_utimensat, "utimensat", Kind::Utimensat),
+    (libc::SYS_truncate, "truncate", Kind::Truncate),
+];
+
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+compile_error!("sandbox-broker supports x86_64 and aarch64 only");
+
+/// Numbers in [`TABLE`] order, without truncate.
+#[cfg(target_arch = "x86_64")]
+static METADATA: [i64; 18] = [
+    libc::SYS_chmod,
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    SYS_FCHMODAT2,
+    libc::SYS_chown,
+    libc::SYS_lchown,
+    libc::SYS_fchown,
+    libc::SYS_fchownat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    libc::SYS_utimensat,
+    libc::SYS_utimes,
+    libc::SYS_futimesat,
+    libc::SYS_utime,
+];
+#[cfg(target_arch = "aarch64")]
+static METADATA: [i64; 12] = [
+    libc::SYS_fchmod,
+    libc::SYS_fchmodat,
+    SYS_FCHMODAT2,
+    libc::SYS_fchown,
+    libc::SYS_fchownat,
+    libc::SYS_setxattr,
+    libc::SYS_lsetxattr,
+    libc::SYS_fsetxattr,
+    libc::SYS_removexattr,
+    libc::SYS_lremovexattr,
+    libc::SYS_fremovexattr,
+    libc::SYS_utimensat,
+];
+static TRUNCATE: [i64; 1] = [libc::SYS_truncate];
+
+/// The metadata syscalls the broker handles, for the filter to route to
+/// `SECCOMP_RET_USER_NOTIF`: the chmod, chown, xattr set/remove and
+/// path-timestamp families (`utimensat` included, also in its fd form).
+///
+/// Not included: `setxattrat`/`removexattrat` (Linux 6.13), which the filter
+/// should keep denying.
+pub fn brokered_syscalls() -> &'static [i64] {
+    &METADATA
+}
+
+/// `truncate(path)`, which the broker also handles: route it to the listener only
+/// when Landlock lacks the truncate right (ABI < 3).
+pub fn brokered_truncate_syscalls() -> &'static [i64] {
+    &TRUNCATE
+}
+
+/// Name and shape of syscall `nr`, if brokered.
+pub(crate) fn lookup(nr: i64) -> Option<(&'static str, Kind)> {
+    TABLE
+        .iter()
+        .find(|(n, _, _)| *n == nr)
+        .map(|(_, name, kind)| (*name, *kind))
+}
+
+/// The object a request names.
+#[derive(Debug)]
+pub(crate) enum Subject {
+    /// One of the caller's fds.
+    Fd(i32),
+    /// A path relative to a dirfd (or the cwd for `AT_FDCWD`).
+    At {
+        dirfd: i32,
+        path: CString,
+        follow: bool,
+        /// `AT_EMPTY_PATH`: an empty path names the dirfd itself.
+        empty_path: bool,
+    },
+}
+
+impl Subject {
+    /// Whether resolving it needs one of the caller's fds.
+    pub(crate) fn needs_fd(&self) -> bool {
+        match self {
+            Subject::Fd(_) => true,
+            Subject::At { dirfd, path, .. } => {
+                *dirfd != libc::AT_FDCWD && path.as_bytes().first() != Some(&b'/')
+            }
+        }
+    }
+}
+
+/// What to do to the object.
+#[derive(Debug)]
+pub(crate) enum Op {
+    Chmod {
+        mode: u32,
+    },
+    Chown {
+        uid: Option<u32>,
+        gid: Option<u32>,
+    },
+    SetXattr {
+        name: CString,
+        value: Vec<u8>,
+        flags: i32,
+    },
+    RemoveXattr {
+        name: CString,
+    },
+    /// `None`: both "now".
+    Times {
+        times: Option<[libc::timespec; 2]>,
+    },
+    Truncate {
+        len: i64,
+    },
+}
+
+fn err(errno: i32) -> io::Error {
+    io::Error::from_raw_os_error(errno)
+}
+
+fn at(dirfd: u64, path: CString, follow: bool, flags: u64) -> Subject {
+    Subject::At {
+        dirfd: dirfd as i32,
+        path,
+        follow: follow && flags & libc::AT_SYMLINK_NOFOLLOW as u64 == 0,
+        empty_path: flags & libc::AT_EMPTY_PATH as u64 != 0,
+    }
+}
+
+fn check_flags(flags: u64, allowed: i32) -> io::Result<()> {
+    if flags & !(allowed as u64) != 0 {
+        return Err(err(libc::EINVAL));
+    }
+    Ok(())
+}
+
+fn id(arg: u64) -> Option<u32> {
+    let v = arg as u32;
+    (v != u32::MAX).then_some(v)
+}
+
+/// Reads the arguments of a `kind` call from the caller.
+///
+/// Errors are what the kernel would answer (`EFAULT`, `EINVAL`, `ERANGE`,
+/// `E2BIG`, `ENAMETOOLONG`) or a failure to read the caller at all.
+pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<(Subject, Op)> {
+    let path = |addr: u64| caller.read_cstr(addr, PATH_MAX);
+    let mode = |arg: u64| Op::Chmod {
+        mode: arg as u32 & 0o7777,
+    };
+    let chown = |u: u64, g: u64| Op::Chown {
+        uid: id(u),
+        gid: id(g),
+    };
+    let nofollow_ok = libc::AT_SYMLINK_NOFOLLOW | libc::AT_EMPTY_PATH;
+    Ok(match kind {
+        Kind::Chmod => (at(libc::AT_FDCWD as u64, path(a[0])?, true, 0), mode(a[1])),
+        Kind::Fchmod => (Subject::Fd(a[0] as i32), mode(a[1])),
+        Kind::Fchmodat => (at(a[0], path(a[1])?, true, 0), mode(a[2])),
+        Kind::Fchmodat2 => {
+            check_flags(a[3], nofollow_ok)?;
+            (at(a[0], path(a[1])?, true, a[3]), mode(a[2]))
+        }
+        Kind::Chown => (
+            at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
+            chown(a[1], a[2]),
+        ),
+        Kind::Lchown => (
+            at(libc::AT_FDCWD as u64, path(a[0])?, false, 0),
+            chown(a[1], a[2]),
+        ),
+        Kind::Fchown => (Subject::Fd(a[0] as i32), chown(a[1], a[2])),
+        Kind::Fchownat => {
+            check_flags(a[4], nofollow_ok)?;
+            (at(a[0], path(a[1])?, true, a[4]), chown(a[2], a[3]))
+        }
+        Kind::Setxattr | Kind::Lsetxattr => {
+            let subject = at(
+                libc::AT_FDCWD as u64,
+                path(a[0])?,
+                kind == Kind::Setxattr,
+                0,
+            );
+            (subject, set_xattr(caller, a[1], a[2], a[3], a[4])?)
+        }
+        Kind::Fsetxattr => (
+            Subject::Fd(a[0] as i32),
+            set_xattr(caller, a[1], a[2], a[3], a[4])?,
+        ),
+        Kind::Removexattr | Kind::Lremovexattr => {
+            let subject = at(
+                libc::AT_FDCWD as u64,
+                path(a[0])?,
+                kind == Kind::Removexattr,
+                0,
+            );
+            (
+                subject,
+                Op::RemoveXattr {
+                    name: xattr_name(caller, a[1])?,
+                },
+            )
+        }
+        Kind::Fremovexattr => (
+            Subject::Fd(a[0] as i32),
+            Op::RemoveXattr {
+                name: xattr_name(caller, a[1])?,
+            },
+        ),
+        Kind::Utimensat => {
+            check_flags(a[3], nofollow_ok)?;
+            let times = Op::Times {
+                times: timespecs(caller, a[2])?,
+            };
+            if a[1] == 0 {
+                // utimensat(fd, NULL, ...) acts on the fd itself.
+                if a[0] as i32 == libc::AT_FDCWD {
+                    return Err(err(libc::EFAULT));
+                }
+                if a[3] & libc::AT_SYMLINK_NOFOLLOW as u64 != 0 {
+                    return Err(err(libc::EINVAL));
+                }
+                (Subject::Fd(a[0] as i32), times)
+            } else {
+                (at(a[0], path(a[1])?, true, a[3]), times)
+            }
+        }
+        Kind::Utimes => (
+            at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
+            Op::Times {
+                times: timevals(caller, a[1])?,
+            },
+        ),
+        Kind::Futimesat => (
+            at(a[0], path(a[1])?, true, 0),
+            Op::Times {
+                times: timevals(caller, a[2])?,
+            },
+        ),
+        Kind::Utime => (
+            at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
+            Op::Times {
+                times: utimbuf(caller, a[1])?,
+            },
+        ),
+        Kind::Truncate => {
+            let len = a[1] as i64;
+            if len < 0 {
+                return Err(err(libc::EINVAL));
+            }
+            (
+                at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
+                Op::Truncate { len },
+            )
+        }
+    })
+}
+
+fn xattr_name(caller: &Caller, addr: u64) -> io::Result<CString> {
+    let name = caller.read_cstr(addr, XATTR_NAME_MAX + 1).map_err(|e| {
+        if e.raw_os_error() == Some(libc::ENAMETOOLONG) {
+            err(libc::ERANGE)
+        } else {
+            e
+        }
+    })?;
+    if name.as_bytes().is_empty() {
+        return Err(err(libc::ERANGE));
+    }
+    Ok(name)
+}
+
+fn set_xattr(caller: &Caller, name: u64, value: u64, size: u64, flags: u64) -> io::Result<Op> {
+    check_flags(flags, libc::XATTR_CREATE | libc::XATTR_REPLACE)?;
+    let name = xattr_name(caller, name)?;
+    let size = usize::try_from(size).map_err(|_| err(libc::E2BIG))?;
+    if size > XATTR_SIZE_MAX {
+        return Err(err(libc::E2BIG));
+    }
+    let value = if size == 0 {
+        Vec::new()
+    } else {
+        caller.read(value, size)?
+    };
+    Ok(Op::SetXattr {
+        name,
+        value,
+        flags: flags as i32,
+    })
+}
+
+fn words<const N: usize>(caller: &Caller, addr: u64) -> io::Result<[i64; N]> {
+    let bytes = caller.read(addr, N * 8)?;
+    let mut out = [0i64; N];
+    for (slot, chunk) in out.iter_mut().zip(bytes.chunks_exact(8)) {
+        let mut b = [0u8; 8];
+        b.copy_from_slice(chunk);
+        *slot = i64::from_ne_bytes(b);
+    }
+    Ok(out)
+}
+
+fn ts(sec: i64, nsec: i64) -> libc::timespec {
+    libc::timespec {
+        tv_sec: sec as libc::time_t,
+        tv_nsec: nsec as _,
+    }
+}
+
+fn timespecs(caller: &Caller, addr: u64) -> io::Result<Option<[libc::timespec; 2]>> {
+    if addr == 0 {
+        return Ok(None);
+    }
+    let [s0, n0, s1, n1] = words::<4>(caller, addr)?;
+    for n in [n0, n1] {
+        let special = n == libc::UTIME_NOW || n == libc::UTIME_OMIT;
+        if !special && !(0..1_000_000_000).contains(&n) {
+            return Err(err(libc::EINVAL));
+        }
+    }
+    if n0 == libc::UTIME_NOW && n1 == libc::UTIME_NOW {
+        return Ok(None);
+    }
+    Ok(Some([ts(s0, n0), ts(s1, n1)]))
+}
+
+fn timevals(caller: &Caller, addr: u64) -> io::Result<Option<[libc::timespec; 2]>> {
+    if addr == 0 {
+        return Ok(None);
+    }
+    let [s0, u0, s1, u1] = words::<4>(caller, addr)?;
+    if !(0..1_000_000).contains(&u0) || !(0..1_000_000).contains(&u1) {
+        return Err(err(libc::EINVAL));
+    }
+    Ok(Some([ts(s0, u0 * 1000), ts(s1, u1 * 1000)]))
+}
+
+fn utimbuf(caller: &Caller, addr: u64) -> io::Result<Option<[libc::timespec; 2]>> {
+    if addr == 0 {
+        return Ok(None);
+    }
+    let [actime, modtime] = words::<2>(caller, addr)?;
+    Ok(Some([ts(actime, 0), ts(modtime, 0)]))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_number_is_in_the_table_once() {
+        for nr in brokered_syscalls()
+            .iter()
+            .chain(brokered_truncate_syscalls())
+        {
+            assert_eq!(TABLE.iter().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
+        }
+        assert_eq!(
+            TABLE.len(),
+            brokered_syscalls().len() + brokered_truncate_syscalls().len()
+        );
+        assert_eq!(lookup(libc::SYS_fchmodat).map(|x| x.0), Some("fchmodat"));
+        assert_eq!(lookup(libc::SYS_openat), None);
+    }
+}
