@@ -12,9 +12,10 @@
 //! 2. The allowlist (compiled by `seccompiler`), one row per syscall, grouped by
 //!    purpose in the table source (`table.rs`).
 //! 3. The answers of the non-allowed rows: `EPERM` for explicit denials,
-//!    [`METADATA_WRITE`] (today `EPERM`) for metadata writes Landlock cannot
-//!    govern, `ENOSYS` for `clone3`; `ENOSYS` for every syscall the table
-//!    does not know.
+//!    [`metadata_write`] for metadata writes Landlock cannot govern
+//!    (`SECCOMP_RET_USER_NOTIF` to the broker when [`FilterSpec::broker`] is
+//!    set, else `EPERM`), `ENOSYS` for `clone3`; `ENOSYS` for every syscall
+//!    the table does not know.
 //!
 //! # Syscalls with argument checks
 //!
@@ -25,7 +26,7 @@
 //! |---|---|---|
 //! | `ioctl` | request (low 32 bits) is neither `TIOCSTI` nor `TIOCLINUX` | `EPERM` |
 //! | `personality` | persona (low 32 bits) is `0xffffffff` (query) or `PER_LINUX` | `EPERM` |
-//! | `utimensat` | path pointer is NULL (`futimens`) | [`METADATA_WRITE`] |
+//! | `utimensat` | path pointer is NULL (`futimens`) | [`metadata_write`] |
 //! | `clone` | no `CLONE_NEW*` flag; with `deny_subprocess` also `CLONE_THREAD` | `EPERM` |
 //! | `socket` (network off) | `AF_UNIX` stream/seqpacket, or `AF_INET`/`AF_INET6` stream with protocol 0 or TCP | `EPERM` |
 //! | `socketpair` (network off) | `AF_UNIX` | `EPERM` |
@@ -34,7 +35,7 @@
 //!
 //! Policy-dependent rows without argument checks: `connect`, `listen`,
 //! `accept`, `accept4` are `EPERM` with network off; `fork`, `vfork` are
-//! `EPERM` with `deny_subprocess`; `truncate` is [`METADATA_WRITE`] unless
+//! `EPERM` with `deny_subprocess`; `truncate` is [`metadata_write`] unless
 //! Landlock handles the truncate right ([`LandlockCoverage::truncate`]).
 //! `clone3` is always `ENOSYS`: its flags sit behind a pointer a filter cannot
 //! read, and `ENOSYS` makes libc fall back to `clone`, whose flags it can.
@@ -48,8 +49,8 @@
 mod spec;
 
 pub use spec::{
-    Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule, Width, DENY, ENOSYS, EPERM,
-    METADATA_WRITE, UNKNOWN,
+    metadata_write, Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule, Width, DENY,
+    ENOSYS, EPERM, METADATA_WRITE, UNKNOWN,
 };
 
 pub use seccompiler::sock_filter;

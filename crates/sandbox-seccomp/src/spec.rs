@@ -11,8 +11,8 @@ pub enum Action {
     Errno(u16),
     /// Kill the whole process (architecture and ABI mismatches only).
     KillProcess,
-    /// Hand the call to a user-space supervisor (`SECCOMP_RET_USER_NOTIF`).
-    /// Unused today; see [`METADATA_WRITE`].
+    /// Hand the call to a user-space supervisor (`SECCOMP_RET_USER_NOTIF`):
+    /// the metadata broker, when [`FilterSpec::broker`] is set.
     UserNotif,
 }
 
@@ -30,11 +30,18 @@ pub const UNKNOWN: Action = Action::Errno(ENOSYS);
 
 /// The answer for metadata writes Landlock cannot govern (chmod, chown,
 /// xattr writes, path-based utimes, and `truncate` without the Landlock
-/// truncate right).
-///
-/// This is the single place a broker would change to
-/// [`Action::UserNotif`] to mediate them instead of refusing them.
+/// truncate right) when no broker mediates them.
 pub const METADATA_WRITE: Action = DENY;
+
+/// The answer for brokerable metadata writes under `spec`: handed to the
+/// broker ([`Action::UserNotif`]) when one listens, else [`METADATA_WRITE`].
+pub fn metadata_write(spec: &FilterSpec) -> Action {
+    if spec.broker {
+        Action::UserNotif
+    } else {
+        METADATA_WRITE
+    }
+}
 
 impl Action {
     /// The `SECCOMP_RET_*` value (kernel ABI constants) the BPF program returns for this action.
@@ -182,6 +189,9 @@ pub struct FilterSpec {
     pub deny_subprocess: bool,
     /// What Landlock governs on this kernel.
     pub landlock: LandlockCoverage,
+    /// Whether a metadata broker listens (`SECCOMP_FILTER_FLAG_NEW_LISTENER`):
+    /// brokerable metadata writes go to it instead of failing with `EPERM`.
+    pub broker: bool,
 }
 
 impl FilterSpec {
@@ -191,17 +201,24 @@ impl FilterSpec {
             network: policy.network(),
             deny_subprocess: policy.deny_subprocess(),
             landlock: coverage,
+            broker: false,
         }
     }
 
-    /// All eight combinations of the three switches.
+    /// The same spec with metadata writes handed to a broker (or not).
+    pub fn with_broker(self, broker: bool) -> Self {
+        FilterSpec { broker, ..self }
+    }
+
+    /// All sixteen combinations of the four switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u8..8).map(|bits| FilterSpec {
+        (0u8..16).map(|bits| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
             landlock: LandlockCoverage {
                 truncate: bits & 4 != 0,
             },
+            broker: bits & 8 != 0,
         })
     }
 }

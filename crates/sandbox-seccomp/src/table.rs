@@ -4,7 +4,7 @@
 //! no argument checks, so the kernel's per-syscall action cache applies to
 //! them; the few argument-checked rows are built in [`table`] below.
 
-use crate::spec::{Cmp, Cond, Entry, FilterSpec, Rule, DENY, METADATA_WRITE, UNKNOWN};
+use crate::spec::{metadata_write, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN};
 
 /// libc's syscall numbers plus the ones this libc release does not name yet.
 /// Numbers from 424 on are shared by every architecture.
@@ -461,7 +461,8 @@ const ALWAYS_DENIED_X86_64: &[(&str, i64, &str)] = deny![
 #[cfg(not(target_arch = "x86_64"))]
 const ALWAYS_DENIED_X86_64: &[(&str, i64, &str)] = &[];
 
-/// Metadata writes Landlock cannot govern: answered with [`METADATA_WRITE`].
+/// Metadata writes Landlock cannot govern and the broker mediates: answered
+/// with [`metadata_write`].
 const METADATA: &[(&str, i64, &str)] = deny![
     SYS_fchmod => "Landlock has no chmod right",
     SYS_fchmodat => "Landlock has no chmod right",
@@ -471,11 +472,15 @@ const METADATA: &[(&str, i64, &str)] = deny![
     SYS_setxattr => "Landlock has no xattr right",
     SYS_lsetxattr => "Landlock has no xattr right",
     SYS_fsetxattr => "Landlock has no xattr right",
-    SYS_setxattrat => "Landlock has no xattr right",
     SYS_removexattr => "Landlock has no xattr right",
     SYS_lremovexattr => "Landlock has no xattr right",
     SYS_fremovexattr => "Landlock has no xattr right",
-    SYS_removexattrat => "Landlock has no xattr right",
+];
+
+/// Metadata writes refused even with a broker (newer calls it does not decode).
+const METADATA_UNBROKERED: &[(&str, i64, &str)] = deny![
+    SYS_setxattrat => "Landlock has no xattr right; not brokered (Linux 6.13+)",
+    SYS_removexattrat => "Landlock has no xattr right; not brokered (Linux 6.13+)",
     SYS_file_setattr => "sets inode flags (immutable, append-only); no Landlock right",
 ];
 
@@ -545,7 +550,7 @@ macro_rules! one {
 }
 
 /// Rows whose rule carries argument checks that do not depend on the policy.
-fn checked_always() -> Vec<Entry> {
+fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
     vec![
         row(
             one!(SYS_ioctl),
@@ -568,7 +573,7 @@ fn checked_always() -> Vec<Entry> {
             one!(SYS_utimensat),
             Rule::AllowIf {
                 any_of: vec![vec![Cond::full64(1, Cmp::Eq(0))]],
-                otherwise: METADATA_WRITE,
+                otherwise: metadata_write(spec),
             },
             "futimens (NULL path) acts on an open file; path-based utimes has no Landlock right",
         ),
@@ -586,7 +591,7 @@ fn truncate(spec: &FilterSpec) -> Entry {
     } else {
         row(
             one!(SYS_truncate),
-            Rule::Deny(METADATA_WRITE),
+            Rule::Deny(metadata_write(spec)),
             "this kernel's Landlock lacks the truncate right",
         )
     }
@@ -718,9 +723,12 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
         rows.push(row((name, nr), Rule::Deny(DENY), reason));
     }
     for &(name, nr, reason) in METADATA.iter().chain(METADATA_X86_64) {
-        rows.push(row((name, nr), Rule::Deny(METADATA_WRITE), reason));
+        rows.push(row((name, nr), Rule::Deny(metadata_write(spec)), reason));
     }
-    rows.extend(checked_always());
+    for &(name, nr, reason) in METADATA_UNBROKERED {
+        rows.push(row((name, nr), Rule::Deny(DENY), reason));
+    }
+    rows.extend(checked_always(spec));
     rows.push(truncate(spec));
     rows.extend(spawning(spec));
     rows.extend(network(spec));

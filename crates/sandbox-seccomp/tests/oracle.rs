@@ -28,7 +28,7 @@ fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
     }
     let lo = |i: usize| d.args[i] as u32;
     let yes = |b: bool| if b { RET_ALLOW } else { RET_EPERM };
-    let metadata = RET_EPERM;
+    let metadata = if spec.broker { RET_USER_NOTIF } else { RET_EPERM };
     use libc::*;
     match i64::from(d.nr) {
         // -- argument checks that hold under every policy
@@ -78,9 +78,10 @@ fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         }
         SYS_chmod | SYS_fchmod | SYS_fchmodat | 452 /* fchmodat2 */ | SYS_chown | SYS_fchown
         | SYS_lchown | SYS_fchownat | SYS_setxattr | SYS_lsetxattr | SYS_fsetxattr
-        | 463 /* setxattrat */ | SYS_removexattr | SYS_lremovexattr | SYS_fremovexattr
-        | 466 /* removexattrat */ | 469 /* file_setattr */ | SYS_utime | SYS_utimes
+        | SYS_removexattr | SYS_lremovexattr | SYS_fremovexattr | SYS_utime | SYS_utimes
         | SYS_futimesat => metadata,
+        // -- metadata writes never brokered
+        463 /* setxattrat */ | 466 /* removexattrat */ | 469 /* file_setattr */ => RET_EPERM,
         // -- never allowed
         SYS_io_uring_setup | SYS_io_uring_enter | SYS_io_uring_register | SYS_ptrace
         | SYS_process_vm_readv | SYS_process_vm_writev | SYS_process_madvise
@@ -356,11 +357,13 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             network: false,
             deny_subprocess: true,
             landlock: LandlockCoverage { truncate: false },
+            broker: false,
         },
         compile_spec(&FilterSpec {
             network: false,
             deny_subprocess: true,
             landlock: LandlockCoverage { truncate: false },
+            broker: false,
         })
         .unwrap(),
     );

@@ -9,6 +9,7 @@ fn disassembly(network: bool, deny_subprocess: bool, truncate: bool) -> String {
         network,
         deny_subprocess,
         landlock: LandlockCoverage { truncate },
+        broker: false,
     };
     compile_spec(&spec).unwrap().disassemble()
 }

@@ -9,6 +9,7 @@ pub const RET_ALLOW: u32 = 0x7fff_0000;
 pub const RET_KILL_PROCESS: u32 = 0x8000_0000;
 pub const RET_EPERM: u32 = 0x0005_0000 | 1;
 pub const RET_ENOSYS: u32 = 0x0005_0000 | 38;
+pub const RET_USER_NOTIF: u32 = 0x7fc0_0000;
 pub const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
 pub const AUDIT_ARCH_I386: u32 = 0x4000_0003;
 pub const AUDIT_ARCH_AARCH64: u32 = 0xc000_00b7;
