@@ -56,6 +56,11 @@ pub(crate) fn errno_of(err: &io::Error) -> i32 {
 }
 
 impl Caller {
+    /// The caller's thread id.
+    pub(crate) fn tid(&self) -> i32 {
+        self.tid
+    }
+
     /// Opens `/proc/TID` for the thread (see [`Caller::open_pidfd`] for its fds).
     pub(crate) fn open(tid: i32) -> io::Result<Self> {
         let dir = CString::new(format!("/proc/{tid}"))

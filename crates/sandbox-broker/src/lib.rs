@@ -52,8 +52,9 @@
 //! groups and `CAP_DAC_OVERRIDE`; ACLs that grant more are not honoured.
 //!
 //! # Known limits
-//! * Objects reached only through `/proc/*/fd/N` or other magic links are
-//!   refused (use the fd itself); unlinked files (`(deleted)`), pipes, sockets
+//! * `/proc/self/fd/N` (also `thread-self` and the caller's own tid) is taken
+//!   as the caller's fd N and checked like an fd-based call; every other path
+//!   through `/proc` is refused. Unlinked files (`(deleted)`), pipes, sockets
 //!   and memfds are refused for fd-based calls.
 //! * A hard link inside a write path to a file outside is indistinguishable from
 //!   a file inside (as for Landlock's own write rights).

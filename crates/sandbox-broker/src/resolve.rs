@@ -87,7 +87,12 @@ impl BrokerRules {
             } => {
                 let absolute = path.as_bytes().first() == Some(&b'/');
                 if absolute && is_proc_path(path.as_bytes()) {
-                    return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
+                    // The caller's own fd through its /proc magic link: the
+                    // same object as the fd-based call, checked the same way.
+                    return match crate::syscalls::proc_fd(path.as_bytes(), Some(caller.tid())) {
+                        Some(n) if *follow => self.admit(&caller.fd(n).map_err(errno)?),
+                        _ => Err(Unresolved::Refused(Refusal::ProcfsPath, None)),
+                    };
                 }
                 let base = if absolute {
                     None

@@ -165,10 +165,38 @@ impl Subject {
         match self {
             Subject::Fd(_) => true,
             Subject::At { dirfd, path, .. } => {
-                *dirfd != libc::AT_FDCWD && path.as_bytes().first() != Some(&b'/')
+                (*dirfd != libc::AT_FDCWD && path.as_bytes().first() != Some(&b'/'))
+                    || proc_fd(path.as_bytes(), None).is_some()
             }
         }
     }
+}
+
+/// The fd number in `/proc/self/fd/N`, `/proc/thread-self/fd/N` or
+/// `/proc/TID/fd/N` (TID the caller's thread, when `tid` is given): such a
+/// path names the caller's own fd N, which tools like tar use to chmod a file
+/// they hold open.
+pub(crate) fn proc_fd(path: &[u8], tid: Option<i32>) -> Option<i32> {
+    let text = std::str::from_utf8(path).ok()?;
+    let mut parts = text.split('/').filter(|c| !c.is_empty());
+    if parts.next()? != "proc" || !text.starts_with('/') {
+        return None;
+    }
+    let who = parts.next()?;
+    let own = who == "self"
+        || who == "thread-self"
+        || match tid {
+            Some(tid) => who.parse::<i32>().ok() == Some(tid),
+            None => who.bytes().all(|b| b.is_ascii_digit()),
+        };
+    if !own || parts.next()? != "fd" {
+        return None;
+    }
+    let n = parts.next()?;
+    if parts.next().is_some() || !n.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    n.parse().ok()
 }
 
 /// What to do to the object.

@@ -133,7 +133,7 @@ fn dotdot_out_of_the_write_path_is_refused() {
 }
 
 #[test]
-fn proc_self_fd_paths_are_refused() {
+fn proc_self_fd_paths_name_the_callers_fd() {
     let fx = Fixture::new();
     let outside = cstr(&fx.file(&fx.o.join("f"), 0o644));
     let inside = cstr(&fx.file(&fx.w.join("f"), 0o644));
@@ -152,14 +152,33 @@ fn proc_self_fd_paths_are_refused() {
             }
         }
     }
+    // An fd to a file outside the write paths: refused, unchanged.
     let run = confined(fx.rules(&[]), via_proc(&outside));
     assert_eq!(run.code, libc::EPERM);
     assert_eq!(mode(&fx.o.join("f")), 0o644);
-    assert_eq!(refusals(&run.log), vec![Refusal::ProcfsPath]);
-    // Also refused for an inside file (documented limit; use fchmod, tested above).
+    assert_eq!(refusals(&run.log), vec![Refusal::OutsideWritePaths]);
+    // Positive control: the same path form on a file inside (what tar does).
     let run = confined(fx.rules(&[]), via_proc(&inside));
+    assert_eq!(run.code, 0);
+    assert_eq!(mode(&fx.w.join("f")), 0o600);
+}
+
+#[test]
+fn other_proc_paths_are_refused() {
+    let fx = Fixture::new();
+    let inside = cstr(&fx.file(&fx.w.join("f"), 0o644));
+    let run = confined(fx.rules(&[]), move || {
+        // SAFETY (child): open, then chmod through the parent's /proc entry.
+        unsafe {
+            let fd = libc::open(inside.as_ptr(), libc::O_RDONLY);
+            if fd < 0 {
+                return 99;
+            }
+            result(libc::chmod(c"/proc/1/cwd".as_ptr(), 0o700))
+        }
+    });
     assert_eq!(run.code, libc::EPERM);
-    assert_eq!(mode(&fx.w.join("f")), 0o644);
+    assert_eq!(refusals(&run.log), vec![Refusal::ProcfsPath]);
 }
 
 #[test]

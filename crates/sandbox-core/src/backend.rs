@@ -96,6 +96,8 @@ pub struct Confinement {
     pub pre_exec: Option<PreExecHook>,
     /// What the backend enforces for this policy.
     pub report: EnforcementReport,
+    /// A parent-side companion to start after spawning, if the backend has one.
+    pub supervisor: Option<Box<dyn Supervisor>>,
 }
 
 impl Confinement {
@@ -109,13 +111,21 @@ impl Confinement {
             argv,
             pre_exec,
             report,
+            supervisor: None,
         }
     }
 
-    /// A plain `Command` for this confinement (no runner hooks).
+    /// The same confinement with a supervisor the runner starts after spawning.
+    pub fn with_supervisor(mut self, supervisor: Box<dyn Supervisor>) -> Self {
+        self.supervisor = Some(supervisor);
+        self
+    }
+
+    /// A plain `Command` for this confinement (no runner hooks, no supervisor).
     ///
     /// Returns `None` when the argv is empty. Prefer the facade's runner, which
-    /// adds session, fd and process-tree control.
+    /// adds session, fd and process-tree control and runs the supervisor;
+    /// without it, calls the supervisor would mediate fail (`ENOSYS`).
     pub fn into_command(self) -> Option<(Command, EnforcementReport)> {
         let (program, args) = self.argv.split_first()?;
         let mut cmd = Command::new(program);
@@ -141,4 +151,45 @@ pub fn decode_pre_exec_error(err: &std::io::Error) -> Option<i32> {
     err.raw_os_error()
         .filter(|code| code & PRE_EXEC_ERROR_TAG != 0)
         .map(|code| code & 0xffff)
+}
+
+/// A parent-side companion of a confined child, such as a broker that
+/// performs permitted metadata changes on the child's behalf.
+///
+/// The runner starts it right after the child is spawned (and after the
+/// `Command`, with the hook's copies of any fds, is dropped) and finishes it
+/// once the child's process tree has ended.
+pub trait Supervisor: Send + std::fmt::Debug {
+    /// Starts supervising the spawned child.
+    fn start(self: Box<Self>) -> Result<Box<dyn RunningSupervisor>, SandboxUnavailable>;
+}
+
+/// A started [`Supervisor`].
+pub trait RunningSupervisor: Send + std::fmt::Debug {
+    /// Stops supervising and returns what was mediated.
+    fn finish(self: Box<Self>) -> Mediation;
+}
+
+/// What a supervisor mediated during one run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct Mediation {
+    /// Requests performed on the command's behalf.
+    pub performed: usize,
+    /// Requests refused, with the reason for each.
+    pub refused: Vec<MediatedCall>,
+    /// Records dropped because the log was full.
+    pub omitted: usize,
+    /// Set when mediation stopped early because of an error.
+    pub error: Option<String>,
+}
+
+/// One refused request.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct MediatedCall {
+    /// The system call, e.g. `fchmodat`.
+    pub syscall: String,
+    /// The object it named (path or fd), as resolved.
+    pub target: String,
+    /// Why it was refused.
+    pub reason: String,
 }

@@ -25,8 +25,8 @@ mod report;
 
 pub use axis::Axis;
 pub use backend::{
-    decode_pre_exec_error, encode_pre_exec_error, Backend, Confinement, PreExecHook, WrappedArgv,
-    PRE_EXEC_ERROR_TAG,
+    decode_pre_exec_error, encode_pre_exec_error, Backend, Confinement, MediatedCall, Mediation,
+    PreExecHook, RunningSupervisor, Supervisor, WrappedArgv, PRE_EXEC_ERROR_TAG,
 };
 pub use config::{BackendChoice, OnUnsupported, SandboxConfig};
 pub use env::{env_name_denied, scrub_env};

@@ -35,4 +35,7 @@ pub enum LandlockError {
     /// The parent's capabilities could not be read.
     #[error("reading the process capabilities (capget) failed: {0}")]
     Capabilities(std::io::Error),
+    /// The metadata broker could not be set up.
+    #[error("setting up the metadata broker failed: {0}")]
+    Broker(String),
 }

@@ -24,7 +24,8 @@ mod linux;
 pub use linux::{
     abi::{detect_abi, KernelAbi, TESTED_ABI},
     backend::{LandlockBackend, SANDBOX_BIN_ENV},
-    prepare, PreparedLandlock,
+    broker::BrokerSupervisor,
+    prepare, prepare_brokered, PreparedLandlock,
 };
 
 #[cfg(not(target_os = "linux"))]

@@ -89,7 +89,7 @@ fn hook_failure_is_a_tagged_pre_exec_error() {
     let err = cmd.status().unwrap_err();
     assert!(decode_pre_exec_error(&err).is_some(), "{err:?}");
     // An exec failure is not tagged.
-    let err = confined(&policy, &["/nonexistent/program"])
+    let err = confined_cmd(&policy, &["/nonexistent/program"])
         .output()
         .unwrap_err();
     assert_eq!(decode_pre_exec_error(&err), None, "{err}");

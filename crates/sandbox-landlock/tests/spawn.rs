@@ -24,7 +24,7 @@ fn forking_fails_non_forking_runs() {
     ok(&sh(&open, "true & wait $! && /bin/true"));
     denied(&sh(&closed, "true & wait $!"));
     denied(&sh(&closed, "/bin/true; /bin/true"));
-    let out = confined(&closed, &["/bin/echo", "no-fork"])
+    let out = confined_cmd(&closed, &["/bin/echo", "no-fork"])
         .output()
         .unwrap();
     assert_eq!(ok(&out).trim(), "no-fork");
@@ -34,10 +34,12 @@ fn forking_fails_non_forking_runs() {
 fn python_threads_work() {
     let (_t, closed) = policy(true);
     let script = "import threading\nout=[]\nts=[threading.Thread(target=out.append, args=(i,)) for i in range(4)]\n[t.start() for t in ts]\n[t.join() for t in ts]\nprint(sorted(out))";
-    let out = confined(&closed, &[PYTHON, "-c", script]).output().unwrap();
+    let out = confined_cmd(&closed, &[PYTHON, "-c", script])
+        .output()
+        .unwrap();
     assert_eq!(ok(&out).trim(), "[0, 1, 2, 3]");
     // ...but python cannot start a process.
-    let out = confined(
+    let out = confined_cmd(
         &closed,
         &[
             PYTHON,
@@ -67,7 +69,7 @@ fn rust_threads_work() {
     let (_t, closed) = policy(true);
     let exe = std::env::current_exe().unwrap();
     let exe = path_str(&exe);
-    let mut cmd = confined(
+    let mut cmd = confined_cmd(
         &closed,
         &[
             &exe,

@@ -40,7 +40,6 @@ impl Work {
 }
 
 #[test]
-#[ignore = "chmod-family seccomp denial: git init/config writes call chmod(\".git/config.lock\", 0644) to copy the config's mode (EPERM)"]
 fn git_init_add_commit() {
     let w = work();
     let out = ok(&w.run(
@@ -75,7 +74,6 @@ fn python_writes_files() {
 }
 
 #[test]
-#[ignore = "chmod-family seccomp denial: venv copies script modes with shutil.copymode -> chmod(\"venv/bin/Activate.ps1\", 0644) (EPERM)"]
 fn python_venv() {
     let w = work();
     let out = ok(&w.run(&format!(
@@ -85,7 +83,6 @@ fn python_venv() {
 }
 
 #[test]
-#[ignore = "chmod-family seccomp denial: the linker makes its output executable with chmod(\"hello\", 0755) (EPERM), so ./hello is not executable"]
 fn cc_compile_and_run() {
     let w = work();
     fs::write(
@@ -117,7 +114,6 @@ fn cc_compile_and_run_through_the_loader() {
 }
 
 #[test]
-#[ignore = "chmod-family seccomp denial: tar extracting as root restores owner, mode and times: fchown(fd, 0, 0), fchmod, chmod(\"/proc/self/fd/3\", 0755), utimensat(dirfd, \"src\", ...) (EPERM)"]
 fn tar_extract_restoring_owner_mode_and_times() {
     let w = work();
     let out = ok(&w.run(

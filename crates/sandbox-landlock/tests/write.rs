@@ -123,7 +123,6 @@ fn truncate_by_path_outside_is_refused() {
 }
 
 #[test]
-#[ignore = "truncate(2) by path is refused by seccomp everywhere until the metadata broker handles it inside write paths"]
 fn truncate_by_path_inside_a_write_path() {
     let s = setup();
     let script = |p: &str| format!("{PYTHON} -c 'import os,sys; os.truncate(sys.argv[1], 0)' {p}");

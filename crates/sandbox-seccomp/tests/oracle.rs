@@ -28,7 +28,11 @@ fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
     }
     let lo = |i: usize| d.args[i] as u32;
     let yes = |b: bool| if b { RET_ALLOW } else { RET_EPERM };
-    let metadata = if spec.broker { RET_USER_NOTIF } else { RET_EPERM };
+    let metadata = if spec.broker {
+        RET_USER_NOTIF
+    } else {
+        RET_EPERM
+    };
     use libc::*;
     match i64::from(d.nr) {
         // -- argument checks that hold under every policy

@@ -2,7 +2,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use sandbox_core::{EnforcementReport, ResolvedPolicy};
+use sandbox_core::{EnforcementReport, Mediation, ResolvedPolicy};
 
 use crate::runner::EXIT_TIMEOUT;
 
@@ -101,6 +101,9 @@ pub struct Outcome {
     pub timed_out: bool,
     /// Descendants still alive after the main process ended, which the runner ended.
     pub leftover_processes_ended: usize,
+    /// What the backend's supervisor (the metadata broker) performed and refused.
+    #[serde(default)]
+    pub mediation: Option<Mediation>,
     /// Wall-clock duration in milliseconds.
     pub duration_ms: f64,
     /// The classification.
@@ -141,6 +144,7 @@ mod tests {
             termination: Termination::Signaled { signal: 9 },
             timed_out: false,
             leftover_processes_ended: 2,
+            mediation: None,
             duration_ms: 1.5,
             classification: Classification::SandboxDenial {
                 evidence: vec!["x: Permission denied".into()],

@@ -127,12 +127,12 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         .map(|(_, v)| v.clone());
     locate(program, path_var.as_deref(), req.cwd.as_deref())?;
 
-    let (argv, hook, report) = match &req.policy {
+    let (argv, hook, report, supervisor) = match &req.policy {
         Some(policy) => {
             let c = backend.prepare(policy, &req.argv)?;
-            (c.argv, c.pre_exec, Some(c.report))
+            (c.argv, c.pre_exec, Some(c.report), c.supervisor)
         }
-        None => (req.argv.clone(), None, None),
+        None => (req.argv.clone(), None, None, None),
     };
     let env = match &req.policy {
         Some(p) => scrub_env(env, p.env_deny_names()),
@@ -160,7 +160,18 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let mut child = cmd
         .spawn()
         .map_err(|source| spawn_error(backend, program, source))?;
+    // The hooks (and the fds they hold for the child) go now, so a
+    // supervisor's channel sees only the child's end.
+    drop(cmd);
     let pid = child.id() as i32;
+    let supervisor = match supervisor.map(|s| s.start()).transpose() {
+        Ok(s) => s,
+        Err(err) => {
+            let _ = child.kill();
+            let _ = child.wait();
+            return Err(RunError::Unavailable(err));
+        }
+    };
     ACTIVE.lock().map(|mut a| a.push(pid)).ok();
     let stderr = child.stderr.take().map(OwnedFd::from);
     let mut watch = Watch::new(pid, stderr, req.echo_stderr);
@@ -175,6 +186,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     })?;
     ACTIVE.lock().map(|mut a| a.retain(|p| *p != pid)).ok();
     let leftovers = process_tree::end_tree(pid, req.grace, &other_runs(pid));
+    let mediation = supervisor.map(|s| s.finish());
     let stderr_tail = watch.drain();
 
     let termination = match (status.code(), status.signal()) {
@@ -183,7 +195,24 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         _ => Termination::Exited { code: -1 },
     };
     let confined = report.is_some() && backend.enforces();
-    let classification = Classification::of(&termination, timed_out, confined, &stderr_tail);
+    let mut classification = Classification::of(&termination, timed_out, confined, &stderr_tail);
+    if let (Classification::TaskFailure | Classification::SandboxDenial { .. }, Some(m)) =
+        (&classification, &mediation)
+    {
+        if !m.refused.is_empty() {
+            let mut evidence = match classification {
+                Classification::SandboxDenial { evidence } => evidence,
+                _ => Vec::new(),
+            };
+            evidence.extend(
+                m.refused
+                    .iter()
+                    .take(10)
+                    .map(|c| format!("broker refused {} of {}: {}", c.syscall, c.target, c.reason)),
+            );
+            classification = Classification::SandboxDenial { evidence };
+        }
+    }
     Ok(Outcome {
         argv: req
             .argv
@@ -200,6 +229,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         termination,
         timed_out,
         leftover_processes_ended: leftovers,
+        mediation,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
     })

@@ -17,15 +17,28 @@ const NAME: &str = "landlock";
 pub const SANDBOX_BIN_ENV: &str = "SANDBOX_BIN";
 
 /// The Linux backend: Landlock rules plus the seccomp filter.
+///
+/// By default metadata writes are brokered: each [`Confinement`] carries a
+/// supervisor the runner starts after spawning (see
+/// [`LandlockBackend::with_broker`]).
 #[derive(Debug, Clone, Copy)]
 pub struct LandlockBackend {
     abi: KernelAbi,
+    broker: bool,
 }
 
 impl LandlockBackend {
     /// The backend for this kernel; fails when the kernel has no Landlock.
     pub fn new() -> Result<Self, SandboxUnavailable> {
-        detect_abi().map(|abi| Self { abi }).map_err(unavailable)
+        detect_abi()
+            .map(|abi| Self { abi, broker: true })
+            .map_err(unavailable)
+    }
+
+    /// Whether metadata writes inside write paths are brokered (`true`) or
+    /// refused with `EPERM` everywhere (`false`).
+    pub fn with_broker(self, broker: bool) -> Self {
+        Self { broker, ..self }
     }
 
     /// The kernel's Landlock ABI and the one in use.
@@ -64,7 +77,13 @@ impl Backend for LandlockBackend {
                 "the command is empty; give the program to run",
             ));
         }
-        let prepared = super::prepare_with(policy, self.abi).map_err(unavailable)?;
+        let channel = if self.broker {
+            Some(super::broker::channel(policy).map_err(unavailable)?)
+        } else {
+            None
+        };
+        let (prepared, supervisor) =
+            super::prepare_with(policy, self.abi, channel).map_err(unavailable)?;
         let report = prepared.report().clone();
         let hook = move || prepared.apply_in_child().map_err(encode_pre_exec_error);
         // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,
@@ -73,7 +92,11 @@ impl Backend for LandlockBackend {
         // `encode_pre_exec_error`, which builds an `io::Error` from a raw
         // code without allocating.
         let hook = unsafe { PreExecHook::new(hook) };
-        Ok(Confinement::new(argv.to_vec(), Some(hook), report))
+        let confinement = Confinement::new(argv.to_vec(), Some(hook), report);
+        Ok(match supervisor {
+            Some(s) => confinement.with_supervisor(Box::new(s)),
+            None => confinement,
+        })
     }
 
     fn wrap_argv(

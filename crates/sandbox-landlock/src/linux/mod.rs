@@ -2,6 +2,7 @@
 
 pub(crate) mod abi;
 pub(crate) mod backend;
+pub(crate) mod broker;
 mod child;
 mod report;
 mod rules;
@@ -10,7 +11,7 @@ mod ruleset;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use sandbox_core::{EnforcementReport, ResolvedPolicy};
-use sandbox_seccomp::{Filter, LandlockCoverage};
+use sandbox_seccomp::{Filter, FilterSpec, LandlockCoverage};
 
 use crate::LandlockError;
 use abi::KernelAbi;
@@ -20,6 +21,9 @@ use abi::KernelAbi;
 pub struct PreparedLandlock {
     ruleset: OwnedFd,
     filter: Filter,
+    /// The child's end of the listener channel and the filter in libc's
+    /// layout, when metadata writes go to a broker.
+    broker_child: Option<(OwnedFd, Vec<libc::sock_filter>)>,
     drop_capabilities: bool,
     abi: KernelAbi,
     report: EnforcementReport,
@@ -27,20 +31,40 @@ pub struct PreparedLandlock {
 
 /// Prepares confinement for `policy`: detects the ABI, opens every path,
 /// builds the Landlock ruleset, compiles the seccomp filter and writes the report.
+///
+/// Metadata writes (chmod, chown, xattr, utimes, truncate by path) are refused
+/// with `EPERM`; see [`prepare_brokered`] to mediate them instead.
 pub fn prepare(policy: &ResolvedPolicy) -> Result<PreparedLandlock, LandlockError> {
     let abi = abi::detect_abi()?;
-    prepare_with(policy, abi)
+    prepare_with(policy, abi, None).map(|(prepared, _)| prepared)
+}
+
+/// [`prepare`], with metadata writes handed to a broker: returns the
+/// supervisor to start once the child is spawned.
+pub fn prepare_brokered(
+    policy: &ResolvedPolicy,
+) -> Result<(PreparedLandlock, broker::BrokerSupervisor), LandlockError> {
+    let abi = abi::detect_abi()?;
+    let channel = broker::channel(policy)?;
+    let (prepared, supervisor) = prepare_with(policy, abi, Some(channel))?;
+    Ok((
+        prepared,
+        supervisor.ok_or(LandlockError::Broker("no supervisor".into()))?,
+    ))
 }
 
 pub(crate) fn prepare_with(
     policy: &ResolvedPolicy,
     abi: KernelAbi,
-) -> Result<PreparedLandlock, LandlockError> {
+    channel: Option<broker::Channel>,
+) -> Result<(PreparedLandlock, Option<broker::BrokerSupervisor>), LandlockError> {
     let plan = rules::plan(policy, abi.effective)?;
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
     // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
-    let filter = sandbox_seccomp::compile(policy, LandlockCoverage { truncate: false })?;
+    let spec = FilterSpec::new(policy, LandlockCoverage { truncate: false })
+        .with_broker(channel.is_some());
+    let filter = sandbox_seccomp::compile_spec(&spec)?;
     let drop_capabilities = child::holds_capabilities().map_err(LandlockError::Capabilities)?;
     let facts = report::RulesetFacts {
         rules: plan.rules.len(),
@@ -49,15 +73,30 @@ pub(crate) fn prepare_with(
         drops_capabilities: drop_capabilities,
         seccomp_instructions: filter.len(),
     };
-    let report = report::report(policy, abi, Some(&facts));
+    let mut report = report::report(policy, abi, Some(&facts));
+    let (broker_child, supervisor) = match channel {
+        Some(channel) => {
+            report.details.push(broker::REPORT_LINE.into());
+            let (child, supervisor) = channel.split();
+            (
+                Some((child, broker::libc_program(&filter))),
+                Some(supervisor),
+            )
+        }
+        None => (None, None),
+    };
     // The path fds in `plan` close here: the kernel keeps the rules.
-    Ok(PreparedLandlock {
-        ruleset,
-        filter,
-        drop_capabilities,
-        abi,
-        report,
-    })
+    Ok((
+        PreparedLandlock {
+            ruleset,
+            filter,
+            broker_child,
+            drop_capabilities,
+            abi,
+            report,
+        },
+        supervisor,
+    ))
 }
 
 /// The report for `policy` on this kernel without building a ruleset.
@@ -78,7 +117,10 @@ impl PreparedLandlock {
             child::drop_capabilities()?;
         }
         child::restrict_self(self.ruleset.as_raw_fd())?;
-        self.filter.apply()
+        match &self.broker_child {
+            Some((sock, program)) => broker::install_in_child(program, sock.as_raw_fd()),
+            None => self.filter.apply(),
+        }
     }
 
     /// What is enforced for this policy on this kernel.

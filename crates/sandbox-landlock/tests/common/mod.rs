@@ -6,7 +6,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output, Stdio};
 
-use sandbox_core::{Backend, ExpandContext, ResolvedPolicy, SandboxPolicy};
+use sandbox_core::{Backend, ExpandContext, ResolvedPolicy, SandboxPolicy, Supervisor};
 use sandbox_landlock::LandlockBackend;
 
 /// A temporary directory whose path is canonical (tests compare paths).
@@ -31,14 +31,29 @@ pub fn path_str(p: &Path) -> String {
     p.to_str().expect("utf-8 path").to_owned()
 }
 
-/// A confined `Command` for `argv` under `policy`.
-pub fn confined(policy: &ResolvedPolicy, argv: &[&str]) -> Command {
+/// A confined `Command` for `argv` under `policy`, and the metadata broker's
+/// supervisor to start once it is spawned.
+pub fn confined(policy: &ResolvedPolicy, argv: &[&str]) -> (Command, Option<Box<dyn Supervisor>>) {
     let backend = LandlockBackend::new().expect("Landlock is available on this host");
     let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
-    let confinement = backend.prepare(policy, &argv).expect("prepare");
+    let mut confinement = backend.prepare(policy, &argv).expect("prepare");
+    let supervisor = confinement.supervisor.take();
     let (mut cmd, _report) = confinement.into_command().expect("argv is not empty");
     cmd.stdin(Stdio::null());
-    cmd
+    (cmd, supervisor)
+}
+
+/// Spawns `cmd` with output captured, runs its supervisor while it runs, and waits.
+pub fn output_supervised(mut cmd: Command, supervisor: Option<Box<dyn Supervisor>>) -> Output {
+    cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+    let child = cmd.spawn().expect("spawn the confined command");
+    drop(cmd);
+    let running = supervisor.map(|s| s.start().expect("start the metadata broker"));
+    let out = child.wait_with_output().expect("wait");
+    if let Some(r) = running {
+        r.finish();
+    }
+    out
 }
 
 /// Runs `script` with `/bin/sh -c` under `policy`.
@@ -48,9 +63,9 @@ pub fn sh(policy: &ResolvedPolicy, script: &str) -> Output {
 
 /// Runs `script` with `/bin/sh -c` under `policy` with extra environment.
 pub fn sh_env(policy: &ResolvedPolicy, script: &str, env: &[(&str, &str)]) -> Output {
-    let mut cmd = confined(policy, &["/bin/sh", "-c", script]);
+    let (mut cmd, supervisor) = confined(policy, &["/bin/sh", "-c", script]);
     cmd.envs(env.iter().copied());
-    cmd.output().expect("spawn the confined shell")
+    output_supervised(cmd, supervisor)
 }
 
 /// Runs `script` unconfined (positive controls that must hold without a sandbox).
@@ -112,3 +127,8 @@ pub fn write_policy(dirs: &[&Path], network: bool) -> SandboxPolicy {
 
 /// The system Python (not a version-manager shim, which forks helpers).
 pub const PYTHON: &str = "/usr/bin/python3";
+
+/// [`confined`] without the broker: metadata writes fail (`ENOSYS`).
+pub fn confined_cmd(policy: &ResolvedPolicy, argv: &[&str]) -> Command {
+    confined(policy, argv).0
+}

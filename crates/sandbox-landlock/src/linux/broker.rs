@@ -1,0 +1,153 @@
+//! Handing metadata writes to the `sandbox-broker` instead of refusing them.
+//!
+//! Before fork: a socket pair and the broker's rules. In the child (after
+//! Landlock): the filter is installed with a listener, which goes to the
+//! parent over the pair. After spawn: [`BrokerSupervisor`] receives it and
+//! starts the broker thread; once the process tree has ended, the broker's
+//! log becomes the run's [`Mediation`].
+
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::time::Duration;
+
+use sandbox_broker::{Broker, BrokerLog, BrokerRules, Decision};
+use sandbox_core::{
+    MediatedCall, Mediation, ResolvedPolicy, RunningSupervisor, SandboxUnavailable, Supervisor,
+};
+use sandbox_seccomp::Filter;
+
+use crate::LandlockError;
+
+/// The report line when a broker mediates metadata writes.
+pub(crate) const REPORT_LINE: &str =
+    "metadata writes (chmod, chown, xattr, utimes, truncate by path) are brokered: performed by the runner only beneath a write path and outside every write-deny path";
+
+/// How long the runner waits for the child's listener after spawn (the child
+/// sent it before exec, so it is normally already queued).
+const LISTENER_WAIT: Duration = Duration::from_secs(5);
+
+/// Both ends of the listener channel plus the broker's rules.
+pub(crate) struct Channel {
+    child: OwnedFd,
+    supervisor: BrokerSupervisor,
+}
+
+/// Opens the channel and the rules for `policy`, in the parent.
+pub(crate) fn channel(policy: &ResolvedPolicy) -> Result<Channel, LandlockError> {
+    let err = |e: sandbox_broker::BrokerError| LandlockError::Broker(e.to_string());
+    let rules = BrokerRules::new(policy).map_err(err)?;
+    let (runner, child) = sandbox_broker::listener_channel().map_err(err)?;
+    Ok(Channel {
+        child,
+        supervisor: BrokerSupervisor { runner, rules },
+    })
+}
+
+impl Channel {
+    pub(crate) fn split(self) -> (OwnedFd, BrokerSupervisor) {
+        (self.child, self.supervisor)
+    }
+}
+
+/// The filter's instructions in libc's layout (identical to seccompiler's).
+pub(crate) fn libc_program(filter: &Filter) -> Vec<libc::sock_filter> {
+    filter
+        .instructions()
+        .iter()
+        .map(|i| libc::sock_filter {
+            code: i.code,
+            jt: i.jt,
+            jf: i.jf,
+            k: i.k,
+        })
+        .collect()
+}
+
+/// Installs the filter with a listener and sends the listener to the runner.
+///
+/// Async-signal-safe. When nobody holds the runner's end (a caller used the
+/// plain `Command` form and dropped the supervisor), the filter stays
+/// installed and brokered calls fail with `ENOSYS`: fail closed.
+pub(crate) fn install_in_child(program: &[libc::sock_filter], sock: RawFd) -> Result<(), i32> {
+    match sandbox_broker::install_filter_with_listener(program, sock) {
+        Err(libc::EPIPE | libc::ECONNREFUSED | libc::ECONNRESET | libc::ENOTCONN) => Ok(()),
+        other => other,
+    }
+}
+
+/// Starts the broker once the confined child is spawned.
+#[derive(Debug)]
+pub struct BrokerSupervisor {
+    runner: OwnedFd,
+    rules: BrokerRules,
+}
+
+impl Supervisor for BrokerSupervisor {
+    fn start(self: Box<Self>) -> Result<Box<dyn RunningSupervisor>, SandboxUnavailable> {
+        let fail =
+            |what: String| SandboxUnavailable::new("landlock", format!("metadata broker: {what}"));
+        set_receive_timeout(self.runner.as_raw_fd(), LISTENER_WAIT)
+            .map_err(|e| fail(format!("setting the receive timeout failed: {e}")))?;
+        let listener = sandbox_broker::recv_fd(&self.runner)
+            .map_err(|e| fail(format!("the child's seccomp listener never arrived: {e}")))?;
+        let broker = Broker::start(listener, self.rules).map_err(|e| fail(e.to_string()))?;
+        Ok(Box::new(RunningBroker(broker)))
+    }
+}
+
+#[derive(Debug)]
+struct RunningBroker(Broker);
+
+impl RunningSupervisor for RunningBroker {
+    fn finish(self: Box<Self>) -> Mediation {
+        mediation(self.0.finish())
+    }
+}
+
+fn mediation(log: BrokerLog) -> Mediation {
+    let refused = log
+        .refusals()
+        .map(|r| MediatedCall {
+            syscall: r.syscall.clone(),
+            target: r
+                .target
+                .resolved
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .or_else(|| r.target.path.clone())
+                .or_else(|| r.target.fd.map(|fd| format!("fd {fd}")))
+                .unwrap_or_else(|| "?".into()),
+            reason: match &r.decision {
+                Decision::Refused { reason } => reason.to_string(),
+                other => format!("{other:?}"),
+            },
+        })
+        .collect();
+    Mediation {
+        performed: log.performed().count(),
+        refused,
+        omitted: usize::try_from(log.omitted).unwrap_or(usize::MAX),
+        error: log.stopped_by_error,
+    }
+}
+
+fn set_receive_timeout(fd: RawFd, wait: Duration) -> std::io::Result<()> {
+    let tv = libc::timeval {
+        tv_sec: wait.as_secs() as libc::time_t,
+        tv_usec: 0,
+    };
+    // SAFETY: setsockopt with a valid timeval of the right size.
+    let rc = unsafe {
+        libc::setsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_RCVTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
