@@ -97,6 +97,9 @@ pub struct Confinement {
     /// What the backend enforces for this policy.
     pub report: EnforcementReport,
     /// A parent-side companion to start after spawning, if the backend has one.
+    ///
+    /// Start it as soon as the child is spawned, or drop it before spawning:
+    /// while it is held but not started, calls it mediates wait for it.
     pub supervisor: Option<Box<dyn Supervisor>>,
 }
 

@@ -165,7 +165,7 @@ fn remove_outside_fails() {
 }
 
 #[test]
-fn chmod_is_refused_by_seccomp() {
+fn chmod_outside_is_refused_inside_is_brokered() {
     use std::os::unix::fs::PermissionsExt;
     let s = setup();
     let target = s.o.join("target");
@@ -173,11 +173,19 @@ fn chmod_is_refused_by_seccomp() {
     let before = mode(&target);
     refused(&sh(&s.policy, &format!("chmod 600 {}", path_str(&target))));
     assert_eq!(mode(&target), before);
-    // Inside the write path too: the chmod family is denied everywhere.
-    refused(&sh(
+    // Inside the write path the broker performs it.
+    ok(&sh(
         &s.policy,
         &format!("chmod 600 {}", path_str(&s.w.join("inside"))),
     ));
+    assert_eq!(mode(&s.w.join("inside")), 0o600);
+    // Without a broker, the seccomp filter refuses the chmod family everywhere.
+    let (cmd, _) = confined(
+        &s.policy,
+        &["/bin/chmod", "644", &path_str(&s.w.join("inside"))],
+    );
+    denied(&output_supervised(cmd, None));
+    assert_eq!(mode(&s.w.join("inside")), 0o600);
     // Positive control: the same chmod works unconfined.
     ok(&sh_plain(&format!("chmod 600 {}", path_str(&target))));
     assert_eq!(mode(&target), 0o600);
