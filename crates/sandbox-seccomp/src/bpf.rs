@@ -3,7 +3,8 @@
 //!
 //! Layout: the prologue (architecture check, x32 bit; both kill), then a
 //! balanced binary search on the syscall number over runs of numbers that
-//! share an answer. Only `jge` on `nr`, `ja` and `ret` lead to a constant
+//! share an answer, its constant answers shared `ret`s placed after it.
+//! Only `jge` on `nr`, `ja` and `ret` lead to a constant
 //! answer, so the kernel's action-cache emulator resolves every
 //! unconditional allow, and attaching the filter costs the kernel about
 //! log2(runs) emulated instructions per syscall number.
@@ -212,33 +213,113 @@ fn checked_block(e: &Entry) -> Result<Vec<sock_filter>, SeccompError> {
 /// about log2(runs) comparisons per call and per number at attach, where a
 /// linear chain costs up to one comparison per table row.
 ///
-/// Layout: `jge first(right) ? right : left`, left half inline. Conditional
-/// jumps reach at most 255 instructions; a longer left half is jumped over
-/// with a `ja` (32-bit offset) instead.
+/// Layout: `jge first(right) ? right : left`. Conditional jumps reach at
+/// most 255 instructions, so a subtree that fits is laid out with shared
+/// answers ([`pooled`]); a larger one is split here, its left half inline
+/// and jumped over with a `ja` (32-bit offset) when it is too long.
 fn dispatch(runs: &[(u32, Verdict<'_>)]) -> Result<Vec<sock_filter>, SeccompError> {
-    match runs {
-        [] => Err(internal("empty dispatch")),
-        [(_, Verdict::Ret(k))] => Ok(vec![stmt(RET_K, *k)]),
-        [(_, Verdict::Checked(e))] => checked_block(e),
-        _ => {
-            let (low, high) = runs.split_at(runs.len() / 2);
-            let (left, right) = (dispatch(low)?, dispatch(high)?);
-            let split = high[0].0;
-            let mut out = Vec::with_capacity(left.len() + right.len() + 2);
-            match u8::try_from(left.len()) {
-                Ok(jt) => out.push(jump(JGE_K, split, jt, 0)),
-                Err(_) => {
-                    let over = u32::try_from(left.len())
-                        .map_err(|_| internal("dispatch longer than 2^32"))?;
-                    out.push(jump(JGE_K, split, 0, 1));
-                    out.push(stmt(JA, over));
-                }
-            }
-            out.extend(left);
-            out.extend(right);
-            Ok(out)
+    if let Some(program) = pooled(runs)? {
+        return Ok(program);
+    }
+    if runs.len() < 2 {
+        return Err(internal("one argument-check block exceeds a jump's reach"));
+    }
+    let (low, high) = runs.split_at(runs.len() / 2);
+    let (left, right) = (dispatch(low)?, dispatch(high)?);
+    let split = high[0].0;
+    let mut out = Vec::with_capacity(left.len() + right.len() + 2);
+    match u8::try_from(left.len()) {
+        Ok(jt) => out.push(jump(JGE_K, split, jt, 0)),
+        Err(_) => {
+            let over =
+                u32::try_from(left.len()).map_err(|_| internal("dispatch longer than 2^32"))?;
+            out.push(jump(JGE_K, split, 0, 1));
+            out.push(stmt(JA, over));
         }
     }
+    out.extend(left);
+    out.extend(right);
+    Ok(out)
+}
+
+/// Where a jump of the search lands: an instruction of the subtree, or the
+/// shared `ret` of a constant answer.
+#[derive(Clone, Copy)]
+enum Dest {
+    At(usize),
+    Ret(u32),
+}
+
+enum Slot {
+    Fixed(sock_filter),
+    Jge { k: u32, jt: Dest, jf: Dest },
+}
+
+/// Places the search over `runs` into `slots`; returns where it starts.
+fn place(runs: &[(u32, Verdict<'_>)], slots: &mut Vec<Slot>) -> Result<Dest, SeccompError> {
+    match runs {
+        [] => Err(internal("empty dispatch")),
+        [(_, Verdict::Ret(k))] => Ok(Dest::Ret(*k)),
+        [(_, Verdict::Checked(e))] => {
+            let at = slots.len();
+            slots.extend(checked_block(e)?.into_iter().map(Slot::Fixed));
+            Ok(Dest::At(at))
+        }
+        _ => {
+            let (low, high) = runs.split_at(runs.len() / 2);
+            let at = slots.len();
+            slots.push(Slot::Fixed(stmt(JA, 0)));
+            let jf = place(low, slots)?;
+            let jt = place(high, slots)?;
+            slots[at] = Slot::Jge {
+                k: high[0].0,
+                jt,
+                jf,
+            };
+            Ok(Dest::At(at))
+        }
+    }
+}
+
+/// The search over `runs` with one shared `ret` per distinct constant
+/// answer after it, so a constant leaf costs no instruction of its own.
+/// `None` when a jump would not reach.
+fn pooled(runs: &[(u32, Verdict<'_>)]) -> Result<Option<Vec<sock_filter>>, SeccompError> {
+    let mut slots = Vec::new();
+    if let Dest::Ret(k) = place(runs, &mut slots)? {
+        return Ok(Some(vec![stmt(RET_K, k)]));
+    }
+    let mut pool: Vec<u32> = Vec::new();
+    for slot in &slots {
+        if let Slot::Jge { jt, jf, .. } = slot {
+            for d in [jt, jf] {
+                if let Dest::Ret(k) = *d {
+                    if !pool.contains(&k) {
+                        pool.push(k);
+                    }
+                }
+            }
+        }
+    }
+    let mut program = Vec::with_capacity(slots.len() + pool.len());
+    for (i, slot) in slots.iter().enumerate() {
+        let offset = |d: Dest| {
+            let target = match d {
+                Dest::At(t) => t,
+                Dest::Ret(k) => slots.len() + pool.iter().position(|&p| p == k).unwrap_or(0),
+            };
+            u8::try_from(target - i - 1).ok()
+        };
+        program.push(match slot {
+            Slot::Fixed(insn) => insn.clone(),
+            Slot::Jge { k, jt, jf } => match (offset(*jt), offset(*jf)) {
+                (Some(jt), Some(jf)) => jump(JGE_K, *k, jt, jf),
+                _ => return Ok(None),
+            },
+        });
+    }
+    program.extend(pool.into_iter().map(|k| stmt(RET_K, k)));
+    Ok(Some(program))
 }
 
 /// Builds the whole program for `rows` and checks its shape.
@@ -306,80 +387,104 @@ enum Acc {
     Mixed,
 }
 
-/// What is known at an instruction: the accumulator, and the range the
-/// syscall number lies in on every path reaching it (from the comparisons
+/// What is known at an instruction: the accumulator, and the numbers the
+/// syscall number may be on the paths reaching it (from the comparisons
 /// made while A held `nr`). `None`: no path reaches it.
-#[derive(Clone, Copy, PartialEq, Eq)]
+#[derive(Clone, PartialEq, Eq)]
 struct Flow {
     acc: Acc,
-    nr: (u32, u32),
+    /// Sorted, disjoint, non-adjacent inclusive ranges.
+    nr: Vec<(u32, u32)>,
+}
+
+/// The union of two range sets.
+fn union(a: &[(u32, u32)], b: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut all: Vec<(u32, u32)> = a.iter().chain(b).copied().collect();
+    all.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(all.len());
+    for (lo, hi) in all {
+        match out.last_mut() {
+            Some(last) if u64::from(lo) <= u64::from(last.1) + 1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
+    }
+    out
+}
+
+/// The part of a range set within `lo..=hi`.
+fn clip(set: &[(u32, u32)], lo: u32, hi: u32) -> Vec<(u32, u32)> {
+    set.iter()
+        .map(|&(a, b)| (a.max(lo), b.min(hi)))
+        .filter(|(a, b)| a <= b)
+        .collect()
 }
 
 /// Forward flow analysis (jumps only go forward, so one pass suffices).
 fn flow(program: &[sock_filter]) -> Vec<Option<Flow>> {
-    fn merge(slot: &mut Option<Flow>, v: Flow) {
-        *slot = Some(match *slot {
-            None => v,
-            Some(old) => Flow {
-                acc: if old.acc == v.acc { v.acc } else { Acc::Mixed },
-                nr: (old.nr.0.min(v.nr.0), old.nr.1.max(v.nr.1)),
-            },
-        });
-    }
     let mut state: Vec<Option<Flow>> = vec![None; program.len() + 1];
     state[0] = Some(Flow {
         acc: Acc::Mixed,
-        nr: (0, u32::MAX),
+        nr: vec![(0, u32::MAX)],
     });
     for (i, insn) in program.iter().enumerate() {
-        let Some(here) = state[i] else { continue };
-        let out = Flow {
-            acc: match insn.code {
-                LD_W_ABS => Acc::Loaded(insn.k),
-                AND_K => Acc::Mixed,
-                _ => here.acc,
-            },
-            nr: here.nr,
+        let Some(here) = state[i].clone() else {
+            continue;
         };
-        let mut go = |t: usize, nr: Option<(u32, u32)>| {
-            if let (Some(slot), Some(nr)) = (state.get_mut(t), nr) {
-                if nr.0 <= nr.1 {
-                    merge(slot, Flow { nr, ..out });
-                }
+        let acc = match insn.code {
+            LD_W_ABS => Acc::Loaded(insn.k),
+            AND_K => Acc::Mixed,
+            _ => here.acc,
+        };
+        let mut go = |t: usize, nr: Vec<(u32, u32)>| {
+            if nr.is_empty() {
+                return;
+            }
+            if let Some(slot) = state.get_mut(t) {
+                *slot = Some(match slot.take() {
+                    None => Flow { acc, nr },
+                    Some(old) => Flow {
+                        acc: if old.acc == acc { acc } else { Acc::Mixed },
+                        nr: union(&old.nr, &nr),
+                    },
+                });
             }
         };
-        let (lo, hi) = here.nr;
         let k = insn.k;
+        let all = here.nr.clone();
         let on_nr = here.acc == Acc::Loaded(OFF_NR);
         let (jt, jf) = (i + 1 + usize::from(insn.jt), i + 1 + usize::from(insn.jf));
         match insn.code {
             RET_K => {}
-            JA => go(i + 1 + k as usize, Some(here.nr)),
+            JA => go(i + 1 + k as usize, all),
             JGE_K if on_nr => {
-                go(jt, Some((lo.max(k), hi)));
-                go(jf, k.checked_sub(1).map(|below| (lo, hi.min(below))));
+                go(jt, clip(&all, k, u32::MAX));
+                if let Some(below) = k.checked_sub(1) {
+                    go(jf, clip(&all, 0, below));
+                }
             }
             JGT_K if on_nr => {
-                go(jt, k.checked_add(1).map(|above| (lo.max(above), hi)));
-                go(jf, Some((lo, hi.min(k))));
+                if let Some(above) = k.checked_add(1) {
+                    go(jt, clip(&all, above, u32::MAX));
+                }
+                go(jf, clip(&all, 0, k));
             }
             JEQ_K if on_nr => {
-                go(jt, Some((lo.max(k), hi.min(k))));
-                go(jf, Some(here.nr));
+                go(jt, clip(&all, k, k));
+                go(jf, all);
             }
             JEQ_K | JGT_K | JGE_K | JSET_K => {
-                go(jt, Some(here.nr));
-                go(jf, Some(here.nr));
+                go(jt, all.clone());
+                go(jf, all);
             }
-            _ => go(i + 1, Some(here.nr)),
+            _ => go(i + 1, all),
         }
     }
     state
 }
 
-/// `nr 16 (ioctl)` or `nr 0..=15 (read ..= rt_sigreturn)`; empty for the
-/// full range.
-fn nr_note(nr: (u32, u32), name: &impl Fn(u32) -> Option<&'static str>) -> String {
+/// `nr 16 (ioctl)`, `nr 0..=15 (read ..= rt_sigreturn)`, or a list of
+/// ranges; empty for every number.
+fn nr_note(nr: &[(u32, u32)], name: &impl Fn(u32) -> Option<&'static str>) -> String {
     let num = |n: u32| {
         if n < 0x1_0000 {
             n.to_string()
@@ -387,16 +492,24 @@ fn nr_note(nr: (u32, u32), name: &impl Fn(u32) -> Option<&'static str>) -> Strin
             format!("0x{n:x}")
         }
     };
+    let range = |&(a, b): &(u32, u32)| {
+        if a == b {
+            num(a)
+        } else {
+            format!("{}..={}", num(a), num(b))
+        }
+    };
     match nr {
-        (0, u32::MAX) => String::new(),
-        (a, b) if a == b => match name(a) {
-            Some(n) => format!("  ; nr {} ({n})", num(a)),
-            None => format!("  ; nr {}", num(a)),
+        [(0, u32::MAX)] | [] => String::new(),
+        [(a, b)] => match (name(*a), name(*b)) {
+            (Some(x), _) if a == b => format!("  ; nr {} ({x})", num(*a)),
+            (Some(x), Some(y)) => format!("  ; nr {} ({x} ..= {y})", range(&(*a, *b))),
+            _ => format!("  ; nr {}", range(&(*a, *b))),
         },
-        (a, b) => match (name(a), name(b)) {
-            (Some(x), Some(y)) => format!("  ; nr {}..={} ({x} ..= {y})", num(a), num(b)),
-            _ => format!("  ; nr {}..={}", num(a), num(b)),
-        },
+        many => {
+            let list: Vec<String> = many.iter().map(range).collect();
+            format!("  ; nr {}", list.join(", "))
+        }
     }
 }
 
@@ -437,7 +550,7 @@ pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'stati
     let mut out = String::new();
     for (i, insn) in program.iter().enumerate() {
         let target = |off: u32| i + 1 + off as usize;
-        let acc = flow[i].map(|f| f.acc);
+        let acc = flow[i].as_ref().map(|f| f.acc);
         let operand = |k: u32| match acc {
             Some(Acc::Loaded(OFF_NR)) if insn.code == JGE_K && k == X32_SYSCALL_BIT => {
                 format!("#0x{k:x} (x32 bit)")
@@ -473,7 +586,10 @@ pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'stati
             RET_K => format!(
                 "ret  {}{}",
                 action_name(insn.k),
-                flow[i].map(|f| nr_note(f.nr, &name)).unwrap_or_default()
+                flow[i]
+                    .as_ref()
+                    .map(|f| nr_note(&f.nr, &name))
+                    .unwrap_or_default()
             ),
             _ => format!(
                 ".insn code=0x{:02x} jt={} jf={} k=0x{:x}",

@@ -17,10 +17,13 @@
 //!    govern; `ENOSYS` for `clone3` and every number the table does not
 //!    know) or the argument checks of one syscall, compiled by `seccompiler`.
 //!
-//! A call costs about ten comparisons instead of a scan of the table, and
-//! the kernel's action cache, which it prepares on attach by emulating the
-//! program for every syscall number, takes about ten instructions per
-//! number. The disassembly notes the numbers each `ret` answers for.
+//! Constant answers are shared `ret` instructions after the search, so the
+//! program stays small (about 150 to 260 instructions; the kernel converts
+//! and JIT-compiles every one on attach). A call costs about ten comparisons
+//! instead of a scan of the table, and the kernel's action cache, which it
+//! prepares on attach by emulating the program for every syscall number,
+//! takes about ten instructions per number. The disassembly lists the
+//! numbers each `ret` answers for.
 //!
 //! # Syscalls with argument checks
 //!
