@@ -1,18 +1,23 @@
 //! Assembling the table into one classic-BPF program, checking its shape,
 //! and disassembling it for review.
 //!
-//! seccompiler compiles the allow part (every allowed syscall, with its
-//! argument checks). It has one "mismatch" action per filter and no
-//! `SECCOMP_RET_USER_NOTIF`, and it checks neither the x32 bit nor anything
-//! before the syscall number, so two small parts are written here by hand:
+//! Layout: the prologue (architecture check, x32 bit; both kill), then a
+//! balanced binary search on the syscall number over runs of numbers that
+//! share an answer, its constant answers shared `ret`s placed after it.
+//! Only `jge` on `nr`, `ja` and `ret` lead to a constant
+//! answer, so the kernel's action-cache emulator resolves every
+//! unconditional allow, and attaching the filter costs the kernel about
+//! log2(runs) emulated instructions per syscall number.
 //!
-//! * the prologue: architecture check and x32 bit, both killing the process;
-//! * the tail: one `jeq nr; ret action` pair per non-allowed answer
-//!   (explicit `EPERM`, [`crate::METADATA_WRITE`], clone3's `ENOSYS`), then `ENOSYS` for
-//!   everything unknown.
-//!
-//! seccompiler's mismatch action is a sentinel `RET` rewritten into a jump to
-//! the tail, so a failed argument check falls through to its row's answer.
+//! The dispatch is written here by hand because seccompiler (0.5) only
+//! emits a linear chain of `jeq` comparisons, one per syscall: about five
+//! instructions per row that every call and every number at attach walk
+//! through (1,650 instructions for the strictest policy, over a millisecond
+//! of cache preparation per launch). seccompiler still compiles every
+//! argument check: each checked row becomes a one-syscall seccompiler
+//! filter whose head (its own architecture check and syscall comparison) is
+//! cut off and whose mismatch answer, a sentinel, is rewritten to the row's
+//! answer (seccompiler has no `SECCOMP_RET_USER_NOTIF`).
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -89,6 +94,49 @@ fn prologue() -> Vec<sock_filter> {
     p
 }
 
+/// What the dispatch answers for one run of syscall numbers.
+#[derive(Debug, Clone, Copy, PartialEq)]
+enum Verdict<'a> {
+    /// A constant answer (`SECCOMP_RET_*`): cacheable by the kernel.
+    Ret(u32),
+    /// An argument-checked row: its seccompiler-built block.
+    Checked(&'a Entry),
+}
+
+impl<'a> Verdict<'a> {
+    fn of(e: &'a Entry) -> Self {
+        match &e.rule {
+            Rule::Allow => Verdict::Ret(Action::Allow.ret()),
+            Rule::Deny(a) => Verdict::Ret(a.ret()),
+            Rule::AllowIf { .. } => Verdict::Checked(e),
+        }
+    }
+}
+
+/// Maximal runs of syscall numbers with the same verdict, as
+/// `(first number, verdict)`; each run ends where the next begins, the last
+/// one (numbers above the table: `ENOSYS`) never ends. `rows` is sorted by
+/// number without duplicates. An argument-checked row is always its own run.
+fn runs(rows: &[Entry]) -> Vec<(u32, Verdict<'_>)> {
+    let unknown = Verdict::Ret(UNKNOWN.ret());
+    let mut out = Vec::new();
+    let mut push = |start: u32, v| {
+        if out.last().map(|&(_, last)| last) != Some(v) {
+            out.push((start, v));
+        }
+    };
+    let mut next = 0u32;
+    for e in rows {
+        if e.nr > next {
+            push(next, unknown);
+        }
+        push(e.nr, Verdict::of(e));
+        next = e.nr.saturating_add(1);
+    }
+    push(next, unknown);
+    out
+}
+
 fn condition(c: &Cond) -> Result<SeccompCondition, SeccompError> {
     let len = match c.width {
         Width::Low32 => SeccompCmpArgLen::Dword,
@@ -103,78 +151,186 @@ fn condition(c: &Cond) -> Result<SeccompCondition, SeccompError> {
         .map_err(|e| internal(format!("condition {c:?}: {e}")))
 }
 
-/// The allow part, compiled by seccompiler, without its architecture check.
-fn allow_part(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = BTreeMap::new();
-    for e in rows {
-        match &e.rule {
-            Rule::Allow => {
-                rules.insert(i64::from(e.nr), Vec::new());
-            }
-            Rule::AllowIf { any_of, .. } => {
-                let mut chain = Vec::new();
-                for group in any_of {
-                    let conds = group.iter().map(condition).collect::<Result<Vec<_>, _>>()?;
-                    chain.push(
-                        SeccompRule::new(conds)
-                            .map_err(|err| internal(format!("rule for {}: {err}", e.name)))?,
-                    );
-                }
-                rules.insert(i64::from(e.nr), chain);
-            }
-            Rule::Deny(_) => {}
-        }
+/// The argument checks of one row, compiled by seccompiler as a one-syscall
+/// filter whose head (architecture check, `ld nr`, `jeq nr`) is cut off: the
+/// dispatch only enters the block for this row's number. A failed check
+/// answers the row's `otherwise` (seccompiler's mismatch answer is a
+/// sentinel rewritten here, since it cannot express every action, e.g.
+/// `SECCOMP_RET_USER_NOTIF`).
+fn checked_block(e: &Entry) -> Result<Vec<sock_filter>, SeccompError> {
+    let Rule::AllowIf { any_of, otherwise } = &e.rule else {
+        return Err(internal(format!("row {} has no argument checks", e.name)));
+    };
+    let mut chain = Vec::new();
+    for group in any_of {
+        let conds = group.iter().map(condition).collect::<Result<Vec<_>, _>>()?;
+        chain.push(
+            SeccompRule::new(conds)
+                .map_err(|err| internal(format!("rule for {}: {err}", e.name)))?,
+        );
     }
     let filter = SeccompFilter::new(
-        rules,
+        BTreeMap::from([(i64::from(e.nr), chain)]),
         SeccompAction::Errno(SENTINEL_ERRNO),
         SeccompAction::Allow,
         SECCOMPILER_ARCH,
     )
-    .map_err(|e| internal(format!("seccompiler filter: {e}")))?;
-    let program: BpfProgram = filter.try_into().map_err(|e| match e {
+    .map_err(|err| internal(format!("seccompiler filter for {}: {err}", e.name)))?;
+    let program: BpfProgram = filter.try_into().map_err(|err| match err {
         seccompiler::BackendError::FilterTooLarge(n) => SeccompError::TooLong(n),
         other => internal(format!("seccompiler: {other}")),
     })?;
-    // seccompiler begins with its own arch check (load, compare, kill);
-    // ours replaces it.
     let expected_head = [
         stmt(LD_W_ABS, OFF_ARCH),
         jump(JEQ_K, AUDIT_ARCH, 1, 0),
         stmt(RET_K, Action::KillProcess.ret()),
+        stmt(LD_W_ABS, OFF_NR),
+        jump(JEQ_K, e.nr, 0, 1),
     ];
-    match program.get(..3) {
-        Some(head) if head == expected_head => Ok(program[3..].to_vec()),
-        _ => Err(internal(
-            "seccompiler's program does not start with the expected arch check",
-        )),
+    let sentinel = stmt(RET_K, libc::SECCOMP_RET_ERRNO | SENTINEL_ERRNO);
+    match program.get(..expected_head.len()) {
+        Some(head) if head == expected_head => Ok(program[expected_head.len()..]
+            .iter()
+            .map(|insn| {
+                if *insn == sentinel {
+                    stmt(RET_K, otherwise.ret())
+                } else {
+                    insn.clone()
+                }
+            })
+            .collect()),
+        _ => Err(internal(format!(
+            "seccompiler's block for {} does not start with the expected \
+             arch check and syscall comparison",
+            e.name
+        ))),
     }
 }
 
-/// Tail: the answer of every row that is not a plain allow, then `ENOSYS`.
-fn tail(rows: &[Entry]) -> Vec<sock_filter> {
-    let mut t = vec![stmt(LD_W_ABS, OFF_NR)];
-    for e in rows {
-        let action = match &e.rule {
-            Rule::Allow => continue,
-            Rule::AllowIf { otherwise, .. } => *otherwise,
-            Rule::Deny(a) => *a,
-        };
-        t.push(jump(JEQ_K, e.nr, 0, 1));
-        t.push(stmt(RET_K, action.ret()));
+/// A balanced binary search over `runs` on the syscall number in A, with
+/// `jge` only, so the kernel's constant emulator (which follows `ld nr`,
+/// `jeq`/`jge`/`jgt`/`jset`, `ja`, `ret`) resolves every constant answer:
+/// about log2(runs) comparisons per call and per number at attach, where a
+/// linear chain costs up to one comparison per table row.
+///
+/// Layout: `jge first(right) ? right : left`. Conditional jumps reach at
+/// most 255 instructions, so a subtree that fits is laid out with shared
+/// answers ([`pooled`]); a larger one is split here, its left half inline
+/// and jumped over with a `ja` (32-bit offset) when it is too long.
+fn dispatch(runs: &[(u32, Verdict<'_>)]) -> Result<Vec<sock_filter>, SeccompError> {
+    if let Some(program) = pooled(runs)? {
+        return Ok(program);
     }
-    t.push(stmt(RET_K, UNKNOWN.ret()));
-    t
+    if runs.len() < 2 {
+        return Err(internal("one argument-check block exceeds a jump's reach"));
+    }
+    let (low, high) = runs.split_at(runs.len() / 2);
+    let (left, right) = (dispatch(low)?, dispatch(high)?);
+    let split = high[0].0;
+    let mut out = Vec::with_capacity(left.len() + right.len() + 2);
+    match u8::try_from(left.len()) {
+        Ok(jt) => out.push(jump(JGE_K, split, jt, 0)),
+        Err(_) => {
+            let over =
+                u32::try_from(left.len()).map_err(|_| internal("dispatch longer than 2^32"))?;
+            out.push(jump(JGE_K, split, 0, 1));
+            out.push(stmt(JA, over));
+        }
+    }
+    out.extend(left);
+    out.extend(right);
+    Ok(out)
+}
+
+/// Where a jump of the search lands: an instruction of the subtree, or the
+/// shared `ret` of a constant answer.
+#[derive(Clone, Copy)]
+enum Dest {
+    At(usize),
+    Ret(u32),
+}
+
+enum Slot {
+    Fixed(sock_filter),
+    Jge { k: u32, jt: Dest, jf: Dest },
+}
+
+/// Places the search over `runs` into `slots`; returns where it starts.
+fn place(runs: &[(u32, Verdict<'_>)], slots: &mut Vec<Slot>) -> Result<Dest, SeccompError> {
+    match runs {
+        [] => Err(internal("empty dispatch")),
+        [(_, Verdict::Ret(k))] => Ok(Dest::Ret(*k)),
+        [(_, Verdict::Checked(e))] => {
+            let at = slots.len();
+            slots.extend(checked_block(e)?.into_iter().map(Slot::Fixed));
+            Ok(Dest::At(at))
+        }
+        _ => {
+            let (low, high) = runs.split_at(runs.len() / 2);
+            let at = slots.len();
+            slots.push(Slot::Fixed(stmt(JA, 0)));
+            let jf = place(low, slots)?;
+            let jt = place(high, slots)?;
+            slots[at] = Slot::Jge {
+                k: high[0].0,
+                jt,
+                jf,
+            };
+            Ok(Dest::At(at))
+        }
+    }
+}
+
+/// The search over `runs` with one shared `ret` per distinct constant
+/// answer after it, so a constant leaf costs no instruction of its own.
+/// `None` when a jump would not reach.
+fn pooled(runs: &[(u32, Verdict<'_>)]) -> Result<Option<Vec<sock_filter>>, SeccompError> {
+    let mut slots = Vec::new();
+    if let Dest::Ret(k) = place(runs, &mut slots)? {
+        return Ok(Some(vec![stmt(RET_K, k)]));
+    }
+    let mut pool: Vec<u32> = Vec::new();
+    for slot in &slots {
+        if let Slot::Jge { jt, jf, .. } = slot {
+            for d in [jt, jf] {
+                if let Dest::Ret(k) = *d {
+                    if !pool.contains(&k) {
+                        pool.push(k);
+                    }
+                }
+            }
+        }
+    }
+    let mut program = Vec::with_capacity(slots.len() + pool.len());
+    for (i, slot) in slots.iter().enumerate() {
+        let offset = |d: Dest| {
+            let target = match d {
+                Dest::At(t) => t,
+                Dest::Ret(k) => slots.len() + pool.iter().position(|&p| p == k).unwrap_or(0),
+            };
+            u8::try_from(target - i - 1).ok()
+        };
+        program.push(match slot {
+            Slot::Fixed(insn) => insn.clone(),
+            Slot::Jge { k, jt, jf } => match (offset(*jt), offset(*jf)) {
+                (Some(jt), Some(jf)) => jump(JGE_K, *k, jt, jf),
+                _ => return Ok(None),
+            },
+        });
+    }
+    program.extend(pool.into_iter().map(|k| stmt(RET_K, k)));
+    Ok(Some(program))
 }
 
 /// Builds the whole program for `rows` and checks its shape.
 pub fn assemble(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
     let sentinel = libc::SECCOMP_RET_ERRNO | SENTINEL_ERRNO;
-    let mut seen = std::collections::BTreeSet::new();
-    if let Some(dup) = rows.iter().find(|e| !seen.insert(e.nr)) {
+    let mut sorted: Vec<&Entry> = rows.iter().collect();
+    sorted.sort_by_key(|e| e.nr);
+    if let Some(w) = sorted.windows(2).find(|w| w[0].nr == w[1].nr) {
         return Err(internal(format!(
             "syscall {} ({}) appears twice in the table",
-            dup.name, dup.nr
+            w[1].name, w[1].nr
         )));
     }
     for e in rows {
@@ -190,20 +346,9 @@ pub fn assemble(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
             )));
         }
     }
-    let mut body = allow_part(rows)?;
-    if body.last() == Some(&stmt(RET_K, sentinel)) {
-        // The final "no syscall matched" answer: fall into the tail instead.
-        body.pop();
-    }
-    let len = body.len();
-    for (i, insn) in body.iter_mut().enumerate() {
-        if *insn == stmt(RET_K, sentinel) {
-            *insn = stmt(JA, (len - i - 1) as u32);
-        }
-    }
+    let sorted: Vec<Entry> = sorted.into_iter().cloned().collect();
     let mut program = prologue();
-    program.extend(body);
-    program.extend(tail(rows));
+    program.extend(dispatch(&runs(&sorted))?);
     verify(&program)?;
     Ok(program)
 }
@@ -235,49 +380,137 @@ pub fn verify(program: &[sock_filter]) -> Result<(), SeccompError> {
     }
 }
 
-/// What the accumulator may hold at each instruction (forward flow only).
+/// What the accumulator may hold at an instruction.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Acc {
-    Unreached,
     Loaded(u32),
     Mixed,
 }
 
-fn accumulator_states(program: &[sock_filter]) -> Vec<Acc> {
-    fn merge(slot: &mut Acc, v: Acc) {
-        *slot = match (*slot, v) {
-            (Acc::Unreached, v) => v,
-            (a, b) if a == b => a,
-            _ => Acc::Mixed,
-        };
+/// What is known at an instruction: the accumulator, and the numbers the
+/// syscall number may be on the paths reaching it (from the comparisons
+/// made while A held `nr`). `None`: no path reaches it.
+#[derive(Clone, PartialEq, Eq)]
+struct Flow {
+    acc: Acc,
+    /// Sorted, disjoint, non-adjacent inclusive ranges.
+    nr: Vec<(u32, u32)>,
+}
+
+/// The union of two range sets.
+fn union(a: &[(u32, u32)], b: &[(u32, u32)]) -> Vec<(u32, u32)> {
+    let mut all: Vec<(u32, u32)> = a.iter().chain(b).copied().collect();
+    all.sort_unstable();
+    let mut out: Vec<(u32, u32)> = Vec::with_capacity(all.len());
+    for (lo, hi) in all {
+        match out.last_mut() {
+            Some(last) if u64::from(lo) <= u64::from(last.1) + 1 => last.1 = last.1.max(hi),
+            _ => out.push((lo, hi)),
+        }
     }
-    let mut state = vec![Acc::Unreached; program.len() + 1];
-    state[0] = Acc::Mixed;
+    out
+}
+
+/// The part of a range set within `lo..=hi`.
+fn clip(set: &[(u32, u32)], lo: u32, hi: u32) -> Vec<(u32, u32)> {
+    set.iter()
+        .map(|&(a, b)| (a.max(lo), b.min(hi)))
+        .filter(|(a, b)| a <= b)
+        .collect()
+}
+
+/// Forward flow analysis (jumps only go forward, so one pass suffices).
+fn flow(program: &[sock_filter]) -> Vec<Option<Flow>> {
+    let mut state: Vec<Option<Flow>> = vec![None; program.len() + 1];
+    state[0] = Some(Flow {
+        acc: Acc::Mixed,
+        nr: vec![(0, u32::MAX)],
+    });
     for (i, insn) in program.iter().enumerate() {
-        let out = match insn.code {
+        let Some(here) = state[i].clone() else {
+            continue;
+        };
+        let acc = match insn.code {
             LD_W_ABS => Acc::Loaded(insn.k),
             AND_K => Acc::Mixed,
-            _ => state[i],
+            _ => here.acc,
         };
-        if state[i] == Acc::Unreached {
-            continue;
-        }
-        let mut go = |t: usize| {
-            if t < state.len() {
-                merge(&mut state[t], out)
+        let mut go = |t: usize, nr: Vec<(u32, u32)>| {
+            if nr.is_empty() {
+                return;
+            }
+            if let Some(slot) = state.get_mut(t) {
+                *slot = Some(match slot.take() {
+                    None => Flow { acc, nr },
+                    Some(old) => Flow {
+                        acc: if old.acc == acc { acc } else { Acc::Mixed },
+                        nr: union(&old.nr, &nr),
+                    },
+                });
             }
         };
+        let k = insn.k;
+        let all = here.nr.clone();
+        let on_nr = here.acc == Acc::Loaded(OFF_NR);
+        let (jt, jf) = (i + 1 + usize::from(insn.jt), i + 1 + usize::from(insn.jf));
         match insn.code {
             RET_K => {}
-            JA => go(i + 1 + insn.k as usize),
-            JEQ_K | JGT_K | JGE_K | JSET_K => {
-                go(i + 1 + usize::from(insn.jt));
-                go(i + 1 + usize::from(insn.jf));
+            JA => go(i + 1 + k as usize, all),
+            JGE_K if on_nr => {
+                go(jt, clip(&all, k, u32::MAX));
+                if let Some(below) = k.checked_sub(1) {
+                    go(jf, clip(&all, 0, below));
+                }
             }
-            _ => go(i + 1),
+            JGT_K if on_nr => {
+                if let Some(above) = k.checked_add(1) {
+                    go(jt, clip(&all, above, u32::MAX));
+                }
+                go(jf, clip(&all, 0, k));
+            }
+            JEQ_K if on_nr => {
+                go(jt, clip(&all, k, k));
+                go(jf, all);
+            }
+            JEQ_K | JGT_K | JGE_K | JSET_K => {
+                go(jt, all.clone());
+                go(jf, all);
+            }
+            _ => go(i + 1, all),
         }
     }
     state
+}
+
+/// `nr 16 (ioctl)`, `nr 0..=15 (read ..= rt_sigreturn)`, or a list of
+/// ranges; empty for every number.
+fn nr_note(nr: &[(u32, u32)], name: &impl Fn(u32) -> Option<&'static str>) -> String {
+    let num = |n: u32| {
+        if n < 0x1_0000 {
+            n.to_string()
+        } else {
+            format!("0x{n:x}")
+        }
+    };
+    let range = |&(a, b): &(u32, u32)| {
+        if a == b {
+            num(a)
+        } else {
+            format!("{}..={}", num(a), num(b))
+        }
+    };
+    match nr {
+        [(0, u32::MAX)] | [] => String::new(),
+        [(a, b)] => match (name(*a), name(*b)) {
+            (Some(x), _) if a == b => format!("  ; nr {} ({x})", num(*a)),
+            (Some(x), Some(y)) => format!("  ; nr {} ({x} ..= {y})", range(&(*a, *b))),
+            _ => format!("  ; nr {}", range(&(*a, *b))),
+        },
+        many => {
+            let list: Vec<String> = many.iter().map(range).collect();
+            format!("  ; nr {}", list.join(", "))
+        }
+    }
 }
 
 fn field(k: u32) -> String {
@@ -313,25 +546,26 @@ pub fn action_name(k: u32) -> String {
 
 /// One line per instruction; syscall numbers are annotated with `name`.
 pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'static str>) -> String {
-    let acc = accumulator_states(program);
+    let flow = flow(program);
     let mut out = String::new();
     for (i, insn) in program.iter().enumerate() {
         let target = |off: u32| i + 1 + off as usize;
-        let operand = |k: u32| match acc[i] {
-            Acc::Loaded(OFF_NR) if insn.code == JGE_K && k == X32_SYSCALL_BIT => {
+        let acc = flow[i].as_ref().map(|f| f.acc);
+        let operand = |k: u32| match acc {
+            Some(Acc::Loaded(OFF_NR)) if insn.code == JGE_K && k == X32_SYSCALL_BIT => {
                 format!("#0x{k:x} (x32 bit)")
             }
-            Acc::Loaded(OFF_NR) => match name(k) {
+            Some(Acc::Loaded(OFF_NR)) => match name(k) {
                 Some(n) => format!("#{k} ({n})"),
                 None => format!("#{k}"),
             },
-            Acc::Loaded(OFF_ARCH) if k == AUDIT_ARCH => format!("#0x{k:08x} (native arch)"),
+            Some(Acc::Loaded(OFF_ARCH)) if k == AUDIT_ARCH => format!("#0x{k:08x} (native arch)"),
             _ => format!("#0x{k:x}"),
         };
         let text = match insn.code {
-            // seccompiler leaves a mismatch answer after each unconditional
-            // row that no path reaches; printing it as such keeps diffs small.
-            _ if acc[i] == Acc::Unreached => "(unreachable)".to_string(),
+            // Each argument-check block keeps a few instructions of the
+            // syscall comparison cut off its head that no path reaches.
+            _ if acc.is_none() => "(unreachable)".to_string(),
             LD_W_ABS => format!("ld   {}", field(insn.k)),
             AND_K => format!("and  #0x{:x}", insn.k),
             JA => format!("ja   {}", target(insn.k)),
@@ -349,7 +583,14 @@ pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'stati
                     target(u32::from(insn.jf))
                 )
             }
-            RET_K => format!("ret  {}", action_name(insn.k)),
+            RET_K => format!(
+                "ret  {}{}",
+                action_name(insn.k),
+                flow[i]
+                    .as_ref()
+                    .map(|f| nr_note(&f.nr, &name))
+                    .unwrap_or_default()
+            ),
             _ => format!(
                 ".insn code=0x{:02x} jt={} jf={} k=0x{:x}",
                 insn.code, insn.jt, insn.jf, insn.k

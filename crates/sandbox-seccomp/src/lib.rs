@@ -9,13 +9,23 @@
 //! # Shape of the program
 //!
 //! 1. Architecture check, then the x32 bit (x86_64): both kill the process.
-//! 2. The allowlist (compiled by `seccompiler`), one row per syscall, grouped by
-//!    purpose in the table source (`table.rs`).
-//! 3. The answers of the non-allowed rows: `EPERM` for explicit denials,
-//!    [`metadata_write`] for metadata writes Landlock cannot govern
-//!    (`SECCOMP_RET_USER_NOTIF` to the broker when [`FilterSpec::broker`] is
-//!    set, else `EPERM`), `ENOSYS` for `clone3`; `ENOSYS` for every syscall
-//!    the table does not know.
+//! 2. A balanced binary search on the syscall number (`jge` only) over runs
+//!    of consecutive numbers with the same answer, built from the table
+//!    (`table.rs`, one row per syscall, grouped by purpose). Its leaves are
+//!    constant answers (`ALLOW`; `EPERM` for explicit denials;
+//!    [`metadata_write`] for metadata writes Landlock cannot govern:
+//!    `SECCOMP_RET_USER_NOTIF` to the broker when [`FilterSpec::broker`] is
+//!    set, else `EPERM`; `ENOSYS` for `clone3` and every number the table
+//!    does not know) or the argument checks of one syscall, compiled by
+//!    `seccompiler`.
+//!
+//! Constant answers are shared `ret` instructions after the search, so the
+//! program stays small (about 150 to 260 instructions; the kernel converts
+//! and JIT-compiles every one on attach). A call costs about ten comparisons
+//! instead of a scan of the table, and the kernel's action cache, which it
+//! prepares on attach by emulating the program for every syscall number,
+//! takes about ten instructions per number. The disassembly lists the
+//! numbers each `ret` answers for.
 //!
 //! # Syscalls with argument checks
 //!
@@ -47,6 +57,8 @@
 #![warn(missing_docs)]
 
 mod spec;
+
+use std::sync::{Arc, Mutex, PoisonError};
 
 pub use spec::{
     metadata_write, Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule, Width, DENY,
@@ -93,11 +105,11 @@ pub enum SeccompError {
     Internal(String),
 }
 
-/// A compiled, ready-to-install seccomp-BPF program.
+/// A compiled, ready-to-install seccomp-BPF program. Cloning is cheap.
 #[derive(Debug, Clone)]
 pub struct Filter {
-    program: Vec<sock_filter>,
-    names: Vec<(u32, &'static str)>,
+    program: Arc<[sock_filter]>,
+    names: Arc<[(u32, &'static str)]>,
 }
 
 /// Compiles `policy` to a default-deny filter for the target architecture.
@@ -109,7 +121,24 @@ pub fn compile(
 }
 
 /// Compiles a [`FilterSpec`] (the policy facts the filter depends on).
+///
+/// Programs are cached per spec for the life of the process (there are only
+/// a handful of specs), so a launcher pays the compilation once, not per
+/// launch.
 pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
+    static CACHE: Mutex<Vec<(FilterSpec, Filter)>> = Mutex::new(Vec::new());
+    // Nothing panics while the lock is held; a poisoned cache is still valid.
+    let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
+    if let Some((_, filter)) = cache.iter().find(|(s, _)| s == spec) {
+        return Ok(filter.clone());
+    }
+    let filter = build(spec)?;
+    cache.push((*spec, filter.clone()));
+    Ok(filter)
+}
+
+/// Compiles `spec` without the cache.
+fn build(spec: &FilterSpec) -> Result<Filter, SeccompError> {
     if !SUPPORTED {
         return Err(SeccompError::UnsupportedTarget {
             os: std::env::consts::OS,
@@ -140,7 +169,10 @@ impl Filter {
     fn new(program: Vec<sock_filter>, rows: &[Entry]) -> Self {
         let mut names: Vec<(u32, &'static str)> = rows.iter().map(|e| (e.nr, e.name)).collect();
         names.sort_unstable();
-        Filter { program, names }
+        Filter {
+            program: program.into(),
+            names: names.into(),
+        }
     }
 
     /// The program's instructions.

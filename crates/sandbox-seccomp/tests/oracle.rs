@@ -217,6 +217,40 @@ fn every_known_number_matches_the_oracle() {
     }
 }
 
+/// The kernel's action cache serves exactly the unconditional allows, and
+/// preparing it (done at attach, for every number) stays cheap: the
+/// dispatch is a binary search, not a scan of the table.
+#[test]
+fn the_kernel_caches_exactly_the_unconditional_allows() {
+    for spec in FilterSpec::all() {
+        let f = compile_spec(&spec).unwrap();
+        let rows = sandbox_seccomp::table(&spec);
+        let mut total = 0;
+        let mut deepest = 0;
+        for nr in 0..=HIGHEST_KNOWN + 64 {
+            let (allow, steps) = const_allow(f.instructions(), nr, AUDIT_ARCH_X86_64);
+            let unconditional = rows
+                .iter()
+                .any(|e| e.nr == nr && e.rule == sandbox_seccomp::Rule::Allow);
+            assert_eq!(
+                allow,
+                unconditional,
+                "{spec:?} nr {nr} ({:?})",
+                f.syscall_name(nr)
+            );
+            total += steps;
+            deepest = deepest.max(steps);
+        }
+        println!("{spec:?}: cache preparation emulates {total} instructions, at most {deepest} per number");
+        assert!(
+            deepest <= 32,
+            "{spec:?}: {deepest} instructions for one number"
+        );
+        // A foreign architecture is never cached as allowed.
+        assert!(!const_allow(f.instructions(), 0, AUDIT_ARCH_I386).0);
+    }
+}
+
 #[test]
 fn every_combination_fits_the_kernel_limit() {
     let sizes: Vec<(FilterSpec, usize)> = filters().iter().map(|(s, f)| (*s, f.len())).collect();

@@ -5,11 +5,15 @@
 use sandbox_seccomp::{compile_spec, FilterSpec, LandlockCoverage};
 
 fn disassembly(network: bool, deny_subprocess: bool, truncate: bool) -> String {
+    brokered(network, deny_subprocess, truncate, false)
+}
+
+fn brokered(network: bool, deny_subprocess: bool, truncate: bool, broker: bool) -> String {
     let spec = FilterSpec {
         network,
         deny_subprocess,
         landlock: LandlockCoverage { truncate },
-        broker: false,
+        broker,
     };
     compile_spec(&spec).unwrap().disassemble()
 }
@@ -27,4 +31,10 @@ fn no_network() {
 #[test]
 fn no_subprocess_and_landlock_without_truncate() {
     insta::assert_snapshot!(disassembly(true, true, false));
+}
+
+/// What the Landlock backend installs by default: metadata writes go to the broker.
+#[test]
+fn default_backend_no_network_with_broker() {
+    insta::assert_snapshot!(brokered(false, false, false, true));
 }

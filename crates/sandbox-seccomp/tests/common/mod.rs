@@ -88,3 +88,36 @@ pub fn ret_name(r: u32) -> String {
         r => format!("{r:#x}"),
     }
 }
+
+/// The kernel's action-cache emulator (`seccomp_is_const_allow` in
+/// kernel/seccomp.c), restated: run `prog` knowing only `nr` and `arch`.
+/// Returns whether the verdict is a constant `ALLOW` (the kernel then skips
+/// the filter for this number) and how many instructions it emulated (the
+/// work the kernel does per number when the filter is attached).
+pub fn const_allow(prog: &[sock_filter], nr: u32, arch: u32) -> (bool, usize) {
+    let mut a: u32 = 0;
+    let mut pc = 0usize;
+    let mut steps = 0;
+    while let Some(i) = prog.get(pc) {
+        steps += 1;
+        let (jt, jf) = (usize::from(i.jt), usize::from(i.jf));
+        match i.code {
+            0x20 => match i.k {
+                0 => a = nr,
+                4 => a = arch,
+                // Any other load: not constant.
+                _ => return (false, steps),
+            },
+            0x54 => a &= i.k,
+            0x05 => pc += i.k as usize,
+            0x15 => pc += if a == i.k { jt } else { jf },
+            0x25 => pc += if a > i.k { jt } else { jf },
+            0x35 => pc += if a >= i.k { jt } else { jf },
+            0x45 => pc += if a & i.k != 0 { jt } else { jf },
+            0x06 => return (i.k == RET_ALLOW, steps),
+            _ => return (false, steps),
+        }
+        pc += 1;
+    }
+    panic!("ran off the end of the program at {pc}");
+}
