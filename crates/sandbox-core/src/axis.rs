@@ -233,8 +233,9 @@ const SPAWN_LEGS: [Leg; 3] = legs(
 const READ_DENY_LEGS: [Leg; 3] = legs(
     "reading a file beneath read_deny_paths is refused (positive control: a sibling \
      file is readable under the same policy)",
-    "near misses: a prefix-named sibling stays readable; a symlink from a readable \
-     directory into the denied one and listing the denied directory stay refused",
+    "near misses: a prefix-named sibling stays readable and the denied directory's \
+     names stay listable (the declared exception), while a symlink from a readable \
+     directory into the denied one stays refused",
     "a program reading broadly (system files, a sibling project tree) works with a \
      read-deny path in place",
 );
@@ -262,6 +263,12 @@ const TIMEOUT_LEGS: [Leg; 3] = legs(
     "a command with child processes that finishes in time returns its output",
 );
 
+const READ_DENY_EXCEPTIONS: &[Exception] = &[Exception {
+    name: "listing names",
+    why: "Landlock cannot refuse listing one directory while its ancestors stay \
+          listable; names inside a denied directory are visible, contents are not",
+}];
+
 /// The registered axis contracts.
 pub const REGISTRY: &[AxisContract] = &[
     AxisContract {
@@ -285,7 +292,7 @@ pub const REGISTRY: &[AxisContract] = &[
     AxisContract {
         axis: Axis::ReadDeny,
         legs: &READ_DENY_LEGS,
-        exceptions: NO_EXCEPTIONS,
+        exceptions: READ_DENY_EXCEPTIONS,
         witness: WITNESS,
     },
     AxisContract {
@@ -375,5 +382,6 @@ mod tests {
         );
         assert!(names(Axis::Write).is_empty());
         assert!(names(Axis::Spawn).is_empty());
+        assert_eq!(names(Axis::ReadDeny), ["listing names"]);
     }
 }

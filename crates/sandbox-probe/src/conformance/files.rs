@@ -238,7 +238,7 @@ pub(crate) fn read_deny(ctx: &Ctx<'_>, leg: LegKind) -> Result<Outcome, Outcome>
         LegKind::Boundary => (
             succeeded(v.get("prefix_sibling"))
                 && errored(v.get("symlink_in"))
-                && errored(v.get("listdir_secret")),
+                && succeeded(v.get("listdir_secret")),
             show(&v, &["prefix_sibling", "symlink_in", "listdir_secret"]),
         ),
         LegKind::Workload => (
