@@ -108,6 +108,9 @@ struct RunArgs {
     /// Write the outcome record as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     report: Option<PathBuf>,
+    /// After the command ends, print a short summary of what the sandbox refused.
+    #[arg(long)]
+    explain: bool,
     /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
     /// writable (interactive terminals only); `never` does not.
     #[arg(long, value_name = "ask|never", default_value = "never")]
@@ -308,6 +311,9 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         Ok(outcome) => outcome,
         Err(code) => return Ok(code),
     };
+    if args.explain {
+        eprint!("{}", explain(&outcome));
+    }
     if let Some(flags) = escalate(&args, &outcome)? {
         eprintln!("sandbox: re-running once with the approved escalation");
         return Ok(match run_once(&flags)? {
@@ -316,6 +322,51 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         });
     }
     Ok(outcome.exit_code())
+}
+
+/// The `--explain` summary: classification, evidence and broker refusals.
+fn explain(outcome: &Outcome) -> String {
+    let mut out = format!(
+        "sandbox: explain: backend {}, exit {}, ",
+        outcome.backend,
+        outcome.exit_code()
+    );
+    match &outcome.classification {
+        sandbox::Classification::Ok => out.push_str("ok\n"),
+        sandbox::Classification::TaskFailure => out.push_str("the command failed on its own terms\n"),
+        sandbox::Classification::Timeout => out.push_str("ended by the timeout\n"),
+        sandbox::Classification::SandboxDenial { evidence } => {
+            out.push_str("the sandbox refused something:\n");
+            for line in evidence {
+                out.push_str(&format!("  {line}\n"));
+            }
+        }
+        sandbox::Classification::RunnerFailure { reason } => {
+            out.push_str(&format!("runner failure: {reason}\n"))
+        }
+        _ => out.push_str("unclassified\n"),
+    }
+    if let Some(m) = &outcome.mediation {
+        out.push_str(&format!(
+            "  metadata broker: {} performed, {} refused{}\n",
+            m.performed,
+            m.refused.len(),
+            if m.omitted > 0 { format!(" ({} not recorded)", m.omitted) } else { String::new() }
+        ));
+        for call in m.refused.iter().take(20) {
+            out.push_str(&format!("    refused {} on {}: {}\n", call.syscall, call.target, call.reason));
+        }
+        if let Some(e) = &m.error {
+            out.push_str(&format!("    broker stopped early: {e}\n"));
+        }
+    }
+    if outcome.leftover_processes_ended > 0 {
+        out.push_str(&format!(
+            "  ended {} leftover process(es) after the command exited\n",
+            outcome.leftover_processes_ended
+        ));
+    }
+    out
 }
 
 /// After a sandbox denial under `--approval ask`, asks on the terminal for a
