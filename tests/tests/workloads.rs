@@ -22,14 +22,26 @@ fn work() -> Work {
     let outside = root.join("outside");
     fs::create_dir_all(&w).unwrap();
     fs::create_dir_all(&outside).unwrap();
-    Work { _dir: dir, w, outside }
+    Work {
+        _dir: dir,
+        w,
+        outside,
+    }
 }
 
 /// `sh -c script` in `w`, confined to writing `w` (minus `deny`), network off.
 fn run_in(w: &Path, deny: &[&Path], script: &str) -> Output {
     let mut cmd = sandbox();
-    cmd.args(["run", "--backend", "landlock", "--on-unsupported", "error", "--no-network", "-w"])
-        .arg(w);
+    cmd.args([
+        "run",
+        "--backend",
+        "landlock",
+        "--on-unsupported",
+        "error",
+        "--no-network",
+        "-w",
+    ])
+    .arg(w);
     for d in deny {
         cmd.arg("--write-deny").arg(d);
     }
@@ -73,10 +85,18 @@ fn git_init_add_commit_config() {
 #[test]
 fn cc_compile_link_and_run() {
     let t = work();
-    fs::write(t.w.join("hello.c"), "#include <stdio.h>\nint main(void){puts(\"hi from cc\");return 0;}\n").unwrap();
+    fs::write(
+        t.w.join("hello.c"),
+        "#include <stdio.h>\nint main(void){puts(\"hi from cc\");return 0;}\n",
+    )
+    .unwrap();
     let out = ok(&run_in(&t.w, &[], "cc -o hello hello.c && ./hello"));
     assert_eq!(out.trim(), "hi from cc");
-    assert_eq!(mode(&t.w.join("hello")) & 0o111, 0o111, "the linker's chmod was brokered");
+    assert_eq!(
+        mode(&t.w.join("hello")) & 0o111,
+        0o111,
+        "the linker's chmod was brokered"
+    );
 }
 
 #[test]
@@ -91,7 +111,11 @@ fn tar_extract_preserves_modes_and_times() {
         .arg(src.join("tool"))
         .output()
         .unwrap());
-    ok(&run_in(&t.w, &[], "tar -cf a.tar src && mkdir x && tar -xpf a.tar -C x"));
+    ok(&run_in(
+        &t.w,
+        &[],
+        "tar -cf a.tar src && mkdir x && tar -xpf a.tar -C x",
+    ));
     let extracted = t.w.join("x/src/tool");
     assert_eq!(mode(&extracted), 0o750);
     assert_eq!(
@@ -114,7 +138,11 @@ fn python_venv() {
 #[test]
 fn chmod_plus_x_then_run() {
     let t = work();
-    let out = ok(&run_in(&t.w, &[], "printf '#!/bin/sh\\necho ran\\n' > s.sh && chmod +x s.sh && ./s.sh"));
+    let out = ok(&run_in(
+        &t.w,
+        &[],
+        "printf '#!/bin/sh\\necho ran\\n' > s.sh && chmod +x s.sh && ./s.sh",
+    ));
     assert_eq!(out.trim(), "ran");
 }
 

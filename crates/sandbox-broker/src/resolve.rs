@@ -48,10 +48,17 @@ pub(crate) enum Unresolved {
 }
 
 impl BrokerRules {
-    /// Opens every write path of `policy` as an `O_PATH` directory fd.
+    /// Opens every directory write path of `policy` as an `O_PATH` fd.
+    ///
+    /// A write path that is a single file (e.g. `/dev/null`) gets no broker
+    /// rule: metadata changes to it are refused (narrower than the policy,
+    /// never wider).
     pub fn new(policy: &ResolvedPolicy) -> Result<Self, BrokerError> {
         let mut write = Vec::new();
         for path in policy.write_paths() {
+            if !path.is_dir() {
+                continue;
+            }
             let fd = open_dir(path).map_err(|source| BrokerError::OpenWritePath {
                 path: path.clone(),
                 source,

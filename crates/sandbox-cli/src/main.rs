@@ -115,6 +115,9 @@ struct RunArgs {
     /// writable (interactive terminals only); `never` does not.
     #[arg(long, value_name = "ask|never", default_value = "never")]
     approval: ApprovalPolicy,
+    /// Seconds to wait for an answer to the approval prompt before cancelling.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    approval_timeout: u64,
     /// The command.
     #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
     argv: Vec<OsString>,
@@ -333,7 +336,9 @@ fn explain(outcome: &Outcome) -> String {
     );
     match &outcome.classification {
         sandbox::Classification::Ok => out.push_str("ok\n"),
-        sandbox::Classification::TaskFailure => out.push_str("the command failed on its own terms\n"),
+        sandbox::Classification::TaskFailure => {
+            out.push_str("the command failed on its own terms\n")
+        }
         sandbox::Classification::Timeout => out.push_str("ended by the timeout\n"),
         sandbox::Classification::SandboxDenial { evidence } => {
             out.push_str("the sandbox refused something:\n");
@@ -351,10 +356,17 @@ fn explain(outcome: &Outcome) -> String {
             "  metadata broker: {} performed, {} refused{}\n",
             m.performed,
             m.refused.len(),
-            if m.omitted > 0 { format!(" ({} not recorded)", m.omitted) } else { String::new() }
+            if m.omitted > 0 {
+                format!(" ({} not recorded)", m.omitted)
+            } else {
+                String::new()
+            }
         ));
         for call in m.refused.iter().take(20) {
-            out.push_str(&format!("    refused {} on {}: {}\n", call.syscall, call.target, call.reason));
+            out.push_str(&format!(
+                "    refused {} on {}: {}\n",
+                call.syscall, call.target, call.reason
+            ));
         }
         if let Some(e) = &m.error {
             out.push_str(&format!("    broker stopped early: {e}\n"));
@@ -397,7 +409,7 @@ fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<PolicyFlags>, Fa
         args.approval,
         &request,
         &audit,
-        std::time::Duration::from_secs(60),
+        std::time::Duration::from_secs(args.approval_timeout),
     );
     if !answer.permits() {
         return Ok(None);
@@ -407,15 +419,26 @@ fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<PolicyFlags>, Fa
     Ok(Some(flags))
 }
 
-/// The quoted path in a denial line such as `touch: cannot touch '/x/y': Permission denied`.
+/// The path a denial line names: the last path before the marker, as in
+/// `touch: cannot touch '/x/y': Permission denied` or
+/// `/bin/sh: 1: cannot create /x/y: Permission denied`.
 fn denied_path(line: &str) -> Option<PathBuf> {
-    let quoted = line
-        .split(['\'', '"', '`', '\u{2018}', '\u{2019}'])
-        .skip(1)
-        .step_by(2);
-    quoted
-        .chain(line.split(':').map(str::trim))
-        .find(|c| c.starts_with('/'))
+    let before = [
+        "Permission denied",
+        "Operation not permitted",
+        "Read-only file system",
+    ]
+    .iter()
+    .find_map(|m| line.find(m).map(|i| &line[..i]))?;
+    let subject = before
+        .trim_end()
+        .trim_end_matches(':')
+        .rsplit(": ")
+        .next()?;
+    subject
+        .split_whitespace()
+        .map(|t| t.trim_matches(|c| matches!(c, '\'' | '"' | '`' | '\u{2018}' | '\u{2019}')))
+        .rfind(|t| t.starts_with('/'))
         .map(PathBuf::from)
 }
 
@@ -611,5 +634,31 @@ fn level_text(level: &sandbox::Level) -> String {
         sandbox::Level::Partial { gaps } => format!("partial: {}", gaps.join("; ")),
         sandbox::Level::None { reason } => format!("none: {reason}"),
         _ => "unknown".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn denied_path_is_the_object_not_the_program() {
+        for (line, path) in [
+            (
+                "touch: cannot touch '/etc/x': Permission denied",
+                Some("/etc/x"),
+            ),
+            (
+                "/bin/sh: 1: cannot create /tmp/d/out: Permission denied",
+                Some("/tmp/d/out"),
+            ),
+            (
+                "mkdir: cannot create directory \u{2018}/x\u{2019}: Permission denied",
+                Some("/x"),
+            ),
+            ("error: something else", None),
+        ] {
+            assert_eq!(denied_path(line), path.map(PathBuf::from), "{line}");
+        }
     }
 }
