@@ -214,6 +214,28 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ratio: None,
     });
 
+    // The self-test gate, cold (uncached, in-process).
+    let gate = [workload.display().to_string(), "gate".into(), settings.workload_runs.to_string()];
+    let v = json_of(&gate)?;
+    rows.push(Row {
+        case: "self-test gate, cold (both probes)".into(),
+        command: gate.join(" "),
+        baseline_ms: Stats::of(&[]),
+        measured_ms: Stats::of(&ns_list(&v["samples"])),
+        ratio: None,
+    });
+
+    // A brokered metadata call: chmod inside the write path, per call.
+    let calls = settings.open_calls / 10;
+    let chmod = vec![workload.display().to_string(), "chmod".into(), calls.to_string(), w.clone()];
+    let chmod_ref: Vec<&str> = chmod.iter().map(String::as_str).collect();
+    let confined_chmod = confine(&[], &chmod_ref);
+    let (a, b) = interleave(settings.workload_runs, || inner_ms(&chmod), || inner_ms(&confined_chmod))?;
+    let per_call = |v: &[f64]| v.iter().map(|ms| ms * 1000.0 / calls as f64).collect::<Vec<_>>();
+    let mut r = row("chmod per call (µs): brokered vs bare", &confined_chmod, &per_call(&a), &per_call(&b));
+    r.case = format!("{} chmod calls: brokered vs bare (µs per call)", calls);
+    rows.push(r);
+
     // Peers found on PATH, same policy.
     let mut not_measured = Vec::new();
     for (peer, argv) in peers(&w) {

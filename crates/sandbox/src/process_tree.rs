@@ -92,6 +92,27 @@ fn descendants(root: i32, exclude: &HashSet<i32>) -> Vec<i32> {
         .collect()
 }
 
+/// Cheap check before scanning /proc: every live descendant is either in the
+/// run's process group (the child called `setsid`) or was re-parented to this
+/// runner (a subreaper), so with neither there is nothing to end. Only valid
+/// when no other run is in progress in this process.
+fn may_have_descendants(root: i32) -> bool {
+    // SAFETY: kill with signal 0 only checks; waitid with WNOWAIT reaps nothing.
+    unsafe {
+        if libc::kill(-root, 0) == 0 {
+            return true;
+        }
+        let mut info: libc::siginfo_t = std::mem::zeroed();
+        let rc = libc::waitid(
+            libc::P_ALL,
+            0,
+            &mut info,
+            libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+        );
+        !(rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+    }
+}
+
 fn signal_all(pids: &[i32], sig: i32) {
     for &pid in pids {
         // SAFETY: kill has no memory effects.
@@ -127,6 +148,9 @@ pub(crate) fn end_tree(root: i32, grace: Duration, exclude: &HashSet<i32>) -> us
             std::thread::sleep(grace.min(Duration::from_millis(200)));
             libc::killpg(root, libc::SIGKILL);
         }
+        return 0;
+    }
+    if exclude.is_empty() && !may_have_descendants(root) {
         return 0;
     }
     let first = descendants(root, exclude);

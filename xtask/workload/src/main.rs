@@ -8,6 +8,10 @@
 //! * `prepare N WIDE_DIR`: N prepares of a policy with 50 write paths and a read
 //!   denial deep under WIDE_DIR; prints the samples.
 //!
+//! * `gate N`: N uncached runs of the enforcement self-test; prints the samples.
+//! * `chmod N DIR`: N chmod calls on a file in DIR (brokered when confined);
+//!   prints the loop's nanoseconds.
+//!
 //! Loops are timed inside the process, so launch cost never enters them.
 
 use std::ffi::OsString;
@@ -32,6 +36,8 @@ fn main() -> ExitCode {
         Some("open") => open_loop(n(1), &path(2)),
         Some("launch") => launch_pairs(n(1), &path(2)),
         Some("prepare") => prepare_loop(n(1), &path(2)),
+        Some("gate") => gate_loop(n(1)),
+        Some("chmod") => chmod_loop(n(1), &path(2)),
         _ => Err("usage: bench-workload stat|open|launch|prepare N PATH".into()),
     };
     match result {
@@ -161,4 +167,33 @@ fn deepest_dir(root: &Path, depth: usize) -> PathBuf {
         }
     }
     cur
+}
+
+fn gate_loop(n: usize) -> Result<serde_json::Value, String> {
+    let backend = real_backend()?;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let report = sandbox_probe::enforcement_self_test(backend.as_ref());
+        samples.push(t.elapsed().as_nanos() as u64);
+        if !report.passed {
+            return Err(format!("the self-test failed: {}", report.problems().join("; ")));
+        }
+    }
+    Ok(serde_json::json!({ "backend": backend.name(), "samples": samples }))
+}
+
+fn chmod_loop(n: usize, dir: &Path) -> Result<serde_json::Value, String> {
+    use std::os::unix::fs::PermissionsExt;
+    let file = dir.join(format!("chmod-{}", std::process::id()));
+    std::fs::write(&file, "").map_err(|e| format!("{}: {e}", file.display()))?;
+    let start = Instant::now();
+    for i in 0..n {
+        let mode = if i % 2 == 0 { 0o600 } else { 0o644 };
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| format!("chmod {}: {e}", file.display()))?;
+    }
+    let ns = start.elapsed().as_nanos() as u64;
+    let _ = std::fs::remove_file(&file);
+    Ok(serde_json::json!({ "ns": ns }))
 }
