@@ -41,7 +41,7 @@ fn start(write: &Path, target: &Path, timeout_secs: &str) -> Session {
     // SAFETY: setsid and ioctl are async-signal-safe; no allocation.
     unsafe {
         cmd.pre_exec(|| {
-            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY, 0) < 0 {
+            if libc::setsid() < 0 || libc::ioctl(0, libc::TIOCSCTTY as _, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())

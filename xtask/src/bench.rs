@@ -215,7 +215,11 @@ pub fn main(args: &[String]) -> Result<(), String> {
     });
 
     // The self-test gate, cold (uncached, in-process).
-    let gate = [workload.display().to_string(), "gate".into(), settings.workload_runs.to_string()];
+    let gate = [
+        workload.display().to_string(),
+        "gate".into(),
+        settings.workload_runs.to_string(),
+    ];
     let v = json_of(&gate)?;
     rows.push(Row {
         case: "self-test gate, cold (both probes)".into(),
@@ -227,12 +231,30 @@ pub fn main(args: &[String]) -> Result<(), String> {
 
     // A brokered metadata call: chmod inside the write path, per call.
     let calls = settings.open_calls / 10;
-    let chmod = vec![workload.display().to_string(), "chmod".into(), calls.to_string(), w.clone()];
+    let chmod = vec![
+        workload.display().to_string(),
+        "chmod".into(),
+        calls.to_string(),
+        w.clone(),
+    ];
     let chmod_ref: Vec<&str> = chmod.iter().map(String::as_str).collect();
     let confined_chmod = confine(&[], &chmod_ref);
-    let (a, b) = interleave(settings.workload_runs, || inner_ms(&chmod), || inner_ms(&confined_chmod))?;
-    let per_call = |v: &[f64]| v.iter().map(|ms| ms * 1000.0 / calls as f64).collect::<Vec<_>>();
-    let mut r = row("chmod per call (µs): brokered vs bare", &confined_chmod, &per_call(&a), &per_call(&b));
+    let (a, b) = interleave(
+        settings.workload_runs,
+        || inner_ms(&chmod),
+        || inner_ms(&confined_chmod),
+    )?;
+    let per_call = |v: &[f64]| {
+        v.iter()
+            .map(|ms| ms * 1000.0 / calls as f64)
+            .collect::<Vec<_>>()
+    };
+    let mut r = row(
+        "chmod per call (µs): brokered vs bare",
+        &confined_chmod,
+        &per_call(&a),
+        &per_call(&b),
+    );
     r.case = format!("{} chmod calls: brokered vs bare (µs per call)", calls);
     rows.push(r);
 

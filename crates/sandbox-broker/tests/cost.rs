@@ -1,5 +1,6 @@
 //! Per-call cost of a brokered chmod against an unbrokered one (printed; run
 //! with `--nocapture`). Not a timed assertion: it only checks the calls worked.
+#![cfg(target_os = "linux")]
 
 mod common;
 

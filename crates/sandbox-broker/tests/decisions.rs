@@ -1,5 +1,6 @@
 //! Each brokered family inside a write path (performed, effect observed) beside
 //! its escape attempts (refused, target unchanged), on the real kernel.
+#![cfg(target_os = "linux")]
 
 mod common;
 

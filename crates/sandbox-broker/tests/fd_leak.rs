@@ -1,6 +1,7 @@
 //! No fd leaks in the runner after thousands of brokered requests of every
 //! outcome. Its own test binary with a single test, so no other test opens fds
 //! while it counts.
+#![cfg(target_os = "linux")]
 
 mod common;
 

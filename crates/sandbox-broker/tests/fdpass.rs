@@ -1,4 +1,5 @@
 //! The fd-passing helpers on their own.
+#![cfg(target_os = "linux")]
 
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};

@@ -1,6 +1,7 @@
 //! A symlink inside the write path is swapped between an inside and an outside
 //! target while the confined process chmods through it in a loop: the outside
 //! file's mode never changes.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -3,6 +3,7 @@
 //! Multi-threaded callers re-execute this test binary as a worker
 //! (`worker_entry` with `BROKER_WORKER` set), since a forked child of the
 //! harness may not start threads.
+#![cfg(target_os = "linux")]
 
 mod common;
 

@@ -1,6 +1,7 @@
 //! Everyday tools that change metadata work inside a write path under the
 //! brokered filter (the filter here only routes metadata syscalls; Landlock is
 //! the backend's business).
+#![cfg(target_os = "linux")]
 
 mod common;
 

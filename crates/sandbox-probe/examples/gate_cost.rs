@@ -8,7 +8,7 @@ fn children_cpu_us() -> i64 {
     // SAFETY: getrusage fills the zeroed struct.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
-    let us = |t: libc::timeval| t.tv_sec * 1_000_000 + t.tv_usec;
+    let us = |t: libc::timeval| t.tv_sec * 1_000_000 + i64::from(t.tv_usec);
     us(u.ru_utime) + us(u.ru_stime)
 }
 

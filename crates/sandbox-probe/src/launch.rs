@@ -150,6 +150,13 @@ fn wait_bounded(mut child: Child, deadline: Duration) -> Ended {
 }
 
 /// `Some(exited)` when a pidfd could be used, `None` when it is unavailable.
+#[cfg(not(target_os = "linux"))]
+fn wait_pidfd(_: &Child, _: Duration) -> Option<bool> {
+    None
+}
+
+/// `Some(exited)` when a pidfd could be used, `None` when it is unavailable.
+#[cfg(target_os = "linux")]
 fn wait_pidfd(child: &Child, deadline: Duration) -> Option<bool> {
     let pid = libc::pid_t::try_from(child.id()).ok()?;
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.

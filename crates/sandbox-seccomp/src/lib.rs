@@ -65,7 +65,24 @@ pub use spec::{
     ENOSYS, EPERM, METADATA_WRITE, UNKNOWN,
 };
 
+#[cfg(target_os = "linux")]
 pub use seccompiler::sock_filter;
+
+/// A classic BPF instruction in the kernel's layout (seccompiler's type on Linux).
+#[cfg(not(target_os = "linux"))]
+#[allow(non_camel_case_types)]
+#[repr(C)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct sock_filter {
+    /// Opcode.
+    pub code: u16,
+    /// Jump offset when true.
+    pub jt: u8,
+    /// Jump offset when false.
+    pub jf: u8,
+    /// Operand.
+    pub k: u32,
+}
 
 cfg_if::cfg_if! {
     if #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))] {

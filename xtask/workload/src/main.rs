@@ -177,7 +177,10 @@ fn gate_loop(n: usize) -> Result<serde_json::Value, String> {
         let report = sandbox_probe::enforcement_self_test(backend.as_ref());
         samples.push(t.elapsed().as_nanos() as u64);
         if !report.passed {
-            return Err(format!("the self-test failed: {}", report.problems().join("; ")));
+            return Err(format!(
+                "the self-test failed: {}",
+                report.problems().join("; ")
+            ));
         }
     }
     Ok(serde_json::json!({ "backend": backend.name(), "samples": samples }))
