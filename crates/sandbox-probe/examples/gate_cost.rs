@@ -8,6 +8,7 @@ fn children_cpu_us() -> i64 {
     // SAFETY: getrusage fills the zeroed struct.
     let mut u: libc::rusage = unsafe { std::mem::zeroed() };
     unsafe { libc::getrusage(libc::RUSAGE_CHILDREN, &mut u) };
+    #[allow(clippy::useless_conversion)] // tv_usec is i64 on Linux, i32 on macOS
     let us = |t: libc::timeval| t.tv_sec * 1_000_000 + i64::from(t.tv_usec);
     us(u.ru_utime) + us(u.ru_stime)
 }
