@@ -149,16 +149,33 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
         probe: ProbeKind::Spawn,
         ..write.clone()
     };
+    // The two launches are independent (different files, different
+    // policies), so they run at the same time: the gate costs one launch.
     let open = Scratch::new().and_then(|s| {
         let existing = s.outside.join("existing");
         std::fs::write(&existing, ORIGINAL)
             .map_err(|e| format!("cannot create probe file {}: {e}", existing.display()))?;
         let policy = s.policy(false)?;
-        let ended = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant);
-        let evidence = s.evidence(&ended);
-        Ok((s, evidence))
+        let confined_setup = (which != Which::Write).then(|| confined_setup(&s));
+        let (evidence, confined) = std::thread::scope(|scope| {
+            let confined = scope.spawn(|| {
+                confined_setup.map(|setup| {
+                    setup.map(|(dir, policy, brief)| {
+                        let ended = s.run_sh(backend, &policy, CONFINED_SCRIPT, &dir);
+                        (dir, brief, s.evidence(&ended))
+                    })
+                })
+            });
+            let ended = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant);
+            let evidence = s.evidence(&ended);
+            let confined = confined
+                .join()
+                .unwrap_or_else(|_| Some(Err("the confined probe launch panicked".into())));
+            (evidence, confined)
+        });
+        Ok((s, evidence, confined))
     });
-    let (s, evidence) = match open {
+    let (s, evidence, confined) = match open {
         Ok(v) => v,
         Err(why) => {
             write.result = ProbeResult::Unwitnessed { why: why.clone() };
@@ -169,10 +186,21 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
     if which != Which::Spawn {
         write.result = judge_write(&s, &evidence, &mut write.checks);
     }
-    if which != Which::Write {
-        spawn.result = judge_spawn(backend, &s, &evidence, &mut spawn.checks);
+    if let Some(confined) = confined {
+        spawn.result = judge_spawn(&s, &evidence, confined, &mut spawn.checks);
     }
     (write, spawn)
+}
+
+/// What the spawn probe's confined launch ran in: its directory, its policy and a brief.
+type ConfinedSetup = Result<(PathBuf, ResolvedPolicy, String), String>;
+
+/// The spawn probe's confined launch: a fresh directory under `grant`, deny_subprocess true.
+fn confined_setup(s: &Scratch) -> ConfinedSetup {
+    let confined = s.grant.join("confined");
+    std::fs::create_dir(&confined)
+        .map_err(|e| format!("cannot create probe directory {}: {e}", confined.display()))?;
+    Ok((confined, s.policy(true)?, s.brief(true)))
 }
 
 /// Runs under `deny_subprocess` false: the write probe and the spawn probe's positive control.
@@ -298,9 +326,9 @@ impl Attempt {
 }
 
 fn judge_spawn(
-    backend: &dyn Backend,
     s: &Scratch,
     open_evidence: &str,
+    confined_run: Result<(PathBuf, String, String), String>,
     checks: &mut Vec<Check>,
 ) -> ProbeResult {
     let open_child = s.grant.join("child");
@@ -326,18 +354,10 @@ fn judge_spawn(
         };
     }
 
-    let confined = s.grant.join("confined");
-    if let Err(e) = std::fs::create_dir(&confined) {
-        return ProbeResult::Unwitnessed {
-            why: format!("cannot create probe directory {}: {e}", confined.display()),
-        };
-    }
-    let (policy, brief) = match s.policy(true) {
-        Ok(p) => (p, s.brief(true)),
+    let (confined, brief, evidence) = match confined_run {
+        Ok(run) => run,
         Err(why) => return ProbeResult::Unwitnessed { why },
     };
-    let ended = s.run_sh(backend, &policy, CONFINED_SCRIPT, &confined);
-    let evidence = s.evidence(&ended);
     let mark = confined.join("nofork");
     let alive = read(&mark).as_deref() == Some("alive\n");
     checks.push(Check {
