@@ -56,7 +56,8 @@ impl BrokerRules {
     pub fn new(policy: &ResolvedPolicy) -> Result<Self, BrokerError> {
         let mut write = Vec::new();
         for path in policy.write_paths() {
-            if !path.is_dir() {
+            // A vanished path still fails below, naming it.
+            if std::fs::metadata(path).is_ok_and(|m| !m.is_dir()) {
                 continue;
             }
             let fd = open_dir(path).map_err(|source| BrokerError::OpenWritePath {
