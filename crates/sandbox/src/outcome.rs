@@ -84,6 +84,27 @@ impl Classification {
     }
 }
 
+impl Classification {
+    /// A failed run whose broker refused requests is a sandbox denial, with
+    /// the refusals as evidence (after any stderr evidence).
+    pub fn with_refusals(self, mediation: &Mediation) -> Self {
+        let mut evidence = match self {
+            _ if mediation.refused.is_empty() => return self,
+            Self::SandboxDenial { evidence } => evidence,
+            Self::TaskFailure => Vec::new(),
+            other => return other,
+        };
+        evidence.extend(
+            mediation
+                .refused
+                .iter()
+                .take(10)
+                .map(|c| format!("broker refused {} of {}: {}", c.syscall, c.target, c.reason)),
+        );
+        Self::SandboxDenial { evidence }
+    }
+}
+
 /// Everything known about one run, serialisable as JSON.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
@@ -157,6 +178,33 @@ mod tests {
             serde_json::to_value(&outcome).unwrap()
         );
         assert_eq!(back.exit_code(), 137);
+    }
+
+    #[test]
+    fn broker_refusals_turn_a_failure_into_a_denial() {
+        let refused = Mediation {
+            refused: vec![sandbox_core::MediatedCall {
+                syscall: "fchmodat".into(),
+                target: "/etc/x".into(),
+                reason: "outside the write paths".into(),
+            }],
+            ..Default::default()
+        };
+        let got = Classification::TaskFailure.with_refusals(&refused);
+        assert_eq!(
+            got,
+            Classification::SandboxDenial {
+                evidence: vec!["broker refused fchmodat of /etc/x: outside the write paths".into()]
+            }
+        );
+        assert_eq!(
+            Classification::Ok.with_refusals(&refused),
+            Classification::Ok
+        );
+        assert_eq!(
+            Classification::TaskFailure.with_refusals(&Mediation::default()),
+            Classification::TaskFailure
+        );
     }
 
     #[test]

@@ -196,22 +196,8 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     };
     let confined = report.is_some() && backend.enforces();
     let mut classification = Classification::of(&termination, timed_out, confined, &stderr_tail);
-    if let (Classification::TaskFailure | Classification::SandboxDenial { .. }, Some(m)) =
-        (&classification, &mediation)
-    {
-        if !m.refused.is_empty() {
-            let mut evidence = match classification {
-                Classification::SandboxDenial { evidence } => evidence,
-                _ => Vec::new(),
-            };
-            evidence.extend(
-                m.refused
-                    .iter()
-                    .take(10)
-                    .map(|c| format!("broker refused {} of {}: {}", c.syscall, c.target, c.reason)),
-            );
-            classification = Classification::SandboxDenial { evidence };
-        }
+    if let Some(m) = &mediation {
+        classification = classification.with_refusals(m);
     }
     Ok(Outcome {
         argv: req
