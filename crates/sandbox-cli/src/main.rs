@@ -5,158 +5,22 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use clap::{Args, Parser, Subcommand};
+use clap::Parser;
 use sandbox::{
     resolve_backend, BackendChoice, ExpandContext, OnUnsupported, Outcome, ResolvedPolicy,
     RunRequest, SandboxConfig, SandboxMode, SandboxPolicy, SandboxedExecOp, EXIT_SANDBOX,
 };
-use sandbox_permissions::{
-    decide_escalation_on_tty, ApprovalPolicy, Escalation, EscalationRequest, JsonLinesAudit,
+
+mod approval;
+mod args;
+mod show;
+
+use args::{
+    CheckArgs, Cli, Cmd, ConfigFlags, ExecOpArgs, PolicyCmd, PolicyFlags, ProfileCmd, RunArgs,
 };
 
-#[derive(Parser)]
-#[command(
-    name = "sandbox",
-    version,
-    about = "Run commands confined by kernel mechanisms (Landlock + seccomp, Seatbelt)"
-)]
-struct Cli {
-    #[command(subcommand)]
-    command: Cmd,
-}
-
-#[derive(Subcommand)]
-enum Cmd {
-    /// Run PROGRAM under the policy given by flags, mode and config.
-    Run(RunArgs),
-    /// Run a JSON op envelope (file or `-` for stdin), bounded by the config.
-    ExecOp(ExecOpArgs),
-    /// Print the effective resolved policy as JSON.
-    Policy(PolicyCmd),
-    /// Report the resolved backend and what it enforces on this host.
-    Check(CheckArgs),
-    /// Print the macOS Seatbelt profile and parameters for a policy (on any OS).
-    Profile(ProfileCmd),
-}
-
-#[derive(Args)]
-struct ProfileCmd {
-    #[command(flatten)]
-    policy: PolicyFlags,
-    #[command(flatten)]
-    config: ConfigFlags,
-    /// Print JSON (`text` and `params`) instead of the profile and `-D` lines.
-    #[arg(long)]
-    json: bool,
-}
-
-/// Policy flags shared by `run` and `policy`.
-#[derive(Args, Clone, Default)]
-struct PolicyFlags {
-    /// Allow writes beneath PATH (repeatable).
-    #[arg(short = 'w', long = "write", value_name = "PATH")]
-    write: Vec<PathBuf>,
-    /// Refuse writes beneath PATH even inside a write path (repeatable).
-    #[arg(long = "write-deny", value_name = "PATH")]
-    write_deny: Vec<PathBuf>,
-    /// Refuse reads beneath PATH (repeatable).
-    #[arg(long = "read-deny", value_name = "PATH")]
-    read_deny: Vec<PathBuf>,
-    /// Refuse network access.
-    #[arg(long)]
-    no_network: bool,
-    /// Refuse child processes.
-    #[arg(long)]
-    deny_subprocess: bool,
-    /// Do not pass this environment variable (name or `*` glob; repeatable).
-    #[arg(long = "env-deny", value_name = "NAME")]
-    env_deny: Vec<String>,
-    /// Wall-clock limit in seconds.
-    #[arg(long, value_name = "SECS")]
-    timeout: Option<u64>,
-    /// Sandbox mode preset: read-only, workspace-write or danger-full-access.
-    #[arg(long, value_name = "MODE")]
-    mode: Option<SandboxMode>,
-    /// Workspace directory (for `{{workspace}}` and workspace-write mode).
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
-    /// A whole policy as JSON, instead of the flags above (used by the argv form).
-    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode"])]
-    policy_json: Option<String>,
-}
-
-/// Config flags shared by every command.
-#[derive(Args, Clone, Default)]
-struct ConfigFlags {
-    /// Operator config file (default: ./sandbox.toml when present).
-    #[arg(long, value_name = "FILE")]
-    config: Option<PathBuf>,
-    /// Backend: auto, landlock, seatbelt or noop (overrides the config).
-    #[arg(long, value_name = "B")]
-    backend: Option<String>,
-    /// When no working backend exists: warn, error or ignore (overrides the config).
-    #[arg(long, value_name = "W")]
-    on_unsupported: Option<String>,
-}
-
-#[derive(Args)]
-struct RunArgs {
-    #[command(flatten)]
-    policy: PolicyFlags,
-    #[command(flatten)]
-    config: ConfigFlags,
-    /// Write the outcome record as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
-    report: Option<PathBuf>,
-    /// After the command ends, print a short summary of what the sandbox refused.
-    #[arg(long)]
-    explain: bool,
-    /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
-    /// writable (interactive terminals only); `never` does not.
-    #[arg(long, value_name = "ask|never", default_value = "never")]
-    approval: ApprovalPolicy,
-    /// Seconds to wait for an answer to the approval prompt before cancelling.
-    #[arg(long, value_name = "SECS", default_value_t = 60)]
-    approval_timeout: u64,
-    /// The command.
-    #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
-    argv: Vec<OsString>,
-}
-
-#[derive(Args)]
-struct ExecOpArgs {
-    /// The op envelope as JSON: a file, or `-` for stdin.
-    #[arg(long, value_name = "FILE|-")]
-    op: PathBuf,
-    /// Workspace directory (for `{{workspace}}`).
-    #[arg(long, value_name = "DIR")]
-    workspace: Option<PathBuf>,
-    #[command(flatten)]
-    config: ConfigFlags,
-    /// Write the outcome record as JSON to FILE.
-    #[arg(long, value_name = "FILE")]
-    report: Option<PathBuf>,
-}
-
-#[derive(Args)]
-struct PolicyCmd {
-    #[command(flatten)]
-    policy: PolicyFlags,
-    #[command(flatten)]
-    config: ConfigFlags,
-}
-
-#[derive(Args)]
-struct CheckArgs {
-    /// Print JSON instead of text.
-    #[arg(long)]
-    json: bool,
-    #[command(flatten)]
-    config: ConfigFlags,
-}
-
 /// A failure before or around the command: exit 125 with one `sandbox:` line.
-struct Fatal(String);
+pub(crate) struct Fatal(pub(crate) String);
 
 impl<E: std::fmt::Display> From<E> for Fatal {
     fn from(e: E) -> Self {
@@ -315,9 +179,9 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         Err(code) => return Ok(code),
     };
     if args.explain {
-        eprint!("{}", explain(&outcome));
+        eprint!("{}", show::explain(&outcome));
     }
-    if let Some(flags) = escalate(&args, &outcome)? {
+    if let Some(flags) = approval::escalate(&args, &outcome)? {
         eprintln!("sandbox: re-running once with the approved escalation");
         return Ok(match run_once(&flags)? {
             Ok(outcome) => outcome.exit_code(),
@@ -325,130 +189,6 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         });
     }
     Ok(outcome.exit_code())
-}
-
-/// The `--explain` summary: classification, evidence and broker refusals.
-fn explain(outcome: &Outcome) -> String {
-    let mut out = format!(
-        "sandbox: explain: backend {}, exit {}, ",
-        outcome.backend,
-        outcome.exit_code()
-    );
-    match &outcome.classification {
-        sandbox::Classification::Ok => out.push_str("ok\n"),
-        sandbox::Classification::TaskFailure => {
-            out.push_str("the command failed on its own terms\n")
-        }
-        sandbox::Classification::Timeout => out.push_str("ended by the timeout\n"),
-        sandbox::Classification::SandboxDenial { evidence } => {
-            out.push_str("the sandbox refused something:\n");
-            for line in evidence {
-                out.push_str(&format!("  {line}\n"));
-            }
-        }
-        sandbox::Classification::RunnerFailure { reason } => {
-            out.push_str(&format!("runner failure: {reason}\n"))
-        }
-        _ => out.push_str("unclassified\n"),
-    }
-    if let Some(m) = &outcome.mediation {
-        out.push_str(&format!(
-            "  metadata broker: {} performed, {} refused{}\n",
-            m.performed,
-            m.refused.len(),
-            if m.omitted > 0 {
-                format!(" ({} not recorded)", m.omitted)
-            } else {
-                String::new()
-            }
-        ));
-        for call in m.refused.iter().take(20) {
-            out.push_str(&format!(
-                "    refused {} on {}: {}\n",
-                call.syscall, call.target, call.reason
-            ));
-        }
-        if let Some(e) = &m.error {
-            out.push_str(&format!("    broker stopped early: {e}\n"));
-        }
-    }
-    if outcome.leftover_processes_ended > 0 {
-        out.push_str(&format!(
-            "  ended {} leftover process(es) after the command exited\n",
-            outcome.leftover_processes_ended
-        ));
-    }
-    out
-}
-
-/// After a sandbox denial under `--approval ask`, asks on the terminal for a
-/// one-shot re-run with the denied path writable; returns the widened flags if approved.
-fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<PolicyFlags>, Fatal> {
-    let sandbox::Classification::SandboxDenial { evidence } = &outcome.classification else {
-        return Ok(None);
-    };
-    if args.approval == ApprovalPolicy::Never || args.policy.policy_json.is_some() {
-        return Ok(None);
-    }
-    let Some(denied) = evidence.iter().find_map(|line| denied_path(line)) else {
-        return Ok(None);
-    };
-    let Escalation::AddWritePath(path) = Escalation::write_path_for(&denied) else {
-        return Ok(None);
-    };
-    let request = EscalationRequest {
-        argv: outcome.argv.clone(),
-        evidence: evidence.clone(),
-        escalation: Escalation::AddWritePath(path.clone()),
-    };
-    let state = state_dir();
-    std::fs::create_dir_all(&state)
-        .map_err(|e| Fatal(format!("cannot create {}: {e}", state.display())))?;
-    let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(&state))?;
-    let answer = decide_escalation_on_tty(
-        args.approval,
-        &request,
-        &audit,
-        std::time::Duration::from_secs(args.approval_timeout),
-    );
-    if !answer.permits() {
-        return Ok(None);
-    }
-    let mut flags = args.policy.clone();
-    flags.write.push(path);
-    Ok(Some(flags))
-}
-
-/// The path a denial line names: the last path before the marker, as in
-/// `touch: cannot touch '/x/y': Permission denied` or
-/// `/bin/sh: 1: cannot create /x/y: Permission denied`.
-fn denied_path(line: &str) -> Option<PathBuf> {
-    let before = [
-        "Permission denied",
-        "Operation not permitted",
-        "Read-only file system",
-    ]
-    .iter()
-    .find_map(|m| line.find(m).map(|i| &line[..i]))?;
-    let subject = before
-        .trim_end()
-        .trim_end_matches(':')
-        .rsplit(": ")
-        .next()?;
-    subject
-        .split_whitespace()
-        .map(|t| t.trim_matches(|c| matches!(c, '\'' | '"' | '`' | '\u{2018}' | '\u{2019}')))
-        .rfind(|t| t.starts_with('/'))
-        .map(PathBuf::from)
-}
-
-/// Where approval audit records go: `$XDG_STATE_HOME/sandbox`, else `~/.local/state/sandbox`.
-fn state_dir() -> PathBuf {
-    std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("sandbox")
 }
 
 fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
@@ -585,7 +325,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         println!(
             "  {:<11} {} [{}]",
             a.axis.as_str(),
-            level_text(&a.level),
+            show::level_text(&a.level),
             a.mechanism
         );
     }
@@ -626,39 +366,4 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         None => println!("self-test: not run (the noop backend claims nothing)"),
     }
     Ok(0)
-}
-
-fn level_text(level: &sandbox::Level) -> String {
-    match level {
-        sandbox::Level::Full => "full".into(),
-        sandbox::Level::Partial { gaps } => format!("partial: {}", gaps.join("; ")),
-        sandbox::Level::None { reason } => format!("none: {reason}"),
-        _ => "unknown".into(),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn denied_path_is_the_object_not_the_program() {
-        for (line, path) in [
-            (
-                "touch: cannot touch '/etc/x': Permission denied",
-                Some("/etc/x"),
-            ),
-            (
-                "/bin/sh: 1: cannot create /tmp/d/out: Permission denied",
-                Some("/tmp/d/out"),
-            ),
-            (
-                "mkdir: cannot create directory \u{2018}/x\u{2019}: Permission denied",
-                Some("/x"),
-            ),
-            ("error: something else", None),
-        ] {
-            assert_eq!(denied_path(line), path.map(PathBuf::from), "{line}");
-        }
-    }
 }

@@ -1,0 +1,149 @@
+//! Command-line arguments.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+use sandbox::SandboxMode;
+use sandbox_permissions::ApprovalPolicy;
+
+#[derive(Parser)]
+#[command(
+    name = "sandbox",
+    version,
+    about = "Run commands confined by kernel mechanisms (Landlock + seccomp, Seatbelt)"
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    pub(crate) command: Cmd,
+}
+
+#[derive(Subcommand)]
+pub(crate) enum Cmd {
+    /// Run PROGRAM under the policy given by flags, mode and config.
+    Run(RunArgs),
+    /// Run a JSON op envelope (file or `-` for stdin), bounded by the config.
+    ExecOp(ExecOpArgs),
+    /// Print the effective resolved policy as JSON.
+    Policy(PolicyCmd),
+    /// Report the resolved backend and what it enforces on this host.
+    Check(CheckArgs),
+    /// Print the macOS Seatbelt profile and parameters for a policy (on any OS).
+    Profile(ProfileCmd),
+}
+
+#[derive(Args)]
+pub(crate) struct ProfileCmd {
+    #[command(flatten)]
+    pub(crate) policy: PolicyFlags,
+    #[command(flatten)]
+    pub(crate) config: ConfigFlags,
+    /// Print JSON (`text` and `params`) instead of the profile and `-D` lines.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+/// Policy flags shared by `run` and `policy`.
+#[derive(Args, Clone, Default)]
+pub(crate) struct PolicyFlags {
+    /// Allow writes beneath PATH (repeatable).
+    #[arg(short = 'w', long = "write", value_name = "PATH")]
+    pub(crate) write: Vec<PathBuf>,
+    /// Refuse writes beneath PATH even inside a write path (repeatable).
+    #[arg(long = "write-deny", value_name = "PATH")]
+    pub(crate) write_deny: Vec<PathBuf>,
+    /// Refuse reads beneath PATH (repeatable).
+    #[arg(long = "read-deny", value_name = "PATH")]
+    pub(crate) read_deny: Vec<PathBuf>,
+    /// Refuse network access.
+    #[arg(long)]
+    pub(crate) no_network: bool,
+    /// Refuse child processes.
+    #[arg(long)]
+    pub(crate) deny_subprocess: bool,
+    /// Do not pass this environment variable (name or `*` glob; repeatable).
+    #[arg(long = "env-deny", value_name = "NAME")]
+    pub(crate) env_deny: Vec<String>,
+    /// Wall-clock limit in seconds.
+    #[arg(long, value_name = "SECS")]
+    pub(crate) timeout: Option<u64>,
+    /// Sandbox mode preset: read-only, workspace-write or danger-full-access.
+    #[arg(long, value_name = "MODE")]
+    pub(crate) mode: Option<SandboxMode>,
+    /// Workspace directory (for `{{workspace}}` and workspace-write mode).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    /// A whole policy as JSON, instead of the flags above (used by the argv form).
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode"])]
+    pub(crate) policy_json: Option<String>,
+}
+
+/// Config flags shared by every command.
+#[derive(Args, Clone, Default)]
+pub(crate) struct ConfigFlags {
+    /// Operator config file (default: ./sandbox.toml when present).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// Backend: auto, landlock, seatbelt or noop (overrides the config).
+    #[arg(long, value_name = "B")]
+    pub(crate) backend: Option<String>,
+    /// When no working backend exists: warn, error or ignore (overrides the config).
+    #[arg(long, value_name = "W")]
+    pub(crate) on_unsupported: Option<String>,
+}
+
+#[derive(Args)]
+pub(crate) struct RunArgs {
+    #[command(flatten)]
+    pub(crate) policy: PolicyFlags,
+    #[command(flatten)]
+    pub(crate) config: ConfigFlags,
+    /// Write the outcome record as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) report: Option<PathBuf>,
+    /// After the command ends, print a short summary of what the sandbox refused.
+    #[arg(long)]
+    pub(crate) explain: bool,
+    /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
+    /// writable (interactive terminals only); `never` does not.
+    #[arg(long, value_name = "ask|never", default_value = "never")]
+    pub(crate) approval: ApprovalPolicy,
+    /// Seconds to wait for an answer to the approval prompt before cancelling.
+    #[arg(long, value_name = "SECS", default_value_t = 60)]
+    pub(crate) approval_timeout: u64,
+    /// The command.
+    #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
+    pub(crate) argv: Vec<OsString>,
+}
+
+#[derive(Args)]
+pub(crate) struct ExecOpArgs {
+    /// The op envelope as JSON: a file, or `-` for stdin.
+    #[arg(long, value_name = "FILE|-")]
+    pub(crate) op: PathBuf,
+    /// Workspace directory (for `{{workspace}}`).
+    #[arg(long, value_name = "DIR")]
+    pub(crate) workspace: Option<PathBuf>,
+    #[command(flatten)]
+    pub(crate) config: ConfigFlags,
+    /// Write the outcome record as JSON to FILE.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) report: Option<PathBuf>,
+}
+
+#[derive(Args)]
+pub(crate) struct PolicyCmd {
+    #[command(flatten)]
+    pub(crate) policy: PolicyFlags,
+    #[command(flatten)]
+    pub(crate) config: ConfigFlags,
+}
+
+#[derive(Args)]
+pub(crate) struct CheckArgs {
+    /// Print JSON instead of text.
+    #[arg(long)]
+    pub(crate) json: bool,
+    #[command(flatten)]
+    pub(crate) config: ConfigFlags,
+}
