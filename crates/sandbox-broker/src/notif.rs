@@ -64,44 +64,21 @@ impl Listener {
         self.fd.as_raw_fd()
     }
 
-    /// `SECCOMP_IOCTL_NOTIF_RECV` into a zeroed buffer of the kernel's size.
-    pub(crate) fn recv(&self) -> io::Result<Received> {
-        let mut buf = vec![0u64; self.notif_words];
+    /// One notification ioctl on `arg`, retried on `EINTR`. `Ok(false)`: the
+    /// kernel answered `ENOENT` (the request or its caller is gone).
+    ///
+    /// # Safety
+    /// `arg` must point to a buffer of the size and alignment `request` expects.
+    unsafe fn ioctl(
+        &self,
+        request: libc::c_ulong,
+        arg: *mut u64,
+        before_each: impl Fn(),
+    ) -> io::Result<bool> {
         loop {
-            buf.fill(0);
-            // SAFETY: the buffer is at least the kernel's seccomp_notif size.
-            let rc = unsafe {
-                libc::ioctl(self.raw(), libc::SECCOMP_IOCTL_NOTIF_RECV, buf.as_mut_ptr())
-            };
-            if rc == 0 {
-                // SAFETY: the buffer holds at least size_of::<seccomp_notif>() bytes
-                // and is 8-aligned.
-                let n = unsafe { std::ptr::read(buf.as_ptr().cast::<libc::seccomp_notif>()) };
-                return Ok(Received::Notification(n));
-            }
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::ENOENT) => return Ok(Received::Gone),
-                _ => return Err(err),
-            }
-        }
-    }
-
-    /// Whether the request `id` is still pending (its caller alive and waiting).
-    /// An error other than `ENOENT` means the kernel could not say.
-    pub(crate) fn id_valid(&self, id: u64) -> io::Result<bool> {
-        let mut id = id;
-        loop {
-            // SAFETY: ID_VALID reads one u64.
-            let rc = unsafe {
-                libc::ioctl(
-                    self.raw(),
-                    libc::SECCOMP_IOCTL_NOTIF_ID_VALID,
-                    &mut id as *mut u64,
-                )
-            };
-            if rc == 0 {
+            before_each();
+            // SAFETY: the caller guarantees `arg` fits `request`.
+            if unsafe { libc::ioctl(self.raw(), request as _, arg) } == 0 {
                 return Ok(true);
             }
             let err = io::Error::last_os_error();
@@ -111,6 +88,31 @@ impl Listener {
                 _ => return Err(err),
             }
         }
+    }
+
+    /// `SECCOMP_IOCTL_NOTIF_RECV` into a zeroed buffer of the kernel's size.
+    pub(crate) fn recv(&self) -> io::Result<Received> {
+        let mut buf = vec![0u64; self.notif_words];
+        let ptr = buf.as_mut_ptr();
+        let words = buf.len();
+        // The kernel wants a zeroed buffer on every attempt.
+        // SAFETY: `ptr` covers `words` u64s, at least the kernel's seccomp_notif size.
+        let clear = || unsafe { std::ptr::write_bytes(ptr, 0, words) };
+        // SAFETY: as above.
+        if !unsafe { self.ioctl(libc::SECCOMP_IOCTL_NOTIF_RECV as _, ptr, clear)? } {
+            return Ok(Received::Gone);
+        }
+        // SAFETY: the buffer holds at least size_of::<seccomp_notif>() bytes and is 8-aligned.
+        let n = unsafe { std::ptr::read(buf.as_ptr().cast::<libc::seccomp_notif>()) };
+        Ok(Received::Notification(n))
+    }
+
+    /// Whether the request `id` is still pending (its caller alive and waiting).
+    /// An error other than `ENOENT` means the kernel could not say.
+    pub(crate) fn id_valid(&self, id: u64) -> io::Result<bool> {
+        let mut id = id;
+        // SAFETY: ID_VALID reads one u64.
+        unsafe { self.ioctl(libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &mut id, || ()) }
     }
 
     /// Answers `id` with 0 (`errno == 0`) or `-errno`. `Ok(false)`: the caller is gone.
@@ -124,20 +126,7 @@ impl Listener {
         };
         // SAFETY: the buffer is at least size_of::<seccomp_notif_resp>() and 8-aligned.
         unsafe { std::ptr::write(buf.as_mut_ptr().cast::<libc::seccomp_notif_resp>(), resp) };
-        loop {
-            // SAFETY: the buffer is at least the kernel's seccomp_notif_resp size.
-            let rc = unsafe {
-                libc::ioctl(self.raw(), libc::SECCOMP_IOCTL_NOTIF_SEND, buf.as_mut_ptr())
-            };
-            if rc == 0 {
-                return Ok(true);
-            }
-            let err = io::Error::last_os_error();
-            match err.raw_os_error() {
-                Some(libc::EINTR) => continue,
-                Some(libc::ENOENT) => return Ok(false),
-                _ => return Err(err),
-            }
-        }
+        // SAFETY: the buffer is at least the kernel's seccomp_notif_resp size.
+        unsafe { self.ioctl(libc::SECCOMP_IOCTL_NOTIF_SEND as _, buf.as_mut_ptr(), || ()) }
     }
 }

@@ -36,15 +36,11 @@ pub(crate) enum Kind {
     Truncate,
 }
 
-/// (number, name, shape) of every metadata syscall on this architecture.
-#[cfg(target_arch = "x86_64")]
+/// (number, name, shape) of the metadata syscalls every architecture has.
 const TABLE: &[(i64, &str, Kind)] = &[
-    (libc::SYS_chmod, "chmod", Kind::Chmod),
     (libc::SYS_fchmod, "fchmod", Kind::Fchmod),
     (libc::SYS_fchmodat, "fchmodat", Kind::Fchmodat),
     (SYS_FCHMODAT2, "fchmodat2", Kind::Fchmodat2),
-    (libc::SYS_chown, "chown", Kind::Chown),
-    (libc::SYS_lchown, "lchown", Kind::Lchown),
     (libc::SYS_fchown, "fchown", Kind::Fchown),
     (libc::SYS_fchownat, "fchownat", Kind::Fchownat),
     (libc::SYS_setxattr, "setxattr", Kind::Setxattr),
@@ -54,71 +50,29 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_lremovexattr, "lremovexattr", Kind::Lremovexattr),
     (libc::SYS_fremovexattr, "fremovexattr", Kind::Fremovexattr),
     (libc::SYS_utimensat, "utimensat", Kind::Utimensat),
-    (libc::SYS_utimes, "utimes", Kind::Utimes),
-    (libc::SYS_futimesat, "futimesat", Kind::Futimesat),
-    (libc::SYS_utime, "utime", Kind::Utime),
     (libc::SYS_truncate, "truncate", Kind::Truncate),
 ];
 
-/// aarch64 has only the `*at` forms of chmod/chown/utimes.
-#[cfg(target_arch = "aarch64")]
-const TABLE: &[(i64, &str, Kind)] = &[
-    (libc::SYS_fchmod, "fchmod", Kind::Fchmod),
-    (libc::SYS_fchmodat, "fchmodat", Kind::Fchmodat),
-    (SYS_FCHMODAT2, "fchmodat2", Kind::Fchmodat2),
-    (libc::SYS_fchown, "fchown", Kind::Fchown),
-    (libc::SYS_fchownat, "fchownat", Kind::Fchownat),
-    (libc::SYS_setxattr, "setxattr", Kind::Setxattr),
-    (libc::SYS_lsetxattr, "lsetxattr", Kind::Lsetxattr),
-    (libc::SYS_fsetxattr, "fsetxattr", Kind::Fsetxattr),
-    (libc::SYS_removexattr, "removexattr", Kind::Removexattr),
-    (libc::SYS_lremovexattr, "lremovexattr", Kind::Lremovexattr),
-    (libc::SYS_fremovexattr, "fremovexattr", Kind::Fremovexattr),
-    (libc::SYS_utimensat, "utimensat", Kind::Utimensat),
-    (libc::SYS_truncate, "truncate", Kind::Truncate),
+/// x86_64's legacy path forms (aarch64 has only the `*at` calls above).
+#[cfg(target_arch = "x86_64")]
+const LEGACY: &[(i64, &str, Kind)] = &[
+    (libc::SYS_chmod, "chmod", Kind::Chmod),
+    (libc::SYS_chown, "chown", Kind::Chown),
+    (libc::SYS_lchown, "lchown", Kind::Lchown),
+    (libc::SYS_utimes, "utimes", Kind::Utimes),
+    (libc::SYS_futimesat, "futimesat", Kind::Futimesat),
+    (libc::SYS_utime, "utime", Kind::Utime),
 ];
+#[cfg(target_arch = "aarch64")]
+const LEGACY: &[(i64, &str, Kind)] = &[];
 
 #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
 compile_error!("sandbox-broker supports x86_64 and aarch64 only");
 
-/// Numbers in [`TABLE`] order, without truncate.
-#[cfg(target_arch = "x86_64")]
-static METADATA: [i64; 18] = [
-    libc::SYS_chmod,
-    libc::SYS_fchmod,
-    libc::SYS_fchmodat,
-    SYS_FCHMODAT2,
-    libc::SYS_chown,
-    libc::SYS_lchown,
-    libc::SYS_fchown,
-    libc::SYS_fchownat,
-    libc::SYS_setxattr,
-    libc::SYS_lsetxattr,
-    libc::SYS_fsetxattr,
-    libc::SYS_removexattr,
-    libc::SYS_lremovexattr,
-    libc::SYS_fremovexattr,
-    libc::SYS_utimensat,
-    libc::SYS_utimes,
-    libc::SYS_futimesat,
-    libc::SYS_utime,
-];
-#[cfg(target_arch = "aarch64")]
-static METADATA: [i64; 12] = [
-    libc::SYS_fchmod,
-    libc::SYS_fchmodat,
-    SYS_FCHMODAT2,
-    libc::SYS_fchown,
-    libc::SYS_fchownat,
-    libc::SYS_setxattr,
-    libc::SYS_lsetxattr,
-    libc::SYS_fsetxattr,
-    libc::SYS_removexattr,
-    libc::SYS_lremovexattr,
-    libc::SYS_fremovexattr,
-    libc::SYS_utimensat,
-];
-static TRUNCATE: [i64; 1] = [libc::SYS_truncate];
+/// Every brokered syscall on this architecture.
+fn all() -> impl Iterator<Item = &'static (i64, &'static str, Kind)> {
+    TABLE.iter().chain(LEGACY)
+}
 
 /// The metadata syscalls the broker handles, for the filter to route to
 /// `SECCOMP_RET_USER_NOTIF`: the chmod, chown, xattr set/remove and
@@ -127,19 +81,24 @@ static TRUNCATE: [i64; 1] = [libc::SYS_truncate];
 /// Not included: `setxattrat`/`removexattrat` (Linux 6.13), which the filter
 /// should keep denying.
 pub fn brokered_syscalls() -> &'static [i64] {
-    &METADATA
+    static NUMBERS: std::sync::OnceLock<Vec<i64>> = std::sync::OnceLock::new();
+    NUMBERS.get_or_init(|| {
+        all()
+            .filter(|(_, _, kind)| *kind != Kind::Truncate)
+            .map(|(nr, _, _)| *nr)
+            .collect()
+    })
 }
 
-/// `truncate(path)`, which the broker also handles: route it to the listener only
-/// when Landlock lacks the truncate right (ABI < 3).
+/// `truncate(path)`, which the broker also handles: route it to the listener
+/// whenever Landlock does not govern truncation.
 pub fn brokered_truncate_syscalls() -> &'static [i64] {
-    &TRUNCATE
+    &[libc::SYS_truncate]
 }
 
 /// Name and shape of syscall `nr`, if brokered.
 pub(crate) fn lookup(nr: i64) -> Option<(&'static str, Kind)> {
-    TABLE
-        .iter()
+    all()
         .find(|(n, _, _)| *n == nr)
         .map(|(_, name, kind)| (*name, *kind))
 }
@@ -465,10 +424,10 @@ mod tests {
             .iter()
             .chain(brokered_truncate_syscalls())
         {
-            assert_eq!(TABLE.iter().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
+            assert_eq!(all().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
         assert_eq!(
-            TABLE.len(),
+            all().count(),
             brokered_syscalls().len() + brokered_truncate_syscalls().len()
         );
         assert_eq!(lookup(libc::SYS_fchmodat).map(|x| x.0), Some("fchmodat"));

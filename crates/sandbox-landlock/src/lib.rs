@@ -24,8 +24,7 @@ mod linux;
 pub use linux::{
     abi::{detect_abi, KernelAbi, TESTED_ABI},
     backend::{LandlockBackend, SANDBOX_BIN_ENV},
-    broker::BrokerSupervisor,
-    prepare, prepare_brokered, PreparedLandlock,
+    prepare, PreparedLandlock,
 };
 
 #[cfg(not(target_os = "linux"))]

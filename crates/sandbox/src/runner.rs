@@ -185,7 +185,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         source,
     })?;
     ACTIVE.lock().map(|mut a| a.retain(|p| *p != pid)).ok();
-    let leftovers = process_tree::end_tree(pid, req.grace, &other_runs(pid));
+    let leftovers = process_tree::end_tree(pid, req.grace, &exclude);
     let mediation = supervisor.map(|s| s.finish());
     let stderr_tail = watch.drain();
 

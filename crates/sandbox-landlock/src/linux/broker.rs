@@ -76,7 +76,7 @@ pub(crate) fn install_in_child(program: &[libc::sock_filter], sock: RawFd) -> Re
 
 /// Starts the broker once the confined child is spawned.
 #[derive(Debug)]
-pub struct BrokerSupervisor {
+pub(crate) struct BrokerSupervisor {
     runner: OwnedFd,
     rules: BrokerRules,
 }
@@ -149,5 +149,39 @@ fn set_receive_timeout(fd: RawFd, wait: Duration) -> std::io::Result<()> {
         Ok(())
     } else {
         Err(std::io::Error::last_os_error())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use sandbox_seccomp::{table, Action, FilterSpec, LandlockCoverage, Rule};
+
+    /// The filter hands the broker exactly the calls it knows how to decode.
+    #[test]
+    fn filter_and_broker_agree_on_the_brokered_calls() {
+        for network in [false, true] {
+            let spec = FilterSpec {
+                network,
+                deny_subprocess: false,
+                landlock: LandlockCoverage { truncate: false },
+                broker: true,
+            };
+            let mut routed: Vec<i64> = table(&spec)
+                .into_iter()
+                .filter(|e| match e.rule {
+                    Rule::Deny(a) | Rule::AllowIf { otherwise: a, .. } => a == Action::UserNotif,
+                    _ => false,
+                })
+                .map(|e| i64::from(e.nr))
+                .collect();
+            let mut brokered: Vec<i64> = sandbox_broker::brokered_syscalls()
+                .iter()
+                .chain(sandbox_broker::brokered_truncate_syscalls())
+                .copied()
+                .collect();
+            routed.sort_unstable();
+            brokered.sort_unstable();
+            assert_eq!(routed, brokered);
+        }
     }
 }

@@ -33,24 +33,10 @@ pub struct PreparedLandlock {
 /// builds the Landlock ruleset, compiles the seccomp filter and writes the report.
 ///
 /// Metadata writes (chmod, chown, xattr, utimes, truncate by path) are refused
-/// with `EPERM`; see [`prepare_brokered`] to mediate them instead.
+/// with `EPERM`; [`LandlockBackend`](crate::LandlockBackend) brokers them instead.
 pub fn prepare(policy: &ResolvedPolicy) -> Result<PreparedLandlock, LandlockError> {
     let abi = abi::detect_abi()?;
     prepare_with(policy, abi, None).map(|(prepared, _)| prepared)
-}
-
-/// [`prepare`], with metadata writes handed to a broker: returns the
-/// supervisor to start once the child is spawned.
-pub fn prepare_brokered(
-    policy: &ResolvedPolicy,
-) -> Result<(PreparedLandlock, broker::BrokerSupervisor), LandlockError> {
-    let abi = abi::detect_abi()?;
-    let channel = broker::channel(policy)?;
-    let (prepared, supervisor) = prepare_with(policy, abi, Some(channel))?;
-    Ok((
-        prepared,
-        supervisor.ok_or(LandlockError::Broker("no supervisor".into()))?,
-    ))
 }
 
 pub(crate) fn prepare_with(
