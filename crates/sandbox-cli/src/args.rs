@@ -3,7 +3,8 @@
 use std::ffi::OsString;
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::builder::{Resettable, StyledStr};
+use clap::{ArgMatches, Args, Command, FromArgMatches, Parser, Subcommand};
 use sandbox::SandboxMode;
 use sandbox_permissions::ApprovalPolicy;
 
@@ -21,15 +22,50 @@ pub(crate) struct Cli {
 #[derive(Subcommand)]
 pub(crate) enum Cmd {
     /// Run PROGRAM under the policy given by flags, mode and config.
-    Run(RunArgs),
+    Run(Deferred<RunArgs>),
     /// Run a JSON op envelope (file or `-` for stdin), bounded by the config.
-    ExecOp(ExecOpArgs),
+    ExecOp(Deferred<ExecOpArgs>),
     /// Print the effective resolved policy as JSON.
-    Policy(PolicyCmd),
+    Policy(Deferred<PolicyCmd>),
     /// Report the resolved backend and what it enforces on this host.
-    Check(CheckArgs),
+    Check(Deferred<CheckArgs>),
     /// Print the macOS Seatbelt profile and parameters for a policy (on any OS).
-    Profile(ProfileCmd),
+    Profile(Deferred<ProfileCmd>),
+}
+
+/// A subcommand's arguments, defined only when that subcommand runs: clap
+/// otherwise builds every subcommand's arguments on every launch.
+pub(crate) struct Deferred<T>(pub(crate) T);
+
+impl<T: FromArgMatches> FromArgMatches for Deferred<T> {
+    fn from_arg_matches(matches: &ArgMatches) -> Result<Self, clap::Error> {
+        T::from_arg_matches(matches).map(Self)
+    }
+
+    fn update_from_arg_matches(&mut self, matches: &ArgMatches) -> Result<(), clap::Error> {
+        self.0.update_from_arg_matches(matches)
+    }
+}
+
+impl<T: Args> Args for Deferred<T> {
+    fn augment_args(cmd: Command) -> Command {
+        cmd.defer(|cmd| keep_about(cmd, T::augment_args))
+    }
+
+    fn augment_args_for_update(cmd: Command) -> Command {
+        cmd.defer(|cmd| keep_about(cmd, T::augment_args_for_update))
+    }
+}
+
+/// Runs `augment` without letting a flattened struct's doc comment replace
+/// the subcommand's own description (set before the deferred part runs).
+fn keep_about(cmd: Command, augment: fn(Command) -> Command) -> Command {
+    let about = cmd.get_about().cloned();
+    let long_about = cmd.get_long_about().cloned();
+    let restore = |text: Option<StyledStr>| text.map_or(Resettable::Reset, Resettable::Value);
+    augment(cmd)
+        .about(restore(about))
+        .long_about(restore(long_about))
 }
 
 #[derive(Args)]

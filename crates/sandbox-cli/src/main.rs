@@ -41,11 +41,11 @@ fn main() -> ExitCode {
         .init();
     let cli = Cli::parse();
     let result = match cli.command {
-        Cmd::Run(args) => cmd_run(args),
-        Cmd::ExecOp(args) => cmd_exec_op(args),
-        Cmd::Policy(args) => cmd_policy(args),
-        Cmd::Check(args) => cmd_check(args),
-        Cmd::Profile(args) => cmd_profile(args),
+        Cmd::Run(args) => cmd_run(args.0),
+        Cmd::ExecOp(args) => cmd_exec_op(args.0),
+        Cmd::Policy(args) => cmd_policy(args.0),
+        Cmd::Check(args) => cmd_check(args.0),
+        Cmd::Profile(args) => cmd_profile(args.0),
     };
     match result {
         Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),

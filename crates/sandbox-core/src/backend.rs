@@ -69,6 +69,16 @@ impl PreExecHook {
         Self(Box::new(hook))
     }
 
+    /// Runs the hook in the calling process (for launchers that spawn without
+    /// `std::process::Command`).
+    ///
+    /// # Safety
+    /// Call it only in a child between `fork` (or `clone`) and `exec`: the hook
+    /// confines the process that calls it, irreversibly.
+    pub unsafe fn run_in_child(&mut self) -> std::io::Result<()> {
+        (self.0)()
+    }
+
     /// Installs the hook on `cmd`, after any hooks already installed.
     pub fn install(self, cmd: &mut Command) {
         let hook = self.0;

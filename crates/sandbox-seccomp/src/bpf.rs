@@ -350,7 +350,70 @@ pub fn assemble(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
     let mut program = prologue();
     program.extend(dispatch(&runs(&sorted))?);
     verify(&program)?;
+    let program = compact(&program);
+    verify(&program)?;
     Ok(program)
+}
+
+/// Where control may go after instruction `i`.
+fn successors(program: &[sock_filter], i: usize) -> Vec<usize> {
+    let insn = &program[i];
+    match insn.code {
+        RET_K => vec![],
+        JA => vec![i + 1 + insn.k as usize],
+        JEQ_K | JGT_K | JGE_K | JSET_K => {
+            vec![i + 1 + usize::from(insn.jt), i + 1 + usize::from(insn.jf)]
+        }
+        _ => vec![i + 1],
+    }
+}
+
+/// Drops what the kernel would convert and JIT-compile for nothing: the
+/// instructions no path reaches (seccompiler pads its blocks with them) and
+/// the `ja` that only skip over those. Jump offsets only shrink, so they
+/// still fit. The program must already pass [`verify`].
+fn compact(program: &[sock_filter]) -> Vec<sock_filter> {
+    let mut reachable = vec![false; program.len()];
+    let mut todo = vec![0];
+    while let Some(i) = todo.pop() {
+        if !std::mem::replace(&mut reachable[i], true) {
+            todo.extend(successors(program, i));
+        }
+    }
+    let skips_only_unreachable = |i: usize| {
+        program[i].code == JA && (i + 1..i + 1 + program[i].k as usize).all(|j| !reachable[j])
+    };
+    let kept: Vec<bool> = (0..program.len())
+        .map(|i| reachable[i] && !skips_only_unreachable(i))
+        .collect();
+    // new_index[i]: the position, in the compacted program, of the first kept
+    // instruction at or after i (where a jump to i now lands).
+    let mut new_index = vec![0usize; program.len() + 1];
+    let mut next = kept.iter().filter(|&&k| k).count();
+    new_index[program.len()] = next;
+    for i in (0..program.len()).rev() {
+        if kept[i] {
+            next -= 1;
+        }
+        new_index[i] = next;
+    }
+    let offset = |from: usize, to: usize| new_index[to] - new_index[from] - 1;
+    (0..program.len())
+        .filter(|&i| kept[i])
+        .map(|i| {
+            let mut insn = program[i].clone();
+            match insn.code {
+                JA => insn.k = offset(i, i + 1 + insn.k as usize) as u32,
+                JEQ_K | JGT_K | JGE_K | JSET_K => {
+                    // Offsets only shrink: they fit where the old ones did.
+                    insn.jt = offset(i, i + 1 + usize::from(insn.jt)) as u8;
+                    insn.jf = offset(i, i + 1 + usize::from(insn.jf)) as u8;
+                }
+                _ => {}
+            }
+            insn
+        })
+        .collect()
 }
 
 /// Structural checks: length, known opcodes, in-range jumps, ends in `ret`.
@@ -359,16 +422,15 @@ pub fn verify(program: &[sock_filter]) -> Result<(), SeccompError> {
         return Err(SeccompError::TooLong(program.len()));
     }
     for (i, insn) in program.iter().enumerate() {
-        let targets: Vec<usize> = match insn.code {
-            LD_W_ABS if insn.k % 4 == 0 && insn.k < 64 => vec![],
-            AND_K | RET_K => vec![],
-            JA => vec![i + 1 + insn.k as usize],
-            JEQ_K | JGT_K | JGE_K | JSET_K => {
-                vec![i + 1 + usize::from(insn.jt), i + 1 + usize::from(insn.jf)]
-            }
+        match insn.code {
+            LD_W_ABS if insn.k % 4 == 0 && insn.k < 64 => {}
+            AND_K | RET_K | JA | JEQ_K | JGT_K | JGE_K | JSET_K => {}
             _ => return Err(internal(format!("instruction {i}: unexpected {insn:?}"))),
-        };
-        if let Some(t) = targets.iter().find(|&&t| t >= program.len()) {
+        }
+        if let Some(t) = successors(program, i)
+            .into_iter()
+            .find(|&t| t >= program.len())
+        {
             return Err(internal(format!(
                 "instruction {i} jumps out of the program to {t}"
             )));
@@ -599,4 +661,31 @@ pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'stati
         let _ = writeln!(out, "{i:4}: {text}");
     }
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::FilterSpec;
+
+    /// Every instruction of every assembled program is on some path, and no
+    /// `ja` merely falls through: nothing is left for the kernel to compile
+    /// for nothing. (What the programs answer is proven by the oracle tests.)
+    #[test]
+    fn assembled_programs_carry_no_dead_instructions() {
+        for spec in FilterSpec::all() {
+            let program = assemble(&crate::table(&spec)).unwrap();
+            let flow = flow(&program);
+            for (i, insn) in program.iter().enumerate() {
+                assert!(
+                    flow[i].is_some(),
+                    "{spec:?}: instruction {i} is unreachable"
+                );
+                assert!(
+                    !(insn.code == JA && insn.k == 0),
+                    "{spec:?}: instruction {i} jumps to the next one"
+                );
+            }
+        }
+    }
 }

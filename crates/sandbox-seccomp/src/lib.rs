@@ -19,8 +19,9 @@
 //!    does not know) or the argument checks of one syscall, compiled by
 //!    `seccompiler`.
 //!
-//! Constant answers are shared `ret` instructions after the search, so the
-//! program stays small (about 150 to 260 instructions; the kernel converts
+//! Constant answers are shared `ret` instructions after the search, and the
+//! instructions no path reaches (seccompiler pads its blocks) are dropped, so
+//! the program stays small (about 135 to 225 instructions; the kernel converts
 //! and JIT-compiles every one on attach). A call costs about ten comparisons
 //! instead of a scan of the table, and the kernel's action cache, which it
 //! prepares on attach by emulating the program for every syscall number,
@@ -125,8 +126,16 @@ pub enum SeccompError {
 /// A compiled, ready-to-install seccomp-BPF program. Cloning is cheap.
 #[derive(Debug, Clone)]
 pub struct Filter {
-    program: Arc<[sock_filter]>,
-    names: Arc<[(u32, &'static str)]>,
+    program: Program,
+    spec: FilterSpec,
+}
+
+#[derive(Debug, Clone)]
+enum Program {
+    /// Checked into the source (`prebuilt/`), verified against the compiler by a test.
+    #[allow(dead_code)]
+    Prebuilt(&'static [sock_filter]),
+    Built(Arc<[sock_filter]>),
 }
 
 /// Compiles `policy` to a default-deny filter for the target architecture.
@@ -139,19 +148,43 @@ pub fn compile(
 
 /// Compiles a [`FilterSpec`] (the policy facts the filter depends on).
 ///
-/// Programs are cached per spec for the life of the process (there are only
-/// a handful of specs), so a launcher pays the compilation once, not per
-/// launch.
+/// On x86_64 every spec's program is prebuilt into this crate (a test proves
+/// each equals what the compiler produces), so a launch pays nothing to get
+/// one. Elsewhere programs are compiled once per spec and cached for the life
+/// of the process.
 pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
-    static CACHE: Mutex<Vec<(FilterSpec, Filter)>> = Mutex::new(Vec::new());
+    if let Some(program) = prebuilt(spec) {
+        return Ok(Filter {
+            program: Program::Prebuilt(program),
+            spec: *spec,
+        });
+    }
+    static CACHE: Mutex<Vec<Filter>> = Mutex::new(Vec::new());
     // Nothing panics while the lock is held; a poisoned cache is still valid.
     let mut cache = CACHE.lock().unwrap_or_else(PoisonError::into_inner);
-    if let Some((_, filter)) = cache.iter().find(|(s, _)| s == spec) {
+    if let Some(filter) = cache.iter().find(|f| f.spec == *spec) {
         return Ok(filter.clone());
     }
     let filter = build(spec)?;
-    cache.push((*spec, filter.clone()));
+    cache.push(filter.clone());
     Ok(filter)
+}
+
+#[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+mod prebuilt {
+    include!("prebuilt/x86_64.rs");
+}
+
+fn prebuilt(spec: &FilterSpec) -> Option<&'static [sock_filter]> {
+    #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
+    {
+        prebuilt::PROGRAMS.get(spec.index()).copied()
+    }
+    #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
+    {
+        let _ = spec;
+        None
+    }
 }
 
 /// Compiles `spec` without the cache.
@@ -167,9 +200,8 @@ fn build(spec: &FilterSpec) -> Result<Filter, SeccompError> {
         any(target_arch = "x86_64", target_arch = "aarch64")
     ))]
     {
-        let rows = table::table(spec);
-        let program = bpf::assemble(&rows)?;
-        Ok(Filter::new(program, &rows))
+        let program = bpf::assemble(&table::table(spec))?;
+        Ok(Filter::new(program, *spec))
     }
     #[cfg(not(all(
         target_os = "linux",
@@ -183,36 +215,51 @@ fn build(spec: &FilterSpec) -> Result<Filter, SeccompError> {
 
 impl Filter {
     #[allow(dead_code)]
-    fn new(program: Vec<sock_filter>, rows: &[Entry]) -> Self {
-        let mut names: Vec<(u32, &'static str)> = rows.iter().map(|e| (e.nr, e.name)).collect();
-        names.sort_unstable();
+    fn new(program: Vec<sock_filter>, spec: FilterSpec) -> Self {
         Filter {
-            program: program.into(),
-            names: names.into(),
+            program: Program::Built(program.into()),
+            spec,
         }
     }
 
     /// The program's instructions.
     pub fn instructions(&self) -> &[sock_filter] {
-        &self.program
+        match &self.program {
+            Program::Prebuilt(p) => p,
+            Program::Built(p) => p,
+        }
     }
 
     /// Number of instructions.
     pub fn len(&self) -> usize {
-        self.program.len()
+        self.instructions().len()
     }
 
     /// Whether the program is empty (never true for a compiled filter).
     pub fn is_empty(&self) -> bool {
-        self.program.is_empty()
+        self.instructions().is_empty()
     }
 
     /// The syscall name the table gives `nr`, if any.
     pub fn syscall_name(&self, nr: u32) -> Option<&'static str> {
-        self.names
-            .binary_search_by_key(&nr, |&(n, _)| n)
-            .ok()
-            .map(|i| self.names[i].1)
+        #[cfg(all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        ))]
+        {
+            table::table(&self.spec)
+                .into_iter()
+                .find(|e| e.nr == nr)
+                .map(|e| e.name)
+        }
+        #[cfg(not(all(
+            target_os = "linux",
+            any(target_arch = "x86_64", target_arch = "aarch64")
+        )))]
+        {
+            let _ = nr;
+            None
+        }
     }
 
     /// Installs the filter on the calling thread (`SECCOMP_SET_MODE_FILTER`,
@@ -220,7 +267,7 @@ impl Filter {
     /// errno on failure. The caller must already have set `PR_SET_NO_NEW_PRIVS`
     /// (or hold `CAP_SYS_ADMIN`).
     pub fn apply(&self) -> Result<(), i32> {
-        apply_program(&self.program)
+        apply_program(self.instructions())
     }
 
     /// Human-readable disassembly, one instruction per line, with syscall
@@ -231,7 +278,9 @@ impl Filter {
             any(target_arch = "x86_64", target_arch = "aarch64")
         ))]
         {
-            bpf::disassemble(&self.program, |nr| self.syscall_name(nr))
+            let rows = table::table(&self.spec);
+            let name = |nr: u32| rows.iter().find(|e| e.nr == nr).map(|e| e.name);
+            bpf::disassemble(self.instructions(), name)
         }
         #[cfg(not(all(
             target_os = "linux",
@@ -276,4 +325,76 @@ fn apply_program(program: &[sock_filter]) -> Result<(), i32> {
 #[cfg(not(target_os = "linux"))]
 fn apply_program(_: &[sock_filter]) -> Result<(), i32> {
     Err(libc::ENOSYS)
+}
+
+#[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]
+mod prebuilt_tests {
+    use super::*;
+
+    const FILE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/src/prebuilt/x86_64.rs");
+
+    /// The prebuilt programs are exactly what the compiler makes of the table.
+    /// After changing the table or the assembler, regenerate them with
+    /// `SECCOMP_REGENERATE=1 cargo test -p sandbox-seccomp --lib prebuilt`.
+    #[test]
+    fn prebuilt_programs_match_the_compiler() {
+        let built: Vec<(FilterSpec, Filter)> = FilterSpec::all()
+            .map(|spec| (spec, build(&spec).unwrap()))
+            .collect();
+        if std::env::var_os("SECCOMP_REGENERATE").is_some() {
+            std::fs::write(FILE, render(&built)).unwrap();
+            return;
+        }
+        assert_eq!(
+            prebuilt::PROGRAMS.len(),
+            16,
+            "{FILE} is stale: regenerate it"
+        );
+        for (i, (spec, filter)) in built.iter().enumerate() {
+            assert_eq!(spec.index(), i);
+            let same = prebuilt(spec).is_some_and(|p| {
+                p.len() == filter.len()
+                    && p.iter()
+                        .zip(filter.instructions())
+                        .all(|(a, b)| (a.code, a.jt, a.jf, a.k) == (b.code, b.jt, b.jf, b.k))
+            });
+            assert!(
+                same,
+                "{FILE} is stale for {spec:?}: regenerate it with \
+                 SECCOMP_REGENERATE=1 cargo test -p sandbox-seccomp --lib prebuilt"
+            );
+        }
+    }
+
+    fn render(built: &[(FilterSpec, Filter)]) -> String {
+        let mut out = String::from(
+            "// @generated by `SECCOMP_REGENERATE=1 cargo test -p sandbox-seccomp --lib prebuilt`.\n\
+             // Do not edit: `prebuilt_programs_match_the_compiler` fails when this file\n\
+             // differs from what the compiler makes of the table.\n\n\
+             use crate::sock_filter;\n\n\
+             const fn i(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {\n    \
+             sock_filter { code, jt, jf, k }\n}\n\n\
+             /// One program per spec, indexed by `FilterSpec::index`.\n",
+        );
+        out += &format!(
+            "pub(super) static PROGRAMS: [&[sock_filter]; {}] = [\n",
+            built.len()
+        );
+        for (spec, filter) in built {
+            out += &format!(
+                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}\n    &[\n",
+                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker
+            );
+            for line in filter.instructions().chunks(4) {
+                let insns: Vec<String> = line
+                    .iter()
+                    .map(|f| format!("i(0x{:02x}, {}, {}, 0x{:x})", f.code, f.jt, f.jf, f.k))
+                    .collect();
+                out += &format!("        {},\n", insns.join(", "));
+            }
+            out += "    ],\n";
+        }
+        out += "];\n";
+        out
+    }
 }

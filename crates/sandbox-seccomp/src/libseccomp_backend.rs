@@ -141,5 +141,5 @@ pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
     if program.len() > crate::bpf::MAX_INSNS {
         return Err(SeccompError::TooLong(program.len()));
     }
-    Ok(Filter::new(program, &rows))
+    Ok(Filter::new(program, *spec))
 }

@@ -210,6 +210,14 @@ impl FilterSpec {
         FilterSpec { broker, ..self }
     }
 
+    /// This spec's position in [`FilterSpec::all`].
+    pub(crate) fn index(&self) -> usize {
+        usize::from(self.network)
+            | usize::from(self.deny_subprocess) << 1
+            | usize::from(self.landlock.truncate) << 2
+            | usize::from(self.broker) << 3
+    }
+
     /// All sixteen combinations of the four switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
         (0u8..16).map(|bits| FilterSpec {

@@ -65,7 +65,9 @@ impl VerdictCache {
             return None;
         }
         let dir = base.join("sandbox");
-        let _ = fs::DirBuilder::new().mode(0o700).create(&dir);
+        if fs::symlink_metadata(&dir).is_err() {
+            let _ = fs::DirBuilder::new().mode(0o700).create(&dir);
+        }
         if !private_dir(&dir, euid, false)
             || writable
                 .iter()
@@ -73,9 +75,12 @@ impl VerdictCache {
         {
             return None;
         }
+        let exe = std::env::current_exe().ok()?;
         Some(Self {
-            file: dir.join(format!("gate-{backend}")),
-            key: cache_key(backend)?,
+            // One file per binary path, so two installed builds do not evict
+            // each other's verdict on every alternate launch.
+            file: dir.join(format!("gate-{backend}-{:016x}", path_hash(&exe))),
+            key: cache_key(backend, &exe)?,
         })
     }
 
@@ -94,7 +99,8 @@ impl VerdictCache {
         if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } || meta.mode() & 0o022 != 0 {
             return false;
         }
-        std::io::read_to_string(file).is_ok_and(|text| text == self.expected())
+        let expected = self.expected();
+        read_small(file, expected.len() + 1).is_some_and(|text| text == expected.as_bytes())
     }
 
     fn record_pass(&self) {
@@ -126,13 +132,46 @@ fn private_dir(dir: &Path, euid: u32, root_may_own: bool) -> bool {
     })
 }
 
-fn cache_key(backend: &str) -> Option<String> {
-    let boot = fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
-    let kernel = fs::read_to_string("/proc/sys/kernel/osrelease").ok()?;
-    let exe = fs::metadata(std::env::current_exe().ok()?).ok()?;
+/// FNV-1a of the path's bytes: a stable file-name suffix (std's hashers make
+/// no stability promise across releases).
+fn path_hash(path: &Path) -> u64 {
+    use std::os::unix::ffi::OsStrExt;
+    path.as_os_str()
+        .as_bytes()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+            (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+        })
+}
+
+/// Up to `limit` bytes of `file` in one read (the files read here are tiny;
+/// std's `read_to_string` costs three more syscalls on every launch).
+fn read_small(mut file: fs::File, limit: usize) -> Option<Vec<u8>> {
+    use std::io::Read;
+    let mut buf = vec![0; limit];
+    let n = file.read(&mut buf).ok()?;
+    buf.truncate(n);
+    Some(buf)
+}
+
+fn kernel_release() -> Option<String> {
+    // SAFETY: utsname is plain data; uname fills it.
+    let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    if unsafe { libc::uname(&mut uts) } != 0 {
+        return None;
+    }
+    // SAFETY: uname NUL-terminates the field.
+    let release = unsafe { std::ffi::CStr::from_ptr(uts.release.as_ptr()) };
+    Some(release.to_string_lossy().into_owned())
+}
+
+fn cache_key(backend: &str, exe: &Path) -> Option<String> {
+    let boot = read_small(fs::File::open("/proc/sys/kernel/random/boot_id").ok()?, 64)?;
+    let kernel = kernel_release()?;
+    let exe = fs::metadata(exe).ok()?;
     Some(format!(
         "v1 backend={backend} boot={} kernel={} exe={}:{}:{}:{}.{}:{}.{}",
-        boot.trim(),
+        String::from_utf8_lossy(&boot).trim(),
         kernel.trim(),
         exe.dev(),
         exe.ino(),

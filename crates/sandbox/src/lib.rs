@@ -11,6 +11,7 @@ mod outcome;
 mod process_tree;
 mod resolve;
 mod runner;
+mod spawn;
 
 pub use outcome::{Classification, Outcome, Termination};
 pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};

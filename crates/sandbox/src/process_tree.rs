@@ -7,7 +7,46 @@
 //! being collected, then killed.
 
 use std::collections::{HashMap, HashSet};
+use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::{Duration, Instant};
+
+/// Main pids of the runs in progress in this process. Cleanup of one run
+/// never touches another's main process, its session, or its zombie.
+static ACTIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
+
+fn active() -> MutexGuard<'static, Vec<i32>> {
+    // Nothing panics while the lock is held; a poisoned list is still valid.
+    ACTIVE.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// Keeps a run's main process registered as in progress; dropping it (once
+/// the process is reaped) ends the registration.
+pub(crate) struct Registration(i32);
+
+impl Drop for Registration {
+    fn drop(&mut self) {
+        active().retain(|p| *p != self.0);
+    }
+}
+
+/// Starts a run's main process with `start` and registers it, holding the
+/// lock every cleanup scan takes: no scan can see the new process before it
+/// is registered and take it for an orphan of the run being cleaned up.
+pub(crate) fn start_registered<T, E>(
+    start: impl FnOnce() -> Result<T, E>,
+    pid_of: impl FnOnce(&T) -> i32,
+) -> Result<(T, Registration), E> {
+    let mut active = active();
+    let started = start()?;
+    let pid = pid_of(&started);
+    active.push(pid);
+    Ok((started, Registration(pid)))
+}
+
+/// The main pids of runs other than `root`.
+fn others(active: &[i32], root: i32) -> HashSet<i32> {
+    active.iter().copied().filter(|p| *p != root).collect()
+}
 
 /// Makes the calling process a child subreaper (once per process; Linux only,
 /// elsewhere a descendant that leaves the session escapes cleanup).
@@ -62,16 +101,21 @@ fn snapshot() -> HashMap<i32, (i32, i32, bool)> {
 }
 
 /// Live descendants of a run: the subtree of `root`, processes in its session,
-/// and orphans re-parented to this runner that are not in `exclude`.
-fn descendants(root: i32, exclude: &HashSet<i32>) -> Vec<i32> {
+/// and orphans re-parented to this runner, except other runs' main processes
+/// and sessions.
+fn descendants(root: i32) -> Vec<i32> {
     let me = std::process::id() as i32;
+    let active = active();
+    let others = others(&active, root);
     let table = snapshot();
+    drop(active);
     let mut found: HashSet<i32> = HashSet::new();
     let mut frontier: Vec<i32> = table
         .iter()
         .filter(|(pid, (ppid, sid, _))| {
             **pid != me
-                && !exclude.contains(pid)
+                && !others.contains(pid)
+                && !others.contains(sid)
                 && (**pid == root || *sid == root || *ppid == root || *ppid == me)
         })
         .map(|(pid, _)| *pid)
@@ -122,12 +166,13 @@ fn signal_all(pids: &[i32], sig: i32) {
     }
 }
 
-/// Reaps zombies among this runner's own children, except `root` (its
-/// `Child` handle reaps it) and those in `exclude`.
-fn reap(root: i32, exclude: &HashSet<i32>) {
+/// Reaps zombies among this runner's own children, except the main processes
+/// of runs (each run reaps its own).
+fn reap(root: i32) {
     let me = std::process::id() as i32;
+    let active = active();
     for (pid, (ppid, _, zombie)) in snapshot() {
-        if ppid == me && zombie && pid != root && !exclude.contains(&pid) {
+        if ppid == me && zombie && pid != root && !active.contains(&pid) {
             // SAFETY: waitpid on a specific pid with a null status pointer.
             unsafe {
                 libc::waitpid(pid, std::ptr::null_mut(), libc::WNOHANG);
@@ -138,9 +183,9 @@ fn reap(root: i32, exclude: &HashSet<i32>) {
 
 /// Ends every descendant of `root`: SIGTERM, up to `grace`, then SIGKILL.
 ///
-/// `exclude` holds the main processes of other runs in this process, which
-/// must survive. Returns how many processes were signalled.
-pub(crate) fn end_tree(root: i32, grace: Duration, exclude: &HashSet<i32>) -> usize {
+/// Other runs in this process, their sessions and main processes survive.
+/// Returns how many processes were signalled.
+pub(crate) fn end_tree(root: i32, grace: Duration) -> usize {
     if !cfg!(target_os = "linux") {
         // SAFETY: killpg has no memory effects; the group is the run's own session.
         unsafe {
@@ -150,10 +195,10 @@ pub(crate) fn end_tree(root: i32, grace: Duration, exclude: &HashSet<i32>) -> us
         }
         return 0;
     }
-    if exclude.is_empty() && !may_have_descendants(root) {
+    if others(&active(), root).is_empty() && !may_have_descendants(root) {
         return 0;
     }
-    let first = descendants(root, exclude);
+    let first = descendants(root);
     if first.is_empty() {
         return 0;
     }
@@ -161,8 +206,8 @@ pub(crate) fn end_tree(root: i32, grace: Duration, exclude: &HashSet<i32>) -> us
     signal_all(&first, libc::SIGCONT);
     let deadline = Instant::now() + grace;
     while Instant::now() < deadline {
-        reap(root, exclude);
-        if descendants(root, exclude).is_empty() {
+        reap(root);
+        if descendants(root).is_empty() {
             return first.len();
         }
         std::thread::sleep(Duration::from_millis(10));
@@ -170,7 +215,7 @@ pub(crate) fn end_tree(root: i32, grace: Duration, exclude: &HashSet<i32>) -> us
     // Stop everything first so nothing forks while we collect, then kill.
     let mut seen: HashSet<i32> = HashSet::new();
     for _ in 0..100 {
-        let live = descendants(root, exclude);
+        let live = descendants(root);
         if live.is_empty() {
             break;
         }
@@ -178,9 +223,9 @@ pub(crate) fn end_tree(root: i32, grace: Duration, exclude: &HashSet<i32>) -> us
         signal_all(&live, libc::SIGSTOP);
         seen.extend(fresh);
         signal_all(&live, libc::SIGKILL);
-        reap(root, exclude);
+        reap(root);
         std::thread::sleep(Duration::from_millis(2));
     }
-    reap(root, exclude);
+    reap(root);
     first.len().max(seen.len())
 }

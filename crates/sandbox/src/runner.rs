@@ -1,21 +1,19 @@
 //! Runs one command under a backend: session, fds, environment, timeout,
 //! process-tree cleanup and the outcome record.
 
-use std::collections::HashSet;
 use std::ffi::{OsStr, OsString};
 use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sandbox_core::{decode_pre_exec_error, scrub_env, Backend, PreExecHook, ResolvedPolicy};
 
 use crate::outcome::{Classification, Outcome, Termination};
 use crate::process_tree;
+use crate::spawn::{self, SpawnPlan};
 
 /// Exit code when the timeout ended the command.
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -110,9 +108,6 @@ impl RunError {
     }
 }
 
-/// Main pids of runs in progress in this process: cleanup of one run never touches another's.
-static ACTIVE: Mutex<Vec<i32>> = Mutex::new(Vec::new());
-
 /// Runs `req` under `backend` and waits for it (and every descendant) to end.
 pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError> {
     let started = Instant::now();
@@ -125,7 +120,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone());
-    locate(program, path_var.as_deref(), req.cwd.as_deref())?;
+    let located = locate(program, path_var.as_deref(), req.cwd.as_deref())?;
 
     let (argv, hook, report, supervisor) = match &req.policy {
         Some(policy) => {
@@ -134,58 +129,56 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         }
         None => (req.argv.clone(), None, None, None),
     };
-    let env = match &req.policy {
+    let mut env = match &req.policy {
         Some(p) => scrub_env(env, p.env_deny_names()),
         None => env,
     };
+    for (name, value) in &req.env_overrides {
+        env.retain(|(n, _)| n != name);
+        env.push((name.clone(), value.clone()));
+    }
     let timeout = req.policy.as_ref().map(|p| p.timeout());
-
-    let mut cmd = Command::new(&argv[0]);
-    cmd.args(&argv[1..])
-        .env_clear()
-        .envs(env)
-        .envs(req.env_overrides.iter().cloned());
-    if let Some(cwd) = &req.cwd {
-        cmd.current_dir(cwd);
-    }
-    cmd.stdin(Stdio::inherit())
-        .stdout(Stdio::inherit())
-        .stderr(Stdio::piped());
-    runner_hook(req.policy.is_some()).install(&mut cmd);
-    if let Some(hook) = hook {
-        hook.install(&mut cmd);
-    }
+    // A backend may put its own launcher in front of the command.
+    let path = match argv.first() {
+        Some(first) if first == program => located,
+        Some(first) => locate(first, path_var.as_deref(), req.cwd.as_deref())?,
+        None => return Err(RunError::EmptyArgv),
+    };
+    let plan = SpawnPlan {
+        path: &path,
+        argv: &argv,
+        env: &env,
+        cwd: req.cwd.as_deref(),
+    };
+    let hooks: Vec<PreExecHook> = std::iter::once(runner_hook(req.policy.is_some()))
+        .chain(hook)
+        .collect();
 
     process_tree::become_subreaper();
-    let mut child = cmd
-        .spawn()
-        .map_err(|source| spawn_error(backend, program, source))?;
-    // The hooks (and the fds they hold for the child) go now, so a
-    // supervisor's channel sees only the child's end.
-    drop(cmd);
-    let pid = child.id() as i32;
+    // The hooks (and the fds they hold for the child) are gone once `spawn`
+    // returns, so a supervisor's channel sees only the child's end.
+    let (child, registration) =
+        process_tree::start_registered(|| spawn::spawn(&plan, hooks), |c| c.pid)
+            .map_err(|source| spawn_error(backend, program, source))?;
+    let pid = child.pid;
     let supervisor = match supervisor.map(|s| s.start()).transpose() {
         Ok(s) => s,
         Err(err) => {
-            let _ = child.kill();
-            let _ = child.wait();
+            spawn::kill_and_reap(pid);
             return Err(RunError::Unavailable(err));
         }
     };
-    ACTIVE.lock().map(|mut a| a.push(pid)).ok();
-    let stderr = child.stderr.take().map(OwnedFd::from);
-    let mut watch = Watch::new(pid, stderr, req.echo_stderr);
+    let mut watch = Watch::new(pid, Some(child.stderr), req.echo_stderr);
     let timed_out = !watch.wait_exit(timeout.map(|t| started + t));
-    let exclude = other_runs(pid);
     if timed_out {
-        process_tree::end_tree(pid, req.grace, &exclude);
+        process_tree::end_tree(pid, req.grace);
     }
-    let status = child.wait().map_err(|source| RunError::Spawn {
+    let status = spawn::wait(pid).map_err(|source| RunError::Spawn {
         program: program.clone(),
         source,
     })?;
-    ACTIVE.lock().map(|mut a| a.retain(|p| *p != pid)).ok();
-    let leftovers = process_tree::end_tree(pid, req.grace, &exclude);
+    drop(registration);
+    let leftovers = process_tree::end_tree(pid, req.grace);
     let mediation = supervisor.map(|s| s.finish());
     let stderr_tail = watch.drain();
 
@@ -219,13 +212,6 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
     })
-}
-
-fn other_runs(me: i32) -> HashSet<i32> {
-    ACTIVE
-        .lock()
-        .map(|a| a.iter().copied().filter(|p| *p != me).collect())
-        .unwrap_or_default()
 }
 
 fn spawn_error(backend: &dyn Backend, program: &OsStr, source: std::io::Error) -> RunError {
@@ -329,8 +315,7 @@ mod child_sys {
         if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        // CLOSE_RANGE_CLOEXEC keeps std's exec-error pipe and a backend's
-        // ruleset fd usable until exec.
+        // CLOSE_RANGE_CLOEXEC keeps a backend's ruleset fd usable until exec.
         if libc::syscall(
             libc::SYS_close_range,
             3u32,
