@@ -80,12 +80,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
         "-p",
         "bench-workload",
     ])?;
-    let root = workspace_root();
-    let bin = root.join("target/release/sandbox");
+    let root = crate::workspace_root();
+    // The binary `cargo xtask dist` ships (static on Linux), and the plain
+    // `cargo build --release` one beside it for comparison.
+    let bin = crate::dist()?;
+    let dynamic_bin = root.join("target/release/sandbox");
     let workload = root.join("target/release/bench-workload");
     let scratch = tempdir()?;
     let w = scratch.to_str().ok_or("temp dir is not UTF-8")?.to_owned();
-    let confine = |extra: &[&str], argv: &[&str]| -> Vec<String> {
+    let confine_with = |bin: &Path, extra: &[&str], argv: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = vec![
             bin.display().to_string(),
             "run".into(),
@@ -100,6 +103,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         v.extend(argv.iter().map(|s| s.to_string()));
         v
     };
+    let confine = |extra: &[&str], argv: &[&str]| confine_with(&bin, extra, argv);
     let deny = deep_dir(Path::new("/usr/share"), 5);
     let deny = deny.display().to_string();
     let mut rows = Vec::new();
@@ -111,6 +115,14 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let launch_bare = Stats::of(&a).median;
     let launch_cli = Stats::of(&b).median;
     rows.push(row("launch /bin/true: CLI vs bare", &cli, &a, &b));
+    let cli_dynamic = confine_with(&dynamic_bin, &[], &["/bin/true"]);
+    let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&cli_dynamic))?;
+    rows.push(row(
+        "launch /bin/true: CLI as `cargo build --release` links it vs bare",
+        &cli_dynamic,
+        &a,
+        &b,
+    ));
 
     // Library Command form vs plain std::process::Command, measured in-process.
     let lib = [
@@ -437,13 +449,6 @@ fn tempdir() -> Result<PathBuf, String> {
     let p = std::env::temp_dir().join(format!("xtask-bench-{}", std::process::id()));
     std::fs::create_dir_all(&p).map_err(|e| format!("{}: {e}", p.display()))?;
     std::fs::canonicalize(&p).map_err(|e| e.to_string())
-}
-
-fn workspace_root() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR"))
-        .parent()
-        .map(Path::to_path_buf)
-        .unwrap_or_default()
 }
 
 fn machine_line() -> String {

@@ -13,6 +13,7 @@ use sandbox::{
 
 mod approval;
 mod args;
+mod log;
 mod show;
 
 use args::{
@@ -29,16 +30,7 @@ impl<E: std::fmt::Display> From<E> for Fatal {
 }
 
 fn main() -> ExitCode {
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("SANDBOX_LOG")
-                .unwrap_or_else(|_| "warn".into()),
-        )
-        .with_writer(std::io::stderr)
-        .without_time()
-        .with_target(false)
-        .with_level(false)
-        .init();
+    log::init();
     let cli = Cli::parse();
     let result = match cli.command {
         Cmd::Run(args) => cmd_run(args.0),

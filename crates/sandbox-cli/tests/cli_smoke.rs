@@ -25,3 +25,30 @@ fn run_without_command_is_a_usage_error() {
         .unwrap();
     assert_eq!(out.status.code(), Some(2));
 }
+
+/// Library warnings reach stderr (the CLI's own log subscriber), and each
+/// subcommand keeps its own description although its arguments are deferred.
+#[cfg(target_os = "linux")]
+#[test]
+fn warnings_reach_stderr_and_subcommands_keep_their_help() {
+    let out = Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["run", "--backend", "seatbelt", "--on-unsupported", "warn"])
+        .args(["--", "/bin/true"])
+        .env_remove("SANDBOX_LOG")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("falling back to the noop backend")
+            && stderr.contains("noop backend in use"),
+        "{stderr}"
+    );
+    let out = Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["run", "--help"])
+        .output()
+        .unwrap();
+    let help = String::from_utf8_lossy(&out.stdout);
+    assert!(help.starts_with("Run PROGRAM under the policy"), "{help}");
+    assert!(help.contains("--write-deny"), "{help}");
+}

@@ -2,9 +2,10 @@
 //!
 //! * `stat N DIR`: N `stat` calls over the entries of DIR; prints the loop's nanoseconds.
 //! * `open N FILE`: N open+close of FILE; prints the loop's nanoseconds.
-//! * `launch N WRITE_DIR`: N interleaved pairs of a plain `Command` spawn of
-//!   `/bin/true` and the same spawn through the resolved backend's `Command`
-//!   form; prints both sample lists in nanoseconds.
+//! * `launch N WRITE_DIR`: N interleaved rounds of a plain `Command` spawn of
+//!   `/bin/true`, the same spawn through the resolved backend's `Command`
+//!   form, and a run through the facade's runner (`sandbox::run`); prints the
+//!   three sample lists in nanoseconds.
 //! * `prepare N WIDE_DIR`: N prepares of a policy with 50 write paths and a read
 //!   denial deep under WIDE_DIR; prints the samples.
 //!
@@ -97,7 +98,13 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
     .resolve(&ExpandContext::default())
     .map_err(|e| e.to_string())?;
     let argv = [OsString::from("/bin/true")];
-    let (mut plain, mut confined) = (Vec::with_capacity(n), Vec::with_capacity(n));
+    let (mut plain, mut confined, mut runner) = (
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+        Vec::with_capacity(n),
+    );
+    let mut req = sandbox::RunRequest::new(argv.to_vec(), Some(policy.clone()));
+    req.echo_stderr = false;
     for _ in 0..n {
         let t = Instant::now();
         let status = Command::new("/bin/true")
@@ -115,8 +122,19 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
         if !status.success() {
             return Err(format!("confined /bin/true failed: {status}"));
         }
+        let t = Instant::now();
+        let outcome = sandbox::run(backend.as_ref(), &req).map_err(|e| e.to_string())?;
+        runner.push(t.elapsed().as_nanos() as u64);
+        if outcome.exit_code() != 0 {
+            return Err(format!("/bin/true through the runner failed: {outcome:?}"));
+        }
     }
-    Ok(serde_json::json!({ "backend": backend.name(), "plain": plain, "confined": confined }))
+    Ok(serde_json::json!({
+        "backend": backend.name(),
+        "plain": plain,
+        "confined": confined,
+        "runner": runner,
+    }))
 }
 
 fn prepare_loop(n: usize, wide: &Path) -> Result<serde_json::Value, String> {
