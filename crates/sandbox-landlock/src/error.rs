@@ -38,4 +38,7 @@ pub enum LandlockError {
     /// The metadata broker could not be set up.
     #[error("setting up the metadata broker failed: {0}")]
     Broker(String),
+    /// A confined spawner could not be started.
+    #[error("the confined spawner: {0}")]
+    Spawner(String),
 }

@@ -6,6 +6,9 @@
 //! * [`PreparedLandlock::apply_in_child`] confines the calling process with
 //!   async-signal-safe syscalls only, for use between `fork` and `exec`.
 //! * [`LandlockBackend`] implements [`sandbox_core::Backend`] on top of both.
+//! * [`LandlockBackend::spawner`] confines one thread once and spawns many
+//!   commands from it ([`ConfinedSpawner`]): the fast path for launching
+//!   repeatedly under one policy.
 //!
 //! On other operating systems the crate compiles, but [`LandlockBackend::new`]
 //! and [`prepare`] report that Landlock is unavailable.
@@ -24,7 +27,9 @@ mod linux;
 pub use linux::{
     abi::{detect_abi, KernelAbi, TESTED_ABI},
     backend::{LandlockBackend, SANDBOX_BIN_ENV},
-    prepare, PreparedLandlock,
+    prepare,
+    spawner::ConfinedSpawner,
+    PreparedLandlock,
 };
 
 #[cfg(not(target_os = "linux"))]

@@ -20,7 +20,7 @@ pub use runner::{
 };
 pub use sandbox_core::*;
 #[cfg(target_os = "linux")]
-pub use sandbox_landlock::LandlockBackend;
+pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
 pub use sandbox_probe::{GateReport, ProbeReport};
 #[cfg(target_os = "macos")]
 pub use sandbox_seatbelt::SeatbeltBackend;

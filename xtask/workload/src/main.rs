@@ -4,8 +4,9 @@
 //! * `open N FILE`: N open+close of FILE; prints the loop's nanoseconds.
 //! * `launch N WRITE_DIR`: N interleaved rounds of a plain `Command` spawn of
 //!   `/bin/true`, the same spawn through the resolved backend's `Command`
-//!   form, and a run through the facade's runner (`sandbox::run`); prints the
-//!   three sample lists in nanoseconds.
+//!   form, a run through the facade's runner (`sandbox::run`), and (Linux) a
+//!   spawn from a `ConfinedSpawner` made once; prints the sample lists in
+//!   nanoseconds.
 //! * `prepare N WIDE_DIR`: N prepares of a policy with 50 write paths and a read
 //!   denial deep under WIDE_DIR; prints the samples.
 //!
@@ -98,11 +99,13 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
     .resolve(&ExpandContext::default())
     .map_err(|e| e.to_string())?;
     let argv = [OsString::from("/bin/true")];
-    let (mut plain, mut confined, mut runner) = (
+    let (mut plain, mut confined, mut runner, mut spawned) = (
+        Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
+    let spawner = spawner(&policy)?;
     let mut req = sandbox::RunRequest::new(argv.to_vec(), Some(policy.clone()));
     req.echo_stderr = false;
     for _ in 0..n {
@@ -128,13 +131,37 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
         if outcome.exit_code() != 0 {
             return Err(format!("/bin/true through the runner failed: {outcome:?}"));
         }
+        if let Some(spawner) = &spawner {
+            let t = Instant::now();
+            let status = spawner
+                .spawn(Command::new("/bin/true"))
+                .and_then(|mut child| child.wait())
+                .map_err(|e| e.to_string())?;
+            spawned.push(t.elapsed().as_nanos() as u64);
+            if !status.success() {
+                return Err(format!("/bin/true from the spawner failed: {status}"));
+            }
+        }
     }
     Ok(serde_json::json!({
         "backend": backend.name(),
         "plain": plain,
         "confined": confined,
         "runner": runner,
+        "spawner": spawned,
     }))
+}
+
+/// A confined spawner for `policy` (Linux), created outside the timed loop.
+#[cfg(target_os = "linux")]
+fn spawner(policy: &sandbox::ResolvedPolicy) -> Result<Option<sandbox::ConfinedSpawner>, String> {
+    let backend = sandbox::LandlockBackend::new().map_err(|e| e.to_string())?;
+    backend.spawner(policy).map(Some).map_err(|e| e.to_string())
+}
+
+#[cfg(not(target_os = "linux"))]
+fn spawner(_: &sandbox::ResolvedPolicy) -> Result<Option<()>, String> {
+    Ok(None)
 }
 
 fn prepare_loop(n: usize, wide: &Path) -> Result<serde_json::Value, String> {

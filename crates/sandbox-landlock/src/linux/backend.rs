@@ -5,10 +5,11 @@ use std::path::{Path, PathBuf};
 
 use sandbox_core::{
     encode_pre_exec_error, Axis, Backend, Confinement, PreExecHook, ResolvedPolicy,
-    SandboxUnavailable, WrappedArgv,
+    SandboxUnavailable, Supervisor, WrappedArgv,
 };
 
 use super::abi::{detect_abi, KernelAbi};
+use super::spawner::{self, ConfinedSpawner};
 use crate::LandlockError;
 
 const NAME: &str = "landlock";
@@ -44,6 +45,24 @@ impl LandlockBackend {
     /// The kernel's Landlock ABI and the one in use.
     pub fn abi(&self) -> KernelAbi {
         self.abi
+    }
+
+    /// A spawner for many commands under `policy`: the policy is prepared
+    /// and applied once, to a thread that then spawns each command.
+    ///
+    /// Refused for policies with `deny_subprocess` (the thread could not
+    /// start anything); use the Command form for those.
+    pub fn spawner(&self, policy: &ResolvedPolicy) -> Result<ConfinedSpawner, SandboxUnavailable> {
+        spawner::check(policy).map_err(unavailable)?;
+        let channel = if self.broker {
+            Some(super::broker::channel(policy).map_err(unavailable)?)
+        } else {
+            None
+        };
+        let (prepared, supervisor) =
+            super::prepare_with(policy, self.abi, channel).map_err(unavailable)?;
+        let supervisor = supervisor.map(|s| Box::new(s) as Box<dyn Supervisor>);
+        ConfinedSpawner::start(prepared, supervisor).map_err(unavailable)
     }
 }
 

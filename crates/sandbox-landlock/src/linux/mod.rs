@@ -7,6 +7,7 @@ mod child;
 mod report;
 mod rules;
 mod ruleset;
+pub(crate) mod spawner;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 

@@ -1,0 +1,144 @@
+//! Many launches under one policy: a thread confines itself once, then
+//! spawns every command, which inherits its confinement.
+//!
+//! `no_new_privs`, the capability sets, the Landlock domain and the seccomp
+//! filter all belong to a thread, not to the whole process, and a child
+//! inherits those of the thread that created it. So the thread applies the
+//! same [`PreparedLandlock::apply_in_child`] a forked child would, and from
+//! then on std's `Command::spawn` can take its `posix_spawn` path: no `fork`
+//! and no filter to attach per launch (measured: about 1.05x a plain spawn,
+//! against 1.6x for the Command form's `pre_exec` hook). The rest of the
+//! process is untouched.
+
+use std::io;
+use std::process::{Child, Command};
+use std::sync::mpsc;
+use std::thread::JoinHandle;
+
+use sandbox_core::{EnforcementReport, Mediation, ResolvedPolicy, RunningSupervisor, Supervisor};
+
+use super::PreparedLandlock;
+use crate::LandlockError;
+
+type Job = (Command, mpsc::SyncSender<io::Result<Child>>);
+
+/// Spawns commands confined by one policy (see [`LandlockBackend::spawner`]).
+///
+/// Each child is confined exactly as the Command form would confine it, and
+/// its metadata writes go to the spawner's broker. Dropping the spawner (or
+/// [`ConfinedSpawner::finish`]) stops its thread and its broker; children
+/// still running keep their confinement, and brokered calls they make after
+/// that fail with `ENOSYS`.
+///
+/// [`LandlockBackend::spawner`]: crate::LandlockBackend::spawner
+#[derive(Debug)]
+pub struct ConfinedSpawner {
+    jobs: Option<mpsc::Sender<Job>>,
+    thread: Option<JoinHandle<()>>,
+    supervisor: Option<Box<dyn RunningSupervisor>>,
+    report: EnforcementReport,
+}
+
+impl ConfinedSpawner {
+    pub(crate) fn start(
+        prepared: PreparedLandlock,
+        supervisor: Option<Box<dyn Supervisor>>,
+    ) -> Result<Self, LandlockError> {
+        let report = prepared.report().clone();
+        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), i32>>(1);
+        let (jobs, queue) = mpsc::channel::<Job>();
+        let thread = std::thread::Builder::new()
+            .name("sandbox-spawner".into())
+            .spawn(move || {
+                // Confines this thread, for good: it only ever spawns.
+                let applied = prepared.apply_in_child();
+                drop(prepared);
+                let confined = applied.is_ok();
+                let _ = ready_tx.send(applied);
+                if confined {
+                    for (mut cmd, reply) in queue {
+                        let _ = reply.send(cmd.spawn());
+                    }
+                }
+            })
+            .map_err(|e| LandlockError::Spawner(format!("starting its thread failed: {e}")))?;
+        let ready = ready_rx.recv();
+        let mut spawner = ConfinedSpawner {
+            jobs: Some(jobs),
+            thread: Some(thread),
+            supervisor: None,
+            report,
+        };
+        match ready {
+            Ok(Ok(())) => {}
+            Ok(Err(errno)) => {
+                return Err(LandlockError::Spawner(format!(
+                    "confining its thread failed: {}",
+                    io::Error::from_raw_os_error(errno)
+                )))
+            }
+            Err(_) => {
+                return Err(LandlockError::Spawner(
+                    "its thread ended before confining itself".into(),
+                ))
+            }
+        }
+        if let Some(supervisor) = supervisor {
+            let running = supervisor
+                .start()
+                .map_err(|e| LandlockError::Spawner(e.to_string()))?;
+            spawner.supervisor = Some(running);
+        }
+        Ok(spawner)
+    }
+
+    /// Spawns `cmd`, confined. `pre_exec` hooks on `cmd` still run (std then
+    /// forks instead of using `posix_spawn`).
+    pub fn spawn(&self, cmd: Command) -> io::Result<Child> {
+        let ended = || io::Error::other("the spawner's thread has ended");
+        let (reply, answer) = mpsc::sync_channel(1);
+        self.jobs
+            .as_ref()
+            .ok_or_else(ended)?
+            .send((cmd, reply))
+            .map_err(|_| ended())?;
+        answer.recv().map_err(|_| ended())?
+    }
+
+    /// What is enforced on every child.
+    pub fn report(&self) -> &EnforcementReport {
+        &self.report
+    }
+
+    /// Stops the thread and the broker; returns what the broker mediated.
+    pub fn finish(mut self) -> Option<Mediation> {
+        self.stop()
+    }
+
+    fn stop(&mut self) -> Option<Mediation> {
+        drop(self.jobs.take());
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        self.supervisor.take().map(|s| s.finish())
+    }
+}
+
+impl Drop for ConfinedSpawner {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+/// Refuses a policy the spawner cannot serve.
+pub(crate) fn check(policy: &ResolvedPolicy) -> Result<(), LandlockError> {
+    if policy.deny_subprocess() {
+        // The thread would carry the filter that refuses new processes.
+        return Err(LandlockError::Spawner(
+            "a policy with deny_subprocess cannot use a spawner (its thread could not start \
+             the command); use the Command form"
+                .into(),
+        ));
+    }
+    Ok(())
+}
