@@ -32,6 +32,13 @@ impl<E: std::fmt::Display> From<E> for Fatal {
 fn main() -> ExitCode {
     log::init();
     let cli = Cli::parse();
+    if !matches!(cli.command, Cmd::Run(_) | Cmd::ExecOp(_)) {
+        // Printing commands end quietly when their reader goes away (as in
+        // `sandbox policy | head`), like other Unix tools. `run` keeps SIGPIPE
+        // ignored: it must outlive a closed stderr to end the command's tree.
+        // SAFETY: restoring a default disposition, before any thread exists.
+        unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+    }
     let result = match cli.command {
         Cmd::Run(args) => cmd_run(args.0),
         Cmd::ExecOp(args) => cmd_exec_op(args.0),

@@ -52,3 +52,25 @@ fn warnings_reach_stderr_and_subcommands_keep_their_help() {
     assert!(help.starts_with("Run PROGRAM under the policy"), "{help}");
     assert!(help.contains("--write-deny"), "{help}");
 }
+
+/// A printing command whose reader has gone ends by SIGPIPE, quietly, like
+/// other Unix tools; it does not panic.
+#[cfg(unix)]
+#[test]
+fn a_closed_stdout_ends_printing_commands_quietly() {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::process::ExitStatusExt;
+    let mut fds = [0; 2];
+    // SAFETY: fds has room for the two pipe ends, which we then own.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(reader);
+    let out = Command::new(env!("CARGO_BIN_EXE_sandbox"))
+        .args(["policy", "-w", "/tmp"])
+        .stdout(writer)
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
