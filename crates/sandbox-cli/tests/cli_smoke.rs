@@ -62,7 +62,7 @@ fn a_closed_stdout_ends_printing_commands_quietly() {
     use std::os::unix::process::ExitStatusExt;
     let mut fds = [0; 2];
     // SAFETY: fds has room for the two pipe ends, which we then own.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
     let (reader, writer) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
     drop(reader);
     let out = Command::new(env!("CARGO_BIN_EXE_sandbox"))

@@ -211,6 +211,10 @@ impl FilterSpec {
     }
 
     /// This spec's position in [`FilterSpec::all`].
+    #[cfg_attr(
+        not(all(target_os = "linux", target_arch = "x86_64")),
+        allow(dead_code)
+    )]
     pub(crate) fn index(&self) -> usize {
         usize::from(self.network)
             | usize::from(self.deny_subprocess) << 1

@@ -65,6 +65,7 @@ pub(crate) fn kill_and_reap(pid: i32) {
     let _ = wait(pid);
 }
 
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn nul_error(what: &str, value: &OsStr) -> io::Error {
     io::Error::new(
         io::ErrorKind::InvalidInput,
