@@ -66,7 +66,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     } else {
         Settings {
             launches: 400,
-            workload_runs: 15,
+            workload_runs: 25,
             stat_calls: 200_000,
             open_calls: 100_000,
         }

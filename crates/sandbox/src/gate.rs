@@ -65,10 +65,10 @@ impl VerdictCache {
             return None;
         }
         let dir = base.join("sandbox");
-        if fs::symlink_metadata(&dir).is_err() {
-            let _ = fs::DirBuilder::new().mode(0o700).create(&dir);
-        }
-        if !private_dir(&dir, euid, false)
+        let private = private_dir(&dir, euid, false)
+            || (fs::DirBuilder::new().mode(0o700).create(&dir).is_ok()
+                && private_dir(&dir, euid, false));
+        if !private
             || writable
                 .iter()
                 .any(|w| dir.starts_with(w) || w.starts_with(&dir))
