@@ -168,9 +168,24 @@ impl Caller {
         } as libc::c_long)?;
         // SAFETY: fresh fd, owned by the File from here on.
         let mut file = unsafe { std::fs::File::from_raw_fd(fd as RawFd) };
-        let mut text = String::new();
-        file.read_to_string(&mut text)?;
-        Ok(text)
+        // One read takes the whole file (procfs renders it on the first
+        // read); read_to_string would stat it and probe with small reads
+        // first, each a syscall on every brokered call.
+        let mut buf = vec![0u8; 4096];
+        let mut len = 0;
+        loop {
+            if len == buf.len() {
+                buf.resize(len * 2, 0);
+            }
+            match file.read(&mut buf[len..]) {
+                Ok(0) => break,
+                Ok(n) => len += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        buf.truncate(len);
+        String::from_utf8(buf).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
 
     /// An `O_PATH` fd on the caller's working directory.
