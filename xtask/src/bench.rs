@@ -8,6 +8,9 @@ use std::time::Instant;
 
 struct Settings {
     launches: usize,
+    /// Pairs for the stat and open loops: many short pairs, so a burst of
+    /// noise from the host spoils few of them.
+    loop_runs: usize,
     workload_runs: usize,
     stat_calls: usize,
     open_calls: usize,
@@ -59,16 +62,18 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let settings = if quick {
         Settings {
             launches: 60,
+            loop_runs: 15,
             workload_runs: 5,
-            stat_calls: 50_000,
-            open_calls: 20_000,
+            stat_calls: 20_000,
+            open_calls: 10_000,
         }
     } else {
         Settings {
             launches: 400,
+            loop_runs: 151,
             workload_runs: 25,
-            stat_calls: 200_000,
-            open_calls: 100_000,
+            stat_calls: 40_000,
+            open_calls: 20_000,
         }
     };
     crate::cargo(&[
@@ -182,7 +187,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ] {
             let confined = confine(&extra, &argv_ref);
             let (a, b) = interleave(
-                settings.workload_runs,
+                settings.loop_runs,
                 || inner_ms(&argv),
                 || inner_ms(&confined),
             )?;
