@@ -3,7 +3,9 @@
 //!
 //! The verdict is cached in-process by `sandbox-probe`. Across processes, a
 //! *passing* verdict is remembered in a file under the user's runtime
-//! directory, keyed by boot id, kernel release, backend and the identity of
+//! directory (`$XDG_RUNTIME_DIR`; for root `/run`; otherwise the user's cache
+//! directory, `$XDG_CACHE_HOME` or `~/.cache`, as in CI containers without a
+//! login session), keyed by boot id, kernel release, backend and the identity of
 //! the running binary (device, inode, size, mtime and ctime: hashing the
 //! binary would cost more than the probes it saves). The file is trusted only
 //! when it and its directories belong to this user and are writable by no one
@@ -49,11 +51,20 @@ impl VerdictCache {
     fn locate(backend: &str, writable: &[PathBuf]) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
-        let base = match std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from) {
-            Some(dir) if dir.is_absolute() => dir,
-            _ if euid == 0 => PathBuf::from("/run"),
-            _ => return None,
-        };
+        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        let (base, fallback) = base_dir(
+            euid,
+            var("XDG_RUNTIME_DIR"),
+            var("XDG_CACHE_HOME"),
+            var("HOME"),
+        )?;
+        if fallback {
+            // A fresh home may have no cache directory yet.
+            let _ = fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(&base);
+        }
         Self::locate_in(&base, backend, writable)
     }
 
@@ -122,6 +133,27 @@ impl VerdictCache {
     fn expected(&self) -> String {
         format!("{}\npassed\n", self.key)
     }
+}
+
+/// Where verdicts live: the runtime directory, `/run` for root, else the
+/// user's cache directory (`true`: a fallback that may need creating).
+/// Relative paths in the variables are ignored.
+fn base_dir(
+    euid: u32,
+    runtime: Option<PathBuf>,
+    cache: Option<PathBuf>,
+    home: Option<PathBuf>,
+) -> Option<(PathBuf, bool)> {
+    let absolute = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
+    if let Some(dir) = absolute(runtime) {
+        return Some((dir, false));
+    }
+    if euid == 0 {
+        return Some((PathBuf::from("/run"), false));
+    }
+    absolute(cache)
+        .or_else(|| absolute(home).map(|h| h.join(".cache")))
+        .map(|dir| (dir, true))
 }
 
 /// A directory is private when it is a real directory owned by `euid` (or by
@@ -209,6 +241,29 @@ mod tests {
         fs::set_permissions(&cache.file, fs::Permissions::from_mode(0o600)).unwrap();
         fs::write(&cache.file, "v1 backend=t forged\npassed\n").unwrap();
         assert!(!cache.holds_pass(), "a verdict for another key is ignored");
+    }
+
+    #[test]
+    fn verdicts_live_in_the_runtime_dir_or_else_the_cache_dir() {
+        let p = |s: &str| Some(PathBuf::from(s));
+        assert_eq!(
+            base_dir(1000, p("/run/user/1000"), p("/c"), p("/h")),
+            Some((PathBuf::from("/run/user/1000"), false))
+        );
+        assert_eq!(
+            base_dir(0, None, p("/c"), p("/h")),
+            Some((PathBuf::from("/run"), false))
+        );
+        // No login session (CI containers): the cache dir, then ~/.cache.
+        assert_eq!(
+            base_dir(1000, None, p("/c"), p("/h")),
+            Some((PathBuf::from("/c"), true))
+        );
+        assert_eq!(
+            base_dir(1000, p("relative"), p("also-relative"), p("/h")),
+            Some((PathBuf::from("/h/.cache"), true))
+        );
+        assert_eq!(base_dir(1000, None, None, None), None);
     }
 
     #[test]
