@@ -120,6 +120,17 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone());
+    if let Some(cwd) = req.cwd.as_deref().filter(|d| !d.is_dir()) {
+        // Said here: the child's chdir would fail with ENOENT, which reads as
+        // "command not found".
+        return Err(RunError::Spawn {
+            program: program.clone(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("the working directory {} is not a directory", cwd.display()),
+            ),
+        });
+    }
     let located = locate(program, path_var.as_deref(), req.cwd.as_deref())?;
 
     let (argv, hook, report, supervisor) = match &req.policy {

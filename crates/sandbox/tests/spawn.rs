@@ -170,3 +170,21 @@ fn the_command_starts_with_default_signals_and_an_empty_mask() {
     assert_eq!(field("SigBlk:"), 0, "{text}");
     assert_eq!(field("SigIgn:") & (1 << (libc::SIGPIPE - 1)), 0, "{text}");
 }
+
+#[test]
+fn a_missing_working_directory_is_named_and_nothing_runs() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let missing = dir.path().join("no-such-dir");
+    let mut req = sh(&marker_script(&marker));
+    req.cwd = Some(missing.clone());
+    let err = run(&HookBackend(succeed), &req).unwrap_err();
+    assert!(matches!(err, RunError::Spawn { .. }), "{err:?}");
+    assert!(err.to_string().contains("no-such-dir"), "{err}");
+    assert_eq!(err.exit_code(), sandbox::EXIT_SANDBOX);
+    assert!(!marker.exists());
+    // Positive control: the same request in an existing directory runs.
+    req.cwd = Some(dir.path().to_path_buf());
+    run(&HookBackend(succeed), &req).unwrap();
+    assert!(marker.exists());
+}
