@@ -9,7 +9,9 @@ use sandbox_core::{
 };
 
 use super::abi::{detect_abi, KernelAbi};
+use super::broker::BrokerSupervisor;
 use super::spawner::{self, ConfinedSpawner};
+use super::PreparedLandlock;
 use crate::LandlockError;
 
 const NAME: &str = "landlock";
@@ -54,15 +56,22 @@ impl LandlockBackend {
     /// start anything); use the Command form for those.
     pub fn spawner(&self, policy: &ResolvedPolicy) -> Result<ConfinedSpawner, SandboxUnavailable> {
         spawner::check(policy).map_err(unavailable)?;
+        let (prepared, supervisor) = self.prepare_brokered(policy)?;
+        let supervisor = supervisor.map(|s| Box::new(s) as Box<dyn Supervisor>);
+        ConfinedSpawner::start(prepared, supervisor).map_err(unavailable)
+    }
+
+    /// Prepares `policy`, with the broker's channel when brokering is on.
+    fn prepare_brokered(
+        &self,
+        policy: &ResolvedPolicy,
+    ) -> Result<(PreparedLandlock, Option<BrokerSupervisor>), SandboxUnavailable> {
         let channel = if self.broker {
             Some(super::broker::channel(policy).map_err(unavailable)?)
         } else {
             None
         };
-        let (prepared, supervisor) =
-            super::prepare_with(policy, self.abi, channel).map_err(unavailable)?;
-        let supervisor = supervisor.map(|s| Box::new(s) as Box<dyn Supervisor>);
-        ConfinedSpawner::start(prepared, supervisor).map_err(unavailable)
+        super::prepare_with(policy, self.abi, channel).map_err(unavailable)
     }
 }
 
@@ -96,13 +105,7 @@ impl Backend for LandlockBackend {
                 "the command is empty; give the program to run",
             ));
         }
-        let channel = if self.broker {
-            Some(super::broker::channel(policy).map_err(unavailable)?)
-        } else {
-            None
-        };
-        let (prepared, supervisor) =
-            super::prepare_with(policy, self.abi, channel).map_err(unavailable)?;
+        let (prepared, supervisor) = self.prepare_brokered(policy)?;
         let report = prepared.report().clone();
         let hook = move || prepared.apply_in_child().map_err(encode_pre_exec_error);
         // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,
