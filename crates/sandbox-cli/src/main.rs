@@ -1,9 +1,17 @@
 //! The `sandbox` command: run a command confined by a declared policy.
+//!
+//! The binary defines the C `main` itself (`no_main`): std's start-up would
+//! read `/proc/self/maps` to place a stack guard and set up an alternate
+//! signal stack, about 80 µs of every launch (measured), for a stack-overflow
+//! message. What of it matters here is done in [`main`].
+#![cfg_attr(not(test), no_main)]
+// Unit tests run under the test harness's own `main`; what only our `main`
+// reaches is then unused, not dead.
+#![cfg_attr(test, allow(dead_code))]
 
 use std::ffi::OsString;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::ExitCode;
 
 use clap::Parser;
 use sandbox::{
@@ -29,7 +37,37 @@ impl<E: std::fmt::Display> From<E> for Fatal {
     }
 }
 
-fn main() -> ExitCode {
+/// The process entry point: standard fds made safe, SIGPIPE set, the
+/// command run, and stdout flushed by `process::exit`.
+#[cfg(not(test))]
+#[no_mangle]
+pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+    open_missing_standard_fds();
+    std::process::exit(run_cli())
+}
+
+/// Opens `/dev/null` on each of fds 0-2 that is closed, as std's start-up
+/// does, so nothing this process opens can land on a standard stream.
+fn open_missing_standard_fds() {
+    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
+        fd,
+        events: 0,
+        revents: 0,
+    });
+    // SAFETY: three valid pollfds; a zero timeout only reports.
+    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } < 0 {
+        return;
+    }
+    for pollfd in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+        // SAFETY: open returns the lowest free fd, which is this one.
+        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        debug_assert!(fd == pollfd.fd || fd < 0);
+    }
+}
+
+fn run_cli() -> i32 {
+    // SAFETY: setting a disposition before any thread exists.
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     log::init();
     let cli = Cli::parse();
     if !matches!(cli.command, Cmd::Run(_) | Cmd::ExecOp(_)) {
@@ -47,11 +85,11 @@ fn main() -> ExitCode {
         Cmd::Profile(args) => cmd_profile(args.0),
     };
     match result {
-        Ok(code) => ExitCode::from(code.clamp(0, 255) as u8),
+        Ok(code) => code.clamp(0, 255),
         Err(Fatal(message)) => {
             let line = message.replace('\n', " ");
             eprintln!("sandbox: {line}");
-            ExitCode::from(EXIT_SANDBOX as u8)
+            EXIT_SANDBOX
         }
     }
 }
