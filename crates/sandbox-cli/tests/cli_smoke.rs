@@ -74,3 +74,36 @@ fn a_closed_stdout_ends_printing_commands_quietly() {
     assert_eq!(out.status.signal(), Some(libc::SIGPIPE), "{stderr}");
     assert!(!stderr.contains("panicked"), "{stderr}");
 }
+
+/// A closed stdin is reopened on /dev/null before anything else is opened,
+/// so the command never finds one of the CLI's own files on fd 0.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_closed_stdin_becomes_dev_null() {
+    use std::os::unix::process::CommandExt;
+    let dir = std::env::temp_dir().join(format!("sandbox-cli-fd0-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("fd0");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_sandbox"));
+    cmd.args([
+        "run",
+        "--backend",
+        "noop",
+        "--on-unsupported",
+        "ignore",
+        "--",
+    ])
+    .args(["/bin/sh", "-c"])
+    .arg(format!("readlink /proc/self/fd/0 > '{}'", out.display()));
+    // SAFETY: close is async-signal-safe.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::close(0);
+            Ok(())
+        });
+    }
+    let status = cmd.status().unwrap();
+    assert!(status.success());
+    assert_eq!(std::fs::read_to_string(&out).unwrap().trim(), "/dev/null");
+    let _ = std::fs::remove_dir_all(&dir);
+}
