@@ -10,7 +10,7 @@
 //! offers a vfork-style spawn that runs such hooks, hence the hand-written
 //! code. Elsewhere std's `Command` does the work.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::io;
 use std::os::fd::OwnedFd;
 use std::os::unix::process::ExitStatusExt;
@@ -65,14 +65,6 @@ pub(crate) fn kill_and_reap(pid: i32) {
     let _ = wait(pid);
 }
 
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-fn nul_error(what: &str, value: &OsStr) -> io::Error {
-    io::Error::new(
-        io::ErrorKind::InvalidInput,
-        format!("{what} {value:?} contains a NUL byte"),
-    )
-}
-
 #[cfg(target_os = "linux")]
 mod imp {
     use std::ffi::{CString, OsStr};
@@ -82,7 +74,7 @@ mod imp {
 
     use sandbox_core::PreExecHook;
 
-    use super::{nul_error, SpawnPlan, Spawned};
+    use super::{SpawnPlan, Spawned};
 
     /// The child's stack. Hooks are a few frames of raw syscalls; the guard
     /// page turns an overflow into a fault instead of a write into the
@@ -99,6 +91,13 @@ mod imp {
         stderr: RawFd,
         hooks: Vec<PreExecHook>,
         error: i32,
+    }
+
+    fn nul_error(what: &str, value: &OsStr) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("{what} {value:?} contains a NUL byte"),
+        )
     }
 
     pub(super) fn spawn(plan: &SpawnPlan<'_>, hooks: Vec<PreExecHook>) -> io::Result<Spawned> {

@@ -104,9 +104,7 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
         Vec::with_capacity(n),
         Vec::with_capacity(n),
     );
-    #[cfg_attr(not(target_os = "linux"), allow(unused_mut))]
-    let mut spawned: Vec<u64> = Vec::with_capacity(n);
-    #[cfg_attr(not(target_os = "linux"), allow(unused_variables))]
+    let mut spawned = Vec::with_capacity(n);
     let spawner = spawner(&policy)?;
     let mut req = sandbox::RunRequest::new(argv.to_vec(), Some(policy.clone()));
     req.echo_stderr = false;
@@ -133,17 +131,8 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
         if outcome.exit_code() != 0 {
             return Err(format!("/bin/true through the runner failed: {outcome:?}"));
         }
-        #[cfg(target_os = "linux")]
         if let Some(spawner) = &spawner {
-            let t = Instant::now();
-            let status = spawner
-                .spawn(Command::new("/bin/true"))
-                .and_then(|mut child| child.wait())
-                .map_err(|e| e.to_string())?;
-            spawned.push(t.elapsed().as_nanos() as u64);
-            if !status.success() {
-                return Err(format!("/bin/true from the spawner failed: {status}"));
-            }
+            spawned.push(spawn_true(spawner)?);
         }
     }
     Ok(serde_json::json!({
@@ -155,17 +144,43 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
     }))
 }
 
-/// A confined spawner for `policy` (Linux), created outside the timed loop.
 #[cfg(target_os = "linux")]
-fn spawner(policy: &sandbox::ResolvedPolicy) -> Result<Option<sandbox::ConfinedSpawner>, String> {
-    let backend = sandbox::LandlockBackend::new().map_err(|e| e.to_string())?;
-    backend.spawner(policy).map(Some).map_err(|e| e.to_string())
+use sandbox::ConfinedSpawner as Spawner;
+
+/// No spawner exists off Linux: its samples stay empty and the bench omits the row.
+#[cfg(not(target_os = "linux"))]
+enum Spawner {}
+
+/// A confined spawner for `policy`, created outside the timed loop.
+fn spawner(policy: &sandbox::ResolvedPolicy) -> Result<Option<Spawner>, String> {
+    #[cfg(target_os = "linux")]
+    {
+        let backend = sandbox::LandlockBackend::new().map_err(|e| e.to_string())?;
+        backend.spawner(policy).map(Some).map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = policy;
+        Ok(None)
+    }
 }
 
-/// No spawner off Linux: its samples stay empty and the bench omits the row.
-#[cfg(not(target_os = "linux"))]
-fn spawner(_: &sandbox::ResolvedPolicy) -> Result<Option<()>, String> {
-    Ok(None)
+/// One timed spawn-and-wait of `/bin/true` from `spawner`, in nanoseconds.
+fn spawn_true(spawner: &Spawner) -> Result<u64, String> {
+    #[cfg(target_os = "linux")]
+    {
+        let t = Instant::now();
+        let status = spawner
+            .spawn(Command::new("/bin/true"))
+            .and_then(|mut child| child.wait())
+            .map_err(|e| e.to_string())?;
+        if !status.success() {
+            return Err(format!("/bin/true from the spawner failed: {status}"));
+        }
+        Ok(t.elapsed().as_nanos() as u64)
+    }
+    #[cfg(not(target_os = "linux"))]
+    match *spawner {}
 }
 
 fn prepare_loop(n: usize, wide: &Path) -> Result<serde_json::Value, String> {
