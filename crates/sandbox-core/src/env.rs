@@ -3,13 +3,14 @@
 use std::ffi::{OsStr, OsString};
 
 /// Whether `name` matches any entry of `deny` (exact, or a glob where `*` matches any run).
+///
+/// Names are compared byte-wise, so a name that is not valid UTF-8 is matched
+/// like any other (`AWS_*` denies `AWS_\xff`).
 pub fn env_name_denied(name: &OsStr, deny: &[String]) -> bool {
-    let Some(name) = name.to_str() else {
-        // A non-UTF-8 name cannot match a UTF-8 pattern except a lone `*`.
-        return deny.iter().any(|d| d.chars().all(|c| c == '*'));
-    };
+    use std::os::unix::ffi::OsStrExt;
+    let name = name.as_bytes();
     deny.iter()
-        .any(|pattern| glob_match(pattern.as_bytes(), name.as_bytes()))
+        .any(|pattern| glob_match(pattern.as_bytes(), name))
 }
 
 /// The environment `vars` minus every name denied by `deny`.
@@ -65,6 +66,25 @@ mod tests {
             ("PATH", false),
         ] {
             assert_eq!(env_name_denied(OsStr::new(name), &deny), denied, "{name}");
+        }
+    }
+
+    /// Names that are not UTF-8 match byte-wise, beside a UTF-8 twin.
+    #[test]
+    fn non_utf8_names_match_bytewise() {
+        use std::os::unix::ffi::OsStrExt;
+        let deny = vec!["AWS_*".to_owned(), "*_TOKEN".to_owned()];
+        for (name, denied) in [
+            (&b"AWS_\xff"[..], true),
+            (b"\xfe_TOKEN", true),
+            (b"\xffKEEP", false),
+            (b"AWS_KEY", true),
+        ] {
+            assert_eq!(
+                env_name_denied(OsStr::from_bytes(name), &deny),
+                denied,
+                "{name:?}"
+            );
         }
     }
 }

@@ -39,6 +39,7 @@ mod linux {
         deny_subprocess: true,
         landlock: LandlockCoverage { truncate: false },
         broker: true,
+        read_deny: false,
     };
 
     fn now_ns() -> u64 {

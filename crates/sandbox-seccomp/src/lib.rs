@@ -35,21 +35,31 @@
 //!
 //! | syscall | allowed when | otherwise |
 //! |---|---|---|
-//! | `ioctl` | request (low 32 bits) is neither `TIOCSTI` nor `TIOCLINUX` | `EPERM` |
+//! | `open`, `openat` | access mode 0–2; `O_TRUNC` only with write access; no set-id bits in the mode with `O_CREAT`/`O_TMPFILE` | `EPERM` |
+//! | `creat`, `mknod`, `mknodat` | no set-id bits in the mode | `EPERM` |
+//! | `ioctl` | request (low 32 bits) is not in [`DENIED_IOCTLS`] (terminal state, inode flags, filesystem changes without a writable fd) | `EPERM` |
 //! | `personality` | persona (low 32 bits) is `0xffffffff` (query) or `PER_LINUX` | `EPERM` |
-//! | `utimensat` | path pointer is NULL (`futimens`) | [`metadata_write`] |
+//! | `seccomp` | no `SECCOMP_FILTER_FLAG_NEW_LISTENER` | `EPERM` |
+//! | `prctl` | not `PR_SCHED_CORE` | `EPERM` |
+//! | `prlimit64`, `sched_setaffinity`, `sched_setparam`, `sched_setscheduler`, `sched_setattr` | pid 0 (the caller) | `EPERM` |
+//! | `setpriority`, `ioprio_set` | the caller or its process group (who 0), never a user | `EPERM` |
 //! | `clone` | no `CLONE_NEW*` flag; with `deny_subprocess` also `CLONE_THREAD` | `EPERM` |
 //! | `socket` (network off) | `AF_UNIX` stream/seqpacket, or `AF_INET`/`AF_INET6` stream with protocol 0 or TCP | `EPERM` |
-//! | `socketpair` (network off) | `AF_UNIX` | `EPERM` |
+//! | `socketpair` (network off) | `AF_UNIX` stream/seqpacket | `EPERM` |
 //! | `sendto` (network off) | address is NULL and no `MSG_FASTOPEN` | `EPERM` |
 //! | `sendmsg`, `sendmmsg` (network off) | no `MSG_FASTOPEN` | `EPERM` |
 //!
 //! Policy-dependent rows without argument checks: `connect`, `listen`,
 //! `accept`, `accept4` are `EPERM` with network off; `fork`, `vfork` are
 //! `EPERM` with `deny_subprocess`; `truncate` is [`metadata_write`] unless
-//! Landlock handles the truncate right ([`LandlockCoverage::truncate`]).
-//! `clone3` is always `ENOSYS`: its flags sit behind a pointer a filter cannot
-//! read, and `ENOSYS` makes libc fall back to `clone`, whose flags it can.
+//! Landlock handles the truncate right ([`LandlockCoverage::truncate`]);
+//! `utimensat` (path and fd forms) and the chmod, chown and xattr-write
+//! families are always [`metadata_write`]; with read denials
+//! ([`FilterSpec::read_deny`]) the xattr reads are [`xattr_read`] and
+//! `getxattrat`/`listxattrat` `ENOSYS`. System V IPC is `EPERM` (no IPC
+//! namespace). `clone3` and `openat2` are always `ENOSYS`: their flags sit
+//! behind a pointer a filter cannot read, and `ENOSYS` makes libc fall back
+//! to `clone` and `openat`, whose flags it can.
 //!
 //! # Targets
 //!
@@ -62,8 +72,8 @@ mod spec;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use spec::{
-    metadata_write, Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule, Width, DENY,
-    ENOSYS, EPERM, METADATA_WRITE, UNKNOWN,
+    metadata_write, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule,
+    Width, DENY, ENOSYS, EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN, XATTR_READ_UNBROKERED,
 };
 
 #[cfg(target_os = "linux")]
@@ -92,7 +102,10 @@ cfg_if::cfg_if! {
         mod table;
         #[cfg(feature = "libseccomp")]
         pub mod libseccomp_backend;
-        pub use table::{table, CLONE_NEW_MASK, HIGHEST_KNOWN, PERSONALITY_QUERY};
+        pub use table::{
+            open_flags, table, CLONE_NEW_MASK, DENIED_IOCTLS, HIGHEST_KNOWN, PERSONALITY_QUERY,
+            PR_SCHED_CORE, SECCOMP_FILTER_FLAG_NEW_LISTENER,
+        };
         pub use arch::{AUDIT_ARCH, X32_SYSCALL_BIT};
         const SUPPORTED: bool = true;
     } else {
@@ -352,7 +365,7 @@ mod prebuilt_tests {
         }
         assert_eq!(
             prebuilt::PROGRAMS.len(),
-            16,
+            FilterSpec::all().count(),
             "{FILE} is stale: regenerate it"
         );
         for (i, (spec, filter)) in built.iter().enumerate() {
@@ -381,8 +394,8 @@ mod prebuilt_tests {
         );
         for (spec, filter) in built {
             out += &format!(
-                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}\n    &[\n",
-                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker
+                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}, read_deny: {}\n    &[\n",
+                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker, spec.read_deny
             );
             for line in filter.instructions().chunks(4) {
                 let insns: Vec<String> = line

@@ -33,6 +33,25 @@ pub const UNKNOWN: Action = Action::Errno(ENOSYS);
 /// truncate right) when no broker mediates them.
 pub const METADATA_WRITE: Action = DENY;
 
+/// Linux `EOPNOTSUPP`.
+pub const EOPNOTSUPP: u16 = 95;
+
+/// The answer for extended-attribute reads under a policy with read denials
+/// when no broker can check the path: "not supported" (tools such as `ls`
+/// then show no attributes), never the value of a denied file's attribute.
+pub const XATTR_READ_UNBROKERED: Action = Action::Errno(EOPNOTSUPP);
+
+/// The answer for extended-attribute reads under `spec`: allowed without read
+/// denials; with them, handed to the broker (which refuses denied paths) or
+/// [`XATTR_READ_UNBROKERED`]. `None`: plain allow.
+pub fn xattr_read(spec: &FilterSpec) -> Option<Action> {
+    match (spec.read_deny, spec.broker) {
+        (false, _) => None,
+        (true, true) => Some(Action::UserNotif),
+        (true, false) => Some(XATTR_READ_UNBROKERED),
+    }
+}
+
 /// The answer for brokerable metadata writes under `spec`: handed to the
 /// broker ([`Action::UserNotif`]) when one listens, else [`METADATA_WRITE`].
 pub fn metadata_write(spec: &FilterSpec) -> Action {
@@ -192,6 +211,9 @@ pub struct FilterSpec {
     /// Whether a metadata broker listens (`SECCOMP_FILTER_FLAG_NEW_LISTENER`):
     /// brokerable metadata writes go to it instead of failing with `EPERM`.
     pub broker: bool,
+    /// Whether the policy denies reads anywhere: extended-attribute reads,
+    /// which Landlock does not govern, then go through [`xattr_read`].
+    pub read_deny: bool,
 }
 
 impl FilterSpec {
@@ -202,6 +224,7 @@ impl FilterSpec {
             deny_subprocess: policy.deny_subprocess(),
             landlock: coverage,
             broker: false,
+            read_deny: !policy.read_deny_paths().is_empty(),
         }
     }
 
@@ -220,17 +243,19 @@ impl FilterSpec {
             | usize::from(self.deny_subprocess) << 1
             | usize::from(self.landlock.truncate) << 2
             | usize::from(self.broker) << 3
+            | usize::from(self.read_deny) << 4
     }
 
-    /// All sixteen combinations of the four switches.
+    /// All 32 combinations of the five switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u8..16).map(|bits| FilterSpec {
+        (0u8..32).map(|bits| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
             landlock: LandlockCoverage {
                 truncate: bits & 4 != 0,
             },
             broker: bits & 8 != 0,
+            read_deny: bits & 16 != 0,
         })
     }
 }

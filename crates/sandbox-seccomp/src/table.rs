@@ -4,7 +4,7 @@
 //! no argument checks, so the kernel's per-syscall action cache applies to
 //! them; the few argument-checked rows are built in [`table`] below.
 
-use crate::spec::{metadata_write, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN};
+use crate::spec::{metadata_write, xattr_read, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN};
 
 /// libc's syscall numbers plus the ones this libc release does not name yet.
 /// Numbers from 424 on are shared by every architecture.
@@ -56,7 +56,7 @@ macro_rules! sys {
 }
 
 macro_rules! deny {
-    ($($name:ident => $reason:literal),* $(,)?) => {
+    ($($name:ident => $reason:expr),* $(,)?) => {
         &[$((stringify!($name), sys::$name as i64, $reason)),*]
     };
 }
@@ -133,8 +133,6 @@ const FD_IO: &[Sys] = sys![
     SYS_fstatfs,
     SYS_getdents64,
     SYS_cachestat,
-    SYS_fgetxattr,
-    SYS_flistxattr,
     SYS_io_setup,
     SYS_io_destroy,
     SYS_io_submit,
@@ -163,8 +161,6 @@ const EVENTS: &[Sys] = sys![
 
 /// Path operations whose effect Landlock governs (or that only read metadata).
 const PATHS: &[Sys] = sys![
-    SYS_openat,
-    SYS_openat2,
     SYS_newfstatat,
     SYS_statx,
     SYS_statfs,
@@ -180,14 +176,7 @@ const PATHS: &[Sys] = sys![
     SYS_renameat2,
     SYS_linkat,
     SYS_symlinkat,
-    SYS_mknodat,
     SYS_umask,
-    SYS_getxattr,
-    SYS_lgetxattr,
-    SYS_listxattr,
-    SYS_llistxattr,
-    SYS_getxattrat,
-    SYS_listxattrat,
     SYS_file_getattr,
     SYS_statmount,
     SYS_listmount,
@@ -239,20 +228,14 @@ const THREADS: &[Sys] = sys![
     SYS_futex_requeue,
     SYS_sched_yield,
     SYS_sched_getaffinity,
-    SYS_sched_setaffinity,
     SYS_sched_getparam,
-    SYS_sched_setparam,
     SYS_sched_getscheduler,
-    SYS_sched_setscheduler,
     SYS_sched_get_priority_max,
     SYS_sched_get_priority_min,
     SYS_sched_rr_get_interval,
     SYS_sched_getattr,
-    SYS_sched_setattr,
     SYS_getpriority,
-    SYS_setpriority,
     SYS_ioprio_get,
-    SYS_ioprio_set,
     SYS_getcpu,
     SYS_restart_syscall,
 ];
@@ -291,10 +274,8 @@ const PROCESS: &[Sys] = sys![
     SYS_setfsgid,
     SYS_capget,
     SYS_capset,
-    SYS_prctl,
     SYS_getrlimit,
     SYS_setrlimit,
-    SYS_prlimit64,
     SYS_getrusage,
     SYS_sysinfo,
     SYS_uname,
@@ -303,29 +284,11 @@ const PROCESS: &[Sys] = sys![
 
 /// Self-confinement: a nested sandbox can only narrow what this one allows.
 const SELF_CONFINEMENT: &[Sys] = sys![
-    SYS_seccomp,
     SYS_landlock_create_ruleset,
     SYS_landlock_add_rule,
     SYS_landlock_restrict_self,
     SYS_lsm_get_self_attr,
     SYS_lsm_list_modules,
-];
-
-/// System V IPC: used by build tools (fakeroot, test suites); not a path,
-/// network or spawn channel.
-const SYSV_IPC: &[Sys] = sys![
-    SYS_shmget,
-    SYS_shmat,
-    SYS_shmdt,
-    SYS_shmctl,
-    SYS_semget,
-    SYS_semop,
-    SYS_semtimedop,
-    SYS_semctl,
-    SYS_msgget,
-    SYS_msgsnd,
-    SYS_msgrcv,
-    SYS_msgctl,
 ];
 
 /// Socket calls that need no check even without network: they act on sockets
@@ -345,8 +308,6 @@ const SOCKETS_ALWAYS: &[Sys] = sys![
 /// Legacy x86_64 entry points of calls allowed above (aarch64 never had them).
 #[cfg(target_arch = "x86_64")]
 const LEGACY_X86_64: &[Sys] = sys![
-    SYS_open,
-    SYS_creat,
     SYS_stat,
     SYS_lstat,
     SYS_access,
@@ -358,7 +319,6 @@ const LEGACY_X86_64: &[Sys] = sys![
     SYS_rename,
     SYS_link,
     SYS_symlink,
-    SYS_mknod,
     SYS_pipe,
     SYS_dup2,
     SYS_select,
@@ -446,7 +406,24 @@ const ALWAYS_DENIED: &[(&str, i64, &str)] = deny![
     SYS_mq_timedreceive => "POSIX message queues live outside Landlock's view",
     SYS_mq_notify => "POSIX message queues live outside Landlock's view",
     SYS_mq_getsetattr => "POSIX message queues live outside Landlock's view",
+    SYS_shmget => SYSV_IPC,
+    SYS_shmat => SYSV_IPC,
+    SYS_shmdt => SYSV_IPC,
+    SYS_shmctl => SYSV_IPC,
+    SYS_semget => SYSV_IPC,
+    SYS_semop => SYSV_IPC,
+    SYS_semtimedop => SYSV_IPC,
+    SYS_semctl => SYSV_IPC,
+    SYS_msgget => SYSV_IPC,
+    SYS_msgsnd => SYSV_IPC,
+    SYS_msgrcv => SYSV_IPC,
+    SYS_msgctl => SYSV_IPC,
 ];
+
+/// Why System V IPC is refused.
+const SYSV_IPC: &str = "System V IPC objects are global (the sandbox has no IPC namespace): a \
+     confined process could attach to and write a host process's shared memory, semaphores and \
+     message queues";
 
 /// x86_64-only denials.
 #[cfg(target_arch = "x86_64")]
@@ -516,6 +493,78 @@ pub const TIOCSTI: u64 = 0x5412;
 /// `TIOCLINUX` (asm-generic value, shared by x86_64 and aarch64).
 pub const TIOCLINUX: u64 = 0x541c;
 
+/// ioctl requests refused under every policy, each with its reason. The
+/// values are the asm-generic `_IOC` encodings x86_64 and aarch64 share; the
+/// kernel reads the request as 32 bits, so only those are compared.
+///
+/// An ioctl acts on an fd, and Landlock checks rights when a file is opened,
+/// not per ioctl (its IOCTL_DEV right, ABI 5, covers device files only). A
+/// file opened read-only outside the write paths therefore still reaches
+/// every ioctl that needs only ownership of the inode, not a writable fd: as
+/// root with capabilities dropped that is every root-owned file. These
+/// change an inode, a filesystem or a terminal beyond the run without a
+/// writable fd; ioctls that need a writable fd (FICLONE, FICLONERANGE,
+/// EXT4_IOC_MOVE_EXT, XFS_IOC_SWAPEXT, ...) stay governed by Landlock's
+/// WRITE_FILE and are allowed, and those that need a capability the sandbox
+/// drops (FITRIM, FIFREEZE, TIOCCONS, ...) are listed where a mistake in the
+/// capability drop would hurt.
+pub const DENIED_IOCTLS: &[(&str, u64, &str)] = &[
+    ("TIOCSTI", TIOCSTI, "injects input into the terminal"),
+    ("TIOCLINUX", TIOCLINUX, "console selection and input injection"),
+    ("TIOCSETD", 0x5423, "changes the terminal's line discipline, which outlives the run (N_NULL drops every later keystroke)"),
+    ("TIOCCONS", 0x541d, "redirects the system console"),
+    ("TIOCEXCL", 0x540c, "puts the terminal in exclusive mode, which outlives the run"),
+    ("TIOCVHANGUP", 0x5437, "hangs up the terminal for every process using it"),
+    ("TIOCSSERIAL", 0x541f, "changes serial line settings beyond the run"),
+    ("TIOCSLCKTRMIOS", 0x5457, "locks termios settings beyond the run"),
+    ("FS_IOC_SETFLAGS", 0x4008_6602, "sets inode flags (nodump, noatime, sync, immutable)"),
+    ("FS_IOC32_SETFLAGS", 0x4004_6602, "sets inode flags (nodump, noatime, sync, immutable)"),
+    ("FS_IOC_FSSETXATTR", 0x401c_5820, "sets inode flags and project ids"),
+    ("FS_IOC_SETVERSION", 0x4008_7602, "sets the inode generation"),
+    ("FS_IOC32_SETVERSION", 0x4004_7602, "sets the inode generation"),
+    ("EXT4_IOC_SETVERSION", 0x4008_6604, "sets the inode generation"),
+    ("EXT4_IOC32_SETVERSION", 0x4004_6604, "sets the inode generation"),
+    ("EXT4_IOC_MIGRATE", 0x6609, "rewrites the inode's block map (owner only, no writable fd)"),
+    ("EXT4_IOC_ALLOC_DA_BLKS", 0x660c, "forces block allocation of the inode (owner only)"),
+    ("EXT4_IOC_SWAP_BOOT", 0x6611, "swaps the inode with the boot loader inode"),
+    ("FS_IOC_SET_ENCRYPTION_POLICY", 0x800c_6613, "sets an encryption policy on a directory"),
+    ("FS_IOC_ADD_ENCRYPTION_KEY", 0xc050_6617, "adds a key to the filesystem keyring, shared outside the run"),
+    ("FS_IOC_REMOVE_ENCRYPTION_KEY", 0xc040_6618, "removes a key from the filesystem keyring"),
+    ("FS_IOC_REMOVE_ENCRYPTION_KEY_ALL_USERS", 0xc040_6619, "removes a key from the filesystem keyring"),
+    ("FS_IOC_ENABLE_VERITY", 0x4080_6685, "makes a file read-only for good (fs-verity) without a writable fd"),
+    ("FIDEDUPERANGE", 0xc018_9436, "rewrites another file's extents; the owner may do it through a read-only fd"),
+    ("FS_IOC_SETFSLABEL", 0x4100_9432, "renames the filesystem"),
+    ("BTRFS_IOC_SNAP_CREATE", 0x5000_9401, "creates a subvolume snapshot (directory write permission only)"),
+    ("BTRFS_IOC_DEFRAG", 0x5000_9402, "rewrites the file's extents"),
+    ("BTRFS_IOC_SUBVOL_CREATE", 0x5000_940e, "creates a subvolume (directory write permission only)"),
+    ("BTRFS_IOC_SNAP_DESTROY", 0x5000_940f, "deletes a subvolume"),
+    ("BTRFS_IOC_DEFRAG_RANGE", 0x4030_9410, "rewrites the file's extents"),
+    ("BTRFS_IOC_SNAP_CREATE_V2", 0x5000_9417, "creates a subvolume snapshot"),
+    ("BTRFS_IOC_SUBVOL_CREATE_V2", 0x5000_9418, "creates a subvolume"),
+    ("BTRFS_IOC_SUBVOL_SETFLAGS", 0x4008_941a, "makes a subvolume read-only or writable (owner only)"),
+    ("BTRFS_IOC_SNAP_DESTROY_V2", 0x5000_943f, "deletes a subvolume"),
+    ("F2FS_IOC_SET_PIN_FILE", 0x4004_f50d, "pins the file's blocks"),
+];
+
+/// `open`/`openat` flag bits the filter reads (asm-generic values, shared
+/// by x86_64 and aarch64).
+pub mod open_flags {
+    /// `O_ACCMODE`.
+    pub const ACCMODE: u64 = 0o3;
+    /// `O_WRONLY`.
+    pub const WRONLY: u64 = 0o1;
+    /// `O_RDWR`.
+    pub const RDWR: u64 = 0o2;
+    /// `O_CREAT`.
+    pub const CREAT: u64 = 0o100;
+    /// `O_TRUNC`.
+    pub const TRUNC: u64 = 0o1000;
+    /// `__O_TMPFILE` (`O_TMPFILE` without `O_DIRECTORY`).
+    pub const TMPFILE: u64 = 0o2000_0000;
+    /// `S_ISUID | S_ISGID`.
+    pub const SET_ID: u64 = 0o6000;
+}
+
 /// `PER_LINUX`, the default persona (libc does not name it).
 pub const PER_LINUX: u64 = 0;
 
@@ -551,15 +600,15 @@ macro_rules! one {
 
 /// Rows whose rule carries argument checks that do not depend on the policy.
 fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
-    vec![
+    let mut rows = vec![
         row(
             one!(SYS_ioctl),
-            allow_if(vec![vec![
-                Cond::low32(1, Cmp::Ne(TIOCSTI)),
-                Cond::low32(1, Cmp::Ne(TIOCLINUX)),
-            ]]),
-            "TIOCSTI/TIOCLINUX inject input into the terminal; the kernel reads the \
-             request as 32 bits, so only those are compared",
+            allow_if(vec![DENIED_IOCTLS
+                .iter()
+                .map(|&(_, request, _)| Cond::low32(1, Cmp::Ne(request)))
+                .collect()]),
+            "requests in DENIED_IOCTLS change an inode, a filesystem or the terminal without a \
+             writable fd; the kernel reads the request as 32 bits, so only those are compared",
         ),
         row(
             one!(SYS_personality),
@@ -571,13 +620,182 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
         ),
         row(
             one!(SYS_utimensat),
-            Rule::AllowIf {
-                any_of: vec![vec![Cond::full64(1, Cmp::Eq(0))]],
-                otherwise: metadata_write(spec),
-            },
-            "futimens (NULL path) acts on an open file; path-based utimes has no Landlock right",
+            Rule::Deny(metadata_write(spec)),
+            "Landlock has no utimes right; the fd form (futimens) works on a read-only fd, \
+             so it is brokered like the path form",
         ),
-    ]
+        row(
+            one!(SYS_seccomp),
+            allow_if(vec![vec![masked(1, SECCOMP_FILTER_FLAG_NEW_LISTENER, 0)]]),
+            "a nested filter only narrows, but a listener of its own would receive (and could \
+             CONTINUE) the calls this filter hands to the runner's broker",
+        ),
+        row(
+            one!(SYS_prctl),
+            allow_if(vec![vec![Cond::low32(0, Cmp::Ne(PR_SCHED_CORE))]]),
+            "PR_SCHED_CORE shares core-scheduling cookies with other processes of the same user",
+        ),
+        row(
+            one!(SYS_openat2),
+            Rule::Deny(UNKNOWN),
+            "its flags and mode sit behind a pointer the filter cannot read (see openat); \
+             ENOSYS makes callers fall back to openat",
+        ),
+    ];
+    rows.extend(opening());
+    rows.extend(own_process());
+    rows
+}
+
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`.
+pub const SECCOMP_FILTER_FLAG_NEW_LISTENER: u64 = 1 << 3;
+/// `PR_SCHED_CORE`.
+pub const PR_SCHED_CORE: u64 = 62;
+
+/// Opening and creating files: the flag checks Landlock cannot make.
+///
+/// * `O_TRUNC` needs `O_WRONLY` or `O_RDWR`: a read-only open with `O_TRUNC`
+///   truncates the file (`do_open` in fs/namei.c), and Landlock checks only
+///   READ_FILE for it unless its TRUNCATE right (ABI 3) is handled, which
+///   costs a path walk on every open (see BENCHMARKS.md). Closing it here
+///   covers every ABI.
+/// * Access mode 3 (`O_RDWR|O_WRONLY`, "ioctl only") is refused: the file
+///   gets neither FMODE_READ nor FMODE_WRITE, so Landlock requires no right
+///   for it (`get_required_file_open_access` in security/landlock/fs.c).
+/// * No set-id bits in a creation mode (`O_CREAT`, `O_TMPFILE`, `creat`,
+///   `mknod`): a root caller would create a set-user-ID-root file.
+fn opening() -> Vec<Entry> {
+    use open_flags::*;
+    let created = CREAT | TMPFILE;
+    // Allowed iff access mode is 0, 1 or 2, and O_TRUNC only with 1 or 2, and
+    // no set-id bits when creating; as a disjunction, the common read-only
+    // open first.
+    let groups = |flags: u8, mode: u8| {
+        let f = |mask, value| masked(flags, mask, value);
+        let no_set_id = masked(mode, SET_ID, 0);
+        vec![
+            vec![f(ACCMODE | TRUNC | created, 0)],
+            vec![f(ACCMODE | TRUNC, 0), no_set_id],
+            vec![f(ACCMODE | created, WRONLY)],
+            vec![f(ACCMODE | created, RDWR)],
+            vec![f(ACCMODE, WRONLY), no_set_id],
+            vec![f(ACCMODE, RDWR), no_set_id],
+        ]
+    };
+    const OPEN: &str = "O_TRUNC only with write access, no access mode 3, no set-id bits \
+                        in a creation mode (see `opening`)";
+    const SET_ID_MODE: &str = "no set-id bits in a creation mode";
+    let no_set_id = |arg| allow_if(vec![vec![masked(arg, SET_ID, 0)]]);
+    #[allow(unused_mut)]
+    let mut rows = vec![
+        row(one!(SYS_openat), allow_if(groups(2, 3)), OPEN),
+        row(one!(SYS_mknodat), no_set_id(2), SET_ID_MODE),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    rows.extend([
+        row(one!(SYS_open), allow_if(groups(1, 2)), OPEN),
+        row(one!(SYS_creat), no_set_id(1), SET_ID_MODE),
+        row(one!(SYS_mknod), no_set_id(1), SET_ID_MODE),
+    ]);
+    rows
+}
+
+/// Calls that may name another process: only the caller itself (`0`).
+///
+/// The kernel lets a process change the limits, scheduling and I/O priority
+/// of any process of the same user (`check_same_owner`, `prlimit64`'s
+/// `check_prlimit_permission`): the runner, the user's shell. Lowering the
+/// runner's RLIMIT_CPU kills it; SCHED_IDLE starves it. Threads that name
+/// themselves by tid (`pthread_setaffinity_np`) are refused too: the filter
+/// cannot tell their tid from another process's pid.
+fn own_process() -> Vec<Entry> {
+    let me = |arg| Cond::low32(arg, Cmp::Eq(0));
+    let who_me = |which: u8, who: u8, kinds: &[u64]| {
+        allow_if(
+            kinds
+                .iter()
+                .map(|&k| vec![Cond::low32(which, Cmp::Eq(k)), me(who)])
+                .collect(),
+        )
+    };
+    const SELF_ONLY: &str = "pid 0 (the caller) only: another process of the same user could \
+                             be the runner";
+    let mut rows = vec![
+        row(one!(SYS_prlimit64), allow_if(vec![vec![me(0)]]), SELF_ONLY),
+        row(
+            one!(SYS_sched_setaffinity),
+            allow_if(vec![vec![me(0)]]),
+            SELF_ONLY,
+        ),
+        row(
+            one!(SYS_sched_setparam),
+            allow_if(vec![vec![me(0)]]),
+            SELF_ONLY,
+        ),
+        row(
+            one!(SYS_sched_setscheduler),
+            allow_if(vec![vec![me(0)]]),
+            SELF_ONLY,
+        ),
+        row(
+            one!(SYS_sched_setattr),
+            allow_if(vec![vec![me(0)]]),
+            SELF_ONLY,
+        ),
+        // PRIO_PROCESS 0, PRIO_PGRP 1 (the caller's own group); not PRIO_USER.
+        row(
+            one!(SYS_setpriority),
+            who_me(0, 1, &[0, 1]),
+            "the caller or its own process group only, never PRIO_USER",
+        ),
+        // IOPRIO_WHO_PROCESS 1, IOPRIO_WHO_PGRP 2; not IOPRIO_WHO_USER.
+        row(
+            one!(SYS_ioprio_set),
+            who_me(0, 1, &[1, 2]),
+            "the caller or its own process group only, never IOPRIO_WHO_USER",
+        ),
+    ];
+    rows.sort_by_key(|e| e.nr);
+    rows
+}
+
+/// Extended-attribute reads: Landlock has no right for them, so under read
+/// denials they go to the broker, which refuses denied paths.
+fn xattr_reads(spec: &FilterSpec) -> Vec<Entry> {
+    let reads = [
+        one!(SYS_getxattr),
+        one!(SYS_lgetxattr),
+        one!(SYS_fgetxattr),
+        one!(SYS_listxattr),
+        one!(SYS_llistxattr),
+        one!(SYS_flistxattr),
+    ];
+    let newer = [one!(SYS_getxattrat), one!(SYS_listxattrat)];
+    match xattr_read(spec) {
+        None => reads
+            .into_iter()
+            .chain(newer)
+            .map(|s| row(s, Rule::Allow, ""))
+            .collect(),
+        Some(action) => reads
+            .into_iter()
+            .map(|s| {
+                row(
+                    s,
+                    Rule::Deny(action),
+                    "read denials: xattr values of denied paths must not be read; \
+                     Landlock has no xattr right",
+                )
+            })
+            .chain(newer.into_iter().map(|s| {
+                row(
+                    s,
+                    Rule::Deny(UNKNOWN),
+                    "read denials: not brokered (Linux 6.13+); ENOSYS as on an older kernel",
+                )
+            }))
+            .collect(),
+    }
 }
 
 /// `truncate(path)`: Landlock governs it only from ABI 3.
@@ -673,8 +891,14 @@ fn network(spec: &FilterSpec) -> Vec<Entry> {
         ),
         row(
             socketpair,
-            allow_if(vec![vec![af(libc::AF_UNIX)]]),
-            "network=false: AF_UNIX pairs only",
+            allow_if(vec![
+                vec![af(libc::AF_UNIX), ty(libc::SOCK_STREAM)],
+                vec![af(libc::AF_UNIX), ty(libc::SOCK_SEQPACKET)],
+            ]),
+            "network=false: AF_UNIX stream/seqpacket pairs only: a datagram socket could send \
+             to any host pathname socket (and pass fds with SCM_RIGHTS) by msg_name, which \
+             sendmsg hides behind a pointer; stream sockets refuse an address (EISCONN / \
+             EOPNOTSUPP) and seqpacket ignores it",
         ),
         row(connect, Rule::Deny(DENY), "network=false"),
         row(listen, Rule::Deny(DENY), "network=false"),
@@ -710,7 +934,6 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
         THREADS,
         PROCESS,
         SELF_CONFINEMENT,
-        SYSV_IPC,
         SOCKETS_ALWAYS,
         LEGACY_X86_64,
     ];
@@ -729,6 +952,7 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
         rows.push(row((name, nr), Rule::Deny(DENY), reason));
     }
     rows.extend(checked_always(spec));
+    rows.extend(xattr_reads(spec));
     rows.push(truncate(spec));
     rows.extend(spawning(spec));
     rows.extend(network(spec));

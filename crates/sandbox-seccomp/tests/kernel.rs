@@ -475,3 +475,462 @@ fn unknown_syscalls_answer_enosys() {
     };
     assert_eq!(confined(&f, acct), libc::EPERM);
 }
+
+// ------------------------------------------------- hardening: each beside its twin
+
+fn c_path(p: &std::path::Path) -> CString {
+    CString::new(p.to_str().unwrap()).unwrap()
+}
+
+/// A scratch file with content, world-readable (the filter alone is tested
+/// here, without Landlock: the twin proves the call itself would work).
+fn scratch_file(content: &[u8]) -> (tempfile::TempDir, std::path::PathBuf) {
+    let dir = tempfile::tempdir().unwrap();
+    let file = dir.path().join("f");
+    std::fs::write(&file, content).unwrap();
+    (dir, file)
+}
+
+#[test]
+fn read_only_open_with_o_trunc_is_refused_and_truncates_nothing() {
+    let f = filter(true, false);
+    let (_dir, file) = scratch_file(b"keep me");
+    let path = c_path(&file);
+    for (name, nr) in [("openat", libc::SYS_openat), ("open", -1)] {
+        let code = confined(&f, || unsafe {
+            let fd = if nr == libc::SYS_openat {
+                libc::openat(
+                    libc::AT_FDCWD,
+                    path.as_ptr(),
+                    libc::O_RDONLY | libc::O_TRUNC,
+                )
+            } else {
+                #[cfg(target_arch = "x86_64")]
+                {
+                    libc::syscall(
+                        libc::SYS_open,
+                        path.as_ptr(),
+                        libc::O_RDONLY | libc::O_TRUNC,
+                        0,
+                    ) as i32
+                }
+                #[cfg(not(target_arch = "x86_64"))]
+                {
+                    -1
+                }
+            };
+            status(fd.into())
+        });
+        if cfg!(target_arch = "x86_64") || name == "openat" {
+            assert_eq!(code, libc::EPERM, "{name}(O_RDONLY|O_TRUNC)");
+        }
+        assert_eq!(std::fs::read(&file).unwrap(), b"keep me", "{name}");
+    }
+    // Twins: a read-only open and a writable O_TRUNC open under the same filter.
+    let code = confined(&f, || unsafe {
+        status(libc::open(path.as_ptr(), libc::O_RDONLY).into())
+    });
+    assert_eq!(code, 0);
+    let code = confined(&f, || unsafe {
+        status(libc::open(path.as_ptr(), libc::O_WRONLY | libc::O_TRUNC).into())
+    });
+    assert_eq!(code, 0);
+    assert_eq!(
+        std::fs::read(&file).unwrap(),
+        b"",
+        "the writable twin truncates"
+    );
+}
+
+#[test]
+fn access_mode_3_and_openat2_are_refused() {
+    let f = filter(true, false);
+    let (_dir, file) = scratch_file(b"x");
+    let path = c_path(&file);
+    assert_eq!(
+        unconfined(|| unsafe { status(libc::open(path.as_ptr(), 3).into()) }),
+        0
+    );
+    assert_eq!(
+        confined(&f, || unsafe {
+            status(libc::open(path.as_ptr(), 3).into())
+        }),
+        libc::EPERM
+    );
+    assert_eq!(
+        confined(&f, || unsafe {
+            status(libc::open(path.as_ptr(), libc::O_RDWR).into())
+        }),
+        0
+    );
+    let how = [0u64; 3]; // flags O_RDONLY, mode 0, resolve 0
+    let openat2 = || unsafe {
+        status(libc::syscall(
+            libc::SYS_openat2,
+            libc::AT_FDCWD,
+            path.as_ptr(),
+            how.as_ptr(),
+            24usize,
+        ))
+    };
+    assert_eq!(unconfined(openat2), 0);
+    assert_eq!(confined(&f, openat2), libc::ENOSYS);
+}
+
+#[test]
+fn set_id_creation_modes_are_refused() {
+    let f = filter(true, false);
+    let dir = tempfile::tempdir().unwrap();
+    for (i, mode) in [0o4755u32, 0o2755, 0o6700].into_iter().enumerate() {
+        let p = c_path(&dir.path().join(format!("suid{i}")));
+        let open = || unsafe {
+            status(libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, mode).into())
+        };
+        let openat_tmp = || unsafe {
+            let d = c_path(dir.path());
+            status(libc::open(d.as_ptr(), libc::O_TMPFILE | libc::O_WRONLY, mode).into())
+        };
+        let mknod = || unsafe { status(libc::mknod(p.as_ptr(), libc::S_IFREG | mode, 0).into()) };
+        assert_eq!(confined(&f, open), libc::EPERM, "open O_CREAT {mode:o}");
+        assert_eq!(confined(&f, openat_tmp), libc::EPERM, "O_TMPFILE {mode:o}");
+        assert_eq!(confined(&f, mknod), libc::EPERM, "mknod {mode:o}");
+        assert!(!dir.path().join(format!("suid{i}")).exists());
+    }
+    // Twins: the same calls without set-id bits create the files.
+    let p = c_path(&dir.path().join("plain"));
+    let q = c_path(&dir.path().join("node"));
+    let code = confined(&f, || unsafe {
+        let a = status(libc::open(p.as_ptr(), libc::O_CREAT | libc::O_WRONLY, 0o755).into());
+        if a != 0 {
+            return a;
+        }
+        status(libc::mknod(q.as_ptr(), libc::S_IFREG | 0o644, 0).into())
+    });
+    assert_eq!(code, 0);
+    assert!(dir.path().join("plain").exists() && dir.path().join("node").exists());
+    // Without O_CREAT the mode is ignored by the kernel and by the filter.
+    let code = confined(&f, || unsafe {
+        status(libc::open(p.as_ptr(), libc::O_RDONLY, 0o4755).into())
+    });
+    assert_eq!(code, 0);
+}
+
+/// `FS_IOC_GETFLAGS` / `FS_IOC_SETFLAGS` with a `long` argument.
+const FS_IOC_GETFLAGS: libc::c_ulong = 0x8008_6601;
+const FS_IOC_SETFLAGS: libc::c_ulong = 0x4008_6602;
+const FS_NODUMP_FL: libc::c_long = 0x40;
+
+#[test]
+fn inode_flag_ioctls_on_a_read_only_fd_are_refused() {
+    let f = filter(true, false);
+    // A filesystem that supports inode flags (tmpfs may not): the target dir.
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let file = dir.path().join("flags");
+    std::fs::write(&file, b"x").unwrap();
+    let path = c_path(&file);
+    let set_nodump = || unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+        if fd < 0 {
+            return errno();
+        }
+        let mut flags: libc::c_long = 0;
+        if libc::ioctl(fd, FS_IOC_GETFLAGS, &mut flags) != 0 {
+            return errno();
+        }
+        flags |= FS_NODUMP_FL;
+        status(libc::ioctl(fd, FS_IOC_SETFLAGS, &flags).into())
+    };
+    let supported = unconfined(set_nodump);
+    if supported == libc::ENOTTY || supported == libc::EOPNOTSUPP {
+        panic!(
+            "{}: this filesystem has no inode flags; the test needs one",
+            dir.path().display()
+        );
+    }
+    assert_eq!(supported, 0, "the unconfined twin sets the flag");
+    let flags = || {
+        let mut v: libc::c_long = 0;
+        let fd = std::fs::File::open(&file).unwrap();
+        // SAFETY: valid fd and out-pointer.
+        assert_eq!(
+            unsafe { libc::ioctl(fd.as_raw_fd(), FS_IOC_GETFLAGS, &mut v) },
+            0
+        );
+        v
+    };
+    // Clear it again unconfined, then try confined.
+    let clear = || unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+        let zero: libc::c_long = 0;
+        status(libc::ioctl(fd, FS_IOC_SETFLAGS, &zero).into())
+    };
+    assert_eq!(unconfined(clear), 0);
+    assert_eq!(flags() & FS_NODUMP_FL, 0);
+    assert_eq!(confined(&f, set_nodump), libc::EPERM);
+    assert_eq!(
+        flags() & FS_NODUMP_FL,
+        0,
+        "the confined call changed nothing"
+    );
+    // The read twin works under the filter.
+    let get = || unsafe {
+        let fd = libc::open(path.as_ptr(), libc::O_RDONLY);
+        let mut v: libc::c_long = 0;
+        status(libc::ioctl(fd, FS_IOC_GETFLAGS, &mut v).into())
+    };
+    assert_eq!(confined(&f, get), 0);
+}
+
+#[test]
+fn terminal_state_that_outlives_the_run_is_refused_on_a_pty() {
+    let f = filter(true, false);
+    // SAFETY: plain pty setup in the test process.
+    let master = unsafe { libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(master >= 0);
+    unsafe {
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+    }
+    let name = unsafe { std::ffi::CStr::from_ptr(libc::ptsname(master)) }.to_owned();
+    let slave = unsafe { libc::open(name.as_ptr(), libc::O_RDWR | libc::O_NOCTTY) };
+    assert!(slave >= 0);
+    let set_disc = |disc: libc::c_int| {
+        move || unsafe { status(libc::ioctl(slave, libc::TIOCSETD, &disc).into()) }
+    };
+    // Twin: unconfined, setting the line discipline it already has works.
+    assert_eq!(unconfined(set_disc(0)), 0);
+    for request in [libc::TIOCSETD, libc::TIOCEXCL, libc::TIOCSTI] {
+        let one: libc::c_int = 0;
+        let code = confined(&f, || unsafe {
+            status(libc::ioctl(slave, request, &one).into())
+        });
+        assert_eq!(code, libc::EPERM, "ioctl {request:#x}");
+    }
+    // Window size and termios keep working.
+    let code = confined(&f, || unsafe {
+        let mut ws: libc::winsize = std::mem::zeroed();
+        if libc::ioctl(slave, libc::TIOCGWINSZ, &mut ws) != 0 {
+            return errno();
+        }
+        ws.ws_col = 100;
+        if libc::ioctl(slave, libc::TIOCSWINSZ, &ws) != 0 {
+            return errno();
+        }
+        let mut t: libc::termios = std::mem::zeroed();
+        if libc::tcgetattr(slave, &mut t) != 0 {
+            return errno();
+        }
+        t.c_lflag &= !libc::ECHO;
+        status(libc::tcsetattr(slave, libc::TCSANOW, &t).into())
+    });
+    assert_eq!(code, 0);
+    unsafe {
+        libc::close(slave);
+        libc::close(master);
+    }
+}
+
+#[test]
+fn limits_and_scheduling_of_other_processes_are_refused() {
+    let f = filter(true, false);
+    // The target: this test process (the child's parent), as the runner would be.
+    let parent = std::process::id() as libc::pid_t;
+    let before = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r
+    };
+    let lower_parent = move || unsafe {
+        let r = libc::rlimit {
+            rlim_cur: 16,
+            rlim_max: before.rlim_max,
+        };
+        status(libc::prlimit(parent, libc::RLIMIT_NOFILE, &r, std::ptr::null_mut()).into())
+    };
+    assert_eq!(confined(&f, lower_parent), libc::EPERM);
+    let now = unsafe {
+        let mut r: libc::rlimit = std::mem::zeroed();
+        libc::getrlimit(libc::RLIMIT_NOFILE, &mut r);
+        r
+    };
+    assert_eq!(
+        now.rlim_cur, before.rlim_cur,
+        "the parent's limit is unchanged"
+    );
+    // Twin: the caller's own limit (pid 0), which is what setrlimit uses.
+    let own = move || unsafe {
+        let r = libc::rlimit {
+            rlim_cur: 16,
+            rlim_max: before.rlim_max,
+        };
+        status(libc::prlimit(0, libc::RLIMIT_NOFILE, &r, std::ptr::null_mut()).into())
+    };
+    assert_eq!(confined(&f, own), 0);
+    type Case = Box<dyn Fn() -> i32>;
+    let others: [(&str, Case); 4] = [
+        (
+            "setpriority(PRIO_PROCESS, parent)",
+            Box::new(move || unsafe {
+                status(libc::setpriority(libc::PRIO_PROCESS, parent as u32, 0).into())
+            }),
+        ),
+        (
+            "setpriority(PRIO_USER)",
+            Box::new(|| unsafe { status(libc::setpriority(libc::PRIO_USER, 0, 0).into()) }),
+        ),
+        (
+            "sched_setaffinity(parent)",
+            Box::new(move || unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set);
+                status(libc::sched_setaffinity(parent, std::mem::size_of_val(&set), &set).into())
+            }),
+        ),
+        (
+            "sched_setscheduler(parent)",
+            Box::new(move || unsafe {
+                let p = libc::sched_param { sched_priority: 0 };
+                status(libc::sched_setscheduler(parent, libc::SCHED_OTHER, &p).into())
+            }),
+        ),
+    ];
+    for (name, case) in &others {
+        assert_eq!(unconfined(case), 0, "{name} works unconfined");
+        assert_eq!(confined(&f, case), libc::EPERM, "{name}");
+    }
+    let own_sched = || unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        libc::sched_getaffinity(0, std::mem::size_of_val(&set), &mut set);
+        let a = status(libc::sched_setaffinity(0, std::mem::size_of_val(&set), &set).into());
+        if a != 0 {
+            return a;
+        }
+        status(libc::setpriority(libc::PRIO_PROCESS, 0, 1).into())
+    };
+    assert_eq!(confined(&f, own_sched), 0);
+}
+
+#[test]
+fn a_nested_filter_may_narrow_but_never_listen() {
+    let f = filter(true, false);
+    // A one-instruction "allow everything" program.
+    let install = |flags: libc::c_ulong| {
+        move || unsafe {
+            let insn = [libc::sock_filter {
+                code: 0x06,
+                jt: 0,
+                jf: 0,
+                k: 0x7fff_0000,
+            }];
+            let prog = libc::sock_fprog {
+                len: 1,
+                filter: insn.as_ptr() as *mut _,
+            };
+            status(libc::syscall(
+                libc::SYS_seccomp,
+                1, /* SET_MODE_FILTER */
+                flags,
+                &prog,
+            ))
+        }
+    };
+    assert_eq!(confined(&f, install(0)), 0, "a plain nested filter");
+    assert_eq!(confined(&f, install(8 /* NEW_LISTENER */)), libc::EPERM);
+}
+
+#[test]
+fn system_v_ipc_is_refused() {
+    let f = filter(true, false);
+    let shm = || unsafe {
+        let id = libc::shmget(libc::IPC_PRIVATE, 4096, libc::IPC_CREAT | 0o600);
+        if id < 0 {
+            return errno();
+        }
+        libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
+        0
+    };
+    let sem = || unsafe { status(libc::semget(libc::IPC_PRIVATE, 1, 0o600).into()) };
+    let msg = || unsafe {
+        let id = libc::msgget(libc::IPC_PRIVATE, 0o600);
+        if id >= 0 {
+            libc::msgctl(id, libc::IPC_RMID, std::ptr::null_mut());
+        }
+        status(id.into())
+    };
+    assert_eq!(unconfined(shm), 0);
+    assert_eq!(confined(&f, shm), libc::EPERM);
+    assert_eq!(confined(&f, sem), libc::EPERM);
+    assert_eq!(confined(&f, msg), libc::EPERM);
+}
+
+#[test]
+fn datagram_socketpairs_are_refused_without_network() {
+    let f = filter(false, false);
+    let pair = |ty: libc::c_int| {
+        move || unsafe {
+            let mut sv = [0; 2];
+            status(libc::socketpair(libc::AF_UNIX, ty, 0, sv.as_mut_ptr()).into())
+        }
+    };
+    assert_eq!(confined(&f, pair(libc::SOCK_DGRAM)), libc::EPERM);
+    assert_eq!(
+        confined(&f, pair(libc::SOCK_DGRAM | libc::SOCK_CLOEXEC)),
+        libc::EPERM
+    );
+    assert_eq!(confined(&f, pair(libc::SOCK_STREAM)), 0);
+    assert_eq!(
+        confined(&f, pair(libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC)),
+        0
+    );
+    // With network on, datagram pairs stay available.
+    assert_eq!(confined(&filter(true, false), pair(libc::SOCK_DGRAM)), 0);
+}
+
+/// A host datagram socket is not reachable by an addressed sendmsg from any
+/// socket the network-off filter lets the process create.
+#[test]
+fn addressed_sendmsg_reaches_no_host_socket_without_network() {
+    use std::os::unix::net::UnixDatagram;
+    let dir = tempfile::tempdir().unwrap();
+    let host_path = dir.path().join("host.sock");
+    let host = UnixDatagram::bind(&host_path).unwrap();
+    host.set_nonblocking(true).unwrap();
+    let f = filter(false, false);
+    let p = host_path.clone();
+    let send_from = |ty: libc::c_int| {
+        let p = p.clone();
+        move || unsafe {
+            let s = libc::socket(libc::AF_UNIX, ty, 0);
+            if s < 0 {
+                return errno();
+            }
+            let mut addr: libc::sockaddr_un = std::mem::zeroed();
+            addr.sun_family = libc::AF_UNIX as u16;
+            for (d, b) in addr.sun_path.iter_mut().zip(p.to_str().unwrap().bytes()) {
+                *d = b as libc::c_char;
+            }
+            let mut byte = *b"x";
+            let mut iov = libc::iovec {
+                iov_base: byte.as_mut_ptr().cast(),
+                iov_len: 1,
+            };
+            let mut msg: libc::msghdr = std::mem::zeroed();
+            msg.msg_name = (&mut addr as *mut libc::sockaddr_un).cast();
+            msg.msg_namelen = std::mem::size_of::<libc::sockaddr_un>() as u32;
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            status(libc::sendmsg(s, &msg, 0) as libc::c_long)
+        }
+    };
+    // Twin: unconfined, a datagram socket reaches the host socket.
+    assert_eq!(unconfined(send_from(libc::SOCK_DGRAM)), 0);
+    let mut buf = [0u8; 4];
+    assert_eq!(host.recv(&mut buf).unwrap(), 1);
+    assert_eq!(confined(&f, send_from(libc::SOCK_DGRAM)), libc::EPERM);
+    assert_ne!(confined(&f, send_from(libc::SOCK_STREAM)), 0);
+    assert_ne!(confined(&f, send_from(libc::SOCK_SEQPACKET)), 0);
+    assert!(
+        host.recv(&mut buf).is_err(),
+        "nothing reached the host socket"
+    );
+}

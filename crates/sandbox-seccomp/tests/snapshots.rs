@@ -14,8 +14,22 @@ fn brokered(network: bool, deny_subprocess: bool, truncate: bool, broker: bool) 
         deny_subprocess,
         landlock: LandlockCoverage { truncate },
         broker,
+        read_deny: false,
     };
     compile_spec(&spec).unwrap().disassemble()
+}
+
+/// With read denials and the broker: extended-attribute reads go to the broker too.
+#[test]
+fn default_backend_with_read_denials() {
+    let spec = FilterSpec {
+        network: true,
+        deny_subprocess: false,
+        landlock: LandlockCoverage { truncate: false },
+        broker: true,
+        read_deny: true,
+    };
+    insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }
 
 #[test]

@@ -165,6 +165,7 @@ mod tests {
                 deny_subprocess: false,
                 landlock: LandlockCoverage { truncate: false },
                 broker: true,
+                read_deny: false,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
