@@ -1,6 +1,7 @@
 //! The policy a command runs under: the raw form and its validated form.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
+use std::ffi::OsString;
 use std::path::{Component, Path, PathBuf};
 use std::time::Duration;
 
@@ -27,8 +28,14 @@ pub struct SandboxPolicy {
     /// Paths the command may write beneath (closed by default). Writing implies reading.
     pub write_paths: Vec<String>,
     /// Paths removed from the broad read surface.
+    ///
+    /// A deny path that is or passes through a symlink protects the link's
+    /// directory entry (no remove, rename or replace) and its target.
     pub read_deny_paths: Vec<String>,
     /// Paths removed from the write surface, even beneath a write path.
+    ///
+    /// A deny path that is or passes through a symlink protects the link's
+    /// directory entry (no remove, rename or replace) and its target.
     pub write_deny_paths: Vec<String>,
     /// Refuse creation of child processes (the command's own exec still works).
     pub deny_subprocess: bool,
@@ -126,17 +133,21 @@ fn absolute(path: PathBuf) -> Result<PathBuf, String> {
     }
 }
 
-/// A policy whose paths are expanded, absolute, canonical and checked.
+/// A policy whose paths are expanded, absolute, canonical and checked (a
+/// deny path's symlink entries are canonical up to their own, unfollowed name).
 ///
 /// Only [`SandboxPolicy::resolve`] creates one, so a backend holding a
 /// `ResolvedPolicy` never sees a relative, templated or missing write path.
+///
+/// It serialises as [`ResolvedPolicy::to_policy`] and deserialises by resolving
+/// that again.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(try_from = "SandboxPolicy")]
+#[serde(try_from = "SandboxPolicy", into = "SandboxPolicy")]
 pub struct ResolvedPolicy {
     network: bool,
     write_paths: Vec<PathBuf>,
-    read_deny_paths: Vec<PathBuf>,
-    write_deny_paths: Vec<PathBuf>,
+    read_deny: DenySet,
+    write_deny: DenySet,
     deny_subprocess: bool,
     env_deny_names: Vec<String>,
     timeout_seconds: u64,
@@ -149,6 +160,18 @@ impl SandboxPolicy {
     /// Symlinks are resolved once, here. A write path must exist. A deny path
     /// may not exist yet: its longest existing ancestor is canonicalised and the
     /// rest appended, so the path stays denied once created.
+    ///
+    /// A deny path that is or passes through a symlink protects the link's
+    /// directory entry (no remove, rename or replace) and its target: every
+    /// symlink met while resolving it, the final component or an intermediate
+    /// one, becomes a deny path of its own (its parent canonicalised, its name
+    /// kept, not followed) beside the canonical target. So `W/.git -> /elsewhere`
+    /// denies both `W/.git` and `/elsewhere`, and `W/link/.git` with
+    /// `W/link -> W/real` denies `W/link` and `W/real/.git` (not all of
+    /// `W/real`). Resolving the result again ([`ResolvedPolicy::to_policy`]
+    /// then `resolve`, as deserialising a [`ResolvedPolicy`] does) gives the
+    /// same set: `to_policy` writes an intermediate link back as a path through
+    /// it, never bare (a bare link would deny its whole target).
     pub fn resolve(&self, ctx: &ExpandContext) -> Result<ResolvedPolicy, PolicyError> {
         if self.timeout_seconds == 0 {
             return Err(PolicyError::ZeroTimeout);
@@ -169,8 +192,8 @@ impl SandboxPolicy {
                 })?;
             write_paths.insert(canonical);
         }
-        let read_deny_paths = resolve_deny("read_deny_paths", &self.read_deny_paths, ctx)?;
-        let write_deny_paths = resolve_deny("write_deny_paths", &self.write_deny_paths, ctx)?;
+        let read_deny = resolve_deny("read_deny_paths", &self.read_deny_paths, ctx)?;
+        let write_deny = resolve_deny("write_deny_paths", &self.write_deny_paths, ctx)?;
         let mut env_deny_names = BTreeSet::new();
         for name in &self.env_deny_names {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
@@ -181,8 +204,8 @@ impl SandboxPolicy {
         Ok(ResolvedPolicy {
             network: self.network,
             write_paths: write_paths.into_iter().collect(),
-            read_deny_paths,
-            write_deny_paths,
+            read_deny,
+            write_deny,
             deny_subprocess: self.deny_subprocess,
             env_deny_names: env_deny_names.into_iter().collect(),
             timeout_seconds: self.timeout_seconds,
@@ -191,51 +214,210 @@ impl SandboxPolicy {
     }
 }
 
+/// Resolved deny paths and how to spell them again.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+struct DenySet {
+    /// Canonical targets and symlink entries (canonical parent, name kept).
+    paths: Vec<PathBuf>,
+    /// Symlink entries met only with more of the path after them (an
+    /// intermediate link), each with one spelling of a deny path through it.
+    /// Written back as the bare link, such an entry would resolve again to
+    /// the link *and its whole target*; written as the spelling, it resolves
+    /// to the link and the entries already in `paths`.
+    through: BTreeMap<PathBuf, PathBuf>,
+}
+
+impl DenySet {
+    /// The deny paths to write back so that resolving them gives this set again.
+    fn spellings(&self) -> Vec<String> {
+        self.paths
+            .iter()
+            .map(|p| self.through.get(p).unwrap_or(p))
+            .map(|p| p.to_string_lossy().into_owned())
+            .collect::<BTreeSet<_>>()
+            .into_iter()
+            .collect()
+    }
+
+    /// Whether `link` is in the set as a final link (bare, its target denied).
+    fn has_final_link(&self, link: &Path) -> bool {
+        !self.through.contains_key(link)
+            && self
+                .paths
+                .binary_search_by(|p| p.as_path().cmp(link))
+                .is_ok()
+    }
+
+    /// Both sets, as resolving both lists of deny paths together would give.
+    fn union(&self, other: &DenySet) -> DenySet {
+        let paths: BTreeSet<PathBuf> = self.paths.iter().chain(&other.paths).cloned().collect();
+        let mut through: BTreeMap<PathBuf, PathBuf> = BTreeMap::new();
+        for (link, spelling) in self.through.iter().chain(&other.through) {
+            if self.has_final_link(link) || other.has_final_link(link) {
+                continue;
+            }
+            match through.get(link) {
+                Some(known) if known <= spelling => {}
+                _ => {
+                    through.insert(link.clone(), spelling.clone());
+                }
+            }
+        }
+        DenySet {
+            paths: paths.into_iter().collect(),
+            through,
+        }
+    }
+}
+
 fn resolve_deny(
     field: &'static str,
     raw: &[String],
     ctx: &ExpandContext,
-) -> Result<Vec<PathBuf>, PolicyError> {
-    let mut out = BTreeSet::new();
+) -> Result<DenySet, PolicyError> {
+    let mut walk = DenyWalk::default();
     for value in raw {
         let path = ctx.expand(field, value)?;
-        out.insert(
-            canonicalize_lenient(&path).map_err(|reason| PolicyError::BadPath {
-                field,
-                value: value.clone(),
-                reason,
-            })?,
-        );
+        walk.resolve(&path).map_err(|reason| PolicyError::BadPath {
+            field,
+            value: value.clone(),
+            reason,
+        })?;
     }
-    Ok(out.into_iter().collect())
+    // A link also met as a final component has its target in the set: the
+    // bare link spells it.
+    let mut through = walk.through;
+    through.retain(|link, _| !walk.final_links.contains(link));
+    Ok(DenySet {
+        paths: walk.paths.into_iter().collect(),
+        through,
+    })
 }
 
-/// Canonicalises the longest existing ancestor of `path` and appends the rest.
-fn canonicalize_lenient(path: &Path) -> Result<PathBuf, String> {
-    let mut existing = path.to_path_buf();
-    let mut rest: Vec<std::ffi::OsString> = Vec::new();
-    loop {
-        match std::fs::canonicalize(&existing) {
-            Ok(mut base) => {
-                for part in rest.iter().rev() {
-                    base.push(part);
+/// The kernel's limit on symlinks followed in one lookup (`MAXSYMLINKS`).
+const MAX_SYMLINKS: usize = 40;
+
+/// One step still to take while resolving a deny path.
+enum Step {
+    Parent,
+    Name(OsString),
+}
+
+/// Pushes the components of `path` onto `steps` so they pop in order.
+fn push_steps(steps: &mut Vec<Step>, path: &Path) {
+    for component in path.components().rev() {
+        match component {
+            Component::Normal(name) => steps.push(Step::Name(name.to_owned())),
+            Component::ParentDir => steps.push(Step::Parent),
+            // The root resets the walk (the caller handles it); `.` is a no-op.
+            Component::RootDir | Component::CurDir | Component::Prefix(_) => {}
+        }
+    }
+}
+
+/// What resolving deny paths has found so far.
+#[derive(Default)]
+struct DenyWalk {
+    paths: BTreeSet<PathBuf>,
+    /// Intermediate links, each with the smallest spelling through it.
+    through: BTreeMap<PathBuf, PathBuf>,
+    /// Links met as the last step of a walk (their target is in `paths`).
+    final_links: BTreeSet<PathBuf>,
+}
+
+impl DenyWalk {
+    /// Resolves the absolute deny path `path`, as the kernel would walk it.
+    ///
+    /// Adds the canonical path it names (the longest existing prefix
+    /// resolved, the not-yet-existing rest appended, so the path stays denied
+    /// once created) and every symlink met on the way, final component or
+    /// intermediate, in its own location: its parent canonical, its own name
+    /// kept, not followed. The link's directory entry is then protected as
+    /// well as its target (a command cannot remove the link and put a real
+    /// directory in its place).
+    fn resolve(&mut self, path: &Path) -> Result<(), String> {
+        if !path.is_absolute() {
+            return Err("the path is not absolute".into());
+        }
+        let mut steps = Vec::new();
+        push_steps(&mut steps, path);
+        // `base` never passes through a symlink: only non-link names are pushed.
+        let mut base = PathBuf::from("/");
+        let mut base_is_dir = true;
+        let mut missing = false;
+        let mut links = 0;
+        while let Some(step) = steps.pop() {
+            match step {
+                Step::Parent if missing => {
+                    return Err("a not-yet-existing part of the path is followed by `..`".into())
                 }
-                return Ok(base);
-            }
-            Err(_) => {
-                let name = match existing.components().next_back() {
-                    Some(Component::Normal(name)) => name.to_owned(),
-                    Some(Component::ParentDir | Component::CurDir) => {
-                        return Err(
-                            "a not-yet-existing part of the path contains `.` or `..`".into()
-                        )
+                Step::Parent if !base_is_dir => {
+                    return Err(format!(
+                        "`..` follows {}, which is not a directory",
+                        base.display()
+                    ))
+                }
+                Step::Parent => {
+                    base.pop();
+                }
+                Step::Name(name) if missing => base.push(name),
+                Step::Name(name) => {
+                    let here = base.join(&name);
+                    match std::fs::symlink_metadata(&here) {
+                        Ok(meta) if meta.file_type().is_symlink() => {
+                            links += 1;
+                            if links > MAX_SYMLINKS {
+                                return Err(format!(
+                                    "more than {MAX_SYMLINKS} symlinks met while resolving it"
+                                ));
+                            }
+                            let target = std::fs::read_link(&here).map_err(|e| {
+                                format!("cannot read the symlink {}: {e}", here.display())
+                            })?;
+                            self.met_link(&here, &steps);
+                            if target.is_absolute() {
+                                base = PathBuf::from("/");
+                                base_is_dir = true;
+                            }
+                            push_steps(&mut steps, &target);
+                        }
+                        Ok(meta) => {
+                            base = here;
+                            base_is_dir = meta.is_dir();
+                        }
+                        // Not there yet (or not reachable by the runner, which
+                        // the command, with the same uid, cannot pass either).
+                        Err(_) => {
+                            base = here;
+                            missing = true;
+                        }
                     }
-                    _ => return Err("no ancestor of the path exists".into()),
-                };
-                rest.push(name);
-                if !existing.pop() {
-                    return Err("no ancestor of the path exists".into());
                 }
+            }
+        }
+        self.paths.insert(base);
+        Ok(())
+    }
+
+    /// Records the symlink `link`, with `rest` the steps still to take after it.
+    fn met_link(&mut self, link: &Path, rest: &[Step]) {
+        self.paths.insert(link.to_path_buf());
+        if rest.is_empty() {
+            self.final_links.insert(link.to_path_buf());
+            return;
+        }
+        let mut spelling = link.to_path_buf();
+        for step in rest.iter().rev() {
+            match step {
+                Step::Parent => spelling.push(".."),
+                Step::Name(name) => spelling.push(name),
+            }
+        }
+        match self.through.get_mut(link) {
+            Some(known) if *known <= spelling => {}
+            Some(known) => *known = spelling,
+            None => {
+                self.through.insert(link.to_path_buf(), spelling);
             }
         }
     }
@@ -250,6 +432,13 @@ impl TryFrom<SandboxPolicy> for ResolvedPolicy {
     }
 }
 
+/// Serialising a `ResolvedPolicy` writes [`ResolvedPolicy::to_policy`].
+impl From<ResolvedPolicy> for SandboxPolicy {
+    fn from(policy: ResolvedPolicy) -> Self {
+        policy.to_policy()
+    }
+}
+
 impl ResolvedPolicy {
     /// Whether network access is allowed.
     pub fn network(&self) -> bool {
@@ -259,13 +448,15 @@ impl ResolvedPolicy {
     pub fn write_paths(&self) -> &[PathBuf] {
         &self.write_paths
     }
-    /// Canonical read-deny paths (may not exist yet).
+    /// Read-deny paths (may not exist yet): canonical targets, and each symlink
+    /// met resolving them in its own location (canonical parent, not followed).
     pub fn read_deny_paths(&self) -> &[PathBuf] {
-        &self.read_deny_paths
+        &self.read_deny.paths
     }
-    /// Canonical write-deny paths (may not exist yet).
+    /// Write-deny paths (may not exist yet): canonical targets, and each symlink
+    /// met resolving them in its own location (canonical parent, not followed).
     pub fn write_deny_paths(&self) -> &[PathBuf] {
-        &self.write_deny_paths
+        &self.write_deny.paths
     }
     /// Whether child processes are refused.
     pub fn deny_subprocess(&self) -> bool {
@@ -291,7 +482,7 @@ impl ResolvedPolicy {
     /// Whether `path` (canonical) lies beneath a write path and not beneath a write-deny path.
     pub fn may_write(&self, path: &Path) -> bool {
         self.write_paths.iter().any(|w| path.starts_with(w))
-            && !self.write_deny_paths.iter().any(|d| path.starts_with(d))
+            && !self.write_deny.paths.iter().any(|d| path.starts_with(d))
     }
 
     /// The raw policy this resolves from (absolute paths; resolving it again is a no-op).
@@ -305,8 +496,8 @@ impl ResolvedPolicy {
         SandboxPolicy {
             network: self.network,
             write_paths: strings(&self.write_paths),
-            read_deny_paths: strings(&self.read_deny_paths),
-            write_deny_paths: strings(&self.write_deny_paths),
+            read_deny_paths: self.read_deny.spellings(),
+            write_deny_paths: self.write_deny.spellings(),
             deny_subprocess: self.deny_subprocess,
             env_deny_names: self.env_deny_names.clone(),
             timeout_seconds: self.timeout_seconds,
@@ -339,19 +530,11 @@ impl ResolvedPolicy {
                 path: outside.clone(),
             });
         }
-        let union = |a: &[PathBuf], b: &[PathBuf]| -> Vec<PathBuf> {
-            a.iter()
-                .chain(b)
-                .cloned()
-                .collect::<BTreeSet<_>>()
-                .into_iter()
-                .collect()
-        };
         Ok(ResolvedPolicy {
             network: self.network && operator.network,
             write_paths: self.write_paths.clone(),
-            read_deny_paths: union(&self.read_deny_paths, &operator.read_deny_paths),
-            write_deny_paths: union(&self.write_deny_paths, &operator.write_deny_paths),
+            read_deny: self.read_deny.union(&operator.read_deny),
+            write_deny: self.write_deny.union(&operator.write_deny),
             deny_subprocess: self.deny_subprocess || operator.deny_subprocess,
             env_deny_names: self
                 .env_deny_names
@@ -430,7 +613,11 @@ mod tests {
         let r = policy.resolve(&ctx(dir.path())).unwrap();
         let canon = std::fs::canonicalize(&real).unwrap();
         assert_eq!(r.write_paths(), std::slice::from_ref(&canon));
-        assert_eq!(r.write_deny_paths(), [canon.join(".git/hooks")]);
+        // The intermediate symlink `link` is denied in its own place too.
+        let link = std::fs::canonicalize(dir.path()).unwrap().join("link");
+        let mut deny = vec![canon.join(".git/hooks"), link];
+        deny.sort();
+        assert_eq!(r.write_deny_paths(), deny);
         assert!(r.may_write(&canon.join("a")));
         assert!(!r.may_write(&canon.join(".git/hooks/x")));
         assert_eq!(r.to_policy().resolve(&ExpandContext::default()).unwrap(), r);
@@ -441,6 +628,251 @@ mod tests {
         };
         let err = missing.resolve(&ctx(dir.path())).unwrap_err().to_string();
         assert!(err.contains("nope"), "{err}");
+    }
+
+    /// Resolves `deny` (as write-deny paths) and checks a second resolution of
+    /// the result gives the same set.
+    fn deny_set(deny: &[PathBuf]) -> Vec<PathBuf> {
+        let policy = SandboxPolicy {
+            write_deny_paths: deny.iter().map(|p| p.to_string_lossy().into()).collect(),
+            read_deny_paths: deny.iter().map(|p| p.to_string_lossy().into()).collect(),
+            ..Default::default()
+        };
+        let r = policy.resolve(&ExpandContext::default()).unwrap();
+        assert_eq!(r.read_deny_paths(), r.write_deny_paths());
+        let again = r.to_policy().resolve(&ExpandContext::default()).unwrap();
+        assert_eq!(again, r, "resolving a resolved policy is idempotent");
+        let json = serde_json::to_string(&r).unwrap();
+        assert_eq!(serde_json::from_str::<ResolvedPolicy>(&json).unwrap(), r);
+        r.write_deny_paths().to_vec()
+    }
+
+    fn sorted(mut v: Vec<PathBuf>) -> Vec<PathBuf> {
+        v.sort();
+        v
+    }
+
+    fn canonical_temp() -> (tempfile::TempDir, PathBuf) {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        (dir, root)
+    }
+
+    #[test]
+    fn deny_final_symlink_denies_link_entry_and_target() {
+        let (_d, t) = canonical_temp();
+        let (w, w2) = (t.join("w"), t.join("w2"));
+        std::fs::create_dir_all(&w).unwrap();
+        std::fs::create_dir_all(&w2).unwrap();
+        std::os::unix::fs::symlink(&w2, w.join(".git")).unwrap();
+        assert_eq!(
+            deny_set(&[w.join(".git")]),
+            sorted(vec![w.join(".git"), w2.clone()])
+        );
+        // A relative link and a chain of links: every link met is denied.
+        std::os::unix::fs::symlink("w/.git", t.join("w2-alias")).unwrap();
+        std::os::unix::fs::symlink("w2-alias", t.join("chain")).unwrap();
+        assert_eq!(
+            deny_set(&[t.join("chain")]),
+            sorted(vec![
+                t.join("chain"),
+                t.join("w2-alias"),
+                w.join(".git"),
+                w2.clone()
+            ])
+        );
+        // A dangling link: the link entry and its (not-yet-existing) target.
+        std::os::unix::fs::symlink(t.join("later/x"), w.join("dangling")).unwrap();
+        assert_eq!(
+            deny_set(&[w.join("dangling")]),
+            sorted(vec![w.join("dangling"), t.join("later/x")])
+        );
+    }
+
+    #[test]
+    fn deny_through_intermediate_symlink_denies_each_link() {
+        let (_d, t) = canonical_temp();
+        let real = t.join("real");
+        std::fs::create_dir_all(real.join("inner/.git")).unwrap();
+        std::os::unix::fs::symlink(&real, t.join("link")).unwrap();
+        // A second, relative link inside the target of the first.
+        std::os::unix::fs::symlink("inner", real.join("in-link")).unwrap();
+        assert_eq!(
+            deny_set(&[t.join("link/in-link/.git")]),
+            sorted(vec![
+                t.join("link"),
+                real.join("in-link"),
+                real.join("inner/.git")
+            ])
+        );
+        // `..` after a link is taken from the link's target, as the kernel does.
+        assert_eq!(
+            deny_set(&[t.join("link/in-link/../inner")]),
+            sorted(vec![
+                t.join("link"),
+                real.join("in-link"),
+                real.join("inner")
+            ])
+        );
+        // A plain path through no link is just itself.
+        assert_eq!(deny_set(&[real.join("inner")]), vec![real.join("inner")]);
+    }
+
+    #[test]
+    fn deny_with_a_not_yet_existing_tail_through_a_link() {
+        let (_d, t) = canonical_temp();
+        let real = t.join("real");
+        std::fs::create_dir_all(&real).unwrap();
+        std::os::unix::fs::symlink(&real, t.join("link")).unwrap();
+        assert_eq!(
+            deny_set(&[t.join("link/.git/hooks")]),
+            sorted(vec![t.join("link"), real.join(".git/hooks")])
+        );
+        assert_eq!(
+            deny_set(&[t.join("missing/deeper")]),
+            vec![t.join("missing/deeper")]
+        );
+        // `..` in a not-yet-existing part, or after a file, is refused.
+        std::fs::write(real.join("file"), "").unwrap();
+        for bad in [t.join("missing/../x"), real.join("file/../x")] {
+            let policy = SandboxPolicy {
+                write_deny_paths: vec![bad.to_string_lossy().into()],
+                ..Default::default()
+            };
+            let err = policy.resolve(&ExpandContext::default()).unwrap_err();
+            assert!(matches!(err, PolicyError::BadPath { .. }), "{err}");
+        }
+    }
+
+    #[test]
+    fn deny_symlink_loop_is_refused() {
+        let (_d, t) = canonical_temp();
+        std::os::unix::fs::symlink("b", t.join("a")).unwrap();
+        std::os::unix::fs::symlink("a", t.join("b")).unwrap();
+        let policy = SandboxPolicy {
+            read_deny_paths: vec![t.join("a/x").to_string_lossy().into()],
+            ..Default::default()
+        };
+        let err = policy
+            .resolve(&ExpandContext::default())
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("symlinks"), "{err}");
+    }
+
+    #[test]
+    fn resolving_twice_is_idempotent_with_links() {
+        let (_d, t) = canonical_temp();
+        let (w, w2) = (t.join("w"), t.join("w2"));
+        std::fs::create_dir_all(w.join("sub")).unwrap();
+        std::fs::create_dir_all(&w2).unwrap();
+        std::os::unix::fs::symlink(&w2, w.join(".git")).unwrap();
+        std::os::unix::fs::symlink(&w, t.join("wl")).unwrap();
+        let policy = SandboxPolicy {
+            write_paths: vec![w.to_string_lossy().into()],
+            write_deny_paths: vec![
+                t.join("wl/.git/hooks").to_string_lossy().into(),
+                t.join("wl/.git").to_string_lossy().into(),
+            ],
+            read_deny_paths: vec![t.join("wl/sub/../.git").to_string_lossy().into()],
+            ..Default::default()
+        };
+        let r = policy.resolve(&ExpandContext::default()).unwrap();
+        assert_eq!(
+            r.write_deny_paths(),
+            sorted(vec![
+                t.join("wl"),
+                w.join(".git"),
+                w2.clone(),
+                w2.join("hooks")
+            ])
+        );
+        assert_eq!(
+            r.read_deny_paths(),
+            sorted(vec![t.join("wl"), w.join(".git"), w2.clone()])
+        );
+        let once = r.to_policy().resolve(&ExpandContext::default()).unwrap();
+        assert_eq!(once, r);
+        assert_eq!(
+            once.to_policy().resolve(&ExpandContext::default()).unwrap(),
+            r
+        );
+        // Writes beneath the target and to the link entry are not allowed;
+        // the rest of the write path is.
+        assert!(!r.may_write(&w.join(".git")));
+        assert!(!r.may_write(&w2.join("x")));
+        assert!(r.may_write(&w.join("sub/x")));
+        assert!(!r.may_write(&t.join("wl")));
+    }
+
+    #[test]
+    fn an_intermediate_link_is_written_back_through_itself() {
+        let (_d, t) = canonical_temp();
+        let real = t.join("real");
+        std::fs::create_dir_all(real.join("src")).unwrap();
+        std::os::unix::fs::symlink(&real, t.join("link")).unwrap();
+        let s = |p: PathBuf| p.to_string_lossy().into_owned();
+        let requested = SandboxPolicy {
+            write_paths: vec![s(t.join("link"))],
+            write_deny_paths: vec![s(t.join("link/.git/hooks"))],
+            ..Default::default()
+        };
+        let r = requested.resolve(&ExpandContext::default()).unwrap();
+        assert_eq!(
+            r.write_deny_paths(),
+            sorted(vec![t.join("link"), real.join(".git/hooks")])
+        );
+        // Written bare, `link` would resolve to all of `real` (the write path).
+        let back = r.to_policy().write_deny_paths;
+        assert_eq!(
+            back,
+            [s(t.join("link/.git/hooks")), s(real.join(".git/hooks"))]
+        );
+        assert!(r.may_write(&real.join("src/x")));
+        let again = r.to_policy().resolve(&ExpandContext::default()).unwrap();
+        assert_eq!(again, r);
+        assert!(again.may_write(&real.join("src/x")));
+
+        // Bounded by an operator denying the link itself (a final link): the
+        // union is what resolving both lists together gives, and stays so.
+        let operator = SandboxPolicy {
+            write_paths: vec![s(t.clone())],
+            write_deny_paths: vec![s(t.join("link"))],
+            ..Default::default()
+        }
+        .resolve(&ExpandContext::default())
+        .unwrap();
+        let bounded = r.bounded_by(&operator).unwrap();
+        let together = SandboxPolicy {
+            write_deny_paths: vec![s(t.join("link/.git/hooks")), s(t.join("link"))],
+            ..requested.clone()
+        }
+        .resolve(&ExpandContext::default())
+        .unwrap();
+        assert_eq!(bounded, together);
+        assert_eq!(
+            bounded.write_deny_paths(),
+            sorted(vec![t.join("link"), real.clone(), real.join(".git/hooks")])
+        );
+        assert_eq!(
+            bounded
+                .to_policy()
+                .resolve(&ExpandContext::default())
+                .unwrap(),
+            bounded
+        );
+        // Bounded by an operator denying the same path: unchanged.
+        let same = r
+            .bounded_by(
+                &SandboxPolicy {
+                    write_paths: vec![s(t.clone())],
+                    ..requested
+                }
+                .resolve(&ExpandContext::default())
+                .unwrap(),
+            )
+            .unwrap();
+        assert_eq!(same, r);
     }
 
     #[test]
