@@ -139,3 +139,75 @@ fn ancestors_stay_listable_and_denied_names_are_visible_but_not_contents() {
     assert!(!err.contains("SECRET"));
     ok(&sh(&s.policy, &format!("cat {h}/notes")));
 }
+
+#[test]
+fn read_deny_spelled_through_a_symlink_denies_the_target_and_the_link() {
+    // `w/key-link -> t/hidden` (a final link) and `w/dir-link -> t/vault`
+    // with `w/dir-link/key` denied (an intermediate link): the target is
+    // refused through the link and directly, the link entry cannot be
+    // removed or replaced, and what sits beside the denied target reads.
+    let t = temp();
+    let (w, hidden, vault) = (
+        t.path.join("w"),
+        t.path.join("hidden"),
+        t.path.join("vault"),
+    );
+    fs::create_dir_all(&w).unwrap();
+    fs::create_dir_all(&hidden).unwrap();
+    fs::create_dir_all(&vault).unwrap();
+    fs::write(hidden.join("key"), "HSECRET\n").unwrap();
+    fs::write(vault.join("key"), "VSECRET\n").unwrap();
+    fs::write(vault.join("sibling"), "vault-sibling\n").unwrap();
+    fs::write(t.path.join("beside"), "beside\n").unwrap();
+    std::os::unix::fs::symlink(&hidden, w.join("key-link")).unwrap();
+    std::os::unix::fs::symlink(&vault, w.join("dir-link")).unwrap();
+    let policy = |deny: bool| {
+        resolve(SandboxPolicy {
+            write_paths: vec![path_str(&w)],
+            read_deny_paths: if deny {
+                vec![
+                    path_str(&w.join("key-link")),
+                    path_str(&w.join("dir-link/key")),
+                ]
+            } else {
+                Vec::new()
+            },
+            ..Default::default()
+        })
+    };
+    let p = policy(true);
+    let (ws, h, v) = (path_str(&w), path_str(&hidden), path_str(&vault));
+    let reads = [
+        format!("cat {ws}/key-link/key"),
+        format!("cat {h}/key"),
+        format!("cat {ws}/dir-link/key"),
+        format!("cat {v}/key"),
+    ];
+    for cmd in &reads {
+        let err = refused(&sh(&p, cmd));
+        assert!(!err.contains("SECRET"), "{err}");
+    }
+    for cmd in [
+        format!("rm {ws}/key-link"),
+        format!("ln -sfn {} {ws}/dir-link", path_str(&t.path)),
+    ] {
+        refused(&sh(&p, &cmd));
+    }
+    assert_eq!(fs::read_link(w.join("key-link")).unwrap(), hidden);
+    assert_eq!(fs::read_link(w.join("dir-link")).unwrap(), vault);
+    // Positive controls under the same policy: the siblings read, through
+    // the link too (only `dir-link/key` was denied, not all of the vault).
+    let out = ok(&sh(
+        &p,
+        &format!(
+            "cat {}/beside {v}/sibling {ws}/dir-link/sibling",
+            path_str(&t.path)
+        ),
+    ));
+    assert_eq!(out, "beside\nvault-sibling\nvault-sibling\n");
+    // Without the deny, the same reads succeed.
+    let open = policy(false);
+    for cmd in &reads {
+        assert!(ok(&sh(&open, cmd)).contains("SECRET"));
+    }
+}

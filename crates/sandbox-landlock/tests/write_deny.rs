@@ -158,3 +158,92 @@ fn symlinked_sibling_does_not_carry_the_split_grant_outside() {
     // Positive control: a real sibling directory is writable.
     ok(&sh(&p, &format!("echo x > {w}/src/new")));
 }
+
+/// `W/.git -> W2` (W2 outside W) and W/sub; W2 holds a file.
+struct LinkSetup {
+    _t: Temp,
+    w: PathBuf,
+    w2: PathBuf,
+}
+
+fn link_setup() -> LinkSetup {
+    let t = temp();
+    let (w, w2) = (t.path.join("w"), t.path.join("w2"));
+    fs::create_dir_all(w.join("sub")).unwrap();
+    fs::create_dir_all(w2.join("hooks")).unwrap();
+    fs::create_dir_all(t.path.join("evil/hooks")).unwrap();
+    fs::write(w2.join("config"), "cfg\n").unwrap();
+    std::os::unix::fs::symlink(&w2, w.join(".git")).unwrap();
+    LinkSetup { _t: t, w, w2 }
+}
+
+/// W2 is granted too, so only the deny (not the missing grant) keeps it safe.
+fn link_policy(s: &LinkSetup, deny: bool) -> sandbox_core::ResolvedPolicy {
+    resolve(SandboxPolicy {
+        network: true,
+        write_paths: vec![path_str(&s.w), path_str(&s.w2)],
+        write_deny_paths: if deny {
+            vec![path_str(&s.w.join(".git"))]
+        } else {
+            Vec::new()
+        },
+        ..Default::default()
+    })
+}
+
+#[test]
+fn deny_spelled_through_a_symlink_protects_the_link_entry_and_its_target() {
+    let s = link_setup();
+    let (w, w2) = (path_str(&s.w), path_str(&s.w2));
+    let evil = path_str(&s._t.path.join("evil"));
+    let p = link_policy(&s, true);
+    assert!(
+        p.write_deny_paths().contains(&s.w.join(".git")) && p.write_deny_paths().contains(&s.w2),
+        "{:?}",
+        p.write_deny_paths()
+    );
+    let attacks = [
+        format!("rm {w}/.git"),
+        format!("mv {w}/.git {w}/sub/moved"),
+        format!("ln -sfn {evil} {w}/.git"),
+        format!("echo x > {w}/.git/hooks/pre-commit"),
+        format!("echo x >> {w}/.git/config"),
+        format!("echo x > {w2}/hooks/pre-commit"),
+        format!("rm {w2}/config"),
+    ];
+    for cmd in &attacks {
+        refused(&sh(&p, cmd));
+    }
+    // Replacing the link by a real directory fails at its first step.
+    denied(&sh(
+        &p,
+        &format!("rm -f {w}/.git; mkdir -p {w}/.git/hooks && echo x > {w}/.git/hooks/pre-commit"),
+    ));
+    assert_eq!(fs::read_link(s.w.join(".git")).unwrap(), s.w2);
+    assert_eq!(fs::read_to_string(s.w2.join("config")).unwrap(), "cfg\n");
+    assert!(!s.w2.join("hooks/pre-commit").exists() && !s.w.join("sub/moved").exists());
+    assert!(!s._t.path.join("evil/hooks/pre-commit").exists());
+
+    // Positive control, same policy: a non-denied subdirectory of W is writable.
+    ok(&sh(
+        &p,
+        &format!("echo x > {w}/sub/new && rm {w}/sub/new && mkdir {w}/sub/d"),
+    ));
+    assert!(s.w.join("sub/d").is_dir());
+
+    // Positive control without the deny: every attack works.
+    for cmd in &attacks {
+        let s2 = link_setup();
+        let cmd = cmd
+            .replace(&w2, &path_str(&s2.w2))
+            .replace(&w, &path_str(&s2.w))
+            .replace(&evil, &path_str(&s2._t.path.join("evil")));
+        ok(&sh(&link_policy(&s2, false), &cmd));
+    }
+    let s3 = link_setup();
+    ok(&sh(
+        &link_policy(&s3, false),
+        &format!("rm {}/.git", path_str(&s3.w)),
+    ));
+    assert!(fs::symlink_metadata(s3.w.join(".git")).is_err());
+}
