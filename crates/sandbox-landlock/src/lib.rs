@@ -25,7 +25,7 @@ pub use error::LandlockError;
 mod linux;
 #[cfg(target_os = "linux")]
 pub use linux::{
-    abi::{detect_abi, KernelAbi, TESTED_ABI},
+    abi::{detect_abi, KernelAbi, ABI_CEILING_ENV, TESTED_ABI},
     backend::{LandlockBackend, SANDBOX_BIN_ENV},
     prepare,
     spawner::ConfinedSpawner,

@@ -8,16 +8,64 @@ use crate::LandlockError;
 /// later are not requested even when the kernel offers them.
 pub const TESTED_ABI: ABI = ABI::V7;
 
+/// Environment variable that lowers the Landlock ABI the backend uses (for
+/// testing what users of older kernels get). It can only lower it: a value
+/// above the kernel's is ignored, and the report says which was used.
+pub const ABI_CEILING_ENV: &str = "SANDBOX_TEST_LANDLOCK_ABI";
+
 /// The Landlock ABI of the running kernel and the one this crate uses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct KernelAbi {
     /// The version the kernel reports (0 when Landlock is absent).
     pub kernel: i32,
-    /// The version whose rights are requested: `min(kernel, TESTED_ABI)`.
+    /// The version whose rights are requested: `min(kernel, TESTED_ABI,
+    /// ceiling)`.
     pub effective: ABI,
+    /// The ceiling asked for ([`ABI_CEILING_ENV`] or
+    /// [`LandlockBackend::with_abi_ceiling`](crate::LandlockBackend::with_abi_ceiling)), if any.
+    pub ceiling: Option<i32>,
 }
 
-/// Asks the kernel for its Landlock ABI version.
+impl KernelAbi {
+    /// The same kernel with the ABI in use lowered to at most `ceiling`
+    /// (never raised).
+    pub fn lowered_to(self, ceiling: i32) -> Result<Self, LandlockError> {
+        let wanted = ABI::from(ceiling);
+        if ceiling < 1 || wanted == ABI::Unsupported {
+            return Err(LandlockError::Unsupported {
+                reason: format!(
+                    "a Landlock ABI ceiling of {ceiling} was asked for; use 1 to {}",
+                    abi_number(TESTED_ABI)
+                ),
+            });
+        }
+        Ok(Self {
+            effective: self.effective.min(wanted),
+            ceiling: Some(ceiling),
+            ..self
+        })
+    }
+}
+
+/// The ceiling in [`ABI_CEILING_ENV`], if set.
+fn ceiling_from_env() -> Result<Option<i32>, LandlockError> {
+    let Some(raw) = std::env::var_os(ABI_CEILING_ENV) else {
+        return Ok(None);
+    };
+    let text = raw.to_string_lossy();
+    text.trim()
+        .parse::<i32>()
+        .map(Some)
+        .map_err(|_| LandlockError::Unsupported {
+            reason: format!(
+                "{ABI_CEILING_ENV}={text} is not a number; set it to a Landlock ABI from 1 to {}, or unset it",
+                abi_number(TESTED_ABI)
+            ),
+        })
+}
+
+/// Asks the kernel for its Landlock ABI version, lowered by
+/// [`ABI_CEILING_ENV`] when it is set.
 ///
 /// Done by hand with `landlock_create_ruleset(NULL, 0, VERSION)` because the
 /// landlock crate keeps its own detection private: we need the number to
@@ -53,7 +101,15 @@ pub fn detect_abi() -> Result<KernelAbi, LandlockError> {
             reason: format!("the kernel reports Landlock ABI {kernel}"),
         });
     }
-    Ok(KernelAbi { kernel, effective })
+    let abi = KernelAbi {
+        kernel,
+        effective,
+        ceiling: None,
+    };
+    match ceiling_from_env()? {
+        Some(ceiling) => abi.lowered_to(ceiling),
+        None => Ok(abi),
+    }
 }
 
 /// The ABI as a number (`ABI` has no public conversion).

@@ -44,6 +44,15 @@ impl LandlockBackend {
         Self { broker, ..self }
     }
 
+    /// The same backend using at most Landlock ABI `ceiling` (never more than
+    /// the kernel offers): what a user of an older kernel gets. Rights the
+    /// lower ABI lacks are covered by seccomp where it can, and named as gaps
+    /// in the report where it cannot.
+    pub fn with_abi_ceiling(self, ceiling: i32) -> Result<Self, SandboxUnavailable> {
+        let abi = self.abi.lowered_to(ceiling).map_err(unavailable)?;
+        Ok(Self { abi, ..self })
+    }
+
     /// The kernel's Landlock ABI and the one in use.
     pub fn abi(&self) -> KernelAbi {
         self.abi

@@ -3,7 +3,7 @@
 use landlock::ABI;
 use sandbox_core::{Axis, AxisEnforcement, EnforcementReport, Level, ResolvedPolicy};
 
-use super::abi::{abi_number, KernelAbi, TESTED_ABI};
+use super::abi::{abi_number, KernelAbi, ABI_CEILING_ENV, TESTED_ABI};
 use super::ruleset::Extras;
 
 /// Facts about a prepared ruleset that the report states.
@@ -26,11 +26,18 @@ pub(crate) fn report(
 ) -> EnforcementReport {
     let eff = abi.effective;
     let extras = Extras::for_policy(policy, eff);
-    let mut details = vec![format!(
-        "landlock ABI {} (kernel reports {})",
-        abi_number(eff),
-        abi.kernel
-    )];
+    let mut details = vec![match abi.ceiling {
+        Some(ceiling) => format!(
+            "landlock ABI {} (kernel reports {}; lowered by {ABI_CEILING_ENV}={ceiling})",
+            abi_number(eff),
+            abi.kernel
+        ),
+        None => format!(
+            "landlock ABI {} (kernel reports {})",
+            abi_number(eff),
+            abi.kernel
+        ),
+    }];
     if abi.kernel > abi_number(TESTED_ABI) {
         details.push(format!(
             "rights newer than ABI {} are not requested: this crate was tested up to it",
@@ -69,7 +76,7 @@ pub(crate) fn report(
         );
     }
     details.push(
-        "truncate(2) by path is refused by seccomp; O_TRUNC and ftruncate need write access, which Landlock governs (its TRUNCATE right is left unhandled so read-only opens cost no path walk)"
+        "truncation: seccomp refuses O_TRUNC without write access (and access mode 3) on every ABI, truncate(2) by path is brokered, ftruncate needs a writable fd, which Landlock's WRITE_FILE governs (its TRUNCATE right is left unhandled: it would cost a path walk on every open)"
             .into(),
     );
     if !policy.write_deny_paths().is_empty() || !policy.read_deny_paths().is_empty() {
@@ -82,7 +89,7 @@ pub(crate) fn report(
     let axes = vec![
         network(policy, extras),
         write(eff),
-        spawn(policy),
+        spawn(policy, eff),
         read_deny(policy),
         write_deny(policy),
     ];
@@ -134,12 +141,23 @@ fn write(abi: ABI) -> AxisEnforcement {
     )
 }
 
-fn spawn(policy: &ResolvedPolicy) -> AxisEnforcement {
-    if policy.deny_subprocess() {
-        entry(Axis::Spawn, "seccomp", Vec::new())
-    } else {
-        entry(Axis::Spawn, NOT_RESTRICTED, Vec::new())
+/// The spawn axis also carries what the command can do to processes outside
+/// the sandbox (signals), which only Landlock ABI 6 scopes.
+fn spawn(policy: &ResolvedPolicy, abi: ABI) -> AxisEnforcement {
+    let mut gaps = Vec::new();
+    if abi < ABI::V6 {
+        gaps.push(
+            "signals (kill, SIGIO) to processes outside the sandbox are not scoped because Landlock ABI < 6: the command can signal any process of the same user"
+                .into(),
+        );
     }
+    let mechanism = match (policy.deny_subprocess(), abi >= ABI::V6) {
+        (true, true) => "seccomp + landlock (signal scope)",
+        (true, false) => "seccomp",
+        (false, true) => "landlock (signal scope); subprocesses not restricted by the policy",
+        (false, false) => NOT_RESTRICTED,
+    };
+    entry(Axis::Spawn, mechanism, gaps)
 }
 
 fn read_deny(policy: &ResolvedPolicy) -> AxisEnforcement {

@@ -34,7 +34,19 @@ pub fn path_str(p: &Path) -> String {
 /// A confined `Command` for `argv` under `policy`, and the metadata broker's
 /// supervisor to start once it is spawned.
 pub fn confined(policy: &ResolvedPolicy, argv: &[&str]) -> (Command, Option<Box<dyn Supervisor>>) {
-    let backend = LandlockBackend::new().expect("Landlock is available on this host");
+    confined_at(None, policy, argv)
+}
+
+/// [`confined`] with the Landlock ABI lowered to `abi` (what older kernels get).
+pub fn confined_at(
+    abi: Option<i32>,
+    policy: &ResolvedPolicy,
+    argv: &[&str],
+) -> (Command, Option<Box<dyn Supervisor>>) {
+    let mut backend = LandlockBackend::new().expect("Landlock is available on this host");
+    if let Some(abi) = abi {
+        backend = backend.with_abi_ceiling(abi).expect("a valid ABI ceiling");
+    }
     let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
     let mut confinement = backend.prepare(policy, &argv).expect("prepare");
     let supervisor = confinement.supervisor.take();
@@ -65,6 +77,12 @@ pub fn sh(policy: &ResolvedPolicy, script: &str) -> Output {
 pub fn sh_env(policy: &ResolvedPolicy, script: &str, env: &[(&str, &str)]) -> Output {
     let (mut cmd, supervisor) = confined(policy, &["/bin/sh", "-c", script]);
     cmd.envs(env.iter().copied());
+    output_supervised(cmd, supervisor)
+}
+
+/// Runs `script` with `/bin/sh -c` under `policy` at Landlock ABI `abi`.
+pub fn sh_at(abi: Option<i32>, policy: &ResolvedPolicy, script: &str) -> Output {
+    let (cmd, supervisor) = confined_at(abi, policy, &["/bin/sh", "-c", script]);
     output_supervised(cmd, supervisor)
 }
 

@@ -64,6 +64,9 @@ attempt("rename_out", lambda: os.rename(grant + "/moveme", outside + "/moved"))
 attempt("hardlink_in", lambda: os.link(outside + "/existing", grant + "/hardlink"))
 attempt("truncate_outside", lambda: os.truncate(outside + "/existing", 0))
 attempt("chmod_outside", lambda: os.chmod(outside + "/existing", 0o600))
+attempt("ro_truncate_outside", lambda: os.open(outside + "/existing", os.O_RDONLY | os.O_TRUNC))
+attempt("futimens_outside", lambda: os.utime(os.open(outside + "/existing", os.O_RDONLY), (0, 0)))
+attempt("setuid_create_inside", lambda: os.open(grant + "/suid", os.O_CREAT | os.O_WRONLY, 0o4755))
 "#;
 
 const NEAR_MISSES: &[&str] = &[
@@ -74,6 +77,9 @@ const NEAR_MISSES: &[&str] = &[
     "hardlink_in",
     "truncate_outside",
     "chmod_outside",
+    "ro_truncate_outside",
+    "futimens_outside",
+    "setuid_create_inside",
 ];
 
 pub(crate) fn write_boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
@@ -86,6 +92,8 @@ pub(crate) fn write_boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
         .map_err(|e| unwitnessed(e.to_string()))?;
     tree.file("grant/moveme", "m\n")?;
     tree.symlink("grant/link", &outside)?;
+    let mtime = |p: &std::path::Path| std::fs::metadata(p).and_then(|m| m.modified()).ok();
+    let existing_mtime = mtime(&existing);
     let policy = resolve(SandboxPolicy {
         write_paths: vec![s(&grant)],
         ..SandboxPolicy::default()
@@ -123,6 +131,16 @@ pub(crate) fn write_boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
                 && std::fs::metadata(&existing)
                     .map(|m| m.permissions().mode() & 0o777 == 0o644)
                     .unwrap_or(false),
+        ),
+        (
+            "outside file's timestamps",
+            mtime(&existing) == existing_mtime,
+        ),
+        (
+            "set-id file inside",
+            std::fs::metadata(grant.join("suid"))
+                .map(|m| m.permissions().mode() & 0o6000 == 0)
+                .unwrap_or(true),
         ),
     ];
     let changed: Vec<&str> = untouched

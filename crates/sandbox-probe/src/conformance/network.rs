@@ -4,7 +4,9 @@ use std::net::{TcpListener, UdpSocket};
 
 use sandbox_core::SandboxPolicy;
 
-use super::harness::{refused, resolve, show, succeeded, unwitnessed, Ctx, Outcome, PY_PRELUDE};
+use super::harness::{
+    refused, resolve, show, succeeded, unwitnessed, Ctx, Outcome, Tree, PY_PRELUDE,
+};
 use super::LegResult;
 
 fn policy(network: bool) -> SandboxPolicy {
@@ -101,6 +103,10 @@ def udp():
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
     s.sendto(b"egress", ("127.0.0.1", udp_port))
 attempt("addressed_udp_sendto", udp)
+def unix_dgram():
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+    a.sendmsg([b"egress"], [], 0, sys.argv[2])
+attempt("addressed_unix_sendmsg", unix_dgram)
 "#;
 
 const BOUNDARY_KEYS: &[&str] = &[
@@ -108,6 +114,7 @@ const BOUNDARY_KEYS: &[&str] = &[
     "bind",
     "listen",
     "addressed_udp_sendto",
+    "addressed_unix_sendmsg",
 ];
 
 fn datagrams(socket: &UdpSocket) -> usize {
@@ -129,13 +136,29 @@ pub(crate) fn boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
         .map_err(|e| unwitnessed(e.to_string()))?
         .port();
     let port_arg = std::path::PathBuf::from(port.to_string());
+    // A host pathname datagram socket (like /dev/log), outside every write path.
+    let tree = Tree::new()?;
+    let unix_path = tree.dir("sock")?.join("host.sock");
+    let host_unix = std::os::unix::net::UnixDatagram::bind(&unix_path)
+        .map_err(|e| unwitnessed(format!("cannot bind a unix datagram socket: {e}")))?;
+    host_unix
+        .set_nonblocking(true)
+        .map_err(|e| unwitnessed(e.to_string()))?;
+    let unix_datagrams = || {
+        let mut buf = [0u8; 64];
+        std::iter::from_fn(|| host_unix.recv(&mut buf).ok()).count()
+    };
     let script = format!("{PY_PRELUDE}{BOUNDARY}");
 
-    // Positive control: every attempt works with network allowed, and the datagram arrives.
-    let open = ctx.python(&resolve(policy(true))?, &script, &[&port_arg])?;
+    // Positive control: every attempt works with network allowed, and the datagrams arrive.
+    let open = ctx.python(&resolve(policy(true))?, &script, &[&port_arg, &unix_path])?;
     let values = open.started()?;
     let arrived_open = datagrams(&udp);
-    if !BOUNDARY_KEYS.iter().all(|k| succeeded(values.get(*k))) || arrived_open == 0 {
+    let unix_open = unix_datagrams();
+    if !BOUNDARY_KEYS.iter().all(|k| succeeded(values.get(*k)))
+        || arrived_open == 0
+        || unix_open == 0
+    {
         return Err(unwitnessed(format!(
             "positive control not seen: with network = true {} and {arrived_open} datagram(s) \
              arrived (the child {})",
@@ -144,18 +167,19 @@ pub(crate) fn boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
         )));
     }
 
-    let closed = ctx.python(&resolve(policy(false))?, &script, &[&port_arg])?;
+    let closed = ctx.python(&resolve(policy(false))?, &script, &[&port_arg, &unix_path])?;
     let values = closed.started()?;
-    let arrived = datagrams(&udp);
+    let arrived = datagrams(&udp) + unix_datagrams();
     let evidence = format!(
         "network=false: {}; datagrams arrived: {arrived} (network=true control: all ok, \
-         {arrived_open} arrived)",
+         {arrived_open} udp and {unix_open} unix arrived)",
         show(&values, BOUNDARY_KEYS)
     );
     let pass = values.get("socketpair_null_sendto").map(String::as_str) == Some("ok:pingpong")
         && succeeded(values.get("bind"))
         && refused(values.get("listen"))
         && refused(values.get("addressed_udp_sendto"))
+        && refused(values.get("addressed_unix_sendmsg"))
         && arrived == 0;
     Ok((
         if pass {
