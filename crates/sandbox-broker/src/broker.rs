@@ -5,13 +5,16 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::thread::JoinHandle;
 
-use crate::caller::{errno_of, Caller};
+use std::os::unix::fs::MetadataExt;
+
+use crate::caller::{errno_of, Caller, Identity};
+use crate::creds::{self, AssumeError, Credentials};
 use crate::error::BrokerError;
 use crate::log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
 use crate::notif::{Listener, Received};
 use crate::ops;
-use crate::resolve::{BrokerRules, Unresolved};
-use crate::syscalls::{self, Subject};
+use crate::resolve::{Access, BrokerRules, Start, Unresolved};
+use crate::syscalls::{self, Op, Subject};
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -29,6 +32,9 @@ pub struct Broker {
 
 impl Broker {
     /// Starts serving notifications from `listener` on a thread.
+    ///
+    /// The thread starts with the credentials of the thread calling `start`
+    /// and takes on each caller's for the duration of its request.
     pub fn start(listener: OwnedFd, rules: BrokerRules) -> Result<Broker, BrokerError> {
         let listener = Listener::new(listener)?;
         // SAFETY: eventfd returns a fresh fd or -1.
@@ -42,14 +48,36 @@ impl Broker {
         // SAFETY: fresh fd.
         let stop = unsafe { OwnedFd::from_raw_fd(raw) };
         let stop_for_thread = stop.try_clone().map_err(BrokerError::Thread)?;
+        let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("sandbox-broker".into())
-            .spawn(move || serve(&listener, &rules, &stop_for_thread))
+            .spawn(move || match Own::current() {
+                Ok(own) => {
+                    let _ = ready_tx.send(Ok(()));
+                    serve(&listener, &rules, &own, &stop_for_thread)
+                }
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    BrokerLog::default()
+                }
+            })
             .map_err(BrokerError::Thread)?;
-        Ok(Broker {
-            stop,
-            thread: Some(thread),
-        })
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Broker {
+                stop,
+                thread: Some(thread),
+            }),
+            Ok(Err(e)) => {
+                let _ = thread.join();
+                Err(BrokerError::OwnCredentials(e))
+            }
+            Err(_) => {
+                let _ = thread.join();
+                Err(BrokerError::Thread(io::Error::other(
+                    "the broker thread ended before it was ready",
+                )))
+            }
+        }
     }
 
     /// Stops the broker (call it after the confined process tree ended) and
@@ -76,7 +104,24 @@ impl Drop for Broker {
     }
 }
 
-fn serve(listener: &Listener, rules: &BrokerRules, stop: &OwnedFd) -> BrokerLog {
+/// The broker thread's own identity, which it returns to after every request.
+struct Own {
+    creds: Credentials,
+    /// Device and inode of its user namespace.
+    user_ns: (u64, u64),
+}
+
+impl Own {
+    fn current() -> io::Result<Self> {
+        let st = std::fs::metadata("/proc/thread-self/ns/user")?;
+        Ok(Self {
+            creds: Credentials::current()?,
+            user_ns: (st.dev(), st.ino()),
+        })
+    }
+}
+
+fn serve(listener: &Listener, rules: &BrokerRules, own: &Own, stop: &OwnedFd) -> BrokerLog {
     let mut log = BrokerLog::default();
     loop {
         let mut fds = [
@@ -104,7 +149,14 @@ fn serve(listener: &Listener, rules: &BrokerRules, stop: &OwnedFd) -> BrokerLog 
         if fds[0].revents & libc::POLLIN != 0 {
             match listener.recv() {
                 Ok(Received::Notification(n)) => {
-                    log.push(handle(listener, rules, &n));
+                    let (record, fatal) = handle(listener, rules, own, &n);
+                    log.push(record);
+                    if let Some(fatal) = fatal {
+                        // The thread's credentials are no longer known: stop
+                        // (closing the listener fails every later call).
+                        log.stopped_by_error = Some(fatal);
+                        break;
+                    }
                 }
                 Ok(Received::Gone) => {}
                 Err(err) => {
@@ -125,8 +177,14 @@ fn serve(listener: &Listener, rules: &BrokerRules, stop: &OwnedFd) -> BrokerLog 
     log
 }
 
-/// Decides and answers one notification.
-fn handle(listener: &Listener, rules: &BrokerRules, n: &libc::seccomp_notif) -> BrokerRecord {
+/// Decides and answers one notification; the second value is set when the
+/// broker thread could not return to its own credentials.
+fn handle(
+    listener: &Listener,
+    rules: &BrokerRules,
+    own: &Own,
+    n: &libc::seccomp_notif,
+) -> (BrokerRecord, Option<String>) {
     let nr = i64::from(n.data.nr);
     let tid = n.pid as i32;
     let (name, kind) = match syscalls::lookup(nr) {
@@ -135,20 +193,24 @@ fn handle(listener: &Listener, rules: &BrokerRules, n: &libc::seccomp_notif) -> 
             let decision = Decision::Refused {
                 reason: Refusal::UnknownSyscall { nr },
             };
-            return answer(listener, n.id, tid, "unknown", Target::default(), decision);
+            let record = answer(listener, n.id, tid, "unknown", Target::default(), decision);
+            return (record, None);
         }
     };
     let mut target = Target::default();
-    let decision = decide(listener, rules, n, kind, &mut target);
-    answer(listener, n.id, tid, name, target, decision)
+    let mut fatal = None;
+    let decision = decide(listener, rules, own, n, kind, &mut target, &mut fatal);
+    (answer(listener, n.id, tid, name, target, decision), fatal)
 }
 
 fn decide(
     listener: &Listener,
     rules: &BrokerRules,
+    own: &Own,
     n: &libc::seccomp_notif,
     kind: syscalls::Kind,
     target: &mut Target,
+    fatal: &mut Option<String>,
 ) -> Decision {
     let unreadable = |e: io::Error| Decision::Refused {
         reason: Refusal::UnreadableCaller {
@@ -195,27 +257,128 @@ fn decide(
             target.fd = (*dirfd != libc::AT_FDCWD).then_some(*dirfd);
         }
     }
-    let obj = match rules.resolve(&caller, &subject) {
-        Ok(obj) => obj,
-        Err(Unresolved::Errno(errno)) => return Decision::Failed { errno },
-        Err(Unresolved::Refused(reason, path)) => {
-            target.resolved = path;
-            return Decision::Refused { reason };
-        }
-    };
-    target.resolved = Some(PathBuf::from(&obj.path));
-    let identity = match caller.identity() {
+    let identity = match caller_identity(&caller, own) {
         Ok(id) => id,
         Err(e) => return unreadable(e),
     };
-    if let Err(reason) = ops::check(&op, &identity, &obj.stat) {
-        return Decision::Refused { reason };
+    let start = match rules.start(&caller, &subject) {
+        Ok(start) => start,
+        Err(unresolved) => return unresolved_decision(unresolved, target),
+    };
+    let assumed = match creds::assume(&own.creds, &identity) {
+        Ok(assumed) => assumed,
+        Err(AssumeError::Refused(change)) => {
+            return Decision::Refused {
+                reason: Refusal::CallerCredentials { change },
+            }
+        }
+        Err(AssumeError::Restore(change, e)) => {
+            *fatal = Some(e);
+            return Decision::Refused {
+                reason: Refusal::CallerCredentials { change },
+            };
+        }
+    };
+    let acted = act(rules, start, &op, &identity, target);
+    if let Err(e) = assumed.restore() {
+        *fatal = Some(e);
     }
-    match ops::perform(&op, &obj) {
+    match acted {
+        Acted::Done(decision) => decision,
+        Acted::Read(back) => write_back(listener, n.id, &caller, back),
+    }
+}
+
+/// What happened with the caller's credentials on: a decision, or bytes for
+/// the caller's buffer (written with the broker's own credentials).
+enum Acted {
+    Done(Decision),
+    Read(ops::ReadBack),
+}
+
+/// Resolves, checks and performs `op` (the thread holds the caller's credentials).
+fn act(
+    rules: &BrokerRules,
+    start: Start,
+    op: &Op,
+    identity: &Identity,
+    target: &mut Target,
+) -> Acted {
+    let access = if op.is_read() {
+        Access::Read
+    } else {
+        Access::Change
+    };
+    let obj = match rules.resolve(start, access) {
+        Ok(obj) => obj,
+        Err(unresolved) => return Acted::Done(unresolved_decision(unresolved, target)),
+    };
+    target.resolved = Some(PathBuf::from(&obj.path));
+    if let Err(reason) = ops::check(op, identity, &obj.stat) {
+        return Acted::Done(Decision::Refused { reason });
+    }
+    let failed = |e: io::Error| Decision::Failed {
+        errno: errno_of(&e),
+    };
+    if op.is_read() {
+        return match ops::read(op, &obj) {
+            Ok(back) => Acted::Read(back),
+            Err(e) => Acted::Done(failed(e)),
+        };
+    }
+    Acted::Done(match ops::perform(op, &obj) {
         Ok(()) => Decision::Performed,
-        Err(e) => Decision::Failed {
-            errno: errno_of(&e),
-        },
+        Err(e) => failed(e),
+    })
+}
+
+/// Copies an xattr read's bytes into the caller's buffer, re-checking right
+/// before that the request is still pending (its thread id is still the caller's).
+fn write_back(listener: &Listener, id: u64, caller: &Caller, back: ops::ReadBack) -> Decision {
+    if !back.bytes.is_empty() {
+        match listener.id_valid(id) {
+            Ok(true) => {}
+            Ok(false) => return Decision::CallerGone,
+            Err(e) => {
+                return Decision::Refused {
+                    reason: Refusal::UnreadableCaller {
+                        errno: errno_of(&e),
+                    },
+                }
+            }
+        }
+        if let Err(e) = caller.write(back.buf, &back.bytes) {
+            if errno_of(&e) == libc::ESRCH {
+                return Decision::CallerGone;
+            }
+            // As the kernel's copy to user space: any failure is EFAULT.
+            return Decision::Failed {
+                errno: libc::EFAULT,
+            };
+        }
+    }
+    Decision::Read {
+        len: back.len as u64,
+    }
+}
+
+/// The caller's credentials; capabilities held in another user namespace
+/// count for nothing (they are not capabilities over the broker's objects).
+fn caller_identity(caller: &Caller, own: &Own) -> io::Result<Identity> {
+    let mut identity = caller.identity()?;
+    if caller.user_ns()? != own.user_ns {
+        identity.cap_eff = 0;
+    }
+    Ok(identity)
+}
+
+fn unresolved_decision(unresolved: Unresolved, target: &mut Target) -> Decision {
+    match unresolved {
+        Unresolved::Errno(errno) => Decision::Failed { errno },
+        Unresolved::Refused(reason, path) => {
+            target.resolved = path;
+            Decision::Refused { reason }
+        }
     }
 }
 
@@ -227,13 +390,14 @@ fn answer(
     target: Target,
     decision: Decision,
 ) -> BrokerRecord {
-    let errno = match &decision {
-        Decision::Performed => Some(0),
-        Decision::Failed { errno } => Some(*errno),
-        Decision::Refused { .. } => Some(libc::EPERM),
+    let reply = match &decision {
+        Decision::Performed => Some((0, 0)),
+        Decision::Read { len } => Some((*len as i64, 0)),
+        Decision::Failed { errno } => Some((0, *errno)),
+        Decision::Refused { .. } => Some((0, libc::EPERM)),
         Decision::CallerGone => None,
     };
-    let decision = match errno.map(|e| listener.send(id, e)) {
+    let decision = match reply.map(|(val, errno)| listener.send(id, val, errno)) {
         Some(Ok(true)) | None => decision,
         Some(Ok(false)) => Decision::CallerGone,
         Some(Err(err)) => {

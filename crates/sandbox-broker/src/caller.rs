@@ -31,6 +31,8 @@ pub(crate) struct Identity {
     pub(crate) fsgid: u32,
     /// fsgid and supplementary groups.
     pub(crate) groups: Vec<u32>,
+    /// The supplementary groups alone.
+    pub(crate) supplementary: Vec<u32>,
     pub(crate) cap_eff: u64,
 }
 
@@ -122,6 +124,49 @@ impl Caller {
         // SAFETY: `local` covers `buf`; the remote side is checked by the kernel.
         let n = unsafe { libc::process_vm_readv(self.tid, &local, 1, &remote, 1, 0) };
         cvt(n as libc::c_long).map(|n| n as usize)
+    }
+
+    /// Writes `data` at `addr` of the caller's memory with `process_vm_writev`,
+    /// which honours page protections as the kernel's own copy to user space
+    /// does. `EFAULT` when some byte could not be written.
+    pub(crate) fn write(&self, addr: u64, data: &[u8]) -> io::Result<()> {
+        let mut done = 0;
+        while done < data.len() {
+            let at = addr
+                .checked_add(done as u64)
+                .filter(|a| *a != 0)
+                .ok_or_else(|| io::Error::from_raw_os_error(libc::EFAULT))?;
+            let rest = &data[done..];
+            let local = libc::iovec {
+                iov_base: rest.as_ptr() as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            let remote = libc::iovec {
+                iov_base: at as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            // SAFETY: `local` covers `rest`, which the kernel only reads; the
+            // remote side is checked by the kernel.
+            let n = unsafe { libc::process_vm_writev(self.tid, &local, 1, &remote, 1, 0) };
+            match cvt(n as libc::c_long) {
+                Ok(0) => return Err(io::Error::from_raw_os_error(libc::EFAULT)),
+                Ok(n) => done += n as usize,
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// Device and inode of the caller's user namespace (`/proc/TID/ns/user`).
+    pub(crate) fn user_ns(&self) -> io::Result<(u64, u64)> {
+        // SAFETY: stat is plain data; fstatat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: fstatat relative to our /proc/TID fd, following the ns link on purpose.
+        cvt(
+            unsafe { libc::fstatat(self.proc_dir.as_raw_fd(), c"ns/user".as_ptr(), &mut st, 0) }
+                as libc::c_long,
+        )?;
+        Ok((st.st_dev, st.st_ino))
     }
 
     /// Reads a NUL-terminated string of at most `max` bytes (NUL included).
@@ -240,7 +285,8 @@ fn parse_status(text: &str) -> Option<Identity> {
     };
     let uids = ids("Uid:")?;
     let gids = ids("Gid:")?;
-    let mut groups = ids("Groups:").unwrap_or_default();
+    let supplementary = ids("Groups:").unwrap_or_default();
+    let mut groups = supplementary.clone();
     let cap_eff = text
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
@@ -253,6 +299,7 @@ fn parse_status(text: &str) -> Option<Identity> {
         fsuid,
         fsgid,
         groups,
+        supplementary,
         cap_eff,
     })
 }
@@ -269,6 +316,7 @@ mod tests {
         assert_eq!(id.fsuid, 1003);
         assert_eq!(id.fsgid, 53);
         assert_eq!(id.groups, vec![7, 8, 53]);
+        assert_eq!(id.supplementary, vec![7, 8]);
         assert!(id.has(CAP_CHOWN) && id.has(CAP_FOWNER) && !id.has(CAP_DAC_OVERRIDE));
     }
 

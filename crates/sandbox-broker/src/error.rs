@@ -29,6 +29,10 @@ pub enum BrokerError {
         /// What went wrong.
         reason: String,
     },
+    /// The broker thread could not read its own credentials, which it takes
+    /// the caller's from and returns to on every request.
+    #[error("the broker thread cannot read its own credentials: {0}")]
+    OwnCredentials(io::Error),
     /// The broker thread could not be started.
     #[error("cannot start the broker thread: {0}")]
     Thread(io::Error),

@@ -84,12 +84,14 @@
 
 mod log;
 
-pub use log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
+pub use log::{BrokerLog, BrokerRecord, CredentialChange, Decision, Refusal, Target};
 
 #[cfg(target_os = "linux")]
 mod broker;
 #[cfg(target_os = "linux")]
 mod caller;
+#[cfg(target_os = "linux")]
+mod creds;
 #[cfg(target_os = "linux")]
 mod error;
 #[cfg(target_os = "linux")]
@@ -112,4 +114,4 @@ pub use fdpass::{install_filter_with_listener, listener_channel, recv_fd, send_f
 #[cfg(target_os = "linux")]
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]
-pub use syscalls::{brokered_syscalls, brokered_truncate_syscalls};
+pub use syscalls::{brokered_syscalls, brokered_truncate_syscalls, brokered_xattr_read_syscalls};

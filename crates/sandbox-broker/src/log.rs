@@ -26,11 +26,12 @@ impl BrokerLog {
             .filter(|r| matches!(r.decision, Decision::Refused { .. }))
     }
 
-    /// The requests the broker performed successfully.
+    /// The requests the broker performed successfully (metadata changes and
+    /// xattr reads).
     pub fn performed(&self) -> impl Iterator<Item = &BrokerRecord> {
         self.records
             .iter()
-            .filter(|r| matches!(r.decision, Decision::Performed))
+            .filter(|r| matches!(r.decision, Decision::Performed | Decision::Read { .. }))
     }
 
     /// A short human summary for `--explain`: counts, then one line per refusal
@@ -101,6 +102,7 @@ impl std::fmt::Display for BrokerRecord {
         }
         match &self.decision {
             Decision::Performed => f.write_str(": performed"),
+            Decision::Read { len } => write!(f, ": read, {len} bytes"),
             Decision::Failed { errno } => write!(f, ": failed with errno {errno}"),
             Decision::Refused { reason } => write!(f, ": refused, {reason}"),
             Decision::CallerGone => f.write_str(": caller gone"),
@@ -125,6 +127,13 @@ pub struct Target {
 pub enum Decision {
     /// Admitted and performed; the caller got 0.
     Performed,
+    /// An xattr read (`getxattr`, `listxattr` and their forms) was admitted and
+    /// performed; the caller got `len` (the bytes copied into its buffer, or the
+    /// size it would need when it passed size 0).
+    Read {
+        /// The value the call returned.
+        len: u64,
+    },
     /// Admitted or unresolvable, and the kernel returned this errno (e.g.
     /// `ENOENT` for a missing path); the caller got the same errno.
     Failed {
@@ -148,6 +157,9 @@ pub enum Refusal {
     OutsideWritePaths,
     /// The object lies beneath a write-deny path.
     WriteDenyPath,
+    /// The object lies beneath a read-deny path (refused for metadata changes
+    /// and for xattr reads alike).
+    ReadDenyPath,
     /// The object has no reachable path (pipe, socket, memfd, unlinked file, or a
     /// path outside the broker's root).
     NoPath,
@@ -178,6 +190,38 @@ pub enum Refusal {
         /// The syscall number.
         nr: i64,
     },
+    /// The broker thread could not take on the caller's credentials (it would
+    /// have acted with more than the caller has), e.g. an unprivileged runner
+    /// without `CAP_SETGID` serving a caller with other groups.
+    CallerCredentials {
+        /// The change that failed.
+        change: CredentialChange,
+    },
+}
+
+/// One part of the caller's credentials the broker thread takes on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[non_exhaustive]
+pub enum CredentialChange {
+    /// The supplementary groups (`setgroups`, needs `CAP_SETGID`).
+    Groups,
+    /// The filesystem gid (`setfsgid`).
+    Fsgid,
+    /// The filesystem uid (`setfsuid`).
+    Fsuid,
+    /// The effective capabilities (`capset`).
+    Capabilities,
+}
+
+impl std::fmt::Display for CredentialChange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Self::Groups => "supplementary groups",
+            Self::Fsgid => "filesystem gid",
+            Self::Fsuid => "filesystem uid",
+            Self::Capabilities => "effective capabilities",
+        })
+    }
 }
 
 impl std::fmt::Display for Refusal {
@@ -185,6 +229,7 @@ impl std::fmt::Display for Refusal {
         match self {
             Self::OutsideWritePaths => f.write_str("outside the write paths"),
             Self::WriteDenyPath => f.write_str("beneath a write-deny path"),
+            Self::ReadDenyPath => f.write_str("beneath a read-deny path"),
             Self::NoPath => f.write_str("the object has no reachable path"),
             Self::Unresolvable { errno } => {
                 write!(f, "the path could not be resolved safely (errno {errno})")
@@ -204,6 +249,10 @@ impl std::fmt::Display for Refusal {
                 )
             }
             Self::UnknownSyscall { nr } => write!(f, "syscall {nr} is not brokered"),
+            Self::CallerCredentials { change } => write!(
+                f,
+                "the broker could not take on the caller's {change}, so it would act with more than the caller has"
+            ),
         }
     }
 }

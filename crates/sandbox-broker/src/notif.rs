@@ -130,12 +130,13 @@ impl Listener {
         unsafe { self.ioctl(libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &mut id, || ()) }
     }
 
-    /// Answers `id` with 0 (`errno == 0`) or `-errno`. `Ok(false)`: the caller is gone.
-    pub(crate) fn send(&self, id: u64, errno: i32) -> io::Result<bool> {
+    /// Answers `id`: the call returns `val` when `errno == 0`, else fails with
+    /// `errno` (`val` is then ignored and sent as 0). `Ok(false)`: the caller is gone.
+    pub(crate) fn send(&self, id: u64, val: i64, errno: i32) -> io::Result<bool> {
         let mut buf = vec![0u64; self.resp_words];
         let resp = libc::seccomp_notif_resp {
             id,
-            val: 0,
+            val: if errno == 0 { val } else { 0 },
             error: -errno,
             flags: 0,
         };

@@ -7,7 +7,7 @@ use std::os::fd::AsRawFd;
 use crate::caller::{cvt, Identity, CAP_CHOWN, CAP_DAC_OVERRIDE, CAP_FOWNER};
 use crate::log::Refusal;
 use crate::resolve::Object;
-use crate::syscalls::Op;
+use crate::syscalls::{Op, XATTR_LIST_MAX, XATTR_SIZE_MAX};
 
 fn is_symlink(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFLNK
@@ -81,6 +81,10 @@ pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Refus
                 return Err(Refusal::NotOwner);
             }
         }
+        // Reads are left to the kernel's own rules (read permission for
+        // user.*, CAP_SYS_ADMIN for trusted.*), which apply because the read
+        // is made with the caller's credentials.
+        Op::GetXattr { .. } | Op::ListXattr { .. } => {}
     }
     Ok(())
 }
@@ -88,6 +92,51 @@ pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Refus
 fn proc_path(obj: &Object) -> CString {
     // Digits only: no NUL possible.
     CString::new(format!("/proc/self/fd/{}", obj.fd.as_raw_fd())).unwrap_or_default()
+}
+
+/// What an xattr read returns: the call's value and the bytes for the
+/// caller's buffer (none for a size-0 probe).
+pub(crate) struct ReadBack {
+    pub(crate) len: usize,
+    pub(crate) bytes: Vec<u8>,
+    /// Where in the caller's memory the bytes go.
+    pub(crate) buf: u64,
+}
+
+/// Performs the xattr read `op` on the admitted object, as the kernel's
+/// `getxattr`/`listxattr` do: size 0 asks for the length, a buffer too small
+/// gets `ERANGE` (`E2BIG` when even the maximum is too small).
+pub(crate) fn read(op: &Op, obj: &Object) -> io::Result<ReadBack> {
+    let path = proc_path(obj);
+    let (size, buf, max) = match op {
+        Op::GetXattr { size, buf, .. } => (*size, *buf, XATTR_SIZE_MAX),
+        Op::ListXattr { size, buf } => (*size, *buf, XATTR_LIST_MAX),
+        _ => return Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let mut bytes = vec![0u8; size];
+    let out = if size == 0 {
+        std::ptr::null_mut()
+    } else {
+        bytes.as_mut_ptr().cast()
+    };
+    // The path names our own fd, so no symlink is followed past the object:
+    // for a symlink the magic link lands on the link itself (as lgetxattr).
+    // SAFETY: path and name are NUL-terminated; `out` covers `size` bytes or is NULL with size 0.
+    let rc = match op {
+        Op::GetXattr { name, .. } => unsafe {
+            libc::getxattr(path.as_ptr(), name.as_ptr(), out, size)
+        },
+        _ => unsafe { libc::listxattr(path.as_ptr(), out.cast(), size) },
+    };
+    let len = match cvt(rc as libc::c_long) {
+        Ok(n) => n as usize,
+        Err(e) if e.raw_os_error() == Some(libc::ERANGE) && size >= max => {
+            return Err(io::Error::from_raw_os_error(libc::E2BIG))
+        }
+        Err(e) => return Err(e),
+    };
+    bytes.truncate(if size == 0 { 0 } else { len.min(size) });
+    Ok(ReadBack { len, bytes, buf })
 }
 
 /// Performs `op` on the admitted object; `Ok(())` or the kernel's errno.
@@ -160,6 +209,7 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
             }
         }
         Op::Truncate { len } => return truncate(obj, *len),
+        Op::GetXattr { .. } | Op::ListXattr { .. } => return fail(libc::EINVAL),
     };
     cvt(rc as libc::c_long).map(|_| ())
 }
@@ -182,4 +232,74 @@ fn truncate(obj: &Object, len: i64) -> io::Result<()> {
     // SAFETY: fresh fd, owned from here.
     let file = unsafe { <std::fs::File as std::os::fd::FromRawFd>::from_raw_fd(fd as i32) };
     file.set_len(len as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    use std::path::Path;
+
+    use super::*;
+    use crate::creds::{assume, Credentials};
+    use crate::resolve::fstat;
+
+    fn object(path: &Path) -> Object {
+        let c = CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
+        // SAFETY: plain open; the fd is owned below.
+        let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_CLOEXEC) };
+        assert!(fd >= 0, "open {}", path.display());
+        // SAFETY: fresh fd.
+        let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+        let stat = fstat(&fd).expect("fstat");
+        Object {
+            fd,
+            path: path.to_path_buf(),
+            stat,
+        }
+    }
+
+    /// The second layer alone (no `check`): with a uid-65534 identity taken
+    /// on, the kernel's own owner check refuses a chmod of a root file and
+    /// allows one of the identity's own file.
+    #[test]
+    fn the_kernels_owner_check_applies_to_the_callers_identity() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let roots = dir.path().join("roots");
+        let theirs = dir.path().join("theirs");
+        for f in [&roots, &theirs] {
+            std::fs::write(f, b"x").expect("write");
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).expect("chmod");
+        }
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534))
+            .expect("chown (the test runs as root)");
+        let (r, t) = (object(&roots), object(&theirs));
+        std::thread::spawn(move || {
+            let chmod = Op::Chmod { mode: 0o600 };
+            let own = Credentials::current().expect("own");
+            let nobody = Identity {
+                euid: 65534,
+                fsuid: 65534,
+                fsgid: 65534,
+                groups: vec![65534],
+                supplementary: Vec::new(),
+                cap_eff: 0,
+            };
+            let assumed = assume(&own, &nobody).expect("assume");
+            let refused = perform(&chmod, &r).map_err(|e| e.raw_os_error());
+            let allowed = perform(&chmod, &t).map_err(|e| e.raw_os_error());
+            assumed.restore().expect("restore");
+            assert_eq!(refused, Err(Some(libc::EPERM)));
+            assert_eq!(allowed, Ok(()));
+        })
+        .join()
+        .expect("thread");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
+        assert_eq!(mode(&roots), 0o644);
+        assert_eq!(mode(&theirs), 0o600);
+        // And with the runner's own credentials the kernel allows it: the
+        // refusal above came from the identity, not from the object.
+        perform(&Op::Chmod { mode: 0o600 }, &object(&roots)).expect("root chmods its file");
+        assert_eq!(mode(&roots), 0o600);
+    }
 }

@@ -25,14 +25,17 @@ struct OpenHow {
     resolve: u64,
 }
 
-/// The write paths (each with an `O_PATH` directory fd) and write-deny paths of a policy.
+/// The write paths (each with an `O_PATH` directory fd), write-deny and
+/// read-deny paths of a policy.
 #[derive(Debug)]
 pub struct BrokerRules {
     write: Vec<(PathBuf, OwnedFd)>,
-    deny: Vec<PathBuf>,
+    write_deny: Vec<PathBuf>,
+    read_deny: Vec<PathBuf>,
 }
 
-/// An admitted object: opened `O_PATH` beneath a write path.
+/// An admitted object: for a change, opened `O_PATH` beneath a write path; for
+/// a read, the object the caller named.
 pub(crate) struct Object {
     pub(crate) fd: OwnedFd,
     pub(crate) path: PathBuf,
@@ -47,8 +50,33 @@ pub(crate) enum Unresolved {
     Refused(Refusal, Option<PathBuf>),
 }
 
+/// What the caller's request needs done to its object.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Access {
+    /// A metadata change: only beneath a write path, not beneath a deny path.
+    Change,
+    /// An xattr read: anywhere, not beneath a read-deny path.
+    Read,
+}
+
+/// The handles a resolution starts from, taken from the caller with the
+/// broker's own credentials (`/proc/TID/cwd`, `pidfd_getfd`); the walk from
+/// them runs with the caller's ([`BrokerRules::resolve`]).
+pub(crate) enum Start {
+    /// The object itself: the caller's fd, or the fd a `/proc/self/fd/N` path
+    /// or an `AT_EMPTY_PATH` call names.
+    Object(OwnedFd),
+    /// `path` to walk from `base` (`None`: an absolute path).
+    Walk {
+        base: Option<OwnedFd>,
+        path: CString,
+        follow: bool,
+    },
+}
+
 impl BrokerRules {
-    /// Opens every directory write path of `policy` as an `O_PATH` fd.
+    /// Opens every directory write path of `policy` as an `O_PATH` fd and
+    /// keeps its write-deny and read-deny paths.
     ///
     /// A write path that is a single file (e.g. `/dev/null`) gets no broker
     /// rule: metadata changes to it are refused (narrower than the policy,
@@ -70,14 +98,15 @@ impl BrokerRules {
         write.sort_by_key(|(p, _)| std::cmp::Reverse(p.as_os_str().len()));
         Ok(Self {
             write,
-            deny: policy.write_deny_paths().to_vec(),
+            write_deny: policy.write_deny_paths().to_vec(),
+            read_deny: policy.read_deny_paths().to_vec(),
         })
     }
 
-    /// Resolves `subject` as the caller sees it and admits it, or says why not.
-    pub(crate) fn resolve(&self, caller: &Caller, subject: &Subject) -> Result<Object, Unresolved> {
+    /// Takes the handles `subject` starts from (with the broker's credentials).
+    pub(crate) fn start(&self, caller: &Caller, subject: &Subject) -> Result<Start, Unresolved> {
         let errno = |e: io::Error| Unresolved::Errno(errno_of(&e));
-        let first = match subject {
+        match subject {
             Subject::Fd(n) => {
                 let fd = caller.fd(*n).map_err(errno)?;
                 // As the kernel: fchmod, fchown, f*xattr and futimens refuse O_PATH fds.
@@ -85,7 +114,7 @@ impl BrokerRules {
                 if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) } & libc::O_PATH != 0 {
                     return Err(Unresolved::Errno(libc::EBADF));
                 }
-                fd
+                Ok(Start::Object(fd))
             }
             Subject::At {
                 dirfd,
@@ -98,7 +127,7 @@ impl BrokerRules {
                     // The caller's own fd through its /proc magic link: the
                     // same object as the fd-based call, checked the same way.
                     return match crate::syscalls::proc_fd(path.as_bytes(), Some(caller.tid())) {
-                        Some(n) if *follow => self.admit(&caller.fd(n).map_err(errno)?),
+                        Some(n) if *follow => Ok(Start::Object(caller.fd(n).map_err(errno)?)),
                         _ => Err(Unresolved::Refused(Refusal::ProcfsPath, None)),
                     };
                 }
@@ -113,44 +142,62 @@ impl BrokerRules {
                     return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
                 }
                 if path.as_bytes().is_empty() {
-                    match (*empty_path, base) {
-                        (true, Some(base)) => base,
-                        _ => return Err(Unresolved::Errno(libc::ENOENT)),
-                    }
-                } else {
-                    let dir = base.as_ref().map_or(libc::AT_FDCWD, |b| b.as_raw_fd());
-                    let nofollow = if *follow { 0 } else { libc::O_NOFOLLOW };
-                    // Magic links (/proc/*/fd/N, /proc/*/cwd, ...) would resolve in
-                    // the broker's own context: refuse them.
-                    openat2(dir, path, libc::O_PATH | nofollow, RESOLVE_NO_MAGICLINKS).map_err(
-                        |e| match errno_of(&e) {
-                            n @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG) => {
-                                Unresolved::Errno(n)
-                            }
-                            n => Unresolved::Refused(Refusal::Unresolvable { errno: n }, None),
-                        },
-                    )?
+                    return match (*empty_path, base) {
+                        (true, Some(base)) => Ok(Start::Object(base)),
+                        _ => Err(Unresolved::Errno(libc::ENOENT)),
+                    };
                 }
+                Ok(Start::Walk {
+                    base,
+                    path: path.clone(),
+                    follow: *follow,
+                })
+            }
+        }
+    }
+
+    /// Walks from `start` as the caller sees it (run it with the caller's
+    /// credentials, so the kernel's search permissions apply) and admits the
+    /// object for `access`, or says why not.
+    pub(crate) fn resolve(&self, start: Start, access: Access) -> Result<Object, Unresolved> {
+        let first = match start {
+            Start::Object(fd) => fd,
+            Start::Walk { base, path, follow } => {
+                let dir = base.as_ref().map_or(libc::AT_FDCWD, |b| b.as_raw_fd());
+                let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+                // Magic links (/proc/*/fd/N, /proc/*/cwd, ...) would resolve in
+                // the broker's own context: refuse them.
+                openat2(dir, &path, libc::O_PATH | nofollow, RESOLVE_NO_MAGICLINKS).map_err(
+                    |e| match errno_of(&e) {
+                        n @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG | libc::EACCES) => {
+                            Unresolved::Errno(n)
+                        }
+                        n => Unresolved::Refused(Refusal::Unresolvable { errno: n }, None),
+                    },
+                )?
             }
         };
-        self.admit(&first)
+        match access {
+            Access::Change => self.admit_change(&first),
+            Access::Read => self.admit_read(first),
+        }
     }
 
     /// Admits the object `first` refers to when it lies beneath a write path,
-    /// not beneath a write-deny path, and is reached again beneath the write path.
-    fn admit(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
+    /// not beneath a write-deny or read-deny path, and is reached again
+    /// beneath the write path.
+    fn admit_change(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
         let refused =
             |r: Refusal, p: Option<&Path>| Unresolved::Refused(r, p.map(Path::to_path_buf));
-        let link = std::fs::read_link(format!("/proc/self/fd/{}", first.as_raw_fd()))
-            .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
-        if !link.is_absolute() || link.as_os_str().as_bytes().ends_with(b" (deleted)") {
-            return Err(refused(Refusal::NoPath, Some(&link)));
-        }
+        let link = canonical(first)?;
         let Some((root, dir)) = self.write.iter().find(|(w, _)| link.starts_with(w)) else {
             return Err(refused(Refusal::OutsideWritePaths, Some(&link)));
         };
-        if self.deny.iter().any(|d| link.starts_with(d)) {
+        if self.write_deny.iter().any(|d| link.starts_with(d)) {
             return Err(refused(Refusal::WriteDenyPath, Some(&link)));
+        }
+        if self.read_deny.iter().any(|d| link.starts_with(d)) {
+            return Err(refused(Refusal::ReadDenyPath, Some(&link)));
         }
         let rel = link.strip_prefix(root).unwrap_or(Path::new(""));
         let rel = if rel.as_os_str().is_empty() {
@@ -187,6 +234,33 @@ impl BrokerRules {
             stat: b,
         })
     }
+
+    /// Admits the object `first` refers to for reading when its canonical path
+    /// does not lie beneath a read-deny path. The read is then made on `first`
+    /// itself, so a later rename cannot swap another object in.
+    fn admit_read(&self, first: OwnedFd) -> Result<Object, Unresolved> {
+        let link = canonical(&first)?;
+        if self.read_deny.iter().any(|d| link.starts_with(d)) {
+            return Err(Unresolved::Refused(Refusal::ReadDenyPath, Some(link)));
+        }
+        let stat = fstat(&first).map_err(|e| Unresolved::Errno(errno_of(&e)))?;
+        Ok(Object {
+            fd: first,
+            path: link,
+            stat,
+        })
+    }
+}
+
+/// The canonical path of the object `fd` refers to, from `/proc/self/fd`; an
+/// object without one (pipe, socket, memfd, unlinked file) is refused.
+fn canonical(fd: &OwnedFd) -> Result<PathBuf, Unresolved> {
+    let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
+        .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
+    if !link.is_absolute() || link.as_os_str().as_bytes().ends_with(b" (deleted)") {
+        return Err(Unresolved::Refused(Refusal::NoPath, Some(link)));
+    }
+    Ok(link)
 }
 
 /// `/proc` or beneath it, lexically (also `//proc`, `/./proc`).

@@ -7,9 +7,10 @@ use crate::caller::Caller;
 
 /// `fchmodat2` (Linux 6.6), the same number on every architecture.
 const SYS_FCHMODAT2: i64 = 452;
-/// Kernel limits on xattr names (with NUL) and values.
+/// Kernel limits on xattr names (with NUL), values and name lists.
 const XATTR_NAME_MAX: usize = 255;
-const XATTR_SIZE_MAX: usize = 65536;
+pub(crate) const XATTR_SIZE_MAX: usize = 65536;
+pub(crate) const XATTR_LIST_MAX: usize = 65536;
 const PATH_MAX: usize = libc::PATH_MAX as usize;
 
 /// Shape of a brokered syscall's arguments.
@@ -34,6 +35,27 @@ pub(crate) enum Kind {
     Futimesat,
     Utime,
     Truncate,
+    Getxattr,
+    Lgetxattr,
+    Fgetxattr,
+    Listxattr,
+    Llistxattr,
+    Flistxattr,
+}
+
+impl Kind {
+    /// The xattr reads ([`brokered_xattr_read_syscalls`]).
+    pub(crate) fn is_read(self) -> bool {
+        matches!(
+            self,
+            Kind::Getxattr
+                | Kind::Lgetxattr
+                | Kind::Fgetxattr
+                | Kind::Listxattr
+                | Kind::Llistxattr
+                | Kind::Flistxattr
+        )
+    }
 }
 
 /// (number, name, shape) of the metadata syscalls every architecture has.
@@ -51,6 +73,12 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_fremovexattr, "fremovexattr", Kind::Fremovexattr),
     (libc::SYS_utimensat, "utimensat", Kind::Utimensat),
     (libc::SYS_truncate, "truncate", Kind::Truncate),
+    (libc::SYS_getxattr, "getxattr", Kind::Getxattr),
+    (libc::SYS_lgetxattr, "lgetxattr", Kind::Lgetxattr),
+    (libc::SYS_fgetxattr, "fgetxattr", Kind::Fgetxattr),
+    (libc::SYS_listxattr, "listxattr", Kind::Listxattr),
+    (libc::SYS_llistxattr, "llistxattr", Kind::Llistxattr),
+    (libc::SYS_flistxattr, "flistxattr", Kind::Flistxattr),
 ];
 
 /// x86_64's legacy path forms (aarch64 has only the `*at` calls above).
@@ -84,10 +112,29 @@ pub fn brokered_syscalls() -> &'static [i64] {
     static NUMBERS: std::sync::OnceLock<Vec<i64>> = std::sync::OnceLock::new();
     NUMBERS.get_or_init(|| {
         all()
-            .filter(|(_, _, kind)| *kind != Kind::Truncate)
+            .filter(|(_, _, kind)| *kind != Kind::Truncate && !kind.is_read())
             .map(|(nr, _, _)| *nr)
             .collect()
     })
+}
+
+/// The xattr reads the broker also handles: `getxattr`, `lgetxattr`,
+/// `fgetxattr`, `listxattr`, `llistxattr`, `flistxattr` (the same numbers'
+/// names on x86_64 and aarch64). Route them to the listener when the policy
+/// has read-deny paths: Landlock has no right for reading xattrs, so without
+/// the broker a confined process reads the attributes of a file it may not open.
+///
+/// Not included: `getxattrat`/`listxattrat` (Linux 6.13), which the filter
+/// should keep denying.
+pub fn brokered_xattr_read_syscalls() -> &'static [i64] {
+    &[
+        libc::SYS_getxattr,
+        libc::SYS_lgetxattr,
+        libc::SYS_fgetxattr,
+        libc::SYS_listxattr,
+        libc::SYS_llistxattr,
+        libc::SYS_flistxattr,
+    ]
 }
 
 /// `truncate(path)`, which the broker also handles: route it to the listener
@@ -183,6 +230,27 @@ pub(crate) enum Op {
     Truncate {
         len: i64,
     },
+    /// Read one attribute into the caller's `buf` of `size` bytes (already
+    /// clamped to `XATTR_SIZE_MAX`; 0 asks for the length).
+    GetXattr {
+        name: CString,
+        size: usize,
+        buf: u64,
+    },
+    /// List the attribute names into the caller's `buf` of `size` bytes
+    /// (clamped to `XATTR_LIST_MAX`; 0 asks for the length).
+    ListXattr {
+        size: usize,
+        buf: u64,
+    },
+}
+
+impl Op {
+    /// Whether the op only reads (xattr reads): admitted anywhere on the read
+    /// surface, not only beneath the write paths.
+    pub(crate) fn is_read(&self) -> bool {
+        matches!(self, Op::GetXattr { .. } | Op::ListXattr { .. })
+    }
 }
 
 fn err(errno: i32) -> io::Error {
@@ -314,6 +382,29 @@ pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<(Su
                 times: utimbuf(caller, a[1])?,
             },
         ),
+        Kind::Getxattr | Kind::Lgetxattr => {
+            let subject = at(
+                libc::AT_FDCWD as u64,
+                path(a[0])?,
+                kind == Kind::Getxattr,
+                0,
+            );
+            (subject, get_xattr(caller, a[1], a[2], a[3])?)
+        }
+        Kind::Fgetxattr => (
+            Subject::Fd(a[0] as i32),
+            get_xattr(caller, a[1], a[2], a[3])?,
+        ),
+        Kind::Listxattr | Kind::Llistxattr => {
+            let subject = at(
+                libc::AT_FDCWD as u64,
+                path(a[0])?,
+                kind == Kind::Listxattr,
+                0,
+            );
+            (subject, list_xattr(a[1], a[2]))
+        }
+        Kind::Flistxattr => (Subject::Fd(a[0] as i32), list_xattr(a[1], a[2])),
         Kind::Truncate => {
             let len = a[1] as i64;
             if len < 0 {
@@ -358,6 +449,26 @@ fn set_xattr(caller: &Caller, name: u64, value: u64, size: u64, flags: u64) -> i
         value,
         flags: flags as i32,
     })
+}
+
+/// Sizes above the kernel's maximum are clamped to it, as the kernel does.
+fn clamp(size: u64, max: usize) -> usize {
+    usize::try_from(size).map_or(max, |s| s.min(max))
+}
+
+fn get_xattr(caller: &Caller, name: u64, buf: u64, size: u64) -> io::Result<Op> {
+    Ok(Op::GetXattr {
+        name: xattr_name(caller, name)?,
+        size: clamp(size, XATTR_SIZE_MAX),
+        buf,
+    })
+}
+
+fn list_xattr(buf: u64, size: u64) -> Op {
+    Op::ListXattr {
+        size: clamp(size, XATTR_LIST_MAX),
+        buf,
+    }
 }
 
 fn words<const N: usize>(caller: &Caller, addr: u64) -> io::Result<[i64; N]> {
@@ -423,13 +534,23 @@ mod tests {
         for nr in brokered_syscalls()
             .iter()
             .chain(brokered_truncate_syscalls())
+            .chain(brokered_xattr_read_syscalls())
         {
             assert_eq!(all().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
         assert_eq!(
             all().count(),
-            brokered_syscalls().len() + brokered_truncate_syscalls().len()
+            brokered_syscalls().len()
+                + brokered_truncate_syscalls().len()
+                + brokered_xattr_read_syscalls().len()
         );
+        for nr in brokered_xattr_read_syscalls() {
+            assert!(lookup(*nr).is_some_and(|(_, kind)| kind.is_read()), "{nr}");
+        }
+        assert!(brokered_syscalls()
+            .iter()
+            .chain(brokered_truncate_syscalls())
+            .all(|nr| lookup(*nr).is_some_and(|(_, kind)| !kind.is_read())));
         assert_eq!(lookup(libc::SYS_fchmodat).map(|x| x.0), Some("fchmodat"));
         assert_eq!(lookup(libc::SYS_openat), None);
     }

@@ -270,14 +270,6 @@ fn lchown_acts_on_the_link_itself() {
     assert_eq!(meta(&target).gid(), 0);
 }
 
-fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
-    let (p, n) = (cstr(path), std::ffi::CString::new(name).unwrap());
-    let mut buf = [0u8; 64];
-    // SAFETY: buffer of 64 bytes.
-    let len = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 64) };
-    (len >= 0).then(|| buf[..len as usize].to_vec())
-}
-
 #[test]
 fn xattrs_user_namespace_inside_only() {
     let fx = Fixture::new();

@@ -9,8 +9,8 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use sandbox_broker::{
-    brokered_syscalls, brokered_truncate_syscalls, install_filter_with_listener, listener_channel,
-    recv_fd, Broker, BrokerLog, BrokerRules,
+    brokered_syscalls, brokered_truncate_syscalls, brokered_xattr_read_syscalls,
+    install_filter_with_listener, listener_channel, recv_fd, Broker, BrokerLog, BrokerRules,
 };
 use sandbox_core::{ExpandContext, ResolvedPolicy, SandboxPolicy};
 
@@ -28,7 +28,28 @@ pub struct Fixture {
 
 impl Fixture {
     pub fn new() -> Self {
-        let tmp = tempfile::tempdir().expect("tempdir");
+        Self::at(tempfile::tempdir().expect("tempdir"))
+    }
+
+    /// A fixture on the filesystem of the target dir, checked to support
+    /// `user.*` extended attributes (a tmpfs `/tmp` may not): fails, never skips.
+    pub fn with_user_xattrs() -> Self {
+        let tmp = tempfile::Builder::new()
+            .tempdir_in(env!("CARGO_TARGET_TMPDIR"))
+            .expect("tempdir in CARGO_TARGET_TMPDIR");
+        let fx = Self::at(tmp);
+        let probe = fx.file(&fx.o.join("xattr-probe"), 0o644);
+        if let Err(e) = try_set_xattr(&probe, "user.probe", b"1") {
+            panic!(
+                "{} does not support user.* xattrs ({e}); the xattr tests need a filesystem that does",
+                fx.o.display()
+            );
+        }
+        std::fs::remove_file(&probe).expect("rm probe");
+        fx
+    }
+
+    fn at(tmp: tempfile::TempDir) -> Self {
         let base = std::fs::canonicalize(tmp.path()).expect("canonical");
         let w = base.join("w");
         let o = base.join("o");
@@ -40,6 +61,18 @@ impl Fixture {
     /// Rules with `w` as the only write path and `deny` (relative to `w`) denied.
     pub fn rules(&self, deny: &[&str]) -> BrokerRules {
         BrokerRules::new(&self.policy(deny)).expect("rules")
+    }
+
+    /// Rules with `w` as the only write path and `read_deny` (absolute) read-denied.
+    pub fn read_deny_rules(&self, read_deny: &[&Path]) -> BrokerRules {
+        let policy = SandboxPolicy {
+            write_paths: vec![self.w.display().to_string()],
+            read_deny_paths: read_deny.iter().map(|d| d.display().to_string()).collect(),
+            ..SandboxPolicy::default()
+        }
+        .resolve(&ExpandContext::default())
+        .expect("policy resolves");
+        BrokerRules::new(&policy).expect("rules")
     }
 
     pub fn policy(&self, deny: &[&str]) -> ResolvedPolicy {
@@ -73,12 +106,142 @@ pub fn mode(path: &Path) -> u32 {
     std::fs::symlink_metadata(path).expect("stat").mode() & 0o7777
 }
 
+/// `setxattr` by the test process itself (not brokered).
+pub fn try_set_xattr(path: &Path, name: &str, value: &[u8]) -> std::io::Result<()> {
+    let (p, n) = (cstr(path), CString::new(name).expect("no NUL"));
+    // SAFETY: NUL-terminated path and name, live value buffer.
+    let rc = unsafe {
+        libc::setxattr(
+            p.as_ptr(),
+            n.as_ptr(),
+            value.as_ptr().cast(),
+            value.len(),
+            0,
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(std::io::Error::last_os_error())
+    }
+}
+
+pub fn set_xattr(path: &Path, name: &str, value: &[u8]) {
+    try_set_xattr(path, name, value).expect("setxattr");
+}
+
+/// `getxattr` by the test process itself (not brokered).
+pub fn get_xattr(path: &Path, name: &str) -> Option<Vec<u8>> {
+    let (p, n) = (cstr(path), CString::new(name).expect("no NUL"));
+    let mut buf = [0u8; 256];
+    // SAFETY: buffer of 256 bytes.
+    let len = unsafe { libc::getxattr(p.as_ptr(), n.as_ptr(), buf.as_mut_ptr().cast(), 256) };
+    (len >= 0).then(|| buf[..len as usize].to_vec())
+}
+
+pub const CAP_SETGID: u32 = 6;
+pub const CAP_SETUID: u32 = 7;
+
+/// Sets the calling thread's capability sets (raw `capset`, async-signal-safe);
+/// 0 or errno.
+pub fn set_caps(effective: u64, permitted: u64, inheritable: u64) -> i32 {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    let mut header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [0u32, 1].map(|i| Data {
+        effective: (effective >> (32 * i)) as u32,
+        permitted: (permitted >> (32 * i)) as u32,
+        inheritable: (inheritable >> (32 * i)) as u32,
+    });
+    // SAFETY: capset with a v3 header and two data words.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+    result(rc as i32)
+}
+
+/// The calling thread's (effective, permitted, inheritable) capabilities.
+pub fn get_caps() -> (u64, u64, u64) {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: i32,
+    }
+    let mut header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let mut data = [[0u32; 3]; 2];
+    // SAFETY: capget with a v3 header and two data words.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_capget,
+            &mut header as *mut Header,
+            data.as_mut_ptr(),
+        )
+    };
+    assert_eq!(rc, 0, "capget");
+    let join = |k: usize| u64::from(data[0][k]) | (u64::from(data[1][k]) << 32);
+    (join(0), join(1), join(2))
+}
+
+/// In the child: drop every capability (a root caller with all caps dropped).
+pub fn drop_all_caps() -> i32 {
+    set_caps(0, 0, 0)
+}
+
+/// In the child: become uid/gid 65534 without supplementary groups (raw
+/// syscalls, this thread only; the child has no other).
+pub fn become_nobody() -> i32 {
+    // SAFETY: raw syscalls with valid arguments.
+    unsafe {
+        if libc::syscall(libc::SYS_setgroups, 0, std::ptr::null::<u32>()) != 0
+            || libc::syscall(libc::SYS_setresgid, 65534, 65534, 65534) != 0
+            || libc::syscall(libc::SYS_setresuid, 65534, 65534, 65534) != 0
+        {
+            return errno();
+        }
+    }
+    0
+}
+
 pub fn cstr(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("no NUL")
 }
 
 /// The classic-BPF filter: arch check (kill), brokered syscalls -> USER_NOTIF, else allow.
 pub fn filter() -> Vec<libc::sock_filter> {
+    let routed: Vec<i64> = brokered_syscalls()
+        .iter()
+        .chain(brokered_truncate_syscalls())
+        .copied()
+        .collect();
+    filter_routing(&routed)
+}
+
+/// Every brokered syscall, the xattr reads included (a policy with read-deny paths).
+pub fn all_brokered() -> Vec<i64> {
+    brokered_syscalls()
+        .iter()
+        .chain(brokered_truncate_syscalls())
+        .chain(brokered_xattr_read_syscalls())
+        .copied()
+        .collect()
+}
+
+/// Like [`filter`], routing exactly `routed` to the listener.
+pub fn filter_routing(routed: &[i64]) -> Vec<libc::sock_filter> {
     let stmt = |code: u32, k: u32| libc::sock_filter {
         code: code as u16,
         jt: 0,
@@ -99,10 +262,7 @@ pub fn filter() -> Vec<libc::sock_filter> {
         stmt(ret, libc::SECCOMP_RET_KILL_PROCESS),
         stmt(ld, 0),
     ];
-    for nr in brokered_syscalls()
-        .iter()
-        .chain(brokered_truncate_syscalls())
-    {
+    for nr in routed {
         f.push(jeq(*nr as u32, 0, 1));
         f.push(stmt(ret, libc::SECCOMP_RET_USER_NOTIF));
     }
@@ -144,6 +304,18 @@ pub fn confined<F: FnOnce() -> i32>(rules: BrokerRules, action: F) -> Run {
     }
 }
 
+/// Like [`confined`], with the xattr reads routed to the broker too.
+pub fn confined_reads<F: FnOnce() -> i32>(rules: BrokerRules, action: F) -> Run {
+    let mut pid = 0;
+    let listener = spawn_filtered(filter_routing(&all_brokered()), action, &mut pid);
+    let broker = Broker::start(listener, rules).expect("broker starts");
+    let code = wait(pid);
+    Run {
+        code,
+        log: broker.finish(),
+    }
+}
+
 /// Like [`confined`] but returns the running broker and child pid.
 pub fn start<F: FnOnce() -> i32>(rules: BrokerRules, action: F, pid_out: &mut i32) -> Broker {
     let listener = spawn(action, pid_out);
@@ -152,7 +324,15 @@ pub fn start<F: FnOnce() -> i32>(rules: BrokerRules, action: F, pid_out: &mut i3
 
 /// Forks the confined child and returns the listener it sent.
 pub fn spawn<F: FnOnce() -> i32>(action: F, pid_out: &mut i32) -> OwnedFd {
-    let filter = filter();
+    spawn_filtered(filter(), action, pid_out)
+}
+
+/// Like [`spawn`] with the given filter.
+pub fn spawn_filtered<F: FnOnce() -> i32>(
+    filter: Vec<libc::sock_filter>,
+    action: F,
+    pid_out: &mut i32,
+) -> OwnedFd {
     let (parent, child) = listener_channel().expect("socketpair");
     // SAFETY: the child only makes async-signal-safe calls and exits with _exit.
     let pid = unsafe { libc::fork() };
