@@ -24,10 +24,14 @@ pub fn sandbox_bin() -> PathBuf {
     bin
 }
 
-/// A `sandbox` command with a clean config (no `./sandbox.toml` discovery surprises).
+/// A `sandbox` command with a clean config: no `$SANDBOX_CONFIG`, and a
+/// `$XDG_CONFIG_HOME` without a sandbox config (a test that wants one passes
+/// `--config` or sets the variable itself).
 pub fn sandbox() -> Command {
     let mut cmd = Command::new(sandbox_bin());
-    cmd.current_dir(std::env::temp_dir());
+    cmd.current_dir(std::env::temp_dir())
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config");
     cmd
 }
 

@@ -117,7 +117,9 @@ pub(crate) struct PolicyFlags {
 /// Config flags shared by every command.
 #[derive(Args, Clone, Default)]
 pub(crate) struct ConfigFlags {
-    /// Operator config file (default: ./sandbox.toml when present).
+    /// Operator config file (default: $SANDBOX_CONFIG, else
+    /// $XDG_CONFIG_HOME/sandbox/config.toml, else /etc/sandbox/config.toml;
+    /// never the working directory).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     /// Backend: auto, landlock, seatbelt or noop (overrides the config).

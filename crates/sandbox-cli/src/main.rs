@@ -69,7 +69,10 @@ fn run_cli() -> i32 {
     // SAFETY: setting a disposition before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     log::init();
-    let cli = Cli::parse();
+    let cli = match Cli::try_parse() {
+        Ok(cli) => cli,
+        Err(err) => return usage_error(err),
+    };
     if !matches!(cli.command, Cmd::Run(_) | Cmd::ExecOp(_)) {
         // Printing commands end quietly when their reader goes away (as in
         // `sandbox policy | head`), like other Unix tools. `run` keeps SIGPIPE
@@ -94,13 +97,41 @@ fn run_cli() -> i32 {
     }
 }
 
-fn load_config(flags: &ConfigFlags) -> Result<SandboxConfig, Fatal> {
-    let mut config = match &flags.config {
-        Some(path) => SandboxConfig::load(path)?,
-        None if Path::new("sandbox.toml").is_file() => {
-            SandboxConfig::load(Path::new("sandbox.toml"))?
+/// `--help` and `--version` print and exit 0; every other parse error is a
+/// usage error: exit 125 with one `sandbox:` line (as GNU `timeout` and `env`
+/// do), so it cannot be mistaken for the command's own exit status.
+fn usage_error(err: clap::Error) -> i32 {
+    use clap::error::ErrorKind;
+    match err.kind() {
+        ErrorKind::DisplayHelp | ErrorKind::DisplayVersion => {
+            let _ = err.print();
+            0
         }
-        None => SandboxConfig::default(),
+        _ => {
+            let text = err.render().to_string();
+            let first = text
+                .lines()
+                .map(|l| l.trim().trim_start_matches("error:").trim())
+                .find(|l| !l.is_empty())
+                .unwrap_or("invalid arguments");
+            eprintln!("sandbox: {first} (see `sandbox --help`)");
+            EXIT_SANDBOX
+        }
+    }
+}
+
+/// The operator config: `--config FILE`, else the discovery of
+/// [`sandbox::ConfigSource::from_env`] (never the working directory).
+struct Operator {
+    config: SandboxConfig,
+    /// The file it came from, if any.
+    path: Option<PathBuf>,
+}
+
+fn load_config(flags: &ConfigFlags) -> Result<Operator, Fatal> {
+    let (path, mut config) = match &flags.config {
+        Some(path) => (Some(path.clone()), SandboxConfig::load(path)?),
+        None => sandbox::ConfigSource::from_env().load()?,
     };
     if let Some(b) = &flags.backend {
         config.backend =
@@ -110,7 +141,26 @@ fn load_config(flags: &ConfigFlags) -> Result<SandboxConfig, Fatal> {
         config.on_unsupported =
             parse_enum::<OnUnsupported>(w, "--on-unsupported", "warn, error or ignore")?;
     }
-    Ok(config)
+    Ok(Operator { config, path })
+}
+
+impl Operator {
+    /// Refuses a run whose write paths reach the config file that bounds it:
+    /// the command could rewrite the rules of the next run.
+    fn check_not_writable(&self, policy: Option<&ResolvedPolicy>) -> Result<(), Fatal> {
+        let (Some(path), Some(policy)) = (&self.path, policy) else {
+            return Ok(());
+        };
+        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
+        if policy.may_write(&canonical) {
+            return Err(Fatal(format!(
+                "the operator config {} lies inside a write path of this run; the command \
+                 could change the rules of the next run: move the config or narrow the write paths",
+                canonical.display()
+            )));
+        }
+        Ok(())
+    }
 }
 
 fn parse_enum<T: serde::de::DeserializeOwned>(
@@ -152,6 +202,13 @@ fn effective_policy(
     let ctx = ExpandContext::from_env(workspace.clone());
     let mode = flags.mode.unwrap_or(SandboxMode::ReadOnly);
     if !mode.is_confined() {
+        if !config.allow_danger_full_access {
+            return Err(Fatal(
+                "--mode danger-full-access runs the command unconfined and is refused unless the \
+                 operator config sets `allow_danger_full_access = true` in [sandbox]"
+                    .into(),
+            ));
+        }
         return Ok(None);
     }
     let mut requested = match &flags.policy_json {
@@ -187,7 +244,7 @@ fn effective_policy(
 }
 
 fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
-    let config = load_config(&args.config)?;
+    let config = load_config(&args.config)?.config;
     let policy = effective_policy(&args.policy, &config, None)?;
     let json = match &policy {
         Some(p) => serde_json::to_string_pretty(p)?,
@@ -198,18 +255,21 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
 }
 
 fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
-    let config = load_config(&args.config)?;
+    let operator = load_config(&args.config)?;
+    let config = &operator.config;
     let private_tmp = match args.policy.mode {
         Some(SandboxMode::WorkspaceWrite) => Some(private_tmp_dir()?),
         _ => None,
     };
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
-        let mut req = RunRequest::new(args.argv.clone(), effective_policy(flags, &config, tmp)?);
+        let policy = effective_policy(flags, config, tmp)?;
+        operator.check_not_writable(policy.as_ref())?;
+        let mut req = RunRequest::new(args.argv.clone(), policy);
         if let Some(tmp) = tmp {
             req.env_overrides.push(("TMPDIR".into(), tmp.into()));
         }
-        execute(&config, req, args.report.as_deref())
+        execute(config, req, args.report.as_deref())
     };
     let outcome = match run_once(&args.policy)? {
         Ok(outcome) => outcome,
@@ -229,7 +289,8 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
 }
 
 fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
-    let config = load_config(&args.config)?;
+    let operator = load_config(&args.config)?;
+    let config = &operator.config;
     let text = if args.op.as_os_str() == "-" {
         let mut s = String::new();
         std::io::stdin().read_to_string(&mut s)?;
@@ -246,14 +307,25 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
         .map(absolute)
         .transpose()?
         .map(PathBuf::from);
-    let ctx = ExpandContext::from_env(workspace);
-    let policy = op.effective_policy(
-        config.policy.as_ref(),
-        &ctx,
-        std::env::vars_os().map(|(k, _)| k),
-    )?;
+    let ctx = ExpandContext::from_env(workspace.clone());
+    // Without an operator policy, the built-in bound: writes only inside the
+    // workspace (or the working directory), no network.
+    let builtin;
+    let bound = match &config.policy {
+        Some(policy) => policy,
+        None => {
+            let root = match &workspace {
+                Some(w) => w.clone(),
+                None => std::env::current_dir()?,
+            };
+            builtin = sandbox::builtin_op_bound(&root);
+            &builtin
+        }
+    };
+    let policy = op.effective_policy(Some(bound), &ctx, std::env::vars_os().map(|(k, _)| k))?;
+    operator.check_not_writable(Some(&policy))?;
     let req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
-    Ok(match execute(&config, req, args.report.as_deref())? {
+    Ok(match execute(config, req, args.report.as_deref())? {
         Ok(outcome) => outcome.exit_code(),
         Err(code) => code,
     })
@@ -308,7 +380,7 @@ fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
 }
 
 fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
-    let config = load_config(&args.config)?;
+    let config = load_config(&args.config)?.config;
     let Some(policy) = effective_policy(&args.policy, &config, None)? else {
         return Err(Fatal(
             "danger-full-access runs unconfined: there is no profile to print".into(),
@@ -329,8 +401,11 @@ fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
     Ok(0)
 }
 
+/// Exit status of `sandbox check` when the resolved backend enforces nothing.
+const CHECK_NOTHING_ENFORCED: i32 = 1;
+
 fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
-    let config = load_config(&args.config)?;
+    let config = load_config(&args.config)?.config;
     let resolved = resolve_backend(&config)?;
     let probe_policy = SandboxPolicy::default().resolve(&ExpandContext::default())?;
     let report = resolved
@@ -348,7 +423,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
             "enforcement": report.enforcement(),
         });
         println!("{}", serde_json::to_string_pretty(&json)?);
-        return Ok(0);
+        return Ok(check_status(resolved.backend.enforces()));
     }
     println!("backend: {}", resolved.backend.name());
     if let Some(why) = &resolved.fallback {
@@ -402,5 +477,16 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         }
         None => println!("self-test: not run (the noop backend claims nothing)"),
     }
-    Ok(0)
+    if !resolved.backend.enforces() {
+        println!("nothing is enforced: commands would run unconfined");
+    }
+    Ok(check_status(resolved.backend.enforces()))
+}
+
+fn check_status(enforces: bool) -> i32 {
+    if enforces {
+        0
+    } else {
+        CHECK_NOTHING_ENFORCED
+    }
 }

@@ -1,4 +1,4 @@
-//! The binary starts and rejects bad usage with clap's usage error.
+//! The binary starts and rejects bad usage with exit 125 and one line.
 //! (Also makes `cargo test --workspace` build the `sandbox` binary the
 //! end-to-end tests in `tests/` run.)
 
@@ -23,7 +23,10 @@ fn run_without_command_is_a_usage_error() {
         .arg("run")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(2));
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert!(err.starts_with("sandbox: "), "{err}");
 }
 
 /// Library warnings reach stderr (the CLI's own log subscriber), and each

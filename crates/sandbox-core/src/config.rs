@@ -1,6 +1,6 @@
 //! Operator configuration, read from a `[sandbox]` TOML table.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
@@ -24,14 +24,18 @@ pub enum BackendChoice {
 }
 
 /// What to do when the chosen backend is missing or fails its self-test.
+///
+/// The default is [`OnUnsupported::Error`]: a deliberate difference from the
+/// original specification's `warn`. Whoever wraps a command in a sandbox
+/// expects confinement or an error, never a silent unconfined run.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 #[non_exhaustive]
 pub enum OnUnsupported {
-    /// Fall back to the noop backend with a warning.
-    #[default]
+    /// Fall back to the noop backend with a warning (only when asked for).
     Warn,
     /// Refuse to run.
+    #[default]
     Error,
     /// Fall back to the noop backend silently.
     Ignore,
@@ -45,8 +49,72 @@ pub struct SandboxConfig {
     pub backend: BackendChoice,
     /// Behaviour when no working backend exists.
     pub on_unsupported: OnUnsupported,
+    /// Whether `--mode danger-full-access` (no confinement at all) may be used.
+    pub allow_danger_full_access: bool,
     /// Bounding policy: requests can only narrow it.
     pub policy: Option<SandboxPolicy>,
+}
+
+/// Environment variable naming the operator config file.
+pub const CONFIG_ENV: &str = "SANDBOX_CONFIG";
+
+/// Where the operator config is looked for, in order, when no file is given:
+/// `$SANDBOX_CONFIG`, `$XDG_CONFIG_HOME/sandbox/config.toml` (default
+/// `~/.config/sandbox/config.toml`), `/etc/sandbox/config.toml`. Never the
+/// working directory: a cloned repository or an earlier confined run
+/// controls it. `$SANDBOX_CONFIG` is used even when the file is missing (so
+/// a typo is an error, not a silently different config); the other two only
+/// when they exist.
+pub fn config_candidates(
+    env_config: Option<PathBuf>,
+    xdg_config_home: Option<PathBuf>,
+    home: Option<PathBuf>,
+) -> ConfigSource {
+    if let Some(path) = env_config.filter(|p| !p.as_os_str().is_empty()) {
+        return ConfigSource::Required(path);
+    }
+    let absolute = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
+    let user = absolute(xdg_config_home)
+        .or_else(|| absolute(home).map(|h| h.join(".config")))
+        .map(|dir| dir.join("sandbox").join("config.toml"));
+    ConfigSource::FirstExisting(
+        user.into_iter()
+            .chain(std::iter::once(PathBuf::from("/etc/sandbox/config.toml")))
+            .collect(),
+    )
+}
+
+/// Where the operator config comes from.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ConfigSource {
+    /// This file, which must exist.
+    Required(PathBuf),
+    /// The first of these that exists, or none.
+    FirstExisting(Vec<PathBuf>),
+}
+
+impl ConfigSource {
+    /// The discovery of [`config_candidates`] from this process's environment.
+    pub fn from_env() -> Self {
+        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        config_candidates(var(CONFIG_ENV), var("XDG_CONFIG_HOME"), var("HOME"))
+    }
+
+    /// Loads the config: the path it came from (if any) and its contents
+    /// (the default config when there is none).
+    pub fn load(&self) -> Result<(Option<PathBuf>, SandboxConfig), ConfigError> {
+        match self {
+            ConfigSource::Required(path) => {
+                SandboxConfig::load(path).map(|c| (Some(path.clone()), c))
+            }
+            ConfigSource::FirstExisting(paths) => {
+                match paths.iter().find(|p| std::fs::metadata(p).is_ok()) {
+                    Some(path) => SandboxConfig::load(path).map(|c| (Some(path.clone()), c)),
+                    None => Ok((None, SandboxConfig::default())),
+                }
+            }
+        }
+    }
 }
 
 #[derive(Deserialize)]
@@ -102,6 +170,62 @@ mod tests {
         assert_eq!(c.backend, BackendChoice::Landlock);
         assert_eq!(c.on_unsupported, OnUnsupported::Error);
         assert!(!c.policy.unwrap().network);
+    }
+
+    #[test]
+    fn defaults_fail_closed() {
+        let c = SandboxConfig::default();
+        assert_eq!(c.on_unsupported, OnUnsupported::Error);
+        assert!(!c.allow_danger_full_access);
+        let c = SandboxConfig::from_toml_str(
+            "[sandbox]\nallow_danger_full_access = true\non_unsupported = \"warn\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert!(c.allow_danger_full_access);
+        assert_eq!(c.on_unsupported, OnUnsupported::Warn);
+    }
+
+    #[test]
+    fn discovery_never_looks_in_the_working_directory() {
+        let home = Some(PathBuf::from("/home/u"));
+        assert_eq!(
+            config_candidates(Some("/x/c.toml".into()), None, home.clone()),
+            ConfigSource::Required("/x/c.toml".into())
+        );
+        assert_eq!(
+            config_candidates(None, Some("/xdg".into()), home.clone()),
+            ConfigSource::FirstExisting(vec![
+                "/xdg/sandbox/config.toml".into(),
+                "/etc/sandbox/config.toml".into()
+            ])
+        );
+        assert_eq!(
+            config_candidates(None, Some("relative".into()), home),
+            ConfigSource::FirstExisting(vec![
+                "/home/u/.config/sandbox/config.toml".into(),
+                "/etc/sandbox/config.toml".into()
+            ])
+        );
+        assert_eq!(
+            config_candidates(Some("".into()), None, None),
+            ConfigSource::FirstExisting(vec!["/etc/sandbox/config.toml".into()])
+        );
+    }
+
+    #[test]
+    fn a_missing_required_config_is_an_error() {
+        let err = ConfigSource::Required("/nonexistent/sandbox.toml".into())
+            .load()
+            .unwrap_err();
+        assert!(
+            err.to_string().contains("/nonexistent/sandbox.toml"),
+            "{err}"
+        );
+        let (path, config) = ConfigSource::FirstExisting(vec!["/nonexistent/a.toml".into()])
+            .load()
+            .unwrap();
+        assert_eq!((path, config), (None, SandboxConfig::default()));
     }
 
     #[test]

@@ -28,11 +28,13 @@ pub use backend::{
     decode_pre_exec_error, encode_pre_exec_error, Backend, Confinement, MediatedCall, Mediation,
     PreExecHook, RunningSupervisor, Supervisor, WrappedArgv, PRE_EXEC_ERROR_TAG,
 };
-pub use config::{BackendChoice, OnUnsupported, SandboxConfig};
+pub use config::{
+    config_candidates, BackendChoice, ConfigSource, OnUnsupported, SandboxConfig, CONFIG_ENV,
+};
 pub use env::{env_name_denied, scrub_env};
 pub use error::{ConfigError, PolicyError, SandboxUnavailable, SANDBOX_UNAVAILABLE};
 pub use mode::SandboxMode;
 pub use noop::NoopBackend;
-pub use op::SandboxedExecOp;
+pub use op::{builtin_op_bound, SandboxedExecOp};
 pub use policy::{ExpandContext, ResolvedPolicy, SandboxPolicy};
 pub use report::{AxisEnforcement, Enforcement, EnforcementReport, Level};

@@ -102,3 +102,14 @@ impl SandboxedExecOp {
         }
     }
 }
+/// The bound an op envelope gets when the operator config has no policy:
+/// writes only beneath `root` (the workspace, else the working directory), no
+/// network. An envelope can then never ask for `/` or for the network on its
+/// own authority.
+pub fn builtin_op_bound(root: &std::path::Path) -> SandboxPolicy {
+    SandboxPolicy {
+        network: false,
+        write_paths: vec![root.to_string_lossy().into_owned()],
+        ..SandboxPolicy::default()
+    }
+}

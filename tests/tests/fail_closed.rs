@@ -1,0 +1,262 @@
+//! Fail closed, and trust only the operator: each refusal beside its working twin.
+
+use std::path::Path;
+
+use sandbox_tests::{run, sandbox, sandbox_lines};
+
+fn code(out: &std::process::Output) -> Option<i32> {
+    out.status.code()
+}
+
+fn stderr(out: &std::process::Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Exactly one `sandbox:` line, containing `needle`.
+#[track_caller]
+fn one_line(out: &std::process::Output, needle: &str) {
+    let lines = sandbox_lines(out);
+    assert_eq!(lines.len(), 1, "{lines:?}\n{}", stderr(out));
+    assert!(lines[0].contains(needle), "{lines:?} lacks {needle:?}");
+}
+
+fn write_script(target: &Path) -> String {
+    format!("echo x > {}", target.display())
+}
+
+/// A `sandbox.toml` in the working directory is never read: it is the file a
+/// cloned repository or an earlier confined run controls.
+#[test]
+fn a_config_in_the_working_directory_is_ignored() {
+    let cwd = tempfile::tempdir().unwrap();
+    let grant = tempfile::tempdir().unwrap();
+    let outside = cwd.path().join("outside-write");
+    std::fs::write(
+        cwd.path().join("sandbox.toml"),
+        "[sandbox]\nbackend = \"noop\"\non_unsupported = \"ignore\"\n",
+    )
+    .unwrap();
+    let out = sandbox()
+        .current_dir(cwd.path())
+        .args(["run", "-w", grant.path().to_str().unwrap(), "--"])
+        .args(["/bin/sh", "-c", &write_script(&outside)])
+        .output()
+        .unwrap();
+    assert_ne!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(!outside.exists(), "the planted config unconfined the run");
+    // Twin: the same file named by the operator ($SANDBOX_CONFIG) is used.
+    let out = sandbox()
+        .current_dir(cwd.path())
+        .env("SANDBOX_CONFIG", cwd.path().join("sandbox.toml"))
+        .args(["run", "-w", grant.path().to_str().unwrap(), "--"])
+        .args(["/bin/sh", "-c", &write_script(&outside)])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(outside.exists(), "the operator's config chose noop");
+}
+
+#[test]
+fn the_user_config_is_discovered_and_a_named_missing_one_is_an_error() {
+    let xdg = tempfile::tempdir().unwrap();
+    std::fs::create_dir(xdg.path().join("sandbox")).unwrap();
+    std::fs::write(
+        xdg.path().join("sandbox/config.toml"),
+        "[sandbox.policy]\nnetwork = false\n",
+    )
+    .unwrap();
+    let out = sandbox()
+        .env("XDG_CONFIG_HOME", xdg.path())
+        .args(["policy"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(
+        v["network"], false,
+        "the user config bounds the policy: {v}"
+    );
+    let out = sandbox()
+        .env("SANDBOX_CONFIG", xdg.path().join("typo.toml"))
+        .args(["run", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(125));
+    one_line(&out, "typo.toml");
+}
+
+/// No working backend: an error by default, a warning only when asked for.
+#[test]
+fn a_missing_backend_is_an_error_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    // Seatbelt does not exist on Linux.
+    let out = run(&[
+        "run",
+        "--backend",
+        "seatbelt",
+        "--",
+        "/bin/sh",
+        "-c",
+        &touch,
+    ]);
+    assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+    one_line(&out, "seatbelt");
+    assert!(!marker.exists(), "nothing ran");
+    let out = run(&[
+        "run",
+        "--backend",
+        "seatbelt",
+        "--on-unsupported",
+        "warn",
+        "--",
+        "/bin/sh",
+        "-c",
+        &touch,
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(marker.exists(), "warn was asked for explicitly");
+}
+
+#[test]
+fn check_fails_when_nothing_is_enforced() {
+    let out = run(&["check", "--backend", "noop"]);
+    assert_eq!(code(&out), Some(1), "{}", stderr(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("nothing is enforced"));
+    let out = run(&["check", "--json", "--backend", "noop"]);
+    assert_eq!(code(&out), Some(1));
+    let out = run(&["check"]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+}
+
+#[test]
+fn danger_full_access_needs_the_operator() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let args = [
+        "run",
+        "--mode",
+        "danger-full-access",
+        "--",
+        "/bin/sh",
+        "-c",
+        &touch,
+    ];
+    let out = run(&args);
+    assert_eq!(code(&out), Some(125));
+    one_line(&out, "allow_danger_full_access");
+    assert!(!marker.exists());
+    let config = dir.path().join("op.toml");
+    std::fs::write(&config, "[sandbox]\nallow_danger_full_access = true\n").unwrap();
+    let out = sandbox()
+        .env("SANDBOX_CONFIG", &config)
+        .args(args)
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(marker.exists());
+}
+
+/// Without an operator policy an op envelope is bounded by the built-in
+/// bound: writes inside the workspace only, no network.
+#[test]
+fn an_op_envelope_cannot_widen_itself() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws_path = std::fs::canonicalize(ws.path()).unwrap();
+    let out_dir = ws_path.join("out");
+    std::fs::create_dir(&out_dir).unwrap();
+    let op = |write: &str, script: &str| {
+        let p = ws_path.join("op.json");
+        std::fs::write(
+            &p,
+            serde_json::json!({
+                "argv": ["/bin/sh", "-c", script],
+                "write_paths": [write],
+                "network": true,
+            })
+            .to_string(),
+        )
+        .unwrap();
+        p
+    };
+    let marker = out_dir.join("ran");
+    let touch = format!("touch {}", marker.display());
+    let wide = op("/", &touch);
+    let out = run(&[
+        "exec-op",
+        "--workspace",
+        ws_path.to_str().unwrap(),
+        "--op",
+        wide.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+    assert_eq!(sandbox_lines(&out).len(), 1, "{}", stderr(&out));
+    assert!(!marker.exists());
+    // Twin: a write path inside the workspace runs, and network is off.
+    let probe = format!(
+        "{touch}; python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9), timeout=5)' 2>/dev/null && echo NET || echo NONET"
+    );
+    let narrow = op(out_dir.to_str().unwrap(), &probe);
+    let out = run(&[
+        "exec-op",
+        "--workspace",
+        ws_path.to_str().unwrap(),
+        "--op",
+        narrow.to_str().unwrap(),
+    ]);
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(marker.exists());
+    assert!(String::from_utf8_lossy(&out.stdout).contains("NONET"));
+}
+
+#[test]
+fn a_config_inside_a_write_path_is_refused() {
+    let w = tempfile::tempdir().unwrap();
+    let config = w.path().join("config.toml");
+    std::fs::write(&config, "[sandbox]\n").unwrap();
+    let marker = w.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    let args = |write: &Path| {
+        vec![
+            "run".to_owned(),
+            "--config".into(),
+            config.to_str().unwrap().into(),
+            "-w".into(),
+            write.to_str().unwrap().into(),
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            touch.clone(),
+        ]
+    };
+    let out = sandbox().args(args(w.path())).output().unwrap();
+    assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+    one_line(&out, "lies inside a write path");
+    assert!(!marker.exists());
+    let other = tempfile::tempdir().unwrap();
+    let out = sandbox().args(args(other.path())).output().unwrap();
+    // The twin runs (the touch itself is refused: W is not writable then).
+    assert_ne!(code(&out), Some(125), "{}", stderr(&out));
+    assert!(sandbox_lines(&out).is_empty(), "{}", stderr(&out));
+}
+
+#[test]
+fn usage_errors_exit_125_with_one_line_and_help_exits_0() {
+    for args in [
+        &["run", "--no-such-flag", "--", "/bin/true"][..],
+        &["frobnicate"],
+        &["run", "--timeout", "soon", "--", "/bin/true"],
+        &[],
+    ] {
+        let out = run(args);
+        assert_eq!(code(&out), Some(125), "{args:?}: {}", stderr(&out));
+        assert_eq!(sandbox_lines(&out).len(), 1, "{args:?}: {}", stderr(&out));
+    }
+    for args in [&["--help"][..], &["--version"], &["run", "--help"]] {
+        let out = run(args);
+        assert_eq!(code(&out), Some(0), "{args:?}");
+        assert!(!out.stdout.is_empty());
+    }
+}
