@@ -111,6 +111,15 @@ pub struct ProbeReport {
 /// file inside the write path, then tries to create a file and to overwrite an
 /// existing one in a sibling directory that is not a write path, recording the
 /// status of each attempt.
+///
+/// Then the read-only truncate class (`open(2)` with `O_RDONLY|O_TRUNC`
+/// truncates an existing file, and a read-only open is not a write to the
+/// usual rules): a shell cannot set `O_TRUNC` on a read-only open, so `perl`
+/// (else `python3`) makes the two calls. Positive control: `O_WRONLY|O_TRUNC`
+/// on a non-empty file inside the write path empties it. Deny: `O_RDONLY|O_TRUNC`
+/// on a non-empty file outside leaves its size and content as they were. With
+/// neither interpreter the class cannot be witnessed and the probe says so
+/// (unwitnessed: fail closed).
 pub fn write_probe(backend: &dyn Backend) -> ProbeReport {
     probes(backend, Which::Write).0
 }
@@ -151,22 +160,29 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
     };
     // The two launches are independent (different files, different
     // policies), so they run at the same time: the gate costs one launch.
+    let opener = (which != Which::Spawn).then(Opener::find).flatten();
     let open = Scratch::new().and_then(|s| {
-        let existing = s.outside.join("existing");
-        std::fs::write(&existing, ORIGINAL)
-            .map_err(|e| format!("cannot create probe file {}: {e}", existing.display()))?;
+        for existing in [
+            s.outside.join("existing"),
+            s.outside.join(RO_TRUNCATE),
+            s.grant.join(TRUNCATE_CONTROL),
+        ] {
+            std::fs::write(&existing, ORIGINAL)
+                .map_err(|e| format!("cannot create probe file {}: {e}", existing.display()))?;
+        }
         let policy = s.policy(false)?;
         let confined_setup = (which != Which::Write).then(|| confined_setup(&s));
         let (evidence, confined) = std::thread::scope(|scope| {
             let confined = scope.spawn(|| {
                 confined_setup.map(|setup| {
                     setup.map(|(dir, policy, brief)| {
-                        let ended = s.run_sh(backend, &policy, CONFINED_SCRIPT, &dir);
+                        let ended = s.run_sh(backend, &policy, CONFINED_SCRIPT, &dir, &[]);
                         (dir, brief, s.evidence(&ended))
                     })
                 })
             });
-            let ended = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant);
+            let opener_args = opener.as_ref().map(Opener::args).unwrap_or_default();
+            let ended = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant, &opener_args);
             let evidence = s.evidence(&ended);
             let confined = confined
                 .join()
@@ -184,7 +200,7 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
         }
     };
     if which != Which::Spawn {
-        write.result = judge_write(&s, &evidence, &mut write.checks);
+        write.result = judge_write(&s, opener.as_ref(), &evidence, &mut write.checks);
     }
     if let Some(confined) = confined {
         spawn.result = judge_spawn(&s, &evidence, confined, &mut spawn.checks);
@@ -203,14 +219,99 @@ fn confined_setup(s: &Scratch) -> ConfinedSetup {
     Ok((confined, s.policy(true)?, s.brief(true)))
 }
 
-/// Runs under `deny_subprocess` false: the write probe and the spawn probe's positive control.
+/// Runs under `deny_subprocess` false: the write probe and the spawn probe's
+/// positive control. `$3 $4 $5`, when given, run the truncate opener
+/// (interpreter, its "run this code" flag, [`Opener`] code) on `$1 $2`.
 const OPEN_SCRIPT: &str = r#"echo control > "$1/control"
 (echo child > "$1/child")
 echo forbidden > "$2/created"
 echo $? > "$1/create-status"
 echo forbidden > "$2/existing"
 echo $? > "$1/overwrite-status"
+if [ -n "$3" ]; then "$3" "$4" "$5" "$1" "$2"; echo $? > "$1/opener-status"; fi
 "#;
+
+/// Inside the write path: emptied by the opener's `O_WRONLY|O_TRUNC` control.
+const TRUNCATE_CONTROL: &str = "truncate-control";
+/// Outside the write path: the target of the opener's `O_RDONLY|O_TRUNC`.
+const RO_TRUNCATE: &str = "ro-truncate";
+
+/// The opener's code: open `$grant/truncate-control` with `O_WRONLY|O_TRUNC`,
+/// then `$outside/ro-truncate` with `O_RDONLY|O_TRUNC`, recording 0 or the
+/// errno of each in `$grant/truncate-control-status` and `$grant/ro-truncate-status`.
+const PERL_OPENER: &str = r#"use Fcntl;
+my ($g, $o) = @ARGV;
+sub rec {
+    my ($name, $path, $flags) = @_;
+    my $code = sysopen(my $fh, $path, $flags) ? 0 : (($! + 0) || -1);
+    open(my $s, ">", "$g/$name-status") or exit 2;
+    print $s "$code\n";
+    close($s) or exit 2;
+}
+rec("truncate-control", "$g/truncate-control", O_WRONLY | O_TRUNC);
+rec("ro-truncate", "$o/ro-truncate", O_RDONLY | O_TRUNC);
+"#;
+
+/// [`PERL_OPENER`] in Python.
+const PYTHON_OPENER: &str = r#"import os, sys
+g, o = sys.argv[1], sys.argv[2]
+def rec(name, path, flags):
+    try:
+        os.close(os.open(path, flags))
+        code = 0
+    except OSError as e:
+        code = e.errno or -1
+    with open(g + "/" + name + "-status", "w") as s:
+        s.write("%d\n" % code)
+rec("truncate-control", g + "/truncate-control", os.O_WRONLY | os.O_TRUNC)
+rec("ro-truncate", o + "/ro-truncate", os.O_RDONLY | os.O_TRUNC)
+"#;
+
+/// The interpreter that makes the `open(2)` calls a shell cannot.
+pub(crate) struct Opener {
+    name: &'static str,
+    path: PathBuf,
+    flag: &'static str,
+    code: &'static str,
+}
+
+impl Opener {
+    /// `perl` (starts in a few ms), else `python3`, in the probe's `PATH`.
+    fn find() -> Option<Opener> {
+        let candidates = [
+            ("perl", "-e", PERL_OPENER),
+            // Isolated (no script directory or cwd on sys.path, no PYTHON*
+            // variables) and without site: a planted module cannot stand in.
+            ("python3", "-ISc", PYTHON_OPENER),
+        ];
+        candidates.into_iter().find_map(|(name, flag, code)| {
+            PROBE_PATH_DIRS
+                .iter()
+                .map(|dir| Path::new(dir).join(name))
+                .find(|p| is_executable(p))
+                .map(|path| Opener {
+                    name,
+                    path,
+                    flag,
+                    code,
+                })
+        })
+    }
+
+    fn args(&self) -> Vec<OsString> {
+        vec![self.path.clone().into(), self.flag.into(), self.code.into()]
+    }
+}
+
+/// The directories of the probe's `PATH` ([`minimal_env`]).
+const PROBE_PATH_DIRS: &[&str] = &["/usr/local/bin", "/usr/bin", "/bin"];
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path)
+        .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+        .unwrap_or(false)
+}
 
 /// Runs under `deny_subprocess` true. The subshell is a forked child: its
 /// write happens only if the fork did.
@@ -221,7 +322,12 @@ echo $? > "$1/status"
 
 const ORIGINAL: &str = "original\n";
 
-fn judge_write(s: &Scratch, evidence: &str, checks: &mut Vec<Check>) -> ProbeResult {
+fn judge_write(
+    s: &Scratch,
+    opener: Option<&Opener>,
+    evidence: &str,
+    checks: &mut Vec<Check>,
+) -> ProbeResult {
     let brief = s.brief(false);
     let control = s.grant.join("control");
     let seen = read(&control).as_deref() == Some("control\n");
@@ -252,6 +358,7 @@ fn judge_write(s: &Scratch, evidence: &str, checks: &mut Vec<Check>) -> ProbeRes
         attempted: format!("create {} outside write_paths ({brief})", created.display()),
         happened: read(&created).map(|c| format!("the file was created with {c:?}")),
         status: read(&s.grant.join("create-status")),
+        by: Reporter::Shell,
     };
     let overwrite = Attempt {
         attempted: format!(
@@ -262,13 +369,141 @@ fn judge_write(s: &Scratch, evidence: &str, checks: &mut Vec<Check>) -> ProbeRes
             .filter(|c| c != ORIGINAL)
             .map(|c| format!("the file's content changed to {c:?}")),
         status: read(&s.grant.join("overwrite-status")),
+        by: Reporter::Shell,
     };
     for attempt in [create, overwrite] {
         if let Some(verdict) = attempt.judge(&brief, evidence, checks) {
             return verdict;
         }
     }
-    ProbeResult::Witnessed
+    judge_ro_truncate(s, opener, &brief, evidence, checks)
+}
+
+/// The read-only truncate leg: its positive control, then the deny.
+fn judge_ro_truncate(
+    s: &Scratch,
+    opener: Option<&Opener>,
+    brief: &str,
+    evidence: &str,
+    checks: &mut Vec<Check>,
+) -> ProbeResult {
+    let control = s.grant.join(TRUNCATE_CONTROL);
+    let target = s.outside.join(RO_TRUNCATE);
+    let Some(opener) = opener else {
+        let why = format!(
+            "no perl or python3 in {} to open {} with O_RDONLY|O_TRUNC (a shell cannot),              so whether a read-only open truncates outside write_paths is not known",
+            PROBE_PATH_DIRS.join(":"),
+            target.display()
+        );
+        checks.push(Check {
+            role: CheckRole::PositiveControl,
+            policy: brief.to_owned(),
+            attempted: format!(
+                "truncate {} (inside write_paths) by open(O_WRONLY|O_TRUNC)",
+                control.display()
+            ),
+            observed: why.clone(),
+            ok: false,
+        });
+        return ProbeResult::Unwitnessed { why };
+    };
+    let status = |name: &str| read(&s.grant.join(format!("{name}-status")));
+    let ran = || match status("opener") {
+        Some(code) => format!("{} exited with status {}", opener.name, code.trim()),
+        None => format!("{} did not run to the end", opener.name),
+    };
+    let emptied = std::fs::metadata(&control).map(|m| m.len()).ok() == Some(0);
+    let control_status = status(TRUNCATE_CONTROL);
+    checks.push(Check {
+        role: CheckRole::PositiveControl,
+        policy: brief.to_owned(),
+        attempted: format!(
+            "truncate {} (inside write_paths) by open(O_WRONLY|O_TRUNC) with {}",
+            control.display(),
+            opener.name
+        ),
+        observed: if emptied {
+            "the file was truncated".into()
+        } else {
+            format!(
+                "the file was not truncated ({}, open status {}; the command {evidence})",
+                ran(),
+                control_status.as_deref().map_or("not recorded", str::trim)
+            )
+        },
+        ok: emptied,
+    });
+    if !emptied {
+        return ProbeResult::Unwitnessed {
+            why: format!(
+                "positive control not seen: open(O_WRONLY|O_TRUNC) of {} inside write_paths                  with {} did not truncate it ({}; the command {evidence}), so an untouched                  file outside would prove nothing",
+                control.display(),
+                opener.name,
+                ran()
+            ),
+        };
+    }
+    let attempt = Attempt {
+        attempted: format!(
+            "truncate {} outside write_paths by open(O_RDONLY|O_TRUNC) with {} ({brief})",
+            target.display(),
+            opener.name
+        ),
+        happened: match (std::fs::metadata(&target), read(&target)) {
+            (Ok(m), _) if m.len() != ORIGINAL.len() as u64 => Some(format!(
+                "the file was truncated: {} bytes, was {}",
+                m.len(),
+                ORIGINAL.len()
+            )),
+            (_, Some(c)) if c != ORIGINAL => Some(format!("the file's content changed to {c:?}")),
+            (Err(e), _) => Some(format!("the file is gone ({e})")),
+            _ => None,
+        },
+        status: status(RO_TRUNCATE),
+        by: Reporter::Open,
+    };
+    match attempt.judge(brief, evidence, checks) {
+        Some(verdict) => verdict,
+        None => ProbeResult::Witnessed,
+    }
+}
+
+/// Who reported an attempt's status.
+#[derive(Clone, Copy)]
+enum Reporter {
+    /// `$?` of a shell command.
+    Shell,
+    /// 0 or the errno of an `open(2)` made by the opener.
+    Open,
+}
+
+impl Reporter {
+    fn refused(self, code: &str) -> String {
+        match self {
+            Reporter::Shell => format!("the shell reported status {code}"),
+            Reporter::Open => match code.parse::<i32>() {
+                Ok(errno) if errno > 0 => format!(
+                    "open(2) failed with {}",
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+                _ => format!("open(2) failed ({code})"),
+            },
+        }
+    }
+
+    fn succeeded(self) -> &'static str {
+        match self {
+            Reporter::Shell => "the shell reported success but nothing changed",
+            Reporter::Open => "open(2) succeeded but nothing changed",
+        }
+    }
+
+    fn silent(self) -> &'static str {
+        match self {
+            Reporter::Shell => "the shell did not record the attempt",
+            Reporter::Open => "the opener did not record the attempt",
+        }
+    }
 }
 
 /// One forbidden write and what became of it.
@@ -276,8 +511,10 @@ struct Attempt {
     attempted: String,
     /// `Some(what)` when the forbidden effect is visible.
     happened: Option<String>,
-    /// The shell's `$?` after the attempt, if it got that far.
+    /// The status after the attempt, if it got that far.
     status: Option<String>,
+    /// What `status` is.
+    by: Reporter,
 }
 
 impl Attempt {
@@ -295,15 +532,13 @@ impl Attempt {
             ),
             (None, Some(code)) if code != "0" => (
                 true,
-                format!("refused: the shell reported status {code} and nothing changed"),
+                format!("refused: {} and nothing changed", self.by.refused(code)),
                 None,
             ),
             (None, other) => {
                 let why = match other {
-                    Some(_) => "the shell reported success but nothing changed".to_owned(),
-                    None => {
-                        format!("the shell did not record the attempt (the command {evidence})")
-                    }
+                    Some(_) => self.by.succeeded().to_owned(),
+                    None => format!("{} (the command {evidence})", self.by.silent()),
                 };
                 (
                     false,
@@ -455,15 +690,16 @@ impl Scratch {
         self.dir.path().join("stderr")
     }
 
-    /// Runs `sh -c script sh <dir> <outside>`.
+    /// Runs `sh -c script sh <dir> <outside> <extra>...`.
     fn run_sh(
         &self,
         backend: &dyn Backend,
         policy: &ResolvedPolicy,
         script: &str,
         dir: &Path,
+        extra: &[OsString],
     ) -> Ended {
-        let argv: Vec<OsString> = vec![
+        let mut argv: Vec<OsString> = vec![
             "/bin/sh".into(),
             "-c".into(),
             script.into(),
@@ -471,6 +707,7 @@ impl Scratch {
             dir.into(),
             self.outside.clone().into(),
         ];
+        argv.extend_from_slice(extra);
         let stderr = self.stderr_path();
         launch(
             backend,
@@ -509,5 +746,105 @@ pub(crate) fn clip(text: &str) -> String {
     match one_line.char_indices().nth(300) {
         Some((i, _)) => format!("{}...", &one_line[..i]),
         None => one_line,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs each opener unconfined: both calls succeed and both files are
+    /// emptied. This is the claim the deny leg rests on: a read-only open
+    /// with O_TRUNC truncates (open(2): "the file will be truncated to length
+    /// 0" for O_TRUNC on a regular file; the access mode does not matter).
+    #[test]
+    fn unconfined_each_opener_truncates_both_files() {
+        let mut ran = Vec::new();
+        for (name, flag, code) in [
+            ("perl", "-e", PERL_OPENER),
+            ("python3", "-ISc", PYTHON_OPENER),
+        ] {
+            let Some(path) = PROBE_PATH_DIRS
+                .iter()
+                .map(|d| Path::new(d).join(name))
+                .find(|p| is_executable(p))
+            else {
+                continue;
+            };
+            let s = Scratch::new().unwrap();
+            let (control, target) = (s.grant.join(TRUNCATE_CONTROL), s.outside.join(RO_TRUNCATE));
+            std::fs::write(&control, ORIGINAL).unwrap();
+            std::fs::write(&target, ORIGINAL).unwrap();
+            let status = std::process::Command::new(&path)
+                .args([flag, code])
+                .arg(&s.grant)
+                .arg(&s.outside)
+                .env_clear()
+                .status()
+                .unwrap();
+            assert!(status.success(), "{name}: {status}");
+            for file in [&control, &target] {
+                assert_eq!(
+                    std::fs::metadata(file).unwrap().len(),
+                    0,
+                    "{name}: {file:?}"
+                );
+            }
+            for status in ["truncate-control-status", "ro-truncate-status"] {
+                assert_eq!(
+                    read(&s.grant.join(status)).as_deref(),
+                    Some("0\n"),
+                    "{name}"
+                );
+            }
+            ran.push(name);
+        }
+        // A host with neither makes the leg unwitnessed (tested below), never green.
+        assert!(
+            !ran.is_empty(),
+            "neither perl nor python3 in {PROBE_PATH_DIRS:?}"
+        );
+        eprintln!("openers tested: {ran:?}");
+    }
+
+    #[test]
+    fn without_an_opener_the_truncate_leg_is_unwitnessed() {
+        let s = Scratch::new().unwrap();
+        let mut checks = Vec::new();
+        let verdict = judge_ro_truncate(&s, None, "brief", "exited with status 0", &mut checks);
+        let ProbeResult::Unwitnessed { why } = verdict else {
+            panic!("{verdict:?}");
+        };
+        assert!(
+            why.contains("no perl or python3") && why.contains("O_RDONLY|O_TRUNC"),
+            "{why}"
+        );
+        assert_eq!(checks.len(), 1);
+        assert!(checks[0].role == CheckRole::PositiveControl && !checks[0].ok);
+    }
+
+    #[test]
+    fn an_opener_records_the_errno_of_a_refused_open() {
+        let s = Scratch::new().unwrap();
+        // No such files: both opens fail with ENOENT, recorded as 2.
+        let opener = Opener::find().expect("perl or python3 on this host");
+        let status = std::process::Command::new(&opener.path)
+            .args([opener.flag, opener.code])
+            .arg(&s.grant)
+            .arg(&s.outside)
+            .status()
+            .unwrap();
+        assert!(status.success());
+        assert_eq!(
+            read(&s.grant.join("ro-truncate-status")).as_deref(),
+            Some(format!("{}\n", libc::ENOENT).as_str())
+        );
+        assert_eq!(
+            Reporter::Open.refused("13"),
+            format!(
+                "open(2) failed with {}",
+                std::io::Error::from_raw_os_error(13)
+            )
+        );
     }
 }

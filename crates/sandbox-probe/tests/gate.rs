@@ -45,8 +45,25 @@ fn a_working_backend_passes_with_every_control_seen() {
         [
             (CheckRole::PositiveControl, true),
             (CheckRole::Deny, true),
+            (CheckRole::Deny, true),
+            (CheckRole::PositiveControl, true),
             (CheckRole::Deny, true)
         ]
+    );
+    // The read-only truncate leg: its control emptied a file inside, its deny
+    // saw the open refused with the file intact.
+    let control = &report.write.checks[3];
+    assert!(
+        control.attempted.contains("O_WRONLY|O_TRUNC")
+            && control.observed == "the file was truncated",
+        "{control:?}"
+    );
+    let deny = &report.write.checks[4];
+    assert!(
+        deny.attempted.contains("O_RDONLY|O_TRUNC")
+            && deny.attempted.contains("outside write_paths")
+            && deny.observed.starts_with("refused: open(2) failed with "),
+        "{deny:?}"
     );
     assert_eq!(
         roles(&report.spawn),
@@ -125,6 +142,40 @@ fn a_backend_that_ignores_write_paths_fails_the_write_probe() {
                 .contains("observed: the file was created"),
         "{}",
         unavailable.reason
+    );
+}
+
+#[test]
+fn a_backend_that_leaves_read_only_truncate_open_fails_the_write_probe() {
+    // Creating and overwriting outside are refused (no writable fd), but
+    // O_RDONLY|O_TRUNC empties the file: the probe must see that, by the
+    // file's size, not by the open's return value.
+    let backend = TestBackend::new("test-forgets-truncate", Kind::ForgetsTruncate);
+    let err = gate(&backend).unwrap_err();
+    assert_eq!(err.report.spawn.result, ProbeResult::Witnessed);
+    let (attempted, observed) = failed(&err.report.write);
+    assert!(
+        attempted.contains("O_RDONLY|O_TRUNC") && attempted.contains("outside write_paths"),
+        "{attempted}"
+    );
+    assert!(
+        observed.starts_with("the file was truncated: 0 bytes"),
+        "{observed}"
+    );
+    assert_eq!(
+        roles(&err.report.write),
+        [
+            (CheckRole::PositiveControl, true),
+            (CheckRole::Deny, true),
+            (CheckRole::Deny, true),
+            (CheckRole::PositiveControl, true),
+            (CheckRole::Deny, false)
+        ]
+    );
+    let msg = err.to_string();
+    assert!(
+        msg.contains("write probe failed") && msg.contains("O_RDONLY|O_TRUNC"),
+        "{msg}"
     );
 }
 

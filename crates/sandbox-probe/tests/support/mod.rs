@@ -41,6 +41,9 @@ pub enum Kind {
     ForgetsSpawnRules,
     /// Landlock write rules, and a filter refusing every syscall when deny_subprocess is set.
     SpawnDeniesEverything,
+    /// [`Kind::Working`] without Landlock's TRUNCATE right handled: writes
+    /// need a writable fd, but `open(O_RDONLY|O_TRUNC)` still truncates.
+    ForgetsTruncate,
 }
 
 /// A backend whose behaviour is one [`Kind`]; counts its `prepare` calls.
@@ -82,12 +85,17 @@ impl Backend for TestBackend {
         };
         let landlock = match self.kind {
             Kind::Working | Kind::ForgetsSpawnRules | Kind::SpawnDeniesEverything => {
-                Some(write_ruleset(self.name, policy)?)
+                Some(write_ruleset(self.name, policy, DIR_RIGHTS)?)
+            }
+            Kind::ForgetsTruncate => {
+                Some(write_ruleset(self.name, policy, DIR_RIGHTS & !TRUNCATE)?)
             }
             _ => None,
         };
         let filter = match self.kind {
-            Kind::Working if policy.deny_subprocess() => Some(Filter::new(deny_fork_program())),
+            Kind::Working | Kind::ForgetsTruncate if policy.deny_subprocess() => {
+                Some(Filter::new(deny_fork_program()))
+            }
             Kind::SpawnDeniesEverything if policy.deny_subprocess() => {
                 Some(Filter::new(kill_everything_program()))
             }
@@ -153,7 +161,8 @@ struct PathBeneath {
 }
 
 const WRITE_FILE: u64 = 1 << 1;
-const FILE_RIGHTS: u64 = WRITE_FILE | (1 << 14); // write + truncate
+const TRUNCATE: u64 = 1 << 14;
+const FILE_RIGHTS: u64 = WRITE_FILE | TRUNCATE;
 const DIR_RIGHTS: u64 = WRITE_FILE
     | (1 << 4)  // remove dir
     | (1 << 5)  // remove file
@@ -167,9 +176,14 @@ const DIR_RIGHTS: u64 = WRITE_FILE
     | (1 << 13) // refer
     | (1 << 14); // truncate
 
-fn write_ruleset(name: &str, policy: &ResolvedPolicy) -> Result<OwnedFd, SandboxUnavailable> {
+/// A ruleset handling `handled` (a subset of [`DIR_RIGHTS`]), granting it on the write paths.
+fn write_ruleset(
+    name: &str,
+    policy: &ResolvedPolicy,
+    handled: u64,
+) -> Result<OwnedFd, SandboxUnavailable> {
     let attr = RulesetAttr {
-        handled_access_fs: DIR_RIGHTS,
+        handled_access_fs: handled,
         handled_access_net: 0,
     };
     // SAFETY: valid attr pointer and size.
@@ -199,7 +213,7 @@ fn write_ruleset(name: &str, policy: &ResolvedPolicy) -> Result<OwnedFd, Sandbox
             .open(&path)
             .map_err(|e| SandboxUnavailable::new(name, format!("{}: {e}", path.display())))?;
         let beneath = PathBeneath {
-            allowed_access: rights,
+            allowed_access: rights & handled,
             parent_fd: file.as_raw_fd(),
         };
         // SAFETY: valid fds and rule pointer.
