@@ -50,6 +50,24 @@ pub enum PolicyError {
         /// The requested (resolved) path.
         path: PathBuf,
     },
+    /// A deny path holds a glob character and names no existing path.
+    #[error("policy field `{field}` entry {value:?} contains the glob character `{glob}`, and deny paths are not globs: list each path to deny (a literal name with `{glob}` is accepted when it exists)")]
+    GlobInDenyPath {
+        /// Field name, e.g. `read_deny_paths`.
+        field: &'static str,
+        /// The value as written.
+        value: String,
+        /// The glob character found.
+        glob: char,
+    },
+    /// A write path lies inside a read-denied path.
+    #[error("write path {} lies inside the read-denied path {}: the command could write there but not read it back; remove one of the two", write.display(), deny.display())]
+    WriteInsideReadDeny {
+        /// The write path.
+        write: PathBuf,
+        /// The read-deny path containing it.
+        deny: PathBuf,
+    },
     /// The op envelope has no command.
     #[error("the op's argv is empty; give the program to run")]
     EmptyArgv,

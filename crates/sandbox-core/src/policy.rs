@@ -194,6 +194,16 @@ impl SandboxPolicy {
         }
         let read_deny = resolve_deny("read_deny_paths", &self.read_deny_paths, ctx)?;
         let write_deny = resolve_deny("write_deny_paths", &self.write_deny_paths, ctx)?;
+        // A write path inside a read denial is refused rather than half
+        // granted: the narrower rule would silently win at run time.
+        for write in &write_paths {
+            if let Some(deny) = read_deny.paths.iter().find(|d| write.starts_with(d)) {
+                return Err(PolicyError::WriteInsideReadDeny {
+                    write: write.clone(),
+                    deny: deny.clone(),
+                });
+            }
+        }
         let mut env_deny_names = BTreeSet::new();
         for name in &self.env_deny_names {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
@@ -278,6 +288,15 @@ fn resolve_deny(
     let mut walk = DenyWalk::default();
     for value in raw {
         let path = ctx.expand(field, value)?;
+        if let Some(glob) = value.chars().find(|c| matches!(c, '*' | '?' | '[')) {
+            if std::fs::symlink_metadata(&path).is_err() {
+                return Err(PolicyError::GlobInDenyPath {
+                    field,
+                    value: value.clone(),
+                    glob,
+                });
+            }
+        }
         walk.resolve(&path).map_err(|reason| PolicyError::BadPath {
             field,
             value: value.clone(),
@@ -569,6 +588,58 @@ mod tests {
         assert!(!p.deny_subprocess);
         assert_eq!(p.timeout_seconds, 120);
         assert_eq!(p.max_timeout_seconds, 600);
+    }
+
+    #[test]
+    fn glob_characters_in_deny_paths_are_refused_unless_the_name_exists() {
+        let dir = tempfile::tempdir().unwrap();
+        let d = dir.path().to_str().unwrap();
+        for field in ["read", "write"] {
+            let policy = |value: String| {
+                let mut p = SandboxPolicy::default();
+                if field == "read" {
+                    p.read_deny_paths = vec![value];
+                } else {
+                    p.write_deny_paths = vec![value];
+                }
+                p.resolve(&ExpandContext::default())
+            };
+            for glob in ["*.txt", "secret?", "[ab]"] {
+                let err = policy(format!("{d}/{glob}")).unwrap_err().to_string();
+                assert!(err.contains("glob") && err.contains(glob), "{err}");
+            }
+            // Twins: a plain path, and an existing name with a literal `*`.
+            std::fs::write(dir.path().join("odd*name"), "").unwrap();
+            assert!(policy(format!("{d}/plain.txt")).is_ok());
+            assert!(policy(format!("{d}/odd*name")).is_ok());
+        }
+    }
+
+    #[test]
+    fn a_write_path_inside_a_read_denial_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let inner = dir.path().join("inner");
+        std::fs::create_dir(&inner).unwrap();
+        let s = |p: &Path| p.to_str().unwrap().to_owned();
+        let err = SandboxPolicy {
+            write_paths: vec![s(&inner)],
+            read_deny_paths: vec![s(dir.path())],
+            ..SandboxPolicy::default()
+        }
+        .resolve(&ExpandContext::default())
+        .unwrap_err();
+        assert!(
+            matches!(err, PolicyError::WriteInsideReadDeny { .. }),
+            "{err}"
+        );
+        // Twin: a read denial inside the write path is fine.
+        SandboxPolicy {
+            write_paths: vec![s(dir.path())],
+            read_deny_paths: vec![s(&inner)],
+            ..SandboxPolicy::default()
+        }
+        .resolve(&ExpandContext::default())
+        .unwrap();
     }
 
     #[test]

@@ -58,7 +58,15 @@ proptest! {
         };
         let env: Vec<OsString> = NAMES.iter().map(OsString::from).collect();
         let ctx = ExpandContext::default();
-        let op_resolved = operator.resolve(&ctx).unwrap();
+        let op_resolved = match operator.resolve(&ctx) {
+            Ok(p) => p,
+            // An operator write path inside its own read denial is refused.
+            Err(PolicyError::WriteInsideReadDeny { write, deny }) => {
+                prop_assert!(write.starts_with(&deny));
+                return Ok(());
+            }
+            Err(other) => panic!("the operator policy does not resolve: {other}"),
+        };
         match op.effective_policy(Some(&operator), &ctx, env) {
             Ok(eff) => {
                 prop_assert!(!eff.network() || (op_net && req_net));
@@ -84,6 +92,10 @@ proptest! {
             }
             Err(PolicyError::WriteOutsideOperator { path }) => {
                 prop_assert!(!op_resolved.write_paths().iter().any(|o| path.starts_with(o)));
+            }
+            Err(PolicyError::WriteInsideReadDeny { write, deny }) => {
+                prop_assert!(write.starts_with(&deny));
+                prop_assert!(op_resolved.read_deny_paths().contains(&deny));
             }
             Err(other) => prop_assert!(false, "unexpected refusal: {other}"),
         }
