@@ -1,9 +1,12 @@
 //! Metadata broker: performs chmod, chown, xattr, timestamp and truncate requests
-//! of a confined process, but only on objects beneath a write path.
+//! of a confined process, but only on objects beneath a write path; and, when
+//! the policy has read-deny paths, its xattr reads, refusing those of objects
+//! beneath a read-deny path.
 //!
 //! Landlock has no right for file metadata, so the seccomp filter routes the
-//! metadata syscalls ([`brokered_syscalls`], and [`brokered_truncate_syscalls`]
-//! when Landlock lacks the truncate right) to a seccomp user-notification
+//! metadata syscalls ([`brokered_syscalls`], [`brokered_truncate_syscalls`]
+//! when Landlock lacks the truncate right, and [`brokered_xattr_read_syscalls`]
+//! when the policy has read-deny paths) to a seccomp user-notification
 //! listener. The [`Broker`] serves that listener on a thread of the unconfined
 //! runner. For every request it
 //!
@@ -11,28 +14,70 @@
 //!    values bounded by the kernel's limits) with `process_vm_readv`, then checks
 //!    `SECCOMP_IOCTL_NOTIF_ID_VALID`, so a recycled thread id cannot feed it
 //!    another process's memory;
-//! 2. resolves the object the caller named: relative to the caller's cwd
-//!    (`/proc/TID/cwd`), to its dirfd or its own fd (both via `pidfd_getfd`),
-//!    following the last symlink exactly when the syscall would
-//!    (`lchown`, `lsetxattr`, `AT_SYMLINK_NOFOLLOW` do not), never through
-//!    `/proc` magic links;
-//! 3. admits the object only when its canonical path lies beneath a write path
-//!    and not beneath a write-deny path, and the same object is reached again
-//!    with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the write path's
-//!    directory fd, so no symlink, `..` or concurrent swap leads out;
-//! 4. checks the credential rules below against the caller's identity
-//!    (`/proc/TID/status`) and the object's owner;
-//! 5. performs the operation itself on the `O_PATH` fd it resolved and answers
-//!    with the result. The original syscall never continues
-//!    (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is racy and unused).
+//! 2. reads the caller's credentials (`/proc/TID/status`) and takes the
+//!    handles the path starts from: the caller's cwd (`/proc/TID/cwd`), its
+//!    dirfd or its own fd (both via `pidfd_getfd`);
+//! 3. takes on the caller's credentials on the broker thread (see
+//!    [below](#acting-with-the-callers-credentials)) and, with them, resolves
+//!    the object the caller named, following the last symlink exactly when the
+//!    syscall would (`lchown`, `lsetxattr`, `lgetxattr`, `AT_SYMLINK_NOFOLLOW`
+//!    do not), never through `/proc` magic links; the kernel's own search
+//!    permissions apply to that walk;
+//! 4. admits the object by its canonical path (`/proc/self/fd` readlink of
+//!    the resolved fd):
+//!    * a **change** only when the path lies beneath a write path and neither
+//!      beneath a write-deny path nor beneath a read-deny path (a metadata change
+//!      to a file the caller may not read is refused too), and the same object is
+//!      reached again with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the
+//!      write path's directory fd, so no symlink, `..` or concurrent swap leads out;
+//!    * a **read** anywhere on the read surface, unless the path lies beneath a
+//!      read-deny path; the read is made on the very fd that was checked;
+//! 5. checks the broker's own rules below against the caller's identity and the
+//!    object's owner;
+//! 6. performs the operation on the fd it resolved (through `/proc/self/fd/N`
+//!    where the syscall takes a path), still with the caller's credentials, gives
+//!    the thread its own back, and answers with the result. An xattr read's bytes
+//!    are copied into the caller's buffer with `process_vm_writev`, after one more
+//!    `ID_VALID` check right before the write. The original syscall never
+//!    continues (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is racy and unused).
 //!
 //! Everything refused is answered with `EPERM`; a missing object is answered
-//! with the kernel's own `ENOENT`/`ENOTDIR`. Every answer is recorded in the
-//! [`BrokerLog`] returned by [`Broker::finish`].
+//! with the kernel's own `ENOENT`/`ENOTDIR`, a directory the caller may not
+//! search with `EACCES`. Every answer is recorded in the [`BrokerLog`] returned
+//! by [`Broker::finish`].
 //!
-//! # Credential rules
-//! The broker acts with the runner's privileges, so it applies the owner rules
-//! itself and never grants more than an unprivileged owner has:
+//! # Acting with the caller's credentials
+//! The runner may be root with every capability; the caller may be root with
+//! every capability dropped. The kernel's permission rules depend on who acts
+//! (e.g. truncating a set-user-ID file clears `S_ISUID` only when the actor
+//! lacks `CAP_FSETID`), so for the walk and the operation the broker thread takes
+//! on the caller's filesystem uid and gid, its supplementary groups, and the
+//! effective capabilities the broker's own effective set shares with the
+//! caller's `CapEff` (none when the caller is in another user namespace: those
+//! capabilities do not reach the broker's objects). Then it restores its own.
+//!
+//! * Credentials change per thread only with the raw syscalls (`setgroups`,
+//!   `setfsgid`, `setfsuid`, `capset` with pid 0); glibc's wrappers broadcast to
+//!   every thread of the process and are not used. The order is groups (while
+//!   `CAP_SETGID` is effective), fsgid, fsuid, then the lower effective set
+//!   (the permitted set stays, so it can be raised again); the way back is the
+//!   reverse, the effective set written again last, because the kernel raises the
+//!   filesystem capabilities when the fsuid returns to 0 (capabilities(7),
+//!   "Effect of user ID changes on capabilities"). Every change is read back.
+//! * Only what differs from the broker thread's own credentials (read when it
+//!   starts) is changed: an unprivileged runner serving a caller of its own uid
+//!   changes nothing and needs no `CAP_SETGID`.
+//! * A needed change that fails refuses the request
+//!   ([`Refusal::CallerCredentials`], naming the [`CredentialChange`]): the broker
+//!   never acts with more than the caller has. If the thread cannot get its own
+//!   credentials back, the broker stops ([`BrokerLog::stopped_by_error`]); later
+//!   calls then fail.
+//! * The runner must not change its own credentials while a broker runs (a glibc
+//!   `set*id` broadcast would reach the broker thread too).
+//!
+//! # The broker's own rules
+//! A first layer, checked before the kernel's (which still apply, see above);
+//! they never grant more than an unprivileged owner has:
 //! * **chmod**: the caller owns the file (fsuid) or holds `CAP_FOWNER`. Adding
 //!   `S_ISUID` or `S_ISGID` is always refused, also for root callers: a confined
 //!   process must not create set-id binaries, even inside write paths. Bits the
@@ -41,31 +86,50 @@
 //!   holds `CAP_CHOWN` (giving a file to another user is refused). The group may
 //!   change to the caller's fsgid or a supplementary group, by the owner or a
 //!   `CAP_CHOWN` holder. The kernel clears set-id bits on chown as usual.
-//! * **xattr**: only the `user.` namespace (never `security.`, whose
+//! * **xattr changes**: only the `user.` namespace (never `security.`, whose
 //!   `security.capability` would grant file capabilities, nor `trusted.` or
 //!   `system.`), with write permission on the file.
 //! * **timestamps**: explicit times need ownership or `CAP_FOWNER`; "now" also
 //!   accepts write permission, as in the kernel.
 //! * **truncate**: regular files with write permission.
+//! * **xattr reads**: no rule of the broker's own beyond the read-deny paths;
+//!   the kernel's apply (read permission for `user.`, `CAP_SYS_ADMIN` for
+//!   `trusted.`, which `listxattr` also leaves out without it).
 //!
-//! Write permission is the classic mode-bit check with the caller's fsuid,
-//! groups and `CAP_DAC_OVERRIDE`; ACLs that grant more are not honoured.
+//! Write permission in these rules is the classic mode-bit check with the
+//! caller's fsuid, groups and `CAP_DAC_OVERRIDE`; ACLs that grant more are not
+//! honoured by this layer.
+//!
+//! # Xattr reads
+//! `getxattr`, `lgetxattr`, `fgetxattr`, `listxattr`, `llistxattr` and
+//! `flistxattr` are answered as the kernel answers them: size 0 returns the
+//! length needed without writing; a buffer too small gets `ERANGE`; a name
+//! longer than 255 bytes or empty gets `ERANGE`; sizes above 65536
+//! (`XATTR_SIZE_MAX`, `XATTR_LIST_MAX`) are clamped; an unwritable buffer gets
+//! `EFAULT`. The answer carries the length ([`Decision::Read`]).
 //!
 //! # Known limits
 //! * `/proc/self/fd/N` (also `thread-self` and the caller's own tid) is taken
 //!   as the caller's fd N and checked like an fd-based call; every other path
-//!   through `/proc` is refused. Unlinked files (`(deleted)`), pipes, sockets
-//!   and memfds are refused for fd-based calls.
-//! * A hard link inside a write path to a file outside is indistinguishable from
-//!   a file inside (as for Landlock's own write rights).
+//!   through `/proc` is refused, for reads too. Unlinked files (`(deleted)`),
+//!   pipes, sockets and memfds are refused for fd-based calls, reads included:
+//!   without a path the broker cannot tell whether they lie beneath a deny path.
+//! * A hard link inside a write path to a file outside, or outside a read-deny
+//!   path to a file inside, is indistinguishable from any other file (as for
+//!   Landlock's own rights).
+//! * Copying a read's bytes into the caller's memory is guarded by `ID_VALID`
+//!   right before `process_vm_writev`, which addresses the thread by id: a caller
+//!   killed in between would need its id reused by another process first, which
+//!   takes the whole pid space to cycle.
 //! * The runner needs ptrace-level access to the confined process
-//!   (`process_vm_readv`, `pidfd_getfd`): its parent or root, and Yama
+//!   (`process_vm_readv`/`writev`, `pidfd_getfd`): its parent or root, and Yama
 //!   `ptrace_scope` below 2.
 //!
 //! # Wiring it into a backend
 //! 1. Runner, before spawning: [`BrokerRules::new`] and [`listener_channel`].
 //! 2. Filter: route [`brokered_syscalls`] (and [`brokered_truncate_syscalls`]
-//!    when Landlock lacks the truncate right) to `SECCOMP_RET_USER_NOTIF`, only
+//!    when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
+//!    when the policy has read-deny paths) to `SECCOMP_RET_USER_NOTIF`, only
 //!    when a broker serves the run: without a listener that action fails with
 //!    `ENOSYS`.
 //! 3. Child, in the pre-exec hook after `NO_NEW_PRIVS` and Landlock: install the
@@ -73,7 +137,8 @@
 //!    channel (the socket must still be open there: do not close it with the
 //!    other inherited fds before the hook runs).
 //! 4. Runner, after spawn: drop the child end, [`recv_fd`] the listener,
-//!    [`Broker::start`]. Confined calls made before that simply wait.
+//!    [`Broker::start`] (from a thread with the credentials the broker should
+//!    have: its thread inherits them). Confined calls made before that simply wait.
 //! 5. After the process tree ended: [`Broker::finish`]; its refusals are the
 //!    denial evidence for the outcome record ([`BrokerLog::explain`] for humans).
 //!

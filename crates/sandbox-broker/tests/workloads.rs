@@ -118,3 +118,39 @@ fn python_venv() {
     assert!(fx.w.join("v/bin/python3").exists());
     println!("venv: {}", log.explain(0).trim());
 }
+
+/// With a read-deny path in the policy the xattr reads are brokered too:
+/// `ls -l` (ACL probes) and `cp --preserve=timestamps,xattr` work, the copy
+/// keeps its attribute, and nothing is refused. (`cp -a` would also set
+/// `system.posix_acl_access`, which the broker refuses as before.)
+#[test]
+fn ls_and_cp_with_xattr_reads_brokered() {
+    let fx = Fixture::with_user_xattrs();
+    let src = fx.w.join("src");
+    std::fs::create_dir(&src).unwrap();
+    let f = fx.file(&src.join("f"), 0o640);
+    set_xattr(&f, "user.k", b"value");
+    let secret = fx.o.join("secret");
+    std::fs::create_dir(&secret).unwrap();
+    let sh = Sh::new(&format!(
+        "ls -la {0} {1} /usr/bin >/dev/null && cp -r --preserve=timestamps,xattr {1} {2}",
+        q(&fx.w),
+        q(&src),
+        q(&fx.w.join("dst"))
+    ));
+    let run = confined_reads(fx.read_deny_rules(&[&secret]), || sh.exec());
+    assert_eq!(run.code, 0, "{}", run.log.explain(20));
+    assert_eq!(run.log.refusals().count(), 0, "{}", run.log.explain(20));
+    assert!(
+        run.log
+            .performed()
+            .any(|r| r.syscall.contains("getxattr") || r.syscall.contains("listxattr")),
+        "the reads went through the broker: {}",
+        run.log.explain(20)
+    );
+    assert_eq!(
+        get_xattr(&fx.w.join("dst/f"), "user.k").as_deref(),
+        Some(&b"value"[..])
+    );
+    println!("ls + cp: {}", run.log.explain(0).trim());
+}
