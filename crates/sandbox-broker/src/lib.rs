@@ -114,6 +114,11 @@
 //!   through `/proc` is refused, for reads too. Unlinked files (`(deleted)`),
 //!   pipes, sockets and memfds are refused for fd-based calls, reads included:
 //!   without a path the broker cannot tell whether they lie beneath a deny path.
+//! * The proof that a changed object lies beneath its write path (the second
+//!   walk, from the write path's fd) also runs with the caller's credentials: an
+//!   fd-based change of a file below a directory the caller may not search is
+//!   refused (`Unresolvable`, `EACCES`), where the kernel would perform it.
+//!   Narrower, never wider.
 //! * A hard link inside a write path to a file outside, or outside a read-deny
 //!   path to a file inside, is indistinguishable from any other file (as for
 //!   Landlock's own rights).

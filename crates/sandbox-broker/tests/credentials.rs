@@ -263,3 +263,49 @@ fn a_broker_that_cannot_take_on_the_caller_refuses() {
     assert_eq!(code, 0, "{}", log.explain(5));
     assert_eq!(full_mode(&roots), 0o600);
 }
+
+/// Capabilities a caller holds in a user namespace of its own are not
+/// capabilities over the broker's objects: a caller that made one (and so has
+/// a full CapEff there) is treated as having none.
+#[test]
+fn capabilities_in_another_user_namespace_count_for_nothing() {
+    let fx = Fixture::new();
+    let others = fx.file(&fx.w.join("others"), 0o644);
+    std::os::unix::fs::chown(&others, Some(1000), Some(1000)).expect("chown");
+    let roots = fx.file(&fx.w.join("roots"), 0o644);
+    let chmod_in_userns = |path: &Path| {
+        let p = cstr(path);
+        confined(fx.rules(&[]), move || {
+            // SAFETY (child): unshare + one syscall.
+            unsafe {
+                if libc::unshare(libc::CLONE_NEWUSER) != 0 {
+                    return 90;
+                }
+                result(libc::chmod(p.as_ptr(), 0o600))
+            }
+        })
+    };
+    let run = chmod_in_userns(&others);
+    assert_eq!(run.code, libc::EPERM, "{}", run.log.explain(5));
+    assert_eq!(
+        decisions(&run.log),
+        vec![Decision::Refused {
+            reason: Refusal::NotOwner
+        }]
+    );
+    assert_eq!(full_mode(&others), 0o644);
+    // Twin: the same caller changes a file it owns (uid 0 outside).
+    let run = chmod_in_userns(&roots);
+    assert_eq!(run.code, 0, "{}", run.log.explain(5));
+    assert_eq!(full_mode(&roots), 0o600);
+    // And a caller keeping its capabilities in the broker's namespace may
+    // change the other user's file (CAP_FOWNER), so the refusal above is the
+    // namespace's doing.
+    let p = cstr(&others);
+    // SAFETY (child): one syscall.
+    let run = confined(fx.rules(&[]), || {
+        result(unsafe { libc::chmod(p.as_ptr(), 0o600) })
+    });
+    assert_eq!(run.code, 0, "{}", run.log.explain(5));
+    assert_eq!(full_mode(&others), 0o600);
+}
