@@ -498,6 +498,14 @@ impl ResolvedPolicy {
         self.max_timeout_seconds
     }
 
+    /// The same policy with `path` (absolute) added to the write-deny paths.
+    pub fn with_write_deny(&self, path: &Path) -> Result<ResolvedPolicy, PolicyError> {
+        let mut raw = self.to_policy();
+        raw.write_deny_paths
+            .push(path.to_string_lossy().into_owned());
+        raw.resolve(&ExpandContext::default())
+    }
+
     /// Whether `path` (canonical) lies beneath a write path and not beneath a write-deny path.
     pub fn may_write(&self, path: &Path) -> bool {
         self.write_paths.iter().any(|w| path.starts_with(w))

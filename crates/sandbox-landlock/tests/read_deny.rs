@@ -211,3 +211,57 @@ fn read_deny_spelled_through_a_symlink_denies_the_target_and_the_link() {
         assert!(ok(&sh(&open, cmd)).contains("SECRET"));
     }
 }
+
+/// Extended attribute values of a read-denied file are not readable (the
+/// filter hands xattr reads to the broker under read denials); a sibling's are.
+#[test]
+fn xattr_values_of_denied_paths_are_refused() {
+    let dir = tempfile::tempdir_in(env!("CARGO_TARGET_TMPDIR")).unwrap();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let (secret, open) = (root.join("secret"), root.join("open"));
+    for f in [&secret, &open] {
+        std::fs::write(f, "x").unwrap();
+        let c = std::ffi::CString::new(f.to_str().unwrap()).unwrap();
+        // SAFETY: valid C strings and buffer.
+        let rc = unsafe {
+            libc::setxattr(
+                c.as_ptr(),
+                c"user.k".as_ptr(),
+                b"value".as_ptr().cast(),
+                5,
+                0,
+            )
+        };
+        assert_eq!(rc, 0, "this filesystem must support user xattrs");
+    }
+    let w = temp();
+    let policy = resolve(sandbox_core::SandboxPolicy {
+        write_paths: vec![path_str(&w.path)],
+        read_deny_paths: vec![path_str(&secret)],
+        ..Default::default()
+    });
+    let get = |p: &std::path::Path, call: &str| {
+        format!(
+            "{PYTHON} -c 'import os; print(os.{call}(\"{}\", \"user.k\"))'",
+            p.display()
+        )
+    };
+    let out = ok(&sh(&policy, &get(&open, "getxattr")));
+    assert!(out.contains("value"), "{out}");
+    let err = denied(&sh(&policy, &get(&secret, "getxattr")));
+    assert!(
+        err.contains("PermissionError") || err.contains("not permitted"),
+        "{err}"
+    );
+    let list = |p: &std::path::Path| {
+        format!(
+            "{PYTHON} -c 'import os; print(os.listxattr(\"{}\"))'",
+            p.display()
+        )
+    };
+    assert!(ok(&sh(&policy, &list(&open))).contains("user.k"));
+    denied(&sh(&policy, &list(&secret)));
+    // Without the denial the same read works: the refusal is the policy's.
+    let plain = resolve(write_policy(&[&w.path], true));
+    assert!(ok(&sh(&plain, &get(&secret, "getxattr"))).contains("value"));
+}

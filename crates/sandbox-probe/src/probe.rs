@@ -640,6 +640,29 @@ fn judge_spawn(
     ProbeResult::Witnessed
 }
 
+/// Where probe scratch trees go: the user's runtime directory
+/// (`$XDG_RUNTIME_DIR`, or `/run` for root), a private tmpfs that confined
+/// runs do not share with their write paths, so a run that filled its
+/// filesystem cannot starve the next self-test; else the temporary
+/// directory. A probe that cannot create its tree fails (the gate then fails
+/// closed), it never passes.
+pub(crate) fn scratch_base() -> PathBuf {
+    use std::os::unix::fs::MetadataExt;
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let private = |p: &Path| {
+        std::fs::symlink_metadata(p)
+            .is_ok_and(|m| m.is_dir() && (m.uid() == euid || m.uid() == 0) && m.mode() & 0o022 == 0)
+    };
+    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
+        .or_else(|| (euid == 0).then(|| PathBuf::from("/run")));
+    runtime
+        .filter(|p| private(p))
+        .unwrap_or_else(std::env::temp_dir)
+}
+
 /// A fresh temporary tree: `grant/` (the write path) and `outside/` (not one).
 pub(crate) struct Scratch {
     dir: tempfile::TempDir,
@@ -649,10 +672,16 @@ pub(crate) struct Scratch {
 
 impl Scratch {
     pub(crate) fn new() -> Result<Self, String> {
+        let base = scratch_base();
         let dir = tempfile::Builder::new()
             .prefix("sandbox-probe-")
-            .tempdir()
-            .map_err(|e| format!("cannot create a temporary directory for the probe: {e}"))?;
+            .tempdir_in(&base)
+            .map_err(|e| {
+                format!(
+                    "cannot create a temporary directory for the probe in {}: {e}",
+                    base.display()
+                )
+            })?;
         let root = std::fs::canonicalize(dir.path())
             .map_err(|e| format!("cannot resolve {}: {e}", dir.path().display()))?;
         let grant = root.join("grant");

@@ -3,14 +3,17 @@
 //!
 //! The verdict is cached in-process by `sandbox-probe`. Across processes, a
 //! *passing* verdict is remembered in a file under the user's runtime
-//! directory (`$XDG_RUNTIME_DIR`; for root `/run`; otherwise the user's cache
-//! directory, `$XDG_CACHE_HOME` or `~/.cache`, as in CI containers without a
-//! login session), keyed by boot id, kernel release, backend and the identity of
-//! the running binary (device, inode, size, mtime and ctime: hashing the
-//! binary would cost more than the probes it saves). The file is trusted only
-//! when it and its directories belong to this user and are writable by no one
-//! else, and never when it lies beneath a write path of the run (a confined
-//! command could otherwise forge it). Failing verdicts are never cached.
+//! directory only (`$XDG_RUNTIME_DIR`; for root `/run`), keyed by boot id,
+//! kernel release, backend and the identity of the running binary (device,
+//! inode, size, mtime and ctime: hashing the binary would cost more than the
+//! probes it saves). Without a runtime directory there is no cross-process
+//! cache: every launch runs the self-test (a cache in the home directory
+//! could be forged by any run granted `-w ~`). The file is trusted only when
+//! it and its directories belong to this user and are writable by no one
+//! else, and never when it lies beneath a write path of the run; and no
+//! confined run can write it: the runner write-denies the cache directory in
+//! every run whose write paths contain it ([`cache_dir`]). Failing verdicts
+//! are never cached.
 
 use std::fs;
 use std::io::Write;
@@ -51,20 +54,7 @@ impl VerdictCache {
     fn locate(backend: &str, writable: &[PathBuf]) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
-        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
-        let (base, fallback) = base_dir(
-            euid,
-            var("XDG_RUNTIME_DIR"),
-            var("XDG_CACHE_HOME"),
-            var("HOME"),
-        )?;
-        if fallback {
-            // A fresh home may have no cache directory yet.
-            let _ = fs::DirBuilder::new()
-                .recursive(true)
-                .mode(0o700)
-                .create(&base);
-        }
+        let base = base_dir(euid, std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))?;
         Self::locate_in(&base, backend, writable)
     }
 
@@ -135,25 +125,21 @@ impl VerdictCache {
     }
 }
 
-/// Where verdicts live: the runtime directory, `/run` for root, else the
-/// user's cache directory (`true`: a fallback that may need creating).
-/// Relative paths in the variables are ignored.
-fn base_dir(
-    euid: u32,
-    runtime: Option<PathBuf>,
-    cache: Option<PathBuf>,
-    home: Option<PathBuf>,
-) -> Option<(PathBuf, bool)> {
-    let absolute = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
-    if let Some(dir) = absolute(runtime) {
-        return Some((dir, false));
-    }
-    if euid == 0 {
-        return Some((PathBuf::from("/run"), false));
-    }
-    absolute(cache)
-        .or_else(|| absolute(home).map(|h| h.join(".cache")))
-        .map(|dir| (dir, true))
+/// Where verdicts live: the runtime directory, else `/run` for root, else
+/// nowhere. A relative `$XDG_RUNTIME_DIR` is ignored.
+fn base_dir(euid: u32, runtime: Option<PathBuf>) -> Option<PathBuf> {
+    runtime
+        .filter(|p| p.is_absolute())
+        .or_else(|| (euid == 0).then(|| PathBuf::from("/run")))
+}
+
+/// The directory the cross-process verdicts live in (canonical, whether or
+/// not it exists yet), for the runner to write-deny in runs that could reach it.
+pub(crate) fn cache_dir() -> Option<PathBuf> {
+    // SAFETY: geteuid has no preconditions.
+    let euid = unsafe { libc::geteuid() };
+    let base = base_dir(euid, std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))?;
+    Some(fs::canonicalize(base).ok()?.join("sandbox"))
 }
 
 /// A directory is private when it is a real directory owned by `euid` (or by
@@ -244,26 +230,14 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_live_in_the_runtime_dir_or_else_the_cache_dir() {
+    fn verdicts_live_only_in_the_runtime_dir() {
         let p = |s: &str| Some(PathBuf::from(s));
-        assert_eq!(
-            base_dir(1000, p("/run/user/1000"), p("/c"), p("/h")),
-            Some((PathBuf::from("/run/user/1000"), false))
-        );
-        assert_eq!(
-            base_dir(0, None, p("/c"), p("/h")),
-            Some((PathBuf::from("/run"), false))
-        );
-        // No login session (CI containers): the cache dir, then ~/.cache.
-        assert_eq!(
-            base_dir(1000, None, p("/c"), p("/h")),
-            Some((PathBuf::from("/c"), true))
-        );
-        assert_eq!(
-            base_dir(1000, p("relative"), p("also-relative"), p("/h")),
-            Some((PathBuf::from("/h/.cache"), true))
-        );
-        assert_eq!(base_dir(1000, None, None, None), None);
+        assert_eq!(base_dir(1000, p("/run/user/1000")), p("/run/user/1000"));
+        assert_eq!(base_dir(0, None), p("/run"));
+        // No login session (CI containers): no cross-process cache, never
+        // the home directory a run granted `-w ~` could forge.
+        assert_eq!(base_dir(1000, None), None);
+        assert_eq!(base_dir(1000, p("relative")), None);
     }
 
     #[test]

@@ -97,6 +97,13 @@ pub enum RunError {
     },
 }
 
+/// Whether a write path of `policy` contains `dir` (the self-test cache,
+/// which no confined run may ever write: a forged pass would let later runs
+/// skip the self-test).
+fn reaches(policy: &ResolvedPolicy, dir: &Path) -> bool {
+    policy.write_paths().iter().any(|w| dir.starts_with(w))
+}
+
 impl RunError {
     /// The exit code a shell-like runner reports for this error.
     pub fn exit_code(&self) -> i32 {
@@ -135,6 +142,22 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
 
     let (argv, hook, report, supervisor) = match &req.policy {
         Some(policy) => {
+            let protected;
+            let policy = match crate::gate::cache_dir().filter(|dir| reaches(policy, dir)) {
+                Some(dir) => {
+                    protected = policy.with_write_deny(&dir).map_err(|e| {
+                        sandbox_core::SandboxUnavailable::new(
+                            backend.name(),
+                            format!(
+                                "cannot write-deny the self-test cache {}: {e}",
+                                dir.display()
+                            ),
+                        )
+                    })?;
+                    &protected
+                }
+                None => policy,
+            };
             let c = backend.prepare(policy, &req.argv)?;
             (c.argv, c.pre_exec, Some(c.report), c.supervisor)
         }

@@ -19,7 +19,7 @@ use crate::LandlockError;
 
 /// The report line when a broker mediates metadata writes.
 pub(crate) const REPORT_LINE: &str =
-    "metadata writes (chmod, chown, xattr, utimes, truncate by path) are brokered: performed by the runner only beneath a write path and outside every write-deny path";
+    "metadata writes (chmod, chown, xattr, utimes, truncate by path) are brokered: performed by the runner with the caller's credentials, only beneath a write path and outside every deny path; under read denials xattr reads are brokered too and refused on denied paths";
 
 /// How long the runner waits for the child's listener after spawn (the child
 /// sent it before exec, so it is normally already queued).
@@ -156,16 +156,17 @@ fn set_receive_timeout(fd: RawFd, wait: Duration) -> std::io::Result<()> {
 mod tests {
     use sandbox_seccomp::{table, Action, FilterSpec, LandlockCoverage, Rule};
 
-    /// The filter hands the broker exactly the calls it knows how to decode.
+    /// The filter hands the broker exactly the calls it knows how to decode:
+    /// the metadata writes always, the xattr reads under read denials.
     #[test]
     fn filter_and_broker_agree_on_the_brokered_calls() {
-        for network in [false, true] {
+        for (network, read_deny) in [(false, false), (true, false), (false, true), (true, true)] {
             let spec = FilterSpec {
                 network,
                 deny_subprocess: false,
                 landlock: LandlockCoverage { truncate: false },
                 broker: true,
-                read_deny: false,
+                read_deny,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
@@ -175,14 +176,20 @@ mod tests {
                 })
                 .map(|e| i64::from(e.nr))
                 .collect();
+            let reads: &[i64] = if read_deny {
+                sandbox_broker::brokered_xattr_read_syscalls()
+            } else {
+                &[]
+            };
             let mut brokered: Vec<i64> = sandbox_broker::brokered_syscalls()
                 .iter()
                 .chain(sandbox_broker::brokered_truncate_syscalls())
+                .chain(reads)
                 .copied()
                 .collect();
             routed.sort_unstable();
             brokered.sort_unstable();
-            assert_eq!(routed, brokered);
+            assert_eq!(routed, brokered, "network {network}, read_deny {read_deny}");
         }
     }
 }
