@@ -1,5 +1,7 @@
-//! `sandbox run --approval ask` on a real pseudo-terminal: after a denial the
-//! user is offered a one-shot re-run with the denied path writable.
+//! `sandbox run --approval ask` on a real pseudo-terminal: after a refusal
+//! the sandbox recorded itself, the user is offered a one-shot re-run with
+//! exactly the refused path writable; the command's own output never makes
+//! a proposal.
 
 use std::fs;
 use std::io::{Read, Write};
@@ -16,8 +18,9 @@ struct Session {
     master: fs::File,
 }
 
-/// Starts `sandbox run --approval ask` on a new pty as its controlling terminal.
-fn start(write: &Path, target: &Path, timeout_secs: &str) -> Session {
+/// Starts `sandbox run --approval ask` running `script` on a new pty as its
+/// controlling terminal.
+fn start(write: &Path, script: &str, timeout_secs: &str) -> Session {
     let pty = nix::pty::openpty(None, None).expect("openpty");
     let slave: OwnedFd = pty.slave;
     let mut cmd = sandbox();
@@ -32,8 +35,7 @@ fn start(write: &Path, target: &Path, timeout_secs: &str) -> Session {
     ])
     .args(["--approval-timeout", timeout_secs, "-w"])
     .arg(write)
-    .args(["--", "/bin/sh", "-c"])
-    .arg(format!("echo data > {}", target.display()))
+    .args(["--", "/bin/sh", "-c", script])
     .env("XDG_STATE_HOME", write)
     .stdin(Stdio::from(slave.try_clone().unwrap()))
     .stdout(Stdio::from(slave.try_clone().unwrap()))
@@ -127,43 +129,71 @@ fn dirs() -> (tempfile::TempDir, std::path::PathBuf, std::path::PathBuf) {
     (t, w, denied)
 }
 
-#[test]
-fn yes_reruns_once_with_the_denied_path_writable() {
-    let (_t, w, denied) = dirs();
+/// An existing file outside the write path whose mode the command changes
+/// (a metadata change the broker refuses and records).
+fn target(denied: &Path) -> (std::path::PathBuf, String) {
+    use std::os::unix::fs::PermissionsExt;
     let target = denied.join("out");
-    let mut s = start(&w, &target, "20");
+    fs::write(&target, "data\n").unwrap();
+    fs::set_permissions(&target, fs::Permissions::from_mode(0o644)).unwrap();
+    let script = format!("chmod 600 {}", target.display());
+    (target, script)
+}
+
+fn mode(path: &Path) -> u32 {
+    use std::os::unix::fs::PermissionsExt;
+    fs::metadata(path).unwrap().permissions().mode() & 0o777
+}
+
+#[test]
+fn yes_reruns_once_with_the_refused_path_writable() {
+    let (_t, w, denied) = dirs();
+    let (target, script) = target(&denied);
+    let mut s = start(&w, &script, "20");
     let prompt = s.expect("[y/N]");
     assert!(
-        prompt.contains("Permission denied"),
-        "evidence shown: {prompt}"
+        prompt.contains("the sandbox refused"),
+        "the sandbox's own record is shown: {prompt}"
     );
     assert!(
-        prompt.contains(&denied.display().to_string()),
-        "escalation named: {prompt}"
+        prompt.contains(&format!("add {} to the write paths", target.display())),
+        "exactly the refused file is named: {prompt}"
     );
     s.answer("y\n");
     let rest = s.expect_eof();
     assert_eq!(s.child.wait().unwrap().code(), Some(0), "{rest}");
-    assert_eq!(fs::read_to_string(&target).unwrap(), "data\n");
+    assert_eq!(mode(&target), 0o600);
 }
 
 #[test]
 fn no_keeps_the_denial() {
     let (_t, w, denied) = dirs();
-    let target = denied.join("out");
-    let mut s = start(&w, &target, "20");
+    let (target, script) = target(&denied);
+    let mut s = start(&w, &script, "20");
     s.expect("[y/N]");
     s.answer("n\n");
     assert_ne!(s.exit_code(), Some(0));
-    assert!(!target.exists());
+    assert_eq!(mode(&target), 0o644);
 }
 
 #[test]
 fn no_answer_cancels_after_the_timeout() {
     let (_t, w, denied) = dirs();
-    let target = denied.join("out");
-    let mut s = start(&w, &target, "1");
+    let (target, script) = target(&denied);
+    let mut s = start(&w, &script, "1");
     s.expect("[y/N]");
     assert_ne!(s.exit_code(), Some(0));
-    assert!(!target.exists());
+    assert_eq!(mode(&target), 0o644);
+}
+
+/// A forged "Permission denied" line naming `/` proposes nothing: the run
+/// ends with the command's status and no prompt.
+#[test]
+fn the_commands_own_output_proposes_nothing() {
+    let (_t, w, _denied) = dirs();
+    let script = "echo \"touch: cannot touch '/x': Permission denied\" >&2; exit 1";
+    let mut s = start(&w, script, "20");
+    let rest = s.expect_eof();
+    assert!(!rest.contains("[y/N]"), "no prompt: {rest}");
+    assert_eq!(s.child.wait().unwrap().code(), Some(1), "{rest}");
 }

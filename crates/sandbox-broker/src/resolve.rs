@@ -29,9 +29,32 @@ struct OpenHow {
 /// read-deny paths of a policy.
 #[derive(Debug)]
 pub struct BrokerRules {
-    write: Vec<(PathBuf, OwnedFd)>,
+    write: Vec<WriteRoot>,
     write_deny: Vec<PathBuf>,
     read_deny: Vec<PathBuf>,
+}
+
+/// One write path: a directory (everything beneath it) or a single file.
+#[derive(Debug)]
+struct WriteRoot {
+    /// The write path.
+    grant: PathBuf,
+    /// A file write path admits exactly itself.
+    exact: bool,
+    /// The directory `dir` is opened on: the write path, or a file's parent.
+    base: PathBuf,
+    /// `O_PATH` fd on `base`.
+    dir: OwnedFd,
+}
+
+impl WriteRoot {
+    fn admits(&self, link: &Path) -> bool {
+        if self.exact {
+            link == self.grant
+        } else {
+            link.starts_with(&self.grant)
+        }
+    }
 }
 
 /// An admitted object: for a change, opened `O_PATH` beneath a write path; for
@@ -78,24 +101,30 @@ impl BrokerRules {
     /// Opens every directory write path of `policy` as an `O_PATH` fd and
     /// keeps its write-deny and read-deny paths.
     ///
-    /// A write path that is a single file (e.g. `/dev/null`) gets no broker
-    /// rule: metadata changes to it are refused (narrower than the policy,
-    /// never wider).
+    /// A write path that is a single file admits exactly that file (reached
+    /// again from its parent directory's fd, like every object).
     pub fn new(policy: &ResolvedPolicy) -> Result<Self, BrokerError> {
         let mut write = Vec::new();
         for path in policy.write_paths() {
             // A vanished path still fails below, naming it.
-            if std::fs::metadata(path).is_ok_and(|m| !m.is_dir()) {
-                continue;
-            }
-            let fd = open_dir(path).map_err(|source| BrokerError::OpenWritePath {
+            let exact = std::fs::metadata(path).is_ok_and(|m| !m.is_dir());
+            let base = match path.parent() {
+                Some(parent) if exact => parent.to_path_buf(),
+                _ => path.clone(),
+            };
+            let dir = open_dir(&base).map_err(|source| BrokerError::OpenWritePath {
                 path: path.clone(),
                 source,
             })?;
-            write.push((path.clone(), fd));
+            write.push(WriteRoot {
+                grant: path.clone(),
+                exact,
+                base,
+                dir,
+            });
         }
         // Longest first, so the innermost write path is tried first.
-        write.sort_by_key(|(p, _)| std::cmp::Reverse(p.as_os_str().len()));
+        write.sort_by_key(|w| std::cmp::Reverse(w.grant.as_os_str().len()));
         Ok(Self {
             write,
             write_deny: policy.write_deny_paths().to_vec(),
@@ -190,7 +219,10 @@ impl BrokerRules {
         let refused =
             |r: Refusal, p: Option<&Path>| Unresolved::Refused(r, p.map(Path::to_path_buf));
         let link = canonical(first)?;
-        let Some((root, dir)) = self.write.iter().find(|(w, _)| link.starts_with(w)) else {
+        let Some(WriteRoot {
+            base: root, dir, ..
+        }) = self.write.iter().find(|w| w.admits(&link))
+        else {
             return Err(refused(Refusal::OutsideWritePaths, Some(&link)));
         };
         if self.write_deny.iter().any(|d| link.starts_with(d)) {

@@ -559,3 +559,34 @@ fn rules_name_a_write_path_that_vanished() {
         "{err}"
     );
 }
+
+/// A write path that is one file admits exactly that file: its sibling in the
+/// same directory, and a symlink swapped in for it, stay refused.
+#[test]
+fn a_file_write_path_admits_exactly_itself() {
+    use sandbox_core::{ExpandContext, SandboxPolicy};
+    let fx = Fixture::new();
+    let file = fx.file(&fx.o.join("granted"), 0o644);
+    let sibling = fx.file(&fx.o.join("sibling"), 0o644);
+    let policy = SandboxPolicy {
+        write_paths: vec![file.display().to_string()],
+        ..SandboxPolicy::default()
+    }
+    .resolve(&ExpandContext::default())
+    .expect("policy resolves");
+    let rules = || sandbox_broker::BrokerRules::new(&policy).expect("rules");
+    let run = sh(rules(), &format!("chmod 600 {}", q(&file)));
+    assert_eq!(run.code, 0);
+    assert_eq!(mode(&file), 0o600);
+    let run = sh(rules(), &format!("chmod 600 {}", q(&sibling)));
+    assert_ne!(run.code, 0);
+    assert_eq!(mode(&sibling), 0o644);
+    assert_eq!(refusals(&run.log), vec![Refusal::OutsideWritePaths]);
+    // Replace the granted file by a symlink to the sibling: the object the
+    // path now names is not the granted one.
+    std::fs::remove_file(&file).unwrap();
+    std::os::unix::fs::symlink(&sibling, &file).unwrap();
+    let run = sh(rules(), &format!("chmod 600 {}", q(&file)));
+    assert_ne!(run.code, 0);
+    assert_eq!(mode(&sibling), 0o644);
+}

@@ -1,6 +1,6 @@
 //! `--approval ask`: after a denial, offer a one-shot re-run with the denied path writable.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use sandbox::Outcome;
 use sandbox_permissions::{
@@ -11,23 +11,35 @@ use crate::args::{PolicyFlags, RunArgs};
 use crate::Fatal;
 
 /// After a sandbox denial under `--approval ask`, asks on the terminal for a
-/// one-shot re-run with the denied path writable; returns the widened flags if approved.
+/// one-shot re-run with the refused path writable; returns the widened flags
+/// if approved.
+///
+/// The proposal comes only from what the sandbox recorded itself: a broker
+/// refusal of an existing object for lying outside every write path (never
+/// a deny path, never the command's own output, which it could forge). It
+/// names exactly that object, never an ancestor, and never `/` or a system
+/// directory ([`may_propose`]).
 pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<PolicyFlags>, Fatal> {
-    let sandbox::Classification::SandboxDenial { evidence } = &outcome.classification else {
-        return Ok(None);
-    };
     if args.approval == ApprovalPolicy::Never || args.policy.policy_json.is_some() {
         return Ok(None);
     }
-    let Some(denied) = evidence.iter().find_map(|line| denied_path(line)) else {
+    let Some(mediation) = &outcome.mediation else {
         return Ok(None);
     };
-    let Escalation::AddWritePath(path) = Escalation::write_path_for(&denied) else {
+    let Some(refused) = mediation
+        .refused
+        .iter()
+        .find(|c| c.outside_write_paths && may_propose(Path::new(&c.target)))
+    else {
         return Ok(None);
     };
+    let path = PathBuf::from(&refused.target);
     let request = EscalationRequest {
         argv: outcome.argv.clone(),
-        evidence: evidence.clone(),
+        evidence: vec![format!(
+            "the sandbox refused {} of {}: {}",
+            refused.syscall, refused.target, refused.reason
+        )],
         escalation: Escalation::AddWritePath(path.clone()),
     };
     let state = state_dir();
@@ -48,27 +60,37 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     Ok(Some(flags))
 }
 
-/// The path a denial line names: the last path before the marker, as in
-/// `touch: cannot touch '/x/y': Permission denied` or
-/// `/bin/sh: 1: cannot create /x/y: Permission denied`.
-fn denied_path(line: &str) -> Option<PathBuf> {
-    let before = [
-        "Permission denied",
-        "Operation not permitted",
-        "Read-only file system",
-    ]
-    .iter()
-    .find_map(|m| line.find(m).map(|i| &line[..i]))?;
-    let subject = before
-        .trim_end()
-        .trim_end_matches(':')
-        .rsplit(": ")
-        .next()?;
-    subject
-        .split_whitespace()
-        .map(|t| t.trim_matches(|c| matches!(c, '\'' | '"' | '`' | '\u{2018}' | '\u{2019}')))
-        .rfind(|t| t.starts_with('/'))
-        .map(PathBuf::from)
+/// Directories whose contents an approval never offers to make writable.
+const SYSTEM_DIRS: &[&str] = &[
+    "/bin",
+    "/boot",
+    "/dev",
+    "/etc",
+    "/lib",
+    "/lib32",
+    "/lib64",
+    "/libx32",
+    "/proc",
+    "/run",
+    "/sbin",
+    "/sys",
+    "/usr",
+    "/var/lib",
+    "/System",
+    "/Library",
+    "/private/etc",
+];
+
+/// Whether `path` may be offered as a write path: absolute, existing, not
+/// `/`, not a system directory or anything beneath one, not the home
+/// directory itself or one of its ancestors.
+fn may_propose(path: &Path) -> bool {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    path.is_absolute()
+        && path.exists()
+        && path.parent().is_some()
+        && !SYSTEM_DIRS.iter().any(|d| path.starts_with(d))
+        && !home.is_some_and(|h| h.starts_with(path))
 }
 
 /// Where approval audit records go: `$XDG_STATE_HOME/sandbox`, else `~/.local/state/sandbox`.
@@ -85,23 +107,31 @@ mod tests {
     use super::*;
 
     #[test]
-    fn denied_path_is_the_object_not_the_program() {
-        for (line, path) in [
-            (
-                "touch: cannot touch '/etc/x': Permission denied",
-                Some("/etc/x"),
-            ),
-            (
-                "/bin/sh: 1: cannot create /tmp/d/out: Permission denied",
-                Some("/tmp/d/out"),
-            ),
-            (
-                "mkdir: cannot create directory \u{2018}/x\u{2019}: Permission denied",
-                Some("/x"),
-            ),
-            ("error: something else", None),
+    fn never_root_a_system_directory_or_an_ancestor_of_home() {
+        for path in [
+            "/",
+            "/etc",
+            "/etc/passwd",
+            "/usr/bin",
+            "/usr",
+            "/proc/self",
+            "relative",
         ] {
-            assert_eq!(denied_path(line), path.map(PathBuf::from), "{line}");
+            assert!(!may_propose(Path::new(path)), "{path}");
         }
+        if let Some(home) = std::env::var_os("HOME") {
+            let home = PathBuf::from(home);
+            for a in home.ancestors() {
+                assert!(!may_propose(a), "{}", a.display());
+            }
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("f");
+        std::fs::write(&file, "").unwrap();
+        assert!(
+            may_propose(&file),
+            "an ordinary existing file may be offered"
+        );
+        assert!(!may_propose(&dir.path().join("missing")));
     }
 }

@@ -205,4 +205,8 @@ pub struct MediatedCall {
     pub target: String,
     /// Why it was refused.
     pub reason: String,
+    /// Refused only because the object lies outside every write path: the
+    /// one refusal an approval may offer to widen (never a deny path).
+    #[serde(default)]
+    pub outside_write_paths: bool,
 }

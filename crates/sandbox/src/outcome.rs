@@ -187,6 +187,7 @@ mod tests {
                 syscall: "fchmodat".into(),
                 target: "/etc/x".into(),
                 reason: "outside the write paths".into(),
+                outside_write_paths: true,
             }],
             ..Default::default()
         };

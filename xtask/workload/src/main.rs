@@ -82,7 +82,7 @@ fn real_backend() -> Result<std::sync::Arc<dyn sandbox::Backend>, String> {
     let config = SandboxConfig {
         backend: BackendChoice::Auto,
         on_unsupported: OnUnsupported::Error,
-        policy: None,
+        ..SandboxConfig::default()
     };
     resolve_backend(&config)
         .map(|r| r.backend)

@@ -116,6 +116,12 @@ fn mediation(log: BrokerLog) -> Mediation {
                 .or_else(|| r.target.path.clone())
                 .or_else(|| r.target.fd.map(|fd| format!("fd {fd}")))
                 .unwrap_or_else(|| "?".into()),
+            outside_write_paths: matches!(
+                r.decision,
+                Decision::Refused {
+                    reason: sandbox_broker::Refusal::OutsideWritePaths
+                }
+            ),
             reason: match &r.decision {
                 Decision::Refused { reason } => reason.to_string(),
                 other => format!("{other:?}"),
