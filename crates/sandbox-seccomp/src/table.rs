@@ -656,9 +656,13 @@ pub const PR_SCHED_CORE: u64 = 62;
 ///
 /// * `O_TRUNC` needs `O_WRONLY` or `O_RDWR`: a read-only open with `O_TRUNC`
 ///   truncates the file (`do_open` in fs/namei.c), and Landlock checks only
-///   READ_FILE for it unless its TRUNCATE right (ABI 3) is handled, which
-///   costs a path walk on every open (see BENCHMARKS.md). Closing it here
-///   covers every ABI.
+///   READ_FILE for it unless its TRUNCATE right (ABI 3) is handled. Closing it
+///   here covers every ABI, and is the cheaper of the two (measured on Linux
+///   6.18, an open+close loop confined vs bare, 41 interleaved pairs): 1.16x
+///   with this check, 1.12x without it (`openat` then runs the filter on every
+///   call instead of hitting the kernel's action cache); handling TRUNCATE in
+///   Landlock instead, 1.39x (1.42x with a read denial). The mode-3 and set-id
+///   checks need the argument check anyway, so O_TRUNC rides along for free.
 /// * Access mode 3 (`O_RDWR|O_WRONLY`, "ioctl only") is refused: the file
 ///   gets neither FMODE_READ nor FMODE_WRITE, so Landlock requires no right
 ///   for it (`get_required_file_open_access` in security/landlock/fs.c).
