@@ -182,3 +182,57 @@ fn metadata_escapes_leave_targets_unchanged() {
     assert!(!out.status.success());
     assert_eq!(mode(&t.w.join("inside")), 0o600);
 }
+
+/// Python's multiprocessing (fork and spawn start methods, processes talking
+/// over a Pipe) and asyncio (its socketpair self-pipe, a subprocess, a thread
+/// wake-up) work under --no-network with the hardened filter. Pools and
+/// Queues need POSIX semaphores, which live in the host's shared /dev/shm:
+/// they work only when the operator makes /dev/shm a write path (shown
+/// second), since a grant there reaches every same-user object in it.
+#[test]
+fn python_multiprocessing_and_asyncio() {
+    let work = work();
+    let script = r#"
+import asyncio, multiprocessing as mp, sys
+def child(conn):
+    conn.send(conn.recv() * 2)
+def square(x):
+    return x * x
+async def main():
+    loop = asyncio.get_running_loop()
+    fut = loop.run_in_executor(None, lambda: 41 + 1)
+    proc = await asyncio.create_subprocess_exec("/bin/echo", "sub", stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    return await fut, out.decode().strip()
+if __name__ == "__main__":
+    for method in ("fork", "spawn"):
+        ctx = mp.get_context(method)
+        a, b = ctx.Pipe()
+        p = ctx.Process(target=child, args=(b,))
+        p.start()
+        a.send(21)
+        assert a.recv() == 42
+        p.join()
+        assert p.exitcode == 0
+    if sys.argv[1:] == ["pool"]:
+        with mp.get_context("spawn").Pool(2) as pool:
+            assert pool.map(square, range(5)) == [0, 1, 4, 9, 16]
+    print("mp ok", asyncio.run(main()))
+"#;
+    fs::write(work.w.join("mp.py"), script).unwrap();
+    let out = ok(&run_in(&work.w, &[], "python3 mp.py"));
+    assert!(out.contains("mp ok (42, 'sub')"), "{out}");
+    // A Pool's semaphores need /dev/shm: refused without the grant ...
+    let out = run_in(&work.w, &[], "python3 mp.py pool");
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("PermissionError"));
+    // ... and working with it.
+    let out = sandbox()
+        .args(["run", "--no-network", "-w"])
+        .arg(&work.w)
+        .args(["-w", "/dev/shm", "--", "python3", "mp.py", "pool"])
+        .current_dir(&work.w)
+        .output()
+        .unwrap();
+    assert!(ok(&out).contains("mp ok (42, 'sub')"));
+}

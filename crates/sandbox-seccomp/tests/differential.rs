@@ -69,8 +69,12 @@ fn every_known_number_agrees() {
 /// The rows without argument checks already agree: this part runs.
 #[test]
 fn unchecked_rows_agree() {
-    let checked = [16u32, 135, 280, 56, 41, 53, 44, 46, 307];
-    for i in 0..8 {
+    for i in 0..pairs().len() {
+        let checked: Vec<u32> = sandbox_seccomp::table(&pairs()[i].0)
+            .into_iter()
+            .filter(|e| matches!(e.rule, sandbox_seccomp::Rule::AllowIf { .. }))
+            .map(|e| e.nr)
+            .collect();
         for nr in (0..=HIGHEST_KNOWN + 64).filter(|n| !checked.contains(n)) {
             for args in [[0u64; 6], [u64::MAX; 6]] {
                 agree(i, &data(nr, args));
