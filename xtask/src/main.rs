@@ -1,7 +1,8 @@
-//! Project tasks: `cargo xtask ci | conformance | bench | dist`.
+//! Project tasks: `cargo xtask ci | conformance | bench | stress | dist`.
 
 mod bench;
 mod conformance;
+mod stress;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
@@ -12,9 +13,10 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("conformance") => conformance::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some("stress") => stress::main(&args[1..]),
         Some("dist") => dist().map(|bin| println!("{}", bin.display())),
         _ => {
-            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] | bench [--quick] [--write] | dist>");
+            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] | bench [--quick] [--write] | stress [--quick] | dist>");
             return ExitCode::from(2);
         }
     };
@@ -65,8 +67,13 @@ fn ci() -> Result<(), String> {
     cargo(&["test", "-p", "sandbox-seccomp", "--features", "libseccomp"])?;
     // The end-to-end tests again, against the binary `dist` ships.
     let bin = dist()?;
-    let bin = bin.to_str().ok_or("the dist path is not UTF-8")?;
-    cargo_env(&["test", "-p", "sandbox-tests"], &[("SANDBOX_BIN", bin)])
+    let bin_str = bin.to_str().ok_or("the dist path is not UTF-8")?;
+    cargo_env(
+        &["test", "-p", "sandbox-tests"],
+        &[("SANDBOX_BIN", bin_str)],
+    )?;
+    // The short stress run: nothing a run starts outlives it.
+    stress::main(&["--quick".to_owned()])
 }
 
 /// Builds the release `sandbox` CLI into `target/dist/sandbox` and returns

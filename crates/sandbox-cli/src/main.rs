@@ -22,6 +22,7 @@ use sandbox::{
 mod approval;
 mod args;
 mod log;
+mod report;
 mod show;
 
 use args::{
@@ -337,6 +338,9 @@ fn execute(
     req: RunRequest,
     report: Option<&Path>,
 ) -> Result<Result<Outcome, i32>, Fatal> {
+    // Checked and its directory opened before the command runs: the command
+    // may plant a symlink there or swap the directory meanwhile.
+    let report = report.map(report::Target::open).transpose()?;
     let resolved = if let Some(policy) = &req.policy {
         sandbox::resolve_backend_for(config, policy)?.backend
     } else {
@@ -344,7 +348,7 @@ fn execute(
     };
     match sandbox::run(resolved.as_ref(), &req) {
         Ok(outcome) => {
-            write_report(report, &outcome)?;
+            write_report(report.as_ref(), &outcome)?;
             Ok(Ok(outcome))
         }
         Err(err) => {
@@ -358,11 +362,10 @@ fn execute(
     }
 }
 
-fn write_report(path: Option<&Path>, outcome: &Outcome) -> Result<(), Fatal> {
-    if let Some(path) = path {
+fn write_report(target: Option<&report::Target>, outcome: &Outcome) -> Result<(), Fatal> {
+    if let Some(target) = target {
         let json = serde_json::to_string_pretty(outcome)?;
-        std::fs::write(path, json + "\n")
-            .map_err(|e| Fatal(format!("cannot write report {}: {e}", path.display())))?;
+        target.write(json.as_bytes())?;
     }
     Ok(())
 }
@@ -417,6 +420,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         let json = serde_json::json!({
             "backend": resolved.backend.name(),
             "enforces": resolved.backend.enforces(),
+            "containment": sandbox::containment(),
             "fallback_reason": resolved.fallback.as_ref().map(|e| e.to_string()),
             "self_test": gate,
             "report": report,
@@ -429,6 +433,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
     if let Some(why) = &resolved.fallback {
         println!("fallback: {why}");
     }
+    println!("containment: {}", sandbox::containment().describe());
     for d in &report.details {
         println!("  {d}");
     }

@@ -8,6 +8,24 @@ use crate::error::SandboxUnavailable;
 use crate::policy::ResolvedPolicy;
 use crate::report::EnforcementReport;
 
+/// What a runner needs from a confinement besides the policy.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct LaunchOptions {
+    /// The runner ends the run by its process group: no process of the run
+    /// may leave it (`setsid` and `setpgid` refused).
+    pub hold_process_group: bool,
+}
+
+impl LaunchOptions {
+    /// Options with the process group held (or not).
+    pub fn with_process_group_held(self, hold: bool) -> Self {
+        Self {
+            hold_process_group: hold,
+        }
+    }
+}
+
 /// A confinement backend (Landlock + seccomp, Seatbelt, noop).
 ///
 /// A backend turns a command and a [`ResolvedPolicy`] into something runnable.
@@ -33,6 +51,19 @@ pub trait Backend: Send + Sync + std::fmt::Debug {
         policy: &ResolvedPolicy,
         argv: &[OsString],
     ) -> Result<Confinement, SandboxUnavailable>;
+
+    /// [`Backend::prepare`] for a runner that needs more of the confinement
+    /// than the policy says ([`LaunchOptions`]). The default ignores the
+    /// options: backends that cannot honour one say so in their docs.
+    fn prepare_for_launch(
+        &self,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+        options: LaunchOptions,
+    ) -> Result<Confinement, SandboxUnavailable> {
+        let _ = options;
+        self.prepare(policy, argv)
+    }
 
     /// An argv that runs `argv` confined, for callers that spawn it themselves.
     fn wrap_argv(

@@ -40,6 +40,7 @@ mod linux {
         landlock: LandlockCoverage { truncate: false },
         broker: true,
         read_deny: false,
+        hold_group: false,
     };
 
     fn now_ns() -> u64 {

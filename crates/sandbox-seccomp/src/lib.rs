@@ -51,7 +51,9 @@
 //!
 //! Policy-dependent rows without argument checks: `connect`, `listen`,
 //! `accept`, `accept4` are `EPERM` with network off; `fork`, `vfork` are
-//! `EPERM` with `deny_subprocess`; `truncate` is [`metadata_write`] unless
+//! `EPERM` with `deny_subprocess`; `setsid`, `setpgid` are `EPERM` when the
+//! runner holds the run by its process group ([`FilterSpec::hold_group`]);
+//! `truncate` is [`metadata_write`] unless
 //! Landlock handles the truncate right ([`LandlockCoverage::truncate`]);
 //! `utimensat` (path and fd forms) and the chmod, chown and xattr-write
 //! families are always [`metadata_write`]; with read denials
@@ -394,8 +396,8 @@ mod prebuilt_tests {
         );
         for (spec, filter) in built {
             out += &format!(
-                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}, read_deny: {}\n    &[\n",
-                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker, spec.read_deny
+                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}, read_deny: {}, hold_group: {}\n    &[\n",
+                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker, spec.read_deny, spec.hold_group
             );
             for line in filter.instructions().chunks(4) {
                 let insns: Vec<String> = line

@@ -214,6 +214,9 @@ pub struct FilterSpec {
     /// Whether the policy denies reads anywhere: extended-attribute reads,
     /// which Landlock does not govern, then go through [`xattr_read`].
     pub read_deny: bool,
+    /// Whether the runner holds the run by its process group: `setsid` and
+    /// `setpgid` are then refused, so no process can leave it.
+    pub hold_group: bool,
 }
 
 impl FilterSpec {
@@ -225,7 +228,13 @@ impl FilterSpec {
             landlock: coverage,
             broker: false,
             read_deny: !policy.read_deny_paths().is_empty(),
+            hold_group: false,
         }
+    }
+
+    /// The same spec with the process group held (or not).
+    pub fn with_group_held(self, hold_group: bool) -> Self {
+        FilterSpec { hold_group, ..self }
     }
 
     /// The same spec with metadata writes handed to a broker (or not).
@@ -244,11 +253,12 @@ impl FilterSpec {
             | usize::from(self.landlock.truncate) << 2
             | usize::from(self.broker) << 3
             | usize::from(self.read_deny) << 4
+            | usize::from(self.hold_group) << 5
     }
 
-    /// All 32 combinations of the five switches.
+    /// All 64 combinations of the six switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u8..32).map(|bits| FilterSpec {
+        (0u8..64).map(|bits| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
             landlock: LandlockCoverage {
@@ -256,6 +266,7 @@ impl FilterSpec {
             },
             broker: bits & 8 != 0,
             read_deny: bits & 16 != 0,
+            hold_group: bits & 32 != 0,
         })
     }
 }

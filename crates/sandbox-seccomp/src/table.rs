@@ -261,8 +261,6 @@ const PROCESS: &[Sys] = sys![
     SYS_getresgid,
     SYS_getpgid,
     SYS_getsid,
-    SYS_setsid,
-    SYS_setpgid,
     SYS_setuid,
     SYS_setgid,
     SYS_setreuid,
@@ -855,6 +853,25 @@ fn spawning(spec: &FilterSpec) -> Vec<Entry> {
     rows
 }
 
+/// Leaving the run's process group, which the runner may hold the run by.
+fn process_group(spec: &FilterSpec) -> Vec<Entry> {
+    [one!(SYS_setsid), one!(SYS_setpgid)]
+        .into_iter()
+        .map(|s| {
+            if spec.hold_group {
+                row(
+                    s,
+                    Rule::Deny(DENY),
+                    "the runner ends this run by its process group (no cgroup here): \
+                     leaving it would let a process outlive the run",
+                )
+            } else {
+                row(s, Rule::Allow, "")
+            }
+        })
+        .collect()
+}
+
 /// Socket creation and sending. With `network = false` only local sockets
 /// and the declared exceptions remain.
 fn network(spec: &FilterSpec) -> Vec<Entry> {
@@ -959,6 +976,7 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     rows.extend(xattr_reads(spec));
     rows.push(truncate(spec));
     rows.extend(spawning(spec));
+    rows.extend(process_group(spec));
     rows.extend(network(spec));
     rows.sort_by_key(|e| e.nr);
     rows

@@ -934,3 +934,40 @@ fn addressed_sendmsg_reaches_no_host_socket_without_network() {
         "nothing reached the host socket"
     );
 }
+
+#[test]
+fn a_held_process_group_cannot_be_left() {
+    use sandbox_seccomp::{compile_spec, FilterSpec};
+    let base = FilterSpec {
+        network: true,
+        deny_subprocess: false,
+        landlock: LandlockCoverage { truncate: true },
+        broker: false,
+        read_deny: false,
+        hold_group: false,
+    };
+    let held = compile_spec(&base.with_group_held(true)).unwrap();
+    let free = compile_spec(&base).unwrap();
+    // Each case forks once so the caller is not a group leader (setsid then
+    // only fails for the filter's reason).
+    let leave = |how: u8| {
+        move || unsafe {
+            let pid = libc::fork();
+            if pid == 0 {
+                let rc = if how == 0 {
+                    libc::setsid()
+                } else {
+                    libc::setpgid(0, 0)
+                };
+                libc::_exit(if rc < 0 { errno() } else { 0 });
+            }
+            let mut st = 0;
+            libc::waitpid(pid, &mut st, 0);
+            libc::WEXITSTATUS(st)
+        }
+    };
+    for how in [0, 1] {
+        assert_eq!(confined(&free, leave(how)), 0, "the twin leaves its group");
+        assert_eq!(confined(&held, leave(how)), libc::EPERM);
+    }
+}

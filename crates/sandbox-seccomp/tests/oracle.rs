@@ -117,6 +117,8 @@ fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
             }
         }
         464 /* getxattrat */ | 465 /* listxattrat */ if spec.read_deny => RET_ENOSYS,
+        // -- leaving the process group the runner holds the run by
+        SYS_setsid | SYS_setpgid => yes(!spec.hold_group),
         // -- System V IPC
         SYS_shmget | SYS_shmat | SYS_shmdt | SYS_shmctl | SYS_semget | SYS_semop
         | SYS_semtimedop | SYS_semctl | SYS_msgget | SYS_msgsnd | SYS_msgrcv
@@ -233,7 +235,7 @@ fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         | SYS_exit | SYS_exit_group | SYS_wait4 | SYS_waitid | SYS_pidfd_open | SYS_getpid
         | SYS_getppid | SYS_gettid | SYS_getuid | SYS_geteuid | SYS_getgid | SYS_getegid
         | SYS_getgroups | SYS_getresuid | SYS_getresgid | SYS_getpgid | SYS_getpgrp
-        | SYS_getsid | SYS_setsid | SYS_setpgid | SYS_setuid | SYS_setgid | SYS_setreuid
+        | SYS_getsid | SYS_setuid | SYS_setgid | SYS_setreuid
         | SYS_setregid | SYS_setresuid | SYS_setresgid | SYS_setgroups | SYS_setfsuid
         | SYS_setfsgid | SYS_capget | SYS_capset | SYS_getrlimit
         | SYS_setrlimit | SYS_getrusage | SYS_sysinfo | SYS_uname
@@ -449,14 +451,14 @@ proptest! {
     fn argument_checks_match_the_oracle(
         nr in checked_syscall(),
         args in proptest::array::uniform6(interesting_arg()),
-        which in 0usize..32,
+        which in 0usize..64,
     ) {
         let (spec, f) = &filters()[which];
         check(spec, f, &data(nr, args));
     }
 
     #[test]
-    fn random_numbers_match_the_oracle(nr in any::<u32>(), args in proptest::array::uniform6(any::<u64>()), which in 0usize..32) {
+    fn random_numbers_match_the_oracle(nr in any::<u32>(), args in proptest::array::uniform6(any::<u64>()), which in 0usize..64) {
         let (spec, f) = &filters()[which];
         check(spec, f, &data(nr, args));
     }
@@ -490,6 +492,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             landlock: LandlockCoverage { truncate: false },
             broker: false,
             read_deny: true,
+            hold_group: false,
         },
         compile_spec(&FilterSpec {
             network: false,
@@ -497,6 +500,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             landlock: LandlockCoverage { truncate: false },
             broker: false,
             read_deny: true,
+            hold_group: false,
         })
         .unwrap(),
     );

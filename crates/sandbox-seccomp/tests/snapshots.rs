@@ -15,6 +15,7 @@ fn brokered(network: bool, deny_subprocess: bool, truncate: bool, broker: bool) 
         landlock: LandlockCoverage { truncate },
         broker,
         read_deny: false,
+        hold_group: false,
     };
     compile_spec(&spec).unwrap().disassemble()
 }
@@ -28,6 +29,7 @@ fn default_backend_with_read_denials() {
         landlock: LandlockCoverage { truncate: false },
         broker: true,
         read_deny: true,
+        hold_group: false,
     };
     insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }

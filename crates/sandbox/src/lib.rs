@@ -6,13 +6,14 @@
 //! environment scrubbed, timeout, and no descendant outliving the run.
 #![warn(missing_docs)]
 
+mod contain;
 mod gate;
 mod outcome;
-mod process_tree;
 mod resolve;
 mod runner;
 mod spawn;
 
+pub use contain::ContainmentKind;
 pub use outcome::{Classification, Outcome, Termination};
 pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use runner::{
@@ -24,6 +25,12 @@ pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
 pub use sandbox_probe::{GateReport, ProbeReport};
 #[cfg(target_os = "macos")]
 pub use sandbox_seatbelt::SeatbeltBackend;
+
+/// How runs started by this process are held together on this host (probed
+/// by creating and removing a cgroup).
+pub fn containment() -> ContainmentKind {
+    contain::Containment::new().kind()
+}
 
 /// The cached enforcement self-test report for `backend`, if it ran in this process.
 pub fn gate_report(backend: &'static str) -> Option<&'static GateReport> {

@@ -122,6 +122,10 @@ pub struct Outcome {
     pub timed_out: bool,
     /// Descendants still alive after the main process ended, which the runner ended.
     pub leftover_processes_ended: usize,
+    /// How the run's processes were held together (`None` in records from
+    /// before this field existed).
+    #[serde(default)]
+    pub containment: Option<crate::ContainmentKind>,
     /// What the backend's supervisor (the metadata broker) performed and refused.
     #[serde(default)]
     pub mediation: Option<Mediation>,
@@ -165,6 +169,7 @@ mod tests {
             termination: Termination::Signaled { signal: 9 },
             timed_out: false,
             leftover_processes_ended: 2,
+            containment: Some(crate::ContainmentKind::ProcessGroup),
             mediation: None,
             duration_ms: 1.5,
             classification: Classification::SandboxDenial {

@@ -2,17 +2,18 @@
 //! process-tree cleanup and the outcome record.
 
 use std::ffi::{OsStr, OsString};
-use std::io::Write;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use sandbox_core::{decode_pre_exec_error, scrub_env, Backend, PreExecHook, ResolvedPolicy};
+use sandbox_core::{
+    decode_pre_exec_error, scrub_env, Backend, LaunchOptions, PreExecHook, ResolvedPolicy,
+};
 
+use crate::contain::Containment;
 use crate::outcome::{Classification, Outcome, Termination};
-use crate::process_tree;
 use crate::spawn::{self, SpawnPlan};
 
 /// Exit code when the timeout ended the command.
@@ -97,6 +98,22 @@ pub enum RunError {
     },
 }
 
+/// Makes the calling process a child subreaper, once: orphans of a run held
+/// by its process group are re-parented here and reaped by the runner
+/// (Linux only). A process-wide setting, documented on [`run`].
+fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: prctl with integer arguments has no memory effects.
+            unsafe {
+                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+            }
+        });
+    }
+}
+
 /// Whether a write path of `policy` contains `dir` (the self-test cache,
 /// which no confined run may ever write: a forged pass would let later runs
 /// skip the self-test).
@@ -116,6 +133,17 @@ impl RunError {
 }
 
 /// Runs `req` under `backend` and waits for it (and every descendant) to end.
+///
+/// Every process the run starts is dead when this returns, whatever it did
+/// (double fork, setsid, fork relays): the run gets a cgroup of its own where
+/// the runner may create one (root, or a delegated cgroup subtree), else it
+/// is held by its process group, which the filter keeps every process in
+/// ([`ContainmentKind`](crate::ContainmentKind); the outcome says which).
+///
+/// Process-wide side effects: in process-group mode the calling process
+/// becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`, kept for its
+/// lifetime), and the runner reaps the run's processes that become its
+/// children, never others.
 pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError> {
     let started = Instant::now();
     let (program, _) = req.argv.split_first().ok_or(RunError::EmptyArgv)?;
@@ -140,6 +168,12 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     }
     let located = locate(program, path_var.as_deref(), req.cwd.as_deref())?;
 
+    // Prepared before anything starts, so ending the run needs nothing the
+    // command could exhaust or change.
+    let containment = Containment::new();
+    let containment_kind = containment.kind();
+    let options = LaunchOptions::default()
+        .with_process_group_held(containment.kind() == crate::ContainmentKind::ProcessGroup);
     let (argv, hook, report, supervisor) = match &req.policy {
         Some(policy) => {
             let protected;
@@ -158,7 +192,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
                 }
                 None => policy,
             };
-            let c = backend.prepare(policy, &req.argv)?;
+            let c = backend.prepare_for_launch(policy, &req.argv, options)?;
             (c.argv, c.pre_exec, Some(c.report), c.supervisor)
         }
         None => (req.argv.clone(), None, None, None),
@@ -184,37 +218,47 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         env: &env,
         cwd: req.cwd.as_deref(),
     };
+    // The runner's own setup first, then joining the cgroup (before Landlock
+    // would refuse the write), then the backend's confinement.
     let hooks: Vec<PreExecHook> = std::iter::once(runner_hook(req.policy.is_some()))
+        .chain(containment.hook())
         .chain(hook)
         .collect();
 
-    process_tree::become_subreaper();
+    if containment.kind() == crate::ContainmentKind::ProcessGroup {
+        // Members of the run's group that end up our children are reaped by
+        // us, so an emptied group is seen as empty (see `contain`).
+        become_subreaper();
+    }
     // The hooks (and the fds they hold for the child) are gone once `spawn`
     // returns, so a supervisor's channel sees only the child's end.
-    let (child, registration) =
-        process_tree::start_registered(|| spawn::spawn(&plan, hooks), |c| c.pid)
-            .map_err(|source| spawn_error(backend, program, source))?;
+    let child =
+        spawn::spawn(&plan, hooks).map_err(|source| spawn_error(backend, program, source))?;
     let pid = child.pid;
     let supervisor = match supervisor.map(|s| s.start()).transpose() {
         Ok(s) => s,
         Err(err) => {
+            containment.end(pid, Duration::ZERO);
             spawn::kill_and_reap(pid);
             return Err(RunError::Unavailable(err));
         }
     };
-    let mut watch = Watch::new(pid, Some(child.stderr), req.echo_stderr);
-    let timed_out = !watch.wait_exit(timeout.map(|t| started + t));
-    if timed_out {
-        process_tree::end_tree(pid, req.grace);
-    }
-    let status = spawn::wait(pid).map_err(|source| RunError::Spawn {
-        program: program.clone(),
-        source,
-    })?;
-    drop(registration);
-    let leftovers = process_tree::end_tree(pid, req.grace);
+    let deadline = timeout.map(|t| started + t);
+    let mut watch = Watch::new(pid, Some(child.stderr), req.echo_stderr, deadline);
+    let timed_out = !watch.wait_exit(deadline);
+    // Every process of the run ends here, the main one too on a timeout.
+    let ended = containment.end(pid, req.grace);
+    let status = match ended.main {
+        Some(status) => status,
+        None => spawn::wait(pid).map_err(|source| RunError::Spawn {
+            program: program.clone(),
+            source,
+        })?,
+    };
+    let leftovers = ended.others;
     let mediation = supervisor.map(|s| s.finish());
     let stderr_tail = watch.drain();
+    drop(containment);
 
     let termination = match (status.code(), status.signal()) {
         (Some(code), _) => Termination::Exited { code },
@@ -242,6 +286,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         termination,
         timed_out,
         leftover_processes_ended: leftovers,
+        containment: Some(containment_kind),
         mediation,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
@@ -394,13 +439,20 @@ struct Watch {
     pidfd: Option<OwnedFd>,
     stderr: Option<OwnedFd>,
     echo: bool,
+    /// Copying to our stderr never waits past this for a reader that does
+    /// not read: the run's deadline, then [`DRAIN_LIMIT`] after its end.
+    echo_deadline: Option<Instant>,
     tail: Vec<u8>,
 }
 
 const TAIL_LIMIT: usize = 64 * 1024;
 
+/// How long the copy of what is left of stderr may wait for its reader once
+/// the run has ended.
+const DRAIN_LIMIT: Duration = Duration::from_secs(10);
+
 impl Watch {
-    fn new(pid: i32, stderr: Option<OwnedFd>, echo: bool) -> Self {
+    fn new(pid: i32, stderr: Option<OwnedFd>, echo: bool, deadline: Option<Instant>) -> Self {
         let pidfd = pidfd_open(pid);
         if let Some(fd) = &stderr {
             // Non-blocking, so draining never waits on a writer that escaped cleanup.
@@ -415,6 +467,7 @@ impl Watch {
             pidfd,
             stderr,
             echo,
+            echo_deadline: deadline,
             tail: Vec::new(),
         }
     }
@@ -499,7 +552,7 @@ impl Watch {
         }
         let chunk = &buf[..n as usize];
         if self.echo {
-            let _ = std::io::stderr().write_all(chunk);
+            self.echo(chunk);
         }
         self.tail.extend_from_slice(chunk);
         if self.tail.len() > TAIL_LIMIT {
@@ -509,8 +562,51 @@ impl Watch {
         true
     }
 
+    /// Writes `chunk` to our stderr, waiting for the reader at most until
+    /// the echo deadline (a caller that never reads cannot hold the run past
+    /// its timeout); what cannot be written by then is dropped.
+    fn echo(&mut self, chunk: &[u8]) {
+        let mut rest = chunk;
+        while !rest.is_empty() {
+            let wait_ms = match self.echo_deadline {
+                Some(d) => d
+                    .saturating_duration_since(Instant::now())
+                    .as_millis()
+                    .min(i32::MAX as u128) as i32,
+                None => -1,
+            };
+            let mut pfd = libc::pollfd {
+                fd: libc::STDERR_FILENO,
+                events: libc::POLLOUT,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let ready = unsafe { libc::poll(&mut pfd, 1, wait_ms) };
+            if ready < 0
+                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
+            {
+                continue;
+            }
+            if ready <= 0 || pfd.revents & libc::POLLOUT == 0 {
+                return;
+            }
+            // At most PIPE_BUF: a pipe with room for it takes it without blocking.
+            let len = rest.len().min(libc::PIPE_BUF);
+            // SAFETY: writes from a live buffer of at least `len` bytes.
+            let n = unsafe { libc::write(libc::STDERR_FILENO, rest.as_ptr().cast(), len) };
+            if n < 0 {
+                match std::io::Error::last_os_error().kind() {
+                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => continue,
+                    _ => return,
+                }
+            }
+            rest = &rest[n as usize..];
+        }
+    }
+
     /// Copies what is left of stderr (every writer has ended) and returns the tail.
     fn drain(mut self) -> String {
+        self.echo_deadline = Some(Instant::now() + DRAIN_LIMIT);
         while self.read_stderr() {}
         String::from_utf8_lossy(&self.tail).into_owned()
     }

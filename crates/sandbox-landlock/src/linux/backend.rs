@@ -4,7 +4,7 @@ use std::ffi::OsString;
 use std::path::{Path, PathBuf};
 
 use sandbox_core::{
-    encode_pre_exec_error, Axis, Backend, Confinement, PreExecHook, ResolvedPolicy,
+    encode_pre_exec_error, Axis, Backend, Confinement, LaunchOptions, PreExecHook, ResolvedPolicy,
     SandboxUnavailable, Supervisor, WrappedArgv,
 };
 
@@ -65,7 +65,7 @@ impl LandlockBackend {
     /// start anything); use the Command form for those.
     pub fn spawner(&self, policy: &ResolvedPolicy) -> Result<ConfinedSpawner, SandboxUnavailable> {
         spawner::check(policy).map_err(unavailable)?;
-        let (prepared, supervisor) = self.prepare_brokered(policy)?;
+        let (prepared, supervisor) = self.prepare_brokered(policy, LaunchOptions::default())?;
         let supervisor = supervisor.map(|s| Box::new(s) as Box<dyn Supervisor>);
         ConfinedSpawner::start(prepared, supervisor).map_err(unavailable)
     }
@@ -74,13 +74,14 @@ impl LandlockBackend {
     fn prepare_brokered(
         &self,
         policy: &ResolvedPolicy,
+        options: LaunchOptions,
     ) -> Result<(PreparedLandlock, Option<BrokerSupervisor>), SandboxUnavailable> {
         let channel = if self.broker {
             Some(super::broker::channel(policy).map_err(unavailable)?)
         } else {
             None
         };
-        super::prepare_with(policy, self.abi, channel).map_err(unavailable)
+        super::prepare_with(policy, self.abi, channel, options).map_err(unavailable)
     }
 }
 
@@ -108,13 +109,24 @@ impl Backend for LandlockBackend {
         policy: &ResolvedPolicy,
         argv: &[OsString],
     ) -> Result<Confinement, SandboxUnavailable> {
+        self.prepare_for_launch(policy, argv, LaunchOptions::default())
+    }
+
+    /// Honours [`LaunchOptions::hold_process_group`]: the filter then refuses
+    /// `setsid` and `setpgid`.
+    fn prepare_for_launch(
+        &self,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+        options: LaunchOptions,
+    ) -> Result<Confinement, SandboxUnavailable> {
         if argv.is_empty() {
             return Err(SandboxUnavailable::new(
                 NAME,
                 "the command is empty; give the program to run",
             ));
         }
-        let (prepared, supervisor) = self.prepare_brokered(policy)?;
+        let (prepared, supervisor) = self.prepare_brokered(policy, options)?;
         let report = prepared.report().clone();
         let hook = move || prepared.apply_in_child().map_err(encode_pre_exec_error);
         // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,

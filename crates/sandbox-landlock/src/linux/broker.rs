@@ -173,6 +173,7 @@ mod tests {
                 landlock: LandlockCoverage { truncate: false },
                 broker: true,
                 read_deny,
+                hold_group: false,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()

@@ -11,7 +11,7 @@ pub(crate) mod spawner;
 
 use std::os::fd::{AsRawFd, OwnedFd};
 
-use sandbox_core::{EnforcementReport, ResolvedPolicy};
+use sandbox_core::{EnforcementReport, LaunchOptions, ResolvedPolicy};
 use sandbox_seccomp::{Filter, FilterSpec, LandlockCoverage};
 
 use crate::LandlockError;
@@ -37,20 +37,22 @@ pub struct PreparedLandlock {
 /// with `EPERM`; [`LandlockBackend`](crate::LandlockBackend) brokers them instead.
 pub fn prepare(policy: &ResolvedPolicy) -> Result<PreparedLandlock, LandlockError> {
     let abi = abi::detect_abi()?;
-    prepare_with(policy, abi, None).map(|(prepared, _)| prepared)
+    prepare_with(policy, abi, None, LaunchOptions::default()).map(|(prepared, _)| prepared)
 }
 
 pub(crate) fn prepare_with(
     policy: &ResolvedPolicy,
     abi: KernelAbi,
     channel: Option<broker::Channel>,
+    options: LaunchOptions,
 ) -> Result<(PreparedLandlock, Option<broker::BrokerSupervisor>), LandlockError> {
     let plan = rules::plan(policy, abi.effective)?;
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
     // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
     let spec = FilterSpec::new(policy, LandlockCoverage { truncate: false })
-        .with_broker(channel.is_some());
+        .with_broker(channel.is_some())
+        .with_group_held(options.hold_process_group);
     let filter = sandbox_seccomp::compile_spec(&spec)?;
     let drop_capabilities = child::holds_capabilities().map_err(LandlockError::Capabilities)?;
     let facts = report::RulesetFacts {
@@ -61,6 +63,11 @@ pub(crate) fn prepare_with(
         seccomp_instructions: filter.len(),
     };
     let mut report = report::report(policy, abi, Some(&facts));
+    if options.hold_process_group {
+        report.details.push(
+            "setsid and setpgid refused: the runner ends the run by its process group".into(),
+        );
+    }
     let (broker_child, supervisor) = match channel {
         Some(channel) => {
             report.details.push(broker::REPORT_LINE.into());

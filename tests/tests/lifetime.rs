@@ -1,0 +1,429 @@
+//! Process lifetime no confined process can escape: as root (a cgroup per
+//! run) and as an unprivileged user (the run's process group, which the
+//! filter keeps every process in), nothing a run started outlives it.
+//! Each attack beside its positive control: the attack's process really ran
+//! (its beat file grew) before the run ended.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::PathBuf;
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use sandbox_tests::sandbox_bin;
+
+/// Who runs the CLI: root (cgroup containment) or nobody (process group).
+#[derive(Clone, Copy, Debug)]
+enum As {
+    Root,
+    Nobody,
+}
+
+struct Scene {
+    _dir: tempfile::TempDir,
+    w: PathBuf,
+    beat: PathBuf,
+    token: String,
+}
+
+fn scene() -> Scene {
+    let dir = tempfile::tempdir().unwrap();
+    let w = std::fs::canonicalize(dir.path()).unwrap().join("w");
+    std::fs::create_dir(&w).unwrap();
+    for p in [dir.path(), w.as_path()] {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let token = format!(
+        "lifetime-{}-{}",
+        std::process::id(),
+        w.display().to_string().len() ^ rand()
+    );
+    Scene {
+        beat: w.join("beat"),
+        w,
+        _dir: dir,
+        token,
+    }
+}
+
+fn rand() -> usize {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .subsec_nanos() as usize
+}
+
+fn cli(who: As) -> Command {
+    let mut cmd = match who {
+        As::Root => Command::new(sandbox_bin()),
+        As::Nobody => {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(sandbox_bin());
+            c
+        }
+    };
+    cmd.env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .env_remove("XDG_RUNTIME_DIR")
+        .current_dir("/");
+    cmd
+}
+
+/// Runs `python3 -c code` confined to `s.w`, with `extra` flags.
+fn run(who: As, s: &Scene, extra: &[&str], code: &str) -> Output {
+    cli(who)
+        .arg("run")
+        .args(extra)
+        .arg("-w")
+        .arg(&s.w)
+        .args(["--", "python3", "-c", code, &s.token])
+        .arg(&s.beat)
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the CLI")
+}
+
+fn beat_len(s: &Scene) -> u64 {
+    std::fs::metadata(&s.beat).map(|m| m.len()).unwrap_or(0)
+}
+
+/// Processes whose command line carries the scene's token.
+fn survivors(s: &Scene) -> Vec<i32> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|n| n.parse::<i32>().ok())
+        else {
+            continue;
+        };
+        let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            continue;
+        };
+        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .map(|st| {
+                st.rsplit(')')
+                    .next()
+                    .unwrap_or("")
+                    .trim_start()
+                    .starts_with('Z')
+            })
+            .unwrap_or(true);
+        if !zombie
+            && cmdline
+                .windows(s.token.len())
+                .any(|w| w == s.token.as_bytes())
+        {
+            out.push(pid);
+        }
+    }
+    out
+}
+
+/// After the run returned: nothing of it is left, and its beat stopped.
+#[track_caller]
+fn nothing_survives(s: &Scene, what: &str) {
+    let before = beat_len(s);
+    assert!(
+        before > 0,
+        "{what}: the attack never ran (positive control)"
+    );
+    std::thread::sleep(Duration::from_millis(400));
+    let left = survivors(s);
+    let after = beat_len(s);
+    // Clean up whatever escaped, so one failure does not leak into others.
+    for pid in &left {
+        // SAFETY: kill has no memory effects.
+        unsafe { libc::kill(*pid, libc::SIGKILL) };
+    }
+    assert!(
+        left.is_empty(),
+        "{what}: processes outlived the run: {left:?}"
+    );
+    assert_eq!(
+        before, after,
+        "{what}: something kept writing after the run"
+    );
+}
+
+/// Python that starts the attack and returns at once (the main process
+/// exits while the attack goes on), after the first beat.
+fn attack(body: &str) -> String {
+    format!(
+        r#"
+import os, sys, time, signal, ctypes
+beat = sys.argv[2]
+def pulse():
+    with open(beat, "a") as f:
+        f.write("x")
+{body}
+deadline = time.time() + 10
+while not os.path.exists(beat) and time.time() < deadline:
+    time.sleep(0.01)
+"#
+    )
+}
+
+const FORK_RELAY: &str = r#"
+if os.fork() == 0:
+    while True:
+        if os.fork():
+            os._exit(0)
+        pulse()
+        time.sleep(0.01)
+"#;
+
+const DOUBLE_FORK_SETSID: &str = r#"
+if os.fork() == 0:
+    try:
+        os.setsid()
+    except PermissionError:
+        pass
+    if os.fork():
+        os._exit(0)
+    while True:
+        pulse()
+        time.sleep(0.02)
+"#;
+
+const IGNORES_TERM: &str = r#"
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    while True:
+        pulse()
+        time.sleep(0.02)
+"#;
+
+const OWN_SUBREAPER: &str = r#"
+if os.fork() == 0:
+    ctypes.CDLL(None).prctl(36, 1, 0, 0, 0)  # PR_SET_CHILD_SUBREAPER
+    if os.fork() == 0:
+        if os.fork():
+            os._exit(0)
+        while True:
+            pulse()
+            time.sleep(0.02)
+    while True:
+        time.sleep(1)
+"#;
+
+fn each_attack(who: As, timeout: bool) {
+    for (name, body) in [
+        ("fork relay", FORK_RELAY),
+        ("double fork with setsid", DOUBLE_FORK_SETSID),
+        ("ignores SIGTERM", IGNORES_TERM),
+        ("its own subreaper", OWN_SUBREAPER),
+    ] {
+        let s = scene();
+        let extra: &[&str] = if timeout { &["--timeout", "30"] } else { &[] };
+        let out = run(who, &s, extra, &attack(body));
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{who:?} {name}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        nothing_survives(&s, &format!("{who:?} {name} (timeout set: {timeout})"));
+    }
+}
+
+#[test]
+fn nothing_outlives_a_run_as_root() {
+    each_attack(As::Root, false);
+    each_attack(As::Root, true);
+}
+
+#[test]
+fn nothing_outlives_a_run_as_an_unprivileged_user() {
+    each_attack(As::Nobody, false);
+    each_attack(As::Nobody, true);
+}
+
+/// The timeout ends a command that ignores SIGTERM, with descendants, promptly.
+#[test]
+fn the_timeout_ends_everything_promptly() {
+    for who in [As::Root, As::Nobody] {
+        let s = scene();
+        let code = format!(
+            "{}\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\nwhile True: time.sleep(1)\n",
+            attack(IGNORES_TERM)
+        );
+        let started = Instant::now();
+        let out = run(who, &s, &["--timeout", "1"], &code);
+        let took = started.elapsed();
+        assert_eq!(
+            out.status.code(),
+            Some(124),
+            "{who:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // 1 s timeout + 2 s grace for SIGTERM; generous for a loaded host.
+        assert!(took < Duration::from_secs(8), "{who:?}: took {took:?}");
+        nothing_survives(&s, &format!("{who:?} timeout"));
+    }
+}
+
+/// A grandchild holding stdout open neither keeps the run going nor survives it.
+#[test]
+fn a_grandchild_holding_stdout_does_not_hold_the_run() {
+    for who in [As::Root, As::Nobody] {
+        let s = scene();
+        let code = attack(
+            r#"
+if os.fork() == 0:
+    while True:
+        pulse()
+        time.sleep(0.02)
+print("main done", flush=True)
+"#,
+        );
+        let started = Instant::now();
+        let out = run(who, &s, &[], &code);
+        assert!(started.elapsed() < Duration::from_secs(8));
+        assert!(String::from_utf8_lossy(&out.stdout).contains("main done"));
+        nothing_survives(&s, &format!("{who:?} stdout holder"));
+    }
+}
+
+/// A caller that never reads the command's stderr cannot hold the run past
+/// its timeout.
+#[test]
+fn the_timeout_holds_when_nobody_reads_stderr() {
+    let s = scene();
+    let code = format!(
+        "{}\nchunk = b'e' * 65536\nwhile True:\n    pulse()\n    os.write(2, chunk)\n",
+        attack("pulse()")
+    );
+    let mut child = cli(As::Root)
+        .args(["run", "--timeout", "2", "-w"])
+        .arg(&s.w)
+        .args(["--", "python3", "-c", &code, &s.token])
+        .arg(&s.beat)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped()) // never read
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(5500));
+    let a = beat_len(&s);
+    std::thread::sleep(Duration::from_millis(500));
+    let b = beat_len(&s);
+    // The CLI itself may still be draining into the unread pipe.
+    let cli_pid = child.id() as i32;
+    let left: Vec<i32> = survivors(&s)
+        .into_iter()
+        .filter(|p| *p != cli_pid)
+        .collect();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(a > 0, "the command ran");
+    assert_eq!(
+        a, b,
+        "the command was still running 3.5 s after its 2 s timeout"
+    );
+    assert!(left.is_empty(), "{left:?}");
+}
+
+/// The report is never written through a symlink the command planted.
+#[test]
+fn a_planted_report_symlink_is_refused() {
+    let s = scene();
+    let victim = s.w.parent().unwrap().join("victim");
+    std::fs::write(&victim, "precious\n").unwrap();
+    let report = s.w.join("report.json");
+    let plant = format!(
+        "import os, sys\nos.symlink({:?}, {:?})\nopen(sys.argv[2], 'a').write('x')",
+        victim.display().to_string(),
+        report.display().to_string()
+    );
+    let out = cli(As::Root)
+        .args(["run", "--report"])
+        .arg(&report)
+        .arg("-w")
+        .arg(&s.w)
+        .args(["--", "python3", "-c", &plant, &s.token])
+        .arg(&s.beat)
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.lines().filter(|l| l.starts_with("sandbox:")).count() == 1,
+        "{err}"
+    );
+    assert!(err.contains("symlink"), "{err}");
+    assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+    // A symlink there before the run: refused before anything runs.
+    let out = cli(As::Root)
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", "/bin/sh", "-c", "echo ran"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(out.stdout.is_empty(), "nothing ran");
+    // Twin: without the link the report is written, atomically (no temp left).
+    std::fs::remove_file(&report).unwrap();
+    let out = cli(As::Root)
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["containment"], "cgroup");
+    let names: Vec<_> = std::fs::read_dir(&s.w)
+        .unwrap()
+        .flatten()
+        .map(|e| e.file_name())
+        .collect();
+    assert!(
+        names.iter().all(|n| !n.to_string_lossy().ends_with(".tmp")),
+        "{names:?}"
+    );
+}
+
+/// If the runner is killed, the command's main process dies with it, and
+/// the next run ends what the dead run's cgroup still held.
+#[test]
+fn a_killed_runner_leaves_nothing_past_the_next_run() {
+    let s = scene();
+    let code = attack(IGNORES_TERM) + "\nwhile True: time.sleep(1)\n";
+    let mut child = cli(As::Root)
+        .arg("run")
+        .arg("-w")
+        .arg(&s.w)
+        .args(["--", "python3", "-c", &code, &s.token])
+        .arg(&s.beat)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while beat_len(&s) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.kill().unwrap();
+    child.wait().unwrap();
+    // The next run sweeps the dead run's cgroup.
+    let out = cli(As::Root)
+        .args(["run", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    nothing_survives(&s, "after the runner was killed");
+}
