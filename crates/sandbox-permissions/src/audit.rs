@@ -106,16 +106,27 @@ impl<W: Write> JsonLinesAudit<W> {
 
 impl JsonLinesAudit<File> {
     /// Appends to the file at `path`, creating it (mode 0600) if needed.
+    ///
+    /// Never through a symlink (`O_NOFOLLOW`: a confined run may write where
+    /// the log lives), and only to a regular file. Each record is one
+    /// `O_APPEND` write, so a crash leaves at most a partial last line.
     pub fn open(path: &Path) -> Result<Self, AuditError> {
+        let fail = |source| AuditError::Write {
+            target: path.display().to_string(),
+            source,
+        };
         let file = OpenOptions::new()
             .create(true)
             .append(true)
             .mode(0o600)
+            .custom_flags(libc::O_NOFOLLOW)
             .open(path)
-            .map_err(|source| AuditError::Write {
-                target: path.display().to_string(),
-                source,
-            })?;
+            .map_err(fail)?;
+        if !file.metadata().map_err(fail)?.is_file() {
+            return Err(fail(io::Error::other(
+                "the audit log path is not a regular file",
+            )));
+        }
         Ok(Self {
             target: path.display().to_string(),
             out: Mutex::new(file),
@@ -152,6 +163,23 @@ impl<S: AuditSink + ?Sized> AuditSink for &S {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A symlink planted at the log path is not followed, and its target is
+    /// untouched; a directory there is refused; the twin: a plain path opens.
+    #[test]
+    fn the_log_is_never_opened_through_a_link() {
+        let dir = tempfile::tempdir().unwrap();
+        let victim = dir.path().join("victim");
+        std::fs::write(&victim, "precious\n").unwrap();
+        let link = dir.path().join("audit.jsonl");
+        std::os::unix::fs::symlink(&victim, &link).unwrap();
+        assert!(JsonLinesAudit::open(&link).is_err());
+        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "precious\n");
+        let sub = dir.path().join("sub");
+        std::fs::create_dir(&sub).unwrap();
+        assert!(JsonLinesAudit::open(&sub).is_err());
+        assert!(JsonLinesAudit::open(&dir.path().join("plain.jsonl")).is_ok());
+    }
 
     #[test]
     fn file_sink_appends_json_lines() {
