@@ -41,6 +41,7 @@ mod linux {
         broker: true,
         read_deny: false,
         hold_group: false,
+        broker_entries: false,
     };
 
     fn now_ns() -> u64 {

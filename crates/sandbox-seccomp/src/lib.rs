@@ -190,10 +190,22 @@ mod prebuilt {
     include!("prebuilt/x86_64.rs");
 }
 
+/// How many specs have a prebuilt program: those with the first five
+/// switches only (the run's process group not held, no brokered entries),
+/// which is what most launches use; the rest are compiled once per process.
+#[cfg_attr(
+    not(all(target_os = "linux", target_arch = "x86_64")),
+    allow(dead_code)
+)]
+const PREBUILT_SPECS: usize = 32;
+
 fn prebuilt(spec: &FilterSpec) -> Option<&'static [sock_filter]> {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        prebuilt::PROGRAMS.get(spec.index()).copied()
+        let index = spec.index();
+        (index < PREBUILT_SPECS)
+            .then(|| prebuilt::PROGRAMS.get(index).copied())
+            .flatten()
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
@@ -359,6 +371,7 @@ mod prebuilt_tests {
     #[test]
     fn prebuilt_programs_match_the_compiler() {
         let built: Vec<(FilterSpec, Filter)> = FilterSpec::all()
+            .filter(|spec| spec.index() < PREBUILT_SPECS)
             .map(|spec| (spec, build(&spec).unwrap()))
             .collect();
         if std::env::var_os("SECCOMP_REGENERATE").is_some() {
@@ -367,7 +380,7 @@ mod prebuilt_tests {
         }
         assert_eq!(
             prebuilt::PROGRAMS.len(),
-            FilterSpec::all().count(),
+            PREBUILT_SPECS,
             "{FILE} is stale: regenerate it"
         );
         for (i, (spec, filter)) in built.iter().enumerate() {
@@ -396,8 +409,8 @@ mod prebuilt_tests {
         );
         for (spec, filter) in built {
             out += &format!(
-                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}, read_deny: {}, hold_group: {}\n    &[\n",
-                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker, spec.read_deny, spec.hold_group
+                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}, read_deny: {}\n    &[\n",
+                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker, spec.read_deny
             );
             for line in filter.instructions().chunks(4) {
                 let insns: Vec<String> = line

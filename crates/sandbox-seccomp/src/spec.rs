@@ -217,6 +217,10 @@ pub struct FilterSpec {
     /// Whether the runner holds the run by its process group: `setsid` and
     /// `setpgid` are then refused, so no process can leave it.
     pub hold_group: bool,
+    /// Whether a deny path lies beneath a write path: with a broker, opens
+    /// that can write and the directory-entry calls then go to it (Landlock
+    /// grants the write path whole and the broker keeps the denied paths).
+    pub broker_entries: bool,
 }
 
 impl FilterSpec {
@@ -229,7 +233,21 @@ impl FilterSpec {
             broker: false,
             read_deny: !policy.read_deny_paths().is_empty(),
             hold_group: false,
+            broker_entries: false,
         }
+    }
+
+    /// The same spec with writing opens and directory-entry calls brokered (or not).
+    pub fn with_broker_entries(self, broker_entries: bool) -> Self {
+        FilterSpec {
+            broker_entries,
+            ..self
+        }
+    }
+
+    /// Whether opens and entry calls go to the broker (it must listen).
+    pub fn routes_entries(&self) -> bool {
+        self.broker_entries && self.broker
     }
 
     /// The same spec with the process group held (or not).
@@ -254,11 +272,12 @@ impl FilterSpec {
             | usize::from(self.broker) << 3
             | usize::from(self.read_deny) << 4
             | usize::from(self.hold_group) << 5
+            | usize::from(self.broker_entries) << 6
     }
 
-    /// All 64 combinations of the six switches.
+    /// All 128 combinations of the seven switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u8..64).map(|bits| FilterSpec {
+        (0u8..128).map(|bits| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
             landlock: LandlockCoverage {
@@ -267,6 +286,7 @@ impl FilterSpec {
             broker: bits & 8 != 0,
             read_deny: bits & 16 != 0,
             hold_group: bits & 32 != 0,
+            broker_entries: bits & 64 != 0,
         })
     }
 }

@@ -170,12 +170,6 @@ const PATHS: &[Sys] = sys![
     SYS_chdir,
     SYS_fchdir,
     SYS_readlinkat,
-    SYS_mkdirat,
-    SYS_unlinkat,
-    SYS_renameat,
-    SYS_renameat2,
-    SYS_linkat,
-    SYS_symlinkat,
     SYS_umask,
     SYS_file_getattr,
     SYS_statmount,
@@ -311,12 +305,6 @@ const LEGACY_X86_64: &[Sys] = sys![
     SYS_access,
     SYS_getdents,
     SYS_readlink,
-    SYS_mkdir,
-    SYS_rmdir,
-    SYS_unlink,
-    SYS_rename,
-    SYS_link,
-    SYS_symlink,
     SYS_pipe,
     SYS_dup2,
     SYS_select,
@@ -640,7 +628,7 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
              ENOSYS makes callers fall back to openat",
         ),
     ];
-    rows.extend(opening());
+    rows.extend(opening(spec));
     rows.extend(own_process());
     rows
 }
@@ -666,7 +654,7 @@ pub const PR_SCHED_CORE: u64 = 62;
 ///   for it (`get_required_file_open_access` in security/landlock/fs.c).
 /// * No set-id bits in a creation mode (`O_CREAT`, `O_TMPFILE`, `creat`,
 ///   `mknod`): a root caller would create a set-user-ID-root file.
-fn opening() -> Vec<Entry> {
+fn opening(spec: &FilterSpec) -> Vec<Entry> {
     use open_flags::*;
     let created = CREAT | TMPFILE;
     // Allowed iff access mode is 0, 1 or 2, and O_TRUNC only with 1 or 2, and
@@ -688,6 +676,9 @@ fn opening() -> Vec<Entry> {
                         in a creation mode (see `opening`)";
     const SET_ID_MODE: &str = "no set-id bits in a creation mode";
     let no_set_id = |arg| allow_if(vec![vec![masked(arg, SET_ID, 0)]]);
+    if spec.routes_entries() {
+        return brokered_entries(spec);
+    }
     #[allow(unused_mut)]
     let mut rows = vec![
         row(one!(SYS_openat), allow_if(groups(2, 3)), OPEN),
@@ -699,6 +690,63 @@ fn opening() -> Vec<Entry> {
         row(one!(SYS_creat), no_set_id(1), SET_ID_MODE),
         row(one!(SYS_mknod), no_set_id(1), SET_ID_MODE),
     ]);
+    rows.extend(entry_calls().into_iter().map(|s| row(s, Rule::Allow, "")));
+    rows
+}
+
+/// The directory-entry calls Landlock governs, besides open and mknod.
+fn entry_calls() -> Vec<Sys> {
+    #[allow(unused_mut)]
+    let mut calls = vec![
+        one!(SYS_mkdirat),
+        one!(SYS_unlinkat),
+        one!(SYS_renameat),
+        one!(SYS_renameat2),
+        one!(SYS_linkat),
+        one!(SYS_symlinkat),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    calls.extend([
+        one!(SYS_mkdir),
+        one!(SYS_rmdir),
+        one!(SYS_unlink),
+        one!(SYS_rename),
+        one!(SYS_link),
+        one!(SYS_symlink),
+    ]);
+    calls
+}
+
+/// With a deny path beneath a write path (and a broker): Landlock grants the
+/// write path whole, and every call that could write into a denied subtree
+/// goes to the broker, which resolves the path itself, refuses denied
+/// entries and performs the call: opens that can write (the broker also
+/// refuses the flag combinations [`opening`] refuses in-kernel), creat,
+/// mknod and every directory-entry call. Read-only opens stay in the kernel.
+fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
+    use open_flags::*;
+    const WHY: &str = "a deny path lies beneath a write path: the broker keeps it \
+                       (Landlock grants the write path whole)";
+    let read_only = |flags: u8| Rule::AllowIf {
+        any_of: vec![vec![masked(flags, ACCMODE | TRUNC | CREAT | TMPFILE, 0)]],
+        otherwise: metadata_write(spec),
+    };
+    let routed = Rule::Deny(metadata_write(spec));
+    let mut rows = vec![
+        row(one!(SYS_openat), read_only(2), WHY),
+        row(one!(SYS_mknodat), routed.clone(), WHY),
+    ];
+    #[cfg(target_arch = "x86_64")]
+    rows.extend([
+        row(one!(SYS_open), read_only(1), WHY),
+        row(one!(SYS_creat), routed.clone(), WHY),
+        row(one!(SYS_mknod), routed.clone(), WHY),
+    ]);
+    rows.extend(
+        entry_calls()
+            .into_iter()
+            .map(|s| row(s, routed.clone(), WHY)),
+    );
     rows
 }
 

@@ -945,6 +945,7 @@ fn a_held_process_group_cannot_be_left() {
         broker: false,
         read_deny: false,
         hold_group: false,
+        broker_entries: false,
     };
     let held = compile_spec(&base.with_group_held(true)).unwrap();
     let free = compile_spec(&base).unwrap();

@@ -16,6 +16,7 @@ fn brokered(network: bool, deny_subprocess: bool, truncate: bool, broker: bool) 
         broker,
         read_deny: false,
         hold_group: false,
+        broker_entries: false,
     };
     compile_spec(&spec).unwrap().disassemble()
 }
@@ -30,6 +31,7 @@ fn default_backend_with_read_denials() {
         broker: true,
         read_deny: true,
         hold_group: false,
+        broker_entries: false,
     };
     insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }

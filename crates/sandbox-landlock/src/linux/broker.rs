@@ -174,6 +174,7 @@ mod tests {
                 broker: true,
                 read_deny,
                 hold_group: false,
+                broker_entries: false,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
