@@ -122,9 +122,15 @@ fn host_backend() -> Result<Box<dyn Backend>, String> {
             .map(|b| Box::new(b) as Box<dyn Backend>)
             .map_err(|e| e.to_string())
     }
-    #[cfg(not(target_os = "linux"))]
+    #[cfg(target_os = "macos")]
     {
-        Err("behavioral legs run on Linux (Landlock); Seatbelt is checked as profile text".into())
+        sandbox_seatbelt::SeatbeltBackend::check_available()
+            .map(|()| Box::new(sandbox_seatbelt::SeatbeltBackend::new()) as Box<dyn Backend>)
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    {
+        Err("behavioral legs run on Linux (Landlock) and macOS (Seatbelt)".into())
     }
 }
 

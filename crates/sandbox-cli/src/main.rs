@@ -258,10 +258,7 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
 fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     let operator = load_config(&args.config)?;
     let config = &operator.config;
-    let private_tmp = match args.policy.mode {
-        Some(SandboxMode::WorkspaceWrite) => Some(private_tmp_dir()?),
-        _ => None,
-    };
+    let private_tmp = private_tmp_for(args.policy.mode)?;
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
         let policy = effective_policy(flags, config, tmp)?;
@@ -370,6 +367,14 @@ fn write_report(target: Option<&report::Target>, outcome: &Outcome) -> Result<()
     Ok(())
 }
 
+/// The run's private temporary directory, for the modes that have one.
+fn private_tmp_for(mode: Option<SandboxMode>) -> Result<Option<tempfile::TempDir>, Fatal> {
+    match mode {
+        Some(SandboxMode::WorkspaceWrite) => private_tmp_dir().map(Some),
+        _ => Ok(None),
+    }
+}
+
 fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
     // tempfile creates the directory with mode 0700.
     tempfile::Builder::new()
@@ -384,7 +389,11 @@ fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
 
 fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
     let config = load_config(&args.config)?.config;
-    let Some(policy) = effective_policy(&args.policy, &config, None)? else {
+    // The same inputs `run` uses, its private TMPDIR included: the profile
+    // printed is the one that runs (only that directory's name differs per run).
+    let private_tmp = private_tmp_for(args.policy.mode)?;
+    let tmp = private_tmp.as_ref().map(|t| t.path());
+    let Some(policy) = effective_policy(&args.policy, &config, tmp)? else {
         return Err(Fatal(
             "danger-full-access runs unconfined: there is no profile to print".into(),
         ));

@@ -160,11 +160,18 @@ pub const EXPECTED_AXES: &[Axis] = &[
 ];
 
 /// Witness strength of every axis: behavioral on Landlock (a real process
-/// tries and the kernel answers); profile text on Seatbelt until a macOS
-/// runner runs the behavioral legs.
+/// tries and the kernel answers); on Seatbelt behavioral where the legs run
+/// against the real `sandbox-exec` (macOS), profile text elsewhere.
 const WITNESS: &[(&str, WitnessStrength)] = &[
     ("landlock", WitnessStrength::Behavioral),
-    ("seatbelt", WitnessStrength::ProfileText),
+    (
+        "seatbelt",
+        if cfg!(target_os = "macos") {
+            WitnessStrength::Behavioral
+        } else {
+            WitnessStrength::ProfileText
+        },
+    ),
 ];
 
 /// No declared exceptions: the axis carries no deliberate hole.

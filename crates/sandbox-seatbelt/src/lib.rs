@@ -24,7 +24,8 @@ pub use backend::SeatbeltBackend;
 pub use error::SeatbeltError;
 pub use paths::macos_canonical;
 pub use profile::{
-    profile, ProfileInput, SeatbeltProfile, READ_DENY_PARAM, SANDBOX_EXEC, WRITE_DENY_PARAM,
+    profile, ProfileInput, SeatbeltProfile, ANCESTOR_PARAM, READ_DENY_PARAM, SANDBOX_EXEC,
+    WRITE_DENY_PARAM,
     WRITE_PARAM,
 };
 pub use report::{enforcement_report, AXES, BACKEND_NAME};

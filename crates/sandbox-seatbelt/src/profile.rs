@@ -1,8 +1,9 @@
 //! Policy -> SBPL profile text plus its `-D` parameters.
 //!
-//! The text depends only on the policy's booleans and on how many paths each
-//! list holds; path values travel exclusively as parameters referenced by
-//! `(param "NAME")`, so no path can change the profile's structure.
+//! The text depends only on the policy's booleans, on how many paths each
+//! list holds and on how many ancestors of deny paths lie inside the write
+//! paths; path values travel exclusively as parameters referenced by
+//! `(param "NAME")`, so no path text can change the profile's structure.
 
 use std::collections::BTreeSet;
 use std::ffi::OsString;
@@ -24,6 +25,9 @@ pub const WRITE_PARAM: &str = "WRITE_PATH";
 pub const READ_DENY_PARAM: &str = "READ_DENY_PATH";
 /// Prefix of the parameters naming write-deny paths.
 pub const WRITE_DENY_PARAM: &str = "WRITE_DENY_PATH";
+/// Prefix of the parameters naming the ancestors of deny paths that lie
+/// inside a write path (never unlinked or renamed).
+pub const ANCESTOR_PARAM: &str = "DENY_ANCESTOR";
 
 /// A generated Seatbelt profile: SBPL text and the parameters it references.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -106,6 +110,14 @@ impl ProfileInput {
         let write = params("write_paths", WRITE_PARAM, &self.write_paths)?;
         let read_deny = params("read_deny_paths", READ_DENY_PARAM, &self.read_deny_paths)?;
         let write_deny = params("write_deny_paths", WRITE_DENY_PARAM, &self.write_deny_paths)?;
+        let ancestors = params(
+            "deny path ancestors",
+            ANCESTOR_PARAM,
+            &ancestors_in_write_paths(
+                &self.write_paths,
+                self.read_deny_paths.iter().chain(&self.write_deny_paths),
+            ),
+        )?;
 
         let mut text = String::from(BASE);
         text.push_str(READS);
@@ -126,18 +138,31 @@ impl ProfileInput {
             text.push_str("; Writes: beneath each write_paths entry.\n");
             rule(&mut text, "allow file-write*", &write, &["subpath"]);
         }
-        if write_deny.is_empty() {
-            text.push_str("; Write denies: none (write_deny_paths is empty).\n");
+        if write_deny.is_empty() && read_deny.is_empty() {
+            text.push_str("; Write denies: none (write_deny_paths and read_deny_paths are empty).\n");
         } else {
+            // A read-denied path is write-denied too, as on Linux (Landlock
+            // removes every right beneath it).
             text.push_str(
-                "; Write denies: each write_deny_paths entry and everything beneath it, existing or not.\n",
+                "; Write denies: each write_deny_paths and read_deny_paths entry and everything beneath it, existing or not.\n",
             );
+            let denied: Vec<(String, String)> =
+                write_deny.iter().chain(&read_deny).cloned().collect();
             rule(
                 &mut text,
                 "deny file-write*",
-                &write_deny,
+                &denied,
                 &["literal", "subpath"],
             );
+        }
+        if !ancestors.is_empty() {
+            // Moving an ancestor away would carry the denied path out from
+            // under the path-based rules above (and a read-denied file could
+            // then be read at its new name).
+            text.push_str(
+                "; Deny path ancestors inside the write paths: never unlinked or renamed.\n",
+            );
+            rule(&mut text, "deny file-write-unlink", &ancestors, &["literal"]);
         }
         text.push_str(if self.network {
             NETWORK_ON
@@ -154,9 +179,32 @@ impl ProfileInput {
             .into_iter()
             .chain(read_deny)
             .chain(write_deny)
+            .chain(ancestors)
             .collect();
         Ok(SeatbeltProfile { text, params })
     }
+}
+
+/// Every directory between a write path (included) and a deny path beneath
+/// it (excluded).
+fn ancestors_in_write_paths<'a>(
+    write_paths: &[PathBuf],
+    denies: impl Iterator<Item = &'a PathBuf>,
+) -> Vec<PathBuf> {
+    let mut out = BTreeSet::new();
+    for deny in denies {
+        for write in write_paths.iter().filter(|w| deny.starts_with(w) && *w != deny) {
+            let mut a = deny.parent();
+            while let Some(dir) = a {
+                if !dir.starts_with(write) {
+                    break;
+                }
+                out.insert(dir.to_path_buf());
+                a = dir.parent();
+            }
+        }
+    }
+    out.into_iter().collect()
 }
 
 /// Checks, maps, sorts and names the paths of one policy field.

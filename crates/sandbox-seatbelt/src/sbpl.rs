@@ -189,6 +189,7 @@ pub const KNOWN_OPERATIONS: &[&str] = &[
     "file-read*",
     "file-write*",
     "file-write-data",
+    "file-write-unlink",
     "ipc-posix-sem",
     "mach-lookup",
     "network-bind",
@@ -336,8 +337,8 @@ fn check_literals(form: &Sexp, parent: Option<&str>) -> Result<(), String> {
 
 /// `PREFIX_N` for one of the crate's parameter prefixes.
 fn is_param_name(s: &str) -> bool {
-    use crate::profile::{READ_DENY_PARAM, WRITE_DENY_PARAM, WRITE_PARAM};
-    [WRITE_PARAM, READ_DENY_PARAM, WRITE_DENY_PARAM]
+    use crate::profile::{ANCESTOR_PARAM, READ_DENY_PARAM, WRITE_DENY_PARAM, WRITE_PARAM};
+    [WRITE_PARAM, READ_DENY_PARAM, WRITE_DENY_PARAM, ANCESTOR_PARAM]
         .iter()
         .any(|prefix| {
             s.strip_prefix(prefix)

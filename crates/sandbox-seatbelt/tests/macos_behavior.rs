@@ -241,3 +241,38 @@ fn posix_spawn_is_denied_under_deny_subprocess() {
     let denied = helper(&deny, "spawn");
     assert!(denied.starts_with("error:"), "{denied}");
 }
+
+/// The bypasses the peers' Seatbelt tests name, each beside its twin: a
+/// read-denied directory inside a write path is not writable; a read-denied
+/// file and the ancestor of a write-denied path cannot be moved away.
+#[test]
+fn denied_paths_cannot_be_written_or_moved_away() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = std::fs::canonicalize(dir.path()).unwrap();
+    let secret_dir = w.join("secret");
+    std::fs::create_dir_all(&secret_dir).unwrap();
+    std::fs::write(secret_dir.join("key"), "k").unwrap();
+    std::fs::create_dir_all(w.join("repo/.git")).unwrap();
+    let policy = SandboxPolicy {
+        write_paths: vec![w.to_str().unwrap().into()],
+        read_deny_paths: vec![secret_dir.to_str().unwrap().into()],
+        write_deny_paths: vec![w.join("repo/.git").to_str().unwrap().into()],
+        ..SandboxPolicy::default()
+    };
+    let sh = |script: &str| run(&policy, &["/bin/sh", "-c", script], &[]);
+    let q = |p: &Path| p.to_str().unwrap().to_owned();
+    assert!(!sh(&format!("echo x > '{}/new'", q(&secret_dir))).status.success());
+    assert!(!secret_dir.join("new").exists());
+    assert!(!sh(&format!("mv '{}' '{}/moved'", q(&secret_dir.join("key")), q(&w))).status.success());
+    assert!(!sh(&format!("mv '{}' '{}/moved'", q(&secret_dir), q(&w))).status.success());
+    assert!(secret_dir.join("key").exists());
+    assert!(!sh(&format!("mv '{}' '{}/repo2'", q(&w.join("repo")), q(&w))).status.success());
+    assert!(w.join("repo/.git").is_dir());
+    // Twins: the rest of the write path is writable and movable.
+    let ok = sh(&format!(
+        "echo x > '{w}/plain' && mkdir '{w}/d' && mv '{w}/d' '{w}/e'",
+        w = q(&w)
+    ));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    assert!(w.join("e").is_dir());
+}

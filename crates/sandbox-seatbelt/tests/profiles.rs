@@ -230,6 +230,46 @@ fn path_text() -> impl Strategy<Value = String> {
     })
 }
 
+/// Read denies mean what they mean on Linux: a read-denied path inside a
+/// write path is not writable either; and neither a denied path nor any
+/// ancestor of it inside the write path can be unlinked or renamed (moving
+/// it would carry it out from under the path-based rules, and a read-denied
+/// file could then be read at its new name).
+#[test]
+fn denied_paths_and_their_ancestors_cannot_be_moved_away() {
+    let i = ProfileInput {
+        network: true,
+        deny_subprocess: false,
+        write_paths: vec!["/w".into()],
+        read_deny_paths: vec!["/w/a/secret".into()],
+        write_deny_paths: vec!["/w/b/c/.git".into(), "/elsewhere/x".into()],
+    };
+    let p = i.profile().unwrap();
+    let rules = validate(&p.text).unwrap();
+    let value = |n: &str| p.param(n).unwrap().to_owned();
+    let values_of = |op: &str| -> Vec<String> {
+        rules
+            .iter()
+            .filter(|r| format!("{:?}", r.action) == "Deny" && r.has(op))
+            .flat_map(|r| r.param_filters().into_iter().map(|(_, n)| value(n)))
+            .collect()
+    };
+    let write_denied = values_of("file-write*");
+    assert!(write_denied.contains(&"/w/a/secret".to_owned()), "{write_denied:?}");
+    let unlink = values_of("file-write-unlink");
+    for a in ["/w", "/w/a", "/w/b", "/w/b/c"] {
+        assert!(unlink.contains(&a.to_owned()), "{a} missing from {unlink:?}");
+    }
+    assert!(!unlink.iter().any(|a| a.starts_with("/elsewhere")), "{unlink:?}");
+    // Twin: without denies beneath the write path there is no unlink rule.
+    let plain = ProfileInput {
+        read_deny_paths: vec!["/r".into()],
+        write_deny_paths: vec![],
+        ..i
+    };
+    assert!(!plain.profile().unwrap().text.contains("file-write-unlink"));
+}
+
 proptest! {
     #[test]
     fn arbitrary_paths_change_only_parameter_values(
@@ -242,6 +282,9 @@ proptest! {
             read_deny_paths: vec!["/plain/r".into()],
             write_deny_paths: vec!["/plain/d".into()],
         };
+        // A deny path inside the write path adds its ancestors as parameters
+        // (a count that depends on the paths' nesting, tested on its own below).
+        prop_assume!(!std::path::Path::new(&r).starts_with(&w) && !std::path::Path::new(&d).starts_with(&w));
         let crafted = ProfileInput {
             write_paths: vec![w.clone().into()],
             read_deny_paths: vec![r.clone().into()],

@@ -113,8 +113,16 @@ fn landlock_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
 }
 
 fn seatbelt_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
-    Err(SandboxUnavailable::new(
-        "seatbelt",
-        "the Seatbelt backend runs only on macOS",
-    ))
+    #[cfg(target_os = "macos")]
+    {
+        sandbox_seatbelt::SeatbeltBackend::check_available()?;
+        Ok(Arc::new(sandbox_seatbelt::SeatbeltBackend::new()))
+    }
+    #[cfg(not(target_os = "macos"))]
+    {
+        Err(SandboxUnavailable::new(
+            "seatbelt",
+            "the Seatbelt backend runs only on macOS",
+        ))
+    }
 }

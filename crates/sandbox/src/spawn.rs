@@ -330,7 +330,7 @@ mod imp {
         }
         let mut child = cmd.spawn()?;
         let stderr = child.stderr.take().map(OwnedFd::from).ok_or_else(|| {
-            io::Error::new(io::ErrorKind::Other, "the child's stderr pipe is missing")
+            io::Error::other("the child's stderr pipe is missing")
         })?;
         // Dropping `Child` neither waits nor kills: the runner reaps by pid.
         Ok(Spawned {
