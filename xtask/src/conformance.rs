@@ -25,6 +25,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let mut failures = Vec::new();
 
     let host = host_backend();
+    let mut load_methods = Vec::new();
     match &host {
         Ok(backend) => {
             eprintln!(
@@ -34,6 +35,20 @@ pub fn main(args: &[String]) -> Result<(), String> {
             let found = run_conformance_with(backend.as_ref(), Some(&FacadeRunner));
             failures.extend(problems(&found, backend.name()));
             records.extend(found);
+            if backend.name() == "landlock" {
+                load_methods = sandbox_probe::conformance::load_method_witness(backend.as_ref());
+                for r in &load_methods {
+                    if r.result != LegResult::Passed {
+                        failures.push(format!(
+                            "load method {} / {}: {}: {}",
+                            r.method,
+                            r.claim,
+                            r.result.as_str(),
+                            r.evidence
+                        ));
+                    }
+                }
+            }
         }
         Err(why) => eprintln!("xtask: conformance: no behavioral backend on this host: {why}"),
     }
@@ -43,6 +58,16 @@ pub fn main(args: &[String]) -> Result<(), String> {
     records.extend(seatbelt);
 
     print!("{}", table(&records));
+    for r in &load_methods {
+        println!(
+            "load-method {:<12} {:<17} {:<9} {:<7} {}",
+            r.method,
+            r.claim,
+            r.backend,
+            r.result.as_str(),
+            r.evidence
+        );
+    }
     if let Some(path) = &opts.json {
         std::fs::write(path, to_json(&records) + "\n")
             .map_err(|e| format!("cannot write {}: {e}", path.display()))?;

@@ -75,7 +75,8 @@ impl<'a> Ctx<'a> {
         self.run(policy, &argv, env)
     }
 
-    fn run(
+    /// Runs `argv` as given under `policy`.
+    pub(crate) fn run(
         &self,
         policy: &ResolvedPolicy,
         argv: &[OsString],

@@ -15,6 +15,7 @@
 mod env;
 mod files;
 mod harness;
+mod load_method;
 mod network;
 mod spawn;
 mod timeout;
@@ -26,6 +27,7 @@ use sandbox_core::{Backend, ResolvedPolicy};
 use serde::Serialize;
 
 use harness::{Ctx, Outcome};
+pub use load_method::{load_method_witness, LoadMethodRecord};
 
 /// The result of one leg.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
