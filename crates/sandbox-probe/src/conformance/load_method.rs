@@ -33,14 +33,13 @@ pub struct LoadMethodRecord {
     pub evidence: String,
 }
 
+/// One row's check.
+type Leg = fn(&Ctx<'_>) -> Result<Outcome, Outcome>;
+
 /// Runs the four rows against `backend`.
 pub fn load_method_witness(backend: &dyn Backend) -> Vec<LoadMethodRecord> {
     let ctx = Ctx::new(backend);
-    let rows: [(
-        &'static str,
-        &'static str,
-        fn(&Ctx<'_>) -> Result<Outcome, Outcome>,
-    ); 4] = [
+    let rows: [(&'static str, &'static str, Leg); 4] = [
         ("interpreter", "write-outside", interpreter_write),
         ("interpreter", "loopback-connect", interpreter_connect),
         ("mapped-code", "write-outside", mapped_write),
