@@ -53,6 +53,7 @@ mod outcome;
 mod permission;
 mod preset;
 mod request;
+mod session;
 mod store;
 mod terminal;
 
@@ -68,5 +69,8 @@ pub use preset::{
     CurrentPreset, PermissionEvent, PermissionState, Preset, PresetError, PresetTable, CUSTOM,
 };
 pub use request::ApprovalRequest;
+pub use session::{
+    replay, SessionEvent, SessionLog, SessionLogError, SessionState, SESSION_SCHEMA,
+};
 pub use store::{ApprovalStore, StoreError};
 pub use terminal::{decide_escalation_on_tty, session_is_interactive, TerminalAnswerer};
