@@ -9,12 +9,13 @@ use std::os::unix::fs::MetadataExt;
 
 use crate::caller::{errno_of, Caller, Identity};
 use crate::creds::{self, AssumeError, Credentials};
+use crate::entries::{self, Outcome};
 use crate::error::BrokerError;
 use crate::log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
 use crate::notif::{Listener, Received};
 use crate::ops;
 use crate::resolve::{Access, BrokerRules, Start, Unresolved};
-use crate::syscalls::{self, Op, Subject};
+use crate::syscalls::{self, EntryCall, Op, Request, Subject};
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -51,14 +52,16 @@ impl Broker {
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("sandbox-broker".into())
-            .spawn(move || match Own::current() {
-                Ok(own) => {
-                    let _ = ready_tx.send(Ok(()));
-                    serve(&listener, &rules, &own, &stop_for_thread)
-                }
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                    BrokerLog::default()
+            .spawn(move || {
+                match own_fs().and_then(|()| Own::current().map_err(BrokerError::OwnCredentials)) {
+                    Ok(own) => {
+                        let _ = ready_tx.send(Ok(()));
+                        serve(&listener, &rules, &own, &stop_for_thread)
+                    }
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        BrokerLog::default()
+                    }
                 }
             })
             .map_err(BrokerError::Thread)?;
@@ -69,7 +72,7 @@ impl Broker {
             }),
             Ok(Err(e)) => {
                 let _ = thread.join();
-                Err(BrokerError::OwnCredentials(e))
+                Err(e)
             }
             Err(_) => {
                 let _ = thread.join();
@@ -102,6 +105,19 @@ impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.stop_and_join();
     }
+}
+
+/// Gives the broker thread a umask of its own (`unshare(CLONE_FS)`), so that
+/// taking on a caller's umask changes no other thread of the runner.
+fn own_fs() -> Result<(), BrokerError> {
+    // SAFETY: unshare(CLONE_FS) affects only the calling thread.
+    if unsafe { libc::unshare(libc::CLONE_FS) } != 0 {
+        return Err(BrokerError::Thread(io::Error::other(format!(
+            "unshare(CLONE_FS) for the broker thread's own umask: {}",
+            io::Error::last_os_error()
+        ))));
+    }
+    Ok(())
 }
 
 /// The broker thread's own identity, which it returns to after every request.
@@ -199,8 +215,33 @@ fn handle(
     };
     let mut target = Target::default();
     let mut fatal = None;
-    let decision = decide(listener, rules, own, n, kind, &mut target, &mut fatal);
-    (answer(listener, n.id, tid, name, target, decision), fatal)
+    let answered = decide(listener, rules, own, n, kind, &mut target, &mut fatal);
+    let record = match answered {
+        Answer::Decision(decision) => {
+            let refused = match &decision {
+                // As Landlock answers a write outside its rules.
+                Decision::Refused {
+                    reason: Refusal::OutsideWritePaths,
+                } if kind.is_entry() => libc::EACCES,
+                _ => libc::EPERM,
+            };
+            answer_with(listener, n.id, tid, name, target, decision, refused)
+        }
+        Answer::Fd { fd, cloexec } => answer_fd(listener, n.id, tid, name, target, &fd, cloexec),
+    };
+    (record, fatal)
+}
+
+/// How a request is answered: a decision, or an fd to install in the caller.
+enum Answer {
+    Decision(Decision),
+    Fd { fd: OwnedFd, cloexec: bool },
+}
+
+impl From<Decision> for Answer {
+    fn from(d: Decision) -> Self {
+        Answer::Decision(d)
+    }
 }
 
 fn decide(
@@ -211,7 +252,7 @@ fn decide(
     kind: syscalls::Kind,
     target: &mut Target,
     fatal: &mut Option<String>,
-) -> Decision {
+) -> Answer {
     let unreadable = |e: io::Error| Decision::Refused {
         reason: Refusal::UnreadableCaller {
             errno: errno_of(&e),
@@ -219,25 +260,29 @@ fn decide(
     };
     let mut caller = match Caller::open(n.pid as i32) {
         Ok(c) => c,
-        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => return Decision::CallerGone,
-        Err(e) => return unreadable(e),
+        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {
+            return Decision::CallerGone.into()
+        }
+        Err(e) => return unreadable(e).into(),
     };
     let decoded = syscalls::decode(kind, n.data.args, &caller);
-    if decoded
-        .as_ref()
-        .is_ok_and(|(subject, _)| subject.needs_fd())
-    {
+    let needs_fd = match &decoded {
+        Ok(Request::Meta(subject, _)) => subject.needs_fd(),
+        Ok(Request::Entry(call)) => call.needs_fd(),
+        Err(_) => false,
+    };
+    if needs_fd {
         caller.open_pidfd();
     }
     // TOCTOU guard: the memory we read and the handles we opened belong to the
     // thread that made this request only if it is still waiting for the answer.
     match listener.id_valid(n.id) {
         Ok(true) => {}
-        Ok(false) => return Decision::CallerGone,
+        Ok(false) => return Decision::CallerGone.into(),
         // Fail closed: answer EPERM rather than act on unverified data.
-        Err(e) => return unreadable(e),
+        Err(e) => return unreadable(e).into(),
     }
-    let (subject, op) = match decoded {
+    let request = match decoded {
         Ok(d) => d,
         Err(e) => {
             return match errno_of(&e) {
@@ -248,7 +293,12 @@ fn decide(
                 | libc::ENAMETOOLONG) => Decision::Failed { errno },
                 _ => unreadable(e),
             }
+            .into()
         }
+    };
+    let (subject, op) = match request {
+        Request::Meta(subject, op) => (subject, op),
+        Request::Entry(call) => return decide_entry(rules, own, &caller, &call, target, fatal),
     };
     match &subject {
         Subject::Fd(fd) => target.fd = Some(*fd),
@@ -259,33 +309,101 @@ fn decide(
     }
     let identity = match caller_identity(&caller, own) {
         Ok(id) => id,
-        Err(e) => return unreadable(e),
+        Err(e) => return unreadable(e).into(),
     };
     let start = match rules.start(&caller, &subject) {
         Ok(start) => start,
-        Err(unresolved) => return unresolved_decision(unresolved, target),
+        Err(unresolved) => return unresolved_decision(unresolved, target).into(),
     };
-    let assumed = match creds::assume(&own.creds, &identity) {
-        Ok(assumed) => assumed,
-        Err(AssumeError::Refused(change)) => {
-            return Decision::Refused {
-                reason: Refusal::CallerCredentials { change },
-            }
-        }
-        Err(AssumeError::Restore(change, e)) => {
-            *fatal = Some(e);
-            return Decision::Refused {
-                reason: Refusal::CallerCredentials { change },
-            };
-        }
+    let acted = match with_credentials(own, &identity, fatal, || {
+        act(rules, start, &op, &identity, target)
+    }) {
+        Ok(acted) => acted,
+        Err(refused) => return refused.into(),
     };
-    let acted = act(rules, start, &op, &identity, target);
-    if let Err(e) = assumed.restore() {
-        *fatal = Some(e);
-    }
     match acted {
         Acted::Done(decision) => decision,
         Acted::Read(back) => write_back(listener, n.id, &caller, back),
+    }
+    .into()
+}
+
+/// Runs `f` with the caller's credentials on the broker thread, then restores
+/// the thread's own (a failed restore is recorded in `fatal`); `Err` with the
+/// refusal when they could not be taken on.
+fn with_credentials<T>(
+    own: &Own,
+    identity: &Identity,
+    fatal: &mut Option<String>,
+    f: impl FnOnce() -> T,
+) -> Result<T, Decision> {
+    let assumed = match creds::assume(&own.creds, identity) {
+        Ok(assumed) => assumed,
+        Err(AssumeError::Refused(change)) => {
+            return Err(Decision::Refused {
+                reason: Refusal::CallerCredentials { change },
+            })
+        }
+        Err(AssumeError::Restore(change, e)) => {
+            *fatal = Some(e);
+            return Err(Decision::Refused {
+                reason: Refusal::CallerCredentials { change },
+            });
+        }
+    };
+    let out = f();
+    if let Err(e) = assumed.restore() {
+        *fatal = Some(e);
+    }
+    Ok(out)
+}
+
+/// Records what an entry call names, takes its handles, and decides and
+/// performs it with the caller's credentials and umask.
+fn decide_entry(
+    rules: &BrokerRules,
+    own: &Own,
+    caller: &Caller,
+    call: &EntryCall,
+    target: &mut Target,
+    fatal: &mut Option<String>,
+) -> Answer {
+    let (first, dirfd) = match call {
+        EntryCall::Open { at, .. }
+        | EntryCall::Mknod { at, .. }
+        | EntryCall::Mkdir { at, .. }
+        | EntryCall::Unlink { at, .. }
+        | EntryCall::Symlink { at, .. } => (&at.path, at.dirfd),
+        EntryCall::Rename { from, .. } | EntryCall::Link { from, .. } => (&from.path, from.dirfd),
+    };
+    target.path = Some(String::from_utf8_lossy(first.as_bytes()).into_owned());
+    target.fd = (dirfd != libc::AT_FDCWD).then_some(dirfd);
+    let identity = match caller_identity(caller, own) {
+        Ok(id) => id,
+        Err(e) => {
+            return Decision::Refused {
+                reason: Refusal::UnreadableCaller {
+                    errno: errno_of(&e),
+                },
+            }
+            .into()
+        }
+    };
+    let starts = match entries::starts(rules, caller, call) {
+        Ok(starts) => starts,
+        Err(unresolved) => return unresolved_decision(unresolved, target).into(),
+    };
+    let acted = with_credentials(own, &identity, fatal, || {
+        // The thread's own umask (CLONE_FS unshared): what creating calls apply.
+        // SAFETY: umask cannot fail.
+        unsafe { libc::umask(identity.umask as libc::mode_t) };
+        entries::act(rules, call, starts, target)
+    });
+    match acted {
+        Ok(Ok(Outcome::Done(decision))) => decision.into(),
+        Ok(Ok(Outcome::Fd { fd, cloexec })) => Answer::Fd { fd, cloexec },
+        Ok(Err(unresolved)) => unresolved_decision(unresolved, target).into(),
+        Err(refused) => refused.into(),
     }
 }
 
@@ -390,12 +508,57 @@ fn answer(
     target: Target,
     decision: Decision,
 ) -> BrokerRecord {
+    answer_with(listener, id, tid, name, target, decision, libc::EPERM)
+}
+
+/// Hands `fd` to the caller as the call's result; an install that fails
+/// (e.g. `EMFILE`) is answered with its errno.
+fn answer_fd(
+    listener: &Listener,
+    id: u64,
+    tid: i32,
+    name: &str,
+    target: Target,
+    fd: &OwnedFd,
+    cloexec: bool,
+) -> BrokerRecord {
+    let decision = match listener.add_fd_send(id, fd.as_raw_fd(), cloexec) {
+        Ok(Some(fd)) => Decision::Opened { fd },
+        Ok(None) => Decision::CallerGone,
+        Err(e) => {
+            return answer_with(
+                listener,
+                id,
+                tid,
+                name,
+                target,
+                Decision::Failed {
+                    errno: errno_of(&e),
+                },
+                libc::EPERM,
+            )
+        }
+    };
+    record(name, tid, target, decision)
+}
+
+/// Answers `decision` (a refusal with `refused`, the errno it carries).
+fn answer_with(
+    listener: &Listener,
+    id: u64,
+    tid: i32,
+    name: &str,
+    target: Target,
+    decision: Decision,
+    refused: i32,
+) -> BrokerRecord {
     let reply = match &decision {
         Decision::Performed => Some((0, 0)),
         Decision::Read { len } => Some((*len as i64, 0)),
         Decision::Failed { errno } => Some((0, *errno)),
-        Decision::Refused { .. } => Some((0, libc::EPERM)),
-        Decision::CallerGone => None,
+        Decision::Refused { .. } => Some((0, refused)),
+        // Already answered with the fd.
+        Decision::Opened { .. } | Decision::CallerGone => None,
     };
     let decision = match reply.map(|(val, errno)| listener.send(id, val, errno)) {
         Some(Ok(true)) | None => decision,
@@ -405,7 +568,11 @@ fn answer(
             Decision::CallerGone
         }
     };
-    tracing::debug!(syscall = name, tid, ?target, ?decision, "metadata request");
+    record(name, tid, target, decision)
+}
+
+fn record(name: &str, tid: i32, target: Target, decision: Decision) -> BrokerRecord {
+    tracing::debug!(syscall = name, tid, ?target, ?decision, "brokered request");
     BrokerRecord {
         syscall: name.to_owned(),
         pid: tid,

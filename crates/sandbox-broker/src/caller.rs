@@ -34,6 +34,8 @@ pub(crate) struct Identity {
     /// The supplementary groups alone.
     pub(crate) supplementary: Vec<u32>,
     pub(crate) cap_eff: u64,
+    /// The file-mode creation mask (`Umask:`; `0o077` if the kernel does not say).
+    pub(crate) umask: u32,
 }
 
 impl Identity {
@@ -291,6 +293,12 @@ fn parse_status(text: &str) -> Option<Identity> {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())?;
+    let umask = text
+        .lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o077)
+        & 0o777;
     let (euid, fsuid) = (*uids.get(1)?, *uids.get(3)?);
     let fsgid = *gids.get(3)?;
     groups.push(fsgid);
@@ -301,6 +309,7 @@ fn parse_status(text: &str) -> Option<Identity> {
         groups,
         supplementary,
         cap_eff,
+        umask,
     })
 }
 
@@ -310,13 +319,14 @@ mod tests {
 
     #[test]
     fn status_is_parsed() {
-        let text = "Name:\tx\nUid:\t1000\t1001\t1002\t1003\nGid:\t50\t51\t52\t53\nGroups:\t7 8 \nCapEff:\t0000000000000009\n";
+        let text = "Name:\tx\nUmask:\t0027\nUid:\t1000\t1001\t1002\t1003\nGid:\t50\t51\t52\t53\nGroups:\t7 8 \nCapEff:\t0000000000000009\n";
         let id = parse_status(text).expect("parses");
         assert_eq!(id.euid, 1001);
         assert_eq!(id.fsuid, 1003);
         assert_eq!(id.fsgid, 53);
         assert_eq!(id.groups, vec![7, 8, 53]);
         assert_eq!(id.supplementary, vec![7, 8]);
+        assert_eq!(id.umask, 0o027);
         assert!(id.has(CAP_CHOWN) && id.has(CAP_FOWNER) && !id.has(CAP_DAC_OVERRIDE));
     }
 

@@ -320,6 +320,7 @@ mod tests {
             groups,
             supplementary,
             cap_eff,
+            umask: 0o022,
         }
     }
 

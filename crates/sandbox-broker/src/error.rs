@@ -8,7 +8,7 @@ use std::path::PathBuf;
 #[non_exhaustive]
 pub enum BrokerError {
     /// A write path could not be opened as a directory.
-    #[error("cannot open write path {path} for the metadata broker: {source}; check that it exists and is a directory")]
+    #[error("cannot open write path {path} for the broker: {source}; check that it exists and is a directory")]
     OpenWritePath {
         /// The write path.
         path: PathBuf,

@@ -95,7 +95,10 @@ pub fn listener_channel() -> Result<(OwnedFd, OwnedFd), BrokerError> {
 ///
 /// Async-signal-safe (stack only, no allocation, no panics); returns the raw
 /// errno on failure. `filter` must route [`crate::brokered_syscalls`] to
-/// `SECCOMP_RET_USER_NOTIF`.
+/// `SECCOMP_RET_USER_NOTIF`. Where the kernel has it (5.19), the filter gets
+/// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`: a call the broker has received
+/// is no longer interrupted by a non-fatal signal, so a performed call is
+/// never reported as interrupted and restarted.
 pub fn install_filter_with_listener(filter: &[libc::sock_filter], sock: RawFd) -> Result<(), i32> {
     let Ok(len) = u16::try_from(filter.len()) else {
         return Err(libc::EINVAL);
@@ -104,20 +107,35 @@ pub fn install_filter_with_listener(filter: &[libc::sock_filter], sock: RawFd) -
         len,
         filter: filter.as_ptr().cast_mut(),
     };
-    // SAFETY: seccomp(SET_MODE_FILTER, NEW_LISTENER, &prog) with a live program;
-    // the kernel copies it.
-    let listener = unsafe {
-        libc::syscall(
-            libc::SYS_seccomp,
-            libc::SECCOMP_SET_MODE_FILTER,
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
-            &prog as *const libc::sock_fprog,
-        )
+    let install = |flags: libc::c_ulong| {
+        // SAFETY: seccomp(SET_MODE_FILTER, flags, &prog) with a live program;
+        // the kernel copies it.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                flags,
+                &prog as *const libc::sock_fprog,
+            )
+        };
+        if rc < 0 {
+            // SAFETY: reading errno right after the failed call.
+            Err(unsafe { *libc::__errno_location() })
+        } else {
+            Ok(rc)
+        }
     };
-    if listener < 0 {
-        // SAFETY: reading errno right after the failed call.
-        return Err(unsafe { *libc::__errno_location() });
-    }
+    // Once the broker has received a call, only a fatal signal ends the
+    // caller's wait: otherwise a signal could interrupt a call the broker
+    // has already performed (a file created, a directory removed) and the
+    // restarted call would fail (EEXIST, ENOENT). Kernels before 5.19 refuse
+    // the flag; the filter is installed without it there.
+    let listener = match install(
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+    ) {
+        Err(libc::EINVAL) => install(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?,
+        other => other?,
+    };
     let sent = send_fd(sock, listener as RawFd);
     // SAFETY: closing the listener fd we own (the runner holds its own copy now).
     unsafe { libc::close(listener as RawFd) };

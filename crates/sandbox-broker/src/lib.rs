@@ -163,6 +163,8 @@ mod caller;
 #[cfg(target_os = "linux")]
 mod creds;
 #[cfg(target_os = "linux")]
+mod entries;
+#[cfg(target_os = "linux")]
 mod error;
 #[cfg(target_os = "linux")]
 mod fdpass;
@@ -184,4 +186,7 @@ pub use fdpass::{install_filter_with_listener, listener_channel, recv_fd, send_f
 #[cfg(target_os = "linux")]
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]
-pub use syscalls::{brokered_syscalls, brokered_truncate_syscalls, brokered_xattr_read_syscalls};
+pub use syscalls::{
+    brokered_entry_syscalls, brokered_syscalls, brokered_truncate_syscalls,
+    brokered_xattr_read_syscalls,
+};

@@ -26,12 +26,15 @@ impl BrokerLog {
             .filter(|r| matches!(r.decision, Decision::Refused { .. }))
     }
 
-    /// The requests the broker performed successfully (metadata changes and
-    /// xattr reads).
+    /// The requests the broker performed successfully (metadata changes,
+    /// xattr reads, entry calls and opens).
     pub fn performed(&self) -> impl Iterator<Item = &BrokerRecord> {
-        self.records
-            .iter()
-            .filter(|r| matches!(r.decision, Decision::Performed | Decision::Read { .. }))
+        self.records.iter().filter(|r| {
+            matches!(
+                r.decision,
+                Decision::Performed | Decision::Read { .. } | Decision::Opened { .. }
+            )
+        })
     }
 
     /// A short human summary for `--explain`: counts, then one line per refusal
@@ -39,7 +42,7 @@ impl BrokerLog {
     pub fn explain(&self, max_lines: usize) -> String {
         let refused: Vec<&BrokerRecord> = self.refusals().collect();
         let mut out = format!(
-            "metadata broker: {} performed, {} refused, {} failed{}\n",
+            "broker: {} performed, {} refused, {} failed{}\n",
             self.performed().count(),
             refused.len(),
             self.records
@@ -96,6 +99,9 @@ impl std::fmt::Display for BrokerRecord {
             (None, Some(p)) => write!(f, "{p:?}")?,
             (None, None) => {}
         }
+        if let Some(to) = &self.target.to {
+            write!(f, ", {to:?}")?;
+        }
         f.write_str(")")?;
         if let Some(r) = &self.target.resolved {
             write!(f, " -> {}", r.display())?;
@@ -103,6 +109,7 @@ impl std::fmt::Display for BrokerRecord {
         match &self.decision {
             Decision::Performed => f.write_str(": performed"),
             Decision::Read { len } => write!(f, ": read, {len} bytes"),
+            Decision::Opened { fd } => write!(f, ": opened as fd {fd}"),
             Decision::Failed { errno } => write!(f, ": failed with errno {errno}"),
             Decision::Refused { reason } => write!(f, ": refused, {reason}"),
             Decision::CallerGone => f.write_str(": caller gone"),
@@ -117,6 +124,9 @@ pub struct Target {
     pub path: Option<String>,
     /// File descriptor argument (the fd itself or the dirfd), if any.
     pub fd: Option<i32>,
+    /// The second path of `rename` and `link` (the new name), as written.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub to: Option<String>,
     /// Canonical path of the resolved object, when resolution got that far.
     pub resolved: Option<PathBuf>,
 }
@@ -134,13 +144,20 @@ pub enum Decision {
         /// The value the call returned.
         len: u64,
     },
+    /// An open was admitted and performed; the caller got the new fd `fd`
+    /// (handed over with `SECCOMP_IOCTL_NOTIF_ADDFD`).
+    Opened {
+        /// The fd number in the caller.
+        fd: i32,
+    },
     /// Admitted or unresolvable, and the kernel returned this errno (e.g.
     /// `ENOENT` for a missing path); the caller got the same errno.
     Failed {
         /// The errno the caller received.
         errno: i32,
     },
-    /// Refused by the broker's rules; the caller got `EPERM`.
+    /// Refused by the broker's rules; the caller got `EPERM`, or `EACCES`
+    /// (as from Landlock) for a writing open or entry call outside the write paths.
     Refused {
         /// Why.
         reason: Refusal,
@@ -157,6 +174,14 @@ pub enum Refusal {
     OutsideWritePaths,
     /// The object lies beneath a write-deny path.
     WriteDenyPath,
+    /// The entry is an ancestor of a deny path: removing, moving or replacing
+    /// it, or planting a link there, would move or replace the denied path.
+    AncestorOfDenyPath,
+    /// `O_CREAT` through a symlink whose target does not exist.
+    DanglingSymlink,
+    /// The open's flags are refused: access mode 3 (ioctl-only), or
+    /// `O_TRUNC` without write access.
+    OpenFlags,
     /// The object lies beneath a read-deny path (refused for metadata changes
     /// and for xattr reads alike).
     ReadDenyPath,
@@ -172,7 +197,8 @@ pub enum Refusal {
     ProcfsPath,
     /// The object moved while it was being checked (a concurrent rename or swap).
     Moved,
-    /// chmod would add a set-user-ID or set-group-ID bit.
+    /// chmod would add a set-user-ID or set-group-ID bit, or a creating call's
+    /// mode has one.
     SetIdBits,
     /// The caller neither owns the object nor holds the capability that would let it.
     NotOwner,
@@ -229,6 +255,15 @@ impl std::fmt::Display for Refusal {
         match self {
             Self::OutsideWritePaths => f.write_str("outside the write paths"),
             Self::WriteDenyPath => f.write_str("beneath a write-deny path"),
+            Self::AncestorOfDenyPath => f.write_str(
+                "an ancestor of a deny path (removing, moving or replacing it, or a link in its place, would move the denied path)",
+            ),
+            Self::DanglingSymlink => {
+                f.write_str("creating a file through a dangling symlink is refused")
+            }
+            Self::OpenFlags => {
+                f.write_str("access mode 3 and O_TRUNC without write access are refused")
+            }
             Self::ReadDenyPath => f.write_str("beneath a read-deny path"),
             Self::NoPath => f.write_str("the object has no reachable path"),
             Self::Unresolvable { errno } => {
@@ -236,7 +271,7 @@ impl std::fmt::Display for Refusal {
             }
             Self::ProcfsPath => f.write_str("paths through /proc are refused (use the fd itself)"),
             Self::Moved => f.write_str("the object moved while it was checked"),
-            Self::SetIdBits => f.write_str("adding set-user-ID/set-group-ID bits is refused"),
+            Self::SetIdBits => f.write_str("set-user-ID/set-group-ID bits are refused"),
             Self::NotOwner => f.write_str("the caller does not own the object"),
             Self::OwnershipChange => {
                 f.write_str("ownership may only go to the caller or its groups")

@@ -1,7 +1,7 @@
 //! The seccomp user-notification listener: receive, validate, answer.
 
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 
 use crate::error::BrokerError;
 
@@ -128,6 +128,41 @@ impl Listener {
         let mut id = id;
         // SAFETY: ID_VALID reads one u64.
         unsafe { self.ioctl(libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &mut id, || ()) }
+    }
+
+    /// Installs a copy of `fd` in the caller and answers `id` with its number in
+    /// one step (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SEND`);
+    /// `cloexec` sets `O_CLOEXEC` on the new fd. `Ok(None)`: the caller is
+    /// gone. On any other error the request is still pending, to be answered
+    /// with [`Listener::send`].
+    pub(crate) fn add_fd_send(&self, id: u64, fd: RawFd, cloexec: bool) -> io::Result<Option<i32>> {
+        let addfd = libc::seccomp_notif_addfd {
+            id,
+            flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+            srcfd: fd as u32,
+            newfd: 0,
+            newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },
+        };
+        loop {
+            // SAFETY: ADDFD reads one seccomp_notif_addfd, which lives across the call.
+            let rc = unsafe {
+                libc::ioctl(
+                    self.raw(),
+                    libc::SECCOMP_IOCTL_NOTIF_ADDFD as _,
+                    &addfd as *const libc::seccomp_notif_addfd,
+                )
+            };
+            if rc >= 0 {
+                return Ok(Some(rc));
+            }
+            let err = io::Error::last_os_error();
+            match err.raw_os_error() {
+                // Interrupted before the fd was installed: not done yet.
+                Some(libc::EINTR) => continue,
+                Some(libc::ENOENT) => return Ok(None),
+                _ => return Err(err),
+            }
+        }
     }
 
     /// Answers `id`: the call returns `val` when `errno == 0`, else fails with

@@ -284,6 +284,7 @@ mod tests {
                 groups: vec![65534],
                 supplementary: Vec::new(),
                 cap_eff: 0,
+                umask: 0o022,
             };
             let assumed = assume(&own, &nobody).expect("assume");
             let refused = perform(&chmod, &r).map_err(|e| e.raw_os_error());

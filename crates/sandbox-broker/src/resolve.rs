@@ -32,6 +32,13 @@ pub struct BrokerRules {
     write: Vec<WriteRoot>,
     write_deny: Vec<PathBuf>,
     read_deny: Vec<PathBuf>,
+    /// Device and inode of each deny path that existed when the rules were
+    /// made, with the refusal it carries: the same file reached by another
+    /// name (a hard link, a case-insensitive spelling) is refused too.
+    deny_inodes: Vec<((u64, u64), Refusal)>,
+    /// Whether `/dev/stdin`, `/dev/stdout`, `/dev/stderr` and `/dev/fd` are the
+    /// usual symlinks into `/proc/self/fd`, so they name the caller's fds.
+    dev_fd_links: bool,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -125,11 +132,59 @@ impl BrokerRules {
         }
         // Longest first, so the innermost write path is tried first.
         write.sort_by_key(|w| std::cmp::Reverse(w.grant.as_os_str().len()));
+        let write_deny = policy.write_deny_paths().to_vec();
+        let read_deny = policy.read_deny_paths().to_vec();
+        let deny_inodes = write_deny
+            .iter()
+            .map(|p| (p, Refusal::WriteDenyPath))
+            .chain(read_deny.iter().map(|p| (p, Refusal::ReadDenyPath)))
+            .filter_map(|(p, r)| {
+                use std::os::unix::fs::MetadataExt;
+                let m = std::fs::symlink_metadata(p).ok()?;
+                Some(((m.dev(), m.ino()), r))
+            })
+            .collect();
+        let link_is = |link: &str, target: &str| {
+            std::fs::read_link(link).is_ok_and(|t| t.as_os_str().as_bytes() == target.as_bytes())
+        };
+        let dev_fd_links = link_is("/dev/stdin", "/proc/self/fd/0")
+            && link_is("/dev/stdout", "/proc/self/fd/1")
+            && link_is("/dev/stderr", "/proc/self/fd/2")
+            && link_is("/dev/fd", "/proc/self/fd");
         Ok(Self {
             write,
-            write_deny: policy.write_deny_paths().to_vec(),
-            read_deny: policy.read_deny_paths().to_vec(),
+            write_deny,
+            read_deny,
+            deny_inodes,
+            dev_fd_links,
         })
+    }
+
+    /// The deny path `path` lies beneath (itself included), as its refusal.
+    pub(crate) fn denied(&self, path: &Path) -> Option<Refusal> {
+        if self.write_deny.iter().any(|d| beneath(path, d)) {
+            return Some(Refusal::WriteDenyPath);
+        }
+        if self.read_deny.iter().any(|d| beneath(path, d)) {
+            return Some(Refusal::ReadDenyPath);
+        }
+        None
+    }
+
+    /// Whether `path` is a strict ancestor of a deny path.
+    pub(crate) fn ancestor_of_denied(&self, path: &Path) -> bool {
+        self.write_deny
+            .iter()
+            .chain(&self.read_deny)
+            .any(|d| beneath(d, path) && !beneath(path, d))
+    }
+
+    /// The refusal of a deny path that is the object `st` describes.
+    pub(crate) fn denied_inode(&self, st: &libc::stat) -> Option<Refusal> {
+        self.deny_inodes
+            .iter()
+            .find(|(id, _)| *id == (st.st_dev, st.st_ino))
+            .map(|(_, r)| r.clone())
     }
 
     /// Takes the handles `subject` starts from (with the broker's credentials).
@@ -152,6 +207,12 @@ impl BrokerRules {
                 empty_path,
             } => {
                 let absolute = path.as_bytes().first() == Some(&b'/');
+                if let Some(n) = crate::syscalls::dev_fd(path.as_bytes()) {
+                    if *follow && self.dev_fd_links {
+                        // /dev/stdout -> /proc/self/fd/1: the caller's fd, as below.
+                        return Ok(Start::Object(caller.fd(n).map_err(errno)?));
+                    }
+                }
                 if absolute && is_proc_path(path.as_bytes()) {
                     // The caller's own fd through its /proc magic link: the
                     // same object as the fd-based call, checked the same way.
@@ -192,18 +253,8 @@ impl BrokerRules {
         let first = match start {
             Start::Object(fd) => fd,
             Start::Walk { base, path, follow } => {
-                let dir = base.as_ref().map_or(libc::AT_FDCWD, |b| b.as_raw_fd());
                 let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
-                // Magic links (/proc/*/fd/N, /proc/*/cwd, ...) would resolve in
-                // the broker's own context: refuse them.
-                openat2(dir, &path, libc::O_PATH | nofollow, RESOLVE_NO_MAGICLINKS).map_err(
-                    |e| match errno_of(&e) {
-                        n @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG | libc::EACCES) => {
-                            Unresolved::Errno(n)
-                        }
-                        n => Unresolved::Refused(Refusal::Unresolvable { errno: n }, None),
-                    },
-                )?
+                walk(base.as_ref(), &path, nofollow)?
             }
         };
         match access {
@@ -212,25 +263,43 @@ impl BrokerRules {
         }
     }
 
+    /// Admits the directory `first` refers to as the parent of a new or
+    /// removed entry: it lies beneath a directory write path (a file write
+    /// path has no entries) and is reached again beneath it. Deny paths are
+    /// the entry's business ([`BrokerRules::denied`]).
+    pub(crate) fn admit_dir(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
+        self.reach(first, true)
+    }
+
     /// Admits the object `first` refers to when it lies beneath a write path,
     /// not beneath a write-deny or read-deny path, and is reached again
     /// beneath the write path.
-    fn admit_change(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
+    pub(crate) fn admit_change(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
+        let obj = self.reach(first, false)?;
+        if let Some(r) = self
+            .denied(&obj.path)
+            .or_else(|| self.denied_inode(&obj.stat))
+        {
+            return Err(Unresolved::Refused(r, Some(obj.path)));
+        }
+        Ok(obj)
+    }
+
+    /// The object `first` refers to, reached again from the write path its
+    /// canonical path lies beneath (a directory write path only, for `dirs_only`).
+    fn reach(&self, first: &OwnedFd, dirs_only: bool) -> Result<Object, Unresolved> {
         let refused =
             |r: Refusal, p: Option<&Path>| Unresolved::Refused(r, p.map(Path::to_path_buf));
         let link = canonical(first)?;
         let Some(WriteRoot {
             base: root, dir, ..
-        }) = self.write.iter().find(|w| w.admits(&link))
+        }) = self
+            .write
+            .iter()
+            .find(|w| w.admits(&link) && !(dirs_only && w.exact))
         else {
             return Err(refused(Refusal::OutsideWritePaths, Some(&link)));
         };
-        if self.write_deny.iter().any(|d| link.starts_with(d)) {
-            return Err(refused(Refusal::WriteDenyPath, Some(&link)));
-        }
-        if self.read_deny.iter().any(|d| link.starts_with(d)) {
-            return Err(refused(Refusal::ReadDenyPath, Some(&link)));
-        }
         let rel = link.strip_prefix(root).unwrap_or(Path::new(""));
         let rel = if rel.as_os_str().is_empty() {
             Path::new(".")
@@ -270,12 +339,14 @@ impl BrokerRules {
     /// Admits the object `first` refers to for reading when its canonical path
     /// does not lie beneath a read-deny path. The read is then made on `first`
     /// itself, so a later rename cannot swap another object in.
-    fn admit_read(&self, first: OwnedFd) -> Result<Object, Unresolved> {
+    pub(crate) fn admit_read(&self, first: OwnedFd) -> Result<Object, Unresolved> {
         let link = canonical(&first)?;
-        if self.read_deny.iter().any(|d| link.starts_with(d)) {
+        let stat = fstat(&first).map_err(|e| Unresolved::Errno(errno_of(&e)))?;
+        let read_denied = self.read_deny.iter().any(|d| beneath(&link, d))
+            || self.denied_inode(&stat) == Some(Refusal::ReadDenyPath);
+        if read_denied {
             return Err(Unresolved::Refused(Refusal::ReadDenyPath, Some(link)));
         }
-        let stat = fstat(&first).map_err(|e| Unresolved::Errno(errno_of(&e)))?;
         Ok(Object {
             fd: first,
             path: link,
@@ -284,9 +355,57 @@ impl BrokerRules {
     }
 }
 
+/// Whether `path` lies beneath `base` (or is it), comparing components
+/// without regard to case: on a case-insensitive filesystem `W/.GIT/config`
+/// is `W/.git/config`. On a case-sensitive one this refuses a little more,
+/// never less.
+pub(crate) fn beneath(path: &Path, base: &Path) -> bool {
+    let mut parts = path.components();
+    base.components().all(|b| {
+        parts
+            .next()
+            .is_some_and(|p| same_name(p.as_os_str().as_bytes(), b.as_os_str().as_bytes()))
+    })
+}
+
+fn same_name(a: &[u8], b: &[u8]) -> bool {
+    if a.eq_ignore_ascii_case(b) {
+        return true;
+    }
+    match (std::str::from_utf8(a), std::str::from_utf8(b)) {
+        (Ok(a), Ok(b)) if !a.is_ascii() || !b.is_ascii() => a
+            .chars()
+            .flat_map(char::to_lowercase)
+            .eq(b.chars().flat_map(char::to_lowercase)),
+        _ => false,
+    }
+}
+
+/// Walks `path` from `base` (`None`: the path is absolute) to an `O_PATH` fd,
+/// with `flags` added (`O_NOFOLLOW`, `O_DIRECTORY`). Magic links
+/// (`/proc/*/fd/N`, `/proc/*/cwd`, ...) would resolve in the broker's own
+/// context, and `/proc/self` names the broker: both are refused, as is any
+/// object the walk ends on in procfs.
+pub(crate) fn walk(base: Option<&OwnedFd>, path: &CStr, flags: i32) -> Result<OwnedFd, Unresolved> {
+    let dir = base.map_or(libc::AT_FDCWD, |b| b.as_raw_fd());
+    let fd =
+        openat2(dir, path, libc::O_PATH | flags, RESOLVE_NO_MAGICLINKS).map_err(
+            |e| match errno_of(&e) {
+                n @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG | libc::EACCES) => {
+                    Unresolved::Errno(n)
+                }
+                n => Unresolved::Refused(Refusal::Unresolvable { errno: n }, None),
+            },
+        )?;
+    if on_procfs(&fd) {
+        return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
+    }
+    Ok(fd)
+}
+
 /// The canonical path of the object `fd` refers to, from `/proc/self/fd`; an
 /// object without one (pipe, socket, memfd, unlinked file) is refused.
-fn canonical(fd: &OwnedFd) -> Result<PathBuf, Unresolved> {
+pub(crate) fn canonical(fd: &OwnedFd) -> Result<PathBuf, Unresolved> {
     let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
     if !link.is_absolute() || link.as_os_str().as_bytes().ends_with(b" (deleted)") {
@@ -303,7 +422,7 @@ fn is_proc_path(path: &[u8]) -> bool {
     first == Some(b"proc")
 }
 
-fn on_procfs(fd: &OwnedFd) -> bool {
+pub(crate) fn on_procfs(fd: &OwnedFd) -> bool {
     // SAFETY: statfs is plain data; fstatfs fills it.
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd and out-pointer.
@@ -353,4 +472,21 @@ pub(crate) fn fstat(fd: &OwnedFd) -> io::Result<libc::stat> {
     // SAFETY: valid fd and out-pointer.
     cvt(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } as libc::c_long)?;
     Ok(st)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn beneath_is_component_wise_and_case_blind() {
+        let b = |p: &str, base: &str| beneath(Path::new(p), Path::new(base));
+        assert!(b("/w/.git/config", "/w/.git"));
+        assert!(b("/w/.git", "/w/.git"));
+        assert!(b("/w/.GIT/Config", "/w/.git/config"));
+        assert!(b("/w/ÄRGER/x", "/w/ärger"));
+        assert!(!b("/w/.gitx", "/w/.git"));
+        assert!(!b("/w", "/w/.git"));
+        assert!(!b("/v/.git", "/w/.git"));
+    }
 }

@@ -41,9 +41,50 @@ pub(crate) enum Kind {
     Listxattr,
     Llistxattr,
     Flistxattr,
+    Open,
+    Openat,
+    Creat,
+    Mknod,
+    Mknodat,
+    Mkdir,
+    Mkdirat,
+    Unlink,
+    Unlinkat,
+    Rmdir,
+    Rename,
+    Renameat,
+    Renameat2,
+    Link,
+    Linkat,
+    Symlink,
+    Symlinkat,
 }
 
 impl Kind {
+    /// The writing opens and directory-entry calls ([`brokered_entry_syscalls`]).
+    pub(crate) fn is_entry(self) -> bool {
+        matches!(
+            self,
+            Kind::Open
+                | Kind::Openat
+                | Kind::Creat
+                | Kind::Mknod
+                | Kind::Mknodat
+                | Kind::Mkdir
+                | Kind::Mkdirat
+                | Kind::Unlink
+                | Kind::Unlinkat
+                | Kind::Rmdir
+                | Kind::Rename
+                | Kind::Renameat
+                | Kind::Renameat2
+                | Kind::Link
+                | Kind::Linkat
+                | Kind::Symlink
+                | Kind::Symlinkat
+        )
+    }
+
     /// The xattr reads ([`brokered_xattr_read_syscalls`]).
     pub(crate) fn is_read(self) -> bool {
         matches!(
@@ -79,6 +120,14 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_listxattr, "listxattr", Kind::Listxattr),
     (libc::SYS_llistxattr, "llistxattr", Kind::Llistxattr),
     (libc::SYS_flistxattr, "flistxattr", Kind::Flistxattr),
+    (libc::SYS_openat, "openat", Kind::Openat),
+    (libc::SYS_mknodat, "mknodat", Kind::Mknodat),
+    (libc::SYS_mkdirat, "mkdirat", Kind::Mkdirat),
+    (libc::SYS_unlinkat, "unlinkat", Kind::Unlinkat),
+    (libc::SYS_renameat, "renameat", Kind::Renameat),
+    (libc::SYS_renameat2, "renameat2", Kind::Renameat2),
+    (libc::SYS_linkat, "linkat", Kind::Linkat),
+    (libc::SYS_symlinkat, "symlinkat", Kind::Symlinkat),
 ];
 
 /// x86_64's legacy path forms (aarch64 has only the `*at` calls above).
@@ -90,6 +139,15 @@ const LEGACY: &[(i64, &str, Kind)] = &[
     (libc::SYS_utimes, "utimes", Kind::Utimes),
     (libc::SYS_futimesat, "futimesat", Kind::Futimesat),
     (libc::SYS_utime, "utime", Kind::Utime),
+    (libc::SYS_open, "open", Kind::Open),
+    (libc::SYS_creat, "creat", Kind::Creat),
+    (libc::SYS_mknod, "mknod", Kind::Mknod),
+    (libc::SYS_mkdir, "mkdir", Kind::Mkdir),
+    (libc::SYS_unlink, "unlink", Kind::Unlink),
+    (libc::SYS_rmdir, "rmdir", Kind::Rmdir),
+    (libc::SYS_rename, "rename", Kind::Rename),
+    (libc::SYS_link, "link", Kind::Link),
+    (libc::SYS_symlink, "symlink", Kind::Symlink),
 ];
 #[cfg(target_arch = "aarch64")]
 const LEGACY: &[(i64, &str, Kind)] = &[];
@@ -112,7 +170,7 @@ pub fn brokered_syscalls() -> &'static [i64] {
     static NUMBERS: std::sync::OnceLock<Vec<i64>> = std::sync::OnceLock::new();
     NUMBERS.get_or_init(|| {
         all()
-            .filter(|(_, _, kind)| *kind != Kind::Truncate && !kind.is_read())
+            .filter(|(_, _, kind)| *kind != Kind::Truncate && !kind.is_read() && !kind.is_entry())
             .map(|(nr, _, _)| *nr)
             .collect()
     })
@@ -135,6 +193,51 @@ pub fn brokered_xattr_read_syscalls() -> &'static [i64] {
         libc::SYS_llistxattr,
         libc::SYS_flistxattr,
     ]
+}
+
+/// The writing opens and directory-entry calls the broker decides and
+/// performs itself: route them to the listener when a deny path lies beneath a
+/// write path (Landlock then grants the write path whole).
+///
+/// `open`, `openat`, `creat` (route only the opens that can write: access mode
+/// not `O_RDONLY`, or `O_CREAT`, `O_TRUNC` or `__O_TMPFILE` set), `mknod`,
+/// `mknodat`, `mkdir`, `mkdirat`, `unlink`, `unlinkat`, `rmdir`, `rename`,
+/// `renameat`, `renameat2`, `link`, `linkat`, `symlink`, `symlinkat`. The forms
+/// without `at` exist on x86_64 only. Not included: `openat2`, which the
+/// filter should answer `ENOSYS`.
+pub fn brokered_entry_syscalls() -> &'static [i64] {
+    #[cfg(target_arch = "x86_64")]
+    const NUMBERS: &[i64] = &[
+        libc::SYS_open,
+        libc::SYS_openat,
+        libc::SYS_creat,
+        libc::SYS_mknod,
+        libc::SYS_mknodat,
+        libc::SYS_mkdir,
+        libc::SYS_mkdirat,
+        libc::SYS_unlink,
+        libc::SYS_unlinkat,
+        libc::SYS_rmdir,
+        libc::SYS_rename,
+        libc::SYS_renameat,
+        libc::SYS_renameat2,
+        libc::SYS_link,
+        libc::SYS_linkat,
+        libc::SYS_symlink,
+        libc::SYS_symlinkat,
+    ];
+    #[cfg(target_arch = "aarch64")]
+    const NUMBERS: &[i64] = &[
+        libc::SYS_openat,
+        libc::SYS_mknodat,
+        libc::SYS_mkdirat,
+        libc::SYS_unlinkat,
+        libc::SYS_renameat,
+        libc::SYS_renameat2,
+        libc::SYS_linkat,
+        libc::SYS_symlinkat,
+    ];
+    NUMBERS
 }
 
 /// `truncate(path)`, which the broker also handles: route it to the listener
@@ -173,6 +276,7 @@ impl Subject {
             Subject::At { dirfd, path, .. } => {
                 (*dirfd != libc::AT_FDCWD && path.as_bytes().first() != Some(&b'/'))
                     || proc_fd(path.as_bytes(), None).is_some()
+                    || dev_fd(path.as_bytes()).is_some()
             }
         }
     }
@@ -278,11 +382,25 @@ fn id(arg: u64) -> Option<u32> {
     (v != u32::MAX).then_some(v)
 }
 
+/// A decoded request: a metadata operation on one object, or an entry call.
+#[derive(Debug)]
+pub(crate) enum Request {
+    Meta(Subject, Op),
+    Entry(EntryCall),
+}
+
 /// Reads the arguments of a `kind` call from the caller.
 ///
 /// Errors are what the kernel would answer (`EFAULT`, `EINVAL`, `ERANGE`,
 /// `E2BIG`, `ENAMETOOLONG`) or a failure to read the caller at all.
-pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<(Subject, Op)> {
+pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<Request> {
+    if kind.is_entry() {
+        return decode_entry(kind, a, caller).map(Request::Entry);
+    }
+    decode_meta(kind, a, caller).map(|(subject, op)| Request::Meta(subject, op))
+}
+
+fn decode_meta(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<(Subject, Op)> {
     let path = |addr: u64| caller.read_cstr(addr, PATH_MAX);
     let mode = |arg: u64| Op::Chmod {
         mode: arg as u32 & 0o7777,
@@ -415,6 +533,287 @@ pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<(Su
                 Op::Truncate { len },
             )
         }
+        _ => return Err(err(libc::ENOSYS)),
+    })
+}
+
+/// A path argument of an entry call, relative to `dirfd` (`AT_FDCWD`: the cwd).
+#[derive(Debug)]
+pub(crate) struct PathArg {
+    pub(crate) dirfd: i32,
+    pub(crate) path: CString,
+}
+
+impl PathArg {
+    fn needs_fd(&self) -> bool {
+        let bytes = self.path.as_bytes();
+        (self.dirfd != libc::AT_FDCWD && bytes.first() != Some(&b'/'))
+            || proc_fd(bytes, None).is_some()
+            || dev_fd(bytes).is_some()
+    }
+}
+
+/// A writing open or a directory-entry call, as the kernel would take it.
+#[derive(Debug)]
+pub(crate) enum EntryCall {
+    /// `flags` as the kernel keeps them (unknown bits dropped, `O_PATH`
+    /// narrowed to its flags); `mode` only when creating.
+    Open {
+        at: PathArg,
+        flags: i32,
+        mode: u32,
+    },
+    Mknod {
+        at: PathArg,
+        mode: u32,
+        dev: u32,
+    },
+    Mkdir {
+        at: PathArg,
+        mode: u32,
+    },
+    /// `dir`: `rmdir` or `AT_REMOVEDIR`.
+    Unlink {
+        at: PathArg,
+        dir: bool,
+    },
+    Rename {
+        from: PathArg,
+        to: PathArg,
+        flags: u32,
+    },
+    /// `follow`: `AT_SYMLINK_FOLLOW`; `empty_path`: `AT_EMPTY_PATH`.
+    Link {
+        from: PathArg,
+        to: PathArg,
+        follow: bool,
+        empty_path: bool,
+    },
+    Symlink {
+        target: CString,
+        at: PathArg,
+    },
+}
+
+impl EntryCall {
+    /// Whether resolving it needs one of the caller's fds.
+    pub(crate) fn needs_fd(&self) -> bool {
+        match self {
+            EntryCall::Open { at, .. }
+            | EntryCall::Mknod { at, .. }
+            | EntryCall::Mkdir { at, .. }
+            | EntryCall::Unlink { at, .. }
+            | EntryCall::Symlink { at, .. } => at.needs_fd(),
+            EntryCall::Rename { from, to, .. } | EntryCall::Link { from, to, .. } => {
+                from.needs_fd() || to.needs_fd()
+            }
+        }
+    }
+}
+
+/// The kernel's `O_LARGEFILE` (libc defines it as 0 on 64-bit targets).
+#[cfg(target_arch = "x86_64")]
+const O_LARGEFILE: i32 = 0o100000;
+#[cfg(target_arch = "aarch64")]
+const O_LARGEFILE: i32 = 0o400000;
+/// `__O_TMPFILE`: `O_TMPFILE` without its `O_DIRECTORY`.
+pub(crate) const O_TMPFILE_BIT: i32 = libc::O_TMPFILE & !libc::O_DIRECTORY;
+/// `VALID_OPEN_FLAGS` (include/linux/fcntl.h).
+const VALID_OPEN_FLAGS: i32 = libc::O_ACCMODE
+    | libc::O_CREAT
+    | libc::O_EXCL
+    | libc::O_NOCTTY
+    | libc::O_TRUNC
+    | libc::O_APPEND
+    | libc::O_NONBLOCK
+    | libc::O_SYNC
+    | libc::O_DSYNC
+    | libc::O_ASYNC
+    | libc::O_DIRECT
+    | O_LARGEFILE
+    | libc::O_DIRECTORY
+    | libc::O_NOFOLLOW
+    | libc::O_NOATIME
+    | libc::O_CLOEXEC
+    | libc::O_PATH
+    | O_TMPFILE_BIT;
+/// `O_PATH_FLAGS` (fs/open.c).
+const O_PATH_FLAGS: i32 = libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_PATH | libc::O_CLOEXEC;
+
+/// `open`/`openat` flags and mode as `build_open_how` and `build_open_flags`
+/// (fs/open.c) take them: unknown bits are dropped, `O_PATH` keeps only its
+/// flags, the mode counts only when creating; `O_CREAT | O_DIRECTORY` and a
+/// malformed `O_TMPFILE` are `EINVAL`.
+pub(crate) fn open_flags(raw: u64, mode: u64) -> io::Result<(i32, u32)> {
+    let mut flags = (raw as u32 as i32) & VALID_OPEN_FLAGS;
+    if flags & libc::O_PATH != 0 {
+        flags &= O_PATH_FLAGS;
+    }
+    let creates = flags & (libc::O_CREAT | O_TMPFILE_BIT) != 0;
+    // umode_t is 16 bits wide.
+    let mode = if creates {
+        u32::from(mode as u16) & 0o7777
+    } else {
+        0
+    };
+    if flags & (libc::O_DIRECTORY | libc::O_CREAT) == libc::O_DIRECTORY | libc::O_CREAT {
+        return Err(err(libc::EINVAL));
+    }
+    if flags & O_TMPFILE_BIT != 0 {
+        let mask = libc::O_TMPFILE | libc::O_CREAT;
+        let writes = matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR);
+        if flags & mask != libc::O_TMPFILE || !writes {
+            return Err(err(libc::EINVAL));
+        }
+    }
+    Ok((flags, mode))
+}
+
+/// `/dev/stdin`, `/dev/stdout`, `/dev/stderr` and `/dev/fd/N`: the fd number
+/// the path names through its `/proc/self/fd` symlink, lexically.
+pub(crate) fn dev_fd(path: &[u8]) -> Option<i32> {
+    let text = std::str::from_utf8(path).ok()?;
+    if !text.starts_with('/') {
+        return None;
+    }
+    let parts: Vec<&str> = text.split('/').filter(|c| !c.is_empty()).collect();
+    match parts.as_slice() {
+        ["dev", "stdin"] => Some(0),
+        ["dev", "stdout"] => Some(1),
+        ["dev", "stderr"] => Some(2),
+        ["dev", "fd", n] if n.bytes().all(|b| b.is_ascii_digit()) => n.parse().ok(),
+        _ => None,
+    }
+}
+
+fn decode_entry(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<EntryCall> {
+    let path = |addr: u64| caller.read_cstr(addr, PATH_MAX);
+    let cwd = |addr: u64| -> io::Result<PathArg> {
+        Ok(PathArg {
+            dirfd: libc::AT_FDCWD,
+            path: path(addr)?,
+        })
+    };
+    let at = |dirfd: u64, addr: u64| -> io::Result<PathArg> {
+        Ok(PathArg {
+            dirfd: dirfd as i32,
+            path: path(addr)?,
+        })
+    };
+    // umode_t is 16 bits wide; flags and dev are ints.
+    let mode16 = |arg: u64| u32::from(arg as u16);
+    let int = |arg: u64| arg as u32;
+    Ok(match kind {
+        Kind::Open => {
+            let (flags, mode) = open_flags(a[1], a[2])?;
+            EntryCall::Open {
+                at: cwd(a[0])?,
+                flags,
+                mode,
+            }
+        }
+        Kind::Openat => {
+            let (flags, mode) = open_flags(a[2], a[3])?;
+            EntryCall::Open {
+                at: at(a[0], a[1])?,
+                flags,
+                mode,
+            }
+        }
+        Kind::Creat => {
+            let flags = (libc::O_CREAT | libc::O_WRONLY | libc::O_TRUNC | O_LARGEFILE) as u64;
+            let (flags, mode) = open_flags(flags, a[1])?;
+            EntryCall::Open {
+                at: cwd(a[0])?,
+                flags,
+                mode,
+            }
+        }
+        Kind::Mknod => EntryCall::Mknod {
+            at: cwd(a[0])?,
+            mode: mode16(a[1]),
+            dev: int(a[2]),
+        },
+        Kind::Mknodat => EntryCall::Mknod {
+            at: at(a[0], a[1])?,
+            mode: mode16(a[2]),
+            dev: int(a[3]),
+        },
+        Kind::Mkdir => EntryCall::Mkdir {
+            at: cwd(a[0])?,
+            mode: mode16(a[1]),
+        },
+        Kind::Mkdirat => EntryCall::Mkdir {
+            at: at(a[0], a[1])?,
+            mode: mode16(a[2]),
+        },
+        Kind::Unlink => EntryCall::Unlink {
+            at: cwd(a[0])?,
+            dir: false,
+        },
+        Kind::Rmdir => EntryCall::Unlink {
+            at: cwd(a[0])?,
+            dir: true,
+        },
+        Kind::Unlinkat => {
+            check_flags(u64::from(int(a[2])), libc::AT_REMOVEDIR)?;
+            EntryCall::Unlink {
+                at: at(a[0], a[1])?,
+                dir: int(a[2]) as i32 & libc::AT_REMOVEDIR != 0,
+            }
+        }
+        Kind::Rename => EntryCall::Rename {
+            from: cwd(a[0])?,
+            to: cwd(a[1])?,
+            flags: 0,
+        },
+        Kind::Renameat | Kind::Renameat2 => {
+            let flags = if kind == Kind::Renameat2 {
+                int(a[4])
+            } else {
+                0
+            };
+            let known = libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE | libc::RENAME_WHITEOUT;
+            if flags & !known != 0
+                || (flags & (libc::RENAME_NOREPLACE | libc::RENAME_WHITEOUT) != 0
+                    && flags & libc::RENAME_EXCHANGE != 0)
+            {
+                return Err(err(libc::EINVAL));
+            }
+            EntryCall::Rename {
+                from: at(a[0], a[1])?,
+                to: at(a[2], a[3])?,
+                flags,
+            }
+        }
+        Kind::Link => EntryCall::Link {
+            from: cwd(a[0])?,
+            to: cwd(a[1])?,
+            follow: false,
+            empty_path: false,
+        },
+        Kind::Linkat => {
+            let flags = int(a[4]) as i32;
+            check_flags(
+                u64::from(flags as u32),
+                libc::AT_SYMLINK_FOLLOW | libc::AT_EMPTY_PATH,
+            )?;
+            EntryCall::Link {
+                from: at(a[0], a[1])?,
+                to: at(a[2], a[3])?,
+                follow: flags & libc::AT_SYMLINK_FOLLOW != 0,
+                empty_path: flags & libc::AT_EMPTY_PATH != 0,
+            }
+        }
+        Kind::Symlink => EntryCall::Symlink {
+            target: path(a[0])?,
+            at: cwd(a[1])?,
+        },
+        Kind::Symlinkat => EntryCall::Symlink {
+            target: path(a[0])?,
+            at: at(a[1], a[2])?,
+        },
+        _ => return Err(err(libc::ENOSYS)),
     })
 }
 
@@ -535,6 +934,7 @@ mod tests {
             .iter()
             .chain(brokered_truncate_syscalls())
             .chain(brokered_xattr_read_syscalls())
+            .chain(brokered_entry_syscalls())
         {
             assert_eq!(all().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
@@ -543,7 +943,14 @@ mod tests {
             brokered_syscalls().len()
                 + brokered_truncate_syscalls().len()
                 + brokered_xattr_read_syscalls().len()
+                + brokered_entry_syscalls().len()
         );
+        for nr in brokered_entry_syscalls() {
+            assert!(lookup(*nr).is_some_and(|(_, kind)| kind.is_entry()), "{nr}");
+        }
+        assert!(all()
+            .filter(|(_, _, kind)| kind.is_entry())
+            .all(|(nr, _, _)| brokered_entry_syscalls().contains(nr)));
         for nr in brokered_xattr_read_syscalls() {
             assert!(lookup(*nr).is_some_and(|(_, kind)| kind.is_read()), "{nr}");
         }
@@ -552,6 +959,88 @@ mod tests {
             .chain(brokered_truncate_syscalls())
             .all(|nr| lookup(*nr).is_some_and(|(_, kind)| !kind.is_read())));
         assert_eq!(lookup(libc::SYS_fchmodat).map(|x| x.0), Some("fchmodat"));
-        assert_eq!(lookup(libc::SYS_openat), None);
+        assert_eq!(lookup(libc::SYS_openat).map(|x| x.0), Some("openat"));
+        assert_eq!(lookup(libc::SYS_openat2), None);
+    }
+
+    #[test]
+    fn entry_syscalls_are_exactly_the_listed_ones() {
+        let names: Vec<&str> = brokered_entry_syscalls()
+            .iter()
+            .filter_map(|nr| lookup(*nr).map(|(name, _)| name))
+            .collect();
+        let mut want = vec![
+            "openat",
+            "mknodat",
+            "mkdirat",
+            "unlinkat",
+            "renameat",
+            "renameat2",
+            "linkat",
+            "symlinkat",
+        ];
+        if cfg!(target_arch = "x86_64") {
+            want.extend([
+                "open", "creat", "mknod", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",
+            ]);
+        }
+        let (mut got, mut want) = (names, want);
+        got.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn open_flags_as_the_kernel() {
+        let of = |flags: i32, mode: u32| open_flags(flags as u32 as u64, u64::from(mode));
+        let einval = |r: io::Result<(i32, u32)>| r.err().and_then(|e| e.raw_os_error());
+        // Unknown bits are dropped, not refused (legacy open).
+        assert_eq!(
+            of(libc::O_WRONLY | 0x4000_0000, 0).ok(),
+            Some((libc::O_WRONLY, 0))
+        );
+        // The mode counts only when creating, 16 bits, S_IALLUGO.
+        assert_eq!(of(libc::O_WRONLY, 0o644).ok(), Some((libc::O_WRONLY, 0)));
+        assert_eq!(
+            of(libc::O_WRONLY | libc::O_CREAT, 0x1_0000 | 0o10644).ok(),
+            Some((libc::O_WRONLY | libc::O_CREAT, 0o644))
+        );
+        // O_PATH keeps only its flags.
+        assert_eq!(
+            of(
+                libc::O_PATH | libc::O_RDWR | libc::O_CREAT | libc::O_TRUNC,
+                0o644
+            )
+            .ok(),
+            Some((libc::O_PATH, 0))
+        );
+        assert_eq!(
+            einval(of(libc::O_CREAT | libc::O_DIRECTORY, 0)),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(
+            einval(of(libc::O_TMPFILE | libc::O_RDONLY, 0)),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(
+            einval(of(libc::O_TMPFILE | libc::O_RDWR | libc::O_CREAT, 0)),
+            Some(libc::EINVAL)
+        );
+        assert_eq!(
+            einval(of(O_TMPFILE_BIT | libc::O_RDWR, 0)),
+            Some(libc::EINVAL)
+        );
+        assert!(of(libc::O_TMPFILE | libc::O_WRONLY, 0o600).is_ok());
+    }
+
+    #[test]
+    fn dev_fd_names() {
+        assert_eq!(dev_fd(b"/dev/stdout"), Some(1));
+        assert_eq!(dev_fd(b"//dev//stderr"), Some(2));
+        assert_eq!(dev_fd(b"/dev/fd/7"), Some(7));
+        assert_eq!(dev_fd(b"dev/stdout"), None);
+        assert_eq!(dev_fd(b"/dev/fd/7/x"), None);
+        assert_eq!(dev_fd(b"/dev/./stdout"), None);
+        assert_eq!(dev_fd(b"/dev/null"), None);
     }
 }

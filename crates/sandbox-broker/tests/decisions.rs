@@ -48,10 +48,7 @@ fn chmod_inside_is_performed_and_outside_refused() {
     assert_eq!(mode(&outside), 0o644);
     assert_eq!(refusals(&run.log), vec![Refusal::OutsideWritePaths]);
     let text = run.log.explain(5);
-    assert!(
-        text.starts_with("metadata broker: 0 performed, 1 refused"),
-        "{text}"
-    );
+    assert!(text.starts_with("broker: 0 performed, 1 refused"), "{text}");
     assert!(text.contains("refused, outside the write paths"), "{text}");
     assert!(text.contains(&outside.display().to_string()), "{text}");
 }

@@ -9,8 +9,9 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use sandbox_broker::{
-    brokered_syscalls, brokered_truncate_syscalls, brokered_xattr_read_syscalls,
-    install_filter_with_listener, listener_channel, recv_fd, Broker, BrokerLog, BrokerRules,
+    brokered_entry_syscalls, brokered_syscalls, brokered_truncate_syscalls,
+    brokered_xattr_read_syscalls, install_filter_with_listener, listener_channel, recv_fd, Broker,
+    BrokerLog, BrokerRules,
 };
 use sandbox_core::{ExpandContext, ResolvedPolicy, SandboxPolicy};
 
@@ -268,6 +269,83 @@ pub fn filter_routing(routed: &[i64]) -> Vec<libc::sock_filter> {
     }
     f.push(stmt(ret, libc::SECCOMP_RET_ALLOW));
     f
+}
+
+/// What the production filter routes when a deny path lies beneath a write
+/// path: the metadata calls, `truncate`, the entry calls, and `open`/`openat`
+/// only when they can write (access mode not `O_RDONLY`, or `O_CREAT`,
+/// `O_TRUNC` or `__O_TMPFILE`); read-only opens stay in the kernel.
+pub fn entry_filter() -> Vec<libc::sock_filter> {
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |op: u32, k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | op | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let ret = libc::BPF_RET | libc::BPF_K;
+    let opens: Vec<(i64, u32)> = brokered_entry_syscalls()
+        .iter()
+        .filter_map(|&nr| {
+            #[cfg(target_arch = "x86_64")]
+            if nr == libc::SYS_open {
+                return Some((nr, 1));
+            }
+            (nr == libc::SYS_openat).then_some((nr, 2))
+        })
+        .collect();
+    let mut f = vec![
+        stmt(ld, 4),
+        jump(libc::BPF_JEQ, AUDIT_ARCH, 1, 0),
+        stmt(ret, libc::SECCOMP_RET_KILL_PROCESS),
+        stmt(ld, 0),
+    ];
+    for nr in brokered_syscalls()
+        .iter()
+        .chain(brokered_truncate_syscalls())
+        .chain(brokered_entry_syscalls())
+        .filter(|nr| !opens.iter().any(|(o, _)| o == *nr))
+    {
+        f.push(jump(libc::BPF_JEQ, *nr as u32, 0, 1));
+        f.push(stmt(ret, libc::SECCOMP_RET_USER_NOTIF));
+    }
+    let writing =
+        (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | (libc::O_TMPFILE & !libc::O_DIRECTORY))
+            as u32;
+    for (nr, arg) in opens {
+        // Low 32 bits of the flags argument (little-endian seccomp_data.args).
+        f.push(jump(libc::BPF_JEQ, nr as u32, 0, 4));
+        f.push(stmt(ld, 16 + 8 * arg));
+        f.push(jump(libc::BPF_JSET, writing, 0, 1));
+        f.push(stmt(ret, libc::SECCOMP_RET_USER_NOTIF));
+        f.push(stmt(ret, libc::SECCOMP_RET_ALLOW));
+    }
+    f.push(stmt(ret, libc::SECCOMP_RET_ALLOW));
+    f
+}
+
+/// Like [`confined`], under [`entry_filter`].
+pub fn confined_entries<F: FnOnce() -> i32>(rules: BrokerRules, action: F) -> Run {
+    let mut pid = 0;
+    let listener = spawn_filtered(entry_filter(), action, &mut pid);
+    let broker = Broker::start(listener, rules).expect("broker starts");
+    let code = wait(pid);
+    Run {
+        code,
+        log: broker.finish(),
+    }
+}
+
+/// Runs `cmd` under `sh` in a child under [`entry_filter`].
+pub fn sh_entries(rules: BrokerRules, cmd: &str) -> Run {
+    let sh = Sh::new(cmd);
+    confined_entries(rules, || sh.exec())
 }
 
 pub fn errno() -> i32 {

@@ -1,0 +1,704 @@
+//! Writing opens and directory-entry calls: resolved, admitted and performed
+//! by the broker on its own fds (the thread holds the caller's credentials).
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+
+use crate::caller::{cvt, errno_of};
+use crate::log::{Decision, Refusal, Target};
+use crate::resolve::{canonical, fstat, walk, BrokerRules, Object, Start, Unresolved};
+use crate::syscalls::{EntryCall, O_TMPFILE_BIT};
+
+/// `PIPEFS_MAGIC` (include/uapi/linux/magic.h).
+const PIPEFS_MAGIC: i64 = 0x5049_5045;
+
+/// What an entry call came to.
+pub(crate) enum Outcome {
+    Done(Decision),
+    /// Hand this fd to the caller as the call's result (`ADDFD` + `SEND`).
+    Fd {
+        fd: OwnedFd,
+        cloexec: bool,
+    },
+}
+
+/// The handles of an entry call's one or two paths.
+pub(crate) struct Starts {
+    first: Start,
+    second: Option<Start>,
+}
+
+/// Whether an open with `flags` can change the object it opens.
+fn writes(flags: i32) -> bool {
+    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+}
+
+fn reads(flags: i32) -> bool {
+    matches!(flags & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
+}
+
+fn errno(n: i32) -> Unresolved {
+    Unresolved::Errno(n)
+}
+
+fn io_errno(e: io::Error) -> Unresolved {
+    Unresolved::Errno(errno_of(&e))
+}
+
+fn refused(reason: Refusal, path: &std::path::Path) -> Unresolved {
+    Unresolved::Refused(reason, Some(path.to_path_buf()))
+}
+
+/// Takes the handles `call` starts from (with the broker's own credentials).
+pub(crate) fn starts(
+    rules: &BrokerRules,
+    caller: &crate::caller::Caller,
+    call: &EntryCall,
+) -> Result<Starts, Unresolved> {
+    use crate::syscalls::{PathArg, Subject};
+    let start = |arg: &PathArg, follow: bool, empty_path: bool| {
+        rules.start(
+            caller,
+            &Subject::At {
+                dirfd: arg.dirfd,
+                path: arg.path.clone(),
+                follow,
+                empty_path,
+            },
+        )
+    };
+    Ok(match call {
+        EntryCall::Open { at, flags, .. } => {
+            // As the kernel: O_NOFOLLOW, and O_CREAT | O_EXCL, do not follow
+            // a final symlink.
+            let excl = libc::O_CREAT | libc::O_EXCL;
+            let follow = flags & libc::O_NOFOLLOW == 0 && flags & excl != excl;
+            Starts {
+                first: start(at, follow, false)?,
+                second: None,
+            }
+        }
+        EntryCall::Mknod { at, .. }
+        | EntryCall::Mkdir { at, .. }
+        | EntryCall::Unlink { at, .. }
+        | EntryCall::Symlink { at, .. } => Starts {
+            first: start(at, false, false)?,
+            second: None,
+        },
+        EntryCall::Rename { from, to, .. } => Starts {
+            first: start(from, false, false)?,
+            second: Some(start(to, false, false)?),
+        },
+        EntryCall::Link {
+            from,
+            to,
+            follow,
+            empty_path,
+        } => Starts {
+            first: start(from, *follow, *empty_path)?,
+            second: Some(start(to, false, false)?),
+        },
+    })
+}
+
+/// Decides and performs `call` from `starts`.
+pub(crate) fn act(
+    rules: &BrokerRules,
+    call: &EntryCall,
+    starts: Starts,
+    target: &mut Target,
+) -> Result<Outcome, Unresolved> {
+    let Starts { first, second } = starts;
+    let second = || second.ok_or(Unresolved::Errno(libc::EINVAL));
+    let done = |rc: libc::c_int| match cvt(libc::c_long::from(rc)) {
+        Ok(_) => Ok(Outcome::Done(Decision::Performed)),
+        Err(e) => Err(io_errno(e)),
+    };
+    match call {
+        EntryCall::Open { flags, mode, .. } => open(rules, first, *flags, *mode, target),
+        EntryCall::Mkdir { mode, .. } => {
+            let e = new_entry(rules, first, target)?;
+            // SAFETY: mkdirat on our admitted parent fd with a NUL-terminated name.
+            done(unsafe { libc::mkdirat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), *mode) })
+        }
+        EntryCall::Mknod { mode, dev, .. } => {
+            if mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+                return Err(Unresolved::Refused(Refusal::SetIdBits, None));
+            }
+            let e = new_entry(rules, first, target)?;
+            // SAFETY: raw mknodat (the kernel's 32-bit dev) on our admitted parent fd.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_mknodat,
+                    e.parent.fd.as_raw_fd(),
+                    e.at_name.as_ptr(),
+                    *mode,
+                    *dev,
+                )
+            };
+            done(rc as libc::c_int)
+        }
+        EntryCall::Symlink { target: link, .. } => {
+            let e = new_entry(rules, first, target)?;
+            // A link in an ancestor's place would redirect the denied path.
+            if rules.ancestor_of_denied(&e.path) {
+                return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
+            }
+            // SAFETY: symlinkat with NUL-terminated strings on our admitted parent fd.
+            done(unsafe {
+                libc::symlinkat(link.as_ptr(), e.parent.fd.as_raw_fd(), e.at_name.as_ptr())
+            })
+        }
+        EntryCall::Unlink { dir, .. } => {
+            let e = match entry(rules, first, target)? {
+                Named::Entry(e) => e,
+                // do_rmdir and do_unlinkat (fs/namei.c).
+                Named::Root if *dir => return Err(errno(libc::EBUSY)),
+                Named::Dot if *dir => return Err(errno(libc::EINVAL)),
+                Named::DotDot if *dir => return Err(errno(libc::ENOTEMPTY)),
+                _ => return Err(errno(libc::EISDIR)),
+            };
+            existing_entry(rules, &e)?;
+            let flags = if *dir { libc::AT_REMOVEDIR } else { 0 };
+            // SAFETY: unlinkat on our admitted parent fd with a NUL-terminated name.
+            done(unsafe { libc::unlinkat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), flags) })
+        }
+        EntryCall::Rename { flags, to, .. } => {
+            let from = entry(rules, first, target)?;
+            let new = entry(rules, second()?, &mut Target::default())?;
+            target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
+            // do_renameat2 (fs/namei.c): "." and ".." are EBUSY, EEXIST for a
+            // new name with RENAME_NOREPLACE.
+            let Named::Entry(from) = from else {
+                return Err(errno(libc::EBUSY));
+            };
+            let Named::Entry(new) = new else {
+                let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+                return Err(errno(if noreplace { libc::EEXIST } else { libc::EBUSY }));
+            };
+            existing_entry(rules, &from)?;
+            existing_entry(rules, &new).map_err(|e| with_path(e, &new.path))?;
+            // SAFETY: renameat2 on our two admitted parent fds with NUL-terminated names.
+            let rc = unsafe {
+                libc::syscall(
+                    libc::SYS_renameat2,
+                    from.parent.fd.as_raw_fd(),
+                    from.at_name.as_ptr(),
+                    new.parent.fd.as_raw_fd(),
+                    new.at_name.as_ptr(),
+                    *flags,
+                )
+            };
+            done(rc as libc::c_int)
+        }
+        EntryCall::Link { to, .. } => {
+            target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
+            // The source first, as the kernel resolves it first.
+            let source = link_source(rules, first)?;
+            let mut new_target = Target::default();
+            let e = new_entry(rules, second()?, &mut new_target).map_err(|e| match e {
+                Unresolved::Refused(r, p) => Unresolved::Refused(r, p.or(new_target.resolved)),
+                other => other,
+            })?;
+            if rules.ancestor_of_denied(&e.path) {
+                return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
+            }
+            target.resolved = Some(e.path.clone());
+            let from = proc_self_fd(source.as_raw_fd());
+            // The magic link names exactly the admitted object (a symlink
+            // itself when not followed); AT_SYMLINK_FOLLOW jumps through it.
+            // SAFETY: linkat with NUL-terminated paths and our admitted parent fd.
+            done(unsafe {
+                libc::linkat(
+                    libc::AT_FDCWD,
+                    from.as_ptr(),
+                    e.parent.fd.as_raw_fd(),
+                    e.at_name.as_ptr(),
+                    libc::AT_SYMLINK_FOLLOW,
+                )
+            })
+        }
+    }
+}
+
+fn with_path(e: Unresolved, path: &std::path::Path) -> Unresolved {
+    match e {
+        Unresolved::Refused(r, None) => Unresolved::Refused(r, Some(path.to_path_buf())),
+        other => other,
+    }
+}
+
+/// An entry's admitted parent directory and final name.
+struct Entry {
+    /// Re-reached beneath a directory write path.
+    parent: Object,
+    /// The final name as the syscall takes it (a trailing slash kept, so the
+    /// kernel applies its own rules for it).
+    at_name: CString,
+    /// Canonical parent path and the name.
+    path: PathBuf,
+}
+
+/// What a path's last component is.
+enum Named {
+    Entry(Box<Entry>),
+    Dot,
+    DotDot,
+    Root,
+}
+
+/// `path` split into its directory part and last component, trailing
+/// slashes set aside; `None` for an empty path.
+fn split(path: &[u8]) -> Option<(&[u8], Last<'_>)> {
+    if path.is_empty() {
+        return None;
+    }
+    let Some(end) = path.iter().rposition(|&b| b != b'/') else {
+        return Some((b"/", Last::Root));
+    };
+    let trimmed = &path[..=end];
+    let (dir, name) = match trimmed.iter().rposition(|&b| b == b'/') {
+        Some(i) => (&trimmed[..=i], &trimmed[i + 1..]),
+        None => (&b"."[..], trimmed),
+    };
+    Some((
+        dir,
+        match name {
+            b"." => Last::Dot,
+            b".." => Last::DotDot,
+            _ => Last::Name {
+                name,
+                slash: end + 1 < path.len(),
+            },
+        },
+    ))
+}
+
+enum Last<'a> {
+    Name { name: &'a [u8], slash: bool },
+    Dot,
+    DotDot,
+    Root,
+}
+
+/// Resolves the parent of the entry `start` names (following symlinks in the
+/// directory part, as the kernel) and admits it.
+fn entry(rules: &BrokerRules, start: Start, target: &mut Target) -> Result<Named, Unresolved> {
+    let Start::Walk { base, path, .. } = start else {
+        // A /proc/self/fd/N path names an fd, not an entry.
+        return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
+    };
+    let Some((dir, last)) = split(path.as_bytes()) else {
+        return Err(errno(libc::ENOENT));
+    };
+    if let Last::Root = last {
+        return Ok(Named::Root);
+    }
+    let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
+    let parent = walk(base.as_ref(), &dir, libc::O_DIRECTORY)?;
+    let (name, slash) = match last {
+        Last::Name { name, slash } => (name, slash),
+        Last::Dot => return Ok(Named::Dot),
+        Last::DotDot => return Ok(Named::DotDot),
+        Last::Root => return Ok(Named::Root),
+    };
+    let parent = rules.admit_dir(&parent)?;
+    let path = parent.path.join(OsStr::from_bytes(name));
+    target.resolved = Some(path.clone());
+    let mut at_name = name.to_vec();
+    if slash {
+        at_name.push(b'/');
+    }
+    let at_name = CString::new(at_name).map_err(|_| errno(libc::EINVAL))?;
+    let e = Entry {
+        parent,
+        at_name,
+        path,
+    };
+    // Beneath a deny path, by name or because the parent is one.
+    if let Some(r) = rules
+        .denied(&e.path)
+        .or_else(|| rules.denied_inode(&e.parent.stat))
+    {
+        return Err(refused(r, &e.path));
+    }
+    Ok(Named::Entry(Box::new(e)))
+}
+
+/// An entry a call creates: `"."`, `".."` and `"/"` exist (`EEXIST`, as
+/// `filename_create`).
+fn new_entry(
+    rules: &BrokerRules,
+    start: Start,
+    target: &mut Target,
+) -> Result<Box<Entry>, Unresolved> {
+    match entry(rules, start, target)? {
+        Named::Entry(e) => Ok(e),
+        _ => Err(errno(libc::EEXIST)),
+    }
+}
+
+/// An entry a call removes, moves or replaces: not an ancestor of a deny
+/// path, and not a deny path's own inode under another name.
+fn existing_entry(rules: &BrokerRules, e: &Entry) -> Result<(), Unresolved> {
+    if rules.ancestor_of_denied(&e.path) {
+        return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
+    }
+    let name = e.at_name.as_bytes();
+    let bare = CString::new(name.strip_suffix(b"/").unwrap_or(name).to_vec())
+        .map_err(|_| errno(libc::EINVAL))?;
+    if let Ok(st) = fstatat_nofollow(&e.parent.fd, &bare) {
+        if let Some(r) = rules.denied_inode(&st) {
+            return Err(refused(r, &e.path));
+        }
+    }
+    Ok(())
+}
+
+fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
+    // SAFETY: stat is plain data; fstatat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid dir fd, NUL-terminated name, live out-pointer.
+    cvt(libc::c_long::from(unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    }))?;
+    Ok(st)
+}
+
+/// The source of a hard link: the caller's own fd when it is open for
+/// writing (a new name grants nothing new), else an object beneath a write
+/// path and not denied (a link to a denied file would make it writable under
+/// another name; one from outside would make that file writable).
+fn link_source(rules: &BrokerRules, start: Start) -> Result<OwnedFd, Unresolved> {
+    match start {
+        Start::Object(fd) if open_for_writing(&fd) => Ok(fd),
+        Start::Object(fd) => Ok(rules.admit_change(&fd)?.fd),
+        Start::Walk { base, path, follow } => {
+            let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+            let first = walk(base.as_ref(), &path, nofollow)?;
+            Ok(rules.admit_change(&first)?.fd)
+        }
+    }
+}
+
+fn status_flags(fd: &OwnedFd) -> i32 {
+    // SAFETY: F_GETFL on our own fd.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) }
+}
+
+fn open_for_writing(fd: &OwnedFd) -> bool {
+    let fl = status_flags(fd);
+    fl >= 0 && fl & libc::O_PATH == 0 && writes(fl & libc::O_ACCMODE)
+}
+
+fn proc_self_fd(fd: RawFd) -> CString {
+    // Digits only: no NUL possible.
+    CString::new(format!("/proc/self/fd/{fd}")).unwrap_or_default()
+}
+
+/// `open`, `openat`, `creat`.
+fn open(
+    rules: &BrokerRules,
+    start: Start,
+    flags: i32,
+    mode: u32,
+    target: &mut Target,
+) -> Result<Outcome, Unresolved> {
+    if flags & libc::O_PATH != 0 {
+        return path_open(start, flags);
+    }
+    let access = flags & libc::O_ACCMODE;
+    if access == libc::O_ACCMODE || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0) {
+        return Err(Unresolved::Refused(Refusal::OpenFlags, None));
+    }
+    let creates = flags & (libc::O_CREAT | O_TMPFILE_BIT) != 0;
+    if creates && mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
+        return Err(Unresolved::Refused(Refusal::SetIdBits, None));
+    }
+    if flags & O_TMPFILE_BIT != 0 {
+        return tmpfile(rules, start, flags, mode, target);
+    }
+    let first = match start {
+        // /proc/self/fd/N, /dev/stdout: the caller's own fd.
+        Start::Object(fd) => return caller_fd(rules, fd, flags, target),
+        Start::Walk { base, path, follow } => {
+            let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+            match walk(base.as_ref(), &path, nofollow) {
+                Ok(fd) => fd,
+                Err(Unresolved::Errno(libc::ENOENT)) if flags & libc::O_CREAT != 0 => {
+                    return create(rules, base.as_ref(), &path, flags, mode, follow, target);
+                }
+                Err(e) => return Err(e),
+            }
+        }
+    };
+    existing(rules, first, flags, target)
+}
+
+/// Opens an object that exists: `/dev/null` and `/dev/zero` always; for a
+/// change, only beneath a write path and not denied; a read, anywhere but
+/// beneath a read-deny path.
+fn existing(
+    rules: &BrokerRules,
+    first: OwnedFd,
+    flags: i32,
+    target: &mut Target,
+) -> Result<Outcome, Unresolved> {
+    if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
+        return Err(errno(libc::EEXIST));
+    }
+    let st = fstat(&first).map_err(io_errno)?;
+    match st.st_mode & libc::S_IFMT {
+        // Reached only unfollowed (O_NOFOLLOW): the kernel's answer.
+        libc::S_IFLNK => return Err(errno(libc::ELOOP)),
+        libc::S_IFDIR if flags & libc::O_CREAT != 0 || writes(flags) => {
+            return Err(errno(libc::EISDIR))
+        }
+        _ => {}
+    }
+    if let Some(dev) = always_writable(&first, &st) {
+        target.resolved = Some(dev);
+        return reopen(&first, flags);
+    }
+    let obj = if writes(flags) {
+        rules.admit_change(&first)?
+    } else {
+        rules.admit_read(first)?
+    };
+    target.resolved = Some(obj.path.clone());
+    reopen(&obj.fd, flags)
+}
+
+/// `/dev/null` or `/dev/zero` (by canonical path and device number).
+fn always_writable(fd: &OwnedFd, st: &libc::stat) -> Option<PathBuf> {
+    if st.st_mode & libc::S_IFMT != libc::S_IFCHR {
+        return None;
+    }
+    let want = match st.st_rdev {
+        r if r == libc::makedev(1, 3) => "/dev/null",
+        r if r == libc::makedev(1, 5) => "/dev/zero",
+        _ => return None,
+    };
+    let link = canonical(fd).ok()?;
+    (link.as_os_str().as_bytes() == want.as_bytes()).then_some(link)
+}
+
+/// The caller's own fd N, reopened: allowed when it is open for writing (and
+/// for reading too if asked) or is an anonymous pipe, since reopening it grants
+/// nothing new; otherwise its object goes through the path rules.
+fn caller_fd(
+    rules: &BrokerRules,
+    fd: OwnedFd,
+    flags: i32,
+    target: &mut Target,
+) -> Result<Outcome, Unresolved> {
+    let fl = status_flags(&fd);
+    if fl >= 0 && fl & libc::O_PATH == 0 {
+        if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
+            return Err(errno(libc::EEXIST));
+        }
+        let st = fstat(&fd).map_err(io_errno)?;
+        let pipe = st.st_mode & libc::S_IFMT == libc::S_IFIFO && fs_type(&fd) == Some(PIPEFS_MAGIC);
+        let held = writes(fl & libc::O_ACCMODE) && (!reads(flags) || reads(fl));
+        if pipe || held {
+            target.resolved = canonical(&fd).ok();
+            return reopen(&fd, flags);
+        }
+    }
+    existing(rules, fd, flags, target)
+}
+
+fn fs_type(fd: &OwnedFd) -> Option<i64> {
+    // SAFETY: statfs is plain data; fstatfs fills it.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
+    #[allow(clippy::unnecessary_cast)]
+    (rc == 0).then_some(st.f_type as i64)
+}
+
+/// Opens our admitted `fd` again through `/proc/self/fd` with the caller's
+/// flags, so the kernel's permission checks and `O_TRUNC` apply.
+fn reopen(fd: &OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
+    let path = proc_self_fd(fd.as_raw_fd());
+    let strip = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    let how = (flags & !strip) | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+    // SAFETY: open of a NUL-terminated path naming our own fd.
+    let rc = unsafe { libc::open(path.as_ptr(), how) };
+    let new = owned(rc)?;
+    finish_open(new, flags)
+}
+
+fn owned(rc: libc::c_int) -> Result<OwnedFd, Unresolved> {
+    let fd = cvt(libc::c_long::from(rc)).map_err(io_errno)?;
+    // SAFETY: a fresh fd, owned from here.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+}
+
+/// The broker opens with `O_NONBLOCK` so that it never waits (a FIFO
+/// without a reader, a lease to break); the caller gets the flag only if it
+/// asked for it.
+fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
+    if flags & libc::O_NONBLOCK == 0 {
+        let fl = status_flags(&fd);
+        // SAFETY: F_SETFL on our own fd.
+        if fl < 0
+            || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) } < 0
+        {
+            return Err(io_errno(io::Error::last_os_error()));
+        }
+    }
+    Ok(Outcome::Fd {
+        fd,
+        cloexec: flags & libc::O_CLOEXEC != 0,
+    })
+}
+
+/// `O_CREAT` of a name that does not exist yet: beneath an admitted parent,
+/// not denied, never through a symlink.
+fn create(
+    rules: &BrokerRules,
+    base: Option<&OwnedFd>,
+    path: &CStr,
+    flags: i32,
+    mode: u32,
+    follow: bool,
+    target: &mut Target,
+) -> Result<Outcome, Unresolved> {
+    // The walk said ENOENT: a missing directory part says so again here.
+    let Some((_, last)) = split(path.to_bytes()) else {
+        return Err(errno(libc::ENOENT));
+    };
+    match last {
+        // open_last_lookups (fs/namei.c): O_CREAT with a trailing slash.
+        Last::Name { slash: true, .. } => return Err(errno(libc::EISDIR)),
+        Last::Name { .. } => {}
+        _ => return Err(errno(libc::ENOENT)),
+    }
+    let start = Start::Walk {
+        base: base.map(|b| b.try_clone()).transpose().map_err(io_errno)?,
+        path: path.to_owned(),
+        follow,
+    };
+    let e = new_entry(rules, start, target)?;
+    if let Ok(st) = fstatat_nofollow(&e.parent.fd, &e.at_name) {
+        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
+            // The walk followed it and found nothing: its target is missing.
+            return Err(refused(Refusal::DanglingSymlink, &e.path));
+        }
+    }
+    let how = (flags & !libc::O_CLOEXEC)
+        | libc::O_NOFOLLOW
+        | libc::O_CLOEXEC
+        | libc::O_NOCTTY
+        | libc::O_NONBLOCK;
+    // SAFETY: openat on our admitted parent fd with a NUL-terminated name.
+    let rc = unsafe { libc::openat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), how, mode) };
+    let new = owned(rc)?;
+    // Something appeared there meanwhile (no O_EXCL): never a deny path's inode.
+    let st = fstat(&new).map_err(io_errno)?;
+    if let Some(r) = rules.denied_inode(&st) {
+        return Err(refused(r, &e.path));
+    }
+    finish_open(new, flags)
+}
+
+/// `O_TMPFILE`: an unnamed file in an admitted directory that is not denied.
+fn tmpfile(
+    rules: &BrokerRules,
+    start: Start,
+    flags: i32,
+    mode: u32,
+    target: &mut Target,
+) -> Result<Outcome, Unresolved> {
+    let dir = match start {
+        Start::Object(fd) => fd,
+        Start::Walk { base, path, follow } => {
+            let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+            walk(base.as_ref(), &path, libc::O_DIRECTORY | nofollow)?
+        }
+    };
+    let dir = rules.admit_dir(&dir)?;
+    target.resolved = Some(dir.path.clone());
+    if let Some(r) = rules
+        .denied(&dir.path)
+        .or_else(|| rules.denied_inode(&dir.stat))
+    {
+        return Err(refused(r, &dir.path));
+    }
+    let how = (flags & !libc::O_CLOEXEC) | libc::O_CLOEXEC;
+    // SAFETY: openat of "." on our admitted directory fd.
+    let rc = unsafe { libc::openat(dir.fd.as_raw_fd(), c".".as_ptr(), how, mode) };
+    let new = owned(rc)?;
+    Ok(Outcome::Fd {
+        fd: new,
+        cloexec: flags & libc::O_CLOEXEC != 0,
+    })
+}
+
+/// `O_PATH` (what the kernel keeps of it): a handle that neither reads nor
+/// writes, so nothing to admit.
+fn path_open(start: Start, flags: i32) -> Result<Outcome, Unresolved> {
+    let keep = flags & (libc::O_DIRECTORY | libc::O_NOFOLLOW);
+    let fd = match start {
+        Start::Object(fd) => {
+            let path = proc_self_fd(fd.as_raw_fd());
+            let how = (keep & !libc::O_NOFOLLOW) | libc::O_PATH | libc::O_CLOEXEC;
+            // SAFETY: open of a NUL-terminated path naming our own fd.
+            owned(unsafe { libc::open(path.as_ptr(), how) })?
+        }
+        Start::Walk { base, path, .. } => walk(base.as_ref(), &path, keep)?,
+    };
+    Ok(Outcome::Fd {
+        fd,
+        cloexec: flags & libc::O_CLOEXEC != 0,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(path: &str) -> Option<(String, String)> {
+        split(path.as_bytes()).map(|(dir, last)| {
+            let last = match last {
+                Last::Name { name, slash } => {
+                    format!(
+                        "{}{}",
+                        String::from_utf8_lossy(name),
+                        if slash { "/" } else { "" }
+                    )
+                }
+                Last::Dot => ".".into(),
+                Last::DotDot => "..".into(),
+                Last::Root => "<root>".into(),
+            };
+            (String::from_utf8_lossy(dir).into_owned(), last)
+        })
+    }
+
+    #[test]
+    fn split_as_the_kernel_parses_the_last_component() {
+        let p = |dir: &str, last: &str| Some((dir.to_owned(), last.to_owned()));
+        assert_eq!(parts(""), None);
+        assert_eq!(parts("a"), p(".", "a"));
+        assert_eq!(parts("a/"), p(".", "a/"));
+        assert_eq!(parts("a//"), p(".", "a/"));
+        assert_eq!(parts("/a"), p("/", "a"));
+        assert_eq!(parts("x/y/z"), p("x/y/", "z"));
+        assert_eq!(parts("x//y"), p("x//", "y"));
+        assert_eq!(parts("/"), p("/", "<root>"));
+        assert_eq!(parts("///"), p("/", "<root>"));
+        assert_eq!(parts("."), p(".", "."));
+        assert_eq!(parts("x/.."), p("x/", ".."));
+        assert_eq!(parts("x/./"), p("x/", "."));
+    }
+}
