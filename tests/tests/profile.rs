@@ -7,11 +7,21 @@ use sandbox_tests::sandbox;
 fn the_printed_profile_has_the_runs_private_tmpdir() {
     let ws = tempfile::tempdir().unwrap();
     let out = sandbox()
-        .args(["profile", "--json", "--mode", "workspace-write", "--workspace"])
+        .args([
+            "profile",
+            "--json",
+            "--mode",
+            "workspace-write",
+            "--workspace",
+        ])
         .arg(ws.path())
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     let params = v["params"].as_array().unwrap();
     let writes: Vec<&str> = params
@@ -19,17 +29,38 @@ fn the_printed_profile_has_the_runs_private_tmpdir() {
         .filter(|p| p[0].as_str().unwrap().starts_with("WRITE_PATH_"))
         .map(|p| p[1].as_str().unwrap())
         .collect();
-    assert_eq!(writes.len(), 2, "the workspace and the private TMPDIR: {writes:?}");
-    assert!(writes.iter().any(|w| w.contains("sandbox-tmp-")), "{writes:?}");
+    assert_eq!(
+        writes.len(),
+        2,
+        "the workspace and the private TMPDIR: {writes:?}"
+    );
+    assert!(
+        writes.iter().any(|w| w.contains("sandbox-tmp-")),
+        "{writes:?}"
+    );
     // `run` in the same mode exports that kind of directory as TMPDIR.
     let run = sandbox()
         .args(["run", "--mode", "workspace-write", "--workspace"])
         .arg(ws.path())
-        .args(["--", "/bin/sh", "-c", "echo $TMPDIR"])
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $TMPDIR; echo x > \"$TMPDIR/f\" && cat \"$TMPDIR/f\"",
+        ])
         .output()
         .unwrap();
-    assert!(run.status.success(), "{}", String::from_utf8_lossy(&run.stderr));
-    assert!(String::from_utf8_lossy(&run.stdout).contains("sandbox-tmp-"));
+    assert!(
+        run.status.success(),
+        "{}",
+        String::from_utf8_lossy(&run.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&run.stdout).into_owned();
+    assert!(stdout.contains("sandbox-tmp-"), "{stdout}");
+    assert!(
+        stdout.ends_with("x\n"),
+        "the private TMPDIR is writable: {stdout}"
+    );
     // read-only mode has no private TMPDIR in either.
     let out = sandbox()
         .args(["profile", "--json", "-w"])

@@ -97,6 +97,10 @@ pub(crate) struct PolicyFlags {
     /// Refuse child processes.
     #[arg(long)]
     pub(crate) deny_subprocess: bool,
+    /// Read-deny the credential files and directories present in $HOME
+    /// (~/.ssh, ~/.aws, ~/.gnupg, ~/.netrc, ...; `sandbox policy` lists them).
+    #[arg(long)]
+    pub(crate) secrets: bool,
     /// Do not pass this environment variable (name or `*` glob; repeatable).
     #[arg(long = "env-deny", value_name = "NAME")]
     pub(crate) env_deny: Vec<String>,
@@ -110,7 +114,7 @@ pub(crate) struct PolicyFlags {
     #[arg(long, value_name = "DIR")]
     pub(crate) workspace: Option<PathBuf>,
     /// A whole policy as JSON, instead of the flags above (used by the argv form).
-    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode"])]
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode", "secrets"])]
     pub(crate) policy_json: Option<String>,
 }
 
@@ -128,6 +132,10 @@ pub(crate) struct ConfigFlags {
     /// When no working backend exists: warn, error or ignore (overrides the config).
     #[arg(long, value_name = "W")]
     pub(crate) on_unsupported: Option<String>,
+    /// Refuse to run (exit 125) when the enforcement would be partial, e.g. on
+    /// an older kernel (config: `require_full = true`).
+    #[arg(long)]
+    pub(crate) require_full: bool,
 }
 
 #[derive(Args)]

@@ -142,6 +142,7 @@ fn load_config(flags: &ConfigFlags) -> Result<Operator, Fatal> {
         config.on_unsupported =
             parse_enum::<OnUnsupported>(w, "--on-unsupported", "warn, error or ignore")?;
     }
+    config.require_full |= flags.require_full;
     Ok(Operator { config, path })
 }
 
@@ -235,8 +236,26 @@ fn effective_policy(
             }
         }
     };
-    mode.extend(&mut requested, workspace.as_deref(), private_tmp)
-        .map_err(Fatal::from)?;
+    let protection = sandbox::protect::Protection {
+        add: &config.protect,
+        remove: &config.unprotect,
+    };
+    mode.extend(
+        &mut requested,
+        workspace.as_deref(),
+        private_tmp,
+        &protection,
+    )
+    .map_err(Fatal::from)?;
+    if flags.secrets || config.secrets {
+        if let Some(home) = ctx.home.as_deref() {
+            requested.read_deny_paths.extend(
+                sandbox::protect::secrets(home)
+                    .into_iter()
+                    .map(|p| p.to_string_lossy().into_owned()),
+            );
+        }
+    }
     let requested = requested.resolve(&ctx)?;
     Ok(Some(match &config.policy {
         Some(operator) => requested.bounded_by(&operator.resolve(&ctx)?)?,
@@ -322,7 +341,21 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
     };
     let policy = op.effective_policy(Some(bound), &ctx, std::env::vars_os().map(|(k, _)| k))?;
     operator.check_not_writable(Some(&policy))?;
-    let req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
+    let mut req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
+    // env_passthrough is an allowlist: keep exactly PATH and the names it
+    // lists, compared byte-wise (a name that is not UTF-8 cannot be listed,
+    // so it is never passed).
+    if let Some(keep) = &op.env_passthrough {
+        use std::os::unix::ffi::OsStrExt;
+        req.env = Some(
+            std::env::vars_os()
+                .filter(|(name, _)| {
+                    name.as_bytes() == b"PATH"
+                        || keep.iter().any(|k| k.as_bytes() == name.as_bytes())
+                })
+                .collect(),
+        );
+    }
     Ok(match execute(config, req, args.report.as_deref())? {
         Ok(outcome) => outcome.exit_code(),
         Err(code) => code,
@@ -338,11 +371,21 @@ fn execute(
     // Checked and its directory opened before the command runs: the command
     // may plant a symlink there or swap the directory meanwhile.
     let report = report.map(report::Target::open).transpose()?;
-    let resolved = if let Some(policy) = &req.policy {
-        sandbox::resolve_backend_for(config, policy)?.backend
-    } else {
-        std::sync::Arc::new(sandbox::NoopBackend)
+    let resolved = match &req.policy {
+        Some(policy) => match sandbox::resolve_backend_for(config, policy) {
+            Ok(r) => r.backend,
+            Err(err) => {
+                let backend = format!("{:?}", config.backend).to_lowercase();
+                let record =
+                    Outcome::runner_failure(&req, &backend, &err.to_string(), EXIT_SANDBOX);
+                write_report(report.as_ref(), &record)?;
+                return Err(Fatal(err.to_string()));
+            }
+        },
+        None => std::sync::Arc::new(sandbox::NoopBackend),
     };
+    let mut req = req;
+    req.require_full = config.require_full;
     match sandbox::run(resolved.as_ref(), &req) {
         Ok(outcome) => {
             write_report(report.as_ref(), &outcome)?;
@@ -350,6 +393,9 @@ fn execute(
         }
         Err(err) => {
             let code = err.exit_code();
+            // A harness reading the record learns why nothing ran.
+            let record = Outcome::runner_failure(&req, resolved.name(), &err.to_string(), code);
+            write_report(report.as_ref(), &record)?;
             if code == EXIT_SANDBOX {
                 return Err(Fatal(err.to_string()));
             }

@@ -51,6 +51,15 @@ pub struct SandboxConfig {
     pub on_unsupported: OnUnsupported,
     /// Whether `--mode danger-full-access` (no confinement at all) may be used.
     pub allow_danger_full_access: bool,
+    /// Extra paths (relative to the workspace) workspace-write protects.
+    pub protect: Vec<String>,
+    /// Default protections (see [`crate::protect::WORKSPACE_PROTECTED`]) to drop.
+    pub unprotect: Vec<String>,
+    /// Read-deny the present [`crate::protect::SECRETS`] in every run.
+    pub secrets: bool,
+    /// Treat partial enforcement (named gaps, e.g. an older kernel's) like
+    /// an unavailable backend: `on_unsupported` then applies.
+    pub require_full: bool,
     /// Bounding policy: requests can only narrow it.
     pub policy: Option<SandboxPolicy>,
 }

@@ -21,6 +21,7 @@ mod mode;
 mod noop;
 mod op;
 mod policy;
+pub mod protect;
 mod report;
 
 pub use axis::Axis;

@@ -34,15 +34,19 @@ impl SandboxMode {
         !matches!(self, Self::DangerFullAccess)
     }
 
-    /// Adds the write paths this mode grants to `policy`.
+    /// Adds the write paths this mode grants to `policy`, and the paths it
+    /// protects inside them.
     ///
     /// `workspace-write` needs a workspace; it returns the name of what is
     /// missing otherwise. `private_tmp` is the run's own temporary directory.
+    /// The workspace's [`protect::workspace_protections`](crate::protect::workspace_protections)
+    /// (changed by `protection`) become write-deny paths.
     pub fn extend(
         self,
         policy: &mut SandboxPolicy,
         workspace: Option<&Path>,
         private_tmp: Option<&Path>,
+        protection: &crate::protect::Protection<'_>,
     ) -> Result<(), &'static str> {
         if let Self::WorkspaceWrite = self {
             let ws =
@@ -51,6 +55,11 @@ impl SandboxMode {
             if let Some(tmp) = private_tmp {
                 policy.write_paths.push(tmp.to_string_lossy().into_owned());
             }
+            policy.write_deny_paths.extend(
+                crate::protect::workspace_protections(ws, protection)
+                    .into_iter()
+                    .map(|p| p.to_string_lossy().into_owned()),
+            );
         }
         Ok(())
     }

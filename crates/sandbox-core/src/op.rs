@@ -113,3 +113,26 @@ pub fn builtin_op_bound(root: &std::path::Path) -> SandboxPolicy {
         ..SandboxPolicy::default()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The legacy envelope's defaults: network off, subprocesses allowed, the
+    /// operator's timeout; `env_passthrough` keeps PATH whatever it lists.
+    #[test]
+    fn op_defaults_and_path_always_passing() {
+        let op = SandboxedExecOp::from_json(r#"{"argv": ["/bin/true"]}"#).unwrap();
+        assert!(!op.network);
+        assert!(op.allow_subprocess);
+        let p = op.to_policy(&SandboxPolicy::default(), Vec::<OsString>::new());
+        assert!(!p.network && !p.deny_subprocess);
+        assert_eq!(p.timeout_seconds, SandboxPolicy::default().timeout_seconds);
+        let op =
+            SandboxedExecOp::from_json(r#"{"argv": ["/bin/true"], "env_passthrough": ["HOME"]}"#)
+                .unwrap();
+        let names = ["PATH", "HOME", "AWS_SECRET"].map(OsString::from);
+        let p = op.to_policy(&SandboxPolicy::default(), names);
+        assert_eq!(p.env_deny_names, vec!["AWS_SECRET".to_owned()]);
+    }
+}

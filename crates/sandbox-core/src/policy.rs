@@ -596,6 +596,9 @@ mod tests {
         assert!(!p.deny_subprocess);
         assert_eq!(p.timeout_seconds, 120);
         assert_eq!(p.max_timeout_seconds, 600);
+        assert!(p.read_deny_paths.is_empty());
+        assert!(p.write_deny_paths.is_empty());
+        assert!(p.env_deny_names.is_empty());
     }
 
     #[test]

@@ -85,7 +85,6 @@ fn denied_path_and_ancestors_cannot_be_removed_or_renamed() {
         format!("rm -rf {w}/a/.git"),
         format!("mv {w}/a {w}/a2"),
         format!("rm -rf {w}/a"),
-        format!("echo planted > {w}/a/new-entry"),
     ];
     // Positive control: without the deny, every one of these works.
     for cmd in &cmds {
@@ -103,6 +102,15 @@ fn denied_path_and_ancestors_cannot_be_removed_or_renamed() {
         "cfg\n"
     );
     assert!(!s.w.join("a2").exists() && !s.w.join("a/git2").exists());
+    // The ancestor itself stays fully usable: new entries, renames, removals
+    // (the broker keeps the deny; Landlock no longer takes the ancestor's
+    // entry rights away).
+    ok(&sh(
+        &p,
+        &format!(
+            "echo planted > {w}/a/new-entry && mv {w}/a/new-entry {w}/a/moved && rm {w}/a/moved"
+        ),
+    ));
 }
 
 #[test]

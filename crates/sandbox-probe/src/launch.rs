@@ -2,7 +2,8 @@
 //!
 //! The command is prepared with [`Backend::prepare`] and turned into a plain
 //! `Command` with [`Confinement::into_command`](sandbox_core::Confinement::into_command),
-//! the same wrap `sandbox run` uses. It runs in its own process group with a
+//! the same wrap `sandbox run` uses, and the backend's supervisor (the
+//! broker) serves it while it runs. It runs in its own process group with a
 //! minimal environment; when it overruns its deadline the whole group is
 //! killed and the launch reports that it timed out.
 
@@ -81,7 +82,7 @@ pub(crate) fn minimal_env() -> Vec<(OsString, OsString)> {
 
 /// Prepares `launch.argv` under `policy` with `backend` and runs it, bounded.
 pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &Launch<'_>) -> Ended {
-    let confinement = match backend.prepare(policy, launch.argv) {
+    let mut confinement = match backend.prepare(policy, launch.argv) {
         Ok(c) => c,
         Err(e) => {
             return Ended::NotStarted {
@@ -89,6 +90,9 @@ pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &La
             }
         }
     };
+    // The backend's supervisor (the Landlock backend's broker) runs for the
+    // launch as it does under `sandbox run`: without it, brokered calls fail.
+    let supervisor = confinement.supervisor.take();
     let Some((mut cmd, _report)) = confinement.into_command() else {
         return Ended::NotStarted {
             why: "the backend's wrap produced an empty argv".into(),
@@ -125,7 +129,24 @@ pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &La
             return Ended::NotStarted { why };
         }
     };
-    wait_bounded(child, launch.deadline)
+    // The hooks (and the child's end of the broker's channel) go with `cmd`.
+    drop(cmd);
+    let running = match supervisor.map(|s| s.start()).transpose() {
+        Ok(running) => running,
+        Err(e) => {
+            let mut child = child;
+            let _ = child.kill();
+            let _ = child.wait();
+            return Ended::NotStarted {
+                why: format!("the backend's supervisor did not start: {e}"),
+            };
+        }
+    };
+    let ended = wait_bounded(child, launch.deadline);
+    if let Some(r) = running {
+        r.finish();
+    }
+    ended
 }
 
 /// Waits for `child` at most `deadline`; kills its process group on overrun.

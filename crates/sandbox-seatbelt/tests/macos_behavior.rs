@@ -261,12 +261,26 @@ fn denied_paths_cannot_be_written_or_moved_away() {
     };
     let sh = |script: &str| run(&policy, &["/bin/sh", "-c", script], &[]);
     let q = |p: &Path| p.to_str().unwrap().to_owned();
-    assert!(!sh(&format!("echo x > '{}/new'", q(&secret_dir))).status.success());
+    assert!(!sh(&format!("echo x > '{}/new'", q(&secret_dir)))
+        .status
+        .success());
     assert!(!secret_dir.join("new").exists());
-    assert!(!sh(&format!("mv '{}' '{}/moved'", q(&secret_dir.join("key")), q(&w))).status.success());
-    assert!(!sh(&format!("mv '{}' '{}/moved'", q(&secret_dir), q(&w))).status.success());
+    assert!(!sh(&format!(
+        "mv '{}' '{}/moved'",
+        q(&secret_dir.join("key")),
+        q(&w)
+    ))
+    .status
+    .success());
+    assert!(!sh(&format!("mv '{}' '{}/moved'", q(&secret_dir), q(&w)))
+        .status
+        .success());
     assert!(secret_dir.join("key").exists());
-    assert!(!sh(&format!("mv '{}' '{}/repo2'", q(&w.join("repo")), q(&w))).status.success());
+    assert!(
+        !sh(&format!("mv '{}' '{}/repo2'", q(&w.join("repo")), q(&w)))
+            .status
+            .success()
+    );
     assert!(w.join("repo/.git").is_dir());
     // Twins: the rest of the write path is writable and movable.
     let ok = sh(&format!(

@@ -65,7 +65,7 @@ fn snapshot_default_policy() {
 fn read_only_mode_is_the_default_write_surface() {
     let mut policy = SandboxPolicy::default();
     SandboxMode::ReadOnly
-        .extend(&mut policy, None, None)
+        .extend(&mut policy, None, None, &Default::default())
         .unwrap();
     let resolved = policy.resolve(&ExpandContext::default()).unwrap();
     let p = profile(&resolved).unwrap();
@@ -255,12 +255,21 @@ fn denied_paths_and_their_ancestors_cannot_be_moved_away() {
             .collect()
     };
     let write_denied = values_of("file-write*");
-    assert!(write_denied.contains(&"/w/a/secret".to_owned()), "{write_denied:?}");
+    assert!(
+        write_denied.contains(&"/w/a/secret".to_owned()),
+        "{write_denied:?}"
+    );
     let unlink = values_of("file-write-unlink");
     for a in ["/w", "/w/a", "/w/b", "/w/b/c"] {
-        assert!(unlink.contains(&a.to_owned()), "{a} missing from {unlink:?}");
+        assert!(
+            unlink.contains(&a.to_owned()),
+            "{a} missing from {unlink:?}"
+        );
     }
-    assert!(!unlink.iter().any(|a| a.starts_with("/elsewhere")), "{unlink:?}");
+    assert!(
+        !unlink.iter().any(|a| a.starts_with("/elsewhere")),
+        "{unlink:?}"
+    );
     // Twin: without denies beneath the write path there is no unlink rule.
     let plain = ProfileInput {
         read_deny_paths: vec!["/r".into()],

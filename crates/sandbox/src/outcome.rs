@@ -136,6 +136,36 @@ pub struct Outcome {
 }
 
 impl Outcome {
+    /// The record of a run the sandbox could not start (bad input already
+    /// refused; this is what comes after: no backend, a failed self-test,
+    /// partial enforcement under `require_full`, a command not found).
+    pub fn runner_failure(
+        req: &crate::RunRequest,
+        backend: &str,
+        reason: &str,
+        exit_code: i32,
+    ) -> Self {
+        Outcome {
+            argv: req
+                .argv
+                .iter()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect(),
+            policy: req.policy.clone(),
+            backend: backend.to_owned(),
+            report: None,
+            termination: Termination::Exited { code: exit_code },
+            timed_out: false,
+            leftover_processes_ended: 0,
+            containment: None,
+            mediation: None,
+            duration_ms: 0.0,
+            classification: Classification::RunnerFailure {
+                reason: reason.to_owned(),
+            },
+        }
+    }
+
     /// The shell-style exit code: the command's, 128+N for signal N, 124 on timeout.
     pub fn exit_code(&self) -> i32 {
         if self.timed_out {

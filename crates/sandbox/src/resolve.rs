@@ -42,13 +42,13 @@ fn resolve(
     config: &SandboxConfig,
     writable: Option<&[std::path::PathBuf]>,
 ) -> Result<ResolvedBackend, SandboxUnavailable> {
-    let attempt = match config.backend {
-        BackendChoice::Noop => {
-            return Ok(ResolvedBackend {
-                backend: Arc::new(NoopBackend),
-                fallback: None,
-            })
-        }
+    if config.backend == BackendChoice::Noop {
+        return Ok(ResolvedBackend {
+            backend: Arc::new(NoopBackend),
+            fallback: None,
+        });
+    }
+    resolve_with(config, writable, || match config.backend {
         BackendChoice::Auto => platform_backend(),
         BackendChoice::Landlock => landlock_backend(),
         BackendChoice::Seatbelt => seatbelt_backend(),
@@ -56,8 +56,16 @@ fn resolve(
             "unknown",
             "this backend choice is not supported by this build",
         )),
-    }
-    .and_then(|backend| {
+    })
+}
+
+/// The self-test and `on_unsupported` applied to the backend `make` gives.
+fn resolve_with(
+    config: &SandboxConfig,
+    writable: Option<&[std::path::PathBuf]>,
+    make: impl FnOnce() -> Result<Arc<dyn Backend>, SandboxUnavailable>,
+) -> Result<ResolvedBackend, SandboxUnavailable> {
+    let attempt = make().and_then(|backend| {
         crate::gate::check(backend.as_ref(), writable)?;
         Ok(backend)
     });
@@ -124,5 +132,68 @@ fn seatbelt_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
             "seatbelt",
             "the Seatbelt backend runs only on macOS",
         ))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::{Axis, Confinement, ResolvedPolicy, WrappedArgv};
+    use std::ffi::OsString;
+
+    /// A backend that claims to enforce but confines nothing: the self-test
+    /// must catch it.
+    #[derive(Debug)]
+    struct Pretender;
+
+    impl Backend for Pretender {
+        fn name(&self) -> &'static str {
+            "pretender-for-resolve-tests"
+        }
+        fn axes(&self) -> &'static [Axis] {
+            &[Axis::Write, Axis::Spawn]
+        }
+        fn prepare(
+            &self,
+            _policy: &ResolvedPolicy,
+            argv: &[OsString],
+        ) -> Result<Confinement, SandboxUnavailable> {
+            Ok(Confinement::new(
+                argv.to_vec(),
+                None,
+                NoopBackend.prepare(_policy, argv)?.report,
+            ))
+        }
+        fn wrap_argv(
+            &self,
+            policy: &ResolvedPolicy,
+            argv: &[OsString],
+        ) -> Result<WrappedArgv, SandboxUnavailable> {
+            NoopBackend.wrap_argv(policy, argv)
+        }
+    }
+
+    #[test]
+    fn a_backend_failing_its_self_test_is_demoted_as_on_unsupported_says() {
+        let make = || Ok(Arc::new(Pretender) as Arc<dyn Backend>);
+        let mut config = SandboxConfig::default();
+        let err = resolve_with(&config, None, make).unwrap_err();
+        assert!(err.to_string().contains("self-test"), "{err}");
+        for choice in [OnUnsupported::Warn, OnUnsupported::Ignore] {
+            config.on_unsupported = choice;
+            let r = resolve_with(&config, None, make).unwrap();
+            assert_eq!(r.backend.name(), "noop", "{choice:?}");
+            assert!(r
+                .fallback
+                .is_some_and(|e| e.to_string().contains("self-test")));
+        }
+        // Twin: a backend that does confine passes (the host's, on Linux).
+        #[cfg(target_os = "linux")]
+        {
+            config.on_unsupported = OnUnsupported::Error;
+            let r = resolve_with(&config, None, landlock_backend).unwrap();
+            assert_eq!(r.backend.name(), "landlock");
+            assert!(r.fallback.is_none());
+        }
     }
 }

@@ -42,6 +42,10 @@ pub struct RunRequest {
     pub grace: Duration,
     /// Copy the command's stderr to this process's stderr while scanning it for evidence.
     pub echo_stderr: bool,
+    /// Refuse to run when the backend's enforcement would be partial
+    /// ([`Enforcement::Partial`](sandbox_core::Enforcement)): the run then
+    /// fails with [`RunError::Unavailable`] naming every gap.
+    pub require_full: bool,
 }
 
 impl RunRequest {
@@ -55,6 +59,7 @@ impl RunRequest {
             env_overrides: Vec::new(),
             grace: Duration::from_secs(2),
             echo_stderr: true,
+            require_full: false,
         }
     }
 }
@@ -96,6 +101,26 @@ pub enum RunError {
         /// The OS error.
         source: std::io::Error,
     },
+}
+
+/// Refuses partial or absent enforcement, naming what is missing.
+fn require_full(
+    backend: &dyn Backend,
+    report: &sandbox_core::EnforcementReport,
+) -> Result<(), sandbox_core::SandboxUnavailable> {
+    use sandbox_core::Enforcement;
+    let why = match report.enforcement() {
+        Enforcement::Full => return Ok(()),
+        Enforcement::Partial { gaps } => format!(
+            "full enforcement was required (--require-full / require_full) but it is partial: {}",
+            gaps.join("; ")
+        ),
+        _ => {
+            "full enforcement was required (--require-full / require_full) but nothing is enforced"
+                .to_owned()
+        }
+    };
+    Err(sandbox_core::SandboxUnavailable::new(backend.name(), why))
 }
 
 /// Makes the calling process a child subreaper, once: orphans of a run held
@@ -193,6 +218,9 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
                 None => policy,
             };
             let c = backend.prepare_for_launch(policy, &req.argv, options)?;
+            if req.require_full {
+                require_full(backend, &c.report)?;
+            }
             (c.argv, c.pre_exec, Some(c.report), c.supervisor)
         }
         None => (req.argv.clone(), None, None, None),

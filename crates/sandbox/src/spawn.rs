@@ -329,9 +329,11 @@ mod imp {
             hook.install(&mut cmd);
         }
         let mut child = cmd.spawn()?;
-        let stderr = child.stderr.take().map(OwnedFd::from).ok_or_else(|| {
-            io::Error::other("the child's stderr pipe is missing")
-        })?;
+        let stderr = child
+            .stderr
+            .take()
+            .map(OwnedFd::from)
+            .ok_or_else(|| io::Error::other("the child's stderr pipe is missing"))?;
         // Dropping `Child` neither waits nor kills: the runner reaps by pid.
         Ok(Spawned {
             pid: child.id() as i32,

@@ -166,7 +166,14 @@ mod tests {
     /// the metadata writes always, the xattr reads under read denials.
     #[test]
     fn filter_and_broker_agree_on_the_brokered_calls() {
-        for (network, read_deny) in [(false, false), (true, false), (false, true), (true, true)] {
+        for (network, read_deny, entries) in [
+            (false, false, false),
+            (true, false, false),
+            (false, true, false),
+            (true, true, false),
+            (false, false, true),
+            (true, true, true),
+        ] {
             let spec = FilterSpec {
                 network,
                 deny_subprocess: false,
@@ -174,7 +181,7 @@ mod tests {
                 broker: true,
                 read_deny,
                 hold_group: false,
-                broker_entries: false,
+                broker_entries: entries,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
@@ -189,15 +196,24 @@ mod tests {
             } else {
                 &[]
             };
+            let entry_calls: &[i64] = if entries {
+                sandbox_broker::brokered_entry_syscalls()
+            } else {
+                &[]
+            };
             let mut brokered: Vec<i64> = sandbox_broker::brokered_syscalls()
                 .iter()
                 .chain(sandbox_broker::brokered_truncate_syscalls())
                 .chain(reads)
+                .chain(entry_calls)
                 .copied()
                 .collect();
             routed.sort_unstable();
             brokered.sort_unstable();
-            assert_eq!(routed, brokered, "network {network}, read_deny {read_deny}");
+            assert_eq!(
+                routed, brokered,
+                "network {network}, read_deny {read_deny}, entries {entries}"
+            );
         }
     }
 }

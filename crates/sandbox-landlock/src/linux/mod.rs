@@ -46,13 +46,19 @@ pub(crate) fn prepare_with(
     channel: Option<broker::Channel>,
     options: LaunchOptions,
 ) -> Result<(PreparedLandlock, Option<broker::BrokerSupervisor>), LandlockError> {
-    let plan = rules::plan(policy, abi.effective)?;
+    let mediation = if channel.is_some() && rules::deny_beneath_write(policy) {
+        rules::Mediation::Entries
+    } else {
+        rules::Mediation::Split
+    };
+    let plan = rules::plan(policy, abi.effective, mediation)?;
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
     // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
     let spec = FilterSpec::new(policy, LandlockCoverage { truncate: false })
         .with_broker(channel.is_some())
-        .with_group_held(options.hold_process_group);
+        .with_group_held(options.hold_process_group)
+        .with_broker_entries(mediation == rules::Mediation::Entries);
     let filter = sandbox_seccomp::compile_spec(&spec)?;
     let drop_capabilities = child::holds_capabilities().map_err(LandlockError::Capabilities)?;
     let facts = report::RulesetFacts {
@@ -61,8 +67,14 @@ pub(crate) fn prepare_with(
         skipped: plan.skipped,
         drops_capabilities: drop_capabilities,
         seccomp_instructions: filter.len(),
+        brokered_denials: mediation == rules::Mediation::Entries,
     };
     let mut report = report::report(policy, abi, Some(&facts));
+    if mediation == rules::Mediation::Entries {
+        report.details.push(
+            "deny paths beneath write paths are kept by the broker: writing opens and directory-entry calls go to it; the rest of each write path stays fully writable (binding unix sockets directly in an ancestor of a deny path is refused)".into(),
+        );
+    }
     if options.hold_process_group {
         report.details.push(
             "setsid and setpgid refused: the runner ends the run by its process group".into(),

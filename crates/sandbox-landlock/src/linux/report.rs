@@ -14,6 +14,8 @@ pub(crate) struct RulesetFacts {
     pub skipped: Vec<String>,
     pub drops_capabilities: bool,
     pub seccomp_instructions: usize,
+    /// Deny paths beneath write paths are kept by the broker, not by splitting.
+    pub brokered_denials: bool,
 }
 
 const NOT_RESTRICTED: &str = "not restricted by the policy";
@@ -79,7 +81,9 @@ pub(crate) fn report(
         "truncation: seccomp refuses O_TRUNC without write access (and access mode 3) on every ABI, truncate(2) by path is brokered, ftruncate needs a writable fd, which Landlock's WRITE_FILE governs (its TRUNCATE right is left unhandled: it would cost a path walk on every open)"
             .into(),
     );
-    if !policy.write_deny_paths().is_empty() || !policy.read_deny_paths().is_empty() {
+    let brokered = facts.is_some_and(|f| f.brokered_denials);
+    if (!policy.write_deny_paths().is_empty() || !policy.read_deny_paths().is_empty()) && !brokered
+    {
         details.push(
             "deny paths are cut out by rule splitting: new entries directly in a denied path's ancestors are refused"
                 .into(),

@@ -43,8 +43,35 @@ pub(crate) struct Plan {
     pub skipped: Vec<String>,
 }
 
+/// Whether a deny path (write or read) lies beneath a write path: the case
+/// rule splitting handles badly (the write path's own entries lose their
+/// rights), so with a broker the write path is granted whole instead and the
+/// broker keeps the denied paths ([`Mediation::Entries`]).
+pub(crate) fn deny_beneath_write(policy: &ResolvedPolicy) -> bool {
+    policy
+        .write_deny_paths()
+        .iter()
+        .chain(policy.read_deny_paths())
+        .any(|d| policy.write_paths().iter().any(|w| d.starts_with(w)))
+}
+
+/// Who keeps the deny paths beneath write paths.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Mediation {
+    /// Rule splitting (no broker for entries).
+    Split,
+    /// The broker: writing opens and entry calls go to it, so only the
+    /// rights it cannot mediate (binding unix sockets) and the read rights
+    /// of read denials are split.
+    Entries,
+}
+
 /// Builds the plan for `policy` under `abi`.
-pub(crate) fn plan(policy: &ResolvedPolicy, abi: ABI) -> Result<Plan, LandlockError> {
+pub(crate) fn plan(
+    policy: &ResolvedPolicy,
+    abi: ABI,
+    mediation: Mediation,
+) -> Result<Plan, LandlockError> {
     // TRUNCATE is left unhandled: handling it makes the kernel walk the path on
     // every open(2), read-only ones included (about +25% per open here).
     // Nothing is lost: O_TRUNC and ftruncate need a writable fd, which
@@ -60,11 +87,24 @@ pub(crate) fn plan(policy: &ResolvedPolicy, abi: ABI) -> Result<Plan, LandlockEr
         BitFlags::EMPTY
     };
     let all = read | write;
+    // What a deny path takes away: with the broker keeping entries, the write
+    // side is only MAKE_SOCK (bind(2) creates a socket file and is not
+    // brokered); every other write right stays with the write path.
+    let denied_write = match mediation {
+        Mediation::Split => write,
+        Mediation::Entries => write & AccessFs::MakeSock,
+    };
     let denies: Vec<(PathBuf, BitFlags<AccessFs>)> = policy
         .read_deny_paths()
         .iter()
-        .map(|p| (p.clone(), all))
-        .chain(policy.write_deny_paths().iter().map(|p| (p.clone(), write)))
+        .map(|p| (p.clone(), read | denied_write))
+        .chain(
+            policy
+                .write_deny_paths()
+                .iter()
+                .map(|p| (p.clone(), denied_write)),
+        )
+        .filter(|(_, rights)| !rights.is_empty())
         .collect();
 
     let mut planner = Planner {

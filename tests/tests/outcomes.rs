@@ -1,0 +1,165 @@
+//! Honest outcomes: full enforcement on demand, and a record for every run
+//! that got as far as parsing its input.
+
+use sandbox_tests::{sandbox, sandbox_lines};
+
+#[test]
+fn require_full_refuses_a_partial_abi_and_runs_under_the_full_one() {
+    let dir = tempfile::tempdir().unwrap();
+    let marker = dir.path().join("ran");
+    let touch = format!("touch {}", marker.display());
+    // ABI 5 lacks the signal scope: a named gap, so enforcement is partial.
+    let out = sandbox()
+        .env("SANDBOX_TEST_LANDLOCK_ABI", "5")
+        .args(["run", "--require-full", "-w"])
+        .arg(dir.path())
+        .args(["--", "/bin/sh", "-c", &touch])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(125),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lines = sandbox_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert!(
+        lines[0].contains("SANDBOX_UNAVAILABLE") && lines[0].contains("signal"),
+        "{lines:?}"
+    );
+    assert!(!marker.exists(), "nothing ran");
+    // Twin: the same ABI without --require-full runs (partial is reported, not refused) ...
+    let out = sandbox()
+        .env("SANDBOX_TEST_LANDLOCK_ABI", "5")
+        .args(["run", "-w"])
+        .arg(dir.path())
+        .args(["--", "/bin/sh", "-c", &touch])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert!(marker.exists());
+    std::fs::remove_file(&marker).unwrap();
+    // ... and the host's full ABI runs with --require-full.
+    let out = sandbox()
+        .args(["run", "--require-full", "-w"])
+        .arg(dir.path())
+        .args(["--", "/bin/sh", "-c", &touch])
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists());
+}
+
+#[test]
+fn a_run_that_cannot_be_applied_still_gets_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("outcome.json");
+    for args in [
+        // No backend: Seatbelt does not exist here.
+        &["--backend", "seatbelt"][..],
+        // Partial enforcement refused.
+        &["--require-full"],
+    ] {
+        let _ = std::fs::remove_file(&report);
+        let out = sandbox()
+            .env("SANDBOX_TEST_LANDLOCK_ABI", "5")
+            .arg("run")
+            .args(args)
+            .arg("--report")
+            .arg(&report)
+            .args(["--", "/bin/true"])
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(125), "{args:?}");
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        assert_eq!(
+            v["classification"]["class"], "runner_failure",
+            "{args:?}: {v}"
+        );
+        assert!(v["classification"]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("SANDBOX_UNAVAILABLE"));
+        assert_eq!(v["termination"]["code"], 125);
+    }
+    // A command that is not found: 127 and a runner_failure record too.
+    let out = sandbox()
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", "no-such-program-xyz"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["classification"]["class"], "runner_failure");
+}
+
+/// An op's env_passthrough is an allowlist byte for byte: PATH and the
+/// listed names pass, everything else (a name that is not UTF-8 included)
+/// does not.
+#[test]
+fn env_passthrough_keeps_path_and_only_the_listed_names() {
+    use std::os::unix::ffi::OsStrExt;
+    let ws = tempfile::tempdir().unwrap();
+    let op = ws.path().join("op.json");
+    std::fs::write(
+        &op,
+        r#"{"argv": ["/usr/bin/env"], "env_passthrough": ["KEEP_ME"]}"#,
+    )
+    .unwrap();
+    let out = sandbox()
+        .args(["exec-op", "--workspace"])
+        .arg(ws.path())
+        .arg("--op")
+        .arg(&op)
+        .env("KEEP_ME", "1")
+        .env("DROP_ME", "1")
+        .env(std::ffi::OsStr::from_bytes(b"BAD\xffNAME"), "1")
+        .output()
+        .unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let env = out.stdout;
+    let has = |n: &[u8]| env.split(|b| *b == b'\n').any(|l| l.starts_with(n));
+    assert!(has(b"PATH="), "PATH always passes");
+    assert!(has(b"KEEP_ME="));
+    assert!(!has(b"DROP_ME="));
+    assert!(!has(b"BAD\xffNAME="), "a non-UTF-8 name is never passed");
+}
+
+/// on_unsupported = ignore falls back silently (no warning line) and runs.
+#[test]
+fn on_unsupported_ignore_runs_without_a_word() {
+    let out = sandbox()
+        .args([
+            "run",
+            "--backend",
+            "seatbelt",
+            "--on-unsupported",
+            "ignore",
+            "--",
+            "/bin/echo",
+            "ran",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+    assert!(
+        !String::from_utf8_lossy(&out.stderr).contains("falling back"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

