@@ -25,7 +25,6 @@ pub use error::SeatbeltError;
 pub use paths::macos_canonical;
 pub use profile::{
     profile, ProfileInput, SeatbeltProfile, ANCESTOR_PARAM, READ_DENY_PARAM, SANDBOX_EXEC,
-    WRITE_DENY_PARAM,
-    WRITE_PARAM,
+    WRITE_DENY_PARAM, WRITE_PARAM,
 };
 pub use report::{enforcement_report, AXES, BACKEND_NAME};

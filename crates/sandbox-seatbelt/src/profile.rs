@@ -139,7 +139,9 @@ impl ProfileInput {
             rule(&mut text, "allow file-write*", &write, &["subpath"]);
         }
         if write_deny.is_empty() && read_deny.is_empty() {
-            text.push_str("; Write denies: none (write_deny_paths and read_deny_paths are empty).\n");
+            text.push_str(
+                "; Write denies: none (write_deny_paths and read_deny_paths are empty).\n",
+            );
         } else {
             // A read-denied path is write-denied too, as on Linux (Landlock
             // removes every right beneath it).
@@ -162,7 +164,12 @@ impl ProfileInput {
             text.push_str(
                 "; Deny path ancestors inside the write paths: never unlinked or renamed.\n",
             );
-            rule(&mut text, "deny file-write-unlink", &ancestors, &["literal"]);
+            rule(
+                &mut text,
+                "deny file-write-unlink",
+                &ancestors,
+                &["literal"],
+            );
         }
         text.push_str(if self.network {
             NETWORK_ON
@@ -193,7 +200,10 @@ fn ancestors_in_write_paths<'a>(
 ) -> Vec<PathBuf> {
     let mut out = BTreeSet::new();
     for deny in denies {
-        for write in write_paths.iter().filter(|w| deny.starts_with(w) && *w != deny) {
+        for write in write_paths
+            .iter()
+            .filter(|w| deny.starts_with(w) && *w != deny)
+        {
             let mut a = deny.parent();
             while let Some(dir) = a {
                 if !dir.starts_with(write) {

@@ -338,11 +338,16 @@ fn check_literals(form: &Sexp, parent: Option<&str>) -> Result<(), String> {
 /// `PREFIX_N` for one of the crate's parameter prefixes.
 fn is_param_name(s: &str) -> bool {
     use crate::profile::{ANCESTOR_PARAM, READ_DENY_PARAM, WRITE_DENY_PARAM, WRITE_PARAM};
-    [WRITE_PARAM, READ_DENY_PARAM, WRITE_DENY_PARAM, ANCESTOR_PARAM]
-        .iter()
-        .any(|prefix| {
-            s.strip_prefix(prefix)
-                .and_then(|rest| rest.strip_prefix('_'))
-                .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
-        })
+    [
+        WRITE_PARAM,
+        READ_DENY_PARAM,
+        WRITE_DENY_PARAM,
+        ANCESTOR_PARAM,
+    ]
+    .iter()
+    .any(|prefix| {
+        s.strip_prefix(prefix)
+            .and_then(|rest| rest.strip_prefix('_'))
+            .is_some_and(|n| !n.is_empty() && n.bytes().all(|b| b.is_ascii_digit()))
+    })
 }
