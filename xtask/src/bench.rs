@@ -226,6 +226,55 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ));
     }
 
+    // workspace-write with its default protections (.git/hooks, .git/config
+    // of a repository, the rc and settings files): those deny paths lie
+    // beneath the workspace, so writing opens and entry calls go to the
+    // broker. 2,000 small files created and written, then a git add +
+    // commit of 1,000 files; each run in a fresh directory.
+    let ws = scratch.join("ws");
+    std::fs::create_dir_all(ws.join(".git")).map_err(|e| format!("{}: {e}", ws.display()))?;
+    let ws_s = ws.display().to_string();
+    let files = "import os, sys, tempfile; d = tempfile.mkdtemp(dir=sys.argv[1]); \
+                 [open(os.path.join(d, 'f%d' % i), 'w').write('x') for i in range(2000)]"
+        .to_owned();
+    let git = "d=$(mktemp -d -p \"$1\") && cd \"$d\" && git init -q && \
+               for i in $(seq 1000); do echo $i > f$i; done && git add . && \
+               git -c user.name=b -c user.email=b@example.invalid commit -qm m";
+    for (name, argv) in [
+        (
+            "2000 small files created and written",
+            vec!["python3".to_owned(), "-c".into(), files, ws_s.clone()],
+        ),
+        (
+            "git add + commit of 1000 files",
+            vec!["/bin/sh".to_owned(), "-c".into(), git.into(), "sh".into(), ws_s.clone()],
+        ),
+    ] {
+        let mut confined = vec![
+            bin.display().to_string(),
+            "run".into(),
+            "--on-unsupported".into(),
+            "error".into(),
+            "--mode".into(),
+            "workspace-write".into(),
+            "--workspace".into(),
+            ws_s.clone(),
+            "--".into(),
+        ];
+        confined.extend(argv.iter().cloned());
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || wall(&argv).map(|t| t - launch_bare),
+            || wall(&confined).map(|t| t - launch_cli),
+        )?;
+        rows.push(row(
+            &format!("{name}: workspace-write with its protections vs bare (launch removed)"),
+            &confined,
+            &a,
+            &b,
+        ));
+    }
+
     // Prepare cost: 50 write paths and a read denial deep under a wide directory.
     let prep = [
         workload.display().to_string(),
