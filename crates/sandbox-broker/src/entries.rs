@@ -12,8 +12,12 @@ use crate::log::{Decision, Refusal, Target};
 use crate::resolve::{canonical, fstat, walk, BrokerRules, Object, Start, Unresolved};
 use crate::syscalls::{EntryCall, O_TMPFILE_BIT};
 
-/// `PIPEFS_MAGIC` (include/uapi/linux/magic.h).
+/// Filesystem magics (include/uapi/linux/magic.h).
 const PIPEFS_MAGIC: i64 = 0x5049_5045;
+/// Filesystems whose files check the opener's credentials (`f_cred`) on
+/// write: procfs, sysfs, cgroup v1 and v2. A file the broker opens carries
+/// the broker thread's euid there, not the caller's.
+const OPENER_CHECKED: [i64; 4] = [0x9fa0, 0x6265_6572, 0x0027_e0eb, 0x6367_7270];
 
 /// What an entry call came to.
 pub(crate) enum Outcome {
@@ -412,11 +416,13 @@ fn open(
     mode: u32,
     target: &mut Target,
 ) -> Result<Outcome, Unresolved> {
-    if flags & libc::O_PATH != 0 {
-        return path_open(start, flags);
-    }
     let access = flags & libc::O_ACCMODE;
-    if access == libc::O_ACCMODE || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0) {
+    // An O_PATH fd cannot be handed over (ADDFD takes its source with fget,
+    // which skips O_PATH files); the kernel would ignore the other bits.
+    if flags & libc::O_PATH != 0
+        || access == libc::O_ACCMODE
+        || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0)
+    {
         return Err(Unresolved::Refused(Refusal::OpenFlags, None));
     }
     let creates = flags & (libc::O_CREAT | O_TMPFILE_BIT) != 0;
@@ -493,7 +499,8 @@ fn always_writable(fd: &OwnedFd, st: &libc::stat) -> Option<PathBuf> {
 
 /// The caller's own fd N, reopened: allowed when it is open for writing (and
 /// for reading too if asked) or is an anonymous pipe, since reopening it grants
-/// nothing new; otherwise its object goes through the path rules.
+/// nothing new; otherwise, and on filesystems that check the opener's
+/// credentials, its object goes through the path rules.
 fn caller_fd(
     rules: &BrokerRules,
     fd: OwnedFd,
@@ -506,9 +513,11 @@ fn caller_fd(
             return Err(errno(libc::EEXIST));
         }
         let st = fstat(&fd).map_err(io_errno)?;
-        let pipe = st.st_mode & libc::S_IFMT == libc::S_IFIFO && fs_type(&fd) == Some(PIPEFS_MAGIC);
+        let fs = fs_type(&fd);
+        let pipe = st.st_mode & libc::S_IFMT == libc::S_IFIFO && fs == Some(PIPEFS_MAGIC);
+        let opener_checked = fs.map_or(true, |t| OPENER_CHECKED.contains(&t));
         let held = writes(fl & libc::O_ACCMODE) && (!reads(flags) || reads(fl));
-        if pipe || held {
+        if pipe || (held && !opener_checked) {
             target.resolved = canonical(&fd).ok();
             return reopen(&fd, flags);
         }
@@ -640,25 +649,6 @@ fn tmpfile(
     let new = owned(rc)?;
     Ok(Outcome::Fd {
         fd: new,
-        cloexec: flags & libc::O_CLOEXEC != 0,
-    })
-}
-
-/// `O_PATH` (what the kernel keeps of it): a handle that neither reads nor
-/// writes, so nothing to admit.
-fn path_open(start: Start, flags: i32) -> Result<Outcome, Unresolved> {
-    let keep = flags & (libc::O_DIRECTORY | libc::O_NOFOLLOW);
-    let fd = match start {
-        Start::Object(fd) => {
-            let path = proc_self_fd(fd.as_raw_fd());
-            let how = (keep & !libc::O_NOFOLLOW) | libc::O_PATH | libc::O_CLOEXEC;
-            // SAFETY: open of a NUL-terminated path naming our own fd.
-            owned(unsafe { libc::open(path.as_ptr(), how) })?
-        }
-        Start::Walk { base, path, .. } => walk(base.as_ref(), &path, keep)?,
-    };
-    Ok(Outcome::Fd {
-        fd,
         cloexec: flags & libc::O_CLOEXEC != 0,
     })
 }

@@ -1,33 +1,37 @@
-//! Metadata broker: performs chmod, chown, xattr, timestamp and truncate requests
-//! of a confined process, but only on objects beneath a write path; and, when
-//! the policy has read-deny paths, its xattr reads, refusing those of objects
-//! beneath a read-deny path.
+//! Broker for a confined process's filesystem writes that Landlock cannot
+//! govern alone: it performs chmod, chown, xattr, timestamp and truncate
+//! requests, but only on objects beneath a write path; when the policy has
+//! read-deny paths, its xattr reads, refusing those of objects beneath a
+//! read-deny path; and when a deny path lies beneath a write path, its
+//! writing opens and directory-entry calls, refusing those that would write
+//! into a denied path (see [below](#writing-opens-and-entry-calls)).
 //!
-//! Landlock has no right for file metadata, so the seccomp filter routes the
-//! metadata syscalls ([`brokered_syscalls`], [`brokered_truncate_syscalls`]
-//! when Landlock lacks the truncate right, and [`brokered_xattr_read_syscalls`]
-//! when the policy has read-deny paths) to a seccomp user-notification
-//! listener. The [`Broker`] serves that listener on a thread of the unconfined
-//! runner. For every request it
+//! The seccomp filter routes these syscalls to a seccomp user-notification
+//! listener: [`brokered_syscalls`] always, [`brokered_truncate_syscalls`]
+//! when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
+//! when the policy has read-deny paths, [`brokered_entry_syscalls`] when a
+//! deny path lies beneath a write path. The [`Broker`] serves that listener
+//! on a thread of the unconfined runner. For every request it
 //!
 //! 1. reads the caller's arguments (paths bounded by `PATH_MAX`, xattr names and
-//!    values bounded by the kernel's limits) with `process_vm_readv`, then checks
+//!    values bounded by the kernel's limits, flags checked as the kernel checks
+//!    them) with `process_vm_readv`, once, then checks
 //!    `SECCOMP_IOCTL_NOTIF_ID_VALID`, so a recycled thread id cannot feed it
 //!    another process's memory;
-//! 2. reads the caller's credentials (`/proc/TID/status`) and takes the
+//! 2. reads the caller's credentials and umask (`/proc/TID/status`) and takes the
 //!    handles the path starts from: the caller's cwd (`/proc/TID/cwd`), its
 //!    dirfd or its own fd (both via `pidfd_getfd`);
 //! 3. takes on the caller's credentials on the broker thread (see
 //!    [below](#acting-with-the-callers-credentials)) and, with them, resolves
 //!    the object the caller named, following the last symlink exactly when the
 //!    syscall would (`lchown`, `lsetxattr`, `lgetxattr`, `AT_SYMLINK_NOFOLLOW`
-//!    do not), never through `/proc` magic links; the kernel's own search
-//!    permissions apply to that walk;
+//!    do not), never through `/proc` magic links nor onto procfs (whose `self`
+//!    would be the broker); the kernel's own search permissions apply to that walk;
 //! 4. admits the object by its canonical path (`/proc/self/fd` readlink of
 //!    the resolved fd):
-//!    * a **change** only when the path lies beneath a write path and neither
-//!      beneath a write-deny path nor beneath a read-deny path (a metadata change
-//!      to a file the caller may not read is refused too), and the same object is
+//!    * a **change** only when the path lies beneath a write path and is not
+//!      *denied* (beneath a write-deny or a read-deny path: a change to a file
+//!      the caller may not read is refused too), and the same object is
 //!      reached again with `openat2(RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS)` from the
 //!      write path's directory fd, so no symlink, `..` or concurrent swap leads out;
 //!    * a **read** anywhere on the read surface, unless the path lies beneath a
@@ -35,16 +39,72 @@
 //! 5. checks the broker's own rules below against the caller's identity and the
 //!    object's owner;
 //! 6. performs the operation on the fd it resolved (through `/proc/self/fd/N`
-//!    where the syscall takes a path), still with the caller's credentials, gives
-//!    the thread its own back, and answers with the result. An xattr read's bytes
-//!    are copied into the caller's buffer with `process_vm_writev`, after one more
-//!    `ID_VALID` check right before the write. The original syscall never
-//!    continues (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` is racy and unused).
+//!    where the syscall takes a path, on the admitted parent's fd for an
+//!    entry), still with the caller's credentials, gives the thread its own
+//!    back, and answers with the result: a new fd is installed in the caller
+//!    and the call answered with its number in one step
+//!    (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SEND`). An xattr
+//!    read's bytes are copied into the caller's buffer with `process_vm_writev`,
+//!    after one more `ID_VALID` check right before the write. The original
+//!    syscall never continues (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` would let the
+//!    kernel read again memory the caller can rewrite after the check).
 //!
-//! Everything refused is answered with `EPERM`; a missing object is answered
-//! with the kernel's own `ENOENT`/`ENOTDIR`, a directory the caller may not
-//! search with `EACCES`. Every answer is recorded in the [`BrokerLog`] returned
-//! by [`Broker::finish`].
+//! *Denied* compares paths component by component without regard to case
+//! (`W/.GIT/config` is `W/.git/config` on a case-insensitive filesystem), and
+//! also refuses the inode of every deny path that existed when the rules were
+//! made, under any name (e.g. a hard link made before the run).
+//!
+//! Everything refused is answered with `EPERM`, except writing opens and entry
+//! calls outside every write path, which get `EACCES` as from Landlock; a
+//! missing object is answered with the kernel's own `ENOENT`/`ENOTDIR`, a
+//! directory the caller may not search with `EACCES`. Every answer is recorded
+//! in the [`BrokerLog`] returned by [`Broker::finish`].
+//!
+//! # Writing opens and entry calls
+//! With a deny path beneath a write path, Landlock grants the write path
+//! whole and the filter routes [`brokered_entry_syscalls`] here (opens only
+//! when they can write: access mode not `O_RDONLY`, or `O_CREAT`, `O_TRUNC`,
+//! `__O_TMPFILE`). The broker performs each call itself:
+//!
+//! * **open, openat, creat**: flags as the kernel keeps them (unknown bits
+//!   dropped; `O_CREAT | O_DIRECTORY` and a malformed `O_TMPFILE` are `EINVAL`).
+//!   Refused: access mode 3, `O_TRUNC` without write access, `S_ISUID`/`S_ISGID`
+//!   in a creation mode, and `O_PATH` with other bits (an `O_PATH` fd cannot be
+//!   handed over). An existing object (its last symlink followed unless
+//!   `O_NOFOLLOW` or `O_CREAT | O_EXCL`) is admitted as a change when the open
+//!   can write, else as a read, and opened again through `/proc/self/fd` with
+//!   the caller's flags, so the kernel's permission checks and `O_TRUNC` apply.
+//!   A missing one with `O_CREAT` is created on its admitted parent, never
+//!   through a symlink (a dangling one is refused). `O_TMPFILE` needs an
+//!   admitted directory that is not denied. `/dev/null` and `/dev/zero` are
+//!   always writable. A path to the caller's own fd N (`/proc/self/fd/N`,
+//!   `/proc/thread-self/fd/N`, `/proc/TID/fd/N`, `/dev/stdin`, `/dev/stdout`,
+//!   `/dev/stderr`, `/dev/fd/N`) reopens that fd when it is open for writing
+//!   (and for reading, if asked) or is an anonymous pipe, since that grants
+//!   nothing new; otherwise its object goes through the rules above.
+//! * **Entries** (the last component of the path): the directory part is
+//!   resolved as the kernel does (symlinks followed) and admitted beneath a
+//!   directory write path; the call is then made on that directory's fd with
+//!   the final name, which is never followed. `.`, `..`, `/` and trailing
+//!   slashes get the kernel's answers. No entry may be *denied*; the calls
+//!   that remove, move or replace one (`unlink`, `rmdir`, `rename`) and those
+//!   that put a link there (`symlink`, `link`) also refuse an ancestor of a
+//!   deny path ([`Refusal::AncestorOfDenyPath`]): moving `W/.git` would move
+//!   `W/.git/hooks`, a symlink at `W/.git` would redirect it. `mkdir` of an
+//!   ancestor is fine: what is made inside it is checked in turn.
+//! * **link** also needs its source beneath a write path and not denied (a
+//!   new name for a denied file would make it writable; one for a file
+//!   outside would make that file writable), or the caller's own fd open for
+//!   writing (`AT_EMPTY_PATH`, `/proc/self/fd/N`: an `O_TMPFILE` given a name).
+//!   **mknod** refuses set-id bits.
+//!
+//! The caller's umask applies (the broker thread has a filesystem context of
+//! its own, `unshare(CLONE_FS)`, and takes on the caller's umask). The broker
+//! never waits on an open: it opens with `O_NONBLOCK` (cleared again unless
+//! the caller asked for it) and `O_NOCTTY`. Filters are installed with
+//! `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19), so once the broker
+//! has a call only a fatal signal ends the caller's wait: a performed call is
+//! never reported as interrupted and restarted (a second `mkdir` would fail).
 //!
 //! # Acting with the caller's credentials
 //! The runner may be root with every capability; the caller may be root with
@@ -109,9 +169,10 @@
 //! `EFAULT`. The answer carries the length ([`Decision::Read`]).
 //!
 //! # Known limits
-//! * `/proc/self/fd/N` (also `thread-self` and the caller's own tid) is taken
-//!   as the caller's fd N and checked like an fd-based call; every other path
-//!   through `/proc` is refused, for reads too. Unlinked files (`(deleted)`),
+//! * `/proc/self/fd/N` (also `thread-self` and the caller's own tid, and
+//!   `/dev/stdin`, `/dev/stdout`, `/dev/stderr`, `/dev/fd/N` when they are the
+//!   usual symlinks to it) is taken as the caller's fd N and checked like an
+//!   fd-based call; every other path through `/proc` is refused, for reads too. Unlinked files (`(deleted)`),
 //!   pipes, sockets and memfds are refused for fd-based calls, reads included:
 //!   without a path the broker cannot tell whether they lie beneath a deny path.
 //! * The proof that a changed object lies beneath its write path (the second
@@ -121,7 +182,21 @@
 //!   Narrower, never wider.
 //! * A hard link inside a write path to a file outside, or outside a read-deny
 //!   path to a file inside, is indistinguishable from any other file (as for
-//!   Landlock's own rights).
+//!   Landlock's own rights), unless the file is itself a deny path that existed
+//!   when the rules were made. A deny path created later is recognised by name
+//!   only (case-blind).
+//! * Case-blind comparison refuses a little more on case-sensitive filesystems
+//!   (`W/.GIT` when `W/.git` is denied); never less.
+//! * Because the broker never waits: a write-only open of a FIFO without a
+//!   reader gets `ENXIO` (the kernel would wait for one), an open that would
+//!   have to break a lease gets `EWOULDBLOCK`, and opening a terminal never
+//!   makes it the caller's controlling terminal.
+//! * The reopen of an existing object carries no `O_CREAT`, so
+//!   `fs.protected_regular` and `fs.protected_fifos` (which refuse `O_CREAT`
+//!   opens of someone else's file in a sticky world-writable directory) do not
+//!   apply to it.
+//! * Without `WAIT_KILLABLE_RECV` (kernels before 5.19) a signal during a
+//!   brokered call can make a performed call fail when restarted.
 //! * Copying a read's bytes into the caller's memory is guarded by `ID_VALID`
 //!   right before `process_vm_writev`, which addresses the thread by id: a caller
 //!   killed in between would need its id reused by another process first, which
@@ -134,7 +209,9 @@
 //! 1. Runner, before spawning: [`BrokerRules::new`] and [`listener_channel`].
 //! 2. Filter: route [`brokered_syscalls`] (and [`brokered_truncate_syscalls`]
 //!    when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
-//!    when the policy has read-deny paths) to `SECCOMP_RET_USER_NOTIF`, only
+//!    when the policy has read-deny paths, [`brokered_entry_syscalls`], opens
+//!    only when they can write, when a deny path lies beneath a write path;
+//!    `openat2` then answered `ENOSYS`) to `SECCOMP_RET_USER_NOTIF`, only
 //!    when a broker serves the run: without a listener that action fails with
 //!    `ENOSYS`.
 //! 3. Child, in the pre-exec hook after `NO_NEW_PRIVS` and Landlock: install the

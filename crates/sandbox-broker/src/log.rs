@@ -179,8 +179,9 @@ pub enum Refusal {
     AncestorOfDenyPath,
     /// `O_CREAT` through a symlink whose target does not exist.
     DanglingSymlink,
-    /// The open's flags are refused: access mode 3 (ioctl-only), or
-    /// `O_TRUNC` without write access.
+    /// The open's flags are refused: access mode 3 (ioctl-only), `O_TRUNC`
+    /// without write access, or `O_PATH` with bits the kernel would ignore
+    /// (an `O_PATH` fd cannot be handed over).
     OpenFlags,
     /// The object lies beneath a read-deny path (refused for metadata changes
     /// and for xattr reads alike).
@@ -262,7 +263,7 @@ impl std::fmt::Display for Refusal {
                 f.write_str("creating a file through a dangling symlink is refused")
             }
             Self::OpenFlags => {
-                f.write_str("access mode 3 and O_TRUNC without write access are refused")
+                f.write_str("access mode 3, O_TRUNC without write access and O_PATH with write or create flags are refused")
             }
             Self::ReadDenyPath => f.write_str("beneath a read-deny path"),
             Self::NoPath => f.write_str("the object has no reachable path"),
