@@ -195,6 +195,11 @@
 //!   `fs.protected_regular` and `fs.protected_fifos` (which refuse `O_CREAT`
 //!   opens of someone else's file in a sticky world-writable directory) do not
 //!   apply to it.
+//! * A file the broker opens for the caller records the broker thread as its
+//!   opener (`f_cred`: the runner's euid, the caller's fsuid, groups and
+//!   capabilities). Files that check the opener on write (procfs, sysfs,
+//!   cgroupfs) lie outside every write path, and a caller's fd on one is not
+//!   reopened directly.
 //! * Without `WAIT_KILLABLE_RECV` (kernels before 5.19) a signal during a
 //!   brokered call can make a performed call fail when restarted.
 //! * Copying a read's bytes into the caller's memory is guarded by `ID_VALID`
