@@ -156,8 +156,11 @@ fn the_command_starts_with_default_signals_and_an_empty_mask() {
     let dir = tempfile::tempdir().unwrap();
     let status = dir.path().join("status");
     // SIGPIPE is ignored by Rust programs; the command must see it at default.
+    // `exec`, so the reader is the shell itself: a forked reader of the
+    // shell's status could catch the shell inside its own fork, while it
+    // blocks every signal (dash does), and read that transient mask.
     let script = format!(
-        "grep -E '^(SigBlk|SigIgn)' /proc/$$/status > '{}'",
+        "exec grep -E '^(SigBlk|SigIgn)' /proc/self/status > '{}'",
         status.display()
     );
     let outcome = run(&HookBackend(succeed), &sh(&script)).unwrap();
