@@ -247,7 +247,13 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ),
         (
             "git add + commit of 1000 files",
-            vec!["/bin/sh".to_owned(), "-c".into(), git.into(), "sh".into(), ws_s.clone()],
+            vec![
+                "/bin/sh".to_owned(),
+                "-c".into(),
+                git.into(),
+                "sh".into(),
+                ws_s.clone(),
+            ],
         ),
     ] {
         let mut confined = vec![

@@ -97,6 +97,10 @@ pub(crate) struct PolicyFlags {
     /// Refuse child processes.
     #[arg(long)]
     pub(crate) deny_subprocess: bool,
+    /// Allow connecting to this pathname UNIX socket outside the write paths
+    /// (repeatable; every other host socket is refused).
+    #[arg(long = "allow-unix", value_name = "PATH")]
+    pub(crate) allow_unix: Vec<PathBuf>,
     /// Read-deny the credential files and directories present in $HOME
     /// (~/.ssh, ~/.aws, ~/.gnupg, ~/.netrc, ...; `sandbox policy` lists them).
     #[arg(long)]
@@ -114,7 +118,7 @@ pub(crate) struct PolicyFlags {
     #[arg(long, value_name = "DIR")]
     pub(crate) workspace: Option<PathBuf>,
     /// A whole policy as JSON, instead of the flags above (used by the argv form).
-    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode", "secrets"])]
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode", "secrets", "allow_unix"])]
     pub(crate) policy_json: Option<String>,
 }
 

@@ -233,6 +233,12 @@ fn effective_policy(
                 env_deny_names: flags.env_deny.clone(),
                 timeout_seconds: flags.timeout.unwrap_or(operator.timeout_seconds),
                 max_timeout_seconds: operator.max_timeout_seconds,
+                // Without --allow-unix, the operator's own list (it bounds the request).
+                allow_unix_sockets: if flags.allow_unix.is_empty() {
+                    operator.allow_unix_sockets.clone()
+                } else {
+                    abs(&flags.allow_unix)?
+                },
             }
         }
     };

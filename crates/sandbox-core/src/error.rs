@@ -68,6 +68,12 @@ pub enum PolicyError {
         /// The read-deny path containing it.
         deny: PathBuf,
     },
+    /// A requested UNIX socket is not on the operator's allow list.
+    #[error("requested UNIX socket {} is not among the operator's allow_unix_sockets; the operator policy can only be narrowed", path.display())]
+    UnixSocketOutsideOperator {
+        /// The requested (resolved) socket path.
+        path: PathBuf,
+    },
     /// The op envelope has no command.
     #[error("the op's argv is empty; give the program to run")]
     EmptyArgv,

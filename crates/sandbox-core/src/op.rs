@@ -73,6 +73,7 @@ impl SandboxedExecOp {
             env_deny_names,
             timeout_seconds: self.timeout_seconds.unwrap_or(defaults.timeout_seconds),
             max_timeout_seconds: defaults.max_timeout_seconds,
+            allow_unix_sockets: Vec::new(),
         }
     }
 

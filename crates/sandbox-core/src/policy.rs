@@ -45,6 +45,9 @@ pub struct SandboxPolicy {
     pub timeout_seconds: u64,
     /// Operator ceiling that `timeout_seconds` and any requested timeout must not exceed.
     pub max_timeout_seconds: u64,
+    /// Pathname UNIX sockets the command may connect to besides those beneath
+    /// the write paths (every other host socket is refused, network on or off).
+    pub allow_unix_sockets: Vec<String>,
 }
 
 impl Default for SandboxPolicy {
@@ -58,6 +61,7 @@ impl Default for SandboxPolicy {
             env_deny_names: Vec::new(),
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
+            allow_unix_sockets: Vec::new(),
         }
     }
 }
@@ -152,6 +156,7 @@ pub struct ResolvedPolicy {
     env_deny_names: Vec<String>,
     timeout_seconds: u64,
     max_timeout_seconds: u64,
+    allow_unix_sockets: Vec<PathBuf>,
 }
 
 impl SandboxPolicy {
@@ -204,6 +209,21 @@ impl SandboxPolicy {
                 });
             }
         }
+        let mut allow_unix_sockets = BTreeSet::new();
+        for raw in &self.allow_unix_sockets {
+            let path = ctx.expand("allow_unix_sockets", raw)?;
+            // A socket may appear after the run starts: its directory must exist.
+            let canonical =
+                std::fs::canonicalize(&path).or_else(|_| match (path.parent(), path.file_name()) {
+                    (Some(dir), Some(name)) => std::fs::canonicalize(dir).map(|d| d.join(name)),
+                    _ => Err(std::io::Error::from(std::io::ErrorKind::NotFound)),
+                });
+            allow_unix_sockets.insert(canonical.map_err(|e| PolicyError::BadPath {
+                field: "allow_unix_sockets",
+                value: raw.clone(),
+                reason: format!("neither the socket nor its directory resolves ({e})"),
+            })?);
+        }
         let mut env_deny_names = BTreeSet::new();
         for name in &self.env_deny_names {
             if name.is_empty() || name.contains('=') || name.contains('\0') {
@@ -220,6 +240,7 @@ impl SandboxPolicy {
             env_deny_names: env_deny_names.into_iter().collect(),
             timeout_seconds: self.timeout_seconds,
             max_timeout_seconds: self.max_timeout_seconds,
+            allow_unix_sockets: allow_unix_sockets.into_iter().collect(),
         })
     }
 }
@@ -529,7 +550,14 @@ impl ResolvedPolicy {
             env_deny_names: self.env_deny_names.clone(),
             timeout_seconds: self.timeout_seconds,
             max_timeout_seconds: self.max_timeout_seconds,
+            allow_unix_sockets: strings(&self.allow_unix_sockets),
         }
+    }
+
+    /// Pathname UNIX sockets (canonical) the command may connect to besides
+    /// those beneath the write paths.
+    pub fn allow_unix_sockets(&self) -> &[PathBuf] {
+        &self.allow_unix_sockets
     }
 }
 
@@ -557,6 +585,15 @@ impl ResolvedPolicy {
                 path: outside.clone(),
             });
         }
+        if let Some(socket) = self
+            .allow_unix_sockets
+            .iter()
+            .find(|p| !operator.allow_unix_sockets.contains(p))
+        {
+            return Err(PolicyError::UnixSocketOutsideOperator {
+                path: socket.clone(),
+            });
+        }
         Ok(ResolvedPolicy {
             network: self.network && operator.network,
             write_paths: self.write_paths.clone(),
@@ -573,6 +610,7 @@ impl ResolvedPolicy {
                 .collect(),
             timeout_seconds: self.timeout_seconds,
             max_timeout_seconds: self.max_timeout_seconds.min(operator.max_timeout_seconds),
+            allow_unix_sockets: self.allow_unix_sockets.clone(),
         })
     }
 }
@@ -651,6 +689,35 @@ mod tests {
         }
         .resolve(&ExpandContext::default())
         .unwrap();
+    }
+
+    #[test]
+    fn allowed_unix_sockets_resolve_and_only_narrow() {
+        let dir = tempfile::tempdir().unwrap();
+        let sock = dir.path().join("agent.sock");
+        let s = |p: &Path| p.to_str().unwrap().to_owned();
+        let policy = |allow: Vec<String>| SandboxPolicy {
+            allow_unix_sockets: allow,
+            ..SandboxPolicy::default()
+        };
+        // Not there yet: its directory resolves, so it is accepted.
+        let r = policy(vec![s(&sock)])
+            .resolve(&ExpandContext::default())
+            .unwrap();
+        let canon = std::fs::canonicalize(dir.path())
+            .unwrap()
+            .join("agent.sock");
+        assert_eq!(r.allow_unix_sockets(), &[canon.clone()]);
+        assert!(policy(vec!["/nonexistent/dir/x.sock".into()])
+            .resolve(&ExpandContext::default())
+            .is_err());
+        // Beyond the operator's list: refused, never dropped.
+        let operator = policy(vec![]).resolve(&ExpandContext::default()).unwrap();
+        assert!(matches!(
+            r.bounded_by(&operator),
+            Err(PolicyError::UnixSocketOutsideOperator { .. })
+        ));
+        assert_eq!(r.bounded_by(&r).unwrap().allow_unix_sockets(), &[canon]);
     }
 
     #[test]

@@ -46,6 +46,7 @@ proptest! {
             env_deny_names: pick(op_env, NAMES).map(str::to_owned).collect(),
             timeout_seconds: op_timeout.min(op_max),
             max_timeout_seconds: op_max,
+            allow_unix_sockets: vec![],
         };
         let op = SandboxedExecOp {
             argv: vec!["/bin/true".into()],
@@ -114,6 +115,7 @@ fn policy_round_trips_through_json_and_toml() {
         env_deny_names: vec!["AWS_*".into()],
         timeout_seconds: 30,
         max_timeout_seconds: 60,
+        allow_unix_sockets: vec![dir.path().join("a/agent.sock").to_str().unwrap().into()],
     };
     let json: SandboxPolicy = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
     assert_eq!(json, p);
