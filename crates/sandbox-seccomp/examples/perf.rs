@@ -42,6 +42,7 @@ mod linux {
         read_deny: false,
         hold_group: false,
         broker_entries: false,
+        broker_connect: false,
     };
 
     fn now_ns() -> u64 {

@@ -191,8 +191,9 @@ mod prebuilt {
 }
 
 /// How many specs have a prebuilt program: those with the first five
-/// switches only (the run's process group not held, no brokered entries),
-/// which is what most launches use; the rest are compiled once per process.
+/// switches only (no Landlock truncate coverage, the run's process group not
+/// held, no brokered entries), which is what most launches use; the rest are
+/// compiled once per process.
 #[cfg_attr(
     not(all(target_os = "linux", target_arch = "x86_64")),
     allow(dead_code)

@@ -217,6 +217,13 @@ pub struct FilterSpec {
     /// Whether the runner holds the run by its process group: `setsid` and
     /// `setpgid` are then refused, so no process can leave it.
     pub hold_group: bool,
+    /// Whether host UNIX sockets are confined with the network on: with a
+    /// broker, `connect` goes to it (it admits only sockets beneath the write
+    /// paths and those allowed, and performs every connect itself); without
+    /// one, no AF_UNIX socket can be created with `socket` (pairs still can).
+    /// Either way no AF_UNIX datagram socket exists, so no addressed send
+    /// reaches a host socket.
+    pub broker_connect: bool,
     /// Whether a deny path lies beneath a write path: with a broker, opens
     /// that can write and the directory-entry calls then go to it (Landlock
     /// grants the write path whole and the broker keeps the denied paths).
@@ -234,6 +241,7 @@ impl FilterSpec {
             read_deny: !policy.read_deny_paths().is_empty(),
             hold_group: false,
             broker_entries: false,
+            broker_connect: false,
         }
     }
 
@@ -243,6 +251,19 @@ impl FilterSpec {
             broker_entries,
             ..self
         }
+    }
+
+    /// The same spec with host UNIX sockets confined (or not).
+    pub fn with_broker_connect(self, broker_connect: bool) -> Self {
+        FilterSpec {
+            broker_connect,
+            ..self
+        }
+    }
+
+    /// Whether `connect` goes to the broker (network on, a broker listens).
+    pub fn routes_connect(&self) -> bool {
+        self.broker_connect && self.broker && self.network
     }
 
     /// Whether opens and entry calls go to the broker (it must listen).
@@ -266,27 +287,32 @@ impl FilterSpec {
         allow(dead_code)
     )]
     pub(crate) fn index(&self) -> usize {
+        // The first five switches are what launches commonly vary (their 32
+        // programs are prebuilt); Landlock's truncate coverage, a held
+        // process group and brokered entries come after.
         usize::from(self.network)
             | usize::from(self.deny_subprocess) << 1
-            | usize::from(self.landlock.truncate) << 2
+            | usize::from(self.broker_connect) << 2
             | usize::from(self.broker) << 3
             | usize::from(self.read_deny) << 4
-            | usize::from(self.hold_group) << 5
-            | usize::from(self.broker_entries) << 6
+            | usize::from(self.landlock.truncate) << 5
+            | usize::from(self.hold_group) << 6
+            | usize::from(self.broker_entries) << 7
     }
 
-    /// All 128 combinations of the seven switches.
+    /// All 256 combinations of the eight switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u8..128).map(|bits| FilterSpec {
+        (0u16..256).map(|bits| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
-            landlock: LandlockCoverage {
-                truncate: bits & 4 != 0,
-            },
+            broker_connect: bits & 4 != 0,
             broker: bits & 8 != 0,
             read_deny: bits & 16 != 0,
-            hold_group: bits & 32 != 0,
-            broker_entries: bits & 64 != 0,
+            landlock: LandlockCoverage {
+                truncate: bits & 32 != 0,
+            },
+            hold_group: bits & 64 != 0,
+            broker_entries: bits & 128 != 0,
         })
     }
 }

@@ -934,11 +934,14 @@ fn network(spec: &FilterSpec) -> Vec<Entry> {
         one!(SYS_sendmsg),
         one!(SYS_sendmmsg),
     ];
-    if spec.network {
-        return plain.into_iter().map(|s| row(s, Rule::Allow, "")).collect();
-    }
     let af = |a: i32| Cond::low32(0, Cmp::Eq(a as u64));
     let ty = |t: i32| masked(1, 0xf, t as u64);
+    if spec.network {
+        if !spec.broker_connect {
+            return plain.into_iter().map(|s| row(s, Rule::Allow, "")).collect();
+        }
+        return confined_unix(spec, &plain, af, ty);
+    }
     let proto = |p: i32| Cond::low32(2, Cmp::Eq(p as u64));
     let no_fastopen = |arg| masked(arg, libc::MSG_FASTOPEN as u64, 0);
     let mut socket_groups = vec![
@@ -989,6 +992,54 @@ fn network(spec: &FilterSpec) -> Vec<Entry> {
             "network=false: MSG_FASTOPEN would connect",
         ),
     ]
+}
+
+/// Network on, host UNIX sockets confined ([`FilterSpec::broker_connect`]).
+fn confined_unix(
+    spec: &FilterSpec,
+    plain: &[Sys; 9],
+    af: impl Fn(i32) -> Cond,
+    ty: impl Fn(i32) -> Cond,
+) -> Vec<Entry> {
+    let not_unix = Cond::low32(0, Cmp::Ne(libc::AF_UNIX as u64));
+    let unix_stream = vec![af(libc::AF_UNIX), ty(libc::SOCK_STREAM)];
+    let unix_seqpacket = vec![af(libc::AF_UNIX), ty(libc::SOCK_SEQPACKET)];
+    let [socket, socketpair, connect, ..] = *plain;
+    let mut rows = vec![row(
+        socketpair,
+        allow_if(vec![
+            vec![not_unix],
+            unix_stream.clone(),
+            unix_seqpacket.clone(),
+        ]),
+        "host UNIX sockets confined: no AF_UNIX datagram pair (it could address any \
+             host socket by msg_name)",
+    )];
+    if spec.broker {
+        rows.push(row(
+            socket,
+            allow_if(vec![vec![not_unix], unix_stream, unix_seqpacket]),
+            "host UNIX sockets confined: no AF_UNIX datagram socket (addressed sends \
+             would reach any host socket)",
+        ));
+        rows.push(row(
+            connect,
+            Rule::Deny(metadata_write(spec)),
+            "the broker reads the address once, admits UNIX sockets beneath the write \
+             paths or allowed, and performs every connect itself (the filter cannot see \
+             the address or the socket's family)",
+        ));
+    } else {
+        rows.push(row(
+            socket,
+            allow_if(vec![vec![not_unix]]),
+            "host UNIX sockets confined and no broker to admit them: no AF_UNIX socket \
+             (pairs still work)",
+        ));
+        rows.push(row(connect, Rule::Allow, ""));
+    }
+    rows.extend(plain[3..].iter().map(|&s| row(s, Rule::Allow, "")));
+    rows
 }
 
 /// The full table for `spec`, sorted by syscall number.

@@ -946,6 +946,7 @@ fn a_held_process_group_cannot_be_left() {
         read_deny: false,
         hold_group: false,
         broker_entries: false,
+        broker_connect: false,
     };
     let held = compile_spec(&base.with_group_held(true)).unwrap();
     let free = compile_spec(&base).unwrap();
@@ -971,4 +972,45 @@ fn a_held_process_group_cannot_be_left() {
         assert_eq!(confined(&free, leave(how)), 0, "the twin leaves its group");
         assert_eq!(confined(&held, leave(how)), libc::EPERM);
     }
+}
+
+/// Network on with host UNIX sockets confined and no broker to admit them:
+/// no AF_UNIX socket and no datagram pair, while stream pairs and IP sockets
+/// work; the twin without the confinement creates them all.
+#[test]
+fn confined_unix_sockets_without_a_broker() {
+    use sandbox_seccomp::{compile_spec, FilterSpec};
+    let base = FilterSpec {
+        network: true,
+        deny_subprocess: false,
+        landlock: LandlockCoverage { truncate: true },
+        broker: false,
+        read_deny: false,
+        hold_group: false,
+        broker_entries: false,
+        broker_connect: false,
+    };
+    let held = compile_spec(&base.with_broker_connect(true)).unwrap();
+    let open = compile_spec(&base).unwrap();
+    let socket = |dom: i32, ty: i32| move || unsafe { status(libc::socket(dom, ty, 0).into()) };
+    let pair = |ty: i32| {
+        move || unsafe {
+            let mut sv = [0; 2];
+            status(libc::socketpair(libc::AF_UNIX, ty, 0, sv.as_mut_ptr()).into())
+        }
+    };
+    assert_eq!(
+        confined(&held, socket(libc::AF_UNIX, libc::SOCK_STREAM)),
+        libc::EPERM
+    );
+    assert_eq!(
+        confined(&held, socket(libc::AF_UNIX, libc::SOCK_DGRAM)),
+        libc::EPERM
+    );
+    assert_eq!(confined(&held, pair(libc::SOCK_DGRAM)), libc::EPERM);
+    assert_eq!(confined(&held, pair(libc::SOCK_STREAM)), 0);
+    assert_eq!(confined(&held, socket(libc::AF_INET, libc::SOCK_STREAM)), 0);
+    assert_eq!(confined(&held, socket(libc::AF_INET, libc::SOCK_DGRAM)), 0);
+    assert_eq!(confined(&open, socket(libc::AF_UNIX, libc::SOCK_STREAM)), 0);
+    assert_eq!(confined(&open, pair(libc::SOCK_DGRAM)), 0);
 }

@@ -158,6 +158,14 @@ fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
                 _ => false,
             })
         }
+        // -- network on, host UNIX sockets confined
+        SYS_socket | SYS_socketpair if spec.network && spec.broker_connect => {
+            let (dom, ty) = (lo(0) as i32, lo(1) as i32 & 0xf);
+            let unix_ok = ty == SOCK_STREAM || ty == SOCK_SEQPACKET;
+            let socket_needs_broker = d.nr as i64 == SYS_socket && !spec.broker;
+            yes(dom != AF_UNIX || (unix_ok && !socket_needs_broker))
+        }
+        SYS_connect if spec.network && spec.broker_connect && spec.broker => RET_USER_NOTIF,
         SYS_socketpair if !spec.network => {
             let ty = lo(1) as i32 & 0xf;
             yes(lo(0) as i32 == AF_UNIX && (ty == SOCK_STREAM || ty == SOCK_SEQPACKET))
@@ -468,14 +476,14 @@ proptest! {
     fn argument_checks_match_the_oracle(
         nr in checked_syscall(),
         args in proptest::array::uniform6(interesting_arg()),
-        which in 0usize..128,
+        which in 0usize..256,
     ) {
         let (spec, f) = &filters()[which];
         check(spec, f, &data(nr, args));
     }
 
     #[test]
-    fn random_numbers_match_the_oracle(nr in any::<u32>(), args in proptest::array::uniform6(any::<u64>()), which in 0usize..128) {
+    fn random_numbers_match_the_oracle(nr in any::<u32>(), args in proptest::array::uniform6(any::<u64>()), which in 0usize..256) {
         let (spec, f) = &filters()[which];
         check(spec, f, &data(nr, args));
     }
@@ -511,6 +519,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             read_deny: true,
             hold_group: false,
             broker_entries: false,
+            broker_connect: false,
         },
         compile_spec(&FilterSpec {
             network: false,
@@ -520,6 +529,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             read_deny: true,
             hold_group: false,
             broker_entries: false,
+            broker_connect: false,
         })
         .unwrap(),
     );

@@ -17,6 +17,7 @@ fn brokered(network: bool, deny_subprocess: bool, truncate: bool, broker: bool) 
         read_deny: false,
         hold_group: false,
         broker_entries: false,
+        broker_connect: false,
     };
     compile_spec(&spec).unwrap().disassemble()
 }
@@ -32,6 +33,7 @@ fn default_backend_with_read_denials() {
         read_deny: true,
         hold_group: false,
         broker_entries: false,
+        broker_connect: false,
     };
     insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }

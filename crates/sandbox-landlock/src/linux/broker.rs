@@ -182,6 +182,7 @@ mod tests {
                 read_deny,
                 hold_group: false,
                 broker_entries: entries,
+                broker_connect: false,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
