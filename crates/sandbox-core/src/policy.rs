@@ -707,7 +707,7 @@ mod tests {
         let canon = std::fs::canonicalize(dir.path())
             .unwrap()
             .join("agent.sock");
-        assert_eq!(r.allow_unix_sockets(), &[canon.clone()]);
+        assert_eq!(r.allow_unix_sockets(), std::slice::from_ref(&canon));
         assert!(policy(vec!["/nonexistent/dir/x.sock".into()])
             .resolve(&ExpandContext::default())
             .is_err());
