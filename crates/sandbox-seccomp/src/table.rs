@@ -1077,6 +1077,20 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     rows.extend(spawning(spec));
     rows.extend(process_group(spec));
     rows.extend(network(spec));
+    if spec.broker {
+        // With a broker, every explicit refusal goes to it first: it records
+        // the call (denial evidence from the sandbox itself, never from the
+        // command's output) and answers EPERM. Refusals are rare, so the
+        // round trip costs nothing on the hot path.
+        for e in &mut rows {
+            match &mut e.rule {
+                Rule::Deny(a) | Rule::AllowIf { otherwise: a, .. } if *a == DENY => {
+                    *a = crate::spec::Action::UserNotif;
+                }
+                _ => {}
+            }
+        }
+    }
     rows.sort_by_key(|e| e.nr);
     rows
 }

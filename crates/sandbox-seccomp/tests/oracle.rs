@@ -76,8 +76,17 @@ fn open_ok(flags: u32, mode: u32) -> bool {
         && (!creates || mode & SPEC_SET_ID == 0)
 }
 
-/// The expected answer, restated from the specification (x86_64 numbers).
+/// The expected answer, restated from the specification (x86_64 numbers):
+/// with a broker, every explicit refusal goes to it (it records the call and
+/// answers EPERM).
 fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
+    match refusal_oracle(spec, d) {
+        RET_EPERM if spec.broker => RET_USER_NOTIF,
+        other => other,
+    }
+}
+
+fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
     if d.arch != AUDIT_ARCH_X86_64 || d.nr >= 0x4000_0000 {
         return RET_KILL_PROCESS;
     }

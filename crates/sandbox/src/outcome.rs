@@ -45,17 +45,12 @@ pub enum Classification {
     Timeout,
 }
 
-/// Phrases in stderr that show a refusal by the sandbox.
-const DENIAL_MARKERS: &[&str] = &[
-    "Permission denied",
-    "Operation not permitted",
-    "Read-only file system",
-    "Function not implemented",
-];
-
 impl Classification {
-    /// Classifies a finished run. Denial evidence counts only for confined runs.
-    pub fn of(termination: &Termination, timed_out: bool, confined: bool, stderr: &str) -> Self {
+    /// Classifies a finished run from what the runner itself saw: the
+    /// timeout, the exit, a SIGSYS from the filter. The command's output is
+    /// never evidence (it could forge it); refusals the sandbox recorded are
+    /// added by [`Classification::with_refusals`].
+    pub fn of(termination: &Termination, timed_out: bool, confined: bool) -> Self {
         if timed_out {
             return Self::Timeout;
         }
@@ -64,19 +59,6 @@ impl Classification {
             Termination::Signaled { signal } if confined && *signal == libc::SIGSYS => {
                 Self::SandboxDenial {
                     evidence: vec!["killed by SIGSYS (seccomp)".into()],
-                }
-            }
-            _ if confined => {
-                let evidence: Vec<String> = stderr
-                    .lines()
-                    .filter(|l| DENIAL_MARKERS.iter().any(|m| l.contains(m)))
-                    .take(10)
-                    .map(|l| l.trim().to_owned())
-                    .collect();
-                if evidence.is_empty() {
-                    Self::TaskFailure
-                } else {
-                    Self::SandboxDenial { evidence }
                 }
             }
             _ => Self::TaskFailure,
@@ -94,13 +76,13 @@ impl Classification {
             Self::TaskFailure => Vec::new(),
             other => return other,
         };
-        evidence.extend(
-            mediation
-                .refused
-                .iter()
-                .take(10)
-                .map(|c| format!("broker refused {} of {}: {}", c.syscall, c.target, c.reason)),
-        );
+        evidence.extend(mediation.refused.iter().take(10).map(|c| {
+            if c.target.is_empty() {
+                format!("the sandbox refused {}: {}", c.syscall, c.reason)
+            } else {
+                format!("broker refused {} of {}: {}", c.syscall, c.target, c.reason)
+            }
+        }));
         Self::SandboxDenial { evidence }
     }
 }
@@ -244,23 +226,30 @@ mod tests {
     }
 
     #[test]
-    fn classification_needs_confinement_for_denial() {
+    fn the_commands_own_output_is_never_evidence() {
         let failed = Termination::Exited { code: 1 };
-        let stderr = "touch: cannot touch '/etc/x': Permission denied\n";
+        // A "Permission denied" the command printed itself is a task failure.
+        assert_eq!(
+            Classification::of(&failed, false, true),
+            Classification::TaskFailure
+        );
+        let sigsys = Termination::Signaled {
+            signal: libc::SIGSYS,
+        };
         assert!(matches!(
-            Classification::of(&failed, false, true, stderr),
+            Classification::of(&sigsys, false, true),
             Classification::SandboxDenial { .. }
         ));
         assert_eq!(
-            Classification::of(&failed, false, false, stderr),
+            Classification::of(&sigsys, false, false),
             Classification::TaskFailure
         );
         assert_eq!(
-            Classification::of(&failed, true, true, stderr),
+            Classification::of(&failed, true, true),
             Classification::Timeout
         );
         assert_eq!(
-            Classification::of(&Termination::Exited { code: 0 }, false, true, ""),
+            Classification::of(&Termination::Exited { code: 0 }, false, true),
             Classification::Ok
         );
     }

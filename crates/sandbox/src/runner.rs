@@ -40,7 +40,9 @@ pub struct RunRequest {
     pub env_overrides: Vec<(OsString, OsString)>,
     /// Time between SIGTERM and SIGKILL when ending the process tree.
     pub grace: Duration,
-    /// Copy the command's stderr to this process's stderr while scanning it for evidence.
+    /// Whether the command's stderr is this process's own (`true`, passed
+    /// through untouched: a terminal stays a terminal) or `/dev/null`. The
+    /// runner never reads it: evidence comes from the sandbox's own records.
     pub echo_stderr: bool,
     /// Refuse to run when the backend's enforcement would be partial
     /// ([`Enforcement::Partial`](sandbox_core::Enforcement)): the run then
@@ -49,7 +51,8 @@ pub struct RunRequest {
 }
 
 impl RunRequest {
-    /// A request with defaults: runner's cwd and environment, 2 s grace, stderr echoed.
+    /// A request with defaults: runner's cwd and environment, 2 s grace,
+    /// standard streams passed through.
     pub fn new(argv: Vec<OsString>, policy: Option<ResolvedPolicy>) -> Self {
         Self {
             argv,
@@ -240,11 +243,25 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         Some(first) => locate(first, path_var.as_deref(), req.cwd.as_deref())?,
         None => return Err(RunError::EmptyArgv),
     };
+    let null = if req.echo_stderr {
+        None
+    } else {
+        Some(
+            std::fs::OpenOptions::new()
+                .write(true)
+                .open("/dev/null")
+                .map_err(|source| RunError::Spawn {
+                    program: program.clone(),
+                    source,
+                })?,
+        )
+    };
     let plan = SpawnPlan {
         path: &path,
         argv: &argv,
         env: &env,
         cwd: req.cwd.as_deref(),
+        stderr: null.as_ref().map(|f| f.as_raw_fd()),
     };
     // The runner's own setup first, then joining the cgroup (before Landlock
     // would refuse the write), then the backend's confinement.
@@ -272,8 +289,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         }
     };
     let deadline = timeout.map(|t| started + t);
-    let mut watch = Watch::new(pid, Some(child.stderr), req.echo_stderr, deadline);
-    let timed_out = !watch.wait_exit(deadline);
+    let timed_out = !Watch::new(pid).wait_exit(deadline);
     // Every process of the run ends here, the main one too on a timeout.
     let ended = containment.end(pid, req.grace);
     let status = match ended.main {
@@ -285,7 +301,6 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     };
     let leftovers = ended.others;
     let mediation = supervisor.map(|s| s.finish());
-    let stderr_tail = watch.drain();
     drop(containment);
 
     let termination = match (status.code(), status.signal()) {
@@ -294,7 +309,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         _ => Termination::Exited { code: -1 },
     };
     let confined = report.is_some() && backend.enforces();
-    let mut classification = Classification::of(&termination, timed_out, confined, &stderr_tail);
+    let mut classification = Classification::of(&termination, timed_out, confined);
     if let Some(m) = &mediation {
         classification = classification.with_refusals(m);
     }
@@ -461,42 +476,17 @@ fn pidfd_open(_pid: i32) -> Option<OwnedFd> {
     None
 }
 
-/// Waits on a child via its pidfd while copying its stderr.
+/// Waits on a child via its pidfd.
 struct Watch {
     pid: i32,
     pidfd: Option<OwnedFd>,
-    stderr: Option<OwnedFd>,
-    echo: bool,
-    /// Copying to our stderr never waits past this for a reader that does
-    /// not read: the run's deadline, then [`DRAIN_LIMIT`] after its end.
-    echo_deadline: Option<Instant>,
-    tail: Vec<u8>,
 }
 
-const TAIL_LIMIT: usize = 64 * 1024;
-
-/// How long the copy of what is left of stderr may wait for its reader once
-/// the run has ended.
-const DRAIN_LIMIT: Duration = Duration::from_secs(10);
-
 impl Watch {
-    fn new(pid: i32, stderr: Option<OwnedFd>, echo: bool, deadline: Option<Instant>) -> Self {
-        let pidfd = pidfd_open(pid);
-        if let Some(fd) = &stderr {
-            // Non-blocking, so draining never waits on a writer that escaped cleanup.
-            // SAFETY: fcntl on an fd we own.
-            unsafe {
-                let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
-                libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK);
-            }
-        }
+    fn new(pid: i32) -> Self {
         Self {
             pid,
-            pidfd,
-            stderr,
-            echo,
-            echo_deadline: deadline,
-            tail: Vec::new(),
+            pidfd: pidfd_open(pid),
         }
     }
 
@@ -514,32 +504,20 @@ impl Watch {
                 None => -1,
             };
             let Some(pidfd) = &self.pidfd else {
-                // No pidfd (very old kernel): poll the stderr pipe with a short tick.
+                // No pidfd (very old kernel): check with a short tick.
                 return self.wait_without_pidfd(deadline);
             };
-            let mut fds = [
-                libc::pollfd {
-                    fd: pidfd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: self.stderr.as_ref().map_or(-1, |f| f.as_raw_fd()),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: fds is a valid array of two pollfd.
-            let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, wait_ms) };
-            if n < 0 {
-                continue; // EINTR
-            }
-            if fds[1].revents != 0 && !self.read_stderr() {
-                self.stderr = None;
-            }
-            if fds[0].revents != 0 {
+            let mut pfd = libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one valid pollfd.
+            let n = unsafe { libc::poll(&mut pfd, 1, wait_ms) };
+            if n > 0 {
                 return true;
             }
+            // n == 0: the deadline check at the top ends the loop; n < 0: EINTR.
         }
     }
 
@@ -564,78 +542,7 @@ impl Watch {
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return false;
             }
-            while self.read_stderr() {}
             std::thread::sleep(Duration::from_millis(5));
         }
-    }
-
-    /// Reads once from stderr; false on EOF or error.
-    fn read_stderr(&mut self) -> bool {
-        let Some(fd) = &self.stderr else { return false };
-        let mut buf = [0u8; 8192];
-        // SAFETY: buf is valid for its length.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
-        if n <= 0 {
-            return false;
-        }
-        let chunk = &buf[..n as usize];
-        if self.echo {
-            self.echo(chunk);
-        }
-        self.tail.extend_from_slice(chunk);
-        if self.tail.len() > TAIL_LIMIT {
-            let cut = self.tail.len() - TAIL_LIMIT;
-            self.tail.drain(..cut);
-        }
-        true
-    }
-
-    /// Writes `chunk` to our stderr, waiting for the reader at most until
-    /// the echo deadline (a caller that never reads cannot hold the run past
-    /// its timeout); what cannot be written by then is dropped.
-    fn echo(&mut self, chunk: &[u8]) {
-        let mut rest = chunk;
-        while !rest.is_empty() {
-            let wait_ms = match self.echo_deadline {
-                Some(d) => d
-                    .saturating_duration_since(Instant::now())
-                    .as_millis()
-                    .min(i32::MAX as u128) as i32,
-                None => -1,
-            };
-            let mut pfd = libc::pollfd {
-                fd: libc::STDERR_FILENO,
-                events: libc::POLLOUT,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let ready = unsafe { libc::poll(&mut pfd, 1, wait_ms) };
-            if ready < 0
-                && std::io::Error::last_os_error().kind() == std::io::ErrorKind::Interrupted
-            {
-                continue;
-            }
-            if ready <= 0 || pfd.revents & libc::POLLOUT == 0 {
-                return;
-            }
-            // At most PIPE_BUF: a pipe with room for it takes it without blocking.
-            let len = rest.len().min(libc::PIPE_BUF);
-            // SAFETY: writes from a live buffer of at least `len` bytes.
-            let n = unsafe { libc::write(libc::STDERR_FILENO, rest.as_ptr().cast(), len) };
-            if n < 0 {
-                match std::io::Error::last_os_error().kind() {
-                    std::io::ErrorKind::Interrupted | std::io::ErrorKind::WouldBlock => continue,
-                    _ => return,
-                }
-            }
-            rest = &rest[n as usize..];
-        }
-    }
-
-    /// Copies what is left of stderr (every writer has ended) and returns the tail.
-    fn drain(mut self) -> String {
-        self.echo_deadline = Some(Instant::now() + DRAIN_LIMIT);
-        while self.read_stderr() {}
-        String::from_utf8_lossy(&self.tail).into_owned()
     }
 }

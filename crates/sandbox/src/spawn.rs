@@ -12,7 +12,7 @@
 
 use std::ffi::OsString;
 use std::io;
-use std::os::fd::OwnedFd;
+use std::os::fd::RawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::ExitStatus;
@@ -27,12 +27,14 @@ pub(crate) struct SpawnPlan<'a> {
     pub(crate) argv: &'a [OsString],
     pub(crate) env: &'a [(OsString, OsString)],
     pub(crate) cwd: Option<&'a Path>,
+    /// The child's stderr: this fd, or (`None`) the runner's own, untouched.
+    pub(crate) stderr: Option<RawFd>,
 }
 
-/// A started child: stdin and stdout inherited, stderr a pipe to the parent.
+/// A started child: stdin, stdout and (unless the plan says otherwise)
+/// stderr are the runner's own, untouched (a terminal stays a terminal).
 pub(crate) struct Spawned {
     pub(crate) pid: i32,
-    pub(crate) stderr: OwnedFd,
 }
 
 /// Starts `plan`, running `hooks` in order in the child before `exec`.
@@ -69,7 +71,7 @@ pub(crate) fn kill_and_reap(pid: i32) {
 mod imp {
     use std::ffi::{CString, OsStr};
     use std::io;
-    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::fd::RawFd;
     use std::os::unix::ffi::OsStrExt;
 
     use sandbox_core::PreExecHook;
@@ -124,7 +126,6 @@ mod imp {
                 cstr("environment variable", &kv)
             })
             .collect::<io::Result<Vec<_>>>()?;
-        let (read_end, write_end) = pipe()?;
         let mut args = ChildArgs {
             path: cstr("program path", plan.path.as_os_str())?,
             argv: pointers(&argv_c),
@@ -133,7 +134,7 @@ mod imp {
                 .cwd
                 .map(|d| cstr("working directory", d.as_os_str()))
                 .transpose()?,
-            stderr: write_end.as_raw_fd(),
+            stderr: plan.stderr.unwrap_or(libc::STDERR_FILENO),
             hooks,
             error: 0,
         };
@@ -163,7 +164,6 @@ mod imp {
         // SAFETY: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
         drop(stack);
-        drop(write_end);
         if pid < 0 {
             return Err(clone_error);
         }
@@ -174,10 +174,7 @@ mod imp {
             let _ = super::wait(pid);
             return Err(io::Error::from_raw_os_error(error));
         }
-        Ok(Spawned {
-            pid,
-            stderr: read_end,
-        })
+        Ok(Spawned { pid })
     }
 
     fn pointers(strings: &[CString]) -> Vec<*const libc::c_char> {
@@ -186,15 +183,6 @@ mod imp {
             .map(|s| s.as_ptr())
             .chain(std::iter::once(std::ptr::null()))
             .collect()
-    }
-
-    fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-        let mut fds = [0; 2];
-        // SAFETY: fds is valid for two ints; returned fds are ours to own.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
     }
 
     /// The child: runs on its own stack in the parent's memory until exec.
@@ -304,7 +292,6 @@ mod imp {
 #[cfg(not(target_os = "linux"))]
 mod imp {
     use std::io;
-    use std::os::fd::OwnedFd;
     use std::process::{Command, Stdio};
 
     use sandbox_core::PreExecHook;
@@ -320,24 +307,22 @@ mod imp {
         cmd.env_clear()
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit())
-            .stderr(Stdio::piped());
+            .stdout(Stdio::inherit());
+        if let Some(fd) = plan.stderr {
+            // SAFETY: borrowing the caller's fd only to duplicate it.
+            let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+            cmd.stderr(Stdio::from(borrowed.try_clone_to_owned()?));
+        }
         if let Some(cwd) = plan.cwd {
             cmd.current_dir(cwd);
         }
         for hook in hooks {
             hook.install(&mut cmd);
         }
-        let mut child = cmd.spawn()?;
-        let stderr = child
-            .stderr
-            .take()
-            .map(OwnedFd::from)
-            .ok_or_else(|| io::Error::other("the child's stderr pipe is missing"))?;
+        let child = cmd.spawn()?;
         // Dropping `Child` neither waits nor kills: the runner reaps by pid.
         Ok(Spawned {
             pid: child.id() as i32,
-            stderr,
         })
     }
 }

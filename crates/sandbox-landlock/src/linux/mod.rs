@@ -83,7 +83,7 @@ pub(crate) fn prepare_with(
     let (broker_child, supervisor) = match channel {
         Some(channel) => {
             report.details.push(broker::REPORT_LINE.into());
-            let (child, supervisor) = channel.split();
+            let (child, supervisor) = channel.split(&filter);
             (
                 Some((child, broker::libc_program(&filter))),
                 Some(supervisor),

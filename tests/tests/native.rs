@@ -1,0 +1,127 @@
+//! Runs that feel native: the standard streams reach the command untouched
+//! (a terminal stays a terminal), and outcomes rest on the sandbox's own
+//! records, never on what the command printed.
+
+use std::io::Read;
+use std::os::fd::OwnedFd;
+use std::process::Stdio;
+use std::time::{Duration, Instant};
+
+use sandbox_tests::sandbox;
+
+/// Runs `sandbox run extra -- sh -c script` with a pty as stdin, stdout and
+/// stderr; returns what the terminal showed.
+fn on_pty(extra: &[&str], script: &str) -> String {
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    let mut child = sandbox()
+        .arg("run")
+        .args(extra)
+        .args(["--", "/bin/sh", "-c", script])
+        .env("TERM", "xterm")
+        .stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave))
+        .spawn()
+        .unwrap();
+    let mut master = std::fs::File::from(pty.master);
+    let status = child.wait().unwrap();
+    assert!(status.success(), "{status}");
+    // Everything the command wrote is in the pty's buffer by now.
+    let mut seen = String::new();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&master);
+    while Instant::now() < deadline {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        if unsafe { libc::poll(&mut pfd, 1, 100) } <= 0 {
+            break;
+        }
+        let mut buf = [0u8; 4096];
+        match master.read(&mut buf) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => seen.push_str(&String::from_utf8_lossy(&buf[..n])),
+        }
+    }
+    seen
+}
+
+#[test]
+fn a_terminal_stays_a_terminal() {
+    let script = "test -t 0 && test -t 1 && test -t 2 && echo ALL-THREE-TTYS; \
+                  ls --color=always -d / >/dev/null; ls --color=auto -d /";
+    for extra in [&[][..], &["--explain"]] {
+        let seen = on_pty(extra, script);
+        assert!(seen.contains("ALL-THREE-TTYS"), "{extra:?}: {seen:?}");
+        assert!(
+            seen.contains("\u{1b}["),
+            "colour survives ({extra:?}): {seen:?}"
+        );
+    }
+    // Twin: with stdout a pipe, the command sees no terminal there.
+    let out = sandbox()
+        .args([
+            "run",
+            "--",
+            "/bin/sh",
+            "-c",
+            "test -t 1 && echo TTY || echo PIPE",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "PIPE\n");
+}
+
+#[test]
+fn a_refused_fork_is_a_sandbox_denial_naming_the_call() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let out = sandbox()
+        .args(["run", "--deny-subprocess", "--report"])
+        .arg(&report)
+        .args(["--", "/bin/sh", "-c", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_ne!(out.status.code(), Some(0));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["classification"]["class"], "sandbox_denial", "{v}");
+    let evidence = v["classification"]["evidence"].to_string();
+    assert!(
+        evidence.contains("clone") || evidence.contains("fork"),
+        "{evidence}"
+    );
+    // Twin: the same command without the policy runs and is ok.
+    let out = sandbox()
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", "/bin/sh", "-c", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
+#[test]
+fn the_commands_own_permission_denied_is_a_task_failure() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let out = sandbox()
+        .args(["run", "--report"])
+        .arg(&report)
+        .args([
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"touch: cannot touch '/etc/x': Permission denied\" >&2; exit 1",
+        ])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["classification"]["class"], "task_failure", "{v}");
+}
