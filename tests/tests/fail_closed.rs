@@ -73,7 +73,7 @@ fn the_user_config_is_discovered_and_a_named_missing_one_is_an_error() {
     assert_eq!(code(&out), Some(0), "{}", stderr(&out));
     let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(
-        v["network"], false,
+        v["policy"]["network"], false,
         "the user config bounds the policy: {v}"
     );
     let out = sandbox()

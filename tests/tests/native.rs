@@ -125,3 +125,78 @@ fn the_commands_own_permission_denied_is_a_task_failure() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(v["classification"]["class"], "task_failure", "{v}");
 }
+
+/// CLI conventions: the command without `--`, `--timeout 0` naming the flag,
+/// enum flags with their possible values, an empty program name as a shell
+/// reports it, and a schema version in every JSON output.
+#[test]
+fn cli_conventions() {
+    let out = sandbox()
+        .args(["run", "/bin/echo", "-n", "no-dashes"])
+        .output()
+        .unwrap();
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "no-dashes");
+    let out = sandbox()
+        .args(["run", "--timeout", "0", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("--timeout"));
+    let help = sandbox().args(["run", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&help.stdout);
+    assert!(
+        help.contains("landlock") && help.contains("seatbelt"),
+        "{help}"
+    );
+    let out = sandbox().args(["run", "--", ""]).output().unwrap();
+    assert_eq!(out.status.code(), Some(127));
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    sandbox()
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    let outputs = [
+        std::fs::read(&report).unwrap(),
+        sandbox().args(["check", "--json"]).output().unwrap().stdout,
+        sandbox().args(["policy"]).output().unwrap().stdout,
+        sandbox()
+            .args(["profile", "--json"])
+            .output()
+            .unwrap()
+            .stdout,
+    ];
+    for text in outputs {
+        let v: serde_json::Value = serde_json::from_slice(&text).unwrap();
+        assert_eq!(v["schema"], 1, "{v}");
+    }
+    // `--report -` writes the record to stdout.
+    let out = sandbox()
+        .args(["run", "--report", "-", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(v["classification"]["class"], "ok");
+}
+
+/// Shell completions and the man page are generated and well-formed.
+#[test]
+fn completions_and_man_page() {
+    let out = sandbox().args(["completions", "bash"]).output().unwrap();
+    assert!(out.status.success());
+    let dir = tempfile::tempdir().unwrap();
+    let script = dir.path().join("sandbox.bash");
+    std::fs::write(&script, &out.stdout).unwrap();
+    let check = std::process::Command::new("bash")
+        .arg("-n")
+        .arg(&script)
+        .status()
+        .unwrap();
+    assert!(check.success(), "bash -n on the completion script");
+    assert!(String::from_utf8_lossy(&out.stdout).contains("--no-network"));
+    let man = sandbox().arg("man").output().unwrap();
+    assert!(man.status.success());
+    assert!(String::from_utf8_lossy(&man.stdout).contains(".TH sandbox 1"));
+}

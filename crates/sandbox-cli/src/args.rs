@@ -12,7 +12,14 @@ use sandbox_permissions::ApprovalPolicy;
 #[command(
     name = "sandbox",
     version,
-    about = "Run commands confined by kernel mechanisms (Landlock + seccomp, Seatbelt)"
+    about = "Run commands confined by kernel mechanisms (Landlock + seccomp, Seatbelt)",
+    after_help = "Examples:\n  \
+        sandbox run -w ./out --no-network -- python3 script.py\n  \
+        sandbox run --mode workspace-write --workspace . -- make\n  \
+        sandbox run --secrets --env-deny 'AWS_*' -- ./build.sh\n  \
+        sandbox check\n\n\
+        Exit status: the command's; 128+N for signal N; 124 timeout; 125 the sandbox \
+        could not be applied or bad usage; 126 not executable; 127 not found."
 )]
 pub(crate) struct Cli {
     #[command(subcommand)]
@@ -31,6 +38,17 @@ pub(crate) enum Cmd {
     Check(Deferred<CheckArgs>),
     /// Print the macOS Seatbelt profile and parameters for a policy (on any OS).
     Profile(Deferred<ProfileCmd>),
+    /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
+    Completions(Deferred<CompletionsArgs>),
+    /// Print the manual page (roff).
+    Man,
+}
+
+#[derive(Args)]
+pub(crate) struct CompletionsArgs {
+    /// The shell.
+    #[arg(value_enum)]
+    pub(crate) shell: clap_complete::Shell,
 }
 
 /// A subcommand's arguments, defined only when that subcommand runs: clap
@@ -66,6 +84,51 @@ fn keep_about(cmd: Command, augment: fn(Command) -> Command) -> Command {
     augment(cmd)
         .about(restore(about))
         .long_about(restore(long_about))
+}
+
+/// `--backend` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum BackendArg {
+    /// The best backend for this platform.
+    Auto,
+    /// Linux Landlock + seccomp.
+    Landlock,
+    /// macOS Seatbelt.
+    Seatbelt,
+    /// No confinement (audit only).
+    Noop,
+}
+
+impl From<BackendArg> for sandbox::BackendChoice {
+    fn from(b: BackendArg) -> Self {
+        match b {
+            BackendArg::Auto => Self::Auto,
+            BackendArg::Landlock => Self::Landlock,
+            BackendArg::Seatbelt => Self::Seatbelt,
+            BackendArg::Noop => Self::Noop,
+        }
+    }
+}
+
+/// `--on-unsupported` values.
+#[derive(Clone, Copy, Debug, clap::ValueEnum)]
+pub(crate) enum OnUnsupportedArg {
+    /// Refuse to run (exit 125).
+    Error,
+    /// Run unconfined with a warning.
+    Warn,
+    /// Run unconfined silently.
+    Ignore,
+}
+
+impl From<OnUnsupportedArg> for sandbox::OnUnsupported {
+    fn from(o: OnUnsupportedArg) -> Self {
+        match o {
+            OnUnsupportedArg::Error => Self::Error,
+            OnUnsupportedArg::Warn => Self::Warn,
+            OnUnsupportedArg::Ignore => Self::Ignore,
+        }
+    }
 }
 
 #[derive(Args)]
@@ -108,8 +171,8 @@ pub(crate) struct PolicyFlags {
     /// Do not pass this environment variable (name or `*` glob; repeatable).
     #[arg(long = "env-deny", value_name = "NAME")]
     pub(crate) env_deny: Vec<String>,
-    /// Wall-clock limit in seconds.
-    #[arg(long, value_name = "SECS")]
+    /// Wall-clock limit in seconds (at least 1; the operator's ceiling bounds it).
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
     pub(crate) timeout: Option<u64>,
     /// Sandbox mode preset: read-only, workspace-write or danger-full-access.
     #[arg(long, value_name = "MODE")]
@@ -130,12 +193,12 @@ pub(crate) struct ConfigFlags {
     /// never the working directory).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
-    /// Backend: auto, landlock, seatbelt or noop (overrides the config).
-    #[arg(long, value_name = "B")]
-    pub(crate) backend: Option<String>,
-    /// When no working backend exists: warn, error or ignore (overrides the config).
-    #[arg(long, value_name = "W")]
-    pub(crate) on_unsupported: Option<String>,
+    /// Backend (overrides the config).
+    #[arg(long, value_enum, value_name = "BACKEND")]
+    pub(crate) backend: Option<BackendArg>,
+    /// When no working backend exists (overrides the config; default: error).
+    #[arg(long, value_enum, value_name = "POLICY")]
+    pub(crate) on_unsupported: Option<OnUnsupportedArg>,
     /// Refuse to run (exit 125) when the enforcement would be partial, e.g. on
     /// an older kernel (config: `require_full = true`).
     #[arg(long)]
@@ -161,8 +224,8 @@ pub(crate) struct RunArgs {
     /// Seconds to wait for an answer to the approval prompt before cancelling.
     #[arg(long, value_name = "SECS", default_value_t = 60)]
     pub(crate) approval_timeout: u64,
-    /// The command.
-    #[arg(required = true, last = true, value_name = "PROGRAM [ARGS]...")]
+    /// The command (`--` before it is optional; it ends the sandbox's own flags).
+    #[arg(required = true, trailing_var_arg = true, value_name = "PROGRAM")]
     pub(crate) argv: Vec<OsString>,
 }
 

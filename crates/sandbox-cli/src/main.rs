@@ -15,8 +15,8 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use sandbox::{
-    resolve_backend, BackendChoice, ExpandContext, OnUnsupported, Outcome, ResolvedPolicy,
-    RunRequest, SandboxConfig, SandboxMode, SandboxPolicy, SandboxedExecOp, EXIT_SANDBOX,
+    resolve_backend, ExpandContext, Outcome, ResolvedPolicy, RunRequest, SandboxConfig,
+    SandboxMode, SandboxPolicy, SandboxedExecOp, EXIT_SANDBOX,
 };
 
 mod approval;
@@ -87,6 +87,18 @@ fn run_cli() -> i32 {
         Cmd::Policy(args) => cmd_policy(args.0),
         Cmd::Check(args) => cmd_check(args.0),
         Cmd::Profile(args) => cmd_profile(args.0),
+        Cmd::Completions(args) => {
+            let mut cmd = <Cli as clap::CommandFactory>::command();
+            clap_complete::generate(args.0.shell, &mut cmd, "sandbox", &mut std::io::stdout());
+            Ok(0)
+        }
+        Cmd::Man => {
+            let cmd = <Cli as clap::CommandFactory>::command();
+            clap_mangen::Man::new(cmd)
+                .render(&mut std::io::stdout())
+                .map(|()| 0)
+                .map_err(Fatal::from)
+        }
     };
     match result {
         Ok(code) => code.clamp(0, 255),
@@ -134,13 +146,11 @@ fn load_config(flags: &ConfigFlags) -> Result<Operator, Fatal> {
         Some(path) => (Some(path.clone()), SandboxConfig::load(path)?),
         None => sandbox::ConfigSource::from_env().load()?,
     };
-    if let Some(b) = &flags.backend {
-        config.backend =
-            parse_enum::<BackendChoice>(b, "--backend", "auto, landlock, seatbelt or noop")?;
+    if let Some(b) = flags.backend {
+        config.backend = b.into();
     }
-    if let Some(w) = &flags.on_unsupported {
-        config.on_unsupported =
-            parse_enum::<OnUnsupported>(w, "--on-unsupported", "warn, error or ignore")?;
+    if let Some(w) = flags.on_unsupported {
+        config.on_unsupported = w.into();
     }
     config.require_full |= flags.require_full;
     Ok(Operator { config, path })
@@ -163,18 +173,6 @@ impl Operator {
         }
         Ok(())
     }
-}
-
-fn parse_enum<T: serde::de::DeserializeOwned>(
-    value: &str,
-    flag: &str,
-    expected: &str,
-) -> Result<T, Fatal> {
-    serde_json::from_value(serde_json::Value::String(value.to_owned())).map_err(|_| {
-        Fatal(format!(
-            "{flag} {value:?} is not valid; expected {expected}"
-        ))
-    })
 }
 
 fn absolute(path: &Path) -> Result<String, Fatal> {
@@ -272,11 +270,11 @@ fn effective_policy(
 fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
     let config = load_config(&args.config)?.config;
     let policy = effective_policy(&args.policy, &config, None)?;
-    let json = match &policy {
-        Some(p) => serde_json::to_string_pretty(p)?,
-        None => "null".to_owned(),
-    };
-    println!("{json}");
+    let json = serde_json::json!({
+        "schema": sandbox::SCHEMA_VERSION,
+        "policy": policy,
+    });
+    println!("{}", serde_json::to_string_pretty(&json)?);
     Ok(0)
 }
 
@@ -452,7 +450,12 @@ fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
     };
     let profile = sandbox_seatbelt::profile(&policy)?;
     if args.json {
-        println!("{}", serde_json::to_string_pretty(&profile)?);
+        let json = serde_json::json!({
+            "schema": sandbox::SCHEMA_VERSION,
+            "text": profile.text,
+            "params": profile.params,
+        });
+        println!("{}", serde_json::to_string_pretty(&json)?);
     } else {
         print!("{}", profile.text);
         if !profile.text.ends_with('\n') {
@@ -479,6 +482,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
     let gate = sandbox::gate_report(resolved.backend.name());
     if args.json {
         let json = serde_json::json!({
+            "schema": sandbox::SCHEMA_VERSION,
             "backend": resolved.backend.name(),
             "enforces": resolved.backend.enforces(),
             "containment": sandbox::containment(),

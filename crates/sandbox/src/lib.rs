@@ -14,7 +14,7 @@ mod runner;
 mod spawn;
 
 pub use contain::ContainmentKind;
-pub use outcome::{Classification, Outcome, Termination};
+pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
 pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,

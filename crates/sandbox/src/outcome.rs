@@ -87,9 +87,20 @@ impl Classification {
     }
 }
 
+/// The schema version of every JSON document the sandbox writes (outcome
+/// records, `check --json`, `policy`, `profile --json`).
+pub const SCHEMA_VERSION: u32 = 1;
+
+fn schema_version() -> u32 {
+    SCHEMA_VERSION
+}
+
 /// Everything known about one run, serialisable as JSON.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Outcome {
+    /// [`SCHEMA_VERSION`].
+    #[serde(default = "schema_version")]
+    pub schema: u32,
     /// The command as requested.
     pub argv: Vec<String>,
     /// The effective policy; `None` when the run was unconfined (danger-full-access).
@@ -128,6 +139,7 @@ impl Outcome {
         exit_code: i32,
     ) -> Self {
         Outcome {
+            schema: SCHEMA_VERSION,
             argv: req
                 .argv
                 .iter()
@@ -174,6 +186,7 @@ mod tests {
         .resolve(&sandbox_core::ExpandContext::default())
         .unwrap();
         let outcome = Outcome {
+            schema: SCHEMA_VERSION,
             argv: vec!["/bin/false".into()],
             policy: Some(policy),
             backend: "noop".into(),

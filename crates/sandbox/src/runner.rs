@@ -314,6 +314,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         classification = classification.with_refusals(m);
     }
     Ok(Outcome {
+        schema: crate::outcome::SCHEMA_VERSION,
         argv: req
             .argv
             .iter()
@@ -365,6 +366,10 @@ fn locate(
     path_var: Option<&OsStr>,
     cwd: Option<&Path>,
 ) -> Result<PathBuf, RunError> {
+    // As a shell: an empty program name is not found (never a PATH directory).
+    if program.is_empty() {
+        return Err(RunError::NotFound(program.to_owned()));
+    }
     let check = |candidate: PathBuf| -> Option<Result<PathBuf, RunError>> {
         let meta = std::fs::metadata(&candidate).ok()?;
         let executable = meta.is_file() && {
