@@ -26,6 +26,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
 
     let host = host_backend();
     let mut load_methods = Vec::new();
+    let mut exception_rows = Vec::new();
     match &host {
         Ok(backend) => {
             eprintln!(
@@ -35,6 +36,18 @@ pub fn main(args: &[String]) -> Result<(), String> {
             let found = run_conformance_with(backend.as_ref(), Some(&FacadeRunner));
             failures.extend(problems(&found, backend.name()));
             records.extend(found);
+            exception_rows = sandbox_probe::conformance::run_exceptions(backend.as_ref());
+            for r in &exception_rows {
+                if r.result != LegResult::Passed {
+                    failures.push(format!(
+                        "exception {} / {}: {}: {}",
+                        r.axis,
+                        r.name,
+                        r.result.as_str(),
+                        r.evidence
+                    ));
+                }
+            }
             if backend.name() == "landlock" {
                 load_methods = sandbox_probe::conformance::load_method_witness(backend.as_ref());
                 for r in &load_methods {
@@ -58,6 +71,15 @@ pub fn main(args: &[String]) -> Result<(), String> {
     records.extend(seatbelt);
 
     print!("{}", table(&records));
+    for r in &exception_rows {
+        println!(
+            "exception   {:<10} {:<30} {:<7} {}",
+            r.axis.as_str(),
+            r.name,
+            r.result.as_str(),
+            r.evidence
+        );
+    }
     for r in &load_methods {
         println!(
             "load-method {:<12} {:<17} {:<9} {:<7} {}",

@@ -115,6 +115,10 @@ pub struct Exception {
     pub name: &'static str,
     /// Why it is allowed.
     pub why: &'static str,
+    /// The boundary probe that shows exactly this exception works and its
+    /// nearest neighbour does not (an id the conformance arms know; a test
+    /// checks every exception has one).
+    pub probe: &'static str,
 }
 
 /// The contract of one axis.
@@ -207,14 +211,17 @@ const NETWORK_EXCEPTIONS: &[Exception] = &[
         name: "null-address sendto/recvfrom",
         why: "send/recv on an already-connected socket carry no address and reach only \
               the peer; event loops wake themselves through such a self-pipe",
+        probe: "network.null-address-send",
     },
     Exception {
         name: "AF_UNIX socketpair",
         why: "an anonymous pair connects only the two ends the process holds",
+        probe: "network.unix-socketpair",
     },
     Exception {
         name: "bind",
         why: "binding reaches no peer; listen, accept and connect stay refused",
+        probe: "network.bind",
     },
 ];
 
@@ -274,7 +281,15 @@ const READ_DENY_EXCEPTIONS: &[Exception] = &[Exception {
     name: "listing names",
     why: "Landlock cannot refuse listing one directory while its ancestors stay \
           listable; names inside a denied directory are visible, contents are not",
+    probe: "read_deny.listing-names",
 }];
+
+/// Every declared exception of every registered axis, with its axis.
+pub fn exceptions() -> impl Iterator<Item = (Axis, &'static Exception)> {
+    REGISTRY
+        .iter()
+        .flat_map(|c| c.exceptions.iter().map(move |e| (c.axis, e)))
+}
 
 /// The registered axis contracts.
 pub const REGISTRY: &[AxisContract] = &[

@@ -1042,6 +1042,29 @@ fn confined_unix(
     rows
 }
 
+/// Calls the broker performs when they reach it (opens, entry calls,
+/// connect): a refusal of one of these is never routed to it for recording.
+pub const BROKER_PERFORMS: &[&str] = &[
+    "open",
+    "openat",
+    "creat",
+    "mknod",
+    "mknodat",
+    "mkdir",
+    "mkdirat",
+    "unlink",
+    "unlinkat",
+    "rmdir",
+    "rename",
+    "renameat",
+    "renameat2",
+    "link",
+    "linkat",
+    "symlink",
+    "symlinkat",
+    "connect",
+];
+
 /// The full table for `spec`, sorted by syscall number.
 pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     let allowed = [
@@ -1082,7 +1105,12 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
         // the call (denial evidence from the sandbox itself, never from the
         // command's output) and answers EPERM. Refusals are rare, so the
         // round trip costs nothing on the hot path.
-        for e in &mut rows {
+        // Never for a call the broker can perform (it would act on it, not
+        // just record it): those stay refused in the kernel.
+        for e in rows
+            .iter_mut()
+            .filter(|e| !BROKER_PERFORMS.contains(&e.name))
+        {
             match &mut e.rule {
                 Rule::Deny(a) | Rule::AllowIf { otherwise: a, .. } if *a == DENY => {
                     *a = crate::spec::Action::UserNotif;

@@ -80,8 +80,32 @@ fn open_ok(flags: u32, mode: u32) -> bool {
 /// with a broker, every explicit refusal goes to it (it records the call and
 /// answers EPERM).
 fn oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
+    use libc::*;
+    // Calls the broker can perform are refused in the kernel, never routed
+    // to it only to be recorded.
+    let performable = matches!(
+        i64::from(d.nr),
+        SYS_open
+            | SYS_openat
+            | SYS_creat
+            | SYS_mknod
+            | SYS_mknodat
+            | SYS_mkdir
+            | SYS_mkdirat
+            | SYS_unlink
+            | SYS_unlinkat
+            | SYS_rmdir
+            | SYS_rename
+            | SYS_renameat
+            | SYS_renameat2
+            | SYS_link
+            | SYS_linkat
+            | SYS_symlink
+            | SYS_symlinkat
+            | SYS_connect
+    );
     match refusal_oracle(spec, d) {
-        RET_EPERM if spec.broker => RET_USER_NOTIF,
+        RET_EPERM if spec.broker && !performable => RET_USER_NOTIF,
         other => other,
     }
 }

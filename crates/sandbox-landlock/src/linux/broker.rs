@@ -257,6 +257,23 @@ mod tests {
                     row.name
                 );
             }
+            // A refusal routed only to be recorded is never one the broker
+            // could perform (it would act on it): connect with the network
+            // off, a refused open, ...
+            let performs: Vec<i64> = sandbox_broker::brokered_entry_syscalls()
+                .iter()
+                .chain(sandbox_broker::brokered_syscalls())
+                .chain(sandbox_broker::brokered_truncate_syscalls())
+                .chain(sandbox_broker::brokered_xattr_read_syscalls())
+                .chain(&[libc::SYS_connect])
+                .copied()
+                .collect();
+            for nr in routed.iter().filter(|n| !brokered.contains(n)) {
+                assert!(
+                    !performs.contains(nr),
+                    "syscall {nr} is routed to be recorded, but the broker would perform it ({spec:?})"
+                );
+            }
         }
     }
 }

@@ -13,6 +13,7 @@
 //!   skip never counts as passed.
 
 mod env;
+mod exceptions;
 mod files;
 mod harness;
 mod load_method;
@@ -28,6 +29,43 @@ use serde::Serialize;
 
 use harness::{Ctx, Outcome};
 pub use load_method::{load_method_witness, LoadMethodRecord};
+
+/// One declared exception's own boundary probe, run by name.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct ExceptionRecord {
+    /// The axis that declares it.
+    pub axis: Axis,
+    /// The exception's name.
+    pub name: &'static str,
+    /// The probe's id.
+    pub probe: &'static str,
+    /// The result.
+    #[serde(flatten)]
+    pub result: LegResult,
+    /// What was attempted and seen.
+    pub evidence: String,
+}
+
+/// Runs the boundary probe of every declared exception against `backend`;
+/// an exception without a probe is a failed record.
+pub fn run_exceptions(backend: &dyn Backend) -> Vec<ExceptionRecord> {
+    let ctx = Ctx::new(backend);
+    sandbox_core::axis::exceptions()
+        .map(|(axis, e)| {
+            let (result, evidence) = match exceptions::probe(e.probe) {
+                Some(p) => p(&ctx).unwrap_or_else(|o| o),
+                None => (LegResult::Failed, format!("no probe named {:?}", e.probe)),
+            };
+            ExceptionRecord {
+                axis,
+                name: e.name,
+                probe: e.probe,
+                result,
+                evidence,
+            }
+        })
+        .collect()
+}
 
 /// The result of one leg.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]

@@ -24,6 +24,11 @@ def connect():
     s.sendall(b"hello")
     s.close()
 attempt("connect", connect)
+def control():
+    r, w = os.pipe()
+    os.write(w, b"ok")
+    return os.read(r, 2).decode()
+attempt("non_network_control", control)
 "#;
 
 /// How many connections wait on `listener` (non-blocking accept).
@@ -63,10 +68,18 @@ pub(crate) fn deny(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
     let closed = ctx.python(&resolve(policy(false))?, &script, &[&port_arg])?;
     let values = closed.started()?;
     let closed_seen = accepted(&listener);
+    // The non-networking control: the same denied run did run and work.
+    if values.get("non_network_control").map(String::as_str) != Some("ok:ok") {
+        return Err(unwitnessed(format!(
+            "non-networking control not seen under network = false: {} (the child {})",
+            show(&values, &["non_network_control"]),
+            closed.describe()
+        )));
+    }
     let evidence = format!(
         "network=true: connect ok, listener accepted {open_seen}; network=false: {}, listener \
          accepted {closed_seen}",
-        show(&values, &["connect"])
+        show(&values, &["connect", "non_network_control"])
     );
     let pass = refused(values.get("connect")) && closed_seen == 0;
     Ok((
