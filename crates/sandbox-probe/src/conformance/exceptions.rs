@@ -113,7 +113,7 @@ fn listing_names(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
     );
     let run = ctx.python(&policy, &script, &[&secret])?;
     let v = run.started()?;
-    if v.get("exception_list").is_none() {
+    if !v.contains_key("exception_list") {
         return Err(unwitnessed(format!(
             "the child printed nothing ({})",
             run.describe()
