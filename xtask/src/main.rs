@@ -89,6 +89,19 @@ fn ci() -> Result<(), String> {
         &["test", "-p", "sandbox-tests"],
         &[("SANDBOX_BIN", bin_str)],
     )?;
+    // Crates outside the workspace, as users write them: one on the facade
+    // alone, one on sandbox-core + sandbox-landlock alone.
+    let root = workspace_root();
+    for consumer in ["tests/consumers/facade", "tests/consumers/core-landlock"] {
+        let manifest = root.join(consumer).join("Cargo.toml");
+        let manifest = manifest.to_str().ok_or("the consumer path is not UTF-8")?;
+        let target = root.join("target/consumers");
+        let target = target.to_str().ok_or("the target path is not UTF-8")?;
+        cargo_env(
+            &["run", "--quiet", "--manifest-path", manifest],
+            &[("CARGO_TARGET_DIR", target)],
+        )?;
+    }
     // The short stress run: nothing a run starts outlives it.
     stress::main(&["--quick".to_owned()])
 }

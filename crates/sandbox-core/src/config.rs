@@ -1,9 +1,12 @@
 //! Operator configuration, read from a `[sandbox]` TOML table.
 
-use std::path::{Path, PathBuf};
+#[cfg(feature = "toml")]
+use std::path::Path;
+use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
+#[cfg(feature = "toml")]
 use crate::error::ConfigError;
 use crate::policy::SandboxPolicy;
 
@@ -111,6 +114,7 @@ impl ConfigSource {
 
     /// Loads the config: the path it came from (if any) and its contents
     /// (the default config when there is none).
+    #[cfg(feature = "toml")]
     pub fn load(&self) -> Result<(Option<PathBuf>, SandboxConfig), ConfigError> {
         match self {
             ConfigSource::Required(path) => {
@@ -126,6 +130,7 @@ impl ConfigSource {
     }
 }
 
+#[cfg(feature = "toml")]
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct ConfigFile {
@@ -136,6 +141,7 @@ struct ConfigFile {
     _permissions: Option<toml::Table>,
 }
 
+#[cfg(feature = "toml")]
 impl SandboxConfig {
     /// Parses the `[sandbox]` table of a TOML document.
     pub fn from_toml_str(text: &str, origin: &Path) -> Result<Self, ConfigError> {
@@ -161,11 +167,12 @@ impl SandboxConfig {
     }
 }
 
+#[cfg(feature = "toml")]
 fn line_of(text: &str, offset: usize) -> usize {
     text[..offset.min(text.len())].matches('\n').count() + 1
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "toml"))]
 mod tests {
     use super::*;
 

@@ -10,6 +10,22 @@
 //! * [`Backend`]: the contract every enforcing backend implements, with the
 //!   [`EnforcementReport`] it returns; [`NoopBackend`] is the audit-only one.
 //! * [`axis`]: the axis-contract types and registry used by the conformance suite.
+//!
+//! ```
+//! use sandbox_core::{ExpandContext, SandboxPolicy};
+//! # fn main() -> Result<(), sandbox_core::PolicyError> {
+//! let policy = SandboxPolicy {
+//!     network: false,
+//!     write_paths: vec!["/tmp".into()],
+//!     ..SandboxPolicy::default()
+//! }
+//! .resolve(&ExpandContext::default())?;
+//! assert!(!policy.network());
+//! // Paths are canonical once resolved (on macOS /tmp is /private/tmp).
+//! assert!(policy.write_paths()[0].is_absolute());
+//! # Ok(())
+//! # }
+//! ```
 #![warn(missing_docs)]
 
 pub mod axis;

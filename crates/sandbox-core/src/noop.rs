@@ -41,6 +41,7 @@ impl NoopBackend {
 
     fn warn_once() {
         if !WARNED.swap(true, Ordering::Relaxed) {
+            #[cfg(feature = "tracing")]
             tracing::warn!(
                 "sandbox: noop backend in use: commands run without confinement (audit only)"
             );

@@ -13,6 +13,38 @@
 //! On other operating systems the crate compiles, but [`LandlockBackend::new`]
 //! and [`prepare`] report that Landlock is unavailable.
 //!
+//! `LandlockBackend` is Landlock plus the seccomp filter plus the broker (a
+//! seccomp user-notification supervisor that performs metadata writes and,
+//! when a deny path lies beneath a write path, writing opens and entry calls
+//! for the command); the [`Confinement`](sandbox_core::Confinement) it
+//! prepares carries that supervisor, to start once the command is spawned:
+//!
+//! ```
+//! # #[cfg(target_os = "linux")]
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! use sandbox_core::{Backend, ExpandContext, SandboxPolicy};
+//! let out = tempfile::tempdir()?;
+//! let policy = SandboxPolicy {
+//!     write_paths: vec![out.path().to_string_lossy().into_owned()],
+//!     ..SandboxPolicy::default()
+//! }
+//! .resolve(&ExpandContext::default())?;
+//! let argv = ["/bin/sh".into(), "-c".into(), "touch \"$0/made\"".into(), out.path().into()];
+//! let mut confinement = sandbox_landlock::LandlockBackend::new()?.prepare(&policy, &argv)?;
+//! let supervisor = confinement.supervisor.take();
+//! let (mut cmd, _report) = confinement.into_command().expect("argv is not empty");
+//! let mut child = cmd.spawn()?;
+//! drop(cmd); // the child's end of the broker's channel
+//! let broker = supervisor.map(|s| s.start()).transpose()?;
+//! assert!(child.wait()?.success());
+//! broker.map(|b| b.finish());
+//! assert!(out.path().join("made").exists());
+//! # Ok(())
+//! # }
+//! # #[cfg(not(target_os = "linux"))]
+//! # fn main() {}
+//! ```
+//!
 //! [`ResolvedPolicy`]: sandbox_core::ResolvedPolicy
 //! [`EnforcementReport`]: sandbox_core::EnforcementReport
 #![warn(missing_docs)]

@@ -4,8 +4,29 @@
 //! on Linux, Seatbelt on macOS, noop on request or by `on_unsupported`), and
 //! runs commands under it with [`run`]: own session, inherited fds closed,
 //! environment scrubbed, timeout, and no descendant outliving the run.
+//!
+//! ```
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let scratch = tempfile::tempdir()?;
+//! // Write only beneath the scratch directory, no network, at most 60 s.
+//! let outcome = sandbox::Sandbox::new()
+//!     .write(scratch.path())
+//!     .deny_network()
+//!     .timeout(60)
+//!     .run(["/bin/echo", "confined"])?;
+//! assert_eq!(outcome.exit_code(), 0);
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! Four things to know: policy paths are resolved once (relative ones
+//! against the current directory) and write paths must exist; the network
+//! is on unless denied; without a working backend running fails (exit 125
+//! in the CLI), it never runs unconfined unless `on_unsupported` says so;
+//! and [`run`] ends every process the command started before it returns.
 #![warn(missing_docs)]
 
+mod builder;
 mod contain;
 mod gate;
 mod outcome;
@@ -13,6 +34,7 @@ mod resolve;
 mod runner;
 mod spawn;
 
+pub use builder::{Error, ErrorKind, Sandbox};
 pub use contain::ContainmentKind;
 pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
 pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
