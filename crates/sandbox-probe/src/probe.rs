@@ -158,8 +158,8 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
         probe: ProbeKind::Spawn,
         ..write.clone()
     };
-    // The two launches are independent (different files, different
-    // policies), so they run at the same time: the gate costs one launch.
+    // The two launches are independent (different files, stderr files and
+    // policies included), so they run at the same time: the gate costs one launch.
     let opener = (which != Which::Spawn).then(Opener::find).flatten();
     let open = Scratch::new().and_then(|s| {
         for existing in [
@@ -177,13 +177,14 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
                 confined_setup.map(|setup| {
                     setup.map(|(dir, policy, brief)| {
                         let ended = s.run_sh(backend, &policy, CONFINED_SCRIPT, &dir, &[]);
-                        (dir, brief, s.evidence(&ended))
+                        let evidence = s.evidence(&ended, &dir);
+                        (dir, brief, evidence)
                     })
                 })
             });
             let opener_args = opener.as_ref().map(Opener::args).unwrap_or_default();
             let ended = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant, &opener_args);
-            let evidence = s.evidence(&ended);
+            let evidence = s.evidence(&ended, &s.grant);
             let confined = confined
                 .join()
                 .unwrap_or_else(|_| Some(Err("the confined probe launch panicked".into())));
@@ -715,8 +716,17 @@ impl Scratch {
         )
     }
 
-    fn stderr_path(&self) -> PathBuf {
-        self.dir.path().join("stderr")
+    /// Where the stderr of the launch working in `dir` goes: one file per
+    /// launch (the two probe launches run at the same time).
+    fn stderr_path(&self, dir: &Path) -> PathBuf {
+        let name: String = dir
+            .strip_prefix(self.dir.path())
+            .unwrap_or(dir)
+            .to_string_lossy()
+            .chars()
+            .map(|c| if c.is_ascii_alphanumeric() { c } else { '_' })
+            .collect();
+        self.dir.path().join(format!("stderr-{name}"))
     }
 
     /// Runs `sh -c script sh <dir> <outside> <extra>...`.
@@ -737,7 +747,7 @@ impl Scratch {
             self.outside.clone().into(),
         ];
         argv.extend_from_slice(extra);
-        let stderr = self.stderr_path();
+        let stderr = self.stderr_path(dir);
         launch(
             backend,
             policy,
@@ -751,10 +761,10 @@ impl Scratch {
         )
     }
 
-    /// How the last launch ended, with its stderr.
-    fn evidence(&self, ended: &Ended) -> String {
+    /// How the launch working in `dir` ended, with its own stderr.
+    fn evidence(&self, ended: &Ended, dir: &Path) -> String {
         let mut text = ended.describe();
-        if let Some(err) = read(&self.stderr_path()) {
+        if let Some(err) = read(&self.stderr_path(dir)) {
             let err = err.trim();
             if !err.is_empty() {
                 text.push_str(&format!(", stderr: {}", clip(err)));

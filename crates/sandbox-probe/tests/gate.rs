@@ -249,4 +249,18 @@ fn the_real_landlock_backend_passes() {
         assert!(probe.checks.iter().all(|c| c.ok), "{probe:?}");
     }
     eprintln!("gate cost (cold, landlock): {} us", report.elapsed_us);
+    // Each probe quotes its own launch's stderr (the two launches run at the
+    // same time): the spawn probe's refused fork, never the write probe's
+    // refused write.
+    let observed = |p: &ProbeReport| {
+        p.checks
+            .iter()
+            .map(|c| c.observed.clone())
+            .collect::<Vec<_>>()
+            .join(" | ")
+    };
+    let spawn = observed(&report.spawn);
+    assert!(!spawn.contains("cannot create"), "{spawn}");
+    let write = observed(&report.write);
+    assert!(!write.to_lowercase().contains("cannot fork"), "{write}");
 }
