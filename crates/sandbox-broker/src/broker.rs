@@ -3,19 +3,22 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use std::os::unix::fs::MetadataExt;
 
 use crate::caller::{errno_of, Caller, Identity};
+use crate::connect::{self, Next};
 use crate::creds::{self, AssumeError, Credentials};
 use crate::entries::{self, Outcome};
 use crate::error::BrokerError;
 use crate::log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
 use crate::notif::{Listener, Received};
 use crate::ops;
+use crate::pool::{Pool, Rejected, MAX_CONNECTS};
 use crate::resolve::{Access, BrokerRules, Start, Unresolved};
-use crate::syscalls::{self, EntryCall, Op, Request, Subject};
+use crate::syscalls::{self, EntryCall, Kind, Op, Request, Subject};
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -37,7 +40,7 @@ impl Broker {
     /// The thread starts with the credentials of the thread calling `start`
     /// and takes on each caller's for the duration of its request.
     pub fn start(listener: OwnedFd, rules: BrokerRules) -> Result<Broker, BrokerError> {
-        let listener = Listener::new(listener)?;
+        let listener = Arc::new(Listener::new(listener)?);
         // SAFETY: eventfd returns a fresh fd or -1.
         let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if raw < 0 {
@@ -121,8 +124,8 @@ fn own_fs() -> Result<(), BrokerError> {
 }
 
 /// The broker thread's own identity, which it returns to after every request.
-struct Own {
-    creds: Credentials,
+pub(crate) struct Own {
+    pub(crate) creds: Credentials,
     /// Device and inode of its user namespace.
     user_ns: (u64, u64),
 }
@@ -137,8 +140,9 @@ impl Own {
     }
 }
 
-fn serve(listener: &Listener, rules: &BrokerRules, own: &Own, stop: &OwnedFd) -> BrokerLog {
+fn serve(listener: &Arc<Listener>, rules: &BrokerRules, own: &Own, stop: &OwnedFd) -> BrokerLog {
     let mut log = BrokerLog::default();
+    let pool = Pool::new(Arc::clone(listener), own.creds.clone());
     loop {
         let mut fds = [
             libc::pollfd {
@@ -165,8 +169,11 @@ fn serve(listener: &Listener, rules: &BrokerRules, own: &Own, stop: &OwnedFd) ->
         if fds[0].revents & libc::POLLIN != 0 {
             match listener.recv() {
                 Ok(Received::Notification(n)) => {
-                    let (record, fatal) = handle(listener, rules, own, &n);
-                    log.push(record);
+                    let (record, fatal) = handle(listener, rules, own, &pool, &n);
+                    pool.drain_into(&mut log);
+                    if let Some(record) = record {
+                        log.push(record);
+                    }
                     if let Some(fatal) = fatal {
                         // The thread's credentials are no longer known: stop
                         // (closing the listener fails every later call).
@@ -190,17 +197,20 @@ fn serve(listener: &Listener, rules: &BrokerRules, own: &Own, stop: &OwnedFd) ->
             break;
         }
     }
+    pool.finish(&mut log);
     log
 }
 
-/// Decides and answers one notification; the second value is set when the
+/// Decides and answers one notification (a connect is answered by the worker
+/// that performs it: no record yet); the second value is set when the
 /// broker thread could not return to its own credentials.
 fn handle(
     listener: &Listener,
     rules: &BrokerRules,
     own: &Own,
+    pool: &Pool,
     n: &libc::seccomp_notif,
-) -> (BrokerRecord, Option<String>) {
+) -> (Option<BrokerRecord>, Option<String>) {
     let nr = i64::from(n.data.nr);
     let tid = n.pid as i32;
     let (name, kind) = match syscalls::lookup(nr) {
@@ -210,11 +220,61 @@ fn handle(
                 reason: Refusal::UnknownSyscall { nr },
             };
             let record = answer(listener, n.id, tid, "unknown", Target::default(), decision);
-            return (record, None);
+            return (Some(record), None);
         }
     };
     let mut target = Target::default();
     let mut fatal = None;
+    if kind == Kind::Connect {
+        let record = match connect::decide(listener, rules, own, n, &mut target, &mut fatal) {
+            Next::Answer { decision, refused } => Some(answer_with(
+                listener, n.id, tid, name, target, decision, refused,
+            )),
+            // The thread's credentials are unknown: a new worker would inherit them.
+            Next::Perform(job) if fatal.is_some() => Some(answer_with(
+                listener,
+                n.id,
+                tid,
+                name,
+                job.target,
+                Decision::Refused {
+                    reason: Refusal::CallerCredentials {
+                        change: crate::log::CredentialChange::Capabilities,
+                    },
+                },
+                libc::EPERM,
+            )),
+            // Submitted with the thread's own credentials (restored above).
+            Next::Perform(job) => match pool.submit(job) {
+                Ok(()) => None,
+                Err(Rejected::Full(job)) => Some(answer_with(
+                    listener,
+                    n.id,
+                    tid,
+                    name,
+                    job.target,
+                    Decision::Refused {
+                        reason: Refusal::TooManyConnects {
+                            limit: MAX_CONNECTS,
+                        },
+                    },
+                    libc::EAGAIN,
+                )),
+                Err(Rejected::Unavailable(job)) => Some(answer_with(
+                    listener,
+                    n.id,
+                    tid,
+                    name,
+                    job.target,
+                    Decision::Failed {
+                        errno: libc::EAGAIN,
+                    },
+                    libc::EPERM,
+                )),
+            },
+        };
+        return (record, fatal);
+    }
     let answered = decide(listener, rules, own, n, kind, &mut target, &mut fatal);
     let record = match answered {
         Answer::Decision(decision) => {
@@ -229,7 +289,7 @@ fn handle(
         }
         Answer::Fd { fd, cloexec } => answer_fd(listener, n.id, tid, name, target, &fd, cloexec),
     };
-    (record, fatal)
+    (Some(record), fatal)
 }
 
 /// How a request is answered: a decision, or an fd to install in the caller.
@@ -331,7 +391,7 @@ fn decide(
 /// Runs `f` with the caller's credentials on the broker thread, then restores
 /// the thread's own (a failed restore is recorded in `fatal`); `Err` with the
 /// refusal when they could not be taken on.
-fn with_credentials<T>(
+pub(crate) fn with_credentials<T>(
     own: &Own,
     identity: &Identity,
     fatal: &mut Option<String>,
@@ -482,7 +542,7 @@ fn write_back(listener: &Listener, id: u64, caller: &Caller, back: ops::ReadBack
 
 /// The caller's credentials; capabilities held in another user namespace
 /// count for nothing (they are not capabilities over the broker's objects).
-fn caller_identity(caller: &Caller, own: &Own) -> io::Result<Identity> {
+pub(crate) fn caller_identity(caller: &Caller, own: &Own) -> io::Result<Identity> {
     let mut identity = caller.identity()?;
     if caller.user_ns()? != own.user_ns {
         identity.cap_eff = 0;
@@ -490,7 +550,7 @@ fn caller_identity(caller: &Caller, own: &Own) -> io::Result<Identity> {
     Ok(identity)
 }
 
-fn unresolved_decision(unresolved: Unresolved, target: &mut Target) -> Decision {
+pub(crate) fn unresolved_decision(unresolved: Unresolved, target: &mut Target) -> Decision {
     match unresolved {
         Unresolved::Errno(errno) => Decision::Failed { errno },
         Unresolved::Refused(reason, path) => {
@@ -543,7 +603,7 @@ fn answer_fd(
 }
 
 /// Answers `decision` (a refusal with `refused`, the errno it carries).
-fn answer_with(
+pub(crate) fn answer_with(
     listener: &Listener,
     id: u64,
     tid: i32,

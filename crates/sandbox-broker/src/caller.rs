@@ -255,12 +255,8 @@ impl Caller {
         if n < 0 {
             return Err(io::Error::from_raw_os_error(libc::EBADF));
         }
-        if let Some(pidfd) = &self.pidfd {
-            // SAFETY: pidfd_getfd(pidfd, targetfd, flags) returns a new fd.
-            let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), n, 0) };
-            let fd = cvt(rc)?;
-            // SAFETY: fresh fd (pidfd_getfd sets close-on-exec).
-            return Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        if self.pidfd.is_some() {
+            return self.dup_fd(n);
         }
         let path = CString::new(format!("fd/{n}"))
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
@@ -273,6 +269,27 @@ impl Caller {
             )
         } as libc::c_long)?;
         // SAFETY: fresh fd.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
+    }
+}
+
+impl Caller {
+    /// A duplicate of the caller's fd `n` sharing its open file description
+    /// (`pidfd_getfd`), so that acting on it acts on the caller's own file
+    /// (connecting a socket). Needs [`Caller::open_pidfd`]; without a pidfd
+    /// (`ENOSYS`) there is no such duplicate: the `/proc/TID/fd` fallback of
+    /// [`Caller::fd`] opens a new file.
+    pub(crate) fn dup_fd(&self, n: i32) -> io::Result<OwnedFd> {
+        if n < 0 {
+            return Err(io::Error::from_raw_os_error(libc::EBADF));
+        }
+        let Some(pidfd) = &self.pidfd else {
+            return Err(io::Error::from_raw_os_error(libc::ENOSYS));
+        };
+        // SAFETY: pidfd_getfd(pidfd, targetfd, flags) returns a new fd.
+        let rc = unsafe { libc::syscall(libc::SYS_pidfd_getfd, pidfd.as_raw_fd(), n, 0) };
+        let fd = cvt(rc)?;
+        // SAFETY: fresh fd (pidfd_getfd sets close-on-exec).
         Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
     }
 }

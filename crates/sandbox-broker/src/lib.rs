@@ -4,14 +4,18 @@
 //! read-deny paths, its xattr reads, refusing those of objects beneath a
 //! read-deny path; and when a deny path lies beneath a write path, its
 //! writing opens and directory-entry calls, refusing those that would write
-//! into a denied path (see [below](#writing-opens-and-entry-calls)).
+//! into a denied path (see [below](#writing-opens-and-entry-calls)); and
+//! with network on, every `connect`, so that a pathname UNIX socket is
+//! reached only beneath a write path or when allowed (see [below](#connect)).
 //!
 //! The seccomp filter routes these syscalls to a seccomp user-notification
 //! listener: [`brokered_syscalls`] always, [`brokered_truncate_syscalls`]
 //! when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
 //! when the policy has read-deny paths, [`brokered_entry_syscalls`] when a
-//! deny path lies beneath a write path. The [`Broker`] serves that listener
-//! on a thread of the unconfined runner. For every request it
+//! deny path lies beneath a write path, [`brokered_connect_syscalls`] when
+//! network is on. The [`Broker`] serves that listener
+//! on a thread of the unconfined runner. For every request (`connect`: see
+//! [below](#connect)) it
 //!
 //! 1. reads the caller's arguments (paths bounded by `PATH_MAX`, xattr names and
 //!    values bounded by the kernel's limits, flags checked as the kernel checks
@@ -55,7 +59,9 @@
 //! made, under any name (e.g. a hard link made before the run).
 //!
 //! Everything refused is answered with `EPERM`, except writing opens and entry
-//! calls outside every write path, which get `EACCES` as from Landlock; a
+//! calls outside every write path, which get `EACCES` as from Landlock, and
+//! connects (`EACCES` for a pathname UNIX socket, `EAGAIN` beyond the
+//! connects under way at once, see [below](#connect)); a
 //! missing object is answered with the kernel's own `ENOENT`/`ENOTDIR`, a
 //! directory the caller may not search with `EACCES`. Every answer is recorded
 //! in the [`BrokerLog`] returned by [`Broker::finish`].
@@ -105,6 +111,82 @@
 //! `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19), so once the broker
 //! has a call only a fatal signal ends the caller's wait: a performed call is
 //! never reported as interrupted and restarted (a second `mkdir` would fail).
+//!
+//! # Connect
+//! With network on, a confined command could `connect` to any pathname UNIX
+//! socket it can see: `/run/docker.sock` (root on the host), systemd's
+//! private socket, D-Bus, an ssh-agent. Landlock cannot restrict pathname
+//! UNIX connects, and a seccomp filter cannot see the address (it is behind a
+//! pointer) nor the socket's family, so the filter routes every `connect` here
+//! ([`brokered_connect_syscalls`]). The broker never answers it with
+//! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`: between its check and the kernel's
+//! second read the caller could rewrite the address, or `dup2` another
+//! socket over the fd. It performs the connect itself, on the caller's own
+//! socket: `pidfd_getfd` gives a duplicate of the same open file
+//! description, so connecting it connects the caller's socket.
+//!
+//! 1. The address is read once (at most `sizeof(struct sockaddr_storage)`;
+//!    a larger or negative `addrlen` is `EINVAL`, an unreadable one `EFAULT`),
+//!    and the fd is taken (`EBADF` when it is none, or an `O_PATH` one;
+//!    `ENOTSOCK` when it is no socket), in the kernel's order.
+//! 2. The decision rests on the socket object (`SO_DOMAIN` of the broker's
+//!    duplicate) and on the bytes read, never on memory read again:
+//!    * an **`AF_UNIX` socket** with a pathname (`sun_path[0] != 0`; the path
+//!      ends at its first NUL or at `addrlen`, as in the kernel): the path is
+//!      resolved as the caller would (relative to its cwd, symlinks followed,
+//!      with its credentials; no magic links, nothing on procfs, except the
+//!      caller's own `/proc/self/fd/N`) to an `O_PATH` fd on the socket
+//!      inode. Admitted when its canonical path equals an allowed UNIX socket
+//!      (the policy's `allow_unix_sockets`, and those added with
+//!      [`BrokerRules::with_allow_unix`]) or lies beneath a write path and
+//!      not beneath a deny path (reached again beneath the write path, as a
+//!      change is). The socket is then connected to `/proc/self/fd/N` of that
+//!      fd, so the kernel reaches exactly the inode checked, and with the
+//!      caller's credentials, so its write-permission check on the socket
+//!      applies. Refused with `EACCES` otherwise
+//!      ([`Refusal::UnixSocketNotAllowed`], or the deny path's refusal), the
+//!      canonical path recorded. A path that does not resolve gets the
+//!      kernel's errno (`ENOENT`, `ENOTDIR`, `EACCES`); one that is not a
+//!      socket `ECONNREFUSED`, from the kernel's own connect;
+//!    * an **abstract address** (`sun_path[0] == 0`) is refused with `EPERM`
+//!      ([`Refusal::AbstractUnixSocket`]): the broker runs outside the
+//!      sandbox's Landlock domain, so connecting for the caller would bypass
+//!      Landlock's abstract-socket scoping, and an abstract name has no inode
+//!      to hold against the write paths (any host abstract socket, an X
+//!      server's `@/tmp/.X11-unix/X0`, a `unix:abstract=` D-Bus, would be
+//!      reachable). Abstract sockets between processes of the sandbox are rare;
+//!      they are refused too;
+//!    * an `AF_UNIX` address the kernel looks nothing up for (`AF_UNSPEC`,
+//!      which dissolves a datagram socket's association; a wrong family or
+//!      length, `EINVAL`) is passed to the kernel as read;
+//!    * **any other socket domain** (`AF_INET`, `AF_INET6`, netlink, ...):
+//!      network is on, so the connect is performed with the bytes read,
+//!      unchanged; the kernel reads them for the socket's own family (a UNIX
+//!      address on a TCP socket is `EAFNOSUPPORT`, never a path lookup). The
+//!      broker is outside the sandbox's Landlock domain, which loses nothing
+//!      here: with network on the sandbox handles no Landlock network right
+//!      (`LANDLOCK_ACCESS_NET_CONNECT_TCP` only with network off, when
+//!      `connect` is denied by the filter and never reaches the broker).
+//! 3. The connect runs on a worker thread (at most 64 under way; beyond
+//!    that `EAGAIN`, [`Refusal::TooManyConnects`]), so that one that waits
+//!    never holds up the broker thread, which keeps serving the caller's other
+//!    requests. The worker takes on the caller's credentials (netlink's
+//!    `CAP_NET_ADMIN` checks, the socket inode's permission), connects, gives
+//!    them back, checks `ID_VALID` and answers. Every connect runs there, not
+//!    only those of blocking files: a caller could clear `O_NONBLOCK` between
+//!    the broker's look at the flags and the call. The kernel applies the
+//!    file's `O_NONBLOCK` itself: a non-blocking connect answers at once
+//!    (`EINPROGRESS`, `EAGAIN` for a full UNIX backlog). A blocking UNIX-stream
+//!    or TCP connect waits as the kernel's would, up to the socket's
+//!    `SO_SNDTIMEO` (then `EAGAIN`, or `EINPROGRESS` for TCP), but in slices
+//!    of 100 ms (the socket's timeout is set to the slice for each call and
+//!    put back right after), so that a worker notices a caller that no longer
+//!    waits and never outlives the run for long. Errors (`ECONNREFUSED`,
+//!    `ETIMEDOUT`, `EISCONN`, ...) are the kernel's.
+//! 4. Every answer is recorded with the address as written (a path,
+//!    `@name`, `ip:port`, `[ip6]:port`) and, for a pathname, the canonical
+//!    path: [`Decision::Performed`] when connected, [`Decision::Failed`] with
+//!    the kernel's errno (`EINPROGRESS` included), [`Decision::Refused`].
 //!
 //! # Acting with the caller's credentials
 //! The runner may be root with every capability; the caller may be root with
@@ -206,17 +288,46 @@
 //!   right before `process_vm_writev`, which addresses the thread by id: a caller
 //!   killed in between would need its id reused by another process first, which
 //!   takes the whole pid space to cycle.
+//! * **Connect.** The listener of a connected UNIX socket sees the connecting
+//!   thread, a worker of the runner, as its peer (`SO_PEERCRED`: the runner's
+//!   pid, the runner's euid and egid; `SO_PEERGROUPS` are the caller's; LSM
+//!   checks of the connect see the runner's context): a server that judges
+//!   its client by pid judges the runner. Only sockets beneath the write paths
+//!   and allowed ones are reached at all.
+//! * A blocking connect waiting in the broker ends only with its result or a
+//!   fatal signal: a caught signal no longer interrupts it with `EINTR`
+//!   (`WAIT_KILLABLE_RECV`).
+//! * While a blocking UNIX-stream or TCP connect waits, the socket's
+//!   `SO_SNDTIMEO` reads as the slice (at most 100 ms) for the caller's
+//!   other threads. A negative `SO_SNDTIMEO`, which the kernel keeps as "do
+//!   not wait" and reports as 0 like "no timeout", is put back as "no timeout".
+//! * A connect of another protocol that waits (SCTP, vsock, ...) is one call
+//!   on its worker; when the run ends first, [`Broker::finish`] waits for it
+//!   300 ms and then leaves it to end on its own.
+//! * Datagrams: `sendto`/`sendmsg` with an address are not brokered; the
+//!   filter refuses `AF_UNIX` datagram sockets and socketpairs, so no
+//!   addressed datagram reaches a host socket. A datagram socket's
+//!   `connect` is checked like any other.
+//! * Taking the caller's socket with `pidfd_getfd` sets its cgroup-v1
+//!   `net_cls` class id and `net_prio` index to the runner's
+//!   (`__receive_sock`); cgroup v2 has neither.
+//! * Without a pidfd for the calling thread (`PIDFD_THREAD`, Linux 6.9, for a
+//!   thread that does not lead its group) there is no duplicate of its
+//!   socket: the connect is refused ([`Refusal::UnreadableCaller`], `ENOSYS`).
 //! * The runner needs ptrace-level access to the confined process
 //!   (`process_vm_readv`/`writev`, `pidfd_getfd`): its parent or root, and Yama
 //!   `ptrace_scope` below 2.
 //!
 //! # Wiring it into a backend
-//! 1. Runner, before spawning: [`BrokerRules::new`] and [`listener_channel`].
+//! 1. Runner, before spawning: [`BrokerRules::new`] (it takes the policy's
+//!    `allow_unix_sockets`; [`BrokerRules::with_allow_unix`] adds others) and
+//!    [`listener_channel`].
 //! 2. Filter: route [`brokered_syscalls`] (and [`brokered_truncate_syscalls`]
 //!    when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
 //!    when the policy has read-deny paths, [`brokered_entry_syscalls`], opens
 //!    only when they can write, when a deny path lies beneath a write path;
-//!    `openat2` then answered `ENOSYS`) to `SECCOMP_RET_USER_NOTIF`, only
+//!    `openat2` then answered `ENOSYS`; [`brokered_connect_syscalls`] when
+//!    network is on) to `SECCOMP_RET_USER_NOTIF`, only
 //!    when a broker serves the run: without a listener that action fails with
 //!    `ENOSYS`.
 //! 3. Child, in the pre-exec hook after `NO_NEW_PRIVS` and Landlock: install the
@@ -243,6 +354,8 @@ mod broker;
 #[cfg(target_os = "linux")]
 mod caller;
 #[cfg(target_os = "linux")]
+mod connect;
+#[cfg(target_os = "linux")]
 mod creds;
 #[cfg(target_os = "linux")]
 mod entries;
@@ -254,6 +367,8 @@ mod fdpass;
 mod notif;
 #[cfg(target_os = "linux")]
 mod ops;
+#[cfg(target_os = "linux")]
+mod pool;
 #[cfg(target_os = "linux")]
 mod resolve;
 #[cfg(target_os = "linux")]
@@ -269,6 +384,6 @@ pub use fdpass::{install_filter_with_listener, listener_channel, recv_fd, send_f
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]
 pub use syscalls::{
-    brokered_entry_syscalls, brokered_syscalls, brokered_truncate_syscalls,
-    brokered_xattr_read_syscalls,
+    brokered_connect_syscalls, brokered_entry_syscalls, brokered_syscalls,
+    brokered_truncate_syscalls, brokered_xattr_read_syscalls,
 };

@@ -4,7 +4,8 @@ use std::path::PathBuf;
 
 use serde::{Deserialize, Serialize};
 
-/// Every request the broker answered, in arrival order.
+/// Every request the broker answered, in the order answered (a connect is
+/// answered by a worker thread: its record may follow later requests').
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerLog {
     /// The recorded requests (at most [`BrokerLog::MAX_RECORDS`]).
@@ -135,7 +136,9 @@ pub struct Target {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
 pub enum Decision {
-    /// Admitted and performed; the caller got 0.
+    /// Admitted and performed; the caller got 0 (for `connect`: the socket is
+    /// connected; a connect the kernel answered with an error, `EINPROGRESS`
+    /// included, is [`Decision::Failed`]).
     Performed,
     /// An xattr read (`getxattr`, `listxattr` and their forms) was admitted and
     /// performed; the caller got `len` (the bytes copied into its buffer, or the
@@ -157,7 +160,9 @@ pub enum Decision {
         errno: i32,
     },
     /// Refused by the broker's rules; the caller got `EPERM`, or `EACCES`
-    /// (as from Landlock) for a writing open or entry call outside the write paths.
+    /// (as from Landlock) for a writing open or entry call outside the write
+    /// paths and for a refused connect to a pathname UNIX socket, `EAGAIN`
+    /// for [`Refusal::TooManyConnects`].
     Refused {
         /// Why.
         reason: Refusal,
@@ -216,6 +221,19 @@ pub enum Refusal {
     UnknownSyscall {
         /// The syscall number.
         nr: i64,
+    },
+    /// `connect` to a pathname UNIX socket that lies outside every write path
+    /// and is not an allowed UNIX socket (answered `EACCES`).
+    UnixSocketNotAllowed,
+    /// `connect` to an abstract UNIX socket address (answered `EPERM`): the
+    /// broker runs outside the sandbox's Landlock domain, so connecting for
+    /// the caller would bypass Landlock's abstract-socket scoping.
+    AbstractUnixSocket,
+    /// `connect` while the broker already performs its maximum of concurrent
+    /// connects (answered `EAGAIN`), so a caller cannot exhaust the runner's threads.
+    TooManyConnects {
+        /// The maximum.
+        limit: usize,
     },
     /// The broker thread could not take on the caller's credentials (it would
     /// have acted with more than the caller has), e.g. an unprivileged runner
@@ -285,6 +303,16 @@ impl std::fmt::Display for Refusal {
                 )
             }
             Self::UnknownSyscall { nr } => write!(f, "syscall {nr} is not brokered"),
+            Self::UnixSocketNotAllowed => f.write_str(
+                "the UNIX socket lies outside the write paths and is not an allowed UNIX socket",
+            ),
+            Self::AbstractUnixSocket => f.write_str(
+                "abstract UNIX socket addresses are refused (the broker would connect outside the sandbox's Landlock scope)",
+            ),
+            Self::TooManyConnects { limit } => write!(
+                f,
+                "the broker already performs {limit} connects at once"
+            ),
             Self::CallerCredentials { change } => write!(
                 f,
                 "the broker could not take on the caller's {change}, so it would act with more than the caller has"

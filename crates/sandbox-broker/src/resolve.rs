@@ -39,6 +39,9 @@ pub struct BrokerRules {
     /// Whether `/dev/stdin`, `/dev/stdout`, `/dev/stderr` and `/dev/fd` are the
     /// usual symlinks into `/proc/self/fd`, so they name the caller's fds.
     dev_fd_links: bool,
+    /// Pathname UNIX sockets a `connect` may reach outside the write paths
+    /// (canonical, compared exactly).
+    allow_unix: Vec<PathBuf>,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -106,7 +109,9 @@ pub(crate) enum Start {
 
 impl BrokerRules {
     /// Opens every directory write path of `policy` as an `O_PATH` fd and
-    /// keeps its write-deny and read-deny paths.
+    /// keeps its write-deny and read-deny paths and its allowed UNIX sockets
+    /// (`allow_unix_sockets`, which a `connect` may reach outside the write
+    /// paths).
     ///
     /// A write path that is a single file admits exactly that file (reached
     /// again from its parent directory's fd, like every object).
@@ -157,7 +162,29 @@ impl BrokerRules {
             read_deny,
             deny_inodes,
             dev_fd_links,
+            allow_unix: policy.allow_unix_sockets().to_vec(),
         })
+    }
+
+    /// Adds pathname UNIX sockets that a `connect` may reach although they lie
+    /// outside every write path, besides the policy's own `allow_unix_sockets`
+    /// (e.g. for an embedder's own socket). Each is canonicalised now when it exists (`/var/run/x.sock`
+    /// becomes `/run/x.sock`), and kept as given when it does not (a socket
+    /// made later); a connect is admitted when the canonical path of the
+    /// socket it reaches equals one of them exactly (no prefix, no case
+    /// folding). A path that is not absolute never matches.
+    pub fn with_allow_unix(mut self, sockets: Vec<PathBuf>) -> Self {
+        self.allow_unix.extend(
+            sockets
+                .into_iter()
+                .map(|p| std::fs::canonicalize(&p).unwrap_or(p)),
+        );
+        self
+    }
+
+    /// Whether the canonical path `path` is an allowed UNIX socket.
+    pub(crate) fn unix_allowed(&self, path: &Path) -> bool {
+        path.is_absolute() && self.allow_unix.iter().any(|a| a == path)
     }
 
     /// The deny path `path` lies beneath (itself included), as its refusal.

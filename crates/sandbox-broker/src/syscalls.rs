@@ -58,6 +58,7 @@ pub(crate) enum Kind {
     Linkat,
     Symlink,
     Symlinkat,
+    Connect,
 }
 
 impl Kind {
@@ -128,6 +129,7 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_renameat2, "renameat2", Kind::Renameat2),
     (libc::SYS_linkat, "linkat", Kind::Linkat),
     (libc::SYS_symlinkat, "symlinkat", Kind::Symlinkat),
+    (libc::SYS_connect, "connect", Kind::Connect),
 ];
 
 /// x86_64's legacy path forms (aarch64 has only the `*at` calls above).
@@ -170,7 +172,11 @@ pub fn brokered_syscalls() -> &'static [i64] {
     static NUMBERS: std::sync::OnceLock<Vec<i64>> = std::sync::OnceLock::new();
     NUMBERS.get_or_init(|| {
         all()
-            .filter(|(_, _, kind)| *kind != Kind::Truncate && !kind.is_read() && !kind.is_entry())
+            .filter(|(_, _, kind)| {
+                !matches!(kind, Kind::Truncate | Kind::Connect)
+                    && !kind.is_read()
+                    && !kind.is_entry()
+            })
             .map(|(nr, _, _)| *nr)
             .collect()
     })
@@ -238,6 +244,14 @@ pub fn brokered_entry_syscalls() -> &'static [i64] {
         libc::SYS_symlinkat,
     ];
     NUMBERS
+}
+
+/// `connect`, which the broker decides and performs itself on the caller's
+/// own socket: route it to the listener when network is on and a broker
+/// serves the run (see the crate docs, [connect](crate#connect)). Never
+/// answered with `SECCOMP_USER_NOTIF_FLAG_CONTINUE`.
+pub fn brokered_connect_syscalls() -> &'static [i64] {
+    &[libc::SYS_connect]
 }
 
 /// `truncate(path)`, which the broker also handles: route it to the listener
@@ -935,6 +949,7 @@ mod tests {
             .chain(brokered_truncate_syscalls())
             .chain(brokered_xattr_read_syscalls())
             .chain(brokered_entry_syscalls())
+            .chain(brokered_connect_syscalls())
         {
             assert_eq!(all().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
@@ -944,7 +959,11 @@ mod tests {
                 + brokered_truncate_syscalls().len()
                 + brokered_xattr_read_syscalls().len()
                 + brokered_entry_syscalls().len()
+                + brokered_connect_syscalls().len()
         );
+        assert_eq!(brokered_connect_syscalls(), &[libc::SYS_connect]);
+        assert_eq!(lookup(libc::SYS_connect), Some(("connect", Kind::Connect)));
+        assert!(!brokered_syscalls().contains(&libc::SYS_connect));
         for nr in brokered_entry_syscalls() {
             assert!(lookup(*nr).is_some_and(|(_, kind)| kind.is_entry()), "{nr}");
         }

@@ -165,3 +165,91 @@ fn brokered_create_write_close_cost() {
         }
     );
 }
+
+const CONNECTS: u32 = 2000;
+
+/// CONNECTS times: a new blocking socket of `domain`, connect (timed), close.
+/// ns spent in connect, or None if one failed (async-signal-safe).
+fn connect_loop(domain: i32, addr: &[u8]) -> Option<u64> {
+    let mut total = 0;
+    for _ in 0..CONNECTS {
+        let fd = new_socket(domain, libc::SOCK_STREAM);
+        if fd < 0 {
+            return None;
+        }
+        let start = now_ns();
+        let rc = connect_to(fd, addr);
+        total += now_ns() - start;
+        // SAFETY: our socket.
+        unsafe { libc::close(fd) };
+        if rc != 0 {
+            return None;
+        }
+    }
+    Some(total)
+}
+
+/// µs per connect: brokered (in a confined child, connect routed) and bare.
+fn connect_cost(fx: &Fixture, domain: i32, addr: &[u8], listener: OwnedFd) -> (f64, f64) {
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let drain = drain_in_thread(listener, stop.clone());
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh fds.
+    let (r, w) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    let wfd = w.as_raw_fd();
+    let run = confined_connect(fx.rules(&[]), || match connect_loop(domain, addr) {
+        Some(ns) => {
+            // SAFETY (child): write 8 bytes from a live buffer.
+            unsafe { libc::write(wfd, (&ns as *const u64).cast(), 8) };
+            0
+        }
+        None => 1,
+    });
+    drop(w);
+    assert_eq!(run.code, 0, "{}", run.log.explain(5));
+    let mut buf = [0u8; 8];
+    // SAFETY: read into a live 8-byte buffer.
+    assert_eq!(
+        unsafe { libc::read(r.as_raw_fd(), buf.as_mut_ptr().cast(), 8) },
+        8
+    );
+    assert_eq!(
+        run.log.performed().count() as u64 + run.log.omitted,
+        u64::from(CONNECTS),
+        "every connect was brokered"
+    );
+    let bare = connect_loop(domain, addr).expect("bare connects work");
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    let (accepted, _) = drain.join().unwrap();
+    assert_eq!(accepted, 2 * CONNECTS as usize);
+    let per = |ns: u64| ns as f64 / f64::from(CONNECTS) / 1000.0;
+    (per(u64::from_ne_bytes(buf)), per(bare))
+}
+
+#[test]
+fn brokered_connect_cost() {
+    let fx = Fixture::new();
+    // A backlog that never overflows (a dropped SYN waits a second).
+    let tcp = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    tcp.set_nonblocking(true).unwrap();
+    // SAFETY: listen again on our socket, only raising the backlog.
+    assert_eq!(unsafe { libc::listen(tcp.as_raw_fd(), 4096) }, 0);
+    let tcp_addr = sockaddr_ip(tcp.local_addr().unwrap());
+    let (tcp_brokered, tcp_bare) = connect_cost(&fx, libc::AF_INET, &tcp_addr, tcp.into());
+    let path = fx.w.join("cost.sock");
+    let unix = unix_listener(&path, libc::SOCK_STREAM, 4096);
+    let unix_addr = sockaddr_un(std::os::unix::ffi::OsStrExt::as_bytes(path.as_os_str()));
+    let (unix_brokered, unix_bare) = connect_cost(&fx, libc::AF_UNIX, &unix_addr, unix);
+    println!(
+        "blocking connect per call: TCP to loopback brokered {tcp_brokered:.1} µs, bare {tcp_bare:.1} µs; \
+         UNIX socket beneath the write path brokered {unix_brokered:.1} µs, bare {unix_bare:.1} µs \
+         ({CONNECTS} connects each, {} build)",
+        if cfg!(debug_assertions) {
+            "debug"
+        } else {
+            "release"
+        }
+    );
+}

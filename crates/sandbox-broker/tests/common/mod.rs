@@ -494,3 +494,229 @@ pub fn sh(rules: BrokerRules, cmd: &str) -> Run {
 pub fn q(path: &Path) -> String {
     format!("'{}'", path.display().to_string().replace('\'', r"'\''"))
 }
+
+/// The metadata calls, `truncate` and `connect` routed to the listener (a
+/// run with network on).
+pub fn connect_filter() -> Vec<libc::sock_filter> {
+    let routed: Vec<i64> = brokered_syscalls()
+        .iter()
+        .chain(brokered_truncate_syscalls())
+        .chain(sandbox_broker::brokered_connect_syscalls())
+        .copied()
+        .collect();
+    filter_routing(&routed)
+}
+
+/// Like [`confined`], under [`connect_filter`].
+pub fn confined_connect<F: FnOnce() -> i32>(rules: BrokerRules, action: F) -> Run {
+    let mut pid = 0;
+    let listener = spawn_filtered(connect_filter(), action, &mut pid);
+    let broker = Broker::start(listener, rules).expect("broker starts");
+    let code = wait(pid);
+    Run {
+        code,
+        log: broker.finish(),
+    }
+}
+
+/// `n` i32 slots in anonymous shared memory: a forked child writes them
+/// (async-signal-safe), the parent reads them after the child ended.
+pub struct Shared {
+    ptr: *mut i32,
+    n: usize,
+}
+
+impl Shared {
+    pub fn new(n: usize) -> Self {
+        // SAFETY: a fresh anonymous shared mapping.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                n * 4,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_SHARED | libc::MAP_ANONYMOUS,
+                -1,
+                0,
+            )
+        };
+        assert_ne!(ptr, libc::MAP_FAILED, "mmap");
+        Self { ptr: ptr.cast(), n }
+    }
+    pub fn set(&self, i: usize, v: i32) {
+        assert!(i < self.n);
+        // SAFETY: in bounds of the mapping.
+        unsafe { self.ptr.add(i).write_volatile(v) }
+    }
+    pub fn get(&self, i: usize) -> i32 {
+        assert!(i < self.n);
+        // SAFETY: in bounds of the mapping.
+        unsafe { self.ptr.add(i).read_volatile() }
+    }
+    pub fn to_vec(&self) -> Vec<i32> {
+        (0..self.n).map(|i| self.get(i)).collect()
+    }
+}
+
+impl Drop for Shared {
+    fn drop(&mut self) {
+        // SAFETY: our own mapping.
+        unsafe { libc::munmap(self.ptr.cast(), self.n * 4) };
+    }
+}
+
+/// `struct sockaddr_un` bytes for `name` (a path, or `\0name` for an
+/// abstract one), with addrlen = 2 + name length (+ 1 NUL for a path).
+pub fn sockaddr_un(name: &[u8]) -> Vec<u8> {
+    let mut a = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+    a.extend_from_slice(name);
+    if name.first() != Some(&0) {
+        a.push(0);
+    }
+    a
+}
+
+/// `struct sockaddr_in` / `sockaddr_in6` bytes.
+pub fn sockaddr_ip(addr: std::net::SocketAddr) -> Vec<u8> {
+    match addr {
+        std::net::SocketAddr::V4(v4) => {
+            let mut a = vec![0u8; 16];
+            a[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            a[2..4].copy_from_slice(&v4.port().to_be_bytes());
+            a[4..8].copy_from_slice(&v4.ip().octets());
+            a
+        }
+        std::net::SocketAddr::V6(v6) => {
+            let mut a = vec![0u8; 28];
+            a[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+            a[2..4].copy_from_slice(&v6.port().to_be_bytes());
+            a[8..24].copy_from_slice(&v6.ip().octets());
+            a[24..28].copy_from_slice(&v6.scope_id().to_ne_bytes());
+            a
+        }
+    }
+}
+
+/// `connect(fd, addr, len)`: 0 or errno (async-signal-safe).
+pub fn connect_to(fd: i32, addr: &[u8]) -> i32 {
+    // SAFETY: connect reads addr.len() bytes of a live buffer.
+    result(unsafe { libc::connect(fd, addr.as_ptr().cast(), addr.len() as libc::socklen_t) })
+}
+
+/// A new socket (`SOCK_CLOEXEC` added), or -errno (async-signal-safe).
+pub fn new_socket(domain: i32, kind: i32) -> i32 {
+    // SAFETY: plain socket(2).
+    let fd = unsafe { libc::socket(domain, kind | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        -errno()
+    } else {
+        fd
+    }
+}
+
+/// A UNIX socket of `kind` bound at `path`, listening with `backlog` when it
+/// is a stream socket, non-blocking (so the test can count what it accepts).
+pub fn unix_listener(path: &Path, kind: i32, backlog: i32) -> OwnedFd {
+    use std::os::fd::FromRawFd;
+    let fd = new_socket(libc::AF_UNIX, kind | libc::SOCK_NONBLOCK);
+    assert!(fd >= 0, "socket: {}", -fd);
+    let addr = sockaddr_un(path.as_os_str().as_bytes());
+    // SAFETY: bind with a live address.
+    let rc = unsafe { libc::bind(fd, addr.as_ptr().cast(), addr.len() as libc::socklen_t) };
+    assert_eq!(rc, 0, "bind {}: {}", path.display(), errno());
+    if kind == libc::SOCK_STREAM {
+        // SAFETY: listen on our socket.
+        assert_eq!(unsafe { libc::listen(fd, backlog) }, 0, "listen");
+    }
+    // SAFETY: fresh fd.
+    unsafe { OwnedFd::from_raw_fd(fd) }
+}
+
+/// Accepts every pending connection on a non-blocking listener; how many.
+pub fn accept_all(listener: &OwnedFd) -> usize {
+    let mut n = 0;
+    loop {
+        // SAFETY: accept4 on our listener, no address wanted.
+        let fd = unsafe {
+            libc::accept4(
+                listener.as_raw_fd(),
+                std::ptr::null_mut(),
+                std::ptr::null_mut(),
+                libc::SOCK_CLOEXEC,
+            )
+        };
+        if fd < 0 {
+            assert_eq!(errno(), libc::EAGAIN, "accept");
+            return n;
+        }
+        // SAFETY: the accepted fd is ours.
+        unsafe { libc::close(fd) };
+        n += 1;
+    }
+}
+
+/// Accepts on `listener` (non-blocking) until `stop`, in a thread; the count.
+pub fn drain_in_thread(
+    listener: OwnedFd,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<(usize, OwnedFd)> {
+    std::thread::spawn(move || {
+        let mut n = 0;
+        while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+            let mut p = libc::pollfd {
+                fd: listener.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            // SAFETY: one live pollfd.
+            unsafe { libc::poll(&mut p, 1, 20) };
+            n += accept_all(&listener);
+        }
+        n += accept_all(&listener);
+        (n, listener)
+    })
+}
+
+/// A prepared `execve` of this test binary running only test `name`, with
+/// `env` as its whole environment: how a test gets a confined process with
+/// threads (a forked child of the harness may not start any).
+pub struct Reexec {
+    _strings: Vec<CString>,
+    argv: Vec<*const libc::c_char>,
+    envp: Vec<*const libc::c_char>,
+}
+
+impl Reexec {
+    pub fn new(name: &str, env: &[(&str, String)]) -> Self {
+        let exe = std::env::current_exe().unwrap();
+        let args = [
+            exe.display().to_string(),
+            "--exact".into(),
+            name.into(),
+            "--nocapture".into(),
+            "--test-threads=1".into(),
+            "-q".into(),
+        ];
+        let argc = args.len();
+        let strings: Vec<CString> = args
+            .into_iter()
+            .chain(env.iter().map(|(k, v)| format!("{k}={v}")))
+            .map(|s| CString::new(s).unwrap())
+            .collect();
+        let mut argv: Vec<_> = strings[..argc].iter().map(|s| s.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let mut envp: Vec<_> = strings[argc..].iter().map(|s| s.as_ptr()).collect();
+        envp.push(std::ptr::null());
+        Self {
+            _strings: strings,
+            argv,
+            envp,
+        }
+    }
+
+    /// execve; 127 if it fails (async-signal-safe).
+    pub fn exec(&self) -> i32 {
+        // SAFETY: NUL-terminated arrays whose strings live in self.
+        unsafe { libc::execve(self.argv[0], self.argv.as_ptr(), self.envp.as_ptr()) };
+        127
+    }
+}

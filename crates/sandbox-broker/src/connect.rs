@@ -1,0 +1,518 @@
+//! `connect`: decided on the broker thread from the bytes it read once and
+//! the socket object itself, performed on a worker thread ([`crate::pool`])
+//! with the caller's credentials, on the caller's own socket.
+
+use std::ffi::CString;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use crate::broker::{caller_identity, unresolved_decision, with_credentials, Own};
+use crate::caller::{cvt, errno_of, Caller, Identity};
+use crate::log::{Decision, Refusal, Target};
+use crate::notif::Listener;
+use crate::resolve::{canonical, walk, BrokerRules, Start, Unresolved};
+use crate::syscalls::Subject;
+
+/// `sizeof(struct sockaddr_storage)`: the most `move_addr_to_kernel` copies in.
+const SOCKADDR_STORAGE: usize = 128;
+/// `offsetof(struct sockaddr_un, sun_path)`.
+const SUN_PATH: usize = 2;
+/// `sizeof(struct sockaddr_un)`.
+const SOCKADDR_UN: usize = 110;
+/// How long one blocking connect call of a worker may wait before the worker
+/// looks again whether the caller still waits and the broker still runs.
+pub(crate) const SLICE: Duration = Duration::from_millis(100);
+
+/// What the broker thread does with a connect request.
+pub(crate) enum Next {
+    /// Answer now: refused (a refusal gets `refused`), or the kernel's own
+    /// error that needs no connect (`EBADF`, `ENOTSOCK`, `EFAULT`, ...).
+    Answer { decision: Decision, refused: i32 },
+    /// Admitted: a worker performs it.
+    Perform(Job),
+}
+
+impl Next {
+    fn failed(errno: i32) -> Self {
+        Next::Answer {
+            decision: Decision::Failed { errno },
+            refused: libc::EPERM,
+        }
+    }
+
+    fn decision(decision: Decision) -> Self {
+        Next::Answer {
+            decision,
+            refused: libc::EPERM,
+        }
+    }
+}
+
+/// An admitted connect, for a worker.
+pub(crate) struct Job {
+    pub(crate) id: u64,
+    pub(crate) tid: i32,
+    /// The caller's socket (`pidfd_getfd`: the same open file description).
+    sock: OwnedFd,
+    /// The address to connect to: the bytes the broker read, or for a
+    /// pathname UNIX socket `/proc/self/fd/N` of `via`.
+    addr: Vec<u8>,
+    /// The `O_PATH` fd on the admitted socket inode that `addr` names; open
+    /// until the connect is done.
+    _via: Option<OwnedFd>,
+    pub(crate) identity: Identity,
+    pub(crate) target: Target,
+    wait: Wait,
+}
+
+/// How a blocking connect of this socket waits (see [`perform`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Wait {
+    /// `AF_UNIX` stream or seqpacket: waits for room in the listener's
+    /// backlog, for `SO_SNDTIMEO` (then `EAGAIN`).
+    Unix,
+    /// TCP: waits for the handshake, for `SO_SNDTIMEO` (then `EINPROGRESS`);
+    /// a later call on the connecting socket waits on (`EALREADY` on timeout).
+    Tcp,
+    /// Anything else: one call.
+    Once,
+}
+
+/// The name an `AF_UNIX` address gives the kernel to look up.
+#[derive(Debug, PartialEq, Eq)]
+enum UnixName<'a> {
+    /// A pathname (`sun_path[0] != 0`), up to its first NUL.
+    Path(&'a [u8]),
+    /// An abstract name (`sun_path[0] == 0`), without the leading NUL.
+    Abstract(&'a [u8]),
+    /// No lookup: the kernel answers without one (`EINVAL`, or for a datagram
+    /// socket `AF_UNSPEC` dissolving its association).
+    None,
+}
+
+fn family(addr: &[u8]) -> Option<i32> {
+    (addr.len() >= 2).then(|| i32::from(u16::from_ne_bytes([addr[0], addr[1]])))
+}
+
+/// As `unix_validate_addr` and `unix_mkname_bsd` (net/unix/af_unix.c): a
+/// lookup happens for family `AF_UNIX` with `2 < addrlen <= 110`; a pathname
+/// ends at its first NUL or at `addrlen`.
+fn unix_name(addr: &[u8]) -> UnixName<'_> {
+    if addr.len() <= SUN_PATH || addr.len() > SOCKADDR_UN || family(addr) != Some(libc::AF_UNIX) {
+        return UnixName::None;
+    }
+    let sun = &addr[SUN_PATH..];
+    if sun[0] == 0 {
+        return UnixName::Abstract(&sun[1..]);
+    }
+    let end = sun.iter().position(|&b| b == 0).unwrap_or(sun.len());
+    UnixName::Path(&sun[..end])
+}
+
+/// The address as a human reads it, for the log: a path, `@abstract`,
+/// `ip:port`, `[ip6]:port`.
+pub(crate) fn describe(addr: &[u8]) -> String {
+    let Some(fam) = family(addr) else {
+        return format!("{}-byte address", addr.len());
+    };
+    let port = || u16::from_be_bytes([addr[2], addr[3]]);
+    match fam {
+        libc::AF_UNSPEC => "AF_UNSPEC".into(),
+        libc::AF_UNIX => match unix_name(addr) {
+            UnixName::Path(p) => String::from_utf8_lossy(p).into_owned(),
+            UnixName::Abstract(name) => format!("@{}", name.escape_ascii()),
+            UnixName::None => format!("AF_UNIX, {} bytes", addr.len()),
+        },
+        libc::AF_INET if addr.len() >= 8 => {
+            let ip = std::net::Ipv4Addr::new(addr[4], addr[5], addr[6], addr[7]);
+            format!("{ip}:{}", port())
+        }
+        libc::AF_INET6 if addr.len() >= 24 => {
+            let mut ip = [0u8; 16];
+            ip.copy_from_slice(&addr[8..24]);
+            let scope = addr
+                .get(24..28)
+                .map_or(0, |s| u32::from_ne_bytes([s[0], s[1], s[2], s[3]]));
+            std::net::SocketAddrV6::new(ip.into(), port(), 0, scope).to_string()
+        }
+        f => format!("address family {f}, {} bytes", addr.len()),
+    }
+}
+
+fn status_flags(fd: &OwnedFd) -> i32 {
+    // SAFETY: F_GETFL on our own fd.
+    unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETFL) }
+}
+
+fn sockopt_int(fd: &OwnedFd, opt: libc::c_int) -> io::Result<libc::c_int> {
+    let mut v: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt into a live int of the size given.
+    cvt(libc::c_long::from(unsafe {
+        libc::getsockopt(
+            fd.as_raw_fd(),
+            libc::SOL_SOCKET,
+            opt,
+            (&mut v as *mut libc::c_int).cast(),
+            &mut len,
+        )
+    }))?;
+    Ok(v)
+}
+
+/// The address `/proc/self/fd/N`: the kernel's lookup of it follows the magic
+/// link to exactly the inode `fd` holds (it fits in `sun_path`).
+fn proc_fd_address(fd: RawFd) -> Vec<u8> {
+    let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+    addr.extend_from_slice(format!("/proc/self/fd/{fd}").as_bytes());
+    addr.push(0);
+    addr
+}
+
+/// Reads the request, checks it and either answers it or hands back the
+/// connect to perform. Everything the decision rests on is the socket object
+/// (its `SO_DOMAIN`, on the broker's duplicate) and the address bytes read once.
+pub(crate) fn decide(
+    listener: &Listener,
+    rules: &BrokerRules,
+    own: &Own,
+    n: &libc::seccomp_notif,
+    target: &mut Target,
+    fatal: &mut Option<String>,
+) -> Next {
+    let unreadable = |e: &io::Error| {
+        Next::decision(Decision::Refused {
+            reason: Refusal::UnreadableCaller { errno: errno_of(e) },
+        })
+    };
+    let tid = n.pid as i32;
+    let [fd, addr_ptr, addr_len, ..] = n.data.args;
+    let fd = fd as i32;
+    target.fd = Some(fd);
+    let mut caller = match Caller::open(tid) {
+        Ok(c) => c,
+        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {
+            return Next::decision(Decision::CallerGone)
+        }
+        Err(e) => return unreadable(&e),
+    };
+    caller.open_pidfd();
+    // move_addr_to_kernel: addrlen is an int, at most sockaddr_storage; 0
+    // copies nothing.
+    let addr = match usize::try_from(addr_len as i32) {
+        Ok(0) => Ok(Vec::new()),
+        Ok(len) if len <= SOCKADDR_STORAGE => caller.read(addr_ptr, len),
+        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let sock = caller.dup_fd(fd);
+    // The memory read and the fd taken belong to the caller only if its
+    // request is still pending.
+    match listener.id_valid(n.id) {
+        Ok(true) => {}
+        Ok(false) => return Next::decision(Decision::CallerGone),
+        Err(e) => return unreadable(&e),
+    }
+    // As __sys_connect: the fd first (fdget skips O_PATH files), then the
+    // address, then whether it is a socket.
+    let sock = match sock {
+        Ok(s) if status_flags(&s) & libc::O_PATH == 0 => s,
+        Ok(_) => return Next::failed(libc::EBADF),
+        Err(e) if errno_of(&e) == libc::EBADF => return Next::failed(libc::EBADF),
+        Err(e) => return unreadable(&e),
+    };
+    let addr = match addr {
+        Ok(a) => a,
+        Err(e) => {
+            return match errno_of(&e) {
+                errno @ (libc::EINVAL | libc::EFAULT) => Next::failed(errno),
+                _ => unreadable(&e),
+            }
+        }
+    };
+    target.path = Some(describe(&addr));
+    let domain = match sockopt_int(&sock, libc::SO_DOMAIN) {
+        Ok(d) => d,
+        Err(e) => return Next::failed(errno_of(&e)),
+    };
+    let kind = sockopt_int(&sock, libc::SO_TYPE).unwrap_or(0);
+    let protocol = sockopt_int(&sock, libc::SO_PROTOCOL).unwrap_or(0);
+    let identity = match caller_identity(&caller, own) {
+        Ok(id) => id,
+        Err(e) => return unreadable(&e),
+    };
+    let mut job = Job {
+        id: n.id,
+        tid,
+        sock,
+        addr,
+        _via: None,
+        identity,
+        target: Target::default(),
+        wait: Wait::Once,
+    };
+    if domain == libc::AF_UNIX {
+        if matches!(kind, libc::SOCK_STREAM | libc::SOCK_SEQPACKET) {
+            job.wait = Wait::Unix;
+        }
+        let name = unix_name(&job.addr);
+        match name {
+            UnixName::None => {}
+            UnixName::Abstract(_) => {
+                return Next::Answer {
+                    decision: Decision::Refused {
+                        reason: Refusal::AbstractUnixSocket,
+                    },
+                    refused: libc::EPERM,
+                }
+            }
+            UnixName::Path(path) => {
+                // No NUL inside by construction.
+                let Ok(path) = CString::new(path) else {
+                    return Next::failed(libc::EINVAL);
+                };
+                let subject = Subject::At {
+                    dirfd: libc::AT_FDCWD,
+                    path,
+                    follow: true,
+                    empty_path: false,
+                };
+                let refused = |d: Decision| Next::Answer {
+                    decision: d,
+                    refused: libc::EACCES,
+                };
+                let start = match rules.start(&caller, &subject) {
+                    Ok(start) => start,
+                    Err(u) => return refused(unresolved_decision(u, target)),
+                };
+                match with_credentials(own, &job.identity, fatal, || admit_unix(rules, start)) {
+                    Ok(Ok((via, path))) => {
+                        target.resolved = Some(path);
+                        job.addr = proc_fd_address(via.as_raw_fd());
+                        job._via = Some(via);
+                    }
+                    Ok(Err(u)) => return refused(unresolved_decision(u, target)),
+                    Err(d) => return Next::decision(d),
+                }
+            }
+        }
+    } else if matches!(domain, libc::AF_INET | libc::AF_INET6)
+        && kind == libc::SOCK_STREAM
+        && protocol == libc::IPPROTO_TCP
+    {
+        job.wait = Wait::Tcp;
+    }
+    job.target = std::mem::take(target);
+    Next::Perform(job)
+}
+
+/// The socket a pathname connect reaches (symlinks followed, as `connect`
+/// follows them; no magic link, nothing on procfs), admitted when it is an
+/// allowed UNIX socket or lies beneath a write path and not beneath a deny
+/// path: an `O_PATH` fd on it and its canonical path. Runs with the caller's
+/// credentials, so the walk meets the kernel's search permissions.
+fn admit_unix(rules: &BrokerRules, start: Start) -> Result<(OwnedFd, PathBuf), Unresolved> {
+    let first = match start {
+        Start::Object(fd) => fd,
+        Start::Walk { base, path, .. } => walk(base.as_ref(), &path, 0)?,
+    };
+    let link = canonical(&first)?;
+    if rules.unix_allowed(&link) {
+        return Ok((first, link));
+    }
+    match rules.admit_change(&first) {
+        Ok(obj) => Ok((obj.fd, obj.path)),
+        Err(Unresolved::Refused(Refusal::OutsideWritePaths, path)) => {
+            Err(Unresolved::Refused(Refusal::UnixSocketNotAllowed, path))
+        }
+        Err(e) => Err(e),
+    }
+}
+
+/// How a performed connect ended.
+pub(crate) enum Done {
+    /// The kernel's answer: 0 (connected) or an errno.
+    Errno(i32),
+    /// The caller stopped waiting (or the broker stops) before it ended.
+    Gone,
+}
+
+fn connect_raw(sock: RawFd, addr: &[u8]) -> i32 {
+    // A valid pointer even for an empty address.
+    let empty = [0u8; 2];
+    let ptr = if addr.is_empty() {
+        empty.as_ptr()
+    } else {
+        addr.as_ptr()
+    };
+    // SAFETY: connect reads addr.len() bytes from a live buffer.
+    let rc = unsafe { libc::connect(sock, ptr.cast(), addr.len() as libc::socklen_t) };
+    if rc == 0 {
+        0
+    } else {
+        errno_of(&io::Error::last_os_error())
+    }
+}
+
+/// `SO_SNDTIMEO`; `None` for no timeout (the kernel reports none as zero).
+fn send_timeout(sock: RawFd) -> io::Result<Option<Duration>> {
+    let mut tv = libc::timeval {
+        tv_sec: 0,
+        tv_usec: 0,
+    };
+    let mut len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
+    // SAFETY: getsockopt into a live timeval of the size given.
+    cvt(libc::c_long::from(unsafe {
+        libc::getsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&mut tv as *mut libc::timeval).cast(),
+            &mut len,
+        )
+    }))?;
+    let t = Duration::from_secs(tv.tv_sec.max(0) as u64)
+        + Duration::from_micros(tv.tv_usec.max(0) as u64);
+    Ok((!t.is_zero()).then_some(t))
+}
+
+fn set_send_timeout(sock: RawFd, t: Option<Duration>) -> io::Result<()> {
+    let t = t.unwrap_or_default();
+    let tv = libc::timeval {
+        tv_sec: t.as_secs() as libc::time_t,
+        tv_usec: t.subsec_micros() as libc::suseconds_t,
+    };
+    // SAFETY: setsockopt with a live timeval of the size given.
+    cvt(libc::c_long::from(unsafe {
+        libc::setsockopt(
+            sock,
+            libc::SOL_SOCKET,
+            libc::SO_SNDTIMEO,
+            (&tv as *const libc::timeval).cast(),
+            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+        )
+    }))
+    .map(|_| ())
+}
+
+/// Connects the caller's socket (the thread holds the caller's credentials).
+///
+/// A connect of a non-blocking file returns at once, as the kernel decides
+/// from the file's flags at the call. A blocking UNIX-stream or TCP connect
+/// waits, as the kernel's would, up to the socket's own `SO_SNDTIMEO` (none:
+/// forever), but in slices of [`SLICE`] (the socket's timeout is set to the
+/// slice around each call and put back right after), so that the worker notices
+/// a caller that stopped waiting (`ID_VALID`) or a broker that stops, and
+/// never outlives either for long. The slices are the kernel's own restart:
+/// a UNIX connect that timed out starts again from scratch, a TCP connect
+/// already under way is waited on again (`EALREADY` on timeout).
+pub(crate) fn perform(job: &Job, listener: &Listener, stop: &AtomicBool) -> Done {
+    let sock = job.sock.as_raw_fd();
+    let waits = |e: i32| match job.wait {
+        Wait::Unix => e == libc::EAGAIN,
+        Wait::Tcp => matches!(e, libc::EINPROGRESS | libc::EALREADY),
+        Wait::Once => false,
+    };
+    if job.wait == Wait::Once {
+        return Done::Errno(connect_raw(sock, &job.addr));
+    }
+    let Ok(own_timeout) = send_timeout(sock) else {
+        return Done::Errno(connect_raw(sock, &job.addr));
+    };
+    let deadline = own_timeout.map(|t| Instant::now() + t);
+    // What the kernel answers when a blocking connect's SO_SNDTIMEO ran out.
+    let timed_out = if job.wait == Wait::Unix {
+        libc::EAGAIN
+    } else {
+        libc::EINPROGRESS
+    };
+    loop {
+        let slice = match deadline {
+            None => SLICE,
+            Some(d) => match d.checked_duration_since(Instant::now()) {
+                Some(left) if left >= Duration::from_micros(1) => left.min(SLICE),
+                _ => return Done::Errno(timed_out),
+            },
+        };
+        if set_send_timeout(sock, Some(slice)).is_err() {
+            return Done::Errno(connect_raw(sock, &job.addr));
+        }
+        let e = connect_raw(sock, &job.addr);
+        let _ = set_send_timeout(sock, own_timeout);
+        if !(waits(e) || e == libc::EINTR) {
+            return Done::Errno(e);
+        }
+        if status_flags(&job.sock) & libc::O_NONBLOCK != 0 {
+            // The kernel's answer for a non-blocking file.
+            return Done::Errno(e);
+        }
+        if stop.load(Ordering::Relaxed) || !matches!(listener.id_valid(job.id), Ok(true)) {
+            return Done::Gone;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn un(path: &[u8]) -> Vec<u8> {
+        let mut a = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+        a.extend_from_slice(path);
+        a
+    }
+
+    #[test]
+    fn unix_names_as_the_kernel_parses_them() {
+        assert_eq!(
+            unix_name(&un(b"/run/x.sock\0")),
+            UnixName::Path(b"/run/x.sock")
+        );
+        // Without a NUL the path ends at addrlen.
+        assert_eq!(unix_name(&un(b"rel")), UnixName::Path(b"rel"));
+        assert_eq!(unix_name(&un(b"a\0b")), UnixName::Path(b"a"));
+        assert_eq!(unix_name(&un(b"\0name")), UnixName::Abstract(b"name"));
+        assert_eq!(unix_name(&un(b"\0")), UnixName::Abstract(b""));
+        // addrlen 2 (family only), above sizeof(sockaddr_un), other families.
+        assert_eq!(unix_name(&un(b"")), UnixName::None);
+        assert_eq!(unix_name(&un(&[b'a'; 109])), UnixName::None);
+        assert_eq!(unix_name(&un(&[b'a'; 108])), UnixName::Path(&[b'a'; 108]));
+        let mut inet = un(b"/x");
+        inet[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        assert_eq!(unix_name(&inet), UnixName::None);
+        assert_eq!(unix_name(&[1]), UnixName::None);
+    }
+
+    #[test]
+    fn addresses_are_described() {
+        let mut v4 = vec![0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&8080u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[127, 0, 0, 1]);
+        assert_eq!(describe(&v4), "127.0.0.1:8080");
+        let mut v6 = vec![0u8; 28];
+        v6[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        v6[2..4].copy_from_slice(&443u16.to_be_bytes());
+        v6[23] = 1;
+        assert_eq!(describe(&v6), "[::1]:443");
+        assert_eq!(describe(&un(b"/run/docker.sock\0")), "/run/docker.sock");
+        assert_eq!(describe(&un(b"\0a\x01")), "@a\\x01");
+        assert_eq!(describe(&[]), "0-byte address");
+        assert_eq!(
+            describe(&(libc::AF_UNSPEC as u16).to_ne_bytes()),
+            "AF_UNSPEC"
+        );
+    }
+
+    #[test]
+    fn the_proc_fd_address_fits_sun_path() {
+        let a = proc_fd_address(i32::MAX);
+        assert!(a.len() <= SOCKADDR_UN);
+        assert_eq!(
+            unix_name(&a),
+            UnixName::Path(format!("/proc/self/fd/{}", i32::MAX).as_bytes())
+        );
+    }
+}
