@@ -40,13 +40,26 @@ fn action(a: Action) -> Result<ScmpAction, SeccompError> {
 /// same argument are merged into one masked compare.
 fn compares(group: &[Cond]) -> Result<Vec<ScmpArgCompare>, SeccompError> {
     let mut per_arg: Vec<(u8, Width, u64, u64)> = Vec::new();
+    let mut not_equal = Vec::new();
     for c in group {
+        // A `!=` inside a group (e.g. "any family but AF_UNIX"): libseccomp
+        // compares all 64 bits for it, which only differs from ours when the
+        // caller sets high bits the kernel ignores (the differential test
+        // compares checked rows only where that cannot happen).
+        if let Cmp::Ne(v) = c.cmp {
+            not_equal.push(ScmpArgCompare::new(
+                u32::from(c.arg),
+                ScmpCompareOp::NotEqual,
+                v,
+            ));
+            continue;
+        }
         let (mask, value) = match (c.width, c.cmp) {
             (Width::Low32, Cmp::Eq(v)) => (0xffff_ffff, v),
             (Width::Low32, Cmp::MaskedEq { mask, value }) => (mask & 0xffff_ffff, value),
             (Width::Full64, Cmp::Eq(v)) => (u64::MAX, v),
             (Width::Full64, Cmp::MaskedEq { mask, value }) => (mask, value),
-            (_, Cmp::Ne(_)) => return Err(err("compare", "unexpected != condition")),
+            (_, Cmp::Ne(_)) => return Err(err("compare", "!= is handled above")),
         };
         match per_arg.iter_mut().find(|(a, ..)| *a == c.arg) {
             Some((_, _, m, v)) => {
@@ -69,6 +82,7 @@ fn compares(group: &[Cond]) -> Result<Vec<ScmpArgCompare>, SeccompError> {
             };
             ScmpArgCompare::new(u32::from(arg), op, value)
         })
+        .chain(not_equal)
         .collect())
 }
 
