@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::broker::{caller_identity, unresolved_decision, with_credentials, Own};
 use crate::caller::{cvt, errno_of, Caller, Identity};
 use crate::log::{Decision, Refusal, Target};
+use crate::net::NetRule;
 use crate::notif::Listener;
 use crate::resolve::{canonical, walk, BrokerRules, Start, Unresolved};
 use crate::syscalls::Subject;
@@ -126,7 +127,7 @@ pub(crate) fn describe(addr: &[u8]) -> String {
             UnixName::Abstract(name) => format!("@{}", name.escape_ascii()),
             UnixName::None => format!("AF_UNIX, {} bytes", addr.len()),
         },
-        libc::AF_INET if addr.len() >= 8 => {
+        libc::AF_INET if addr.len() >= 16 => {
             let ip = std::net::Ipv4Addr::new(addr[4], addr[5], addr[6], addr[7]);
             format!("{ip}:{}", port())
         }
@@ -298,14 +299,53 @@ pub(crate) fn decide(
                 }
             }
         }
-    } else if matches!(domain, libc::AF_INET | libc::AF_INET6)
-        && kind == libc::SOCK_STREAM
-        && protocol == libc::IPPROTO_TCP
-    {
-        job.wait = Wait::Tcp;
+    } else {
+        if let Some(allowed) = rules.allow_net() {
+            if domain != libc::AF_NETLINK && !egress_admits(allowed, domain, &job.addr) {
+                return Next::Answer {
+                    decision: Decision::Refused {
+                        reason: Refusal::NetNotAllowed,
+                    },
+                    refused: libc::ECONNREFUSED,
+                };
+            }
+        }
+        if matches!(domain, libc::AF_INET | libc::AF_INET6)
+            && kind == libc::SOCK_STREAM
+            && protocol == libc::IPPROTO_TCP
+        {
+            job.wait = Wait::Tcp;
+        }
     }
     job.target = std::mem::take(target);
     Next::Perform(job)
+}
+
+/// Whether the egress rules admit connecting a socket of `domain` to `addr`.
+///
+/// Only IP sockets can be admitted. The destination is read by the family
+/// in the bytes, not the socket's (an `AF_INET6` datagram socket connects to
+/// an `AF_INET` address), IPv4-mapped IPv6 as IPv4; `AF_UNSPEC` names no
+/// destination (it dissolves the association). Anything else is refused,
+/// also what the kernel would refuse anyway (a short address).
+fn egress_admits(rules: &[NetRule], domain: i32, addr: &[u8]) -> bool {
+    if !matches!(domain, libc::AF_INET | libc::AF_INET6) {
+        return false;
+    }
+    let port = || u16::from_be_bytes([addr[2], addr[3]]);
+    match family(addr) {
+        Some(libc::AF_UNSPEC) => true,
+        Some(libc::AF_INET) if addr.len() >= 16 => {
+            let ip = std::net::Ipv4Addr::new(addr[4], addr[5], addr[6], addr[7]);
+            NetRule::admit(rules, ip.into(), port())
+        }
+        Some(libc::AF_INET6) if addr.len() >= 24 => {
+            let mut ip = [0u8; 16];
+            ip.copy_from_slice(&addr[8..24]);
+            NetRule::admit(rules, std::net::Ipv6Addr::from(ip).into(), port())
+        }
+        _ => false,
+    }
 }
 
 /// The socket a pathname connect reaches (symlinks followed, as `connect`
@@ -504,6 +544,31 @@ mod tests {
             describe(&(libc::AF_UNSPEC as u16).to_ne_bytes()),
             "AF_UNSPEC"
         );
+    }
+
+    #[test]
+    fn egress_reads_the_destination_by_the_address_family() {
+        let rules: Vec<NetRule> = vec!["127.0.0.1:80".parse().unwrap()];
+        let mut v4 = vec![0u8; 16];
+        v4[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+        v4[2..4].copy_from_slice(&80u16.to_be_bytes());
+        v4[4..8].copy_from_slice(&[127, 0, 0, 1]);
+        assert!(egress_admits(&rules, libc::AF_INET, &v4));
+        // An AF_INET6 datagram socket takes an AF_INET address.
+        assert!(egress_admits(&rules, libc::AF_INET6, &v4));
+        assert!(!egress_admits(&rules, libc::AF_INET, &v4[..8]));
+        assert!(!egress_admits(&rules, libc::AF_PACKET, &v4));
+        let mut mapped = vec![0u8; 28];
+        mapped[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        mapped[2..4].copy_from_slice(&80u16.to_be_bytes());
+        mapped[18..24].copy_from_slice(&[0xff, 0xff, 127, 0, 0, 1]);
+        assert!(egress_admits(&rules, libc::AF_INET6, &mapped));
+        mapped[3] = 81;
+        assert!(!egress_admits(&rules, libc::AF_INET6, &mapped));
+        let unspec = (libc::AF_UNSPEC as u16).to_ne_bytes();
+        assert!(egress_admits(&[], libc::AF_INET, &unspec));
+        assert!(!egress_admits(&[], libc::AF_INET, &v4));
+        assert!(!egress_admits(&rules, libc::AF_INET, &[]));
     }
 
     #[test]

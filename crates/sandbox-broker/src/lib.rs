@@ -167,6 +167,16 @@
 //!      here: with network on the sandbox handles no Landlock network right
 //!      (`LANDLOCK_ACCESS_NET_CONNECT_TCP` only with network off, when
 //!      `connect` is denied by the filter and never reaches the broker).
+//!    * **egress rules** ([`BrokerRules::with_allow_net`], [`NetRule`]): when
+//!      set, an IP socket is connected only to a destination a rule admits
+//!      (read by the family in the bytes: an `AF_INET6` datagram socket takes
+//!      an `AF_INET` address; IPv4-mapped IPv6 is the IPv4 address it
+//!      reaches); `0.0.0.0`, loopback, private, link-local and the other
+//!      special ranges only by a rule that lies within them (`0.0.0.0/0` does
+//!      not admit `127.0.0.1`); `AF_UNSPEC` always. Everything else, a
+//!      malformed address and sockets of a family other than IP, UNIX and
+//!      netlink included, is refused with `ECONNREFUSED`
+//!      ([`Refusal::NetNotAllowed`], recorded with `host:port`).
 //! 3. The connect runs on a worker thread (at most 64 under way; beyond
 //!    that `EAGAIN`, [`Refusal::TooManyConnects`]), so that one that waits
 //!    never holds up the broker thread, which keeps serving the caller's other
@@ -308,6 +318,14 @@
 //!   filter refuses `AF_UNIX` datagram sockets and socketpairs, so no
 //!   addressed datagram reaches a host socket. A datagram socket's
 //!   `connect` is checked like any other.
+//! * Egress rules govern `connect` only. An addressed `sendto`/`sendmsg`
+//!   (UDP, TCP `MSG_FASTOPEN`) and SCTP's `sctp_connectx` (a socket option)
+//!   reach a destination without one: a policy with egress rules needs the
+//!   filter to refuse those (a `NULL` destination and no `MSG_FASTOPEN`, as
+//!   with network off). Name resolution needs its resolver listed (often a
+//!   loopback address, `127.0.0.53:53`). Destinations are addresses, not
+//!   names; a NAT64 (`64:ff9b::/96`) or 6to4 prefix reaches IPv4 hosts
+//!   through a gateway and is matched as the IPv6 address it is.
 //! * Taking the caller's socket with `pidfd_getfd` sets its cgroup-v1
 //!   `net_cls` class id and `net_prio` index to the runner's
 //!   (`__receive_sock`); cgroup v2 has neither.
@@ -320,7 +338,8 @@
 //!
 //! # Wiring it into a backend
 //! 1. Runner, before spawning: [`BrokerRules::new`] (it takes the policy's
-//!    `allow_unix_sockets`; [`BrokerRules::with_allow_unix`] adds others) and
+//!    `allow_unix_sockets`; [`BrokerRules::with_allow_unix`] adds others,
+//!    [`BrokerRules::with_allow_net`] sets egress rules) and
 //!    [`listener_channel`].
 //! 2. Filter: route [`brokered_syscalls`] (and [`brokered_truncate_syscalls`]
 //!    when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
@@ -346,8 +365,10 @@
 #![warn(missing_docs)]
 
 mod log;
+mod net;
 
 pub use log::{BrokerLog, BrokerRecord, CredentialChange, Decision, Refusal, Target};
+pub use net::{NetRule, NetRuleError};
 
 #[cfg(target_os = "linux")]
 mod broker;

@@ -229,6 +229,10 @@ pub enum Refusal {
     /// broker runs outside the sandbox's Landlock domain, so connecting for
     /// the caller would bypass Landlock's abstract-socket scoping.
     AbstractUnixSocket,
+    /// `connect` to an IP destination no egress rule admits, or, with egress
+    /// rules set, of a socket that is neither IP, UNIX nor netlink (answered
+    /// `ECONNREFUSED`; the address is in [`Target::path`]).
+    NetNotAllowed,
     /// `connect` while the broker already performs its maximum of concurrent
     /// connects (answered `EAGAIN`), so a caller cannot exhaust the runner's threads.
     TooManyConnects {
@@ -309,6 +313,7 @@ impl std::fmt::Display for Refusal {
             Self::AbstractUnixSocket => f.write_str(
                 "abstract UNIX socket addresses are refused (the broker would connect outside the sandbox's Landlock scope)",
             ),
+            Self::NetNotAllowed => f.write_str("no egress rule admits this destination"),
             Self::TooManyConnects { limit } => write!(
                 f,
                 "the broker already performs {limit} connects at once"

@@ -11,6 +11,7 @@ use sandbox_core::ResolvedPolicy;
 use crate::caller::{cvt, errno_of, Caller};
 use crate::error::BrokerError;
 use crate::log::Refusal;
+use crate::net::NetRule;
 use crate::syscalls::Subject;
 
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
@@ -42,6 +43,8 @@ pub struct BrokerRules {
     /// Pathname UNIX sockets a `connect` may reach outside the write paths
     /// (canonical, compared exactly).
     allow_unix: Vec<PathBuf>,
+    /// Egress rules for IP connects; `None`: every destination.
+    allow_net: Option<Vec<NetRule>>,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -163,7 +166,31 @@ impl BrokerRules {
             deny_inodes,
             dev_fd_links,
             allow_unix: policy.allow_unix_sockets().to_vec(),
+            allow_net: None,
         })
+    }
+
+    /// Restricts IP connects to the destinations `rules` admit (see
+    /// [`NetRule`]; loopback, private and link-local ranges only when listed
+    /// explicitly); every other IP destination is refused with
+    /// `ECONNREFUSED` ([`Refusal::NetNotAllowed`], recorded with
+    /// `host:port`). Once set, sockets of a family that is neither IP, UNIX
+    /// (governed by the socket rules) nor netlink (the local kernel) are
+    /// refused as well, and an empty list refuses every IP connect. Calls
+    /// again add rules. Without it every destination is connected (network
+    /// is on).
+    ///
+    /// It governs `connect` only: addressed `sendto`/`sendmsg` (UDP, TCP
+    /// `MSG_FASTOPEN`) reach the network without one, unless the filter
+    /// refuses them (see the crate docs, [connect](crate#connect)).
+    pub fn with_allow_net(mut self, rules: Vec<NetRule>) -> Self {
+        self.allow_net.get_or_insert_with(Vec::new).extend(rules);
+        self
+    }
+
+    /// The egress rules, when set.
+    pub(crate) fn allow_net(&self) -> Option<&[NetRule]> {
+        self.allow_net.as_deref()
     }
 
     /// Adds pathname UNIX sockets that a `connect` may reach although they lie
