@@ -193,6 +193,11 @@ pub(crate) fn decide(
     let [fd, addr_ptr, addr_len, ..] = n.data.args;
     let fd = fd as i32;
     target.fd = Some(fd);
+    if !rules.network {
+        return Next::decision(Decision::Refused {
+            reason: Refusal::NetworkOff,
+        });
+    }
     let mut caller = match Caller::open(tid) {
         Ok(c) => c,
         Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {

@@ -246,6 +246,8 @@ pub enum Refusal {
         /// The change that failed.
         change: CredentialChange,
     },
+    /// A connect under a policy without network (never performed).
+    NetworkOff,
 }
 
 /// One part of the caller's credentials the broker thread takes on.
@@ -307,6 +309,7 @@ impl std::fmt::Display for Refusal {
                 )
             }
             Self::UnknownSyscall { nr } => write!(f, "syscall {nr} is not brokered"),
+            Self::NetworkOff => f.write_str("the policy allows no network"),
             Self::UnixSocketNotAllowed => f.write_str(
                 "the UNIX socket lies outside the write paths and is not an allowed UNIX socket",
             ),

@@ -43,6 +43,10 @@ pub struct BrokerRules {
     /// Pathname UNIX sockets a `connect` may reach outside the write paths
     /// (canonical, compared exactly).
     allow_unix: Vec<PathBuf>,
+    /// Whether the policy allows the network at all: a `connect` that
+    /// reaches the broker under `network = false` is refused, whatever
+    /// routed it (the filter keeps it in the kernel; this is the second wall).
+    pub(crate) network: bool,
     /// Egress rules for IP connects; `None`: every destination.
     allow_net: Option<Vec<NetRule>>,
 }
@@ -167,6 +171,7 @@ impl BrokerRules {
             dev_fd_links,
             allow_unix: policy.allow_unix_sockets().to_vec(),
             allow_net: None,
+            network: policy.network(),
         })
     }
 

@@ -669,3 +669,48 @@ fn without_routing_nothing_changes() {
     assert_eq!(accept_all(&docker), 1);
     assert!(run.log.records.is_empty());
 }
+
+/// The second wall: a `connect` that reaches the broker under a policy
+/// without network (the filter keeps it in the kernel, so only a filter bug
+/// could route one) is refused and never performed; the same connect under
+/// network on is performed.
+#[test]
+fn a_routed_connect_without_network_is_refused() {
+    let fx = Fixture::new();
+    for network in [false, true] {
+        let name = format!("s-{network}.sock");
+        let listener = unix_listener(&fx.w.join(&name), libc::SOCK_STREAM, 16);
+        let policy = sandbox_core::SandboxPolicy {
+            write_paths: vec![fx.w.display().to_string()],
+            network,
+            ..sandbox_core::SandboxPolicy::default()
+        }
+        .resolve(&sandbox_core::ExpandContext::default())
+        .expect("policy resolves");
+        let addrs = vec![un(&fx.w.join(&name))];
+        let out = Shared::new(1);
+        let rules = sandbox_broker::BrokerRules::new(&policy).unwrap();
+        let run = confined_connect(rules, || {
+            connect_each(&addrs, &out, 0);
+            0
+        });
+        assert_eq!(run.code, 0);
+        let log = run.log.explain(5);
+        if network {
+            assert_eq!(out.to_vec(), vec![0], "{log}");
+            assert_eq!(accept_all(&listener), 1);
+        } else {
+            assert_ne!(out.to_vec(), vec![0], "{log}");
+            assert_eq!(accept_all(&listener), 0, "never performed");
+            assert!(
+                run.log.refusals().any(|r| matches!(
+                    r.decision,
+                    Decision::Refused {
+                        reason: Refusal::NetworkOff
+                    }
+                )),
+                "{log}"
+            );
+        }
+    }
+}

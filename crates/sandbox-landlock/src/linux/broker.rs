@@ -190,13 +190,14 @@ mod tests {
     /// the metadata writes always, the xattr reads under read denials.
     #[test]
     fn filter_and_broker_agree_on_the_brokered_calls() {
-        for (network, read_deny, entries) in [
-            (false, false, false),
-            (true, false, false),
-            (false, true, false),
-            (true, true, false),
-            (false, false, true),
-            (true, true, true),
+        for (network, read_deny, entries, connect) in [
+            (false, false, false, true),
+            (true, false, false, true),
+            (true, false, false, false),
+            (false, true, false, true),
+            (true, true, false, true),
+            (false, false, true, true),
+            (true, true, true, true),
         ] {
             let spec = FilterSpec {
                 network,
@@ -206,7 +207,7 @@ mod tests {
                 read_deny,
                 hold_group: false,
                 broker_entries: entries,
-                broker_connect: false,
+                broker_connect: connect,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
@@ -226,11 +227,17 @@ mod tests {
             } else {
                 &[]
             };
+            let connects: &[i64] = if connect && network {
+                sandbox_broker::brokered_connect_syscalls()
+            } else {
+                &[]
+            };
             let mut brokered: Vec<i64> = sandbox_broker::brokered_syscalls()
                 .iter()
                 .chain(sandbox_broker::brokered_truncate_syscalls())
                 .chain(reads)
                 .chain(entry_calls)
+                .chain(connects)
                 .copied()
                 .collect();
             routed.sort_unstable();

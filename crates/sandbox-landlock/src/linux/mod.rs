@@ -58,7 +58,10 @@ pub(crate) fn prepare_with(
     let spec = FilterSpec::new(policy, LandlockCoverage { truncate: false })
         .with_broker(channel.is_some())
         .with_group_held(options.hold_process_group)
-        .with_broker_entries(mediation == rules::Mediation::Entries);
+        .with_broker_entries(mediation == rules::Mediation::Entries)
+        // Host UNIX sockets are confined with the network on: the broker
+        // admits those beneath the write paths and the allowed ones.
+        .with_broker_connect(true);
     let filter = sandbox_seccomp::compile_spec(&spec)?;
     let drop_capabilities = child::holds_capabilities().map_err(LandlockError::Capabilities)?;
     let facts = report::RulesetFacts {

@@ -118,7 +118,11 @@ fn entry(axis: Axis, mechanism: &str, gaps: Vec<String>) -> AxisEnforcement {
 
 fn network(policy: &ResolvedPolicy, extras: Extras) -> AxisEnforcement {
     if policy.network() {
-        return entry(Axis::Network, NOT_RESTRICTED, Vec::new());
+        return entry(
+            Axis::Network,
+            "open, but host UNIX sockets confined: connect goes to the broker, which admits only sockets beneath the write paths and allow_unix_sockets (no AF_UNIX datagram sockets)",
+            Vec::new(),
+        );
     }
     // seccomp refuses connect/listen/accept and non-stream sockets on every
     // ABI; Landlock adds CONNECT_TCP and the abstract-socket scope on top.
