@@ -126,6 +126,59 @@ fn require_full(
     Err(sandbox_core::SandboxUnavailable::new(backend.name(), why))
 }
 
+/// Refuses a run with network whose stdio includes a UNIX datagram socket:
+/// the command inherits it, and an addressed send on it reaches any host
+/// datagram socket (`/dev/log`, ...) past the confinement, which refuses
+/// such sockets only at creation. (Without network, addressed sends are
+/// refused by the filter.)
+fn refuse_stdio_datagram(
+    backend: &dyn Backend,
+    policy: &ResolvedPolicy,
+    stderr_inherited: bool,
+) -> Result<(), sandbox_core::SandboxUnavailable> {
+    #[cfg(target_os = "linux")]
+    if policy.network() {
+        let names = ["stdin", "stdout", "stderr"];
+        let count = if stderr_inherited { 3 } else { 2 };
+        for (fd, name) in names.iter().enumerate().take(count) {
+            if is_unix_datagram(fd as i32) {
+                return Err(sandbox_core::SandboxUnavailable::new(
+                    backend.name(),
+                    format!(
+                        "{name} (fd {fd}) is a UNIX datagram socket, through which the command \
+                         could send to any host datagram socket; pass a pipe, a file or a \
+                         stream socket instead, or run without network"
+                    ),
+                ));
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = (backend, policy, stderr_inherited);
+    Ok(())
+}
+
+/// Whether `fd` is an `AF_UNIX` socket of type `SOCK_DGRAM`.
+#[cfg(target_os = "linux")]
+fn is_unix_datagram(fd: i32) -> bool {
+    let opt = |name: i32| {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: value and len are valid for getsockopt's writes.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (rc == 0).then_some(value)
+    };
+    opt(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && opt(libc::SO_TYPE) == Some(libc::SOCK_DGRAM)
+}
+
 /// Makes the calling process a child subreaper, once: orphans of a run held
 /// by its process group are re-parented here and reaped by the runner
 /// (Linux only). A process-wide setting, documented on [`run`].
@@ -220,6 +273,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
                 }
                 None => policy,
             };
+            refuse_stdio_datagram(backend, policy, req.echo_stderr)?;
             let c = backend.prepare_for_launch(policy, &req.argv, options)?;
             if req.require_full {
                 require_full(backend, &c.report)?;
