@@ -181,6 +181,60 @@ fn cli_conventions() {
     assert_eq!(v["classification"]["class"], "ok");
 }
 
+/// Errors in a policy built from flags name the flag typed, not the config
+/// field behind it; the same request as `--policy-json` names that.
+#[test]
+fn policy_errors_name_the_flag_typed() {
+    let cases: [(&[&str], &str); 5] = [
+        (
+            &["--read-deny", "/nonexistent-sandbox-test*"],
+            "--read-deny",
+        ),
+        (
+            &["-w", "/tmp", "--write-deny", "/tmp/nonexistent-x*q"],
+            "--write-deny",
+        ),
+        (&["-w", "/nonexistent-sandbox-test"], "-w/--write"),
+        (&["--timeout", "99999"], "--timeout 99999"),
+        (&["--env-deny", ""], "--env-deny"),
+    ];
+    for (flags, named) in cases {
+        let out = sandbox()
+            .arg("run")
+            .args(flags)
+            .args(["--", "/bin/true"])
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(125), "{flags:?}: {stderr}");
+        assert!(stderr.contains(named), "{flags:?}: {stderr}");
+        assert!(
+            !stderr.contains("_paths") && !stderr.contains("env_deny_names"),
+            "{stderr}"
+        );
+    }
+    let out = sandbox()
+        .args([
+            "run",
+            "--policy-json",
+            r#"{"read_deny_paths":["/nonexistent-sandbox-test*"]}"#,
+        ])
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("--policy-json") && stderr.contains("read_deny_paths"),
+        "{stderr}"
+    );
+    // Twin: a good request runs.
+    let out = sandbox()
+        .args(["run", "--timeout", "5", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(0));
+}
+
 /// Shell completions and the man page are generated and well-formed.
 #[test]
 fn completions_and_man_page() {

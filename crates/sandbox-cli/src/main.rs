@@ -260,11 +260,56 @@ fn effective_policy(
             );
         }
     }
-    let requested = requested.resolve(&ctx)?;
+    let requested = requested
+        .resolve(&ctx)
+        .map_err(|e| match &flags.policy_json {
+            Some(_) => Fatal(format!("invalid --policy-json: {e}")),
+            None => flag_error(e),
+        })?;
     Ok(Some(match &config.policy {
         Some(operator) => requested.bounded_by(&operator.resolve(&ctx)?)?,
         None => requested,
     }))
+}
+
+/// A resolution error of a policy built from flags, naming the flag typed
+/// rather than the config field behind it.
+fn flag_error(e: sandbox::PolicyError) -> Fatal {
+    use sandbox::PolicyError as E;
+    let flag = |field: &str| match field {
+        "write_paths" => "-w/--write",
+        "read_deny_paths" => "--read-deny",
+        "write_deny_paths" => "--write-deny",
+        "allow_unix_sockets" => "--allow-unix",
+        _ => "",
+    };
+    Fatal(match e {
+        E::BadPath {
+            field,
+            value,
+            reason,
+        } if !flag(field).is_empty() => {
+            format!("{} {value:?} is not a usable path: {reason}", flag(field))
+        }
+        E::GlobInDenyPath { field, value, glob } if !flag(field).is_empty() => format!(
+            "{} {value:?} contains the glob character `{glob}`, and deny paths are not globs: \
+             give each path to deny (a literal name with `{glob}` is accepted when it exists)",
+            flag(field)
+        ),
+        E::WritePathMissing { path, reason } => format!(
+            "write path {} (from -w/--write or --workspace) does not exist or cannot be resolved \
+             ({reason}); create it or leave it out",
+            path.display()
+        ),
+        E::TimeoutAboveCeiling { requested, ceiling } => format!(
+            "--timeout {requested} is above the operator's ceiling of {ceiling} s \
+             (max_timeout_seconds); ask for at most {ceiling}"
+        ),
+        E::BadEnvName { name } => {
+            format!("--env-deny {name:?} is not a valid variable name or glob")
+        }
+        other => other.to_string(),
+    })
 }
 
 fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
