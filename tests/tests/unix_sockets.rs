@@ -1,6 +1,7 @@
 //! Host UNIX sockets with the network on: a socket outside the write paths
 //! (like docker.sock) is refused unless allowed; one inside a write path is
 //! usable; TCP keeps working.
+#![cfg(target_os = "linux")]
 
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixListener;
