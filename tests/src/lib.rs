@@ -48,3 +48,14 @@ pub fn sandbox_lines(out: &Output) -> Vec<String> {
         .map(str::to_owned)
         .collect()
 }
+
+/// Asserts the run exited with `code`, quoting its stderr otherwise.
+#[track_caller]
+pub fn assert_exit(out: &Output, code: i32) {
+    assert_eq!(
+        out.status.code(),
+        Some(code),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}

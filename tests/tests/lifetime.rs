@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::sandbox_bin;
+use sandbox_tests::{assert_exit, sandbox_bin};
 
 /// Who runs the CLI: root (cgroup containment) or nobody (process group).
 #[derive(Clone, Copy, Debug)]
@@ -346,12 +346,7 @@ fn a_planted_report_symlink_is_refused() {
         .arg(&s.beat)
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(125),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 125);
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(
         err.lines().filter(|l| l.starts_with("sandbox:")).count() == 1,
@@ -376,12 +371,7 @@ fn a_planted_report_symlink_is_refused() {
         .args(["--", "/bin/true"])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let v: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(v["containment"], "cgroup");

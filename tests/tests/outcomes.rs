@@ -1,7 +1,7 @@
 //! Honest outcomes: full enforcement on demand, and a record for every run
 //! that got as far as parsing its input.
 
-use sandbox_tests::{sandbox, sandbox_lines};
+use sandbox_tests::{assert_exit, sandbox, sandbox_lines};
 
 #[test]
 fn require_full_refuses_a_partial_abi_and_runs_under_the_full_one() {
@@ -16,12 +16,7 @@ fn require_full_refuses_a_partial_abi_and_runs_under_the_full_one() {
         .args(["--", "/bin/sh", "-c", &touch])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(125),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 125);
     let lines = sandbox_lines(&out);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
@@ -47,12 +42,7 @@ fn require_full_refuses_a_partial_abi_and_runs_under_the_full_one() {
         .args(["--", "/bin/sh", "-c", &touch])
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     assert!(marker.exists());
 }
 
@@ -125,12 +115,7 @@ fn env_passthrough_keeps_path_and_only_the_listed_names() {
         .env(std::ffi::OsStr::from_bytes(b"BAD\xffNAME"), "1")
         .output()
         .unwrap();
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let env = out.stdout;
     let has = |n: &[u8]| env.split(|b| *b == b'\n').any(|l| l.starts_with(n));
     assert!(has(b"PATH="), "PATH always passes");

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use sandbox_tests::{run, sandbox, sandbox_lines};
+use sandbox_tests::{assert_exit, run, sandbox, sandbox_lines};
 
 /// Backend flags for runner tests: the real one for this host, failing if absent.
 const BACKEND: &[&str] = &["--backend", "auto", "--on-unsupported", "error"];
@@ -91,12 +91,7 @@ fn double_forked_descendant_is_gone_after_normal_exit() {
     );
     let w = dir.path().to_str().unwrap();
     let out = run_cmd(&["-w", w], &["/bin/sh", "-c", &script]);
-    assert_eq!(
-        out.status.code(),
-        Some(0),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 0);
     let pid = read_pid(&pidfile);
     assert!(!pid_alive(pid), "descendant {pid} outlived the run");
 }
@@ -108,12 +103,7 @@ fn double_forked_descendant_is_gone_after_timeout() {
     let script = double_fork_script(&pidfile, "sleep 300");
     let w = dir.path().to_str().unwrap();
     let out = run_cmd(&["-w", w, "--timeout", "1"], &["/bin/sh", "-c", &script]);
-    assert_eq!(
-        out.status.code(),
-        Some(124),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_exit(&out, 124);
     let pid = read_pid(&pidfile);
     assert!(!pid_alive(pid), "descendant {pid} outlived the timeout");
 }
