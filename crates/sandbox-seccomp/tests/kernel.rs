@@ -935,10 +935,10 @@ fn addressed_sendmsg_reaches_no_host_socket_without_network() {
     );
 }
 
-#[test]
-fn a_held_process_group_cannot_be_left() {
-    use sandbox_seccomp::{compile_spec, FilterSpec};
-    let base = FilterSpec {
+/// Network on, every optional part off: the base the single-feature tests
+/// add one part to.
+fn network_on() -> sandbox_seccomp::FilterSpec {
+    sandbox_seccomp::FilterSpec {
         network: true,
         deny_subprocess: false,
         landlock: LandlockCoverage { truncate: true },
@@ -947,7 +947,13 @@ fn a_held_process_group_cannot_be_left() {
         hold_group: false,
         broker_entries: false,
         broker_connect: false,
-    };
+    }
+}
+
+#[test]
+fn a_held_process_group_cannot_be_left() {
+    use sandbox_seccomp::compile_spec;
+    let base = network_on();
     let held = compile_spec(&base.with_group_held(true)).unwrap();
     let free = compile_spec(&base).unwrap();
     // Each case forks once so the caller is not a group leader (setsid then
@@ -979,17 +985,8 @@ fn a_held_process_group_cannot_be_left() {
 /// work; the twin without the confinement creates them all.
 #[test]
 fn confined_unix_sockets_without_a_broker() {
-    use sandbox_seccomp::{compile_spec, FilterSpec};
-    let base = FilterSpec {
-        network: true,
-        deny_subprocess: false,
-        landlock: LandlockCoverage { truncate: true },
-        broker: false,
-        read_deny: false,
-        hold_group: false,
-        broker_entries: false,
-        broker_connect: false,
-    };
+    use sandbox_seccomp::compile_spec;
+    let base = network_on();
     let held = compile_spec(&base.with_broker_connect(true)).unwrap();
     let open = compile_spec(&base).unwrap();
     let socket = |dom: i32, ty: i32| move || unsafe { status(libc::socket(dom, ty, 0).into()) };
