@@ -9,6 +9,7 @@
 //! * [`SandboxMode`]: the `read-only`, `workspace-write` and `danger-full-access` presets.
 //! * [`Backend`]: the contract every enforcing backend implements, with the
 //!   [`EnforcementReport`] it returns; [`NoopBackend`] is the audit-only one.
+//! * [`net`]: egress rules, by address ([`NetRule`]) or host name ([`EgressRule`]).
 //! * [`axis`]: the axis-contract types and registry used by the conformance suite.
 //!
 //! ```
@@ -34,6 +35,7 @@ mod config;
 mod env;
 mod error;
 mod mode;
+pub mod net;
 mod noop;
 mod op;
 mod policy;
@@ -52,6 +54,9 @@ pub use config::{
 pub use env::{env_name_denied, scrub_env};
 pub use error::{ConfigError, PolicyError, SandboxUnavailable, SANDBOX_UNAVAILABLE};
 pub use mode::SandboxMode;
+pub use net::{
+    EgressRule, EgressRuleError, EgressRules, NameMatch, NameRule, NetRule, NetRuleError,
+};
 pub use noop::NoopBackend;
 pub use op::{builtin_op_bound, SandboxedExecOp};
 pub use policy::{ExpandContext, ResolvedPolicy, SandboxPolicy};

@@ -1,0 +1,1004 @@
+//! Egress rules: which network destinations a confined command may reach.
+//!
+//! * [`NetRule`]: an IP address or CIDR network with an optional port, as the
+//!   connect broker checks a socket's destination.
+//! * [`EgressRule`]: a [`NetRule`] or a host name pattern with an optional
+//!   port (`example.com:443`, `*.example.com`), as the egress proxy checks a
+//!   requested host; [`EgressRules`] is a list of them.
+//! * [`is_special`]: whether an address lies in a special range (loopback,
+//!   private, link-local, ...), which only rules naming it admit.
+//!
+//! All of them read and print as text, and (de)serialise as that text, so a
+//! policy can say `allow_net = ["example.com:443", "10.0.0.0/8"]`.
+
+use std::fmt;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
+use std::str::FromStr;
+
+use serde::{Deserialize, Serialize};
+
+/// One allowed IP destination: an address or a CIDR network (IPv4 or IPv6),
+/// and optionally one port (any port without).
+///
+/// Written `10.0.0.0/8`, `192.0.2.7`, `192.0.2.7:443`, `198.51.100.0/24:80`,
+/// `2001:db8::/32`, `::1`, `[2001:db8::1]:443`, `[2001:db8::/32]:443`. Host
+/// bits beyond the prefix are cleared (`10.1.2.3/8` is `10.0.0.0/8`). An
+/// IPv4-mapped IPv6 rule (`::ffff:192.0.2.0/120`) is the IPv4 rule it maps.
+///
+/// A destination in a *special* range (this host `0.0.0.0/8` and `::`,
+/// loopback, private `10/8`, `172.16/12`, `192.168/16`, shared `100.64/10`,
+/// link-local `169.254/16` and `fe80::/10` (cloud metadata services live
+/// there), unique-local `fc00::/7`, site-local `fec0::/10`, multicast,
+/// `240/4` and broadcast) matches only a rule that lies within that range:
+/// `0.0.0.0/0` admits every public IPv4 address but not `127.0.0.1`, which
+/// needs e.g. `127.0.0.1:8080` or `127.0.0.0/8` listed.
+///
+/// Serialised as its text (`"10.0.0.0/8"`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub struct NetRule {
+    addr: IpAddr,
+    prefix: u8,
+    port: Option<u16>,
+}
+
+/// Why a [`NetRule`] could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum NetRuleError {
+    /// The prefix length exceeds the address's bits (32 or 128).
+    #[error("prefix /{prefix} is longer than the {bits} bits of {addr}")]
+    Prefix {
+        /// The address.
+        addr: IpAddr,
+        /// The prefix length given.
+        prefix: u8,
+        /// The address's bits.
+        bits: u8,
+    },
+    /// The text is not an address, a CIDR network, or either with a port.
+    #[error("{text:?} is not an IP address or CIDR network with an optional port (e.g. 10.0.0.0/8, 192.0.2.7:443, [2001:db8::/32]:443)")]
+    Syntax {
+        /// The text.
+        text: String,
+    },
+}
+
+fn bits(addr: IpAddr) -> u8 {
+    match addr {
+        IpAddr::V4(_) => 32,
+        IpAddr::V6(_) => 128,
+    }
+}
+
+/// The address with its bits beyond `prefix` cleared.
+fn masked(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let m = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(a) & m))
+        }
+        IpAddr::V6(a) => {
+            let m = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(a) & m))
+        }
+    }
+}
+
+/// An IPv4-mapped IPv6 address as the IPv4 address it reaches.
+fn canonical_ip(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Special ranges (see [`NetRule`]) as (network, prefix).
+fn special(ip: IpAddr) -> Option<(IpAddr, u8)> {
+    const V4: &[([u8; 4], u8)] = &[
+        ([0, 0, 0, 0], 8),
+        ([127, 0, 0, 0], 8),
+        ([10, 0, 0, 0], 8),
+        ([172, 16, 0, 0], 12),
+        ([192, 168, 0, 0], 16),
+        ([100, 64, 0, 0], 10),
+        ([169, 254, 0, 0], 16),
+        ([224, 0, 0, 0], 4),
+        ([240, 0, 0, 0], 4),
+    ];
+    const V6: &[(u128, u8)] = &[
+        (0, 128),
+        (1, 128),
+        (0xfc00 << 112, 7),
+        (0xfe80 << 112, 10),
+        (0xfec0 << 112, 10),
+        (0xff00 << 112, 8),
+    ];
+    match ip {
+        IpAddr::V4(_) => V4.iter().find_map(|(net, prefix)| {
+            let net = IpAddr::V4(Ipv4Addr::from(*net));
+            (masked(ip, *prefix) == net).then_some((net, *prefix))
+        }),
+        IpAddr::V6(_) => V6.iter().find_map(|(net, prefix)| {
+            let net = IpAddr::V6(Ipv6Addr::from(*net));
+            (masked(ip, *prefix) == net).then_some((net, *prefix))
+        }),
+    }
+}
+
+impl NetRule {
+    /// The network `addr/prefix` (host bits cleared), one port or any.
+    pub fn new(addr: IpAddr, prefix: u8, port: Option<u16>) -> Result<Self, NetRuleError> {
+        if prefix > bits(addr) {
+            return Err(NetRuleError::Prefix {
+                addr,
+                prefix,
+                bits: bits(addr),
+            });
+        }
+        let (addr, prefix) = match addr {
+            IpAddr::V6(v6) if prefix >= 96 => match v6.to_ipv4_mapped() {
+                Some(v4) => (IpAddr::V4(v4), prefix - 96),
+                None => (addr, prefix),
+            },
+            _ => (addr, prefix),
+        };
+        Ok(Self {
+            addr: masked(addr, prefix),
+            prefix,
+            port,
+        })
+    }
+
+    /// The network address (host bits cleared; IPv4 for an IPv4-mapped rule).
+    pub fn addr(&self) -> IpAddr {
+        self.addr
+    }
+
+    /// The prefix length.
+    pub fn prefix(&self) -> u8 {
+        self.prefix
+    }
+
+    /// The one port admitted, or `None` for any.
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// Whether `ip` (IPv4-mapped taken as IPv4) lies in the rule's network.
+    fn contains(&self, ip: IpAddr) -> bool {
+        let ip = canonical_ip(ip);
+        bits(ip) == bits(self.addr) && masked(ip, self.prefix) == self.addr
+    }
+
+    fn port_matches(&self, port: u16) -> bool {
+        self.port.map_or(true, |p| p == port)
+    }
+
+    /// Whether this rule admits the destination `ip:port`: it contains the
+    /// address (IPv4-mapped IPv6 taken as IPv4) and the port, and for an
+    /// address in a special range (see [`NetRule`]) the rule lies within
+    /// that range.
+    pub fn admits(&self, ip: IpAddr, port: u16) -> bool {
+        let ip = canonical_ip(ip);
+        self.contains(ip)
+            && self.port_matches(port)
+            && special(ip).map_or(true, |(net, prefix)| {
+                self.prefix >= prefix && masked(self.addr, prefix) == net
+            })
+    }
+
+    /// Whether some rule of `rules` admits the destination `ip:port` (see
+    /// [`NetRule::admits`]); an empty list admits nothing.
+    pub fn admit(rules: &[NetRule], ip: IpAddr, port: u16) -> bool {
+        rules.iter().any(|r| r.admits(ip, port))
+    }
+}
+
+/// Whether `ip` (IPv4-mapped IPv6 taken as IPv4) lies in a special range:
+/// this host, loopback, private, shared, link-local, unique-local,
+/// site-local, multicast, reserved or broadcast (the list on [`NetRule`]).
+pub fn is_special(ip: IpAddr) -> bool {
+    special(canonical_ip(ip)).is_some()
+}
+
+impl TryFrom<String> for NetRule {
+    type Error = NetRuleError;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
+impl From<NetRule> for String {
+    fn from(rule: NetRule) -> Self {
+        rule.to_string()
+    }
+}
+
+impl FromStr for NetRule {
+    type Err = NetRuleError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        let syntax = || NetRuleError::Syntax { text: text.into() };
+        // [v6 or v6/len]:port, v4:port, v4/len:port, or a bare network.
+        let (net, port) = if let Some(rest) = text.strip_prefix('[') {
+            let (inner, after) = rest.split_once(']').ok_or_else(syntax)?;
+            let port = match after {
+                "" => None,
+                p => Some(p.strip_prefix(':').ok_or_else(syntax)?),
+            };
+            (inner, port)
+        } else if text.matches(':').count() == 1 {
+            let (net, port) = text.split_once(':').ok_or_else(syntax)?;
+            (net, Some(port))
+        } else {
+            (text, None)
+        };
+        let port = port
+            .map(|p| p.parse::<u16>().map_err(|_| syntax()))
+            .transpose()?;
+        let (addr, prefix) = match net.split_once('/') {
+            Some((a, p)) => {
+                let addr: IpAddr = a.parse().map_err(|_| syntax())?;
+                let prefix: u8 = p.parse().map_err(|_| syntax())?;
+                (addr, prefix)
+            }
+            None => {
+                let addr: IpAddr = net.parse().map_err(|_| syntax())?;
+                (addr, bits(addr))
+            }
+        };
+        NetRule::new(addr, prefix, port)
+    }
+}
+
+impl fmt::Display for NetRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let whole = self.prefix == bits(self.addr);
+        match (self.addr, self.port) {
+            (IpAddr::V4(a), None) if whole => write!(f, "{a}"),
+            (IpAddr::V4(a), None) => write!(f, "{a}/{}", self.prefix),
+            (IpAddr::V4(a), Some(p)) if whole => write!(f, "{a}:{p}"),
+            (IpAddr::V4(a), Some(p)) => write!(f, "{a}/{}:{p}", self.prefix),
+            (IpAddr::V6(a), None) if whole => write!(f, "{a}"),
+            (IpAddr::V6(a), None) => write!(f, "{a}/{}", self.prefix),
+            (IpAddr::V6(a), Some(p)) if whole => write!(f, "[{a}]:{p}"),
+            (IpAddr::V6(a), Some(p)) => write!(f, "[{a}/{}]:{p}", self.prefix),
+        }
+    }
+}
+
+/// One allowed egress destination, as the egress proxy checks a requested
+/// host: an IP rule ([`NetRule`]) or a host name pattern ([`NameRule`]).
+///
+/// Written as a [`NetRule`] (`10.0.0.0/8`, `192.0.2.7:443`, `[::1]:8080`) or
+/// as a name with an optional port: an exact name (`example.com`,
+/// `localhost`, `example.com:443`) or a suffix wildcard (`*.example.com`,
+/// `*.example.com:443`), which matches every sub-domain of `example.com` at
+/// any depth but not `example.com` itself. Names compare case-insensitively
+/// and a trailing dot is ignored (`Example.COM.` is `example.com`). A name is
+/// labels of 1 to 63 letters, digits and hyphens, at most 253 characters in
+/// all; `*` stands only for the whole first label; text that looks like an
+/// address (digits and dots, a `/`, `[` or more than one `:`) is read as a
+/// [`NetRule`], and a name whose last label is numeric (`127.1`,
+/// `0x7f000001`, which the system resolver reads as addresses) is refused.
+///
+/// # Names, addresses and special ranges
+/// * A requested **IP literal** is admitted by IP rules only, with
+///   [`NetRule`]'s special-range semantics; name rules never admit it.
+/// * A requested **name** is admitted only by a name rule: an IP rule never
+///   admits a name, so a name no rule lists is refused before it is
+///   resolved (no DNS query for it leaves through the proxy).
+/// * An address a listed name **resolves to** is admitted when the
+///   matching rule is exact, whatever the address (the operator named that
+///   host: `localhost:8080` reaches `127.0.0.1:8080`); when only a wildcard
+///   matches, an address in a special range ([`is_special`]: loopback,
+///   private, link-local, ...) is refused unless an IP rule admits it as
+///   well, so a name under `*.example.com` that resolves to `127.0.0.1` or
+///   `169.254.169.254` (DNS rebinding) reaches nothing the rules did not
+///   already allow by address. See [`EgressRules::admits_resolved`].
+///
+/// Serialised as its text (`"example.com:443"`), so a policy can say
+/// `allow_net = ["example.com:443", "10.0.0.0/8"]`.
+#[derive(Debug, Clone, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+#[non_exhaustive]
+pub enum EgressRule {
+    /// An address or network with an optional port.
+    Ip(NetRule),
+    /// A host name, exact or suffix wildcard, with an optional port.
+    Name(NameRule),
+}
+
+/// A host name pattern with an optional port: the name part of an
+/// [`EgressRule`] (`example.com:443`, `*.example.com`).
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct NameRule {
+    /// Lowercase, without trailing dot, without the `*.` of a wildcard.
+    name: String,
+    wildcard: bool,
+    port: Option<u16>,
+}
+
+/// How a requested host name matched the rules.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum NameMatch {
+    /// An exact name rule lists the host: any address it resolves to is
+    /// admitted.
+    Exact,
+    /// Only a wildcard rule matches: addresses in special ranges are refused
+    /// unless an IP rule admits them.
+    Wildcard,
+}
+
+/// Why an [`EgressRule`] could not be made.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[non_exhaustive]
+pub enum EgressRuleError {
+    /// The text is empty.
+    #[error("an egress rule is empty; write a host name or an address (e.g. example.com:443, *.example.com, localhost:8080, 10.0.0.0/8)")]
+    Empty,
+    /// The text looks like an address but is not a valid [`NetRule`].
+    #[error(transparent)]
+    Ip(#[from] NetRuleError),
+    /// `*` anywhere but as the whole first label (or with nothing after it).
+    #[error("egress rule {text:?}: `*` stands only for the whole first label, followed by a name (e.g. *.example.com, which matches the sub-domains of example.com but not example.com itself)")]
+    Wildcard {
+        /// The rule as written.
+        text: String,
+    },
+    /// A label is empty, longer than 63 characters, or holds a character
+    /// other than a letter, digit or hyphen.
+    #[error("egress rule {text:?}: label {label:?} is not 1 to 63 letters, digits or hyphens (e.g. example.com, *.example.com, localhost:8080)")]
+    Label {
+        /// The rule as written.
+        text: String,
+        /// The offending label.
+        label: String,
+    },
+    /// The name is longer than 253 characters.
+    #[error("egress rule {text:?}: the name is {len} characters long, more than the 253 a host name may have")]
+    TooLong {
+        /// The rule as written.
+        text: String,
+        /// The name's length (without a trailing dot).
+        len: usize,
+    },
+    /// The name's last label is numeric: the resolver would read it as an address.
+    #[error("egress rule {text:?}: the last label {label:?} is numeric, which the system resolver reads as an IP address; write the address as an IP rule (e.g. 127.0.0.1:8080, 10.0.0.0/8)")]
+    Numeric {
+        /// The rule as written.
+        text: String,
+        /// The numeric label.
+        label: String,
+    },
+    /// The port is not a decimal number from 0 to 65535.
+    #[error("egress rule {text:?}: port {port:?} is not a number from 0 to 65535 (e.g. example.com:443)")]
+    Port {
+        /// The rule as written.
+        text: String,
+        /// The port as written.
+        port: String,
+    },
+}
+
+/// What is wrong with a host name (without rule text).
+enum NameProblem {
+    Label(String),
+    TooLong(usize),
+    Numeric(String),
+}
+
+/// The longest host name, in characters without a trailing dot.
+const MAX_NAME: usize = 253;
+/// The longest label.
+const MAX_LABEL: usize = 63;
+
+/// `name` lowercased and without one trailing dot, when it is a valid host
+/// name: labels of 1 to 63 letters, digits or hyphens, at most 253 characters,
+/// the last label not numeric.
+fn normal_name(name: &str) -> Result<String, NameProblem> {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    if name.len() > MAX_NAME {
+        return Err(NameProblem::TooLong(name.len()));
+    }
+    for label in name.split('.') {
+        let ok = (1..=MAX_LABEL).contains(&label.len())
+            && label
+                .bytes()
+                .all(|b| b.is_ascii_alphanumeric() || b == b'-');
+        if !ok {
+            return Err(NameProblem::Label(label.into()));
+        }
+    }
+    let last = name.rsplit('.').next().unwrap_or(name);
+    let hex = last
+        .strip_prefix("0x")
+        .or_else(|| last.strip_prefix("0X"))
+        .is_some_and(|h| h.bytes().all(|b| b.is_ascii_hexdigit()));
+    if hex || last.bytes().all(|b| b.is_ascii_digit()) {
+        return Err(NameProblem::Numeric(last.into()));
+    }
+    Ok(name.to_ascii_lowercase())
+}
+
+/// Whether the rule text is read as a [`NetRule`]: a `[`, a `/`, more than
+/// one `:`, or a host part of only digits and dots.
+fn looks_like_address(text: &str) -> bool {
+    let host = text.split(':').next().unwrap_or(text);
+    text.starts_with('[')
+        || text.contains('/')
+        || text.matches(':').count() > 1
+        || (!host.is_empty() && host.bytes().all(|b| b.is_ascii_digit() || b == b'.'))
+}
+
+impl NameRule {
+    /// The name, lowercase, without trailing dot and without the `*.` of a
+    /// wildcard.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Whether the rule matches the sub-domains of [`NameRule::name`]
+    /// (`*.example.com`) rather than the name itself.
+    pub fn is_wildcard(&self) -> bool {
+        self.wildcard
+    }
+
+    /// The one port admitted, or `None` for any.
+    pub fn port(&self) -> Option<u16> {
+        self.port
+    }
+
+    /// Whether the rule admits the host name `host` (any case, trailing dot
+    /// ignored) at `port`. A host that is not a valid name is never admitted.
+    pub fn admits(&self, host: &str, port: u16) -> bool {
+        normal_name(host).is_ok_and(|h| self.matches_normal(&h, port))
+    }
+
+    /// [`NameRule::admits`] for a host already through [`normal_name`].
+    fn matches_normal(&self, host: &str, port: u16) -> bool {
+        if self.port.is_some_and(|p| p != port) {
+            return false;
+        }
+        if !self.wildcard {
+            return host == self.name;
+        }
+        host.strip_suffix(self.name.as_str())
+            .and_then(|sub| sub.strip_suffix('.'))
+            .is_some_and(|sub| !sub.is_empty())
+    }
+}
+
+impl fmt::Display for NameRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.wildcard {
+            f.write_str("*.")?;
+        }
+        f.write_str(&self.name)?;
+        if let Some(port) = self.port {
+            write!(f, ":{port}")?;
+        }
+        Ok(())
+    }
+}
+
+impl EgressRule {
+    /// Whether this rule admits the host name `host` at `port`: a name rule
+    /// that matches it (see [`NameRule::admits`]). An IP rule admits no name.
+    pub fn admits_name(&self, host: &str, port: u16) -> bool {
+        match self {
+            EgressRule::Name(rule) => rule.admits(host, port),
+            EgressRule::Ip(_) => false,
+        }
+    }
+
+    /// Whether this rule admits the address `addr` requested as an IP
+    /// literal: an IP rule that admits it (see [`NetRule::admits`]). A name
+    /// rule admits no address by itself.
+    pub fn admits_addr(&self, addr: SocketAddr) -> bool {
+        match self {
+            EgressRule::Ip(rule) => rule.admits(addr.ip(), addr.port()),
+            EgressRule::Name(_) => false,
+        }
+    }
+}
+
+impl FromStr for EgressRule {
+    type Err = EgressRuleError;
+
+    fn from_str(text: &str) -> Result<Self, Self::Err> {
+        if text.is_empty() {
+            return Err(EgressRuleError::Empty);
+        }
+        if looks_like_address(text) {
+            return Ok(EgressRule::Ip(text.parse()?));
+        }
+        let (host, port) = match text.split_once(':') {
+            Some((host, port)) => {
+                let parsed = port
+                    .bytes()
+                    .all(|b| b.is_ascii_digit())
+                    .then(|| port.parse::<u16>().ok())
+                    .flatten();
+                match parsed {
+                    Some(p) => (host, Some(p)),
+                    None => {
+                        return Err(EgressRuleError::Port {
+                            text: text.into(),
+                            port: port.into(),
+                        })
+                    }
+                }
+            }
+            None => (text, None),
+        };
+        let (wildcard, name) = match host.strip_prefix("*.") {
+            Some(rest) => (true, rest),
+            None => (false, host),
+        };
+        let bare = name.strip_suffix('.').unwrap_or(name);
+        if name.contains('*') || (wildcard && bare.is_empty()) {
+            return Err(EgressRuleError::Wildcard { text: text.into() });
+        }
+        let name = normal_name(name).map_err(|problem| match problem {
+            NameProblem::Label(label) => EgressRuleError::Label {
+                text: text.into(),
+                label,
+            },
+            NameProblem::TooLong(len) => EgressRuleError::TooLong {
+                text: text.into(),
+                len,
+            },
+            NameProblem::Numeric(label) => EgressRuleError::Numeric {
+                text: text.into(),
+                label,
+            },
+        })?;
+        Ok(EgressRule::Name(NameRule {
+            name,
+            wildcard,
+            port,
+        }))
+    }
+}
+
+impl fmt::Display for EgressRule {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            EgressRule::Ip(rule) => rule.fmt(f),
+            EgressRule::Name(rule) => rule.fmt(f),
+        }
+    }
+}
+
+impl From<NetRule> for EgressRule {
+    fn from(rule: NetRule) -> Self {
+        EgressRule::Ip(rule)
+    }
+}
+
+impl TryFrom<String> for EgressRule {
+    type Error = EgressRuleError;
+
+    fn try_from(text: String) -> Result<Self, Self::Error> {
+        text.parse()
+    }
+}
+
+impl From<EgressRule> for String {
+    fn from(rule: EgressRule) -> Self {
+        rule.to_string()
+    }
+}
+
+/// A list of [`EgressRule`]s: what the egress proxy admits (see
+/// [`EgressRule`] for how names, addresses and special ranges combine). An
+/// empty list admits nothing. Serialised as a list of rule texts.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(transparent)]
+pub struct EgressRules(Vec<EgressRule>);
+
+impl EgressRules {
+    /// The list `rules`.
+    pub fn new(rules: Vec<EgressRule>) -> Self {
+        Self(rules)
+    }
+
+    /// The rules.
+    pub fn as_slice(&self) -> &[EgressRule] {
+        &self.0
+    }
+
+    /// Whether an IP rule admits `addr`, requested as an IP literal.
+    pub fn admits_addr(&self, addr: SocketAddr) -> bool {
+        self.0.iter().any(|r| r.admits_addr(addr))
+    }
+
+    /// How the host name `host` at `port` matches the name rules: `Exact`
+    /// when an exact rule lists it, else `Wildcard` when a wildcard rule
+    /// does, else `None` (refused; not to be resolved). A host that is not a
+    /// valid name, or an IP literal, matches nothing.
+    pub fn name_match(&self, host: &str, port: u16) -> Option<NameMatch> {
+        let host = normal_name(host).ok()?;
+        let mut found = None;
+        for rule in &self.0 {
+            if let EgressRule::Name(rule) = rule {
+                if rule.matches_normal(&host, port) {
+                    if !rule.wildcard {
+                        return Some(NameMatch::Exact);
+                    }
+                    found = Some(NameMatch::Wildcard);
+                }
+            }
+        }
+        found
+    }
+
+    /// Whether the address `addr`, which the host name `host` resolved to,
+    /// may be connected to: an exact rule lists `host` at `addr`'s port, or
+    /// a wildcard rule does and `addr` is not special ([`is_special`]) or an
+    /// IP rule admits it.
+    pub fn admits_resolved(&self, host: &str, addr: SocketAddr) -> bool {
+        match self.name_match(host, addr.port()) {
+            Some(NameMatch::Exact) => true,
+            Some(NameMatch::Wildcard) => !is_special(addr.ip()) || self.admits_addr(addr),
+            None => false,
+        }
+    }
+}
+
+impl From<Vec<EgressRule>> for EgressRules {
+    fn from(rules: Vec<EgressRule>) -> Self {
+        Self(rules)
+    }
+}
+
+impl FromIterator<EgressRule> for EgressRules {
+    fn from_iter<I: IntoIterator<Item = EgressRule>>(iter: I) -> Self {
+        Self(iter.into_iter().collect())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(s: &str) -> NetRule {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    fn ip(s: &str) -> IpAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn rules_parse_and_print() {
+        for s in [
+            "10.0.0.0/8",
+            "192.0.2.7",
+            "192.0.2.7:443",
+            "198.51.100.0/24:80",
+            "2001:db8::/32",
+            "::1",
+            "[2001:db8::1]:443",
+            "[2001:db8::/32]:443",
+            "0.0.0.0/0",
+            "::/0",
+        ] {
+            assert_eq!(r(s).to_string(), s);
+        }
+        assert_eq!(r("10.1.2.3/8").to_string(), "10.0.0.0/8");
+        assert_eq!(r("[::1]").to_string(), "::1");
+        assert_eq!(r("::ffff:192.0.2.0/120").to_string(), "192.0.2.0/24");
+        assert_eq!(r("[::ffff:127.0.0.1]:80").to_string(), "127.0.0.1:80");
+        for bad in [
+            "",
+            "10.0.0.0/33",
+            "::/129",
+            "host.example",
+            "10.0.0.1:",
+            "10.0.0.1:70000",
+            "[::1",
+            "[::1]x",
+            "::1:80:",
+            "10.0.0.0/8/8",
+        ] {
+            assert!(bad.parse::<NetRule>().is_err(), "{bad:?}");
+        }
+        assert!(matches!(
+            NetRule::new(ip("10.0.0.0"), 40, None),
+            Err(NetRuleError::Prefix { bits: 32, .. })
+        ));
+    }
+
+    #[test]
+    fn admission() {
+        let admit = |rules: &[&str], dest: &str, port: u16| {
+            let rules: Vec<NetRule> = rules.iter().map(|s| r(s)).collect();
+            NetRule::admit(&rules, ip(dest), port)
+        };
+        // Public: any covering rule, port when given.
+        assert!(admit(&["0.0.0.0/0"], "192.0.2.7", 443));
+        assert!(admit(&["192.0.2.0/24:443"], "192.0.2.7", 443));
+        assert!(!admit(&["192.0.2.0/24:443"], "192.0.2.7", 80));
+        assert!(!admit(&["192.0.2.0/24"], "198.51.100.1", 80));
+        assert!(admit(&["::/0"], "2001:db8::1", 443));
+        assert!(!admit(&[], "192.0.2.7", 443));
+        // Special ranges: only rules within them.
+        for dest in [
+            "127.0.0.1",
+            "0.0.0.0",
+            "10.1.1.1",
+            "172.16.0.1",
+            "192.168.1.1",
+            "100.64.0.1",
+            "169.254.169.254",
+            "224.0.0.1",
+            "255.255.255.255",
+        ] {
+            assert!(!admit(&["0.0.0.0/0"], dest, 80), "{dest}");
+        }
+        for dest in ["::1", "::", "fd00::1", "fe80::1", "fec0::1", "ff02::1"] {
+            assert!(!admit(&["::/0"], dest, 80), "{dest}");
+        }
+        assert!(admit(&["127.0.0.1:8080"], "127.0.0.1", 8080));
+        assert!(admit(&["127.0.0.0/8"], "127.0.0.1", 8080));
+        assert!(!admit(&["127.0.0.1:8080"], "127.0.0.1", 8081));
+        assert!(!admit(&["127.0.0.1"], "0.0.0.0", 80));
+        assert!(admit(&["10.0.0.0/8"], "10.1.1.1", 80));
+        assert!(!admit(&["10.0.0.0/7"], "10.1.1.1", 80));
+        assert!(admit(&["::1"], "::1", 80));
+        // IPv4-mapped IPv6 destinations are the IPv4 ones.
+        assert!(!admit(&["::/0"], "::ffff:127.0.0.1", 80));
+        assert!(!admit(&["::/0"], "::ffff:192.0.2.7", 80));
+        assert!(admit(&["0.0.0.0/0"], "::ffff:192.0.2.7", 80));
+        assert!(!admit(&["0.0.0.0/0"], "::ffff:127.0.0.1", 80));
+        assert!(admit(&["127.0.0.1:80"], "::ffff:127.0.0.1", 80));
+        // IPv4 rules never match IPv6 destinations and the other way round.
+        assert!(!admit(&["0.0.0.0/0"], "2001:db8::1", 80));
+    }
+
+    fn e(s: &str) -> EgressRule {
+        s.parse().unwrap_or_else(|err| panic!("{s}: {err}"))
+    }
+
+    fn rules(list: &[&str]) -> EgressRules {
+        list.iter().map(|s| e(s)).collect()
+    }
+
+    fn sa(s: &str) -> SocketAddr {
+        s.parse().unwrap()
+    }
+
+    #[test]
+    fn is_special_follows_the_ranges() {
+        for s in [
+            "127.0.0.1",
+            "10.0.0.1",
+            "169.254.169.254",
+            "::1",
+            "fe80::1",
+            "::ffff:127.0.0.1",
+        ] {
+            assert!(is_special(ip(s)), "{s}");
+        }
+        for s in ["192.0.2.7", "2001:db8::1", "::ffff:192.0.2.7"] {
+            assert!(!is_special(ip(s)), "{s}");
+        }
+    }
+
+    #[test]
+    fn egress_rules_parse_and_print() {
+        for s in [
+            "example.com",
+            "localhost",
+            "example.com:443",
+            "*.example.com",
+            "*.example.com:443",
+            "a-b.c0.example",
+            "10.0.0.0/8",
+            "192.0.2.7:443",
+            "[::1]:8080",
+        ] {
+            assert_eq!(e(s).to_string(), s);
+        }
+        assert_eq!(e("Example.COM.").to_string(), "example.com");
+        assert_eq!(e("*.Example.com.:443").to_string(), "*.example.com:443");
+        assert_eq!(e("example.com:0443").to_string(), "example.com:443");
+        assert!(matches!(e("10.0.0.0/8"), EgressRule::Ip(_)));
+        assert!(matches!(e("localhost:80"), EgressRule::Name(_)));
+        let EgressRule::Name(n) = e("*.Example.com:443") else {
+            panic!("not a name rule")
+        };
+        assert_eq!(
+            (n.name(), n.is_wildcard(), n.port()),
+            ("example.com", true, Some(443))
+        );
+    }
+
+    #[test]
+    fn egress_refusals() {
+        let err = |s: &str| s.parse::<EgressRule>().expect_err(s);
+        assert_eq!(err(""), EgressRuleError::Empty);
+        for s in [
+            "*",
+            "*.",
+            "*:443",
+            "foo.*.com",
+            "*foo.com",
+            "f*o.com",
+            "**.example.com",
+            "*.*.example.com",
+            "*..",
+            "example.*",
+        ] {
+            assert!(
+                matches!(err(s), EgressRuleError::Wildcard { .. }),
+                "{s}: {:?}",
+                err(s)
+            );
+        }
+        for (s, label) in [
+            ("exa_mple.com", "exa_mple"),
+            ("a..b", ""),
+            (".example.com", ""),
+            ("example.com..", ""),
+            (":443", ""),
+            ("ex ample.com", "ex ample"),
+            ("bücher.example", "bücher"),
+        ] {
+            assert_eq!(
+                err(s),
+                EgressRuleError::Label {
+                    text: s.into(),
+                    label: label.into()
+                },
+                "{s}"
+            );
+        }
+        let long_label = "a".repeat(64);
+        assert!(matches!(
+            err(&format!("{long_label}.com")),
+            EgressRuleError::Label { .. }
+        ));
+        assert!(e(&format!("{}.com", "a".repeat(63))).to_string().len() == 67);
+        // 4 labels of 63 plus 3 dots: 255 characters; 253 is the limit.
+        let l = "a".repeat(63);
+        let too_long = format!("{l}.{l}.{l}.{l}");
+        assert_eq!(
+            err(&too_long),
+            EgressRuleError::TooLong {
+                text: too_long.clone(),
+                len: 255
+            }
+        );
+        let just = format!("{l}.{l}.{l}.{}", "a".repeat(61));
+        assert_eq!(e(&just).to_string().len(), 253);
+        for (s, port) in [
+            ("example.com:", ""),
+            ("example.com:x", "x"),
+            ("example.com:+1", "+1"),
+            ("example.com:65536", "65536"),
+        ] {
+            assert_eq!(
+                err(s),
+                EgressRuleError::Port {
+                    text: s.into(),
+                    port: port.into()
+                },
+                "{s}"
+            );
+        }
+        for (s, label) in [
+            ("example.123", "123"),
+            ("0x7f000001", "0x7f000001"),
+            ("a.0X1f:80", "0X1f"),
+        ] {
+            assert_eq!(
+                err(s),
+                EgressRuleError::Numeric {
+                    text: s.into(),
+                    label: label.into()
+                },
+                "{s}"
+            );
+        }
+        // Address-looking text is an IP rule, with its errors.
+        for s in [
+            "127.1",
+            "10.0.0.256",
+            "10.0.0.0/33",
+            "[::1",
+            "example.com/8",
+            "a:b:c",
+            "1.2.3.4:99999",
+        ] {
+            assert!(
+                matches!(err(s), EgressRuleError::Ip(_)),
+                "{s}: {:?}",
+                err(s)
+            );
+        }
+        // Messages name the text and show examples.
+        let msg = err("foo.*.com").to_string();
+        assert!(
+            msg.contains("\"foo.*.com\"") && msg.contains("*.example.com"),
+            "{msg}"
+        );
+        let msg = err("exa_mple.com").to_string();
+        assert!(
+            msg.contains("\"exa_mple.com\"") && msg.contains("e.g."),
+            "{msg}"
+        );
+        let msg = err("10.0.0.256").to_string();
+        assert!(
+            msg.contains("\"10.0.0.256\"") && msg.contains("e.g."),
+            "{msg}"
+        );
+    }
+
+    #[test]
+    fn name_matching() {
+        let exact = e("example.com:443");
+        assert!(exact.admits_name("example.com", 443));
+        assert!(exact.admits_name("EXAMPLE.com.", 443));
+        assert!(!exact.admits_name("example.com", 80));
+        assert!(!exact.admits_name("www.example.com", 443));
+        assert!(!exact.admits_name("notexample.com", 443));
+        assert!(e("localhost").admits_name("localhost", 1));
+        let wild = e("*.example.com");
+        assert!(wild.admits_name("www.example.com", 80));
+        assert!(wild.admits_name("a.b.Example.COM.", 443));
+        assert!(!wild.admits_name("example.com", 80));
+        assert!(!wild.admits_name("wwwexample.com", 80));
+        assert!(!wild.admits_name(".example.com", 80));
+        assert!(!wild.admits_name("a..example.com", 80));
+        assert!(!wild.admits_name("evil\0.example.com", 80));
+        assert!(!wild.admits_name("127.0.0.1.example", 80));
+        assert!(!e("*.example.com:443").admits_name("www.example.com", 80));
+        // Name rules admit no address, IP rules no name.
+        assert!(!e("localhost").admits_addr(sa("127.0.0.1:80")));
+        assert!(!e("127.0.0.1").admits_name("localhost", 80));
+        assert!(e("127.0.0.1:80").admits_addr(sa("127.0.0.1:80")));
+        assert!(!e("0.0.0.0/0").admits_addr(sa("127.0.0.1:80")));
+    }
+
+    #[test]
+    fn resolved_addresses_and_special_ranges() {
+        let r = rules(&["localhost:8080", "*.example.com", "10.0.0.0/8"]);
+        assert_eq!(r.name_match("localhost", 8080), Some(NameMatch::Exact));
+        assert_eq!(r.name_match("localhost", 8081), None);
+        assert_eq!(
+            r.name_match("www.example.com", 1),
+            Some(NameMatch::Wildcard)
+        );
+        assert_eq!(r.name_match("example.com", 1), None);
+        assert_eq!(r.name_match("127.0.0.1", 8080), None);
+        // An exact name reaches what it resolves to, special or not.
+        assert!(r.admits_resolved("localhost", sa("127.0.0.1:8080")));
+        assert!(r.admits_resolved("localhost", sa("[::1]:8080")));
+        assert!(!r.admits_resolved("localhost", sa("127.0.0.1:8081")));
+        // A wildcard name reaches public addresses only, unless an IP rule
+        // admits the special one by itself.
+        assert!(r.admits_resolved("www.example.com", sa("192.0.2.7:443")));
+        assert!(!r.admits_resolved("www.example.com", sa("127.0.0.1:443")));
+        assert!(!r.admits_resolved("www.example.com", sa("169.254.169.254:80")));
+        assert!(!r.admits_resolved("www.example.com", sa("[::ffff:127.0.0.1]:80")));
+        assert!(r.admits_resolved("www.example.com", sa("10.1.2.3:80")));
+        // An exact rule wins over a wildcard that also matches.
+        let both = rules(&["*.example.com", "api.example.com"]);
+        assert_eq!(
+            both.name_match("api.example.com", 1),
+            Some(NameMatch::Exact)
+        );
+        assert!(both.admits_resolved("api.example.com", sa("127.0.0.1:1")));
+        // Unlisted names are not admitted even when an IP rule covers the
+        // address they would resolve to.
+        assert!(!rules(&["0.0.0.0/0"]).admits_resolved("example.org", sa("192.0.2.7:80")));
+        assert!(rules(&["0.0.0.0/0"]).admits_addr(sa("192.0.2.7:80")));
+        assert!(!EgressRules::default().admits_addr(sa("192.0.2.7:80")));
+    }
+}
