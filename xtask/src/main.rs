@@ -107,13 +107,26 @@ fn ci() -> Result<(), String> {
 }
 
 /// Builds the release `sandbox` CLI into `target/dist/sandbox` and returns
-/// its path. On Linux with glibc it is linked statically: no dynamic loader
-/// run and no relocation of shared libraries at every launch (about a third
-/// of a millisecond here), and nothing to resolve on the host but the kernel.
+/// its path. On Linux it is linked statically against musl when the musl
+/// target is installed (`.ci/run` installs it), else statically against
+/// glibc: no dynamic loader run and no relocation of shared libraries at
+/// every launch. musl also skips glibc's start-up probe of the CPU's caches
+/// (`init_cacheinfo`: a series of `cpuid` instructions, each a VM exit on a
+/// virtual machine), about 0.4 ms of every launch here (BENCHMARKS.md).
 pub(crate) fn dist() -> Result<PathBuf, String> {
     let root = workspace_root();
     let host = host_triple()?;
-    let built = if host.ends_with("-linux-gnu") {
+    let built = if let Some(arch) = host.strip_suffix("-unknown-linux-gnu") {
+        let musl = format!("{arch}-unknown-linux-musl");
+        let target = if target_installed(&musl)? {
+            musl
+        } else {
+            eprintln!(
+                "xtask dist: the {musl} target is not installed (`rustup target add {musl}`); \
+                 linking against glibc statically, which starts slower"
+            );
+            host.clone()
+        };
         // With an explicit --target, RUSTFLAGS reach only the target's crates,
         // not build scripts and proc-macros (which cannot be static).
         cargo_env(
@@ -124,11 +137,11 @@ pub(crate) fn dist() -> Result<PathBuf, String> {
                 "-p",
                 "sandbox-cli",
                 "--target",
-                &host,
+                &target,
             ],
             &[("RUSTFLAGS", "-C target-feature=+crt-static")],
         )?;
-        root.join("target").join(&host).join("release/sandbox")
+        root.join("target").join(&target).join("release/sandbox")
     } else {
         cargo(&["build", "--release", "--quiet", "-p", "sandbox-cli"])?;
         root.join("target/release/sandbox")
@@ -142,6 +155,21 @@ pub(crate) fn dist() -> Result<PathBuf, String> {
         .and_then(|_| std::fs::rename(&tmp, &bin))
         .map_err(|e| format!("copying {} to {}: {e}", built.display(), bin.display()))?;
     Ok(bin)
+}
+
+/// Whether rustc has the standard library for `target`.
+fn target_installed(target: &str) -> Result<bool, String> {
+    let rustc = std::env::var("RUSTC").unwrap_or_else(|_| "rustc".into());
+    let out = Command::new(&rustc)
+        .args(["--print", "sysroot"])
+        .output()
+        .map_err(|e| format!("cannot run {rustc}: {e}"))?;
+    let sysroot = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    Ok(Path::new(&sysroot)
+        .join("lib/rustlib")
+        .join(target)
+        .join("lib")
+        .is_dir())
 }
 
 fn host_triple() -> Result<String, String> {

@@ -426,8 +426,8 @@ fn send_timeout(sock: RawFd) -> io::Result<Option<Duration>> {
 fn set_send_timeout(sock: RawFd, t: Option<Duration>) -> io::Result<()> {
     let t = t.unwrap_or_default();
     let tv = libc::timeval {
-        tv_sec: t.as_secs() as libc::time_t,
-        tv_usec: t.subsec_micros() as libc::suseconds_t,
+        tv_sec: t.as_secs() as _,
+        tv_usec: t.subsec_micros() as _,
     };
     // SAFETY: setsockopt with a live timeval of the size given.
     cvt(libc::c_long::from(unsafe {

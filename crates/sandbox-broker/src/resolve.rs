@@ -486,7 +486,8 @@ pub(crate) fn on_procfs(fd: &OwnedFd) -> bool {
     let mut st: libc::statfs = unsafe { std::mem::zeroed() };
     // SAFETY: valid fd and out-pointer.
     let rc = unsafe { libc::fstatfs(fd.as_raw_fd(), &mut st) };
-    rc == 0 && st.f_type == libc::PROC_SUPER_MAGIC
+    // f_type is signed in glibc, unsigned in musl.
+    rc == 0 && st.f_type as u64 == libc::PROC_SUPER_MAGIC as u64
 }
 
 fn open_dir(path: &Path) -> io::Result<OwnedFd> {

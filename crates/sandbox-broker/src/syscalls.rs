@@ -897,7 +897,7 @@ fn words<const N: usize>(caller: &Caller, addr: u64) -> io::Result<[i64; N]> {
 
 fn ts(sec: i64, nsec: i64) -> libc::timespec {
     libc::timespec {
-        tv_sec: sec as libc::time_t,
+        tv_sec: sec as _,
         tv_nsec: nsec as _,
     }
 }

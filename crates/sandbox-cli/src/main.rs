@@ -42,9 +42,30 @@ impl<E: std::fmt::Display> From<E> for Fatal {
 /// command run, and stdout flushed by `process::exit`.
 #[cfg(not(test))]
 #[no_mangle]
-pub extern "C" fn main(_argc: libc::c_int, _argv: *const *const libc::c_char) -> libc::c_int {
+extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc::c_int {
     open_missing_standard_fds();
-    std::process::exit(run_cli())
+    // SAFETY: the C runtime passes `argc` valid NUL-terminated strings.
+    let args = unsafe { arguments(argc, argv) };
+    std::process::exit(run_cli(args))
+}
+
+/// The arguments as the C runtime passed them. `std::env::args` is empty
+/// without std's own entry point on musl (glibc alone hands them to
+/// `.init_array` functions, which is where std reads them).
+///
+/// # Safety
+/// `argv` holds `argc` valid NUL-terminated strings.
+#[cfg(not(test))]
+unsafe fn arguments(
+    argc: libc::c_int,
+    argv: *const *const libc::c_char,
+) -> Vec<std::ffi::OsString> {
+    use std::os::unix::ffi::OsStrExt;
+    (0..usize::try_from(argc).unwrap_or(0))
+        .map(|i| *argv.add(i))
+        .take_while(|p| !p.is_null())
+        .map(|p| std::ffi::OsStr::from_bytes(std::ffi::CStr::from_ptr(p).to_bytes()).to_owned())
+        .collect()
 }
 
 /// Opens `/dev/null` on each of fds 0-2 that is closed, as std's start-up
@@ -66,11 +87,11 @@ fn open_missing_standard_fds() {
     }
 }
 
-fn run_cli() -> i32 {
+fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
     // SAFETY: setting a disposition before any thread exists.
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     log::init();
-    let cli = match Cli::try_parse() {
+    let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
         Err(err) => return usage_error(err),
     };

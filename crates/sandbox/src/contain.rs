@@ -4,8 +4,8 @@
 //! Two mechanisms, the first that works on this host:
 //!
 //! * **cgroup**: the run gets a cgroup v2 of its own beneath the runner's
-//!   (root, or a delegated subtree); the command is moved into it before it
-//!   execs, and the run ends with one write to `cgroup.kill`, which the
+//!   (root, or a delegated subtree); the command starts in it
+//!   (`CLONE_INTO_CGROUP`, else it moves itself in before it execs), and the run ends with one write to `cgroup.kill`, which the
 //!   kernel applies atomically to every member, forks in flight included
 //!   (Documentation/admin-guide/cgroup-v2.rst, `cgroup.kill`). A command
 //!   cannot leave: moving out needs write access to `cgroup.procs` files,
@@ -35,7 +35,6 @@ use std::process::ExitStatus;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
-use sandbox_core::PreExecHook;
 use serde::{Deserialize, Serialize};
 
 /// The mechanism that holds a run's processes.
@@ -99,27 +98,17 @@ impl Containment {
         }
     }
 
-    /// The child-side step: join the run's cgroup (before Landlock, which
-    /// would refuse the write). `None` for the process group (the runner's
-    /// own hook starts the session).
-    pub(crate) fn hook(&self) -> Option<PreExecHook> {
+    /// Where the child starts: the run's cgroup (directory fd for
+    /// `CLONE_INTO_CGROUP`, and `cgroup.procs` for hosts without it). `None`
+    /// for the process group (the runner's own hook starts the session).
+    pub(crate) fn cgroup(&self) -> Option<crate::spawn::CgroupTarget> {
         let Containment::Cgroup(run) = self else {
             return None;
         };
-        let procs = run.procs.as_raw_fd();
-        let hook = move || {
-            // "0" moves the writing process (cgroup-v2.rst, cgroup.procs).
-            // SAFETY: write(2) of a static byte to an fd the parent keeps open.
-            let n = unsafe { libc::write(procs, b"0".as_ptr().cast(), 1) };
-            if n == 1 {
-                Ok(())
-            } else {
-                Err(io::Error::last_os_error())
-            }
-        };
-        // SAFETY: the closure makes one write(2) on a pre-opened fd: no
-        // allocation, no locks.
-        Some(unsafe { PreExecHook::new(hook) })
+        Some(crate::spawn::CgroupTarget {
+            dir: run.dirfd.as_raw_fd(),
+            procs: run.procs.as_raw_fd(),
+        })
     }
 
     /// Ends every process of the run whose main process is `pid` (its
@@ -148,6 +137,7 @@ pub(crate) struct Ended {
 #[derive(Debug)]
 pub(crate) struct CgroupRun {
     dir: PathBuf,
+    dirfd: OwnedFd,
     procs: OwnedFd,
     kill: OwnedFd,
     events: OwnedFd,
@@ -170,6 +160,7 @@ impl CgroupRun {
             // a host that lets us create but not move falls back cleanly.
             access_w(&base.join("cgroup.procs"))?;
             Ok::<_, io::Error>(CgroupRun {
+                dirfd: open(&dir, libc::O_RDONLY | libc::O_DIRECTORY)?,
                 procs: open(&dir.join("cgroup.procs"), libc::O_WRONLY)?,
                 kill: open(&dir.join("cgroup.kill"), libc::O_WRONLY)?,
                 events: open(&dir.join("cgroup.events"), libc::O_RDONLY)?,

@@ -316,11 +316,10 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         env: &env,
         cwd: req.cwd.as_deref(),
         stderr: null.as_ref().map(|f| f.as_raw_fd()),
+        cgroup: containment.cgroup(),
     };
-    // The runner's own setup first, then joining the cgroup (before Landlock
-    // would refuse the write), then the backend's confinement.
+    // The runner's own setup first, then the backend's confinement.
     let hooks: Vec<PreExecHook> = std::iter::once(runner_hook(req.policy.is_some()))
-        .chain(containment.hook())
         .chain(hook)
         .collect();
 

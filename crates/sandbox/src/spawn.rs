@@ -9,6 +9,17 @@
 //! are as safe on the borrowed memory as they are after `fork`. No crate
 //! offers a vfork-style spawn that runs such hooks, hence the hand-written
 //! code. Elsewhere std's `Command` does the work.
+//!
+//! A run with a cgroup of its own starts there: `clone3` with
+//! `CLONE_INTO_CGROUP` (Linux 5.7) places the child in the cgroup as it is
+//! created. Migrating it afterwards (a write to `cgroup.procs`) takes the
+//! cgroup threadgroup lock for writing, which waits for an RCU grace period:
+//! about 0.25 ms per launch here (BENCHMARKS.md). `clone3` has no libc
+//! wrapper that runs a function on a new stack, so a few lines of assembly
+//! call the child's entry point (x86_64 and aarch64). Where `clone3` is
+//! refused (older kernels, a seccomp filter that answers ENOSYS, another
+//! architecture) the child is cloned as before and writes `cgroup.procs`
+//! itself, first of all its steps.
 
 use std::ffi::OsString;
 use std::io;
@@ -29,6 +40,20 @@ pub(crate) struct SpawnPlan<'a> {
     pub(crate) cwd: Option<&'a Path>,
     /// The child's stderr: this fd, or (`None`) the runner's own, untouched.
     pub(crate) stderr: Option<RawFd>,
+    /// The cgroup the child starts in (Linux only).
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) cgroup: Option<CgroupTarget>,
+}
+
+/// A cgroup v2 to start the child in; both fds stay open until `spawn`
+/// returns.
+#[derive(Debug, Clone, Copy)]
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) struct CgroupTarget {
+    /// The cgroup's directory, for `CLONE_INTO_CGROUP`.
+    pub(crate) dir: RawFd,
+    /// Its `cgroup.procs`, opened for writing, for the fallback.
+    pub(crate) procs: RawFd,
 }
 
 /// A started child: stdin, stdout and (unless the plan says otherwise)
@@ -91,6 +116,8 @@ mod imp {
         envp: Vec<*const libc::c_char>,
         cwd: Option<CString>,
         stderr: RawFd,
+        /// `cgroup.procs` to join first, or -1 (none, or already there).
+        join: RawFd,
         hooks: Vec<PreExecHook>,
         error: i32,
     }
@@ -135,6 +162,7 @@ mod imp {
                 .map(|d| cstr("working directory", d.as_os_str()))
                 .transpose()?,
             stderr: plan.stderr.unwrap_or(libc::STDERR_FILENO),
+            join: -1,
             hooks,
             error: 0,
         };
@@ -149,17 +177,29 @@ mod imp {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
-        // SAFETY: the stack is mapped, writable and unused; `args` outlives the
-        // child's use of it, since CLONE_VFORK returns only once the child has
-        // exec'd or exited. `child_main` only makes async-signal-safe calls.
-        let pid = unsafe {
-            libc::clone(
-                child_main,
-                stack.top(),
-                libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
-                (&mut args as *mut ChildArgs).cast(),
-            )
-        };
+        let mut pid = -1;
+        if let Some(cgroup) = plan.cgroup {
+            // SAFETY: as for `clone` below; the trampoline calls `child_main`
+            // on the fresh stack.
+            pid = unsafe { clone3_into(cgroup.dir, &stack, &mut args) };
+            if pid < 0 {
+                args.join = cgroup.procs;
+            }
+        }
+        if pid < 0 {
+            // SAFETY: the stack is mapped, writable and unused; `args` outlives
+            // the child's use of it, since CLONE_VFORK returns only once the
+            // child has exec'd or exited. `child_main` only makes
+            // async-signal-safe calls.
+            pid = unsafe {
+                libc::clone(
+                    child_main,
+                    stack.top(),
+                    libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+                    (&mut args as *mut ChildArgs).cast(),
+                )
+            };
+        }
         let clone_error = io::Error::last_os_error();
         // SAFETY: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
@@ -197,10 +237,14 @@ mod imp {
         unsafe { libc::_exit(127) }
     }
 
-    /// Resets signals, wires stderr and cwd, runs the hooks and execs.
-    /// Returns the errno of the step that failed.
+    /// Joins the cgroup, resets signals, wires stderr and cwd, runs the hooks
+    /// and execs. Returns the errno of the step that failed.
     unsafe fn prepare_and_exec(args: &mut ChildArgs) -> i32 {
         let errno = || *libc::__errno_location();
+        // "0" moves the writing process (cgroup-v2.rst, cgroup.procs).
+        if args.join >= 0 && libc::write(args.join, b"0".as_ptr().cast(), 1) != 1 {
+            return errno();
+        }
         // Handlers belong to the parent's memory: none may run here. Ignored
         // signals stay ignored across exec, except SIGPIPE, which std ignores
         // and a command expects at its default.
@@ -243,6 +287,108 @@ mod imp {
         errno()
     }
 
+    /// `struct clone_args` up to `cgroup` (include/uapi/linux/sched.h,
+    /// `CLONE_ARGS_SIZE_VER2`).
+    #[repr(C)]
+    #[derive(Default)]
+    struct CloneArgs {
+        flags: u64,
+        pidfd: u64,
+        child_tid: u64,
+        parent_tid: u64,
+        exit_signal: u64,
+        stack: u64,
+        stack_size: u64,
+        tls: u64,
+        set_tid: u64,
+        set_tid_size: u64,
+        cgroup: u64,
+    }
+
+    /// `CLONE_INTO_CGROUP` (include/uapi/linux/sched.h).
+    const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
+
+    /// `clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP)`: runs
+    /// `child_main(args)` on `stack` in the cgroup `dir`. Returns the pid, or
+    /// -1 with errno set when the kernel refused (nothing was started).
+    ///
+    /// # Safety
+    /// As for `clone` with `child_main`: signals blocked, `args` and `stack`
+    /// alive until the child has exec'd or exited (CLONE_VFORK ensures it).
+    #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
+    unsafe fn clone3_into(dir: RawFd, stack: &Stack, args: &mut ChildArgs) -> i32 {
+        let Ok(dir) = u64::try_from(dir) else {
+            *libc::__errno_location() = libc::EBADF;
+            return -1;
+        };
+        let ca = CloneArgs {
+            flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+            exit_signal: libc::SIGCHLD as u64,
+            stack: stack.base() as u64,
+            stack_size: STACK_SIZE as u64,
+            cgroup: dir,
+            ..CloneArgs::default()
+        };
+        let entry: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
+        let arg: *mut libc::c_void = (args as *mut ChildArgs).cast();
+        let ret: isize;
+        // The child resumes after the syscall with the parent's registers,
+        // but on the new stack (clone3 sets the stack pointer to stack +
+        // stack_size) and with a return value of 0: it calls `entry(arg)`,
+        // which never returns (it execs or `_exit`s); the exit syscall after
+        // it is a backstop. The parent only makes the syscall.
+        #[cfg(target_arch = "x86_64")]
+        core::arch::asm!(
+            "syscall",
+            "test rax, rax",
+            "jnz 2f",
+            "mov rdi, r13",
+            "call r12",
+            "mov edi, eax",
+            "mov eax, 60", // SYS_exit
+            "syscall",
+            "ud2",
+            "2:",
+            inlateout("rax") libc::SYS_clone3 as isize => ret,
+            in("rdi") &ca as *const CloneArgs,
+            in("rsi") std::mem::size_of::<CloneArgs>(),
+            in("r12") entry,
+            in("r13") arg,
+            lateout("rcx") _,
+            lateout("r11") _,
+            options(nostack),
+        );
+        #[cfg(target_arch = "aarch64")]
+        core::arch::asm!(
+            "svc #0",
+            "cbnz x0, 2f",
+            "mov x0, x21",
+            "blr x20",
+            "mov x8, #93", // SYS_exit
+            "svc #0",
+            "brk #0",
+            "2:",
+            inlateout("x0") &ca as *const CloneArgs as isize => ret,
+            in("x1") std::mem::size_of::<CloneArgs>(),
+            in("x8") libc::SYS_clone3,
+            in("x20") entry,
+            in("x21") arg,
+            options(nostack),
+        );
+        if ret < 0 {
+            *libc::__errno_location() = -ret as i32;
+            return -1;
+        }
+        ret as i32
+    }
+
+    /// Elsewhere the child is always cloned and joins the cgroup by writing.
+    #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+    unsafe fn clone3_into(_dir: RawFd, _stack: &Stack, _args: &mut ChildArgs) -> i32 {
+        *libc::__errno_location() = libc::ENOSYS;
+        -1
+    }
+
     /// An mmap'd stack with a guard page at its low end.
     struct Stack(*mut libc::c_void);
 
@@ -268,6 +414,10 @@ mod imp {
                 return Err(io::Error::last_os_error());
             }
             Ok(stack)
+        }
+
+        fn base(&self) -> *mut libc::c_void {
+            self.0
         }
 
         fn top(&self) -> *mut libc::c_void {

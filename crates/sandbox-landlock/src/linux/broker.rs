@@ -162,7 +162,7 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
 
 fn set_receive_timeout(fd: RawFd, wait: Duration) -> std::io::Result<()> {
     let tv = libc::timeval {
-        tv_sec: wait.as_secs() as libc::time_t,
+        tv_sec: wait.as_secs() as _,
         tv_usec: 0,
     };
     // SAFETY: setsockopt with a valid timeval of the right size.
