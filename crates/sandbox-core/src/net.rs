@@ -150,6 +150,17 @@ impl NetRule {
         })
     }
 
+    /// The rule admitting exactly `addr`'s address and port (an
+    /// IPv4-mapped IPv6 address as the IPv4 one).
+    pub fn exact(addr: SocketAddr) -> Self {
+        let ip = canonical_ip(addr.ip());
+        Self {
+            addr: ip,
+            prefix: bits(ip),
+            port: Some(addr.port()),
+        }
+    }
+
     /// The network address (host bits cleared; IPv4 for an IPv4-mapped rule).
     pub fn addr(&self) -> IpAddr {
         self.addr
@@ -759,6 +770,22 @@ mod tests {
         assert!(admit(&["127.0.0.1:80"], "::ffff:127.0.0.1", 80));
         // IPv4 rules never match IPv6 destinations and the other way round.
         assert!(!admit(&["0.0.0.0/0"], "2001:db8::1", 80));
+    }
+
+    #[test]
+    fn exact_rules() {
+        let rule = NetRule::exact("127.0.0.1:8080".parse().unwrap());
+        assert_eq!(rule, r("127.0.0.1:8080"));
+        assert!(rule.admits(ip("127.0.0.1"), 8080));
+        assert!(!rule.admits(ip("127.0.0.1"), 8081));
+        assert_eq!(
+            NetRule::exact("[::ffff:10.0.0.1]:1".parse().unwrap()),
+            r("10.0.0.1:1")
+        );
+        assert_eq!(
+            NetRule::exact("[::1]:443".parse().unwrap()).to_string(),
+            "[::1]:443"
+        );
     }
 
     fn e(s: &str) -> EgressRule {

@@ -1,0 +1,355 @@
+//! HTTP: `CONNECT` tunnels and plain forwarding of absolute-form requests.
+
+use std::io::{self, Write};
+use std::net::{Shutdown, TcpStream};
+use std::time::{Duration, Instant};
+
+use crate::relay::relay;
+use crate::serve::{read_by, Slot};
+use crate::target::{open, Failure, Target};
+
+/// Header slots for one request head.
+const MAX_HEADERS: usize = 128;
+
+/// A parsed request head, owned.
+#[derive(Debug)]
+struct Head {
+    method: String,
+    target: String,
+    /// The minor version: `HTTP/1.0` or `HTTP/1.1`.
+    minor: u8,
+    headers: Vec<(String, Vec<u8>)>,
+    /// Bytes the client sent after the head (body, or tunnelled data).
+    rest: Vec<u8>,
+}
+
+/// Why no head was read.
+enum HeadError {
+    /// The client closed or the connection failed: nothing to answer.
+    Gone,
+    TimedOut,
+    TooLarge,
+    Malformed(String),
+}
+
+/// Reads and parses one request head of at most `max` bytes by `deadline`.
+fn read_head(client: &mut TcpStream, max: usize, deadline: Instant) -> Result<Head, HeadError> {
+    let mut buf = vec![0u8; max];
+    let mut len = 0;
+    loop {
+        if len == buf.len() {
+            return Err(HeadError::TooLarge);
+        }
+        match read_by(client, &mut buf[len..], deadline) {
+            Ok(0) => return Err(HeadError::Gone),
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::TimedOut => return Err(HeadError::TimedOut),
+            Err(_) => return Err(HeadError::Gone),
+        }
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut slots);
+        match req.parse(&buf[..len]) {
+            Ok(httparse::Status::Partial) => continue,
+            Ok(httparse::Status::Complete(head_len)) => {
+                let (Some(method), Some(target), Some(minor)) = (req.method, req.path, req.version)
+                else {
+                    return Err(HeadError::Malformed("incomplete request line".into()));
+                };
+                return Ok(Head {
+                    method: method.to_string(),
+                    target: target.to_string(),
+                    minor,
+                    headers: req
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.to_string(), h.value.to_vec()))
+                        .collect(),
+                    rest: buf[head_len..len].to_vec(),
+                });
+            }
+            Err(httparse::Error::TooManyHeaders) => return Err(HeadError::TooLarge),
+            Err(e) => return Err(HeadError::Malformed(e.to_string())),
+        }
+    }
+}
+
+/// Answers `code` with a one-line plain-text `body` and closes the
+/// connection, reading a little of what the client still sends so that the
+/// answer is not lost to a reset.
+fn answer(mut client: TcpStream, code: u16, reason: &str, body: &str) {
+    let _ = client.set_write_timeout(Some(Duration::from_secs(5)));
+    let text = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}\n",
+        body.len() + 1
+    );
+    if client.write_all(text.as_bytes()).is_err() {
+        return;
+    }
+    let _ = client.shutdown(Shutdown::Write);
+    let deadline = Instant::now() + Duration::from_millis(500);
+    let mut sink = [0u8; 4096];
+    let mut drained = 0usize;
+    while drained < 256 * 1024 {
+        match read_by(&mut client, &mut sink, deadline) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
+}
+
+fn answer_failure(client: TcpStream, target: &Target, failure: &Failure) {
+    match failure {
+        Failure::Refused(refused) => answer(
+            client,
+            403,
+            "Forbidden",
+            &format!("sandbox egress proxy: refused {refused}"),
+        ),
+        Failure::Unresolvable(e) => answer(
+            client,
+            502,
+            "Bad Gateway",
+            &format!("sandbox egress proxy: cannot resolve {target}: {e}"),
+        ),
+        Failure::Unreachable(e) => answer(
+            client,
+            502,
+            "Bad Gateway",
+            &format!("sandbox egress proxy: cannot connect to {target}: {e}"),
+        ),
+    }
+}
+
+fn bad_request(client: TcpStream, why: &str) {
+    answer(
+        client,
+        400,
+        "Bad Request",
+        &format!("sandbox egress proxy: bad request: {why}"),
+    );
+}
+
+/// Serves one HTTP request: a `CONNECT` tunnel or one forwarded request.
+pub(crate) fn serve(slot: &Slot, mut client: TcpStream, deadline: Instant) {
+    let head = match read_head(&mut client, slot.shared.opts.max_head_bytes, deadline) {
+        Ok(head) => head,
+        Err(HeadError::Gone) => return,
+        Err(HeadError::TimedOut) => {
+            return answer(
+                client,
+                408,
+                "Request Timeout",
+                "sandbox egress proxy: the request head did not arrive in time",
+            )
+        }
+        Err(HeadError::TooLarge) => {
+            return answer(
+                client,
+                431,
+                "Request Header Fields Too Large",
+                "sandbox egress proxy: the request head is too large",
+            )
+        }
+        Err(HeadError::Malformed(why)) => return bad_request(client, &why),
+    };
+    if head.method.eq_ignore_ascii_case("CONNECT") {
+        connect(slot, client, head);
+    } else {
+        forward(slot, client, head);
+    }
+}
+
+fn connect(slot: &Slot, mut client: TcpStream, head: Head) {
+    let Some(target) = Target::parse_authority(&head.target, None) else {
+        return bad_request(
+            client,
+            &format!("CONNECT needs host:port, not {:?}", head.target),
+        );
+    };
+    let mut upstream = match open(&slot.shared, &target) {
+        Ok(upstream) => upstream,
+        Err(failure) => return answer_failure(client, &target, &failure),
+    };
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+        || (!head.rest.is_empty() && upstream.write_all(&head.rest).is_err())
+    {
+        return;
+    }
+    relay(slot, client, upstream);
+}
+
+/// An absolute `http://` URI split into its target, the authority as
+/// written (for `Host`) and the origin-form path.
+fn split_absolute(uri: &str) -> Result<(Target, &str, String), String> {
+    let scheme_end = uri.find("://").ok_or_else(|| {
+        format!("not a proxy request: {uri:?} is not an absolute URI (send http://host/path, or CONNECT host:port)")
+    })?;
+    let scheme = &uri[..scheme_end];
+    if !scheme.eq_ignore_ascii_case("http") {
+        return Err(format!(
+            "only http:// URIs are forwarded, not {scheme}:// (use CONNECT host:port for HTTPS)"
+        ));
+    }
+    let rest = &uri[scheme_end + 3..];
+    let end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
+    let (authority, tail) = rest.split_at(end);
+    if authority.contains('@') {
+        return Err("user information in the URI is not supported".into());
+    }
+    let target = Target::parse_authority(authority, Some(80))
+        .ok_or_else(|| format!("bad host or port in {authority:?}"))?;
+    let tail = tail.split('#').next().unwrap_or("");
+    let path = if tail.starts_with('/') {
+        tail.to_string()
+    } else {
+        format!("/{tail}")
+    };
+    Ok((target, authority, path))
+}
+
+/// Whether a header is hop-by-hop (never forwarded): the fixed ones and
+/// those the `Connection` header names.
+fn hop_by_hop(name: &str, named: &[String]) -> bool {
+    const FIXED: &[&str] = &[
+        "connection",
+        "keep-alive",
+        "proxy-connection",
+        "proxy-authorization",
+        "upgrade",
+        "host",
+    ];
+    FIXED.iter().any(|h| name.eq_ignore_ascii_case(h))
+        || named.iter().any(|h| name.eq_ignore_ascii_case(h))
+}
+
+/// The request head to send the origin: origin-form request line, `Host`
+/// from the URI, hop-by-hop headers dropped, `Connection: close`.
+fn origin_head(head: &Head, authority: &str, path: &str) -> Vec<u8> {
+    let named: Vec<String> = head
+        .headers
+        .iter()
+        .filter(|(n, _)| n.eq_ignore_ascii_case("connection"))
+        .flat_map(|(_, v)| {
+            String::from_utf8_lossy(v)
+                .split(',')
+                .map(|t| t.trim().to_string())
+                .filter(|t| !t.is_empty())
+                .collect::<Vec<_>>()
+        })
+        .collect();
+    let mut out = Vec::with_capacity(512);
+    out.extend_from_slice(
+        format!(
+            "{} {path} HTTP/1.{}\r\nHost: {authority}\r\n",
+            head.method, head.minor
+        )
+        .as_bytes(),
+    );
+    for (name, value) in &head.headers {
+        if hop_by_hop(name, &named) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}
+
+fn forward(slot: &Slot, client: TcpStream, head: Head) {
+    let (target, authority, path) = match split_absolute(&head.target) {
+        Ok(parts) => parts,
+        Err(why) => return bad_request(client, &why),
+    };
+    let mut upstream = match open(&slot.shared, &target) {
+        Ok(upstream) => upstream,
+        Err(failure) => return answer_failure(client, &target, &failure),
+    };
+    let mut first = origin_head(&head, authority, &path);
+    first.extend_from_slice(&head.rest);
+    if upstream.write_all(&first).is_err() {
+        return;
+    }
+    // The body (framed by the client's Content-Length or chunking) and
+    // the response are relayed as bytes: everything goes to the one
+    // destination admitted, and the origin closes after its response.
+    relay(slot, client, upstream);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> Head {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut slots);
+        let n = match req.parse(raw.as_bytes()) {
+            Ok(httparse::Status::Complete(n)) => n,
+            other => panic!("{other:?}"),
+        };
+        Head {
+            method: req.method.unwrap().into(),
+            target: req.path.unwrap().into(),
+            minor: req.version.unwrap(),
+            headers: req
+                .headers
+                .iter()
+                .map(|h| (h.name.into(), h.value.to_vec()))
+                .collect(),
+            rest: raw.as_bytes()[n..].to_vec(),
+        }
+    }
+
+    #[test]
+    fn absolute_uris_split() {
+        let (t, a, p) = split_absolute("http://localhost:8080/x?y=1").unwrap();
+        assert_eq!(
+            (t.to_string().as_str(), a, p.as_str()),
+            ("localhost:8080", "localhost:8080", "/x?y=1")
+        );
+        let (t, a, p) = split_absolute("HTTP://Example.com?q").unwrap();
+        assert_eq!(
+            (t.to_string().as_str(), a, p.as_str()),
+            ("Example.com:80", "Example.com", "/?q")
+        );
+        let (t, _, p) = split_absolute("http://[::1]:81").unwrap();
+        assert_eq!((t.to_string().as_str(), p.as_str()), ("[::1]:81", "/"));
+        let (_, _, p) = split_absolute("http://h/a#frag").unwrap();
+        assert_eq!(p, "/a");
+        for bad in [
+            "/",
+            "*",
+            "https://example.com/",
+            "http://user@h/",
+            "http://h:x/",
+            "http:///x",
+            "ftp://h/",
+        ] {
+            assert!(split_absolute(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn origin_heads_drop_hop_by_hop_headers() {
+        let h = head(
+            "POST http://localhost:8080/p HTTP/1.1\r\nHost: elsewhere\r\nProxy-Connection: keep-alive\r\n\
+             Proxy-Authorization: Basic eA==\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n\
+             Content-Length: 3\r\nX-Keep: yes\r\n\r\nabc",
+        );
+        let out = String::from_utf8(origin_head(&h, "localhost:8080", "/p")).unwrap();
+        assert_eq!(
+            out,
+            "POST /p HTTP/1.1\r\nHost: localhost:8080\r\nContent-Length: 3\r\nX-Keep: yes\r\nConnection: close\r\n\r\n"
+        );
+        assert_eq!(h.rest, b"abc");
+        let h = head("GET http://h/ HTTP/1.0\r\n\r\n");
+        assert_eq!(
+            String::from_utf8(origin_head(&h, "h", "/")).unwrap(),
+            "GET / HTTP/1.0\r\nHost: h\r\nConnection: close\r\n\r\n"
+        );
+    }
+}

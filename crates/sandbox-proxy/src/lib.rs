@@ -1,0 +1,381 @@
+//! A local egress proxy for confined commands: HTTP `CONNECT`, plain HTTP
+//! forwarding and SOCKS5 on one loopback port, admitting only the
+//! destinations the [`EgressRules`] list (host names or IP networks, see
+//! [`EgressRule`]).
+//!
+//! ```no_run
+//! use sandbox_proxy::{Proxy, ProxyOptions};
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! let rules = vec!["example.com:443".parse()?, "*.crates.io:443".parse()?];
+//! let mut proxy = Proxy::start(rules, ProxyOptions::default())?;
+//! // Give the command proxy.env() and let its connect broker admit exactly
+//! // proxy.net_rule(); run it; then:
+//! proxy.shutdown();
+//! for refused in proxy.refusals() {
+//!     eprintln!("refused {refused}");
+//! }
+//! # Ok(())
+//! # }
+//! ```
+//!
+//! # What it does
+//! [`Proxy::start`] binds `127.0.0.1:0` and serves each connection on its own
+//! thread (std threads, blocking sockets). The first byte tells the protocol:
+//! `0x05` is SOCKS5, anything else HTTP.
+//! * **HTTP `CONNECT host:port`**: checked, connected, answered
+//!   `200 Connection established`, then bytes are relayed both ways.
+//! * **HTTP forward** (`GET http://host:port/path HTTP/1.1`): checked,
+//!   connected, the request line rewritten to origin form, `Host` set to the
+//!   URI's authority, hop-by-hop headers dropped (`Connection`, `Keep-Alive`,
+//!   `Proxy-Connection`, `Proxy-Authorization`, `Upgrade` and those
+//!   `Connection` names), `Connection: close` added; the body and the
+//!   response are relayed as bytes. One request per client connection: the
+//!   origin closes after its response, and so does the proxy. Only `http://`
+//!   URIs are forwarded (HTTPS goes through `CONNECT`).
+//! * **SOCKS5** (RFC 1928): the no-authentication method only (others get
+//!   `0xFF`), the `CONNECT` command only (`BIND` and `UDP ASSOCIATE` get
+//!   `0x07`), IPv4, IPv6 and domain-name addresses; the proxy resolves names
+//!   (`socks5h` semantics). A refusal is `0x02` (not allowed by ruleset); an
+//!   unreachable destination `0x03`, `0x04` or `0x05`. Success carries the
+//!   proxy's bound address towards the destination.
+//!
+//! A refusal answers `403 Forbidden` (HTTP) with a one-line body naming
+//! `host:port` and why, and is kept in [`Proxy::refusals`]; a malformed
+//! request gets `400`, a request head over the size limit `431`, a head not
+//! complete in time `408`, a destination that cannot be resolved or reached
+//! `502`.
+//!
+//! # How a destination is admitted
+//! As [`EgressRule`] describes: an IP literal by IP rules only; a name only
+//! by a name rule (a name no rule lists is refused before it is resolved);
+//! the addresses a listed name resolves to (system resolver, `getaddrinfo`)
+//! are all admitted for an exact rule, and only those outside the special
+//! ranges ([`sandbox_core::net::is_special`]) for a wildcard rule, unless an
+//! IP rule admits them too. Each admitted address is tried in turn. The
+//! proxy's own address is never a destination.
+//!
+//! # Limits
+//! Request heads are bounded ([`ProxyOptions::max_head_bytes`], 16 KiB) and
+//! must arrive within [`ProxyOptions::head_timeout`] (30 s), so a stuck
+//! client cannot pin a thread; at most [`ProxyOptions::max_connections`]
+//! (256) connections are served at once, further ones are closed at once.
+//! An established tunnel has no idle timeout (long downloads are legitimate);
+//! [`Proxy::shutdown`] ends every tunnel.
+//!
+//! # Wiring it into a run
+//! The proxy runs in the unconfined runner. The confined command must reach
+//! the network only through it:
+//! 1. [`Proxy::start`] before spawning.
+//! 2. Network on, and the connect broker (`sandbox_broker::BrokerRules::with_allow_net`)
+//!    admitting exactly [`Proxy::net_rule`] (`127.0.0.1:PORT`), nothing else:
+//!    the proxy then is the only destination the command reaches directly,
+//!    and every other connect is refused by the broker. Without that broker
+//!    rule the proxy constrains nothing: a command may ignore proxy variables.
+//! 3. The command's environment gets [`Proxy::env`].
+//! 4. After the process tree ended, [`Proxy::shutdown`]; [`Proxy::refusals`]
+//!    are denial evidence for the outcome record.
+//!
+//! Tools that ignore proxy variables fail closed (their direct connects are
+//! refused by the broker). Go's `net/http` never proxies `localhost` and
+//! loopback addresses (its documented special case), so such a request is
+//! a direct connect, refused the same way. UDP (QUIC, DNS) is not proxied.
+#![warn(missing_docs)]
+
+mod http;
+mod relay;
+mod serve;
+mod socks;
+mod target;
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, TcpListener};
+use std::os::unix::net::UnixStream;
+use std::sync::atomic::Ordering;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
+
+use serve::Shared;
+
+/// How many refusals [`Proxy::refusals`] keeps (the first ones);
+/// [`Proxy::refusal_count`] counts them all.
+pub const MAX_REFUSALS_KEPT: usize = 64;
+
+/// How long [`Proxy::shutdown`] waits for open connections to end after
+/// closing their sockets, before it leaves their threads to end on their own.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
+
+/// Resolves a host name and port to socket addresses.
+pub type Resolver = Arc<dyn Fn(&str, u16) -> io::Result<Vec<SocketAddr>> + Send + Sync>;
+
+/// Limits and settings of a [`Proxy`].
+#[derive(Clone)]
+pub struct ProxyOptions {
+    max_connections: usize,
+    head_timeout: Duration,
+    connect_timeout: Duration,
+    max_head_bytes: usize,
+    resolver: Option<Resolver>,
+}
+
+impl Default for ProxyOptions {
+    /// 256 connections, 30 s for a request head, 10 s per connect attempt,
+    /// 16 KiB request heads, the system resolver.
+    fn default() -> Self {
+        Self {
+            max_connections: 256,
+            head_timeout: Duration::from_secs(30),
+            connect_timeout: Duration::from_secs(10),
+            max_head_bytes: 16 * 1024,
+            resolver: None,
+        }
+    }
+}
+
+impl fmt::Debug for ProxyOptions {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("ProxyOptions")
+            .field("max_connections", &self.max_connections)
+            .field("head_timeout", &self.head_timeout)
+            .field("connect_timeout", &self.connect_timeout)
+            .field("max_head_bytes", &self.max_head_bytes)
+            .field("resolver", &self.resolver.as_ref().map(|_| "custom"))
+            .finish()
+    }
+}
+
+impl ProxyOptions {
+    /// Connections served at once (at least 1); more are closed on accept.
+    pub fn max_connections(mut self, n: usize) -> Self {
+        self.max_connections = n.max(1);
+        self
+    }
+
+    /// The time a client has to send its whole request head (HTTP) or
+    /// negotiation and request (SOCKS5); at least 1 ms.
+    pub fn head_timeout(mut self, t: Duration) -> Self {
+        self.head_timeout = t.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The time each connect attempt to a destination address may take; at
+    /// least 1 ms.
+    pub fn connect_timeout(mut self, t: Duration) -> Self {
+        self.connect_timeout = t.max(Duration::from_millis(1));
+        self
+    }
+
+    /// The largest HTTP request head accepted (at least 256 bytes); a larger
+    /// one gets `431`.
+    pub fn max_head_bytes(mut self, n: usize) -> Self {
+        self.max_head_bytes = n.max(256);
+        self
+    }
+
+    /// Resolves names with `resolver` instead of the system resolver
+    /// (`getaddrinfo` through [`std::net::ToSocketAddrs`]), e.g. to pin names
+    /// or to test without DNS. Only names a rule lists are passed to it.
+    pub fn resolver(mut self, resolver: Resolver) -> Self {
+        self.resolver = Some(resolver);
+        self
+    }
+}
+
+/// A destination the proxy refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct Refused {
+    /// The host as requested: a name, or an IP address.
+    pub host: String,
+    /// The port requested.
+    pub port: u16,
+    /// Why.
+    pub reason: RefusalReason,
+}
+
+/// Why a destination was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum RefusalReason {
+    /// No name rule lists the host name at this port (IP rules admit no
+    /// names).
+    NameNotListed,
+    /// No IP rule admits the IP literal at this port (name rules admit no IP
+    /// literals).
+    AddressNotAllowed,
+    /// Only a wildcard rule lists the name, and every address it resolves to
+    /// lies in a special range that no IP rule admits.
+    WildcardToSpecial {
+        /// The addresses the name resolved to.
+        resolved: Vec<IpAddr>,
+    },
+    /// The destination is the proxy itself.
+    ProxyItself,
+}
+
+impl fmt::Display for RefusalReason {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            RefusalReason::NameNotListed => f.write_str(
+                "no egress rule lists this host name and port (IP rules do not admit names)",
+            ),
+            RefusalReason::AddressNotAllowed => f.write_str(
+                "no IP egress rule admits this address and port (name rules do not admit IP \
+                 literals; loopback, private and link-local addresses need a rule within their range)",
+            ),
+            RefusalReason::WildcardToSpecial { resolved } => {
+                f.write_str("only a wildcard rule lists this name, and it resolves only to special-range addresses (")?;
+                for (i, ip) in resolved.iter().enumerate() {
+                    if i > 0 {
+                        f.write_str(", ")?;
+                    }
+                    write!(f, "{ip}")?;
+                }
+                f.write_str("), which need an exact name rule or an IP rule")
+            }
+            RefusalReason::ProxyItself => f.write_str("it is the proxy itself"),
+        }
+    }
+}
+
+impl fmt::Display for Refused {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.host.contains(':') {
+            write!(f, "[{}]:{}: {}", self.host, self.port, self.reason)
+        } else {
+            write!(f, "{}:{}: {}", self.host, self.port, self.reason)
+        }
+    }
+}
+
+/// Why a [`Proxy`] could not start.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ProxyError {
+    /// Binding or setting up the listening socket on `127.0.0.1` failed.
+    #[error("egress proxy: cannot listen on 127.0.0.1: {0}")]
+    Listen(#[source] io::Error),
+    /// Creating the shutdown wake-up socket pair failed.
+    #[error("egress proxy: cannot create its wake-up socket pair: {0}")]
+    Waker(#[source] io::Error),
+    /// Starting the accepting thread failed.
+    #[error("egress proxy: cannot start its accepting thread: {0}")]
+    Thread(#[source] io::Error),
+}
+
+/// A running egress proxy on `127.0.0.1`; [`Proxy::shutdown`] or drop stops it.
+pub struct Proxy {
+    shared: Arc<Shared>,
+    addr: SocketAddr,
+    /// Dropping it wakes the accepting thread.
+    waker: Option<UnixStream>,
+    acceptor: Option<JoinHandle<()>>,
+}
+
+impl fmt::Debug for Proxy {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Proxy")
+            .field("addr", &self.addr)
+            .field("running", &self.acceptor.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Proxy {
+    /// Starts a proxy admitting the destinations `rules` admit, listening on
+    /// `127.0.0.1` at a port the system picks.
+    pub fn start(rules: impl Into<EgressRules>, opts: ProxyOptions) -> Result<Proxy, ProxyError> {
+        let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(ProxyError::Listen)?;
+        listener.set_nonblocking(true).map_err(ProxyError::Listen)?;
+        let addr = listener.local_addr().map_err(ProxyError::Listen)?;
+        let (waker, woken) = UnixStream::pair().map_err(ProxyError::Waker)?;
+        let shared = Arc::new(Shared::new(rules.into(), opts, addr));
+        let acceptor = std::thread::Builder::new()
+            .name("sandbox-proxy-accept".into())
+            .spawn({
+                let shared = Arc::clone(&shared);
+                move || serve::accept_loop(&shared, &listener, &woken)
+            })
+            .map_err(ProxyError::Thread)?;
+        Ok(Proxy {
+            shared,
+            addr,
+            waker: Some(waker),
+            acceptor: Some(acceptor),
+        })
+    }
+
+    /// The listening address (`127.0.0.1:PORT`).
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The rule the connect broker needs so that the confined command reaches
+    /// the proxy, and nothing else: exactly [`Proxy::addr`].
+    pub fn net_rule(&self) -> NetRule {
+        NetRule::exact(self.addr)
+    }
+
+    /// The environment that points common clients at the proxy:
+    /// `HTTP_PROXY`, `HTTPS_PROXY` (`http://127.0.0.1:PORT`, so HTTPS goes
+    /// through `CONNECT`), `ALL_PROXY` (`socks5h://127.0.0.1:PORT`: the
+    /// proxy resolves names), each also in lower case (curl reads only
+    /// `http_proxy` in lower case), and `NO_PROXY`/`no_proxy` set empty, so
+    /// that a bypass list inherited from the runner's environment (often
+    /// `localhost,127.0.0.1`) does not send requests around the proxy, where
+    /// the broker would refuse them. Empty and unset mean the same to curl
+    /// and Python: bypass nothing; curl does not bypass `localhost` by itself.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let http = format!("http://{}", self.addr);
+        let socks = format!("socks5h://{}", self.addr);
+        [
+            ("HTTP_PROXY", &http),
+            ("http_proxy", &http),
+            ("HTTPS_PROXY", &http),
+            ("https_proxy", &http),
+            ("ALL_PROXY", &socks),
+            ("all_proxy", &socks),
+            ("NO_PROXY", &String::new()),
+            ("no_proxy", &String::new()),
+        ]
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), v.clone()))
+        .collect()
+    }
+
+    /// The first [`MAX_REFUSALS_KEPT`] refused destinations, in order.
+    pub fn refusals(&self) -> Vec<Refused> {
+        self.shared.refusals()
+    }
+
+    /// How many destinations were refused in all.
+    pub fn refusal_count(&self) -> u64 {
+        self.shared.refusal_count()
+    }
+
+    /// Stops accepting, closes the listening socket and every open
+    /// connection, and waits up to [`SHUTDOWN_GRACE`] for their threads to
+    /// end (those still running are left to end on their own; they hold no
+    /// listening socket). Calling it again does nothing; drop calls it.
+    pub fn shutdown(&mut self) {
+        self.shared.stopping.store(true, Ordering::SeqCst);
+        // Closing our end makes the other readable: the accepting thread
+        // wakes, returns, and drops the listener.
+        drop(self.waker.take());
+        if let Some(acceptor) = self.acceptor.take() {
+            // A panicked acceptor has dropped the listener as well.
+            let _ = acceptor.join();
+        }
+        self.shared.close_all();
+        self.shared.wait_idle(SHUTDOWN_GRACE);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}

@@ -1,0 +1,243 @@
+//! Requested destinations: parsing `host:port`, admission by the rules,
+//! resolution and connecting.
+
+use std::fmt;
+use std::io;
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+
+use sandbox_core::net::NameMatch;
+
+use crate::serve::Shared;
+use crate::{RefusalReason, Refused};
+
+/// A requested host: an IP literal or a name (not yet validated).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Host {
+    Ip(IpAddr),
+    Name(String),
+}
+
+/// A requested destination.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) struct Target {
+    pub(crate) host: Host,
+    pub(crate) port: u16,
+}
+
+impl Host {
+    /// `text` as an IP literal when it is one, else as a name.
+    pub(crate) fn from_text(text: &str) -> Host {
+        match text.parse::<IpAddr>() {
+            Ok(ip) => Host::Ip(ip),
+            Err(_) => Host::Name(text.to_string()),
+        }
+    }
+}
+
+impl fmt::Display for Target {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match &self.host {
+            Host::Ip(IpAddr::V6(ip)) => write!(f, "[{ip}]:{}", self.port),
+            Host::Ip(ip) => write!(f, "{ip}:{}", self.port),
+            Host::Name(name) => write!(f, "{name}:{}", self.port),
+        }
+    }
+}
+
+impl Target {
+    /// An authority `host:port`, `[v6]:port`, or without the port when
+    /// `default_port` is given. `None` for anything else (an empty host, an
+    /// unbracketed IPv6 address, a bad port, a bracketed non-address).
+    pub(crate) fn parse_authority(text: &str, default_port: Option<u16>) -> Option<Target> {
+        let (host, port) = if let Some(rest) = text.strip_prefix('[') {
+            let (inner, after) = rest.split_once(']')?;
+            let ip: std::net::Ipv6Addr = inner.parse().ok()?;
+            let port = match after {
+                "" => default_port?,
+                p => parse_port(p.strip_prefix(':')?)?,
+            };
+            (Host::Ip(IpAddr::V6(ip)), port)
+        } else {
+            let (host, port) = match text.rsplit_once(':') {
+                Some((host, port)) => (host, parse_port(port)?),
+                None => (text, default_port?),
+            };
+            if host.is_empty() || host.contains(':') {
+                return None;
+            }
+            (Host::from_text(host), port)
+        };
+        Some(Target { host, port })
+    }
+
+    fn refused(&self, reason: RefusalReason) -> Failure {
+        let host = match &self.host {
+            Host::Ip(ip) => ip.to_string(),
+            Host::Name(name) => name.clone(),
+        };
+        Failure::Refused(Refused {
+            host,
+            port: self.port,
+            reason,
+        })
+    }
+}
+
+/// A decimal port, 1 to 65535.
+fn parse_port(text: &str) -> Option<u16> {
+    if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+        return None;
+    }
+    text.parse().ok().filter(|&p| p != 0)
+}
+
+/// Why no connection to a target was made.
+#[derive(Debug)]
+pub(crate) enum Failure {
+    /// The rules refuse it.
+    Refused(Refused),
+    /// A listed name could not be resolved.
+    Unresolvable(io::Error),
+    /// No admitted address could be connected to (the last error).
+    Unreachable(io::Error),
+}
+
+impl fmt::Display for Failure {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Failure::Refused(r) => write!(f, "refused {r}"),
+            Failure::Unresolvable(e) => write!(f, "cannot resolve the name: {e}"),
+            Failure::Unreachable(e) => write!(f, "cannot connect: {e}"),
+        }
+    }
+}
+
+/// Whether `addr` is the proxy's own listening socket (on any loopback or
+/// the unspecified address, IPv4-mapped included).
+fn is_proxy(shared: &Shared, addr: SocketAddr) -> bool {
+    let ip = match addr.ip() {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(IpAddr::V6(v6), IpAddr::V4),
+        v4 => v4,
+    };
+    addr.port() == shared.addr.port() && (ip.is_loopback() || ip.is_unspecified())
+}
+
+fn resolve(shared: &Shared, name: &str, port: u16) -> io::Result<Vec<SocketAddr>> {
+    match &shared.opts.resolver {
+        Some(resolver) => resolver(name, port),
+        None => Ok((name, port).to_socket_addrs()?.collect()),
+    }
+}
+
+/// The addresses `target` may be connected to, in the resolver's order.
+fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure> {
+    let rules = &shared.rules;
+    let candidates = match &target.host {
+        Host::Ip(ip) => {
+            let addr = SocketAddr::new(*ip, target.port);
+            if !rules.admits_addr(addr) {
+                return Err(target.refused(RefusalReason::AddressNotAllowed));
+            }
+            vec![addr]
+        }
+        Host::Name(name) => {
+            let Some(how) = rules.name_match(name, target.port) else {
+                return Err(target.refused(RefusalReason::NameNotListed));
+            };
+            let resolved = resolve(shared, name, target.port).map_err(Failure::Unresolvable)?;
+            if resolved.is_empty() {
+                return Err(Failure::Unresolvable(io::Error::new(
+                    io::ErrorKind::NotFound,
+                    "no address",
+                )));
+            }
+            let admitted: Vec<SocketAddr> = resolved
+                .iter()
+                .map(|a| SocketAddr::new(a.ip(), target.port))
+                .filter(|&a| rules.admits_resolved(name, a))
+                .collect();
+            if admitted.is_empty() {
+                // Only a wildcard can leave nothing: an exact rule admits all.
+                debug_assert_eq!(how, NameMatch::Wildcard);
+                return Err(target.refused(RefusalReason::WildcardToSpecial {
+                    resolved: resolved.iter().map(|a| a.ip()).collect(),
+                }));
+            }
+            admitted
+        }
+    };
+    let candidates: Vec<SocketAddr> = candidates
+        .into_iter()
+        .filter(|&a| !is_proxy(shared, a))
+        .collect();
+    if candidates.is_empty() {
+        return Err(target.refused(RefusalReason::ProxyItself));
+    }
+    Ok(candidates)
+}
+
+/// Checks `target`, resolves it, and connects to the first admitted address
+/// that answers. A refusal is logged.
+pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failure> {
+    let addrs = match admitted(shared, target) {
+        Ok(addrs) => addrs,
+        Err(Failure::Refused(refused)) => {
+            shared.refuse(refused.clone());
+            return Err(Failure::Refused(refused));
+        }
+        Err(other) => return Err(other),
+    };
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for addr in addrs {
+        match TcpStream::connect_timeout(&addr, shared.opts.connect_timeout) {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(Failure::Unreachable(last))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn t(text: &str, default: Option<u16>) -> Option<String> {
+        Target::parse_authority(text, default).map(|t| t.to_string())
+    }
+
+    #[test]
+    fn authorities() {
+        assert_eq!(
+            t("example.com:443", None).as_deref(),
+            Some("example.com:443")
+        );
+        assert_eq!(
+            t("example.com", Some(80)).as_deref(),
+            Some("example.com:80")
+        );
+        assert_eq!(t("127.0.0.1:8080", None).as_deref(), Some("127.0.0.1:8080"));
+        assert_eq!(t("[::1]:443", None).as_deref(), Some("[::1]:443"));
+        assert_eq!(t("[::1]", Some(80)).as_deref(), Some("[::1]:80"));
+        assert!(matches!(
+            Target::parse_authority("127.0.0.1:1", None).map(|t| t.host),
+            Some(Host::Ip(_))
+        ));
+        for bad in [
+            "example.com",
+            "example.com:",
+            ":443",
+            "example.com:0",
+            "example.com:65536",
+            "example.com:+1",
+            "::1:443",
+            "[::1]443",
+            "[example.com]:443",
+            "[::1",
+        ] {
+            assert_eq!(t(bad, None), None, "{bad}");
+        }
+    }
+}

@@ -1,0 +1,805 @@
+//! The proxy end to end, on loopback only: a tiny origin server on
+//! 127.0.0.1, reached through CONNECT, HTTP forwarding and SOCKS5, by hand
+//! and with curl and Python. Names other than `localhost` go through a test
+//! resolver, so no query leaves the machine. Each refusal sits beside a
+//! positive control.
+
+use std::io::{Read, Write};
+use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::process::Command;
+use std::sync::{Arc, Mutex};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use sandbox_proxy::{EgressRule, Proxy, ProxyOptions, RefusalReason, Resolver};
+
+const BODY: &str = "hello from the origin";
+
+/// A tiny HTTP origin on 127.0.0.1: answers every request with `body`
+/// (`Connection: close`) and keeps each request head (and body) it saw.
+struct Origin {
+    addr: SocketAddr,
+    seen: Arc<Mutex<Vec<String>>>,
+}
+
+impl Origin {
+    fn start(body: Vec<u8>) -> Origin {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let log = Arc::clone(&seen);
+        let body = Arc::new(body);
+        thread::spawn(move || {
+            for stream in listener.incoming() {
+                let Ok(mut stream) = stream else { continue };
+                let log = Arc::clone(&log);
+                let body = Arc::clone(&body);
+                thread::spawn(move || {
+                    let head = read_head(&mut stream);
+                    let len = head
+                        .lines()
+                        .find_map(|l| {
+                            let (k, v) = l.split_once(':')?;
+                            k.eq_ignore_ascii_case("content-length")
+                                .then(|| v.trim().parse::<usize>().ok())?
+                        })
+                        .unwrap_or(0);
+                    let mut req_body = vec![0; len];
+                    let _ = stream.read_exact(&mut req_body);
+                    log.lock()
+                        .unwrap()
+                        .push(format!("{head}{}", String::from_utf8_lossy(&req_body)));
+                    let _ = write!(
+                        stream,
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = stream.write_all(&body);
+                });
+            }
+        });
+        Origin { addr, seen }
+    }
+
+    fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
+    fn seen(&self) -> Vec<String> {
+        self.seen.lock().unwrap().clone()
+    }
+}
+
+fn origin() -> Origin {
+    Origin::start(BODY.as_bytes().to_vec())
+}
+
+/// A loopback port nothing listens on.
+fn closed_port() -> u16 {
+    let l = TcpListener::bind("127.0.0.1:0").unwrap();
+    l.local_addr().unwrap().port()
+}
+
+/// Reads up to and including the blank line that ends a head, byte by byte
+/// (so nothing after it is consumed).
+fn read_head(stream: &mut TcpStream) -> String {
+    let mut head = Vec::new();
+    let mut byte = [0u8; 1];
+    while !head.ends_with(b"\r\n\r\n") {
+        match stream.read(&mut byte) {
+            Ok(1) => head.push(byte[0]),
+            _ => break,
+        }
+    }
+    String::from_utf8_lossy(&head).into_owned()
+}
+
+fn read_all(stream: &mut TcpStream) -> Vec<u8> {
+    let mut out = Vec::new();
+    let _ = stream.read_to_end(&mut out);
+    out
+}
+
+/// The body of an HTTP response read to its end.
+fn body_of(response: &[u8]) -> String {
+    let text = String::from_utf8_lossy(response);
+    match text.split_once("\r\n\r\n") {
+        Some((_, body)) => body.to_string(),
+        None => panic!("no head in {text:?}"),
+    }
+}
+
+fn rules(list: &[&str]) -> Vec<EgressRule> {
+    list.iter()
+        .map(|s| s.parse().unwrap_or_else(|e| panic!("{s}: {e}")))
+        .collect()
+}
+
+fn start(list: &[&str]) -> Proxy {
+    Proxy::start(rules(list), ProxyOptions::default()).unwrap()
+}
+
+/// A resolver that knows `localhost` and `rebind.example.com` (both
+/// 127.0.0.1) and nothing else, and records what it was asked.
+fn test_resolver(asked: Arc<Mutex<Vec<String>>>) -> Resolver {
+    Arc::new(move |name: &str, port: u16| {
+        asked.lock().unwrap().push(name.to_string());
+        match name {
+            "localhost" | "rebind.example.com" => {
+                Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+            }
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "unknown test name",
+            )),
+        }
+    })
+}
+
+fn start_with_resolver(list: &[&str]) -> (Proxy, Arc<Mutex<Vec<String>>>) {
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let opts = ProxyOptions::default().resolver(test_resolver(Arc::clone(&asked)));
+    (Proxy::start(rules(list), opts).unwrap(), asked)
+}
+
+fn client(proxy: &Proxy) -> TcpStream {
+    let s = TcpStream::connect(proxy.addr()).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    s
+}
+
+/// Sends `CONNECT target` and returns the reply head and the stream.
+fn connect(proxy: &Proxy, target: &str) -> (String, TcpStream) {
+    let mut s = client(proxy);
+    write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+    let head = read_head(&mut s);
+    (head, s)
+}
+
+/// CONNECT to `target`, then GET / through the tunnel: the body.
+fn get_through_tunnel(proxy: &Proxy, target: &str) -> String {
+    let (head, mut s) = connect(proxy, target);
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    body_of(&read_all(&mut s))
+}
+
+/// The status line and body of a refused or failed request.
+fn refused(proxy: &Proxy, request: &str) -> (String, String) {
+    let mut s = client(proxy);
+    s.write_all(request.as_bytes()).unwrap();
+    let response = read_all(&mut s);
+    let text = String::from_utf8_lossy(&response).into_owned();
+    let status = text.lines().next().unwrap_or("").to_string();
+    (status, body_of(&response))
+}
+
+#[test]
+fn connect_reaches_a_listed_name() {
+    let o = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+    // Bytes sent right after the CONNECT head (before the 200) are relayed.
+    let mut s = client(&proxy);
+    write!(
+        s,
+        "CONNECT localhost:{p} HTTP/1.1\r\n\r\nGET /early HTTP/1.1\r\nHost: x\r\n\r\n",
+        p = o.port()
+    )
+    .unwrap();
+    assert!(read_head(&mut s).starts_with("HTTP/1.1 200 Connection established"));
+    assert_eq!(body_of(&read_all(&mut s)), BODY);
+    assert!(o.seen().iter().any(|r| r.starts_with("GET /early ")));
+    assert!(proxy.refusals().is_empty());
+}
+
+#[test]
+fn connect_refuses_another_port() {
+    let o = origin();
+    let other = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+    let target = format!("localhost:{}", other.port());
+    let (status, body) = refused(&proxy, &format!("CONNECT {target} HTTP/1.1\r\n\r\n"));
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    assert!(
+        body.contains(&target) && body.contains("no egress rule lists"),
+        "{body}"
+    );
+    assert!(other.seen().is_empty());
+    let r = proxy.refusals();
+    assert_eq!(r.len(), 1);
+    assert_eq!((r[0].host.as_str(), r[0].port), ("localhost", other.port()));
+    assert_eq!(r[0].reason, RefusalReason::NameNotListed);
+}
+
+#[test]
+fn connect_refuses_an_unlisted_name_without_resolving_it() {
+    let o = origin();
+    let (proxy, asked) = start_with_resolver(&[&format!("localhost:{}", o.port())]);
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+    let (status, body) = refused(
+        &proxy,
+        &format!("CONNECT unlisted.example:{} HTTP/1.1\r\n\r\n", o.port()),
+    );
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    assert!(
+        body.contains(&format!("unlisted.example:{}", o.port())),
+        "{body}"
+    );
+    assert_eq!(*asked.lock().unwrap(), ["localhost"]);
+    assert_eq!(proxy.refusals()[0].reason, RefusalReason::NameNotListed);
+}
+
+#[test]
+fn ip_literals_need_ip_rules() {
+    let o = origin();
+    let literal = format!("127.0.0.1:{}", o.port());
+    // A name rule does not admit the address it resolves to as a literal.
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let (status, body) = refused(&proxy, &format!("CONNECT {literal} HTTP/1.1\r\n\r\n"));
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    assert!(
+        body.contains(&literal) && body.contains("no IP egress rule"),
+        "{body}"
+    );
+    assert_eq!(proxy.refusals()[0].reason, RefusalReason::AddressNotAllowed);
+    // Every public address is not loopback.
+    let proxy = start(&["0.0.0.0/0"]);
+    let (status, _) = refused(&proxy, &format!("CONNECT {literal} HTTP/1.1\r\n\r\n"));
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    // The IP rule itself admits it.
+    let proxy = start(&[&literal]);
+    assert_eq!(get_through_tunnel(&proxy, &literal), BODY);
+}
+
+#[test]
+fn a_wildcard_never_reaches_a_special_range() {
+    let o = origin();
+    let target = format!("rebind.example.com:{}", o.port());
+    let (proxy, _) = start_with_resolver(&["*.example.com"]);
+    let (status, body) = refused(&proxy, &format!("CONNECT {target} HTTP/1.1\r\n\r\n"));
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    assert!(
+        body.contains(&target) && body.contains("127.0.0.1"),
+        "{body}"
+    );
+    assert_eq!(
+        proxy.refusals()[0].reason,
+        RefusalReason::WildcardToSpecial {
+            resolved: vec!["127.0.0.1".parse().unwrap()]
+        }
+    );
+    assert!(o.seen().is_empty());
+    // Exact, the same name reaches it; so does the wildcard with an IP rule.
+    let (proxy, _) = start_with_resolver(&[&target]);
+    assert_eq!(get_through_tunnel(&proxy, &target), BODY);
+    let (proxy, _) = start_with_resolver(&["*.example.com", &format!("127.0.0.1:{}", o.port())]);
+    assert_eq!(get_through_tunnel(&proxy, &target), BODY);
+}
+
+#[test]
+fn the_proxy_is_not_its_own_destination() {
+    let o = origin();
+    let proxy = start(&["127.0.0.0/8"]);
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("127.0.0.1:{}", o.port())),
+        BODY
+    );
+    let (status, _) = refused(
+        &proxy,
+        &format!("CONNECT {} HTTP/1.1\r\n\r\n", proxy.addr()),
+    );
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    assert_eq!(proxy.refusals()[0].reason, RefusalReason::ProxyItself);
+}
+
+#[test]
+fn malformed_requests_get_400() {
+    let o = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+    for request in [
+        "HELLO\r\n\r\n".to_string(),
+        "CONNECT localhost HTTP/1.1\r\n\r\n".to_string(),
+        "CONNECT [localhost]:80 HTTP/1.1\r\n\r\n".to_string(),
+        "GET / HTTP/1.1\r\nHost: localhost\r\n\r\n".to_string(),
+        format!("GET https://localhost:{}/ HTTP/1.1\r\n\r\n", o.port()),
+        format!("GET http://u@localhost:{}/ HTTP/1.1\r\n\r\n", o.port()),
+        "GET http://localhost:0/ HTTP/1.1\r\n\r\n".to_string(),
+        "GET http://lo calhost/ HTTP/1.1\r\n\r\n".to_string(),
+    ] {
+        let (status, body) = refused(&proxy, &request);
+        assert!(status.starts_with("HTTP/1.1 400 "), "{request:?}: {status}");
+        assert!(body.contains("bad request"), "{body}");
+    }
+    assert!(o.seen().len() == 1, "{:?}", o.seen());
+    assert!(proxy.refusals().is_empty());
+}
+
+#[test]
+fn heads_are_bounded_in_size_and_time() {
+    let o = origin();
+    let opts = ProxyOptions::default()
+        .max_head_bytes(1024)
+        .head_timeout(Duration::from_millis(300));
+    let proxy = Proxy::start(rules(&[&format!("localhost:{}", o.port())]), opts).unwrap();
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+    let big = format!(
+        "GET http://localhost:{}/ HTTP/1.1\r\nX-Big: {}\r\n\r\n",
+        o.port(),
+        "a".repeat(2000)
+    );
+    let (status, _) = refused(&proxy, &big);
+    assert!(status.starts_with("HTTP/1.1 431 "), "{status}");
+    // A head that never ends: 408 after the head timeout.
+    let started = Instant::now();
+    let (status, _) = refused(&proxy, "GET http://localhost/ HTTP/1.1\r\n");
+    assert!(status.starts_with("HTTP/1.1 408 "), "{status}");
+    assert!(started.elapsed() < Duration::from_secs(10));
+    // A silent SOCKS5 client is dropped after the head timeout too.
+    let mut s = client(&proxy);
+    s.write_all(&[5]).unwrap();
+    let started = Instant::now();
+    assert!(read_all(&mut s).is_empty());
+    assert!(started.elapsed() < Duration::from_secs(10));
+}
+
+#[test]
+fn forwarding_rewrites_the_request() {
+    let o = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let mut s = client(&proxy);
+    write!(
+        s,
+        "POST http://localhost:{p}/path?q=1 HTTP/1.1\r\nHost: elsewhere.example\r\n\
+         Proxy-Connection: keep-alive\r\nProxy-Authorization: Basic eDp5\r\nX-Keep: 1\r\n\
+         Content-Length: 4\r\n\r\nping",
+        p = o.port()
+    )
+    .unwrap();
+    assert_eq!(body_of(&read_all(&mut s)), BODY);
+    let seen = o.seen();
+    assert_eq!(seen.len(), 1);
+    assert_eq!(
+        seen[0],
+        format!(
+            "POST /path?q=1 HTTP/1.1\r\nHost: localhost:{}\r\nX-Keep: 1\r\nContent-Length: 4\r\n\
+             Connection: close\r\n\r\nping",
+            o.port()
+        )
+    );
+    // Refused: another port.
+    let other = origin();
+    let (status, body) = refused(
+        &proxy,
+        &format!("GET http://localhost:{}/ HTTP/1.1\r\n\r\n", other.port()),
+    );
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    assert!(
+        body.contains(&format!("localhost:{}", other.port())),
+        "{body}"
+    );
+    assert!(other.seen().is_empty());
+}
+
+#[test]
+fn unreachable_destinations_get_502() {
+    let o = origin();
+    let closed = closed_port();
+    let proxy = start(&[
+        &format!("localhost:{}", o.port()),
+        &format!("localhost:{closed}"),
+    ]);
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+    let (status, body) = refused(
+        &proxy,
+        &format!("CONNECT localhost:{closed} HTTP/1.1\r\n\r\n"),
+    );
+    assert!(status.starts_with("HTTP/1.1 502 "), "{status}");
+    assert!(body.contains(&format!("localhost:{closed}")), "{body}");
+    assert!(proxy.refusals().is_empty());
+}
+
+/// SOCKS5: greeting with `methods`; the method the proxy chose.
+fn socks_greet(s: &mut TcpStream, methods: &[u8]) -> [u8; 2] {
+    let mut greeting = vec![5, methods.len() as u8];
+    greeting.extend_from_slice(methods);
+    s.write_all(&greeting).unwrap();
+    let mut choice = [0u8; 2];
+    s.read_exact(&mut choice).unwrap();
+    choice
+}
+
+/// SOCKS5: a request with `cmd`, address type and bytes; the reply code,
+/// the bound address, and the stream.
+fn socks(proxy: &Proxy, cmd: u8, atyp: u8, addr: &[u8], port: u16) -> (u8, SocketAddr, TcpStream) {
+    let mut s = client(proxy);
+    assert_eq!(socks_greet(&mut s, &[0]), [5, 0]);
+    let mut req = vec![5, cmd, 0, atyp];
+    req.extend_from_slice(addr);
+    req.extend_from_slice(&port.to_be_bytes());
+    s.write_all(&req).unwrap();
+    let mut head = [0u8; 4];
+    s.read_exact(&mut head).unwrap();
+    assert_eq!((head[0], head[2]), (5, 0));
+    let bound = match head[3] {
+        1 => {
+            let mut b = [0u8; 6];
+            s.read_exact(&mut b).unwrap();
+            SocketAddr::from(([b[0], b[1], b[2], b[3]], u16::from_be_bytes([b[4], b[5]])))
+        }
+        4 => {
+            let mut b = [0u8; 18];
+            s.read_exact(&mut b).unwrap();
+            let ip: [u8; 16] = b[..16].try_into().unwrap();
+            SocketAddr::from((ip, u16::from_be_bytes([b[16], b[17]])))
+        }
+        other => panic!("bound address type {other}"),
+    };
+    (head[1], bound, s)
+}
+
+fn name(n: &str) -> Vec<u8> {
+    let mut v = vec![n.len() as u8];
+    v.extend_from_slice(n.as_bytes());
+    v
+}
+
+fn socks_get(mut s: TcpStream) -> String {
+    s.write_all(b"GET / HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .unwrap();
+    body_of(&read_all(&mut s))
+}
+
+#[test]
+fn socks5_reaches_a_listed_name_and_refuses_others() {
+    let o = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let (code, bound, s) = socks(&proxy, 1, 3, &name("localhost"), o.port());
+    assert_eq!(code, 0);
+    assert_eq!(bound.ip().to_string(), "127.0.0.1");
+    assert_ne!(bound.port(), 0);
+    assert_eq!(socks_get(s), BODY);
+    // Refused: another port, an unlisted name, the IP literal the name
+    // resolves to (name rules admit no literals; an IP literal sent as a
+    // domain name is a literal too).
+    let other = origin();
+    for (atyp, addr, port) in [
+        (3, name("localhost"), other.port()),
+        (3, name("unlisted.example"), o.port()),
+        (1, vec![127, 0, 0, 1], o.port()),
+        (3, name("127.0.0.1"), o.port()),
+        (4, std::net::Ipv6Addr::LOCALHOST.octets().to_vec(), o.port()),
+    ] {
+        let (code, bound, mut s) = socks(&proxy, 1, atyp, &addr, port);
+        assert_eq!(code, 2, "{atyp} {addr:?}");
+        assert_eq!(bound, SocketAddr::from(([0, 0, 0, 0], 0)));
+        assert!(read_all(&mut s).is_empty());
+    }
+    let reasons: Vec<_> = proxy.refusals().into_iter().map(|r| r.reason).collect();
+    assert_eq!(
+        reasons,
+        [
+            RefusalReason::NameNotListed,
+            RefusalReason::NameNotListed,
+            RefusalReason::AddressNotAllowed,
+            RefusalReason::AddressNotAllowed,
+            RefusalReason::AddressNotAllowed,
+        ]
+    );
+    assert!(other.seen().is_empty());
+}
+
+#[test]
+fn socks5_ipv4_needs_an_ip_rule() {
+    let o = origin();
+    let proxy = start(&[&format!("127.0.0.1:{}", o.port())]);
+    let (code, _, s) = socks(&proxy, 1, 1, &[127, 0, 0, 1], o.port());
+    assert_eq!(code, 0);
+    assert_eq!(socks_get(s), BODY);
+    // The IP rule admits no name.
+    let (code, _, _) = socks(&proxy, 1, 3, &name("localhost"), o.port());
+    assert_eq!(code, 2);
+}
+
+#[test]
+fn socks5_refuses_what_it_does_not_speak() {
+    let o = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let (code, _, _) = socks(&proxy, 1, 3, &name("localhost"), o.port());
+    assert_eq!(code, 0);
+    // Only the no-authentication method: username/password alone gets 0xFF.
+    let mut s = client(&proxy);
+    assert_eq!(socks_greet(&mut s, &[2]), [5, 0xFF]);
+    assert!(read_all(&mut s).is_empty());
+    let mut s = client(&proxy);
+    assert_eq!(socks_greet(&mut s, &[]), [5, 0xFF]);
+    // BIND and UDP ASSOCIATE: command not supported; an unknown address type.
+    for cmd in [2, 3] {
+        let (code, _, _) = socks(&proxy, cmd, 3, &name("localhost"), o.port());
+        assert_eq!(code, 7, "command {cmd}");
+    }
+    let mut s = client(&proxy);
+    assert_eq!(socks_greet(&mut s, &[0]), [5, 0]);
+    s.write_all(&[5, 1, 0, 9, 0, 0]).unwrap();
+    let mut reply = [0u8; 10];
+    s.read_exact(&mut reply).unwrap();
+    assert_eq!(reply[1], 8);
+    // Unreachable: connection refused.
+    let closed = closed_port();
+    let proxy = start(&[&format!("localhost:{closed}")]);
+    let (code, _, _) = socks(&proxy, 1, 3, &name("localhost"), closed);
+    assert_eq!(code, 5);
+    assert!(proxy.refusals().is_empty());
+}
+
+#[test]
+fn a_large_transfer_arrives_intact() {
+    let data: Vec<u8> = (0..24 * 1024 * 1024u32).map(|i| (i % 251) as u8).collect();
+    let o = Origin::start(data.clone());
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let (head, mut s) = connect(&proxy, &format!("localhost:{}", o.port()));
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    s.write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+    let head = read_head(&mut s);
+    assert!(
+        head.contains(&format!("Content-Length: {}", data.len())),
+        "{head}"
+    );
+    let got = read_all(&mut s);
+    assert!(got == data, "{} bytes, expected {}", got.len(), data.len());
+}
+
+#[test]
+fn connections_beyond_the_cap_are_closed() {
+    let o = origin();
+    let opts = ProxyOptions::default().max_connections(2);
+    let proxy = Proxy::start(rules(&[&format!("localhost:{}", o.port())]), opts).unwrap();
+    let a = client(&proxy);
+    let b = client(&proxy);
+    // Both idle clients hold their slots; a third is closed at once.
+    thread::sleep(Duration::from_millis(200));
+    let mut c = client(&proxy);
+    let mut byte = [0u8; 1];
+    assert_eq!(c.read(&mut byte).unwrap_or(0), 0);
+    drop((a, b));
+    // Freed slots serve again.
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        // A write may meet the proxy closing this one while it is full.
+        let mut s = client(&proxy);
+        let _ = write!(s, "CONNECT localhost:{} HTTP/1.1\r\n\r\n", o.port());
+        if read_head(&mut s).starts_with("HTTP/1.1 200 ") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "slots were not freed");
+        thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn refusals_are_kept_bounded_and_counted() {
+    let o = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    for i in 0..70 {
+        let (status, _) = refused(
+            &proxy,
+            &format!("CONNECT host{i}.example:1 HTTP/1.1\r\n\r\n"),
+        );
+        assert!(status.starts_with("HTTP/1.1 403 "));
+    }
+    let kept = proxy.refusals();
+    assert_eq!(kept.len(), sandbox_proxy::MAX_REFUSALS_KEPT);
+    assert_eq!(kept[0].host, "host0.example");
+    assert_eq!(
+        kept[0].to_string(),
+        "host0.example:1: no egress rule lists this host name and port (IP rules do not admit names)"
+    );
+    assert_eq!(proxy.refusal_count(), 70);
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+}
+
+#[test]
+fn shutdown_closes_the_listener_and_open_tunnels() {
+    let o = origin();
+    let mut proxy = start(&[&format!("localhost:{}", o.port())]);
+    let addr = proxy.addr();
+    let (head, mut tunnel) = connect(&proxy, &format!("localhost:{}", o.port()));
+    assert!(head.starts_with("HTTP/1.1 200 "));
+    let idle = client(&proxy);
+    let started = Instant::now();
+    proxy.shutdown();
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "{:?}",
+        started.elapsed()
+    );
+    // The tunnel and the idle client were closed; nothing listens any more.
+    let mut byte = [0u8; 1];
+    assert_eq!(tunnel.read(&mut byte).unwrap_or(0), 0);
+    drop(idle);
+    assert!(TcpStream::connect(addr).is_err());
+    proxy.shutdown();
+    // Drop alone does the same.
+    let proxy = start(&[]);
+    let addr = proxy.addr();
+    assert!(TcpStream::connect(addr).is_ok());
+    drop(proxy);
+    assert!(TcpStream::connect(addr).is_err());
+    let _ = tunnel.shutdown(Shutdown::Both);
+}
+
+#[test]
+fn env_points_clients_at_the_proxy() {
+    let proxy = start(&[]);
+    let http = format!("http://{}", proxy.addr());
+    let socks = format!("socks5h://{}", proxy.addr());
+    let env = proxy.env();
+    let get = |k: &str| env.iter().find(|(n, _)| n == k).map(|(_, v)| v.as_str());
+    for k in ["HTTP_PROXY", "http_proxy", "HTTPS_PROXY", "https_proxy"] {
+        assert_eq!(get(k), Some(http.as_str()), "{k}");
+    }
+    for k in ["ALL_PROXY", "all_proxy"] {
+        assert_eq!(get(k), Some(socks.as_str()), "{k}");
+    }
+    for k in ["NO_PROXY", "no_proxy"] {
+        assert_eq!(get(k), Some(""), "{k}");
+    }
+    assert_eq!(env.len(), 8);
+    assert_eq!(proxy.net_rule().to_string(), proxy.addr().to_string());
+}
+
+/// A command with a clean environment: PATH, then `env`.
+fn command(program: &str, env: &[(String, String)]) -> Command {
+    let mut cmd = Command::new(program);
+    cmd.env_clear();
+    if let Some(path) = std::env::var_os("PATH") {
+        cmd.env("PATH", path);
+    }
+    cmd.envs(env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    cmd
+}
+
+/// Runs `cmd`; stdout, stderr and success. Fails when the program is
+/// missing (curl and python3 are required on the machine and in CI).
+fn run(mut cmd: Command) -> (String, String, bool) {
+    let out = cmd
+        .output()
+        .unwrap_or_else(|e| panic!("cannot run {cmd:?} (it is required): {e}"));
+    (
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+        out.status.success(),
+    )
+}
+
+#[test]
+fn curl_goes_through_the_http_proxy() {
+    let o = origin();
+    let other = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let via = format!("http://{}", proxy.addr());
+    let curl = |port: u16| {
+        let mut cmd = command("curl", &[]);
+        cmd.args([
+            "-sS",
+            "--max-time",
+            "20",
+            "-w",
+            "\n%{http_code}",
+            "--proxy",
+            &via,
+        ]);
+        cmd.arg(format!("http://localhost:{port}/"));
+        run(cmd)
+    };
+    let (out, err, ok) = curl(o.port());
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("{BODY}\n200"));
+    // The unlisted port is refused: curl did not bypass the proxy for
+    // localhost.
+    let (out, err, ok) = curl(other.port());
+    assert!(ok, "{err}");
+    assert!(out.ends_with("\n403") && out.contains("refused"), "{out}");
+    assert!(other.seen().is_empty());
+}
+
+#[test]
+fn curl_honours_the_proxy_environment() {
+    let o = origin();
+    let other = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let curl = |env: &[(String, String)], port: u16| {
+        let mut cmd = command("curl", env);
+        cmd.args(["-sS", "--max-time", "20", "-w", "\n%{http_code}"]);
+        cmd.arg(format!("http://localhost:{port}/"));
+        run(cmd)
+    };
+    // The whole environment, over a bypass list as a runner may have it:
+    // proxy.env() sets NO_PROXY empty, so it comes after and wins.
+    let mut env = vec![
+        ("NO_PROXY".to_string(), "localhost,127.0.0.1".to_string()),
+        ("no_proxy".to_string(), "localhost,127.0.0.1".to_string()),
+    ];
+    env.extend(proxy.env());
+    let (out, err, ok) = curl(&env, o.port());
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("{BODY}\n200"));
+    let (out, _, _) = curl(&env, other.port());
+    assert!(out.ends_with("\n403"), "{out}");
+    // ALL_PROXY alone: SOCKS5 with proxy-side resolution (socks5h).
+    let socks: Vec<(String, String)> = proxy
+        .env()
+        .into_iter()
+        .filter(|(k, _)| k.eq_ignore_ascii_case("all_proxy") || k.eq_ignore_ascii_case("no_proxy"))
+        .collect();
+    assert!(socks.iter().any(|(_, v)| v.starts_with("socks5h://")));
+    let before = proxy.refusal_count();
+    let (out, err, ok) = curl(&socks, o.port());
+    assert!(ok, "{err}");
+    assert_eq!(out, format!("{BODY}\n200"));
+    let (_, err, ok) = curl(&socks, other.port());
+    assert!(!ok, "curl reached an unlisted port through SOCKS5");
+    assert!(
+        err.to_lowercase().contains("socks") || err.contains("proxy"),
+        "{err}"
+    );
+    let r = proxy.refusals();
+    assert_eq!(proxy.refusal_count(), before + 1);
+    assert_eq!(r.last().unwrap().host, "localhost");
+    assert_eq!(r.last().unwrap().port, other.port());
+    assert!(other.seen().is_empty());
+}
+
+#[test]
+fn python_urllib_honours_the_proxy_environment() {
+    let o = origin();
+    let other = origin();
+    let proxy = start(&[&format!("localhost:{}", o.port())]);
+    let python = |port: u16| {
+        let mut cmd = command("python3", &proxy.env());
+        cmd.args([
+            "-c",
+            "import sys, urllib.request\n\
+             try:\n    print(urllib.request.urlopen(sys.argv[1], timeout=20).read().decode(), end='')\n\
+             except urllib.error.HTTPError as e:\n    print('HTTP', e.code, e.read().decode(), end='')\n    sys.exit(3)",
+        ]);
+        cmd.arg(format!("http://localhost:{port}/"));
+        run(cmd)
+    };
+    let (out, err, ok) = python(o.port());
+    assert!(ok, "{err}");
+    assert_eq!(out, BODY);
+    let seen = o.seen();
+    assert!(seen[0].starts_with("GET / HTTP/1.1\r\n"), "{seen:?}");
+    let (out, _, ok) = python(other.port());
+    assert!(!ok);
+    assert!(
+        out.starts_with("HTTP 403 ") && out.contains(&format!("localhost:{}", other.port())),
+        "{out}"
+    );
+    assert!(other.seen().is_empty());
+}
