@@ -88,8 +88,9 @@ fn read_request(client: &mut TcpStream, deadline: Instant) -> io::Result<Result<
             read_exact_by(client, &mut len, deadline)?;
             let mut name = vec![0u8; usize::from(len[0])];
             read_exact_by(client, &mut name, deadline)?;
-            // Not UTF-8 is not a host name; lossy text never matches a rule.
-            Host::from_text(&String::from_utf8_lossy(&name))
+            // Bytes other than printable ASCII are escaped (`\x1b`): such
+            // text never matches a rule, and the refusal log stays plain.
+            Host::from_text(&name.escape_ascii().to_string())
         }
         _ => return Ok(Err(rep::ADDRESS_TYPE)),
     };

@@ -5,8 +5,6 @@ use std::fmt;
 use std::io;
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 
-use sandbox_core::net::NameMatch;
-
 use crate::serve::Shared;
 use crate::{RefusalReason, Refused};
 
@@ -141,9 +139,9 @@ fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure
             vec![addr]
         }
         Host::Name(name) => {
-            let Some(how) = rules.name_match(name, target.port) else {
+            if rules.name_match(name, target.port).is_none() {
                 return Err(target.refused(RefusalReason::NameNotListed));
-            };
+            }
             let resolved = resolve(shared, name, target.port).map_err(Failure::Unresolvable)?;
             if resolved.is_empty() {
                 return Err(Failure::Unresolvable(io::Error::new(
@@ -153,12 +151,15 @@ fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure
             }
             let admitted: Vec<SocketAddr> = resolved
                 .iter()
-                .map(|a| SocketAddr::new(a.ip(), target.port))
+                .map(|&a| {
+                    let mut a = a;
+                    a.set_port(target.port);
+                    a
+                })
                 .filter(|&a| rules.admits_resolved(name, a))
                 .collect();
             if admitted.is_empty() {
                 // Only a wildcard can leave nothing: an exact rule admits all.
-                debug_assert_eq!(how, NameMatch::Wildcard);
                 return Err(target.refused(RefusalReason::WildcardToSpecial {
                     resolved: resolved.iter().map(|a| a.ip()).collect(),
                 }));

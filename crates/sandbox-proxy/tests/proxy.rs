@@ -496,7 +496,16 @@ fn socks5_reaches_a_listed_name_and_refuses_others() {
         assert_eq!(bound, SocketAddr::from(([0, 0, 0, 0], 0)));
         assert!(read_all(&mut s).is_empty());
     }
-    let reasons: Vec<_> = proxy.refusals().into_iter().map(|r| r.reason).collect();
+    // A name with control characters is refused and logged escaped.
+    let (code, _, _) = socks(&proxy, 1, 3, &name("local\x1b[31mhost\n"), o.port());
+    assert_eq!(code, 2);
+    assert_eq!(proxy.refusals()[5].host, "local\\x1b[31mhost\\n");
+    let reasons: Vec<_> = proxy
+        .refusals()
+        .into_iter()
+        .take(5)
+        .map(|r| r.reason)
+        .collect();
     assert_eq!(
         reasons,
         [
