@@ -225,6 +225,11 @@ fn handle(
     };
     let mut target = Target::default();
     let mut fatal = None;
+    if kind == Kind::Listen {
+        let (decision, refused) = connect::decide_listen(listener, rules, n, &mut target);
+        let record = answer_with(listener, n.id, tid, name, target, decision, refused);
+        return (Some(record), None);
+    }
     if kind == Kind::Connect {
         let record = match connect::decide(listener, rules, own, n, &mut target, &mut fatal) {
             Next::Answer { decision, refused } => Some(answer_with(

@@ -326,6 +326,99 @@ pub(crate) fn decide(
     Next::Perform(job)
 }
 
+/// Decides and performs a `listen` (on the broker thread: it never blocks).
+/// With egress rules set, an IP socket may listen only when bound to a
+/// loopback address with a port: bound, its address cannot change (`bind`
+/// again is `EINVAL`), so the check cannot race with the caller. Without
+/// rules every listen is performed. `listen` checks no credentials and
+/// Landlock governs it not at all, so the broker performs it as itself.
+pub(crate) fn decide_listen(
+    listener: &Listener,
+    rules: &BrokerRules,
+    n: &libc::seccomp_notif,
+    target: &mut Target,
+) -> (Decision, i32) {
+    let refused = |reason| (Decision::Refused { reason }, libc::EPERM);
+    let unreadable = |e: &io::Error| refused(Refusal::UnreadableCaller { errno: errno_of(e) });
+    let [fd, backlog, ..] = n.data.args;
+    let fd = fd as i32;
+    target.fd = Some(fd);
+    if !rules.network {
+        return refused(Refusal::NetworkOff);
+    }
+    let mut caller = match Caller::open(n.pid as i32) {
+        Ok(c) => c,
+        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {
+            return (Decision::CallerGone, libc::EPERM)
+        }
+        Err(e) => return unreadable(&e),
+    };
+    caller.open_pidfd();
+    let sock = caller.dup_fd(fd);
+    match listener.id_valid(n.id) {
+        Ok(true) => {}
+        Ok(false) => return (Decision::CallerGone, libc::EPERM),
+        Err(e) => return unreadable(&e),
+    }
+    let failed = |errno| (Decision::Failed { errno }, libc::EPERM);
+    let sock = match sock {
+        Ok(s) if status_flags(&s) & libc::O_PATH == 0 => s,
+        Ok(_) => return failed(libc::EBADF),
+        Err(e) if errno_of(&e) == libc::EBADF => return failed(libc::EBADF),
+        Err(e) => return unreadable(&e),
+    };
+    let domain = match sockopt_int(&sock, libc::SO_DOMAIN) {
+        Ok(d) => d,
+        Err(e) => return failed(errno_of(&e)),
+    };
+    if rules.allow_net().is_some() && matches!(domain, libc::AF_INET | libc::AF_INET6) {
+        let local = match local_address(&sock) {
+            Ok(a) => a,
+            Err(e) => return failed(errno_of(&e)),
+        };
+        target.path = Some(describe(&local));
+        if !loopback_bound(&local) {
+            return refused(Refusal::ListenNotLoopback);
+        }
+    }
+    // SAFETY: listen on our duplicate of the caller's socket (the same socket).
+    if unsafe { libc::listen(sock.as_raw_fd(), backlog as i32) } == 0 {
+        (Decision::Performed, 0)
+    } else {
+        failed(errno_of(&io::Error::last_os_error()))
+    }
+}
+
+/// The socket's own address (`getsockname`), as bytes.
+fn local_address(sock: &OwnedFd) -> io::Result<Vec<u8>> {
+    let mut buf = [0u8; SOCKADDR_STORAGE];
+    let mut len = SOCKADDR_STORAGE as libc::socklen_t;
+    // SAFETY: getsockname writes at most len bytes into a live buffer.
+    cvt(libc::c_long::from(unsafe {
+        libc::getsockname(sock.as_raw_fd(), buf.as_mut_ptr().cast(), &mut len)
+    }))?;
+    Ok(buf[..(len as usize).min(SOCKADDR_STORAGE)].to_vec())
+}
+
+/// Whether an IP socket address is a loopback address with a port (IPv4,
+/// IPv6 `::1`, or IPv4-mapped loopback).
+fn loopback_bound(addr: &[u8]) -> bool {
+    let port = || u16::from_be_bytes([addr[2], addr[3]]);
+    match family(addr) {
+        Some(libc::AF_INET) if addr.len() >= 16 => {
+            port() != 0 && std::net::Ipv4Addr::new(addr[4], addr[5], addr[6], addr[7]).is_loopback()
+        }
+        Some(libc::AF_INET6) if addr.len() >= 24 => {
+            let mut ip = [0u8; 16];
+            ip.copy_from_slice(&addr[8..24]);
+            let ip = std::net::Ipv6Addr::from(ip);
+            port() != 0
+                && (ip.is_loopback() || ip.to_ipv4_mapped().is_some_and(|v4| v4.is_loopback()))
+        }
+        _ => false,
+    }
+}
+
 /// Whether the egress rules admit connecting a socket of `domain` to `addr`.
 ///
 /// Only IP sockets can be admitted. The destination is read by the family

@@ -405,6 +405,6 @@ pub use fdpass::{install_filter_with_listener, listener_channel, recv_fd, send_f
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]
 pub use syscalls::{
-    brokered_connect_syscalls, brokered_entry_syscalls, brokered_syscalls,
-    brokered_truncate_syscalls, brokered_xattr_read_syscalls,
+    brokered_connect_syscalls, brokered_entry_syscalls, brokered_listen_syscalls,
+    brokered_syscalls, brokered_truncate_syscalls, brokered_xattr_read_syscalls,
 };

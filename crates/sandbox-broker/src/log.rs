@@ -248,6 +248,11 @@ pub enum Refusal {
     },
     /// A connect under a policy without network (never performed).
     NetworkOff,
+    /// `listen`, with egress rules set, on an IP socket not bound to a
+    /// loopback address (answered `EPERM`): listening on another address, or
+    /// on an unbound socket (which the kernel binds to every address), would
+    /// let hosts outside the egress rules connect in.
+    ListenNotLoopback,
 }
 
 /// One part of the caller's credentials the broker thread takes on.
@@ -317,6 +322,9 @@ impl std::fmt::Display for Refusal {
                 "abstract UNIX socket addresses are refused (the broker would connect outside the sandbox's Landlock scope)",
             ),
             Self::NetNotAllowed => f.write_str("no egress rule admits this destination"),
+            Self::ListenNotLoopback => f.write_str(
+                "with egress rules, only a socket bound to a loopback address may listen",
+            ),
             Self::TooManyConnects { limit } => write!(
                 f,
                 "the broker already performs {limit} connects at once"

@@ -170,7 +170,15 @@ impl BrokerRules {
             deny_inodes,
             dev_fd_links,
             allow_unix: policy.allow_unix_sockets().to_vec(),
-            allow_net: None,
+            // An allowlist admits its IP rules directly (names go through the
+            // runner's proxy, whose address the runner adds as an IP rule).
+            allow_net: (policy.network_mode() == sandbox_core::NetworkMode::Allowlist).then(|| {
+                policy
+                    .allow_net()
+                    .iter()
+                    .filter_map(|r| r.as_ip().copied())
+                    .collect()
+            }),
             network: policy.network(),
         })
     }

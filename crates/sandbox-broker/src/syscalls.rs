@@ -59,6 +59,7 @@ pub(crate) enum Kind {
     Symlink,
     Symlinkat,
     Connect,
+    Listen,
 }
 
 impl Kind {
@@ -130,6 +131,7 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_linkat, "linkat", Kind::Linkat),
     (libc::SYS_symlinkat, "symlinkat", Kind::Symlinkat),
     (libc::SYS_connect, "connect", Kind::Connect),
+    (libc::SYS_listen, "listen", Kind::Listen),
 ];
 
 /// x86_64's legacy path forms (aarch64 has only the `*at` calls above).
@@ -173,7 +175,7 @@ pub fn brokered_syscalls() -> &'static [i64] {
     NUMBERS.get_or_init(|| {
         all()
             .filter(|(_, _, kind)| {
-                !matches!(kind, Kind::Truncate | Kind::Connect)
+                !matches!(kind, Kind::Truncate | Kind::Connect | Kind::Listen)
                     && !kind.is_read()
                     && !kind.is_entry()
             })
@@ -252,6 +254,12 @@ pub fn brokered_entry_syscalls() -> &'static [i64] {
 /// answered with `SECCOMP_USER_NOTIF_FLAG_CONTINUE`.
 pub fn brokered_connect_syscalls() -> &'static [i64] {
     &[libc::SYS_connect]
+}
+
+/// `listen`, which the broker admits under egress rules only on a socket
+/// bound to a loopback address (see [`crate::BrokerRules::with_allow_net`]).
+pub fn brokered_listen_syscalls() -> &'static [i64] {
+    &[libc::SYS_listen]
 }
 
 /// `truncate(path)`, which the broker also handles: route it to the listener
@@ -950,6 +958,7 @@ mod tests {
             .chain(brokered_xattr_read_syscalls())
             .chain(brokered_entry_syscalls())
             .chain(brokered_connect_syscalls())
+            .chain(brokered_listen_syscalls())
         {
             assert_eq!(all().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
@@ -960,10 +969,13 @@ mod tests {
                 + brokered_xattr_read_syscalls().len()
                 + brokered_entry_syscalls().len()
                 + brokered_connect_syscalls().len()
+                + brokered_listen_syscalls().len()
         );
         assert_eq!(brokered_connect_syscalls(), &[libc::SYS_connect]);
         assert_eq!(lookup(libc::SYS_connect), Some(("connect", Kind::Connect)));
         assert!(!brokered_syscalls().contains(&libc::SYS_connect));
+        assert_eq!(lookup(libc::SYS_listen), Some(("listen", Kind::Listen)));
+        assert!(!brokered_syscalls().contains(&libc::SYS_listen));
         for nr in brokered_entry_syscalls() {
             assert!(lookup(*nr).is_some_and(|(_, kind)| kind.is_entry()), "{nr}");
         }

@@ -155,8 +155,13 @@ pub(crate) struct PolicyFlags {
     #[arg(long = "read-deny", value_name = "PATH")]
     pub(crate) read_deny: Vec<PathBuf>,
     /// Refuse network access.
-    #[arg(long)]
+    #[arg(long, conflicts_with = "allow_net")]
     pub(crate) no_network: bool,
+    /// Allow network access only to this destination (repeatable): a host
+    /// name (`example.com`, `*.example.com`) through a local proxy, or an IP
+    /// address or CIDR network, each with an optional `:PORT`.
+    #[arg(long = "allow-net", value_name = "HOST[:PORT]")]
+    pub(crate) allow_net: Vec<sandbox::EgressRule>,
     /// Refuse child processes.
     #[arg(long)]
     pub(crate) deny_subprocess: bool,
@@ -181,7 +186,7 @@ pub(crate) struct PolicyFlags {
     #[arg(long, value_name = "DIR")]
     pub(crate) workspace: Option<PathBuf>,
     /// A whole policy as JSON, instead of the flags above (used by the argv form).
-    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode", "secrets", "allow_unix"])]
+    #[arg(long, value_name = "JSON", conflicts_with_all = ["write", "write_deny", "read_deny", "no_network", "deny_subprocess", "env_deny", "timeout", "mode", "secrets", "allow_unix", "allow_net"])]
     pub(crate) policy_json: Option<String>,
 }
 

@@ -245,6 +245,8 @@ fn effective_policy(
             };
             SandboxPolicy {
                 network: !flags.no_network,
+                // Without --allow-net, the operator's list applies (it bounds the request).
+                allow_net: flags.allow_net.clone(),
                 write_paths: abs(&flags.write)?,
                 read_deny_paths: abs(&flags.read_deny)?,
                 write_deny_paths: abs(&flags.write_deny)?,
@@ -338,6 +340,7 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
     let policy = effective_policy(&args.policy, &config, None)?;
     let json = serde_json::json!({
         "schema": sandbox::SCHEMA_VERSION,
+        "network": policy.as_ref().map(|p| p.network_mode()),
         "policy": policy,
     });
     println!("{}", serde_json::to_string_pretty(&json)?);
@@ -546,10 +549,19 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         .prepare(&probe_policy, &[OsString::from("/bin/true")])
         .map(|c| c.report)?;
     let gate = sandbox::gate_report(resolved.backend.name());
+    // The network the operator's policy leaves a run (a request only narrows it).
+    let ctx = ExpandContext::from_env(None);
+    let operator = match &config.policy {
+        Some(p) => p.resolve(&ctx)?,
+        None => probe_policy.clone(),
+    };
+    let network = network_line(&operator);
     if args.json {
         let json = serde_json::json!({
             "schema": sandbox::SCHEMA_VERSION,
             "backend": resolved.backend.name(),
+            "network": operator.network_mode(),
+            "allow_net": operator.allow_net(),
             "enforces": resolved.backend.enforces(),
             "containment": sandbox::containment(),
             "fallback_reason": resolved.fallback.as_ref().map(|e| e.to_string()),
@@ -565,6 +577,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         println!("fallback: {why}");
     }
     println!("containment: {}", sandbox::containment().describe());
+    println!("network (operator policy): {network}");
     for d in &report.details {
         println!("  {d}");
     }
@@ -617,6 +630,16 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         println!("nothing is enforced: commands would run unconfined");
     }
     Ok(check_status(resolved.backend.enforces()))
+}
+
+/// The network mode of `policy`, with its destinations when listed.
+fn network_line(policy: &ResolvedPolicy) -> String {
+    let mode = policy.network_mode().as_str();
+    if policy.allow_net().is_empty() {
+        return mode.to_owned();
+    }
+    let rules: Vec<String> = policy.allow_net().iter().map(|r| r.to_string()).collect();
+    format!("{mode} ({})", rules.join(", "))
 }
 
 fn check_status(enforces: bool) -> i32 {

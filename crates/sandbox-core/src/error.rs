@@ -74,6 +74,18 @@ pub enum PolicyError {
         /// The requested (resolved) socket path.
         path: PathBuf,
     },
+    /// Destinations are listed with the network off.
+    #[error("allow_net ({rule}, ...) lists destinations but the network is off: drop `network = false` / --no-network to allow only those destinations")]
+    AllowNetWithoutNetwork {
+        /// The first listed destination.
+        rule: String,
+    },
+    /// A requested destination is not within the operator's `allow_net`.
+    #[error("requested destination {rule} is not within the operator's allow_net; the operator policy can only be narrowed")]
+    EgressOutsideOperator {
+        /// The requested rule.
+        rule: String,
+    },
     /// The op envelope has no command.
     #[error("the op's argv is empty; give the program to run")]
     EmptyArgv,

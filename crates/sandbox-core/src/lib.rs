@@ -59,5 +59,5 @@ pub use net::{
 };
 pub use noop::NoopBackend;
 pub use op::{builtin_op_bound, SandboxedExecOp};
-pub use policy::{ExpandContext, ResolvedPolicy, SandboxPolicy};
+pub use policy::{ExpandContext, NetworkMode, ResolvedPolicy, SandboxPolicy};
 pub use report::{AxisEnforcement, Enforcement, EnforcementReport, Level};

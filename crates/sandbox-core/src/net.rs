@@ -199,6 +199,22 @@ impl NetRule {
             })
     }
 
+    /// Whether every destination this rule admits, `other` admits too.
+    pub fn within(&self, other: &NetRule) -> bool {
+        let in_range = |rule: &NetRule, (net, prefix): (IpAddr, u8)| {
+            rule.prefix >= prefix && masked(rule.addr, prefix) == net
+        };
+        bits(self.addr) == bits(other.addr)
+            && other.prefix <= self.prefix
+            && masked(self.addr, other.prefix) == other.addr
+            && other.port.map_or(true, |p| self.port == Some(p))
+            // The special addresses this rule admits (those of a special
+            // range it lies within) need `other` within that range too.
+            && special(self.addr).map_or(true, |range| {
+                !in_range(self, range) || in_range(other, range)
+            })
+    }
+
     /// Whether some rule of `rules` admits the destination `ip:port` (see
     /// [`NetRule::admits`]); an empty list admits nothing.
     pub fn admit(rules: &[NetRule], ip: IpAddr, port: u16) -> bool {
@@ -469,6 +485,22 @@ impl NameRule {
         normal_name(host).is_ok_and(|h| self.matches_normal(&h, port))
     }
 
+    /// Whether every host this rule admits, `other` admits too.
+    pub fn within(&self, other: &NameRule) -> bool {
+        let port = other.port.map_or(true, |p| self.port == Some(p));
+        let beneath = |name: &str| {
+            name.strip_suffix(other.name.as_str())
+                .and_then(|sub| sub.strip_suffix('.'))
+                .is_some_and(|sub| !sub.is_empty())
+        };
+        let name = match (self.wildcard, other.wildcard) {
+            (false, false) => self.name == other.name,
+            (_, true) => beneath(&self.name) || (self.wildcard && self.name == other.name),
+            (true, false) => false,
+        };
+        port && name
+    }
+
     /// [`NameRule::admits`] for a host already through [`normal_name`].
     fn matches_normal(&self, host: &str, port: u16) -> bool {
         if self.port.is_some_and(|p| p != port) {
@@ -503,6 +535,24 @@ impl EgressRule {
         match self {
             EgressRule::Name(rule) => rule.admits(host, port),
             EgressRule::Ip(_) => false,
+        }
+    }
+
+    /// Whether every destination this rule admits, `other` admits too (a
+    /// name rule is never within an IP rule, nor the other way round).
+    pub fn within(&self, other: &EgressRule) -> bool {
+        match (self, other) {
+            (EgressRule::Name(a), EgressRule::Name(b)) => a.within(b),
+            (EgressRule::Ip(a), EgressRule::Ip(b)) => a.within(b),
+            _ => false,
+        }
+    }
+
+    /// The IP rule, if this is one.
+    pub fn as_ip(&self) -> Option<&NetRule> {
+        match self {
+            EgressRule::Ip(rule) => Some(rule),
+            EgressRule::Name(_) => None,
         }
     }
 
@@ -1027,5 +1077,39 @@ mod tests {
         assert!(!rules(&["0.0.0.0/0"]).admits_resolved("example.org", sa("192.0.2.7:80")));
         assert!(rules(&["0.0.0.0/0"]).admits_addr(sa("192.0.2.7:80")));
         assert!(!EgressRules::default().admits_addr(sa("192.0.2.7:80")));
+    }
+
+    #[test]
+    fn within_is_containment_of_what_each_rule_admits() {
+        let e = |s: &str| {
+            s.parse::<EgressRule>()
+                .unwrap_or_else(|err| panic!("{s}: {err}"))
+        };
+        let within = |a: &str, b: &str| e(a).within(&e(b));
+        // Names: exact in exact, exact and wildcard beneath a wildcard.
+        assert!(within("example.com", "example.com"));
+        assert!(within("a.example.com:443", "*.example.com"));
+        assert!(within("*.a.example.com", "*.example.com"));
+        assert!(within("*.example.com", "*.example.com"));
+        assert!(!within("example.com", "*.example.com"));
+        assert!(!within("*.example.com", "a.example.com"));
+        assert!(!within("example.org", "example.com"));
+        // Ports: any covers one, one does not cover any.
+        assert!(within("example.com:443", "example.com"));
+        assert!(!within("example.com", "example.com:443"));
+        assert!(!within("example.com:80", "example.com:443"));
+        // Networks.
+        assert!(within("10.1.0.0/16", "10.0.0.0/8"));
+        assert!(within("10.1.2.3:22", "10.0.0.0/8"));
+        assert!(!within("10.0.0.0/8", "10.1.0.0/16"));
+        assert!(!within("192.0.2.7", "::/0"));
+        // 0.0.0.0/0 admits no loopback address: a loopback rule is not within it.
+        assert!(within("192.0.2.7:443", "0.0.0.0/0"));
+        assert!(!within("127.0.0.1:8080", "0.0.0.0/0"));
+        assert!(within("127.0.0.1:8080", "127.0.0.0/8"));
+        assert!(within("0.0.0.0/0", "0.0.0.0/0"));
+        // Kinds never mix.
+        assert!(!within("localhost:8080", "127.0.0.1:8080"));
+        assert!(!within("127.0.0.1:8080", "localhost:8080"));
     }
 }

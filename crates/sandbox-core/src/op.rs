@@ -66,6 +66,7 @@ impl SandboxedExecOp {
         };
         SandboxPolicy {
             network: self.network,
+            allow_net: Vec::new(),
             write_paths: self.write_paths.clone(),
             read_deny_paths: Vec::new(),
             write_deny_paths: Vec::new(),

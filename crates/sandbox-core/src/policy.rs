@@ -8,6 +8,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 use crate::error::PolicyError;
+use crate::net::EgressRule;
 
 /// Default wall-clock limit, in seconds.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 120;
@@ -25,6 +26,13 @@ pub const DEFAULT_MAX_TIMEOUT_SECONDS: u64 = 600;
 pub struct SandboxPolicy {
     /// Allow network access (outbound connections, listening).
     pub network: bool,
+    /// With the network on, allow only these destinations (none listed: any).
+    ///
+    /// Host names (`example.com`, `*.example.com`, each with an optional
+    /// `:PORT`) are reached through a proxy the runner starts; IP addresses
+    /// and networks (`192.0.2.7:443`, `10.0.0.0/8`) also directly. See
+    /// [`EgressRule`].
+    pub allow_net: Vec<EgressRule>,
     /// Paths the command may write beneath (closed by default). Writing implies reading.
     pub write_paths: Vec<String>,
     /// Paths removed from the broad read surface.
@@ -54,6 +62,7 @@ impl Default for SandboxPolicy {
     fn default() -> Self {
         Self {
             network: true,
+            allow_net: Vec::new(),
             write_paths: Vec::new(),
             read_deny_paths: Vec::new(),
             write_deny_paths: Vec::new(),
@@ -62,6 +71,31 @@ impl Default for SandboxPolicy {
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
             allow_unix_sockets: Vec::new(),
+        }
+    }
+}
+
+/// How much network a policy allows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+#[non_exhaustive]
+pub enum NetworkMode {
+    /// No network (`network = false`).
+    Off,
+    /// Any destination (`network = true`, no `allow_net`).
+    On,
+    /// Only the destinations of `allow_net`: host names through the runner's
+    /// proxy, IP rules also directly; everything else refused.
+    Allowlist,
+}
+
+impl NetworkMode {
+    /// The mode's name as `sandbox policy` and the outcome print it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NetworkMode::Off => "off",
+            NetworkMode::On => "on",
+            NetworkMode::Allowlist => "allowlist",
         }
     }
 }
@@ -149,6 +183,7 @@ fn absolute(path: PathBuf) -> Result<PathBuf, String> {
 #[serde(try_from = "SandboxPolicy", into = "SandboxPolicy")]
 pub struct ResolvedPolicy {
     network: bool,
+    allow_net: Vec<EgressRule>,
     write_paths: Vec<PathBuf>,
     read_deny: DenySet,
     write_deny: DenySet,
@@ -186,6 +221,17 @@ impl SandboxPolicy {
                 requested: self.timeout_seconds,
                 ceiling: self.max_timeout_seconds,
             });
+        }
+        if !self.network && !self.allow_net.is_empty() {
+            return Err(PolicyError::AllowNetWithoutNetwork {
+                rule: self.allow_net[0].to_string(),
+            });
+        }
+        let mut allow_net: Vec<EgressRule> = Vec::new();
+        for rule in &self.allow_net {
+            if !allow_net.contains(rule) {
+                allow_net.push(rule.clone());
+            }
         }
         let mut write_paths = BTreeSet::new();
         for raw in &self.write_paths {
@@ -233,6 +279,7 @@ impl SandboxPolicy {
         }
         Ok(ResolvedPolicy {
             network: self.network,
+            allow_net,
             write_paths: write_paths.into_iter().collect(),
             read_deny,
             write_deny,
@@ -480,9 +527,35 @@ impl From<ResolvedPolicy> for SandboxPolicy {
 }
 
 impl ResolvedPolicy {
-    /// Whether network access is allowed.
+    /// Whether network access is allowed, to any destination or to those of
+    /// [`ResolvedPolicy::allow_net`] (see [`ResolvedPolicy::network_mode`]).
     pub fn network(&self) -> bool {
         self.network
+    }
+
+    /// Off, on, or on for the listed destinations only.
+    pub fn network_mode(&self) -> NetworkMode {
+        match (self.network, self.allow_net.is_empty()) {
+            (false, _) => NetworkMode::Off,
+            (true, true) => NetworkMode::On,
+            (true, false) => NetworkMode::Allowlist,
+        }
+    }
+
+    /// The destinations allowed when [`NetworkMode::Allowlist`] (empty otherwise).
+    pub fn allow_net(&self) -> &[EgressRule] {
+        &self.allow_net
+    }
+
+    /// The same policy with `rule` added to the allowed destinations (for
+    /// the runner's own proxy). Only in [`NetworkMode::Allowlist`]: the
+    /// other modes are returned as they are.
+    pub fn with_allowed(&self, rule: EgressRule) -> ResolvedPolicy {
+        let mut policy = self.clone();
+        if policy.network_mode() == NetworkMode::Allowlist && !policy.allow_net.contains(&rule) {
+            policy.allow_net.push(rule);
+        }
+        policy
     }
     /// Canonical write paths, sorted and deduplicated.
     pub fn write_paths(&self) -> &[PathBuf] {
@@ -543,6 +616,7 @@ impl ResolvedPolicy {
         };
         SandboxPolicy {
             network: self.network,
+            allow_net: self.allow_net.clone(),
             write_paths: strings(&self.write_paths),
             read_deny_paths: self.read_deny.spellings(),
             write_deny_paths: self.write_deny.spellings(),
@@ -565,6 +639,8 @@ impl ResolvedPolicy {
     /// The intersection of this (requested) policy with an operator policy.
     ///
     /// The operator side is never widened: network only if both allow it,
+    /// destinations the operator lists only (a request without a list gets
+    /// the operator's, one outside it is refused),
     /// subprocesses denied if either denies, deny lists and env denials united,
     /// and the timeout ceiling the smaller of the two. A requested write path
     /// outside every operator write path, or a timeout above the operator
@@ -594,8 +670,28 @@ impl ResolvedPolicy {
                 path: socket.clone(),
             });
         }
+        let network = self.network && operator.network;
+        let allow_net = if !network {
+            Vec::new()
+        } else if operator.allow_net.is_empty() {
+            self.allow_net.clone()
+        } else if self.allow_net.is_empty() {
+            operator.allow_net.clone()
+        } else {
+            if let Some(rule) = self
+                .allow_net
+                .iter()
+                .find(|r| !operator.allow_net.iter().any(|o| r.within(o)))
+            {
+                return Err(PolicyError::EgressOutsideOperator {
+                    rule: rule.to_string(),
+                });
+            }
+            self.allow_net.clone()
+        };
         Ok(ResolvedPolicy {
-            network: self.network && operator.network,
+            network,
+            allow_net,
             write_paths: self.write_paths.clone(),
             read_deny: self.read_deny.union(&operator.read_deny),
             write_deny: self.write_deny.union(&operator.write_deny),
@@ -689,6 +785,61 @@ mod tests {
         }
         .resolve(&ExpandContext::default())
         .unwrap();
+    }
+
+    #[test]
+    fn allow_net_needs_the_network_and_only_narrows() {
+        let policy = |network: bool, rules: &[&str]| SandboxPolicy {
+            network,
+            allow_net: rules.iter().map(|r| r.parse().unwrap()).collect(),
+            ..SandboxPolicy::default()
+        };
+        let resolve = |p: SandboxPolicy| p.resolve(&ExpandContext::default());
+        let err = resolve(policy(false, &["example.com"])).unwrap_err();
+        assert!(
+            matches!(err, PolicyError::AllowNetWithoutNetwork { .. }),
+            "{err}"
+        );
+        let listed = resolve(policy(true, &["a.example.com:443", "a.example.com:443"])).unwrap();
+        assert_eq!(listed.network_mode(), NetworkMode::Allowlist);
+        assert_eq!(listed.allow_net().len(), 1, "duplicates collapse");
+        let open = resolve(policy(true, &[])).unwrap();
+        assert_eq!(open.network_mode(), NetworkMode::On);
+        let off = resolve(policy(false, &[])).unwrap();
+        assert_eq!(off.network_mode(), NetworkMode::Off);
+        // The operator's list bounds the request.
+        let operator = resolve(policy(true, &["*.example.com"])).unwrap();
+        assert_eq!(
+            listed.bounded_by(&operator).unwrap().allow_net(),
+            listed.allow_net()
+        );
+        assert_eq!(
+            open.bounded_by(&operator).unwrap().allow_net(),
+            operator.allow_net()
+        );
+        let wider = resolve(policy(true, &["example.org"])).unwrap();
+        assert!(matches!(
+            wider.bounded_by(&operator),
+            Err(PolicyError::EgressOutsideOperator { .. })
+        ));
+        // An operator without network turns a list off; one without a list keeps it.
+        assert_eq!(
+            listed.bounded_by(&off).unwrap().network_mode(),
+            NetworkMode::Off
+        );
+        assert_eq!(
+            listed.bounded_by(&open).unwrap().allow_net(),
+            listed.allow_net()
+        );
+        // The runner's proxy rule is added to a list only.
+        let proxy: EgressRule = "127.0.0.1:40000".parse().unwrap();
+        assert_eq!(listed.with_allowed(proxy.clone()).allow_net().len(), 2);
+        assert!(open.with_allowed(proxy).allow_net().is_empty());
+        // TOML form.
+        let p: SandboxPolicy =
+            toml::from_str("allow_net = [\"example.com:443\", \"10.0.0.0/8\"]").unwrap();
+        assert_eq!(p.allow_net.len(), 2);
+        assert!(toml::from_str::<SandboxPolicy>("allow_net = [\"exa mple.com\"]").is_err());
     }
 
     #[test]

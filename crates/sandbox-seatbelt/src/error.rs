@@ -16,4 +16,11 @@ pub enum SeatbeltError {
         /// What is wrong with it.
         reason: String,
     },
+    /// An egress rule Seatbelt cannot express: it filters remote addresses
+    /// only as `localhost:PORT` or `*:PORT`.
+    #[error("seatbelt: egress rule {rule} cannot be enforced on macOS, which filters remote addresses only as localhost:PORT; list host names instead (they go through the runner's proxy)")]
+    UnsupportedEgress {
+        /// The rule.
+        rule: String,
+    },
 }

@@ -10,7 +10,7 @@ use std::ffi::OsString;
 use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
-use sandbox_core::ResolvedPolicy;
+use sandbox_core::{EgressRule, NetworkMode, ResolvedPolicy};
 use serde::Serialize;
 
 use crate::error::SeatbeltError;
@@ -73,6 +73,10 @@ impl SeatbeltProfile {
 pub struct ProfileInput {
     /// Whether network access is allowed.
     pub network: bool,
+    /// With the network on, only these loopback ports may be connected to
+    /// (the runner's proxy, and exact `127.0.0.1:PORT` rules); `None`: any
+    /// destination.
+    pub loopback_ports: Option<Vec<u16>>,
     /// Whether child processes are refused.
     pub deny_subprocess: bool,
     /// Paths writable beneath.
@@ -87,6 +91,14 @@ impl From<&ResolvedPolicy> for ProfileInput {
     fn from(policy: &ResolvedPolicy) -> Self {
         Self {
             network: policy.network(),
+            // Rules other than loopback ports are refused by `profile`.
+            loopback_ports: (policy.network_mode() == NetworkMode::Allowlist).then(|| {
+                policy
+                    .allow_net()
+                    .iter()
+                    .filter_map(loopback_port)
+                    .collect()
+            }),
             deny_subprocess: policy.deny_subprocess(),
             write_paths: policy.write_paths().to_vec(),
             read_deny_paths: policy.read_deny_paths().to_vec(),
@@ -101,7 +113,25 @@ impl From<&ResolvedPolicy> for ProfileInput {
 /// [`macos_canonical`](crate::macos_canonical)), sorted and deduplicated.
 /// A path with a control character, or one that is not UTF-8, is refused.
 pub fn profile(policy: &ResolvedPolicy) -> Result<SeatbeltProfile, SeatbeltError> {
+    if policy.network_mode() == NetworkMode::Allowlist {
+        if let Some(rule) = policy
+            .allow_net()
+            .iter()
+            .find(|r| r.as_ip().is_some() && loopback_port(r).is_none())
+        {
+            return Err(SeatbeltError::UnsupportedEgress {
+                rule: rule.to_string(),
+            });
+        }
+    }
     ProfileInput::from(policy).profile()
+}
+
+/// The port of an IP rule admitting exactly one loopback address and port.
+fn loopback_port(rule: &EgressRule) -> Option<u16> {
+    let ip = rule.as_ip()?;
+    let exact = ip.prefix() == if ip.addr().is_ipv4() { 32 } else { 128 };
+    (exact && ip.addr().is_loopback()).then_some(ip.port()?)
 }
 
 impl ProfileInput {
@@ -171,11 +201,19 @@ impl ProfileInput {
                 &["literal"],
             );
         }
-        text.push_str(if self.network {
-            NETWORK_ON
-        } else {
-            NETWORK_OFF
-        });
+        match (&self.loopback_ports, self.network) {
+            (Some(ports), true) => {
+                text.push_str(NETWORK_LOOPBACK);
+                for port in ports.iter().collect::<BTreeSet<_>>() {
+                    let _ = writeln!(
+                        text,
+                        "(allow network-outbound (remote ip \"localhost:{port}\"))"
+                    );
+                }
+            }
+            (None, true) => text.push_str(NETWORK_ON),
+            (_, false) => text.push_str(NETWORK_OFF),
+        }
         text.push_str(if self.deny_subprocess {
             SUBPROCESS_DENIED
         } else {
@@ -286,6 +324,12 @@ const BASE: &str = r#"(version 1)
 
 const READS: &str = r#"; Reads: the whole file system (read denies below take precedence).
 (allow file-read*)
+"#;
+
+const NETWORK_LOOPBACK: &str = r#"; Network: listed destinations only, through the runner's proxy on localhost;
+; listening on localhost only.
+(allow system-socket)
+(allow network-bind network-inbound (local ip "localhost:*"))
 "#;
 
 const NETWORK_ON: &str = r#"; Network: on; sockets, connections, listening, and the services name resolution and TLS use.

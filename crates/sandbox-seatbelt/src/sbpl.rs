@@ -319,6 +319,11 @@ fn check_literals(form: &Sexp, parent: Option<&str>) -> Result<(), String> {
                 Some("global-name") => s.starts_with("com.apple.") && !s.contains('/'),
                 Some("param") => is_param_name(s),
                 Some("literal") => DEVICE_LITERALS.contains(&s.as_str()),
+                // `(local ip "localhost:*")`, `(remote ip "localhost:PORT")`:
+                // loopback only, a port or any.
+                Some("local" | "remote") => s.strip_prefix("localhost:").is_some_and(|port| {
+                    port == "*" || (!port.is_empty() && port.parse::<u16>().is_ok())
+                }),
                 _ => false,
             };
             if ok {

@@ -15,6 +15,7 @@ const RUN_TMP: &str = "/tmp/sandbox-run-1";
 fn input(network: bool, deny_subprocess: bool, write: &[&str]) -> ProfileInput {
     ProfileInput {
         network,
+        loopback_ports: None,
         deny_subprocess,
         write_paths: write.iter().map(PathBuf::from).collect(),
         read_deny_paths: Vec::new(),
@@ -87,6 +88,47 @@ fn snapshot_workspace_write_network_off() {
     insta::assert_snapshot!(
         "workspace_write_network_off",
         checked(&input(false, false, &[WORKSPACE, RUN_TMP]))
+    );
+}
+
+/// An allowlist: only the runner's proxy (and exact loopback rules) may be
+/// connected to; other IP rules cannot be expressed and are refused.
+#[test]
+fn snapshot_egress_allowlist() {
+    let policy = |rules: &[&str]| {
+        SandboxPolicy {
+            allow_net: rules.iter().map(|r| r.parse().unwrap()).collect(),
+            ..SandboxPolicy::default()
+        }
+        .resolve(&ExpandContext::default())
+        .unwrap()
+    };
+    let listed = policy(&["example.com:443", "127.0.0.1:8080"])
+        .with_allowed("127.0.0.1:40000".parse().unwrap());
+    let p = profile(&listed).unwrap();
+    assert!(
+        p.text.contains("(remote ip \"localhost:40000\")"),
+        "{}",
+        p.text
+    );
+    assert!(
+        p.text.contains("(remote ip \"localhost:8080\")"),
+        "{}",
+        p.text
+    );
+    assert!(!p
+        .text
+        .contains("(allow network-bind network-inbound network-outbound)"));
+    insta::assert_snapshot!("egress_allowlist", checked(&ProfileInput::from(&listed)));
+    // Twin: without a list the network is wholly on.
+    assert!(profile(&policy(&[]))
+        .unwrap()
+        .text
+        .contains("network-outbound)"));
+    let err = profile(&policy(&["10.0.0.0/8"])).unwrap_err().to_string();
+    assert!(
+        err.contains("10.0.0.0/8") && err.contains("host names"),
+        "{err}"
     );
 }
 
@@ -239,6 +281,7 @@ fn path_text() -> impl Strategy<Value = String> {
 fn denied_paths_and_their_ancestors_cannot_be_moved_away() {
     let i = ProfileInput {
         network: true,
+        loopback_ports: None,
         deny_subprocess: false,
         write_paths: vec!["/w".into()],
         read_deny_paths: vec!["/w/a/secret".into()],
@@ -286,6 +329,7 @@ proptest! {
     ) {
         let plain = ProfileInput {
             network,
+            loopback_ports: None,
             deny_subprocess: deny,
             write_paths: vec!["/plain/w".into()],
             read_deny_paths: vec!["/plain/r".into()],

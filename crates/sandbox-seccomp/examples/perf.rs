@@ -43,6 +43,7 @@ mod linux {
         hold_group: false,
         broker_entries: false,
         broker_connect: false,
+        egress: false,
     };
 
     fn now_ns() -> u64 {

@@ -228,6 +228,12 @@ pub struct FilterSpec {
     /// that can write and the directory-entry calls then go to it (Landlock
     /// grants the write path whole and the broker keeps the denied paths).
     pub broker_entries: bool,
+    /// Whether the network is on for listed destinations only
+    /// (`NetworkMode::Allowlist`): IP sockets are then TCP only (no
+    /// datagram or raw socket could address a host the broker never sees),
+    /// `MSG_FASTOPEN` is refused (it would connect), and `connect` and
+    /// `listen` go to the broker (refused without one).
+    pub egress: bool,
 }
 
 impl FilterSpec {
@@ -242,6 +248,7 @@ impl FilterSpec {
             hold_group: false,
             broker_entries: false,
             broker_connect: false,
+            egress: policy.network_mode() == sandbox_core::NetworkMode::Allowlist,
         }
     }
 
@@ -263,7 +270,12 @@ impl FilterSpec {
 
     /// Whether `connect` goes to the broker (network on, a broker listens).
     pub fn routes_connect(&self) -> bool {
-        self.broker_connect && self.broker && self.network
+        (self.broker_connect || self.egress) && self.broker && self.network
+    }
+
+    /// Whether `listen` goes to the broker (egress rules, a broker listens).
+    pub fn routes_listen(&self) -> bool {
+        self.egress && self.broker && self.network
     }
 
     /// Whether opens and entry calls go to the broker (it must listen).
@@ -289,7 +301,7 @@ impl FilterSpec {
     pub(crate) fn index(&self) -> usize {
         // The first five switches are what launches commonly vary (their 32
         // programs are prebuilt); Landlock's truncate coverage, a held
-        // process group and brokered entries come after.
+        // process group, brokered entries and egress rules come after.
         usize::from(self.network)
             | usize::from(self.deny_subprocess) << 1
             | usize::from(self.broker_connect) << 2
@@ -298,11 +310,12 @@ impl FilterSpec {
             | usize::from(self.landlock.truncate) << 5
             | usize::from(self.hold_group) << 6
             | usize::from(self.broker_entries) << 7
+            | usize::from(self.egress) << 8
     }
 
-    /// All 256 combinations of the eight switches.
+    /// All 512 combinations of the nine switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u16..256).map(|bits| FilterSpec {
+        (0u16..512).map(|bits| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
             broker_connect: bits & 4 != 0,
@@ -313,6 +326,7 @@ impl FilterSpec {
             },
             hold_group: bits & 64 != 0,
             broker_entries: bits & 128 != 0,
+            egress: bits & 256 != 0,
         })
     }
 }

@@ -936,6 +936,9 @@ fn network(spec: &FilterSpec) -> Vec<Entry> {
     ];
     let af = |a: i32| Cond::low32(0, Cmp::Eq(a as u64));
     let ty = |t: i32| masked(1, 0xf, t as u64);
+    if spec.network && spec.egress {
+        return egress(spec, &plain, af, ty);
+    }
     if spec.network {
         if !spec.broker_connect {
             return plain.into_iter().map(|s| row(s, Rule::Allow, "")).collect();
@@ -990,6 +993,78 @@ fn network(spec: &FilterSpec) -> Vec<Entry> {
             sendmmsg,
             allow_if(vec![vec![no_fastopen(3)]]),
             "network=false: MSG_FASTOPEN would connect",
+        ),
+    ]
+}
+
+/// Network on for listed destinations only ([`FilterSpec::egress`]): host
+/// UNIX sockets confined as with [`FilterSpec::broker_connect`], IP sockets
+/// TCP only, every connect and listen decided by the broker.
+fn egress(
+    spec: &FilterSpec,
+    plain: &[Sys; 9],
+    af: impl Fn(i32) -> Cond,
+    ty: impl Fn(i32) -> Cond,
+) -> Vec<Entry> {
+    let proto = |p: i32| Cond::low32(2, Cmp::Eq(p as u64));
+    let no_fastopen = |arg| masked(arg, libc::MSG_FASTOPEN as u64, 0);
+    let unix_stream = vec![af(libc::AF_UNIX), ty(libc::SOCK_STREAM)];
+    let unix_seqpacket = vec![af(libc::AF_UNIX), ty(libc::SOCK_SEQPACKET)];
+    let mut sockets = vec![
+        unix_stream.clone(),
+        unix_seqpacket.clone(),
+        // Netlink reaches only the local kernel (interfaces, routes).
+        vec![af(libc::AF_NETLINK)],
+    ];
+    for domain in [libc::AF_INET, libc::AF_INET6] {
+        for p in [0, libc::IPPROTO_TCP] {
+            sockets.push(vec![af(domain), ty(libc::SOCK_STREAM), proto(p)]);
+        }
+    }
+    // With a broker: handed to it; without: refused (`metadata_write` is DENY then).
+    let brokered = || Rule::Deny(metadata_write(spec));
+    let [socket, socketpair, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg] = *plain;
+    vec![
+        row(
+            socket,
+            allow_if(sockets),
+            "egress rules: TCP, AF_UNIX stream/seqpacket and netlink only: a datagram or raw \
+             IP socket could address any host by sendto, which the broker never sees",
+        ),
+        row(
+            socketpair,
+            allow_if(vec![unix_stream, unix_seqpacket]),
+            "egress rules: AF_UNIX stream/seqpacket pairs only (a datagram socket could \
+             address any host socket by msg_name)",
+        ),
+        row(
+            connect,
+            brokered(),
+            "egress rules: the broker reads the address once and connects only to listed \
+             destinations (and the runner's proxy); refused without a broker",
+        ),
+        row(
+            listen,
+            brokered(),
+            "egress rules: the broker lets only sockets bound to a loopback address listen, \
+             so no unlisted host can connect in; refused without a broker",
+        ),
+        row(accept, Rule::Allow, ""),
+        row(accept4, Rule::Allow, ""),
+        row(
+            sendto,
+            allow_if(vec![vec![no_fastopen(3)]]),
+            "egress rules: MSG_FASTOPEN would connect past the broker",
+        ),
+        row(
+            sendmsg,
+            allow_if(vec![vec![no_fastopen(2)]]),
+            "egress rules: MSG_FASTOPEN would connect past the broker",
+        ),
+        row(
+            sendmmsg,
+            allow_if(vec![vec![no_fastopen(3)]]),
+            "egress rules: MSG_FASTOPEN would connect past the broker",
         ),
     ]
 }

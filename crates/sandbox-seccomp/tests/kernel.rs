@@ -947,6 +947,7 @@ fn network_on() -> sandbox_seccomp::FilterSpec {
         hold_group: false,
         broker_entries: false,
         broker_connect: false,
+        egress: false,
     }
 }
 

@@ -191,6 +191,31 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
                 _ => false,
             })
         }
+        // -- network on, listed destinations only
+        SYS_socket if spec.network && spec.egress => {
+            let (dom, ty, proto) = (lo(0) as i32, lo(1) as i32 & 0xf, lo(2) as i32);
+            yes(match dom {
+                AF_UNIX => ty == SOCK_STREAM || ty == SOCK_SEQPACKET,
+                16 /* AF_NETLINK */ => true,
+                AF_INET | AF_INET6 => ty == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP),
+                _ => false,
+            })
+        }
+        SYS_socketpair if spec.network && spec.egress => {
+            let ty = lo(1) as i32 & 0xf;
+            yes(lo(0) as i32 == AF_UNIX && (ty == SOCK_STREAM || ty == SOCK_SEQPACKET))
+        }
+        SYS_connect | SYS_listen if spec.network && spec.egress => {
+            if spec.broker {
+                RET_USER_NOTIF
+            } else {
+                RET_EPERM
+            }
+        }
+        SYS_sendto | SYS_sendmmsg if spec.network && spec.egress => {
+            yes(lo(3) & SPEC_MSG_FASTOPEN == 0)
+        }
+        SYS_sendmsg if spec.network && spec.egress => yes(lo(2) & SPEC_MSG_FASTOPEN == 0),
         // -- network on, host UNIX sockets confined
         SYS_socket | SYS_socketpair if spec.network && spec.broker_connect => {
             let (dom, ty) = (lo(0) as i32, lo(1) as i32 & 0xf);
@@ -553,6 +578,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             hold_group: false,
             broker_entries: false,
             broker_connect: false,
+            egress: false,
         },
         compile_spec(&FilterSpec {
             network: false,
@@ -563,6 +589,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             hold_group: false,
             broker_entries: false,
             broker_connect: false,
+            egress: false,
         })
         .unwrap(),
     );

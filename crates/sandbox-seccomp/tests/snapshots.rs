@@ -18,6 +18,7 @@ fn brokered(network: bool, deny_subprocess: bool, truncate: bool, broker: bool) 
         hold_group: false,
         broker_entries: false,
         broker_connect: false,
+        egress: false,
     };
     compile_spec(&spec).unwrap().disassemble()
 }
@@ -34,6 +35,7 @@ fn default_backend_with_read_denials() {
         hold_group: false,
         broker_entries: false,
         broker_connect: false,
+        egress: false,
     };
     insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }

@@ -9,8 +9,10 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sandbox_core::{
-    decode_pre_exec_error, scrub_env, Backend, LaunchOptions, PreExecHook, ResolvedPolicy,
+    decode_pre_exec_error, scrub_env, Backend, EgressRule, LaunchOptions, MediatedCall, Mediation,
+    NetworkMode, PreExecHook, ResolvedPolicy,
 };
+use sandbox_proxy::{Proxy, ProxyOptions};
 
 use crate::contain::Containment;
 use crate::outcome::{Classification, Outcome, Termination};
@@ -130,7 +132,8 @@ fn require_full(
 /// the command inherits it, and an addressed send on it reaches any host
 /// datagram socket (`/dev/log`, ...) past the confinement, which refuses
 /// such sockets only at creation. (Without network, addressed sends are
-/// refused by the filter.)
+/// refused by the filter.) Under egress rules, an IP socket other than
+/// TCP is refused as well: a UDP socket sends to any host by address.
 fn refuse_stdio_datagram(
     backend: &dyn Backend,
     policy: &ResolvedPolicy,
@@ -141,13 +144,27 @@ fn refuse_stdio_datagram(
         let names = ["stdin", "stdout", "stderr"];
         let count = if stderr_inherited { 3 } else { 2 };
         for (fd, name) in names.iter().enumerate().take(count) {
-            if is_unix_datagram(fd as i32) {
+            let (domain, kind) = socket_kind(fd as i32);
+            if domain == Some(libc::AF_UNIX) && kind == Some(libc::SOCK_DGRAM) {
                 return Err(sandbox_core::SandboxUnavailable::new(
                     backend.name(),
                     format!(
                         "{name} (fd {fd}) is a UNIX datagram socket, through which the command \
                          could send to any host datagram socket; pass a pipe, a file or a \
                          stream socket instead, or run without network"
+                    ),
+                ));
+            }
+            if policy.network_mode() == NetworkMode::Allowlist
+                && matches!(domain, Some(libc::AF_INET | libc::AF_INET6))
+                && kind != Some(libc::SOCK_STREAM)
+            {
+                return Err(sandbox_core::SandboxUnavailable::new(
+                    backend.name(),
+                    format!(
+                        "{name} (fd {fd}) is an IP datagram or raw socket, through which the \
+                         command could send to any host past the egress rules; pass a pipe, \
+                         a file or a stream socket instead"
                     ),
                 ));
             }
@@ -158,9 +175,9 @@ fn refuse_stdio_datagram(
     Ok(())
 }
 
-/// Whether `fd` is an `AF_UNIX` socket of type `SOCK_DGRAM`.
+/// The socket domain and type of `fd` (`None`s when it is no socket).
 #[cfg(target_os = "linux")]
-fn is_unix_datagram(fd: i32) -> bool {
+fn socket_kind(fd: i32) -> (Option<i32>, Option<i32>) {
     let opt = |name: i32| {
         let mut value: libc::c_int = 0;
         let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
@@ -176,7 +193,7 @@ fn is_unix_datagram(fd: i32) -> bool {
         };
         (rc == 0).then_some(value)
     };
-    opt(libc::SO_DOMAIN) == Some(libc::AF_UNIX) && opt(libc::SO_TYPE) == Some(libc::SOCK_DGRAM)
+    (opt(libc::SO_DOMAIN), opt(libc::SO_TYPE))
 }
 
 /// Makes the calling process a child subreaper, once: orphans of a run held
@@ -255,26 +272,40 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let containment_kind = containment.kind();
     let options = LaunchOptions::default()
         .with_process_group_held(containment.kind() == crate::ContainmentKind::ProcessGroup);
+    let mut proxy = None;
     let (argv, hook, report, supervisor) = match &req.policy {
         Some(policy) => {
-            let protected;
-            let policy = match crate::gate::cache_dir().filter(|dir| reaches(policy, dir)) {
-                Some(dir) => {
-                    protected = policy.with_write_deny(&dir).map_err(|e| {
+            let mut policy = std::borrow::Cow::Borrowed(policy);
+            if let Some(dir) = crate::gate::cache_dir().filter(|dir| reaches(&policy, dir)) {
+                let protected = policy.with_write_deny(&dir).map_err(|e| {
+                    sandbox_core::SandboxUnavailable::new(
+                        backend.name(),
+                        format!(
+                            "cannot write-deny the self-test cache {}: {e}",
+                            dir.display()
+                        ),
+                    )
+                })?;
+                policy = std::borrow::Cow::Owned(protected);
+            }
+            if policy.network_mode() == NetworkMode::Allowlist {
+                // Host names are reached through the runner's proxy: the
+                // command may connect to it, and nothing else but the
+                // policy's IP rules.
+                let started = Proxy::start(policy.allow_net().to_vec(), ProxyOptions::default())
+                    .map_err(|e| {
                         sandbox_core::SandboxUnavailable::new(
                             backend.name(),
-                            format!(
-                                "cannot write-deny the self-test cache {}: {e}",
-                                dir.display()
-                            ),
+                            format!("cannot start the egress proxy: {e}"),
                         )
                     })?;
-                    &protected
-                }
-                None => policy,
-            };
-            refuse_stdio_datagram(backend, policy, req.echo_stderr)?;
-            let c = backend.prepare_for_launch(policy, &req.argv, options)?;
+                policy = std::borrow::Cow::Owned(
+                    policy.with_allowed(EgressRule::Ip(started.net_rule())),
+                );
+                proxy = Some(started);
+            }
+            refuse_stdio_datagram(backend, &policy, req.echo_stderr)?;
+            let c = backend.prepare_for_launch(&policy, &req.argv, options)?;
             if req.require_full {
                 require_full(backend, &c.report)?;
             }
@@ -286,9 +317,13 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         Some(p) => scrub_env(env, p.env_deny_names()),
         None => env,
     };
-    for (name, value) in &req.env_overrides {
-        env.retain(|(n, _)| n != name);
-        env.push((name.clone(), value.clone()));
+    let proxy_env = proxy
+        .iter()
+        .flat_map(|p| p.env())
+        .map(|(k, v)| (k.into(), v.into()));
+    for (name, value) in req.env_overrides.iter().cloned().chain(proxy_env) {
+        env.retain(|(n, _)| *n != name);
+        env.push((name, value));
     }
     let timeout = req.policy.as_ref().map(|p| p.timeout());
     // A backend may put its own launcher in front of the command.
@@ -353,8 +388,22 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         })?,
     };
     let leftovers = ended.others;
-    let mediation = supervisor.map(|s| s.finish());
+    let mut mediation = supervisor.map(|s| s.finish());
     drop(containment);
+    if let Some(mut proxy) = proxy {
+        proxy.shutdown();
+        let m = mediation.get_or_insert_with(Mediation::default);
+        let kept = proxy.refusals();
+        m.omitted += usize::try_from(proxy.refusal_count())
+            .unwrap_or(usize::MAX)
+            .saturating_sub(kept.len());
+        m.refused.extend(kept.into_iter().map(|r| MediatedCall {
+            syscall: "proxy".into(),
+            target: format!("{}:{}", r.host, r.port),
+            reason: r.reason.to_string(),
+            outside_write_paths: false,
+        }));
+    }
 
     let termination = match (status.code(), status.signal()) {
         (Some(code), _) => Termination::Exited { code },

@@ -190,14 +190,16 @@ mod tests {
     /// the metadata writes always, the xattr reads under read denials.
     #[test]
     fn filter_and_broker_agree_on_the_brokered_calls() {
-        for (network, read_deny, entries, connect) in [
-            (false, false, false, true),
-            (true, false, false, true),
-            (true, false, false, false),
-            (false, true, false, true),
-            (true, true, false, true),
-            (false, false, true, true),
-            (true, true, true, true),
+        for (network, read_deny, entries, connect, egress) in [
+            (false, false, false, true, false),
+            (true, false, false, true, false),
+            (true, false, false, false, false),
+            (false, true, false, true, false),
+            (true, true, false, true, false),
+            (false, false, true, true, false),
+            (true, true, true, true, false),
+            (true, false, false, true, true),
+            (true, true, true, true, true),
         ] {
             let spec = FilterSpec {
                 network,
@@ -208,6 +210,7 @@ mod tests {
                 hold_group: false,
                 broker_entries: entries,
                 broker_connect: connect,
+                egress,
             };
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
@@ -227,8 +230,13 @@ mod tests {
             } else {
                 &[]
             };
-            let connects: &[i64] = if connect && network {
+            let connects: &[i64] = if (connect || egress) && network {
                 sandbox_broker::brokered_connect_syscalls()
+            } else {
+                &[]
+            };
+            let listens: &[i64] = if egress && network {
+                sandbox_broker::brokered_listen_syscalls()
             } else {
                 &[]
             };
@@ -238,6 +246,7 @@ mod tests {
                 .chain(reads)
                 .chain(entry_calls)
                 .chain(connects)
+                .chain(listens)
                 .copied()
                 .collect();
             routed.sort_unstable();

@@ -117,6 +117,13 @@ fn entry(axis: Axis, mechanism: &str, gaps: Vec<String>) -> AxisEnforcement {
 }
 
 fn network(policy: &ResolvedPolicy, extras: Extras) -> AxisEnforcement {
+    if policy.network_mode() == sandbox_core::NetworkMode::Allowlist {
+        return entry(
+            Axis::Network,
+            "listed destinations only: connect and listen go to the broker, which connects only to the allow_net IP rules and the runner's proxy (host names) and lets only loopback-bound sockets listen; IP sockets TCP only, no MSG_FASTOPEN (without a broker every connect is refused)",
+            Vec::new(),
+        );
+    }
     if policy.network() {
         return entry(
             Axis::Network,
