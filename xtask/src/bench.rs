@@ -342,6 +342,79 @@ pub fn main(args: &[String]) -> Result<(), String> {
     r.case = format!("{} chmod calls: brokered vs bare (µs per call)", calls);
     rows.push(r);
 
+    // Egress rules: a TCP connect to a listed address goes to the broker,
+    // per call; and a 100 MB download through the runner's proxy (a listed
+    // name) against the same download direct and unconfined.
+    let sink = loopback_listener(None)?;
+    let connects = settings.open_calls / 20;
+    let connect = vec![
+        workload.display().to_string(),
+        "connect".into(),
+        connects.to_string(),
+        sink.to_string(),
+    ];
+    let mut listed = vec![
+        bin.display().to_string(),
+        "run".into(),
+        "--on-unsupported".into(),
+        "error".into(),
+        "--allow-net".into(),
+        sink.to_string(),
+        "--".into(),
+    ];
+    listed.extend(connect.iter().cloned());
+    let (a, b) = interleave(
+        settings.workload_runs,
+        || inner_ms(&connect),
+        || inner_ms(&listed),
+    )?;
+    let per_connect = |v: &[f64]| {
+        v.iter()
+            .map(|ms| ms * 1000.0 / connects as f64)
+            .collect::<Vec<_>>()
+    };
+    rows.push(row(
+        &format!("{connects} TCP connects to a listed address: brokered vs bare (µs per call)"),
+        &listed,
+        &per_connect(&a),
+        &per_connect(&b),
+    ));
+    if which("curl").is_some() {
+        const DOWNLOAD: usize = 100 << 20;
+        let server = loopback_listener(Some(DOWNLOAD))?;
+        let curl = |url: String| -> Vec<String> {
+            ["curl", "-sS", "--noproxy", "*", "-o", "/dev/null"]
+                .iter()
+                .map(|s| s.to_string())
+                .chain([url])
+                .collect()
+        };
+        let direct = curl(format!("http://{server}/"));
+        let mut proxied = vec![
+            bin.display().to_string(),
+            "run".into(),
+            "--on-unsupported".into(),
+            "error".into(),
+            "--allow-net".into(),
+            format!("localhost:{}", server.port()),
+            "--".into(),
+        ];
+        // Without --noproxy: curl goes through the runner's proxy.
+        proxied.extend(["curl", "-sS", "-o", "/dev/null"].map(String::from));
+        proxied.push(format!("http://localhost:{}/", server.port()));
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || wall(&direct).map(|t| t - launch_bare),
+            || wall(&proxied).map(|t| t - launch_cli),
+        )?;
+        rows.push(row(
+            "100 MB download: through the proxy (listed name) vs direct unconfined (launch removed)",
+            &proxied,
+            &a,
+            &b,
+        ));
+    }
+
     // Peers found on PATH, same policy.
     let mut not_measured = Vec::new();
     for (peer, argv) in peers(&w) {
@@ -489,6 +562,43 @@ fn peers(w: &str) -> Vec<(&'static str, Vec<String>)> {
             ]),
         ),
     ]
+}
+
+/// A loopback listener served by a thread: each connection gets `body`
+/// bytes after an HTTP head (`Some`), or is closed at once (`None`).
+fn loopback_listener(body: Option<usize>) -> Result<std::net::SocketAddr, String> {
+    use std::io::{Read, Write};
+    let listener =
+        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("loopback listener: {e}"))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    std::thread::spawn(move || {
+        for stream in listener.incoming() {
+            let (Ok(mut s), Some(len)) = (stream, body) else {
+                continue;
+            };
+            std::thread::spawn(move || {
+                let mut head = Vec::new();
+                let mut buf = [0u8; 4096];
+                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
+                    match s.read(&mut buf) {
+                        Ok(0) | Err(_) => return,
+                        Ok(n) => head.extend_from_slice(&buf[..n]),
+                    }
+                }
+                let chunk = vec![b'x'; 1 << 16];
+                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+                let mut left = len;
+                while left > 0 {
+                    let n = left.min(chunk.len());
+                    if s.write_all(&chunk[..n]).is_err() {
+                        return;
+                    }
+                    left -= n;
+                }
+            });
+        }
+    });
+    Ok(addr)
 }
 
 fn which(program: &str) -> Option<PathBuf> {

@@ -40,6 +40,7 @@ fn main() -> ExitCode {
         Some("prepare") => prepare_loop(n(1), &path(2)),
         Some("gate") => gate_loop(n(1)),
         Some("chmod") => chmod_loop(n(1), &path(2)),
+        Some("connect") => connect_loop(n(1), args.get(2).map(String::as_str).unwrap_or("")),
         _ => Err("usage: bench-workload stat|open|launch|prepare N PATH".into()),
     };
     match result {
@@ -262,5 +263,15 @@ fn chmod_loop(n: usize, dir: &Path) -> Result<serde_json::Value, String> {
     }
     let ns = start.elapsed().as_nanos() as u64;
     let _ = std::fs::remove_file(&file);
+    Ok(serde_json::json!({ "ns": ns }))
+}
+
+/// `n` TCP connects (each closed at once) to `addr`, a listener that accepts.
+fn connect_loop(n: usize, addr: &str) -> Result<serde_json::Value, String> {
+    let start = Instant::now();
+    for _ in 0..n {
+        std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+    }
+    let ns = start.elapsed().as_nanos() as u64;
     Ok(serde_json::json!({ "ns": ns }))
 }
