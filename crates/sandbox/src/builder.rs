@@ -130,6 +130,16 @@ impl Sandbox {
         self
     }
 
+    /// Allows network access only to `rule`'s destinations (repeatable):
+    /// host names through the runner's proxy, IP rules directly; see
+    /// [`EgressRule`](crate::EgressRule). [`Sandbox::run`] starts the proxy
+    /// and the broker that enforce it; a [`Sandbox::spawner`] has neither
+    /// and refuses every connect under a list.
+    pub fn allow_net(mut self, rule: crate::EgressRule) -> Self {
+        self.policy.allow_net.push(rule);
+        self
+    }
+
     /// Refuses child processes (the command's own exec still works).
     pub fn deny_subprocess(mut self) -> Self {
         self.policy.deny_subprocess = true;
