@@ -132,9 +132,8 @@ impl Sandbox {
 
     /// Allows network access only to `rule`'s destinations (repeatable):
     /// host names through the runner's proxy, IP rules directly; see
-    /// [`EgressRule`](crate::EgressRule). [`Sandbox::run`] starts the proxy
-    /// and the broker that enforce it; a [`Sandbox::spawner`] has neither
-    /// and refuses every connect under a list.
+    /// [`EgressRule`](crate::EgressRule). Only [`Sandbox::run`] starts the
+    /// proxy: a [`Sandbox::spawner`] reaches the IP rules only.
     pub fn allow_net(mut self, rule: crate::EgressRule) -> Self {
         self.policy.allow_net.push(rule);
         self
