@@ -110,8 +110,7 @@ const _: () = {
     assert!(std::mem::size_of::<BpfInstruction>() == std::mem::size_of::<libc::sock_filter>());
     assert!(std::mem::align_of::<BpfInstruction>() == std::mem::align_of::<libc::sock_filter>());
     assert!(
-        std::mem::offset_of!(BpfInstruction, code)
-            == std::mem::offset_of!(libc::sock_filter, code)
+        std::mem::offset_of!(BpfInstruction, code) == std::mem::offset_of!(libc::sock_filter, code)
     );
     assert!(
         std::mem::offset_of!(BpfInstruction, jt) == std::mem::offset_of!(libc::sock_filter, jt)
@@ -119,9 +118,7 @@ const _: () = {
     assert!(
         std::mem::offset_of!(BpfInstruction, jf) == std::mem::offset_of!(libc::sock_filter, jf)
     );
-    assert!(
-        std::mem::offset_of!(BpfInstruction, k) == std::mem::offset_of!(libc::sock_filter, k)
-    );
+    assert!(std::mem::offset_of!(BpfInstruction, k) == std::mem::offset_of!(libc::sock_filter, k));
 };
 
 cfg_if::cfg_if! {
