@@ -54,7 +54,7 @@ pub use sandbox_core::{
     ConfigError, ConfigSource, Confinement, Enforcement, EnforcementReport, ExpandContext,
     LaunchOptions, Level, MediatedCall, Mediation, NoopBackend, OnUnsupported, PolicyError,
     PreExecHook, ResolvedPolicy, RunningSupervisor, SandboxConfig, SandboxMode, SandboxPolicy,
-    SandboxUnavailable, SandboxedExecOp, Supervisor, WrappedArgv, CONFIG_ENV,
+    SandboxUnavailable, SandboxedExecOp, Supervisor, UnavailableKind, WrappedArgv, CONFIG_ENV,
 };
 #[cfg(target_os = "linux")]
 pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
