@@ -21,6 +21,7 @@ use sandbox::{
 
 mod approval;
 mod args;
+mod chain;
 mod log;
 mod report;
 mod show;
@@ -452,7 +453,7 @@ fn execute(
                 let record =
                     Outcome::runner_failure(&req, &backend, &err.to_string(), EXIT_SANDBOX);
                 write_report(report.as_ref(), &record)?;
-                return Err(Fatal(err.to_string()));
+                return Err(Fatal(chain::error_chain(&err)));
             }
         },
         None => std::sync::Arc::new(sandbox::NoopBackend),
@@ -470,9 +471,9 @@ fn execute(
             let record = Outcome::runner_failure(&req, resolved.name(), &err.to_string(), code);
             write_report(report.as_ref(), &record)?;
             if code == EXIT_SANDBOX {
-                return Err(Fatal(err.to_string()));
+                return Err(Fatal(chain::error_chain(&err)));
             }
-            eprintln!("sandbox: {err}");
+            eprintln!("sandbox: {}", chain::error_chain(&err));
             Ok(Err(code))
         }
     }

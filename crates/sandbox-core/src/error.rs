@@ -113,23 +113,97 @@ pub enum ConfigError {
     },
 }
 
+/// Why a backend could not confine, for callers that branch on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum UnavailableKind {
+    /// No backend confines commands in this build or on this OS (or the
+    /// chosen one does not exist here).
+    NoBackend,
+    /// The kernel has no Landlock: built without it, or too old.
+    KernelLacksLandlock,
+    /// The kernel has Landlock, but it is disabled at boot (`lsm=`).
+    LandlockDisabled,
+    /// The backend did not pass its enforcement self-test.
+    SelfTestFailed,
+    /// Preparing the confinement failed (ruleset, seccomp program, broker,
+    /// helper binary, ...).
+    Setup,
+    /// Anything else.
+    Other,
+}
+
 /// The sandbox could not confine the command; nothing was run.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
-#[error("{SANDBOX_UNAVAILABLE}: backend `{backend}`: {reason}")]
+///
+/// [`kind`](Self::kind) says why in a form to match on; the underlying
+/// error, when there is one (a `LandlockError`, a `GateFailure`, an OS
+/// error), is kept as the [`source`](std::error::Error::source).
+#[derive(Debug, Clone)]
 pub struct SandboxUnavailable {
     /// Backend that was tried.
     pub backend: String,
     /// What was attempted and what was seen.
     pub reason: String,
+    kind: UnavailableKind,
+    source: Option<std::sync::Arc<dyn std::error::Error + Send + Sync + 'static>>,
 }
 
+impl std::fmt::Display for SandboxUnavailable {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{SANDBOX_UNAVAILABLE}: backend `{}`: {}",
+            self.backend, self.reason
+        )
+    }
+}
+
+impl std::error::Error for SandboxUnavailable {
+    /// The error itself, not the `Arc` holding it, so callers can downcast.
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match &self.source {
+            Some(source) => Some(source.as_ref()),
+            None => None,
+        }
+    }
+}
+
+/// Equal when backend, reason and kind are (the source is not compared).
+impl PartialEq for SandboxUnavailable {
+    fn eq(&self, other: &Self) -> bool {
+        self.backend == other.backend && self.reason == other.reason && self.kind == other.kind
+    }
+}
+
+impl Eq for SandboxUnavailable {}
+
 impl SandboxUnavailable {
-    /// Builds the error.
+    /// Builds the error, of kind [`UnavailableKind::Other`] and without a source.
     pub fn new(backend: impl Into<String>, reason: impl Into<String>) -> Self {
         Self {
             backend: backend.into(),
             reason: reason.into(),
+            kind: UnavailableKind::Other,
+            source: None,
         }
+    }
+
+    /// The same error of kind `kind`.
+    pub fn with_kind(self, kind: UnavailableKind) -> Self {
+        Self { kind, ..self }
+    }
+
+    /// The same error caused by `source` (kept for [`std::error::Error::source`]).
+    pub fn with_source(self, source: impl std::error::Error + Send + Sync + 'static) -> Self {
+        Self {
+            source: Some(std::sync::Arc::new(source)),
+            ..self
+        }
+    }
+
+    /// Why the backend could not confine.
+    pub fn kind(&self) -> UnavailableKind {
+        self.kind
     }
 
     /// The stable code, [`SANDBOX_UNAVAILABLE`].

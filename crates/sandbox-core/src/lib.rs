@@ -52,7 +52,9 @@ pub use config::{
     config_candidates, BackendChoice, ConfigSource, OnUnsupported, SandboxConfig, CONFIG_ENV,
 };
 pub use env::{env_name_denied, scrub_env};
-pub use error::{ConfigError, PolicyError, SandboxUnavailable, SANDBOX_UNAVAILABLE};
+pub use error::{
+    ConfigError, PolicyError, SandboxUnavailable, UnavailableKind, SANDBOX_UNAVAILABLE,
+};
 pub use mode::SandboxMode;
 pub use net::{
     EgressRule, EgressRuleError, EgressRules, NameMatch, NameRule, NetRule, NetRuleError,

@@ -12,6 +12,12 @@ pub enum LandlockError {
         /// What the kernel answered, and what to do about it.
         reason: String,
     },
+    /// The kernel has Landlock, but it is disabled at boot (`lsm=`).
+    #[error("Landlock is not available on this kernel: {reason}")]
+    Disabled {
+        /// What the kernel answered, and what to do about it.
+        reason: String,
+    },
     /// A path the policy grants could not be opened for a rule.
     #[error("cannot open {} to grant it in the Landlock ruleset: {source}; check that it exists and is accessible", path.display())]
     OpenPath {
@@ -21,12 +27,12 @@ pub enum LandlockError {
         source: std::io::Error,
     },
     /// The kernel or the landlock crate refused the ruleset.
-    #[error("building the Landlock ruleset failed while {attempted}: {message}")]
+    #[error("building the Landlock ruleset failed while {attempted}: {source}")]
     Ruleset {
         /// What was being done (names the path for rules).
         attempted: String,
         /// The error the landlock crate returned.
-        message: String,
+        source: Box<dyn std::error::Error + Send + Sync + 'static>,
     },
     /// The seccomp program could not be compiled.
     #[cfg(target_os = "linux")]

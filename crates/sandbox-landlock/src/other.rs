@@ -3,7 +3,8 @@
 use std::ffi::OsString;
 
 use sandbox_core::{
-    Axis, Backend, Confinement, EnforcementReport, ResolvedPolicy, SandboxUnavailable, WrappedArgv,
+    Axis, Backend, Confinement, EnforcementReport, ResolvedPolicy, SandboxUnavailable,
+    UnavailableKind, WrappedArgv,
 };
 
 use crate::LandlockError;
@@ -39,7 +40,7 @@ pub struct LandlockBackend(());
 impl LandlockBackend {
     /// Always fails off Linux.
     pub fn new() -> Result<Self, SandboxUnavailable> {
-        Err(SandboxUnavailable::new("landlock", WHY))
+        Err(SandboxUnavailable::new("landlock", WHY).with_kind(UnavailableKind::NoBackend))
     }
 }
 
@@ -55,13 +56,13 @@ impl Backend for LandlockBackend {
         _: &ResolvedPolicy,
         _: &[OsString],
     ) -> Result<Confinement, SandboxUnavailable> {
-        Err(SandboxUnavailable::new("landlock", WHY))
+        Err(SandboxUnavailable::new("landlock", WHY).with_kind(UnavailableKind::NoBackend))
     }
     fn wrap_argv(
         &self,
         _: &ResolvedPolicy,
         _: &[OsString],
     ) -> Result<WrappedArgv, SandboxUnavailable> {
-        Err(SandboxUnavailable::new("landlock", WHY))
+        Err(SandboxUnavailable::new("landlock", WHY).with_kind(UnavailableKind::NoBackend))
     }
 }

@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
-use sandbox_core::{Backend, SandboxUnavailable};
+use sandbox_core::{Backend, SandboxUnavailable, UnavailableKind};
 use serde::Serialize;
 
 use crate::probe::{both_probes, ProbeReport, ProbeResult};
@@ -74,6 +74,9 @@ impl GateFailure {
                 self.report.problems().join("; ")
             ),
         )
+        // No source: the failure's text would repeat the reason, and the
+        // report stays reachable through `cached(backend)`.
+        .with_kind(UnavailableKind::SelfTestFailed)
     }
 }
 

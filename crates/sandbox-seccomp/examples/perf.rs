@@ -29,7 +29,7 @@ mod linux {
     use std::os::unix::process::CommandExt;
     use std::time::Instant;
 
-    use sandbox_seccomp::{bpf, compile_spec, sock_filter, table, FilterSpec, LandlockCoverage};
+    use sandbox_seccomp::{bpf, compile_spec, table, BpfInstruction, FilterSpec, LandlockCoverage};
 
     const ROUNDS: usize = 200;
 
@@ -56,7 +56,7 @@ mod linux {
         ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
     }
 
-    fn apply_raw(prog: &[sock_filter]) -> i32 {
+    fn apply_raw(prog: &[BpfInstruction]) -> i32 {
         let fprog = libc::sock_fprog {
             len: prog.len() as u16,
             filter: prog.as_ptr() as *mut libc::sock_filter,
@@ -84,7 +84,7 @@ mod linux {
 
     /// Forks; the child attaches `prog` (if any), does `work` and writes one
     /// u64 of nanoseconds to a pipe. Only raw syscalls after fork.
-    fn in_child(prog: Option<&[sock_filter]>, work: Work) -> u64 {
+    fn in_child(prog: Option<&[BpfInstruction]>, work: Work) -> u64 {
         let mut fds = [0; 2];
         // SAFETY: plain syscalls; the child only makes async-signal-safe calls.
         unsafe {
@@ -148,7 +148,7 @@ mod linux {
         }
     }
 
-    fn spawn_true(prog: Option<&'static [sock_filter]>) -> u64 {
+    fn spawn_true(prog: Option<&'static [BpfInstruction]>) -> u64 {
         let mut cmd = std::process::Command::new("/bin/true");
         if let Some(p) = prog {
             // SAFETY: the hook only makes raw syscalls.
@@ -201,8 +201,8 @@ mod linux {
         let t = Instant::now();
         let first = compile_spec(&STRICT).expect("compiles");
         let first_ns = t.elapsed().as_nanos() as u64;
-        let real: &'static [sock_filter] = first.instructions().to_vec().leak();
-        let allow_all: &'static [sock_filter] = vec![sock_filter {
+        let real: &'static [BpfInstruction] = first.instructions().to_vec().leak();
+        let allow_all: &'static [BpfInstruction] = vec![BpfInstruction {
             code: bpf::RET_K,
             jt: 0,
             jf: 0,
@@ -243,7 +243,7 @@ mod linux {
         report("compile_spec (repeat)", &[("median", api)], "us", 1e3);
         drop(rows);
 
-        let variants: [Option<&[sock_filter]>; 3] = [None, Some(allow_all), Some(real)];
+        let variants: [Option<&[BpfInstruction]>; 3] = [None, Some(allow_all), Some(real)];
         let names = ["none", "allow-all", "real"];
         let cols =
             |v: [Vec<u64>; 3]| -> Vec<(&str, Vec<u64>)> { names.iter().copied().zip(v).collect() };
@@ -255,7 +255,7 @@ mod linux {
         report("openat+close (cacheable)", &cols(o), "ns", 1.0);
         let io = interleaved::<3>(15, |i| in_child(variants[i], Work::Ioctl(200_000)));
         report("ioctl (argument-checked)", &cols(io), "ns", 1.0);
-        let spawn_variants: [Option<&'static [sock_filter]>; 3] =
+        let spawn_variants: [Option<&'static [BpfInstruction]>; 3] =
             [None, Some(allow_all), Some(real)];
         let s = interleaved::<3>(ROUNDS, |i| spawn_true(spawn_variants[i]));
         report("spawn /bin/true (+filter)", &cols(s), "us", 1e3);

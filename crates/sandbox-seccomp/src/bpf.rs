@@ -23,13 +23,13 @@ use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
 use seccompiler::{
-    sock_filter, BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
-    SeccompFilter, SeccompRule,
+    BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition, SeccompFilter,
+    SeccompRule,
 };
 
 use crate::arch::{AUDIT_ARCH, CHECK_X32_BIT, SECCOMPILER_ARCH, X32_SYSCALL_BIT};
 use crate::spec::{Action, Cmp, Cond, Entry, Rule, Width, UNKNOWN};
-use crate::SeccompError;
+use crate::{BpfInstruction, SeccompError};
 
 /// `BPF_LD | BPF_W | BPF_ABS`.
 pub const LD_W_ABS: u16 = 0x20;
@@ -62,8 +62,8 @@ pub const MAX_INSNS: usize = 4096;
 /// row answers with this errno (validated in [`assemble`]).
 const SENTINEL_ERRNO: u32 = 0xffff;
 
-fn stmt(code: u16, k: u32) -> sock_filter {
-    sock_filter {
+fn stmt(code: u16, k: u32) -> BpfInstruction {
+    BpfInstruction {
         code,
         jt: 0,
         jf: 0,
@@ -71,8 +71,13 @@ fn stmt(code: u16, k: u32) -> sock_filter {
     }
 }
 
-fn jump(code: u16, k: u32, jt: u8, jf: u8) -> sock_filter {
-    sock_filter { code, jt, jf, k }
+fn jump(code: u16, k: u32, jt: u8, jf: u8) -> BpfInstruction {
+    BpfInstruction { code, jt, jf, k }
+}
+
+/// seccompiler's instruction as ours (the same four fields).
+fn from_seccompiler(insn: &seccompiler::sock_filter) -> BpfInstruction {
+    BpfInstruction::new(insn.code, insn.jt, insn.jf, insn.k)
 }
 
 fn internal(what: impl Into<String>) -> SeccompError {
@@ -80,7 +85,7 @@ fn internal(what: impl Into<String>) -> SeccompError {
 }
 
 /// Prologue: kill on a foreign architecture or the x32 ABI, leave `nr` in A.
-fn prologue() -> Vec<sock_filter> {
+fn prologue() -> Vec<BpfInstruction> {
     let mut p = vec![
         stmt(LD_W_ABS, OFF_ARCH),
         jump(JEQ_K, AUDIT_ARCH, 1, 0),
@@ -157,7 +162,7 @@ fn condition(c: &Cond) -> Result<SeccompCondition, SeccompError> {
 /// answers the row's `otherwise` (seccompiler's mismatch answer is a
 /// sentinel rewritten here, since it cannot express every action, e.g.
 /// `SECCOMP_RET_USER_NOTIF`).
-fn checked_block(e: &Entry) -> Result<Vec<sock_filter>, SeccompError> {
+fn checked_block(e: &Entry) -> Result<Vec<BpfInstruction>, SeccompError> {
     let Rule::AllowIf { any_of, otherwise } = &e.rule else {
         return Err(internal(format!("row {} has no argument checks", e.name)));
     };
@@ -187,6 +192,7 @@ fn checked_block(e: &Entry) -> Result<Vec<sock_filter>, SeccompError> {
         stmt(LD_W_ABS, OFF_NR),
         jump(JEQ_K, e.nr, 0, 1),
     ];
+    let program: Vec<BpfInstruction> = program.iter().map(from_seccompiler).collect();
     let sentinel = stmt(RET_K, libc::SECCOMP_RET_ERRNO | SENTINEL_ERRNO);
     match program.get(..expected_head.len()) {
         Some(head) if head == expected_head => Ok(program[expected_head.len()..]
@@ -195,7 +201,7 @@ fn checked_block(e: &Entry) -> Result<Vec<sock_filter>, SeccompError> {
                 if *insn == sentinel {
                     stmt(RET_K, otherwise.ret())
                 } else {
-                    insn.clone()
+                    *insn
                 }
             })
             .collect()),
@@ -217,7 +223,7 @@ fn checked_block(e: &Entry) -> Result<Vec<sock_filter>, SeccompError> {
 /// most 255 instructions, so a subtree that fits is laid out with shared
 /// answers ([`pooled`]); a larger one is split here, its left half inline
 /// and jumped over with a `ja` (32-bit offset) when it is too long.
-fn dispatch(runs: &[(u32, Verdict<'_>)]) -> Result<Vec<sock_filter>, SeccompError> {
+fn dispatch(runs: &[(u32, Verdict<'_>)]) -> Result<Vec<BpfInstruction>, SeccompError> {
     if let Some(program) = pooled(runs)? {
         return Ok(program);
     }
@@ -251,7 +257,7 @@ enum Dest {
 }
 
 enum Slot {
-    Fixed(sock_filter),
+    Fixed(BpfInstruction),
     Jge { k: u32, jt: Dest, jf: Dest },
 }
 
@@ -284,7 +290,7 @@ fn place(runs: &[(u32, Verdict<'_>)], slots: &mut Vec<Slot>) -> Result<Dest, Sec
 /// The search over `runs` with one shared `ret` per distinct constant
 /// answer after it, so a constant leaf costs no instruction of its own.
 /// `None` when a jump would not reach.
-fn pooled(runs: &[(u32, Verdict<'_>)]) -> Result<Option<Vec<sock_filter>>, SeccompError> {
+fn pooled(runs: &[(u32, Verdict<'_>)]) -> Result<Option<Vec<BpfInstruction>>, SeccompError> {
     let mut slots = Vec::new();
     if let Dest::Ret(k) = place(runs, &mut slots)? {
         return Ok(Some(vec![stmt(RET_K, k)]));
@@ -311,7 +317,7 @@ fn pooled(runs: &[(u32, Verdict<'_>)]) -> Result<Option<Vec<sock_filter>>, Secco
             u8::try_from(target - i - 1).ok()
         };
         program.push(match slot {
-            Slot::Fixed(insn) => insn.clone(),
+            Slot::Fixed(insn) => *insn,
             Slot::Jge { k, jt, jf } => match (offset(*jt), offset(*jf)) {
                 (Some(jt), Some(jf)) => jump(JGE_K, *k, jt, jf),
                 _ => return Ok(None),
@@ -323,7 +329,7 @@ fn pooled(runs: &[(u32, Verdict<'_>)]) -> Result<Option<Vec<sock_filter>>, Secco
 }
 
 /// Builds the whole program for `rows` and checks its shape.
-pub fn assemble(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
+pub fn assemble(rows: &[Entry]) -> Result<Vec<BpfInstruction>, SeccompError> {
     let sentinel = libc::SECCOMP_RET_ERRNO | SENTINEL_ERRNO;
     let mut sorted: Vec<&Entry> = rows.iter().collect();
     sorted.sort_by_key(|e| e.nr);
@@ -356,7 +362,7 @@ pub fn assemble(rows: &[Entry]) -> Result<Vec<sock_filter>, SeccompError> {
 }
 
 /// Where control may go after instruction `i`.
-fn successors(program: &[sock_filter], i: usize) -> Vec<usize> {
+fn successors(program: &[BpfInstruction], i: usize) -> Vec<usize> {
     let insn = &program[i];
     match insn.code {
         RET_K => vec![],
@@ -372,7 +378,7 @@ fn successors(program: &[sock_filter], i: usize) -> Vec<usize> {
 /// instructions no path reaches (seccompiler pads its blocks with them) and
 /// the `ja` that only skip over those. Jump offsets only shrink, so they
 /// still fit. The program must already pass [`verify`].
-fn compact(program: &[sock_filter]) -> Vec<sock_filter> {
+fn compact(program: &[BpfInstruction]) -> Vec<BpfInstruction> {
     let mut reachable = vec![false; program.len()];
     let mut todo = vec![0];
     while let Some(i) = todo.pop() {
@@ -401,7 +407,7 @@ fn compact(program: &[sock_filter]) -> Vec<sock_filter> {
     (0..program.len())
         .filter(|&i| kept[i])
         .map(|i| {
-            let mut insn = program[i].clone();
+            let mut insn = program[i];
             match insn.code {
                 JA => insn.k = offset(i, i + 1 + insn.k as usize) as u32,
                 JEQ_K | JGT_K | JGE_K | JSET_K => {
@@ -417,7 +423,7 @@ fn compact(program: &[sock_filter]) -> Vec<sock_filter> {
 }
 
 /// Structural checks: length, known opcodes, in-range jumps, ends in `ret`.
-pub fn verify(program: &[sock_filter]) -> Result<(), SeccompError> {
+pub fn verify(program: &[BpfInstruction]) -> Result<(), SeccompError> {
     if program.len() > MAX_INSNS {
         return Err(SeccompError::TooLong(program.len()));
     }
@@ -482,7 +488,7 @@ fn clip(set: &[(u32, u32)], lo: u32, hi: u32) -> Vec<(u32, u32)> {
 }
 
 /// Forward flow analysis (jumps only go forward, so one pass suffices).
-fn flow(program: &[sock_filter]) -> Vec<Option<Flow>> {
+fn flow(program: &[BpfInstruction]) -> Vec<Option<Flow>> {
     let mut state: Vec<Option<Flow>> = vec![None; program.len() + 1];
     state[0] = Some(Flow {
         acc: Acc::Mixed,
@@ -607,7 +613,10 @@ pub fn action_name(k: u32) -> String {
 }
 
 /// One line per instruction; syscall numbers are annotated with `name`.
-pub fn disassemble(program: &[sock_filter], name: impl Fn(u32) -> Option<&'static str>) -> String {
+pub fn disassemble(
+    program: &[BpfInstruction],
+    name: impl Fn(u32) -> Option<&'static str>,
+) -> String {
     let flow = flow(program);
     let mut out = String::new();
     for (i, insn) in program.iter().enumerate() {

@@ -78,37 +78,61 @@ pub use spec::{
     Width, DENY, ENOSYS, EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN, XATTR_READ_UNBROKERED,
 };
 
-#[cfg(target_os = "linux")]
-pub use seccompiler::sock_filter;
-
-/// A classic BPF instruction in the kernel's layout (seccompiler's type on Linux).
-#[cfg(not(target_os = "linux"))]
-#[allow(non_camel_case_types)]
+/// One classic BPF instruction, in the kernel's `struct sock_filter` layout.
+///
+/// A [`Filter`]'s program is a slice of these ([`Filter::instructions`]);
+/// the layout is the kernel's on every target, so a program can be handed to
+/// `seccomp(2)` or `SO_ATTACH_FILTER` as `struct sock_filter *`.
 #[repr(C)]
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct sock_filter {
-    /// Opcode.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BpfInstruction {
+    /// Opcode (`BPF_LD | BPF_W | BPF_ABS`, `BPF_RET | BPF_K`, ...).
     pub code: u16,
-    /// Jump offset when true.
+    /// Jump offset when the comparison holds.
     pub jt: u8,
-    /// Jump offset when false.
+    /// Jump offset when it does not.
     pub jf: u8,
-    /// Operand.
+    /// Operand (a constant, offset or return value).
     pub k: u32,
 }
+
+impl BpfInstruction {
+    /// An instruction from its four fields.
+    pub const fn new(code: u16, jt: u8, jf: u8, k: u32) -> Self {
+        BpfInstruction { code, jt, jf, k }
+    }
+}
+
+// The kernel's `struct sock_filter` (and libc's copy of it): apply_program
+// hands a `&[BpfInstruction]` to the kernel as `*const sock_filter`.
+#[cfg(target_os = "linux")]
+const _: () = {
+    assert!(std::mem::size_of::<BpfInstruction>() == std::mem::size_of::<libc::sock_filter>());
+    assert!(std::mem::align_of::<BpfInstruction>() == std::mem::align_of::<libc::sock_filter>());
+    assert!(
+        std::mem::offset_of!(BpfInstruction, code) == std::mem::offset_of!(libc::sock_filter, code)
+    );
+    assert!(
+        std::mem::offset_of!(BpfInstruction, jt) == std::mem::offset_of!(libc::sock_filter, jt)
+    );
+    assert!(
+        std::mem::offset_of!(BpfInstruction, jf) == std::mem::offset_of!(libc::sock_filter, jf)
+    );
+    assert!(std::mem::offset_of!(BpfInstruction, k) == std::mem::offset_of!(libc::sock_filter, k));
+};
 
 cfg_if::cfg_if! {
     if #[cfg(all(target_os = "linux", any(target_arch = "x86_64", target_arch = "aarch64")))] {
         mod arch;
+        // The assembler and its raw opcodes, public only for this crate's
+        // examples (`perf` times `assemble` without the cache); not part of
+        // the supported API.
+        #[doc(hidden)]
         pub mod bpf;
         mod table;
         #[cfg(feature = "libseccomp")]
         pub mod libseccomp_backend;
-        pub use table::{
-            open_flags, table, CLONE_NEW_MASK, DENIED_IOCTLS, HIGHEST_KNOWN, PERSONALITY_QUERY,
-            PR_SCHED_CORE, SECCOMP_FILTER_FLAG_NEW_LISTENER,
-        };
-        pub use arch::{AUDIT_ARCH, X32_SYSCALL_BIT};
+        pub use table::{table, DENIED_IOCTLS, HIGHEST_KNOWN};
         const SUPPORTED: bool = true;
     } else {
         const SUPPORTED: bool = false;
@@ -149,8 +173,8 @@ pub struct Filter {
 enum Program {
     /// Checked into the source (`prebuilt/`), verified against the compiler by a test.
     #[allow(dead_code)]
-    Prebuilt(&'static [sock_filter]),
-    Built(Arc<[sock_filter]>),
+    Prebuilt(&'static [BpfInstruction]),
+    Built(Arc<[BpfInstruction]>),
 }
 
 /// Compiles `policy` to a default-deny filter for the target architecture.
@@ -200,7 +224,7 @@ mod prebuilt {
 )]
 const PREBUILT_SPECS: usize = 32;
 
-fn prebuilt(spec: &FilterSpec) -> Option<&'static [sock_filter]> {
+fn prebuilt(spec: &FilterSpec) -> Option<&'static [BpfInstruction]> {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
         let index = spec.index();
@@ -243,7 +267,7 @@ fn build(spec: &FilterSpec) -> Result<Filter, SeccompError> {
 
 impl Filter {
     #[allow(dead_code)]
-    fn new(program: Vec<sock_filter>, spec: FilterSpec) -> Self {
+    fn new(program: Vec<BpfInstruction>, spec: FilterSpec) -> Self {
         Filter {
             program: Program::Built(program.into()),
             spec,
@@ -251,7 +275,7 @@ impl Filter {
     }
 
     /// The program's instructions.
-    pub fn instructions(&self) -> &[sock_filter] {
+    pub fn instructions(&self) -> &[BpfInstruction] {
         match &self.program {
             Program::Prebuilt(p) => p,
             Program::Built(p) => p,
@@ -326,16 +350,16 @@ fn name_in(rows: &[Entry], nr: u32) -> Option<&'static str> {
 }
 
 #[cfg(target_os = "linux")]
-fn apply_program(program: &[sock_filter]) -> Result<(), i32> {
+fn apply_program(program: &[BpfInstruction]) -> Result<(), i32> {
     let Ok(len) = u16::try_from(program.len()) else {
         return Err(libc::EINVAL);
     };
-    // seccompiler's `sock_filter` is `#[repr(C)]` with the kernel's layout,
-    // identical to `libc::sock_filter`. The `sock_fprog` lives on this stack
-    // frame, so nothing is allocated.
+    // `BpfInstruction` is `#[repr(C)]` with the kernel's layout, identical
+    // to `libc::sock_filter` (asserted at compile time above). The
+    // `sock_fprog` lives on this stack frame, so nothing is allocated.
     let prog = libc::sock_fprog {
         len,
-        filter: program.as_ptr() as *mut libc::sock_filter,
+        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
     };
     // SAFETY: `prog` points at `len` valid instructions that outlive the call;
     // the kernel copies the program before returning.
@@ -356,7 +380,7 @@ fn apply_program(program: &[sock_filter]) -> Result<(), i32> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn apply_program(_: &[sock_filter]) -> Result<(), i32> {
+fn apply_program(_: &[BpfInstruction]) -> Result<(), i32> {
     Err(libc::ENOSYS)
 }
 
@@ -399,13 +423,13 @@ mod prebuilt_tests {
             "// @generated by `SECCOMP_REGENERATE=1 cargo test -p sandbox-seccomp --lib prebuilt`.\n\
              // Do not edit: `prebuilt_programs_match_the_compiler` fails when this file\n\
              // differs from what the compiler makes of the table.\n\n\
-             use crate::sock_filter;\n\n\
-             const fn i(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {\n    \
-             sock_filter { code, jt, jf, k }\n}\n\n\
+             use crate::BpfInstruction;\n\n\
+             const fn i(code: u16, jt: u8, jf: u8, k: u32) -> BpfInstruction {\n    \
+             BpfInstruction { code, jt, jf, k }\n}\n\n\
              /// One program per spec, indexed by `FilterSpec::index`.\n",
         );
         out += &format!(
-            "pub(super) static PROGRAMS: [&[sock_filter]; {}] = [\n",
+            "pub(super) static PROGRAMS: [&[BpfInstruction]; {}] = [\n",
             built.len()
         );
         for (spec, filter) in built {

@@ -21,7 +21,7 @@ use std::os::fd::{FromRawFd, OwnedFd};
 use libseccomp::{ScmpAction, ScmpArgCompare, ScmpCompareOp, ScmpFilterContext};
 
 use crate::spec::{Action, Cmp, Cond, FilterSpec, Rule, Width, UNKNOWN};
-use crate::{sock_filter, table, Filter, SeccompError};
+use crate::{table, BpfInstruction, Filter, SeccompError};
 
 fn err(what: &str, e: impl std::fmt::Display) -> SeccompError {
     SeccompError::Internal(format!("libseccomp: {what}: {e}"))
@@ -143,9 +143,9 @@ pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
     file.seek(SeekFrom::Start(0))
         .and_then(|_| file.read_to_end(&mut bytes))
         .map_err(|e| err("read back", e))?;
-    let program: Vec<sock_filter> = bytes
+    let program: Vec<BpfInstruction> = bytes
         .chunks_exact(8)
-        .map(|c| sock_filter {
+        .map(|c| BpfInstruction {
             code: u16::from_ne_bytes([c[0], c[1]]),
             jt: c[2],
             jf: c[3],

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use sandbox_core::{
     BackendChoice, ExpandContext, OnUnsupported, PolicyError, ResolvedPolicy, SandboxConfig,
-    SandboxPolicy, SandboxUnavailable,
+    SandboxPolicy, SandboxUnavailable, UnavailableKind,
 };
 
 use crate::{Outcome, RunError, RunRequest};
@@ -57,28 +57,68 @@ pub enum Error {
 }
 
 /// What kind of failure an [`Error`] is, for callers that branch on it.
+///
+/// The kinds for an unconfinable host ([`Unavailable`](Self::Unavailable),
+/// [`KernelLacksLandlock`](Self::KernelLacksLandlock),
+/// [`LandlockDisabled`](Self::LandlockDisabled),
+/// [`SelfTestFailed`](Self::SelfTestFailed)) answer `true` to
+/// [`is_unavailable`](Self::is_unavailable).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum ErrorKind {
-    /// The policy itself is wrong: fix the input.
+    /// A policy value is wrong (a bad path, glob or name, a timeout above
+    /// the ceiling, ...): fix the input.
     InvalidPolicy,
-    /// This host cannot confine: no backend, disabled, or failed its self-test.
+    /// A write path of the policy does not exist.
+    PathMissing,
+    /// This host cannot confine, for a reason none of the kinds below names
+    /// (no backend for this OS, full enforcement required but partial, ...).
     Unavailable,
+    /// The kernel has no Landlock (built without it, or too old).
+    KernelLacksLandlock,
+    /// The kernel has Landlock, but it is disabled at boot (`lsm=`).
+    LandlockDisabled,
+    /// The backend did not pass its enforcement self-test.
+    SelfTestFailed,
     /// The program was not found or is not executable.
     Program,
-    /// Something else went wrong starting the command.
+    /// The command could not be started (spawning failed, or the sandbox
+    /// could not be applied in the child).
+    Spawn,
+    /// Something else went wrong.
     Other,
+}
+
+impl ErrorKind {
+    /// Whether the host could not confine the command (nothing was run).
+    pub fn is_unavailable(self) -> bool {
+        matches!(
+            self,
+            ErrorKind::Unavailable
+                | ErrorKind::KernelLacksLandlock
+                | ErrorKind::LandlockDisabled
+                | ErrorKind::SelfTestFailed
+        )
+    }
 }
 
 impl Error {
     /// The kind of failure.
     pub fn kind(&self) -> ErrorKind {
+        let unavailable = |u: &SandboxUnavailable| match u.kind() {
+            UnavailableKind::KernelLacksLandlock => ErrorKind::KernelLacksLandlock,
+            UnavailableKind::LandlockDisabled => ErrorKind::LandlockDisabled,
+            UnavailableKind::SelfTestFailed => ErrorKind::SelfTestFailed,
+            _ => ErrorKind::Unavailable,
+        };
         match self {
+            Error::Policy(PolicyError::WritePathMissing { .. }) => ErrorKind::PathMissing,
             Error::Policy(_) => ErrorKind::InvalidPolicy,
-            Error::Unavailable(_) | Error::Run(RunError::Unavailable(_)) => ErrorKind::Unavailable,
+            Error::Unavailable(u) | Error::Run(RunError::Unavailable(u)) => unavailable(u),
             Error::Run(RunError::NotFound(_) | RunError::NotExecutable { .. }) => {
                 ErrorKind::Program
             }
+            Error::Run(RunError::Spawn { .. } | RunError::ApplyFailed { .. }) => ErrorKind::Spawn,
             _ => ErrorKind::Other,
         }
     }
@@ -256,13 +296,21 @@ mod tests {
             .write("/nonexistent/sandbox-builder")
             .policy()
             .unwrap_err();
-        assert_eq!(err.kind(), ErrorKind::InvalidPolicy);
+        assert_eq!(err.kind(), ErrorKind::PathMissing);
+        let err = Sandbox::new()
+            .write_deny("/tmp/sandbox-builder-*")
+            .policy()
+            .unwrap_err();
+        assert_eq!(err.kind(), ErrorKind::InvalidPolicy, "{err}");
         let err = Sandbox::new()
             .backend(BackendChoice::Seatbelt)
             .run(["/bin/true"])
             .unwrap_err();
         #[cfg(not(target_os = "macos"))]
-        assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+        {
+            assert_eq!(err.kind(), ErrorKind::Unavailable, "{err}");
+            assert!(err.kind().is_unavailable());
+        }
         let _ = err;
     }
 }

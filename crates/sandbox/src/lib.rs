@@ -41,7 +41,21 @@ pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
 };
-pub use sandbox_core::*;
+// The core types a library user needs, listed one by one: nothing becomes
+// public here by accident. Internals (the pre-exec errno tag protocol, the
+// `SANDBOX_UNAVAILABLE` code, environment scrubbing, the conformance axis
+// registry) stay in `sandbox_core`, for the CLI, xtask and tests to use there.
+pub use sandbox_core::net::{
+    EgressRule, EgressRuleError, EgressRules, NameMatch, NameRule, NetRule, NetRuleError,
+};
+pub use sandbox_core::protect;
+pub use sandbox_core::{
+    builtin_op_bound, config_candidates, Axis, AxisEnforcement, Backend, BackendChoice,
+    ConfigError, ConfigSource, Confinement, Enforcement, EnforcementReport, ExpandContext,
+    LaunchOptions, Level, MediatedCall, Mediation, NoopBackend, OnUnsupported, PolicyError,
+    PreExecHook, ResolvedPolicy, RunningSupervisor, SandboxConfig, SandboxMode, SandboxPolicy,
+    SandboxUnavailable, SandboxedExecOp, Supervisor, UnavailableKind, WrappedArgv, CONFIG_ENV,
+};
 #[cfg(target_os = "linux")]
 pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
 pub use sandbox_probe::{GateReport, ProbeReport};

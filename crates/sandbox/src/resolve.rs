@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use sandbox_core::{
     Backend, BackendChoice, NoopBackend, OnUnsupported, ResolvedPolicy, SandboxConfig,
-    SandboxUnavailable,
+    SandboxUnavailable, UnavailableKind,
 };
 
 /// The backend a config resolved to.
@@ -55,7 +55,8 @@ fn resolve(
         _ => Err(SandboxUnavailable::new(
             "unknown",
             "this backend choice is not supported by this build",
-        )),
+        )
+        .with_kind(UnavailableKind::NoBackend)),
     })
 }
 
@@ -102,7 +103,8 @@ fn platform_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
         Err(SandboxUnavailable::new(
             "auto",
             format!("no sandbox backend exists for {}", std::env::consts::OS),
-        ))
+        )
+        .with_kind(UnavailableKind::NoBackend))
     }
 }
 
@@ -113,10 +115,10 @@ fn landlock_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
     }
     #[cfg(not(target_os = "linux"))]
     {
-        Err(SandboxUnavailable::new(
-            "landlock",
-            "Landlock exists only on Linux",
-        ))
+        Err(
+            SandboxUnavailable::new("landlock", "Landlock exists only on Linux")
+                .with_kind(UnavailableKind::NoBackend),
+        )
     }
 }
 
@@ -128,10 +130,10 @@ fn seatbelt_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
     }
     #[cfg(not(target_os = "macos"))]
     {
-        Err(SandboxUnavailable::new(
-            "seatbelt",
-            "the Seatbelt backend runs only on macOS",
-        ))
+        Err(
+            SandboxUnavailable::new("seatbelt", "the Seatbelt backend runs only on macOS")
+                .with_kind(UnavailableKind::NoBackend),
+        )
     }
 }
 

@@ -6,10 +6,10 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use sandbox::{
-    encode_pre_exec_error, run, Axis, Backend, Confinement, EnforcementReport, ExpandContext,
-    PreExecHook, ResolvedPolicy, RunError, RunRequest, SandboxPolicy, SandboxUnavailable,
-    Termination, WrappedArgv,
+    run, Axis, Backend, Confinement, EnforcementReport, ExpandContext, PreExecHook, ResolvedPolicy,
+    RunError, RunRequest, SandboxPolicy, SandboxUnavailable, Termination, WrappedArgv,
 };
+use sandbox_core::encode_pre_exec_error;
 
 /// A backend whose only confinement is `hook` (a plain function, so it is
 /// trivially async-signal-safe when the function is).

@@ -83,16 +83,21 @@ pub fn detect_abi() -> Result<KernelAbi, LandlockError> {
     };
     if v < 0 {
         let err = std::io::Error::last_os_error();
-        let reason = match err.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => format!(
-                "the kernel has Landlock but it is disabled ({err}); add `landlock` to the `lsm=` boot parameter"
-            ),
-            Some(libc::ENOSYS) => format!(
-                "the kernel was built without Landlock ({err}); Linux 5.13 or newer with CONFIG_SECURITY_LANDLOCK is needed"
-            ),
-            _ => format!("landlock_create_ruleset(VERSION) failed: {err}"),
-        };
-        return Err(LandlockError::Unsupported { reason });
+        return Err(match err.raw_os_error() {
+            Some(libc::EOPNOTSUPP) => LandlockError::Disabled {
+                reason: format!(
+                    "the kernel has Landlock but it is disabled ({err}); add `landlock` to the `lsm=` boot parameter"
+                ),
+            },
+            Some(libc::ENOSYS) => LandlockError::Unsupported {
+                reason: format!(
+                    "the kernel was built without Landlock ({err}); Linux 5.13 or newer with CONFIG_SECURITY_LANDLOCK is needed"
+                ),
+            },
+            _ => LandlockError::Unsupported {
+                reason: format!("landlock_create_ruleset(VERSION) failed: {err}"),
+            },
+        });
     }
     let kernel = i32::try_from(v).unwrap_or(i32::MAX);
     let effective = ABI::from(kernel).min(TESTED_ABI);

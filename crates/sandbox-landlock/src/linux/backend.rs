@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 
 use sandbox_core::{
     encode_pre_exec_error, Axis, Backend, Confinement, LaunchOptions, PreExecHook, ResolvedPolicy,
-    SandboxUnavailable, Supervisor, WrappedArgv,
+    SandboxUnavailable, Supervisor, UnavailableKind, WrappedArgv,
 };
 
 use super::abi::{detect_abi, KernelAbi};
@@ -86,7 +86,14 @@ impl LandlockBackend {
 }
 
 fn unavailable(err: LandlockError) -> SandboxUnavailable {
+    let kind = match err {
+        LandlockError::Unsupported { .. } => UnavailableKind::KernelLacksLandlock,
+        LandlockError::Disabled { .. } => UnavailableKind::LandlockDisabled,
+        _ => UnavailableKind::Setup,
+    };
     SandboxUnavailable::new(NAME, err.to_string())
+        .with_kind(kind)
+        .with_source(err)
 }
 
 impl Backend for LandlockBackend {
@@ -203,4 +210,34 @@ fn is_executable(path: &Path) -> bool {
     std::fs::metadata(path)
         .map(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
         .unwrap_or(false)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The kernel's answer survives as a kind to match on, and the Landlock
+    /// error as the source.
+    #[test]
+    fn unavailability_keeps_its_kind_and_source() {
+        let cases = [
+            (
+                LandlockError::Unsupported { reason: "r".into() },
+                UnavailableKind::KernelLacksLandlock,
+            ),
+            (
+                LandlockError::Disabled { reason: "r".into() },
+                UnavailableKind::LandlockDisabled,
+            ),
+            (LandlockError::Broker("b".into()), UnavailableKind::Setup),
+        ];
+        for (err, kind) in cases {
+            let text = err.to_string();
+            let u = unavailable(err);
+            assert_eq!(u.kind(), kind);
+            assert_eq!(u.reason, text);
+            let source = std::error::Error::source(&u).expect("the Landlock error is kept");
+            assert!(source.downcast_ref::<LandlockError>().is_some());
+        }
+    }
 }

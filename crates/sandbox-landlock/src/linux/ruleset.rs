@@ -42,7 +42,7 @@ pub(crate) fn build(plan: &Plan, extras: Extras) -> Result<OwnedFd, LandlockErro
     let err = |attempted: String| {
         move |e: landlock::RulesetError| LandlockError::Ruleset {
             attempted,
-            message: e.to_string(),
+            source: Box::new(e),
         }
     };
     let mut ruleset = Ruleset::default()

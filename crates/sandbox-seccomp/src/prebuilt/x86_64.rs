@@ -2,14 +2,14 @@
 // Do not edit: `prebuilt_programs_match_the_compiler` fails when this file
 // differs from what the compiler makes of the table.
 
-use crate::sock_filter;
+use crate::BpfInstruction;
 
-const fn i(code: u16, jt: u8, jf: u8, k: u32) -> sock_filter {
-    sock_filter { code, jt, jf, k }
+const fn i(code: u16, jt: u8, jf: u8, k: u32) -> BpfInstruction {
+    BpfInstruction { code, jt, jf, k }
 }
 
 /// One program per spec, indexed by `FilterSpec::index`.
-pub(super) static PROGRAMS: [&[sock_filter]; 32] = [
+pub(super) static PROGRAMS: [&[BpfInstruction]; 32] = [
     // network: false, deny_subprocess: false, landlock truncate: false, broker: false, read_deny: false
     &[
         i(0x20, 0, 0, 0x4), i(0x15, 1, 0, 0xc000003e), i(0x06, 0, 0, 0x80000000), i(0x20, 0, 0, 0x0),

@@ -3,7 +3,7 @@
 //! the compiler under test.
 #![allow(dead_code)]
 
-use sandbox_seccomp::sock_filter;
+use sandbox_seccomp::BpfInstruction;
 
 pub const RET_ALLOW: u32 = 0x7fff_0000;
 pub const RET_KILL_PROCESS: u32 = 0x8000_0000;
@@ -39,7 +39,7 @@ impl SeccompData {
 /// Runs `prog` on `data` and returns the `SECCOMP_RET_*` value. Panics on
 /// anything the kernel's checker would reject (unknown opcode, jump out of
 /// range, misaligned load, falling off the end).
-pub fn run(prog: &[sock_filter], data: &SeccompData) -> u32 {
+pub fn run(prog: &[BpfInstruction], data: &SeccompData) -> u32 {
     let mem = data.bytes();
     let mut a: u32 = 0;
     let mut pc = 0usize;
@@ -94,7 +94,7 @@ pub fn ret_name(r: u32) -> String {
 /// Returns whether the verdict is a constant `ALLOW` (the kernel then skips
 /// the filter for this number) and how many instructions it emulated (the
 /// work the kernel does per number when the filter is attached).
-pub fn const_allow(prog: &[sock_filter], nr: u32, arch: u32) -> (bool, usize) {
+pub fn const_allow(prog: &[BpfInstruction], nr: u32, arch: u32) -> (bool, usize) {
     let mut a: u32 = 0;
     let mut pc = 0usize;
     let mut steps = 0;
