@@ -52,9 +52,10 @@ pub use sandbox_core::protect;
 pub use sandbox_core::{
     builtin_op_bound, config_candidates, Axis, AxisEnforcement, Backend, BackendChoice,
     ConfigError, ConfigSource, Confinement, Enforcement, EnforcementReport, ExpandContext,
-    LaunchOptions, Level, MediatedCall, Mediation, NoopBackend, OnUnsupported, PolicyError,
-    PreExecHook, ResolvedPolicy, RunningSupervisor, SandboxConfig, SandboxMode, SandboxPolicy,
-    SandboxUnavailable, SandboxedExecOp, Supervisor, UnavailableKind, WrappedArgv, CONFIG_ENV,
+    LaunchOptions, Level, MediatedCall, Mediation, NetworkMode, NoopBackend, OnUnsupported,
+    PolicyError, PreExecHook, ResolvedPolicy, RunningSupervisor, SandboxConfig, SandboxMode,
+    SandboxPolicy, SandboxUnavailable, SandboxedExecOp, Supervisor, UnavailableKind, WrappedArgv,
+    CONFIG_ENV,
 };
 #[cfg(target_os = "linux")]
 pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
