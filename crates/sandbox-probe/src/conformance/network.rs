@@ -122,6 +122,79 @@ def unix_dgram():
 attempt("addressed_unix_sendmsg", unix_dgram)
 "#;
 
+const ALLOWLIST: &str = r#"
+import socket
+listed, other, udp_port = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3])
+def connect(port):
+    s = socket.create_connection(("127.0.0.1", port), timeout=10)
+    s.close()
+attempt("listed_connect", lambda: connect(listed))
+attempt("other_connect", lambda: connect(other))
+def udp():
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(b"egress", ("127.0.0.1", udp_port))
+attempt("udp_sendto", udp)
+"#;
+
+const ALLOWLIST_KEYS: &[&str] = &["listed_connect", "other_connect", "udp_sendto"];
+
+/// Network on for one listed destination only (`allow_net`): a connect to
+/// it works, one to another loopback port and any UDP send are refused.
+/// (The positive controls of the other two are the network = true run
+/// above, which reached a listener and delivered a datagram.)
+fn allowlist(ctx: &Ctx<'_>, udp: &UdpSocket, udp_port: u16) -> Result<(bool, String), Outcome> {
+    let listener = |what: &str| {
+        let l = TcpListener::bind("127.0.0.1:0")
+            .map_err(|e| unwitnessed(format!("cannot open the {what} loopback listener: {e}")))?;
+        l.set_nonblocking(true)
+            .map_err(|e| unwitnessed(e.to_string()))?;
+        let port = l
+            .local_addr()
+            .map_err(|e| unwitnessed(e.to_string()))?
+            .port();
+        Ok::<_, Outcome>((l, port))
+    };
+    let (listed, listed_port) = listener("listed")?;
+    let (other, other_port) = listener("other")?;
+    let rule = format!("127.0.0.1:{listed_port}")
+        .parse()
+        .map_err(|e| unwitnessed(format!("egress rule: {e}")))?;
+    let policy = SandboxPolicy {
+        allow_net: vec![rule],
+        ..policy(true)
+    };
+    let args = [listed_port, other_port, udp_port].map(|p| std::path::PathBuf::from(p.to_string()));
+    let run = ctx.python(
+        &resolve(policy)?,
+        &format!("{PY_PRELUDE}{ALLOWLIST}"),
+        &[&args[0], &args[1], &args[2]],
+    )?;
+    let values = run.started()?;
+    let (listed_seen, other_seen, udp_seen) = (accepted(&listed), accepted(&other), datagrams(udp));
+    if !succeeded(values.get("listed_connect")) || listed_seen == 0 {
+        return Err(unwitnessed(format!(
+            "positive control not seen: with allow_net = [127.0.0.1:{listed_port}] the listed \
+             connect gave {} and its listener accepted {listed_seen} (the child {})",
+            show(&values, &["listed_connect"]),
+            run.describe()
+        )));
+    }
+    let evidence = format!(
+        "allow_net=[127.0.0.1:{listed_port}]: {}; accepted listed {listed_seen}, other \
+         {other_seen}; datagrams {udp_seen}",
+        show(&values, ALLOWLIST_KEYS)
+    );
+    // The broker answers an unlisted destination ECONNREFUSED, as a closed
+    // port would: the other listener is open, so that is the sandbox's.
+    let other_refused = matches!(
+        values.get("other_connect").map(String::as_str),
+        Some("err:ECONNREFUSED" | "err:EPERM" | "err:EACCES")
+    );
+    let pass =
+        other_refused && refused(values.get("udp_sendto")) && other_seen == 0 && udp_seen == 0;
+    Ok((pass, evidence))
+}
+
 const BOUNDARY_KEYS: &[&str] = &[
     "socketpair_null_sendto",
     "bind",
@@ -187,9 +260,11 @@ pub(crate) fn boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
     let closed = ctx.python(&resolve(policy(false))?, &script, &[&port_arg, &unix_path])?;
     let values = closed.started()?;
     let arrived = datagrams(&udp) + unix_datagrams();
+    let (listed_only, allowlist_evidence) = allowlist(ctx, &udp, port)?;
     let evidence = format!(
         "network=false: {}; datagrams arrived: {arrived} (network=true control: all ok but the \
-         addressed unix send, refused there too; {arrived_open} udp and {unix_open} unix arrived)",
+         addressed unix send, refused there too; {arrived_open} udp and {unix_open} unix arrived); \
+         {allowlist_evidence}",
         show(&values, BOUNDARY_KEYS)
     );
     let pass = values.get("socketpair_null_sendto").map(String::as_str) == Some("ok:pingpong")
@@ -198,7 +273,8 @@ pub(crate) fn boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
         && refused(values.get("addressed_udp_sendto"))
         && refused(values.get("addressed_unix_sendmsg"))
         && open_unix_refused
-        && arrived == 0;
+        && arrived == 0
+        && listed_only;
     Ok((
         if pass {
             LegResult::Passed
