@@ -398,9 +398,14 @@ mod syscalls;
 #[cfg(target_os = "linux")]
 pub use broker::Broker;
 #[cfg(target_os = "linux")]
+pub use creds::FixedCredentials;
+#[cfg(target_os = "linux")]
 pub use error::BrokerError;
 #[cfg(target_os = "linux")]
-pub use fdpass::{install_filter_with_listener, listener_channel, recv_fd, send_fd};
+pub use fdpass::{
+    install_filter_with_listener, install_filter_with_listener_checked, listener_channel, recv_fd,
+    recv_listener, send_fd,
+};
 #[cfg(target_os = "linux")]
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]
