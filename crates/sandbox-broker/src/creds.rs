@@ -357,6 +357,13 @@ pub struct FixedCredentials {
 const FIXED_MAX_GROUPS: usize = 64;
 
 impl FixedCredentials {
+    /// Credentials with `uid` and `gid` in every slot and the supplementary
+    /// `groups` (at most 64; more are never vouched for).
+    pub fn new(uid: u32, gid: u32, mut groups: Vec<u32>) -> Self {
+        groups.sort_unstable();
+        Self { uid, gid, groups }
+    }
+
     /// The calling thread's credentials, when its real, effective, saved and
     /// filesystem uids are one uid and its gids one gid (and it has at most 64
     /// supplementary groups); `None` otherwise. Says nothing about
