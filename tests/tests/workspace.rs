@@ -233,3 +233,78 @@ fn sandbox_policy_prints_the_effective_protections() {
         );
     }
 }
+
+/// What the broker's fixed credentials rest on (`FixedCredentials` in
+/// sandbox-broker): inside the sandbox the command cannot change its ids, holds
+/// no capability in any set, cannot gain one from a set-id exec, and cannot
+/// enter a new user namespace. Checked as root and as nobody (the runner
+/// itself dropped to uid 65534 with `setpriv`), beside the writes that work
+/// and the protected path that stays refused.
+#[test]
+fn the_commands_credentials_cannot_change_during_the_run() {
+    let script = r#"
+        set -u
+        fail() { echo "FAIL: $*"; exit 1; }
+        # (The bounding set is emptied only for a runner that held capabilities:
+        # under NO_NEW_PRIVS an exec never adds to the permitted set.)
+        grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/self/status | grep -v '0000000000000000$' && fail "a capability is held"
+        me=$(id -u)
+        other=$(( me == 0 ? 65534 : 0 ))
+        setpriv --reuid=$other --regid=$other --clear-groups true 2>/dev/null && fail "changed uid to $other"
+        setpriv --euid=$other true 2>/dev/null && fail "changed euid to $other"
+        setpriv --groups=4242 true 2>/dev/null && fail "changed the groups"
+        unshare -U true 2>/dev/null && fail "entered a new user namespace"
+        # A set-uid binary of another user (made by the test) grants nothing
+        # under NO_NEW_PRIVS: its effective uid stays the caller's.
+        [ "$(./suid-id -u)" = "$me" ] || fail "a set-uid exec changed the uid"
+        grep -E '^Cap(Inh|Prm|Eff|Amb):' /proc/self/status | grep -v '0000000000000000$' && fail "a capability after exec"
+        umask 077; : > made; ls -l made | grep -q '^-rw-------' || fail "umask"
+        ( : > .git/hooks/pre-commit ) 2>/dev/null && fail "wrote a git hook"
+        echo fine
+    "#;
+    for nobody in [false, true] {
+        let w = ws();
+        fs::create_dir_all(w.root.join(".git/hooks")).unwrap();
+        // Set-uid to the other user: root for nobody, nobody for root.
+        let suid = w.root.join("suid-id");
+        fs::copy("/usr/bin/id", &suid).unwrap();
+        let owner = if nobody { 0 } else { 65534 };
+        std::os::unix::fs::chown(&suid, Some(owner), Some(owner)).unwrap();
+        fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
+        if !nobody {
+            // Twin: outside the sandbox the set-uid bit takes effect.
+            let bare = std::process::Command::new(&suid)
+                .arg("-u")
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&bare.stdout).trim(), "65534");
+        }
+        let mut cmd = if nobody {
+            std::os::unix::fs::chown(&w.root, Some(65534), Some(65534)).unwrap();
+            std::os::unix::fs::chown(w.root.join(".git"), Some(65534), Some(65534)).unwrap();
+            std::os::unix::fs::chown(w.root.join(".git/hooks"), Some(65534), Some(65534)).unwrap();
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(sandbox_tests::sandbox_bin());
+            c
+        } else {
+            sandbox_tests::sandbox()
+        };
+        let out = cmd
+            .args(["run", "--mode", "workspace-write", "--workspace", "."])
+            .args(["--", "/bin/sh", "-c", script])
+            .current_dir(&w.root)
+            .env("HOME", &w.root)
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .output()
+            .unwrap();
+        assert_eq!(ok(&out).trim(), "fine", "nobody: {nobody}");
+        assert!(!w.root.join(".git/hooks/pre-commit").exists());
+        let made = fs::metadata(w.root.join("made")).unwrap();
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::uid(&made),
+            if nobody { 65534 } else { 0 }
+        );
+    }
+}

@@ -10,7 +10,7 @@ use std::os::unix::fs::MetadataExt;
 
 use crate::caller::{errno_of, Caller, Identity};
 use crate::connect::{self, Next};
-use crate::creds::{self, AssumeError, Credentials};
+use crate::creds::{self, AssumeError, Credentials, FixedCredentials};
 use crate::entries::{self, Outcome};
 use crate::error::BrokerError;
 use crate::log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
@@ -56,7 +56,10 @@ impl Broker {
         let thread = std::thread::Builder::new()
             .name("sandbox-broker".into())
             .spawn(move || {
-                match own_fs().and_then(|()| Own::current().map_err(BrokerError::OwnCredentials)) {
+                let own = own_fs().and_then(|()| {
+                    Own::current(rules.fixed.as_ref()).map_err(BrokerError::OwnCredentials)
+                });
+                match own {
                     Ok(own) => {
                         let _ = ready_tx.send(Ok(()));
                         serve(&listener, &rules, &own, &stop_for_thread)
@@ -128,15 +131,49 @@ pub(crate) struct Own {
     pub(crate) creds: Credentials,
     /// Device and inode of its user namespace.
     user_ns: (u64, u64),
+    /// Every caller's credentials, when the spawner vouched for them and
+    /// they are this thread's own fs ids and groups.
+    fixed: Option<FixedCredentials>,
+    /// The umask the thread has now (its own: `unshare(CLONE_FS)`).
+    umask: std::cell::Cell<u32>,
 }
 
 impl Own {
-    fn current() -> io::Result<Self> {
+    fn current(fixed: Option<&FixedCredentials>) -> io::Result<Self> {
         let st = std::fs::metadata("/proc/thread-self/ns/user")?;
+        let creds = Credentials::current()?;
+        let fixed = fixed.filter(|f| {
+            let same = f.matches(&creds);
+            if !same {
+                tracing::warn!(
+                    ?f,
+                    ?creds,
+                    "fixed caller credentials differ from the broker thread's own; reading each caller's instead"
+                );
+            }
+            same
+        });
+        // SAFETY: umask cannot fail; set straight back.
+        let umask = unsafe {
+            let old = libc::umask(0o077);
+            libc::umask(old);
+            old
+        };
         Ok(Self {
-            creds: Credentials::current()?,
+            creds,
             user_ns: (st.dev(), st.ino()),
+            fixed: fixed.cloned(),
+            umask: std::cell::Cell::new(umask as u32),
         })
+    }
+
+    /// Gives the thread the umask `mask` (one syscall only when it differs).
+    fn set_umask(&self, mask: u32) {
+        if self.umask.get() != mask {
+            // SAFETY: umask cannot fail; it changes this thread's (unshared) mask only.
+            unsafe { libc::umask(mask as libc::mode_t) };
+            self.umask.set(mask);
+        }
     }
 }
 
@@ -372,7 +409,7 @@ fn decide(
             target.fd = (*dirfd != libc::AT_FDCWD).then_some(*dirfd);
         }
     }
-    let identity = match caller_identity(&caller, own) {
+    let identity = match caller_identity(&caller, own, false) {
         Ok(id) => id,
         Err(e) => return unreadable(e).into(),
     };
@@ -443,7 +480,7 @@ fn decide_entry(
     };
     target.path = Some(String::from_utf8_lossy(first.as_bytes()).into_owned());
     target.fd = (dirfd != libc::AT_FDCWD).then_some(dirfd);
-    let identity = match caller_identity(caller, own) {
+    let identity = match caller_identity(caller, own, call.applies_umask()) {
         Ok(id) => id,
         Err(e) => {
             return Decision::Refused {
@@ -459,9 +496,11 @@ fn decide_entry(
         Err(unresolved) => return unresolved_decision(unresolved, target).into(),
     };
     let acted = with_credentials(own, &identity, fatal, || {
-        // The thread's own umask (CLONE_FS unshared): what creating calls apply.
-        // SAFETY: umask cannot fail.
-        unsafe { libc::umask(identity.umask as libc::mode_t) };
+        // The thread's own umask (CLONE_FS unshared): what creating calls
+        // apply (the other calls apply none, and may not have read it).
+        if call.applies_umask() {
+            own.set_umask(identity.umask);
+        }
         entries::act(rules, call, starts, target)
     });
     match acted {
@@ -547,7 +586,24 @@ fn write_back(listener: &Listener, id: u64, caller: &Caller, back: ops::ReadBack
 
 /// The caller's credentials; capabilities held in another user namespace
 /// count for nothing (they are not capabilities over the broker's objects).
-pub(crate) fn caller_identity(caller: &Caller, own: &Own) -> io::Result<Identity> {
+///
+/// With fixed credentials they are those (no capability), and only the umask
+/// is read, when `umask` says the call applies it (otherwise it is `0o077`).
+pub(crate) fn caller_identity(caller: &Caller, own: &Own, umask: bool) -> io::Result<Identity> {
+    if let Some(fixed) = &own.fixed {
+        let supplementary = fixed.groups.clone();
+        let mut groups = supplementary.clone();
+        groups.push(fixed.gid);
+        return Ok(Identity {
+            euid: fixed.uid,
+            fsuid: fixed.uid,
+            fsgid: fixed.gid,
+            groups,
+            supplementary,
+            cap_eff: 0,
+            umask: if umask { caller.umask()? } else { 0o077 },
+        });
+    }
     let mut identity = caller.identity()?;
     if caller.user_ns()? != own.user_ns {
         identity.cap_eff = 0;

@@ -199,11 +199,26 @@ impl Caller {
 
     /// The caller's credentials.
     pub(crate) fn identity(&self) -> io::Result<Identity> {
-        let text = self.read_proc_file(c"status")?;
+        // CapEff follows every other line parse_status needs but Umask,
+        // which comes second.
+        let text = self.read_proc_file(c"status", |t| has_line(t, b"\nCapEff:"))?;
         parse_status(&text).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
     }
 
-    fn read_proc_file(&self, name: &std::ffi::CStr) -> io::Result<String> {
+    /// The caller's umask alone (`Umask:` in `/proc/TID/status`, Linux
+    /// 4.7+; `0o077` if the kernel does not say, as [`Caller::identity`]).
+    pub(crate) fn umask(&self) -> io::Result<u32> {
+        let text = self.read_proc_file(c"status", |t| has_line(t, b"\nUmask:"))?;
+        Ok(parse_umask(&text))
+    }
+
+    /// Reads `/proc/TID/NAME` until `enough` says the text read holds what is
+    /// needed, or to its end.
+    fn read_proc_file(
+        &self,
+        name: &std::ffi::CStr,
+        enough: impl Fn(&[u8]) -> bool,
+    ) -> io::Result<String> {
         use std::io::Read;
         // SAFETY: openat relative to our /proc/TID fd.
         let fd = cvt(unsafe {
@@ -226,7 +241,14 @@ impl Caller {
             }
             match file.read(&mut buf[len..]) {
                 Ok(0) => break,
-                Ok(n) => len += n,
+                Ok(n) => {
+                    len += n;
+                    // procfs renders the whole file on the first read and
+                    // hands out as much as fits: usually no second read.
+                    if enough(&buf[..len]) {
+                        break;
+                    }
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
                 Err(e) => return Err(e),
             }
@@ -294,6 +316,22 @@ impl Caller {
     }
 }
 
+/// Whether `text` holds a complete line starting with `key` (`key` begins
+/// with the newline ending the line before).
+fn has_line(text: &[u8], key: &[u8]) -> bool {
+    text.windows(key.len())
+        .position(|w| w == key)
+        .is_some_and(|at| text[at + key.len()..].contains(&b'\n'))
+}
+
+fn parse_umask(text: &str) -> u32 {
+    text.lines()
+        .find_map(|l| l.strip_prefix("Umask:"))
+        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
+        .unwrap_or(0o077)
+        & 0o777
+}
+
 fn parse_status(text: &str) -> Option<Identity> {
     let ids = |key: &str| -> Option<Vec<u32>> {
         let line = text.lines().find(|l| l.starts_with(key))?;
@@ -310,12 +348,7 @@ fn parse_status(text: &str) -> Option<Identity> {
         .lines()
         .find_map(|l| l.strip_prefix("CapEff:"))
         .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())?;
-    let umask = text
-        .lines()
-        .find_map(|l| l.strip_prefix("Umask:"))
-        .and_then(|v| u32::from_str_radix(v.trim(), 8).ok())
-        .unwrap_or(0o077)
-        & 0o777;
+    let umask = parse_umask(text);
     let (euid, fsuid) = (*uids.get(1)?, *uids.get(3)?);
     let fsgid = *gids.get(3)?;
     groups.push(fsgid);
@@ -345,6 +378,15 @@ mod tests {
         assert_eq!(id.supplementary, vec![7, 8]);
         assert_eq!(id.umask, 0o027);
         assert!(id.has(CAP_CHOWN) && id.has(CAP_FOWNER) && !id.has(CAP_DAC_OVERRIDE));
+    }
+
+    #[test]
+    fn a_line_counts_once_it_is_complete() {
+        assert!(has_line(b"Name:\tx\nUmask:\t0022\nState", b"\nUmask:"));
+        assert!(!has_line(b"Name:\tx\nUmask:\t00", b"\nUmask:"));
+        assert!(!has_line(b"Name:\tx\nState:\tR\n", b"\nUmask:"));
+        assert_eq!(parse_umask("Name:\tx\nUmask:\t0027\n"), 0o027);
+        assert_eq!(parse_umask("Name:\tx\n"), 0o077);
     }
 
     #[test]

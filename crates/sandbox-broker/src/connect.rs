@@ -245,7 +245,7 @@ pub(crate) fn decide(
     };
     let kind = sockopt_int(&sock, libc::SO_TYPE).unwrap_or(0);
     let protocol = sockopt_int(&sock, libc::SO_PROTOCOL).unwrap_or(0);
-    let identity = match caller_identity(&caller, own) {
+    let identity = match caller_identity(&caller, own, false) {
         Ok(id) => id,
         Err(e) => return unreadable(&e),
     };

@@ -283,6 +283,19 @@ impl Assumed<'_> {
         if self.fsuid {
             caps("after the fsuid")?;
         }
+        if !(self.groups || self.fsgid || self.fsuid) {
+            // Only the capability sets were changed (and put back above): read
+            // those back; the ids were never touched by this thread.
+            let now = capget()
+                .map_err(|e| format!("reading the broker thread's capabilities back: {e}"))?;
+            if now != own.caps {
+                return Err(format!(
+                    "the broker thread's capabilities are {now:?} after restoring, not {:?}",
+                    own.caps
+                ));
+            }
+            return Ok(());
+        }
         let now = Credentials::current()
             .map_err(|e| format!("reading the broker thread's credentials back: {e}"))?;
         if now != *own {
@@ -301,6 +314,173 @@ impl Drop for Assumed<'_> {
             let _ = self.undo();
         }
     }
+}
+
+/// Callers whose credentials are known for the whole run: uid `uid` and gid
+/// `gid` in every slot (real, effective, saved, filesystem), supplementary
+/// groups `groups`, and no capability, now or ever.
+///
+/// The broker then takes these as every caller's credentials instead of
+/// reading `/proc/TID/status` for each request (it still reads the umask from
+/// there for calls that create with a mode), and acts with the broker
+/// thread's own ids and an empty effective capability set. Give it to
+/// [`BrokerRules::with_fixed_credentials`](crate::BrokerRules::with_fixed_credentials)
+/// only when all of these hold for the confined process tree:
+///
+/// * the process is started with exactly these ids
+///   ([`FixedCredentials::verify_in_child`] checks it before exec);
+/// * it holds no capability and can never gain one: `NO_NEW_PRIVS` is set
+///   (execve then never grants capabilities or set-id ids beyond what the
+///   process had, Documentation/userspace-api/no_new_privs.rst) and its
+///   permitted set is empty (capset(2): a thread can only lower its permitted
+///   set; ambient capabilities must be permitted and inheritable, capabilities(7));
+/// * it cannot enter another user namespace (`unshare`, `setns`, `clone` with
+///   `CLONE_NEWUSER` refused, `clone3` unavailable): there it would hold
+///   capabilities.
+///
+/// Without `CAP_SETUID`/`CAP_SETGID` a process can only set its uids and gids
+/// to one of its current real, effective or saved ids (setresuid(2),
+/// setfsuid(2)) and cannot change its supplementary groups (setgroups(2)):
+/// with all slots equal, nothing changes. The broker checks at start that its
+/// own thread has these fs ids and groups, and otherwise reads each caller's
+/// credentials as without this setting.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FixedCredentials {
+    pub(crate) uid: u32,
+    pub(crate) gid: u32,
+    /// Sorted as the kernel keeps them (getgroups(2) order).
+    pub(crate) groups: Vec<u32>,
+}
+
+/// At most this many supplementary groups for fixed credentials (the child's
+/// check reads them into a stack buffer).
+const FIXED_MAX_GROUPS: usize = 64;
+
+impl FixedCredentials {
+    /// Credentials with `uid` and `gid` in every slot and the supplementary
+    /// `groups` (at most 64; more are never vouched for).
+    pub fn new(uid: u32, gid: u32, mut groups: Vec<u32>) -> Self {
+        groups.sort_unstable();
+        Self { uid, gid, groups }
+    }
+
+    /// The calling thread's credentials, when its real, effective, saved and
+    /// filesystem uids are one uid and its gids one gid (and it has at most 64
+    /// supplementary groups); `None` otherwise. Says nothing about
+    /// capabilities: the caller of [`BrokerRules::with_fixed_credentials`](crate::BrokerRules::with_fixed_credentials)
+    /// vouches for those.
+    pub fn of_this_thread() -> Option<Self> {
+        let (mut r, mut e, mut s) = (0u32, 0u32, 0u32);
+        // SAFETY: getresuid/getresgid write three ids into live locals.
+        if unsafe { libc::syscall(libc::SYS_getresuid, &mut r, &mut e, &mut s) } != 0 {
+            return None;
+        }
+        if !(r == e && e == s && fsuid() == r) {
+            return None;
+        }
+        let uid = r;
+        // SAFETY: as above.
+        if unsafe { libc::syscall(libc::SYS_getresgid, &mut r, &mut e, &mut s) } != 0 {
+            return None;
+        }
+        if !(r == e && e == s && fsgid() == r) {
+            return None;
+        }
+        let groups = raw_groups()?;
+        (groups.len() <= FIXED_MAX_GROUPS).then_some(Self {
+            uid,
+            gid: r,
+            groups,
+        })
+    }
+
+    /// Checks, in a forked child before exec, that the process has exactly
+    /// these ids (all slots) and groups and an empty effective, permitted and
+    /// inheritable capability set; `Err(EPERM)` when not, the raw errno of a
+    /// failed read otherwise. Async-signal-safe: raw syscalls on the stack only.
+    pub fn verify_in_child(&self) -> Result<(), i32> {
+        let errno = || {
+            // SAFETY: __errno_location returns this thread's errno slot.
+            unsafe { *libc::__errno_location() }
+        };
+        for (nr, want) in [
+            (libc::SYS_getresuid, self.uid),
+            (libc::SYS_getresgid, self.gid),
+        ] {
+            let mut ids = [0u32; 3];
+            let p = ids.as_mut_ptr();
+            // SAFETY: three live u32 slots.
+            let rc = unsafe { libc::syscall(nr, p, p.add(1), p.add(2)) };
+            if rc != 0 {
+                return Err(errno());
+            }
+            if ids != [want; 3] {
+                return Err(libc::EPERM);
+            }
+        }
+        if fsuid() != self.uid || fsgid() != self.gid {
+            return Err(libc::EPERM);
+        }
+        let mut buf = [0u32; FIXED_MAX_GROUPS];
+        // SAFETY: getgroups writes at most FIXED_MAX_GROUPS gids into buf.
+        let n = unsafe {
+            libc::syscall(
+                libc::SYS_getgroups,
+                FIXED_MAX_GROUPS as libc::c_int,
+                buf.as_mut_ptr(),
+            )
+        };
+        if n < 0 {
+            // EINVAL: more groups than the buffer, so more than expected.
+            return Err(libc::EPERM);
+        }
+        if buf.get(..n as usize) != Some(&self.groups[..]) {
+            return Err(libc::EPERM);
+        }
+        let mut header = CapHeader {
+            version: CAP_VERSION_3,
+            pid: 0,
+        };
+        let mut data = [CapData::default(); 2];
+        // SAFETY: capget(header, data) with a v3 header and two data words.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_capget,
+                &mut header as *mut CapHeader,
+                data.as_mut_ptr(),
+            )
+        };
+        if rc != 0 {
+            return Err(errno());
+        }
+        if data
+            .iter()
+            .any(|d| d.effective | d.permitted | d.inheritable != 0)
+        {
+            return Err(libc::EPERM);
+        }
+        Ok(())
+    }
+
+    /// Whether the broker thread `own` acts as these credentials do for file
+    /// access: same fs ids and groups.
+    pub(crate) fn matches(&self, own: &Credentials) -> bool {
+        let mut groups = self.groups.clone();
+        groups.sort_unstable();
+        groups.dedup();
+        own.fsuid == self.uid && own.fsgid == self.gid && own.groups == groups
+    }
+}
+
+/// The calling thread's supplementary groups as the kernel returns them.
+fn raw_groups() -> Option<Vec<u32>> {
+    // SAFETY: getgroups(0, NULL) returns the count.
+    let n = unsafe { libc::syscall(libc::SYS_getgroups, 0, std::ptr::null_mut::<u32>()) };
+    let n = usize::try_from(n).ok()?;
+    let mut groups = vec![0u32; n];
+    // SAFETY: the buffer holds `n` gids.
+    let got = unsafe { libc::syscall(libc::SYS_getgroups, n, groups.as_mut_ptr()) };
+    (usize::try_from(got).ok()? == n).then_some(groups)
 }
 
 #[cfg(test)]

@@ -295,14 +295,24 @@ fn entry(rules: &BrokerRules, start: Start, target: &mut Target) -> Result<Named
         // A /proc/self/fd/N path names an fd, not an entry.
         return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
     };
-    let Some((dir, last)) = split(path.as_bytes()) else {
+    entry_at(rules, base.as_ref(), &path, target)
+}
+
+/// [`entry`] for `path` walked from `base` (`None`: absolute).
+fn entry_at(
+    rules: &BrokerRules,
+    base: Option<&OwnedFd>,
+    path: &CStr,
+    target: &mut Target,
+) -> Result<Named, Unresolved> {
+    let Some((dir, last)) = split(path.to_bytes()) else {
         return Err(errno(libc::ENOENT));
     };
     if let Last::Root = last {
         return Ok(Named::Root);
     }
     let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
-    let parent = walk(base.as_ref(), &dir, libc::O_DIRECTORY)?;
+    let parent = walk(base, &dir, libc::O_DIRECTORY)?;
     let (name, slash) = match last {
         Last::Name { name, slash } => (name, slash),
         Last::Dot => return Ok(Named::Dot),
@@ -436,11 +446,17 @@ fn open(
         // /proc/self/fd/N, /dev/stdout: the caller's own fd.
         Start::Object(fd) => return caller_fd(rules, fd, flags, target),
         Start::Walk { base, path, follow } => {
+            if flags & libc::O_CREAT != 0 {
+                if let Some(created) = create_new(rules, base.as_ref(), &path, flags, mode, target)
+                {
+                    return Ok(created);
+                }
+            }
             let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
             match walk(base.as_ref(), &path, nofollow) {
                 Ok(fd) => fd,
                 Err(Unresolved::Errno(libc::ENOENT)) if flags & libc::O_CREAT != 0 => {
-                    return create(rules, base.as_ref(), &path, flags, mode, follow, target);
+                    return create(rules, base.as_ref(), &path, flags, mode, target);
                 }
                 Err(e) => return Err(e),
             }
@@ -571,6 +587,52 @@ fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
     })
 }
 
+/// `O_CREAT` tried first as the creation of a new file, without probing the
+/// whole path: the parent is resolved and admitted, and the name checked, as
+/// for every new entry ([`new_entry`]), then created with `O_EXCL` added, so
+/// that only a file that did not exist can come of it. `None`: nothing was
+/// created (the name exists, a symlink included, or anything failed or was
+/// refused); the general path then decides the call from the start.
+///
+/// When it creates a file, the general path would have done the same: its
+/// probe finds no name, and [`create`] resolves the same parent, finds no
+/// symlink there, and opens with these flags but `O_EXCL`, which only
+/// decides what happens to a name that exists (open(2)). A file that did not
+/// exist is no deny path's inode, and it is a regular file, for which
+/// `O_NONBLOCK` has no effect (open(2)), so the broker need not open it
+/// non-blocking and clear the flag after. The kernel skips `O_TRUNC` on a
+/// file the open created (`do_open`, fs/namei.c).
+fn create_new(
+    rules: &BrokerRules,
+    base: Option<&OwnedFd>,
+    path: &CStr,
+    flags: i32,
+    mode: u32,
+    target: &mut Target,
+) -> Option<Outcome> {
+    // A trailing slash, ".", ".." or "/": the general path's errors.
+    let (_, Last::Name { slash: false, .. }) = split(path.to_bytes())? else {
+        return None;
+    };
+    let mut found = Target::default();
+    let Ok(Named::Entry(e)) = entry_at(rules, base, path, &mut found) else {
+        return None;
+    };
+    let how = (flags & !libc::O_CLOEXEC)
+        | libc::O_EXCL
+        | libc::O_NOFOLLOW
+        | libc::O_CLOEXEC
+        | libc::O_NOCTTY;
+    // SAFETY: openat on our admitted parent fd with a NUL-terminated name.
+    let rc = unsafe { libc::openat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), how, mode) };
+    let fd = owned(rc).ok()?;
+    target.resolved = found.resolved;
+    Some(Outcome::Fd {
+        fd,
+        cloexec: flags & libc::O_CLOEXEC != 0,
+    })
+}
+
 /// `O_CREAT` of a name that does not exist yet: beneath an admitted parent,
 /// not denied, never through a symlink.
 fn create(
@@ -579,7 +641,6 @@ fn create(
     path: &CStr,
     flags: i32,
     mode: u32,
-    follow: bool,
     target: &mut Target,
 ) -> Result<Outcome, Unresolved> {
     // The walk said ENOENT: a missing directory part says so again here.
@@ -592,12 +653,10 @@ fn create(
         Last::Name { .. } => {}
         _ => return Err(errno(libc::ENOENT)),
     }
-    let start = Start::Walk {
-        base: base.map(|b| b.try_clone()).transpose().map_err(io_errno)?,
-        path: path.to_owned(),
-        follow,
+    let e = match entry_at(rules, base, path, target)? {
+        Named::Entry(e) => e,
+        _ => return Err(errno(libc::EEXIST)),
     };
-    let e = new_entry(rules, start, target)?;
     if let Ok(st) = fstatat_nofollow(&e.parent.fd, &e.at_name) {
         if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
             // The walk followed it and found nothing: its target is missing.

@@ -6,6 +6,7 @@
 
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
+use crate::creds::FixedCredentials;
 use crate::error::BrokerError;
 
 /// Control-message buffer for one fd, aligned for `cmsghdr`.
@@ -17,7 +18,17 @@ struct CmsgBuf([u8; 64]);
 /// Async-signal-safe: stack buffers only, no allocation, no panics; returns the
 /// raw errno on failure so a pre-exec hook can report it.
 pub fn send_fd(sock: RawFd, fd: RawFd) -> Result<(), i32> {
-    let mut payload = [0u8; 1];
+    send_fd_with(sock, fd, NO_STATEMENT)
+}
+
+/// The payload byte of a listener sent without a statement.
+const NO_STATEMENT: u8 = 0;
+/// The payload byte of a listener whose sender checked, just before, that
+/// the process has the fixed credentials it was prepared with.
+const FIXED_VERIFIED: u8 = 1;
+
+fn send_fd_with(sock: RawFd, fd: RawFd, byte: u8) -> Result<(), i32> {
+    let mut payload = [byte];
     let mut iov = libc::iovec {
         iov_base: payload.as_mut_ptr().cast(),
         iov_len: payload.len(),
@@ -100,6 +111,27 @@ pub fn listener_channel() -> Result<(OwnedFd, OwnedFd), BrokerError> {
 /// is no longer interrupted by a non-fatal signal, so a performed call is
 /// never reported as interrupted and restarted.
 pub fn install_filter_with_listener(filter: &[libc::sock_filter], sock: RawFd) -> Result<(), i32> {
+    install_filter_with_listener_checked(filter, sock, None)
+}
+
+/// [`install_filter_with_listener`] that also tells the runner whether this
+/// process has the credentials `fixed` describes, checked with
+/// [`FixedCredentials::verify_in_child`] right before the filter is
+/// installed (call it after `NO_NEW_PRIVS` and the capability drop, and only
+/// with a filter that refuses new user namespaces); [`recv_listener`] reads
+/// the answer. A process that differs (a `Command::uid` in the child, for
+/// one) is simply not vouched for.
+///
+/// Async-signal-safe, as [`install_filter_with_listener`].
+pub fn install_filter_with_listener_checked(
+    filter: &[libc::sock_filter],
+    sock: RawFd,
+    fixed: Option<&FixedCredentials>,
+) -> Result<(), i32> {
+    let statement = match fixed.map(FixedCredentials::verify_in_child) {
+        Some(Ok(())) => FIXED_VERIFIED,
+        _ => NO_STATEMENT,
+    };
     let Ok(len) = u16::try_from(filter.len()) else {
         return Err(libc::EINVAL);
     };
@@ -136,7 +168,7 @@ pub fn install_filter_with_listener(filter: &[libc::sock_filter], sock: RawFd) -
         Err(libc::EINVAL) => install(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?,
         other => other?,
     };
-    let sent = send_fd(sock, listener as RawFd);
+    let sent = send_fd_with(sock, listener as RawFd, statement);
     // SAFETY: closing the listener fd we own (the runner holds its own copy now).
     unsafe { libc::close(listener as RawFd) };
     sent
@@ -144,6 +176,13 @@ pub fn install_filter_with_listener(filter: &[libc::sock_filter], sock: RawFd) -
 
 /// Receives one fd sent with [`send_fd`] (close-on-exec set).
 pub fn recv_fd(sock: &OwnedFd) -> Result<OwnedFd, BrokerError> {
+    recv_listener(sock).map(|(fd, _)| fd)
+}
+
+/// Receives the listener sent by [`install_filter_with_listener_checked`]
+/// (or [`send_fd`]) and whether the child vouched for the fixed credentials
+/// it was given (`true` only after its check passed).
+pub fn recv_listener(sock: &OwnedFd) -> Result<(OwnedFd, bool), BrokerError> {
     let fail = |reason: String| BrokerError::FdPassing { reason };
     let mut payload = [0u8; 1];
     let mut iov = libc::iovec {
@@ -202,5 +241,6 @@ pub fn recv_fd(sock: &OwnedFd) -> Result<OwnedFd, BrokerError> {
     if extra {
         return Err(fail("more than one fd was sent".into()));
     }
-    received.ok_or_else(|| fail("the message carried no fd".into()))
+    let fd = received.ok_or_else(|| fail("the message carried no fd".into()))?;
+    Ok((fd, payload[0] == FIXED_VERIFIED))
 }

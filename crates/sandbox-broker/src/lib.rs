@@ -22,7 +22,10 @@
 //!    them) with `process_vm_readv`, once, then checks
 //!    `SECCOMP_IOCTL_NOTIF_ID_VALID`, so a recycled thread id cannot feed it
 //!    another process's memory;
-//! 2. reads the caller's credentials and umask (`/proc/TID/status`) and takes the
+//! 2. reads the caller's credentials and umask (`/proc/TID/status`; with
+//!    [`BrokerRules::with_fixed_credentials`], which the spawner sets only when
+//!    the child vouched for them, the credentials are those and only the umask
+//!    is read, for calls that apply one) and takes the
 //!    handles the path starts from: the caller's cwd (`/proc/TID/cwd`), its
 //!    dirfd or its own fd (both via `pidfd_getfd`);
 //! 3. takes on the caller's credentials on the broker thread (see
@@ -398,9 +401,14 @@ mod syscalls;
 #[cfg(target_os = "linux")]
 pub use broker::Broker;
 #[cfg(target_os = "linux")]
+pub use creds::FixedCredentials;
+#[cfg(target_os = "linux")]
 pub use error::BrokerError;
 #[cfg(target_os = "linux")]
-pub use fdpass::{install_filter_with_listener, listener_channel, recv_fd, send_fd};
+pub use fdpass::{
+    install_filter_with_listener, install_filter_with_listener_checked, listener_channel, recv_fd,
+    recv_listener, send_fd,
+};
 #[cfg(target_os = "linux")]
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]

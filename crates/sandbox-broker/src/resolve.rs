@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use sandbox_core::ResolvedPolicy;
 
 use crate::caller::{cvt, errno_of, Caller};
+use crate::creds::FixedCredentials;
 use crate::error::BrokerError;
 use crate::log::Refusal;
 use crate::net::NetRule;
@@ -49,6 +50,8 @@ pub struct BrokerRules {
     pub(crate) network: bool,
     /// Egress rules for IP connects; `None`: every destination.
     allow_net: Option<Vec<NetRule>>,
+    /// Every caller's credentials, when the spawner vouches for them.
+    pub(crate) fixed: Option<FixedCredentials>,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -180,6 +183,7 @@ impl BrokerRules {
                     .collect()
             }),
             network: policy.network(),
+            fixed: None,
         })
     }
 
@@ -198,6 +202,15 @@ impl BrokerRules {
     /// refuses them (see the crate docs, [connect](crate#connect)).
     pub fn with_allow_net(mut self, rules: Vec<NetRule>) -> Self {
         self.allow_net.get_or_insert_with(Vec::new).extend(rules);
+        self
+    }
+
+    /// Takes `fixed` as every caller's credentials instead of reading them
+    /// per request; see [`FixedCredentials`] for what the caller of this
+    /// vouches for. The broker checks at start that its own thread has these
+    /// ids and groups, and reads each caller's credentials otherwise.
+    pub fn with_fixed_credentials(mut self, fixed: FixedCredentials) -> Self {
+        self.fixed = Some(fixed);
         self
     }
 

@@ -618,6 +618,17 @@ pub(crate) enum EntryCall {
 }
 
 impl EntryCall {
+    /// Whether it creates an object with a mode the umask applies to
+    /// (`O_CREAT` or `O_TMPFILE` opens, `mkdir`, `mknod`); symlinks and
+    /// links take no mode.
+    pub(crate) fn applies_umask(&self) -> bool {
+        match self {
+            EntryCall::Open { flags, .. } => flags & (libc::O_CREAT | O_TMPFILE_BIT) != 0,
+            EntryCall::Mknod { .. } | EntryCall::Mkdir { .. } => true,
+            _ => false,
+        }
+    }
+
     /// Whether resolving it needs one of the caller's fds.
     pub(crate) fn needs_fd(&self) -> bool {
         match self {

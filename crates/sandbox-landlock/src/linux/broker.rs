@@ -9,7 +9,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use sandbox_broker::{Broker, BrokerLog, BrokerRules, Decision};
+use sandbox_broker::{Broker, BrokerLog, BrokerRules, Decision, FixedCredentials};
 use sandbox_core::{
     MediatedCall, Mediation, ResolvedPolicy, RunningSupervisor, SandboxUnavailable, Supervisor,
 };
@@ -42,6 +42,7 @@ pub(crate) fn channel(policy: &ResolvedPolicy) -> Result<Channel, LandlockError>
             runner,
             rules,
             names: None,
+            fixed: None,
         },
     })
 }
@@ -49,9 +50,18 @@ pub(crate) fn channel(policy: &ResolvedPolicy) -> Result<Channel, LandlockError>
 impl Channel {
     /// The child's end and the supervisor, which names refused calls after
     /// `filter`'s table.
-    pub(crate) fn split(self, filter: &Filter) -> (OwnedFd, BrokerSupervisor) {
+    ///
+    /// `fixed`: the credentials the child is expected to run with, all ids
+    /// equal and no capability (see [`FixedCredentials`]); the broker takes
+    /// them as every caller's only when the child vouches for them.
+    pub(crate) fn split(
+        self,
+        filter: &Filter,
+        fixed: Option<FixedCredentials>,
+    ) -> (OwnedFd, BrokerSupervisor) {
         let mut supervisor = self.supervisor;
         supervisor.names = Some(filter.clone());
+        supervisor.fixed = fixed;
         (self.child, supervisor)
     }
 }
@@ -75,8 +85,19 @@ pub(crate) fn libc_program(filter: &Filter) -> Vec<libc::sock_filter> {
 /// Async-signal-safe. When nobody holds the runner's end (a caller used the
 /// plain `Command` form and dropped the supervisor), the filter stays
 /// installed and brokered calls fail with `ENOSYS`: fail closed.
-pub(crate) fn install_in_child(program: &[libc::sock_filter], sock: RawFd) -> Result<(), i32> {
-    match sandbox_broker::install_filter_with_listener(program, sock) {
+///
+/// With `fixed`, the child first checks that it has exactly those ids and
+/// no capability, and tells the runner so along with the listener. Call it
+/// after `NO_NEW_PRIVS` and the capability drop: from then on the process
+/// tree cannot gain a capability or change its ids (see [`FixedCredentials`];
+/// the filter refuses `unshare`, `setns` and `clone` with `CLONE_NEWUSER`,
+/// and `clone3`).
+pub(crate) fn install_in_child(
+    program: &[libc::sock_filter],
+    sock: RawFd,
+    fixed: Option<&FixedCredentials>,
+) -> Result<(), i32> {
+    match sandbox_broker::install_filter_with_listener_checked(program, sock, fixed) {
         Err(libc::EPIPE | libc::ECONNREFUSED | libc::ECONNRESET | libc::ENOTCONN) => Ok(()),
         other => other,
     }
@@ -89,6 +110,8 @@ pub(crate) struct BrokerSupervisor {
     rules: BrokerRules,
     /// The filter, to name the calls it refused through the broker.
     names: Option<Filter>,
+    /// The credentials the child was prepared with, when fixed.
+    fixed: Option<FixedCredentials>,
 }
 
 impl Supervisor for BrokerSupervisor {
@@ -97,9 +120,14 @@ impl Supervisor for BrokerSupervisor {
             |what: String| SandboxUnavailable::new("landlock", format!("metadata broker: {what}"));
         set_receive_timeout(self.runner.as_raw_fd(), LISTENER_WAIT)
             .map_err(|e| fail(format!("setting the receive timeout failed: {e}")))?;
-        let listener = sandbox_broker::recv_fd(&self.runner)
+        let (listener, vouched) = sandbox_broker::recv_listener(&self.runner)
             .map_err(|e| fail(format!("the child's seccomp listener never arrived: {e}")))?;
-        let broker = Broker::start(listener, self.rules).map_err(|e| fail(e.to_string()))?;
+        let rules = match self.fixed {
+            // The child checked its ids and capabilities just before.
+            Some(fixed) if vouched => self.rules.with_fixed_credentials(fixed),
+            _ => self.rules,
+        };
+        let broker = Broker::start(listener, rules).map_err(|e| fail(e.to_string()))?;
         Ok(Box::new(RunningBroker(broker, self.names)))
     }
 }

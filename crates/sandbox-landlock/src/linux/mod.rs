@@ -25,6 +25,9 @@ pub struct PreparedLandlock {
     /// The child's end of the listener channel and the filter in libc's
     /// layout, when metadata writes go to a broker.
     broker_child: Option<(OwnedFd, Vec<libc::sock_filter>)>,
+    /// The ids the child is expected to have, for the broker (see
+    /// [`sandbox_broker::FixedCredentials`]).
+    fixed_credentials: Option<sandbox_broker::FixedCredentials>,
     drop_capabilities: bool,
     abi: KernelAbi,
     report: EnforcementReport,
@@ -83,10 +86,17 @@ pub(crate) fn prepare_with(
             "setsid and setpgid refused: the runner ends the run by its process group".into(),
         );
     }
+    // The child runs with NO_NEW_PRIVS, no capability (dropped above when
+    // held) and a filter that refuses new user namespaces: when this thread's
+    // ids are all one uid and one gid, the child's stay those for the whole
+    // run. The child checks that before it vouches for them.
+    let fixed_credentials = channel
+        .as_ref()
+        .and_then(|_| sandbox_broker::FixedCredentials::of_this_thread());
     let (broker_child, supervisor) = match channel {
         Some(channel) => {
             report.details.push(broker::REPORT_LINE.into());
-            let (child, supervisor) = channel.split(&filter);
+            let (child, supervisor) = channel.split(&filter, fixed_credentials.clone());
             (
                 Some((child, broker::libc_program(&filter))),
                 Some(supervisor),
@@ -100,6 +110,7 @@ pub(crate) fn prepare_with(
             ruleset,
             filter,
             broker_child,
+            fixed_credentials,
             drop_capabilities,
             abi,
             report,
@@ -127,7 +138,9 @@ impl PreparedLandlock {
         }
         child::restrict_self(self.ruleset.as_raw_fd())?;
         match &self.broker_child {
-            Some((sock, program)) => broker::install_in_child(program, sock.as_raw_fd()),
+            Some((sock, program)) => {
+                broker::install_in_child(program, sock.as_raw_fd(), self.fixed_credentials.as_ref())
+            }
             None => self.filter.apply(),
         }
     }

@@ -1,0 +1,362 @@
+//! The broker's shortcuts refuse what its general path refuses.
+//!
+//! * Fixed credentials ([`FixedCredentials`]): the broker takes one uid, gid,
+//!   group list and no capability as every caller's instead of reading them
+//!   per call; set-id stripping and the chmod/chown refusals still hold, the
+//!   caller's umask still applies, and a child only vouches for the
+//!   credentials when it really has them.
+//! * `O_CREAT` opens are first tried as an `O_EXCL` create in the admitted
+//!   parent: a symlink in the parent chain into a deny path, `..` that climbs
+//!   out and back into a deny path, and a directory swapped for a symlink
+//!   during the calls are refused as before, each beside its allowed twin.
+#![cfg(target_os = "linux")]
+
+mod common;
+
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use common::*;
+use sandbox_broker::{BrokerRules, Decision, FixedCredentials, Refusal};
+
+fn fixed() -> FixedCredentials {
+    FixedCredentials::of_this_thread().expect("the test harness has one uid and one gid")
+}
+
+fn refusals(run: &Run) -> Vec<Refusal> {
+    run.log
+        .records
+        .iter()
+        .filter_map(|r| match &r.decision {
+            Decision::Refused { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// Forks a child that runs `f` (async-signal-safe) and returns its exit code.
+fn in_child(f: impl FnOnce() -> i32) -> i32 {
+    // SAFETY: the child only makes raw syscalls and exits with _exit.
+    let pid = unsafe { libc::fork() };
+    assert!(pid >= 0, "fork");
+    if pid == 0 {
+        // SAFETY (child): _exit after async-signal-safe work.
+        unsafe { libc::_exit(f()) };
+    }
+    wait(pid)
+}
+
+fn verify_code(fixed: &FixedCredentials) -> i32 {
+    match fixed.verify_in_child() {
+        Ok(()) => 0,
+        Err(e) => e,
+    }
+}
+
+#[test]
+fn a_child_vouches_only_for_credentials_it_has() {
+    let me = fixed();
+    // The harness holds capabilities (root): not vouched for.
+    assert_ne!(get_caps().1, 0, "the test runs with capabilities");
+    assert_eq!(in_child(|| verify_code(&me)), libc::EPERM);
+    // Every capability dropped, same ids: vouched for.
+    assert_eq!(
+        in_child(|| {
+            let d = drop_all_caps();
+            if d != 0 {
+                return 100 + d;
+            }
+            verify_code(&me)
+        }),
+        0
+    );
+    // Another uid (a Command::uid in the child): not vouched for.
+    assert_eq!(
+        in_child(|| {
+            let b = become_nobody();
+            if b != 0 {
+                return 100 + b;
+            }
+            verify_code(&me)
+        }),
+        libc::EPERM
+    );
+    // The twin: as nobody, nobody's own credentials are vouched for
+    // (setresuid away from 0 clears every capability).
+    let nobody = FixedCredentials::new(65534, 65534, vec![]);
+    assert_eq!(
+        in_child(|| {
+            let b = become_nobody();
+            if b != 0 {
+                return 100 + b;
+            }
+            verify_code(&nobody)
+        }),
+        0
+    );
+}
+
+/// Rules with fixed credentials; the confined child drops its capabilities
+/// first, as the landlock backend's child does.
+fn fixed_rules(fx: &Fixture, deny: &[&str]) -> BrokerRules {
+    fx.rules(deny).with_fixed_credentials(fixed())
+}
+
+#[test]
+fn fixed_credentials_keep_set_id_stripping_and_the_chmod_chown_refusals() {
+    let fx = Fixture::new();
+    let f = fx.file(&fx.w.join("suid"), 0o644);
+    set_mode(&f, 0o4755);
+    let own = fx.file(&fx.w.join("plain"), 0o644);
+    let (cf, cown) = (cstr(&f), cstr(&own));
+    let run = confined_entries(fixed_rules(&fx, &[".git"]), || {
+        let d = drop_all_caps();
+        if d != 0 {
+            return 90 + d;
+        }
+        // SAFETY (child): raw syscalls on live NUL-terminated paths.
+        unsafe {
+            // Truncating without CAP_FSETID clears S_ISUID.
+            if libc::truncate(cf.as_ptr(), 0) != 0 {
+                return 1;
+            }
+            // Adding S_ISUID is refused ...
+            if libc::chmod(cown.as_ptr(), 0o4755) == 0 || errno() != libc::EPERM {
+                return 2;
+            }
+            // ... an ordinary chmod of the caller's own file is performed.
+            if libc::chmod(cown.as_ptr(), 0o600) != 0 {
+                return 3;
+            }
+            // Giving the file away is refused.
+            if libc::chown(cown.as_ptr(), 65534, u32::MAX) == 0 || errno() != libc::EPERM {
+                return 4;
+            }
+        }
+        0
+    });
+    assert_eq!(run.code, 0, "{}", run.log.explain(5));
+    assert_eq!(std::fs::metadata(&f).unwrap().mode() & 0o7777, 0o755);
+    assert_eq!(std::fs::metadata(&own).unwrap().mode() & 0o7777, 0o600);
+    assert_eq!(std::fs::metadata(&own).unwrap().uid(), 0);
+    let r = refusals(&run);
+    assert!(r.contains(&Refusal::SetIdBits), "{r:?}");
+    assert_eq!(r.len(), 2, "{r:?}");
+}
+
+#[test]
+fn fixed_credentials_still_apply_the_callers_umask() {
+    let fx = Fixture::new();
+    let (a, b, d) = (
+        cstr(&fx.w.join("a")),
+        cstr(&fx.w.join("b")),
+        cstr(&fx.w.join("d")),
+    );
+    let run = confined_entries(fixed_rules(&fx, &[".git"]), || {
+        let dropped = drop_all_caps();
+        if dropped != 0 {
+            return 90 + dropped;
+        }
+        // SAFETY (child): raw syscalls on live NUL-terminated paths.
+        unsafe {
+            libc::umask(0o027);
+            let fd = libc::open(a.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o666);
+            if fd < 0 {
+                return 1;
+            }
+            libc::close(fd);
+            if libc::mkdir(d.as_ptr(), 0o777) != 0 {
+                return 2;
+            }
+            libc::umask(0o002);
+            let fd = libc::open(
+                b.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                0o666,
+            );
+            if fd < 0 {
+                return 3;
+            }
+            libc::close(fd);
+        }
+        0
+    });
+    assert_eq!(run.code, 0, "{}", run.log.explain(5));
+    let mode = |p: &str| {
+        std::fs::metadata(fx.w.join(p))
+            .unwrap()
+            .permissions()
+            .mode()
+            & 0o777
+    };
+    assert_eq!(mode("a"), 0o640);
+    assert_eq!(mode("d"), 0o750);
+    assert_eq!(mode("b"), 0o664);
+}
+
+/// Runs `sh -c cmd` confined with `.git/hooks` denied; per-call and fixed
+/// credentials alike.
+fn sh_both(fx: &Fixture, cmd: &str) -> [Run; 2] {
+    [
+        sh_entries(fx.rules(&[".git/hooks"]), cmd),
+        sh_entries(fixed_rules(fx, &[".git/hooks"]), cmd),
+    ]
+}
+
+fn hooks(fx: &Fixture) -> Vec<String> {
+    let mut names: Vec<String> = std::fs::read_dir(fx.w.join(".git/hooks"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .collect();
+    names.sort();
+    names
+}
+
+fn git_fixture() -> Fixture {
+    let fx = Fixture::new();
+    std::fs::create_dir_all(fx.w.join(".git/hooks")).unwrap();
+    std::fs::create_dir(fx.w.join("sub")).unwrap();
+    fx
+}
+
+#[test]
+fn a_symlink_in_the_parent_chain_into_a_deny_path_is_refused() {
+    let fx = git_fixture();
+    std::os::unix::fs::symlink(".git/hooks", fx.w.join("lnk")).unwrap();
+    std::os::unix::fs::symlink("sub", fx.w.join("ok")).unwrap();
+    let w = q(&fx.w);
+    for run in sh_both(
+        &fx,
+        &format!(
+            "set -e; rm -f {w}/sub/g; ! ( : > {w}/lnk/pre-commit ); ! ( set -C; : > {w}/lnk/post-commit ); \
+             : > {w}/ok/f; set -C; : > {w}/ok/g"
+        ),
+    ) {
+        assert_eq!(run.code, 0, "{}", run.log.explain(5));
+        let r = refusals(&run);
+        assert_eq!(r, vec![Refusal::WriteDenyPath; 2], "{r:?}");
+    }
+    assert!(hooks(&fx).is_empty(), "{:?}", hooks(&fx));
+    // Twin: the symlink to an allowed directory works.
+    assert!(fx.w.join("sub/f").exists() && fx.w.join("sub/g").exists());
+}
+
+#[test]
+fn dot_dot_that_climbs_back_into_a_deny_path_is_refused() {
+    let fx = git_fixture();
+    let (w, o) = (q(&fx.w), q(&fx.o));
+    for run in sh_both(
+        &fx,
+        &format!(
+            "set -e; ! ( : > {w}/sub/../.git/hooks/a ); ! ( : > {o}/../w/.git/hooks/b ); \
+             ! ( cd {w}/sub && : > ../.git/hooks/c ); ! ( cd {w}/sub && set -C && : > ../.git//hooks/./d ); \
+             : > {w}/sub/../sub/e; cd {w}/sub; : > ../sub/f"
+        ),
+    ) {
+        assert_eq!(run.code, 0, "{}", run.log.explain(5));
+        assert_eq!(refusals(&run), vec![Refusal::WriteDenyPath; 4]);
+    }
+    assert!(hooks(&fx).is_empty(), "{:?}", hooks(&fx));
+    assert!(fx.w.join("sub/e").exists() && fx.w.join("sub/f").exists());
+}
+
+const SWAP_NAMES: usize = 3000;
+
+#[test]
+fn a_directory_swapped_for_a_symlink_during_creates_never_leaks_into_the_deny_path() {
+    for fixed_creds in [false, true] {
+        let fx = git_fixture();
+        std::fs::create_dir(fx.w.join("d")).unwrap();
+        std::os::unix::fs::symlink(".git/hooks", fx.w.join("alt")).unwrap();
+        let names: Vec<_> = (0..SWAP_NAMES)
+            .map(|i| cstr(&fx.w.join(format!("d/f{i}"))))
+            .collect();
+        // The harness (unconfined) swaps W/d and W/alt atomically, all along.
+        let stop = Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let (stop, d, alt) = (stop.clone(), cstr(&fx.w.join("d")), cstr(&fx.w.join("alt")));
+            std::thread::spawn(move || {
+                let mut swaps = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    // SAFETY: renameat2 on live NUL-terminated paths.
+                    let rc = unsafe {
+                        libc::syscall(
+                            libc::SYS_renameat2,
+                            libc::AT_FDCWD,
+                            d.as_ptr(),
+                            libc::AT_FDCWD,
+                            alt.as_ptr(),
+                            libc::RENAME_EXCHANGE,
+                        )
+                    };
+                    assert_eq!(rc, 0, "exchange");
+                    swaps += 1;
+                }
+                swaps
+            })
+        };
+        let rules = if fixed_creds {
+            fixed_rules(&fx, &[".git/hooks"])
+        } else {
+            fx.rules(&[".git/hooks"])
+        };
+        let counts = Shared::new(3);
+        let run = confined_entries(rules, || {
+            if fixed_creds && drop_all_caps() != 0 {
+                return 90;
+            }
+            let (mut ok, mut refused, mut other) = (0, 0, 0);
+            for (i, name) in names.iter().enumerate() {
+                let excl = if i % 2 == 0 {
+                    libc::O_EXCL
+                } else {
+                    libc::O_TRUNC
+                };
+                let flags = libc::O_WRONLY | libc::O_CREAT | excl | libc::O_CLOEXEC;
+                // SAFETY (child): open/close on a live NUL-terminated path.
+                let fd = unsafe { libc::open(name.as_ptr(), flags, 0o644) };
+                if fd >= 0 {
+                    ok += 1;
+                    // SAFETY (child): closing the fd just opened.
+                    unsafe { libc::close(fd) };
+                } else if errno() == libc::EPERM {
+                    refused += 1;
+                } else {
+                    other += 1;
+                }
+            }
+            counts.set(0, ok);
+            counts.set(1, refused);
+            counts.set(2, other);
+            0
+        });
+        stop.store(true, Ordering::Relaxed);
+        let swaps = swapper.join().unwrap();
+        assert_eq!(run.code, 0);
+        let [ok, refused, other] = counts.to_vec()[..] else {
+            unreachable!()
+        };
+        println!(
+            "fixed {fixed_creds}: {ok} created, {refused} refused, {other} other; {swaps} swaps"
+        );
+        assert!(
+            hooks(&fx).is_empty(),
+            "leaked into the deny path: {:?}",
+            hooks(&fx)
+        );
+        assert_eq!(other, 0);
+        // Both outcomes were seen: the race was real.
+        assert!(ok > 0 && refused > 0, "{ok} created, {refused} refused");
+        // Twin: what was created is in the real directory (under either name).
+        let real: usize = ["d", "alt"]
+            .iter()
+            .map(|n| fx.w.join(n))
+            .filter(|p| !p.is_symlink())
+            .map(|p| std::fs::read_dir(p).unwrap().count())
+            .sum();
+        assert_eq!(real, ok as usize);
+        assert!(!Path::new(&fx.w.join(".git/hooks/f0")).exists());
+    }
+}
