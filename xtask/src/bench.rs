@@ -568,8 +568,8 @@ fn peers(w: &str) -> Vec<(&'static str, Vec<String>)> {
 /// bytes after an HTTP head (`Some`), or is closed at once (`None`).
 fn loopback_listener(body: Option<usize>) -> Result<std::net::SocketAddr, String> {
     use std::io::{Read, Write};
-    let listener =
-        std::net::TcpListener::bind("127.0.0.1:0").map_err(|e| format!("loopback listener: {e}"))?;
+    let listener = std::net::TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| format!("loopback listener: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     std::thread::spawn(move || {
         for stream in listener.incoming() {
@@ -586,7 +586,10 @@ fn loopback_listener(body: Option<usize>) -> Result<std::net::SocketAddr, String
                     }
                 }
                 let chunk = vec![b'x'; 1 << 16];
-                let _ = write!(s, "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n");
+                let _ = write!(
+                    s,
+                    "HTTP/1.1 200 OK\r\nContent-Length: {len}\r\nConnection: close\r\n\r\n"
+                );
                 let mut left = len;
                 while left > 0 {
                     let n = left.min(chunk.len());
