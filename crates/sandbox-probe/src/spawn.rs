@@ -1,4 +1,13 @@
-//! Starting the command with the hooks that confine it.
+//! The one launch path: how `sandbox run`, the library runner
+//! (`sandbox::run`) and the enforcement self-test's probes start a command
+//! with the hooks that confine it.
+//!
+//! It lives in the gate's crate so that the gate launches its probes through
+//! exactly the code that launches a run: what the self-test witnesses is
+//! what runs. It is shared by the workspace's own crates and not a public
+//! API (hence hidden from the docs); the library's public ways to start a
+//! confined command are the facade's runner,
+//! `Confinement::into_command` and the `ConfinedSpawner`.
 //!
 //! std's `Command` runs `pre_exec` hooks after a full `fork`, which copies the
 //! runner's page tables only for `exec` to throw them away (about 0.1 ms per
@@ -31,47 +40,64 @@ use std::process::ExitStatus;
 use sandbox_core::PreExecHook;
 
 /// What to start. `env` is the whole environment, each name once.
-pub(crate) struct SpawnPlan<'a> {
-    /// The executable, already located.
-    pub(crate) path: &'a Path,
+///
+/// The child's setup runs in this order: join the cgroup (when `clone3`
+/// could not start it there), reset signal handlers, wire stdin, stdout and
+/// stderr, make its own process group (`process_group`), change to `cwd`,
+/// run the hooks in order, exec.
+#[derive(Debug, Clone, Copy)]
+pub struct SpawnPlan<'a> {
+    /// The executable, already located (no `PATH` search happens here).
+    pub path: &'a Path,
     /// `argv[0]` and the arguments.
-    pub(crate) argv: &'a [OsString],
-    pub(crate) env: &'a [(OsString, OsString)],
-    pub(crate) cwd: Option<&'a Path>,
-    /// The child's stderr: this fd, or (`None`) the runner's own, untouched.
-    pub(crate) stderr: Option<RawFd>,
-    /// The cgroup the child starts in (Linux only).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub(crate) cgroup: Option<CgroupTarget>,
+    pub argv: &'a [OsString],
+    /// The complete environment.
+    pub env: &'a [(OsString, OsString)],
+    /// The working directory, or (`None`) the caller's.
+    pub cwd: Option<&'a Path>,
+    /// The child's stdin: this fd, or (`None`) the caller's own, untouched.
+    pub stdin: Option<RawFd>,
+    /// The child's stdout: this fd, or (`None`) the caller's own, untouched.
+    pub stdout: Option<RawFd>,
+    /// The child's stderr: this fd, or (`None`) the caller's own, untouched.
+    pub stderr: Option<RawFd>,
+    /// Whether the child becomes the leader of a process group of its own
+    /// (`setpgid(0, 0)`, before the hooks). A hook that calls `setsid`
+    /// (the runner's) needs `false`: a group leader cannot start a session.
+    pub process_group: bool,
+    /// The cgroup the child starts in (Linux only; ignored elsewhere).
+    pub cgroup: Option<CgroupTarget>,
 }
 
 /// A cgroup v2 to start the child in; both fds stay open until `spawn`
 /// returns.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) struct CgroupTarget {
+pub struct CgroupTarget {
     /// The cgroup's directory, for `CLONE_INTO_CGROUP`.
-    pub(crate) dir: RawFd,
+    pub dir: RawFd,
     /// Its `cgroup.procs`, opened for writing, for the fallback.
-    pub(crate) procs: RawFd,
+    pub procs: RawFd,
 }
 
-/// A started child: stdin, stdout and (unless the plan says otherwise)
-/// stderr are the runner's own, untouched (a terminal stays a terminal).
-pub(crate) struct Spawned {
-    pub(crate) pid: i32,
+/// A started child, not yet reaped: the caller waits for it by pid
+/// ([`wait`], or a pidfd then [`wait`]).
+#[derive(Debug)]
+pub struct Spawned {
+    /// Its process id.
+    pub pid: i32,
 }
 
 /// Starts `plan`, running `hooks` in order in the child before `exec`.
 ///
 /// A hook's error (or exec's) comes back as the raw OS error it carried;
-/// the child then never ran the command and has been reaped.
-pub(crate) fn spawn(plan: &SpawnPlan<'_>, hooks: Vec<PreExecHook>) -> io::Result<Spawned> {
+/// the child then never ran the command and has been reaped. The hooks are
+/// dropped (with any fds they hold) before this returns.
+pub fn spawn(plan: &SpawnPlan<'_>, hooks: Vec<PreExecHook>) -> io::Result<Spawned> {
     imp::spawn(plan, hooks)
 }
 
 /// Waits for `pid` to end and reaps it.
-pub(crate) fn wait(pid: i32) -> io::Result<ExitStatus> {
+pub fn wait(pid: i32) -> io::Result<ExitStatus> {
     let mut status = 0;
     loop {
         // SAFETY: status is a valid out-pointer.
@@ -86,7 +112,7 @@ pub(crate) fn wait(pid: i32) -> io::Result<ExitStatus> {
 }
 
 /// Kills `pid` and reaps it (for a child that must not go on).
-pub(crate) fn kill_and_reap(pid: i32) {
+pub fn kill_and_reap(pid: i32) {
     // SAFETY: kill with integer arguments; pid is our unreaped child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let _ = wait(pid);
@@ -96,7 +122,7 @@ pub(crate) fn kill_and_reap(pid: i32) {
 mod imp {
     use std::ffi::{CString, OsStr};
     use std::io;
-    use std::os::fd::RawFd;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::os::unix::ffi::OsStrExt;
 
     use sandbox_core::PreExecHook;
@@ -115,7 +141,11 @@ mod imp {
         argv: Vec<*const libc::c_char>,
         envp: Vec<*const libc::c_char>,
         cwd: Option<CString>,
-        stderr: RawFd,
+        /// The fds to install as 0, 1 and 2; -1 keeps the caller's. Each is
+        /// either its own target or above 2, so no `dup2` clobbers another's
+        /// source.
+        stdio: [RawFd; 3],
+        process_group: bool,
         /// `cgroup.procs` to join first, or -1 (none, or already there).
         join: RawFd,
         hooks: Vec<PreExecHook>,
@@ -153,6 +183,32 @@ mod imp {
                 cstr("environment variable", &kv)
             })
             .collect::<io::Result<Vec<_>>>()?;
+        // A source below 3 that is not its own target could be overwritten
+        // by an earlier `dup2` in the child: use a copy above 2 instead.
+        let mut copies: Vec<OwnedFd> = Vec::new();
+        let mut stdio = [-1; 3];
+        for (target, fd) in [plan.stdin, plan.stdout, plan.stderr]
+            .into_iter()
+            .enumerate()
+        {
+            stdio[target] = match fd {
+                None => -1,
+                Some(fd) if fd > 2 || fd == target as RawFd => fd,
+                Some(fd) => {
+                    // SAFETY: F_DUPFD_CLOEXEC takes an fd and a minimum and
+                    // returns a new fd or -1.
+                    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+                    if copy < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // SAFETY: `copy` was just returned and is owned here alone.
+                    let copy = unsafe { OwnedFd::from_raw_fd(copy) };
+                    let raw = copy.as_raw_fd();
+                    copies.push(copy);
+                    raw
+                }
+            };
+        }
         let mut args = ChildArgs {
             path: cstr("program path", plan.path.as_os_str())?,
             argv: pointers(&argv_c),
@@ -161,7 +217,8 @@ mod imp {
                 .cwd
                 .map(|d| cstr("working directory", d.as_os_str()))
                 .transpose()?,
-            stderr: plan.stderr.unwrap_or(libc::STDERR_FILENO),
+            stdio,
+            process_group: plan.process_group,
             join: -1,
             hooks,
             error: 0,
@@ -204,6 +261,7 @@ mod imp {
         // SAFETY: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
         drop(stack);
+        drop(copies);
         if pid < 0 {
             return Err(clone_error);
         }
@@ -237,8 +295,9 @@ mod imp {
         unsafe { libc::_exit(127) }
     }
 
-    /// Joins the cgroup, resets signals, wires stderr and cwd, runs the hooks
-    /// and execs. Returns the errno of the step that failed.
+    /// Joins the cgroup, resets signals, wires stdio, makes the process
+    /// group, changes directory, runs the hooks and execs. Returns the errno
+    /// of the step that failed.
     unsafe fn prepare_and_exec(args: &mut ChildArgs) -> i32 {
         let errno = || *libc::__errno_location();
         // "0" moves the writing process (cgroup-v2.rst, cgroup.procs).
@@ -263,11 +322,18 @@ mod imp {
                 libc::sigaction(sig, &default, std::ptr::null_mut());
             }
         }
-        if args.stderr == libc::STDERR_FILENO {
-            if libc::fcntl(args.stderr, libc::F_SETFD, 0) < 0 {
+        for (target, &fd) in (0..).zip(args.stdio.iter()) {
+            if fd < 0 || fd == target {
+                // The caller's own (or the one asked for): open across exec.
+                // A closed one stays closed.
+                if libc::fcntl(target, libc::F_SETFD, 0) < 0 && errno() != libc::EBADF {
+                    return errno();
+                }
+            } else if libc::dup2(fd, target) < 0 {
                 return errno();
             }
-        } else if libc::dup2(args.stderr, libc::STDERR_FILENO) < 0 {
+        }
+        if args.process_group && libc::setpgid(0, 0) < 0 {
             return errno();
         }
         if let Some(cwd) = &args.cwd {
@@ -442,6 +508,7 @@ mod imp {
 #[cfg(not(target_os = "linux"))]
 mod imp {
     use std::io;
+    use std::os::fd::RawFd;
     use std::process::{Command, Stdio};
 
     use sandbox_core::PreExecHook;
@@ -456,12 +523,11 @@ mod imp {
         }
         cmd.env_clear()
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit());
-        if let Some(fd) = plan.stderr {
-            // SAFETY: borrowing the caller's fd only to duplicate it.
-            let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            cmd.stderr(Stdio::from(borrowed.try_clone_to_owned()?));
+            .stdin(stdio(plan.stdin)?)
+            .stdout(stdio(plan.stdout)?)
+            .stderr(stdio(plan.stderr)?);
+        if plan.process_group {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         }
         if let Some(cwd) = plan.cwd {
             cmd.current_dir(cwd);
@@ -470,9 +536,19 @@ mod imp {
             hook.install(&mut cmd);
         }
         let child = cmd.spawn()?;
-        // Dropping `Child` neither waits nor kills: the runner reaps by pid.
+        // Dropping `Child` neither waits nor kills: the caller reaps by pid.
         Ok(Spawned {
             pid: child.id() as i32,
         })
+    }
+
+    /// The caller's fd (`None`: its own, inherited), duplicated for `Command`.
+    fn stdio(fd: Option<RawFd>) -> io::Result<Stdio> {
+        let Some(fd) = fd else {
+            return Ok(Stdio::inherit());
+        };
+        // SAFETY: borrowing the caller's fd only to duplicate it.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        Ok(Stdio::from(borrowed.try_clone_to_owned()?))
     }
 }
