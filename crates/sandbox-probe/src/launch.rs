@@ -398,5 +398,46 @@ mod tests {
         }
     }
 
+    #[test]
+    fn the_program_is_found_in_the_launch_path_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let policy = SandboxPolicy::default()
+            .resolve(&ExpandContext::default())
+            .unwrap();
+        let run = |argv: &[&str]| {
+            let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+            launch(
+                &NoopBackend,
+                &policy,
+                &Launch {
+                    argv: &argv,
+                    env: &minimal_env(),
+                    stdout: Some(&out),
+                    stderr: None,
+                    deadline: LAUNCH_DEADLINE_FOR_TESTS,
+                },
+            )
+        };
+        // stdin is /dev/null: `read` meets end of file at once.
+        let ended = run(&["sh", "-c", "read x || echo eof; echo \"$PATH\""]);
+        assert!(
+            matches!(ended, Ended::Exited { status } if status.success()),
+            "{ended:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "eof\n/usr/local/bin:/usr/bin:/bin\n"
+        );
+        match run(&["sandbox-probe-no-such-program"]) {
+            Ended::NotStarted { why } => assert_eq!(
+                why,
+                "spawning \"sandbox-probe-no-such-program\" failed: \
+                 No such file or directory (os error 2)"
+            ),
+            other => panic!("{other:?}"),
+        }
+    }
+
     const LAUNCH_DEADLINE_FOR_TESTS: Duration = Duration::from_secs(5);
 }

@@ -552,3 +552,77 @@ mod imp {
         Ok(Stdio::from(borrowed.try_clone_to_owned()?))
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn stdio_cwd_env_and_process_group_are_as_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in");
+        std::fs::write(&input, "hello\n").unwrap();
+        let stdin = std::fs::File::open(&input).unwrap();
+        let stdout = std::fs::File::create(dir.path().join("out")).unwrap();
+        let stderr = std::fs::File::create(dir.path().join("err")).unwrap();
+        let argv: Vec<OsString> = vec![
+            "sh".into(),
+            "-c".into(),
+            r#"read line; echo "$line $GREETING $(pwd)"; echo oops >&2"#.into(),
+        ];
+        let env = vec![("GREETING".into(), "world".into())];
+        let plan = SpawnPlan {
+            path: Path::new("/bin/sh"),
+            argv: &argv,
+            env: &env,
+            cwd: Some(dir.path()),
+            stdin: Some(stdin.as_raw_fd()),
+            stdout: Some(stdout.as_raw_fd()),
+            stderr: Some(stderr.as_raw_fd()),
+            process_group: true,
+            cgroup: None,
+        };
+        let child = spawn(&plan, Vec::new()).unwrap();
+        // SAFETY: getpgid takes a pid; the child is not reaped yet.
+        let group = unsafe { libc::getpgid(child.pid) };
+        let status = wait(child.pid).unwrap();
+        assert!(status.success(), "{status:?}");
+        assert_eq!(group, child.pid, "the child leads a group of its own");
+        let cwd = dir.path().canonicalize().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("out")).unwrap(),
+            format!("hello world {}\n", cwd.display())
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("err")).unwrap(),
+            "oops\n"
+        );
+    }
+
+    #[test]
+    fn a_failing_hook_comes_back_as_its_error_and_the_child_is_reaped() {
+        let argv: Vec<OsString> = vec!["true".into()];
+        // SAFETY: the hook builds an io::Error from a raw code: no allocation.
+        let hook = unsafe { PreExecHook::new(|| Err(io::Error::from_raw_os_error(libc::EPERM))) };
+        let plan = SpawnPlan {
+            path: Path::new("/bin/true"),
+            argv: &argv,
+            env: &[],
+            cwd: None,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            process_group: false,
+            cgroup: None,
+        };
+        let err = spawn(&plan, vec![hook]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        let missing = SpawnPlan {
+            path: Path::new("/nonexistent/program"),
+            ..plan
+        };
+        let err = spawn(&missing, Vec::new()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
+    }
+}
