@@ -19,15 +19,17 @@
 //! offers a vfork-style spawn that runs such hooks, hence the hand-written
 //! code. Elsewhere std's `Command` does the work.
 //!
-//! A run with a cgroup of its own starts there: `clone3` with
-//! `CLONE_INTO_CGROUP` (Linux 5.7) places the child in the cgroup as it is
-//! created. Migrating it afterwards (a write to `cgroup.procs`) takes the
-//! cgroup threadgroup lock for writing, which waits for an RCU grace period:
-//! about 0.25 ms per launch here (BENCHMARKS.md). `clone3` has no libc
-//! wrapper that runs a function on a new stack, so a few lines of assembly
-//! call the child's entry point (x86_64 and aarch64). Where `clone3` is
-//! refused (older kernels, a seccomp filter that answers ENOSYS, another
-//! architecture) the child is cloned as before and writes `cgroup.procs`
+//! The child is created with `clone3` (Linux 5.3), the same entry for every
+//! launch, so the self-test's probes (no cgroup) take the path a run takes.
+//! A run with a cgroup of its own starts there: `CLONE_INTO_CGROUP` (Linux
+//! 5.7) places the child in the cgroup as it is created. Migrating it
+//! afterwards (a write to `cgroup.procs`) takes the cgroup threadgroup lock
+//! for writing, which waits for an RCU grace period: about 0.25 ms per
+//! launch here (BENCHMARKS.md). `clone3` has no libc wrapper that runs a
+//! function on a new stack, so a few lines of assembly call the child's
+//! entry point (x86_64 and aarch64). Where `clone3` is refused (older
+//! kernels, a seccomp filter that answers ENOSYS, another architecture) the
+//! child is created with `clone` and, for a cgroup, writes `cgroup.procs`
 //! itself, first of all its steps.
 
 use std::ffi::OsString;
@@ -234,16 +236,14 @@ mod imp {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
-        let mut pid = -1;
-        if let Some(cgroup) = plan.cgroup {
-            // SAFETY: as for `clone` below; the trampoline calls `child_main`
-            // on the fresh stack.
-            pid = unsafe { clone3_into(cgroup.dir, &stack, &mut args) };
-            if pid < 0 {
-                args.join = cgroup.procs;
-            }
-        }
+        // Every launch takes the same entry, with a cgroup or without (the
+        // self-test's probes, a run in a process group), so the gate's
+        // launches go through the code a run does.
+        // SAFETY: as for `clone` below; the trampoline calls `child_main`
+        // on the fresh stack.
+        let mut pid = unsafe { clone3_vfork(plan.cgroup.map(|c| c.dir), &stack, &mut args) };
         if pid < 0 {
+            args.join = plan.cgroup.map_or(-1, |c| c.procs);
             // SAFETY: the stack is mapped, writable and unused; `args` outlives
             // the child's use of it, since CLONE_VFORK returns only once the
             // child has exec'd or exited. `child_main` only makes
@@ -374,21 +374,26 @@ mod imp {
     /// `CLONE_INTO_CGROUP` (include/uapi/linux/sched.h).
     const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-    /// `clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP)`: runs
-    /// `child_main(args)` on `stack` in the cgroup `dir`. Returns the pid, or
-    /// -1 with errno set when the kernel refused (nothing was started).
+    /// `clone3(CLONE_VM | CLONE_VFORK)`, with `CLONE_INTO_CGROUP` when given
+    /// a cgroup `dir`: runs `child_main(args)` on `stack` (in that cgroup).
+    /// Returns the pid, or -1 with errno set when the kernel refused (nothing
+    /// was started).
     ///
     /// # Safety
     /// As for `clone` with `child_main`: signals blocked, `args` and `stack`
     /// alive until the child has exec'd or exited (CLONE_VFORK ensures it).
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    unsafe fn clone3_into(dir: RawFd, stack: &Stack, args: &mut ChildArgs) -> i32 {
-        let Ok(dir) = u64::try_from(dir) else {
-            *libc::__errno_location() = libc::EBADF;
-            return -1;
+    unsafe fn clone3_vfork(dir: Option<RawFd>, stack: &Stack, args: &mut ChildArgs) -> i32 {
+        let (into, dir) = match dir.map(u64::try_from) {
+            None => (0, 0),
+            Some(Ok(dir)) => (CLONE_INTO_CGROUP, dir),
+            Some(Err(_)) => {
+                *libc::__errno_location() = libc::EBADF;
+                return -1;
+            }
         };
         let ca = CloneArgs {
-            flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+            flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | into,
             exit_signal: libc::SIGCHLD as u64,
             stack: stack.base() as u64,
             stack_size: STACK_SIZE as u64,
@@ -450,7 +455,7 @@ mod imp {
 
     /// Elsewhere the child is always cloned and joins the cgroup by writing.
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    unsafe fn clone3_into(_dir: RawFd, _stack: &Stack, _args: &mut ChildArgs) -> i32 {
+    unsafe fn clone3_vfork(_dir: Option<RawFd>, _stack: &Stack, _args: &mut ChildArgs) -> i32 {
         *libc::__errno_location() = libc::ENOSYS;
         -1
     }
