@@ -605,6 +605,89 @@ mod tests {
         );
     }
 
+    /// Where `clone3` is refused (a filter answering ENOSYS, as container
+    /// runtimes' default profiles do), the child is created with `clone` and
+    /// set up the same way.
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    #[test]
+    fn where_clone3_is_refused_clone_starts_the_same_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let done = std::thread::spawn(move || {
+            // A filter on this thread only: clone3 answers ENOSYS.
+            let filter = [
+                libc::sock_filter {
+                    code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: 0,
+                },
+                libc::sock_filter {
+                    code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 1,
+                    k: libc::SYS_clone3 as u32,
+                },
+                libc::sock_filter {
+                    code: (libc::BPF_RET | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+                },
+                libc::sock_filter {
+                    code: (libc::BPF_RET | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: libc::SECCOMP_RET_ALLOW,
+                },
+            ];
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr().cast_mut(),
+            };
+            // SAFETY: prctl with a valid filter program; both affect this
+            // thread (and its children) only.
+            unsafe {
+                assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+                assert_eq!(
+                    libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog),
+                    0
+                );
+                assert_eq!(
+                    libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0),
+                    -1
+                );
+            }
+            assert_eq!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::ENOSYS)
+            );
+            let stdout = std::fs::File::create(&out).unwrap();
+            let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), "echo fell back".into()];
+            let plan = SpawnPlan {
+                path: Path::new("/bin/sh"),
+                argv: &argv,
+                env: &[],
+                cwd: None,
+                stdin: None,
+                stdout: Some(stdout.as_raw_fd()),
+                stderr: None,
+                process_group: true,
+                cgroup: None,
+            };
+            let child = spawn(&plan, Vec::new()).unwrap();
+            // SAFETY: getpgid takes a pid; the child is not reaped yet.
+            let group = unsafe { libc::getpgid(child.pid) };
+            assert!(wait(child.pid).unwrap().success());
+            assert_eq!(group, child.pid);
+            std::fs::read_to_string(&out).unwrap()
+        });
+        assert_eq!(done.join().unwrap(), "fell back\n");
+    }
+
     #[test]
     fn a_failing_hook_comes_back_as_its_error_and_the_child_is_reaped() {
         let argv: Vec<OsString> = vec!["true".into()];
