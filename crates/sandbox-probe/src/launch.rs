@@ -1,20 +1,25 @@
 //! One bounded launch of a command through a backend's own wrap.
 //!
-//! The command is prepared with [`Backend::prepare`] and turned into a plain
-//! `Command` with [`Confinement::into_command`](sandbox_core::Confinement::into_command),
-//! the same wrap `sandbox run` uses, and the backend's supervisor (the
+//! The command is prepared with [`Backend::prepare`] and started by
+//! [`crate::spawn`], the launch path `sandbox run` and the library runner
+//! take, with the backend's pre-exec hook; the backend's supervisor (the
 //! broker) serves it while it runs. It runs in its own process group with a
-//! minimal environment; when it overruns its deadline the whole group is
-//! killed and the launch reports that it timed out.
+//! minimal environment, stdin from `/dev/null`; when it overruns its deadline
+//! the whole group is killed and the launch reports that it timed out. It is
+//! waited for and reaped by pid, as the runner does.
 
-use std::ffi::OsString;
+use std::ffi::{OsStr, OsString};
 use std::fs::File;
-use std::os::unix::process::{CommandExt, ExitStatusExt};
-use std::path::Path;
-use std::process::{Child, ExitStatus, Stdio};
+use std::os::fd::AsRawFd;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use sandbox_core::{decode_pre_exec_error, Backend, ResolvedPolicy};
+use sandbox_core::{decode_pre_exec_error, Backend, PreExecHook, ResolvedPolicy};
+
+use crate::spawn::{self, SpawnPlan};
 
 /// How a launch ended.
 #[derive(Debug)]
@@ -93,75 +98,120 @@ pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &La
     // The backend's supervisor (the Landlock backend's broker) runs for the
     // launch as it does under `sandbox run`: without it, brokered calls fail.
     let supervisor = confinement.supervisor.take();
-    let Some((mut cmd, _report)) = confinement.into_command() else {
+    let Some(program) = confinement.argv.first() else {
         return Ended::NotStarted {
             why: "the backend's wrap produced an empty argv".into(),
         };
     };
-    let sink = |path: Option<&Path>| -> Result<Stdio, String> {
+    let null = |write: bool| {
+        std::fs::OpenOptions::new()
+            .read(!write)
+            .write(write)
+            .open("/dev/null")
+            .map_err(|e| format!("cannot open /dev/null: {e}"))
+    };
+    let sink = |path: Option<&Path>| -> Result<File, String> {
         match path {
-            None => Ok(Stdio::null()),
+            None => null(true),
             Some(p) => File::create(p)
-                .map(Stdio::from)
                 .map_err(|e| format!("cannot create output file {}: {e}", p.display())),
         }
     };
-    let (stdout, stderr) = match (sink(launch.stdout), sink(launch.stderr)) {
-        (Ok(o), Ok(e)) => (o, e),
-        (Err(why), _) | (_, Err(why)) => return Ended::NotStarted { why },
+    let (stdin, stdout, stderr) = match (null(false), sink(launch.stdout), sink(launch.stderr)) {
+        (Ok(i), Ok(o), Ok(e)) => (i, o, e),
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => return Ended::NotStarted { why },
     };
-    cmd.env_clear()
-        .envs(launch.env.iter().map(|(k, v)| (k, v)))
-        .stdin(Stdio::null())
-        .stdout(stdout)
-        .stderr(stderr)
-        .process_group(0);
-    let child = match cmd.spawn() {
-        Ok(child) => child,
+    let spawned = locate(program, launch.env).and_then(|path| {
+        let plan = SpawnPlan {
+            path: &path,
+            argv: &confinement.argv,
+            env: launch.env,
+            cwd: None,
+            stdin: Some(stdin.as_raw_fd()),
+            stdout: Some(stdout.as_raw_fd()),
+            stderr: Some(stderr.as_raw_fd()),
+            process_group: true,
+            cgroup: None,
+        };
+        let hooks: Vec<PreExecHook> = confinement.pre_exec.take().into_iter().collect();
+        // The hooks (and the child's end of the broker's channel) are gone
+        // once `spawn` returns, so the supervisor sees only the child's end.
+        spawn::spawn(&plan, hooks)
+    });
+    let pid = match spawned {
+        Ok(child) => child.pid,
         Err(e) => {
             let why = match decode_pre_exec_error(&e) {
                 Some(errno) => format!(
                     "the backend's pre-exec hook failed: {}",
                     std::io::Error::from_raw_os_error(errno)
                 ),
-                None => format!("spawning {:?} failed: {e}", cmd.get_program()),
+                None => format!("spawning {program:?} failed: {e}"),
             };
             return Ended::NotStarted { why };
         }
     };
-    // The hooks (and the child's end of the broker's channel) go with `cmd`.
-    drop(cmd);
+    drop((stdin, stdout, stderr));
     let running = match supervisor.map(|s| s.start()).transpose() {
         Ok(running) => running,
         Err(e) => {
-            let mut child = child;
-            let _ = child.kill();
-            let _ = child.wait();
+            kill_group(pid);
+            spawn::kill_and_reap(pid);
             return Ended::NotStarted {
                 why: format!("the backend's supervisor did not start: {e}"),
             };
         }
     };
-    let ended = wait_bounded(child, launch.deadline);
+    let ended = wait_bounded(pid, launch.deadline);
     if let Some(r) = running {
         r.finish();
     }
     ended
 }
 
-/// Waits for `child` at most `deadline`; kills its process group on overrun.
+/// Finds `program` as `execvp` would, in the launch's own `PATH`: a name
+/// with a slash as it is, otherwise the first executable file of that name.
+fn locate(program: &OsStr, env: &[(OsString, OsString)]) -> std::io::Result<PathBuf> {
+    if program.as_bytes().contains(&b'/') {
+        return Ok(PathBuf::from(program));
+    }
+    let not_found = || std::io::Error::from_raw_os_error(libc::ENOENT);
+    if program.is_empty() {
+        return Err(not_found());
+    }
+    let search = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"), |(_, v)| v);
+    std::env::split_paths(search)
+        .map(|dir| dir.join(program))
+        .find(|candidate| {
+            candidate.is_file()
+                && std::ffi::CString::new(candidate.as_os_str().as_bytes()).is_ok_and(|c| {
+                    // SAFETY: c is a valid NUL-terminated path.
+                    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
+                })
+        })
+        .ok_or_else(not_found)
+}
+
+/// Waits for `pid` at most `deadline`; kills its process group on overrun,
+/// then reaps it.
 ///
 /// std has no bounded wait; a pidfd gives one without a polling loop or a
 /// SIGCHLD handler (which would be process-global state a library must not own).
-fn wait_bounded(mut child: Child, deadline: Duration) -> Ended {
-    let exited = wait_pidfd(&child, deadline).unwrap_or_else(|| wait_polling(&mut child, deadline));
+fn wait_bounded(pid: libc::pid_t, deadline: Duration) -> Ended {
+    let exited = wait_pidfd(pid, deadline).unwrap_or_else(|| wait_polling(pid, deadline));
     // The child is a zombie or still running: its pid (= its group id) cannot
     // have been reused, so killing the group reaches only its own descendants.
-    kill_group(&child);
+    kill_group(pid);
     if !exited {
-        let _ = child.kill();
+        // SAFETY: signalling our unreaped child; failure (ESRCH) is fine.
+        unsafe {
+            libc::kill(pid, libc::SIGKILL);
+        }
     }
-    match child.wait() {
+    match spawn::wait(pid) {
         Ok(status) if exited => Ended::Exited { status },
         Ok(_) => Ended::TimedOut { after: deadline },
         Err(e) => Ended::NotStarted {
@@ -172,14 +222,13 @@ fn wait_bounded(mut child: Child, deadline: Duration) -> Ended {
 
 /// `Some(exited)` when a pidfd could be used, `None` when it is unavailable.
 #[cfg(not(target_os = "linux"))]
-fn wait_pidfd(_: &Child, _: Duration) -> Option<bool> {
+fn wait_pidfd(_: libc::pid_t, _: Duration) -> Option<bool> {
     None
 }
 
 /// `Some(exited)` when a pidfd could be used, `None` when it is unavailable.
 #[cfg(target_os = "linux")]
-fn wait_pidfd(child: &Child, deadline: Duration) -> Option<bool> {
-    let pid = libc::pid_t::try_from(child.id()).ok()?;
+fn wait_pidfd(pid: libc::pid_t, deadline: Duration) -> Option<bool> {
     // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
     let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
     let fd = libc::c_int::try_from(fd).ok().filter(|fd| *fd >= 0)?;
@@ -190,7 +239,7 @@ fn wait_pidfd(child: &Child, deadline: Duration) -> Option<bool> {
         let left = deadline.saturating_sub(start.elapsed());
         let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
         let mut pfd = libc::pollfd {
-            fd: std::os::fd::AsRawFd::as_raw_fd(&fd),
+            fd: fd.as_raw_fd(),
             events: libc::POLLIN,
             revents: 0,
         };
@@ -208,23 +257,39 @@ fn wait_pidfd(child: &Child, deadline: Duration) -> Option<bool> {
     }
 }
 
-fn wait_polling(child: &mut Child, deadline: Duration) -> bool {
+/// Checks with `waitid(WNOWAIT)` on a short tick, leaving the child unreaped
+/// (its pid, its group id, stays ours until [`spawn::wait`]).
+fn wait_polling(pid: libc::pid_t, deadline: Duration) -> bool {
     let start = Instant::now();
     loop {
-        match child.try_wait() {
-            Ok(Some(_)) => return true,
-            Ok(None) if start.elapsed() < deadline => std::thread::sleep(Duration::from_millis(1)),
-            _ => return false,
+        // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child unreaped.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
+            )
+        };
+        // SAFETY: si_pid is valid to read for waitid results.
+        if rc == 0 && unsafe { info.si_pid() } != 0 {
+            return true;
         }
+        if rc != 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+            return false;
+        }
+        if start.elapsed() >= deadline {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(1));
     }
 }
 
-fn kill_group(child: &Child) {
-    if let Ok(pid) = libc::pid_t::try_from(child.id()) {
-        // SAFETY: signalling a process group we created; failure (ESRCH) is fine.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
-        }
+fn kill_group(pid: libc::pid_t) {
+    // SAFETY: signalling a process group we created; failure (ESRCH) is fine.
+    unsafe {
+        libc::kill(-pid, libc::SIGKILL);
     }
 }
 
@@ -329,6 +394,47 @@ mod tests {
         );
         match ended {
             Ended::NotStarted { why } => assert!(why.contains("pre-exec hook failed"), "{why}"),
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn the_program_is_found_in_the_launch_path_and_a_missing_one_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let policy = SandboxPolicy::default()
+            .resolve(&ExpandContext::default())
+            .unwrap();
+        let run = |argv: &[&str]| {
+            let argv: Vec<OsString> = argv.iter().map(OsString::from).collect();
+            launch(
+                &NoopBackend,
+                &policy,
+                &Launch {
+                    argv: &argv,
+                    env: &minimal_env(),
+                    stdout: Some(&out),
+                    stderr: None,
+                    deadline: LAUNCH_DEADLINE_FOR_TESTS,
+                },
+            )
+        };
+        // stdin is /dev/null: `read` meets end of file at once.
+        let ended = run(&["sh", "-c", "read x || echo eof; echo \"$PATH\""]);
+        assert!(
+            matches!(ended, Ended::Exited { status } if status.success()),
+            "{ended:?}"
+        );
+        assert_eq!(
+            std::fs::read_to_string(&out).unwrap(),
+            "eof\n/usr/local/bin:/usr/bin:/bin\n"
+        );
+        match run(&["sandbox-probe-no-such-program"]) {
+            Ended::NotStarted { why } => assert_eq!(
+                why,
+                "spawning \"sandbox-probe-no-such-program\" failed: \
+                 No such file or directory (os error 2)"
+            ),
             other => panic!("{other:?}"),
         }
     }

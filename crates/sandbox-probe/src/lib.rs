@@ -16,6 +16,8 @@ pub mod conformance;
 mod gate;
 mod launch;
 mod probe;
+#[doc(hidden)]
+pub mod spawn;
 
 pub use gate::{cached, enforcement_self_test, gate, GateFailure, GateReport};
 pub use probe::{

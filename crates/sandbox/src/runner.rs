@@ -350,7 +350,11 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         argv: &argv,
         env: &env,
         cwd: req.cwd.as_deref(),
+        stdin: None,
+        stdout: None,
         stderr: null.as_ref().map(|f| f.as_raw_fd()),
+        // The runner's own hook starts a session (a new group with it).
+        process_group: false,
         cgroup: containment.cgroup(),
     };
     // The runner's own setup first, then the backend's confinement.

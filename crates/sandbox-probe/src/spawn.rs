@@ -1,4 +1,13 @@
-//! Starting the command with the hooks that confine it.
+//! The one launch path: how `sandbox run`, the library runner
+//! (`sandbox::run`) and the enforcement self-test's probes start a command
+//! with the hooks that confine it.
+//!
+//! It lives in the gate's crate so that the gate launches its probes through
+//! exactly the code that launches a run: what the self-test witnesses is
+//! what runs. It is shared by the workspace's own crates and not a public
+//! API (hence hidden from the docs); the library's public ways to start a
+//! confined command are the facade's runner,
+//! `Confinement::into_command` and the `ConfinedSpawner`.
 //!
 //! std's `Command` runs `pre_exec` hooks after a full `fork`, which copies the
 //! runner's page tables only for `exec` to throw them away (about 0.1 ms per
@@ -10,15 +19,17 @@
 //! offers a vfork-style spawn that runs such hooks, hence the hand-written
 //! code. Elsewhere std's `Command` does the work.
 //!
-//! A run with a cgroup of its own starts there: `clone3` with
-//! `CLONE_INTO_CGROUP` (Linux 5.7) places the child in the cgroup as it is
-//! created. Migrating it afterwards (a write to `cgroup.procs`) takes the
-//! cgroup threadgroup lock for writing, which waits for an RCU grace period:
-//! about 0.25 ms per launch here (BENCHMARKS.md). `clone3` has no libc
-//! wrapper that runs a function on a new stack, so a few lines of assembly
-//! call the child's entry point (x86_64 and aarch64). Where `clone3` is
-//! refused (older kernels, a seccomp filter that answers ENOSYS, another
-//! architecture) the child is cloned as before and writes `cgroup.procs`
+//! The child is created with `clone3` (Linux 5.3), the same entry for every
+//! launch, so the self-test's probes (no cgroup) take the path a run takes.
+//! A run with a cgroup of its own starts there: `CLONE_INTO_CGROUP` (Linux
+//! 5.7) places the child in the cgroup as it is created. Migrating it
+//! afterwards (a write to `cgroup.procs`) takes the cgroup threadgroup lock
+//! for writing, which waits for an RCU grace period: about 0.25 ms per
+//! launch here (BENCHMARKS.md). `clone3` has no libc wrapper that runs a
+//! function on a new stack, so a few lines of assembly call the child's
+//! entry point (x86_64 and aarch64). Where `clone3` is refused (older
+//! kernels, a seccomp filter that answers ENOSYS, another architecture) the
+//! child is created with `clone` and, for a cgroup, writes `cgroup.procs`
 //! itself, first of all its steps.
 
 use std::ffi::OsString;
@@ -31,47 +42,64 @@ use std::process::ExitStatus;
 use sandbox_core::PreExecHook;
 
 /// What to start. `env` is the whole environment, each name once.
-pub(crate) struct SpawnPlan<'a> {
-    /// The executable, already located.
-    pub(crate) path: &'a Path,
+///
+/// The child's setup runs in this order: join the cgroup (when `clone3`
+/// could not start it there), reset signal handlers, wire stdin, stdout and
+/// stderr, make its own process group (`process_group`), change to `cwd`,
+/// run the hooks in order, exec.
+#[derive(Debug, Clone, Copy)]
+pub struct SpawnPlan<'a> {
+    /// The executable, already located (no `PATH` search happens here).
+    pub path: &'a Path,
     /// `argv[0]` and the arguments.
-    pub(crate) argv: &'a [OsString],
-    pub(crate) env: &'a [(OsString, OsString)],
-    pub(crate) cwd: Option<&'a Path>,
-    /// The child's stderr: this fd, or (`None`) the runner's own, untouched.
-    pub(crate) stderr: Option<RawFd>,
-    /// The cgroup the child starts in (Linux only).
-    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-    pub(crate) cgroup: Option<CgroupTarget>,
+    pub argv: &'a [OsString],
+    /// The complete environment.
+    pub env: &'a [(OsString, OsString)],
+    /// The working directory, or (`None`) the caller's.
+    pub cwd: Option<&'a Path>,
+    /// The child's stdin: this fd, or (`None`) the caller's own, untouched.
+    pub stdin: Option<RawFd>,
+    /// The child's stdout: this fd, or (`None`) the caller's own, untouched.
+    pub stdout: Option<RawFd>,
+    /// The child's stderr: this fd, or (`None`) the caller's own, untouched.
+    pub stderr: Option<RawFd>,
+    /// Whether the child becomes the leader of a process group of its own
+    /// (`setpgid(0, 0)`, before the hooks). A hook that calls `setsid`
+    /// (the runner's) needs `false`: a group leader cannot start a session.
+    pub process_group: bool,
+    /// The cgroup the child starts in (Linux only; ignored elsewhere).
+    pub cgroup: Option<CgroupTarget>,
 }
 
 /// A cgroup v2 to start the child in; both fds stay open until `spawn`
 /// returns.
 #[derive(Debug, Clone, Copy)]
-#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
-pub(crate) struct CgroupTarget {
+pub struct CgroupTarget {
     /// The cgroup's directory, for `CLONE_INTO_CGROUP`.
-    pub(crate) dir: RawFd,
+    pub dir: RawFd,
     /// Its `cgroup.procs`, opened for writing, for the fallback.
-    pub(crate) procs: RawFd,
+    pub procs: RawFd,
 }
 
-/// A started child: stdin, stdout and (unless the plan says otherwise)
-/// stderr are the runner's own, untouched (a terminal stays a terminal).
-pub(crate) struct Spawned {
-    pub(crate) pid: i32,
+/// A started child, not yet reaped: the caller waits for it by pid
+/// ([`wait`], or a pidfd then [`wait`]).
+#[derive(Debug)]
+pub struct Spawned {
+    /// Its process id.
+    pub pid: i32,
 }
 
 /// Starts `plan`, running `hooks` in order in the child before `exec`.
 ///
 /// A hook's error (or exec's) comes back as the raw OS error it carried;
-/// the child then never ran the command and has been reaped.
-pub(crate) fn spawn(plan: &SpawnPlan<'_>, hooks: Vec<PreExecHook>) -> io::Result<Spawned> {
+/// the child then never ran the command and has been reaped. The hooks are
+/// dropped (with any fds they hold) before this returns.
+pub fn spawn(plan: &SpawnPlan<'_>, hooks: Vec<PreExecHook>) -> io::Result<Spawned> {
     imp::spawn(plan, hooks)
 }
 
 /// Waits for `pid` to end and reaps it.
-pub(crate) fn wait(pid: i32) -> io::Result<ExitStatus> {
+pub fn wait(pid: i32) -> io::Result<ExitStatus> {
     let mut status = 0;
     loop {
         // SAFETY: status is a valid out-pointer.
@@ -86,7 +114,7 @@ pub(crate) fn wait(pid: i32) -> io::Result<ExitStatus> {
 }
 
 /// Kills `pid` and reaps it (for a child that must not go on).
-pub(crate) fn kill_and_reap(pid: i32) {
+pub fn kill_and_reap(pid: i32) {
     // SAFETY: kill with integer arguments; pid is our unreaped child.
     unsafe { libc::kill(pid, libc::SIGKILL) };
     let _ = wait(pid);
@@ -96,7 +124,7 @@ pub(crate) fn kill_and_reap(pid: i32) {
 mod imp {
     use std::ffi::{CString, OsStr};
     use std::io;
-    use std::os::fd::RawFd;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
     use std::os::unix::ffi::OsStrExt;
 
     use sandbox_core::PreExecHook;
@@ -115,7 +143,11 @@ mod imp {
         argv: Vec<*const libc::c_char>,
         envp: Vec<*const libc::c_char>,
         cwd: Option<CString>,
-        stderr: RawFd,
+        /// The fds to install as 0, 1 and 2; -1 keeps the caller's. Each is
+        /// either its own target or above 2, so no `dup2` clobbers another's
+        /// source.
+        stdio: [RawFd; 3],
+        process_group: bool,
         /// `cgroup.procs` to join first, or -1 (none, or already there).
         join: RawFd,
         hooks: Vec<PreExecHook>,
@@ -153,6 +185,32 @@ mod imp {
                 cstr("environment variable", &kv)
             })
             .collect::<io::Result<Vec<_>>>()?;
+        // A source below 3 that is not its own target could be overwritten
+        // by an earlier `dup2` in the child: use a copy above 2 instead.
+        let mut copies: Vec<OwnedFd> = Vec::new();
+        let mut stdio = [-1; 3];
+        for (target, fd) in [plan.stdin, plan.stdout, plan.stderr]
+            .into_iter()
+            .enumerate()
+        {
+            stdio[target] = match fd {
+                None => -1,
+                Some(fd) if fd > 2 || fd == target as RawFd => fd,
+                Some(fd) => {
+                    // SAFETY: F_DUPFD_CLOEXEC takes an fd and a minimum and
+                    // returns a new fd or -1.
+                    let copy = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+                    if copy < 0 {
+                        return Err(io::Error::last_os_error());
+                    }
+                    // SAFETY: `copy` was just returned and is owned here alone.
+                    let copy = unsafe { OwnedFd::from_raw_fd(copy) };
+                    let raw = copy.as_raw_fd();
+                    copies.push(copy);
+                    raw
+                }
+            };
+        }
         let mut args = ChildArgs {
             path: cstr("program path", plan.path.as_os_str())?,
             argv: pointers(&argv_c),
@@ -161,7 +219,8 @@ mod imp {
                 .cwd
                 .map(|d| cstr("working directory", d.as_os_str()))
                 .transpose()?,
-            stderr: plan.stderr.unwrap_or(libc::STDERR_FILENO),
+            stdio,
+            process_group: plan.process_group,
             join: -1,
             hooks,
             error: 0,
@@ -177,16 +236,14 @@ mod imp {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         }
-        let mut pid = -1;
-        if let Some(cgroup) = plan.cgroup {
-            // SAFETY: as for `clone` below; the trampoline calls `child_main`
-            // on the fresh stack.
-            pid = unsafe { clone3_into(cgroup.dir, &stack, &mut args) };
-            if pid < 0 {
-                args.join = cgroup.procs;
-            }
-        }
+        // Every launch takes the same entry, with a cgroup or without (the
+        // self-test's probes, a run in a process group), so the gate's
+        // launches go through the code a run does.
+        // SAFETY: as for `clone` below; the trampoline calls `child_main`
+        // on the fresh stack.
+        let mut pid = unsafe { clone3_vfork(plan.cgroup.map(|c| c.dir), &stack, &mut args) };
         if pid < 0 {
+            args.join = plan.cgroup.map_or(-1, |c| c.procs);
             // SAFETY: the stack is mapped, writable and unused; `args` outlives
             // the child's use of it, since CLONE_VFORK returns only once the
             // child has exec'd or exited. `child_main` only makes
@@ -204,6 +261,7 @@ mod imp {
         // SAFETY: restoring the mask saved above.
         unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
         drop(stack);
+        drop(copies);
         if pid < 0 {
             return Err(clone_error);
         }
@@ -237,8 +295,9 @@ mod imp {
         unsafe { libc::_exit(127) }
     }
 
-    /// Joins the cgroup, resets signals, wires stderr and cwd, runs the hooks
-    /// and execs. Returns the errno of the step that failed.
+    /// Joins the cgroup, resets signals, wires stdio, makes the process
+    /// group, changes directory, runs the hooks and execs. Returns the errno
+    /// of the step that failed.
     unsafe fn prepare_and_exec(args: &mut ChildArgs) -> i32 {
         let errno = || *libc::__errno_location();
         // "0" moves the writing process (cgroup-v2.rst, cgroup.procs).
@@ -263,11 +322,18 @@ mod imp {
                 libc::sigaction(sig, &default, std::ptr::null_mut());
             }
         }
-        if args.stderr == libc::STDERR_FILENO {
-            if libc::fcntl(args.stderr, libc::F_SETFD, 0) < 0 {
+        for (target, &fd) in (0..).zip(args.stdio.iter()) {
+            if fd < 0 || fd == target {
+                // The caller's own (or the one asked for): open across exec.
+                // A closed one stays closed.
+                if libc::fcntl(target, libc::F_SETFD, 0) < 0 && errno() != libc::EBADF {
+                    return errno();
+                }
+            } else if libc::dup2(fd, target) < 0 {
                 return errno();
             }
-        } else if libc::dup2(args.stderr, libc::STDERR_FILENO) < 0 {
+        }
+        if args.process_group && libc::setpgid(0, 0) < 0 {
             return errno();
         }
         if let Some(cwd) = &args.cwd {
@@ -308,21 +374,26 @@ mod imp {
     /// `CLONE_INTO_CGROUP` (include/uapi/linux/sched.h).
     const CLONE_INTO_CGROUP: u64 = 0x2_0000_0000;
 
-    /// `clone3(CLONE_VM | CLONE_VFORK | CLONE_INTO_CGROUP)`: runs
-    /// `child_main(args)` on `stack` in the cgroup `dir`. Returns the pid, or
-    /// -1 with errno set when the kernel refused (nothing was started).
+    /// `clone3(CLONE_VM | CLONE_VFORK)`, with `CLONE_INTO_CGROUP` when given
+    /// a cgroup `dir`: runs `child_main(args)` on `stack` (in that cgroup).
+    /// Returns the pid, or -1 with errno set when the kernel refused (nothing
+    /// was started).
     ///
     /// # Safety
     /// As for `clone` with `child_main`: signals blocked, `args` and `stack`
     /// alive until the child has exec'd or exited (CLONE_VFORK ensures it).
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
-    unsafe fn clone3_into(dir: RawFd, stack: &Stack, args: &mut ChildArgs) -> i32 {
-        let Ok(dir) = u64::try_from(dir) else {
-            *libc::__errno_location() = libc::EBADF;
-            return -1;
+    unsafe fn clone3_vfork(dir: Option<RawFd>, stack: &Stack, args: &mut ChildArgs) -> i32 {
+        let (into, dir) = match dir.map(u64::try_from) {
+            None => (0, 0),
+            Some(Ok(dir)) => (CLONE_INTO_CGROUP, dir),
+            Some(Err(_)) => {
+                *libc::__errno_location() = libc::EBADF;
+                return -1;
+            }
         };
         let ca = CloneArgs {
-            flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | CLONE_INTO_CGROUP,
+            flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | into,
             exit_signal: libc::SIGCHLD as u64,
             stack: stack.base() as u64,
             stack_size: STACK_SIZE as u64,
@@ -384,7 +455,7 @@ mod imp {
 
     /// Elsewhere the child is always cloned and joins the cgroup by writing.
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-    unsafe fn clone3_into(_dir: RawFd, _stack: &Stack, _args: &mut ChildArgs) -> i32 {
+    unsafe fn clone3_vfork(_dir: Option<RawFd>, _stack: &Stack, _args: &mut ChildArgs) -> i32 {
         *libc::__errno_location() = libc::ENOSYS;
         -1
     }
@@ -442,6 +513,7 @@ mod imp {
 #[cfg(not(target_os = "linux"))]
 mod imp {
     use std::io;
+    use std::os::fd::RawFd;
     use std::process::{Command, Stdio};
 
     use sandbox_core::PreExecHook;
@@ -456,12 +528,11 @@ mod imp {
         }
         cmd.env_clear()
             .envs(plan.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::inherit())
-            .stdout(Stdio::inherit());
-        if let Some(fd) = plan.stderr {
-            // SAFETY: borrowing the caller's fd only to duplicate it.
-            let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
-            cmd.stderr(Stdio::from(borrowed.try_clone_to_owned()?));
+            .stdin(stdio(plan.stdin)?)
+            .stdout(stdio(plan.stdout)?)
+            .stderr(stdio(plan.stderr)?);
+        if plan.process_group {
+            std::os::unix::process::CommandExt::process_group(&mut cmd, 0);
         }
         if let Some(cwd) = plan.cwd {
             cmd.current_dir(cwd);
@@ -470,9 +541,176 @@ mod imp {
             hook.install(&mut cmd);
         }
         let child = cmd.spawn()?;
-        // Dropping `Child` neither waits nor kills: the runner reaps by pid.
+        // Dropping `Child` neither waits nor kills: the caller reaps by pid.
         Ok(Spawned {
             pid: child.id() as i32,
         })
+    }
+
+    /// The caller's fd (`None`: its own, inherited), duplicated for `Command`.
+    fn stdio(fd: Option<RawFd>) -> io::Result<Stdio> {
+        let Some(fd) = fd else {
+            return Ok(Stdio::inherit());
+        };
+        // SAFETY: borrowing the caller's fd only to duplicate it.
+        let borrowed = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+        Ok(Stdio::from(borrowed.try_clone_to_owned()?))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::fd::AsRawFd;
+
+    #[test]
+    fn stdio_cwd_env_and_process_group_are_as_planned() {
+        let dir = tempfile::tempdir().unwrap();
+        let input = dir.path().join("in");
+        std::fs::write(&input, "hello\n").unwrap();
+        let stdin = std::fs::File::open(&input).unwrap();
+        let stdout = std::fs::File::create(dir.path().join("out")).unwrap();
+        let stderr = std::fs::File::create(dir.path().join("err")).unwrap();
+        let argv: Vec<OsString> = vec![
+            "sh".into(),
+            "-c".into(),
+            r#"read line; echo "$line $GREETING $(pwd)"; echo oops >&2"#.into(),
+        ];
+        let env = vec![("GREETING".into(), "world".into())];
+        let plan = SpawnPlan {
+            path: Path::new("/bin/sh"),
+            argv: &argv,
+            env: &env,
+            cwd: Some(dir.path()),
+            stdin: Some(stdin.as_raw_fd()),
+            stdout: Some(stdout.as_raw_fd()),
+            stderr: Some(stderr.as_raw_fd()),
+            process_group: true,
+            cgroup: None,
+        };
+        let child = spawn(&plan, Vec::new()).unwrap();
+        // SAFETY: getpgid takes a pid; the child is not reaped yet.
+        let group = unsafe { libc::getpgid(child.pid) };
+        let status = wait(child.pid).unwrap();
+        assert!(status.success(), "{status:?}");
+        assert_eq!(group, child.pid, "the child leads a group of its own");
+        let cwd = dir.path().canonicalize().unwrap();
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("out")).unwrap(),
+            format!("hello world {}\n", cwd.display())
+        );
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("err")).unwrap(),
+            "oops\n"
+        );
+    }
+
+    /// Where `clone3` is refused (a filter answering ENOSYS, as container
+    /// runtimes' default profiles do), the child is created with `clone` and
+    /// set up the same way.
+    #[cfg(all(
+        target_os = "linux",
+        any(target_arch = "x86_64", target_arch = "aarch64")
+    ))]
+    #[test]
+    fn where_clone3_is_refused_clone_starts_the_same_child() {
+        let dir = tempfile::tempdir().unwrap();
+        let out = dir.path().join("out");
+        let done = std::thread::spawn(move || {
+            // A filter on this thread only: clone3 answers ENOSYS.
+            let filter = [
+                libc::sock_filter {
+                    code: (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: 0,
+                },
+                libc::sock_filter {
+                    code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 1,
+                    k: libc::SYS_clone3 as u32,
+                },
+                libc::sock_filter {
+                    code: (libc::BPF_RET | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32,
+                },
+                libc::sock_filter {
+                    code: (libc::BPF_RET | libc::BPF_K) as u16,
+                    jt: 0,
+                    jf: 0,
+                    k: libc::SECCOMP_RET_ALLOW,
+                },
+            ];
+            let prog = libc::sock_fprog {
+                len: filter.len() as u16,
+                filter: filter.as_ptr().cast_mut(),
+            };
+            // SAFETY: prctl with a valid filter program; both affect this
+            // thread (and its children) only.
+            unsafe {
+                assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+                assert_eq!(
+                    libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER, &prog),
+                    0
+                );
+                assert_eq!(
+                    libc::syscall(libc::SYS_clone3, std::ptr::null::<u8>(), 0),
+                    -1
+                );
+            }
+            assert_eq!(
+                io::Error::last_os_error().raw_os_error(),
+                Some(libc::ENOSYS)
+            );
+            let stdout = std::fs::File::create(&out).unwrap();
+            let argv: Vec<OsString> = vec!["sh".into(), "-c".into(), "echo fell back".into()];
+            let plan = SpawnPlan {
+                path: Path::new("/bin/sh"),
+                argv: &argv,
+                env: &[],
+                cwd: None,
+                stdin: None,
+                stdout: Some(stdout.as_raw_fd()),
+                stderr: None,
+                process_group: true,
+                cgroup: None,
+            };
+            let child = spawn(&plan, Vec::new()).unwrap();
+            // SAFETY: getpgid takes a pid; the child is not reaped yet.
+            let group = unsafe { libc::getpgid(child.pid) };
+            assert!(wait(child.pid).unwrap().success());
+            assert_eq!(group, child.pid);
+            std::fs::read_to_string(&out).unwrap()
+        });
+        assert_eq!(done.join().unwrap(), "fell back\n");
+    }
+
+    #[test]
+    fn a_failing_hook_comes_back_as_its_error_and_the_child_is_reaped() {
+        let argv: Vec<OsString> = vec!["true".into()];
+        // SAFETY: the hook builds an io::Error from a raw code: no allocation.
+        let hook = unsafe { PreExecHook::new(|| Err(io::Error::from_raw_os_error(libc::EPERM))) };
+        let plan = SpawnPlan {
+            path: Path::new("/bin/true"),
+            argv: &argv,
+            env: &[],
+            cwd: None,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            process_group: false,
+            cgroup: None,
+        };
+        let err = spawn(&plan, vec![hook]).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EPERM));
+        let missing = SpawnPlan {
+            path: Path::new("/nonexistent/program"),
+            ..plan
+        };
+        let err = spawn(&missing, Vec::new()).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ENOENT));
     }
 }
