@@ -130,10 +130,14 @@ pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &La
             stdin: Some(stdin.as_raw_fd()),
             stdout: Some(stdout.as_raw_fd()),
             stderr: Some(stderr.as_raw_fd()),
-            process_group: true,
+            process_group: false,
             cgroup: None,
         };
-        let hooks: Vec<PreExecHook> = confinement.pre_exec.take().into_iter().collect();
+        // The runner's own setup first (its session is the probe's process
+        // group), then the backend's confinement: as `sandbox run` does.
+        let hooks: Vec<PreExecHook> = std::iter::once(spawn::session_hook(true))
+            .chain(confinement.pre_exec.take())
+            .collect();
         // The hooks (and the child's end of the broker's channel) are gone
         // once `spawn` returns, so the supervisor sees only the child's end.
         spawn::spawn(&plan, hooks)

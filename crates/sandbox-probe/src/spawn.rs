@@ -89,6 +89,69 @@ pub struct Spawned {
     pub pid: i32,
 }
 
+/// How the child exits when the runner died before its parent-death signal
+/// was armed (the runner's "sandbox failed" status).
+const EXIT_PARENT_GONE: i32 = 125;
+
+/// The launcher's own child setup, first of the hooks of every run and gate
+/// probe: new session (and so its own process group), parent-death signal,
+/// every inherited fd above 2 marked close-on-exec, and for confined runs
+/// no_new_privs (no setuid gain, whatever the backend).
+pub fn session_hook(no_new_privs: bool) -> PreExecHook {
+    // SAFETY: the closure only makes async-signal-safe syscalls with integer
+    // arguments and allocates nothing.
+    let parent = std::process::id() as libc::pid_t;
+    unsafe {
+        PreExecHook::new(move || {
+            if libc::setsid() < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            child_sys::harden(parent, no_new_privs)
+        })
+    }
+}
+
+/// Child-side setup that differs by OS; async-signal-safe, no allocation.
+mod child_sys {
+    #[cfg(target_os = "linux")]
+    pub(super) unsafe fn harden(parent: libc::pid_t, no_new_privs: bool) -> std::io::Result<()> {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // The parent may have died before PDEATHSIG was armed.
+        if libc::getppid() != parent {
+            libc::_exit(super::EXIT_PARENT_GONE);
+        }
+        if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // CLOSE_RANGE_CLOEXEC keeps a backend's ruleset fd usable until exec.
+        if libc::syscall(
+            libc::SYS_close_range,
+            3u32,
+            u32::MAX,
+            libc::CLOSE_RANGE_CLOEXEC,
+        ) < 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// No parent-death signal or no_new_privs exist here; fds are marked close-on-exec one by one.
+    #[cfg(not(target_os = "linux"))]
+    pub(super) unsafe fn harden(_parent: libc::pid_t, _no_new_privs: bool) -> std::io::Result<()> {
+        let max = libc::getdtablesize();
+        for fd in 3..max {
+            let flags = libc::fcntl(fd, libc::F_GETFD);
+            if flags >= 0 {
+                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+            }
+        }
+        Ok(())
+    }
+}
+
 /// Starts `plan`, running `hooks` in order in the child before `exec`.
 ///
 /// A hook's error (or exec's) comes back as the raw OS error it carried;

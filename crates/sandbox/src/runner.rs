@@ -358,7 +358,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         cgroup: containment.cgroup(),
     };
     // The runner's own setup first, then the backend's confinement.
-    let hooks: Vec<PreExecHook> = std::iter::once(runner_hook(req.policy.is_some()))
+    let hooks: Vec<PreExecHook> = std::iter::once(spawn::session_hook(req.policy.is_some()))
         .chain(hook)
         .collect();
 
@@ -515,64 +515,6 @@ fn locate(
         }
     }
     Err(first_error.unwrap_or_else(|| RunError::NotFound(program.to_owned())))
-}
-
-/// The runner's own child setup: new session, parent-death signal, every
-/// inherited fd above 2 marked close-on-exec, and for confined runs
-/// no_new_privs (no setuid gain, whatever the backend).
-fn runner_hook(no_new_privs: bool) -> PreExecHook {
-    // SAFETY: the closure only makes async-signal-safe syscalls with integer
-    // arguments and allocates nothing.
-    let parent = std::process::id() as libc::pid_t;
-    unsafe {
-        PreExecHook::new(move || {
-            if libc::setsid() < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            child_sys::harden(parent, no_new_privs)
-        })
-    }
-}
-
-/// Child-side setup that differs by OS; async-signal-safe, no allocation.
-mod child_sys {
-    #[cfg(target_os = "linux")]
-    pub(super) unsafe fn harden(parent: libc::pid_t, no_new_privs: bool) -> std::io::Result<()> {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // The parent may have died before PDEATHSIG was armed.
-        if libc::getppid() != parent {
-            libc::_exit(super::EXIT_SANDBOX);
-        }
-        if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // CLOSE_RANGE_CLOEXEC keeps a backend's ruleset fd usable until exec.
-        if libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        ) < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
-    }
-
-    /// No parent-death signal or no_new_privs exist here; fds are marked close-on-exec one by one.
-    #[cfg(not(target_os = "linux"))]
-    pub(super) unsafe fn harden(_parent: libc::pid_t, _no_new_privs: bool) -> std::io::Result<()> {
-        let max = libc::getdtablesize();
-        for fd in 3..max {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags >= 0 {
-                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
-            }
-        }
-        Ok(())
-    }
 }
 
 #[cfg(target_os = "linux")]
