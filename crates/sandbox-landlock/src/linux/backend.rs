@@ -19,11 +19,19 @@ const NAME: &str = "landlock";
 /// Environment variable naming the `sandbox` binary used by [`Backend::wrap_argv`].
 pub const SANDBOX_BIN_ENV: &str = "SANDBOX_BIN";
 
-/// The Linux backend: Landlock rules plus the seccomp filter.
+/// The Linux backend: Landlock rules, a seccomp filter, and a broker (a
+/// seccomp user-notification supervisor in the launching process).
 ///
-/// By default metadata writes are brokered: each [`Confinement`] carries a
-/// supervisor the runner starts after spawning (see
-/// [`LandlockBackend::with_broker`]).
+/// Landlock governs paths (and TCP ports, signal and abstract-socket scopes
+/// where the ABI has them); the filter refuses what Landlock cannot see
+/// (namespaces, io_uring, inode ioctls, other processes, set-id modes, the
+/// network when off); the broker performs the calls neither can decide
+/// alone, on the command's behalf and with its credentials: metadata writes,
+/// writing opens and entry calls when a deny path lies beneath a write path,
+/// `connect` (host UNIX sockets, egress rules) and `listen` under egress
+/// rules. Each [`Confinement`] carries the broker as a supervisor the runner
+/// starts after spawning; without it ([`LandlockBackend::with_broker`]
+/// `false`) those calls are refused instead.
 #[derive(Debug, Clone, Copy)]
 pub struct LandlockBackend {
     abi: KernelAbi,
