@@ -178,6 +178,8 @@ def attempt(name, f):
     except OSError as e:
         print(name, "refused", e.errno)
 def udp(): socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+def netlink_route(): socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 0)
+def netlink_user(): socket.socket(socket.AF_NETLINK, socket.SOCK_RAW, 2)
 def tcp(): socket.socket(socket.AF_INET, socket.SOCK_STREAM)
 def listen_any():
     s = socket.socket(); s.bind(("0.0.0.0", 0)); s.listen()
@@ -188,7 +190,8 @@ def listen_loopback():
 def fastopen():
     s = socket.socket()
     s.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", int(sys.argv[1])))
-for name, f in [("udp", udp), ("tcp", tcp), ("listen_any", listen_any),
+for name, f in [("udp", udp), ("tcp", tcp), ("netlink_route", netlink_route),
+                ("netlink_user", netlink_user), ("listen_any", listen_any),
                 ("listen_unbound", listen_unbound), ("listen_loopback", listen_loopback),
                 ("fastopen", fastopen)]:
     attempt(name, f)
@@ -201,8 +204,8 @@ fn no_datagram_socket_fastopen_or_outside_listener_gets_past_the_list() {
     let (out, _) = run(&allow(&["example.com:443".to_owned()]), &script);
     assert_eq!(
         stdout(&out),
-        "udp refused 1\ntcp ok\nlisten_any refused 1\nlisten_unbound refused 1\n\
-         listen_loopback ok\nfastopen refused 1",
+        "udp refused 1\ntcp ok\nnetlink_route ok\nnetlink_user refused 1\nlisten_any refused 1\n\
+         listen_unbound refused 1\nlisten_loopback ok\nfastopen refused 1",
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
@@ -211,7 +214,8 @@ fn no_datagram_socket_fastopen_or_outside_listener_gets_past_the_list() {
     let (out, _) = run(&[], &script);
     assert_eq!(
         stdout(&out),
-        "udp ok\ntcp ok\nlisten_any ok\nlisten_unbound ok\nlisten_loopback ok\nfastopen ok",
+        "udp ok\ntcp ok\nnetlink_route ok\nnetlink_user ok\nlisten_any ok\nlisten_unbound ok\n\
+         listen_loopback ok\nfastopen ok",
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );

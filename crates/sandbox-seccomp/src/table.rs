@@ -1013,8 +1013,10 @@ fn egress(
     let mut sockets = vec![
         unix_stream.clone(),
         unix_seqpacket.clone(),
-        // Netlink reaches only the local kernel (interfaces, routes).
-        vec![af(libc::AF_NETLINK)],
+        // NETLINK_ROUTE only (interfaces and addresses, which getaddrinfo
+        // and getifaddrs read): without CAP_NET_ADMIN it reaches the kernel
+        // alone, while NETLINK_USERSOCK could message another local process.
+        vec![af(libc::AF_NETLINK), proto(libc::NETLINK_ROUTE)],
     ];
     for domain in [libc::AF_INET, libc::AF_INET6] {
         for p in [0, libc::IPPROTO_TCP] {
@@ -1028,7 +1030,7 @@ fn egress(
         row(
             socket,
             allow_if(sockets),
-            "egress rules: TCP, AF_UNIX stream/seqpacket and netlink only: a datagram or raw \
+            "egress rules: TCP, AF_UNIX stream/seqpacket and NETLINK_ROUTE only: a datagram or raw \
              IP socket could address any host by sendto, which the broker never sees",
         ),
         row(

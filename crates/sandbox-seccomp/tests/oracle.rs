@@ -196,7 +196,7 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
             let (dom, ty, proto) = (lo(0) as i32, lo(1) as i32 & 0xf, lo(2) as i32);
             yes(match dom {
                 AF_UNIX => ty == SOCK_STREAM || ty == SOCK_SEQPACKET,
-                16 /* AF_NETLINK */ => true,
+                16 /* AF_NETLINK */ => proto == 0, // NETLINK_ROUTE
                 AF_INET | AF_INET6 => ty == SOCK_STREAM && (proto == 0 || proto == IPPROTO_TCP),
                 _ => false,
             })

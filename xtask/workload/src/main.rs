@@ -266,28 +266,18 @@ fn chmod_loop(n: usize, dir: &Path) -> Result<serde_json::Value, String> {
     Ok(serde_json::json!({ "ns": ns }))
 }
 
-/// `n` TCP connects (each closed at once) to `addr`, a listener that accepts.
-/// Each socket closes with a reset (`SO_LINGER` 0), so repeated runs do not
-/// fill the ephemeral ports with TIME_WAIT entries (which slows connect).
+/// `n` TCP connects to `addr`, a listener that accepts and closes each at
+/// once: each waits for that close (EOF), so the connects never outrun the
+/// listener's backlog, and the listener side, closing first, keeps the
+/// TIME_WAIT entries (not this side's ephemeral ports).
 fn connect_loop(n: usize, addr: &str) -> Result<serde_json::Value, String> {
-    use std::os::fd::AsRawFd;
-    let linger = libc::linger {
-        l_onoff: 1,
-        l_linger: 0,
-    };
+    use std::io::Read;
     let start = Instant::now();
     for _ in 0..n {
-        let s = std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
-        // SAFETY: setsockopt with a live linger struct of the size given.
-        unsafe {
-            libc::setsockopt(
-                s.as_raw_fd(),
-                libc::SOL_SOCKET,
-                libc::SO_LINGER,
-                (&linger as *const libc::linger).cast(),
-                std::mem::size_of::<libc::linger>() as libc::socklen_t,
-            )
-        };
+        let mut s =
+            std::net::TcpStream::connect(addr).map_err(|e| format!("connect {addr}: {e}"))?;
+        let mut byte = [0u8; 1];
+        let _ = s.read(&mut byte);
     }
     let ns = start.elapsed().as_nanos() as u64;
     Ok(serde_json::json!({ "ns": ns }))
