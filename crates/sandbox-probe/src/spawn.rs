@@ -91,6 +91,7 @@ pub struct Spawned {
 
 /// How the child exits when the runner died before its parent-death signal
 /// was armed (the runner's "sandbox failed" status).
+#[cfg(target_os = "linux")]
 const EXIT_PARENT_GONE: i32 = 125;
 
 /// The launcher's own child setup, first of the hooks of every run and gate
