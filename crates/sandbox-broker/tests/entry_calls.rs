@@ -391,9 +391,15 @@ fn fd_flags(path: &CString, flags: i32, want_fl: i32, want_cloexec: bool) -> i32
 #[test]
 fn the_fd_handed_back_carries_the_callers_flags() {
     let t = Tree::new();
-    let (a, b, c, fifo) = (t.w("a"), t.w("b"), t.w("c"), t.w("fifo"));
-    // SAFETY: mkfifo with a live path (the test process itself, unbrokered).
-    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let (a, b, c) = (t.w("a"), t.w("b"), t.w("c"));
+    // Two FIFOs: the broker closes its copy of a handed-back fd just after
+    // the caller has it, so a reader end from one case could still be open
+    // when the next opens the same FIFO for writing.
+    let (fifo, lonely) = (t.w("fifo"), t.w("lonely-fifo"));
+    for f in [&fifo, &lonely] {
+        // SAFETY: mkfifo with a live path (the test process itself, unbrokered).
+        assert_eq!(unsafe { libc::mkfifo(f.as_ptr(), 0o644) }, 0);
+    }
     let (wr, cr) = (libc::O_WRONLY, libc::O_CREAT);
     let cases = [
         case("plain", 0, || fd_flags(&a, wr | cr, wr, false)),
@@ -418,7 +424,7 @@ fn the_fd_handed_back_carries_the_callers_flags() {
         // Write-only without a reader: the kernel would wait, the broker answers
         // as O_NONBLOCK would.
         case("fifo without a reader", libc::ENXIO, || {
-            fd_flags(&fifo, wr, wr, false)
+            fd_flags(&lonely, wr, wr, false)
         }),
     ];
     check(t.rules(), nothing, &cases);
