@@ -42,8 +42,9 @@ pub enum LandlockError {
     #[error("reading the process capabilities (capget) failed: {0}")]
     Capabilities(std::io::Error),
     /// The metadata broker could not be set up.
+    #[cfg(target_os = "linux")]
     #[error("setting up the metadata broker failed: {0}")]
-    Broker(String),
+    Broker(#[source] sandbox_broker::BrokerError),
     /// A confined spawner could not be started.
     #[error("the confined spawner: {0}")]
     Spawner(String),

@@ -237,7 +237,12 @@ mod tests {
                 LandlockError::Disabled { reason: "r".into() },
                 UnavailableKind::LandlockDisabled,
             ),
-            (LandlockError::Broker("b".into()), UnavailableKind::Setup),
+            (
+                LandlockError::Broker(sandbox_broker::BrokerError::FdPassing {
+                    reason: "b".into(),
+                }),
+                UnavailableKind::Setup,
+            ),
         ];
         for (err, kind) in cases {
             let text = err.to_string();

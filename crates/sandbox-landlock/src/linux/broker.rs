@@ -33,7 +33,7 @@ pub(crate) struct Channel {
 
 /// Opens the channel and the rules for `policy`, in the parent.
 pub(crate) fn channel(policy: &ResolvedPolicy) -> Result<Channel, LandlockError> {
-    let err = |e: sandbox_broker::BrokerError| LandlockError::Broker(e.to_string());
+    let err = LandlockError::Broker;
     let rules = BrokerRules::new(policy).map_err(err)?;
     let (runner, child) = sandbox_broker::listener_channel().map_err(err)?;
     Ok(Channel {
