@@ -184,11 +184,7 @@ pub(crate) fn decide(
     target: &mut Target,
     fatal: &mut Option<String>,
 ) -> Next {
-    let unreadable = |e: &io::Error| {
-        Next::decision(Decision::Refused {
-            reason: Refusal::UnreadableCaller { errno: errno_of(e) },
-        })
-    };
+    let unreadable = |e: &io::Error| Next::decision(unreadable_caller(e));
     let tid = n.pid as i32;
     let [fd, addr_ptr, addr_len, ..] = n.data.args;
     let fd = fd as i32;
@@ -198,36 +194,18 @@ pub(crate) fn decide(
             reason: Refusal::NetworkOff,
         });
     }
-    let mut caller = match Caller::open(tid) {
-        Ok(c) => c,
-        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {
-            return Next::decision(Decision::CallerGone)
-        }
-        Err(e) => return unreadable(&e),
-    };
-    caller.open_pidfd();
     // move_addr_to_kernel: addrlen is an int, at most sockaddr_storage; 0
     // copies nothing.
-    let addr = match usize::try_from(addr_len as i32) {
+    let read_addr = |caller: &Caller| match usize::try_from(addr_len as i32) {
         Ok(0) => Ok(Vec::new()),
         Ok(len) if len <= SOCKADDR_STORAGE => caller.read(addr_ptr, len),
         _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
     };
-    let sock = caller.dup_fd(fd);
-    // The memory read and the fd taken belong to the caller only if its
-    // request is still pending.
-    match listener.id_valid(n.id) {
-        Ok(true) => {}
-        Ok(false) => return Next::decision(Decision::CallerGone),
-        Err(e) => return unreadable(&e),
-    }
     // As __sys_connect: the fd first (fdget skips O_PATH files), then the
     // address, then whether it is a socket.
-    let sock = match sock {
-        Ok(s) if status_flags(&s) & libc::O_PATH == 0 => s,
-        Ok(_) => return Next::failed(libc::EBADF),
-        Err(e) if errno_of(&e) == libc::EBADF => return Next::failed(libc::EBADF),
-        Err(e) => return unreadable(&e),
+    let (caller, sock, addr) = match take_socket(listener, n, fd, read_addr) {
+        Ok(taken) => taken,
+        Err(decision) => return Next::decision(decision),
     };
     let addr = match addr {
         Ok(a) => a,
@@ -339,33 +317,16 @@ pub(crate) fn decide_listen(
     target: &mut Target,
 ) -> (Decision, i32) {
     let refused = |reason| (Decision::Refused { reason }, libc::EPERM);
-    let unreadable = |e: &io::Error| refused(Refusal::UnreadableCaller { errno: errno_of(e) });
+    let failed = |errno| (Decision::Failed { errno }, libc::EPERM);
     let [fd, backlog, ..] = n.data.args;
     let fd = fd as i32;
     target.fd = Some(fd);
     if !rules.network {
         return refused(Refusal::NetworkOff);
     }
-    let mut caller = match Caller::open(n.pid as i32) {
-        Ok(c) => c,
-        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {
-            return (Decision::CallerGone, libc::EPERM)
-        }
-        Err(e) => return unreadable(&e),
-    };
-    caller.open_pidfd();
-    let sock = caller.dup_fd(fd);
-    match listener.id_valid(n.id) {
-        Ok(true) => {}
-        Ok(false) => return (Decision::CallerGone, libc::EPERM),
-        Err(e) => return unreadable(&e),
-    }
-    let failed = |errno| (Decision::Failed { errno }, libc::EPERM);
-    let sock = match sock {
-        Ok(s) if status_flags(&s) & libc::O_PATH == 0 => s,
-        Ok(_) => return failed(libc::EBADF),
-        Err(e) if errno_of(&e) == libc::EBADF => return failed(libc::EBADF),
-        Err(e) => return unreadable(&e),
+    let sock = match take_socket(listener, n, fd, |_| ()) {
+        Ok((_, sock, ())) => sock,
+        Err(decision) => return (decision, libc::EPERM),
     };
     let domain = match sockopt_int(&sock, libc::SO_DOMAIN) {
         Ok(d) => d,
@@ -386,6 +347,45 @@ pub(crate) fn decide_listen(
         (Decision::Performed, 0)
     } else {
         failed(errno_of(&io::Error::last_os_error()))
+    }
+}
+
+fn unreadable_caller(e: &io::Error) -> Decision {
+    Decision::Refused {
+        reason: Refusal::UnreadableCaller { errno: errno_of(e) },
+    }
+}
+
+/// The caller of `n`, a duplicate of its fd `fd` (`pidfd_getfd`: the same
+/// open file description, never an `O_PATH` one, which `fdget` skips), and
+/// what `read` took from its memory in between; all three belong to the
+/// caller only because its request was still pending after both were taken.
+/// Otherwise the answer to give.
+fn take_socket<T>(
+    listener: &Listener,
+    n: &libc::seccomp_notif,
+    fd: i32,
+    read: impl FnOnce(&Caller) -> T,
+) -> Result<(Caller, OwnedFd, T), Decision> {
+    let mut caller = match Caller::open(n.pid as i32) {
+        Ok(c) => c,
+        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => return Err(Decision::CallerGone),
+        Err(e) => return Err(unreadable_caller(&e)),
+    };
+    caller.open_pidfd();
+    let read = read(&caller);
+    let sock = caller.dup_fd(fd);
+    match listener.id_valid(n.id) {
+        Ok(true) => {}
+        Ok(false) => return Err(Decision::CallerGone),
+        Err(e) => return Err(unreadable_caller(&e)),
+    }
+    let ebadf = Decision::Failed { errno: libc::EBADF };
+    match sock {
+        Ok(s) if status_flags(&s) & libc::O_PATH == 0 => Ok((caller, s, read)),
+        Ok(_) => Err(ebadf),
+        Err(e) if errno_of(&e) == libc::EBADF => Err(ebadf),
+        Err(e) => Err(unreadable_caller(&e)),
     }
 }
 
