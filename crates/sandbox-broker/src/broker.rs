@@ -18,7 +18,9 @@ use crate::notif::{Listener, Received};
 use crate::ops;
 use crate::pool::{Pool, Rejected, MAX_CONNECTS};
 use crate::resolve::{Access, BrokerRules, Start, Unresolved};
+use crate::samecpu::SameCpu;
 use crate::syscalls::{self, EntryCall, Kind, Op, Request, Subject};
+use crate::umasks::Umasks;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -57,7 +59,8 @@ impl Broker {
             .name("sandbox-broker".into())
             .spawn(move || {
                 let own = own_fs().and_then(|()| {
-                    Own::current(rules.fixed.as_ref()).map_err(BrokerError::OwnCredentials)
+                    Own::current(rules.fixed.as_ref(), rules.umask_routed)
+                        .map_err(BrokerError::OwnCredentials)
                 });
                 match own {
                     Ok(own) => {
@@ -136,10 +139,15 @@ pub(crate) struct Own {
     fixed: Option<FixedCredentials>,
     /// The umask the thread has now (its own: `unshare(CLONE_FS)`).
     umask: std::cell::Cell<u32>,
+    /// Its CPU mask, for fd hand-backs on one CPU.
+    cpu: SameCpu,
+    /// The callers' umasks, kept under fixed credentials when the filter
+    /// routes `umask` (`None`: read for each create).
+    umasks: Option<std::cell::RefCell<Umasks>>,
 }
 
 impl Own {
-    fn current(fixed: Option<&FixedCredentials>) -> io::Result<Self> {
+    fn current(fixed: Option<&FixedCredentials>, umask_routed: bool) -> io::Result<Self> {
         let st = std::fs::metadata("/proc/thread-self/ns/user")?;
         let creds = Credentials::current()?;
         let fixed = fixed.filter(|f| {
@@ -164,6 +172,8 @@ impl Own {
             user_ns: (st.dev(), st.ino()),
             fixed: fixed.cloned(),
             umask: std::cell::Cell::new(umask as u32),
+            cpu: SameCpu::current(),
+            umasks: (fixed.is_some() && umask_routed).then(Default::default),
         })
     }
 
@@ -262,6 +272,17 @@ fn handle(
     };
     let mut target = Target::default();
     let mut fatal = None;
+    if kind == Kind::Umask {
+        // Noted, then run by the kernel as made: a mask by value, nothing to
+        // read again. Not recorded: it changes nothing outside the caller.
+        if let Some(umasks) = &own.umasks {
+            umasks.borrow_mut().changing(tid, n.data.args[0] as u32);
+        }
+        if let Err(err) = listener.continue_call(n.id) {
+            tracing::warn!(%err, "letting a umask call continue failed");
+        }
+        return (None, None);
+    }
     if kind == Kind::Listen {
         let (decision, refused) = connect::decide_listen(listener, rules, n, &mut target);
         let record = answer_with(listener, n.id, tid, name, target, decision, refused);
@@ -329,7 +350,9 @@ fn handle(
             };
             answer_with(listener, n.id, tid, name, target, decision, refused)
         }
-        Answer::Fd { fd, cloexec } => answer_fd(listener, n.id, tid, name, target, &fd, cloexec),
+        Answer::Fd { fd, cloexec } => {
+            answer_fd(listener, own, n.id, tid, name, target, &fd, cloexec)
+        }
     };
     (Some(record), fatal)
 }
@@ -373,7 +396,13 @@ fn decide(
         Ok(Request::Entry(call)) => call.needs_fd(),
         Err(_) => false,
     };
-    if needs_fd {
+    // A umask read now is kept with the caller's pidfd (see `umasks`).
+    let keeps_umask = matches!(&decoded, Ok(Request::Entry(call)) if call.applies_umask())
+        && own
+            .umasks
+            .as_ref()
+            .is_some_and(|u| u.borrow().would_read(caller.tid()));
+    if needs_fd || keeps_umask {
         caller.open_pidfd();
     }
     // TOCTOU guard: the memory we read and the handles we opened belong to the
@@ -601,7 +630,11 @@ pub(crate) fn caller_identity(caller: &Caller, own: &Own, umask: bool) -> io::Re
             groups,
             supplementary,
             cap_eff: 0,
-            umask: if umask { caller.umask()? } else { 0o077 },
+            umask: match (umask, &own.umasks) {
+                (true, Some(umasks)) => umasks.borrow_mut().of(caller)?,
+                (true, None) => caller.umask()?,
+                (false, _) => 0o077,
+            },
         });
     }
     let mut identity = caller.identity()?;
@@ -634,8 +667,10 @@ fn answer(
 
 /// Hands `fd` to the caller as the call's result; an install that fails
 /// (e.g. `EMFILE`) is answered with its errno.
+#[allow(clippy::too_many_arguments)]
 fn answer_fd(
     listener: &Listener,
+    own: &Own,
     id: u64,
     tid: i32,
     name: &str,
@@ -643,7 +678,10 @@ fn answer_fd(
     fd: &OwnedFd,
     cloexec: bool,
 ) -> BrokerRecord {
-    let decision = match listener.add_fd_send(id, fd.as_raw_fd(), cloexec) {
+    let sent = own
+        .cpu
+        .around(tid, || listener.add_fd_send(id, fd.as_raw_fd(), cloexec));
+    let decision = match sent {
         Ok(Some(fd)) => Decision::Opened { fd },
         Ok(None) => Decision::CallerGone,
         Err(e) => {

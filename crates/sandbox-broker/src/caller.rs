@@ -69,9 +69,11 @@ impl Caller {
     pub(crate) fn open(tid: i32) -> io::Result<Self> {
         let dir = CString::new(format!("/proc/{tid}"))
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-        // SAFETY: plain open of a NUL-terminated path.
+        // openat, not open: musl's open follows O_CLOEXEC with an fcntl.
+        // SAFETY: plain openat of a NUL-terminated path.
         let fd = cvt(unsafe {
-            libc::open(
+            libc::openat(
+                libc::AT_FDCWD,
                 dir.as_ptr(),
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
             )
@@ -95,6 +97,11 @@ impl Caller {
             // SAFETY: rc is a fresh fd when non-negative.
             (rc >= 0).then(|| unsafe { OwnedFd::from_raw_fd(rc as RawFd) })
         });
+    }
+
+    /// The pidfd [`Caller::open_pidfd`] opened, if any.
+    pub(crate) fn pidfd(&self) -> Option<&OwnedFd> {
+        self.pidfd.as_ref()
     }
 
     /// Reads `len` bytes at `addr` of the caller's memory.
@@ -178,11 +185,13 @@ impl Caller {
         const PAGE: u64 = 4096;
         let mut out = Vec::new();
         let mut at = addr;
+        // On the stack: a fresh heap page per call costs a page fault.
+        let mut page = [0u8; PAGE as usize];
         while out.len() < max {
             let to_page_end = (PAGE - at % PAGE) as usize;
             let want = to_page_end.min(max - out.len());
-            let mut chunk = vec![0u8; want];
-            let n = self.read_some(at, &mut chunk)?;
+            let chunk = &mut page[..want];
+            let n = self.read_some(at, chunk)?;
             if n == 0 {
                 return Err(io::Error::from_raw_os_error(libc::EFAULT));
             }
@@ -201,24 +210,24 @@ impl Caller {
     pub(crate) fn identity(&self) -> io::Result<Identity> {
         // CapEff follows every other line parse_status needs but Umask,
         // which comes second.
-        let text = self.read_proc_file(c"status", |t| has_line(t, b"\nCapEff:"))?;
-        parse_status(&text).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+        self.read_proc_file(c"status", |t| has_line(t, b"\nCapEff:"), parse_status)?
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
     }
 
     /// The caller's umask alone (`Umask:` in `/proc/TID/status`, Linux
     /// 4.7+; `0o077` if the kernel does not say, as [`Caller::identity`]).
     pub(crate) fn umask(&self) -> io::Result<u32> {
-        let text = self.read_proc_file(c"status", |t| has_line(t, b"\nUmask:"))?;
-        Ok(parse_umask(&text))
+        self.read_proc_file(c"status", |t| has_line(t, b"\nUmask:"), parse_umask)
     }
 
     /// Reads `/proc/TID/NAME` until `enough` says the text read holds what is
-    /// needed, or to its end.
-    fn read_proc_file(
+    /// needed, or to its end, and parses it.
+    fn read_proc_file<T>(
         &self,
         name: &std::ffi::CStr,
         enough: impl Fn(&[u8]) -> bool,
-    ) -> io::Result<String> {
+        parse: impl FnOnce(&str) -> T,
+    ) -> io::Result<T> {
         use std::io::Read;
         // SAFETY: openat relative to our /proc/TID fd.
         let fd = cvt(unsafe {
@@ -233,12 +242,23 @@ impl Caller {
         // One read takes the whole file (procfs renders it on the first
         // read); read_to_string would stat it and probe with small reads
         // first, each a syscall on every brokered call.
-        let mut buf = vec![0u8; 4096];
+        // The first 4 KiB on the stack (a status file is about 1.5 KiB): a
+        // fresh heap buffer per call costs a page fault.
+        let mut first = [0u8; 4096];
+        let mut more = Vec::new();
         let mut len = 0;
         loop {
-            if len == buf.len() {
-                buf.resize(len * 2, 0);
-            }
+            let buf: &mut [u8] = if more.is_empty() && len < first.len() {
+                &mut first
+            } else {
+                if more.is_empty() {
+                    more.extend_from_slice(&first);
+                }
+                if len == more.len() {
+                    more.resize(len * 2, 0);
+                }
+                &mut more
+            };
             match file.read(&mut buf[len..]) {
                 Ok(0) => break,
                 Ok(n) => {
@@ -253,8 +273,14 @@ impl Caller {
                 Err(e) => return Err(e),
             }
         }
-        buf.truncate(len);
-        String::from_utf8(buf).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
+        let text = if more.is_empty() {
+            &first[..len]
+        } else {
+            &more[..len]
+        };
+        std::str::from_utf8(text)
+            .map(parse)
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
 
     /// An `O_PATH` fd on the caller's working directory.

@@ -311,15 +311,25 @@ fn entry_at(
     if let Last::Root = last {
         return Ok(Named::Root);
     }
-    let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
-    let parent = walk(base, &dir, libc::O_DIRECTORY)?;
     let (name, slash) = match last {
         Last::Name { name, slash } => (name, slash),
-        Last::Dot => return Ok(Named::Dot),
-        Last::DotDot => return Ok(Named::DotDot),
-        Last::Root => return Ok(Named::Root),
+        other => {
+            let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
+            walk(base, &dir, libc::O_DIRECTORY)?;
+            return Ok(match other {
+                Last::Dot => Named::Dot,
+                Last::DotDot => Named::DotDot,
+                _ => Named::Root,
+            });
+        }
     };
-    let parent = rules.admit_dir(&parent)?;
+    let parent = match rules.admit_dir_by_name(base, dir) {
+        Some(admitted) => admitted?,
+        None => {
+            let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
+            rules.admit_dir(&walk(base, &dir, libc::O_DIRECTORY)?)?
+        }
+    };
     let path = parent.path.join(OsStr::from_bytes(name));
     target.resolved = Some(path.clone());
     let mut at_name = name.to_vec();

@@ -396,7 +396,11 @@ mod pool;
 #[cfg(target_os = "linux")]
 mod resolve;
 #[cfg(target_os = "linux")]
+mod samecpu;
+#[cfg(target_os = "linux")]
 mod syscalls;
+#[cfg(target_os = "linux")]
+mod umasks;
 
 #[cfg(target_os = "linux")]
 pub use broker::Broker;
@@ -414,5 +418,6 @@ pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]
 pub use syscalls::{
     brokered_connect_syscalls, brokered_entry_syscalls, brokered_listen_syscalls,
-    brokered_syscalls, brokered_truncate_syscalls, brokered_xattr_read_syscalls,
+    brokered_syscalls, brokered_truncate_syscalls, brokered_umask_syscalls,
+    brokered_xattr_read_syscalls,
 };

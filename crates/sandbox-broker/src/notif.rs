@@ -165,16 +165,31 @@ impl Listener {
         }
     }
 
+    /// Answers `id` by letting the kernel run the call as made
+    /// (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`): only for calls without a pointer
+    /// argument the kernel would read again. `Ok(false)`: the caller is gone.
+    pub(crate) fn continue_call(&self, id: u64) -> io::Result<bool> {
+        self.reply(libc::seccomp_notif_resp {
+            id,
+            val: 0,
+            error: 0,
+            flags: libc::SECCOMP_USER_NOTIF_FLAG_CONTINUE as u32,
+        })
+    }
+
     /// Answers `id`: the call returns `val` when `errno == 0`, else fails with
     /// `errno` (`val` is then ignored and sent as 0). `Ok(false)`: the caller is gone.
     pub(crate) fn send(&self, id: u64, val: i64, errno: i32) -> io::Result<bool> {
-        let mut buf = vec![0u64; self.resp_words];
-        let resp = libc::seccomp_notif_resp {
+        self.reply(libc::seccomp_notif_resp {
             id,
             val: if errno == 0 { val } else { 0 },
             error: -errno,
             flags: 0,
-        };
+        })
+    }
+
+    fn reply(&self, resp: libc::seccomp_notif_resp) -> io::Result<bool> {
+        let mut buf = vec![0u64; self.resp_words];
         // SAFETY: the buffer is at least size_of::<seccomp_notif_resp>() and 8-aligned.
         unsafe { std::ptr::write(buf.as_mut_ptr().cast::<libc::seccomp_notif_resp>(), resp) };
         // SAFETY: the buffer is at least the kernel's seccomp_notif_resp size.

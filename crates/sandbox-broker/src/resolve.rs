@@ -1,6 +1,6 @@
 //! Which objects the broker may touch, and resolving a caller's object safely.
 
-use std::ffi::{CStr, CString};
+use std::ffi::{CStr, CString, OsStr};
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
@@ -52,6 +52,8 @@ pub struct BrokerRules {
     allow_net: Option<Vec<NetRule>>,
     /// Every caller's credentials, when the spawner vouches for them.
     pub(crate) fixed: Option<FixedCredentials>,
+    /// Whether the filter routes `umask` to the listener.
+    pub(crate) umask_routed: bool,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -65,6 +67,8 @@ struct WriteRoot {
     base: PathBuf,
     /// `O_PATH` fd on `base`.
     dir: OwnedFd,
+    /// Whether `base` was `dir`'s canonical path when the rules were made.
+    canonical: bool,
 }
 
 impl WriteRoot {
@@ -141,6 +145,7 @@ impl BrokerRules {
             write.push(WriteRoot {
                 grant: path.clone(),
                 exact,
+                canonical: canonical(&dir).is_ok_and(|c| c == base),
                 base,
                 dir,
             });
@@ -184,6 +189,7 @@ impl BrokerRules {
             }),
             network: policy.network(),
             fixed: None,
+            umask_routed: false,
         })
     }
 
@@ -211,6 +217,16 @@ impl BrokerRules {
     /// ids and groups, and reads each caller's credentials otherwise.
     pub fn with_fixed_credentials(mut self, fixed: FixedCredentials) -> Self {
         self.fixed = Some(fixed);
+        self
+    }
+
+    /// Says that the filter routes [`brokered_umask_syscalls`](crate::brokered_umask_syscalls)
+    /// to the listener. Under fixed credentials the broker then keeps each
+    /// caller's umask between the files it creates for it, instead of reading
+    /// `/proc/TID/status` for each; a `umask` call it sees forgets them. A
+    /// filter that lets `umask` through without this keeps the broker reading.
+    pub fn with_umask_routed(mut self) -> Self {
+        self.umask_routed = true;
         self
     }
 
@@ -351,6 +367,60 @@ impl BrokerRules {
         self.reach(first, true)
     }
 
+    /// The directory `dir` names from `base` (`None`: `dir` is absolute),
+    /// admitted without the walk [`BrokerRules::admit_dir`] needs, when its
+    /// text shows where it lies: `base`'s canonical path joined with `dir`
+    /// has no `..` and lies beneath a directory write path's canonical path,
+    /// and the rest is reached beneath that write path's fd with symlinks
+    /// forbidden. That is the directory the kernel reaches for the caller,
+    /// and its canonical path is that text (a path with no symlink and no
+    /// `..` names what it reaches), so this admits exactly what the walk
+    /// would. `None` (a symlink or `..` on the way, a path outside every write
+    /// path, any error): decide with the walk, which also gives the
+    /// kernel's errno.
+    pub(crate) fn admit_dir_by_name(
+        &self,
+        base: Option<&OwnedFd>,
+        dir: &[u8],
+    ) -> Option<Result<Object, Unresolved>> {
+        use std::path::Component;
+        let mut path = match base {
+            None => PathBuf::new(),
+            Some(base) => canonical(base).ok()?,
+        };
+        for part in Path::new(OsStr::from_bytes(dir)).components() {
+            match part {
+                Component::RootDir if base.is_none() => path.push("/"),
+                Component::Normal(name) => path.push(name),
+                Component::CurDir => {}
+                _ => return None,
+            }
+        }
+        let root = self
+            .write
+            .iter()
+            .find(|w| !w.exact && w.canonical && w.admits(&path))?;
+        let rel = path.strip_prefix(&root.base).ok()?;
+        let rel = if rel.as_os_str().is_empty() {
+            CString::new(".")
+        } else {
+            CString::new(rel.as_os_str().as_bytes())
+        }
+        .ok()?;
+        let fd = openat2(
+            root.dir.as_raw_fd(),
+            &rel,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        )
+        .ok()?;
+        if on_procfs(&fd) {
+            return Some(Err(Unresolved::Refused(Refusal::ProcfsPath, Some(path))));
+        }
+        let stat = fstat(&fd).ok()?;
+        Some(Ok(Object { fd, path, stat }))
+    }
+
     /// Admits the object `first` refers to when it lies beneath a write path,
     /// not beneath a write-deny or read-deny path, and is reached again
     /// beneath the write path.
@@ -451,6 +521,9 @@ pub(crate) fn beneath(path: &Path, base: &Path) -> bool {
 fn same_name(a: &[u8], b: &[u8]) -> bool {
     if a.eq_ignore_ascii_case(b) {
         return true;
+    }
+    if a.is_ascii() && b.is_ascii() {
+        return false;
     }
     match (std::str::from_utf8(a), std::str::from_utf8(b)) {
         (Ok(a), Ok(b)) if !a.is_ascii() || !b.is_ascii() => a

@@ -60,6 +60,7 @@ pub(crate) enum Kind {
     Symlinkat,
     Connect,
     Listen,
+    Umask,
 }
 
 impl Kind {
@@ -132,6 +133,7 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_symlinkat, "symlinkat", Kind::Symlinkat),
     (libc::SYS_connect, "connect", Kind::Connect),
     (libc::SYS_listen, "listen", Kind::Listen),
+    (libc::SYS_umask, "umask", Kind::Umask),
 ];
 
 /// x86_64's legacy path forms (aarch64 has only the `*at` calls above).
@@ -175,8 +177,10 @@ pub fn brokered_syscalls() -> &'static [i64] {
     NUMBERS.get_or_init(|| {
         all()
             .filter(|(_, _, kind)| {
-                !matches!(kind, Kind::Truncate | Kind::Connect | Kind::Listen)
-                    && !kind.is_read()
+                !matches!(
+                    kind,
+                    Kind::Truncate | Kind::Connect | Kind::Listen | Kind::Umask
+                ) && !kind.is_read()
                     && !kind.is_entry()
             })
             .map(|(nr, _, _)| *nr)
@@ -260,6 +264,15 @@ pub fn brokered_connect_syscalls() -> &'static [i64] {
 /// bound to a loopback address (see [`crate::BrokerRules::with_allow_net`]).
 pub fn brokered_listen_syscalls() -> &'static [i64] {
     &[libc::SYS_listen]
+}
+
+/// `umask`, which the broker notes and lets continue (it has no pointer
+/// argument to re-read): route it to the listener with
+/// [`brokered_entry_syscalls`], so that the broker may keep each caller's
+/// umask between the files it creates for it instead of reading it from
+/// `/proc` for each. Never refused.
+pub fn brokered_umask_syscalls() -> &'static [i64] {
+    &[libc::SYS_umask]
 }
 
 /// `truncate(path)`, which the broker also handles: route it to the listener
@@ -970,6 +983,7 @@ mod tests {
             .chain(brokered_entry_syscalls())
             .chain(brokered_connect_syscalls())
             .chain(brokered_listen_syscalls())
+            .chain(brokered_umask_syscalls())
         {
             assert_eq!(all().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
@@ -981,6 +995,7 @@ mod tests {
                 + brokered_entry_syscalls().len()
                 + brokered_connect_syscalls().len()
                 + brokered_listen_syscalls().len()
+                + brokered_umask_syscalls().len()
         );
         assert_eq!(brokered_connect_syscalls(), &[libc::SYS_connect]);
         assert_eq!(lookup(libc::SYS_connect), Some(("connect", Kind::Connect)));

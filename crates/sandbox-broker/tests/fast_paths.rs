@@ -146,15 +146,24 @@ fn fixed_credentials_keep_set_id_stripping_and_the_chmod_chown_refusals() {
     assert_eq!(r.len(), 2, "{r:?}");
 }
 
-#[test]
-fn fixed_credentials_still_apply_the_callers_umask() {
-    let fx = Fixture::new();
-    let (a, b, d) = (
-        cstr(&fx.w.join("a")),
-        cstr(&fx.w.join("b")),
-        cstr(&fx.w.join("d")),
-    );
-    let run = confined_entries(fixed_rules(&fx, &[".git"]), || {
+/// Creates `a`, `d` (umask 027), `b` (umask 002) and, in a forked child
+/// that sets umask 077, `c`, then `e` in the parent again (still 002: a fork
+/// copies the umask); the modes they get, by name.
+fn umask_modes(rules: BrokerRules, fx: &Fixture) -> Vec<(&'static str, u32)> {
+    let names = ["a", "d", "b", "c", "e"];
+    let [a, d, b, c, e] = names.map(|n| cstr(&fx.w.join(n)));
+    let create = |p: &std::ffi::CStr| {
+        // SAFETY (child): raw syscalls on a live NUL-terminated path.
+        unsafe {
+            let fd = libc::open(
+                p.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
+                0o666,
+            );
+            fd >= 0 && libc::close(fd) == 0
+        }
+    };
+    let run = confined_entries(rules, || {
         let dropped = drop_all_caps();
         if dropped != 0 {
             return 90 + dropped;
@@ -162,38 +171,65 @@ fn fixed_credentials_still_apply_the_callers_umask() {
         // SAFETY (child): raw syscalls on live NUL-terminated paths.
         unsafe {
             libc::umask(0o027);
-            let fd = libc::open(a.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o666);
-            if fd < 0 {
+            if !create(&a) {
                 return 1;
             }
-            libc::close(fd);
             if libc::mkdir(d.as_ptr(), 0o777) != 0 {
                 return 2;
             }
             libc::umask(0o002);
-            let fd = libc::open(
-                b.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL,
-                0o666,
-            );
-            if fd < 0 {
+            if !create(&b) {
                 return 3;
             }
-            libc::close(fd);
+            let pid = libc::fork();
+            if pid == 0 {
+                libc::umask(0o077);
+                libc::_exit(if create(&c) { 0 } else { 1 });
+            }
+            let mut status = 0;
+            if pid < 0 || libc::waitpid(pid, &mut status, 0) != pid || status != 0 {
+                return 4;
+            }
+            if !create(&e) {
+                return 5;
+            }
         }
         0
     });
     assert_eq!(run.code, 0, "{}", run.log.explain(5));
-    let mode = |p: &str| {
-        std::fs::metadata(fx.w.join(p))
-            .unwrap()
-            .permissions()
-            .mode()
-            & 0o777
-    };
-    assert_eq!(mode("a"), 0o640);
-    assert_eq!(mode("d"), 0o750);
-    assert_eq!(mode("b"), 0o664);
+    names
+        .iter()
+        .map(|n| {
+            let mode = std::fs::metadata(fx.w.join(n))
+                .unwrap()
+                .permissions()
+                .mode();
+            (*n, mode & 0o777)
+        })
+        .collect()
+}
+
+const UMASK_MODES: [(&str, u32); 5] = [
+    ("a", 0o640),
+    ("d", 0o750),
+    ("b", 0o664),
+    ("c", 0o600),
+    ("e", 0o664),
+];
+
+#[test]
+fn fixed_credentials_still_apply_the_callers_umask() {
+    let fx = Fixture::new();
+    assert_eq!(umask_modes(fixed_rules(&fx, &[".git"]), &fx), UMASK_MODES);
+}
+
+/// With `umask` routed the broker keeps umasks between creates: each change,
+/// in the process or a forked child, still applies to the next create.
+#[test]
+fn kept_umasks_follow_every_umask_call() {
+    let fx = Fixture::new();
+    let rules = fixed_rules(&fx, &[".git"]).with_umask_routed();
+    assert_eq!(umask_modes(rules, &fx), UMASK_MODES);
 }
 
 /// Runs `sh -c cmd` confined with `.git/hooks` denied; per-call and fixed

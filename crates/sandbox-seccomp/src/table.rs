@@ -170,7 +170,6 @@ const PATHS: &[Sys] = sys![
     SYS_chdir,
     SYS_fchdir,
     SYS_readlinkat,
-    SYS_umask,
     SYS_file_getattr,
     SYS_statmount,
     SYS_listmount,
@@ -691,6 +690,7 @@ fn opening(spec: &FilterSpec) -> Vec<Entry> {
         row(one!(SYS_mknod), no_set_id(1), SET_ID_MODE),
     ]);
     rows.extend(entry_calls().into_iter().map(|s| row(s, Rule::Allow, "")));
+    rows.push(row(one!(SYS_umask), Rule::Allow, ""));
     rows
 }
 
@@ -747,6 +747,12 @@ fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
             .into_iter()
             .map(|s| row(s, routed.clone(), WHY)),
     );
+    rows.push(row(
+        one!(SYS_umask),
+        routed,
+        "the broker applies each caller's umask to what it creates and keeps it between \
+         calls: it notes the change and lets the call continue (no pointer argument)",
+    ));
     rows
 }
 

@@ -10,8 +10,8 @@ use std::path::{Path, PathBuf};
 
 use sandbox_broker::{
     brokered_entry_syscalls, brokered_syscalls, brokered_truncate_syscalls,
-    brokered_xattr_read_syscalls, install_filter_with_listener, listener_channel, recv_fd, Broker,
-    BrokerLog, BrokerRules,
+    brokered_umask_syscalls, brokered_xattr_read_syscalls, install_filter_with_listener,
+    listener_channel, recv_fd, Broker, BrokerLog, BrokerRules,
 };
 use sandbox_core::{ExpandContext, ResolvedPolicy, SandboxPolicy};
 
@@ -272,7 +272,7 @@ pub fn filter_routing(routed: &[i64]) -> Vec<libc::sock_filter> {
 }
 
 /// What the production filter routes when a deny path lies beneath a write
-/// path: the metadata calls, `truncate`, the entry calls, and `open`/`openat`
+/// path: the metadata calls, `truncate`, the entry calls, `umask`, and `open`/`openat`
 /// only when they can write (access mode not `O_RDONLY`, or `O_CREAT`,
 /// `O_TRUNC` or `__O_TMPFILE`); read-only opens stay in the kernel.
 pub fn entry_filter() -> Vec<libc::sock_filter> {
@@ -310,6 +310,7 @@ pub fn entry_filter() -> Vec<libc::sock_filter> {
         .iter()
         .chain(brokered_truncate_syscalls())
         .chain(brokered_entry_syscalls())
+        .chain(brokered_umask_syscalls())
         .filter(|nr| !opens.iter().any(|(o, _)| o == *nr))
     {
         f.push(jump(libc::BPF_JEQ, *nr as u32, 0, 1));

@@ -54,12 +54,17 @@ impl Channel {
     /// `fixed`: the credentials the child is expected to run with, all ids
     /// equal and no capability (see [`FixedCredentials`]); the broker takes
     /// them as every caller's only when the child vouches for them.
+    /// `umask_routed`: `filter` routes `umask` to the broker.
     pub(crate) fn split(
         self,
         filter: &Filter,
         fixed: Option<FixedCredentials>,
+        umask_routed: bool,
     ) -> (OwnedFd, BrokerSupervisor) {
         let mut supervisor = self.supervisor;
+        if umask_routed {
+            supervisor.rules = supervisor.rules.with_umask_routed();
+        }
         supervisor.names = Some(filter.clone());
         supervisor.fixed = fixed;
         (self.child, supervisor)
@@ -253,10 +258,14 @@ mod tests {
             } else {
                 &[]
             };
-            let entry_calls: &[i64] = if entries {
+            let entry_calls: Vec<i64> = if entries {
                 sandbox_broker::brokered_entry_syscalls()
+                    .iter()
+                    .chain(sandbox_broker::brokered_umask_syscalls())
+                    .copied()
+                    .collect()
             } else {
-                &[]
+                Vec::new()
             };
             let connects: &[i64] = if (connect || egress) && network {
                 sandbox_broker::brokered_connect_syscalls()
@@ -272,7 +281,7 @@ mod tests {
                 .iter()
                 .chain(sandbox_broker::brokered_truncate_syscalls())
                 .chain(reads)
-                .chain(entry_calls)
+                .chain(&entry_calls)
                 .chain(connects)
                 .chain(listens)
                 .copied()

@@ -96,7 +96,8 @@ pub(crate) fn prepare_with(
     let (broker_child, supervisor) = match channel {
         Some(channel) => {
             report.details.push(broker::REPORT_LINE.into());
-            let (child, supervisor) = channel.split(&filter, fixed_credentials.clone());
+            let (child, supervisor) =
+                channel.split(&filter, fixed_credentials.clone(), spec.routes_entries());
             (
                 Some((child, broker::libc_program(&filter))),
                 Some(supervisor),

@@ -1,0 +1,104 @@
+//! The callers' umasks, kept between the files the broker creates for them.
+//!
+//! A create applies the caller's umask, which only `/proc/TID/status` tells
+//! (a read that costs more than the create). Under fixed credentials the
+//! filter also routes `umask` here (`brokered_umask_syscalls`), which the
+//! broker notes and lets continue, so a umask read once stays true until a
+//! `umask` call is seen:
+//!
+//! * A `umask` call forgets every umask kept (the caller may share its
+//!   umask with other threads and processes, `CLONE_FS`), and until it has
+//!   taken effect (its thread makes another call, or shows the new mask) no
+//!   umask is kept at all: one read between the answer and the call would
+//!   keep the old mask.
+//! * A kept umask is used only while the thread it was read from lives: it
+//!   is kept with a pidfd taken before the request was validated, and a
+//!   thread id the kernel has since given to another thread fails
+//!   `pidfd_send_signal(pidfd, 0)`. No pidfd, no keeping.
+//! * Every other way a umask changes (`fork`, `exec`, `unshare(CLONE_FS)`)
+//!   keeps the thread's mask or makes a new thread, which is read afresh.
+
+use std::collections::HashMap;
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+
+use crate::caller::Caller;
+
+/// Threads whose umask is kept, at most (all are forgotten beyond it).
+const MAX_KEPT: usize = 4096;
+
+#[derive(Default)]
+pub(crate) struct Umasks {
+    kept: HashMap<i32, (OwnedFd, u32)>,
+    /// `umask` calls let continue that may not have taken effect yet:
+    /// (thread, the mask it sets).
+    settling: Vec<(i32, u32)>,
+}
+
+impl Umasks {
+    /// Thread `tid` calls `umask(mask)`, answered with "continue".
+    pub(crate) fn changing(&mut self, tid: i32, mask: u32) {
+        self.kept.clear();
+        self.settling.retain(|&(t, _)| t != tid);
+        self.settling.push((tid, mask & 0o777));
+    }
+
+    /// Whether a umask for `tid` would be read, not taken from what is kept:
+    /// the request then needs the caller's pidfd to keep it.
+    pub(crate) fn would_read(&self, tid: i32) -> bool {
+        !self.kept.contains_key(&tid)
+    }
+
+    /// The umask of `caller`, whose request is validated; its pidfd, when it
+    /// has one, was opened before that.
+    pub(crate) fn of(&mut self, caller: &Caller) -> io::Result<u32> {
+        let tid = caller.tid();
+        // A thread making this call has finished its earlier umask call.
+        self.settling.retain(|&(t, _)| t != tid);
+        if !self.settling.is_empty() {
+            self.settle();
+        }
+        if let Some((pidfd, mask)) = self.kept.get(&tid) {
+            if alive(pidfd) {
+                return Ok(*mask);
+            }
+            self.kept.remove(&tid);
+        }
+        let mask = caller.umask()?;
+        if self.settling.is_empty() {
+            if let Some(pidfd) = caller.pidfd().and_then(|p| p.try_clone().ok()) {
+                if self.kept.len() >= MAX_KEPT {
+                    self.kept.clear();
+                }
+                self.kept.insert(tid, (pidfd, mask));
+            }
+        }
+        Ok(mask)
+    }
+
+    /// Drops the `umask` calls that have taken effect (their thread shows the
+    /// mask it set) or whose thread is gone.
+    fn settle(&mut self) {
+        self.settling.retain(|&(tid, mask)| {
+            Caller::open(tid)
+                .and_then(|c| c.umask())
+                .is_ok_and(|now| now != mask)
+        });
+    }
+}
+
+/// Whether the thread `pidfd` refers to still runs (or is a zombie holding
+/// its id).
+fn alive(pidfd: &OwnedFd) -> bool {
+    // SAFETY: signal 0 with no siginfo only checks that the target exists
+    // and may be signalled.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            pidfd.as_raw_fd(),
+            0,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        ) == 0
+    }
+}
