@@ -54,7 +54,10 @@
 //!    read's bytes are copied into the caller's buffer with `process_vm_writev`,
 //!    after one more `ID_VALID` check right before the write. The original
 //!    syscall never continues (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` would let the
-//!    kernel read again memory the caller can rewrite after the check).
+//!    kernel read again memory the caller can rewrite after the check). The
+//!    one call that does is `umask` ([`brokered_umask_syscalls`]), which has
+//!    no pointer argument: the broker only notes it, to know when the umasks
+//!    it keeps under fixed credentials change.
 //!
 //! *Denied* compares paths component by component without regard to case
 //! (`W/.GIT/config` is `W/.git/config` on a case-insensitive filesystem), and
