@@ -69,6 +69,9 @@ struct WriteRoot {
     dir: OwnedFd,
     /// Whether `base` was `dir`'s canonical path when the rules were made.
     canonical: bool,
+    /// The device `dir` lies on, unless that is procfs: a directory on it
+    /// is not on procfs either.
+    dev: Option<u64>,
 }
 
 impl WriteRoot {
@@ -146,6 +149,10 @@ impl BrokerRules {
                 grant: path.clone(),
                 exact,
                 canonical: canonical(&dir).is_ok_and(|c| c == base),
+                dev: fstat(&dir)
+                    .ok()
+                    .filter(|_| !on_procfs(&dir))
+                    .map(|st| st.st_dev),
                 base,
                 dir,
             });
@@ -414,10 +421,10 @@ impl BrokerRules {
             RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
         )
         .ok()?;
-        if on_procfs(&fd) {
+        let stat = fstat(&fd).ok()?;
+        if root.dev != Some(stat.st_dev) && on_procfs(&fd) {
             return Some(Err(Unresolved::Refused(Refusal::ProcfsPath, Some(path))));
         }
-        let stat = fstat(&fd).ok()?;
         Some(Ok(Object { fd, path, stat }))
     }
 
