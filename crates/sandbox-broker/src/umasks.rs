@@ -24,8 +24,10 @@ use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::caller::Caller;
 
-/// Threads whose umask is kept, at most (all are forgotten beyond it).
-const MAX_KEPT: usize = 4096;
+/// Threads whose umask is kept, at most: each holds a pidfd open in the
+/// runner. When full, the threads that ended are forgotten (all, if that
+/// frees too little).
+const MAX_KEPT: usize = 64;
 
 #[derive(Default)]
 pub(crate) struct Umasks {
@@ -68,7 +70,10 @@ impl Umasks {
         if self.settling.is_empty() {
             if let Some(pidfd) = caller.pidfd().and_then(|p| p.try_clone().ok()) {
                 if self.kept.len() >= MAX_KEPT {
-                    self.kept.clear();
+                    self.kept.retain(|_, (pidfd, _)| alive(pidfd));
+                    if self.kept.len() >= MAX_KEPT / 2 {
+                        self.kept.clear();
+                    }
                 }
                 self.kept.insert(tid, (pidfd, mask));
             }
