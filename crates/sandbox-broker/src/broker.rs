@@ -383,26 +383,43 @@ fn decide(
             errno: errno_of(&e),
         },
     };
-    let mut caller = match Caller::open(n.pid as i32) {
-        Ok(c) => c,
-        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {
-            return Decision::CallerGone.into()
-        }
-        Err(e) => return unreadable(e).into(),
-    };
+    let mut caller = Caller::unopened(n.pid as i32);
     let decoded = syscalls::decode(kind, n.data.args, &caller);
     let needs_fd = match &decoded {
         Ok(Request::Meta(subject, _)) => subject.needs_fd(),
         Ok(Request::Entry(call)) => call.needs_fd(),
         Err(_) => false,
     };
+    let umask = match &decoded {
+        Ok(Request::Entry(call)) if call.applies_umask() => {
+            match own
+                .umasks
+                .as_ref()
+                .and_then(|u| u.borrow_mut().lookup(caller.tid()))
+            {
+                Some(mask) => UmaskUse::Kept(mask),
+                None => UmaskUse::Read,
+            }
+        }
+        _ => UmaskUse::None,
+    };
+    // Under fixed credentials an entry call on absolute paths whose umask is
+    // kept (or that applies none) needs nothing from /proc/TID.
+    let without_proc = own.fixed.is_some()
+        && !needs_fd
+        && !matches!(umask, UmaskUse::Read)
+        && matches!(&decoded, Ok(Request::Entry(call)) if call.paths_absolute());
+    if !without_proc {
+        if let Err(e) = caller.open_proc() {
+            return match listener.id_valid(n.id) {
+                Ok(false) => Decision::CallerGone,
+                _ => unreadable(e),
+            }
+            .into();
+        }
+    }
     // A umask read now is kept with the caller's pidfd (see `umasks`).
-    let keeps_umask = matches!(&decoded, Ok(Request::Entry(call)) if call.applies_umask())
-        && own
-            .umasks
-            .as_ref()
-            .is_some_and(|u| u.borrow().would_read(caller.tid()));
-    if needs_fd || keeps_umask {
+    if needs_fd || (matches!(umask, UmaskUse::Read) && own.umasks.is_some()) {
         caller.open_pidfd();
     }
     // TOCTOU guard: the memory we read and the handles we opened belong to the
@@ -429,7 +446,9 @@ fn decide(
     };
     let (subject, op) = match request {
         Request::Meta(subject, op) => (subject, op),
-        Request::Entry(call) => return decide_entry(rules, own, &caller, &call, target, fatal),
+        Request::Entry(call) => {
+            return decide_entry(rules, own, &caller, &call, umask, target, fatal)
+        }
     };
     match &subject {
         Subject::Fd(fd) => target.fd = Some(*fd),
@@ -438,7 +457,7 @@ fn decide(
             target.fd = (*dirfd != libc::AT_FDCWD).then_some(*dirfd);
         }
     }
-    let identity = match caller_identity(&caller, own, false) {
+    let identity = match caller_identity(&caller, own, UmaskUse::None) {
         Ok(id) => id,
         Err(e) => return unreadable(e).into(),
     };
@@ -496,6 +515,7 @@ fn decide_entry(
     own: &Own,
     caller: &Caller,
     call: &EntryCall,
+    umask: UmaskUse,
     target: &mut Target,
     fatal: &mut Option<String>,
 ) -> Answer {
@@ -509,7 +529,7 @@ fn decide_entry(
     };
     target.path = Some(String::from_utf8_lossy(first.as_bytes()).into_owned());
     target.fd = (dirfd != libc::AT_FDCWD).then_some(dirfd);
-    let identity = match caller_identity(caller, own, call.applies_umask()) {
+    let identity = match caller_identity(caller, own, umask) {
         Ok(id) => id,
         Err(e) => {
             return Decision::Refused {
@@ -613,12 +633,20 @@ fn write_back(listener: &Listener, id: u64, caller: &Caller, back: ops::ReadBack
     }
 }
 
+/// Which umask a request applies: none, one kept, or one to read now.
+#[derive(Debug, Clone, Copy)]
+pub(crate) enum UmaskUse {
+    None,
+    Kept(u32),
+    Read,
+}
+
 /// The caller's credentials; capabilities held in another user namespace
 /// count for nothing (they are not capabilities over the broker's objects).
 ///
-/// With fixed credentials they are those (no capability), and only the umask
-/// is read, when `umask` says the call applies it (otherwise it is `0o077`).
-pub(crate) fn caller_identity(caller: &Caller, own: &Own, umask: bool) -> io::Result<Identity> {
+/// With fixed credentials they are those (no capability), with the umask
+/// `umask` says (`0o077` when the call applies none).
+pub(crate) fn caller_identity(caller: &Caller, own: &Own, umask: UmaskUse) -> io::Result<Identity> {
     if let Some(fixed) = &own.fixed {
         let supplementary = fixed.groups.clone();
         let mut groups = supplementary.clone();
@@ -630,10 +658,16 @@ pub(crate) fn caller_identity(caller: &Caller, own: &Own, umask: bool) -> io::Re
             groups,
             supplementary,
             cap_eff: 0,
-            umask: match (umask, &own.umasks) {
-                (true, Some(umasks)) => umasks.borrow_mut().of(caller)?,
-                (true, None) => caller.umask()?,
-                (false, _) => 0o077,
+            umask: match umask {
+                UmaskUse::None => 0o077,
+                UmaskUse::Kept(mask) => mask,
+                UmaskUse::Read => {
+                    let mask = caller.umask()?;
+                    if let Some(umasks) = &own.umasks {
+                        umasks.borrow_mut().keep(caller.tid(), caller.pidfd(), mask);
+                    }
+                    mask
+                }
             },
         });
     }

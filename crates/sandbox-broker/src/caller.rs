@@ -19,7 +19,9 @@ pub(crate) const CAP_FOWNER: u32 = 3;
 /// The thread that made a request.
 pub(crate) struct Caller {
     tid: i32,
-    proc_dir: OwnedFd,
+    /// `/proc/TID`, unless the request needs nothing from it (then every
+    /// use fails with `EBADF`).
+    proc_dir: Option<OwnedFd>,
     pidfd: Option<OwnedFd>,
 }
 
@@ -67,6 +69,24 @@ impl Caller {
 
     /// Opens `/proc/TID` for the thread (see [`Caller::open_pidfd`] for its fds).
     pub(crate) fn open(tid: i32) -> io::Result<Self> {
+        let mut caller = Self::unopened(tid);
+        caller.open_proc()?;
+        Ok(caller)
+    }
+
+    /// The thread, with no handle on it yet.
+    pub(crate) fn unopened(tid: i32) -> Self {
+        Self {
+            tid,
+            proc_dir: None,
+            pidfd: None,
+        }
+    }
+
+    /// Opens `/proc/TID`; like every handle, before the request id is
+    /// re-validated.
+    pub(crate) fn open_proc(&mut self) -> io::Result<()> {
+        let tid = self.tid;
         let dir = CString::new(format!("/proc/{tid}"))
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
         // openat, not open: musl's open follows O_CLOEXEC with an fcntl.
@@ -79,12 +99,15 @@ impl Caller {
             )
         } as libc::c_long)?;
         // SAFETY: fd was just returned to us.
-        let proc_dir = unsafe { OwnedFd::from_raw_fd(fd as RawFd) };
-        Ok(Self {
-            tid,
-            proc_dir,
-            pidfd: None,
-        })
+        self.proc_dir = Some(unsafe { OwnedFd::from_raw_fd(fd as RawFd) });
+        Ok(())
+    }
+
+    fn proc_dir(&self) -> io::Result<RawFd> {
+        self.proc_dir
+            .as_ref()
+            .map(AsRawFd::as_raw_fd)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))
     }
 
     /// Opens a pidfd for the thread, needed by [`Caller::fd`]; like every
@@ -172,7 +195,7 @@ impl Caller {
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: fstatat relative to our /proc/TID fd, following the ns link on purpose.
         cvt(
-            unsafe { libc::fstatat(self.proc_dir.as_raw_fd(), c"ns/user".as_ptr(), &mut st, 0) }
+            unsafe { libc::fstatat(self.proc_dir()?, c"ns/user".as_ptr(), &mut st, 0) }
                 as libc::c_long,
         )?;
         Ok((st.st_dev, st.st_ino))
@@ -232,7 +255,7 @@ impl Caller {
         // SAFETY: openat relative to our /proc/TID fd.
         let fd = cvt(unsafe {
             libc::openat(
-                self.proc_dir.as_raw_fd(),
+                self.proc_dir()?,
                 name.as_ptr(),
                 libc::O_RDONLY | libc::O_CLOEXEC,
             )
@@ -288,7 +311,7 @@ impl Caller {
         // SAFETY: openat relative to our /proc/TID fd; the magic link is followed on purpose.
         let fd = cvt(unsafe {
             libc::openat(
-                self.proc_dir.as_raw_fd(),
+                self.proc_dir()?,
                 c"cwd".as_ptr(),
                 libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
             )
@@ -311,7 +334,7 @@ impl Caller {
         // SAFETY: openat relative to our /proc/TID fd.
         let fd = cvt(unsafe {
             libc::openat(
-                self.proc_dir.as_raw_fd(),
+                self.proc_dir()?,
                 path.as_ptr(),
                 libc::O_PATH | libc::O_CLOEXEC,
             )

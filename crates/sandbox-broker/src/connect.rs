@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::broker::{caller_identity, unresolved_decision, with_credentials, Own};
+use crate::broker::{caller_identity, unresolved_decision, with_credentials, Own, UmaskUse};
 use crate::caller::{cvt, errno_of, Caller, Identity};
 use crate::log::{Decision, Refusal, Target};
 use crate::net::NetRule;
@@ -223,7 +223,7 @@ pub(crate) fn decide(
     };
     let kind = sockopt_int(&sock, libc::SO_TYPE).unwrap_or(0);
     let protocol = sockopt_int(&sock, libc::SO_PROTOCOL).unwrap_or(0);
-    let identity = match caller_identity(&caller, own, false) {
+    let identity = match caller_identity(&caller, own, UmaskUse::None) {
         Ok(id) => id,
         Err(e) => return unreadable(&e),
     };

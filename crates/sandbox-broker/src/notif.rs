@@ -24,6 +24,25 @@ pub(crate) enum Received {
     Gone,
 }
 
+/// u64 words of a notification or answer kept on the stack (the kernel's
+/// structures are 80 and 24 bytes today): a heap buffer per request costs
+/// musl an mmap and a munmap.
+const STACK_WORDS: usize = 32;
+
+/// `words` zeroed u64s: `stack` when they fit, else `heap`.
+fn words_buf<'a>(
+    stack: &'a mut [u64; STACK_WORDS],
+    heap: &'a mut Vec<u64>,
+    words: usize,
+) -> &'a mut [u64] {
+    if words <= STACK_WORDS {
+        &mut stack[..words]
+    } else {
+        heap.resize(words, 0);
+        heap
+    }
+}
+
 fn words(kernel: u16, ours: usize) -> usize {
     (kernel as usize).max(ours).div_ceil(8)
 }
@@ -107,7 +126,9 @@ impl Listener {
 
     /// `SECCOMP_IOCTL_NOTIF_RECV` into a zeroed buffer of the kernel's size.
     pub(crate) fn recv(&self) -> io::Result<Received> {
-        let mut buf = vec![0u64; self.notif_words];
+        let mut stack = [0u64; STACK_WORDS];
+        let mut heap = Vec::new();
+        let buf = words_buf(&mut stack, &mut heap, self.notif_words);
         let ptr = buf.as_mut_ptr();
         let words = buf.len();
         // The kernel wants a zeroed buffer on every attempt.
@@ -189,7 +210,9 @@ impl Listener {
     }
 
     fn reply(&self, resp: libc::seccomp_notif_resp) -> io::Result<bool> {
-        let mut buf = vec![0u64; self.resp_words];
+        let mut stack = [0u64; STACK_WORDS];
+        let mut heap = Vec::new();
+        let buf = words_buf(&mut stack, &mut heap, self.resp_words);
         // SAFETY: the buffer is at least size_of::<seccomp_notif_resp>() and 8-aligned.
         unsafe { std::ptr::write(buf.as_mut_ptr().cast::<libc::seccomp_notif_resp>(), resp) };
         // SAFETY: the buffer is at least the kernel's seccomp_notif_resp size.

@@ -580,6 +580,10 @@ pub(crate) struct PathArg {
 }
 
 impl PathArg {
+    fn is_absolute(&self) -> bool {
+        self.path.as_bytes().first() == Some(&b'/')
+    }
+
     fn needs_fd(&self) -> bool {
         let bytes = self.path.as_bytes();
         (self.dirfd != libc::AT_FDCWD && bytes.first() != Some(&b'/'))
@@ -639,6 +643,21 @@ impl EntryCall {
             EntryCall::Open { flags, .. } => flags & (libc::O_CREAT | O_TMPFILE_BIT) != 0,
             EntryCall::Mknod { .. } | EntryCall::Mkdir { .. } => true,
             _ => false,
+        }
+    }
+
+    /// Whether every path it names is absolute (none starts at the caller's
+    /// working directory or an fd).
+    pub(crate) fn paths_absolute(&self) -> bool {
+        match self {
+            EntryCall::Open { at, .. }
+            | EntryCall::Mknod { at, .. }
+            | EntryCall::Mkdir { at, .. }
+            | EntryCall::Unlink { at, .. }
+            | EntryCall::Symlink { at, .. } => at.is_absolute(),
+            EntryCall::Rename { from, to, .. } | EntryCall::Link { from, to, .. } => {
+                from.is_absolute() && to.is_absolute()
+            }
         }
     }
 

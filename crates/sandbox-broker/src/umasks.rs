@@ -19,7 +19,6 @@
 //!   keeps the thread's mask or makes a new thread, which is read afresh.
 
 use std::collections::HashMap;
-use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use crate::caller::Caller;
@@ -45,40 +44,44 @@ impl Umasks {
         self.settling.push((tid, mask & 0o777));
     }
 
-    /// Whether a umask for `tid` would be read, not taken from what is kept:
-    /// the request then needs the caller's pidfd to keep it.
-    pub(crate) fn would_read(&self, tid: i32) -> bool {
-        !self.kept.contains_key(&tid)
-    }
-
-    /// The umask of `caller`, whose request is validated; its pidfd, when it
-    /// has one, was opened before that.
-    pub(crate) fn of(&mut self, caller: &Caller) -> io::Result<u32> {
-        let tid = caller.tid();
+    /// The umask kept for `tid`, whose request is pending: `None` when it
+    /// must be read. Call it before the request is validated: a kept pidfd
+    /// alive then is the requester's, as no two live threads share an id.
+    pub(crate) fn lookup(&mut self, tid: i32) -> Option<u32> {
         // A thread making this call has finished its earlier umask call.
         self.settling.retain(|&(t, _)| t != tid);
         if !self.settling.is_empty() {
             self.settle();
-        }
-        if let Some((pidfd, mask)) = self.kept.get(&tid) {
-            if alive(pidfd) {
-                return Ok(*mask);
-            }
-            self.kept.remove(&tid);
-        }
-        let mask = caller.umask()?;
-        if self.settling.is_empty() {
-            if let Some(pidfd) = caller.pidfd().and_then(|p| p.try_clone().ok()) {
-                if self.kept.len() >= MAX_KEPT {
-                    self.kept.retain(|_, (pidfd, _)| alive(pidfd));
-                    if self.kept.len() >= MAX_KEPT / 2 {
-                        self.kept.clear();
-                    }
-                }
-                self.kept.insert(tid, (pidfd, mask));
+            if !self.settling.is_empty() {
+                return None;
             }
         }
-        Ok(mask)
+        match self.kept.get(&tid) {
+            Some((pidfd, mask)) if alive(pidfd) => Some(*mask),
+            Some(_) => {
+                self.kept.remove(&tid);
+                None
+            }
+            None => None,
+        }
+    }
+
+    /// Keeps `mask`, just read for `tid`, with the requester's `pidfd`
+    /// (opened before its request was validated).
+    pub(crate) fn keep(&mut self, tid: i32, pidfd: Option<&OwnedFd>, mask: u32) {
+        if !self.settling.is_empty() {
+            return;
+        }
+        let Some(pidfd) = pidfd.and_then(|p| p.try_clone().ok()) else {
+            return;
+        };
+        if self.kept.len() >= MAX_KEPT {
+            self.kept.retain(|_, (pidfd, _)| alive(pidfd));
+            if self.kept.len() >= MAX_KEPT / 2 {
+                self.kept.clear();
+            }
+        }
+        self.kept.insert(tid, (pidfd, mask));
     }
 
     /// Drops the `umask` calls that have taken effect (their thread shows the
