@@ -405,3 +405,67 @@ fn files_that_redirect_gits_config_are_protected() {
     // Twin: another file in the worktree stays writable.
     ok(&run(&wt, &[], "echo 'gitdir: evil' > git-file"));
 }
+
+/// A hooks directory the repository's config names (`core.hooksPath`, as
+/// husky and many projects set it) runs at the user's next commit just as
+/// `.git/hooks` does, so it is protected the same way. Twin: in a repository
+/// without the setting the same directory is an ordinary one.
+#[test]
+fn the_configured_hooks_directory_is_protected() {
+    let marker = ws();
+    let pwned = marker.root.join("pwned");
+    let attack = format!(
+        "printf '#!/bin/sh\\ntouch {}\\n' > .githooks/pre-commit && chmod +x .githooks/pre-commit",
+        pwned.display()
+    );
+    let w = ws();
+    ok(&run(
+        &w.root,
+        &[],
+        "git init -q -b main . && mkdir .githooks",
+    ));
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&w.root, &["config", "core.hooksPath", ".githooks"]);
+    let out = run(&w.root, &[], &attack);
+    assert!(
+        !out.status.success(),
+        "wrote the configured hooks directory"
+    );
+    fs::write(w.root.join("a"), "a").unwrap();
+    git(&w.root, &["add", "a"]);
+    git(
+        &w.root,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "commit",
+            "-qm",
+            "a",
+        ],
+    );
+    assert!(!pwned.exists(), "git ran the command's hook");
+    // Twin: without core.hooksPath, .githooks is an ordinary directory.
+    let plain = ws();
+    ok(&run(
+        &plain.root,
+        &[],
+        "git init -q -b main . && mkdir .githooks",
+    ));
+    ok(&run(&plain.root, &[], &attack));
+    assert!(plain.root.join(".githooks/pre-commit").exists());
+}

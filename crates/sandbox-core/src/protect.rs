@@ -98,6 +98,19 @@ pub fn workspace_protections(workspace: &Path, change: &Protection<'_>) -> Vec<P
         out.push(dot_git);
     }
     let mut dirs = git_dirs(workspace);
+    if keep(".git/hooks") {
+        // A hooks directory the repository's config names runs as
+        // `.git/hooks` would (githooks(5), core.hooksPath in git-config(1)).
+        out.extend(dirs.iter().filter_map(|d| {
+            let hooks = hooks_path(&d.join("config"))?;
+            let hooks = Path::new(&hooks);
+            match hooks.strip_prefix("~") {
+                Ok(rest) => std::env::var_os("HOME").map(|h| Path::new(&h).join(rest)),
+                // Relative: to the top of the working tree, where hooks run.
+                Err(_) => Some(workspace.join(hooks)),
+            }
+        }));
+    }
     let nested: Vec<PathBuf> = dirs.iter().flat_map(|d| nested_git_dirs(d)).collect();
     dirs.extend(nested);
     for gitdir in dirs {
@@ -138,6 +151,41 @@ fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
     }
     dirs.push(gitdir);
     dirs
+}
+
+/// `core.hooksPath` as the git config file `config` sets it (the last
+/// setting wins; `include` and `includeIf` files are not followed), unquoted.
+fn hooks_path(config: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(config).ok()?;
+    let mut in_core = false;
+    let mut found = None;
+    for line in text.lines() {
+        let mut line = line.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            let Some((section, after)) = rest.split_once(']') else {
+                continue;
+            };
+            in_core = section.trim().eq_ignore_ascii_case("core");
+            // `[core] hooksPath = x` on one line.
+            line = after.trim();
+        }
+        if !in_core {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if !key.trim().eq_ignore_ascii_case("hookspath") {
+            continue;
+        }
+        let value = value.trim();
+        let value = match value.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next().unwrap_or(""),
+            None => value.split(['#', ';']).next().unwrap_or("").trim(),
+        };
+        found = (!value.is_empty()).then(|| value.to_owned());
+    }
+    found
 }
 
 /// The git directories inside `gitdir` whose config git reads for this
@@ -251,6 +299,30 @@ mod tests {
         // is not protected as a whole.
         assert!(!p.contains(&git) && !p.contains(&git.join("modules/lib/a")));
         assert!(!p.iter().any(|d| d.ends_with("description")));
+    }
+
+    #[test]
+    fn a_configured_hooks_directory_is_protected() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(".git")).unwrap();
+        let config = ws.path().join(".git/config");
+        let none = Protection::default();
+        // Twin: without core.hooksPath only .git/hooks is.
+        std::fs::write(&config, "[core]\n\tbare = false\n[x]\n\thooksPath = no\n").unwrap();
+        let p = workspace_protections(ws.path(), &none);
+        assert!(!p.contains(&ws.path().join("no")), "{p:?}");
+        for (text, want) in [
+            ("[core]\n\thooksPath = .githooks\n", ".githooks"),
+            ("[Core]\n  HooksPath=\"tools/hooks\" ; c\n", "tools/hooks"),
+            ("[core] hookspath = .husky/_ # c\n", ".husky/_"),
+            ("[core]\n\thooksPath = a\n[core]\n\thooksPath = b\n", "b"),
+        ] {
+            std::fs::write(&config, text).unwrap();
+            let p = workspace_protections(ws.path(), &none);
+            assert!(p.contains(&ws.path().join(want)), "{text}: {p:?}");
+        }
+        std::fs::write(&config, "[core]\n\thooksPath = /abs/hooks\n").unwrap();
+        assert!(workspace_protections(ws.path(), &none).contains(&PathBuf::from("/abs/hooks")));
     }
 
     #[test]
