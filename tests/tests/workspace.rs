@@ -469,3 +469,50 @@ fn the_configured_hooks_directory_is_protected() {
     ok(&run(&plain.root, &[], &attack));
     assert!(plain.root.join(".githooks/pre-commit").exists());
 }
+
+/// With the home directory as the workspace, git's XDG user config
+/// (`~/.config/git/config`, read as `~/.gitconfig` is) and the ssh files
+/// that run or admit code are protected like the shell rc files. Twins:
+/// beside them, `~/.config/other` and `~/.ssh/known_hosts` stay writable.
+#[test]
+fn home_config_that_runs_code_is_protected() {
+    let marker = ws();
+    let pwned = marker.root.join("pwned");
+    let w = ws();
+    ok(&run(&w.root, &[], "git init -q -b main ."));
+    for attack in [
+        format!(
+            "mkdir -p .config/git && printf '[core]\\n\\tfsmonitor = \"touch {}; false\"\\n' \
+             > .config/git/config",
+            pwned.display()
+        ),
+        "mkdir -p .ssh && echo 'ssh-ed25519 AAAA evil' >> .ssh/authorized_keys".to_owned(),
+        "mkdir -p .ssh && echo 'touch /tmp/x' > .ssh/rc".to_owned(),
+        "mkdir -p .config && echo 'echo evil' > fish && mkdir -p .config/fish".to_owned(),
+    ] {
+        let out = run(&w.root, &[], &attack);
+        assert!(!out.status.success(), "{attack} succeeded");
+    }
+    for path in [
+        ".config/git/config",
+        ".ssh/authorized_keys",
+        ".ssh/rc",
+        ".config/fish",
+    ] {
+        assert!(!w.root.join(path).exists(), "{path}");
+    }
+    std::process::Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(&w.root)
+        .env("HOME", &w.root)
+        .env_remove("XDG_CONFIG_HOME")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(!pwned.exists(), "git ran the command's fsmonitor");
+    ok(&run(
+        &w.root,
+        &[],
+        "mkdir -p .config/other .ssh && echo x > .config/other/f && echo h >> .ssh/known_hosts",
+    ));
+}

@@ -19,11 +19,24 @@ pub const WORKSPACE_PROTECTED: &[&str] = &[
     ".bashrc",
     ".bash_profile",
     ".bash_login",
+    ".bash_logout",
     ".zshrc",
     ".zprofile",
     ".zshenv",
+    ".zlogin",
+    ".zlogout",
     ".profile",
+    ".config/fish",
     ".gitconfig",
+    // git's XDG user config and attributes (git-config(1), FILES), read as
+    // .gitconfig is.
+    ".config/git",
+    // sshd runs ~/.ssh/rc at login and admits the keys listed here; the
+    // client config's ProxyCommand and LocalCommand run commands.
+    ".ssh/rc",
+    ".ssh/authorized_keys",
+    ".ssh/authorized_keys2",
+    ".ssh/config",
     ".gitmodules",
     ".ripgreprc",
     ".mcp.json",
