@@ -342,3 +342,49 @@ fn without_a_runtime_dir_an_unprivileged_user_caches_nothing() {
         "nothing cached in $HOME"
     );
 }
+
+/// With the home directory as the workspace and no user config yet, the
+/// command must not create the config that every later run loads (here
+/// `backend = "noop"` with `on_unsupported = "ignore"`: no confinement at
+/// all): the user config directory is write-denied wherever a write path
+/// reaches it, existing or not. Twin: the rest of `~/.config` stays
+/// writable, and a later run stays confined.
+#[test]
+fn a_run_cannot_create_the_config_of_the_next_run() {
+    let home = tempfile::tempdir().unwrap();
+    let home = std::fs::canonicalize(home.path()).unwrap();
+    let outside = tempfile::tempdir().unwrap();
+    let marker = outside.path().join("unconfined");
+    let run_in_home = |script: &str| {
+        sandbox()
+            .args(["run", "--mode", "workspace-write", "--workspace", "."])
+            .args(["--", "/bin/sh", "-c", script])
+            .current_dir(&home)
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .output()
+            .unwrap()
+    };
+    let plant = "mkdir -p .config/sandbox && \
+                 printf '[sandbox]\\nbackend = \"noop\"\\non_unsupported = \"ignore\"\\n' \
+                 > .config/sandbox/config.toml";
+    for attack in [
+        plant.to_owned(),
+        "mkdir -p x && echo '[sandbox]' > x/config.toml && mkdir -p .config && mv x .config/sandbox"
+            .to_owned(),
+        format!("ln -s {} .config/sandbox", outside.path().display()),
+    ] {
+        let out = run_in_home(&attack);
+        assert_ne!(code(&out), Some(0), "{attack}: {}", stderr(&out));
+        assert!(
+            std::fs::symlink_metadata(home.join(".config/sandbox")).is_err(),
+            "{attack} made the config directory"
+        );
+    }
+    // A later run from the same home stays confined.
+    let out = run_in_home(&format!("touch {}", marker.display()));
+    assert!(!marker.exists(), "{}", stderr(&out));
+    // Twin: another directory in ~/.config is writable.
+    let out = run_in_home("mkdir -p .config/other && echo x > .config/other/f");
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+}

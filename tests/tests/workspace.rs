@@ -308,3 +308,211 @@ fn the_commands_credentials_cannot_change_during_the_run() {
         );
     }
 }
+
+/// Files that send git to another config without touching `.git/config`:
+/// `.git/commondir` (git takes config and hooks from the directory it
+/// names), a submodule's `.git/modules/NAME/config` (`git status` in the
+/// superproject runs git in the submodule), and a worktree's `.git` file
+/// (it names the git directory). Each would run `core.fsmonitor` at the
+/// user's next `git status`, outside the sandbox. Twins: the same kind of
+/// write to an unprotected file beside each works.
+#[test]
+fn files_that_redirect_gits_config_are_protected() {
+    let marker = ws();
+    let pwned = marker.root.join("pwned");
+    let evil_config = format!(
+        "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch {}; false\"\n",
+        pwned.display()
+    );
+    let git_status = |dir: &Path| {
+        std::process::Command::new("git")
+            .args(["status", "--porcelain"])
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .output()
+            .unwrap();
+    };
+    let commit = "git init -q -b main . && echo a > a && git add a && git commit -qm a";
+    // A main repository with a submodule.
+    let sub = ws();
+    ok(&run(&sub.root, &[], commit));
+    let w = ws();
+    ok(&run(&w.root, &[], commit));
+    let out = std::process::Command::new("git")
+        .args(["-c", "protocol.file.allow=always", "submodule", "add", "-q"])
+        .arg(&sub.root)
+        .arg("sub")
+        .current_dir(&w.root)
+        .env("HOME", &w.root)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    fs::write(w.root.join("evil.config"), &evil_config).unwrap();
+    let commondir = "mkdir evil && cp -r .git/objects .git/refs .git/HEAD evil/ && \
+                     cp evil.config evil/config && echo ../evil > .git/commondir";
+    for attack in [
+        commondir,
+        "cat evil.config >> .git/modules/sub/config",
+        "echo x > .git/config.worktree",
+    ] {
+        let out = run(&w.root, &[], attack);
+        assert!(!out.status.success(), "{attack} succeeded");
+    }
+    git_status(&w.root);
+    assert!(!pwned.exists(), "git ran the command's fsmonitor");
+    assert!(!w.root.join(".git/commondir").exists());
+    // Twins: other files in the git directories stay writable.
+    ok(&run(
+        &w.root,
+        &[],
+        "echo x >> .git/description && echo x >> .git/modules/sub/description && echo ../x > commondir",
+    ));
+    // A linked worktree: its .git file names the git directory.
+    let wt_parent = ws();
+    let wt = wt_parent.root.join("wt");
+    let out = std::process::Command::new("git")
+        .arg("-C")
+        .arg(&w.root)
+        .args(["worktree", "add", "-q"])
+        .arg(&wt)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let gitfile = fs::read(wt.join(".git")).unwrap();
+    fs::write(wt.join("evil.config"), &evil_config).unwrap();
+    let out = run(
+        &wt,
+        &[],
+        &format!(
+            "mkdir evil && cp -r {0}/.git/objects {0}/.git/refs {0}/.git/HEAD evil/ && \
+             cp evil.config evil/config && echo 'gitdir: evil' > .git",
+            w.root.display()
+        ),
+    );
+    assert!(!out.status.success(), "rewrote the .git file");
+    assert_eq!(fs::read(wt.join(".git")).unwrap(), gitfile);
+    git_status(&wt);
+    assert!(!pwned.exists(), "git ran the command's fsmonitor");
+    // Twin: another file in the worktree stays writable.
+    ok(&run(&wt, &[], "echo 'gitdir: evil' > git-file"));
+}
+
+/// A hooks directory the repository's config names (`core.hooksPath`, as
+/// husky and many projects set it) runs at the user's next commit just as
+/// `.git/hooks` does, so it is protected the same way. Twin: in a repository
+/// without the setting the same directory is an ordinary one.
+#[test]
+fn the_configured_hooks_directory_is_protected() {
+    let marker = ws();
+    let pwned = marker.root.join("pwned");
+    let attack = format!(
+        "printf '#!/bin/sh\\ntouch {}\\n' > .githooks/pre-commit && chmod +x .githooks/pre-commit",
+        pwned.display()
+    );
+    let w = ws();
+    ok(&run(
+        &w.root,
+        &[],
+        "git init -q -b main . && mkdir .githooks",
+    ));
+    let git = |dir: &Path, args: &[&str]| {
+        let out = std::process::Command::new("git")
+            .args(args)
+            .current_dir(dir)
+            .env("GIT_CONFIG_NOSYSTEM", "1")
+            .env("HOME", dir)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    };
+    git(&w.root, &["config", "core.hooksPath", ".githooks"]);
+    let out = run(&w.root, &[], &attack);
+    assert!(
+        !out.status.success(),
+        "wrote the configured hooks directory"
+    );
+    fs::write(w.root.join("a"), "a").unwrap();
+    git(&w.root, &["add", "a"]);
+    git(
+        &w.root,
+        &[
+            "-c",
+            "user.name=t",
+            "-c",
+            "user.email=t@example.invalid",
+            "commit",
+            "-qm",
+            "a",
+        ],
+    );
+    assert!(!pwned.exists(), "git ran the command's hook");
+    // Twin: without core.hooksPath, .githooks is an ordinary directory.
+    let plain = ws();
+    ok(&run(
+        &plain.root,
+        &[],
+        "git init -q -b main . && mkdir .githooks",
+    ));
+    ok(&run(&plain.root, &[], &attack));
+    assert!(plain.root.join(".githooks/pre-commit").exists());
+}
+
+/// With the home directory as the workspace, git's XDG user config
+/// (`~/.config/git/config`, read as `~/.gitconfig` is) and the ssh files
+/// that run or admit code are protected like the shell rc files. Twins:
+/// beside them, `~/.config/other` and `~/.ssh/known_hosts` stay writable.
+#[test]
+fn home_config_that_runs_code_is_protected() {
+    let marker = ws();
+    let pwned = marker.root.join("pwned");
+    let w = ws();
+    ok(&run(&w.root, &[], "git init -q -b main ."));
+    for attack in [
+        format!(
+            "mkdir -p .config/git && printf '[core]\\n\\tfsmonitor = \"touch {}; false\"\\n' \
+             > .config/git/config",
+            pwned.display()
+        ),
+        "mkdir -p .ssh && echo 'ssh-ed25519 AAAA evil' >> .ssh/authorized_keys".to_owned(),
+        "mkdir -p .ssh && echo 'touch /tmp/x' > .ssh/rc".to_owned(),
+        "mkdir -p .config && echo 'echo evil' > fish && mkdir -p .config/fish".to_owned(),
+    ] {
+        let out = run(&w.root, &[], &attack);
+        assert!(!out.status.success(), "{attack} succeeded");
+    }
+    for path in [
+        ".config/git/config",
+        ".ssh/authorized_keys",
+        ".ssh/rc",
+        ".config/fish",
+    ] {
+        assert!(!w.root.join(path).exists(), "{path}");
+    }
+    std::process::Command::new("git")
+        .args(["status", "--porcelain"])
+        .current_dir(&w.root)
+        .env("HOME", &w.root)
+        .env_remove("XDG_CONFIG_HOME")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .output()
+        .unwrap();
+    assert!(!pwned.exists(), "git ran the command's fsmonitor");
+    ok(&run(
+        &w.root,
+        &[],
+        "mkdir -p .config/other .ssh && echo x > .config/other/f && echo h >> .ssh/known_hosts",
+    ));
+}

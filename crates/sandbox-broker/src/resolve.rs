@@ -533,10 +533,17 @@ fn same_name(a: &[u8], b: &[u8]) -> bool {
         return false;
     }
     match (std::str::from_utf8(a), std::str::from_utf8(b)) {
+        // Upper then lower case folds as the kernel's casefolding (full
+        // case folding, CaseFolding.txt) does where lowercasing alone does
+        // not: `ſ` (U+017F) and `s`, the ligature `ﬁ` and `fi`, `ß` and `ss`.
         (Ok(a), Ok(b)) if !a.is_ascii() || !b.is_ascii() => a
             .chars()
+            .flat_map(char::to_uppercase)
             .flat_map(char::to_lowercase)
-            .eq(b.chars().flat_map(char::to_lowercase)),
+            .eq(b
+                .chars()
+                .flat_map(char::to_uppercase)
+                .flat_map(char::to_lowercase)),
         _ => false,
     }
 }
@@ -646,6 +653,14 @@ mod tests {
         assert!(b("/w/.git", "/w/.git"));
         assert!(b("/w/.GIT/Config", "/w/.git/config"));
         assert!(b("/w/ÄRGER/x", "/w/ärger"));
+        // Spellings a casefolding directory (ext4/tmpfs +F) takes for the
+        // protected names: the long s, the fi ligature, the Kelvin sign.
+        assert!(b("/w/.baſhrc", "/w/.bashrc"));
+        assert!(b("/w/.gitconﬁg", "/w/.gitconfig"));
+        assert!(b("/w/.\u{212A}x", "/w/.kx"));
+        // Twins: other names stay other names.
+        assert!(!b("/w/.baſhrc2", "/w/.bashrc"));
+        assert!(!b("/w/.gitconﬂg", "/w/.gitconfig"));
         assert!(!b("/w/.gitx", "/w/.git"));
         assert!(!b("/w", "/w/.git"));
         assert!(!b("/v/.git", "/w/.git"));

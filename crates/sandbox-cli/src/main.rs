@@ -179,6 +179,51 @@ fn load_config(flags: &ConfigFlags) -> Result<Operator, Fatal> {
 }
 
 impl Operator {
+    /// `policy` with the directories a later run would load its operator
+    /// config from (`$XDG_CONFIG_HOME/sandbox` or `~/.config/sandbox`, and
+    /// `/etc/sandbox`) write-denied where a write path reaches them, whether
+    /// or not a config exists there yet, then checked as
+    /// [`Operator::check_not_writable`]: with the home directory as the
+    /// workspace the command could otherwise create the config that sets
+    /// the rules (`backend = "noop"`, `allow_danger_full_access`) of every
+    /// later run.
+    fn guard(&self, policy: Option<ResolvedPolicy>) -> Result<Option<ResolvedPolicy>, Fatal> {
+        let Some(policy) = policy else {
+            return Ok(None);
+        };
+        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
+        // This run's discovery, and the one of a later run without
+        // $XDG_CONFIG_HOME.
+        let files = [
+            sandbox::config_candidates(None, var("XDG_CONFIG_HOME"), var("HOME")),
+            sandbox::config_candidates(None, None, var("HOME")),
+        ]
+        .into_iter()
+        .flat_map(|source| match source {
+            sandbox::ConfigSource::FirstExisting(files) => files,
+            sandbox::ConfigSource::Required(file) => vec![file],
+        })
+        .collect::<Vec<_>>();
+        let mut reached: Vec<String> = files
+            .iter()
+            .filter_map(|f| f.parent())
+            .map(lenient_canonical)
+            .filter(|dir| policy.may_write(dir))
+            .map(|dir| dir.to_string_lossy().into_owned())
+            .collect();
+        reached.sort();
+        reached.dedup();
+        let policy = if reached.is_empty() {
+            policy
+        } else {
+            let mut raw = policy.to_policy();
+            raw.write_deny_paths.extend(reached);
+            raw.resolve(&ExpandContext::from_env(None))?
+        };
+        self.check_not_writable(Some(&policy))?;
+        Ok(Some(policy))
+    }
+
     /// Refuses a run whose write paths reach the config file that bounds it:
     /// the command could rewrite the rules of the next run.
     fn check_not_writable(&self, policy: Option<&ResolvedPolicy>) -> Result<(), Fatal> {
@@ -194,6 +239,25 @@ impl Operator {
             )));
         }
         Ok(())
+    }
+}
+
+/// `path` with its longest existing ancestor canonicalised (the rest, which
+/// does not exist yet, appended as given).
+fn lenient_canonical(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut at = path;
+    loop {
+        if let Ok(c) = std::fs::canonicalize(at) {
+            return rest.iter().rev().fold(c, |p, name| p.join(name));
+        }
+        match (at.parent(), at.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                at = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
     }
 }
 
@@ -354,8 +418,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     let private_tmp = private_tmp_for(args.policy.mode)?;
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
-        let policy = effective_policy(flags, config, tmp)?;
-        operator.check_not_writable(policy.as_ref())?;
+        let policy = operator.guard(effective_policy(flags, config, tmp)?)?;
         let mut req = RunRequest::new(args.argv.clone(), policy);
         if let Some(tmp) = tmp {
             req.env_overrides.push(("TMPDIR".into(), tmp.into()));
@@ -414,7 +477,9 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
         }
     };
     let policy = op.effective_policy(Some(bound), &ctx, std::env::vars_os().map(|(k, _)| k))?;
-    operator.check_not_writable(Some(&policy))?;
+    let policy = operator
+        .guard(Some(policy))?
+        .ok_or_else(|| Fatal("no policy".into()))?;
     let mut req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
     // env_passthrough is an allowlist: keep exactly PATH and the names it
     // lists, compared byte-wise (a name that is not UTF-8 cannot be listed,

@@ -19,11 +19,24 @@ pub const WORKSPACE_PROTECTED: &[&str] = &[
     ".bashrc",
     ".bash_profile",
     ".bash_login",
+    ".bash_logout",
     ".zshrc",
     ".zprofile",
     ".zshenv",
+    ".zlogin",
+    ".zlogout",
     ".profile",
+    ".config/fish",
     ".gitconfig",
+    // git's XDG user config and attributes (git-config(1), FILES), read as
+    // .gitconfig is.
+    ".config/git",
+    // sshd runs ~/.ssh/rc at login and admits the keys listed here; the
+    // client config's ProxyCommand and LocalCommand run commands.
+    ".ssh/rc",
+    ".ssh/authorized_keys",
+    ".ssh/authorized_keys2",
+    ".ssh/config",
     ".gitmodules",
     ".ripgreprc",
     ".mcp.json",
@@ -38,7 +51,15 @@ pub const WORKSPACE_PROTECTED: &[&str] = &[
 ];
 
 /// Inside a git directory: what runs code or changes what git runs.
-const GIT_PROTECTED: &[&str] = &["hooks", "config"];
+/// `commondir` names the directory git takes `config` and `hooks` from
+/// (gitrepository-layout(5): "If this file exists, $GIT_COMMON_DIR will be
+/// set to the path specified in this file"), in a main git directory too; and
+/// `config.worktree` is read as config once `extensions.worktreeConfig` is
+/// set.
+const GIT_PROTECTED: &[&str] = &["hooks", "config", "commondir", "config.worktree"];
+
+/// How deep [`nested_git_dirs`] looks for submodules of submodules.
+const NESTED_GIT_DEPTH: usize = 8;
 
 /// Credential files and directories the `secrets` preset read-denies (each
 /// relative to the home directory, and only when present).
@@ -83,7 +104,29 @@ pub fn workspace_protections(workspace: &Path, change: &Protection<'_>) -> Vec<P
         .filter(|n| keep(n))
         .map(|n| workspace.join(n))
         .collect();
-    for gitdir in git_dirs(workspace) {
+    let dot_git = workspace.join(".git");
+    if std::fs::symlink_metadata(&dot_git).is_ok_and(|m| !m.is_dir()) && keep(".git") {
+        // A `.git` file names the git directory: rewritten, it sends the
+        // user's next git command to a config and hooks the command wrote.
+        out.push(dot_git);
+    }
+    let mut dirs = git_dirs(workspace);
+    if keep(".git/hooks") {
+        // A hooks directory the repository's config names runs as
+        // `.git/hooks` would (githooks(5), core.hooksPath in git-config(1)).
+        out.extend(dirs.iter().filter_map(|d| {
+            let hooks = hooks_path(&d.join("config"))?;
+            let hooks = Path::new(&hooks);
+            match hooks.strip_prefix("~") {
+                Ok(rest) => std::env::var_os("HOME").map(|h| Path::new(&h).join(rest)),
+                // Relative: to the top of the working tree, where hooks run.
+                Err(_) => Some(workspace.join(hooks)),
+            }
+        }));
+    }
+    let nested: Vec<PathBuf> = dirs.iter().flat_map(|d| nested_git_dirs(d)).collect();
+    dirs.extend(nested);
+    for gitdir in dirs {
         for name in GIT_PROTECTED {
             if keep(&format!(".git/{name}")) {
                 out.push(gitdir.join(name));
@@ -121,6 +164,79 @@ fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
     }
     dirs.push(gitdir);
     dirs
+}
+
+/// `core.hooksPath` as the git config file `config` sets it (the last
+/// setting wins; `include` and `includeIf` files are not followed), unquoted.
+fn hooks_path(config: &Path) -> Option<String> {
+    let text = std::fs::read_to_string(config).ok()?;
+    let mut in_core = false;
+    let mut found = None;
+    for line in text.lines() {
+        let mut line = line.trim();
+        if let Some(rest) = line.strip_prefix('[') {
+            let Some((section, after)) = rest.split_once(']') else {
+                continue;
+            };
+            in_core = section.trim().eq_ignore_ascii_case("core");
+            // `[core] hooksPath = x` on one line.
+            line = after.trim();
+        }
+        if !in_core {
+            continue;
+        }
+        let Some((key, value)) = line.split_once('=') else {
+            continue;
+        };
+        if !key.trim().eq_ignore_ascii_case("hookspath") {
+            continue;
+        }
+        let value = value.trim();
+        let value = match value.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next().unwrap_or(""),
+            None => value.split(['#', ';']).next().unwrap_or("").trim(),
+        };
+        found = (!value.is_empty()).then(|| value.to_owned());
+    }
+    found
+}
+
+/// The git directories inside `gitdir` whose config git reads for this
+/// workspace: submodules (`modules/<name>`, where a name may hold slashes,
+/// and their own submodules; `git status` runs git in each) and linked
+/// worktrees (`worktrees/<name>`, whose `commondir` names the config).
+fn nested_git_dirs(gitdir: &Path) -> Vec<PathBuf> {
+    fn walk(dir: &Path, depth: usize, out: &mut Vec<PathBuf>) {
+        let Ok(entries) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in entries.flatten() {
+            if !e.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let path = e.path();
+            if path.join("HEAD").exists() {
+                if depth < NESTED_GIT_DEPTH {
+                    walk(&path.join("modules"), depth + 1, out);
+                }
+                out.push(path);
+            } else if depth < NESTED_GIT_DEPTH {
+                // A submodule name with a slash: `modules/a/b`.
+                walk(&path, depth + 1, out);
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(&gitdir.join("modules"), 0, &mut out);
+    if let Ok(entries) = std::fs::read_dir(gitdir.join("worktrees")) {
+        out.extend(
+            entries
+                .flatten()
+                .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+                .map(|e| e.path()),
+        );
+    }
+    out
 }
 
 /// The [`SECRETS`] that exist beneath `home`.
@@ -169,6 +285,70 @@ mod tests {
             p.contains(&ws.path().join(".git/config")),
             "the .git file's own name too"
         );
+    }
+
+    #[test]
+    fn what_redirects_gits_config_is_protected() {
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir_all(git.join("modules/lib/a/modules/inner")).unwrap();
+        std::fs::write(git.join("modules/lib/a/HEAD"), "").unwrap();
+        std::fs::write(git.join("modules/lib/a/modules/inner/HEAD"), "").unwrap();
+        std::fs::create_dir_all(git.join("worktrees/wt")).unwrap();
+        let p = workspace_protections(ws.path(), &Protection::default());
+        for want in [
+            "commondir",
+            "config.worktree",
+            "modules/lib/a/config",
+            "modules/lib/a/hooks",
+            "modules/lib/a/commondir",
+            "modules/lib/a/modules/inner/config",
+            "worktrees/wt/commondir",
+            "worktrees/wt/config.worktree",
+        ] {
+            assert!(p.contains(&git.join(want)), "{want}: {p:?}");
+        }
+        // Twin: the rest of the git directory stays writable, and a directory
+        // is not protected as a whole.
+        assert!(!p.contains(&git) && !p.contains(&git.join("modules/lib/a")));
+        assert!(!p.iter().any(|d| d.ends_with("description")));
+    }
+
+    #[test]
+    fn a_configured_hooks_directory_is_protected() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(".git")).unwrap();
+        let config = ws.path().join(".git/config");
+        let none = Protection::default();
+        // Twin: without core.hooksPath only .git/hooks is.
+        std::fs::write(&config, "[core]\n\tbare = false\n[x]\n\thooksPath = no\n").unwrap();
+        let p = workspace_protections(ws.path(), &none);
+        assert!(!p.contains(&ws.path().join("no")), "{p:?}");
+        for (text, want) in [
+            ("[core]\n\thooksPath = .githooks\n", ".githooks"),
+            ("[Core]\n  HooksPath=\"tools/hooks\" ; c\n", "tools/hooks"),
+            ("[core] hookspath = .husky/_ # c\n", ".husky/_"),
+            ("[core]\n\thooksPath = a\n[core]\n\thooksPath = b\n", "b"),
+        ] {
+            std::fs::write(&config, text).unwrap();
+            let p = workspace_protections(ws.path(), &none);
+            assert!(p.contains(&ws.path().join(want)), "{text}: {p:?}");
+        }
+        std::fs::write(&config, "[core]\n\thooksPath = /abs/hooks\n").unwrap();
+        assert!(workspace_protections(ws.path(), &none).contains(&PathBuf::from("/abs/hooks")));
+    }
+
+    #[test]
+    fn a_git_file_is_protected_itself() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::write(ws.path().join(".git"), "gitdir: /nowhere\n").unwrap();
+        let p = workspace_protections(ws.path(), &Protection::default());
+        assert!(p.contains(&ws.path().join(".git")), "{p:?}");
+        // Twin: a .git directory is not denied whole.
+        let repo = tempfile::tempdir().unwrap();
+        std::fs::create_dir(repo.path().join(".git")).unwrap();
+        let p = workspace_protections(repo.path(), &Protection::default());
+        assert!(!p.contains(&repo.path().join(".git")), "{p:?}");
     }
 
     #[test]
