@@ -489,6 +489,8 @@ fn home_config_that_runs_code_is_protected() {
         "mkdir -p .ssh && echo 'ssh-ed25519 AAAA evil' >> .ssh/authorized_keys".to_owned(),
         "mkdir -p .ssh && echo 'touch /tmp/x' > .ssh/rc".to_owned(),
         "mkdir -p .config && echo 'echo evil' > fish && mkdir -p .config/fish".to_owned(),
+        "mkdir -p .config/systemd/user".to_owned(),
+        "mkdir -p .config/autostart".to_owned(),
     ] {
         let out = run(&w.root, &[], &attack);
         assert!(!out.status.success(), "{attack} succeeded");
@@ -498,6 +500,8 @@ fn home_config_that_runs_code_is_protected() {
         ".ssh/authorized_keys",
         ".ssh/rc",
         ".config/fish",
+        ".config/systemd",
+        ".config/autostart",
     ] {
         assert!(!w.root.join(path).exists(), "{path}");
     }

@@ -37,6 +37,10 @@ pub const WORKSPACE_PROTECTED: &[&str] = &[
     ".ssh/authorized_keys",
     ".ssh/authorized_keys2",
     ".ssh/config",
+    // Run at the next login: systemd user units (systemd.unit(5), user unit
+    // search path) and XDG autostart entries.
+    ".config/systemd",
+    ".config/autostart",
     ".gitmodules",
     ".ripgreprc",
     ".mcp.json",
