@@ -712,9 +712,23 @@ fn answer_fd(
     fd: &OwnedFd,
     cloexec: bool,
 ) -> BrokerRecord {
-    let sent = own
-        .cpu
-        .around(tid, || listener.add_fd_send(id, fd.as_raw_fd(), cloexec));
+    let sent = match own.cpu.pin(tid) {
+        // Installed while pinned; answered once the masks are back.
+        Some(pinned) => {
+            let added = listener.add_fd(id, fd.as_raw_fd(), cloexec, false);
+            pinned.restore();
+            match added {
+                Ok(Some(newfd)) => match listener.send(id, i64::from(newfd), 0) {
+                    Ok(true) => Ok(Some(newfd)),
+                    Ok(false) => Ok(None),
+                    // The fd is the caller's now; the call is answered below.
+                    Err(e) => Err(e),
+                },
+                other => other,
+            }
+        }
+        None => listener.add_fd(id, fd.as_raw_fd(), cloexec, true),
+    };
     let decision = match sent {
         Ok(Some(fd)) => Decision::Opened { fd },
         Ok(None) => Decision::CallerGone,

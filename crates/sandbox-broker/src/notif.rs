@@ -151,15 +151,26 @@ impl Listener {
         unsafe { self.ioctl(libc::SECCOMP_IOCTL_NOTIF_ID_VALID as _, &mut id, || ()) }
     }
 
-    /// Installs a copy of `fd` in the caller and answers `id` with its number in
-    /// one step (`SECCOMP_IOCTL_NOTIF_ADDFD` with `SECCOMP_ADDFD_FLAG_SEND`);
-    /// `cloexec` sets `O_CLOEXEC` on the new fd. `Ok(None)`: the caller is
-    /// gone. On any other error the request is still pending, to be answered
-    /// with [`Listener::send`].
-    pub(crate) fn add_fd_send(&self, id: u64, fd: RawFd, cloexec: bool) -> io::Result<Option<i32>> {
+    /// Installs a copy of `fd` in the caller (`SECCOMP_IOCTL_NOTIF_ADDFD`)
+    /// and returns its number there; with `send`, answers `id` with it in the
+    /// same step (`SECCOMP_ADDFD_FLAG_SEND`), else the request stays pending,
+    /// to be answered with [`Listener::send`]. `cloexec` sets `O_CLOEXEC` on
+    /// the new fd. `Ok(None)`: the caller is gone. On any other error the
+    /// request is still pending.
+    pub(crate) fn add_fd(
+        &self,
+        id: u64,
+        fd: RawFd,
+        cloexec: bool,
+        send: bool,
+    ) -> io::Result<Option<i32>> {
         let addfd = libc::seccomp_notif_addfd {
             id,
-            flags: libc::SECCOMP_ADDFD_FLAG_SEND as u32,
+            flags: if send {
+                libc::SECCOMP_ADDFD_FLAG_SEND as u32
+            } else {
+                0
+            },
             srcfd: fd as u32,
             newfd: 0,
             newfd_flags: if cloexec { libc::O_CLOEXEC as u32 } else { 0 },

@@ -11,13 +11,17 @@
 //! `open`. On a virtual machine without halt polling each costs tens of
 //! microseconds.
 //!
-//! [`SameCpu::around`] pins the caller and the broker thread to the CPU the
+//! [`SameCpu::pin`] pins the caller and the broker thread to the CPU the
 //! broker runs on (the caller's, after the notification's synchronous
-//! wake-up) for the one ioctl, then gives both their masks back. The caller
-//! is blocked in its system call throughout; a mask it sets for itself in
-//! that window (from another thread) is overwritten. When either mask cannot
-//! be read or set (a caller the runner may not reschedule, a CPU outside the
-//! caller's mask), the hand-back happens unpinned: pinning only saves time.
+//! wake-up) for the `ADDFD` alone, without `SEND`: the caller installs the fd
+//! and waits again, [`Pinned::restore`] gives both their masks back while
+//! it waits, and only then does `NOTIF_SEND` (a synchronous wake-up) answer
+//! it. So the caller never runs its own code pinned, and no mask it sets
+//! afterwards can be overwritten (only the caller itself may set its mask:
+//! the filter refuses `sched_setaffinity` on any other thread). When either
+//! mask cannot be read or set (a caller the runner may not reschedule, a CPU
+//! outside the caller's mask), the fd goes back unpinned, `ADDFD` and `SEND`
+//! in one step: pinning only saves time.
 
 use std::mem::{size_of, zeroed};
 
@@ -32,34 +36,50 @@ impl SameCpu {
         Self { own: get(0) }
     }
 
-    /// Runs `f` with caller `tid` and this thread pinned to this thread's CPU.
-    pub(crate) fn around<T>(&self, tid: i32, f: impl FnOnce() -> T) -> T {
-        let Some(own) = &self.own else { return f() };
+    /// Pins caller `tid` and this thread to this thread's CPU; `None`
+    /// (nothing pinned) when that cannot be done.
+    pub(crate) fn pin(&self, tid: i32) -> Option<Pinned<'_>> {
+        let own = self.own.as_ref()?;
         // SAFETY: sched_getcpu has no arguments.
-        let cpu = unsafe { libc::sched_getcpu() };
-        let Ok(cpu) = usize::try_from(cpu) else {
-            return f();
-        };
-        let caller = get(tid).filter(|mask| {
-            // SAFETY: CPU_ISSET reads a mask we own; `cpu` is below CPU_SETSIZE
-            // (the kernel numbered it).
-            cpu < libc::CPU_SETSIZE as usize && unsafe { libc::CPU_ISSET(cpu, mask) }
-        });
-        let Some(caller) = caller else { return f() };
+        let cpu = usize::try_from(unsafe { libc::sched_getcpu() }).ok()?;
+        if cpu >= libc::CPU_SETSIZE as usize {
+            return None;
+        }
+        let caller = get(tid)?;
+        // SAFETY: CPU_ISSET reads a mask we own; `cpu` is below CPU_SETSIZE.
+        if !unsafe { libc::CPU_ISSET(cpu, &caller) } {
+            return None;
+        }
         // SAFETY: cpu_set_t is plain data.
         let mut one: libc::cpu_set_t = unsafe { zeroed() };
-        // SAFETY: `cpu` is below CPU_SETSIZE (checked above).
+        // SAFETY: `cpu` is below CPU_SETSIZE.
         unsafe { libc::CPU_SET(cpu, &mut one) };
         if !set(tid, &one) {
-            return f();
+            return None;
         }
-        let pinned_self = set(0, &one);
-        let out = f();
-        set(tid, &caller);
-        if pinned_self {
+        Some(Pinned {
+            tid,
+            caller,
+            own: set(0, &one).then_some(own),
+        })
+    }
+}
+
+/// A caller and the broker thread pinned to one CPU.
+pub(crate) struct Pinned<'a> {
+    tid: i32,
+    caller: libc::cpu_set_t,
+    /// The broker thread's own mask, when it was pinned too.
+    own: Option<&'a libc::cpu_set_t>,
+}
+
+impl Pinned<'_> {
+    /// Gives the caller and the broker thread their masks back.
+    pub(crate) fn restore(self) {
+        set(self.tid, &self.caller);
+        if let Some(own) = self.own {
             set(0, own);
         }
-        out
     }
 }
 

@@ -9,6 +9,8 @@
 //!   parent: a symlink in the parent chain into a deny path, `..` that climbs
 //!   out and back into a deny path, and a directory swapped for a symlink
 //!   during the calls are refused as before, each beside its allowed twin.
+//! * An fd hand-back pins the caller to the broker's CPU: the caller's own
+//!   CPU mask is back before its call returns.
 #![cfg(target_os = "linux")]
 
 mod common;
@@ -395,4 +397,62 @@ fn a_directory_swapped_for_a_symlink_during_creates_never_leaks_into_the_deny_pa
         assert_eq!(real, ok as usize);
         assert!(!Path::new(&fx.w.join(".git/hooks/f0")).exists());
     }
+}
+
+/// Sets each of `masks` in turn as the caller's CPU mask, creates a file
+/// through the broker (which pins the caller to one CPU for the fd
+/// hand-back) and checks the mask is still the one set: 0, or 10 + the
+/// index of the first mask that changed.
+fn masks_survive_creates(fx: &Fixture, masks: &[Vec<usize>]) -> Run {
+    let file = cstr(&fx.w.join("f"));
+    let size = std::mem::size_of::<libc::cpu_set_t>();
+    confined_entries(fixed_rules(fx, &[".git"]), || {
+        for (i, mask) in masks.iter().enumerate() {
+            // SAFETY (child): cpu_set_t is plain data; CPU_SET and CPU_ISSET
+            // take CPUs this machine has (below CPU_SETSIZE); pid 0 is this
+            // thread; live masks and a live NUL-terminated path.
+            unsafe {
+                let mut set: libc::cpu_set_t = std::mem::zeroed();
+                for &cpu in mask {
+                    libc::CPU_SET(cpu, &mut set);
+                }
+                if libc::sched_setaffinity(0, size, &set) != 0 {
+                    return 1;
+                }
+                let fd = libc::open(file.as_ptr(), libc::O_WRONLY | libc::O_CREAT, 0o644);
+                if fd < 0 {
+                    return 2;
+                }
+                libc::close(fd);
+                let mut now: libc::cpu_set_t = std::mem::zeroed();
+                if libc::sched_getaffinity(0, size, &mut now) != 0 {
+                    return 3;
+                }
+                if !libc::CPU_EQUAL(&set, &now) {
+                    return 10 + i as i32;
+                }
+            }
+        }
+        0
+    })
+}
+
+/// The hand-back's pin never outlives the call: the caller keeps whichever
+/// mask it had (every CPU, the last one alone, the first one alone).
+#[test]
+fn a_create_leaves_the_callers_cpu_mask_as_it_was() {
+    // SAFETY: sysconf has no preconditions.
+    let cpus = unsafe { libc::sysconf(libc::_SC_NPROCESSORS_ONLN) }.max(1) as usize;
+    let all: Vec<usize> = (0..cpus).collect();
+    let masks = [all.clone(), vec![cpus - 1], vec![0], all];
+    let fx = Fixture::new();
+    let run = masks_survive_creates(&fx, &masks);
+    assert_eq!(run.code, 0, "{}", run.log.explain(5));
+    let opened = run
+        .log
+        .records
+        .iter()
+        .filter(|r| matches!(r.decision, Decision::Opened { .. }))
+        .count();
+    assert_eq!(opened, masks.len(), "{}", run.log.explain(5));
 }
