@@ -232,6 +232,11 @@ impl BrokerRules {
     /// caller's umask between the files it creates for it, instead of reading
     /// `/proc/TID/status` for each; a `umask` call it sees forgets them. A
     /// filter that lets `umask` through without this keeps the broker reading.
+    ///
+    /// The filter must also keep every thread of a group on one umask: refuse
+    /// `unshare`, `clone3` and `clone(CLONE_THREAD)` without `CLONE_FS`. A
+    /// thread that calls `execve` takes over its group leader's thread id,
+    /// and the umask kept for that id would otherwise be the leader's.
     pub fn with_umask_routed(mut self) -> Self {
         self.umask_routed = true;
         self

@@ -17,6 +17,12 @@
 //!   `pidfd_send_signal(pidfd, 0)`. No pidfd, no keeping.
 //! * Every other way a umask changes (`fork`, `exec`, `unshare(CLONE_FS)`)
 //!   keeps the thread's mask or makes a new thread, which is read afresh.
+//! * A thread id can move to another live thread: a thread calling `execve`
+//!   takes over its group leader's id (`de_thread`, fs/exec.c), and the
+//!   leader's pidfd then refers to it. That is harmless only because every
+//!   thread of a group shares one umask: the filter refuses
+//!   `clone(CLONE_THREAD)` without `CLONE_FS` whenever it routes `umask`
+//!   (and `unshare`), see sandbox-landlock's `tests/umask_threads.rs`.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -43,7 +43,7 @@
 //! | `prctl` | not `PR_SCHED_CORE` | `EPERM` |
 //! | `prlimit64`, `sched_setaffinity`, `sched_setparam`, `sched_setscheduler`, `sched_setattr` | pid 0 (the caller) | `EPERM` |
 //! | `setpriority`, `ioprio_set` | the caller or its process group (who 0), never a user | `EPERM` |
-//! | `clone` | no `CLONE_NEW*` flag; with `deny_subprocess` also `CLONE_THREAD` | `EPERM` |
+//! | `clone` | no `CLONE_NEW*` flag; with `deny_subprocess` also `CLONE_THREAD`; with entry calls brokered, `CLONE_THREAD` only with `CLONE_FS` (the broker keeps umasks by thread id, and an `execve` gives a thread its leader's id) | `EPERM` |
 //! | `socket` (network off) | `AF_UNIX` stream/seqpacket, or `AF_INET`/`AF_INET6` stream with protocol 0 or TCP | `EPERM` |
 //! | `socketpair` (network off) | `AF_UNIX` stream/seqpacket | `EPERM` |
 //! | `sendto` (network off) | address is NULL and no `MSG_FASTOPEN` | `EPERM` |

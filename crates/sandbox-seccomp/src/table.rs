@@ -874,15 +874,33 @@ fn truncate(spec: &FilterSpec) -> Entry {
 /// Process creation.
 fn spawning(spec: &FilterSpec) -> Vec<Entry> {
     let no_namespaces = masked(0, CLONE_NEW_MASK, 0);
+    let thread = libc::CLONE_THREAD as u64;
+    let thread_fs = (libc::CLONE_THREAD | libc::CLONE_FS) as u64;
     let mut rows = Vec::new();
-    if spec.deny_subprocess {
+    if spec.deny_subprocess && spec.routes_entries() {
         rows.push(row(
             one!(SYS_clone),
-            allow_if(vec![vec![
-                no_namespaces,
-                masked(0, libc::CLONE_THREAD as u64, libc::CLONE_THREAD as u64),
-            ]]),
+            allow_if(vec![vec![no_namespaces, masked(0, thread_fs, thread_fs)]]),
+            "deny_subprocess: threads (CLONE_THREAD) only, never CLONE_NEW*; a thread shares \
+             its group's umask (CLONE_FS): the broker keeps umasks by thread id, which an \
+             execve hands to the group leader's",
+        ));
+    } else if spec.deny_subprocess {
+        rows.push(row(
+            one!(SYS_clone),
+            allow_if(vec![vec![no_namespaces, masked(0, thread, thread)]]),
             "deny_subprocess: threads (CLONE_THREAD) only, never CLONE_NEW*",
+        ));
+    } else if spec.routes_entries() {
+        rows.push(row(
+            one!(SYS_clone),
+            allow_if(vec![
+                vec![no_namespaces, masked(0, thread, 0)],
+                vec![no_namespaces, masked(0, thread_fs, thread_fs)],
+            ]),
+            "CLONE_NEW* creates namespaces (see unshare); a thread shares its group's umask \
+             (CLONE_FS): the broker keeps umasks by thread id, which an execve hands to the \
+             group leader's",
         ));
     } else {
         rows.push(row(

@@ -12,6 +12,7 @@ use sandbox_seccomp::{compile_spec, Filter, FilterSpec, LandlockCoverage, HIGHES
 const SPEC_TIOCSTI: u32 = 0x5412;
 const SPEC_TIOCLINUX: u32 = 0x541c;
 const SPEC_CLONE_THREAD: u32 = 0x0001_0000;
+const SPEC_CLONE_FS: u32 = 0x0000_0200;
 const SPEC_CLONE_NEW_ANY: u32 = 0x0002_0000 // NEWNS
     | 0x0200_0000 // NEWCGROUP
     | 0x0400_0000 // NEWUTS
@@ -177,7 +178,12 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         SYS_clone => {
             let f = lo(0);
             let thread_ok = !spec.deny_subprocess || f & SPEC_CLONE_THREAD != 0;
-            yes(f & SPEC_CLONE_NEW_ANY == 0 && thread_ok)
+            // Under routed entry calls (and umask) a thread shares its
+            // group's fs: the broker keeps umasks by thread id.
+            let fs_ok = !(spec.broker_entries && spec.broker)
+                || f & SPEC_CLONE_THREAD == 0
+                || f & SPEC_CLONE_FS != 0;
+            yes(f & SPEC_CLONE_NEW_ANY == 0 && thread_ok && fs_ok)
         }
         SYS_clone3 => RET_ENOSYS,
         SYS_fork | SYS_vfork => yes(!spec.deny_subprocess),
@@ -467,7 +473,7 @@ fn interesting_arg() -> impl Strategy<Value = u64> {
         )
             .prop_map(|(h, l)| h | u64::from(l)),
         (high.clone(), any::<u32>()).prop_map(|(h, l)| h | u64::from(
-            l & (SPEC_CLONE_THREAD | SPEC_CLONE_NEW_ANY | 0x0f00 | 0x11)
+            l & (SPEC_CLONE_THREAD | SPEC_CLONE_FS | SPEC_CLONE_NEW_ANY | 0x0f00 | 0x11)
         )),
         (high.clone(), any::<u32>()).prop_map(|(h, l)| h | u64::from(l & SPEC_MSG_FASTOPEN)),
         // open flags and creation modes around the checked bits
