@@ -520,3 +520,36 @@ fn home_config_that_runs_code_is_protected() {
         "mkdir -p .config/other .ssh && echo x > .config/other/f && echo h >> .ssh/known_hosts",
     ));
 }
+
+/// With the home directory as the workspace, what runs at the user's next
+/// command there is protected too: a `git` planted on the PATH, Python's user
+/// site, a cargo config; the same names inside a project stay writable.
+#[test]
+fn the_home_directorys_path_and_tool_configs_are_protected() {
+    let w = ws();
+    for attack in [
+        "mkdir -p .local/bin && printf '#!/bin/sh\\ntouch pwned\\n' > .local/bin/git",
+        "mkdir -p bin && echo x > bin/ls",
+        "mkdir -p .local/lib/python3/site-packages",
+        "mkdir -p .cargo && echo '[build]' > .cargo/config.toml",
+        "echo 'set editing-mode vi' > .inputrc",
+    ] {
+        let out = run(&w.root, &[], attack);
+        assert!(!out.status.success(), "{attack} succeeded");
+    }
+    for path in [
+        ".local/bin",
+        "bin",
+        ".local/lib",
+        ".cargo/config.toml",
+        ".inputrc",
+    ] {
+        assert!(!w.root.join(path).exists(), "{path}");
+    }
+    ok(&run(
+        &w.root,
+        &[],
+        "mkdir -p .local/share .cargo/registry proj/bin proj/.cargo && echo x > .local/share/f && \
+         echo x > proj/bin/tool && echo '[build]' > proj/.cargo/config.toml",
+    ));
+}

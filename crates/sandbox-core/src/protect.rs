@@ -54,6 +54,47 @@ pub const WORKSPACE_PROTECTED: &[&str] = &[
     ".sandbox",
 ];
 
+/// Paths (relative to the home directory) workspace-write also write-denies
+/// when the home directory lies in the workspace: what runs code at the
+/// user's next command, login or editor session there, but in a project is
+/// an ordinary name (a project's own `bin/` or `.cargo/config.toml`).
+pub const HOME_PROTECTED: &[&str] = &[
+    // Directories on the usual PATH (a planted `git` there runs at the next
+    // git command), and Python's user site (a `.pth` file runs at every start).
+    "bin",
+    ".local/bin",
+    ".local/lib",
+    ".cargo/bin",
+    "go/bin",
+    // Environment and commands of the next login or X session.
+    ".pam_environment",
+    ".config/environment.d",
+    ".xprofile",
+    ".xsessionrc",
+    ".xinitrc",
+    // Read by interactive tools, which run or type commands they name.
+    ".inputrc",
+    ".tmux.conf",
+    ".config/tmux",
+    ".vimrc",
+    ".vim",
+    ".config/nvim",
+    ".emacs",
+    ".emacs.d",
+    ".gdbinit",
+    ".lldbinit",
+    // Tool configs that run programs they name (rustc-wrapper, script-shell,
+    // yarnPath, an index to install from, credential helpers).
+    ".cargo/config",
+    ".cargo/config.toml",
+    ".npmrc",
+    ".yarnrc",
+    ".yarnrc.yml",
+    ".config/pip",
+    ".pip",
+    ".docker/config.json",
+];
+
 /// Inside a git directory: what runs code or changes what git runs.
 /// `commondir` names the directory git takes `config` and `hooks` from
 /// (gitrepository-layout(5): "If this file exists, $GIT_COMMON_DIR will be
@@ -95,8 +136,48 @@ pub struct Protection<'a> {
     pub remove: &'a [String],
 }
 
-/// The absolute paths workspace-write write-denies in `workspace`.
+/// The absolute paths workspace-write write-denies in `workspace`, with the
+/// home directory (`$HOME`) protected as well when it lies in the workspace
+/// (see [`protections_with_home`]).
 pub fn workspace_protections(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
+    let home = std::env::var_os("HOME").map(PathBuf::from);
+    protections_with_home(workspace, home.as_deref(), change)
+}
+
+/// [`workspace_protections`] for the home directory `home`: when it is the
+/// workspace or lies beneath it, [`WORKSPACE_PROTECTED`] and
+/// [`HOME_PROTECTED`] are protected in it too (the operator's removals
+/// apply to both).
+pub fn protections_with_home(
+    workspace: &Path,
+    home: Option<&Path>,
+    change: &Protection<'_>,
+) -> Vec<PathBuf> {
+    let mut out = protections_in(workspace, change);
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    if let Some(home) = home.filter(|h| h.is_absolute()).map(canonical) {
+        if home.starts_with(canonical(workspace)) {
+            let keep = |name: &&&str| {
+                !change
+                    .remove
+                    .iter()
+                    .any(|r| r.trim_end_matches('/') == **name)
+            };
+            out.extend(
+                WORKSPACE_PROTECTED
+                    .iter()
+                    .chain(HOME_PROTECTED)
+                    .filter(keep)
+                    .map(|n| home.join(n)),
+            );
+            out.sort();
+            out.dedup();
+        }
+    }
+    out
+}
+
+fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
     let keep = |name: &str| {
         !change
             .remove
@@ -255,6 +336,51 @@ pub fn secrets(home: &Path) -> Vec<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_home_directory_in_the_workspace_is_protected_too() {
+        let root = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(root.path()).unwrap();
+        let home = root.join("home/u");
+        let project = home.join("project");
+        std::fs::create_dir_all(&project).unwrap();
+        let none = Protection::default();
+        // The workspace is the home directory, or above it: both lists there.
+        for ws in [&home, &root] {
+            let p = protections_with_home(ws, Some(&home), &none);
+            for name in [
+                ".local/bin",
+                "bin",
+                ".cargo/config.toml",
+                ".bashrc",
+                ".vimrc",
+            ] {
+                assert!(p.contains(&home.join(name)), "{} in {}", name, ws.display());
+            }
+        }
+        // A project beneath the home directory: its own `bin` is a plain name.
+        let p = protections_with_home(&project, Some(&home), &none);
+        assert!(!p
+            .iter()
+            .any(|p| p.starts_with(&home) && !p.starts_with(&project)));
+        assert!(!p.contains(&project.join("bin")));
+        assert!(p.contains(&project.join(".bashrc")));
+        // No home directory, or a relative one: the workspace list alone.
+        assert_eq!(
+            protections_with_home(&home, None, &none),
+            protections_with_home(&home, Some(Path::new("rel")), &none)
+        );
+        assert!(!protections_with_home(&home, None, &none).contains(&home.join("bin")));
+        // The operator's removals apply to the home entries too.
+        let remove = vec!["bin".to_owned(), ".bashrc".to_owned()];
+        let less = Protection {
+            add: &[],
+            remove: &remove,
+        };
+        let p = protections_with_home(&root, Some(&home), &less);
+        assert!(!p.contains(&home.join("bin")) && !p.contains(&home.join(".bashrc")));
+        assert!(p.contains(&home.join(".local/bin")));
+    }
 
     #[test]
     fn a_repository_gets_its_hooks_and_config_protected() {
