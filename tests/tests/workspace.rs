@@ -48,6 +48,30 @@ fn ok(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// git run outside the sandbox in `dir`, with `dir` as its home and no
+/// system or XDG config: how the user's next git command sees the repository.
+fn git(dir: &Path, args: &[&str]) -> Output {
+    std::process::Command::new("git")
+        .args(args)
+        .current_dir(dir)
+        .env("HOME", dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("XDG_CONFIG_HOME")
+        .output()
+        .unwrap()
+}
+
+/// [`git`], which must succeed.
+#[track_caller]
+fn git_ok(dir: &Path, args: &[&str]) {
+    let out = git(dir, args);
+    assert!(
+        out.status.success(),
+        "git {args:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
 #[test]
 fn the_root_and_subdirectories_stay_fully_usable() {
     let w = ws();
@@ -168,18 +192,7 @@ fn the_real_git_directory_behind_a_git_file_is_protected() {
     ));
     let wt_parent = ws();
     let wt = wt_parent.root.join("wt");
-    let out = std::process::Command::new("git")
-        .args(["-C"])
-        .arg(&main.root)
-        .args(["worktree", "add", "-q"])
-        .arg(&wt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    git_ok(&main.root, &["worktree", "add", "-q", wt.to_str().unwrap()]);
     let hook = main.root.join(".git/hooks/post-checkout");
     let out = run(&wt, &[], &format!("echo '#!/bin/sh' > {}", hook.display()));
     assert!(!out.status.success());
@@ -324,33 +337,24 @@ fn files_that_redirect_gits_config_are_protected() {
         "[core]\n\trepositoryformatversion = 0\n\tfsmonitor = \"touch {}; false\"\n",
         pwned.display()
     );
-    let git_status = |dir: &Path| {
-        std::process::Command::new("git")
-            .args(["status", "--porcelain"])
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", dir)
-            .output()
-            .unwrap();
-    };
+    let git_status = |dir: &Path| git(dir, &["status", "--porcelain"]);
     let commit = "git init -q -b main . && echo a > a && git add a && git commit -qm a";
     // A main repository with a submodule.
     let sub = ws();
     ok(&run(&sub.root, &[], commit));
     let w = ws();
     ok(&run(&w.root, &[], commit));
-    let out = std::process::Command::new("git")
-        .args(["-c", "protocol.file.allow=always", "submodule", "add", "-q"])
-        .arg(&sub.root)
-        .arg("sub")
-        .current_dir(&w.root)
-        .env("HOME", &w.root)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    git_ok(
+        &w.root,
+        &[
+            "-c",
+            "protocol.file.allow=always",
+            "submodule",
+            "add",
+            "-q",
+            sub.root.to_str().unwrap(),
+            "sub",
+        ],
     );
     fs::write(w.root.join("evil.config"), &evil_config).unwrap();
     let commondir = "mkdir evil && cp -r .git/objects .git/refs .git/HEAD evil/ && \
@@ -375,18 +379,7 @@ fn files_that_redirect_gits_config_are_protected() {
     // A linked worktree: its .git file names the git directory.
     let wt_parent = ws();
     let wt = wt_parent.root.join("wt");
-    let out = std::process::Command::new("git")
-        .arg("-C")
-        .arg(&w.root)
-        .args(["worktree", "add", "-q"])
-        .arg(&wt)
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    git_ok(&w.root, &["worktree", "add", "-q", wt.to_str().unwrap()]);
     let gitfile = fs::read(wt.join(".git")).unwrap();
     fs::write(wt.join("evil.config"), &evil_config).unwrap();
     let out = run(
@@ -424,29 +417,15 @@ fn the_configured_hooks_directory_is_protected() {
         &[],
         "git init -q -b main . && mkdir .githooks",
     ));
-    let git = |dir: &Path, args: &[&str]| {
-        let out = std::process::Command::new("git")
-            .args(args)
-            .current_dir(dir)
-            .env("GIT_CONFIG_NOSYSTEM", "1")
-            .env("HOME", dir)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-    };
-    git(&w.root, &["config", "core.hooksPath", ".githooks"]);
+    git_ok(&w.root, &["config", "core.hooksPath", ".githooks"]);
     let out = run(&w.root, &[], &attack);
     assert!(
         !out.status.success(),
         "wrote the configured hooks directory"
     );
     fs::write(w.root.join("a"), "a").unwrap();
-    git(&w.root, &["add", "a"]);
-    git(
+    git_ok(&w.root, &["add", "a"]);
+    git_ok(
         &w.root,
         &[
             "-c",
@@ -505,14 +484,7 @@ fn home_config_that_runs_code_is_protected() {
     ] {
         assert!(!w.root.join(path).exists(), "{path}");
     }
-    std::process::Command::new("git")
-        .args(["status", "--porcelain"])
-        .current_dir(&w.root)
-        .env("HOME", &w.root)
-        .env_remove("XDG_CONFIG_HOME")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .output()
-        .unwrap();
+    git(&w.root, &["status", "--porcelain"]);
     assert!(!pwned.exists(), "git ran the command's fsmonitor");
     ok(&run(
         &w.root,

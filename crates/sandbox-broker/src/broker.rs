@@ -717,13 +717,12 @@ fn answer_fd(
         Some(pinned) => {
             let added = listener.add_fd(id, fd.as_raw_fd(), cloexec, false);
             pinned.restore();
+            // On a send error the fd is the caller's already; the call is
+            // answered below.
             match added {
-                Ok(Some(newfd)) => match listener.send(id, i64::from(newfd), 0) {
-                    Ok(true) => Ok(Some(newfd)),
-                    Ok(false) => Ok(None),
-                    // The fd is the caller's now; the call is answered below.
-                    Err(e) => Err(e),
-                },
+                Ok(Some(newfd)) => listener
+                    .send(id, i64::from(newfd), 0)
+                    .map(|sent| sent.then_some(newfd)),
                 other => other,
             }
         }

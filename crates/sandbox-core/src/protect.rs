@@ -136,6 +136,13 @@ pub struct Protection<'a> {
     pub remove: &'a [String],
 }
 
+impl Protection<'_> {
+    /// Whether the default entry `name` stays protected (not removed).
+    fn keeps(&self, name: &str) -> bool {
+        !self.remove.iter().any(|r| r.trim_end_matches('/') == name)
+    }
+}
+
 /// The absolute paths workspace-write write-denies in `workspace`, with the
 /// home directory (`$HOME`) protected as well when it lies in the workspace
 /// (see [`protections_with_home`]).
@@ -157,17 +164,11 @@ pub fn protections_with_home(
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
     if let Some(home) = home.filter(|h| h.is_absolute()).map(canonical) {
         if home.starts_with(canonical(workspace)) {
-            let keep = |name: &&&str| {
-                !change
-                    .remove
-                    .iter()
-                    .any(|r| r.trim_end_matches('/') == **name)
-            };
             out.extend(
                 WORKSPACE_PROTECTED
                     .iter()
                     .chain(HOME_PROTECTED)
-                    .filter(keep)
+                    .filter(|n| change.keeps(n))
                     .map(|n| home.join(n)),
             );
             out.sort();
@@ -178,12 +179,7 @@ pub fn protections_with_home(
 }
 
 fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
-    let keep = |name: &str| {
-        !change
-            .remove
-            .iter()
-            .any(|r| r.trim_end_matches('/') == name)
-    };
+    let keep = |name: &str| change.keeps(name);
     let mut out: Vec<PathBuf> = WORKSPACE_PROTECTED
         .iter()
         .filter(|n| keep(n))
