@@ -142,6 +142,9 @@ pub struct Confinement {
     /// Start it as soon as the child is spawned, or drop it before spawning:
     /// while it is held but not started, calls it mediates wait for it.
     pub supervisor: Option<Box<dyn Supervisor>>,
+    /// The confinement of the thread that spawns the child and starts the
+    /// supervisor, when the backend has one (see [`LaunchDomain`]).
+    pub domain: Option<LaunchDomain>,
 }
 
 impl Confinement {
@@ -156,7 +159,14 @@ impl Confinement {
             pre_exec,
             report,
             supervisor: None,
+            domain: None,
         }
+    }
+
+    /// The same confinement, spawned and supervised from inside `domain`.
+    pub fn with_domain(mut self, domain: LaunchDomain) -> Self {
+        self.domain = Some(domain);
+        self
     }
 
     /// The same confinement with a supervisor the runner starts after spawning.
@@ -178,6 +188,71 @@ impl Confinement {
             hook.install(&mut cmd);
         }
         Some((cmd, self.report))
+    }
+}
+
+/// A confinement for the launching thread: the thread that spawns the child
+/// enters it first, and the supervisor is started from that thread, so the
+/// supervisor's threads share it and the child's own confinement is nested
+/// beneath it.
+///
+/// The Landlock backend's domain is the run's own Landlock domain: its broker
+/// can then do no more than the sandbox allows, and the kernel still lets it
+/// reach the child (Landlock permits ptrace-class access into nested
+/// domains). Run the launch with [`LaunchDomain::launch`].
+pub struct LaunchDomain(Box<dyn Fn() -> std::io::Result<()> + Send + Sync + 'static>);
+
+impl LaunchDomain {
+    /// Wraps `enter`, which confines the calling thread (and only it) for good.
+    pub fn new(enter: impl Fn() -> std::io::Result<()> + Send + Sync + 'static) -> Self {
+        Self(Box::new(enter))
+    }
+
+    /// Runs `launch` (spawn the child, start the supervisor) on a new thread
+    /// that first enters `domain` (none: no confinement), then `body` (wait,
+    /// end, finish) on the calling thread with `launch`'s result.
+    ///
+    /// The launching thread lives until `body` returns: a child's
+    /// parent-death signal fires when the *thread* that created it ends
+    /// (prctl(2), `PR_SET_PDEATHSIG`). Without a domain, everything runs on
+    /// the calling thread. Fails only when the thread cannot start or cannot
+    /// enter the domain, before `launch` ran.
+    pub fn launch<T: Send, R>(
+        domain: Option<&LaunchDomain>,
+        launch: impl FnOnce() -> T + Send,
+        body: impl FnOnce(T) -> R,
+    ) -> std::io::Result<R> {
+        let Some(domain) = domain else {
+            return Ok(body(launch()));
+        };
+        std::thread::scope(|scope| {
+            let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
+            let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<()>(1);
+            let thread = std::thread::Builder::new()
+                .name("sandbox-launch".into())
+                .spawn_scoped(scope, move || {
+                    let entered = (domain.0)();
+                    let failed = entered.is_err();
+                    let _ = started_tx.send(entered.map(|()| launch()));
+                    if !failed {
+                        // Parent of the child until the run has ended.
+                        let _ = done_rx.recv();
+                    }
+                })?;
+            let started = started_rx
+                .recv()
+                .map_err(|_| std::io::Error::other("the launching thread ended early"));
+            let result = started.and_then(|r| r).map(body);
+            drop(done_tx);
+            let _ = thread.join();
+            result
+        })
+    }
+}
+
+impl std::fmt::Debug for LaunchDomain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("LaunchDomain(..)")
     }
 }
 

@@ -44,9 +44,9 @@ mod report;
 
 pub use axis::Axis;
 pub use backend::{
-    decode_pre_exec_error, encode_pre_exec_error, Backend, Confinement, LaunchOptions,
-    MediatedCall, Mediation, PreExecHook, RunningSupervisor, Supervisor, WrappedArgv,
-    PRE_EXEC_ERROR_TAG,
+    decode_pre_exec_error, encode_pre_exec_error, Backend, Confinement, LaunchDomain,
+    LaunchOptions, MediatedCall, Mediation, PreExecHook, RunningSupervisor, Supervisor,
+    WrappedArgv, PRE_EXEC_ERROR_TAG,
 };
 pub use config::{
     config_candidates, BackendChoice, ConfigSource, OnUnsupported, SandboxConfig, CONFIG_ENV,

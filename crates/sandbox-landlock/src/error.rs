@@ -45,6 +45,9 @@ pub enum LandlockError {
     #[cfg(target_os = "linux")]
     #[error("setting up the metadata broker failed: {0}")]
     Broker(#[source] sandbox_broker::BrokerError),
+    /// The launching thread's domain could not be prepared.
+    #[error("preparing the launch domain (a duplicate of the ruleset fd) failed: {0}")]
+    Domain(std::io::Error),
     /// A confined spawner could not be started.
     #[error("the confined spawner: {0}")]
     Spawner(String),

@@ -17,7 +17,9 @@ use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use sandbox_core::{decode_pre_exec_error, Backend, PreExecHook, ResolvedPolicy};
+use sandbox_core::{
+    decode_pre_exec_error, Backend, LaunchDomain, PreExecHook, ResolvedPolicy, RunningSupervisor,
+};
 
 use crate::spawn::{self, SpawnPlan};
 
@@ -121,56 +123,73 @@ pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &La
         (Ok(i), Ok(o), Ok(e)) => (i, o, e),
         (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => return Ended::NotStarted { why },
     };
-    let spawned = locate(program, launch.env).and_then(|path| {
-        let plan = SpawnPlan {
-            path: &path,
-            argv: &confinement.argv,
-            env: launch.env,
-            cwd: None,
-            stdin: Some(stdin.as_raw_fd()),
-            stdout: Some(stdout.as_raw_fd()),
-            stderr: Some(stderr.as_raw_fd()),
-            process_group: false,
-            cgroup: None,
+    let pre_exec = confinement.pre_exec.take();
+    let domain = confinement.domain.take();
+    let argv = &confinement.argv;
+    // Spawned, and the supervisor started, from inside the backend's domain
+    // (the broker's threads then share it), as `sandbox run` does.
+    let start = || {
+        let spawned = locate(program, launch.env).and_then(|path| {
+            let plan = SpawnPlan {
+                path: &path,
+                argv,
+                env: launch.env,
+                cwd: None,
+                stdin: Some(stdin.as_raw_fd()),
+                stdout: Some(stdout.as_raw_fd()),
+                stderr: Some(stderr.as_raw_fd()),
+                process_group: false,
+                cgroup: None,
+            };
+            // The runner's own setup first (its session is the probe's process
+            // group), then the backend's confinement: as `sandbox run` does.
+            let hooks: Vec<PreExecHook> = std::iter::once(spawn::session_hook(true))
+                .chain(pre_exec)
+                .collect();
+            // The hooks (and the child's end of the broker's channel) are gone
+            // once `spawn` returns, so the supervisor sees only the child's end.
+            spawn::spawn(&plan, hooks)
+        });
+        let pid = match spawned {
+            Ok(child) => child.pid,
+            Err(e) => {
+                let why = match decode_pre_exec_error(&e) {
+                    Some(errno) => format!(
+                        "the backend's pre-exec hook failed: {}",
+                        std::io::Error::from_raw_os_error(errno)
+                    ),
+                    None => format!("spawning {program:?} failed: {e}"),
+                };
+                return Err(Ended::NotStarted { why });
+            }
         };
-        // The runner's own setup first (its session is the probe's process
-        // group), then the backend's confinement: as `sandbox run` does.
-        let hooks: Vec<PreExecHook> = std::iter::once(spawn::session_hook(true))
-            .chain(confinement.pre_exec.take())
-            .collect();
-        // The hooks (and the child's end of the broker's channel) are gone
-        // once `spawn` returns, so the supervisor sees only the child's end.
-        spawn::spawn(&plan, hooks)
-    });
-    let pid = match spawned {
-        Ok(child) => child.pid,
-        Err(e) => {
-            let why = match decode_pre_exec_error(&e) {
-                Some(errno) => format!(
-                    "the backend's pre-exec hook failed: {}",
-                    std::io::Error::from_raw_os_error(errno)
-                ),
-                None => format!("spawning {program:?} failed: {e}"),
-            };
-            return Ended::NotStarted { why };
+        match supervisor.map(|s| s.start()).transpose() {
+            Ok(running) => Ok((pid, running)),
+            Err(e) => {
+                kill_group(pid);
+                spawn::kill_and_reap(pid);
+                Err(Ended::NotStarted {
+                    why: format!("the backend's supervisor did not start: {e}"),
+                })
+            }
         }
     };
+    let run = |started: Result<(libc::pid_t, Option<Box<dyn RunningSupervisor>>), Ended>| {
+        let (pid, running) = started?;
+        let ended = wait_bounded(pid, launch.deadline);
+        if let Some(r) = running {
+            r.finish();
+        }
+        Ok(ended)
+    };
+    let ended = LaunchDomain::launch(domain.as_ref(), start, run);
     drop((stdin, stdout, stderr));
-    let running = match supervisor.map(|s| s.start()).transpose() {
-        Ok(running) => running,
-        Err(e) => {
-            kill_group(pid);
-            spawn::kill_and_reap(pid);
-            return Ended::NotStarted {
-                why: format!("the backend's supervisor did not start: {e}"),
-            };
-        }
-    };
-    let ended = wait_bounded(pid, launch.deadline);
-    if let Some(r) = running {
-        r.finish();
+    match ended {
+        Ok(Ok(ended) | Err(ended)) => ended,
+        Err(e) => Ended::NotStarted {
+            why: format!("entering the backend's launch domain failed: {e}"),
+        },
     }
-    ended
 }
 
 /// Finds `program` as `execvp` would, in the launch's own `PATH`: a name

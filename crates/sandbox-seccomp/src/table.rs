@@ -273,14 +273,9 @@ const PROCESS: &[Sys] = sys![
     SYS_getrandom,
 ];
 
-/// Self-confinement: a nested sandbox can only narrow what this one allows.
-const SELF_CONFINEMENT: &[Sys] = sys![
-    SYS_landlock_create_ruleset,
-    SYS_landlock_add_rule,
-    SYS_landlock_restrict_self,
-    SYS_lsm_get_self_attr,
-    SYS_lsm_list_modules,
-];
+/// Self-confinement: a nested sandbox can only narrow what this one allows
+/// (Landlock itself: see [`nested_landlock`]).
+const SELF_CONFINEMENT: &[Sys] = sys![SYS_lsm_get_self_attr, SYS_lsm_list_modules];
 
 /// Socket calls that need no check even without network: they act on sockets
 /// the policy already let the process create.
@@ -871,6 +866,41 @@ fn truncate(spec: &FilterSpec) -> Entry {
     }
 }
 
+/// A nested Landlock domain: allowed without a broker (it can only narrow
+/// what the kernel does for the command); refused with one.
+///
+/// The broker performs calls that Landlock rights govern (writing opens and
+/// entry calls under deny paths, `truncate` by path, TCP `connect`) from the
+/// run's own domain, which a domain the command adds beneath its own cannot
+/// narrow: the kernel offers no way to learn a thread's domain, and tracking
+/// who restricted itself by pid loses a child that is reparented. So rather
+/// than silently widening a nested sandbox, Landlock is unavailable to the
+/// command: `landlock_create_ruleset` answers `EOPNOTSUPP` (what a kernel
+/// with Landlock disabled answers, so libraries report "not supported"),
+/// and adding rules or restricting with a ruleset got elsewhere `EPERM`.
+fn nested_landlock(spec: &FilterSpec) -> Vec<Entry> {
+    let calls = [
+        one!(SYS_landlock_create_ruleset),
+        one!(SYS_landlock_add_rule),
+        one!(SYS_landlock_restrict_self),
+    ];
+    if !spec.broker {
+        return calls.into_iter().map(|c| row(c, Rule::Allow, "")).collect();
+    }
+    let reason = "a nested Landlock domain would not narrow the calls the broker performs \
+                  from the run's own domain";
+    let [create, add, restrict] = calls;
+    vec![
+        row(
+            create,
+            Rule::Deny(crate::spec::Action::Errno(crate::spec::EOPNOTSUPP)),
+            reason,
+        ),
+        row(add, Rule::Deny(DENY), reason),
+        row(restrict, Rule::Deny(DENY), reason),
+    ]
+}
+
 /// Process creation.
 fn spawning(spec: &FilterSpec) -> Vec<Entry> {
     let no_namespaces = masked(0, CLONE_NEW_MASK, 0);
@@ -1198,6 +1228,7 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     rows.extend(checked_always(spec));
     rows.extend(xattr_reads(spec));
     rows.push(truncate(spec));
+    rows.extend(nested_landlock(spec));
     rows.extend(spawning(spec));
     rows.extend(process_group(spec));
     rows.extend(network(spec));

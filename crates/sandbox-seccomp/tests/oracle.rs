@@ -330,8 +330,13 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         | SYS_setrlimit | SYS_getrusage | SYS_sysinfo | SYS_uname
         | SYS_getrandom
         // self-confinement
-        | SYS_landlock_create_ruleset | SYS_landlock_add_rule
-        | SYS_landlock_restrict_self | 459 | 461 => RET_ALLOW,
+        | 459 | 461 => RET_ALLOW,
+        // a nested Landlock domain would not narrow what a broker performs
+        SYS_landlock_create_ruleset if spec.broker => 0x0005_0000 | 95, // EOPNOTSUPP
+        SYS_landlock_add_rule | SYS_landlock_restrict_self if spec.broker => RET_EPERM,
+        SYS_landlock_create_ruleset | SYS_landlock_add_rule | SYS_landlock_restrict_self => {
+            RET_ALLOW
+        }
         _ => RET_ENOSYS,
     }
 }

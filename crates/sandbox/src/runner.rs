@@ -9,8 +9,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sandbox_core::{
-    decode_pre_exec_error, scrub_env, Backend, EgressRule, LaunchOptions, MediatedCall, Mediation,
-    NetworkMode, PreExecHook, ResolvedPolicy,
+    decode_pre_exec_error, scrub_env, Backend, EgressRule, LaunchDomain, LaunchOptions,
+    MediatedCall, Mediation, NetworkMode, PreExecHook, ResolvedPolicy, RunningSupervisor,
 };
 use sandbox_proxy::{Proxy, ProxyOptions};
 
@@ -273,7 +273,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let options = LaunchOptions::default()
         .with_process_group_held(containment.kind() == crate::ContainmentKind::ProcessGroup);
     let mut proxy = None;
-    let (argv, hook, report, supervisor) = match &req.policy {
+    let (argv, hook, report, supervisor, domain) = match &req.policy {
         Some(policy) => {
             let mut policy = std::borrow::Cow::Borrowed(policy);
             if let Some(dir) = crate::gate::cache_dir().filter(|dir| reaches(&policy, dir)) {
@@ -309,9 +309,9 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
             if req.require_full {
                 require_full(backend, &c.report)?;
             }
-            (c.argv, c.pre_exec, Some(c.report), c.supervisor)
+            (c.argv, c.pre_exec, Some(c.report), c.supervisor, c.domain)
         }
-        None => (req.argv.clone(), None, None, None),
+        None => (req.argv.clone(), None, None, None, None),
     };
     let mut env = match &req.policy {
         Some(p) => scrub_env(env, p.env_deny_names()),
@@ -367,32 +367,47 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         // us, so an emptied group is seen as empty (see `contain`).
         become_subreaper();
     }
-    // The hooks (and the fds they hold for the child) are gone once `spawn`
-    // returns, so a supervisor's channel sees only the child's end.
-    let child =
-        spawn::spawn(&plan, hooks).map_err(|source| spawn_error(backend, program, source))?;
-    let pid = child.pid;
-    let supervisor = match supervisor.map(|s| s.start()).transpose() {
-        Ok(s) => s,
-        Err(err) => {
-            containment.end(pid, Duration::ZERO);
-            spawn::kill_and_reap(pid);
-            return Err(RunError::Unavailable(err));
+    // The child is spawned, and the supervisor started, on a thread inside
+    // the backend's domain (the broker's threads then share it); that thread
+    // stays until the run has ended. The hooks (and the fds they hold for
+    // the child) are gone once `spawn` returns, so a supervisor's channel
+    // sees only the child's end.
+    let start = || {
+        let child =
+            spawn::spawn(&plan, hooks).map_err(|source| spawn_error(backend, program, source))?;
+        let pid = child.pid;
+        match supervisor.map(|s| s.start()).transpose() {
+            Ok(s) => Ok((pid, s)),
+            Err(err) => {
+                containment.end(pid, Duration::ZERO);
+                spawn::kill_and_reap(pid);
+                Err(RunError::Unavailable(err))
+            }
         }
     };
-    let deadline = timeout.map(|t| started + t);
-    let timed_out = !Watch::new(pid).wait_exit(deadline);
-    // Every process of the run ends here, the main one too on a timeout.
-    let ended = containment.end(pid, req.grace);
-    let status = match ended.main {
-        Some(status) => status,
-        None => spawn::wait(pid).map_err(|source| RunError::Spawn {
-            program: program.clone(),
-            source,
-        })?,
+    let run = |launched: Result<(libc::pid_t, Option<Box<dyn RunningSupervisor>>), RunError>| {
+        let (pid, supervisor) = launched?;
+        let deadline = timeout.map(|t| started + t);
+        let timed_out = !Watch::new(pid).wait_exit(deadline);
+        // Every process of the run ends here, the main one too on a timeout.
+        let ended = containment.end(pid, req.grace);
+        let status = match ended.main {
+            Some(status) => status,
+            None => spawn::wait(pid).map_err(|source| RunError::Spawn {
+                program: program.clone(),
+                source,
+            })?,
+        };
+        Ok::<_, RunError>((timed_out, ended, status, supervisor.map(|s| s.finish())))
     };
+    let (timed_out, ended, status, mut mediation) =
+        LaunchDomain::launch(domain.as_ref(), start, run).map_err(|e| {
+            RunError::Unavailable(sandbox_core::SandboxUnavailable::new(
+                backend.name(),
+                format!("entering the launch domain failed: {e}"),
+            ))
+        })??;
     let leftovers = ended.others;
-    let mut mediation = supervisor.map(|s| s.finish());
     drop(containment);
     if let Some(mut proxy) = proxy {
         proxy.shutdown();

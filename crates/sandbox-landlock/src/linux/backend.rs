@@ -143,6 +143,12 @@ impl Backend for LandlockBackend {
         }
         let (prepared, supervisor) = self.prepare_brokered(policy, options)?;
         let report = prepared.report().clone();
+        // With a broker, the child is spawned and the broker started from a
+        // thread in the run's own Landlock domain (see `enter_domain`).
+        let companion = match supervisor {
+            Some(s) => Some((s, prepared.launch_domain().map_err(unavailable)?)),
+            None => None,
+        };
         let hook = move || prepared.apply_in_child().map_err(encode_pre_exec_error);
         // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,
         // landlock_restrict_self, seccomp) on data prepared above: no
@@ -151,8 +157,8 @@ impl Backend for LandlockBackend {
         // code without allocating.
         let hook = unsafe { PreExecHook::new(hook) };
         let confinement = Confinement::new(argv.to_vec(), Some(hook), report);
-        Ok(match supervisor {
-            Some(s) => confinement.with_supervisor(Box::new(s)),
+        Ok(match companion {
+            Some((s, d)) => confinement.with_supervisor(Box::new(s)).with_domain(d),
             None => confinement,
         })
     }

@@ -92,6 +92,31 @@ pub(crate) fn restrict_self(ruleset_fd: RawFd) -> Result<(), i32> {
     }
 }
 
+/// Hard and soft `RLIMIT_CORE` of 0: the kernel writes no core file for
+/// this process or what it runs (the command holds no `CAP_SYS_RESOURCE`
+/// to raise a hard limit again, setrlimit(2)).
+pub(crate) fn forbid_core_dumps() -> Result<(), i32> {
+    let zero = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: prlimit64 on the calling process with a valid new limit.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_prlimit64,
+            0,
+            libc::RLIMIT_CORE,
+            &zero as *const libc::rlimit64,
+            std::ptr::null_mut::<libc::rlimit64>(),
+        )
+    };
+    if rc == 0 {
+        Ok(())
+    } else {
+        Err(errno())
+    }
+}
+
 /// Whether the calling process holds any capability (read in the parent).
 pub(crate) fn holds_capabilities() -> std::io::Result<bool> {
     let mut header = CapHeader {

@@ -29,6 +29,8 @@ pub struct PreparedLandlock {
     /// [`sandbox_broker::FixedCredentials`]).
     fixed_credentials: Option<sandbox_broker::FixedCredentials>,
     drop_capabilities: bool,
+    /// Whether the child may not dump core (see [`PreparedLandlock::apply_in_child`]).
+    no_core_dumps: bool,
     abi: KernelAbi,
     report: EnforcementReport,
 }
@@ -81,6 +83,11 @@ pub(crate) fn prepare_with(
             "deny paths beneath write paths are kept by the broker: writing opens and directory-entry calls go to it; the rest of each write path stays fully writable (binding unix sockets directly in an ancestor of a deny path is refused)".into(),
         );
     }
+    if mediation == rules::Mediation::Entries {
+        report.details.push(
+            "no core dumps (hard RLIMIT_CORE 0): the kernel writes a core file without a syscall the broker could check, and Landlock grants the write paths whole".into(),
+        );
+    }
     if options.hold_process_group {
         report.details.push(
             "setsid and setpgid refused: the runner ends the run by its process group".into(),
@@ -113,6 +120,7 @@ pub(crate) fn prepare_with(
             broker_child,
             fixed_credentials,
             drop_capabilities,
+            no_core_dumps: mediation == rules::Mediation::Entries,
             abi,
             report,
         },
@@ -127,15 +135,25 @@ pub(crate) fn report_only(policy: &ResolvedPolicy, abi: KernelAbi) -> Enforcemen
 
 impl PreparedLandlock {
     /// Confines the calling process: `no_new_privs`, capability drop (when
-    /// the parent held any), `landlock_restrict_self`, then the seccomp filter.
+    /// the parent held any), no core dumps when a deny path lies beneath a
+    /// write path, `landlock_restrict_self`, then the seccomp filter.
     ///
     /// Async-signal-safe and allocation-free, for use between `fork` and
     /// `exec`. Returns the raw errno of the first step that failed; the
     /// process is then partially confined and must not run the command.
+    ///
+    /// A core file is written by the kernel itself (fs/coredump.c opens it
+    /// with the dumping task's credentials, so Landlock applies but no
+    /// syscall reaches the filter): with the write paths granted whole and
+    /// the deny paths kept by the broker, a core would land in a denied
+    /// directory or replace a denied file named like the core pattern.
     pub fn apply_in_child(&self) -> Result<(), i32> {
         child::set_no_new_privs()?;
         if self.drop_capabilities {
             child::drop_capabilities()?;
+        }
+        if self.no_core_dumps {
+            child::forbid_core_dumps()?;
         }
         child::restrict_self(self.ruleset.as_raw_fd())?;
         match &self.broker_child {
@@ -144,6 +162,35 @@ impl PreparedLandlock {
             }
             None => self.filter.apply(),
         }
+    }
+
+    /// Confines the calling thread to the run's own Landlock domain:
+    /// `no_new_privs` (this thread's only) and `landlock_restrict_self` with
+    /// the child's ruleset, nothing else (no filter, capabilities kept).
+    ///
+    /// The broker's threads are started from a thread so confined and the
+    /// child is spawned from it, so the child's own domain is nested beneath
+    /// the broker's: the broker can reach the child (Landlock allows
+    /// ptrace-class access, which `process_vm_readv` and `pidfd_getfd` need,
+    /// only into the same or a nested domain: Documentation/userspace-api/
+    /// landlock.rst, "Ptrace restrictions"), while the child cannot signal
+    /// the broker (signal scoping, ABI 6) and nothing the broker does can
+    /// write, link, rename or open with rights the sandbox's Landlock layer
+    /// refuses the command.
+    pub(crate) fn enter_domain(&self) -> Result<(), i32> {
+        child::set_no_new_privs()?;
+        child::restrict_self(self.ruleset.as_raw_fd())
+    }
+
+    /// [`PreparedLandlock::enter_domain`] as a launch domain that owns a
+    /// duplicate of the ruleset.
+    pub(crate) fn launch_domain(&self) -> Result<sandbox_core::LaunchDomain, LandlockError> {
+        let ruleset = self.ruleset.try_clone().map_err(LandlockError::Domain)?;
+        Ok(sandbox_core::LaunchDomain::new(move || {
+            child::set_no_new_privs()
+                .and_then(|()| child::restrict_self(ruleset.as_raw_fd()))
+                .map_err(std::io::Error::from_raw_os_error)
+        }))
     }
 
     /// What is enforced for this policy on this kernel.

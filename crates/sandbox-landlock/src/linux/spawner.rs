@@ -45,51 +45,65 @@ impl ConfinedSpawner {
         supervisor: Option<Box<dyn Supervisor>>,
     ) -> Result<Self, LandlockError> {
         let report = prepared.report().clone();
-        let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), i32>>(1);
         let (jobs, queue) = mpsc::channel::<Job>();
-        let thread = std::thread::Builder::new()
-            .name("sandbox-spawner".into())
+        // A first thread enters the run's own Landlock domain, starts the
+        // spawner thread (which confines itself further, so every command's
+        // domain is nested beneath it) and then the broker, whose threads so
+        // share the run's domain (see `PreparedLandlock::enter_domain`).
+        let domain = std::thread::Builder::new()
+            .name("sandbox-domain".into())
             .spawn(move || {
-                // Confines this thread, for good: it only ever spawns.
-                let applied = prepared.apply_in_child();
-                drop(prepared);
-                let confined = applied.is_ok();
-                let _ = ready_tx.send(applied);
-                if confined {
-                    for (mut cmd, reply) in queue {
-                        let _ = reply.send(cmd.spawn());
-                    }
+                if supervisor.is_some() {
+                    prepared.enter_domain().map_err(|errno| {
+                        format!(
+                            "entering the run's domain failed: {}",
+                            io::Error::from_raw_os_error(errno)
+                        )
+                    })?;
                 }
+                let (ready_tx, ready_rx) = mpsc::sync_channel::<Result<(), i32>>(1);
+                let thread = std::thread::Builder::new()
+                    .name("sandbox-spawner".into())
+                    .spawn(move || {
+                        // Confines this thread, for good: it only ever spawns.
+                        let applied = prepared.apply_in_child();
+                        drop(prepared);
+                        let confined = applied.is_ok();
+                        let _ = ready_tx.send(applied);
+                        if confined {
+                            for (mut cmd, reply) in queue {
+                                let _ = reply.send(cmd.spawn());
+                            }
+                        }
+                    })
+                    .map_err(|e| format!("starting its thread failed: {e}"))?;
+                match ready_rx.recv() {
+                    Ok(Ok(())) => {}
+                    Ok(Err(errno)) => {
+                        return Err(format!(
+                            "confining its thread failed: {}",
+                            io::Error::from_raw_os_error(errno)
+                        ))
+                    }
+                    Err(_) => return Err("its thread ended before confining itself".into()),
+                }
+                let running = supervisor
+                    .map(|s| s.start())
+                    .transpose()
+                    .map_err(|e| e.to_string())?;
+                Ok((thread, running))
             })
             .map_err(|e| LandlockError::Spawner(format!("starting its thread failed: {e}")))?;
-        let ready = ready_rx.recv();
-        let mut spawner = ConfinedSpawner {
+        let (thread, running) = domain
+            .join()
+            .map_err(|_| LandlockError::Spawner("its thread panicked".into()))?
+            .map_err(LandlockError::Spawner)?;
+        Ok(ConfinedSpawner {
             jobs: Some(jobs),
             thread: Some(thread),
-            supervisor: None,
+            supervisor: running,
             report,
-        };
-        match ready {
-            Ok(Ok(())) => {}
-            Ok(Err(errno)) => {
-                return Err(LandlockError::Spawner(format!(
-                    "confining its thread failed: {}",
-                    io::Error::from_raw_os_error(errno)
-                )))
-            }
-            Err(_) => {
-                return Err(LandlockError::Spawner(
-                    "its thread ended before confining itself".into(),
-                ))
-            }
-        }
-        if let Some(supervisor) = supervisor {
-            let running = supervisor
-                .start()
-                .map_err(|e| LandlockError::Spawner(e.to_string()))?;
-            spawner.supervisor = Some(running);
-        }
-        Ok(spawner)
+        })
     }
 
     /// Spawns `cmd`, confined. `pre_exec` hooks on `cmd` still run (std then
