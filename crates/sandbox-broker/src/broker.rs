@@ -550,7 +550,7 @@ fn decide_entry(
         if call.applies_umask() {
             own.set_umask(identity.umask);
         }
-        entries::act(rules, call, starts, target)
+        entries::act(rules, caller, call, starts, target)
     });
     match acted {
         Ok(Ok(Outcome::Done(decision))) => decision.into(),

@@ -243,6 +243,23 @@ impl Caller {
         self.read_proc_file(c"status", |t| has_line(t, b"\nUmask:"), parse_umask)
     }
 
+    /// The caller's controlling terminal (`tty_nr` in `/proc/TID/stat`, 0 for none).
+    ///
+    /// By path when `/proc/TID` was not opened for this request: the thread
+    /// waits for the answer, so its id names it (a thread killed meanwhile
+    /// makes the answer void, whatever was read).
+    pub(crate) fn controlling_tty(&self) -> io::Result<u64> {
+        let parsed = if self.proc_dir.is_some() {
+            self.read_proc_file(c"stat", |_| false, parse_tty_nr)?
+        } else {
+            parse_tty_nr(&std::fs::read_to_string(format!(
+                "/proc/{}/stat",
+                self.tid
+            ))?)
+        };
+        parsed.ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+    }
+
     /// Reads `/proc/TID/NAME` until `enough` says the text read holds what is
     /// needed, or to its end, and parses it.
     fn read_proc_file<T>(
@@ -412,6 +429,20 @@ fn parse_status(text: &str) -> Option<Identity> {
     })
 }
 
+/// The runner's own controlling terminal (`tty_nr` of `/proc/self/stat`).
+pub(crate) fn own_controlling_tty() -> io::Result<u64> {
+    let text = std::fs::read_to_string("/proc/self/stat")?;
+    parse_tty_nr(&text).ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))
+}
+
+/// `tty_nr`, the 7th field of a `stat` file (proc(5)); the command name
+/// (field 2) may hold spaces and parentheses, so fields count from its last `)`.
+fn parse_tty_nr(stat: &str) -> Option<u64> {
+    let rest = &stat[stat.rfind(')')? + 1..];
+    let tty: i64 = rest.split_ascii_whitespace().nth(4)?.parse().ok()?;
+    u64::try_from(tty).ok()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -441,5 +472,13 @@ mod tests {
     #[test]
     fn status_without_caps_is_rejected() {
         assert_eq!(parse_status("Uid:\t1\t1\t1\t1\nGid:\t1\t1\t1\t1\n"), None);
+    }
+
+    #[test]
+    fn tty_nr_counts_fields_from_the_last_parenthesis() {
+        let stat = "42 (a) b (c)) S 1 42 42 34817 42 4194560";
+        assert_eq!(super::parse_tty_nr(stat), Some(34817));
+        assert_eq!(super::parse_tty_nr("1 (x) S 0 1 1 0 -1"), Some(0));
+        assert_eq!(super::parse_tty_nr("garbage"), None);
     }
 }

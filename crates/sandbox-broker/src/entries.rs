@@ -7,7 +7,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
-use crate::caller::{cvt, errno_of};
+use crate::caller::{cvt, errno_of, own_controlling_tty, Caller};
 use crate::log::{Decision, Refusal, Target};
 use crate::resolve::{canonical, fstat, walk, BrokerRules, Object, Start, Unresolved};
 use crate::syscalls::{EntryCall, O_TMPFILE_BIT};
@@ -111,6 +111,7 @@ pub(crate) fn starts(
 /// Decides and performs `call` from `starts`.
 pub(crate) fn act(
     rules: &BrokerRules,
+    caller: &Caller,
     call: &EntryCall,
     starts: Starts,
     target: &mut Target,
@@ -122,7 +123,7 @@ pub(crate) fn act(
         Err(e) => Err(io_errno(e)),
     };
     match call {
-        EntryCall::Open { flags, mode, .. } => open(rules, first, *flags, *mode, target),
+        EntryCall::Open { flags, mode, .. } => open(rules, caller, first, *flags, *mode, target),
         EntryCall::Mkdir { mode, .. } => {
             let e = new_entry(rules, first, target)?;
             // SAFETY: mkdirat on our admitted parent fd with a NUL-terminated name.
@@ -431,6 +432,7 @@ fn proc_self_fd(fd: RawFd) -> CString {
 /// `open`, `openat`, `creat`.
 fn open(
     rules: &BrokerRules,
+    caller: &Caller,
     start: Start,
     flags: i32,
     mode: u32,
@@ -454,7 +456,7 @@ fn open(
     }
     let first = match start {
         // /proc/self/fd/N, /dev/stdout: the caller's own fd.
-        Start::Object(fd) => return caller_fd(rules, fd, flags, target),
+        Start::Object(fd) => return caller_fd(rules, caller, fd, flags, target),
         Start::Walk { base, path, follow } => {
             if flags & libc::O_CREAT != 0 {
                 if let Some(created) = create_new(rules, base.as_ref(), &path, flags, mode, target)
@@ -472,14 +474,16 @@ fn open(
             }
         }
     };
-    existing(rules, first, flags, target)
+    existing(rules, caller, first, flags, target)
 }
 
 /// Opens an object that exists: `/dev/null` and `/dev/zero` always; for a
 /// change, only beneath a write path and not denied; a read, anywhere but
-/// beneath a read-deny path.
+/// beneath a read-deny path. `/dev/tty` (under any name) only when it means
+/// the same terminal to the caller as to the broker.
 fn existing(
     rules: &BrokerRules,
+    caller: &Caller,
     first: OwnedFd,
     flags: i32,
     target: &mut Target,
@@ -506,7 +510,28 @@ fn existing(
         rules.admit_read(first)?
     };
     target.resolved = Some(obj.path.clone());
+    // After the write-path check, as Landlock's open hook comes before the
+    // driver's open.
+    if is_dev_tty(&st) {
+        controlling_terminal(caller)?;
+    }
     reopen(&obj.fd, flags)
+}
+
+/// `/dev/tty` (character device 5:0), under any name.
+fn is_dev_tty(st: &libc::stat) -> bool {
+    st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(5, 0)
+}
+
+/// Whether the broker's `/dev/tty` is the caller's: the kernel opens the
+/// opener's controlling terminal (drivers/tty/tty_io.c, `tty_open_current_tty`),
+/// and `ENXIO` for a process without one, as a run in a session of its own.
+fn controlling_terminal(caller: &Caller) -> Result<(), Unresolved> {
+    match caller.controlling_tty().map_err(io_errno)? {
+        0 => Err(errno(libc::ENXIO)),
+        tty if own_controlling_tty().ok() == Some(tty) => Ok(()),
+        _ => Err(Unresolved::Refused(Refusal::ForeignTerminal, None)),
+    }
 }
 
 /// `/dev/null` or `/dev/zero` (by canonical path and device number).
@@ -529,6 +554,7 @@ fn always_writable(fd: &OwnedFd, st: &libc::stat) -> Option<PathBuf> {
 /// credentials, its object goes through the path rules.
 fn caller_fd(
     rules: &BrokerRules,
+    caller: &Caller,
     fd: OwnedFd,
     flags: i32,
     target: &mut Target,
@@ -539,6 +565,9 @@ fn caller_fd(
             return Err(errno(libc::EEXIST));
         }
         let st = fstat(&fd).map_err(io_errno)?;
+        if is_dev_tty(&st) {
+            controlling_terminal(caller)?;
+        }
         let fs = fs_type(&fd);
         let pipe = st.st_mode & libc::S_IFMT == libc::S_IFIFO && fs == Some(PIPEFS_MAGIC);
         let opener_checked = fs.map_or(true, |t| OPENER_CHECKED.contains(&t));
@@ -548,7 +577,7 @@ fn caller_fd(
             return reopen(&fd, flags);
         }
     }
-    existing(rules, fd, flags, target)
+    existing(rules, caller, fd, flags, target)
 }
 
 fn fs_type(fd: &OwnedFd) -> Option<i64> {

@@ -246,6 +246,9 @@ pub enum Refusal {
         /// The change that failed.
         change: CredentialChange,
     },
+    /// An open of `/dev/tty` for a caller whose controlling terminal is not
+    /// the runner's: the broker's `/dev/tty` would be another terminal.
+    ForeignTerminal,
     /// A connect under a policy without network (never performed).
     NetworkOff,
     /// `listen`, with egress rules set, on an IP socket not bound to a
@@ -315,6 +318,9 @@ impl std::fmt::Display for Refusal {
             }
             Self::UnknownSyscall { nr } => write!(f, "syscall {nr} is not brokered"),
             Self::NetworkOff => f.write_str("the policy allows no network"),
+            Self::ForeignTerminal => f.write_str(
+                "/dev/tty would be the runner's terminal, not the caller's controlling terminal",
+            ),
             Self::UnixSocketNotAllowed => f.write_str(
                 "the UNIX socket lies outside the write paths and is not an allowed UNIX socket",
             ),

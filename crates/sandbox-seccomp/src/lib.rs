@@ -132,7 +132,7 @@ cfg_if::cfg_if! {
         mod table;
         #[cfg(feature = "libseccomp")]
         pub mod libseccomp_backend;
-        pub use table::{table, DENIED_IOCTLS, HIGHEST_KNOWN};
+        pub use table::{table, DENIED_IOCTLS, HIGHEST_KNOWN, REFUSED_WITH_BROKER};
         const SUPPORTED: bool = true;
     } else {
         const SUPPORTED: bool = false;

@@ -866,6 +866,13 @@ fn truncate(spec: &FilterSpec) -> Entry {
     }
 }
 
+/// The Landlock calls [`nested_landlock`] refuses only when a broker serves the run.
+pub const REFUSED_WITH_BROKER: &[&str] = &[
+    "landlock_create_ruleset",
+    "landlock_add_rule",
+    "landlock_restrict_self",
+];
+
 /// A nested Landlock domain: allowed without a broker (it can only narrow
 /// what the kernel does for the command); refused with one.
 ///
