@@ -90,6 +90,11 @@ if pid == 0:
 _, status = os.waitpid(pid, 0)
 r["crash_signal"] = os.WTERMSIG(status) if os.WIFSIGNALED(status) else None
 r["core_files"] = sorted(n for n in os.listdir(W + "/crash") if n.startswith("core"))
+
+# 6. the runner's threads (the broker's among them) cannot be signalled
+ppid = os.getppid()
+r["runner_threads"] = sorted(rc(libc.syscall(234, ppid, int(t), 0)) for t in os.listdir("/proc/%d/task" % ppid))
+r["self_signal"] = rc(libc.syscall(234, os.getpid(), libc.syscall(186), 0))
 json.dump(r, open(W + "/result.json", "w"))
 "#;
 
@@ -284,6 +289,15 @@ fn check(mode: Mode, who: Who, abi: Option<&str>) {
     assert_eq!(r["truncate_path"], "ok", "{ctx}");
     assert_eq!(fs::read(s.w.join("t")).unwrap(), b"a");
 
+    // 6. Signal scoping (ABI 6) keeps the runner's threads, the broker's
+    // included, out of the command's reach; its own are not.
+    assert_eq!(r["self_signal"], "ok", "{ctx}");
+    if abi >= 6 {
+        let threads = r["runner_threads"].as_array().unwrap();
+        assert!(threads.len() >= 2, "{ctx}");
+        assert!(threads.iter().all(|t| t == "EPERM"), "{ctx}");
+    }
+
     // 5. No core dump where deny paths lie beneath the write path; with the
     // write path alone the kernel may dump one there (positive control, when
     // the host's core pattern writes plain files and the runner may dump).
@@ -369,5 +383,13 @@ fn bare_the_same_calls_succeed() {
     assert_eq!(r["tty_kernel"], "opened", "{r}");
     assert_eq!(r["tty_brokered"], "opened", "{r}");
     assert_ne!(r["landlock_create"], "ENOTSUP", "{r}");
+    assert!(
+        r["runner_threads"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|t| t == "ok"),
+        "{r}"
+    );
     assert_eq!(r["truncate_path"], "ok", "{r}");
 }

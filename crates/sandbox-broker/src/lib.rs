@@ -14,7 +14,8 @@
 //! when the policy has read-deny paths, [`brokered_entry_syscalls`] when a
 //! deny path lies beneath a write path, [`brokered_connect_syscalls`] when
 //! network is on. The [`Broker`] serves that listener
-//! on a thread of the unconfined runner. For every request (`connect`: see
+//! on a thread of the runner, which a backend starts from inside the run's
+//! own Landlock domain (see [below](#the-brokers-own-domain)). For every request (`connect`: see
 //! [below](#connect)) it
 //!
 //! 1. reads the caller's arguments (paths bounded by `PATH_MAX`, xattr names and
@@ -155,9 +156,9 @@
 //!      kernel's errno (`ENOENT`, `ENOTDIR`, `EACCES`); one that is not a
 //!      socket `ECONNREFUSED`, from the kernel's own connect;
 //!    * an **abstract address** (`sun_path[0] == 0`) is refused with `EPERM`
-//!      ([`Refusal::AbstractUnixSocket`]): the broker runs outside the
-//!      sandbox's Landlock domain, so connecting for the caller would bypass
-//!      Landlock's abstract-socket scoping, and an abstract name has no inode
+//!      ([`Refusal::AbstractUnixSocket`]): the broker's domain is not the
+//!      caller's (it is the one above it), so connecting for the caller could
+//!      pass Landlock's abstract-socket scoping, and an abstract name has no inode
 //!      to hold against the write paths (any host abstract socket, an X
 //!      server's `@/tmp/.X11-unix/X0`, a `unix:abstract=` D-Bus, would be
 //!      reachable). Abstract sockets between processes of the sandbox are rare;
@@ -169,7 +170,7 @@
 //!      network is on, so the connect is performed with the bytes read,
 //!      unchanged; the kernel reads them for the socket's own family (a UNIX
 //!      address on a TCP socket is `EAFNOSUPPORT`, never a path lookup). The
-//!      broker is outside the sandbox's Landlock domain, which loses nothing
+//!      broker's domain is the run's, which loses nothing
 //!      here: with network on the sandbox handles no Landlock network right
 //!      (`LANDLOCK_ACCESS_NET_CONNECT_TCP` only with network off, when
 //!      `connect` is denied by the filter and never reaches the broker).
@@ -203,6 +204,62 @@
 //!    `@name`, `ip:port`, `[ip6]:port`) and, for a pathname, the canonical
 //!    path: [`Decision::Performed`] when connected, [`Decision::Failed`] with
 //!    the kernel's errno (`EINPROGRESS` included), [`Decision::Refused`].
+//!
+//! # The broker's own domain
+//! A deputy must do no more than the sandbox lets the command do. The
+//! Landlock backend ([`sandbox-landlock`]) therefore starts the broker from
+//! a thread that has entered the run's own Landlock domain (the same ruleset
+//! as the command's: the write paths whole, reads, `IOCTL_DEV` only where the
+//! run grants it) and spawns the command from that thread, so the command's
+//! domain is nested beneath the broker's. The broker's threads inherit it
+//! (a thread's Landlock domain is part of its credentials, copied by
+//! `clone`). The kernel then holds the broker to the sandbox's Landlock
+//! layer, whatever its own checks miss:
+//!
+//! * a hard link or rename that would give a file more rights than it has
+//!   where it lies (a handed fd's file from outside the write paths given a
+//!   name inside) fails with `EXDEV`, as the command's own would
+//!   (Documentation/userspace-api/landlock.rst, "Filesystem flags",
+//!   `LANDLOCK_ACCESS_FS_REFER`; before ABI 2 every cross-directory link);
+//! * an fd the broker opens carries only the rights the run's domain grants
+//!   on its path: no device ioctls on a terminal outside the write paths
+//!   (`LANDLOCK_ACCESS_FS_IOCTL_DEV`, ABI 5), no write outside them;
+//! * the broker can still reach the command: Landlock lets a thread trace
+//!   (and so `process_vm_readv`, `pidfd_getfd`) only processes in its own
+//!   domain or one nested beneath it ("Ptrace restrictions"), which the
+//!   command's is; the command cannot signal the broker's threads (ABI 6
+//!   signal scoping: the broker's domain is not beneath the command's).
+//!
+//! The broker's own checks (deny paths, set-id bits, ownership) stay as the
+//! second layer. What the kernel resolves per process is answered as the
+//! caller's: `/dev/tty` (character device 5:0, under any name) is opened only
+//! when the caller's controlling terminal (`tty_nr` in `/proc/TID/stat`) is
+//! the runner's, `ENXIO` when it has none, refused
+//! ([`Refusal::ForeignTerminal`]) otherwise; `/proc/self`, `/dev/fd/N`,
+//! `/dev/std*` and the cwd are the caller's (see [Known limits](#known-limits)).
+//! A domain the command adds beneath its own cannot narrow what the broker
+//! performs, so the filter refuses nested Landlock while a broker serves the
+//! run (`landlock_create_ruleset` answers `EOPNOTSUPP`).
+//!
+//! # Threat table
+//! The caller controls its memory (every pointer argument, rewritten at
+//! will by other threads), its fds and cwd, its thread ids, timing, and its
+//! own further restrictions. Each entry point, what it takes from the caller,
+//! and the tests that attack it:
+//!
+//! | entry point | caller controls | attacked by |
+//! |---|---|---|
+//! | notification receive / answer | tid, syscall nr, args; can die or be replaced mid-call | `tests/robustness.rs`, `tests/race.rs` (`ID_VALID` before every answer) |
+//! | argument reads (`process_vm_readv`) | path and buffer bytes, rewritten concurrently | `tests/race.rs`, `tests/entry_race.rs`, `tests/connect_race.rs` |
+//! | path resolution (cwd, dirfd, `/proc/self/fd/N`, `/dev/tty`) | symlinks swapped during the walk, deleted cwd, magic links | `tests/decisions.rs`, `tests/entries.rs`, `tests/read_deny.rs`, end-to-end `tests/tests/broker_domain.rs` |
+//! | metadata changes (chmod, chown, xattr, utimes, truncate) | target, mode bits, owner, xattr names and values | `tests/decisions.rs`, `tests/credentials.rs`, `tests/xattr_reads.rs` |
+//! | writing opens and entry calls | flags, modes, both paths of link/rename, handed fds | `tests/entry_calls.rs`, `tests/entries.rs`, `tests/fdpass.rs`, end-to-end `broker_domain.rs` (handed-fd link, device ioctls) |
+//! | connect | address bytes, socket fd swapped by `dup2`, blocking | `tests/connect.rs`, `tests/connect_race.rs`, `tests/connect_net.rs` |
+//! | caller credentials and umask | ids, groups, capabilities, umask per thread | `tests/credentials.rs`, `sandbox-landlock/tests/umask_threads.rs` |
+//! | broker resources | request rate, concurrent connects, fds it holds | `tests/fd_leak.rs`, `tests/cost.rs`, `tests/robustness.rs` |
+//! | its own domain | a nested Landlock domain, signals to the runner's threads, core dumps | end-to-end `broker_domain.rs` (nested domain, core dumps), `sandbox-landlock/tests/process.rs` |
+//!
+//! [`sandbox-landlock`]: https://docs.rs/sandbox-landlock
 //!
 //! # Acting with the caller's credentials
 //! The runner may be root with every capability; the caller may be root with

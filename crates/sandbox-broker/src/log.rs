@@ -226,8 +226,8 @@ pub enum Refusal {
     /// and is not an allowed UNIX socket (answered `EACCES`).
     UnixSocketNotAllowed,
     /// `connect` to an abstract UNIX socket address (answered `EPERM`): the
-    /// broker runs outside the sandbox's Landlock domain, so connecting for
-    /// the caller would bypass Landlock's abstract-socket scoping.
+    /// broker's domain is not the caller's, so connecting for the caller
+    /// could pass Landlock's abstract-socket scoping.
     AbstractUnixSocket,
     /// `connect` to an IP destination no egress rule admits, or, with egress
     /// rules set, of a socket that is neither IP, UNIX nor netlink (answered
@@ -325,7 +325,7 @@ impl std::fmt::Display for Refusal {
                 "the UNIX socket lies outside the write paths and is not an allowed UNIX socket",
             ),
             Self::AbstractUnixSocket => f.write_str(
-                "abstract UNIX socket addresses are refused (the broker would connect outside the sandbox's Landlock scope)",
+                "abstract UNIX socket addresses are refused (the broker would connect outside the caller's Landlock scope)",
             ),
             Self::NetNotAllowed => f.write_str("no egress rule admits this destination"),
             Self::ListenNotLoopback => f.write_str(

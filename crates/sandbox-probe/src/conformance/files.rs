@@ -67,6 +67,9 @@ attempt("chmod_outside", lambda: os.chmod(outside + "/existing", 0o600))
 attempt("ro_truncate_outside", lambda: os.open(outside + "/existing", os.O_RDONLY | os.O_TRUNC))
 attempt("futimens_outside", lambda: os.utime(os.open(outside + "/existing", os.O_RDONLY), (0, 0)))
 attempt("setuid_create_inside", lambda: os.open(grant + "/suid", os.O_CREAT | os.O_WRONLY, 0o4755))
+attempt("handed_fd_link", lambda: link_fd(1, grant + "/handed"))
+attempt("handed_fd_proc_link", lambda: os.link("/proc/self/fd/1", grant + "/handed2", follow_symlinks=True))
+attempt("nested_landlock", nested_landlock)
 "#;
 
 const NEAR_MISSES: &[&str] = &[
@@ -80,6 +83,9 @@ const NEAR_MISSES: &[&str] = &[
     "ro_truncate_outside",
     "futimens_outside",
     "setuid_create_inside",
+    "handed_fd_link",
+    "handed_fd_proc_link",
+    "nested_landlock",
 ];
 
 pub(crate) fn write_boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
@@ -125,6 +131,10 @@ pub(crate) fn write_boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
             grant.join("moveme").exists() && !outside.join("moved").exists(),
         ),
         ("hard link", !grant.join("hardlink").exists()),
+        (
+            "handed fd's file linked inside",
+            !grant.join("handed").exists() && !grant.join("handed2").exists(),
+        ),
         (
             "outside file",
             read(&existing).as_deref() == Some("original\n")
@@ -284,6 +294,8 @@ attempt("create_in_denied", lambda: w(g + "/.git/hooks/new-hook"))
 attempt("rename_into_denied", lambda: os.rename(g + "/src/moveme", g + "/.git/hooks/moved"))
 attempt("write_through_symlink", lambda: w(g + "/src/hook-link"))
 attempt("rename_denied_away", lambda: os.rename(g + "/.git/hooks", g + "/.git/hooks-away"))
+attempt("handed_fd_link", lambda: link_fd(1, g + "/src/handed"))
+attempt("nested_landlock", nested_landlock)
 def workload():
     w(g + "/src/new-file.rs")
     w(g + "/.git/config", "a")
@@ -345,8 +357,11 @@ pub(crate) fn write_deny_axis(ctx: &Ctx<'_>, leg: LegKind) -> Result<Outcome, Ou
                 "rename_into_denied",
                 "write_through_symlink",
                 "rename_denied_away",
+                "handed_fd_link",
+                "nested_landlock",
             ];
             let on_disk = !hooks.join("new-hook").exists()
+                && !grant.join("src/handed").exists()
                 && !hooks.join("moved").exists()
                 && hook_intact
                 && hooks.is_dir();

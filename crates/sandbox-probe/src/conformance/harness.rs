@@ -243,5 +243,18 @@ def attempt(name, f):
         print(name + "=ok" + ("" if r is None else ":" + str(r)), flush=True)
     except OSError as e:
         print(name + "=err:" + errno.errorcode.get(e.errno, str(e.errno)), flush=True)
+import ctypes
+_libc = ctypes.CDLL(None, use_errno=True)
+def _check(rc):
+    if rc < 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+    return rc
+def link_fd(fd, path):
+    # linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH): a name for an open file
+    _check(_libc.linkat(fd, b"", -100, path.encode(), 0x1000))
+def nested_landlock():
+    # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    return _check(_libc.syscall(444, None, 0, 1))
 print("started=ok", flush=True)
 "#;
