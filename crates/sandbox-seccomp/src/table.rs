@@ -866,7 +866,8 @@ fn truncate(spec: &FilterSpec) -> Entry {
     }
 }
 
-/// The Landlock calls [`nested_landlock`] refuses only when a broker serves the run.
+/// The Landlock calls the filter refuses only when a broker serves the run:
+/// a nested Landlock domain would not narrow what the broker performs.
 pub const REFUSED_WITH_BROKER: &[&str] = &[
     "landlock_create_ruleset",
     "landlock_add_rule",
