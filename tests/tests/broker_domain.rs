@@ -7,6 +7,8 @@
 //! under `-w W`, `-w W --write-deny W/sub` and `--mode workspace-write`, as
 //! root and as nobody, at Landlock ABI 1, 4 and the host's.
 
+#![cfg(target_os = "linux")]
+
 use std::fs;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::fs::PermissionsExt;
