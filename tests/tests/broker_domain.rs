@@ -224,15 +224,7 @@ fn attack(mode: Mode, who: Who, abi: Option<&str>) -> (Value, Scene, Pty) {
         cmd.env("SANDBOX_TEST_LANDLOCK_ABI", abi);
     }
     let ctty_fd = ctty.slave.as_raw_fd();
-    // SAFETY: setsid and TIOCSCTTY are async-signal-safe syscalls.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::ioctl(ctty_fd, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    with_controlling_terminal(&mut cmd, ctty_fd);
     let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
@@ -244,6 +236,19 @@ fn attack(mode: Mode, who: Who, abi: Option<&str>) -> (Value, Scene, Pty) {
         .unwrap_or_else(|e| panic!("{mode:?} {who:?}: no result ({e})"));
     drop((ctty, given));
     (serde_json::from_str(&result).unwrap(), s, hidden)
+}
+
+/// Starts `cmd` in a session of its own with `tty` as its controlling terminal.
+fn with_controlling_terminal(cmd: &mut Command, tty: std::os::fd::RawFd) {
+    // SAFETY: setsid and TIOCSCTTY are async-signal-safe syscalls.
+    unsafe {
+        cmd.pre_exec(move || {
+            if libc::setsid() < 0 || libc::ioctl(tty, libc::TIOCSCTTY, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
 }
 
 fn host_abi() -> i64 {
@@ -366,15 +371,7 @@ fn bare_the_same_calls_succeed() {
                 .open(&s.outside)
                 .unwrap(),
         ));
-    // SAFETY: setsid and TIOCSCTTY are async-signal-safe syscalls.
-    unsafe {
-        cmd.pre_exec(move || {
-            if libc::setsid() < 0 || libc::ioctl(ctty_fd, libc::TIOCSCTTY, 0) < 0 {
-                return Err(std::io::Error::last_os_error());
-            }
-            Ok(())
-        });
-    }
+    with_controlling_terminal(&mut cmd, ctty_fd);
     assert!(cmd.status().unwrap().success());
     let r: Value =
         serde_json::from_str(&fs::read_to_string(s.w.join("result.json")).unwrap()).unwrap();
