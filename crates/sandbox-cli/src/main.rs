@@ -31,6 +31,7 @@ use args::{
 };
 
 /// A failure before or around the command: exit 125 with one `sandbox:` line.
+#[derive(Debug)]
 pub(crate) struct Fatal(pub(crate) String);
 
 impl<E: std::fmt::Display> From<E> for Fatal {
@@ -179,85 +180,24 @@ fn load_config(flags: &ConfigFlags) -> Result<Operator, Fatal> {
 }
 
 impl Operator {
-    /// `policy` with the directories a later run would load its operator
-    /// config from (`$XDG_CONFIG_HOME/sandbox` or `~/.config/sandbox`, and
-    /// `/etc/sandbox`) write-denied where a write path reaches them, whether
-    /// or not a config exists there yet, then checked as
-    /// [`Operator::check_not_writable`]: with the home directory as the
-    /// workspace the command could otherwise create the config that sets
-    /// the rules (`backend = "noop"`, `allow_danger_full_access`) of every
-    /// later run.
+    /// `policy` with every place a later run loads trusted state from
+    /// write-denied where a write path reaches it
+    /// ([`sandbox::trusted::protect_trusted`]: the config directories of any
+    /// environment this user runs with, the self-test cache), then refused
+    /// when the config that bounds this run could be changed by it
+    /// ([`sandbox::trusted::check_trusted_file`]): with the home directory
+    /// as the workspace the command could otherwise write the config that
+    /// sets the rules (`backend = "noop"`, `allow_danger_full_access`) of
+    /// every later run.
     fn guard(&self, policy: Option<ResolvedPolicy>) -> Result<Option<ResolvedPolicy>, Fatal> {
         let Some(policy) = policy else {
             return Ok(None);
         };
-        let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
-        // This run's discovery, and the one of a later run without
-        // $XDG_CONFIG_HOME.
-        let files = [
-            sandbox::config_candidates(None, var("XDG_CONFIG_HOME"), var("HOME")),
-            sandbox::config_candidates(None, None, var("HOME")),
-        ]
-        .into_iter()
-        .flat_map(|source| match source {
-            sandbox::ConfigSource::FirstExisting(files) => files,
-            sandbox::ConfigSource::Required(file) => vec![file],
-        })
-        .collect::<Vec<_>>();
-        let mut reached: Vec<String> = files
-            .iter()
-            .filter_map(|f| f.parent())
-            .map(lenient_canonical)
-            .filter(|dir| policy.may_write(dir))
-            .map(|dir| dir.to_string_lossy().into_owned())
-            .collect();
-        reached.sort();
-        reached.dedup();
-        let policy = if reached.is_empty() {
-            policy
-        } else {
-            let mut raw = policy.to_policy();
-            raw.write_deny_paths.extend(reached);
-            raw.resolve(&ExpandContext::from_env(None))?
-        };
-        self.check_not_writable(Some(&policy))?;
+        let policy = sandbox::trusted::protect_trusted(&policy)?.into_owned();
+        if let Some(path) = &self.path {
+            sandbox::trusted::check_trusted_file(&policy, "the operator config", path)?;
+        }
         Ok(Some(policy))
-    }
-
-    /// Refuses a run whose write paths reach the config file that bounds it:
-    /// the command could rewrite the rules of the next run.
-    fn check_not_writable(&self, policy: Option<&ResolvedPolicy>) -> Result<(), Fatal> {
-        let (Some(path), Some(policy)) = (&self.path, policy) else {
-            return Ok(());
-        };
-        let canonical = std::fs::canonicalize(path).unwrap_or_else(|_| path.clone());
-        if policy.may_write(&canonical) {
-            return Err(Fatal(format!(
-                "the operator config {} lies inside a write path of this run; the command \
-                 could change the rules of the next run: move the config or narrow the write paths",
-                canonical.display()
-            )));
-        }
-        Ok(())
-    }
-}
-
-/// `path` with its longest existing ancestor canonicalised (the rest, which
-/// does not exist yet, appended as given).
-fn lenient_canonical(path: &Path) -> PathBuf {
-    let mut rest = Vec::new();
-    let mut at = path;
-    loop {
-        if let Ok(c) = std::fs::canonicalize(at) {
-            return rest.iter().rev().fold(c, |p, name| p.join(name));
-        }
-        match (at.parent(), at.file_name()) {
-            (Some(parent), Some(name)) => {
-                rest.push(name.to_owned());
-                at = parent;
-            }
-            _ => return path.to_path_buf(),
-        }
     }
 }
 
@@ -527,7 +467,16 @@ fn execute(
     req.require_full = config.require_full;
     match sandbox::run(resolved.as_ref(), &req) {
         Ok(outcome) => {
-            write_report(report.as_ref(), &outcome)?;
+            // The command ran: its exit status is what the caller gets, even
+            // when the record cannot be written (its directory may be one the
+            // command could write, and so spoil).
+            if let Err(Fatal(why)) = write_report(report.as_ref(), &outcome) {
+                eprintln!(
+                    "sandbox: {}; the exit status is the command's ({})",
+                    why.replace('\n', " "),
+                    outcome.exit_code()
+                );
+            }
             Ok(Ok(outcome))
         }
         Err(err) => {

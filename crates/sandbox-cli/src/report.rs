@@ -3,11 +3,14 @@
 //! The command may write inside the directory of the report (it can be a
 //! write path), and the CLI may run as root. So the directory is opened
 //! before the command starts and everything after goes through that fd; the
-//! file itself is never opened by name for writing: a temporary file is
-//! created next to it (`O_CREAT | O_EXCL | O_NOFOLLOW`) and renamed over it,
-//! which replaces a link instead of following it. A report path that is a
-//! symlink or not a regular file is refused, before the run and after it.
-//! `-` writes the record to standard output.
+//! file itself is never opened by name for writing: a temporary file of
+//! unpredictable name (64 random bits, so the command cannot create it first)
+//! is created next to it (`O_CREAT | O_EXCL | O_NOFOLLOW`) and renamed over
+//! it, which replaces a link instead of following it. A report path that is
+//! a symlink or not a regular file is refused before the run; after it, a
+//! record that cannot be written is said in one `sandbox:` line and the
+//! command's own exit status is kept (see `main.rs`). `-` writes the record
+//! to standard output.
 
 use std::ffi::{CString, OsStr};
 use std::io::Write;
@@ -119,27 +122,8 @@ impl Target {
                 shown.display()
             ))
         };
-        let tmp = CString::new(format!(
-            ".{}.{}.tmp",
-            String::from_utf8_lossy(name.as_bytes()),
-            std::process::id()
-        ))
-        .map_err(|_| Fatal("report name contains a NUL byte".into()))?;
-        // SAFETY: openat relative to our dir fd with a NUL-terminated name.
-        let raw = unsafe {
-            libc::openat(
-                dir.as_raw_fd(),
-                tmp.as_ptr(),
-                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-                0o644 as libc::c_uint,
-            )
-        };
-        if raw < 0 {
-            return Err(fail(
-                "creating the temporary file",
-                std::io::Error::last_os_error(),
-            ));
-        }
+        let (tmp, raw) = create_temporary(dir.as_raw_fd(), name)
+            .map_err(|e| fail("creating the temporary file", e))?;
         // SAFETY: a fresh fd we own.
         let mut file = std::fs::File::from(unsafe { OwnedFd::from_raw_fd(raw) });
         let unlink_tmp = || {
@@ -169,5 +153,69 @@ impl Target {
             return Err(fail("renaming it into place", e));
         }
         Ok(())
+    }
+}
+
+/// How many fresh names [`create_temporary`] tries.
+const TMP_TRIES: usize = 8;
+
+/// Creates a temporary file for the record beside `name` in `dir`: a hidden
+/// name with 64 random bits, never an existing entry (`O_EXCL`, no link
+/// followed). Returns its name and fd.
+fn create_temporary(dir: libc::c_int, name: &CString) -> std::io::Result<(CString, libc::c_int)> {
+    let mut last = std::io::Error::from_raw_os_error(libc::EEXIST);
+    for _ in 0..TMP_TRIES {
+        let tmp = CString::new(format!(
+            ".{}.{:016x}.tmp",
+            String::from_utf8_lossy(name.as_bytes()),
+            random_u64()
+        ))
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+        // SAFETY: openat relative to a dir fd with a NUL-terminated name.
+        let raw = unsafe {
+            libc::openat(
+                dir,
+                tmp.as_ptr(),
+                libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+                0o644 as libc::c_uint,
+            )
+        };
+        if raw >= 0 {
+            return Ok((tmp, raw));
+        }
+        last = std::io::Error::last_os_error();
+        if last.raw_os_error() != Some(libc::EEXIST) {
+            break;
+        }
+    }
+    Err(last)
+}
+
+/// 64 unpredictable bits: std's hasher keys come from the OS's random source.
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u32(std::process::id());
+    h.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn temporary_names_are_unpredictable_and_never_an_existing_entry() {
+        let dir = tempfile::tempdir().unwrap();
+        let target = Target::open(&dir.path().join("out.json")).unwrap();
+        let Target::File { dir: fd, name, .. } = &target else {
+            unreachable!()
+        };
+        let (a, fa) = create_temporary(fd.as_raw_fd(), name).unwrap();
+        let (b, fb) = create_temporary(fd.as_raw_fd(), name).unwrap();
+        // SAFETY: closing the fds just opened.
+        unsafe { (libc::close(fa), libc::close(fb)) };
+        assert_ne!(a, b);
+        target.write(b"{}").unwrap();
+        assert_eq!(std::fs::read(dir.path().join("out.json")).unwrap(), b"{}\n");
     }
 }

@@ -157,14 +157,51 @@ impl SandboxConfig {
             })
     }
 
-    /// Reads and parses a TOML config file.
+    /// Reads and parses a TOML config file: a regular file of at most
+    /// [`MAX_CONFIG_BYTES`] (a FIFO, device or directory is refused without
+    /// blocking or reading it).
     pub fn load(path: &Path) -> Result<Self, ConfigError> {
-        let text = std::fs::read_to_string(path).map_err(|source| ConfigError::Read {
-            path: path.to_path_buf(),
-            source,
-        })?;
+        let text = read_config(path)?;
         Self::from_toml_str(&text, path)
     }
+}
+
+/// The largest operator config [`SandboxConfig::load`] reads.
+#[cfg(feature = "toml")]
+pub const MAX_CONFIG_BYTES: u64 = 1 << 20;
+
+/// The text of the config file at `path`, opened without blocking (a FIFO
+/// opens at once) and checked to be a regular file before a byte is read.
+#[cfg(feature = "toml")]
+fn read_config(path: &Path) -> Result<String, ConfigError> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let read_err = |source| ConfigError::Read {
+        path: path.to_path_buf(),
+        source,
+    };
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)
+        .map_err(read_err)?;
+    let meta = file.metadata().map_err(read_err)?;
+    if !meta.is_file() {
+        return Err(ConfigError::NotRegular {
+            path: path.to_path_buf(),
+        });
+    }
+    let mut text = String::new();
+    file.take(MAX_CONFIG_BYTES + 1)
+        .read_to_string(&mut text)
+        .map_err(read_err)?;
+    if text.len() as u64 > MAX_CONFIG_BYTES {
+        return Err(ConfigError::TooLarge {
+            path: path.to_path_buf(),
+            limit: MAX_CONFIG_BYTES,
+        });
+    }
+    Ok(text)
 }
 
 #[cfg(feature = "toml")]

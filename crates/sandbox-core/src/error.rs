@@ -103,6 +103,21 @@ pub enum ConfigError {
         /// OS error.
         source: std::io::Error,
     },
+    /// The path names something other than a regular file (a FIFO, device,
+    /// socket or directory).
+    #[error("config {} is not a regular file; name a TOML file", path.display())]
+    NotRegular {
+        /// Config path.
+        path: PathBuf,
+    },
+    /// The file is larger than an operator config may be.
+    #[error("config {} is larger than {limit} bytes; an operator config is a small TOML file", path.display())]
+    TooLarge {
+        /// Config path.
+        path: PathBuf,
+        /// The bound, in bytes.
+        limit: u64,
+    },
     /// The TOML is malformed or has unknown keys.
     #[error("invalid config {}: {message}", path.display())]
     Parse {

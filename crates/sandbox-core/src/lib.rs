@@ -51,6 +51,8 @@ pub use backend::{
 pub use config::{
     config_candidates, BackendChoice, ConfigSource, OnUnsupported, SandboxConfig, CONFIG_ENV,
 };
+#[cfg(feature = "toml")]
+pub use config::MAX_CONFIG_BYTES;
 pub use env::{env_name_denied, scrub_env};
 pub use error::{
     ConfigError, PolicyError, SandboxUnavailable, UnavailableKind, SANDBOX_UNAVAILABLE,

@@ -642,7 +642,8 @@ fn judge_spawn(
 }
 
 /// Where probe scratch trees go: the user's runtime directory
-/// (`$XDG_RUNTIME_DIR`, or `/run` for root), a private tmpfs that confined
+/// (`/run/user/<euid>`, or `/run` for root; never a place the environment
+/// names, which an earlier run may have been able to write), a private tmpfs that confined
 /// runs do not share with their write paths, so a run that filled its
 /// filesystem cannot starve the next self-test; else the temporary
 /// directory. A probe that cannot create its tree fails (the gate then fails
@@ -655,11 +656,12 @@ pub(crate) fn scratch_base() -> PathBuf {
         std::fs::symlink_metadata(p)
             .is_ok_and(|m| m.is_dir() && (m.uid() == euid || m.uid() == 0) && m.mode() & 0o022 == 0)
     };
-    let runtime = std::env::var_os("XDG_RUNTIME_DIR")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| (euid == 0).then(|| PathBuf::from("/run")));
-    runtime
+    let runtime = if euid == 0 {
+        PathBuf::from("/run")
+    } else {
+        PathBuf::from(format!("/run/user/{euid}"))
+    };
+    Some(runtime)
         .filter(|p| private(p))
         .unwrap_or_else(std::env::temp_dir)
 }

@@ -32,7 +32,6 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
@@ -70,8 +69,18 @@ pub(crate) enum Containment {
     ProcessGroup,
 }
 
-/// Prefix of the per-run cgroups, followed by the runner's pid.
+/// Prefix of the per-run cgroups, followed by `<pid>-<start time>-<token>`:
+/// the runner's pid, its start time in clock ticks since boot (field 22 of
+/// `/proc/PID/stat`, proc(5)) and a random token. Pid and start time
+/// together name one process for the whole boot: a process that later gets
+/// the same pid has a later start time, so a survivor that forks until it
+/// holds a dead runner's pid does not make that runner look alive to the
+/// sweep. The token makes the name unpredictable, so no one can take it
+/// first.
 const PREFIX: &str = "sandbox-run-";
+
+/// How many fresh names creating the run's cgroup tries before it gives up.
+const NAME_TRIES: usize = 4;
 
 /// How long ending a run waits for the kernel to report the cgroup empty.
 const EMPTY_WAIT: Duration = Duration::from_secs(10);
@@ -147,13 +156,25 @@ impl CgroupRun {
     fn create() -> io::Result<Self> {
         let base = own_cgroup_dir()?;
         sweep_stale(&base);
-        static NEXT: AtomicU64 = AtomicU64::new(0);
-        let dir = base.join(format!(
-            "{PREFIX}{}-{}",
-            std::process::id(),
-            NEXT.fetch_add(1, Ordering::Relaxed)
-        ));
-        std::fs::create_dir(&dir)?;
+        let start = start_time("self")
+            .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
+        let mut tries = 0;
+        let dir = loop {
+            let dir = base.join(format!(
+                "{PREFIX}{}-{start}-{:016x}",
+                std::process::id(),
+                token()
+            ));
+            match std::fs::create_dir(&dir) {
+                Ok(()) => break dir,
+                // Someone made this name first: never share it, take another.
+                Err(e) if e.kind() == io::ErrorKind::AlreadyExists && tries + 1 < NAME_TRIES => {
+                    tracing::warn!(dir = %dir.display(), "a per-run cgroup name was taken; trying another");
+                    tries += 1;
+                }
+                Err(e) => return Err(e),
+            }
+        };
         let opened = (|| {
             // Moving a process needs write access to the source cgroup's
             // cgroup.procs too (the common ancestor rule): check it here, so
@@ -346,13 +367,7 @@ fn sweep_stale(base: &Path) {
         let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) else {
             continue;
         };
-        let Some(pid) = rest.split('-').next().and_then(|p| p.parse::<i32>().ok()) else {
-            continue;
-        };
-        // SAFETY: kill with signal 0 only checks.
-        let alive = unsafe { libc::kill(pid, 0) } == 0
-            || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM);
-        if alive {
+        if runner_alive(rest) {
             continue;
         }
         let dir = entry.path();
@@ -362,6 +377,61 @@ fn sweep_stale(base: &Path) {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// Whether the runner a per-run cgroup name (after [`PREFIX`]) names is
+/// still running: its pid exists with the start time in the name. A name
+/// that does not parse is left alone (it is not ours to end), and so is a
+/// process whose start time cannot be read for any reason but its absence.
+/// Names of the earlier form `<pid>-<counter>` (no start time) are alive
+/// while their pid exists, as that form was swept.
+fn runner_alive(name: &str) -> bool {
+    let fields: Vec<&str> = name.split('-').collect();
+    let Some(pid) = fields.first().and_then(|p| p.parse::<i32>().ok()) else {
+        return true;
+    };
+    match fields[..] {
+        [_, start, token] if token.len() == 16 => {
+            let Ok(start) = start.parse::<u64>() else {
+                return true;
+            };
+            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+                Ok(stat) => parse_start_time(&stat).map_or(true, |s| s == start),
+                Err(e) => e.kind() != io::ErrorKind::NotFound,
+            }
+        }
+        [_, _] => {
+            // SAFETY: kill with signal 0 only checks.
+            let found = unsafe { libc::kill(pid, 0) } == 0;
+            found || io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+        }
+        _ => true,
+    }
+}
+
+/// The start time (clock ticks since boot) of `/proc/<pid>`.
+fn start_time(pid: &str) -> Option<u64> {
+    parse_start_time(&std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?)
+}
+
+/// Field 22 of a `/proc/PID/stat` line. The command name (field 2) may hold
+/// spaces and parentheses, so fields are counted after its last `)`.
+fn parse_start_time(stat: &str) -> Option<u64> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    // `rest` starts with field 3 (state): field 22 is the 20th.
+    rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// 64 unpredictable bits: std's hasher keys come from the OS's random source.
+fn token() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos()),
+    );
+    h.finish()
 }
 
 fn open(path: &Path, flags: i32) -> io::Result<OwnedFd> {
@@ -385,5 +455,45 @@ fn access_w(path: &Path) -> io::Result<()> {
         Ok(())
     } else {
         Err(io::Error::last_os_error())
+    }
+}
+
+#[cfg(all(test, target_os = "linux"))]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_start_time_is_read_past_any_command_name() {
+        let fields: String = (3..=25).map(|i| format!(" {i}")).collect();
+        let stat = format!("42 (a) b) (c){fields}\n");
+        assert_eq!(parse_start_time(&stat), Some(22));
+        assert_eq!(parse_start_time("42 (short) S 1"), None);
+    }
+
+    #[test]
+    fn a_reused_pid_does_not_keep_a_dead_runner_alive() {
+        let me = std::process::id();
+        let start = start_time("self").unwrap();
+        let name = |pid: u32, start: u64| format!("{pid}-{start}-{:016x}", token());
+        // Positive control: this process, with its own start time, is alive.
+        assert!(runner_alive(&name(me, start)));
+        // The same pid with another start time is a different process: the
+        // runner that made the cgroup is gone.
+        assert!(!runner_alive(&name(me, start + 1)));
+        // A pid that does not exist (beyond pid_max) is gone too.
+        assert!(!runner_alive(&name(i32::MAX as u32, 1)));
+        // Names that are not ours to judge are left alone.
+        assert!(runner_alive("x-1-0000000000000000"));
+        assert!(runner_alive(&format!("{me}-nope-{:016x}", 0)));
+        // The earlier `<pid>-<counter>` form: alive while the pid exists.
+        assert!(runner_alive(&format!("{me}-0")));
+        assert!(!runner_alive(&format!("{}-0", i32::MAX)));
+    }
+
+    #[test]
+    fn names_are_unpredictable() {
+        let a = token();
+        let b = token();
+        assert_ne!(a, b);
     }
 }

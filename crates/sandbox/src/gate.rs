@@ -2,18 +2,22 @@
 //! and the per-boot cache that lets a CLI launch skip it.
 //!
 //! The verdict is cached in-process by `sandbox-probe`. Across processes, a
-//! *passing* verdict is remembered in a file under the user's runtime
-//! directory only (`$XDG_RUNTIME_DIR`; for root `/run`), keyed by boot id,
+//! *passing* verdict is remembered in a file in one place per user that no
+//! environment variable moves: `/run/user/<euid>/sandbox` (the runtime
+//! directory systemd-logind makes for each user), and `/run/sandbox` for
+//! root. `$XDG_RUNTIME_DIR` is not consulted: a later run may be started
+//! with it pointing at a directory an earlier run could write, and would
+//! then trust a verdict that run forged. The file is keyed by boot id,
 //! kernel release, backend and the identity of the running binary (device,
 //! inode, size, mtime and ctime: hashing the binary would cost more than the
-//! probes it saves). Without a runtime directory there is no cross-process
-//! cache: every launch runs the self-test (a cache in the home directory
-//! could be forged by any run granted `-w ~`). The file is trusted only when
-//! it and its directories belong to this user and are writable by no one
-//! else, and never when it lies beneath a write path of the run; and no
-//! confined run can write it: the runner write-denies the cache directory in
-//! every run whose write paths contain it ([`cache_dir`]). Failing verdicts
-//! are never cached.
+//! probes it saves). It is trusted only when it and its directories belong
+//! to this user (the base may be root's) and are writable by no one else,
+//! and never when it lies beneath a write path of the run; and no confined
+//! run can write it: the runner write-denies the cache directory in every
+//! run whose write paths contain it ([`crate::trusted`]). Without that
+//! directory (no login session, as in most CI containers for other users)
+//! there is no cross-process cache and every launch runs the self-test.
+//! Failing verdicts are never cached.
 
 use std::fs;
 use std::io::Write;
@@ -54,8 +58,7 @@ impl VerdictCache {
     fn locate(backend: &str, writable: &[PathBuf]) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
-        let base = base_dir(euid, std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))?;
-        Self::locate_in(&base, backend, writable)
+        Self::locate_in(&base_dir(euid), backend, writable)
     }
 
     fn locate_in(base: &Path, backend: &str, writable: &[PathBuf]) -> Option<Self> {
@@ -125,21 +128,23 @@ impl VerdictCache {
     }
 }
 
-/// Where verdicts live: the runtime directory, else `/run` for root, else
-/// nowhere. A relative `$XDG_RUNTIME_DIR` is ignored.
-fn base_dir(euid: u32, runtime: Option<PathBuf>) -> Option<PathBuf> {
-    runtime
-        .filter(|p| p.is_absolute())
-        .or_else(|| (euid == 0).then(|| PathBuf::from("/run")))
+/// Where verdicts live: the user's runtime directory under `/run/user`, or
+/// `/run` for root; never a place named by the environment.
+fn base_dir(euid: u32) -> PathBuf {
+    if euid == 0 {
+        PathBuf::from("/run")
+    } else {
+        PathBuf::from(format!("/run/user/{euid}"))
+    }
 }
 
 /// The directory the cross-process verdicts live in (canonical, whether or
-/// not it exists yet), for the runner to write-deny in runs that could reach it.
+/// not it exists yet), for the runner to write-deny in runs that could reach
+/// it. `None` when its base does not exist.
 pub(crate) fn cache_dir() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    let base = base_dir(euid, std::env::var_os("XDG_RUNTIME_DIR").map(PathBuf::from))?;
-    Some(fs::canonicalize(base).ok()?.join("sandbox"))
+    Some(fs::canonicalize(base_dir(euid)).ok()?.join("sandbox"))
 }
 
 /// A directory is private when it is a real directory owned by `euid` (or by
@@ -230,14 +235,12 @@ mod tests {
     }
 
     #[test]
-    fn verdicts_live_only_in_the_runtime_dir() {
-        let p = |s: &str| Some(PathBuf::from(s));
-        assert_eq!(base_dir(1000, p("/run/user/1000")), p("/run/user/1000"));
-        assert_eq!(base_dir(0, None), p("/run"));
-        // No login session (CI containers): no cross-process cache, never
-        // the home directory a run granted `-w ~` could forge.
-        assert_eq!(base_dir(1000, None), None);
-        assert_eq!(base_dir(1000, p("relative")), None);
+    fn verdicts_live_where_no_environment_moves_them() {
+        assert_eq!(base_dir(1000), PathBuf::from("/run/user/1000"));
+        assert_eq!(base_dir(0), PathBuf::from("/run"));
+        // The integration test `trusted_state::verdict_forged_in_a_runtime_dir`
+        // shows that `$XDG_RUNTIME_DIR` does not move it.
+        assert!(cache_dir().map_or(true, |d| d.starts_with("/run")));
     }
 
     #[test]

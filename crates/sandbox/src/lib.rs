@@ -32,6 +32,7 @@ mod gate;
 mod outcome;
 mod resolve;
 mod runner;
+pub mod trusted;
 // The one launch path, shared with the self-test so that it witnesses it.
 use sandbox_probe::spawn;
 

@@ -1,0 +1,338 @@
+//! What a later run trusts, kept out of every confined run's reach.
+//!
+//! One rule: every file, directory, name or id that a later run trusts is
+//! either beyond the reach of every confined run *whatever that run's
+//! environment says*, or named by something no confined run can forge or
+//! predict. A run may start with a different `$HOME`, no `$HOME` at all, or
+//! another `$XDG_CONFIG_HOME` than the next one; what one run protects must
+//! not depend on that.
+//!
+//! | Trusted state | A later run trusts it to | Kept out of reach by | Attacked by |
+//! |---|---|---|---|
+//! | Operator config directories: `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox`, `<passwd home>/.config/sandbox` (real and effective uid), `/etc/sandbox` | set its backend and bounds | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `config_dir_behind_a_replaceable_link` |
+//! | The loaded config file (`--config`, `$SANDBOX_CONFIG`, or the one found) | be the file the operator named | refused when any entry on the way to it, a link or its target included, lies in a write path ([`check_trusted_file`]); a non-regular file or one over [`sandbox_core::MAX_CONFIG_BYTES`] is refused | `trusted_state::config_link_inside_a_write_path`, `config_fifo_and_device` |
+//! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root), a place no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir` |
+//! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
+//! | The outcome record (`--report`) | say what the run did | written to a temporary file of unpredictable name, renamed over the record through a directory fd opened before the run; if it still cannot be written the CLI says so in one line and keeps the command's exit status | `trusted_state::report_tmp_name_unpredictable` |
+//!
+//! The operator config and verdict are the CLI's and the facade's; the
+//! write-denials are added by [`crate::run`] itself, so a harness that
+//! embeds the library protects them too.
+
+use std::borrow::Cow;
+use std::ffi::{OsStr, OsString};
+use std::path::{Component, Path, PathBuf};
+
+use sandbox_core::{PolicyError, ResolvedPolicy};
+
+/// Why a run's policy would leave trusted state in the command's reach.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum TrustedStateError {
+    /// An entry on the way to trusted state lies in a write path: the
+    /// command could replace it (re-point a link, swap a directory) and so
+    /// choose what a later run reads.
+    #[error(
+        "{what} {} is reached through {}, which lies inside a write path of this run: the \
+         command could replace it and change what the next run trusts; move it out of the \
+         write paths or narrow them",
+        .path.display(), .entry.display()
+    )]
+    Reachable {
+        /// What the trusted state is (`"the operator config"`, ...).
+        what: &'static str,
+        /// The trusted file or directory, as named.
+        path: PathBuf,
+        /// The entry the command could replace.
+        entry: PathBuf,
+    },
+    /// Adding the write-deny paths failed.
+    #[error("cannot write-deny {}: {source}", .dir.display())]
+    Protect {
+        /// The directory that was to be write-denied.
+        dir: PathBuf,
+        /// Why the policy refused it.
+        source: PolicyError,
+    },
+}
+
+/// Every directory a later run of this user may load trusted state from,
+/// whatever its environment: the operator config directories for this
+/// process's `$XDG_CONFIG_HOME` and `$HOME` and for the passwd home of its
+/// real and effective user, `/etc/sandbox`, and the self-test cache.
+pub fn trusted_dirs() -> Vec<PathBuf> {
+    let var = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    let mut dirs: Vec<PathBuf> = var("XDG_CONFIG_HOME")
+        .map(|x| x.join("sandbox"))
+        .into_iter()
+        .chain(
+            var("HOME")
+                .into_iter()
+                .chain(passwd_homes())
+                .map(|home| home.join(".config").join("sandbox")),
+        )
+        .chain([PathBuf::from("/etc/sandbox")])
+        .chain(crate::gate::cache_dir())
+        .collect();
+    dirs.sort();
+    dirs.dedup();
+    dirs
+}
+
+/// `policy` with every [`trusted_dirs`] directory that a write path reaches
+/// write-denied (whether it exists yet or not). Refused when a symlink on the
+/// way to one of them lies in a write path: the denial holds the link's
+/// current target, and the command could re-point the link.
+pub fn protect_trusted(
+    policy: &ResolvedPolicy,
+) -> Result<Cow<'_, ResolvedPolicy>, TrustedStateError> {
+    if policy.write_paths().is_empty() {
+        return Ok(Cow::Borrowed(policy));
+    }
+    let mut reached = Vec::new();
+    for dir in trusted_dirs() {
+        let entries = entries_on_the_way(&dir);
+        if let Some(link) = entries.iter().find(|e| e.link && e.replaceable(policy)) {
+            return Err(TrustedStateError::Reachable {
+                what: "the trusted directory",
+                path: dir,
+                entry: link.path.clone(),
+            });
+        }
+        let resolved = entries.last().map_or(dir.clone(), |e| e.path.clone());
+        if policy.may_write(&resolved) {
+            reached.push(resolved);
+        }
+    }
+    if reached.is_empty() {
+        return Ok(Cow::Borrowed(policy));
+    }
+    let mut raw = policy.to_policy();
+    raw.write_deny_paths
+        .extend(reached.iter().map(|d| d.to_string_lossy().into_owned()));
+    raw.resolve(&sandbox_core::ExpandContext::default())
+        .map(Cow::Owned)
+        .map_err(|source| TrustedStateError::Protect {
+            dir: reached[0].clone(),
+            source,
+        })
+}
+
+/// Refuses `policy` when a run under it could change what is read at
+/// `file`: an entry on the way (each directory, each link and each link's
+/// target, the file itself) lies in a directory it may write, so it could be
+/// replaced, or the file itself lies in a write path, so it could be rewritten.
+pub fn check_trusted_file(
+    policy: &ResolvedPolicy,
+    what: &'static str,
+    file: &Path,
+) -> Result<(), TrustedStateError> {
+    let entries = entries_on_the_way(file);
+    let rewritable = entries.last().filter(|e| policy.may_write(&e.path));
+    match entries
+        .iter()
+        .find(|e| e.replaceable(policy))
+        .or(rewritable)
+    {
+        Some(entry) => Err(TrustedStateError::Reachable {
+            what,
+            path: file.to_path_buf(),
+            entry: entry.path.clone(),
+        }),
+        None => Ok(()),
+    }
+}
+
+/// One directory entry a path lookup passes.
+#[derive(Debug, PartialEq, Eq)]
+struct Entry {
+    /// The entry's canonical parent joined with its name (a link is not
+    /// followed: this is the link itself).
+    path: PathBuf,
+    link: bool,
+}
+
+impl Entry {
+    /// Whether a run under `policy` could remove, rename or replace this
+    /// entry: its directory lies in a write path.
+    fn replaceable(&self, policy: &ResolvedPolicy) -> bool {
+        self.path.parent().is_some_and(|dir| policy.may_write(dir))
+    }
+}
+
+/// The most symlinks one lookup follows (the kernel's `MAXSYMLINKS`, 40).
+const MAX_LINKS: usize = 40;
+
+/// Every entry the kernel's lookup of `path` passes, in order: each
+/// component under its canonical parent, a symlink as itself followed by the
+/// entries of its target. Components that do not exist are kept as named
+/// (what is created there later is created under the same parent). A
+/// relative `path` is taken from the current directory.
+fn entries_on_the_way(path: &Path) -> Vec<Entry> {
+    let start = if path.is_absolute() {
+        path.to_path_buf()
+    } else {
+        std::env::current_dir()
+            .unwrap_or_else(|_| PathBuf::from("/"))
+            .join(path)
+    };
+    let mut todo: Vec<OsString> = names(&start);
+    todo.reverse();
+    let mut at = PathBuf::from("/");
+    let mut out = Vec::new();
+    let mut links = 0;
+    while let Some(name) = todo.pop() {
+        if name == ".." {
+            at.pop();
+            continue;
+        }
+        let entry = at.join(&name);
+        match std::fs::symlink_metadata(&entry) {
+            Ok(meta) if meta.file_type().is_symlink() && links < MAX_LINKS => {
+                links += 1;
+                let target = std::fs::read_link(&entry).unwrap_or_default();
+                out.push(Entry {
+                    path: entry,
+                    link: true,
+                });
+                if target.is_absolute() {
+                    at = PathBuf::from("/");
+                }
+                todo.extend(names(&target).into_iter().rev());
+            }
+            _ => {
+                out.push(Entry {
+                    path: entry.clone(),
+                    link: false,
+                });
+                at = entry;
+            }
+        }
+    }
+    out
+}
+
+/// The names of `path`'s components (`.` dropped, `..` kept).
+fn names(path: &Path) -> Vec<OsString> {
+    path.components()
+        .filter_map(|c| match c {
+            Component::Normal(n) => Some(n.to_owned()),
+            Component::ParentDir => Some(OsStr::new("..").to_owned()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The passwd home directories of this process's real and effective user.
+fn passwd_homes() -> Vec<PathBuf> {
+    // SAFETY: getuid and geteuid have no preconditions.
+    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+    let mut homes: Vec<PathBuf> = [uid, euid].into_iter().filter_map(passwd_home).collect();
+    homes.dedup();
+    homes
+}
+
+/// The home directory the user database (NSS) gives `uid`.
+fn passwd_home(uid: libc::uid_t) -> Option<PathBuf> {
+    use std::os::unix::ffi::OsStrExt;
+    let mut buf = vec![0u8; 1024];
+    loop {
+        // SAFETY: passwd is plain data that getpwuid_r fills.
+        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
+        let mut result: *mut libc::passwd = std::ptr::null_mut();
+        // SAFETY: valid out-pointers and a buffer of the given length.
+        let rc = unsafe {
+            libc::getpwuid_r(
+                uid,
+                &mut pwd,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                &mut result,
+            )
+        };
+        if rc == libc::ERANGE && buf.len() < 1 << 20 {
+            buf.resize(buf.len() * 4, 0);
+            continue;
+        }
+        if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
+            return None;
+        }
+        // SAFETY: getpwuid_r NUL-terminates pw_dir inside `buf`.
+        let dir = unsafe { std::ffi::CStr::from_ptr(pwd.pw_dir) };
+        let dir = PathBuf::from(OsStr::from_bytes(dir.to_bytes()));
+        return dir.is_absolute().then_some(dir);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::symlink;
+
+    fn canonical_tmp() -> (tempfile::TempDir, PathBuf) {
+        let t = tempfile::tempdir().unwrap();
+        let p = std::fs::canonicalize(t.path()).unwrap();
+        (t, p)
+    }
+
+    #[test]
+    fn the_walk_names_links_and_their_targets() {
+        let (_t, root) = canonical_tmp();
+        std::fs::create_dir_all(root.join("real/sub")).unwrap();
+        symlink(root.join("real"), root.join("abs")).unwrap();
+        symlink("real/sub", root.join("rel")).unwrap();
+        let walk = |p: PathBuf| {
+            entries_on_the_way(&p)
+                .into_iter()
+                .map(|e| (e.path.strip_prefix(&root).unwrap().to_owned(), e.link))
+                .collect::<Vec<_>>()
+        };
+        let p = |s: &str| PathBuf::from(s);
+        let tail = |v: Vec<(PathBuf, bool)>| {
+            v.into_iter()
+                .skip_while(|(p, _)| p.as_os_str().is_empty())
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(
+            tail(walk(root.join("abs/sub/f"))),
+            [
+                (p("abs"), true),
+                (p("real"), false),
+                (p("real/sub"), false),
+                (p("real/sub/f"), false)
+            ]
+        );
+        assert_eq!(
+            tail(walk(root.join("rel/../x"))),
+            [
+                (p("rel"), true),
+                (p("real"), false),
+                (p("real/sub"), false),
+                (p("real/x"), false)
+            ]
+        );
+    }
+
+    #[test]
+    fn a_link_loop_ends() {
+        let (_t, root) = canonical_tmp();
+        symlink("b", root.join("a")).unwrap();
+        symlink("a", root.join("b")).unwrap();
+        assert!(entries_on_the_way(&root.join("a/c")).len() < 3 * MAX_LINKS);
+    }
+
+    #[test]
+    fn the_passwd_home_is_found() {
+        // SAFETY: geteuid has no preconditions.
+        let euid = unsafe { libc::geteuid() };
+        let home = passwd_home(euid);
+        if euid == 0 {
+            assert_eq!(home.as_deref(), Some(Path::new("/root")));
+        }
+        assert!(home.is_some_and(|h| h.is_absolute()));
+    }
+}

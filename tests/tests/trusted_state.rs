@@ -1,0 +1,305 @@
+//! Nothing a later run trusts can be written or named by a confined run:
+//! each attack beside its allowed twin. The threat table is in the docs of
+//! `sandbox::trusted`.
+
+use std::os::unix::fs::{symlink, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use sandbox_tests::{sandbox, sandbox_lines};
+
+fn code(out: &Output) -> Option<i32> {
+    out.status.code()
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Exactly one `sandbox:` line, containing `needle`.
+#[track_caller]
+fn one_line(out: &Output, needle: &str) {
+    let lines = sandbox_lines(out);
+    assert_eq!(lines.len(), 1, "{lines:?}\n{}", stderr(out));
+    assert!(lines[0].contains(needle), "{lines:?} lacks {needle:?}");
+}
+
+fn canonical_tmp() -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let p = std::fs::canonicalize(t.path()).unwrap();
+    (t, p)
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+fn sh(script: &str) -> Vec<String> {
+    ["--", "/bin/sh", "-c", script].map(str::to_owned).to_vec()
+}
+
+/// Runs `sandbox run --config CONFIG -w W -- sh -c SCRIPT`.
+fn run_with_config(config: &Path, w: &Path, script: &str) -> Output {
+    sandbox()
+        .arg("run")
+        .arg("--config")
+        .arg(config)
+        .arg("-w")
+        .arg(w)
+        .args(sh(script))
+        .output()
+        .unwrap()
+}
+
+/// A `--config` reached through a link inside a write path, or a link
+/// elsewhere to a file inside one, is refused: the command could re-point
+/// the link (or rewrite its target) and so write the next run's rules.
+/// Twin: the same file named directly, outside the write paths, is used.
+#[test]
+fn config_link_inside_a_write_path() {
+    let (_w, w) = canonical_tmp();
+    let (_o, outside) = canonical_tmp();
+    let real = outside.join("real.toml");
+    std::fs::write(&real, "[sandbox]\n").unwrap();
+    symlink(&real, w.join("cfg.toml")).unwrap();
+    let inside = w.join("inside.toml");
+    std::fs::write(&inside, "[sandbox]\n").unwrap();
+    symlink(&inside, outside.join("to-inside.toml")).unwrap();
+    symlink(&w, outside.join("dir-link")).unwrap();
+    let marker = w.join("ran");
+    let touch = format!("touch {}", marker.display());
+    for (config, entry) in [
+        (w.join("cfg.toml"), w.join("cfg.toml")),
+        (outside.join("to-inside.toml"), inside.clone()),
+        (outside.join("dir-link/inside.toml"), inside.clone()),
+    ] {
+        let out = run_with_config(&config, &w, &touch);
+        assert_eq!(code(&out), Some(125), "{config:?}: {}", stderr(&out));
+        one_line(&out, &format!("reached through {}", entry.display()));
+        assert!(!marker.exists(), "{config:?}: nothing ran");
+    }
+    // Twin: the link's target named directly, and a link outside the write
+    // paths to a file outside them.
+    symlink(&real, outside.join("link.toml")).unwrap();
+    for config in [real, outside.join("link.toml")] {
+        let out = run_with_config(&config, &w, &touch);
+        assert_eq!(code(&out), Some(0), "{config:?}: {}", stderr(&out));
+        assert!(marker.exists());
+        std::fs::remove_file(&marker).unwrap();
+    }
+}
+
+/// A config that is a FIFO, a device or a huge file is refused at once,
+/// before anything is read from it (a FIFO would block forever, /dev/zero
+/// would be read whole). Twin: a small regular file is read.
+#[test]
+fn config_fifo_and_device() {
+    let (_d, dir) = canonical_tmp();
+    let fifo = dir.join("fifo.toml");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let big = dir.join("big.toml");
+    let mut text = "[sandbox]\n".to_owned();
+    text.push_str(&"# padding\n".repeat(200_000));
+    std::fs::write(&big, text).unwrap();
+    for (config, needle) in [
+        (fifo.as_path(), "is not a regular file"),
+        (Path::new("/dev/zero"), "is not a regular file"),
+        (dir.as_path(), "is not a regular file"),
+        (big.as_path(), "is larger than 1048576 bytes"),
+    ] {
+        let started = std::time::Instant::now();
+        let out = sandbox()
+            .arg("run")
+            .arg("--config")
+            .arg(config)
+            .args(sh("echo ran"))
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), Some(125), "{config:?}: {}", stderr(&out));
+        one_line(&out, needle);
+        assert!(out.stdout.is_empty(), "{config:?}: nothing ran");
+        assert!(started.elapsed().as_secs() < 30, "{config:?} blocked");
+    }
+    let small = dir.join("small.toml");
+    std::fs::write(&small, "[sandbox]\n").unwrap();
+    let out = sandbox()
+        .arg("run")
+        .arg("--config")
+        .arg(&small)
+        .args(sh("echo ran"))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "ran\n");
+}
+
+/// A run started without `HOME` (and without `XDG_CONFIG_HOME`) still
+/// protects the config directory of the user's passwd home, which a later
+/// run with `HOME` set loads. Root only: the passwd home of root is
+/// `/root`; the attack only writes a harmless default config and is undone.
+/// Twin: the rest of the passwd home stays writable.
+#[test]
+fn config_planted_without_home() {
+    if !is_root() {
+        eprintln!("config_planted_without_home: needs root (the passwd home is /root)");
+        return;
+    }
+    let home = PathBuf::from("/root");
+    let dir = home.join(".config/sandbox");
+    let config = dir.join("config.toml");
+    if config.exists() {
+        eprintln!("config_planted_without_home: {config:?} exists on this host; not touching it");
+        return;
+    }
+    let dir_existed = dir.exists();
+    let twin = home.join(format!(".sandbox-tests-twin-{}", std::process::id()));
+    let script = format!(
+        "mkdir -p {d}; printf '[sandbox]\\n' > {c}; echo ok > {t}",
+        d = dir.display(),
+        c = config.display(),
+        t = twin.display()
+    );
+    let out = sandbox()
+        .env_remove("HOME")
+        .env_remove("XDG_CONFIG_HOME")
+        .arg("run")
+        .arg("-w")
+        .arg(&home)
+        .args(sh(&script))
+        .current_dir("/")
+        .output()
+        .unwrap();
+    let planted = config.exists();
+    let _ = std::fs::remove_file(&config);
+    if !dir_existed {
+        let _ = std::fs::remove_dir(&dir);
+    }
+    let twin_ok = std::fs::read_to_string(&twin).ok();
+    let _ = std::fs::remove_file(&twin);
+    assert_ne!(code(&out), Some(125), "{}", stderr(&out));
+    assert!(!planted, "the run planted {config:?}: {}", stderr(&out));
+    assert_eq!(twin_ok.as_deref(), Some("ok\n"), "{}", stderr(&out));
+}
+
+/// With `~/.config` a link (a dotfiles checkout) that the run could
+/// replace, the run is refused: write-denying the link's target would not
+/// stop the command re-pointing the link. Twin: granted only the directory
+/// the link points into, the run goes ahead and the config directory there
+/// stays unwritable, while its neighbours are writable.
+#[test]
+fn config_dir_behind_a_replaceable_link() {
+    let (_h, home) = canonical_tmp();
+    let dotfiles = home.join("dotfiles");
+    std::fs::create_dir_all(dotfiles.join("config")).unwrap();
+    symlink(dotfiles.join("config"), home.join(".config")).unwrap();
+    let run = |w: &Path, script: &str| {
+        sandbox()
+            .env("HOME", &home)
+            .env_remove("XDG_CONFIG_HOME")
+            .arg("run")
+            .arg("-w")
+            .arg(w)
+            .args(sh(script))
+            .output()
+            .unwrap()
+    };
+    let out = run(&home, "echo ran");
+    assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+    one_line(
+        &out,
+        &format!("reached through {}", home.join(".config").display()),
+    );
+    assert!(out.stdout.is_empty());
+    let plant = format!(
+        "mkdir -p {c}/sandbox; echo '[sandbox]' > {c}/sandbox/config.toml; echo ok > {c}/other",
+        c = home.join(".config").display()
+    );
+    let out = run(&dotfiles, &plant);
+    assert_ne!(code(&out), Some(125), "{}", stderr(&out));
+    assert!(!dotfiles.join("config/sandbox/config.toml").exists());
+    assert_eq!(
+        std::fs::read_to_string(dotfiles.join("config/other")).unwrap(),
+        "ok\n"
+    );
+}
+
+/// The self-test's verdict is never looked for where `$XDG_RUNTIME_DIR`
+/// says: a run granted that directory could have forged it there. Root: the
+/// verdict lives in `/run/sandbox` (the twin: it is recorded there).
+#[test]
+fn verdict_forged_in_a_runtime_dir() {
+    let (_r, runtime) = canonical_tmp();
+    std::fs::set_permissions(&runtime, std::fs::Permissions::from_mode(0o700)).unwrap();
+    // What an earlier run with `-w RUNTIME` could have left.
+    let forged = runtime.join("sandbox");
+    std::fs::create_dir(&forged).unwrap();
+    let out = sandbox()
+        .env("XDG_RUNTIME_DIR", &runtime)
+        .args(["run", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(
+        std::fs::read_dir(&forged).unwrap().count(),
+        0,
+        "nothing was recorded under $XDG_RUNTIME_DIR"
+    );
+    if is_root() {
+        let recorded = std::fs::read_dir("/run/sandbox")
+            .unwrap()
+            .flatten()
+            .any(|e| {
+                e.file_name()
+                    .to_string_lossy()
+                    .starts_with("gate-landlock-")
+            });
+        assert!(recorded, "the verdict is kept in /run/sandbox");
+    }
+}
+
+/// The outcome record's temporary file cannot be taken first: its name is
+/// not predictable from the runner's pid, so planting every name the old
+/// scheme used changes nothing. Twin: the record is written.
+#[test]
+fn report_tmp_name_unpredictable() {
+    let (_w, w) = canonical_tmp();
+    let report = w.join("out.json");
+    // The command plants the names `.out.json.<pid>.tmp` for every pid near
+    // its own (the runner's pid is its parent's).
+    let script = "p=$PPID; for i in $(seq -5 5); do mkdir .out.json.$((p+i)).tmp; done; exit 3";
+    let out = sandbox()
+        .current_dir(&w)
+        .arg("run")
+        .arg("--report")
+        .arg(&report)
+        .arg("-w")
+        .arg(&w)
+        .args(sh(script))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(3), "{}", stderr(&out));
+    assert!(sandbox_lines(&out).is_empty(), "{}", stderr(&out));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["termination"]["code"], 3, "{v}");
+}
+
+/// When the record cannot be written after all (the command made its path a
+/// directory), the exit status is the command's and one line says why.
+#[test]
+fn an_unwritable_report_keeps_the_commands_status() {
+    let (_w, w) = canonical_tmp();
+    let report = w.join("out.json");
+    let out = sandbox()
+        .arg("run")
+        .arg("--report")
+        .arg(&report)
+        .arg("-w")
+        .arg(&w)
+        .args(sh(&format!("mkdir {}; exit 7", report.display())))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(7), "{}", stderr(&out));
+    one_line(&out, "exit status is the command's (7)");
+}
