@@ -42,7 +42,9 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
         )],
         escalation: Escalation::AddWritePath(path.clone()),
     };
-    let state = state_dir();
+    let state = sandbox::trusted::state_dir().ok_or_else(|| {
+        Fatal("no place for the approval audit log: set HOME or XDG_STATE_HOME".into())
+    })?;
     std::fs::create_dir_all(&state)
         .map_err(|e| Fatal(format!("cannot create {}: {e}", state.display())))?;
     let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(&state))?;
@@ -91,15 +93,6 @@ fn may_propose(path: &Path) -> bool {
         && path.parent().is_some()
         && !SYSTEM_DIRS.iter().any(|d| path.starts_with(d))
         && !home.is_some_and(|h| h.starts_with(path))
-}
-
-/// Where approval audit records go: `$XDG_STATE_HOME/sandbox`, else `~/.local/state/sandbox`.
-fn state_dir() -> PathBuf {
-    std::env::var_os("XDG_STATE_HOME")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| PathBuf::from(h).join(".local/state")))
-        .unwrap_or_else(std::env::temp_dir)
-        .join("sandbox")
 }
 
 #[cfg(test)]

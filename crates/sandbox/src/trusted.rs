@@ -9,7 +9,7 @@
 //!
 //! | Trusted state | A later run trusts it to | Kept out of reach by | Attacked by |
 //! |---|---|---|---|
-//! | Operator config directories: `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox`, `<passwd home>/.config/sandbox` (real and effective uid), `/etc/sandbox` | set its backend and bounds | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `config_dir_behind_a_replaceable_link` |
+//! | Operator config directories: `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox`, `<passwd home>/.config/sandbox` (real and effective uid), `/etc/sandbox`; the approval audit directories beside them (`$XDG_STATE_HOME/sandbox`, `~/.local/state/sandbox`) | set its backend and bounds; keep the record of what was approved | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `config_dir_behind_a_replaceable_link` |
 //! | The loaded config file (`--config`, `$SANDBOX_CONFIG`, or the one found) | be the file the operator named | refused when any entry on the way to it, a link or its target included, lies in a write path ([`check_trusted_file`]); a non-regular file or one over [`sandbox_core::MAX_CONFIG_BYTES`] is refused | `trusted_state::config_link_inside_a_write_path`, `config_fifo_and_device` |
 //! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root), a place no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir` |
 //! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
@@ -56,31 +56,49 @@ pub enum TrustedStateError {
     },
 }
 
-/// Every directory a later run of this user may load trusted state from,
-/// whatever its environment: the operator config directories for this
-/// process's `$XDG_CONFIG_HOME` and `$HOME` and for the passwd home of its
-/// real and effective user, `/etc/sandbox`, and the self-test cache.
+/// Every directory a later run of this user may load trusted state from or
+/// keep its records in, whatever its environment: the operator config
+/// directories (`$XDG_CONFIG_HOME/sandbox`, `~/.config/sandbox`) and the
+/// approval audit directories (`$XDG_STATE_HOME/sandbox`,
+/// `~/.local/state/sandbox`) for this process's `$HOME` and for the passwd
+/// home of its real and effective user, `/etc/sandbox`, and the self-test
+/// cache.
 pub fn trusted_dirs() -> Vec<PathBuf> {
-    let var = |name: &str| {
-        std::env::var_os(name)
-            .map(PathBuf::from)
-            .filter(|p| p.is_absolute())
-    };
-    let mut dirs: Vec<PathBuf> = var("XDG_CONFIG_HOME")
-        .map(|x| x.join("sandbox"))
+    let homes: Vec<PathBuf> = env_dir("HOME").into_iter().chain(passwd_homes()).collect();
+    let mut dirs: Vec<PathBuf> = [env_dir("XDG_CONFIG_HOME"), env_dir("XDG_STATE_HOME")]
         .into_iter()
-        .chain(
-            var("HOME")
-                .into_iter()
-                .chain(passwd_homes())
-                .map(|home| home.join(".config").join("sandbox")),
-        )
+        .flatten()
+        .chain(homes.iter().map(|h| h.join(".config")))
+        .chain(homes.iter().map(|h| h.join(".local/state")))
+        .map(|base| base.join("sandbox"))
         .chain([PathBuf::from("/etc/sandbox")])
         .chain(crate::gate::cache_dir())
         .collect();
     dirs.sort();
     dirs.dedup();
     dirs
+}
+
+/// Where the approval audit log goes: `$XDG_STATE_HOME/sandbox`, else
+/// `$HOME/.local/state/sandbox`, else that of the passwd home; never a
+/// shared directory such as `/tmp`, where another user could plant a link.
+pub fn state_dir() -> Option<PathBuf> {
+    env_dir("XDG_STATE_HOME")
+        .or_else(|| env_dir("HOME").map(|h| h.join(".local/state")))
+        .or_else(|| {
+            passwd_homes()
+                .into_iter()
+                .next()
+                .map(|h| h.join(".local/state"))
+        })
+        .map(|base| base.join("sandbox"))
+}
+
+/// An absolute directory named by the environment variable `name`.
+fn env_dir(name: &str) -> Option<PathBuf> {
+    std::env::var_os(name)
+        .map(PathBuf::from)
+        .filter(|p| p.is_absolute())
 }
 
 /// `policy` with every [`trusted_dirs`] directory that a write path reaches
@@ -288,17 +306,13 @@ mod tests {
         let walk = |p: PathBuf| {
             entries_on_the_way(&p)
                 .into_iter()
-                .map(|e| (e.path.strip_prefix(&root).unwrap().to_owned(), e.link))
+                .filter_map(|e| Some((e.path.strip_prefix(&root).ok()?.to_owned(), e.link)))
+                .filter(|(p, _)| !p.as_os_str().is_empty())
                 .collect::<Vec<_>>()
         };
         let p = |s: &str| PathBuf::from(s);
-        let tail = |v: Vec<(PathBuf, bool)>| {
-            v.into_iter()
-                .skip_while(|(p, _)| p.as_os_str().is_empty())
-                .collect::<Vec<_>>()
-        };
         assert_eq!(
-            tail(walk(root.join("abs/sub/f"))),
+            walk(root.join("abs/sub/f")),
             [
                 (p("abs"), true),
                 (p("real"), false),
@@ -307,7 +321,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            tail(walk(root.join("rel/../x"))),
+            walk(root.join("rel/../x")),
             [
                 (p("rel"), true),
                 (p("real"), false),
@@ -323,6 +337,17 @@ mod tests {
         symlink("b", root.join("a")).unwrap();
         symlink("a", root.join("b")).unwrap();
         assert!(entries_on_the_way(&root.join("a/c")).len() < 3 * MAX_LINKS);
+    }
+
+    #[test]
+    fn every_home_and_the_system_dir_are_trusted() {
+        let dirs = trusted_dirs();
+        assert!(dirs.contains(&PathBuf::from("/etc/sandbox")));
+        for home in passwd_homes() {
+            for sub in [".config/sandbox", ".local/state/sandbox"] {
+                assert!(dirs.contains(&home.join(sub)), "{home:?} {sub}: {dirs:?}");
+            }
+        }
     }
 
     #[test]
