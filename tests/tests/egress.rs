@@ -122,6 +122,33 @@ fn a_listed_name_is_reached_through_the_proxy_and_other_ports_are_refused() {
 }
 
 #[test]
+fn proxy_refusals_of_ipv6_literals_are_recorded_in_brackets() {
+    let port = http_server("hello");
+    // The proxy refuses `[::1]` (no IP rule admits it) before connecting,
+    // so nothing needs to listen there.
+    let curl = |url: &str| format!("curl -sS -o /dev/null -w '%{{http_code}} ' {url}");
+    let (out, record) = run(
+        &allow(&[format!("localhost:{port}")]),
+        &format!(
+            "{}; {}",
+            curl(&format!("http://localhost:{port}/")),
+            curl("http://[::1]:9/")
+        ),
+    );
+    assert_eq!(
+        stdout(&out),
+        "200 403",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let refused = refusals(&record);
+    assert!(
+        refused.iter().any(|r| r == "proxy \"[::1]:9\""),
+        "{refused:?}"
+    );
+}
+
+#[test]
 fn python_urllib_and_curl_over_socks_honour_the_proxy_variables() {
     let port = http_server("via-proxy");
     let url = format!("http://localhost:{port}/");

@@ -5,8 +5,11 @@
 //! * [`EgressRule`]: a [`NetRule`] or a host name pattern with an optional
 //!   port (`example.com:443`, `*.example.com`), as the egress proxy checks a
 //!   requested host; [`EgressRules`] is a list of them.
-//! * [`is_special`]: whether an address lies in a special range (loopback,
-//!   private, link-local, ...), which only rules naming it admit.
+//! * [`is_special`]: whether an address lies in a special range (those of
+//!   the IANA special-purpose registries: loopback, private, link-local,
+//!   documentation, ...), which only rules naming it admit.
+//! * [`HostAddrs`]: this host's own addresses, which a wildcard name rule
+//!   does not reach either.
 //!
 //! All of them read and print as text, and (de)serialise as that text, so a
 //! policy can say `allow_net = ["example.com:443", "10.0.0.0/8"]`.
@@ -25,13 +28,40 @@ use serde::{Deserialize, Serialize};
 /// bits beyond the prefix are cleared (`10.1.2.3/8` is `10.0.0.0/8`). An
 /// IPv4-mapped IPv6 rule (`::ffff:192.0.2.0/120`) is the IPv4 rule it maps.
 ///
-/// A destination in a *special* range (this host `0.0.0.0/8` and `::`,
-/// loopback, private `10/8`, `172.16/12`, `192.168/16`, shared `100.64/10`,
-/// link-local `169.254/16` and `fe80::/10` (cloud metadata services live
-/// there), unique-local `fc00::/7`, site-local `fec0::/10`, multicast,
-/// `240/4` and broadcast) matches only a rule that lies within that range:
-/// `0.0.0.0/0` admits every public IPv4 address but not `127.0.0.1`, which
-/// needs e.g. `127.0.0.1:8080` or `127.0.0.0/8` listed.
+/// # Special ranges
+/// A destination in a *special* range matches only a rule that lies within
+/// that range: `0.0.0.0/0` admits every public IPv4 address but not
+/// `127.0.0.1`, which needs e.g. `127.0.0.1:8080` or `127.0.0.0/8` listed.
+/// The special ranges are those of the IANA IPv4 and IPv6 Special-Purpose
+/// Address Registries
+/// (<https://www.iana.org/assignments/iana-ipv4-special-registry>,
+/// <https://www.iana.org/assignments/iana-ipv6-special-registry>), plus
+/// multicast and two deprecated IPv6 ranges:
+/// * this host `0.0.0.0/8` and `::`, loopback `127/8` and `::1`, the
+///   deprecated IPv4-compatible `::/96`;
+/// * private `10/8`, `172.16/12`, `192.168/16`, shared `100.64/10`,
+///   unique-local `fc00::/7`, site-local `fec0::/10`;
+/// * link-local `169.254/16` and `fe80::/10` (cloud metadata services live
+///   there);
+/// * documentation `192.0.2/24`, `198.51.100/24`, `203.0.113/24`,
+///   `2001:db8::/32`, `3fff::/20`; benchmarking `198.18/15`;
+/// * protocol assignments `192.0.0/24` and `2001::/23` (Teredo among
+///   them), AS112 `192.31.196/24`, `192.175.48/24`, `2620:4f:8000::/48`,
+///   AMT `192.52.193/24`, the deprecated 6to4 relay `192.88.99/24`,
+///   local-use translation `64:ff9b:1::/48`, discard-only `100::/64`, the
+///   dummy prefix `100:0:0:1::/64`, segment-routing SIDs `5f00::/16`;
+/// * multicast `224/4` and `ff00::/8`, reserved `240/4` with the broadcast
+///   address.
+///
+/// A NAT64 address (`64:ff9b::/96`, the IPv4 address in its last 32 bits)
+/// or a 6to4 address (`2002::/16`, the IPv4 address in bits 16 to 48) is
+/// special exactly when the IPv4 address it embeds is, and its range is
+/// that IPv4 range in the same place: `64:ff9b::a00:1` lies in
+/// `64:ff9b::a00:0/104` (`10/8`), `2002:7f00:1::` in `2002:7f00::/24`
+/// (`127/8`). So `::/0` admits `64:ff9b::808:808` (a public address reached
+/// through DNS64) but not `64:ff9b::7f00:1`. Where one range lies within
+/// another (`::1` within `::/96`), the innermost one counts: `::/96` does
+/// not admit `::1`.
 ///
 /// Serialised as its text (`"10.0.0.0/8"`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
@@ -93,37 +123,121 @@ fn canonical_ip(ip: IpAddr) -> IpAddr {
     }
 }
 
-/// Special ranges (see [`NetRule`]) as (network, prefix).
-fn special(ip: IpAddr) -> Option<(IpAddr, u8)> {
-    const V4: &[([u8; 4], u8)] = &[
-        ([0, 0, 0, 0], 8),
-        ([127, 0, 0, 0], 8),
-        ([10, 0, 0, 0], 8),
-        ([172, 16, 0, 0], 12),
-        ([192, 168, 0, 0], 16),
-        ([100, 64, 0, 0], 10),
-        ([169, 254, 0, 0], 16),
-        ([224, 0, 0, 0], 4),
-        ([240, 0, 0, 0], 4),
-    ];
-    const V6: &[(u128, u8)] = &[
-        (0, 128),
-        (1, 128),
-        (0xfc00 << 112, 7),
-        (0xfe80 << 112, 10),
-        (0xfec0 << 112, 10),
-        (0xff00 << 112, 8),
-    ];
-    match ip {
-        IpAddr::V4(_) => V4.iter().find_map(|(net, prefix)| {
-            let net = IpAddr::V4(Ipv4Addr::from(*net));
-            (masked(ip, *prefix) == net).then_some((net, *prefix))
-        }),
-        IpAddr::V6(_) => V6.iter().find_map(|(net, prefix)| {
-            let net = IpAddr::V6(Ipv6Addr::from(*net));
-            (masked(ip, *prefix) == net).then_some((net, *prefix))
-        }),
+/// The special-purpose IPv4 ranges as (network, prefix): the IANA IPv4
+/// Special-Purpose Address Registry
+/// (<https://www.iana.org/assignments/iana-ipv4-special-registry>), a whole
+/// block where the registry lists parts of one (`192.0.0.0/24`), plus
+/// multicast. Plain data: a new registry entry is one line here.
+const SPECIAL_V4: &[(Ipv4Addr, u8)] = &[
+    (Ipv4Addr::new(0, 0, 0, 0), 8),       // "this network" (RFC 791)
+    (Ipv4Addr::new(10, 0, 0, 0), 8),      // private-use (RFC 1918)
+    (Ipv4Addr::new(100, 64, 0, 0), 10),   // shared address space (RFC 6598)
+    (Ipv4Addr::new(127, 0, 0, 0), 8),     // loopback (RFC 1122)
+    (Ipv4Addr::new(169, 254, 0, 0), 16),  // link-local (RFC 3927): cloud metadata
+    (Ipv4Addr::new(172, 16, 0, 0), 12),   // private-use (RFC 1918)
+    (Ipv4Addr::new(192, 0, 0, 0), 24),    // IETF protocol assignments (RFC 6890)
+    (Ipv4Addr::new(192, 0, 2, 0), 24),    // documentation TEST-NET-1 (RFC 5737)
+    (Ipv4Addr::new(192, 31, 196, 0), 24), // AS112-v4 (RFC 7535)
+    (Ipv4Addr::new(192, 52, 193, 0), 24), // AMT (RFC 7450)
+    (Ipv4Addr::new(192, 88, 99, 0), 24),  // deprecated 6to4 relay anycast (RFC 7526)
+    (Ipv4Addr::new(192, 168, 0, 0), 16),  // private-use (RFC 1918)
+    (Ipv4Addr::new(192, 175, 48, 0), 24), // direct delegation AS112 service (RFC 7534)
+    (Ipv4Addr::new(198, 18, 0, 0), 15),   // benchmarking (RFC 2544)
+    (Ipv4Addr::new(198, 51, 100, 0), 24), // documentation TEST-NET-2 (RFC 5737)
+    (Ipv4Addr::new(203, 0, 113, 0), 24),  // documentation TEST-NET-3 (RFC 5737)
+    (Ipv4Addr::new(224, 0, 0, 0), 4),     // multicast (RFC 5771; not in the registry)
+    (Ipv4Addr::new(240, 0, 0, 0), 4),     // reserved (RFC 1112), 255.255.255.255 included
+];
+
+/// The special-purpose IPv6 ranges as (network, prefix): the IANA IPv6
+/// Special-Purpose Address Registry
+/// (<https://www.iana.org/assignments/iana-ipv6-special-registry>), a whole
+/// block where the registry lists parts of one (`2001::/23`), plus
+/// multicast and the deprecated IPv4-compatible and site-local ranges.
+/// NAT64 `64:ff9b::/96` and 6to4 `2002::/16` are not listed: an address
+/// there is special when the IPv4 address it embeds is ([`special_within`]).
+/// Nested ranges (`::1` in `::/96`) are fine: the innermost one counts.
+const SPECIAL_V6: &[(Ipv6Addr, u8)] = &[
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 128), // unspecified (RFC 4291)
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 1), 128), // loopback (RFC 4291)
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0, 0, 0), 96),  // deprecated IPv4-compatible (RFC 4291)
+    // IPv4-mapped (RFC 4291); addresses are looked up as the IPv4 they map.
+    (Ipv6Addr::new(0, 0, 0, 0, 0, 0xffff, 0, 0), 96),
+    (Ipv6Addr::new(0x64, 0xff9b, 1, 0, 0, 0, 0, 0), 48), // local-use translation (RFC 8215)
+    (Ipv6Addr::new(0x100, 0, 0, 0, 0, 0, 0, 0), 64),     // discard-only (RFC 6666)
+    (Ipv6Addr::new(0x100, 0, 0, 1, 0, 0, 0, 0), 64),     // dummy prefix (RFC 9780)
+    (Ipv6Addr::new(0x2001, 0, 0, 0, 0, 0, 0, 0), 23),    // IETF protocol assignments (RFC 2928)
+    (Ipv6Addr::new(0x2001, 0xdb8, 0, 0, 0, 0, 0, 0), 32), // documentation (RFC 3849)
+    (Ipv6Addr::new(0x2620, 0x4f, 0x8000, 0, 0, 0, 0, 0), 48), // direct delegation AS112 (RFC 7534)
+    (Ipv6Addr::new(0x3fff, 0, 0, 0, 0, 0, 0, 0), 20),    // documentation (RFC 9637)
+    (Ipv6Addr::new(0x5f00, 0, 0, 0, 0, 0, 0, 0), 16),    // segment routing SIDs (RFC 9602)
+    (Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0), 7),     // unique-local (RFC 4193)
+    (Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0), 10),    // link-local (RFC 4291)
+    (Ipv6Addr::new(0xfec0, 0, 0, 0, 0, 0, 0, 0), 10),    // deprecated site-local (RFC 3879)
+    (Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0), 8),     // multicast (RFC 4291)
+];
+
+/// NAT64's well-known prefix `64:ff9b::/96` (RFC 6052): the last 32 bits are
+/// the IPv4 address reached.
+const NAT64: (u128, u8) = (0x0064_ff9b << 96, 96);
+/// 6to4's prefix `2002::/16` (RFC 3056): bits 16..48 are the IPv4 address
+/// of the relay reached.
+const SIX_TO_FOUR: (u128, u8) = (0x2002 << 112, 16);
+
+/// The innermost entry of `table` that contains `ip` with a prefix of at
+/// most `max_prefix`.
+fn innermost<A: Copy + Into<IpAddr>>(
+    table: &[(A, u8)],
+    ip: IpAddr,
+    max_prefix: u8,
+) -> Option<(A, u8)> {
+    table
+        .iter()
+        .copied()
+        .filter(|&(net, prefix)| prefix <= max_prefix && masked(ip, prefix) == net.into())
+        .max_by_key(|&(_, prefix)| prefix)
+}
+
+/// The innermost special range (network, prefix) that contains `ip` and is
+/// no longer than `max_prefix` (so that a rule `ip/max_prefix` lies within
+/// it), or `None`. `ip` is not canonicalised here: an IPv4-mapped address is
+/// looked up as IPv6.
+///
+/// A NAT64 (`64:ff9b::/96`) or 6to4 (`2002::/16`) address lies in a special
+/// range exactly when the IPv4 address it embeds does, and that range is the
+/// IPv4 one in the same position of the IPv6 prefix: `64:ff9b::a00:1` is in
+/// `64:ff9b::a00:0/104` because `10.0.0.1` is in `10.0.0.0/8`, and
+/// `2002:a00:1::` is in `2002:a00::/24`.
+fn special_within(ip: IpAddr, max_prefix: u8) -> Option<(IpAddr, u8)> {
+    let IpAddr::V6(v6) = ip else {
+        return innermost(SPECIAL_V4, ip, max_prefix).map(|(net, p)| (net.into(), p));
+    };
+    let v6 = u128::from(v6);
+    // (prefix, its length, the shift of the embedded IPv4 address).
+    for (net, len, shift) in [(NAT64.0, NAT64.1, 0u32), (SIX_TO_FOUR.0, SIX_TO_FOUR.1, 80)] {
+        if v6 & (u128::MAX << (128 - u32::from(len))) != net {
+            continue;
+        }
+        // Truncation intended: the 32 bits of the embedded IPv4 address.
+        let embedded = IpAddr::V4(Ipv4Addr::from((v6 >> shift) as u32));
+        let room = max_prefix.saturating_sub(len).min(32);
+        let found = (max_prefix >= len)
+            .then(|| innermost(SPECIAL_V4, embedded, room))
+            .flatten()
+            .map(|(v4, v4_prefix)| {
+                let net6 = net | u128::from(u32::from(v4)) << shift;
+                (IpAddr::V6(Ipv6Addr::from(net6)), len + v4_prefix)
+            });
+        // No entry of the IPv6 table overlaps these two prefixes.
+        return found;
     }
+    innermost(SPECIAL_V6, ip, max_prefix).map(|(net, p)| (net.into(), p))
+}
+
+/// The innermost special range (see [`NetRule`]) containing `ip`, as
+/// (network, prefix).
+fn special(ip: IpAddr) -> Option<(IpAddr, u8)> {
+    special_within(ip, bits(ip))
 }
 
 impl NetRule {
@@ -208,11 +322,10 @@ impl NetRule {
             && other.prefix <= self.prefix
             && masked(self.addr, other.prefix) == other.addr
             && other.port.map_or(true, |p| self.port == Some(p))
-            // The special addresses this rule admits (those of a special
-            // range it lies within) need `other` within that range too.
-            && special(self.addr).map_or(true, |range| {
-                !in_range(self, range) || in_range(other, range)
-            })
+            // The special addresses this rule admits lie in special ranges
+            // it lies within; the innermost of those (nested ranges: `::1`
+            // in `::/96`) needs `other` within it too, and so within all.
+            && special_within(self.addr, self.prefix).map_or(true, |range| in_range(other, range))
     }
 
     /// Whether some rule of `rules` admits the destination `ip:port` (see
@@ -223,8 +336,10 @@ impl NetRule {
 }
 
 /// Whether `ip` (IPv4-mapped IPv6 taken as IPv4) lies in a special range:
-/// this host, loopback, private, shared, link-local, unique-local,
-/// site-local, multicast, reserved or broadcast (the list on [`NetRule`]).
+/// one of the IANA special-purpose registries (this host, loopback,
+/// private, shared, link-local, documentation, benchmarking, protocol
+/// assignments, ...), multicast, reserved or broadcast, or a NAT64 or 6to4
+/// address embedding such an IPv4 address (the list on [`NetRule`]).
 pub fn is_special(ip: IpAddr) -> bool {
     special(canonical_ip(ip)).is_some()
 }
@@ -319,12 +434,19 @@ impl fmt::Display for NetRule {
 ///   resolved (no DNS query for it leaves through the proxy).
 /// * An address a listed name **resolves to** is admitted when the
 ///   matching rule is exact, whatever the address (the operator named that
-///   host: `localhost:8080` reaches `127.0.0.1:8080`); when only a wildcard
-///   matches, an address in a special range ([`is_special`]: loopback,
-///   private, link-local, ...) is refused unless an IP rule admits it as
-///   well, so a name under `*.example.com` that resolves to `127.0.0.1` or
-///   `169.254.169.254` (DNS rebinding) reaches nothing the rules did not
-///   already allow by address. See [`EgressRules::admits_resolved`].
+///   host: `localhost:8080` reaches `127.0.0.1:8080`, and a name the
+///   operator lists that resolves to this host's own address reaches it).
+///   When only a wildcard matches, an address in a special range
+///   ([`is_special`]: loopback, private, link-local, documentation, a NAT64
+///   or 6to4 address embedding one of those, ...) or one of this host's own
+///   addresses ([`HostAddrs`]: any address configured on one of its
+///   interfaces, public ones included) is refused unless an IP rule admits
+///   it as well. So a name under `*.example.com` that resolves to
+///   `127.0.0.1`, `169.254.169.254`, `64:ff9b::7f00:1` or the host's own
+///   public address (DNS rebinding, or a zone the command's author
+///   controls) reaches nothing the rules did not already allow by address,
+///   such as a service bound to `0.0.0.0` or `[::]`. See
+///   [`EgressRules::admits_resolved`].
 ///
 /// Serialised as its text (`"example.com:443"`), so a policy can say
 /// `allow_net = ["example.com:443", "10.0.0.0/8"]`.
@@ -355,8 +477,8 @@ pub enum NameMatch {
     /// An exact name rule lists the host: any address it resolves to is
     /// admitted.
     Exact,
-    /// Only a wildcard rule matches: addresses in special ranges are refused
-    /// unless an IP rule admits them.
+    /// Only a wildcard rule matches: addresses in special ranges and this
+    /// host's own addresses are refused unless an IP rule admits them.
     Wildcard,
 }
 
@@ -700,14 +822,63 @@ impl EgressRules {
 
     /// Whether the address `addr`, which the host name `host` resolved to,
     /// may be connected to: an exact rule lists `host` at `addr`'s port, or
-    /// a wildcard rule does and `addr` is not special ([`is_special`]) or an
-    /// IP rule admits it.
-    pub fn admits_resolved(&self, host: &str, addr: SocketAddr) -> bool {
+    /// a wildcard rule does and `addr` is neither special ([`is_special`])
+    /// nor one of this host's own addresses (`own`), or an IP rule admits it.
+    pub fn admits_resolved(&self, host: &str, addr: SocketAddr, own: &HostAddrs) -> bool {
         match self.name_match(host, addr.port()) {
             Some(NameMatch::Exact) => true,
-            Some(NameMatch::Wildcard) => !is_special(addr.ip()) || self.admits_addr(addr),
+            Some(NameMatch::Wildcard) => {
+                !(is_special(addr.ip()) || own.contains(addr.ip())) || self.admits_addr(addr)
+            }
             None => false,
         }
+    }
+
+    /// Whether some rule is a wildcard name rule: the only rules for which
+    /// [`EgressRules::admits_resolved`] consults the host's own addresses.
+    pub fn has_wildcard(&self) -> bool {
+        self.0
+            .iter()
+            .any(|r| matches!(r, EgressRule::Name(n) if n.wildcard))
+    }
+}
+
+/// This host's own IP addresses: those configured on its interfaces (the
+/// caller reads them, e.g. with `getifaddrs(3)`), which a wildcard name rule
+/// does not reach unless an IP rule admits the address (see [`EgressRule`]).
+/// A service bound to `0.0.0.0` or `[::]` answers on each of them, public
+/// ones included, so a name that resolves to one reaches the host itself.
+///
+/// Kept canonical: IPv4-mapped IPv6 addresses as IPv4, sorted, without
+/// duplicates.
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct HostAddrs(Vec<IpAddr>);
+
+impl HostAddrs {
+    /// The set of `addrs` (IPv4-mapped IPv6 taken as IPv4). An empty set
+    /// means no address is the host's own: pass one only when the host
+    /// really has no address, never for addresses that could not be read.
+    pub fn new(addrs: impl IntoIterator<Item = IpAddr>) -> Self {
+        let mut v: Vec<IpAddr> = addrs.into_iter().map(canonical_ip).collect();
+        v.sort_unstable();
+        v.dedup();
+        Self(v)
+    }
+
+    /// Whether `ip` (IPv4-mapped IPv6 taken as IPv4) is one of them.
+    pub fn contains(&self, ip: IpAddr) -> bool {
+        self.0.binary_search(&canonical_ip(ip)).is_ok()
+    }
+
+    /// The addresses, sorted.
+    pub fn as_slice(&self) -> &[IpAddr] {
+        &self.0
+    }
+}
+
+impl FromIterator<IpAddr> for HostAddrs {
+    fn from_iter<I: IntoIterator<Item = IpAddr>>(iter: I) -> Self {
+        Self::new(iter)
     }
 }
 
@@ -781,13 +952,14 @@ mod tests {
             let rules: Vec<NetRule> = rules.iter().map(|s| r(s)).collect();
             NetRule::admit(&rules, ip(dest), port)
         };
-        // Public: any covering rule, port when given.
-        assert!(admit(&["0.0.0.0/0"], "192.0.2.7", 443));
-        assert!(admit(&["192.0.2.0/24:443"], "192.0.2.7", 443));
-        assert!(!admit(&["192.0.2.0/24:443"], "192.0.2.7", 80));
-        assert!(!admit(&["192.0.2.0/24"], "198.51.100.1", 80));
-        assert!(admit(&["::/0"], "2001:db8::1", 443));
-        assert!(!admit(&[], "192.0.2.7", 443));
+        // Public (no traffic is sent; these only need to be outside the
+        // special ranges): any covering rule, port when given.
+        assert!(admit(&["0.0.0.0/0"], "1.2.3.4", 443));
+        assert!(admit(&["1.2.3.0/24:443"], "1.2.3.4", 443));
+        assert!(!admit(&["1.2.3.0/24:443"], "1.2.3.4", 80));
+        assert!(!admit(&["1.2.3.0/24"], "5.6.7.8", 80));
+        assert!(admit(&["::/0"], "2a00::1", 443));
+        assert!(!admit(&[], "1.2.3.4", 443));
         // Special ranges: only rules within them.
         for dest in [
             "127.0.0.1",
@@ -814,12 +986,168 @@ mod tests {
         assert!(admit(&["::1"], "::1", 80));
         // IPv4-mapped IPv6 destinations are the IPv4 ones.
         assert!(!admit(&["::/0"], "::ffff:127.0.0.1", 80));
-        assert!(!admit(&["::/0"], "::ffff:192.0.2.7", 80));
-        assert!(admit(&["0.0.0.0/0"], "::ffff:192.0.2.7", 80));
+        assert!(!admit(&["::/0"], "::ffff:1.2.3.4", 80));
+        assert!(admit(&["0.0.0.0/0"], "::ffff:1.2.3.4", 80));
         assert!(!admit(&["0.0.0.0/0"], "::ffff:127.0.0.1", 80));
         assert!(admit(&["127.0.0.1:80"], "::ffff:127.0.0.1", 80));
         // IPv4 rules never match IPv6 destinations and the other way round.
-        assert!(!admit(&["0.0.0.0/0"], "2001:db8::1", 80));
+        assert!(!admit(&["0.0.0.0/0"], "2a00::1", 80));
+        assert!(!admit(&["::/0"], "1.2.3.4", 80));
+    }
+
+    #[test]
+    fn registry_ranges_are_special_and_need_a_rule_within_them() {
+        let admit = |rule: &str, dest: &str| r(rule).admits(ip(dest), 80);
+        // One address inside (and the first and last) of each range added
+        // from the IANA registries, refused by the broadest rule.
+        for (net, first, last) in [
+            ("192.0.0.0/24", "192.0.0.0", "192.0.0.255"),
+            ("192.0.2.0/24", "192.0.2.0", "192.0.2.255"),
+            ("192.31.196.0/24", "192.31.196.0", "192.31.196.255"),
+            ("192.52.193.0/24", "192.52.193.0", "192.52.193.255"),
+            ("192.88.99.0/24", "192.88.99.0", "192.88.99.255"),
+            ("192.175.48.0/24", "192.175.48.0", "192.175.48.255"),
+            ("198.18.0.0/15", "198.18.0.0", "198.19.255.255"),
+            ("198.51.100.0/24", "198.51.100.0", "198.51.100.255"),
+            ("203.0.113.0/24", "203.0.113.0", "203.0.113.255"),
+            ("::/96", "::2", "::ffff:ffff"),
+            (
+                "64:ff9b:1::/48",
+                "64:ff9b:1::",
+                "64:ff9b:1:ffff:ffff:ffff:ffff:ffff",
+            ),
+            ("100::/64", "100::", "100::ffff:ffff:ffff:ffff"),
+            (
+                "100:0:0:1::/64",
+                "100:0:0:1::",
+                "100:0:0:1:ffff:ffff:ffff:ffff",
+            ),
+            (
+                "2001::/23",
+                "2001::",
+                "2001:1ff:ffff:ffff:ffff:ffff:ffff:ffff",
+            ),
+            (
+                "2001:db8::/32",
+                "2001:db8::",
+                "2001:db8:ffff:ffff:ffff:ffff:ffff:ffff",
+            ),
+            (
+                "2620:4f:8000::/48",
+                "2620:4f:8000::",
+                "2620:4f:8000:ffff:ffff:ffff:ffff:ffff",
+            ),
+            (
+                "3fff::/20",
+                "3fff::",
+                "3fff:fff:ffff:ffff:ffff:ffff:ffff:ffff",
+            ),
+            (
+                "5f00::/16",
+                "5f00::",
+                "5f00:ffff:ffff:ffff:ffff:ffff:ffff:ffff",
+            ),
+        ] {
+            let all = if net.contains(':') {
+                "::/0"
+            } else {
+                "0.0.0.0/0"
+            };
+            for dest in [first, last] {
+                assert!(is_special(ip(dest)), "{dest} in {net}");
+                assert!(!admit(all, dest), "{all} admits {dest}");
+                assert!(admit(net, dest), "{net} admits {dest}");
+                assert!(admit(dest, dest), "{dest} admits itself");
+            }
+        }
+        // Just outside them, public.
+        for dest in [
+            "191.255.255.255",
+            "192.0.1.0",
+            "192.0.3.0",
+            "192.31.195.255",
+            "192.31.197.0",
+            "198.17.255.255",
+            "198.20.0.0",
+            "198.51.99.255",
+            "198.51.101.0",
+            "203.0.112.255",
+            "203.0.114.0",
+            "1::",
+            "100:0:0:2::",
+            "2001:200::",
+            "2001:db7:ffff::",
+            "2001:db9::",
+            "2620:4f:8001::",
+            "3fff:1000::",
+            "5eff:ffff::",
+            "5f01::",
+            "2003::",
+        ] {
+            assert!(!is_special(ip(dest)), "{dest}");
+        }
+        assert!(!admit("0.0.0.0/0", "198.18.0.1"));
+        assert!(!admit("0.0.0.0/0", "255.255.255.255"));
+        assert!(admit("198.18.0.0/15", "198.18.0.1"));
+        assert!(!admit("198.18.0.0/14", "198.18.0.1"));
+        // An exact rule in a documentation range admits it.
+        assert!(admit("192.0.2.7:80", "192.0.2.7"));
+        assert!(admit("[2001:db8::1]:80", "2001:db8::1"));
+        assert!(!admit("192.0.2.7:80", "192.0.2.8"));
+        // Nested ranges: the innermost counts; `::/96` does not admit
+        // loopback or `::`, only the IPv4-compatible addresses.
+        assert!(admit("::/96", "::2"));
+        assert!(!admit("::/96", "::1"));
+        assert!(!admit("::/96", "::"));
+        assert!(admit("::1", "::1"));
+    }
+
+    #[test]
+    fn nat64_and_6to4_are_special_as_their_embedded_ipv4() {
+        // Embedded public: not special, admitted by broad rules (DNS64).
+        for dest in [
+            "64:ff9b::808:808",
+            "64:ff9b::102:304",
+            "2002:808:808::1",
+            "2002:102:304::",
+        ] {
+            assert!(!is_special(ip(dest)), "{dest}");
+            assert!(r("::/0").admits(ip(dest), 443), "{dest}");
+        }
+        assert!(r("64:ff9b::/96").admits(ip("64:ff9b::808:808"), 443));
+        assert!(r("2002::/16").admits(ip("2002:808:808::1"), 443));
+        // Embedded special: special, in the IPv4 range placed in the prefix.
+        for (dest, net, prefix) in [
+            ("64:ff9b::a00:1", "64:ff9b::a00:0", 104),
+            ("64:ff9b::7f00:1", "64:ff9b::7f00:0", 104),
+            ("64:ff9b::a9fe:a9fe", "64:ff9b::a9fe:0", 112),
+            ("64:ff9b::c000:207", "64:ff9b::c000:200", 120),
+            ("64:ff9b::ffff:ffff", "64:ff9b::f000:0", 100),
+            ("64:ff9b::", "64:ff9b::", 104),
+            ("2002:a00:1::", "2002:a00::", 24),
+            ("2002:7f00:1::", "2002:7f00::", 24),
+            ("2002:7f00:1:1:2:3:4:5", "2002:7f00::", 24),
+            ("2002:c0a8:101::1", "2002:c0a8::", 32),
+            ("2002::", "2002::", 24),
+        ] {
+            assert_eq!(special(ip(dest)), Some((ip(net), prefix)), "{dest}");
+            assert!(is_special(ip(dest)), "{dest}");
+            assert!(!r("::/0").admits(ip(dest), 80), "{dest}");
+            assert!(!r("64:ff9b::/96").admits(ip(dest), 80), "{dest}");
+            assert!(!r("2002::/16").admits(ip(dest), 80), "{dest}");
+            assert!(r(&format!("{net}/{prefix}")).admits(ip(dest), 80), "{dest}");
+            assert!(r(dest).admits(ip(dest), 80), "{dest}");
+        }
+        // Containment follows: the NAT64 prefix without its special parts
+        // is within `::/0`, a special part of it is not.
+        let within = |a: &str, b: &str| r(a).within(&r(b));
+        assert!(within("64:ff9b::/96", "::/0"));
+        assert!(within("2002::/16", "::/0"));
+        assert!(!within("64:ff9b::7f00:0/104", "::/0"));
+        assert!(!within("64:ff9b::7f00:0/104", "64:ff9b::/96"));
+        assert!(within("64:ff9b::7f00:1", "64:ff9b::7f00:0/104"));
+        assert!(!within("2002:7f00::/24", "2002::/16"));
+        assert!(within("2002:7f00:1::/48", "2002:7f00::/24"));
     }
 
     #[test]
@@ -862,8 +1190,11 @@ mod tests {
         ] {
             assert!(is_special(ip(s)), "{s}");
         }
-        for s in ["192.0.2.7", "2001:db8::1", "::ffff:192.0.2.7"] {
+        for s in ["1.2.3.4", "2a00::1", "::ffff:1.2.3.4", "8.8.8.8"] {
             assert!(!is_special(ip(s)), "{s}");
+        }
+        for s in ["192.0.2.7", "2001:db8::1", "::ffff:192.0.2.7", "198.18.0.1"] {
+            assert!(is_special(ip(s)), "{s}");
         }
     }
 
@@ -1045,6 +1376,7 @@ mod tests {
 
     #[test]
     fn resolved_addresses_and_special_ranges() {
+        let none = HostAddrs::new([]);
         let r = rules(&["localhost:8080", "*.example.com", "10.0.0.0/8"]);
         assert_eq!(r.name_match("localhost", 8080), Some(NameMatch::Exact));
         assert_eq!(r.name_match("localhost", 8081), None);
@@ -1055,28 +1387,113 @@ mod tests {
         assert_eq!(r.name_match("example.com", 1), None);
         assert_eq!(r.name_match("127.0.0.1", 8080), None);
         // An exact name reaches what it resolves to, special or not.
-        assert!(r.admits_resolved("localhost", sa("127.0.0.1:8080")));
-        assert!(r.admits_resolved("localhost", sa("[::1]:8080")));
-        assert!(!r.admits_resolved("localhost", sa("127.0.0.1:8081")));
+        assert!(r.admits_resolved("localhost", sa("127.0.0.1:8080"), &none));
+        assert!(r.admits_resolved("localhost", sa("[::1]:8080"), &none));
+        assert!(!r.admits_resolved("localhost", sa("127.0.0.1:8081"), &none));
         // A wildcard name reaches public addresses only, unless an IP rule
         // admits the special one by itself.
-        assert!(r.admits_resolved("www.example.com", sa("192.0.2.7:443")));
-        assert!(!r.admits_resolved("www.example.com", sa("127.0.0.1:443")));
-        assert!(!r.admits_resolved("www.example.com", sa("169.254.169.254:80")));
-        assert!(!r.admits_resolved("www.example.com", sa("[::ffff:127.0.0.1]:80")));
-        assert!(r.admits_resolved("www.example.com", sa("10.1.2.3:80")));
+        assert!(r.admits_resolved("www.example.com", sa("1.2.3.4:443"), &none));
+        assert!(!r.admits_resolved("www.example.com", sa("127.0.0.1:443"), &none));
+        assert!(!r.admits_resolved("www.example.com", sa("169.254.169.254:80"), &none));
+        assert!(!r.admits_resolved("www.example.com", sa("[::ffff:127.0.0.1]:80"), &none));
+        assert!(r.admits_resolved("www.example.com", sa("10.1.2.3:80"), &none));
+        // Documentation, benchmarking, NAT64 and 6to4 addresses of special
+        // ones are special too; NAT64 of a public address is not.
+        for dest in [
+            "192.0.2.7:443",
+            "198.18.0.1:443",
+            "[2001:db8::1]:443",
+            "[64:ff9b::7f00:1]:443",
+            "[64:ff9b::a9fe:a9fe]:80",
+            "[2002:7f00:1::]:443",
+        ] {
+            assert!(
+                !r.admits_resolved("www.example.com", sa(dest), &none),
+                "{dest}"
+            );
+        }
+        assert!(r.admits_resolved("www.example.com", sa("[64:ff9b::808:808]:443"), &none));
+        // The IPv4 rule `10.0.0.0/8` does not admit its NAT64 form; an IPv6
+        // rule within the NAT64 range of `10/8` does.
+        assert!(!r.admits_resolved("www.example.com", sa("[64:ff9b::a00:1]:80"), &none));
+        assert!(
+            rules(&["*.example.com", "64:ff9b::a00:0/104"]).admits_resolved(
+                "www.example.com",
+                sa("[64:ff9b::a00:1]:80"),
+                &none
+            )
+        );
         // An exact rule wins over a wildcard that also matches.
         let both = rules(&["*.example.com", "api.example.com"]);
         assert_eq!(
             both.name_match("api.example.com", 1),
             Some(NameMatch::Exact)
         );
-        assert!(both.admits_resolved("api.example.com", sa("127.0.0.1:1")));
+        assert!(both.admits_resolved("api.example.com", sa("127.0.0.1:1"), &none));
         // Unlisted names are not admitted even when an IP rule covers the
         // address they would resolve to.
-        assert!(!rules(&["0.0.0.0/0"]).admits_resolved("example.org", sa("192.0.2.7:80")));
-        assert!(rules(&["0.0.0.0/0"]).admits_addr(sa("192.0.2.7:80")));
-        assert!(!EgressRules::default().admits_addr(sa("192.0.2.7:80")));
+        assert!(!rules(&["0.0.0.0/0"]).admits_resolved("example.org", sa("1.2.3.4:80"), &none));
+        assert!(rules(&["0.0.0.0/0"]).admits_addr(sa("1.2.3.4:80")));
+        assert!(!EgressRules::default().admits_addr(sa("1.2.3.4:80")));
+    }
+
+    #[test]
+    fn a_wildcard_never_reaches_the_hosts_own_addresses() {
+        let own = HostAddrs::new([
+            ip("1.2.3.4"),
+            ip("::ffff:5.6.7.8"),
+            ip("2a00::1"),
+            ip("127.0.0.1"),
+            ip("1.2.3.4"),
+        ]);
+        assert_eq!(
+            own.as_slice(),
+            [ip("1.2.3.4"), ip("5.6.7.8"), ip("127.0.0.1"), ip("2a00::1")]
+        );
+        assert!(own.contains(ip("5.6.7.8")));
+        assert!(own.contains(ip("::ffff:1.2.3.4")));
+        assert!(!own.contains(ip("1.2.3.5")));
+        let none = HostAddrs::new([]);
+        let wild = rules(&["*.example.test"]);
+        // The host's own public addresses: refused for a wildcard ...
+        for dest in [
+            "1.2.3.4:80",
+            "5.6.7.8:80",
+            "[::ffff:1.2.3.4]:80",
+            "[2a00::1]:80",
+        ] {
+            assert!(
+                !wild.admits_resolved("x.example.test", sa(dest), &own),
+                "{dest}"
+            );
+            // ... and admitted when not the host's own (the positive control).
+            assert!(
+                wild.admits_resolved("x.example.test", sa(dest), &none),
+                "{dest}"
+            );
+        }
+        assert!(wild.admits_resolved("x.example.test", sa("1.2.3.5:80"), &own));
+        // An exact name rule reaches them: the operator named that host.
+        let exact = rules(&["x.example.test:80", "localhost:8080"]);
+        assert!(exact.admits_resolved("x.example.test", sa("1.2.3.4:80"), &own));
+        assert!(exact.admits_resolved("x.example.test", sa("[2a00::1]:80"), &own));
+        assert!(exact.admits_resolved("localhost", sa("127.0.0.1:8080"), &own));
+        // So does a wildcard beside an IP rule that admits the address.
+        for ip_rule in ["1.2.3.4:80", "1.2.3.0/24", "0.0.0.0/0"] {
+            let both = rules(&["*.example.test", ip_rule]);
+            assert!(
+                both.admits_resolved("x.example.test", sa("1.2.3.4:80"), &own),
+                "{ip_rule}"
+            );
+        }
+        assert!(!rules(&["*.example.test", "1.2.3.4:81"]).admits_resolved(
+            "x.example.test",
+            sa("1.2.3.4:80"),
+            &own
+        ));
+        assert!(wild.has_wildcard());
+        assert!(!exact.has_wildcard());
+        assert!(!rules(&["0.0.0.0/0"]).has_wildcard());
     }
 
     #[test]
@@ -1104,7 +1521,17 @@ mod tests {
         assert!(!within("10.0.0.0/8", "10.1.0.0/16"));
         assert!(!within("192.0.2.7", "::/0"));
         // 0.0.0.0/0 admits no loopback address: a loopback rule is not within it.
-        assert!(within("192.0.2.7:443", "0.0.0.0/0"));
+        assert!(within("1.2.3.4:443", "0.0.0.0/0"));
+        // Nor a documentation address, which needs a rule within its range.
+        assert!(!within("192.0.2.7:443", "0.0.0.0/0"));
+        assert!(within("192.0.2.7:443", "192.0.2.0/24"));
+        assert!(!within("192.0.2.0/24", "0.0.0.0/0"));
+        assert!(!within("2001:db8::/48", "::/0"));
+        // Nested ranges: `::/96` admits `::2`, which `::/0` does not.
+        assert!(!within("::/96", "::/0"));
+        assert!(within("::/96", "::/96"));
+        assert!(within("::1", "::1"));
+        assert!(!within("::1", "::/96"));
         assert!(!within("127.0.0.1:8080", "0.0.0.0/0"));
         assert!(within("127.0.0.1:8080", "127.0.0.0/8"));
         assert!(within("0.0.0.0/0", "0.0.0.0/0"));

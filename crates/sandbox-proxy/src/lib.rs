@@ -49,10 +49,18 @@
 //! As [`EgressRule`] describes: an IP literal by IP rules only; a name only
 //! by a name rule (a name no rule lists is refused before it is resolved);
 //! the addresses a listed name resolves to (system resolver, `getaddrinfo`)
-//! are all admitted for an exact rule, and only those outside the special
-//! ranges ([`sandbox_core::net::is_special`]) for a wildcard rule, unless an
-//! IP rule admits them too. Each admitted address is tried in turn. The
-//! proxy's own address is never a destination.
+//! are all admitted for an exact rule, and for a wildcard rule only those
+//! outside the special ranges ([`sandbox_core::net::is_special`]: the IANA
+//! special-purpose registries, loopback, private, link-local, documentation,
+//! NAT64 and 6to4 forms of those, ...) and other than this host's own
+//! addresses, unless an IP rule admits them too. The host's own addresses
+//! ([`sandbox_core::net::HostAddrs`]) are every address configured on one of
+//! its interfaces, read with `getifaddrs(3)` once, when the proxy starts
+//! with a wildcard rule (an address configured later is not known; a proxy
+//! that cannot read them does not start, [`ProxyError::Interfaces`]); so a
+//! name under a wildcard that resolves to the host's public address does not
+//! reach a service bound to `0.0.0.0` or `[::]`. Each admitted address is
+//! tried in turn. The proxy's own address is never a destination.
 //!
 //! # Limits
 //! Request heads are bounded ([`ProxyOptions::max_head_bytes`], 16 KiB) and
@@ -97,6 +105,8 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
+
+use sandbox_core::net::HostAddrs;
 
 use serve::Shared;
 
@@ -212,6 +222,16 @@ pub enum RefusalReason {
         /// The addresses the name resolved to.
         resolved: Vec<IpAddr>,
     },
+    /// Only a wildcard rule lists the name, and every address it resolves to
+    /// is one of this host's own addresses (configured on one of its
+    /// interfaces) or lies in a special range, and no IP rule admits it; at
+    /// least one is the host's own.
+    WildcardToHost {
+        /// The addresses the name resolved to.
+        resolved: Vec<IpAddr>,
+        /// Those of them that are this host's own (and not special).
+        own: Vec<IpAddr>,
+    },
     /// The destination is the proxy itself.
     ProxyItself,
 }
@@ -224,15 +244,22 @@ impl fmt::Display for RefusalReason {
             ),
             RefusalReason::AddressNotAllowed => f.write_str(
                 "no IP egress rule admits this address and port (name rules do not admit IP \
-                 literals; loopback, private and link-local addresses need a rule within their range)",
+                 literals; special-range addresses, such as loopback, private, link-local and \
+                 documentation ones, need a rule within their range)",
             ),
             RefusalReason::WildcardToSpecial { resolved } => {
                 f.write_str("only a wildcard rule lists this name, and it resolves only to special-range addresses (")?;
-                for (i, ip) in resolved.iter().enumerate() {
-                    if i > 0 {
-                        f.write_str(", ")?;
-                    }
-                    write!(f, "{ip}")?;
+                write_list(f, resolved.iter())?;
+                f.write_str("), which need an exact name rule or an IP rule")
+            }
+            RefusalReason::WildcardToHost { resolved, own } => {
+                f.write_str("only a wildcard rule lists this name, and it resolves only to this host's own addresses (")?;
+                write_list(f, own.iter())?;
+                f.write_str(", configured on its interfaces")?;
+                let mut special = resolved.iter().filter(|ip| !own.contains(ip)).peekable();
+                if special.peek().is_some() {
+                    f.write_str(") and special-range addresses (")?;
+                    write_list(f, special)?;
                 }
                 f.write_str("), which need an exact name rule or an IP rule")
             }
@@ -241,13 +268,36 @@ impl fmt::Display for RefusalReason {
     }
 }
 
-impl fmt::Display for Refused {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        if self.host.contains(':') {
-            write!(f, "[{}]:{}: {}", self.host, self.port, self.reason)
-        } else {
-            write!(f, "{}:{}: {}", self.host, self.port, self.reason)
+/// `a, b, c`.
+fn write_list<'a>(
+    f: &mut fmt::Formatter<'_>,
+    ips: impl Iterator<Item = &'a IpAddr>,
+) -> fmt::Result {
+    for (i, ip) in ips.enumerate() {
+        if i > 0 {
+            f.write_str(", ")?;
         }
+        write!(f, "{ip}")?;
+    }
+    Ok(())
+}
+
+impl Refused {
+    /// The destination as `host:port`, an IPv6 literal in brackets
+    /// (`example.com:443`, `127.0.0.1:80`, `[::1]:8080`).
+    pub fn target(&self) -> String {
+        if self.host.contains(':') {
+            format!("[{}]:{}", self.host, self.port)
+        } else {
+            format!("{}:{}", self.host, self.port)
+        }
+    }
+}
+
+impl fmt::Display for Refused {
+    /// `host:port: reason` ([`Refused::target`], then the reason).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.target(), self.reason)
     }
 }
 
@@ -264,6 +314,11 @@ pub enum ProxyError {
     /// Starting the accepting thread failed.
     #[error("egress proxy: cannot start its accepting thread: {0}")]
     Thread(#[source] io::Error),
+    /// Reading this host's interface addresses (`getifaddrs`), which a
+    /// wildcard rule must not reach, failed: the proxy does not start rather
+    /// than let wildcard names reach the host itself.
+    #[error("egress proxy: cannot read this host's interface addresses (getifaddrs), which wildcard rules must not reach: {0}")]
+    Interfaces(#[source] io::Error),
 }
 
 /// A running egress proxy on `127.0.0.1`; [`Proxy::shutdown`] or drop stops it.
@@ -286,13 +341,21 @@ impl fmt::Debug for Proxy {
 
 impl Proxy {
     /// Starts a proxy admitting the destinations `rules` admit, listening on
-    /// `127.0.0.1` at a port the system picks.
+    /// `127.0.0.1` at a port the system picks. With a wildcard rule it first
+    /// reads this host's own addresses, which that rule does not reach.
     pub fn start(rules: impl Into<EgressRules>, opts: ProxyOptions) -> Result<Proxy, ProxyError> {
+        let rules = rules.into();
+        let own = if rules.has_wildcard() {
+            target::host_addrs().map_err(ProxyError::Interfaces)?
+        } else {
+            // Only wildcard rules consult them: spare the call.
+            HostAddrs::new([])
+        };
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(ProxyError::Listen)?;
         listener.set_nonblocking(true).map_err(ProxyError::Listen)?;
         let addr = listener.local_addr().map_err(ProxyError::Listen)?;
         let (waker, woken) = UnixStream::pair().map_err(ProxyError::Waker)?;
-        let shared = Arc::new(Shared::new(rules.into(), opts, addr));
+        let shared = Arc::new(Shared::new(rules, own, opts, addr));
         let acceptor = std::thread::Builder::new()
             .name("sandbox-proxy-accept".into())
             .spawn({
@@ -377,5 +440,65 @@ impl Proxy {
 impl Drop for Proxy {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn refused(host: &str, port: u16, reason: RefusalReason) -> Refused {
+        Refused {
+            host: host.into(),
+            port,
+            reason,
+        }
+    }
+
+    #[test]
+    fn targets_bracket_ipv6_literals() {
+        let r = |host: &str| refused(host, 8080, RefusalReason::AddressNotAllowed).target();
+        assert_eq!(r("::1"), "[::1]:8080");
+        assert_eq!(r("2001:db8::1"), "[2001:db8::1]:8080");
+        assert_eq!(r("127.0.0.1"), "127.0.0.1:8080");
+        assert_eq!(r("example.com"), "example.com:8080");
+        let shown = refused("::1", 80, RefusalReason::ProxyItself).to_string();
+        assert_eq!(shown, "[::1]:80: it is the proxy itself");
+    }
+
+    #[test]
+    fn host_address_refusals_say_so() {
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        let only_own = RefusalReason::WildcardToHost {
+            resolved: vec![ip("1.2.3.4"), ip("2a00::1")],
+            own: vec![ip("1.2.3.4"), ip("2a00::1")],
+        }
+        .to_string();
+        assert_eq!(
+            only_own,
+            "only a wildcard rule lists this name, and it resolves only to this host's own \
+             addresses (1.2.3.4, 2a00::1, configured on its interfaces), which need an exact \
+             name rule or an IP rule"
+        );
+        let mixed = RefusalReason::WildcardToHost {
+            resolved: vec![ip("127.0.0.1"), ip("1.2.3.4")],
+            own: vec![ip("1.2.3.4")],
+        }
+        .to_string();
+        assert!(
+            mixed.contains("this host's own addresses (1.2.3.4, configured on its interfaces) and special-range addresses (127.0.0.1)"),
+            "{mixed}"
+        );
+    }
+
+    #[test]
+    fn the_host_addresses_are_read() {
+        // getifaddrs answers, and the set is kept sorted and without
+        // duplicates (what `contains` relies on).
+        let own = target::host_addrs().unwrap();
+        let mut sorted = own.as_slice().to_vec();
+        sorted.sort_unstable();
+        sorted.dedup();
+        assert_eq!(own.as_slice(), sorted);
     }
 }

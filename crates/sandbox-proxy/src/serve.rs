@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use sandbox_core::net::EgressRules;
+use sandbox_core::net::{EgressRules, HostAddrs};
 
 use crate::{ProxyOptions, Refused, MAX_REFUSALS_KEPT};
 
@@ -20,6 +20,9 @@ const STACK: usize = 256 * 1024;
 /// State shared by the proxy handle, the acceptor and the connections.
 pub(crate) struct Shared {
     pub(crate) rules: EgressRules,
+    /// This host's own addresses, read when the proxy started (only when a
+    /// wildcard rule needs them; empty otherwise).
+    pub(crate) own: HostAddrs,
     pub(crate) opts: ProxyOptions,
     /// The proxy's own listening address.
     pub(crate) addr: SocketAddr,
@@ -50,9 +53,15 @@ fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
 }
 
 impl Shared {
-    pub(crate) fn new(rules: EgressRules, opts: ProxyOptions, addr: SocketAddr) -> Self {
+    pub(crate) fn new(
+        rules: EgressRules,
+        own: HostAddrs,
+        opts: ProxyOptions,
+        addr: SocketAddr,
+    ) -> Self {
         Self {
             rules,
+            own,
             opts,
             addr,
             stopping: AtomicBool::new(false),

@@ -3,7 +3,9 @@
 
 use std::fmt;
 use std::io;
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs};
+
+use sandbox_core::net::{is_special, HostAddrs};
 
 use crate::serve::Shared;
 use crate::{RefusalReason, Refused};
@@ -156,13 +158,22 @@ fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure
                     a.set_port(target.port);
                     a
                 })
-                .filter(|&a| rules.admits_resolved(name, a))
+                .filter(|&a| rules.admits_resolved(name, a, &shared.own))
                 .collect();
             if admitted.is_empty() {
                 // Only a wildcard can leave nothing: an exact rule admits all.
-                return Err(target.refused(RefusalReason::WildcardToSpecial {
-                    resolved: resolved.iter().map(|a| a.ip()).collect(),
-                }));
+                let resolved: Vec<IpAddr> = resolved.iter().map(|a| a.ip()).collect();
+                let own: Vec<IpAddr> = resolved
+                    .iter()
+                    .copied()
+                    .filter(|&ip| shared.own.contains(ip) && !is_special(ip))
+                    .collect();
+                let reason = if own.is_empty() {
+                    RefusalReason::WildcardToSpecial { resolved }
+                } else {
+                    RefusalReason::WildcardToHost { resolved, own }
+                };
+                return Err(target.refused(reason));
             }
             admitted
         }
@@ -175,6 +186,45 @@ fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure
         return Err(target.refused(RefusalReason::ProxyItself));
     }
     Ok(candidates)
+}
+
+/// This host's own addresses: every IPv4 and IPv6 address configured on one
+/// of its interfaces (`getifaddrs(3)`), up or down.
+pub(crate) fn host_addrs() -> io::Result<HostAddrs> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: on success `head` is a list that we free below, once.
+    if unsafe { libc::getifaddrs(&mut head) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let mut addrs = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: `cur` is a node of the list getifaddrs made, not yet freed.
+        let ifa = unsafe { &*cur };
+        let sa = ifa.ifa_addr;
+        if !sa.is_null() {
+            // SAFETY: a non-null `ifa_addr` points to a socket address whose
+            // family field tells its type; AF_INET and AF_INET6 ones are
+            // `sockaddr_in` and `sockaddr_in6` (getifaddrs(3)).
+            match i32::from(unsafe { (*sa).sa_family }) {
+                libc::AF_INET => {
+                    let sin = unsafe { &*sa.cast::<libc::sockaddr_in>() };
+                    let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
+                    addrs.push(IpAddr::V4(ip));
+                }
+                libc::AF_INET6 => {
+                    let sin6 = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
+                    addrs.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+                }
+                _ => {}
+            }
+        }
+        cur = ifa.ifa_next;
+    }
+    // SAFETY: `head` came from a successful getifaddrs and is freed once;
+    // nothing borrowed from it is kept.
+    unsafe { libc::freeifaddrs(head) };
+    Ok(HostAddrs::new(addrs))
 }
 
 /// Checks `target`, resolves it, and connects to the first admitted address

@@ -2,16 +2,20 @@
 //! 127.0.0.1, reached through CONNECT, HTTP forwarding and SOCKS5, by hand
 //! and with curl and Python. Names other than `localhost` go through a test
 //! resolver, so no query leaves the machine. Each refusal sits beside a
-//! positive control.
+//! positive control. The tests of the host's own addresses reach an origin
+//! bound to the unspecified address through one of this host's interface
+//! addresses (delivered locally), or through a public address configured in
+//! a network namespace of their own that has nothing but loopback.
 
 use std::io::{Read, Write};
-use std::net::{Shutdown, SocketAddr, TcpListener, TcpStream};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, Shutdown, SocketAddr, TcpListener, TcpStream};
 use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use sandbox_proxy::{EgressRule, Proxy, ProxyOptions, RefusalReason, Resolver};
+use sandbox_core::net::is_special;
+use sandbox_proxy::{EgressRule, NetRule, Proxy, ProxyOptions, RefusalReason, Resolver};
 
 const BODY: &str = "hello from the origin";
 
@@ -24,7 +28,12 @@ struct Origin {
 
 impl Origin {
     fn start(body: Vec<u8>) -> Origin {
-        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        Origin::start_at("127.0.0.1:0".parse().unwrap(), body)
+    }
+
+    /// An origin listening on `bind` (port 0: one the system picks).
+    fn start_at(bind: SocketAddr, body: Vec<u8>) -> Origin {
+        let listener = TcpListener::bind(bind).unwrap();
         let addr = listener.local_addr().unwrap();
         let seen = Arc::new(Mutex::new(Vec::new()));
         let log = Arc::clone(&seen);
@@ -286,6 +295,224 @@ fn a_wildcard_never_reaches_a_special_range() {
     assert_eq!(get_through_tunnel(&proxy, &target), BODY);
     let (proxy, _) = start_with_resolver(&["*.example.com", &format!("127.0.0.1:{}", o.port())]);
     assert_eq!(get_through_tunnel(&proxy, &target), BODY);
+}
+
+/// A resolver that answers `name` with `ip` and nothing else.
+fn fixed_resolver(name: &'static str, ip: IpAddr) -> Resolver {
+    Arc::new(move |asked: &str, port: u16| {
+        if asked == name {
+            Ok(vec![SocketAddr::new(ip, port)])
+        } else {
+            Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "unknown test name",
+            ))
+        }
+    })
+}
+
+/// Every address configured on this host's interfaces (in this thread's
+/// network namespace), as `getifaddrs(3)` lists them.
+fn interface_addresses() -> Vec<IpAddr> {
+    let mut head: *mut libc::ifaddrs = std::ptr::null_mut();
+    // SAFETY: on success `head` is a list freed below, once.
+    assert_eq!(unsafe { libc::getifaddrs(&mut head) }, 0, "getifaddrs");
+    let mut out = Vec::new();
+    let mut cur = head;
+    while !cur.is_null() {
+        // SAFETY: a node of the list, not yet freed; a non-null address of
+        // family AF_INET or AF_INET6 is a sockaddr_in or sockaddr_in6.
+        unsafe {
+            let sa = (*cur).ifa_addr;
+            if !sa.is_null() {
+                match i32::from((*sa).sa_family) {
+                    libc::AF_INET => {
+                        let sin = &*sa.cast::<libc::sockaddr_in>();
+                        out.push(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                            sin.sin_addr.s_addr,
+                        ))));
+                    }
+                    libc::AF_INET6 => {
+                        let sin6 = &*sa.cast::<libc::sockaddr_in6>();
+                        out.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+            }
+            cur = (*cur).ifa_next;
+        }
+    }
+    // SAFETY: from a successful getifaddrs, freed once.
+    unsafe { libc::freeifaddrs(head) };
+    out
+}
+
+/// Shows, for an address `ip` of this host's own, that `*.example.test`
+/// does not reach an origin bound to the unspecified address through a name
+/// resolving to `ip` (403, nothing arrives), while an exact rule for the
+/// name, and the wildcard beside an IP rule listing the address, do.
+fn wildcard_refuses_own_address(ip: IpAddr) {
+    let unspecified = match ip {
+        IpAddr::V4(_) => IpAddr::V4(Ipv4Addr::UNSPECIFIED),
+        IpAddr::V6(_) => IpAddr::V6(Ipv6Addr::UNSPECIFIED),
+    };
+    let o = Origin::start_at(SocketAddr::new(unspecified, 0), BODY.as_bytes().to_vec());
+    let target = format!("x.example.test:{}", o.port());
+    let start = |list: &[&str]| {
+        let opts = ProxyOptions::default().resolver(fixed_resolver("x.example.test", ip));
+        Proxy::start(rules(list), opts).unwrap()
+    };
+    let proxy = start(&["*.example.test"]);
+    let (status, body) = refused(&proxy, &format!("CONNECT {target} HTTP/1.1\r\n\r\n"));
+    assert!(status.starts_with("HTTP/1.1 403 "), "{ip}: {status}");
+    let want = if is_special(ip) {
+        // This host's address is in a special range (e.g. private): refused
+        // for that already.
+        eprintln!(
+            "note: {ip} is special, so the wildcard refuses it as special; \
+             the public-address test runs in a network namespace of its own"
+        );
+        RefusalReason::WildcardToSpecial { resolved: vec![ip] }
+    } else {
+        assert!(body.contains("this host's own addresses"), "{body}");
+        RefusalReason::WildcardToHost {
+            resolved: vec![ip],
+            own: vec![ip],
+        }
+    };
+    assert!(
+        body.contains(&target) && body.contains(&ip.to_string()),
+        "{body}"
+    );
+    assert_eq!(proxy.refusals()[0].reason, want);
+    assert!(o.seen().is_empty());
+    // Twins: an exact name rule reaches it (the operator named that host);
+    // so does the wildcard with an IP rule listing the address.
+    let proxy = start(&[&target]);
+    assert_eq!(get_through_tunnel(&proxy, &target), BODY, "{ip}");
+    let exact_ip = NetRule::exact(SocketAddr::new(ip, o.port())).to_string();
+    let proxy = start(&["*.example.test", &exact_ip]);
+    assert_eq!(get_through_tunnel(&proxy, &target), BODY, "{ip}");
+    assert_eq!(o.seen().len(), 2);
+}
+
+#[test]
+fn a_wildcard_never_reaches_an_interface_address_of_this_host() {
+    // IPv4 first; link-local IPv6 needs a scope, which a name cannot carry.
+    let mut addrs: Vec<IpAddr> = interface_addresses()
+        .into_iter()
+        .filter(|ip| match ip {
+            IpAddr::V4(v4) => !v4.is_loopback(),
+            IpAddr::V6(v6) => !v6.is_loopback() && (v6.segments()[0] & 0xffc0) != 0xfe80,
+        })
+        .collect();
+    addrs.sort_by_key(|ip| (ip.is_ipv6(), is_special(*ip)));
+    let Some(&ip) = addrs.first() else {
+        eprintln!(
+            "SKIPPED a_wildcard_never_reaches_an_interface_address_of_this_host: \
+             this host has no address but loopback and link-local ones"
+        );
+        return;
+    };
+    wildcard_refuses_own_address(ip);
+}
+
+/// Enters a new network namespace (this thread only) with loopback up and
+/// the public addresses `1.2.3.4` and `2a00::1` on it: an interface
+/// configuration of the kind the host-address check exists for, where
+/// nothing but loopback exists, so nothing leaves. Needs CAP_SYS_ADMIN and
+/// CAP_NET_ADMIN; `Err` without them.
+#[cfg(target_os = "linux")]
+fn netns_with_public_addresses() -> std::io::Result<(IpAddr, IpAddr)> {
+    use std::io::Error;
+    let v4 = Ipv4Addr::new(1, 2, 3, 4);
+    let v6 = Ipv6Addr::new(0x2a00, 0, 0, 0, 0, 0, 0, 1);
+    let check = |r: libc::c_int| {
+        if r < 0 {
+            Err(Error::last_os_error())
+        } else {
+            Ok(r)
+        }
+    };
+    // SAFETY: plain system calls on descriptors and structures owned here.
+    unsafe {
+        check(libc::unshare(libc::CLONE_NEWNET))?;
+        let fd = check(libc::socket(
+            libc::AF_INET,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?;
+        let named = |name: &str| {
+            let mut ifr: libc::ifreq = std::mem::zeroed();
+            for (d, s) in ifr.ifr_name.iter_mut().zip(name.bytes()) {
+                *d = s as libc::c_char;
+            }
+            ifr
+        };
+        let mut ifr = named("lo");
+        let up = check(libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut ifr)).and_then(|_| {
+            ifr.ifr_ifru.ifru_flags |= libc::IFF_UP as libc::c_short;
+            check(libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &ifr))
+        });
+        let mut ifr = named("lo:1");
+        let sin = libc::sockaddr_in {
+            sin_family: libc::AF_INET as libc::sa_family_t,
+            sin_port: 0,
+            sin_addr: libc::in_addr {
+                s_addr: u32::from(v4).to_be(),
+            },
+            sin_zero: [0; 8],
+        };
+        std::ptr::write(
+            std::ptr::addr_of_mut!(ifr.ifr_ifru.ifru_addr).cast::<libc::sockaddr_in>(),
+            sin,
+        );
+        let added = up.and_then(|_| check(libc::ioctl(fd, libc::SIOCSIFADDR as _, &ifr)));
+        libc::close(fd);
+        added?;
+        let fd6 = check(libc::socket(
+            libc::AF_INET6,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+        ))?;
+        let ifr6 = libc::in6_ifreq {
+            ifr6_addr: libc::in6_addr {
+                s6_addr: v6.octets(),
+            },
+            ifr6_prefixlen: 128,
+            ifr6_ifindex: libc::if_nametoindex(c"lo".as_ptr()) as libc::c_int,
+        };
+        let added = check(libc::ioctl(fd6, libc::SIOCSIFADDR as _, &ifr6));
+        libc::close(fd6);
+        added?;
+    }
+    Ok((IpAddr::V4(v4), IpAddr::V6(v6)))
+}
+
+#[cfg(target_os = "linux")]
+#[test]
+fn a_wildcard_never_reaches_a_public_address_of_this_host() {
+    // The namespace is this thread's (and the proxy's threads it starts).
+    thread::spawn(|| {
+        let (v4, v6) = match netns_with_public_addresses() {
+            Ok(addrs) => addrs,
+            Err(e) => {
+                eprintln!(
+                    "SKIPPED a_wildcard_never_reaches_a_public_address_of_this_host: \
+                     cannot configure a network namespace of its own ({e}); run as root"
+                );
+                return;
+            }
+        };
+        let own = interface_addresses();
+        assert!(own.contains(&v4) && own.contains(&v6), "{own:?}");
+        for ip in [v4, v6] {
+            assert!(!is_special(ip), "{ip}");
+            wildcard_refuses_own_address(ip);
+        }
+    })
+    .join()
+    .unwrap();
 }
 
 #[test]

@@ -418,7 +418,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
             .saturating_sub(kept.len());
         m.refused.extend(kept.into_iter().map(|r| MediatedCall {
             syscall: "proxy".into(),
-            target: format!("{}:{}", r.host, r.port),
+            target: r.target(),
             reason: r.reason.to_string(),
             outside_write_paths: false,
         }));
