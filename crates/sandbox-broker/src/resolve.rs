@@ -201,8 +201,8 @@ impl BrokerRules {
     }
 
     /// Restricts IP connects to the destinations `rules` admit (see
-    /// [`NetRule`]; loopback, private and link-local ranges only when listed
-    /// explicitly); every other IP destination is refused with
+    /// [`NetRule`]; the special-purpose ranges, loopback, private and
+    /// link-local among them, only when listed explicitly); every other IP destination is refused with
     /// `ECONNREFUSED` ([`Refusal::NetNotAllowed`], recorded with
     /// `host:port`). Once set, sockets of a family that is neither IP, UNIX
     /// (governed by the socket rules) nor netlink (the local kernel) are

@@ -48,11 +48,11 @@ pub use backend::{
     LaunchOptions, MediatedCall, Mediation, PreExecHook, RunningSupervisor, Supervisor,
     WrappedArgv, PRE_EXEC_ERROR_TAG,
 };
+#[cfg(feature = "toml")]
+pub use config::MAX_CONFIG_BYTES;
 pub use config::{
     config_candidates, BackendChoice, ConfigSource, OnUnsupported, SandboxConfig, CONFIG_ENV,
 };
-#[cfg(feature = "toml")]
-pub use config::MAX_CONFIG_BYTES;
 pub use env::{env_name_denied, scrub_env};
 pub use error::{
     ConfigError, PolicyError, SandboxUnavailable, UnavailableKind, SANDBOX_UNAVAILABLE,

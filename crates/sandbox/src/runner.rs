@@ -1,6 +1,7 @@
 //! Runs one command under a backend: session, fds, environment, timeout,
 //! process-tree cleanup and the outcome record.
 
+use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
@@ -212,13 +213,6 @@ fn become_subreaper() {
     }
 }
 
-/// Whether a write path of `policy` contains `dir` (the self-test cache,
-/// which no confined run may ever write: a forged pass would let later runs
-/// skip the self-test).
-fn reaches(policy: &ResolvedPolicy, dir: &Path) -> bool {
-    policy.write_paths().iter().any(|w| dir.starts_with(w))
-}
-
 impl RunError {
     /// The exit code a shell-like runner reports for this error.
     pub fn exit_code(&self) -> i32 {
@@ -275,18 +269,13 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let mut proxy = None;
     let (argv, hook, report, supervisor, domain) = match &req.policy {
         Some(policy) => {
-            let mut policy = std::borrow::Cow::Borrowed(policy);
-            if let Some(dir) = crate::gate::cache_dir().filter(|dir| reaches(&policy, dir)) {
-                let protected = policy.with_write_deny(&dir).map_err(|e| {
-                    sandbox_core::SandboxUnavailable::new(
-                        backend.name(),
-                        format!(
-                            "cannot write-deny the self-test cache {}: {e}",
-                            dir.display()
-                        ),
-                    )
-                })?;
-                policy = std::borrow::Cow::Owned(protected);
+            let mut policy = Cow::Borrowed(policy);
+            // What later runs trust (operator config, the self-test's
+            // verdict) is write-denied wherever a write path reaches it.
+            if let Cow::Owned(protected) = crate::trusted::protect_trusted(&policy)
+                .map_err(|e| sandbox_core::SandboxUnavailable::new(backend.name(), e.to_string()))?
+            {
+                policy = Cow::Owned(protected);
             }
             if policy.network_mode() == NetworkMode::Allowlist {
                 // Host names are reached through the runner's proxy: the
@@ -299,9 +288,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
                             format!("cannot start the egress proxy: {e}"),
                         )
                     })?;
-                policy = std::borrow::Cow::Owned(
-                    policy.with_allowed(EgressRule::Ip(started.net_rule())),
-                );
+                policy = Cow::Owned(policy.with_allowed(EgressRule::Ip(started.net_rule())));
                 proxy = Some(started);
             }
             refuse_stdio_datagram(backend, &policy, req.echo_stderr)?;
