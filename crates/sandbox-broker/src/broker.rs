@@ -342,10 +342,16 @@ fn handle(
     let record = match answered {
         Answer::Decision(decision) => {
             let refused = match &decision {
-                // As Landlock answers a write outside its rules.
+                // As Landlock answers a write outside its rules (and a
+                // truncate, with its truncate right): a deny path, or a name
+                // the broker keeps for one, answers as a place Landlock refuses.
                 Decision::Refused {
-                    reason: Refusal::OutsideWritePaths,
-                } if kind.is_entry() => libc::EACCES,
+                    reason:
+                        Refusal::OutsideWritePaths
+                        | Refusal::WriteDenyPath
+                        | Refusal::AncestorOfDenyPath
+                        | Refusal::DanglingSymlink,
+                } if kind.is_entry() || kind == Kind::Truncate => libc::EACCES,
                 _ => libc::EPERM,
             };
             answer_with(listener, n.id, tid, name, target, decision, refused)
@@ -388,7 +394,7 @@ fn decide(
     let needs_fd = match &decoded {
         Ok(Request::Meta(subject, _)) => subject.needs_fd(),
         Ok(Request::Entry(call)) => call.needs_fd(),
-        Err(_) => false,
+        Ok(Request::Nothing) | Err(_) => false,
     };
     let umask = match &decoded {
         Ok(Request::Entry(call)) if call.applies_umask() => {
@@ -445,6 +451,7 @@ fn decide(
         }
     };
     let (subject, op) = match request {
+        Request::Nothing => return Decision::Performed.into(),
         Request::Meta(subject, op) => (subject, op),
         Request::Entry(call) => {
             return decide_entry(rules, own, &caller, &call, umask, target, fatal)
@@ -580,7 +587,26 @@ fn act(
     } else {
         Access::Change
     };
-    let obj = match rules.resolve(start, access) {
+    let first = match rules.reach_start(start) {
+        Ok(first) => first,
+        Err(unresolved) => return Acted::Done(unresolved_decision(unresolved, target)),
+    };
+    if let Op::Truncate { .. } = op {
+        // vfs_truncate (fs/open.c) answers EISDIR and EINVAL for what is not
+        // a regular file before its permission checks and security hook.
+        if let Ok(st) = crate::resolve::fstat(&first) {
+            match st.st_mode & libc::S_IFMT {
+                libc::S_IFREG => {}
+                libc::S_IFDIR => return Acted::Done(Decision::Failed { errno: libc::EISDIR }),
+                _ => return Acted::Done(Decision::Failed { errno: libc::EINVAL }),
+            }
+        }
+    }
+    let admitted = match access {
+        Access::Change => rules.admit_change(&first),
+        Access::Read => rules.admit_read(first),
+    };
+    let obj = match admitted {
         Ok(obj) => obj,
         Err(unresolved) => return Acted::Done(unresolved_decision(unresolved, target)),
     };

@@ -125,7 +125,7 @@ pub(crate) fn act(
     match call {
         EntryCall::Open { flags, mode, .. } => open(rules, caller, first, *flags, *mode, target),
         EntryCall::Mkdir { mode, .. } => {
-            let e = new_entry(rules, first, target)?;
+            let e = new_entry(rules, first, target, true)?;
             // SAFETY: mkdirat on our admitted parent fd with a NUL-terminated name.
             done(unsafe { libc::mkdirat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), *mode) })
         }
@@ -133,7 +133,7 @@ pub(crate) fn act(
             if mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
                 return Err(Unresolved::Refused(Refusal::SetIdBits, None));
             }
-            let e = new_entry(rules, first, target)?;
+            let e = new_entry(rules, first, target, false)?;
             // SAFETY: raw mknodat (the kernel's 32-bit dev) on our admitted parent fd.
             let rc = unsafe {
                 libc::syscall(
@@ -147,7 +147,7 @@ pub(crate) fn act(
             done(rc as libc::c_int)
         }
         EntryCall::Symlink { target: link, .. } => {
-            let e = new_entry(rules, first, target)?;
+            let e = new_entry(rules, first, target, false)?;
             // A link in an ancestor's place would redirect the denied path.
             if rules.ancestor_of_denied(&e.path) {
                 return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
@@ -158,7 +158,8 @@ pub(crate) fn act(
             })
         }
         EntryCall::Unlink { dir, .. } => {
-            let e = match entry(rules, first, target)? {
+            let intent = Intent::Remove { dir: *dir };
+            let e = match entry(rules, first, target, intent)? {
                 Named::Entry(e) => e,
                 // do_rmdir and do_unlinkat (fs/namei.c).
                 Named::Root if *dir => return Err(errno(libc::EBUSY)),
@@ -166,26 +167,60 @@ pub(crate) fn act(
                 Named::DotDot if *dir => return Err(errno(libc::ENOTEMPTY)),
                 _ => return Err(errno(libc::EISDIR)),
             };
-            existing_entry(rules, &e)?;
+            existing_entry(rules, &e, intent)?;
             let flags = if *dir { libc::AT_REMOVEDIR } else { 0 };
             // SAFETY: unlinkat on our admitted parent fd with a NUL-terminated name.
             done(unsafe { libc::unlinkat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), flags) })
         }
-        EntryCall::Rename { flags, to, .. } => {
-            let from = entry(rules, first, target)?;
-            let new = entry(rules, second()?, &mut Target::default())?;
+        EntryCall::Rename {
+            flags,
+            from: from_arg,
+            to,
+        } => {
+            let noreplace = flags & libc::RENAME_NOREPLACE != 0;
+            let new_intent = if noreplace {
+                Intent::Create { dir: true }
+            } else {
+                Intent::Other
+            };
+            // After both lookups, a source that is not a directory is ENOTDIR
+            // when either name has a trailing slash (do_renameat2). Probed only
+            // for such names, before the source's handle is used up.
+            let slashed = |p: &CStr| matches!(split(p.to_bytes()), Some((_, Last::Name { slash: true, .. })));
+            let not_dir_with_slash = (slashed(&from_arg.path) || slashed(&to.path))
+                && matches!(&first, Start::Walk { base, path, .. } if non_directory(base.as_ref(), path));
+            let from = entry(rules, first, target, Intent::Move);
+            let new = entry(rules, second()?, &mut Target::default(), new_intent);
             target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
-            // do_renameat2 (fs/namei.c): "." and ".." are EBUSY, EEXIST for a
-            // new name with RENAME_NOREPLACE.
-            let Named::Entry(from) = from else {
+            // do_renameat2 (fs/namei.c): both parents are walked, then "."
+            // and ".." are EBUSY (EEXIST for a RENAME_NOREPLACE destination),
+            // then both names are looked up (ENOENT, EEXIST), then the ENOTDIR
+            // above, and only then comes the security hook: a refusal waits
+            // for all of them.
+            let dots = |named: &Result<Named, Unresolved>, busy: i32| {
+                matches!(named, Ok(n) if !matches!(n, Named::Entry(_))).then_some(busy)
+            };
+            let busy = if noreplace { libc::EEXIST } else { libc::EBUSY };
+            match (&from, &new) {
+                (Err(Unresolved::Errno(e)), _) | (_, Err(Unresolved::Errno(e))) => {
+                    return Err(errno(*e))
+                }
+                _ => {}
+            }
+            if let Some(e) = dots(&from, libc::EBUSY).or_else(|| dots(&new, busy)) {
+                return Err(errno(e));
+            }
+            let refusal = |e: Unresolved| match e {
+                Unresolved::Refused(..) if not_dir_with_slash => errno(libc::ENOTDIR),
+                other => other,
+            };
+            let (Named::Entry(from), Named::Entry(new)) = (from.map_err(refusal)?, new.map_err(refusal)?)
+            else {
                 return Err(errno(libc::EBUSY));
             };
-            let Named::Entry(new) = new else {
-                let noreplace = flags & libc::RENAME_NOREPLACE != 0;
-                return Err(errno(if noreplace { libc::EEXIST } else { libc::EBUSY }));
-            };
-            existing_entry(rules, &from)?;
-            existing_entry(rules, &new).map_err(|e| with_path(e, &new.path))?;
+            existing_entry(rules, &from, Intent::Move).map_err(refusal)?;
+            existing_entry(rules, &new, Intent::Other)
+                .map_err(|e| refusal(with_path(e, &new.path)))?;
             // SAFETY: renameat2 on our two admitted parent fds with NUL-terminated names.
             let rc = unsafe {
                 libc::syscall(
@@ -201,13 +236,22 @@ pub(crate) fn act(
         }
         EntryCall::Link { to, .. } => {
             target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
-            // The source first, as the kernel resolves it first.
-            let source = link_source(rules, first)?;
+            // do_linkat (fs/namei.c): the source's lookup, then the new
+            // name's (filename_create: EEXIST, ...), then the security hook.
+            // So the source's errors come first and a refusal of it waits for
+            // the new name's errors.
+            let source = link_source(rules, first);
             let mut new_target = Target::default();
-            let e = new_entry(rules, second()?, &mut new_target).map_err(|e| match e {
+            let new = new_entry(rules, second()?, &mut new_target, false).map_err(|e| match e {
                 Unresolved::Refused(r, p) => Unresolved::Refused(r, p.or(new_target.resolved)),
                 other => other,
-            })?;
+            });
+            let (source, e) = match (source, new) {
+                (Err(e @ Unresolved::Errno(_)), _) | (Err(Unresolved::Refused(..)), Err(e @ Unresolved::Errno(_))) => {
+                    return Err(e)
+                }
+                (source, new) => (source?, new?),
+            };
             if rules.ancestor_of_denied(&e.path) {
                 return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
             }
@@ -289,22 +333,84 @@ enum Last<'a> {
     Root,
 }
 
+/// What a call does with the entry it names, for the errors the kernel
+/// reports before any permission check.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Intent {
+    /// Makes it (`mkdir` when `dir`, else `mknod`, `symlink`, `link`'s new
+    /// name, a `RENAME_NOREPLACE` destination).
+    Create { dir: bool },
+    /// Removes it (`rmdir` when `dir`, else `unlink`).
+    Remove { dir: bool },
+    /// Moves it (a rename's source).
+    Move,
+    /// Anything else (a rename's destination that may exist).
+    Other,
+}
+
+/// The error the kernel reports for the name `name` in `dir` before its
+/// permission checks and security hooks, where it has one: what the lookup
+/// of the last component finds (fs/namei.c). `filename_create`: an existing
+/// name is `EEXIST`, a missing one with a trailing slash `ENOENT` unless it
+/// is a `mkdir`. `do_unlinkat` and `do_rmdir`: a missing name is `ENOENT`;
+/// `unlink` of a name with a trailing slash is `EISDIR` for a directory and
+/// `ENOTDIR` otherwise. `do_renameat2`: a missing source is `ENOENT` (its
+/// `ENOTDIR` for a trailing slash comes after the destination's lookup, see
+/// the rename in [`act`]). A
+/// name over `NAME_MAX` is `ENAMETOOLONG` for all of them. `None`: the
+/// kernel would go on to its permission checks, so a refusal is its answer.
+fn kernel_first(intent: Intent, dir: &OwnedFd, name: &[u8], slash: bool) -> Option<Unresolved> {
+    let bare = CString::new(name).ok()?;
+    let st = fstatat_nofollow(dir, &bare);
+    let missing = matches!(&st, Err(e) if e.raw_os_error() == Some(libc::ENOENT));
+    if let Err(e) = &st {
+        if e.raw_os_error() == Some(libc::ENAMETOOLONG) {
+            return Some(errno(libc::ENAMETOOLONG));
+        }
+    }
+    let is_dir = st
+        .as_ref()
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFDIR);
+    let found = st.is_ok();
+    let n = match intent {
+        Intent::Create { .. } if found => libc::EEXIST,
+        Intent::Create { dir: false } if missing && slash => libc::ENOENT,
+        Intent::Remove { .. } | Intent::Move if missing => libc::ENOENT,
+        Intent::Remove { dir: false } if found && slash => {
+            if is_dir {
+                libc::EISDIR
+            } else {
+                libc::ENOTDIR
+            }
+        }
+        _ => return None,
+    };
+    Some(errno(n))
+}
+
 /// Resolves the parent of the entry `start` names (following symlinks in the
 /// directory part, as the kernel) and admits it.
-fn entry(rules: &BrokerRules, start: Start, target: &mut Target) -> Result<Named, Unresolved> {
+fn entry(
+    rules: &BrokerRules,
+    start: Start,
+    target: &mut Target,
+    intent: Intent,
+) -> Result<Named, Unresolved> {
     let Start::Walk { base, path, .. } = start else {
         // A /proc/self/fd/N path names an fd, not an entry.
         return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
     };
-    entry_at(rules, base.as_ref(), &path, target)
+    entry_at(rules, base.as_ref(), &path, target, intent)
 }
 
-/// [`entry`] for `path` walked from `base` (`None`: absolute).
+/// [`entry`] for `path` walked from `base` (`None`: absolute). A refusal
+/// comes after the errors the kernel reports first ([`kernel_first`]).
 fn entry_at(
     rules: &BrokerRules,
     base: Option<&OwnedFd>,
     path: &CStr,
     target: &mut Target,
+    intent: Intent,
 ) -> Result<Named, Unresolved> {
     let Some((dir, last)) = split(path.to_bytes()) else {
         return Err(errno(libc::ENOENT));
@@ -328,7 +434,14 @@ fn entry_at(
         Some(admitted) => admitted?,
         None => {
             let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
-            rules.admit_dir(&walk(base, &dir, libc::O_DIRECTORY)?)?
+            let walked = walk(base, &dir, libc::O_DIRECTORY)?;
+            match rules.admit_dir(&walked) {
+                Ok(parent) => parent,
+                Err(refusal @ Unresolved::Refused(..)) => {
+                    return Err(kernel_first(intent, &walked, name, slash).unwrap_or(refusal))
+                }
+                Err(e) => return Err(e),
+            }
         }
     };
     let path = parent.path.join(OsStr::from_bytes(name));
@@ -348,7 +461,8 @@ fn entry_at(
         .denied(&e.path)
         .or_else(|| rules.denied_inode(&e.parent.stat))
     {
-        return Err(refused(r, &e.path));
+        return Err(kernel_first(intent, &e.parent.fd, name, slash)
+            .unwrap_or_else(|| refused(r, &e.path)));
     }
     Ok(Named::Entry(Box::new(e)))
 }
@@ -359,28 +473,66 @@ fn new_entry(
     rules: &BrokerRules,
     start: Start,
     target: &mut Target,
+    dir: bool,
 ) -> Result<Box<Entry>, Unresolved> {
-    match entry(rules, start, target)? {
+    match entry(rules, start, target, Intent::Create { dir })? {
         Named::Entry(e) => Ok(e),
         _ => Err(errno(libc::EEXIST)),
     }
 }
 
 /// An entry a call removes, moves or replaces: not an ancestor of a deny
-/// path, and not a deny path's own inode under another name.
-fn existing_entry(rules: &BrokerRules, e: &Entry) -> Result<(), Unresolved> {
-    if rules.ancestor_of_denied(&e.path) {
-        return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
-    }
+/// path, and not a deny path's own inode under another name; refused only
+/// after the errors the kernel reports first ([`kernel_first`]).
+fn existing_entry(rules: &BrokerRules, e: &Entry, intent: Intent) -> Result<(), Unresolved> {
     let name = e.at_name.as_bytes();
-    let bare = CString::new(name.strip_suffix(b"/").unwrap_or(name).to_vec())
-        .map_err(|_| errno(libc::EINVAL))?;
+    let (name, slash) = match name.strip_suffix(b"/") {
+        Some(bare) => (bare, true),
+        None => (name, false),
+    };
+    if rules.ancestor_of_denied(&e.path) {
+        return Err(kernel_first(intent, &e.parent.fd, name, slash)
+            .unwrap_or_else(|| refused(Refusal::AncestorOfDenyPath, &e.path)));
+    }
+    let bare = CString::new(name.to_vec()).map_err(|_| errno(libc::EINVAL))?;
     if let Ok(st) = fstatat_nofollow(&e.parent.fd, &bare) {
         if let Some(r) = rules.denied_inode(&st) {
-            return Err(refused(r, &e.path));
+            return Err(kernel_first(intent, &e.parent.fd, name, slash)
+                .unwrap_or_else(|| refused(r, &e.path)));
         }
     }
     Ok(())
+}
+
+/// Whether `path` from `base`, trailing slashes set aside and a final
+/// symlink not followed, names something other than a directory.
+fn non_directory(base: Option<&OwnedFd>, path: &CStr) -> bool {
+    let bytes = path.to_bytes();
+    let end = bytes.iter().rposition(|&b| b != b'/').map_or(0, |i| i + 1);
+    let Ok(bare) = CString::new(&bytes[..end]) else {
+        return false;
+    };
+    walk(base, &bare, libc::O_NOFOLLOW)
+        .ok()
+        .and_then(|fd| fstat(&fd).ok())
+        .is_some_and(|st| st.st_mode & libc::S_IFMT != libc::S_IFDIR)
+}
+
+/// The target of the symlink `name` in `dir`.
+fn read_link_at(dir: &OwnedFd, name: &CStr) -> io::Result<CString> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: readlinkat into our buffer of the given length.
+    let n = unsafe {
+        libc::readlinkat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+        )
+    };
+    let n = usize::try_from(cvt(n as libc::c_long)?).unwrap_or(0);
+    buf.truncate(n);
+    CString::new(buf).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
 fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
@@ -459,6 +611,14 @@ fn open(
         Start::Object(fd) => return caller_fd(rules, caller, fd, flags, target),
         Start::Walk { base, path, follow } => {
             if flags & libc::O_CREAT != 0 {
+                // open_last_lookups (fs/namei.c): O_CREAT of a name with a
+                // trailing slash is EISDIR once the directory part is walked,
+                // whatever the name is.
+                if let Some((dir, Last::Name { slash: true, .. })) = split(path.to_bytes()) {
+                    let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
+                    walk(base.as_ref(), &dir, libc::O_DIRECTORY)?;
+                    return Err(errno(libc::EISDIR));
+                }
                 if let Some(created) = create_new(rules, base.as_ref(), &path, flags, mode, target)
                 {
                     return Ok(created);
@@ -654,7 +814,7 @@ fn create_new(
         return None;
     };
     let mut found = Target::default();
-    let Ok(Named::Entry(e)) = entry_at(rules, base, path, &mut found) else {
+    let Ok(Named::Entry(e)) = entry_at(rules, base, path, &mut found, Intent::Other) else {
         return None;
     };
     let how = (flags & !libc::O_CLOEXEC)
@@ -692,15 +852,28 @@ fn create(
         Last::Name { .. } => {}
         _ => return Err(errno(libc::ENOENT)),
     }
-    let e = match entry_at(rules, base, path, target)? {
+    let mut e = match entry_at(rules, base, path, target, Intent::Other)? {
         Named::Entry(e) => e,
         _ => return Err(errno(libc::EEXIST)),
     };
-    if let Ok(st) = fstatat_nofollow(&e.parent.fd, &e.at_name) {
-        if st.st_mode & libc::S_IFMT == libc::S_IFLNK {
-            // The walk followed it and found nothing: its target is missing.
-            return Err(refused(Refusal::DanglingSymlink, &e.path));
+    // A dangling symlink: the kernel creates its target (the walk followed
+    // it and found nothing). Its target is resolved from the link's own
+    // directory and admitted like any new entry, link after link, up to the
+    // kernel's 40 (MAXSYMLINKS).
+    let mut links = 0;
+    while let Ok(st) = fstatat_nofollow(&e.parent.fd, &e.at_name) {
+        if st.st_mode & libc::S_IFMT != libc::S_IFLNK {
+            break;
         }
+        links += 1;
+        if links > 40 {
+            return Err(errno(libc::ELOOP));
+        }
+        let link = read_link_at(&e.parent.fd, &e.at_name).map_err(io_errno)?;
+        e = match entry_at(rules, Some(&e.parent.fd), &link, target, Intent::Other)? {
+            Named::Entry(next) => next,
+            _ => return Err(errno(libc::EISDIR)),
+        };
     }
     let how = (flags & !libc::O_CLOEXEC)
         | libc::O_NOFOLLOW

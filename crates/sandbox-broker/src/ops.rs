@@ -33,6 +33,19 @@ fn may_write(id: &Identity, st: &libc::stat) -> bool {
     st.st_mode & bit != 0
 }
 
+/// The POSIX ACL attributes: `system.posix_acl_access` and
+/// `system.posix_acl_default`. The kernel lets only the owner (or a holder of
+/// `CAP_FOWNER`) set them (`posix_acl_xattr_set`, fs/posix_acl.c), and an
+/// access ACL changes the mode bits as `chmod` would, never adding a set-id
+/// bit: they grant nothing `chmod` could not. `cp -p`, `cp -a` and `install`
+/// write the minimal ACL that mirrors a mode.
+pub(crate) fn is_acl(name: &std::ffi::CStr) -> bool {
+    matches!(
+        name.to_bytes(),
+        b"system.posix_acl_access" | b"system.posix_acl_default"
+    )
+}
+
 /// Applies the credential rules of the crate docs to `op` on `st`.
 pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Refusal> {
     match op {
@@ -63,6 +76,11 @@ pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Refus
             }
         }
         Op::SetXattr { name, .. } | Op::RemoveXattr { name } => {
+            // POSIX ACLs: the kernel's own owner check applies (the call is
+            // made with the caller's credentials), as bare.
+            if is_acl(name) {
+                return Ok(());
+            }
             if !name.as_bytes().starts_with(b"user.") {
                 return Err(Refusal::XattrNamespace);
             }
@@ -166,8 +184,9 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
         },
         Op::SetXattr { name, value, flags } => {
             if symlink {
-                // user.* attributes are not permitted on symlinks.
-                return fail(libc::EPERM);
+                // user.* attributes are not permitted on symlinks, and POSIX
+                // ACLs are not supported on them (vfs_set_acl).
+                return fail(if is_acl(name) { libc::EOPNOTSUPP } else { libc::EPERM });
             }
             let path = proc_path(obj);
             unsafe {
@@ -182,7 +201,7 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
         }
         Op::RemoveXattr { name } => {
             if symlink {
-                return fail(libc::EPERM);
+                return fail(if is_acl(name) { libc::EOPNOTSUPP } else { libc::EPERM });
             }
             let path = proc_path(obj);
             unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }

@@ -354,21 +354,16 @@ impl BrokerRules {
         }
     }
 
-    /// Walks from `start` as the caller sees it (run it with the caller's
-    /// credentials, so the kernel's search permissions apply) and admits the
-    /// object for `access`, or says why not.
-    pub(crate) fn resolve(&self, start: Start, access: Access) -> Result<Object, Unresolved> {
-        let first = match start {
+    /// The object `start` refers to, not yet admitted: the caller's fd, or
+    /// the walk's result (with the kernel's errno when it fails).
+    pub(crate) fn reach_start(&self, start: Start) -> Result<OwnedFd, Unresolved> {
+        Ok(match start {
             Start::Object(fd) => fd,
             Start::Walk { base, path, follow } => {
                 let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
                 walk(base.as_ref(), &path, nofollow)?
             }
-        };
-        match access {
-            Access::Change => self.admit_change(&first),
-            Access::Read => self.admit_read(first),
-        }
+        })
     }
 
     /// Admits the directory `first` refers to as the parent of a new or
@@ -565,6 +560,16 @@ pub(crate) fn walk(base: Option<&OwnedFd>, path: &CStr, flags: i32) -> Result<Ow
             |e| match errno_of(&e) {
                 n @ (libc::ENOENT | libc::ENOTDIR | libc::ENAMETOOLONG | libc::EACCES) => {
                     Unresolved::Errno(n)
+                }
+                // ELOOP is both a symlink loop (or more than 40 links), the
+                // kernel's answer to the caller, and a magic link refused by
+                // RESOLVE_NO_MAGICLINKS. The same lookup without that flag
+                // tells them apart: it still fails for a loop. (An O_PATH
+                // open has no effect on what it names; the fd is dropped.)
+                libc::ELOOP if openat2(dir, path, libc::O_PATH | flags, 0)
+                    .is_err_and(|e| errno_of(&e) == libc::ELOOP) =>
+                {
+                    Unresolved::Errno(libc::ELOOP)
                 }
                 n => Unresolved::Refused(Refusal::Unresolvable { errno: n }, None),
             },

@@ -422,6 +422,10 @@ fn id(arg: u64) -> Option<u32> {
 pub(crate) enum Request {
     Meta(Subject, Op),
     Entry(EntryCall),
+    /// A call the kernel answers with 0 without looking at its path:
+    /// `utimensat` with both times `UTIME_OMIT` ("Nothing to do, we must not
+    /// even check the path", fs/utimes.c).
+    Nothing,
 }
 
 /// Reads the arguments of a `kind` call from the caller.
@@ -431,6 +435,12 @@ pub(crate) enum Request {
 pub(crate) fn decode(kind: Kind, a: [u64; 6], caller: &Caller) -> io::Result<Request> {
     if kind.is_entry() {
         return decode_entry(kind, a, caller).map(Request::Entry);
+    }
+    if kind == Kind::Utimensat && a[2] != 0 {
+        let [_, n0, _, n1] = words::<4>(caller, a[2])?;
+        if n0 == libc::UTIME_OMIT && n1 == libc::UTIME_OMIT {
+            return Ok(Request::Nothing);
+        }
     }
     decode_meta(kind, a, caller).map(|(subject, op)| Request::Meta(subject, op))
 }

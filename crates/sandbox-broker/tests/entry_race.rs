@@ -60,7 +60,7 @@ fn opener(path: &Flipping, stop: &AtomicBool) -> (u32, u32, u32) {
                 libc::close(fd);
             }
             ok += 1;
-        } else if errno() == libc::EPERM {
+        } else if errno() == libc::EACCES {
             refused += 1;
         } else {
             bad += 1;

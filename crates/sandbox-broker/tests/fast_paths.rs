@@ -359,7 +359,8 @@ fn a_directory_swapped_for_a_symlink_during_creates_never_leaks_into_the_deny_pa
                     ok += 1;
                     // SAFETY (child): closing the fd just opened.
                     unsafe { libc::close(fd) };
-                } else if errno() == libc::EPERM {
+                } else if matches!(errno(), libc::EACCES | libc::EPERM) {
+                    // EACCES for the deny path, EPERM for a swap seen mid-check.
                     refused += 1;
                 } else {
                     other += 1;

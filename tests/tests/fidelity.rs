@@ -1,0 +1,198 @@
+//! A brokered call returns what the kernel would: one syscall matrix
+//! (`fidelity/matrix.py`: every entry and metadata call the broker performs,
+//! against existing files and directories, missing names and parents, paths
+//! through a file, dangling symlinks, loops, over-long names, trailing
+//! slashes, `.` and `..`, FIFOs) run bare without capabilities, under `-w`,
+//! under `-w` with a deny path beneath it (every entry call brokered), and
+//! under workspace-write, compared call by call, as root and as nobody.
+//!
+//! Three regions: inside the write path (`w`), outside it (`o`), and under a
+//! write-deny path inside it (`d`). The references:
+//! * `w`: every mode answers as bare does, value and errno.
+//! * `o`: an entry call (mkdir, unlink, link, open with `O_CREAT`, ...) in a
+//!   brokered mode answers as plain `-w` does, where Landlock in the kernel
+//!   decides; a metadata call (chmod, truncate, utimes, xattrs) answers as
+//!   bare, or is a policy refusal (`EPERM`/`EACCES` where bare succeeded or
+//!   was itself refused).
+//! * `d`: as `o` under plain `-w`: a deny path must be indistinguishable from
+//!   a place Landlock refuses.
+//!
+//! Every remaining difference is listed in [`KNOWN`] with its reason.
+#![cfg(target_os = "linux")]
+
+use std::collections::BTreeMap;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use sandbox_tests::sandbox_bin;
+
+const MATRIX: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/fidelity/matrix.py");
+const PYTHON: &str = "/usr/bin/python3";
+
+/// Deliberate differences: (region, call, object, what the sandbox answers,
+/// why).
+const KNOWN: &[(&str, &str, &str, &str, &str)] = &[];
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Who {
+    Root,
+    Nobody,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Mode {
+    Bare,
+    Write,
+    WriteDeny,
+    WorkspaceWrite,
+}
+
+type Results = BTreeMap<String, String>;
+
+fn as_who(who: Who, program: &Path) -> Command {
+    let mut c = Command::new("setpriv");
+    match who {
+        // Bare root without capabilities: as the sandbox runs it.
+        Who::Root => c.args(["--bounding-set=-all", "--inh-caps=-all", "--"]),
+        Who::Nobody => c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]),
+    };
+    c.arg(program);
+    c
+}
+
+fn root_dir(who: Who) -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(t.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let root = std::fs::canonicalize(t.path()).unwrap();
+    for d in ["w/deny", "o"] {
+        std::fs::create_dir_all(root.join(d)).unwrap();
+    }
+    for d in ["w", "w/deny", "o"] {
+        std::fs::set_permissions(root.join(d), std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let mut setup = match who {
+        Who::Root => Command::new(PYTHON),
+        Who::Nobody => as_who(who, Path::new(PYTHON)),
+    };
+    let out = setup.args([MATRIX, "setup"]).arg(&root).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    (t, root)
+}
+
+fn results(who: Who, mode: Mode) -> Results {
+    let (_t, root) = root_dir(who);
+    let w = root.join("w");
+    let mut cmd = match mode {
+        Mode::Bare => as_who(who, Path::new(PYTHON)),
+        _ => {
+            let mut c = match who {
+                Who::Root => Command::new(sandbox_bin()),
+                Who::Nobody => as_who(who, &sandbox_bin()),
+            };
+            c.arg("run");
+            match mode {
+                Mode::Write => c.arg("-w").arg(&w),
+                Mode::WriteDeny => c.arg("-w").arg(&w).arg("--write-deny").arg(w.join("deny")),
+                _ => c
+                    .args(["--mode", "workspace-write", "--workspace"])
+                    .arg(&w)
+                    .arg("--write-deny")
+                    .arg(w.join("deny")),
+            };
+            c.args(["--", PYTHON]);
+            c
+        }
+    };
+    let out = cmd
+        .args([MATRIX, "run"])
+        .arg(&root)
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .env("HOME", "/nonexistent/sandbox-tests-home")
+        .current_dir("/")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{who:?} {mode:?}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    serde_json::from_slice(&out.stdout).unwrap()
+}
+
+/// Calls that change metadata rather than directory entries: Landlock does
+/// not govern them, the broker does in every mode.
+const METADATA: &[&str] = &[
+    "truncate",
+    "chmod",
+    "utime",
+    "utime_omit",
+    "setxattr",
+    "acl_access",
+];
+
+fn refusal(errno: &str) -> bool {
+    matches!(errno, "EACCES" | "EPERM")
+}
+
+fn compare(who: Who) {
+    let bare = results(who, Mode::Bare);
+    let plain = results(who, Mode::Write);
+    let mut wrong = Vec::new();
+    for mode in [Mode::Write, Mode::WriteDeny, Mode::WorkspaceWrite] {
+        let got = if mode == Mode::Write {
+            plain.clone()
+        } else {
+            results(who, mode)
+        };
+        for (key, answer) in &got {
+            let mut parts = key.splitn(3, '/');
+            let (region, call, object) = (
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+                parts.next().unwrap(),
+            );
+            let b = &bare[key];
+            let in_plain = |r: &str| &plain[&format!("{r}/{call}/{object}")];
+            let metadata = METADATA.contains(&call);
+            let refused_region = region == "o" || (region == "d" && mode != Mode::Write);
+            let fine = if !refused_region {
+                answer == b
+            } else if metadata {
+                answer == b || (refusal(answer) && (b == "ok" || refusal(b)))
+            } else if region == "o" {
+                answer == in_plain("o")
+            } else {
+                answer == in_plain("o")
+            };
+            let known = KNOWN
+                .iter()
+                .any(|k| (k.0, k.1, k.2, k.3) == (region, call, object, answer.as_str()));
+            if !fine && !known {
+                let reference = if refused_region && !metadata {
+                    format!("-w outside: {}", in_plain("o"))
+                } else {
+                    format!("bare: {b}")
+                };
+                wrong.push(format!("{who:?} {mode:?} {key}: {answer} ({reference})"));
+            }
+        }
+    }
+    // Positive control: the calls really ran (some succeed in every region
+    // bare, and the write path's own are allowed).
+    assert_eq!(bare["w/mkdir/missing"], "ok");
+    assert_eq!(plain["w/mkdir/missing"], "ok");
+    assert!(refusal(&plain["o/mkdir/missing"]), "{}", plain["o/mkdir/missing"]);
+    assert!(wrong.is_empty(), "{} divergences:\n{}", wrong.len(), wrong.join("\n"));
+}
+
+#[test]
+fn brokered_calls_answer_as_the_kernel_as_root() {
+    compare(Who::Root);
+}
+
+#[test]
+fn brokered_calls_answer_as_the_kernel_as_nobody() {
+    compare(Who::Nobody);
+}

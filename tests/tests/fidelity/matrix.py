@@ -1,0 +1,141 @@
+"""The syscall matrix of `tests/fidelity.rs`.
+
+`matrix.py setup ROOT` makes, for every (call, object) pair and every region
+(`w`: inside the write path, `o`: outside it, `d`: under a deny path inside
+it), a fresh fixture directory. `matrix.py run ROOT` makes each call on its
+object once and prints a JSON object {"region/call/object": "ok" | errno name}.
+"""
+import errno
+import json
+import os
+import stat
+import sys
+
+def fixture(base):
+    os.makedirs(base)
+    with open(os.path.join(base, "file"), "w") as f:
+        f.write("x")
+    os.mkdir(os.path.join(base, "dir"))
+    with open(os.path.join(base, "dir", "inner"), "w") as f:
+        f.write("x")
+    os.mkdir(os.path.join(base, "empty"))
+    os.symlink("nowhere", os.path.join(base, "dangling"))
+    os.symlink("loop", os.path.join(base, "loop"))
+    os.symlink("file", os.path.join(base, "symlink"))
+    os.mkfifo(os.path.join(base, "fifo"))
+
+
+NAMES = {
+    "file": "file",
+    "dir": "dir",
+    "empty": "empty",
+    "missing": "missing",
+    "missing_parent": "nope/x",
+    "through_file": "file/x",
+    "dangling": "dangling",
+    "loop": "loop",
+    "long_name": "n" * 256,
+    "file_slash": "file/",
+    "dir_slash": "dir/",
+    "missing_slash": "missing/",
+    "dot": "empty/.",
+    "dotdot": "empty/..",
+    "fifo": "fifo",
+    "symlink": "symlink",
+}
+
+
+def path_of(base, obj):
+    return base + "/" + NAMES[obj]
+
+
+def calls(base):
+    """Each call as (name, function of the object's path)."""
+    other = base + "/new"
+    return [
+        ("mkdir", lambda p: os.mkdir(p)),
+        ("rmdir", lambda p: os.rmdir(p)),
+        ("unlink", lambda p: os.unlink(p)),
+        ("symlink", lambda p: os.symlink("t", p)),
+        ("mknod", lambda p: os.mknod(p, stat.S_IFREG | 0o600)),
+        ("mkfifo", lambda p: os.mkfifo(p)),
+        ("link_to", lambda p: os.link(base + "/file", p)),
+        ("link_from", lambda p: os.link(p, other)),
+        ("rename_from", lambda p: os.rename(p, other)),
+        ("rename_to", lambda p: os.rename(base + "/file", p)),
+        ("rename_noreplace", lambda p: renameat2(base + "/file", p, 1)),
+        ("creat", lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o600))),
+        ("creat_excl", lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NONBLOCK, 0o600))),
+        ("creat_nofollow", lambda p: os.close(os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK, 0o600))),
+        ("open_write", lambda p: os.close(os.open(p, os.O_WRONLY | os.O_NONBLOCK))),
+        ("open_trunc", lambda p: os.close(os.open(p, os.O_RDWR | os.O_TRUNC | os.O_NONBLOCK))),
+        ("truncate", lambda p: os.truncate(p, 0)),
+        ("chmod", lambda p: os.chmod(p, 0o640)),
+        ("utime", lambda p: os.utime(p)),
+        ("utime_omit", lambda p: utime_omit(p)),
+        ("setxattr", lambda p: os.setxattr(p, "user.t", b"v")),
+        ("acl_access", lambda p: os.setxattr(p, "system.posix_acl_access", MINIMAL_ACL)),
+    ]
+
+
+# The minimal access ACL for mode 0640 (user::rw-, group::r--, other::---),
+# as coreutils writes it: a header and three entries (tag, perm, id).
+MINIMAL_ACL = (
+    (2).to_bytes(4, "little")
+    + (1).to_bytes(2, "little") + (6).to_bytes(2, "little") + (0xFFFFFFFF).to_bytes(4, "little")
+    + (4).to_bytes(2, "little") + (4).to_bytes(2, "little") + (0xFFFFFFFF).to_bytes(4, "little")
+    + (0x20).to_bytes(2, "little") + (0).to_bytes(2, "little") + (0xFFFFFFFF).to_bytes(4, "little")
+)
+
+
+def renameat2(src, dst, flags):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    rc = libc.renameat2(-100, src.encode(), -100, dst.encode(), flags)
+    if rc != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def utime_omit(p):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+
+    class Timespec(ctypes.Structure):
+        _fields_ = [("sec", ctypes.c_long), ("nsec", ctypes.c_long)]
+
+    omit = (1 << 30) - 2
+    times = (Timespec * 2)(Timespec(0, omit), Timespec(0, omit))
+    if libc.utimensat(-100, p.encode(), times, 0) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def regions(root):
+    return {"w": root + "/w/cases", "o": root + "/o/cases", "d": root + "/w/deny/cases"}
+
+
+def main():
+    action, root = sys.argv[1], sys.argv[2]
+    names = [c for c, _ in calls("")]
+    if action == "setup":
+        for region, top in regions(root).items():
+            for call in names:
+                for obj in NAMES:
+                    fixture(f"{top}/{call}/{obj}")
+        return
+    out = {}
+    for region, top in regions(root).items():
+        for call in names:
+            for obj in NAMES:
+                base = f"{top}/{call}/{obj}"
+                fn = dict(calls(base))[call]
+                try:
+                    fn(path_of(base, obj))
+                    out[f"{region}/{call}/{obj}"] = "ok"
+                except OSError as e:
+                    out[f"{region}/{call}/{obj}"] = errno.errorcode.get(e.errno, str(e.errno))
+    json.dump(out, sys.stdout, sort_keys=True)
+
+
+main()
