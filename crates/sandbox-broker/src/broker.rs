@@ -16,7 +16,7 @@ use crate::error::BrokerError;
 use crate::log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
 use crate::notif::{Listener, Received};
 use crate::ops;
-use crate::pool::{Pool, Rejected, MAX_CONNECTS};
+use crate::pool::{Pool, Rejected, Task, MAX_CONNECTS};
 use crate::resolve::{Access, BrokerRules, Start, Unresolved};
 use crate::samecpu::SameCpu;
 use crate::syscalls::{self, EntryCall, Kind, Op, Request, Subject};
@@ -308,14 +308,14 @@ fn handle(
                 libc::EPERM,
             )),
             // Submitted with the thread's own credentials (restored above).
-            Next::Perform(job) => match pool.submit(job) {
+            Next::Perform(job) => match pool.submit(Task::Connect(job)) {
                 Ok(()) => None,
                 Err(Rejected::Full(job)) => Some(answer_with(
                     listener,
                     n.id,
                     tid,
                     name,
-                    job.target,
+                    job.target().clone(),
                     Decision::Refused {
                         reason: Refusal::TooManyConnects {
                             limit: MAX_CONNECTS,
@@ -328,7 +328,7 @@ fn handle(
                     n.id,
                     tid,
                     name,
-                    job.target,
+                    job.target().clone(),
                     Decision::Failed {
                         errno: libc::EAGAIN,
                     },
@@ -359,14 +359,50 @@ fn handle(
         Answer::Fd { fd, cloexec } => {
             answer_fd(listener, own, n.id, tid, name, target, &fd, cloexec)
         }
+        Answer::WaitFifo {
+            fd,
+            flags,
+            identity,
+        } => {
+            let task = Task::Fifo(entries::FifoOpen {
+                id: n.id,
+                tid,
+                syscall: name,
+                target,
+                identity,
+                fd,
+                flags,
+            });
+            match pool.submit(task) {
+                Ok(()) => return (None, fatal),
+                Err(Rejected::Full(task) | Rejected::Unavailable(task)) => answer_with(
+                    listener,
+                    n.id,
+                    tid,
+                    name,
+                    task.target().clone(),
+                    Decision::Failed { errno: libc::ENXIO },
+                    libc::EPERM,
+                ),
+            }
+        }
     };
     (Some(record), fatal)
 }
 
-/// How a request is answered: a decision, or an fd to install in the caller.
+/// How a request is answered: a decision, an fd to install in the caller,
+/// or a FIFO open for a worker to wait on.
 enum Answer {
     Decision(Decision),
-    Fd { fd: OwnedFd, cloexec: bool },
+    Fd {
+        fd: OwnedFd,
+        cloexec: bool,
+    },
+    WaitFifo {
+        fd: OwnedFd,
+        flags: i32,
+        identity: Identity,
+    },
 }
 
 impl From<Decision> for Answer {
@@ -562,6 +598,11 @@ fn decide_entry(
     match acted {
         Ok(Ok(Outcome::Done(decision))) => decision.into(),
         Ok(Ok(Outcome::Fd { fd, cloexec })) => Answer::Fd { fd, cloexec },
+        Ok(Ok(Outcome::WaitFifo { fd, flags })) => Answer::WaitFifo {
+            fd,
+            flags,
+            identity,
+        },
         Ok(Err(unresolved)) => unresolved_decision(unresolved, target).into(),
         Err(refused) => refused.into(),
     }
@@ -597,8 +638,16 @@ fn act(
         if let Ok(st) = crate::resolve::fstat(&first) {
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {}
-                libc::S_IFDIR => return Acted::Done(Decision::Failed { errno: libc::EISDIR }),
-                _ => return Acted::Done(Decision::Failed { errno: libc::EINVAL }),
+                libc::S_IFDIR => {
+                    return Acted::Done(Decision::Failed {
+                        errno: libc::EISDIR,
+                    })
+                }
+                _ => {
+                    return Acted::Done(Decision::Failed {
+                        errno: libc::EINVAL,
+                    })
+                }
             }
         }
     }
@@ -803,7 +852,7 @@ pub(crate) fn answer_with(
     record(name, tid, target, decision)
 }
 
-fn record(name: &str, tid: i32, target: Target, decision: Decision) -> BrokerRecord {
+pub(crate) fn record(name: &str, tid: i32, target: Target, decision: Decision) -> BrokerRecord {
     tracing::debug!(syscall = name, tid, ?target, ?decision, "brokered request");
     BrokerRecord {
         syscall: name.to_owned(),

@@ -27,6 +27,83 @@ pub(crate) enum Outcome {
         fd: OwnedFd,
         cloexec: bool,
     },
+    /// A FIFO opened for writing without `O_NONBLOCK` has no reader yet: the
+    /// kernel would make the caller wait for one (fifo(7)), so a worker does
+    /// ([`FifoOpen`]). `fd` is the admitted FIFO (`O_PATH`).
+    WaitFifo {
+        fd: OwnedFd,
+        flags: i32,
+    },
+}
+
+/// An open of a FIFO for writing that waits for a reader, as the kernel's
+/// blocking open does: tried again without blocking (`ENXIO` while there is
+/// no reader) until a reader comes, the caller stops waiting (a signal, its
+/// death) or the broker stops. Performed by a pool worker with the caller's
+/// credentials.
+pub(crate) struct FifoOpen {
+    pub(crate) id: u64,
+    pub(crate) tid: i32,
+    pub(crate) syscall: &'static str,
+    pub(crate) target: Target,
+    pub(crate) identity: crate::caller::Identity,
+    pub(crate) fd: OwnedFd,
+    pub(crate) flags: i32,
+}
+
+impl FifoOpen {
+    /// Waits for a reader and opens the FIFO for the caller.
+    pub(crate) fn perform(
+        &self,
+        listener: &crate::notif::Listener,
+        stop: &std::sync::atomic::AtomicBool,
+    ) -> crate::connect::Done {
+        use crate::connect::Done;
+        let mut pause = std::time::Duration::from_millis(1);
+        loop {
+            match reopen(&self.fd, self.flags) {
+                Ok(Outcome::Fd { fd, .. }) => return Done::Opened(fd),
+                Ok(_) => {}
+                Err(Unresolved::Errno(e)) => return Done::Errno(e),
+                Err(_) => return Done::Errno(libc::EPERM),
+            }
+            if stop.load(std::sync::atomic::Ordering::Relaxed)
+                || !matches!(listener.id_valid(self.id), Ok(true))
+            {
+                return Done::Gone;
+            }
+            std::thread::sleep(pause);
+            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+        }
+    }
+
+    /// Installs `fd` in the caller as the call's result.
+    pub(crate) fn hand_over(
+        self,
+        listener: &crate::notif::Listener,
+        fd: OwnedFd,
+    ) -> crate::log::BrokerRecord {
+        let cloexec = self.flags & libc::O_CLOEXEC != 0;
+        let decision = match listener.add_fd(self.id, fd.as_raw_fd(), cloexec, true) {
+            Ok(Some(n)) => Decision::Opened { fd: n },
+            Ok(None) => Decision::CallerGone,
+            Err(e) => Decision::Failed {
+                errno: errno_of(&e),
+            },
+        };
+        if let Decision::Failed { .. } = decision {
+            return crate::broker::answer_with(
+                listener,
+                self.id,
+                self.tid,
+                self.syscall,
+                self.target,
+                decision,
+                libc::EPERM,
+            );
+        }
+        crate::broker::record(self.syscall, self.tid, self.target, decision)
+    }
 }
 
 /// The handles of an entry call's one or two paths.
@@ -186,7 +263,12 @@ pub(crate) fn act(
             // After both lookups, a source that is not a directory is ENOTDIR
             // when either name has a trailing slash (do_renameat2). Probed only
             // for such names, before the source's handle is used up.
-            let slashed = |p: &CStr| matches!(split(p.to_bytes()), Some((_, Last::Name { slash: true, .. })));
+            let slashed = |p: &CStr| {
+                matches!(
+                    split(p.to_bytes()),
+                    Some((_, Last::Name { slash: true, .. }))
+                )
+            };
             let not_dir_with_slash = (slashed(&from_arg.path) || slashed(&to.path))
                 && matches!(&first, Start::Walk { base, path, .. } if non_directory(base.as_ref(), path));
             let from = entry(rules, first, target, Intent::Move);
@@ -214,7 +296,8 @@ pub(crate) fn act(
                 Unresolved::Refused(..) if not_dir_with_slash => errno(libc::ENOTDIR),
                 other => other,
             };
-            let (Named::Entry(from), Named::Entry(new)) = (from.map_err(refusal)?, new.map_err(refusal)?)
+            let (Named::Entry(from), Named::Entry(new)) =
+                (from.map_err(refusal)?, new.map_err(refusal)?)
             else {
                 return Err(errno(libc::EBUSY));
             };
@@ -247,9 +330,8 @@ pub(crate) fn act(
                 other => other,
             });
             let (source, e) = match (source, new) {
-                (Err(e @ Unresolved::Errno(_)), _) | (Err(Unresolved::Refused(..)), Err(e @ Unresolved::Errno(_))) => {
-                    return Err(e)
-                }
+                (Err(e @ Unresolved::Errno(_)), _)
+                | (Err(Unresolved::Refused(..)), Err(e @ Unresolved::Errno(_))) => return Err(e),
                 (source, new) => (source?, new?),
             };
             if rules.ancestor_of_denied(&e.path) {
@@ -461,8 +543,9 @@ fn entry_at(
         .denied(&e.path)
         .or_else(|| rules.denied_inode(&e.parent.stat))
     {
-        return Err(kernel_first(intent, &e.parent.fd, name, slash)
-            .unwrap_or_else(|| refused(r, &e.path)));
+        return Err(
+            kernel_first(intent, &e.parent.fd, name, slash).unwrap_or_else(|| refused(r, &e.path))
+        );
     }
     Ok(Named::Entry(Box::new(e)))
 }
@@ -757,6 +840,14 @@ fn reopen(fd: &OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
     let how = (flags & !strip) | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
     // SAFETY: open of a NUL-terminated path naming our own fd.
     let rc = unsafe { libc::open(path.as_ptr(), how) };
+    if rc < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO)
+        && flags & (libc::O_NONBLOCK | libc::O_ACCMODE) == libc::O_WRONLY
+        && fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
+    {
+        let fd = fd.try_clone().map_err(io_errno)?;
+        return Ok(Outcome::WaitFifo { fd, flags });
+    }
     let new = owned(rc)?;
     finish_open(new, flags)
 }

@@ -186,7 +186,11 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
             if symlink {
                 // user.* attributes are not permitted on symlinks, and POSIX
                 // ACLs are not supported on them (vfs_set_acl).
-                return fail(if is_acl(name) { libc::EOPNOTSUPP } else { libc::EPERM });
+                return fail(if is_acl(name) {
+                    libc::EOPNOTSUPP
+                } else {
+                    libc::EPERM
+                });
             }
             let path = proc_path(obj);
             unsafe {
@@ -201,7 +205,11 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
         }
         Op::RemoveXattr { name } => {
             if symlink {
-                return fail(if is_acl(name) { libc::EOPNOTSUPP } else { libc::EPERM });
+                return fail(if is_acl(name) {
+                    libc::EOPNOTSUPP
+                } else {
+                    libc::EPERM
+                });
             }
             let path = proc_path(obj);
             unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }

@@ -1,5 +1,6 @@
-//! The worker threads that perform admitted connects, so that a connect that
-//! waits (seconds, or until the caller's timeout) never holds up the broker
+//! The worker threads that perform admitted connects and opens of FIFOs
+//! without a peer, so that a call that waits (seconds, until the caller's
+//! timeout, or until a FIFO's other end is opened) never holds up the broker
 //! thread, which keeps serving the caller's other requests.
 //!
 //! At most [`MAX_CONNECTS`] connects are under way or queued at once; beyond
@@ -17,6 +18,7 @@ use std::time::{Duration, Instant};
 use crate::broker::answer_with;
 use crate::connect::{self, Done, Job, SLICE};
 use crate::creds::{self, AssumeError, Credentials};
+use crate::entries::FifoOpen;
 use crate::log::{BrokerLog, BrokerRecord, CredentialChange, Decision, Refusal, Target};
 use crate::notif::Listener;
 
@@ -28,12 +30,57 @@ const STACK: usize = 256 * 1024;
 /// at the stop flag at least once a [`SLICE`].
 const FINISH_WAIT: Duration = Duration::from_millis(3 * SLICE.as_millis() as u64);
 
-/// Why a job was handed back.
+/// A call a worker performs.
+pub(crate) enum Task {
+    Connect(Job),
+    Fifo(FifoOpen),
+}
+
+impl Task {
+    fn id(&self) -> u64 {
+        match self {
+            Task::Connect(j) => j.id,
+            Task::Fifo(f) => f.id,
+        }
+    }
+
+    fn tid(&self) -> i32 {
+        match self {
+            Task::Connect(j) => j.tid,
+            Task::Fifo(f) => f.tid,
+        }
+    }
+
+    /// What the call names, for the record.
+    pub(crate) fn target(&self) -> &Target {
+        match self {
+            Task::Connect(j) => &j.target,
+            Task::Fifo(f) => &f.target,
+        }
+    }
+
+    /// The syscall's name, for the record.
+    pub(crate) fn syscall(&self) -> &'static str {
+        match self {
+            Task::Connect(_) => "connect",
+            Task::Fifo(f) => f.syscall,
+        }
+    }
+
+    fn identity(&self) -> &crate::caller::Identity {
+        match self {
+            Task::Connect(j) => &j.identity,
+            Task::Fifo(f) => &f.identity,
+        }
+    }
+}
+
+/// Why a task was handed back.
 pub(crate) enum Rejected {
     /// [`MAX_CONNECTS`] are under way.
-    Full(Box<Job>),
+    Full(Box<Task>),
     /// The broker stops, or no worker thread could be started.
-    Unavailable(Box<Job>),
+    Unavailable(Box<Task>),
 }
 
 pub(crate) struct Pool {
@@ -54,9 +101,9 @@ struct Inner {
 
 #[derive(Default)]
 struct State {
-    queue: VecDeque<Job>,
-    /// (request id, caller tid, target) of the jobs being performed.
-    running: Vec<(u64, i32, Target)>,
+    queue: VecDeque<Task>,
+    /// (request id, caller tid, target, syscall) of the jobs being performed.
+    running: Vec<(u64, i32, Target, &'static str)>,
     /// Records of answered jobs, until the broker thread takes them.
     done: Vec<BrokerRecord>,
     threads: usize,
@@ -70,9 +117,9 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn gone(job_tid: i32, target: Target) -> BrokerRecord {
+fn gone(syscall: &str, job_tid: i32, target: Target) -> BrokerRecord {
     BrokerRecord {
-        syscall: "connect".into(),
+        syscall: syscall.into(),
         pid: job_tid,
         target,
         decision: Decision::CallerGone,
@@ -97,7 +144,7 @@ impl Pool {
 
     /// Queues `job` for a worker, starting one when none is free. Call it
     /// with the thread's own credentials: a new worker inherits them.
-    pub(crate) fn submit(&self, job: Job) -> Result<(), Rejected> {
+    pub(crate) fn submit(&self, job: Task) -> Result<(), Rejected> {
         let mut st = lock(&self.inner.state);
         if self.inner.stop.load(Ordering::Relaxed) {
             return Err(Rejected::Unavailable(Box::new(job)));
@@ -166,11 +213,11 @@ impl Pool {
         for record in done {
             log.push(record);
         }
-        for (_, tid, target) in running {
-            log.push(gone(tid, target));
+        for (_, tid, target, syscall) in running {
+            log.push(gone(syscall, tid, target));
         }
         for job in queued {
-            log.push(gone(job.tid, job.target));
+            log.push(gone(job.syscall(), job.tid(), job.target().clone()));
         }
     }
 }
@@ -201,16 +248,18 @@ fn work(inner: &Inner) {
     loop {
         if let Some(job) = st.queue.pop_front() {
             if inner.stop.load(Ordering::Relaxed) {
-                st.done.push(gone(job.tid, job.target));
+                st.done
+                    .push(gone(job.syscall(), job.tid(), job.target().clone()));
                 continue;
             }
-            st.running.push((job.id, job.tid, job.target.clone()));
+            st.running
+                .push((job.id(), job.tid(), job.target().clone(), job.syscall()));
             drop(st);
-            let id = job.id;
+            let id = job.id();
             let (record, still_sound) = run(inner, job, sound);
             sound = still_sound;
             st = lock(&inner.state);
-            st.running.retain(|(r, _, _)| *r != id);
+            st.running.retain(|(r, ..)| *r != id);
             st.done.push(record);
             if !sound {
                 break;
@@ -234,18 +283,18 @@ fn work(inner: &Inner) {
 
 /// Performs one job with the caller's credentials and answers it; the second
 /// value says whether the thread has its own credentials afterwards.
-fn run(inner: &Inner, job: Job, sound: bool) -> (BrokerRecord, bool) {
+fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
     let listener = &inner.listener;
-    let refuse = |job: Job, change: CredentialChange| {
+    let refuse = |job: Task, change: CredentialChange| {
         let decision = Decision::Refused {
             reason: Refusal::CallerCredentials { change },
         };
         answer_with(
             listener,
-            job.id,
-            job.tid,
-            "connect",
-            job.target,
+            job.id(),
+            job.tid(),
+            job.syscall(),
+            job.target().clone(),
             decision,
             libc::EPERM,
         )
@@ -253,7 +302,7 @@ fn run(inner: &Inner, job: Job, sound: bool) -> (BrokerRecord, bool) {
     if !sound {
         return (refuse(job, CredentialChange::Capabilities), false);
     }
-    let assumed = match creds::assume(&inner.own, &job.identity) {
+    let assumed = match creds::assume(&inner.own, job.identity()) {
         Ok(a) => a,
         Err(AssumeError::Refused(change)) => return (refuse(job, change), true),
         Err(AssumeError::Restore(change, e)) => {
@@ -261,7 +310,10 @@ fn run(inner: &Inner, job: Job, sound: bool) -> (BrokerRecord, bool) {
             return (refuse(job, change), false);
         }
     };
-    let done = connect::perform(&job, listener, &inner.stop);
+    let done = match &job {
+        Task::Connect(c) => connect::perform(c, listener, &inner.stop),
+        Task::Fifo(f) => f.perform(listener, &inner.stop),
+    };
     let sound = match assumed.restore() {
         Ok(()) => true,
         Err(e) => {
@@ -273,18 +325,24 @@ fn run(inner: &Inner, job: Job, sound: bool) -> (BrokerRecord, bool) {
         Done::Errno(0) => Decision::Performed,
         Done::Errno(errno) => Decision::Failed { errno },
         Done::Gone => Decision::CallerGone,
+        Done::Opened(fd) => {
+            let Task::Fifo(f) = job else {
+                return (gone("connect", 0, Target::default()), sound);
+            };
+            return (f.hand_over(listener, fd), sound);
+        }
     };
     // The caller may have died while the connect waited.
-    let decision = match listener.id_valid(job.id) {
+    let decision = match listener.id_valid(job.id()) {
         Ok(true) => decision,
         _ => Decision::CallerGone,
     };
     let record = answer_with(
         listener,
-        job.id,
-        job.tid,
-        "connect",
-        job.target,
+        job.id(),
+        job.tid(),
+        job.syscall(),
+        job.target().clone(),
         decision,
         libc::EPERM,
     );

@@ -566,8 +566,9 @@ pub(crate) fn walk(base: Option<&OwnedFd>, path: &CStr, flags: i32) -> Result<Ow
                 // RESOLVE_NO_MAGICLINKS. The same lookup without that flag
                 // tells them apart: it still fails for a loop. (An O_PATH
                 // open has no effect on what it names; the fd is dropped.)
-                libc::ELOOP if openat2(dir, path, libc::O_PATH | flags, 0)
-                    .is_err_and(|e| errno_of(&e) == libc::ELOOP) =>
+                libc::ELOOP
+                    if openat2(dir, path, libc::O_PATH | flags, 0)
+                        .is_err_and(|e| errno_of(&e) == libc::ELOOP) =>
                 {
                     Unresolved::Errno(libc::ELOOP)
                 }

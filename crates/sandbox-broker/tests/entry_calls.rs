@@ -204,7 +204,10 @@ fn opens_answer_as_the_kernel() {
     check(t.rules(), nothing, &cases);
     assert!(!t.fx.w.join("suid").exists() && !t.fx.w.join("sgid").exists());
     assert!(!t.fx.o.join("new").exists());
-    assert!(t.fx.w.join("missing").is_file(), "the dangling link's target was created");
+    assert!(
+        t.fx.w.join("missing").is_file(),
+        "the dangling link's target was created"
+    );
     assert_eq!(
         std::fs::read(t.fx.w.join("f")).unwrap(),
         b"x",
