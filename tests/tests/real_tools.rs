@@ -290,3 +290,64 @@ fn cargo_build_of_a_small_crate_offline() {
          CARGO_TARGET_DIR=\"$PWD/target\" cargo build -q --offline && ./target/debug/c",
     );
 }
+
+#[test]
+fn priorities_limits_and_affinity_by_pid_on_the_runs_own_processes() {
+    // renice -p $$, prlimit by pid, a thread pinned by its tid (OpenMP, MKL).
+    same(
+        "renice, prlimit, sched_setaffinity by pid",
+        nothing,
+        "renice -n 3 -p $$ >/dev/null && /usr/bin/python3 -c '\n\
+import os, resource, threading\n\
+resource.prlimit(os.getpid(), resource.RLIMIT_NOFILE, resource.getrlimit(resource.RLIMIT_NOFILE))\n\
+cpus = os.sched_getaffinity(0)\n\
+def pin():\n    os.sched_setaffinity(threading.get_native_id(), cpus)\n\
+t = threading.Thread(target=pin); t.start(); t.join()\n\
+child = os.fork()\n\
+if child == 0:\n    import time; time.sleep(2); os._exit(0)\n\
+os.setpriority(os.PRIO_PROCESS, child, 5)\n\
+print(os.getpriority(os.PRIO_PROCESS, child))\n\
+os.kill(child, 9); os.waitpid(child, 0)\n\
+'",
+    );
+}
+
+/// A process outside the run, of the same user, is never a target: its
+/// priority and limits stay as they were. Twin: the same calls on the run's
+/// own process work (the test above).
+#[test]
+fn a_process_outside_the_run_is_never_reniced_or_limited() {
+    let s = scene();
+    let mut victim = Command::new("sleep").arg("30").spawn().unwrap();
+    let pid = victim.id();
+    let script = format!(
+        "renice -n 7 -p {pid} && echo reniced; \
+         /usr/bin/python3 -c 'import os, resource; resource.prlimit({pid}, resource.RLIMIT_CPU, (1, 1))' \
+         && echo limited; \
+         /usr/bin/python3 -c 'import os; os.sched_setaffinity({pid}, {{0}})' && echo pinned; \
+         renice -n 1 -p $$ >/dev/null && echo own"
+    );
+    for how in [How::Write, How::Workspace] {
+        let out = sh(&s, how, &script);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert_eq!(stdout, "own\n", "{how:?}: {}", text(&out));
+    }
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .unwrap()
+        .1
+        .split_whitespace()
+        .collect();
+    // Field 19 (nice) is the 17th after the command name.
+    assert_eq!(fields[16], "0", "the outside process was reniced");
+    let limits = std::fs::read_to_string(format!("/proc/{pid}/limits")).unwrap();
+    assert!(
+        limits
+            .lines()
+            .any(|l| l.starts_with("Max cpu time") && l.contains("unlimited")),
+        "{limits}"
+    );
+    let _ = victim.kill();
+    let _ = victim.wait();
+}

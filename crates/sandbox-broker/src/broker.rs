@@ -283,6 +283,9 @@ fn handle(
         }
         return (None, None);
     }
+    if kind == Kind::Process {
+        return (process_call(listener, n, tid, name), None);
+    }
     if kind == Kind::Listen {
         let (decision, refused) = connect::decide_listen(listener, rules, n, &mut target);
         let record = answer_with(listener, n.id, tid, name, target, decision, refused);
@@ -388,6 +391,76 @@ fn handle(
         }
     };
     (Some(record), fatal)
+}
+
+/// A call on another process (`kind == Kind::Process`): let the kernel run it
+/// as made (its arguments are integers, or a pointer it reads itself) when
+/// the target belongs to the run, else refuse it. A run's processes are the
+/// caller's session: the command starts in a session of its own, and no
+/// process outside it can join (setsid(2), setpgid(2) refuse another
+/// session). A target that does not exist gets `ESRCH`, as from the kernel.
+///
+/// Between this check and the call the target could exit and its pid be
+/// given to a new process outside the run: pids are handed out cyclically
+/// (`alloc_pid`, kernel/pid.c), so a freed pid comes back only after the
+/// whole pid space has been used, which no process does within the
+/// microseconds of this answer. The kernel's own same-owner check still
+/// applies to the call.
+fn process_call(
+    listener: &Listener,
+    n: &libc::seccomp_notif,
+    tid: i32,
+    name: &str,
+) -> Option<BrokerRecord> {
+    let a = n.data.args;
+    let nr = i64::from(n.data.nr);
+    // setpriority(which, who, ...): PRIO_PROCESS 0, PRIO_PGRP 1;
+    // ioprio_set(which, who, ...): IOPRIO_WHO_PROCESS 1, IOPRIO_WHO_PGRP 2.
+    // A user as target is never the run's alone.
+    let target = match nr {
+        libc::SYS_setpriority if a[0] as i32 <= 1 => a[1] as i32,
+        libc::SYS_ioprio_set if (1..=2).contains(&(a[0] as i32)) => a[1] as i32,
+        libc::SYS_setpriority | libc::SYS_ioprio_set => -1,
+        _ => a[0] as i32,
+    };
+    let target_record = Target {
+        path: Some(format!("pid {target}")),
+        ..Target::default()
+    };
+    if target > 0 {
+        // SAFETY: getsid has no memory effects.
+        let theirs = unsafe { libc::getsid(target) };
+        let missing = theirs < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+        // SAFETY: as above.
+        if theirs >= 0 && theirs == unsafe { libc::getsid(tid) } {
+            if let Err(err) = listener.continue_call(n.id) {
+                tracing::warn!(%err, "letting a call on a process of the run continue failed");
+            }
+            return None;
+        }
+        if missing {
+            return Some(answer_with(
+                listener,
+                n.id,
+                tid,
+                name,
+                target_record,
+                Decision::Failed { errno: libc::ESRCH },
+                libc::EPERM,
+            ));
+        }
+    }
+    Some(answer_with(
+        listener,
+        n.id,
+        tid,
+        name,
+        target_record,
+        Decision::Refused {
+            reason: Refusal::ForeignProcess,
+        },
+        libc::EPERM,
+    ))
 }
 
 /// How a request is answered: a decision, an fd to install in the caller,

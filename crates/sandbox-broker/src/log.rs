@@ -251,6 +251,10 @@ pub enum Refusal {
     ForeignTerminal,
     /// A connect under a policy without network (never performed).
     NetworkOff,
+    /// A call naming another process (`prlimit64`, `sched_setaffinity`,
+    /// `setpriority`, ...) whose target is not one of the run's processes
+    /// (not in the caller's session; answered `EPERM`).
+    ForeignProcess,
     /// `listen`, with egress rules set, on an IP socket not bound to a
     /// loopback address (answered `EPERM`): listening on another address, or
     /// on an unbound socket (which the kernel binds to every address), would
@@ -310,6 +314,7 @@ impl std::fmt::Display for Refusal {
                 f.write_str("ownership may only go to the caller or its groups")
             }
             Self::XattrNamespace => f.write_str("only user.* extended attributes are allowed"),
+            Self::ForeignProcess => f.write_str("the target process is not one of this run's"),
             Self::UnreadableCaller { errno } => {
                 write!(
                     f,

@@ -61,6 +61,10 @@ pub(crate) enum Kind {
     Connect,
     Listen,
     Umask,
+    /// prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler,
+    /// sched_setattr (the target pid in argument 0), setpriority and
+    /// ioprio_set (`which`, `who`): calls on another process of the run.
+    Process,
 }
 
 impl Kind {
@@ -134,6 +138,21 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_connect, "connect", Kind::Connect),
     (libc::SYS_listen, "listen", Kind::Listen),
     (libc::SYS_umask, "umask", Kind::Umask),
+    (libc::SYS_prlimit64, "prlimit64", Kind::Process),
+    (
+        libc::SYS_sched_setaffinity,
+        "sched_setaffinity",
+        Kind::Process,
+    ),
+    (libc::SYS_sched_setparam, "sched_setparam", Kind::Process),
+    (
+        libc::SYS_sched_setscheduler,
+        "sched_setscheduler",
+        Kind::Process,
+    ),
+    (libc::SYS_sched_setattr, "sched_setattr", Kind::Process),
+    (libc::SYS_setpriority, "setpriority", Kind::Process),
+    (libc::SYS_ioprio_set, "ioprio_set", Kind::Process),
 ];
 
 /// x86_64's legacy path forms (aarch64 has only the `*at` calls above).
@@ -179,7 +198,7 @@ pub fn brokered_syscalls() -> &'static [i64] {
             .filter(|(_, _, kind)| {
                 !matches!(
                     kind,
-                    Kind::Truncate | Kind::Connect | Kind::Listen | Kind::Umask
+                    Kind::Truncate | Kind::Connect | Kind::Listen | Kind::Umask | Kind::Process
                 ) && !kind.is_read()
                     && !kind.is_entry()
             })
@@ -273,6 +292,22 @@ pub fn brokered_listen_syscalls() -> &'static [i64] {
 /// `/proc` for each. Never refused.
 pub fn brokered_umask_syscalls() -> &'static [i64] {
     &[libc::SYS_umask]
+}
+
+/// The calls that name another process by pid or tid (`prlimit64`, the
+/// `sched_set*` calls, `setpriority`, `ioprio_set`): route those naming
+/// anything but the caller itself to the listener, which lets the call go
+/// on when the target is one of the run's own processes.
+pub fn brokered_process_syscalls() -> &'static [i64] {
+    &[
+        libc::SYS_prlimit64,
+        libc::SYS_sched_setaffinity,
+        libc::SYS_sched_setparam,
+        libc::SYS_sched_setscheduler,
+        libc::SYS_sched_setattr,
+        libc::SYS_setpriority,
+        libc::SYS_ioprio_set,
+    ]
 }
 
 /// `truncate(path)`, which the broker also handles: route it to the listener

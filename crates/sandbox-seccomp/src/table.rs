@@ -4,7 +4,9 @@
 //! no argument checks, so the kernel's per-syscall action cache applies to
 //! them; the few argument-checked rows are built in [`table`] below.
 
-use crate::spec::{metadata_write, xattr_read, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN};
+use crate::spec::{
+    metadata_write, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN,
+};
 
 /// libc's syscall numbers plus the ones this libc release does not name yet.
 /// Numbers from 424 on are shared by every architecture.
@@ -623,7 +625,7 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
         ),
     ];
     rows.extend(opening(spec));
-    rows.extend(own_process());
+    rows.extend(own_process(spec));
     rows
 }
 
@@ -751,15 +753,20 @@ fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
     rows
 }
 
-/// Calls that may name another process: only the caller itself (`0`).
+/// Calls that may name another process: the caller itself (`0`) always;
+/// another pid or tid only through the broker, which lets the call go on
+/// when the target is one of the run's own processes (in the caller's
+/// session) and refuses it otherwise; without a broker, refused.
 ///
 /// The kernel lets a process change the limits, scheduling and I/O priority
 /// of any process of the same user (`check_same_owner`, `prlimit64`'s
 /// `check_prlimit_permission`): the runner, the user's shell. Lowering the
-/// runner's RLIMIT_CPU kills it; SCHED_IDLE starves it. Threads that name
-/// themselves by tid (`pthread_setaffinity_np`) are refused too: the filter
-/// cannot tell their tid from another process's pid.
-fn own_process() -> Vec<Entry> {
+/// runner's RLIMIT_CPU kills it; SCHED_IDLE starves it. The filter cannot
+/// tell a thread's own tid (`pthread_setaffinity_np`, `renice -p $$`) from
+/// another process's pid; the broker can.
+fn own_process(spec: &FilterSpec) -> Vec<Entry> {
+    let otherwise = if spec.broker { Action::UserNotif } else { DENY };
+    let allow_if = |any_of| Rule::AllowIf { any_of, otherwise };
     let me = |arg| Cond::low32(arg, Cmp::Eq(0));
     let who_me = |which: u8, who: u8, kinds: &[u64]| {
         allow_if(
@@ -769,8 +776,9 @@ fn own_process() -> Vec<Entry> {
                 .collect(),
         )
     };
-    const SELF_ONLY: &str = "pid 0 (the caller) only: another process of the same user could \
-                             be the runner";
+    const SELF_ONLY: &str = "pid 0 (the caller) directly; another pid or tid only when the \
+                             broker finds it in the run (another process of the same user \
+                             could be the runner)";
     let mut rows = vec![
         row(one!(SYS_prlimit64), allow_if(vec![vec![me(0)]]), SELF_ONLY),
         row(
@@ -797,13 +805,15 @@ fn own_process() -> Vec<Entry> {
         row(
             one!(SYS_setpriority),
             who_me(0, 1, &[0, 1]),
-            "the caller or its own process group only, never PRIO_USER",
+            "the caller or its own process group directly; another process or group only when \
+             the broker finds it in the run; never PRIO_USER",
         ),
         // IOPRIO_WHO_PROCESS 1, IOPRIO_WHO_PGRP 2; not IOPRIO_WHO_USER.
         row(
             one!(SYS_ioprio_set),
             who_me(0, 1, &[1, 2]),
-            "the caller or its own process group only, never IOPRIO_WHO_USER",
+            "the caller or its own process group directly; another process or group only when \
+             the broker finds it in the run; never IOPRIO_WHO_USER",
         ),
     ];
     rows.sort_by_key(|e| e.nr);

@@ -280,6 +280,7 @@ mod tests {
             let mut brokered: Vec<i64> = sandbox_broker::brokered_syscalls()
                 .iter()
                 .chain(sandbox_broker::brokered_truncate_syscalls())
+                .chain(sandbox_broker::brokered_process_syscalls())
                 .chain(reads)
                 .chain(&entry_calls)
                 .chain(connects)
