@@ -56,22 +56,51 @@
 //!    after one more `ID_VALID` check right before the write. The original
 //!    syscall never continues (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` would let the
 //!    kernel read again memory the caller can rewrite after the check). The
-//!    one call that does is `umask` ([`brokered_umask_syscalls`]), which has
-//!    no pointer argument: the broker only notes it, to know when the umasks
-//!    it keeps under fixed credentials change.
+//!    calls that do have no pointer the decision rests on: `umask`
+//!    ([`brokered_umask_syscalls`]), which the broker only notes, to know
+//!    when the umasks it keeps under fixed credentials change; and the calls
+//!    that name another process by pid or tid ([`brokered_process_syscalls`]:
+//!    `prlimit64`, `sched_set*`, `setpriority`, `ioprio_set`), let go on only
+//!    when the target is in the caller's session, the run's own (a command
+//!    starts in a session of its own that no outside process can join), with
+//!    `ESRCH` for a missing one and [`Refusal::ForeignProcess`] otherwise.
 //!
 //! *Denied* compares paths component by component without regard to case
 //! (`W/.GIT/config` is `W/.git/config` on a case-insensitive filesystem), and
 //! also refuses the inode of every deny path that existed when the rules were
 //! made, under any name (e.g. a hard link made before the run).
 //!
-//! Everything refused is answered with `EPERM`, except writing opens and entry
-//! calls outside every write path, which get `EACCES` as from Landlock, and
+//! Everything refused is answered with `EPERM`, except writing opens, entry
+//! calls and `truncate` refused by the paths (outside every write path, under
+//! a deny path, an ancestor of one), which get `EACCES` as from Landlock, and
 //! connects (`EACCES` for a pathname UNIX socket, `EAGAIN` beyond the
 //! connects under way at once, see [below](#connect)); a
 //! missing object is answered with the kernel's own `ENOENT`/`ENOTDIR`, a
 //! directory the caller may not search with `EACCES`. Every answer is recorded
 //! in the [`BrokerLog`] returned by [`Broker::finish`].
+//!
+//! # Answers as the kernel's
+//! A brokered call returns what the kernel would return to the caller (value,
+//! errno, side effects, fd flags) unless the policy refuses it, and a refusal
+//! comes only after every error the kernel reports before its permission
+//! checks and security hooks (fs/namei.c): for a new name, the walk of the
+//! directory part (`ENOENT`, `ENOTDIR`, `ELOOP`, `ENAMETOOLONG`), then
+//! `EEXIST` for a name that exists and `ENOENT` for a missing one with a
+//! trailing slash (`filename_create`); for `unlink`/`rmdir`, `ENOENT` for a
+//! missing name and, for `unlink` of a name with a trailing slash, `EISDIR` or
+//! `ENOTDIR` (`do_unlinkat`, `do_rmdir`); for `rename`, both parents, then
+//! `EBUSY` for `.` and `..` (`EEXIST` with `RENAME_NOREPLACE`), both names
+//! (`ENOENT`, `EEXIST`), then `ENOTDIR` for a non-directory named with a
+//! trailing slash (`do_renameat2`); for `link`, the source's lookup before
+//! the new name's (`do_linkat`); for `open` with `O_CREAT`, `EISDIR` for a
+//! trailing slash (`open_last_lookups`); for `truncate`, `EISDIR` and `EINVAL`
+//! (`vfs_truncate`, fs/open.c); `utimensat` with both times `UTIME_OMIT`
+//! returns 0 without a look at the path (fs/utimes.c). `tests/tests/fidelity.rs`
+//! in the workspace holds this: one syscall matrix run bare, under `-w`,
+//! under `-w` with a deny path and under workspace-write, compared call by
+//! call, as root and as an unprivileged user; `tests/tests/real_tools.rs`
+//! runs npm, make install, cp -a, git worktree and submodule, a venv and cargo
+//! both ways.
 //!
 //! # Writing opens and entry calls
 //! With a deny path beneath a write path, Landlock grants the write path
@@ -87,8 +116,10 @@
 //!   `O_NOFOLLOW` or `O_CREAT | O_EXCL`) is admitted as a change when the open
 //!   can write, else as a read, and opened again through `/proc/self/fd` with
 //!   the caller's flags, so the kernel's permission checks and `O_TRUNC` apply.
-//!   A missing one with `O_CREAT` is created on its admitted parent, never
-//!   through a symlink (a dangling one is refused). `O_TMPFILE` needs an
+//!   A missing one with `O_CREAT` is created on its admitted parent, with
+//!   `O_NOFOLLOW`; through a dangling symlink, as the kernel, the link's
+//!   target is created, resolved from the link's directory and admitted like
+//!   any new name (up to 40 links). `O_TMPFILE` needs an
 //!   admitted directory that is not denied. `/dev/null` and `/dev/zero` are
 //!   always writable. A path to the caller's own fd N (`/proc/self/fd/N`,
 //!   `/proc/thread-self/fd/N`, `/proc/TID/fd/N`, `/dev/stdin`, `/dev/stdout`,
@@ -113,8 +144,12 @@
 //!
 //! The caller's umask applies (the broker thread has a filesystem context of
 //! its own, `unshare(CLONE_FS)`, and takes on the caller's umask). The broker
-//! never waits on an open: it opens with `O_NONBLOCK` (cleared again unless
-//! the caller asked for it) and `O_NOCTTY`. Filters are installed with
+//! thread never waits on an open: it opens with `O_NONBLOCK` (cleared again
+//! unless the caller asked for it) and `O_NOCTTY`. A FIFO opened for writing
+//! without `O_NONBLOCK` that has no reader yet waits as the kernel's open
+//! would (fifo(7)), in a pool worker (the connects' workers, at most 64 at
+//! once): it tries again without blocking until a reader comes, the caller
+//! stops waiting (a signal, its death) or the broker stops. Filters are installed with
 //! `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19), so once the broker
 //! has a call only a fatal signal ends the caller's wait: a performed call is
 //! never reported as interrupted and restarted (a second `mkdir` would fail).
@@ -256,6 +291,8 @@
 //! | writing opens and entry calls | flags, modes, both paths of link/rename, handed fds | `tests/entry_calls.rs`, `tests/entries.rs`, `tests/fdpass.rs`, end-to-end `broker_domain.rs` (handed-fd link, device ioctls) |
 //! | connect | address bytes, socket fd swapped by `dup2`, blocking | `tests/connect.rs`, `tests/connect_race.rs`, `tests/connect_net.rs` |
 //! | caller credentials and umask | ids, groups, capabilities, umask per thread | `tests/credentials.rs`, `sandbox-landlock/tests/umask_threads.rs` |
+//! | calls on another process (`prlimit64`, `sched_set*`, `setpriority`, `ioprio_set`) | the target pid or tid, which may exit and be reused | end-to-end `tests/tests/real_tools.rs` (`a_process_outside_the_run_is_never_reniced_or_limited` beside the run's own) |
+//! | kernel-first errors | names that exist, are missing, have trailing slashes, loop | end-to-end `tests/tests/fidelity.rs` (the matrix against bare and against Landlock's own answers) |
 //! | broker resources | request rate, concurrent connects, fds it holds | `tests/fd_leak.rs`, `tests/cost.rs`, `tests/robustness.rs` |
 //! | its own domain | a nested Landlock domain, signals to the runner's threads, core dumps | end-to-end `broker_domain.rs` (nested domain, core dumps), `sandbox-landlock/tests/process.rs` |
 //!
@@ -301,9 +338,12 @@
 //!   holds `CAP_CHOWN` (giving a file to another user is refused). The group may
 //!   change to the caller's fsgid or a supplementary group, by the owner or a
 //!   `CAP_CHOWN` holder. The kernel clears set-id bits on chown as usual.
-//! * **xattr changes**: only the `user.` namespace (never `security.`, whose
-//!   `security.capability` would grant file capabilities, nor `trusted.` or
-//!   `system.`), with write permission on the file.
+//! * **xattr changes**: the `user.` namespace, with write permission on the
+//!   file, and the POSIX ACLs (`system.posix_acl_access`,
+//!   `system.posix_acl_default`), with the kernel's owner check (they grant
+//!   nothing `chmod` could not; `cp -p`, `cp -a` and `install` write them).
+//!   Never `security.` (whose `security.capability` would grant file
+//!   capabilities), `trusted.` or other `system.` names.
 //! * **timestamps**: explicit times need ownership or `CAP_FOWNER`; "now" also
 //!   accepts write permission, as in the kernel.
 //! * **truncate**: regular files with write permission.

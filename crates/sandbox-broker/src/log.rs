@@ -182,7 +182,9 @@ pub enum Refusal {
     /// The entry is an ancestor of a deny path: removing, moving or replacing
     /// it, or planting a link there, would move or replace the denied path.
     AncestorOfDenyPath,
-    /// `O_CREAT` through a symlink whose target does not exist.
+    /// `O_CREAT` through a symlink whose target does not exist. No longer
+    /// given: the target is created when its place is admitted, as the
+    /// kernel creates it, and refused like any new name otherwise.
     DanglingSymlink,
     /// The open's flags are refused: access mode 3 (ioctl-only), `O_TRUNC`
     /// without write access, or `O_PATH` with bits the kernel would ignore
