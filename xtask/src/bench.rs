@@ -240,7 +240,8 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let git = "d=$(mktemp -d -p \"$1\") && cd \"$d\" && git init -q && \
                for i in $(seq 1000); do echo $i > f$i; done && git add . && \
                git -c user.name=b -c user.email=b@example.invalid commit -qm m";
-    for (name, argv) in [
+    let mut not_measured: Vec<&str> = Vec::new();
+    let mut workloads = vec![
         (
             "2000 small files created and written",
             vec!["python3".to_owned(), "-c".into(), files, ws_s.clone()],
@@ -255,7 +256,30 @@ pub fn main(args: &[String]) -> Result<(), String> {
                 ws_s.clone(),
             ],
         ),
-    ] {
+    ];
+    // npm install of a local package of 200 files (a tarball, so they are
+    // extracted, not linked), its cache in the fresh project directory.
+    if which("npm").is_some() {
+        let tarball = npm_package(&scratch.join("npm"))?;
+        let npm = "d=$(mktemp -d -p \"$1\") && cd \"$d\" && \
+                   printf '{\"name\":\"app\",\"version\":\"1.0.0\"}' > package.json && \
+                   npm_config_cache=\"$d/.npm\" npm install --offline --no-audit --no-fund \
+                   --loglevel=error \"$2\" >/dev/null";
+        workloads.push((
+            "npm install of a local package with 200 files",
+            vec![
+                "/bin/sh".to_owned(),
+                "-c".into(),
+                npm.into(),
+                "sh".into(),
+                ws_s.clone(),
+                tarball.display().to_string(),
+            ],
+        ));
+    } else {
+        not_measured.push("npm install (npm is not installed)");
+    }
+    for (name, argv) in workloads {
         let mut confined = vec![
             bin.display().to_string(),
             "run".into(),
@@ -416,7 +440,6 @@ pub fn main(args: &[String]) -> Result<(), String> {
     }
 
     // Peers found on PATH, same policy.
-    let mut not_measured = Vec::new();
     for (peer, argv) in peers(&w) {
         if which(peer).is_none() {
             not_measured.push(peer);
@@ -602,6 +625,37 @@ fn loopback_listener(body: Option<usize>) -> Result<std::net::SocketAddr, String
         }
     });
     Ok(addr)
+}
+
+/// Makes a package of 200 small files in `dir` and packs it (`npm pack`);
+/// returns the tarball.
+fn npm_package(dir: &Path) -> Result<PathBuf, String> {
+    let pkg = dir.join("pkg");
+    let io = |e: std::io::Error| format!("{}: {e}", pkg.display());
+    std::fs::create_dir_all(pkg.join("lib")).map_err(io)?;
+    std::fs::write(
+        pkg.join("package.json"),
+        r#"{"name":"pkg","version":"1.0.0","main":"lib/m0.js"}"#,
+    )
+    .map_err(io)?;
+    for i in 0..199 {
+        std::fs::write(pkg.join(format!("lib/m{i}.js")), format!("module.exports={i};\n"))
+            .map_err(io)?;
+    }
+    let out = std::process::Command::new("npm")
+        .args(["pack", "--silent", "--pack-destination"])
+        .arg(dir)
+        .current_dir(&pkg)
+        .env("npm_config_cache", dir.join(".npm"))
+        .output()
+        .map_err(|e| format!("npm pack: {e}"))?;
+    if !out.status.success() {
+        return Err(format!(
+            "npm pack: {}",
+            String::from_utf8_lossy(&out.stderr)
+        ));
+    }
+    Ok(dir.join("pkg-1.0.0.tgz"))
 }
 
 fn which(program: &str) -> Option<PathBuf> {

@@ -1048,6 +1048,7 @@ mod tests {
             .chain(brokered_connect_syscalls())
             .chain(brokered_listen_syscalls())
             .chain(brokered_umask_syscalls())
+            .chain(brokered_process_syscalls())
         {
             assert_eq!(all().filter(|(n, _, _)| n == nr).count(), 1, "{nr}");
         }
@@ -1060,6 +1061,7 @@ mod tests {
                 + brokered_connect_syscalls().len()
                 + brokered_listen_syscalls().len()
                 + brokered_umask_syscalls().len()
+                + brokered_process_syscalls().len()
         );
         assert_eq!(brokered_connect_syscalls(), &[libc::SYS_connect]);
         assert_eq!(lookup(libc::SYS_connect), Some(("connect", Kind::Connect)));
