@@ -639,8 +639,11 @@ fn npm_package(dir: &Path) -> Result<PathBuf, String> {
     )
     .map_err(io)?;
     for i in 0..199 {
-        std::fs::write(pkg.join(format!("lib/m{i}.js")), format!("module.exports={i};\n"))
-            .map_err(io)?;
+        std::fs::write(
+            pkg.join(format!("lib/m{i}.js")),
+            format!("module.exports={i};\n"),
+        )
+        .map_err(io)?;
     }
     let out = std::process::Command::new("npm")
         .args(["pack", "--silent", "--pack-destination"])

@@ -725,7 +725,29 @@ fn act(
         }
     }
     let admitted = match access {
-        Access::Change => rules.admit_change(&first),
+        Access::Change => match rules.admit_change(&first) {
+            // An unlinked object (nlink 0: an O_TMPFILE, a deleted file or
+            // FIFO the caller holds open): no path reaches it, so changing its mode,
+            // owner, times or xattrs changes nothing any path shows; the
+            // kernel's owner checks still apply. Not its size or contents.
+            Err(Unresolved::Refused(Refusal::NoPath, _))
+                if !matches!(op, Op::Truncate { .. }) && unlinked_file(&first) =>
+            {
+                crate::resolve::fstat(&first)
+                    .map_err(|e| Unresolved::Errno(errno_of(&e)))
+                    .and_then(|stat| {
+                        let fd = first
+                            .try_clone()
+                            .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
+                        Ok(crate::resolve::Object {
+                            fd,
+                            path: PathBuf::from("(unlinked)"),
+                            stat,
+                        })
+                    })
+            }
+            other => other,
+        },
         Access::Read => rules.admit_read(first),
     };
     let obj = match admitted {
@@ -749,6 +771,11 @@ fn act(
         Ok(()) => Decision::Performed,
         Err(e) => failed(e),
     })
+}
+
+/// Whether `fd`'s object has no name left (`st_nlink` 0).
+fn unlinked_file(fd: &OwnedFd) -> bool {
+    crate::resolve::fstat(fd).is_ok_and(|st| st.st_nlink == 0)
 }
 
 /// Copies an xattr read's bytes into the caller's buffer, re-checking right

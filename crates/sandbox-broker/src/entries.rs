@@ -517,6 +517,11 @@ fn entry_at(
         None => {
             let dir = CString::new(dir).map_err(|_| errno(libc::EINVAL))?;
             let walked = walk(base, &dir, libc::O_DIRECTORY)?;
+            // A directory that was removed (a deleted cwd): nothing can be
+            // made in it, ENOENT (may_create, fs/namei.c: IS_DEADDIR).
+            if fstat(&walked).is_ok_and(|st| st.st_nlink == 0) {
+                return Err(errno(libc::ENOENT));
+            }
             match rules.admit_dir(&walked) {
                 Ok(parent) => parent,
                 Err(refusal @ Unresolved::Refused(..)) => {
@@ -908,11 +913,9 @@ fn create_new(
     let Ok(Named::Entry(e)) = entry_at(rules, base, path, &mut found, Intent::Other) else {
         return None;
     };
-    let how = (flags & !libc::O_CLOEXEC)
-        | libc::O_EXCL
-        | libc::O_NOFOLLOW
-        | libc::O_CLOEXEC
-        | libc::O_NOCTTY;
+    // O_EXCL never follows a final symlink (open(2)); O_NOFOLLOW is not
+    // added, as it would show in the caller's F_GETFL.
+    let how = (flags & !libc::O_CLOEXEC) | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOCTTY;
     // SAFETY: openat on our admitted parent fd with a NUL-terminated name.
     let rc = unsafe { libc::openat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), how, mode) };
     let fd = owned(rc).ok()?;
@@ -966,13 +969,33 @@ fn create(
             _ => return Err(errno(libc::EISDIR)),
         };
     }
-    let how = (flags & !libc::O_CLOEXEC)
-        | libc::O_NOFOLLOW
-        | libc::O_CLOEXEC
-        | libc::O_NOCTTY
-        | libc::O_NONBLOCK;
+    let how = (flags & !libc::O_CLOEXEC) | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
+    // A new file first (O_EXCL follows no symlink, and unlike O_NOFOLLOW does
+    // not show in the caller's F_GETFL); a name that appeared meanwhile is
+    // opened as found, never through a symlink.
     // SAFETY: openat on our admitted parent fd with a NUL-terminated name.
-    let rc = unsafe { libc::openat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), how, mode) };
+    let mut rc = unsafe {
+        libc::openat(
+            e.parent.fd.as_raw_fd(),
+            e.at_name.as_ptr(),
+            how | libc::O_EXCL,
+            mode,
+        )
+    };
+    if rc < 0
+        && flags & libc::O_EXCL == 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST)
+    {
+        // SAFETY: as above.
+        rc = unsafe {
+            libc::openat(
+                e.parent.fd.as_raw_fd(),
+                e.at_name.as_ptr(),
+                how | libc::O_NOFOLLOW,
+                mode,
+            )
+        };
+    }
     let new = owned(rc)?;
     // Something appeared there meanwhile (no O_EXCL): never a deny path's inode.
     let st = fstat(&new).map_err(io_errno)?;

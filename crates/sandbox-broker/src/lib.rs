@@ -148,8 +148,12 @@
 //! unless the caller asked for it) and `O_NOCTTY`. A FIFO opened for writing
 //! without `O_NONBLOCK` that has no reader yet waits as the kernel's open
 //! would (fifo(7)), in a pool worker (the connects' workers, at most 64 at
-//! once): it tries again without blocking until a reader comes, the caller
-//! stops waiting (a signal, its death) or the broker stops. Filters are installed with
+//! once): it tries again without blocking, every 1 to 20 ms, until a reader
+//! comes, the caller stops waiting (a signal, its death) or the broker stops.
+//! A reader that opens and closes the FIFO between two tries is missed (the
+//! kernel would have woken the writer); the writer then waits for the next.
+//! An existing file opened with `O_NOFOLLOW` is reopened through
+//! `/proc/self/fd`, which cannot take that flag: its `F_GETFL` lacks it. Filters are installed with
 //! `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV` (Linux 5.19), so once the broker
 //! has a call only a fatal signal ends the caller's wait: a performed call is
 //! never reported as interrupted and restarted (a second `mkdir` would fail).

@@ -586,7 +586,12 @@ pub(crate) fn walk(base: Option<&OwnedFd>, path: &CStr, flags: i32) -> Result<Ow
 pub(crate) fn canonical(fd: &OwnedFd) -> Result<PathBuf, Unresolved> {
     let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd()))
         .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
-    if !link.is_absolute() || link.as_os_str().as_bytes().ends_with(b" (deleted)") {
+    // The kernel appends " (deleted)" to the path of an object without a
+    // name (d_path, fs/d_path.c); a real name may end so too, and then the
+    // object still has a link.
+    let deleted = link.as_os_str().as_bytes().ends_with(b" (deleted)")
+        && fstat(fd).map_or(true, |st| st.st_nlink == 0);
+    if !link.is_absolute() || deleted {
         return Err(Unresolved::Refused(Refusal::NoPath, Some(link)));
     }
     Ok(link)

@@ -426,10 +426,29 @@ fn the_fd_handed_back_carries_the_callers_flags() {
         case("fifo read-write", 0, || {
             fd_flags(&fifo, libc::O_RDWR, libc::O_RDWR, false)
         }),
-        // Write-only without a reader: the kernel would wait, the broker answers
-        // as O_NONBLOCK would.
-        case("fifo without a reader", libc::ENXIO, || {
-            fd_flags(&lonely, wr, wr, false)
+        // Write-only without a reader: waits for one, as the kernel's open
+        // (a process that opens the reading end 200 ms later), and hands back
+        // a blocking fd.
+        case("fifo waits for its reader", 0, || {
+            // SAFETY (child): fork; the grandchild sleeps, opens, exits.
+            unsafe {
+                let pid = libc::fork();
+                if pid == 0 {
+                    libc::usleep(200_000);
+                    libc::open(lonely.as_ptr(), libc::O_RDONLY | libc::O_NONBLOCK);
+                    // A reader that stays a while, as `cat` does until EOF:
+                    // the broker looks for one every few milliseconds.
+                    libc::usleep(500_000);
+                    libc::_exit(0);
+                }
+                let got = fd_flags(&lonely, wr, wr, false);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+                got
+            }
+        }),
+        // Without a reader and with O_NONBLOCK: ENXIO at once (fifo(7)).
+        case("fifo without a reader, non-blocking", libc::ENXIO, || {
+            fd_flags(&lonely, wr | libc::O_NONBLOCK, wr | libc::O_NONBLOCK, false)
         }),
     ];
     check(t.rules(), nothing, &cases);

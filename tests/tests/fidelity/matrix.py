@@ -23,6 +23,8 @@ def fixture(base):
     os.symlink("loop", os.path.join(base, "loop"))
     os.symlink("file", os.path.join(base, "symlink"))
     os.mkfifo(os.path.join(base, "fifo"))
+    # A real name that ends as the kernel marks an unlinked object's path.
+    os.mkdir(os.path.join(base, "d (deleted)"))
 
 
 NAMES = {
@@ -42,6 +44,7 @@ NAMES = {
     "dotdot": "empty/..",
     "fifo": "fifo",
     "symlink": "symlink",
+    "in_deleted_name": "d (deleted)/n",
 }
 
 
@@ -75,7 +78,46 @@ def calls(base):
         ("utime_omit", lambda p: utime_omit(p)),
         ("setxattr", lambda p: os.setxattr(p, "user.t", b"v")),
         ("acl_access", lambda p: os.setxattr(p, "system.posix_acl_access", MINIMAL_ACL)),
+        ("getfl_creat", lambda p: getfl_creat(p)),
+        ("fchmod_unlinked", lambda p: fchmod_unlinked(p)),
+        ("mkdir_in_deleted_cwd", lambda p: mkdir_in_deleted_cwd(base)),
     ]
+
+
+def getfl_creat(p):
+    """The status flags of a created or opened file: O_NOFOLLOW only if asked."""
+    fd = os.open(p, os.O_WRONLY | os.O_CREAT | os.O_NONBLOCK, 0o600)
+    try:
+        import fcntl
+        if fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NOFOLLOW:
+            return "O_NOFOLLOW shown"
+    finally:
+        os.close(fd)
+    return None
+
+
+def fchmod_unlinked(p):
+    """fchmod and futimens on a file that no longer has a name."""
+    fd = os.open(p, os.O_RDWR | os.O_CREAT | os.O_NONBLOCK, 0o600)
+    try:
+        os.unlink(p)
+        os.fchmod(fd, 0o640)
+        os.utime(fd)
+    finally:
+        os.close(fd)
+
+
+def mkdir_in_deleted_cwd(base):
+    """mkdir relative to a working directory that was removed."""
+    d = base + "/gone"
+    os.mkdir(d)
+    here = os.getcwd()
+    os.chdir(d)
+    try:
+        os.rmdir(d)
+        os.mkdir("x")
+    finally:
+        os.chdir(here)
 
 
 # The minimal access ACL for mode 0640 (user::rw-, group::r--, other::---),
@@ -131,8 +173,8 @@ def main():
                 base = f"{top}/{call}/{obj}"
                 fn = dict(calls(base))[call]
                 try:
-                    fn(path_of(base, obj))
-                    out[f"{region}/{call}/{obj}"] = "ok"
+                    r = fn(path_of(base, obj))
+                    out[f"{region}/{call}/{obj}"] = "ok" if r is None else r
                 except OSError as e:
                     out[f"{region}/{call}/{obj}"] = errno.errorcode.get(e.errno, str(e.errno))
     json.dump(out, sys.stdout, sort_keys=True)
