@@ -148,3 +148,67 @@ fn on_unsupported_ignore_runs_without_a_word() {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// What the sandbox refused is said in one line on stderr after the command
+/// ended: for a refused connection and a refused write, never for a clean
+/// run, and not with `--quiet`.
+#[test]
+fn a_refusal_is_summed_up_in_one_line_after_the_run() {
+    let w = tempfile::tempdir().unwrap();
+    let w = std::fs::canonicalize(w.path()).unwrap();
+    let ws = w.to_str().unwrap().to_owned();
+    let run = |extra: &[&str], script: &str| {
+        sandbox()
+            .args(["run", "--mode", "workspace-write", "--workspace", &ws])
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", script])
+            .env("HOME", "/nonexistent/sandbox-tests-home")
+            .current_dir(&w)
+            .output()
+            .unwrap()
+    };
+    let summary = |out: &std::process::Output| {
+        sandbox_lines(out)
+            .into_iter()
+            .filter(|l| l.starts_with("sandbox: refused"))
+            .collect::<Vec<_>>()
+    };
+    // A write to a protected file: refused by the broker.
+    let out = run(&[], "echo x > .bashrc; echo done");
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    let lines = summary(&out);
+    assert_eq!(lines.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        lines[0].contains("1 file change") && lines[0].contains(".bashrc"),
+        "{lines:?}"
+    );
+    assert!(lines[0].ends_with("--explain for details"), "{lines:?}");
+    // The line comes after everything the command printed.
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.trim_end().ends_with("--explain for details"), "{err}");
+    // A connection to a name no rule lists, through the proxy.
+    let out = run(
+        &["--allow-net", "listed.example.test:443"],
+        "curl -s -o /dev/null https://not-listed.example.test/; echo done",
+    );
+    let lines = summary(&out);
+    assert_eq!(lines.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        lines[0].contains("1 connection (not-listed.example.test:443 not in --allow-net)"),
+        "{lines:?}"
+    );
+    // Twin: a clean run says nothing, and --quiet keeps the line back.
+    let out = run(&[], "echo x > ok; echo done");
+    assert!(
+        summary(&out).is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let out = run(&["--quiet"], "echo x > .bashrc; echo done");
+    assert!(
+        summary(&out).is_empty(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+}

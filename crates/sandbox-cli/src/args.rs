@@ -222,6 +222,10 @@ pub(crate) struct RunArgs {
     /// After the command ends, print a short summary of what the sandbox refused.
     #[arg(long)]
     pub(crate) explain: bool,
+    /// Do not print the one-line summary of what the sandbox refused (printed
+    /// on stderr after the command ends when something was refused).
+    #[arg(long, short = 'q', conflicts_with = "explain")]
+    pub(crate) quiet: bool,
     /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
     /// writable (interactive terminals only); `never` does not.
     #[arg(long, value_name = "ask|never", default_value = "never")]

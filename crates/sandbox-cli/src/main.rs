@@ -371,6 +371,10 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     };
     if args.explain {
         eprint!("{}", show::explain(&outcome));
+    } else if !args.quiet {
+        if let Some(line) = show::refusal_summary(&outcome) {
+            eprintln!("{line}");
+        }
     }
     if let Some(flags) = approval::escalate(&args, &outcome)? {
         eprintln!("sandbox: re-running once with the approved escalation");

@@ -245,12 +245,26 @@ fn names(path: &Path) -> Vec<OsString> {
         .collect()
 }
 
-/// The passwd home directories of this process's real and effective user.
+/// The passwd home directories of this process's real and effective user
+/// (looked up once per process and user: the user database is read anew
+/// only when the ids change).
 fn passwd_homes() -> Vec<PathBuf> {
+    use std::sync::Mutex;
+    static KNOWN: Mutex<Option<((libc::uid_t, libc::uid_t), Vec<PathBuf>)>> = Mutex::new(None);
     // SAFETY: getuid and geteuid have no preconditions.
-    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
-    let mut homes: Vec<PathBuf> = [uid, euid].into_iter().filter_map(passwd_home).collect();
-    homes.dedup();
+    let ids = unsafe { (libc::getuid(), libc::geteuid()) };
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((for_ids, homes)) = known.as_ref() {
+        if *for_ids == ids {
+            return homes.clone();
+        }
+    }
+    let mut homes: Vec<PathBuf> = passwd_home(ids.0).into_iter().collect();
+    if ids.1 != ids.0 {
+        homes.extend(passwd_home(ids.1));
+        homes.dedup();
+    }
+    *known = Some((ids, homes.clone()));
     homes
 }
 
