@@ -250,7 +250,9 @@ fn names(path: &Path) -> Vec<OsString> {
 /// only when the ids change).
 fn passwd_homes() -> Vec<PathBuf> {
     use std::sync::Mutex;
-    static KNOWN: Mutex<Option<((libc::uid_t, libc::uid_t), Vec<PathBuf>)>> = Mutex::new(None);
+    /// (real uid, effective uid) and their homes.
+    type Known = Option<((libc::uid_t, libc::uid_t), Vec<PathBuf>)>;
+    static KNOWN: Mutex<Known> = Mutex::new(None);
     // SAFETY: getuid and geteuid have no preconditions.
     let ids = unsafe { (libc::getuid(), libc::geteuid()) };
     let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
