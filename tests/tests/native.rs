@@ -249,7 +249,13 @@ fn completions_and_man_page() {
         .status()
         .unwrap();
     assert!(check.success(), "bash -n on the completion script");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("--no-network"));
+    let bash = String::from_utf8_lossy(&out.stdout);
+    assert!(bash.contains("--no-network"));
+    // --mode offers its values, not file names.
+    assert!(
+        bash.contains("read-only workspace-write danger-full-access"),
+        "the completions do not list the modes"
+    );
     let man = sandbox().arg("man").output().unwrap();
     assert!(man.status.success());
     assert!(String::from_utf8_lossy(&man.stdout).contains(".TH sandbox 1"));

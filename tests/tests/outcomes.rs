@@ -212,3 +212,34 @@ fn a_refusal_is_summed_up_in_one_line_after_the_run() {
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
 }
+
+/// A run refused while its policy is resolved (a write path that does not
+/// exist) still leaves a `runner_failure` record. Twin: a run that resolves
+/// writes an ordinary record.
+#[test]
+fn a_run_refused_before_it_starts_still_gets_a_record() {
+    let dir = tempfile::tempdir().unwrap();
+    let report = dir.path().join("r.json");
+    let out = sandbox()
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["-w", "/nonexistent/sandbox-tests-w", "--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 125);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["classification"]["class"], "runner_failure", "{v}");
+    let reason = v["classification"]["reason"].as_str().unwrap_or_default();
+    assert!(reason.contains("/nonexistent/sandbox-tests-w"), "{v}");
+    let out = sandbox()
+        .args(["run", "--report"])
+        .arg(&report)
+        .args(["--", "/bin/true"])
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["classification"]["class"], "ok", "{v}");
+}

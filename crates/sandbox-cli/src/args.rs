@@ -177,10 +177,11 @@ pub(crate) struct PolicyFlags {
     #[arg(long = "env-deny", value_name = "NAME")]
     pub(crate) env_deny: Vec<String>,
     /// Wall-clock limit in seconds (at least 1; the operator's ceiling bounds it).
-    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..))]
+    #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..),
+          value_hint = clap::ValueHint::Other)]
     pub(crate) timeout: Option<u64>,
     /// Sandbox mode preset: read-only, workspace-write or danger-full-access.
-    #[arg(long, value_name = "MODE")]
+    #[arg(long, value_name = "MODE", value_parser = mode_parser())]
     pub(crate) mode: Option<SandboxMode>,
     /// Workspace directory (for `{{workspace}}` and workspace-write mode).
     #[arg(long, value_name = "DIR")]
@@ -268,4 +269,11 @@ pub(crate) struct CheckArgs {
     pub(crate) json: bool,
     #[command(flatten)]
     pub(crate) config: ConfigFlags,
+}
+
+/// `--mode`'s closed set of values, listed by `--help` and the completions.
+fn mode_parser() -> impl clap::builder::TypedValueParser<Value = SandboxMode> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["read-only", "workspace-write", "danger-full-access"])
+        .try_map(|s| s.parse::<SandboxMode>())
 }

@@ -353,12 +353,16 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
 }
 
 fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
-    let operator = load_config(&args.config)?;
+    // Past parsing, every refusal still leaves a record for --report.
+    let recorded = |why: Fatal| record_refusal(&args.argv, args.report.as_deref(), why);
+    let operator = load_config(&args.config).map_err(recorded)?;
     let config = &operator.config;
-    let private_tmp = private_tmp_for(args.policy.mode)?;
+    let private_tmp = private_tmp_for(args.policy.mode).map_err(recorded)?;
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
-        let policy = operator.guard(effective_policy(flags, config, tmp)?)?;
+        let policy = effective_policy(flags, config, tmp)
+            .and_then(|p| operator.guard(p))
+            .map_err(recorded)?;
         let mut req = RunRequest::new(args.argv.clone(), policy);
         if let Some(tmp) = tmp {
             req.env_overrides.push(("TMPDIR".into(), tmp.into()));
@@ -495,6 +499,20 @@ fn execute(
             Ok(Err(code))
         }
     }
+}
+
+/// Writes a `runner_failure` record for a run refused before it started
+/// (a config that cannot be read, a policy that does not resolve), when
+/// `--report` asks for one, and hands the refusal back.
+fn record_refusal(argv: &[OsString], report: Option<&Path>, why: Fatal) -> Fatal {
+    if let Some(target) = report.and_then(|p| report::Target::open(p).ok()) {
+        let req = RunRequest::new(argv.to_vec(), None);
+        let record = Outcome::runner_failure(&req, "none", &why.0, EXIT_SANDBOX);
+        if let Err(Fatal(e)) = write_report(Some(&target), &record) {
+            return Fatal(format!("{}; and {e}", why.0));
+        }
+    }
+    why
 }
 
 fn write_report(target: Option<&report::Target>, outcome: &Outcome) -> Result<(), Fatal> {
