@@ -308,7 +308,8 @@ fn no_confined_run_can_forge_the_cached_verdict() {
 }
 
 /// Without a runtime directory (CI containers, no login session) nothing is
-/// cached across processes: not in the home directory a run may write.
+/// cached in the `$HOME` a run names (a run may write it): only the passwd
+/// home's `.cache` would hold it, and nobody's is `/nonexistent`.
 #[test]
 fn without_a_runtime_dir_an_unprivileged_user_caches_nothing() {
     use std::os::unix::fs::PermissionsExt;

@@ -15,7 +15,10 @@
 //! and never when it lies beneath a write path of the run; and no confined
 //! run can write it: the runner write-denies the cache directory in every
 //! run whose write paths contain it ([`crate::trusted`]). Without that
-//! directory (no login session, as in most CI containers for other users)
+//! directory (no login session, as in most containers) the verdict lives in
+//! the `.cache` directory of the user's passwd home (never `$HOME` or
+//! `$XDG_CACHE_HOME`), which is trusted state in the same way: every run whose
+//! write paths reach it write-denies it. Without a home of the user's own
 //! there is no cross-process cache and every launch runs the self-test.
 //! Failing verdicts are never cached.
 
@@ -58,7 +61,16 @@ impl VerdictCache {
     fn locate(backend: &str, writable: &[PathBuf]) -> Option<Self> {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
-        Self::locate_in(&base_dir(euid), backend, writable)
+        let base = base_dir(euid)?;
+        if !base.exists() && base.ends_with(".cache") {
+            // The passwd home's cache directory, made as XDG tools make it,
+            // only in a home that is the user's own.
+            let home = base.parent().filter(|h| private_dir(h, euid, false))?;
+            let _ = fs::DirBuilder::new()
+                .mode(0o700)
+                .create(home.join(".cache"));
+        }
+        Self::locate_in(&base, backend, writable)
     }
 
     fn locate_in(base: &Path, backend: &str, writable: &[PathBuf]) -> Option<Self> {
@@ -130,21 +142,27 @@ impl VerdictCache {
 
 /// Where verdicts live: the user's runtime directory under `/run/user`, or
 /// `/run` for root; never a place named by the environment.
-fn base_dir(euid: u32) -> PathBuf {
+///
+/// Without a runtime directory (no login session, as in most containers),
+/// the `.cache` directory of the user's passwd home: a place no environment
+/// variable moves either, and one every run write-denies as trusted state.
+fn base_dir(euid: u32) -> Option<PathBuf> {
     if euid == 0 {
-        PathBuf::from("/run")
-    } else {
-        PathBuf::from(format!("/run/user/{euid}"))
+        return Some(PathBuf::from("/run"));
     }
+    let runtime = PathBuf::from(format!("/run/user/{euid}"));
+    if runtime.is_dir() {
+        return Some(runtime);
+    }
+    crate::trusted::passwd_home_of(euid).map(|home| home.join(".cache"))
 }
 
-/// The directory the cross-process verdicts live in (canonical, whether or
-/// not it exists yet), for the runner to write-deny in runs that could reach
-/// it. `None` when its base does not exist.
+/// The directory the cross-process verdicts live in (whether or not it
+/// exists yet), for the runner to write-deny in runs that could reach it.
 pub(crate) fn cache_dir() -> Option<PathBuf> {
     // SAFETY: geteuid has no preconditions.
     let euid = unsafe { libc::geteuid() };
-    Some(fs::canonicalize(base_dir(euid)).ok()?.join("sandbox"))
+    Some(base_dir(euid)?.join("sandbox"))
 }
 
 /// A directory is private when it is a real directory owned by `euid` (or by
@@ -236,8 +254,15 @@ mod tests {
 
     #[test]
     fn verdicts_live_where_no_environment_moves_them() {
-        assert_eq!(base_dir(1000), PathBuf::from("/run/user/1000"));
-        assert_eq!(base_dir(0), PathBuf::from("/run"));
+        assert_eq!(base_dir(0), Some(PathBuf::from("/run")));
+        // Without /run/user/UID: the passwd home's .cache, or nowhere.
+        let nobody = base_dir(65534);
+        assert!(
+            nobody
+                .as_ref()
+                .is_some_and(|b| b.ends_with(".cache") || b.starts_with("/run/user")),
+            "{nobody:?}"
+        );
         // The integration test `trusted_state::verdict_forged_in_a_runtime_dir`
         // shows that `$XDG_RUNTIME_DIR` does not move it.
         assert!(cache_dir().map_or(true, |d| d.starts_with("/run")));

@@ -11,7 +11,7 @@
 //! |---|---|---|---|
 //! | Operator config directories: `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox`, `<passwd home>/.config/sandbox` (real and effective uid), `/etc/sandbox`; the approval audit directories beside them (`$XDG_STATE_HOME/sandbox`, `~/.local/state/sandbox`) | set its backend and bounds; keep the record of what was approved | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `config_dir_behind_a_replaceable_link` |
 //! | The loaded config file (`--config`, `$SANDBOX_CONFIG`, or the one found) | be the file the operator named | refused when any entry on the way to it, a link or its target included, lies in a write path ([`check_trusted_file`]); a non-regular file or one over [`sandbox_core::MAX_CONFIG_BYTES`] is refused | `trusted_state::config_link_inside_a_write_path`, `config_fifo_and_device` |
-//! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root), a place no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir` |
+//! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root; without a runtime directory `<passwd home>/.cache/sandbox`), places no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir`, `fail_closed::no_confined_run_can_forge_the_cached_verdict` |
 //! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
 //! | The outcome record (`--report`) | say what the run did | written to a temporary file of unpredictable name, renamed over the record through a directory fd opened before the run; if it still cannot be written the CLI says so in one line and keeps the command's exit status | `trusted_state::report_tmp_name_unpredictable` |
 //!
@@ -245,29 +245,29 @@ fn names(path: &Path) -> Vec<OsString> {
         .collect()
 }
 
-/// The passwd home directories of this process's real and effective user
-/// (looked up once per process and user: the user database is read anew
-/// only when the ids change).
+/// The passwd home directories of this process's real and effective user.
 fn passwd_homes() -> Vec<PathBuf> {
-    use std::sync::Mutex;
-    /// (real uid, effective uid) and their homes.
-    type Known = Option<((libc::uid_t, libc::uid_t), Vec<PathBuf>)>;
-    static KNOWN: Mutex<Known> = Mutex::new(None);
     // SAFETY: getuid and geteuid have no preconditions.
-    let ids = unsafe { (libc::getuid(), libc::geteuid()) };
-    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((for_ids, homes)) = known.as_ref() {
-        if *for_ids == ids {
-            return homes.clone();
-        }
-    }
-    let mut homes: Vec<PathBuf> = passwd_home(ids.0).into_iter().collect();
-    if ids.1 != ids.0 {
-        homes.extend(passwd_home(ids.1));
+    let (uid, euid) = unsafe { (libc::getuid(), libc::geteuid()) };
+    let mut homes: Vec<PathBuf> = passwd_home_of(uid).into_iter().collect();
+    if euid != uid {
+        homes.extend(passwd_home_of(euid));
         homes.dedup();
     }
-    *known = Some((ids, homes.clone()));
     homes
+}
+
+/// The passwd home of `uid`, looked up once per process and user.
+pub(crate) fn passwd_home_of(uid: libc::uid_t) -> Option<PathBuf> {
+    use std::sync::Mutex;
+    static KNOWN: Mutex<Vec<(libc::uid_t, Option<PathBuf>)>> = Mutex::new(Vec::new());
+    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((_, home)) = known.iter().find(|(u, _)| *u == uid) {
+        return home.clone();
+    }
+    let home = passwd_home(uid);
+    known.push((uid, home.clone()));
+    home
 }
 
 /// The home directory the user database (NSS) gives `uid`.
