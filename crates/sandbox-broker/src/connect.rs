@@ -12,10 +12,10 @@ use std::time::{Duration, Instant};
 use crate::broker::{caller_identity, unresolved_decision, with_credentials, Own, UmaskUse};
 use crate::caller::{cvt, errno_of, Caller, Identity};
 use crate::log::{Decision, Refusal, Target};
-use crate::net::NetRule;
 use crate::notif::Listener;
 use crate::resolve::{canonical, walk, BrokerRules, Start, Unresolved};
 use crate::syscalls::Subject;
+use sandbox_core::net::NetRule;
 
 /// `sizeof(struct sockaddr_storage)`: the most `move_addr_to_kernel` copies in.
 const SOCKADDR_STORAGE: usize = 128;

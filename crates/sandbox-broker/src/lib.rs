@@ -472,10 +472,11 @@
 #![warn(missing_docs)]
 
 mod log;
-mod net;
 
 pub use log::{BrokerLog, BrokerRecord, CredentialChange, Decision, Refusal, Target};
-pub use net::{NetRule, NetRuleError};
+// The egress rule types live in `sandbox-core` (the proxy and the policy use
+// them too); `sandbox_broker::NetRule` stays what it was.
+pub use sandbox_core::net::{NetRule, NetRuleError};
 
 #[cfg(target_os = "linux")]
 mod broker;

@@ -12,8 +12,8 @@ use crate::caller::{cvt, errno_of, Caller};
 use crate::creds::FixedCredentials;
 use crate::error::BrokerError;
 use crate::log::Refusal;
-use crate::net::NetRule;
 use crate::syscalls::Subject;
+use sandbox_core::net::NetRule;
 
 const RESOLVE_NO_SYMLINKS: u64 = 0x04;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
