@@ -351,3 +351,37 @@ fn a_process_outside_the_run_is_never_reniced_or_limited() {
     let _ = victim.kill();
     let _ = victim.wait();
 }
+
+/// `--private-tmp` gives a plain `-w` run the private `$TMPDIR` that
+/// workspace-write has (mktemp, gcc and Python's tempfile need one), removed
+/// after the run. Twin: without it, `/tmp` stays unwritable.
+#[test]
+fn a_private_tmpdir_for_plain_write_runs() {
+    let s = scene();
+    let script =
+        "f=$(mktemp) && echo ok > \"$f\" && case \"$f\" in \"$TMPDIR\"/*) echo \"$TMPDIR\";; esac";
+    let run = |extra: &[&str]| {
+        Command::new(sandbox_bin())
+            .args(["run", "-w"])
+            .arg(&s.w)
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", script])
+            .env_remove("TMPDIR")
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .env("HOME", &s.outside)
+            .current_dir(&s.w)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--private-tmp"]);
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    let tmp = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+    assert!(tmp.contains("sandbox-tmp-"), "{}", text(&out));
+    assert!(
+        !Path::new(&tmp).exists(),
+        "the private TMPDIR outlived the run"
+    );
+    let out = run(&[]);
+    assert_ne!(out.status.code(), Some(0), "mktemp in /tmp: {}", text(&out));
+}

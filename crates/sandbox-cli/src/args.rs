@@ -165,6 +165,10 @@ pub(crate) struct PolicyFlags {
     /// Refuse child processes.
     #[arg(long)]
     pub(crate) deny_subprocess: bool,
+    /// Give the run a private, empty temporary directory as `$TMPDIR` (made
+    /// writable, removed after the run), as workspace-write always does.
+    #[arg(long)]
+    pub(crate) private_tmp: bool,
     /// Allow connecting to this pathname UNIX socket outside the write paths
     /// (repeatable; every other host socket is refused).
     #[arg(long = "allow-unix", value_name = "PATH")]

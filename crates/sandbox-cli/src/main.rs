@@ -279,6 +279,11 @@ fn effective_policy(
         &protection,
     )
     .map_err(Fatal::from)?;
+    if let (SandboxMode::ReadOnly, true, Some(tmp)) = (mode, flags.private_tmp, private_tmp) {
+        requested
+            .write_paths
+            .push(tmp.to_string_lossy().into_owned());
+    }
     if flags.secrets || config.secrets {
         if let Some(home) = ctx.home.as_deref() {
             requested.read_deny_paths.extend(
@@ -357,7 +362,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     let recorded = |why: Fatal| record_refusal(&args.argv, args.report.as_deref(), why);
     let operator = load_config(&args.config).map_err(recorded)?;
     let config = &operator.config;
-    let private_tmp = private_tmp_for(args.policy.mode).map_err(recorded)?;
+    let private_tmp = private_tmp_for(&args.policy).map_err(recorded)?;
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
         let policy = effective_policy(flags, config, tmp)
@@ -523,10 +528,13 @@ fn write_report(target: Option<&report::Target>, outcome: &Outcome) -> Result<()
     Ok(())
 }
 
-/// The run's private temporary directory, for the modes that have one.
-fn private_tmp_for(mode: Option<SandboxMode>) -> Result<Option<tempfile::TempDir>, Fatal> {
-    match mode {
+/// The run's private temporary directory: workspace-write's, or asked for
+/// with `--private-tmp`.
+fn private_tmp_for(flags: &PolicyFlags) -> Result<Option<tempfile::TempDir>, Fatal> {
+    match flags.mode {
         Some(SandboxMode::WorkspaceWrite) => private_tmp_dir().map(Some),
+        Some(SandboxMode::DangerFullAccess) => Ok(None),
+        _ if flags.private_tmp => private_tmp_dir().map(Some),
         _ => Ok(None),
     }
 }
@@ -547,7 +555,7 @@ fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
     let config = load_config(&args.config)?.config;
     // The same inputs `run` uses, its private TMPDIR included: the profile
     // printed is the one that runs (only that directory's name differs per run).
-    let private_tmp = private_tmp_for(args.policy.mode)?;
+    let private_tmp = private_tmp_for(&args.policy)?;
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let Some(policy) = effective_policy(&args.policy, &config, tmp)? else {
         return Err(Fatal(
