@@ -19,6 +19,10 @@ enum As {
 }
 
 struct Scene {
+    /// One scene at a time: a run's start sweeps every stale per-run cgroup,
+    /// so a run of another test could end the survivor of a runner a test
+    /// killed on purpose before that test has looked at it.
+    _serial: std::sync::MutexGuard<'static, ()>,
     _dir: tempfile::TempDir,
     w: PathBuf,
     beat: PathBuf,
@@ -26,6 +30,8 @@ struct Scene {
 }
 
 fn scene() -> Scene {
+    static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let dir = tempfile::tempdir().unwrap();
     let w = std::fs::canonicalize(dir.path()).unwrap().join("w");
     std::fs::create_dir(&w).unwrap();
@@ -38,6 +44,7 @@ fn scene() -> Scene {
         w.display().to_string().len() ^ rand()
     );
     Scene {
+        _serial: serial,
         beat: w.join("beat"),
         w,
         _dir: dir,
@@ -389,11 +396,10 @@ fn a_planted_report_symlink_is_refused() {
     );
 }
 
-/// If the runner is killed, the command's main process dies with it, and
-/// the next run ends what the dead run's cgroup still held.
-#[test]
-fn a_killed_runner_leaves_nothing_past_the_next_run() {
-    let s = scene();
+/// Starts a run (as root) whose attack leaves a process that ignores SIGTERM,
+/// waits for its first beat, and kills the runner with SIGKILL; returns the
+/// dead runner's pid.
+fn kill_the_runner_after_its_first_beat(s: &Scene) -> i32 {
     let code = attack(IGNORES_TERM) + "\nwhile True: time.sleep(1)\n";
     let mut child = cli(As::Root)
         .arg("run")
@@ -406,12 +412,22 @@ fn a_killed_runner_leaves_nothing_past_the_next_run() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
+    let runner = child.id() as i32;
     let deadline = Instant::now() + Duration::from_secs(10);
-    while beat_len(&s) == 0 && Instant::now() < deadline {
+    while beat_len(s) == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(20));
     }
     child.kill().unwrap();
     child.wait().unwrap();
+    runner
+}
+
+/// If the runner is killed, the command's main process dies with it, and
+/// the next run ends what the dead run's cgroup still held.
+#[test]
+fn a_killed_runner_leaves_nothing_past_the_next_run() {
+    let s = scene();
+    kill_the_runner_after_its_first_beat(&s);
     // The next run sweeps the dead run's cgroup.
     let out = cli(As::Root)
         .args(["run", "--", "/bin/true"])
@@ -429,25 +445,7 @@ fn a_killed_runner_leaves_nothing_past_the_next_run() {
 #[test]
 fn a_reused_runner_pid_does_not_shield_survivors() {
     let s = scene();
-    let code = attack(IGNORES_TERM) + "\nwhile True: time.sleep(1)\n";
-    let mut child = cli(As::Root)
-        .arg("run")
-        .arg("-w")
-        .arg(&s.w)
-        .args(["--", "python3", "-c", &code, &s.token])
-        .arg(&s.beat)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
-    let runner = child.id() as i32;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while beat_len(&s) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
-    child.kill().unwrap();
-    child.wait().unwrap();
+    let runner = kill_the_runner_after_its_first_beat(&s);
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         !survivors(&s).is_empty(),
