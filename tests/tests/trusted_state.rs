@@ -303,3 +303,35 @@ fn an_unwritable_report_keeps_the_commands_status() {
     assert_eq!(code(&out), Some(7), "{}", stderr(&out));
     one_line(&out, "exit status is the command's (7)");
 }
+
+/// Under `-w /` the run's cgroups stay out of reach: no process moves out of
+/// its containment or raises its limit. Twin: a file elsewhere under `/` is
+/// written.
+#[test]
+fn cgroups_stay_out_of_reach_under_write_root() {
+    assert!(
+        is_root(),
+        "the run's limits need cgroups only root may create here"
+    );
+    let (_t, dir) = canonical_tmp();
+    let file = dir.join("wrote");
+    let script = format!(
+        "own=$(sed -n 's/^[0-9]*:pids:\\(.*\\)$/\\1/p' /proc/self/cgroup)
+         echo max > /sys/fs/cgroup/pids$own/pids.max && echo RAISED
+         echo 0 > /sys/fs/cgroup/pids/cgroup.procs && echo LEFT
+         echo 0 > /sys/fs/cgroup/unified/cgroup.procs && echo LEFT2
+         echo yes > {} && echo WROTE",
+        file.display()
+    );
+    let out = sandbox()
+        .args(["run", "-w", "/", "--pids", "40"])
+        .args(sh(&script))
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("WROTE"), "{text}{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "yes\n");
+    for escape in ["RAISED", "LEFT"] {
+        assert!(!text.contains(escape), "{text}");
+    }
+}

@@ -231,6 +231,21 @@ pub(crate) struct RunArgs {
     /// on stderr after the command ends when something was refused).
     #[arg(long, short = 'q', conflicts_with = "explain")]
     pub(crate) quiet: bool,
+    /// Memory for the whole run, swap included (`64M`, `1.5G`; binary units):
+    /// a process that would exceed it is killed. Held by the run's cgroup.
+    #[arg(long, value_name = "SIZE", value_hint = clap::ValueHint::Other)]
+    pub(crate) memory: Option<sandbox::MemoryLimit>,
+    /// Processes and threads the run may have at once: a fork beyond it fails.
+    #[arg(long, value_name = "N", value_hint = clap::ValueHint::Other)]
+    pub(crate) pids: Option<sandbox::PidsLimit>,
+    /// CPU time for the whole run, in CPUs (`0.5` = half of one CPU).
+    #[arg(long, value_name = "CPUS", value_hint = clap::ValueHint::Other)]
+    pub(crate) cpu: Option<sandbox::CpuLimit>,
+    /// Run even where --memory/--pids/--cpu cannot be held (no cgroup this
+    /// user may create); the outcome then says which held. Limits set by
+    /// the operator config need `allow_unlimited = true` there instead.
+    #[arg(long)]
+    pub(crate) allow_unlimited: bool,
     /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
     /// writable (interactive terminals only); `never` does not.
     #[arg(long, value_name = "ask|never", default_value = "never")]

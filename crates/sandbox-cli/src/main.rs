@@ -369,6 +369,12 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
             .and_then(|p| operator.guard(p))
             .map_err(recorded)?;
         let mut req = RunRequest::new(args.argv.clone(), policy);
+        req.limits = sandbox::ResourceLimits {
+            memory: args.memory,
+            pids: args.pids,
+            cpu: args.cpu,
+        };
+        req.allow_unlimited = args.allow_unlimited && config.limits.is_empty();
         if let Some(tmp) = tmp {
             req.env_overrides.push(("TMPDIR".into(), tmp.into()));
         }
@@ -381,7 +387,14 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     if args.explain {
         eprint!("{}", show::explain(&outcome));
     } else if !args.quiet {
-        if let Some(line) = show::refusal_summary(&outcome) {
+        for line in [
+            show::refusal_summary(&outcome),
+            show::limit_summary(&outcome),
+            show::unheld_summary(&outcome),
+        ]
+        .into_iter()
+        .flatten()
+        {
             eprintln!("{line}");
         }
     }
@@ -478,6 +491,9 @@ fn execute(
     };
     let mut req = req;
     req.require_full = config.require_full;
+    // The operator's limits are ceilings a request only lowers.
+    req.limits = req.limits.bounded_by(&config.limits);
+    req.allow_unlimited |= config.allow_unlimited;
     match sandbox::run(resolved.as_ref(), &req) {
         Ok(outcome) => {
             // The command ran: its exit status is what the caller gets, even
@@ -601,6 +617,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         None => probe_policy.clone(),
     };
     let network = network_line(&operator);
+    let limits = sandbox::limit_support();
     if args.json {
         let json = serde_json::json!({
             "schema": sandbox::SCHEMA_VERSION,
@@ -609,6 +626,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
             "allow_net": operator.allow_net(),
             "enforces": resolved.backend.enforces(),
             "containment": sandbox::containment(),
+            "limits": limits,
             "fallback_reason": resolved.fallback.as_ref().map(|e| e.to_string()),
             "self_test": gate,
             "report": report,
@@ -622,6 +640,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         println!("fallback: {why}");
     }
     println!("containment: {}", sandbox::containment().describe());
+    println!("limits: {}", show::limit_support(&limits));
     println!("network (operator policy): {network}");
     for d in &report.details {
         println!("  {d}");

@@ -24,7 +24,21 @@ pub(crate) fn explain(outcome: &Outcome) -> String {
         sandbox::Classification::RunnerFailure { reason } => {
             out.push_str(&format!("runner failure: {reason}\n"))
         }
+        sandbox::Classification::LimitExceeded { detail, .. } => {
+            out.push_str(&format!("stopped by a limit: {detail}\n"))
+        }
         _ => out.push_str("unclassified\n"),
+    }
+    for l in &outcome.limits {
+        out.push_str(&format!(
+            "  limit {} {}: {}\n",
+            l.kind.flag(),
+            l.requested,
+            match (&l.held_by, &l.not_held) {
+                (Some(by), _) => format!("held by {by}, met {} time(s)", l.hits),
+                (None, why) => format!("NOT held ({})", why.as_deref().unwrap_or("unavailable")),
+            }
+        ));
     }
     if let Some(m) = &outcome.mediation {
         out.push_str(&format!(
@@ -112,11 +126,64 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     ))
 }
 
+/// One line for a run that met a limit which ends or refuses processes
+/// (printed, like the refusal summary, after the command ended).
+pub(crate) fn limit_summary(outcome: &Outcome) -> Option<String> {
+    let hit = outcome.limits.iter().find(|l| l.stopped_something())?;
+    Some(match hit.kind {
+        sandbox::LimitKind::Memory => format!(
+            "sandbox: the memory limit ({} {}) ended {}",
+            hit.kind.flag(),
+            hit.requested,
+            plural(hit.hits as usize, "process")
+        ),
+        _ => format!(
+            "sandbox: the process limit ({} {}) refused {}",
+            hit.kind.flag(),
+            hit.requested,
+            plural(hit.hits as usize, "fork")
+        ),
+    })
+}
+
+/// One line naming the limits the run went without (allowed with
+/// `--allow-unlimited` or `allow_unlimited`, because nothing here holds them).
+pub(crate) fn unheld_summary(outcome: &Outcome) -> Option<String> {
+    let unheld: Vec<String> = outcome
+        .limits
+        .iter()
+        .filter(|l| l.held_by.is_none())
+        .map(|l| format!("{} {}", l.kind.flag(), l.requested))
+        .collect();
+    (!unheld.is_empty()).then(|| {
+        format!(
+            "sandbox: ran without {} (nothing on this host holds it; `sandbox check` says why)",
+            unheld.join(", ")
+        )
+    })
+}
+
+/// The `limits:` line of `sandbox check`: what holds each limit here.
+pub(crate) fn limit_support(limits: &[sandbox::LimitRecord]) -> String {
+    limits
+        .iter()
+        .map(|l| match (&l.held_by, &l.not_held) {
+            (Some(by), _) => format!("{} by {by}", l.kind.flag()),
+            (None, why) => format!(
+                "{} not available ({})",
+                l.kind.flag(),
+                why.as_deref().unwrap_or("unknown")
+            ),
+        })
+        .collect::<Vec<_>>()
+        .join("; ")
+}
+
 fn plural(n: usize, what: &str) -> String {
-    if n == 1 {
-        format!("1 {what}")
-    } else {
-        format!("{n} {what}s")
+    match (n, what.ends_with('s')) {
+        (1, _) => format!("1 {what}"),
+        (_, true) => format!("{n} {what}es"),
+        _ => format!("{n} {what}s"),
     }
 }
 

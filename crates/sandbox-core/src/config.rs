@@ -65,6 +65,13 @@ pub struct SandboxConfig {
     pub require_full: bool,
     /// Bounding policy: requests can only narrow it.
     pub policy: Option<SandboxPolicy>,
+    /// Limits for every run (`[sandbox.limits]`): ceilings a request can
+    /// only lower.
+    pub limits: crate::limits::ResourceLimits,
+    /// Run even where the requested limits cannot be enforced (no cgroup
+    /// with the controller this user may write); the outcome then says
+    /// which limits held. Without it such a run is refused.
+    pub allow_unlimited: bool,
 }
 
 /// Environment variable naming the operator config file.

@@ -34,6 +34,7 @@ mod backend;
 mod config;
 mod env;
 mod error;
+mod limits;
 mod mode;
 pub mod net;
 mod noop;
@@ -56,6 +57,9 @@ pub use config::{
 pub use env::{env_name_denied, scrub_env};
 pub use error::{
     ConfigError, PolicyError, SandboxUnavailable, UnavailableKind, SANDBOX_UNAVAILABLE,
+};
+pub use limits::{
+    CpuLimit, LimitError, MemoryLimit, PidsLimit, ResourceLimits, MAX_CPUS, MIN_MEMORY_BYTES,
 };
 pub use mode::SandboxMode;
 pub use net::{

@@ -6,7 +6,7 @@
 //! ```no_run
 //! use sandbox_proxy::{Proxy, ProxyOptions};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! let rules = vec!["example.com:443".parse()?, "*.crates.io:443".parse()?];
+//! let rules = vec!["example.com:443".parse()?, "*.example.org:443".parse()?];
 //! let mut proxy = Proxy::start(rules, ProxyOptions::default())?;
 //! // Give the command proxy.env() and let its connect broker admit exactly
 //! // proxy.net_rule(); run it; then:

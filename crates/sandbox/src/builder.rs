@@ -197,6 +197,21 @@ impl Sandbox {
         self
     }
 
+    /// Limits the whole run's memory, processes and CPU (held by cgroups;
+    /// a run whose limits cannot be held here fails unless
+    /// [`Sandbox::allow_unlimited`]).
+    pub fn limits(mut self, limits: crate::ResourceLimits) -> Self {
+        self.config.limits = limits;
+        self
+    }
+
+    /// Runs even where the limits cannot be held; the outcome's `limits`
+    /// says which held.
+    pub fn allow_unlimited(mut self) -> Self {
+        self.config.allow_unlimited = true;
+        self
+    }
+
     /// Refuses to run when the enforcement on this host would be partial.
     pub fn require_full(mut self) -> Self {
         self.require_full = true;
@@ -259,6 +274,8 @@ impl Sandbox {
         let mut req = RunRequest::new(argv.into_iter().map(Into::into).collect(), Some(policy));
         req.cwd = self.cwd.clone();
         req.require_full = self.require_full;
+        req.limits = self.config.limits;
+        req.allow_unlimited = self.config.allow_unlimited;
         Ok(crate::run(backend.as_ref(), &req)?)
     }
 

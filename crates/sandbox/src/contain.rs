@@ -99,6 +99,27 @@ impl Containment {
         Containment::ProcessGroup
     }
 
+    /// The run's cgroup v2 directory, in cgroup mode.
+    pub(crate) fn cgroup_dir(&self) -> Option<&Path> {
+        match self {
+            Containment::Cgroup(run) => Some(&run.dir),
+            Containment::ProcessGroup => None,
+        }
+    }
+
+    /// The name of the run's cgroups (the v2 one's, or a fresh one).
+    pub(crate) fn run_name(&self) -> io::Result<String> {
+        match self {
+            Containment::Cgroup(run) => run
+                .dir
+                .file_name()
+                .and_then(|n| n.to_str())
+                .map(str::to_owned)
+                .ok_or_else(|| io::Error::other("the run's cgroup has no name")),
+            Containment::ProcessGroup => fresh_name(),
+        }
+    }
+
     /// Which mechanism this is.
     pub(crate) fn kind(&self) -> ContainmentKind {
         match self {
@@ -156,15 +177,9 @@ impl CgroupRun {
     fn create() -> io::Result<Self> {
         let base = own_cgroup_dir()?;
         sweep_stale(&base);
-        let start = start_time("self")
-            .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
         let mut tries = 0;
         let dir = loop {
-            let dir = base.join(format!(
-                "{PREFIX}{}-{start}-{:016x}",
-                std::process::id(),
-                token()
-            ));
+            let dir = base.join(fresh_name()?);
             match std::fs::create_dir(&dir) {
                 Ok(()) => break dir,
                 // Someone made this name first: never share it, take another.
@@ -377,6 +392,35 @@ fn sweep_stale(base: &Path) {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// Removes the per-run groups in a cgroup v1 hierarchy whose runners died.
+/// Their processes were ended through the run's cgroup v2 (by that run or
+/// the sweep of [`CgroupRun::create`]); a group still in use stays.
+pub(crate) fn sweep_stale_v1(base: &Path) {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return;
+    };
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if let Some(rest) = name.to_str().and_then(|n| n.strip_prefix(PREFIX)) {
+            if !runner_alive(rest) {
+                let _ = std::fs::remove_dir(entry.path());
+            }
+        }
+    }
+}
+
+/// A per-run cgroup name no one can predict: [`PREFIX`], this process's pid
+/// and start time, and a random token.
+fn fresh_name() -> io::Result<String> {
+    let start = start_time("self")
+        .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
+    Ok(format!(
+        "{PREFIX}{}-{start}-{:016x}",
+        std::process::id(),
+        token()
+    ))
 }
 
 /// Whether the runner a per-run cgroup name (after [`PREFIX`]) names is

@@ -29,6 +29,7 @@
 mod builder;
 mod contain;
 mod gate;
+mod limit;
 mod outcome;
 mod resolve;
 mod runner;
@@ -38,6 +39,7 @@ use sandbox_probe::spawn;
 
 pub use builder::{Error, ErrorKind, Sandbox};
 pub use contain::ContainmentKind;
+pub use limit::{LimitKind, LimitRecord};
 pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
 pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use runner::{
@@ -53,11 +55,11 @@ pub use sandbox_core::net::{
 pub use sandbox_core::protect;
 pub use sandbox_core::{
     builtin_op_bound, config_candidates, Axis, AxisEnforcement, Backend, BackendChoice,
-    ConfigError, ConfigSource, Confinement, Enforcement, EnforcementReport, ExpandContext,
-    LaunchOptions, Level, MediatedCall, Mediation, NetworkMode, NoopBackend, OnUnsupported,
-    PolicyError, PreExecHook, ResolvedPolicy, RunningSupervisor, SandboxConfig, SandboxMode,
-    SandboxPolicy, SandboxUnavailable, SandboxedExecOp, Supervisor, UnavailableKind, WrappedArgv,
-    CONFIG_ENV,
+    ConfigError, ConfigSource, Confinement, CpuLimit, Enforcement, EnforcementReport,
+    ExpandContext, LaunchOptions, Level, LimitError, MediatedCall, Mediation, MemoryLimit,
+    NetworkMode, NoopBackend, OnUnsupported, PidsLimit, PolicyError, PreExecHook, ResolvedPolicy,
+    ResourceLimits, RunningSupervisor, SandboxConfig, SandboxMode, SandboxPolicy,
+    SandboxUnavailable, SandboxedExecOp, Supervisor, UnavailableKind, WrappedArgv, CONFIG_ENV,
 };
 #[cfg(target_os = "linux")]
 pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
@@ -69,6 +71,23 @@ pub use sandbox_seatbelt::SeatbeltBackend;
 /// by creating and removing a cgroup).
 pub fn containment() -> ContainmentKind {
     contain::Containment::new().kind()
+}
+
+/// Which resource limits runs started by this process can be held to on
+/// this host, and by what (probed by creating and removing the run's
+/// cgroups). Each record's `held_by` is `None` with the reason when that
+/// limit cannot be held.
+pub fn limit_support() -> Vec<LimitRecord> {
+    let containment = contain::Containment::new();
+    let all = ResourceLimits {
+        memory: "1T".parse().ok(),
+        pids: "4194304".parse().ok(),
+        cpu: "1024".parse().ok(),
+    };
+    match containment.run_name() {
+        Ok(name) => limit::RunLimits::set(&all, containment.cgroup_dir(), &name).records(),
+        Err(e) => limit::RunLimits::unavailable(&all, &e.to_string()).records(),
+    }
 }
 
 /// The cached enforcement self-test report for `backend`, if it ran in this process.

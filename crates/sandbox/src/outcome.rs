@@ -43,6 +43,14 @@ pub enum Classification {
     },
     /// The timeout ended the command.
     Timeout,
+    /// A resource limit of the run ended processes of it or refused them
+    /// (`--memory`, `--pids`), and the command failed.
+    LimitExceeded {
+        /// The limit it met.
+        limit: crate::LimitKind,
+        /// What the limit did, in words.
+        detail: String,
+    },
 }
 
 impl Classification {
@@ -87,6 +95,33 @@ impl Classification {
     }
 }
 
+impl Classification {
+    /// A failed run (not one the timeout ended) that met a limit which ends
+    /// or refuses processes is classified by that limit.
+    pub fn with_limits(self, limits: &[crate::LimitRecord]) -> Self {
+        if matches!(self, Self::Ok | Self::Timeout | Self::RunnerFailure { .. }) {
+            return self;
+        }
+        let Some(hit) = limits.iter().find(|l| l.stopped_something()) else {
+            return self;
+        };
+        let detail = match hit.kind {
+            crate::LimitKind::Memory => format!(
+                "the memory limit {} ended {} process(es) for lack of memory",
+                hit.requested, hit.hits
+            ),
+            _ => format!(
+                "the process limit {} refused {} fork(s)",
+                hit.requested, hit.hits
+            ),
+        };
+        Self::LimitExceeded {
+            limit: hit.kind,
+            detail,
+        }
+    }
+}
+
 /// The schema version of every JSON document the sandbox writes (outcome
 /// records, `check --json`, `policy`, `profile --json`).
 pub const SCHEMA_VERSION: u32 = 1;
@@ -122,6 +157,9 @@ pub struct Outcome {
     /// What the backend's supervisor (the metadata broker) performed and refused.
     #[serde(default)]
     pub mediation: Option<Mediation>,
+    /// The limits asked for, what held each and how often the run met it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub limits: Vec<crate::LimitRecord>,
     /// Wall-clock duration in milliseconds.
     pub duration_ms: f64,
     /// The classification.
@@ -153,6 +191,7 @@ impl Outcome {
             leftover_processes_ended: 0,
             containment: None,
             mediation: None,
+            limits: Vec::new(),
             duration_ms: 0.0,
             classification: Classification::RunnerFailure {
                 reason: reason.to_owned(),
@@ -196,6 +235,7 @@ mod tests {
             leftover_processes_ended: 2,
             containment: Some(crate::ContainmentKind::ProcessGroup),
             mediation: None,
+            limits: Vec::new(),
             duration_ms: 1.5,
             classification: Classification::SandboxDenial {
                 evidence: vec!["x: Permission denied".into()],

@@ -51,6 +51,12 @@ pub struct RunRequest {
     /// ([`Enforcement::Partial`](sandbox_core::Enforcement)): the run then
     /// fails with [`RunError::Unavailable`] naming every gap.
     pub require_full: bool,
+    /// Limits on the whole run (memory, processes, CPU), held by cgroups.
+    pub limits: sandbox_core::ResourceLimits,
+    /// Run even when some of `limits` cannot be held on this host (the
+    /// outcome's `limits` says which held); otherwise such a run fails with
+    /// [`RunError::LimitsUnavailable`].
+    pub allow_unlimited: bool,
 }
 
 impl RunRequest {
@@ -66,6 +72,8 @@ impl RunRequest {
             grace: Duration::from_secs(2),
             echo_stderr: true,
             require_full: false,
+            limits: sandbox_core::ResourceLimits::default(),
+            allow_unlimited: false,
         }
     }
 }
@@ -99,6 +107,15 @@ pub enum RunError {
         /// The errno the child reported.
         source: std::io::Error,
     },
+    /// Requested limits cannot be held on this host, and running without
+    /// them was not allowed.
+    #[error(
+        "the requested limits cannot be enforced here: {}; run where the runner may create \
+         cgroups (as root, or in a delegated cgroup subtree), or allow running without them \
+         (--allow-unlimited, or `allow_unlimited = true` in [sandbox])",
+        .0.join("; ")
+    )]
+    LimitsUnavailable(Vec<String>),
     /// Spawning failed for another reason.
     #[error("could not start {}: {source}", program.to_string_lossy())]
     Spawn {
@@ -264,6 +281,22 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     // command could exhaust or change.
     let containment = Containment::new();
     let containment_kind = containment.kind();
+    let limits = if req.limits.is_empty() {
+        crate::limit::RunLimits::default()
+    } else {
+        let name = containment.run_name().map_err(|source| RunError::Spawn {
+            program: program.clone(),
+            source,
+        })?;
+        crate::limit::RunLimits::set(&req.limits, containment.cgroup_dir(), &name)
+    };
+    let unheld = limits.unheld();
+    if !unheld.is_empty() {
+        if !req.allow_unlimited {
+            return Err(RunError::LimitsUnavailable(unheld));
+        }
+        tracing::debug!(limits = %unheld.join("; "), "running without limits that cannot be held here");
+    }
     let options = LaunchOptions::default()
         .with_process_group_held(containment.kind() == crate::ContainmentKind::ProcessGroup);
     let mut proxy = None;
@@ -345,7 +378,10 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         cgroup: containment.cgroup(),
     };
     // The runner's own setup first, then the backend's confinement.
-    let hooks: Vec<PreExecHook> = std::iter::once(spawn::session_hook(req.policy.is_some()))
+    let hooks: Vec<PreExecHook> = limits
+        .join_hook()
+        .into_iter()
+        .chain(std::iter::once(spawn::session_hook(req.policy.is_some())))
         .chain(hook)
         .collect();
 
@@ -395,6 +431,8 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
             ))
         })??;
     let leftovers = ended.others;
+    let limit_records = limits.records();
+    drop(limits);
     drop(containment);
     if let Some(mut proxy) = proxy {
         proxy.shutdown();
@@ -421,6 +459,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     if let Some(m) = &mediation {
         classification = classification.with_refusals(m);
     }
+    classification = classification.with_limits(&limit_records);
     Ok(Outcome {
         schema: crate::outcome::SCHEMA_VERSION,
         argv: req
@@ -440,6 +479,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         leftover_processes_ended: leftovers,
         containment: Some(containment_kind),
         mediation,
+        limits: limit_records,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
     })

@@ -13,6 +13,7 @@
 //! | The loaded config file (`--config`, `$SANDBOX_CONFIG`, or the one found) | be the file the operator named | refused when any entry on the way to it, a link or its target included, lies in a write path ([`check_trusted_file`]); a non-regular file or one over [`sandbox_core::MAX_CONFIG_BYTES`] is refused | `trusted_state::config_link_inside_a_write_path`, `config_fifo_and_device` |
 //! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root; without a runtime directory `<passwd home>/.cache/sandbox`), places no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir`, `fail_closed::no_confined_run_can_forge_the_cached_verdict` |
 //! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
+//! | The run's cgroups under `/sys/fs/cgroup` (containment and `--memory`/`--pids`/`--cpu`) | hold every process of the run, to its limits | write-denied in every run whose write paths reach them (`-w /`), so no process moves out or raises a limit | `limits::a_command_cannot_raise_or_leave_its_limits`, `trusted_state::cgroups_stay_out_of_reach_under_write_root` |
 //! | The outcome record (`--report`) | say what the run did | written to a temporary file of unpredictable name, renamed over the record through a directory fd opened before the run; if it still cannot be written the CLI says so in one line and keeps the command's exit status | `trusted_state::report_tmp_name_unpredictable` |
 //!
 //! The operator config and verdict are the CLI's and the facade's; the
@@ -61,8 +62,9 @@ pub enum TrustedStateError {
 /// directories (`$XDG_CONFIG_HOME/sandbox`, `~/.config/sandbox`) and the
 /// approval audit directories (`$XDG_STATE_HOME/sandbox`,
 /// `~/.local/state/sandbox`) for this process's `$HOME` and for the passwd
-/// home of its real and effective user, `/etc/sandbox`, and the self-test
-/// cache.
+/// home of its real and effective user, `/etc/sandbox`, the self-test
+/// cache, and (Linux) `/sys/fs/cgroup`, where the run's containment and
+/// limits live.
 pub fn trusted_dirs() -> Vec<PathBuf> {
     let homes: Vec<PathBuf> = env_dir("HOME").into_iter().chain(passwd_homes()).collect();
     let mut dirs: Vec<PathBuf> = [env_dir("XDG_CONFIG_HOME"), env_dir("XDG_STATE_HOME")]
@@ -73,6 +75,7 @@ pub fn trusted_dirs() -> Vec<PathBuf> {
         .map(|base| base.join("sandbox"))
         .chain([PathBuf::from("/etc/sandbox")])
         .chain(crate::gate::cache_dir())
+        .chain(cfg!(target_os = "linux").then(|| PathBuf::from("/sys/fs/cgroup")))
         .collect();
     dirs.sort();
     dirs.dedup();
