@@ -3,8 +3,9 @@
 //! against existing files and directories, missing names and parents, paths
 //! through a file, dangling symlinks, loops, over-long names, trailing
 //! slashes, `.` and `..`, FIFOs) run bare without capabilities, under `-w`,
-//! under `-w` with a deny path beneath it (every entry call brokered), and
-//! under workspace-write, compared call by call, as root and as nobody.
+//! under `-w --explain` (writes observed: every entry call brokered), under
+//! `-w` with a deny path beneath it (every entry call brokered), and under
+//! workspace-write, compared call by call, as root and as nobody.
 //!
 //! Three regions: inside the write path (`w`), outside it (`o`), and under a
 //! write-deny path inside it (`d`). The references:
@@ -44,6 +45,7 @@ enum Who {
 enum Mode {
     Bare,
     Write,
+    Observed,
     WriteDeny,
     WorkspaceWrite,
 }
@@ -97,6 +99,7 @@ fn results(who: Who, mode: Mode) -> Results {
             c.arg("run");
             match mode {
                 Mode::Write => c.arg("-w").arg(&w),
+                Mode::Observed => c.arg("-w").arg(&w).arg("--explain"),
                 Mode::WriteDeny => c.arg("-w").arg(&w).arg("--write-deny").arg(w.join("deny")),
                 _ => c
                     .args(["--mode", "workspace-write", "--workspace"])
@@ -144,7 +147,12 @@ fn compare(who: Who) {
     let bare = results(who, Mode::Bare);
     let plain = results(who, Mode::Write);
     let mut wrong = Vec::new();
-    for mode in [Mode::Write, Mode::WriteDeny, Mode::WorkspaceWrite] {
+    for mode in [
+        Mode::Write,
+        Mode::Observed,
+        Mode::WriteDeny,
+        Mode::WorkspaceWrite,
+    ] {
         let got = if mode == Mode::Write {
             plain.clone()
         } else {
@@ -160,7 +168,8 @@ fn compare(who: Who) {
             let b = &bare[key];
             let in_plain = |r: &str| &plain[&format!("{r}/{call}/{object}")];
             let metadata = METADATA.contains(&call);
-            let refused_region = region == "o" || (region == "d" && mode != Mode::Write);
+            let refused_region =
+                region == "o" || (region == "d" && !matches!(mode, Mode::Write | Mode::Observed));
             let fine = if !refused_region {
                 answer == b
             } else if metadata {

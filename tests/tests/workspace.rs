@@ -199,6 +199,71 @@ fn the_real_git_directory_behind_a_git_file_is_protected() {
     assert!(!hook.exists());
 }
 
+/// A linked worktree under workspace-write commits (its own git directory
+/// and the common directory's objects, refs and logs are writable), while
+/// the common directory's hooks and config, and the main checkout, stay
+/// protected. A `.git` file planted in another workspace that names the same
+/// worktree directory gets no grant (the worktree's back-link names the real
+/// worktree). Twin of each refusal: the commit itself.
+#[test]
+fn a_linked_worktree_commits_with_its_hooks_protected() {
+    let main = ws();
+    ok(&run(
+        &main.root,
+        &[],
+        "git init -q -b main . && echo a > a && git add a && git commit -qm a",
+    ));
+    let wt_parent = ws();
+    let wt = wt_parent.root.join("wt");
+    git_ok(&main.root, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+    let common = main.root.join(".git");
+    let hook = common.join("hooks/pre-commit");
+    let config_before = fs::read_to_string(common.join("config")).unwrap();
+    let out = run(
+        &wt,
+        &[],
+        &format!(
+            "echo b > b && git add b && git commit -qm b && echo COMMITTED
+             echo '#!/bin/sh' > {hook} && echo HOOK
+             echo '[core] fsmonitor = x' >> {common}/config && echo CONFIG
+             echo x > {main}/a && echo MAINTREE",
+            hook = hook.display(),
+            common = common.display(),
+            main = main.root.display()
+        ),
+    );
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("COMMITTED"),
+        "{text}{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    for escape in ["HOOK", "CONFIG", "MAINTREE"] {
+        assert!(!text.contains(escape), "{escape}: {text}");
+    }
+    assert!(!hook.exists());
+    assert_eq!(
+        fs::read_to_string(common.join("config")).unwrap(),
+        config_before
+    );
+    assert_eq!(fs::read_to_string(main.root.join("a")).unwrap(), "a\n");
+    let log = git(&wt, &["log", "--format=%s"]);
+    assert_eq!(String::from_utf8_lossy(&log.stdout), "b\na\n");
+
+    // A planted `.git` file naming the real worktree's git directory.
+    let planted = ws();
+    let gitdir = fs::read_to_string(wt.join(".git")).unwrap();
+    fs::write(planted.root.join(".git"), gitdir).unwrap();
+    let objects = common.join("objects");
+    let out = run(
+        &planted.root,
+        &[],
+        &format!("mkdir {}/planted && echo GRANTED", objects.display()),
+    );
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("GRANTED"));
+    assert!(!objects.join("planted").exists());
+}
+
 #[test]
 fn the_secrets_preset_hides_credentials_and_nothing_else() {
     let home = ws();

@@ -524,8 +524,12 @@ fn entry_at(
             }
             match rules.admit_dir(&walked) {
                 Ok(parent) => parent,
-                Err(refusal @ Unresolved::Refused(..)) => {
-                    return Err(kernel_first(intent, &walked, name, slash).unwrap_or(refusal))
+                Err(Unresolved::Refused(reason, dir)) => {
+                    // Named as the entry the call makes or changes, not its
+                    // directory: what the user would write to admit it.
+                    let named = dir.map(|d| d.join(OsStr::from_bytes(name)));
+                    return Err(kernel_first(intent, &walked, name, slash)
+                        .unwrap_or(Unresolved::Refused(reason, named)));
                 }
                 Err(e) => return Err(e),
             }

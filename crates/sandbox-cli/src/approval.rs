@@ -86,7 +86,7 @@ const SYSTEM_DIRS: &[&str] = &[
 /// Whether `path` may be offered as a write path: absolute, existing, not
 /// `/`, not a system directory or anything beneath one, not the home
 /// directory itself or one of its ancestors.
-fn may_propose(path: &Path) -> bool {
+pub(crate) fn may_propose(path: &Path) -> bool {
     let home = std::env::var_os("HOME").map(PathBuf::from);
     path.is_absolute()
         && path.exists()

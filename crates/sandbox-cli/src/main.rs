@@ -375,6 +375,9 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
             cpu: args.cpu,
         };
         req.allow_unlimited = args.allow_unlimited && config.limits.is_empty();
+        // What --explain and --report say includes the writes the kernel
+        // refused on its own.
+        req.observe_writes = args.explain || args.report.is_some();
         if let Some(tmp) = tmp {
             req.env_overrides.push(("TMPDIR".into(), tmp.into()));
         }

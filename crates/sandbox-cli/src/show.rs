@@ -42,7 +42,7 @@ pub(crate) fn explain(outcome: &Outcome) -> String {
     }
     if let Some(m) = &outcome.mediation {
         out.push_str(&format!(
-            "  metadata broker: {} performed, {} refused{}\n",
+            "  broker: {} call(s) performed for the command, {} refused{}\n",
             m.performed,
             m.refused.len(),
             if m.omitted > 0 {
@@ -51,11 +51,23 @@ pub(crate) fn explain(outcome: &Outcome) -> String {
                 String::new()
             }
         ));
-        for call in m.refused.iter().take(20) {
+        let tty = m.refused.iter().filter(|c| c.target == "/dev/tty").count();
+        if tty > 0 {
+            out.push_str(&format!(
+                "    ({} of /dev/tty left out: a run has no controlling terminal)\n",
+                plural(tty, "refused open")
+            ));
+        }
+        for call in m.refused.iter().filter(|c| c.target != "/dev/tty").take(20) {
             out.push_str(&format!(
                 "    refused {} on {}: {}\n",
                 call.syscall, call.target, call.reason
             ));
+            match proposal(call) {
+                Proposal::Flag(flag) => out.push_str(&format!("      to admit it: {flag}\n")),
+                Proposal::Withheld(why) => out.push_str(&format!("      not proposed: {why}\n")),
+                Proposal::None => {}
+            }
         }
         if let Some(e) = &m.error {
             out.push_str(&format!("    broker stopped early: {e}\n"));
@@ -68,6 +80,65 @@ pub(crate) fn explain(outcome: &Outcome) -> String {
         ));
     }
     out
+}
+
+/// What `--explain` offers for one refusal.
+enum Proposal {
+    /// The flag that would admit it.
+    Flag(String),
+    /// Why no flag is offered: the approval rules forbid widening this.
+    Withheld(&'static str),
+    /// Nothing to say (the refusal is not one a flag changes).
+    None,
+}
+
+/// The flag that would admit `call`, when the approval rules allow
+/// offering one: never a deny path or protection, never `/`, a system
+/// directory, the home directory or one of its ancestors.
+fn proposal(call: &sandbox::MediatedCall) -> Proposal {
+    let reason = call.reason.as_str();
+    if call.outside_write_paths {
+        let target = std::path::Path::new(&call.target);
+        // The object itself when it exists, else the nearest directory
+        // that does (where the call would have made it).
+        let Some(existing) = target.ancestors().find(|p| p.exists()) else {
+            return Proposal::None;
+        };
+        return if crate::approval::may_propose(existing) {
+            Proposal::Flag(format!("-w {}", existing.display()))
+        } else {
+            Proposal::Withheld(
+                "it lies in /, a system directory, or the home directory itself or above it",
+            )
+        };
+    }
+    if reason.starts_with("beneath a write-deny path")
+        || reason.starts_with("beneath a read-deny path")
+        || reason.starts_with("an ancestor of a deny path")
+    {
+        return Proposal::Withheld(
+            "it is a deny path or a protection, which approvals never widen",
+        );
+    }
+    match call.syscall.as_str() {
+        // Names the proxy refused because no rule lists them, or only a
+        // wildcard does (an exact rule reaches what the name resolves to).
+        "proxy"
+            if reason.starts_with("no egress rule") || reason.starts_with("only a wildcard") =>
+        {
+            Proposal::Flag(format!("--allow-net {}", call.target))
+        }
+        "connect"
+            if reason.starts_with("no egress rule")
+                || reason.starts_with("the policy allows no network") =>
+        {
+            Proposal::Flag(format!("--allow-net {}", call.target))
+        }
+        "connect" if reason.starts_with("the UNIX socket lies outside") => {
+            Proposal::Flag(format!("--allow-unix {}", call.target))
+        }
+        _ => Proposal::None,
+    }
 }
 
 /// One line saying what the sandbox refused during the run, in the user's
@@ -104,12 +175,17 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     }
     if !files.is_empty() {
         let outside = files.iter().all(|c| c.outside_write_paths);
+        let protected = files
+            .iter()
+            .all(|c| c.reason.starts_with("beneath a write-deny path"));
         parts.push(format!(
             "{} ({}{})",
             plural(files.len(), "file change"),
             first_targets(&files, |c| c.target.clone()),
             if outside {
                 ": outside the write paths"
+            } else if protected {
+                ": protected"
             } else {
                 ""
             }

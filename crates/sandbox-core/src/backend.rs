@@ -15,6 +15,11 @@ pub struct LaunchOptions {
     /// The runner ends the run by its process group: no process of the run
     /// may leave it (`setsid` and `setpgid` refused).
     pub hold_process_group: bool,
+    /// Every write the confinement would refuse is to be recorded in the
+    /// run's [`Mediation`], the ones the kernel refuses on its own included
+    /// (on Linux: writing opens and directory-entry calls go to the broker,
+    /// which answers as the kernel would).
+    pub observe_writes: bool,
 }
 
 impl LaunchOptions {
@@ -22,6 +27,15 @@ impl LaunchOptions {
     pub fn with_process_group_held(self, hold: bool) -> Self {
         Self {
             hold_process_group: hold,
+            ..self
+        }
+    }
+
+    /// Options with refused writes observed (or not).
+    pub fn with_writes_observed(self, observe: bool) -> Self {
+        Self {
+            observe_writes: observe,
+            ..self
         }
     }
 }

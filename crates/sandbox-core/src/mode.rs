@@ -52,6 +52,12 @@ impl SandboxMode {
             let ws =
                 workspace.ok_or("workspace-write mode needs a workspace (pass --workspace)")?;
             policy.write_paths.push(ws.to_string_lossy().into_owned());
+            // A linked worktree commits into its common git directory.
+            policy.write_paths.extend(
+                crate::protect::linked_worktree_grants(ws)
+                    .into_iter()
+                    .map(|p| p.to_string_lossy().into_owned()),
+            );
             if let Some(tmp) = private_tmp {
                 policy.write_paths.push(tmp.to_string_lossy().into_owned());
             }

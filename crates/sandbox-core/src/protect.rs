@@ -320,6 +320,53 @@ fn nested_git_dirs(gitdir: &Path) -> Vec<PathBuf> {
     out
 }
 
+/// What a command run in a linked worktree must write, besides the worktree
+/// itself, for git to commit there: the worktree's own git directory
+/// (`<common>/worktrees/<name>`: index, HEAD, its logs) and the common
+/// directory's `objects`, `refs` and `logs` (gitrepository-layout(5)). The
+/// common directory's `config` and `hooks` are not among them, and stay
+/// protected by [`workspace_protections`].
+///
+/// Only a worktree git itself made qualifies: `workspace/.git` is a file
+/// naming a directory directly inside `<common>/worktrees`, whose
+/// `commondir` names that `<common>` and whose `gitdir` names this
+/// `workspace/.git` back (as `git worktree add` writes them). A `.git` file
+/// planted in a workspace can name no other directory into the grant: the
+/// back-link lives in the directory it would open, so forging it needs
+/// write access there already.
+pub fn linked_worktree_grants(workspace: &Path) -> Vec<PathBuf> {
+    let dot_git = workspace.join(".git");
+    if !std::fs::symlink_metadata(&dot_git).is_ok_and(|m| m.is_file()) {
+        return Vec::new();
+    }
+    let read = |p: &Path| std::fs::read_to_string(p).ok();
+    let Some(gitdir) = read(&dot_git).and_then(|text| {
+        let named = text.lines().find_map(|l| l.strip_prefix("gitdir:"))?;
+        std::fs::canonicalize(workspace.join(named.trim())).ok()
+    }) else {
+        return Vec::new();
+    };
+    let Some(common) = read(&gitdir.join("commondir"))
+        .and_then(|c| std::fs::canonicalize(gitdir.join(c.trim())).ok())
+    else {
+        return Vec::new();
+    };
+    let back = read(&gitdir.join("gitdir")).and_then(|b| std::fs::canonicalize(b.trim()).ok());
+    let this = std::fs::canonicalize(&dot_git).ok();
+    if gitdir.parent() != Some(common.join("worktrees").as_path()) || back.is_none() || back != this
+    {
+        return Vec::new();
+    }
+    std::iter::once(gitdir)
+        .chain(
+            ["objects", "refs", "logs"]
+                .iter()
+                .map(|d| common.join(d))
+                .filter(|d| std::fs::symlink_metadata(d).is_ok_and(|m| m.is_dir())),
+        )
+        .collect()
+}
+
 /// The [`SECRETS`] that exist beneath `home`.
 pub fn secrets(home: &Path) -> Vec<PathBuf> {
     SECRETS

@@ -51,6 +51,11 @@ pub struct RunRequest {
     /// ([`Enforcement::Partial`](sandbox_core::Enforcement)): the run then
     /// fails with [`RunError::Unavailable`] naming every gap.
     pub require_full: bool,
+    /// Record every write the sandbox refuses in the outcome's mediation,
+    /// those the kernel refuses on its own included (Linux: writing opens
+    /// and directory-entry calls then go through the broker, at a cost per
+    /// call; see BENCHMARKS.md).
+    pub observe_writes: bool,
     /// Limits on the whole run (memory, processes, CPU), held by cgroups.
     pub limits: sandbox_core::ResourceLimits,
     /// Run even when some of `limits` cannot be held on this host (the
@@ -72,6 +77,7 @@ impl RunRequest {
             grace: Duration::from_secs(2),
             echo_stderr: true,
             require_full: false,
+            observe_writes: false,
             limits: sandbox_core::ResourceLimits::default(),
             allow_unlimited: false,
         }
@@ -298,7 +304,8 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         tracing::debug!(limits = %unheld.join("; "), "running without limits that cannot be held here");
     }
     let options = LaunchOptions::default()
-        .with_process_group_held(containment.kind() == crate::ContainmentKind::ProcessGroup);
+        .with_process_group_held(containment.kind() == crate::ContainmentKind::ProcessGroup)
+        .with_writes_observed(req.observe_writes);
     let mut proxy = None;
     let (argv, hook, report, supervisor, domain) = match &req.policy {
         Some(policy) => {

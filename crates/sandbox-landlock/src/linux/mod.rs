@@ -51,7 +51,8 @@ pub(crate) fn prepare_with(
     channel: Option<broker::Channel>,
     options: LaunchOptions,
 ) -> Result<(PreparedLandlock, Option<broker::BrokerSupervisor>), LandlockError> {
-    let mediation = if channel.is_some() && rules::deny_beneath_write(policy) {
+    let observe = options.observe_writes && !policy.write_paths().is_empty();
+    let mediation = if channel.is_some() && (rules::deny_beneath_write(policy) || observe) {
         rules::Mediation::Entries
     } else {
         rules::Mediation::Split
@@ -78,7 +79,12 @@ pub(crate) fn prepare_with(
         brokered_denials: mediation == rules::Mediation::Entries,
     };
     let mut report = report::report(policy, abi, Some(&facts));
-    if mediation == rules::Mediation::Entries {
+    if observe && mediation == rules::Mediation::Entries {
+        report.details.push(
+            "writes are observed: writing opens and directory-entry calls go to the broker, which records each it refuses (outside the write paths) and answers as the kernel would".into(),
+        );
+    }
+    if mediation == rules::Mediation::Entries && rules::deny_beneath_write(policy) {
         report.details.push(
             "deny paths beneath write paths are kept by the broker: writing opens and directory-entry calls go to it; the rest of each write path stays fully writable (binding unix sockets directly in an ancestor of a deny path is refused)".into(),
         );

@@ -1,0 +1,186 @@
+//! What a user sees when the sandbox refused something: the writes the
+//! kernel refuses on its own in a plain `-w` run appear under `--explain`
+//! and `--report`, named as the entry the call would make; each refusal
+//! comes with the flag that admits it, and applying that flag makes the
+//! re-run pass. Deny paths and system directories are never proposed.
+
+use std::io::{Read, Write};
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::Output;
+
+use sandbox_tests::sandbox;
+
+fn canonical_tmp() -> (tempfile::TempDir, PathBuf) {
+    let t = tempfile::tempdir().unwrap();
+    let p = std::fs::canonicalize(t.path()).unwrap();
+    (t, p)
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// `sandbox run --explain ARGS -- sh -c SCRIPT` in `cwd`.
+fn explain(cwd: &Path, args: &[&str], script: &str) -> Output {
+    sandbox()
+        .arg("run")
+        .arg("--explain")
+        .args(args)
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(cwd)
+        .output()
+        .unwrap()
+}
+
+/// The flags `--explain` proposed (`to admit it: FLAG VALUE`).
+fn proposals(out: &Output) -> Vec<Vec<String>> {
+    stderr(out)
+        .lines()
+        .filter_map(|l| l.trim().strip_prefix("to admit it: "))
+        .map(|f| f.splitn(2, ' ').map(str::to_owned).collect())
+        .collect()
+}
+
+/// In a plain `-w` run, Landlock refuses writes outside the write paths in
+/// the kernel; under `--explain` each is listed with the path it would have
+/// made (not its directory) and `-w` for the nearest existing directory.
+/// Applied, the proposal makes the same command pass. Twin: the write
+/// inside the write path, in the same run, succeeds.
+#[test]
+fn kernel_refusals_of_a_plain_w_run_are_explained_and_the_proposal_admits_them() {
+    let (_a, a) = canonical_tmp();
+    let (_b, b) = canonical_tmp();
+    let script = format!(
+        "echo in > {a}/f && mkdir {b}/ws && echo out > {b}/ws/f",
+        a = a.display(),
+        b = b.display()
+    );
+    let out = explain(&a, &["-w", a.to_str().unwrap()], &script);
+    assert_ne!(out.status.code(), Some(0));
+    assert_eq!(std::fs::read_to_string(a.join("f")).unwrap(), "in\n");
+    let text = stderr(&out);
+    assert!(
+        text.contains(&format!(
+            "refused mkdir on {}/ws: outside the write paths",
+            b.display()
+        )),
+        "{text}"
+    );
+    let proposed = proposals(&out);
+    assert_eq!(
+        proposed,
+        vec![vec!["-w".to_owned(), b.display().to_string()]],
+        "{text}"
+    );
+
+    let mut args = vec!["-w".to_owned(), a.display().to_string()];
+    args.extend(proposed.concat());
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let out = explain(&a, &args, &script);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert_eq!(std::fs::read_to_string(b.join("ws/f")).unwrap(), "out\n");
+}
+
+/// `--report` alone observes kernel refusals too: the record's mediation
+/// lists the refused create. Twin: without `--report` or `--explain`, the
+/// run is not observed (nothing is routed through the broker), and the
+/// command fails the same way.
+#[test]
+fn report_records_kernel_refusals() {
+    let (_a, a) = canonical_tmp();
+    let (_b, b) = canonical_tmp();
+    let report = a.join("r.json");
+    let script = format!("touch {}/new", b.display());
+    let out = sandbox()
+        .args(["run", "-q", "-w", a.to_str().unwrap(), "--report"])
+        .arg(&report)
+        .args(["--", "/bin/sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let refused = record["mediation"]["refused"].as_array().unwrap();
+    assert!(
+        refused
+            .iter()
+            .any(|c| c["target"] == format!("{}/new", b.display())
+                && c["outside_write_paths"] == true),
+        "{record}"
+    );
+    let out = sandbox()
+        .args(["run", "-w", a.to_str().unwrap()])
+        .args(["--", "/bin/sh", "-c", &script])
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    assert!(!b.join("new").exists());
+}
+
+/// A connect refused by IP proposes `--allow-net IP:PORT`; a name the proxy
+/// refused proposes `--allow-net NAME:PORT`; each applied lets the re-run
+/// reach a listener on loopback.
+#[test]
+fn network_proposals_admit_the_destination() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for mut stream in listener.incoming().flatten() {
+            let mut buf = [0u8; 1024];
+            let _ = stream.read(&mut buf);
+            let _ = stream
+                .write_all(b"HTTP/1.0 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok");
+        }
+    });
+    let (_d, dir) = canonical_tmp();
+    let other = "--allow-net=192.0.2.1:1";
+    let by_ip = format!(
+        "exec /usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port})); print('connected')\""
+    );
+    let by_name = format!(
+        "exec /usr/bin/python3 -c \"import urllib.request; print(urllib.request.urlopen('http://localhost:{port}/').read().decode())\""
+    );
+    for (script, expect) in [
+        (&by_ip, format!("127.0.0.1:{port}")),
+        (&by_name, format!("localhost:{port}")),
+    ] {
+        let out = explain(&dir, &[other], script);
+        assert_ne!(out.status.code(), Some(0), "{}", stderr(&out));
+        let proposed = proposals(&out);
+        assert_eq!(
+            proposed,
+            vec![vec!["--allow-net".to_owned(), expect.clone()]],
+            "{}",
+            stderr(&out)
+        );
+        let flag = format!("--allow-net={expect}");
+        let out = explain(&dir, &[other, &flag], script);
+        assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    }
+}
+
+/// A protected path under workspace-write is never proposed, nor is a
+/// system directory; both say why. Twin: the workspace write beside them
+/// succeeds in the same run.
+#[test]
+fn protections_and_system_directories_are_never_proposed() {
+    let (_w, ws) = canonical_tmp();
+    std::fs::create_dir(ws.join(".vscode")).unwrap();
+    let out = explain(
+        &ws,
+        &["--mode", "workspace-write", "--workspace", "."],
+        "echo ok > ok; echo x > .vscode/settings.json; echo x > /etc/sandbox-test-never",
+    );
+    assert_eq!(std::fs::read_to_string(ws.join("ok")).unwrap(), "ok\n");
+    let text = stderr(&out);
+    assert!(proposals(&out).is_empty(), "{text}");
+    assert!(
+        text.contains("not proposed: it is a deny path or a protection"),
+        "{text}"
+    );
+    assert!(
+        text.contains("not proposed: it lies in /, a system directory"),
+        "{text}"
+    );
+}
