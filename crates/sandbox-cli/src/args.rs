@@ -169,6 +169,13 @@ pub(crate) struct PolicyFlags {
     /// writable, removed after the run), as workspace-write always does.
     #[arg(long)]
     pub(crate) private_tmp: bool,
+    /// Give the run a private, persistent cache for this package tool
+    /// (npm, pip, cargo, go, yarn; repeatable): a directory of its own in
+    /// ~/.cache/sandbox-tools, made writable, and the tool's variable
+    /// (npm_config_cache, PIP_CACHE_DIR, CARGO_HOME, GOMODCACHE/GOCACHE,
+    /// YARN_CACHE_FOLDER) pointing at it. The user's own caches stay untouched.
+    #[arg(long = "cache", value_name = "TOOL", value_parser = cache_parser())]
+    pub(crate) cache: Vec<sandbox::ToolCache>,
     /// Allow connecting to this pathname UNIX socket outside the write paths
     /// (repeatable; every other host socket is refused).
     #[arg(long = "allow-unix", value_name = "PATH")]
@@ -295,4 +302,11 @@ fn mode_parser() -> impl clap::builder::TypedValueParser<Value = SandboxMode> {
     use clap::builder::TypedValueParser;
     clap::builder::PossibleValuesParser::new(["read-only", "workspace-write", "danger-full-access"])
         .try_map(|s| s.parse::<SandboxMode>())
+}
+
+/// The tool caches, as a closed list (shell completions offer them).
+fn cache_parser() -> impl clap::builder::TypedValueParser<Value = sandbox::ToolCache> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(sandbox::TOOL_CACHES.iter().map(|t| t.name()))
+        .try_map(|s| s.parse::<sandbox::ToolCache>())
 }

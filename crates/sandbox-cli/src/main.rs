@@ -219,6 +219,7 @@ fn effective_policy(
     config: &SandboxConfig,
     private_tmp: Option<&Path>,
 ) -> Result<Option<ResolvedPolicy>, Fatal> {
+    let caches = tool_caches(flags, config)?;
     let workspace = flags
         .workspace
         .as_deref()
@@ -284,6 +285,11 @@ fn effective_policy(
             .write_paths
             .push(tmp.to_string_lossy().into_owned());
     }
+    requested.write_paths.extend(
+        caches
+            .iter()
+            .map(|(_, dir)| dir.to_string_lossy().into_owned()),
+    );
     if flags.secrets || config.secrets {
         if let Some(home) = ctx.home.as_deref() {
             requested.read_deny_paths.extend(
@@ -303,6 +309,23 @@ fn effective_policy(
         Some(operator) => requested.bounded_by(&operator.resolve(&ctx)?)?,
         None => requested,
     }))
+}
+
+/// The tool caches a run gets (`--cache`, the config's `caches`), each with
+/// its directory, made when missing.
+fn tool_caches(
+    flags: &PolicyFlags,
+    config: &SandboxConfig,
+) -> Result<Vec<(sandbox::ToolCache, PathBuf)>, Fatal> {
+    let mut tools: Vec<sandbox::ToolCache> =
+        flags.cache.iter().chain(&config.caches).copied().collect();
+    tools.sort();
+    tools.dedup();
+    tools
+        .into_iter()
+        .map(|t| Ok((t, sandbox::tool_cache_dir(t)?)))
+        .collect::<Result<_, sandbox::ToolCacheError>>()
+        .map_err(|e| Fatal(format!("--cache: {e}")))
 }
 
 /// A resolution error of a policy built from flags, naming the flag typed
@@ -369,6 +392,9 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
             .and_then(|p| operator.guard(p))
             .map_err(recorded)?;
         let mut req = RunRequest::new(args.argv.clone(), policy);
+        for (tool, dir) in tool_caches(flags, config).map_err(recorded)? {
+            req.env_overrides.extend(tool.env(&dir));
+        }
         req.limits = sandbox::ResourceLimits {
             memory: args.memory,
             pids: args.pids,

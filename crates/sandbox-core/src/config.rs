@@ -68,6 +68,9 @@ pub struct SandboxConfig {
     /// Limits for every run (`[sandbox.limits]`): ceilings a request can
     /// only lower.
     pub limits: crate::limits::ResourceLimits,
+    /// Tool caches every run gets (`caches = ["npm", "pip"]`), as with
+    /// `--cache`.
+    pub caches: Vec<crate::caches::ToolCache>,
     /// Run even where the requested limits cannot be enforced (no cgroup
     /// with the controller this user may write); the outcome then says
     /// which limits held. Without it such a run is refused.

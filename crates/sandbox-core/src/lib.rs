@@ -31,6 +31,7 @@
 
 pub mod axis;
 mod backend;
+mod caches;
 mod config;
 mod env;
 mod error;
@@ -49,6 +50,7 @@ pub use backend::{
     LaunchOptions, MediatedCall, Mediation, PreExecHook, RunningSupervisor, Supervisor,
     WrappedArgv, PRE_EXEC_ERROR_TAG,
 };
+pub use caches::{ToolCache, TOOL_CACHES};
 #[cfg(feature = "toml")]
 pub use config::MAX_CONFIG_BYTES;
 pub use config::{

@@ -27,6 +27,7 @@
 #![warn(missing_docs)]
 
 mod builder;
+mod caches;
 mod contain;
 mod gate;
 mod limit;
@@ -38,6 +39,7 @@ pub mod trusted;
 use sandbox_probe::spawn;
 
 pub use builder::{Error, ErrorKind, Sandbox};
+pub use caches::{tool_cache_dir, ToolCacheError};
 pub use contain::ContainmentKind;
 pub use limit::{LimitKind, LimitRecord};
 pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
@@ -59,7 +61,8 @@ pub use sandbox_core::{
     ExpandContext, LaunchOptions, Level, LimitError, MediatedCall, Mediation, MemoryLimit,
     NetworkMode, NoopBackend, OnUnsupported, PidsLimit, PolicyError, PreExecHook, ResolvedPolicy,
     ResourceLimits, RunningSupervisor, SandboxConfig, SandboxMode, SandboxPolicy,
-    SandboxUnavailable, SandboxedExecOp, Supervisor, UnavailableKind, WrappedArgv, CONFIG_ENV,
+    SandboxUnavailable, SandboxedExecOp, Supervisor, ToolCache, UnavailableKind, WrappedArgv,
+    CONFIG_ENV, TOOL_CACHES,
 };
 #[cfg(target_os = "linux")]
 pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
