@@ -244,7 +244,12 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let mut workloads = vec![
         (
             "2000 small files created and written",
-            vec!["python3".to_owned(), "-c".into(), files, ws_s.clone()],
+            vec![
+                "python3".to_owned(),
+                "-c".into(),
+                files.clone(),
+                ws_s.clone(),
+            ],
         ),
         (
             "git add + commit of 1000 files",
@@ -304,6 +309,41 @@ pub fn main(args: &[String]) -> Result<(), String> {
             &b,
         ));
     }
+
+    // What --explain adds to a plain -w run: its writing opens and entry
+    // calls go to the broker, so Landlock's own refusals are recorded. The
+    // 2,000-file workload, `-w` vs `-w --explain`.
+    let plain = |explain: bool| {
+        let mut v = vec![
+            bin.display().to_string(),
+            "run".into(),
+            "-w".into(),
+            ws_s.clone(),
+        ];
+        if explain {
+            v.push("--explain".into());
+        }
+        v.push("--".into());
+        v.extend([
+            "python3".to_owned(),
+            "-c".into(),
+            files.clone(),
+            ws_s.clone(),
+        ]);
+        v
+    };
+    let (without, with) = (plain(false), plain(true));
+    let (a, b) = interleave(
+        settings.workload_runs,
+        || wall(&without).map(|t| t - launch_cli),
+        || wall(&with).map(|t| t - launch_cli),
+    )?;
+    rows.push(row(
+        "2000 small files: -w --explain (writes observed) vs plain -w (launch removed)",
+        &with,
+        &a,
+        &b,
+    ));
 
     // Prepare cost: 50 write paths and a read denial deep under a wide directory.
     let prep = [

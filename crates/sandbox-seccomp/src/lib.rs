@@ -214,23 +214,20 @@ mod prebuilt {
     include!("prebuilt/x86_64.rs");
 }
 
-/// How many specs have a prebuilt program: those with the first five
-/// switches only (no Landlock truncate coverage, the run's process group not
-/// held, no brokered entries), which is what most launches use; the rest are
-/// compiled once per process.
+/// How many specs have a prebuilt program ([`FilterSpec::prebuilt_slot`]):
+/// every spec a Landlock launch can ask for; the rest are compiled once per
+/// process.
 #[cfg_attr(
     not(all(target_os = "linux", target_arch = "x86_64")),
     allow(dead_code)
 )]
-const PREBUILT_SPECS: usize = 32;
+const PREBUILT_SPECS: usize = 128;
 
 fn prebuilt(spec: &FilterSpec) -> Option<&'static [BpfInstruction]> {
     #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
     {
-        let index = spec.index();
-        (index < PREBUILT_SPECS)
-            .then(|| prebuilt::PROGRAMS.get(index).copied())
-            .flatten()
+        spec.prebuilt_slot()
+            .and_then(|slot| prebuilt::PROGRAMS.get(slot).copied())
     }
     #[cfg(not(all(target_os = "linux", target_arch = "x86_64")))]
     {
@@ -395,9 +392,14 @@ mod prebuilt_tests {
     /// `SECCOMP_REGENERATE=1 cargo test -p sandbox-seccomp --lib prebuilt`.
     #[test]
     fn prebuilt_programs_match_the_compiler() {
-        let built: Vec<(FilterSpec, Filter)> = FilterSpec::all()
-            .filter(|spec| spec.index() < PREBUILT_SPECS)
-            .map(|spec| (spec, build(&spec).unwrap()))
+        let mut slots: Vec<(usize, FilterSpec)> = FilterSpec::all()
+            .filter_map(|spec| spec.prebuilt_slot().map(|slot| (slot, spec)))
+            .collect();
+        slots.sort_by_key(|(slot, _)| *slot);
+        assert!(slots.iter().enumerate().all(|(i, (slot, _))| i == *slot));
+        let built: Vec<(FilterSpec, Filter)> = slots
+            .into_iter()
+            .map(|(_, spec)| (spec, build(&spec).unwrap()))
             .collect();
         if std::env::var_os("SECCOMP_REGENERATE").is_some() {
             std::fs::write(FILE, render(&built)).unwrap();
@@ -408,8 +410,7 @@ mod prebuilt_tests {
             PREBUILT_SPECS,
             "{FILE} is stale: regenerate it"
         );
-        for (i, (spec, filter)) in built.iter().enumerate() {
-            assert_eq!(spec.index(), i);
+        for (spec, filter) in &built {
             assert!(
                 prebuilt(spec) == Some(filter.instructions()),
                 "{FILE} is stale for {spec:?}: regenerate it with \
@@ -426,7 +427,7 @@ mod prebuilt_tests {
              use crate::BpfInstruction;\n\n\
              const fn i(code: u16, jt: u8, jf: u8, k: u32) -> BpfInstruction {\n    \
              BpfInstruction { code, jt, jf, k }\n}\n\n\
-             /// One program per spec, indexed by `FilterSpec::index`.\n",
+             /// One program per spec, indexed by `FilterSpec::prebuilt_slot`.\n",
         );
         out += &format!(
             "pub(super) static PROGRAMS: [&[BpfInstruction]; {}] = [\n",
@@ -434,8 +435,14 @@ mod prebuilt_tests {
         );
         for (spec, filter) in built {
             out += &format!(
-                "    // network: {}, deny_subprocess: {}, landlock truncate: {}, broker: {}, read_deny: {}\n    &[\n",
-                spec.network, spec.deny_subprocess, spec.landlock.truncate, spec.broker, spec.read_deny
+                "    // network: {}, deny_subprocess: {}, broker: {}, read_deny: {}, hold_group: {}, broker_entries: {}, egress: {}\n    &[\n",
+                spec.network,
+                spec.deny_subprocess,
+                spec.broker,
+                spec.read_deny,
+                spec.hold_group,
+                spec.broker_entries,
+                spec.egress
             );
             for line in filter.instructions().chunks(4) {
                 let insns: Vec<String> = line

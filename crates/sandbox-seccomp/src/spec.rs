@@ -293,24 +293,26 @@ impl FilterSpec {
         FilterSpec { broker, ..self }
     }
 
-    /// This spec's position in [`FilterSpec::all`].
+    /// This spec's slot among the prebuilt programs, `None` for specs that
+    /// are compiled at run time. Prebuilt are the specs a Landlock launch
+    /// can ask for: host UNIX sockets confined (the backend always asks)
+    /// and Landlock's truncate right not relied on (it never is), with
+    /// every combination of the other seven switches, the process group
+    /// held or not included (unprivileged users hold it on every launch).
     #[cfg_attr(
         not(all(target_os = "linux", target_arch = "x86_64")),
         allow(dead_code)
     )]
-    pub(crate) fn index(&self) -> usize {
-        // The first five switches are what launches commonly vary (their 32
-        // programs are prebuilt); Landlock's truncate coverage, a held
-        // process group, brokered entries and egress rules come after.
-        usize::from(self.network)
-            | usize::from(self.deny_subprocess) << 1
-            | usize::from(self.broker_connect) << 2
-            | usize::from(self.broker) << 3
-            | usize::from(self.read_deny) << 4
-            | usize::from(self.landlock.truncate) << 5
-            | usize::from(self.hold_group) << 6
-            | usize::from(self.broker_entries) << 7
-            | usize::from(self.egress) << 8
+    pub(crate) fn prebuilt_slot(&self) -> Option<usize> {
+        (self.broker_connect && !self.landlock.truncate).then(|| {
+            usize::from(self.network)
+                | usize::from(self.deny_subprocess) << 1
+                | usize::from(self.broker) << 2
+                | usize::from(self.read_deny) << 3
+                | usize::from(self.hold_group) << 4
+                | usize::from(self.broker_entries) << 5
+                | usize::from(self.egress) << 6
+        })
     }
 
     /// All 512 combinations of the nine switches.
