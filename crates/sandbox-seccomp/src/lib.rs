@@ -217,10 +217,7 @@ mod prebuilt {
 /// How many specs have a prebuilt program ([`FilterSpec::prebuilt_slot`]):
 /// every spec a Landlock launch can ask for; the rest are compiled once per
 /// process.
-#[cfg_attr(
-    not(all(target_os = "linux", target_arch = "x86_64")),
-    allow(dead_code)
-)]
+#[cfg(test)]
 const PREBUILT_SPECS: usize = 128;
 
 fn prebuilt(spec: &FilterSpec) -> Option<&'static [BpfInstruction]> {
