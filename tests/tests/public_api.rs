@@ -30,6 +30,7 @@ const CRATES: &[&str] = &[
     "sandbox-landlock",
     "sandbox-seatbelt",
     "sandbox-probe",
+    "sandbox-launch",
     "sandbox-permissions",
     "sandbox-broker",
     "sandbox-proxy",

@@ -1,27 +1,25 @@
 //! One bounded launch of a command through a backend's own wrap.
 //!
-//! The command is prepared with [`Backend::prepare`] and started by
-//! [`crate::spawn`], the launch path `sandbox run` and the library runner
-//! take, with the backend's pre-exec hook; the backend's supervisor (the
-//! broker) serves it while it runs. It runs in its own process group with a
-//! minimal environment, stdin from `/dev/null`; when it overruns its deadline
-//! the whole group is killed and the launch reports that it timed out. It is
-//! waited for and reaped by pid, as the runner does.
+//! The command is prepared as a run is ([`Backend::prepare_for_launch`]
+//! with the options of the containment a run of this process gets) and
+//! started by [`sandbox_launch::launch`], the sequence `sandbox run` and the
+//! library runner take: the same hooks, the same containment (a cgroup of
+//! its own where the runner may create one, else its process group), the
+//! backend's supervisor serving it. It runs with a minimal environment,
+//! stdin from `/dev/null`; when it overruns its deadline every process of
+//! it is ended and the launch reports that it timed out.
 
-use std::ffi::{OsStr, OsString};
+use std::ffi::OsString;
 use std::fs::File;
 use std::os::fd::AsRawFd;
-use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use sandbox_core::{
-    decode_pre_exec_error, Backend, LaunchDomain, PreExecHook, ResolvedPolicy, RunningSupervisor,
-};
-
-use crate::spawn::{self, SpawnPlan};
+use sandbox_core::{decode_pre_exec_error, Backend, ResolvedPolicy};
+use sandbox_launch::spawn::SpawnPlan;
+use sandbox_launch::{Confined, Containment, LaunchError, RunLimits};
 
 /// How a launch ended.
 #[derive(Debug)]
@@ -87,23 +85,71 @@ pub(crate) fn minimal_env() -> Vec<(OsString, OsString)> {
     ]
 }
 
-/// Prepares `launch.argv` under `policy` with `backend` and runs it, bounded.
+/// What a probe launch was: the containment that held it and the
+/// backend's account of its seccomp program, to compare with a run's.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct LaunchFacts {
+    /// How the launch's processes were held.
+    pub containment: sandbox_launch::ContainmentKind,
+    /// The backend's report line naming its seccomp program, if it has one.
+    pub seccomp: Option<String>,
+}
+
+/// Prepares `launch.argv` under `policy` with `backend` as a run is
+/// prepared (the containment a run of this process gets, and the launch
+/// options it implies), and runs it through the run's own launch sequence,
+/// bounded by `launch.deadline`.
+#[cfg_attr(not(any(test, feature = "conformance")), allow(dead_code))]
 pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &Launch<'_>) -> Ended {
-    let mut confinement = match backend.prepare(policy, launch.argv) {
+    launch_with_facts(backend, policy, launch).0
+}
+
+/// [`launch`], and what the launch was (`None` when nothing was prepared).
+pub(crate) fn launch_with_facts(
+    backend: &dyn Backend,
+    policy: &ResolvedPolicy,
+    launch: &Launch<'_>,
+) -> (Ended, Option<LaunchFacts>) {
+    let containment = Containment::new();
+    let options = sandbox_launch::launch_options(&containment);
+    let confinement = match backend.prepare_for_launch(policy, launch.argv, options) {
         Ok(c) => c,
         Err(e) => {
-            return Ended::NotStarted {
-                why: format!("the backend refused to prepare the command: {e}"),
-            }
+            let why = format!("the backend refused to prepare the command: {e}");
+            return (Ended::NotStarted { why }, None);
         }
     };
-    // The backend's supervisor (the Landlock backend's broker) runs for the
-    // launch as it does under `sandbox run`: without it, brokered calls fail.
-    let supervisor = confinement.supervisor.take();
+    let facts = LaunchFacts {
+        containment: containment.kind(),
+        seccomp: confinement
+            .report
+            .details
+            .iter()
+            .find(|d| d.starts_with("seccomp filter of"))
+            .cloned(),
+    };
+    (run_prepared(confinement, &containment, launch), Some(facts))
+}
+
+/// Runs a prepared confinement through the launch sequence.
+fn run_prepared(
+    mut confinement: sandbox_core::Confinement,
+    containment: &Containment,
+    launch: &Launch<'_>,
+) -> Ended {
     let Some(program) = confinement.argv.first() else {
         return Ended::NotStarted {
             why: "the backend's wrap produced an empty argv".into(),
         };
+    };
+    let path_var = launch
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    let path = match sandbox_launch::locate(program, path_var, None) {
+        Ok(path) => path,
+        Err(e) => return Ended::NotStarted { why: e.to_string() },
     };
     let null = |write: bool| {
         std::fs::OpenOptions::new()
@@ -123,196 +169,49 @@ pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &La
         (Ok(i), Ok(o), Ok(e)) => (i, o, e),
         (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => return Ended::NotStarted { why },
     };
-    let pre_exec = confinement.pre_exec.take();
-    let domain = confinement.domain.take();
-    let argv = &confinement.argv;
-    // Spawned, and the supervisor started, from inside the backend's domain
-    // (the broker's threads then share it), as `sandbox run` does.
-    let start = || {
-        let spawned = locate(program, launch.env).and_then(|path| {
-            let plan = SpawnPlan {
-                path: &path,
-                argv,
-                env: launch.env,
-                cwd: None,
-                stdin: Some(stdin.as_raw_fd()),
-                stdout: Some(stdout.as_raw_fd()),
-                stderr: Some(stderr.as_raw_fd()),
-                process_group: false,
-                cgroup: None,
-            };
-            // The runner's own setup first (its session is the probe's process
-            // group), then the backend's confinement: as `sandbox run` does.
-            let hooks: Vec<PreExecHook> = std::iter::once(spawn::session_hook(true))
-                .chain(pre_exec)
-                .collect();
-            // The hooks (and the child's end of the broker's channel) are gone
-            // once `spawn` returns, so the supervisor sees only the child's end.
-            spawn::spawn(&plan, hooks)
-        });
-        let pid = match spawned {
-            Ok(child) => child.pid,
-            Err(e) => {
-                let why = match decode_pre_exec_error(&e) {
-                    Some(errno) => format!(
-                        "the backend's pre-exec hook failed: {}",
-                        std::io::Error::from_raw_os_error(errno)
-                    ),
-                    None => format!("spawning {program:?} failed: {e}"),
-                };
-                return Err(Ended::NotStarted { why });
-            }
-        };
-        match supervisor.map(|s| s.start()).transpose() {
-            Ok(running) => Ok((pid, running)),
-            Err(e) => {
-                kill_group(pid);
-                spawn::kill_and_reap(pid);
-                Err(Ended::NotStarted {
-                    why: format!("the backend's supervisor did not start: {e}"),
-                })
-            }
-        }
+    let plan = SpawnPlan {
+        path: &path,
+        argv: &confinement.argv,
+        env: launch.env,
+        cwd: None,
+        stdin: Some(stdin.as_raw_fd()),
+        stdout: Some(stdout.as_raw_fd()),
+        stderr: Some(stderr.as_raw_fd()),
+        process_group: false,
+        cgroup: None,
     };
-    let run = |started: Result<(libc::pid_t, Option<Box<dyn RunningSupervisor>>), Ended>| {
-        let (pid, running) = started?;
-        let ended = wait_bounded(pid, launch.deadline);
-        if let Some(r) = running {
-            r.finish();
-        }
-        Ok(ended)
+    let confined = Confined {
+        hook: confinement.pre_exec.take(),
+        supervisor: confinement.supervisor.take(),
+        domain: confinement.domain.take(),
     };
-    let ended = LaunchDomain::launch(domain.as_ref(), start, run);
-    drop((stdin, stdout, stderr));
-    match ended {
-        Ok(Ok(ended) | Err(ended)) => ended,
-        Err(e) => Ended::NotStarted {
-            why: format!("entering the backend's launch domain failed: {e}"),
+    let launched = sandbox_launch::launch(
+        &plan,
+        containment,
+        &RunLimits::default(),
+        true,
+        confined,
+        Some(Instant::now() + launch.deadline),
+        Duration::ZERO,
+    );
+    match launched {
+        Ok(l) if l.timed_out => Ended::TimedOut {
+            after: launch.deadline,
         },
-    }
-}
-
-/// Finds `program` as `execvp` would, in the launch's own `PATH`: a name
-/// with a slash as it is, otherwise the first executable file of that name.
-fn locate(program: &OsStr, env: &[(OsString, OsString)]) -> std::io::Result<PathBuf> {
-    if program.as_bytes().contains(&b'/') {
-        return Ok(PathBuf::from(program));
-    }
-    let not_found = || std::io::Error::from_raw_os_error(libc::ENOENT);
-    if program.is_empty() {
-        return Err(not_found());
-    }
-    let search = env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"), |(_, v)| v);
-    std::env::split_paths(search)
-        .map(|dir| dir.join(program))
-        .find(|candidate| {
-            candidate.is_file()
-                && std::ffi::CString::new(candidate.as_os_str().as_bytes()).is_ok_and(|c| {
-                    // SAFETY: c is a valid NUL-terminated path.
-                    unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
-                })
-        })
-        .ok_or_else(not_found)
-}
-
-/// Waits for `pid` at most `deadline`; kills its process group on overrun,
-/// then reaps it.
-///
-/// std has no bounded wait; a pidfd gives one without a polling loop or a
-/// SIGCHLD handler (which would be process-global state a library must not own).
-fn wait_bounded(pid: libc::pid_t, deadline: Duration) -> Ended {
-    let exited = wait_pidfd(pid, deadline).unwrap_or_else(|| wait_polling(pid, deadline));
-    // The child is a zombie or still running: its pid (= its group id) cannot
-    // have been reused, so killing the group reaches only its own descendants.
-    kill_group(pid);
-    if !exited {
-        // SAFETY: signalling our unreaped child; failure (ESRCH) is fine.
-        unsafe {
-            libc::kill(pid, libc::SIGKILL);
-        }
-    }
-    match spawn::wait(pid) {
-        Ok(status) if exited => Ended::Exited { status },
-        Ok(_) => Ended::TimedOut { after: deadline },
-        Err(e) => Ended::NotStarted {
-            why: format!("waiting for the command failed: {e}"),
+        Ok(l) => Ended::Exited { status: l.status },
+        Err(LaunchError::Spawn(e)) => Ended::NotStarted {
+            why: match decode_pre_exec_error(&e) {
+                Some(errno) => format!(
+                    "the backend's pre-exec hook failed: {}",
+                    std::io::Error::from_raw_os_error(errno)
+                ),
+                None => format!("spawning {program:?} failed: {e}"),
+            },
         },
-    }
-}
-
-/// `Some(exited)` when a pidfd could be used, `None` when it is unavailable.
-#[cfg(not(target_os = "linux"))]
-fn wait_pidfd(_: libc::pid_t, _: Duration) -> Option<bool> {
-    None
-}
-
-/// `Some(exited)` when a pidfd could be used, `None` when it is unavailable.
-#[cfg(target_os = "linux")]
-fn wait_pidfd(pid: libc::pid_t, deadline: Duration) -> Option<bool> {
-    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    let fd = libc::c_int::try_from(fd).ok().filter(|fd| *fd >= 0)?;
-    // SAFETY: `fd` was just returned by pidfd_open and is owned here alone.
-    let fd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) };
-    let start = Instant::now();
-    loop {
-        let left = deadline.saturating_sub(start.elapsed());
-        let ms = libc::c_int::try_from(left.as_millis()).unwrap_or(libc::c_int::MAX);
-        let mut pfd = libc::pollfd {
-            fd: fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n > 0 {
-            return Some(true);
-        }
-        if n == 0 {
-            return Some(false);
-        }
-        if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return None;
-        }
-    }
-}
-
-/// Checks with `waitid(WNOWAIT)` on a short tick, leaving the child unreaped
-/// (its pid, its group id, stays ours until [`spawn::wait`]).
-fn wait_polling(pid: libc::pid_t, deadline: Duration) -> bool {
-    let start = Instant::now();
-    loop {
-        // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child unreaped.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        let rc = unsafe {
-            libc::waitid(
-                libc::P_PID,
-                pid as libc::id_t,
-                &mut info,
-                libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-            )
-        };
-        // SAFETY: si_pid is valid to read for waitid results.
-        if rc == 0 && unsafe { info.si_pid() } != 0 {
-            return true;
-        }
-        if rc != 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-            return false;
-        }
-        if start.elapsed() >= deadline {
-            return false;
-        }
-        std::thread::sleep(Duration::from_millis(1));
-    }
-}
-
-fn kill_group(pid: libc::pid_t) {
-    // SAFETY: signalling a process group we created; failure (ESRCH) is fine.
-    unsafe {
-        libc::kill(-pid, libc::SIGKILL);
+        Err(LaunchError::Supervisor(e)) => Ended::NotStarted {
+            why: format!("the backend's supervisor did not start: {e}"),
+        },
+        Err(e) => Ended::NotStarted { why: e.to_string() },
     }
 }
 
@@ -453,11 +352,9 @@ mod tests {
             "eof\n/usr/local/bin:/usr/bin:/bin\n"
         );
         match run(&["sandbox-probe-no-such-program"]) {
-            Ended::NotStarted { why } => assert_eq!(
-                why,
-                "spawning \"sandbox-probe-no-such-program\" failed: \
-                 No such file or directory (os error 2)"
-            ),
+            Ended::NotStarted { why } => {
+                assert_eq!(why, "sandbox-probe-no-such-program: command not found")
+            }
             other => panic!("{other:?}"),
         }
     }

@@ -16,10 +16,9 @@ pub mod conformance;
 mod gate;
 mod launch;
 mod probe;
-#[doc(hidden)]
-pub mod spawn;
 
 pub use gate::{cached, enforcement_self_test, gate, GateFailure, GateReport};
+pub use launch::LaunchFacts;
 pub use probe::{
     spawn_probe, write_probe, Check, CheckRole, ProbeKind, ProbeReport, ProbeResult,
     LAUNCH_DEADLINE,

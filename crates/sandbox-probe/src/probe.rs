@@ -12,7 +12,7 @@ use std::time::Duration;
 use sandbox_core::{Backend, ExpandContext, ResolvedPolicy, SandboxPolicy};
 use serde::Serialize;
 
-use crate::launch::{launch, minimal_env, Ended, Launch};
+use crate::launch::{minimal_env, Ended, Launch};
 
 /// Wall-clock bound of one probe launch.
 pub const LAUNCH_DEADLINE: Duration = Duration::from_secs(5);
@@ -102,6 +102,10 @@ pub struct ProbeReport {
     pub result: ProbeResult,
     /// The controls and denies, in the order they were made.
     pub checks: Vec<Check>,
+    /// What the probe's launch was (containment, seccomp program): the
+    /// same as a run of the same policy switches gets.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub launch: Option<crate::launch::LaunchFacts>,
 }
 
 /// Runs the write probe against `backend` (one launch).
@@ -153,6 +157,7 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
             why: "not run".into(),
         },
         checks: Vec::new(),
+        launch: None,
     };
     let mut spawn = ProbeReport {
         probe: ProbeKind::Spawn,
@@ -176,15 +181,16 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
             let confined = scope.spawn(|| {
                 confined_setup.map(|setup| {
                     setup.map(|(dir, policy, brief)| {
-                        let ended = s.run_sh(backend, &policy, CONFINED_SCRIPT, &dir, &[]);
+                        let (ended, facts) = s.run_sh(backend, &policy, CONFINED_SCRIPT, &dir, &[]);
                         let evidence = s.evidence(&ended, &dir);
-                        (dir, brief, evidence)
+                        (dir, brief, evidence, facts)
                     })
                 })
             });
             let opener_args = opener.as_ref().map(Opener::args).unwrap_or_default();
-            let ended = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant, &opener_args);
+            let (ended, facts) = s.run_sh(backend, &policy, OPEN_SCRIPT, &s.grant, &opener_args);
             let evidence = s.evidence(&ended, &s.grant);
+            write.launch = facts;
             let confined = confined
                 .join()
                 .unwrap_or_else(|_| Some(Err("the confined probe launch panicked".into())));
@@ -204,6 +210,10 @@ fn probes(backend: &dyn Backend, which: Which) -> (ProbeReport, ProbeReport) {
         write.result = judge_write(&s, opener.as_ref(), &evidence, &mut write.checks);
     }
     if let Some(confined) = confined {
+        let confined = confined.map(|(dir, brief, evidence, facts)| {
+            spawn.launch = facts;
+            (dir, brief, evidence)
+        });
         spawn.result = judge_spawn(&s, &evidence, confined, &mut spawn.checks);
     }
     (write, spawn)
@@ -739,7 +749,7 @@ impl Scratch {
         script: &str,
         dir: &Path,
         extra: &[OsString],
-    ) -> Ended {
+    ) -> (Ended, Option<crate::launch::LaunchFacts>) {
         let mut argv: Vec<OsString> = vec![
             "/bin/sh".into(),
             "-c".into(),
@@ -750,7 +760,7 @@ impl Scratch {
         ];
         argv.extend_from_slice(extra);
         let stderr = self.stderr_path(dir);
-        launch(
+        crate::launch::launch_with_facts(
             backend,
             policy,
             &Launch {

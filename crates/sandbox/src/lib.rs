@@ -28,25 +28,21 @@
 
 mod builder;
 mod caches;
-mod contain;
 mod gate;
-mod limit;
 mod outcome;
 mod resolve;
 mod runner;
 pub mod trusted;
 // The one launch path, shared with the self-test so that it witnesses it.
-use sandbox_probe::spawn;
 
 pub use builder::{Error, ErrorKind, Sandbox};
 pub use caches::{tool_cache_dir, ToolCacheError};
-pub use contain::ContainmentKind;
-pub use limit::{LimitKind, LimitRecord};
 pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
 pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
 };
+pub use sandbox_launch::{ContainmentKind, LimitKind, LimitRecord};
 // The core types a library user needs, listed one by one: nothing becomes
 // public here by accident. Internals (the pre-exec errno tag protocol, the
 // `SANDBOX_UNAVAILABLE` code, environment scrubbing, the conformance axis
@@ -73,7 +69,7 @@ pub use sandbox_seatbelt::SeatbeltBackend;
 /// How runs started by this process are held together on this host (probed
 /// by creating and removing a cgroup).
 pub fn containment() -> ContainmentKind {
-    contain::Containment::new().kind()
+    sandbox_launch::Containment::new().kind()
 }
 
 /// Which resource limits runs started by this process can be held to on
@@ -81,15 +77,15 @@ pub fn containment() -> ContainmentKind {
 /// cgroups). Each record's `held_by` is `None` with the reason when that
 /// limit cannot be held.
 pub fn limit_support() -> Vec<LimitRecord> {
-    let containment = contain::Containment::new();
+    let containment = sandbox_launch::Containment::new();
     let all = ResourceLimits {
         memory: "1T".parse().ok(),
         pids: "4194304".parse().ok(),
         cpu: "1024".parse().ok(),
     };
     match containment.run_name() {
-        Ok(name) => limit::RunLimits::set(&all, containment.cgroup_dir(), &name).records(),
-        Err(e) => limit::RunLimits::unavailable(&all, &e.to_string()).records(),
+        Ok(name) => sandbox_launch::RunLimits::set(&all, containment.cgroup_dir(), &name).records(),
+        Err(e) => sandbox_launch::RunLimits::unavailable(&all, &e.to_string()).records(),
     }
 }
 

@@ -3,21 +3,21 @@
 
 use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
-use std::os::fd::{AsRawFd, OwnedFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use sandbox_core::{
-    decode_pre_exec_error, scrub_env, Backend, EgressRule, LaunchDomain, LaunchOptions,
-    MediatedCall, Mediation, NetworkMode, PreExecHook, ResolvedPolicy, RunningSupervisor,
+    decode_pre_exec_error, scrub_env, Backend, EgressRule, MediatedCall, Mediation, NetworkMode,
+    ResolvedPolicy,
 };
 use sandbox_proxy::{Proxy, ProxyOptions};
 
-use crate::contain::Containment;
+use sandbox_launch::spawn::SpawnPlan;
+use sandbox_launch::{Containment, LaunchError, RunLimits};
+
 use crate::outcome::{Classification, Outcome, Termination};
-use crate::spawn::{self, SpawnPlan};
 
 /// Exit code when the timeout ended the command.
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -220,22 +220,6 @@ fn socket_kind(fd: i32) -> (Option<i32>, Option<i32>) {
     (opt(libc::SO_DOMAIN), opt(libc::SO_TYPE))
 }
 
-/// Makes the calling process a child subreaper, once: orphans of a run held
-/// by its process group are re-parented here and reaped by the runner
-/// (Linux only). A process-wide setting, documented on [`run`].
-fn become_subreaper() {
-    #[cfg(target_os = "linux")]
-    {
-        static ONCE: std::sync::Once = std::sync::Once::new();
-        ONCE.call_once(|| {
-            // SAFETY: prctl with integer arguments has no memory effects.
-            unsafe {
-                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
-            }
-        });
-    }
-}
-
 impl RunError {
     /// The exit code a shell-like runner reports for this error.
     pub fn exit_code(&self) -> i32 {
@@ -288,13 +272,13 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let containment = Containment::new();
     let containment_kind = containment.kind();
     let limits = if req.limits.is_empty() {
-        crate::limit::RunLimits::default()
+        RunLimits::default()
     } else {
         let name = containment.run_name().map_err(|source| RunError::Spawn {
             program: program.clone(),
             source,
         })?;
-        crate::limit::RunLimits::set(&req.limits, containment.cgroup_dir(), &name)
+        RunLimits::set(&req.limits, containment.cgroup_dir(), &name)
     };
     let unheld = limits.unheld();
     if !unheld.is_empty() {
@@ -303,9 +287,8 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         }
         tracing::debug!(limits = %unheld.join("; "), "running without limits that cannot be held here");
     }
-    let options = LaunchOptions::default()
-        .with_process_group_held(containment.kind() == crate::ContainmentKind::ProcessGroup)
-        .with_writes_observed(req.observe_writes);
+    let options =
+        sandbox_launch::launch_options(&containment).with_writes_observed(req.observe_writes);
     let mut proxy = None;
     let (argv, hook, report, supervisor, domain) = match &req.policy {
         Some(policy) => {
@@ -380,64 +363,39 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         stdin: None,
         stdout: None,
         stderr: null.as_ref().map(|f| f.as_raw_fd()),
-        // The runner's own hook starts a session (a new group with it).
         process_group: false,
-        cgroup: containment.cgroup(),
+        cgroup: None,
     };
-    // The runner's own setup first, then the backend's confinement.
-    let hooks: Vec<PreExecHook> = limits
-        .join_hook()
-        .into_iter()
-        .chain(std::iter::once(spawn::session_hook(req.policy.is_some())))
-        .chain(hook)
-        .collect();
-
-    if containment.kind() == crate::ContainmentKind::ProcessGroup {
-        // Members of the run's group that end up our children are reaped by
-        // us, so an emptied group is seen as empty (see `contain`).
-        become_subreaper();
-    }
-    // The child is spawned, and the supervisor started, on a thread inside
-    // the backend's domain (the broker's threads then share it); that thread
-    // stays until the run has ended. The hooks (and the fds they hold for
-    // the child) are gone once `spawn` returns, so a supervisor's channel
-    // sees only the child's end.
-    let start = || {
-        let child =
-            spawn::spawn(&plan, hooks).map_err(|source| spawn_error(backend, program, source))?;
-        let pid = child.pid;
-        match supervisor.map(|s| s.start()).transpose() {
-            Ok(s) => Ok((pid, s)),
-            Err(err) => {
-                containment.end(pid, Duration::ZERO);
-                spawn::kill_and_reap(pid);
-                Err(RunError::Unavailable(err))
-            }
-        }
+    let confined = sandbox_launch::Confined {
+        hook,
+        supervisor,
+        domain,
     };
-    let run = |launched: Result<(libc::pid_t, Option<Box<dyn RunningSupervisor>>), RunError>| {
-        let (pid, supervisor) = launched?;
-        let deadline = timeout.map(|t| started + t);
-        let timed_out = !Watch::new(pid).wait_exit(deadline);
-        // Every process of the run ends here, the main one too on a timeout.
-        let ended = containment.end(pid, req.grace);
-        let status = match ended.main {
-            Some(status) => status,
-            None => spawn::wait(pid).map_err(|source| RunError::Spawn {
-                program: program.clone(),
-                source,
-            })?,
-        };
-        Ok::<_, RunError>((timed_out, ended, status, supervisor.map(|s| s.finish())))
-    };
-    let (timed_out, ended, status, mut mediation) =
-        LaunchDomain::launch(domain.as_ref(), start, run).map_err(|e| {
-            RunError::Unavailable(sandbox_core::SandboxUnavailable::new(
-                backend.name(),
-                format!("entering the launch domain failed: {e}"),
-            ))
-        })??;
-    let leftovers = ended.others;
+    let deadline = timeout.map(|t| started + t);
+    let launched = sandbox_launch::launch(
+        &plan,
+        &containment,
+        &limits,
+        req.policy.is_some(),
+        confined,
+        deadline,
+        req.grace,
+    )
+    .map_err(|e| match e {
+        LaunchError::Spawn(source) => spawn_error(backend, program, source),
+        LaunchError::Supervisor(err) => RunError::Unavailable(err),
+        LaunchError::Domain(e) => RunError::Unavailable(sandbox_core::SandboxUnavailable::new(
+            backend.name(),
+            format!("entering the launch domain failed: {e}"),
+        )),
+        other => RunError::Spawn {
+            program: program.clone(),
+            source: std::io::Error::other(other.to_string()),
+        },
+    })?;
+    let (timed_out, status, mut mediation) =
+        (launched.timed_out, launched.status, launched.mediation);
+    let leftovers = launched.others;
     let limit_records = limits.records();
     drop(limits);
     drop(containment);
@@ -514,137 +472,16 @@ fn spawn_error(backend: &dyn Backend, program: &OsStr, source: std::io::Error) -
     }
 }
 
-/// Finds `program` the way a shell would, so "not found" and "not executable"
-/// are told apart before anything is spawned.
+/// Finds `program` as a shell would (see [`sandbox_launch::locate`]).
 fn locate(
     program: &OsStr,
     path_var: Option<&OsStr>,
     cwd: Option<&Path>,
 ) -> Result<PathBuf, RunError> {
-    // As a shell: an empty program name is not found (never a PATH directory).
-    if program.is_empty() {
-        return Err(RunError::NotFound(program.to_owned()));
-    }
-    let check = |candidate: PathBuf| -> Option<Result<PathBuf, RunError>> {
-        let meta = std::fs::metadata(&candidate).ok()?;
-        let executable = meta.is_file() && {
-            let c = std::ffi::CString::new(candidate.as_os_str().as_bytes()).ok()?;
-            // SAFETY: c is a valid NUL-terminated path.
-            unsafe { libc::access(c.as_ptr(), libc::X_OK) == 0 }
-        };
-        Some(if executable {
-            Ok(candidate)
-        } else {
-            Err(RunError::NotExecutable {
-                reason: if meta.is_dir() {
-                    "is a directory".into()
-                } else {
-                    "permission denied".into()
-                },
-                path: candidate,
-            })
-        })
-    };
-    if program.as_bytes().contains(&b'/') {
-        let path = match cwd {
-            Some(dir) if !Path::new(program).is_absolute() => dir.join(program),
-            _ => PathBuf::from(program),
-        };
-        return check(path).unwrap_or_else(|| Err(RunError::NotFound(program.to_owned())));
-    }
-    let search = path_var.unwrap_or(OsStr::new("/usr/local/bin:/usr/bin:/bin"));
-    let mut first_error = None;
-    for dir in std::env::split_paths(search) {
-        match check(dir.join(program)) {
-            Some(Ok(found)) => return Ok(found),
-            Some(Err(e)) => {
-                first_error.get_or_insert(e);
-            }
-            None => {}
+    sandbox_launch::locate(program, path_var, cwd).map_err(|e| match e {
+        sandbox_launch::LocateError::NotExecutable { path, reason } => {
+            RunError::NotExecutable { path, reason }
         }
-    }
-    Err(first_error.unwrap_or_else(|| RunError::NotFound(program.to_owned())))
-}
-
-#[cfg(target_os = "linux")]
-fn pidfd_open(pid: i32) -> Option<OwnedFd> {
-    // SAFETY: pidfd_open takes integer arguments; a returned fd is ours to own.
-    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
-    (fd >= 0).then(|| unsafe { std::os::fd::FromRawFd::from_raw_fd(fd as i32) })
-}
-
-#[cfg(not(target_os = "linux"))]
-fn pidfd_open(_pid: i32) -> Option<OwnedFd> {
-    None
-}
-
-/// Waits on a child via its pidfd.
-struct Watch {
-    pid: i32,
-    pidfd: Option<OwnedFd>,
-}
-
-impl Watch {
-    fn new(pid: i32) -> Self {
-        Self {
-            pid,
-            pidfd: pidfd_open(pid),
-        }
-    }
-
-    /// Waits until the child exits (true) or `deadline` passes (false).
-    fn wait_exit(&mut self, deadline: Option<Instant>) -> bool {
-        loop {
-            let wait_ms = match deadline {
-                Some(d) => {
-                    let left = d.saturating_duration_since(Instant::now());
-                    if left.is_zero() {
-                        return false;
-                    }
-                    left.as_millis().min(i32::MAX as u128) as i32 + 1
-                }
-                None => -1,
-            };
-            let Some(pidfd) = &self.pidfd else {
-                // No pidfd (very old kernel): check with a short tick.
-                return self.wait_without_pidfd(deadline);
-            };
-            let mut pfd = libc::pollfd {
-                fd: pidfd.as_raw_fd(),
-                events: libc::POLLIN,
-                revents: 0,
-            };
-            // SAFETY: one valid pollfd.
-            let n = unsafe { libc::poll(&mut pfd, 1, wait_ms) };
-            if n > 0 {
-                return true;
-            }
-            // n == 0: the deadline check at the top ends the loop; n < 0: EINTR.
-        }
-    }
-
-    /// Fallback for kernels without pidfd_open: check with `waitid(WNOWAIT)` on a short tick,
-    /// leaving the child for `Child::wait` to reap.
-    fn wait_without_pidfd(&mut self, deadline: Option<Instant>) -> bool {
-        loop {
-            // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child unreaped.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            let rc = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    self.pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-                )
-            };
-            // SAFETY: si_pid is valid to read for waitid results.
-            if rc == 0 && unsafe { info.si_pid() } != 0 {
-                return true;
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return false;
-            }
-            std::thread::sleep(Duration::from_millis(5));
-        }
-    }
+        _ => RunError::NotFound(program.to_owned()),
+    })
 }

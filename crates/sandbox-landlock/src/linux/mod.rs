@@ -76,6 +76,7 @@ pub(crate) fn prepare_with(
         skipped: plan.skipped,
         drops_capabilities: drop_capabilities,
         seccomp_instructions: filter.len(),
+        seccomp_fingerprint: fingerprint(&filter),
         brokered_denials: mediation == rules::Mediation::Entries,
     };
     let mut report = report::report(policy, abi, Some(&facts));
@@ -213,4 +214,19 @@ impl PreparedLandlock {
     pub fn filter(&self) -> &Filter {
         &self.filter
     }
+}
+
+/// FNV-1a (64-bit) over the filter's instructions, in order: two launches
+/// with the same fingerprint install the same program. (A fingerprint for
+/// comparing reports, not a defence: nothing trusts it.)
+fn fingerprint(filter: &sandbox_seccomp::Filter) -> u64 {
+    let step = |h: u64, b: u8| (h ^ u64::from(b)).wrapping_mul(0x0000_0100_0000_01b3);
+    filter
+        .instructions()
+        .iter()
+        .fold(0xcbf2_9ce4_8422_2325, |h, i| {
+            let h = i.code.to_le_bytes().into_iter().fold(h, step);
+            let h = step(step(h, i.jt), i.jf);
+            i.k.to_le_bytes().into_iter().fold(h, step)
+        })
 }

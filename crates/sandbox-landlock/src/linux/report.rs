@@ -14,6 +14,8 @@ pub(crate) struct RulesetFacts {
     pub skipped: Vec<String>,
     pub drops_capabilities: bool,
     pub seccomp_instructions: usize,
+    /// FNV-1a (64-bit) of the filter's instructions: names the program.
+    pub seccomp_fingerprint: u64,
     /// Deny paths beneath write paths are kept by the broker, not by splitting.
     pub brokered_denials: bool,
 }
@@ -64,8 +66,8 @@ pub(crate) fn report(
             );
         }
         details.push(format!(
-            "seccomp filter of {} instructions",
-            facts.seccomp_instructions
+            "seccomp filter of {} instructions (program {:016x})",
+            facts.seccomp_instructions, facts.seccomp_fingerprint
         ));
         for skipped in &facts.skipped {
             details.push(format!("no rule (narrower than the policy): {skipped}"));

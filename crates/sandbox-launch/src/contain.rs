@@ -64,7 +64,10 @@ impl ContainmentKind {
 
 /// The containment of one run, prepared before the command starts.
 #[derive(Debug)]
-pub(crate) enum Containment {
+pub struct Containment(Inner);
+
+#[derive(Debug)]
+enum Inner {
     Cgroup(CgroupRun),
     ProcessGroup,
 }
@@ -85,54 +88,60 @@ const NAME_TRIES: usize = 4;
 /// How long ending a run waits for the kernel to report the cgroup empty.
 const EMPTY_WAIT: Duration = Duration::from_secs(10);
 
+impl Default for Containment {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
 impl Containment {
     /// The best containment this host offers the calling process.
-    pub(crate) fn new() -> Self {
+    pub fn new() -> Self {
         if cfg!(target_os = "linux") {
             match CgroupRun::create() {
-                Ok(run) => return Containment::Cgroup(run),
+                Ok(run) => return Containment(Inner::Cgroup(run)),
                 Err(err) => {
                     tracing::debug!(%err, "no cgroup for the run; holding its process group")
                 }
             }
         }
-        Containment::ProcessGroup
+        Containment(Inner::ProcessGroup)
     }
 
     /// The run's cgroup v2 directory, in cgroup mode.
-    pub(crate) fn cgroup_dir(&self) -> Option<&Path> {
-        match self {
-            Containment::Cgroup(run) => Some(&run.dir),
-            Containment::ProcessGroup => None,
+    pub fn cgroup_dir(&self) -> Option<&Path> {
+        match &self.0 {
+            Inner::Cgroup(run) => Some(&run.dir),
+            Inner::ProcessGroup => None,
         }
     }
 
     /// The name of the run's cgroups (the v2 one's, or a fresh one).
-    pub(crate) fn run_name(&self) -> io::Result<String> {
-        match self {
-            Containment::Cgroup(run) => run
+    pub fn run_name(&self) -> io::Result<String> {
+        match &self.0 {
+            Inner::Cgroup(run) => run
                 .dir
                 .file_name()
                 .and_then(|n| n.to_str())
                 .map(str::to_owned)
                 .ok_or_else(|| io::Error::other("the run's cgroup has no name")),
-            Containment::ProcessGroup => fresh_name(),
+            Inner::ProcessGroup => fresh_name(),
         }
     }
 
     /// Which mechanism this is.
-    pub(crate) fn kind(&self) -> ContainmentKind {
-        match self {
-            Containment::Cgroup(_) => ContainmentKind::Cgroup,
-            Containment::ProcessGroup => ContainmentKind::ProcessGroup,
+    pub fn kind(&self) -> ContainmentKind {
+        match &self.0 {
+            Inner::Cgroup(_) => ContainmentKind::Cgroup,
+            Inner::ProcessGroup => ContainmentKind::ProcessGroup,
         }
     }
 
     /// Where the child starts: the run's cgroup (directory fd for
     /// `CLONE_INTO_CGROUP`, and `cgroup.procs` for hosts without it). `None`
     /// for the process group (the runner's own hook starts the session).
-    pub(crate) fn cgroup(&self) -> Option<crate::spawn::CgroupTarget> {
-        let Containment::Cgroup(run) = self else {
+    pub fn cgroup(&self) -> Option<crate::spawn::CgroupTarget> {
+        let Inner::Cgroup(run) = &self.0 else {
             return None;
         };
         Some(crate::spawn::CgroupTarget {
@@ -144,28 +153,29 @@ impl Containment {
     /// Ends every process of the run whose main process is `pid` (its
     /// process group leader): SIGTERM, up to `grace` for them to go, then
     /// SIGKILL to all at once.
-    pub(crate) fn end(&self, pid: i32, grace: Duration) -> Ended {
-        match self {
-            Containment::Cgroup(run) => Ended {
+    pub fn end(&self, pid: i32, grace: Duration) -> Ended {
+        match &self.0 {
+            Inner::Cgroup(run) => Ended {
                 others: run.end(pid, grace),
                 main: None,
             },
-            Containment::ProcessGroup => end_group(pid, grace),
+            Inner::ProcessGroup => end_group(pid, grace),
         }
     }
 }
 
 /// What ending a run found.
-pub(crate) struct Ended {
+#[derive(Debug)]
+pub struct Ended {
     /// Processes besides the main one that were still there.
-    pub(crate) others: usize,
+    pub others: usize,
     /// The main process's status, when ending the group reaped it.
-    pub(crate) main: Option<ExitStatus>,
+    pub main: Option<ExitStatus>,
 }
 
 /// A cgroup created for one run, removed when dropped.
 #[derive(Debug)]
-pub(crate) struct CgroupRun {
+struct CgroupRun {
     dir: PathBuf,
     dirfd: OwnedFd,
     procs: OwnedFd,

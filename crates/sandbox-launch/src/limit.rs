@@ -109,9 +109,10 @@ struct V1Group {
     procs: OwnedFd,
 }
 
-/// The limits of one run, set before the command starts.
+/// The limits of one run, set before the command starts (none by
+/// default).
 #[derive(Debug, Default)]
-pub(crate) struct RunLimits {
+pub struct RunLimits {
     set: Vec<Set>,
     v1: Vec<V1Group>,
 }
@@ -124,7 +125,7 @@ const CPU_MIN_QUOTA_US: u64 = 1_000;
 impl RunLimits {
     /// Sets each of `limits`: in `v2` (the run's own cgroup v2, if it has
     /// one) where that cgroup has the controller, else in a v1 hierarchy.
-    pub(crate) fn set(limits: &ResourceLimits, v2: Option<&Path>, name: &str) -> Self {
+    pub fn set(limits: &ResourceLimits, v2: Option<&Path>, name: &str) -> Self {
         let mut run = RunLimits::default();
         for (kind, requested) in wanted(limits) {
             let values = values(kind, limits);
@@ -150,7 +151,7 @@ impl RunLimits {
     }
 
     /// Each of `limits`, held by nothing, for `why`.
-    pub(crate) fn unavailable(limits: &ResourceLimits, why: &str) -> Self {
+    pub fn unavailable(limits: &ResourceLimits, why: &str) -> Self {
         let mut run = RunLimits::default();
         for (kind, requested) in wanted(limits) {
             run.set.push(Set {
@@ -165,7 +166,7 @@ impl RunLimits {
 
     /// The limits that were asked for but are not held, each as
     /// `--memory 64M (why)`.
-    pub(crate) fn unheld(&self) -> Vec<String> {
+    pub fn unheld(&self) -> Vec<String> {
         self.set
             .iter()
             .filter(|s| s.place.is_none())
@@ -182,7 +183,7 @@ impl RunLimits {
 
     /// A hook that moves the child into the run's v1 groups before it
     /// execs; `None` when there are none.
-    pub(crate) fn join_hook(&self) -> Option<PreExecHook> {
+    pub fn join_hook(&self) -> Option<PreExecHook> {
         if self.v1.is_empty() {
             return None;
         }
@@ -205,7 +206,7 @@ impl RunLimits {
     }
 
     /// How each limit fared, read after the run.
-    pub(crate) fn records(&self) -> Vec<LimitRecord> {
+    pub fn records(&self) -> Vec<LimitRecord> {
         self.set
             .iter()
             .map(|s| {

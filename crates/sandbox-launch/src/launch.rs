@@ -1,0 +1,154 @@
+//! The launch sequence every confined command takes, a run's and each of
+//! the self-test's probes alike: the runner's hooks then the backend's,
+//! spawned into the run's containment from the backend's launch domain,
+//! the supervisor started, a bounded wait, every process of the run ended,
+//! the supervisor's record collected.
+
+use std::process::ExitStatus;
+use std::time::{Duration, Instant};
+
+use sandbox_core::{
+    LaunchDomain, Mediation, PreExecHook, RunningSupervisor, SandboxUnavailable, Supervisor,
+};
+
+use crate::contain::{Containment, ContainmentKind};
+use crate::limit::RunLimits;
+use crate::spawn::{self, SpawnPlan};
+use crate::wait::Watch;
+
+/// What a backend prepared for one command, besides its argv.
+#[derive(Debug, Default)]
+pub struct Confined {
+    /// The backend's hook, run in the child after the runner's own.
+    pub hook: Option<PreExecHook>,
+    /// The backend's supervisor (the broker), started once the child is.
+    pub supervisor: Option<Box<dyn Supervisor>>,
+    /// The confinement of the thread that spawns the child.
+    pub domain: Option<LaunchDomain>,
+}
+
+/// How a launch ended.
+#[derive(Debug)]
+pub struct Launched {
+    /// The main process's status.
+    pub status: ExitStatus,
+    /// Whether the deadline passed before the main process exited.
+    pub timed_out: bool,
+    /// Processes besides the main one that were still there at the end,
+    /// and were ended.
+    pub others: usize,
+    /// The supervisor's record, when there was one.
+    pub mediation: Option<Mediation>,
+}
+
+/// Why a launch did not run to its end.
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum LaunchError {
+    /// The child could not be started, or one of its hooks failed (the
+    /// error then carries the hook's tagged errno, see
+    /// [`sandbox_core::decode_pre_exec_error`]).
+    #[error("starting the command failed: {0}")]
+    Spawn(#[source] std::io::Error),
+    /// The backend's supervisor did not start (the child was ended).
+    #[error(transparent)]
+    Supervisor(SandboxUnavailable),
+    /// The launching thread could not enter the backend's domain.
+    #[error("entering the launch domain failed: {0}")]
+    Domain(#[source] std::io::Error),
+    /// Reaping the main process failed.
+    #[error("waiting for the command failed: {0}")]
+    Wait(#[source] std::io::Error),
+}
+
+/// The launch options a run held by `containment` needs from its backend.
+pub fn launch_options(containment: &Containment) -> sandbox_core::LaunchOptions {
+    sandbox_core::LaunchOptions::default()
+        .with_process_group_held(containment.kind() == ContainmentKind::ProcessGroup)
+}
+
+/// Starts `plan` held by `containment` and limited by `limits`, with the
+/// runner's setup (its own session, parent-death signal, inherited fds
+/// closed, `no_new_privs` when asked) then `confined`'s hook; waits until
+/// it exits or `deadline` passes; then ends every process of the run
+/// (SIGTERM, `grace`, SIGKILL) and finishes the supervisor.
+///
+/// In process-group mode the calling process becomes a child subreaper
+/// (`PR_SET_CHILD_SUBREAPER`, kept), so the run's orphans are reaped here.
+/// `plan.cgroup` and `plan.process_group` are set from `containment`.
+pub fn launch(
+    plan: &SpawnPlan<'_>,
+    containment: &Containment,
+    limits: &RunLimits,
+    no_new_privs: bool,
+    confined: Confined,
+    deadline: Option<Instant>,
+    grace: Duration,
+) -> Result<Launched, LaunchError> {
+    let plan = SpawnPlan {
+        // The session hook makes the group (a group leader cannot start a session).
+        process_group: false,
+        cgroup: containment.cgroup(),
+        ..*plan
+    };
+    let hooks: Vec<PreExecHook> = limits
+        .join_hook()
+        .into_iter()
+        .chain(std::iter::once(spawn::session_hook(no_new_privs)))
+        .chain(confined.hook)
+        .collect();
+    if containment.kind() == ContainmentKind::ProcessGroup {
+        become_subreaper();
+    }
+    let supervisor = confined.supervisor;
+    // The child is spawned, and the supervisor started, on a thread inside
+    // the backend's domain (the broker's threads then share it); that thread
+    // stays until the run has ended. The hooks (and the fds they hold for
+    // the child) are gone once `spawn` returns, so a supervisor's channel
+    // sees only the child's end.
+    let start = || {
+        let child = spawn::spawn(&plan, hooks).map_err(LaunchError::Spawn)?;
+        let pid = child.pid;
+        match supervisor.map(|s| s.start()).transpose() {
+            Ok(running) => Ok((pid, running)),
+            Err(err) => {
+                containment.end(pid, Duration::ZERO);
+                spawn::kill_and_reap(pid);
+                Err(LaunchError::Supervisor(err))
+            }
+        }
+    };
+    let body = |started: Result<(libc::pid_t, Option<Box<dyn RunningSupervisor>>), LaunchError>| {
+        let (pid, running) = started?;
+        let timed_out = !Watch::new(pid).wait_exit(deadline);
+        // Every process of the run ends here, the main one too on a timeout.
+        let ended = containment.end(pid, grace);
+        let status = match ended.main {
+            Some(status) => status,
+            None => spawn::wait(pid).map_err(LaunchError::Wait)?,
+        };
+        Ok(Launched {
+            status,
+            timed_out,
+            others: ended.others,
+            mediation: running.map(|r| r.finish()),
+        })
+    };
+    LaunchDomain::launch(confined.domain.as_ref(), start, body).map_err(LaunchError::Domain)?
+}
+
+/// Makes the calling process a child subreaper, once: orphans of a run held
+/// by its process group are re-parented here and reaped by the runner
+/// (Linux only).
+fn become_subreaper() {
+    #[cfg(target_os = "linux")]
+    {
+        static ONCE: std::sync::Once = std::sync::Once::new();
+        ONCE.call_once(|| {
+            // SAFETY: prctl with integer arguments has no memory effects.
+            unsafe {
+                libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+            }
+        });
+    }
+}
