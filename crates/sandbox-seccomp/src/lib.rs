@@ -217,7 +217,7 @@ mod prebuilt {
 /// How many specs have a prebuilt program ([`FilterSpec::prebuilt_slot`]):
 /// every spec a Landlock launch can ask for; the rest are compiled once per
 /// process.
-#[cfg(test)]
+#[cfg(all(test, target_os = "linux", target_arch = "x86_64"))]
 const PREBUILT_SPECS: usize = 128;
 
 fn prebuilt(spec: &FilterSpec) -> Option<&'static [BpfInstruction]> {
