@@ -174,8 +174,9 @@ fn direct_connects_reach_listed_addresses_only() {
     let direct = |p: u16| {
         format!("curl -sS --noproxy '*' -o /dev/null http://127.0.0.1:{p}/ && echo reached || echo refused")
     };
-    // A name rule does not admit the address itself: the direct connect is refused.
-    let (out, record) = run(&allow(&[format!("localhost:{port}")]), &direct(port));
+    // A name rule admits no address by itself: a name never resolved for
+    // the run (none of its answers pinned) leaves the direct connect refused.
+    let (out, record) = run(&allow(&[format!("svc.example.com:{port}")]), &direct(port));
     assert_eq!(stdout(&out), "refused");
     assert!(
         refusals(&record)
@@ -184,6 +185,12 @@ fn direct_connects_reach_listed_addresses_only() {
         "{:?}",
         refusals(&record)
     );
+    // An exact name that /etc/hosts lists is pinned at start: its address
+    // is reached directly at the rule's port, and at no other.
+    let (out, _) = run(&allow(&[format!("localhost:{port}")]), &direct(port));
+    assert_eq!(stdout(&out), "reached", "{}", String::from_utf8_lossy(&out.stderr));
+    let (out, _) = run(&allow(&[format!("localhost:{}", port + 1)]), &direct(port));
+    assert_eq!(stdout(&out), "refused");
     // Twin: the IP rule admits it directly.
     let (out, _) = run(&allow(&[format!("127.0.0.1:{port}")]), &direct(port));
     assert_eq!(

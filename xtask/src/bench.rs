@@ -443,6 +443,50 @@ pub fn main(args: &[String]) -> Result<(), String> {
         &per_connect(&a),
         &per_connect(&b),
     ));
+    // A connect by IP admitted by a pinned answer: the exact name
+    // `localhost` (pinned from /etc/hosts at start), the same connects.
+    let mut pinned = listed.clone();
+    if let Some(rule) = pinned.iter_mut().find(|a| **a == sink.to_string()) {
+        *rule = format!("localhost:{}", sink.port());
+    }
+    let (a, b) = interleave(
+        settings.workload_runs,
+        || inner_ms(&connect),
+        || inner_ms(&pinned),
+    )?;
+    rows.push(row(
+        &format!("{connects} TCP connects by IP pinned for a listed name: brokered vs bare (µs per call)"),
+        &pinned,
+        &per_connect(&a),
+        &per_connect(&b),
+    ));
+    // A DNS query answered by the runner's resolver (over TCP, routed there
+    // by the broker), per query; no bare baseline: bare, it would leave the
+    // machine.
+    let queries = connects / 4;
+    let dns = vec![
+        bin.display().to_string(),
+        "run".into(),
+        "--on-unsupported".into(),
+        "error".into(),
+        "--allow-net".into(),
+        format!("localhost:{}", sink.port()),
+        "--".into(),
+        workload.display().to_string(),
+        "dns".into(),
+        queries.to_string(),
+        "localhost".into(),
+    ];
+    let samples = (0..settings.workload_runs)
+        .map(|_| inner_ms(&dns).map(|ms| ms * 1000.0 / queries as f64))
+        .collect::<Result<Vec<_>, _>>()?;
+    rows.push(Row {
+        case: format!("{queries} DNS queries answered by the runner's resolver (µs per query, TCP connect included)"),
+        command: dns.join(" "),
+        baseline_ms: Stats::of(&[]),
+        measured_ms: Stats::of(&samples),
+        ratio: None,
+    });
     if which("curl").is_some() {
         const DOWNLOAD: usize = 100 << 20;
         let server = loopback_listener(Some(DOWNLOAD))?;

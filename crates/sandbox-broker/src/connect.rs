@@ -284,7 +284,21 @@ pub(crate) fn decide(
         }
     } else {
         if let Some(allowed) = rules.allow_net() {
-            if domain != libc::AF_NETLINK && !egress_admits(allowed, domain, &job.addr) {
+            let dest = socket_addr(domain, &job.addr);
+            let dns = rules.dns().filter(|_| {
+                kind == libc::SOCK_STREAM && dest.is_some_and(|d| d.port() == DNS_PORT)
+            });
+            if let (Some(dns), Some(to)) = (dns, dns.and_then(|d| encode(domain, d.resolver))) {
+                // DNS over TCP, to whatever server: the runner's resolver answers.
+                job.addr = to;
+                target.resolved = Some(PathBuf::from(format!(
+                    "the runner's resolver at {}",
+                    dns.resolver
+                )));
+            } else if domain != libc::AF_NETLINK
+                && !egress_admits(allowed, domain, &job.addr)
+                && !dest.is_some_and(|d| pinned(rules, d, target))
+            {
                 return Next::Answer {
                     decision: Decision::Refused {
                         reason: Refusal::NetNotAllowed,
@@ -417,6 +431,67 @@ fn loopback_bound(addr: &[u8]) -> bool {
         }
         _ => false,
     }
+}
+
+/// The DNS port: TCP connects to it go to the runner's resolver under an
+/// allowlist with one.
+const DNS_PORT: u16 = 53;
+
+/// The destination of an IP `connect` address (IPv4-mapped IPv6 as IPv4).
+fn socket_addr(domain: i32, addr: &[u8]) -> Option<std::net::SocketAddr> {
+    if !matches!(domain, libc::AF_INET | libc::AF_INET6) {
+        return None;
+    }
+    let port = u16::from_be_bytes([*addr.get(2)?, *addr.get(3)?]);
+    let ip: std::net::IpAddr = match family(addr)? {
+        libc::AF_INET if addr.len() >= 16 => {
+            std::net::Ipv4Addr::new(addr[4], addr[5], addr[6], addr[7]).into()
+        }
+        libc::AF_INET6 if addr.len() >= 24 => {
+            let mut ip = [0u8; 16];
+            ip.copy_from_slice(&addr[8..24]);
+            let v6 = std::net::Ipv6Addr::from(ip);
+            v6.to_ipv4_mapped().map_or(v6.into(), Into::into)
+        }
+        _ => return None,
+    };
+    Some(std::net::SocketAddr::new(ip, port))
+}
+
+/// `to` as a `connect` address for a socket of `domain`: an IPv4 address
+/// IPv4-mapped for an IPv6 socket; `None` for an IPv6 address and an IPv4
+/// socket.
+fn encode(domain: i32, to: std::net::SocketAddr) -> Option<Vec<u8>> {
+    let port = to.port().to_be_bytes();
+    let v6 = |ip: std::net::Ipv6Addr| {
+        let mut a = vec![0u8; 28];
+        a[..2].copy_from_slice(&(libc::AF_INET6 as u16).to_ne_bytes());
+        a[2..4].copy_from_slice(&port);
+        a[8..24].copy_from_slice(&ip.octets());
+        a
+    };
+    match (domain, to.ip()) {
+        (libc::AF_INET, std::net::IpAddr::V4(ip)) => {
+            let mut a = vec![0u8; 16];
+            a[..2].copy_from_slice(&(libc::AF_INET as u16).to_ne_bytes());
+            a[2..4].copy_from_slice(&port);
+            a[4..8].copy_from_slice(&ip.octets());
+            Some(a)
+        }
+        (libc::AF_INET6, std::net::IpAddr::V4(ip)) => Some(v6(ip.to_ipv6_mapped())),
+        (libc::AF_INET6, std::net::IpAddr::V6(ip)) => Some(v6(ip)),
+        _ => None,
+    }
+}
+
+/// Whether a pinned answer of the runner's resolver admits `dest`; the
+/// name it was answered for goes into the record.
+fn pinned(rules: &BrokerRules, dest: std::net::SocketAddr, target: &mut Target) -> bool {
+    let Some(name) = rules.dns().and_then(|d| d.pins.admits(dest)) else {
+        return false;
+    };
+    target.resolved = Some(PathBuf::from(format!("{dest} (answered for {name})")));
+    true
 }
 
 /// Whether the egress rules admit connecting a socket of `domain` to `addr`.

@@ -50,6 +50,8 @@ pub struct BrokerRules {
     pub(crate) network: bool,
     /// Egress rules for IP connects; `None`: every destination.
     allow_net: Option<Vec<NetRule>>,
+    /// The runner's resolver and its pinned answers (see [`BrokerRules::with_dns`]).
+    dns: Option<sandbox_core::DnsRoute>,
     /// Every caller's credentials, when the spawner vouches for them.
     pub(crate) fixed: Option<FixedCredentials>,
     /// Whether the filter routes `umask` to the listener.
@@ -187,6 +189,7 @@ impl BrokerRules {
             allow_unix: policy.allow_unix_sockets().to_vec(),
             // An allowlist admits its IP rules directly (names go through the
             // runner's proxy, whose address the runner adds as an IP rule).
+            dns: None,
             allow_net: (policy.network_mode() == sandbox_core::NetworkMode::Allowlist).then(|| {
                 policy
                     .allow_net()
@@ -240,6 +243,22 @@ impl BrokerRules {
     pub fn with_umask_routed(mut self) -> Self {
         self.umask_routed = true;
         self
+    }
+
+    /// Under egress rules: a TCP connect to port 53 of any address is made
+    /// to `dns.resolver` instead (the runner's resolver, which answers only
+    /// listed names), and a connect by IP is admitted too when one of
+    /// `dns.pins` admits its destination (an address that resolver answered
+    /// for a listed name, at a port that name's rules list, while the
+    /// answer lives).
+    pub fn with_dns(mut self, dns: sandbox_core::DnsRoute) -> Self {
+        self.dns = Some(dns);
+        self
+    }
+
+    /// The runner's resolver route, when set.
+    pub(crate) fn dns(&self) -> Option<&sandbox_core::DnsRoute> {
+        self.dns.as_ref()
     }
 
     /// The egress rules, when set.

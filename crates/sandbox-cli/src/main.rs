@@ -732,7 +732,11 @@ fn network_line(policy: &ResolvedPolicy) -> String {
         return mode.to_owned();
     }
     let rules: Vec<String> = policy.allow_net().iter().map(|r| r.to_string()).collect();
-    format!("{mode} ({})", rules.join(", "))
+    format!(
+        "{mode} ({}); names through the proxy, or resolved by the runner's resolver (DNS over \
+         TCP, RES_OPTIONS=use-vc for glibc) and then reached by address; UDP refused",
+        rules.join(", ")
+    )
 }
 
 fn check_status(enforces: bool) -> i32 {

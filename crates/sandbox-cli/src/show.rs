@@ -134,6 +134,11 @@ fn proposal(call: &sandbox::MediatedCall) -> Proposal {
         {
             Proposal::Flag(format!("--allow-net {}", call.target))
         }
+        // A name refused at resolution: listed at any port (narrow it with
+        // `:PORT`).
+        "dns" if reason.starts_with("no egress rule") => {
+            Proposal::Flag(format!("--allow-net {}", call.target))
+        }
         "connect" if reason.starts_with("the UNIX socket lies outside") => {
             Proposal::Flag(format!("--allow-unix {}", call.target))
         }
@@ -156,8 +161,11 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     if refused.is_empty() {
         return None;
     }
-    let (nets, files): (Vec<_>, Vec<_>) = refused
-        .iter()
+    type Calls<'a> = Vec<&'a sandbox::MediatedCall>;
+    let (names, rest): (Calls<'_>, Calls<'_>) =
+        refused.into_iter().partition(|c| c.syscall == "dns");
+    let (nets, files): (Calls<'_>, Calls<'_>) = rest
+        .into_iter()
         .partition(|c| matches!(c.syscall.as_str(), "proxy" | "connect"));
     let mut parts = Vec::new();
     if !nets.is_empty() {
@@ -171,6 +179,13 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
                     c.target.clone()
                 }
             })
+        ));
+    }
+    if !names.is_empty() {
+        parts.push(format!(
+            "{} ({} not in --allow-net)",
+            plural(names.len(), "name lookup"),
+            first_targets(&names, |c| c.target.clone())
         ));
     }
     if !files.is_empty() {
@@ -265,7 +280,7 @@ fn plural(n: usize, what: &str) -> String {
 
 /// The first two distinct targets, then how many others.
 fn first_targets(
-    calls: &[&&sandbox::MediatedCall],
+    calls: &[&sandbox::MediatedCall],
     show: impl Fn(&sandbox::MediatedCall) -> String,
 ) -> String {
     let mut seen: Vec<String> = Vec::new();

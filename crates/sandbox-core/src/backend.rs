@@ -9,7 +9,7 @@ use crate::policy::ResolvedPolicy;
 use crate::report::EnforcementReport;
 
 /// What a runner needs from a confinement besides the policy.
-#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+#[derive(Debug, Clone, Default)]
 #[non_exhaustive]
 pub struct LaunchOptions {
     /// The runner ends the run by its process group: no process of the run
@@ -20,6 +20,10 @@ pub struct LaunchOptions {
     /// (on Linux: writing opens and directory-entry calls go to the broker,
     /// which answers as the kernel would).
     pub observe_writes: bool,
+    /// Under an allowlist: the runner's resolver, to which connects to
+    /// port 53 are made instead, and the answers it pinned, by which
+    /// connects by IP are admitted too.
+    pub dns: Option<crate::pins::DnsRoute>,
 }
 
 impl LaunchOptions {
@@ -29,6 +33,11 @@ impl LaunchOptions {
             hold_process_group: hold,
             ..self
         }
+    }
+
+    /// Options with DNS routed to the runner's resolver.
+    pub fn with_dns(self, dns: Option<crate::pins::DnsRoute>) -> Self {
+        Self { dns, ..self }
     }
 
     /// Options with refused writes observed (or not).

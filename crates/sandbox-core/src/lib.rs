@@ -40,6 +40,7 @@ mod mode;
 pub mod net;
 mod noop;
 mod op;
+mod pins;
 mod policy;
 pub mod protect;
 mod report;
@@ -65,9 +66,10 @@ pub use limits::{
 };
 pub use mode::SandboxMode;
 pub use net::{
-    EgressRule, EgressRuleError, EgressRules, NameMatch, NameRule, NetRule, NetRuleError,
+    EgressRule, EgressRuleError, EgressRules, HostAddrs, NameMatch, NameRule, NetRule, NetRuleError,
 };
 pub use noop::NoopBackend;
 pub use op::{builtin_op_bound, SandboxedExecOp};
+pub use pins::{DnsRoute, Pins, MAX_PINS, MAX_PIN_TTL};
 pub use policy::{ExpandContext, NetworkMode, ResolvedPolicy, SandboxPolicy};
 pub use report::{AxisEnforcement, Enforcement, EnforcementReport, Level};

@@ -89,6 +89,7 @@
 //! a direct connect, refused the same way. UDP (QUIC, DNS) is not proxied.
 #![warn(missing_docs)]
 
+pub mod dns;
 mod http;
 mod relay;
 mod serve;
@@ -105,6 +106,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
+
+/// This host's own addresses (every address on one of its interfaces), which
+/// wildcard name rules do not reach.
+pub fn host_addrs() -> std::io::Result<sandbox_core::HostAddrs> {
+    target::host_addrs()
+}
 
 use sandbox_core::net::HostAddrs;
 

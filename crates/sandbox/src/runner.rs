@@ -8,10 +8,12 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
+use sandbox_core::Pins;
 use sandbox_core::{
     decode_pre_exec_error, scrub_env, Backend, EgressRule, MediatedCall, Mediation, NetworkMode,
     ResolvedPolicy,
 };
+use sandbox_proxy::dns::DnsServer;
 use sandbox_proxy::{Proxy, ProxyOptions};
 
 use sandbox_launch::spawn::SpawnPlan;
@@ -287,9 +289,10 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         }
         tracing::debug!(limits = %unheld.join("; "), "running without limits that cannot be held here");
     }
-    let options =
+    let mut options =
         sandbox_launch::launch_options(&containment).with_writes_observed(req.observe_writes);
     let mut proxy = None;
+    let mut dns = None;
     let (argv, hook, report, supervisor, domain) = match &req.policy {
         Some(policy) => {
             let mut policy = Cow::Borrowed(policy);
@@ -311,6 +314,22 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
                             format!("cannot start the egress proxy: {e}"),
                         )
                     })?;
+                // Programs that resolve names themselves: DNS over TCP goes
+                // to the runner's resolver, whose answers are pinned (Linux:
+                // the broker routes and admits by them).
+                if cfg!(target_os = "linux") {
+                    let (server, pins) = start_dns(&policy, policy.timeout()).map_err(|e| {
+                        sandbox_core::SandboxUnavailable::new(
+                            backend.name(),
+                            format!("cannot start the run's resolver: {e}"),
+                        )
+                    })?;
+                    options = options.with_dns(Some(sandbox_core::DnsRoute {
+                        resolver: server.addr(),
+                        pins,
+                    }));
+                    dns = Some(server);
+                }
                 policy = Cow::Owned(policy.with_allowed(EgressRule::Ip(started.net_rule())));
                 proxy = Some(started);
             }
@@ -331,6 +350,16 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         .iter()
         .flat_map(|p| p.env())
         .map(|(k, v)| (k.into(), v.into()));
+    if dns.is_some() {
+        // glibc's resolver asks over TCP (resolv.conf(5), RES_OPTIONS): the
+        // broker sends connects to port 53 to the runner's resolver.
+        let opts = match env.iter().find(|(k, _)| k == "RES_OPTIONS") {
+            Some((_, v)) => format!("{} use-vc", v.to_string_lossy()),
+            None => "use-vc".to_owned(),
+        };
+        env.retain(|(k, _)| k != "RES_OPTIONS");
+        env.push(("RES_OPTIONS".into(), opts.into()));
+    }
     for (name, value) in req.env_overrides.iter().cloned().chain(proxy_env) {
         env.retain(|(n, _)| *n != name);
         env.push((name, value));
@@ -399,6 +428,18 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let limit_records = limits.records();
     drop(limits);
     drop(containment);
+    if let Some(mut server) = dns {
+        server.shutdown();
+        let (refused, omitted) = server.refused();
+        let m = mediation.get_or_insert_with(Mediation::default);
+        m.omitted += omitted;
+        m.refused.extend(refused.into_iter().map(|r| MediatedCall {
+            syscall: "dns".into(),
+            target: r.name,
+            reason: r.reason.to_string(),
+            outside_write_paths: false,
+        }));
+    }
     if let Some(mut proxy) = proxy {
         proxy.shutdown();
         let m = mediation.get_or_insert_with(Mediation::default);
@@ -472,6 +513,44 @@ fn spawn_error(backend: &dyn Backend, program: &OsStr, source: std::io::Error) -
     }
 }
 
+/// Starts the run's resolver for `policy`'s egress rules, with the exact
+/// names `/etc/hosts` lists already pinned (for `ttl`, the run's timeout,
+/// at most [`sandbox_core::MAX_PIN_TTL`]): a program that finds a name there
+/// sends no DNS query, and still meets a pinned address.
+fn start_dns(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<(DnsServer, Pins)> {
+    let own = sandbox_proxy::host_addrs()?;
+    let pins = Pins::new(
+        sandbox_core::EgressRules::new(policy.allow_net().to_vec()),
+        own,
+    );
+    if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
+        for (ip, name) in hosts_entries(&hosts) {
+            if pins.lists(&name) == Some(sandbox_core::NameMatch::Exact) {
+                pins.pin(&name, ip, ttl);
+            }
+        }
+    }
+    Ok((DnsServer::start(pins.clone(), None)?, pins))
+}
+
+/// The (address, name) pairs of an `/etc/hosts` text (hosts(5)): names
+/// lowercase, comments dropped.
+fn hosts_entries(text: &str) -> Vec<(std::net::IpAddr, String)> {
+    text.lines()
+        .filter_map(|line| {
+            let line = line.split('#').next()?;
+            let mut fields = line.split_whitespace();
+            let ip: std::net::IpAddr = fields.next()?.parse().ok()?;
+            Some(
+                fields
+                    .map(|n| (ip, n.trim_end_matches('.').to_ascii_lowercase()))
+                    .collect::<Vec<_>>(),
+            )
+        })
+        .flatten()
+        .collect()
+}
+
 /// Finds `program` as a shell would (see [`sandbox_launch::locate`]).
 fn locate(
     program: &OsStr,
@@ -484,4 +563,19 @@ fn locate(
         }
         _ => RunError::NotFound(program.to_owned()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn hosts_entries_are_read_as_hosts5_says() {
+        let text = "127.0.0.1 localhost Svc.Example.com. # a comment\n\
+                    # 10.0.0.1 commented.example.com\n\
+                    ::1 ip6-localhost\n\
+                    not-an-ip name.example.com\n";
+        let got = super::hosts_entries(text);
+        let names: Vec<&str> = got.iter().map(|(_, n)| n.as_str()).collect();
+        assert_eq!(names, ["localhost", "svc.example.com", "ip6-localhost"]);
+        assert_eq!(got[2].0, "::1".parse::<std::net::IpAddr>().unwrap());
+    }
 }

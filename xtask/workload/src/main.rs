@@ -41,6 +41,7 @@ fn main() -> ExitCode {
         Some("gate") => gate_loop(n(1)),
         Some("chmod") => chmod_loop(n(1), &path(2)),
         Some("connect") => connect_loop(n(1), args.get(2).map(String::as_str).unwrap_or("")),
+        Some("dns") => dns_loop(n(1), args.get(2).map(String::as_str).unwrap_or("localhost")),
         _ => Err("usage: bench-workload stat|open|launch|prepare N PATH".into()),
     };
     match result {
@@ -270,6 +271,42 @@ fn chmod_loop(n: usize, dir: &Path) -> Result<serde_json::Value, String> {
 /// once: each waits for that close (EOF), so the connects never outrun the
 /// listener's backlog, and the listener side, closing first, keeps the
 /// TIME_WAIT entries (not this side's ephemeral ports).
+/// `n` DNS queries for `name` over TCP, one connection each, to the first
+/// `/etc/resolv.conf` nameserver (confined under an allowlist: to the
+/// runner's resolver, where the broker sends port 53).
+fn dns_loop(n: usize, name: &str) -> Result<serde_json::Value, String> {
+    use std::io::{Read, Write};
+    let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let ns = conf
+        .lines()
+        .find_map(|l| l.strip_prefix("nameserver"))
+        .map_or("127.0.0.1", str::trim)
+        .to_owned();
+    let mut query = vec![0x42, 0x42, 1, 0, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        query.push(label.len() as u8);
+        query.extend_from_slice(label.as_bytes());
+    }
+    query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let mut framed = (query.len() as u16).to_be_bytes().to_vec();
+    framed.extend_from_slice(&query);
+    let start = Instant::now();
+    for _ in 0..n {
+        let mut s = std::net::TcpStream::connect((ns.as_str(), 53))
+            .map_err(|e| format!("connect {ns}:53: {e}"))?;
+        s.write_all(&framed).map_err(|e| e.to_string())?;
+        let mut len = [0u8; 2];
+        s.read_exact(&mut len).map_err(|e| e.to_string())?;
+        let mut answer = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        s.read_exact(&mut answer).map_err(|e| e.to_string())?;
+        if answer.get(3).map(|b| b & 0xf) != Some(0) {
+            return Err(format!("{name}: the resolver answered {answer:?}"));
+        }
+    }
+    let ns = start.elapsed().as_nanos() as u64;
+    Ok(serde_json::json!({ "ns": ns }))
+}
+
 fn connect_loop(n: usize, addr: &str) -> Result<serde_json::Value, String> {
     use std::io::Read;
     let start = Instant::now();

@@ -32,9 +32,15 @@ pub(crate) struct Channel {
 }
 
 /// Opens the channel and the rules for `policy`, in the parent.
-pub(crate) fn channel(policy: &ResolvedPolicy) -> Result<Channel, LandlockError> {
+pub(crate) fn channel(
+    policy: &ResolvedPolicy,
+    dns: Option<sandbox_core::DnsRoute>,
+) -> Result<Channel, LandlockError> {
     let err = LandlockError::Broker;
-    let rules = BrokerRules::new(policy).map_err(err)?;
+    let mut rules = BrokerRules::new(policy).map_err(err)?;
+    if let Some(dns) = dns {
+        rules = rules.with_dns(dns);
+    }
     let (runner, child) = sandbox_broker::listener_channel().map_err(err)?;
     Ok(Channel {
         child,

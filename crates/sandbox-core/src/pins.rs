@@ -1,0 +1,222 @@
+//! Addresses the runner's resolver answered for listed host names, which a
+//! run may then connect to by IP, directly, for as long as the answer
+//! lives: how programs that resolve names themselves (ssh, database
+//! clients, JVM tools) reach the hosts an allowlist names without the
+//! proxy.
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::{Duration, Instant};
+
+use crate::net::{is_special, EgressRule, EgressRules, HostAddrs, NameMatch};
+
+/// The most pins a run keeps; the oldest go first.
+pub const MAX_PINS: usize = 4096;
+
+/// The longest any answer is pinned for.
+pub const MAX_PIN_TTL: Duration = Duration::from_secs(300);
+
+#[derive(Debug)]
+struct Pin {
+    name: String,
+    ip: IpAddr,
+    expires: Instant,
+}
+
+#[derive(Debug)]
+struct Table {
+    rules: EgressRules,
+    own: HostAddrs,
+    pins: Vec<Pin>,
+}
+
+/// The pinned answers of one run, shared by the runner's resolver (which
+/// pins) and the broker (which admits connects by them).
+#[derive(Debug, Clone)]
+pub struct Pins(Arc<Mutex<Table>>);
+
+impl Pins {
+    /// An empty table that admits by `rules`, with `own` as this host's
+    /// addresses (which wildcard rules do not reach).
+    pub fn new(rules: EgressRules, own: HostAddrs) -> Self {
+        Self(Arc::new(Mutex::new(Table {
+            rules,
+            own,
+            pins: Vec::new(),
+        })))
+    }
+
+    fn table(&self) -> std::sync::MutexGuard<'_, Table> {
+        // Nothing panics while the lock is held; a poisoned table is still valid.
+        self.0.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// How a name rule lists `name` at any port (`None`: not listed).
+    pub fn lists(&self, name: &str) -> Option<NameMatch> {
+        let table = self.table();
+        let mut found = None;
+        for rule in table.rules.as_slice() {
+            if let EgressRule::Name(r) = rule {
+                if r.admits(name, r.port().unwrap_or(0)) {
+                    if !r.is_wildcard() {
+                        return Some(NameMatch::Exact);
+                    }
+                    found = Some(NameMatch::Wildcard);
+                }
+            }
+        }
+        found
+    }
+
+    /// Whether the resolver may answer `ip` for `name`: an exact rule lists
+    /// the name, or a wildcard rule does and `ip` is neither special nor one
+    /// of this host's own, or an IP rule covers `ip` (at some port).
+    pub fn answerable(&self, name: &str, ip: IpAddr) -> bool {
+        match self.lists(name) {
+            Some(NameMatch::Exact) => true,
+            Some(NameMatch::Wildcard) => {
+                let table = self.table();
+                !(is_special(ip) || table.own.contains(ip))
+                    || table.rules.as_slice().iter().any(
+                        |r| matches!(r, EgressRule::Ip(n) if n.admits(ip, n.port().unwrap_or(0))),
+                    )
+            }
+            _ => false,
+        }
+    }
+
+    /// Pins `ip` as an answer for `name` for `ttl` (at most
+    /// [`MAX_PIN_TTL`]); refused (false) when [`Pins::answerable`] is not.
+    pub fn pin(&self, name: &str, ip: IpAddr, ttl: Duration) -> bool {
+        if !self.answerable(name, ip) {
+            return false;
+        }
+        let now = Instant::now();
+        let expires = now + ttl.min(MAX_PIN_TTL);
+        let mut table = self.table();
+        table.pins.retain(|p| p.expires > now);
+        match table.pins.iter_mut().find(|p| p.ip == ip && p.name == name) {
+            Some(p) => p.expires = p.expires.max(expires),
+            None => {
+                if table.pins.len() >= MAX_PINS {
+                    table.pins.remove(0);
+                }
+                table.pins.push(Pin {
+                    name: name.to_owned(),
+                    ip,
+                    expires,
+                });
+            }
+        }
+        true
+    }
+
+    /// The name a live pin admits `addr` for, if any: a name pinned to its
+    /// address that the rules admit at its port.
+    pub fn admits(&self, addr: SocketAddr) -> Option<String> {
+        let now = Instant::now();
+        let table = self.table();
+        let ip = canonical(addr.ip());
+        table
+            .pins
+            .iter()
+            .filter(|p| p.expires > now && canonical(p.ip) == ip)
+            .find(|p| {
+                table
+                    .rules
+                    .admits_resolved(&p.name, SocketAddr::new(ip, addr.port()), &table.own)
+            })
+            .map(|p| p.name.clone())
+    }
+
+    /// The name some live pin holds `ip` for, whatever the port.
+    pub fn name_of(&self, ip: IpAddr) -> Option<String> {
+        let now = Instant::now();
+        let ip = canonical(ip);
+        self.table()
+            .pins
+            .iter()
+            .find(|p| p.expires > now && canonical(p.ip) == ip)
+            .map(|p| p.name.clone())
+    }
+}
+
+fn canonical(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    }
+}
+
+/// Where a run's DNS goes and what its answers pin: given to the backend
+/// for a run under an allowlist (see [`crate::LaunchOptions`]).
+#[derive(Debug, Clone)]
+pub struct DnsRoute {
+    /// The runner's resolver (TCP, on loopback): connects to port 53 of any
+    /// address are made to it instead.
+    pub resolver: SocketAddr,
+    /// The answers it pinned.
+    pub pins: Pins,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pins(rules: &[&str]) -> Pins {
+        let rules = EgressRules::new(rules.iter().map(|r| r.parse().unwrap()).collect());
+        Pins::new(rules, HostAddrs::new(["192.0.2.2".parse().unwrap()]))
+    }
+
+    #[test]
+    fn a_pin_admits_its_name_at_the_rules_ports_until_it_expires() {
+        let p = pins(&["svc.example.com:22", "*.example.org"]);
+        let ip: IpAddr = "203.0.113.7".parse().unwrap();
+        assert!(
+            p.admits(SocketAddr::new(ip, 22)).is_none(),
+            "nothing pinned yet"
+        );
+        assert!(p.pin("svc.example.com", ip, Duration::from_secs(60)));
+        assert_eq!(
+            p.admits(SocketAddr::new(ip, 22)).as_deref(),
+            Some("svc.example.com")
+        );
+        assert!(
+            p.admits(SocketAddr::new(ip, 23)).is_none(),
+            "port not listed"
+        );
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        assert!(p.admits(SocketAddr::new(mapped, 22)).is_some());
+        // Expiry.
+        let short: IpAddr = "203.0.113.8".parse().unwrap();
+        assert!(p.pin("svc.example.com", short, Duration::from_millis(1)));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(p.admits(SocketAddr::new(short, 22)).is_none());
+    }
+
+    #[test]
+    fn wildcards_never_pin_special_or_own_addresses_and_unlisted_names_nothing() {
+        let p = pins(&["svc.example.com", "*.example.org"]);
+        let loopback: IpAddr = "127.0.0.1".parse().unwrap();
+        assert!(!p.pin("a.example.org", loopback, Duration::from_secs(60)));
+        assert!(!p.pin(
+            "a.example.org",
+            "192.0.2.2".parse().unwrap(),
+            Duration::from_secs(60)
+        ));
+        assert!(p.pin(
+            "a.example.org",
+            "93.184.215.14".parse().unwrap(),
+            Duration::from_secs(60)
+        ));
+        // An exact rule reaches what its name resolves to, loopback too.
+        assert!(p.pin("svc.example.com", loopback, Duration::from_secs(60)));
+        assert!(!p.pin(
+            "other.example.com",
+            "203.0.113.9".parse().unwrap(),
+            Duration::from_secs(60)
+        ));
+        assert_eq!(p.lists("x.example.org"), Some(NameMatch::Wildcard));
+        assert_eq!(p.lists("example.org"), None);
+    }
+}

@@ -1,0 +1,434 @@
+//! The runner's resolver: DNS over TCP on loopback, answering only the
+//! names the egress rules list.
+//!
+//! Under an allowlist the broker makes every TCP connect to port 53, of any
+//! address, to this resolver instead, and the run's environment asks glibc's
+//! resolver for TCP (`RES_OPTIONS=use-vc`, resolv.conf(5)). A query for a
+//! listed name is resolved here with the system resolver; the addresses the
+//! rules admit for it (an exact rule: all; a wildcard: none in a special
+//! range and none of this host's own, as the proxy) are answered and pinned
+//! ([`sandbox_core::Pins`]), so the broker then admits connects to them by
+//! IP, on the ports the name's rules list, while the answer lives. Any
+//! other name is answered `NXDOMAIN` and recorded as refused.
+//!
+//! The DNS message format (RFC 1035, section 4; TCP framing with a two-byte
+//! length, section 4.2.2) is parsed by hand: only the header and one
+//! question are read, and answers carry A and AAAA records. No crate in the
+//! workspace's set does this small part without a full resolver.
+
+use std::io::{self, Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use sandbox_core::Pins;
+
+/// How long an answer is pinned and what TTL it carries: the system
+/// resolver does not say how long its answers live, so a short one.
+pub const ANSWER_TTL: Duration = Duration::from_secs(60);
+
+/// The most connections served at once; more wait in the listen queue.
+const MAX_CONNECTIONS: usize = 32;
+
+/// How long a connection may sit idle between queries.
+const IDLE: Duration = Duration::from_secs(10);
+
+/// The most names recorded as refused (later ones are counted).
+const MAX_REFUSALS: usize = 64;
+
+const TYPE_A: u16 = 1;
+const TYPE_AAAA: u16 = 28;
+const CLASS_IN: u16 = 1;
+const RCODE_FORMERR: u8 = 1;
+const RCODE_SERVFAIL: u8 = 2;
+const RCODE_NXDOMAIN: u8 = 3;
+const RCODE_NOTIMP: u8 = 4;
+
+/// How names are resolved: the system resolver, or (tests) a function.
+pub type Lookup = Arc<dyn Fn(&str) -> io::Result<Vec<IpAddr>> + Send + Sync>;
+
+/// A name the resolver refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedName {
+    /// The name asked for (lowercase, without the trailing dot).
+    pub name: String,
+    /// Why.
+    pub reason: &'static str,
+}
+
+#[derive(Default)]
+struct Record {
+    refused: Vec<RefusedName>,
+    omitted: usize,
+}
+
+struct Shared {
+    pins: Pins,
+    lookup: Option<Lookup>,
+    stop: AtomicBool,
+    active: AtomicUsize,
+    record: Mutex<Record>,
+    answered: AtomicUsize,
+}
+
+/// The running resolver; stopped when dropped.
+pub struct DnsServer {
+    addr: SocketAddr,
+    shared: Arc<Shared>,
+    accept: Option<JoinHandle<()>>,
+}
+
+impl std::fmt::Debug for DnsServer {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DnsServer")
+            .field("addr", &self.addr)
+            .finish()
+    }
+}
+
+impl DnsServer {
+    /// Starts the resolver on a loopback port, answering by `pins`' rules
+    /// and pinning its answers there. `lookup` replaces the system resolver
+    /// (tests).
+    pub fn start(pins: Pins, lookup: Option<Lookup>) -> io::Result<Self> {
+        let listener = TcpListener::bind(("127.0.0.1", 0))?;
+        let addr = listener.local_addr()?;
+        let shared = Arc::new(Shared {
+            pins,
+            lookup,
+            stop: AtomicBool::new(false),
+            active: AtomicUsize::new(0),
+            record: Mutex::new(Record::default()),
+            answered: AtomicUsize::new(0),
+        });
+        let accept = {
+            let shared = Arc::clone(&shared);
+            std::thread::Builder::new()
+                .name("sandbox-dns".into())
+                .spawn(move || accept_loop(&shared, &listener))?
+        };
+        Ok(Self {
+            addr,
+            shared,
+            accept: Some(accept),
+        })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// The names refused so far (at most 64), and how many more were.
+    pub fn refused(&self) -> (Vec<RefusedName>, usize) {
+        let r = self
+            .shared
+            .record
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        (r.refused.clone(), r.omitted)
+    }
+
+    /// How many queries were answered with addresses.
+    pub fn answered(&self) -> usize {
+        self.shared.answered.load(Ordering::Relaxed)
+    }
+
+    /// Stops accepting; connections in progress end at their next read.
+    pub fn shutdown(&mut self) {
+        self.shared.stop.store(true, Ordering::Relaxed);
+        // Wakes the accept loop.
+        let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
+        if let Some(t) = self.accept.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for DnsServer {
+    fn drop(&mut self) {
+        self.shutdown();
+    }
+}
+
+fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
+    for conn in listener.incoming() {
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok(conn) = conn else { continue };
+        if shared.active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            shared.active.fetch_sub(1, Ordering::AcqRel);
+            continue;
+        }
+        let shared = Arc::clone(shared);
+        let spawned = std::thread::Builder::new()
+            .name("sandbox-dns-conn".into())
+            .spawn(move || {
+                serve(&shared, conn);
+                shared.active.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            // The closure (and its count) is gone with the failed spawn.
+            continue;
+        }
+    }
+}
+
+/// Answers queries on one connection until it closes, idles or the
+/// resolver stops.
+fn serve(shared: &Shared, mut conn: TcpStream) {
+    let _ = conn.set_read_timeout(Some(IDLE));
+    let _ = conn.set_write_timeout(Some(IDLE));
+    loop {
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let mut len = [0u8; 2];
+        if conn.read_exact(&mut len).is_err() {
+            return;
+        }
+        let mut query = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        if conn.read_exact(&mut query).is_err() {
+            return;
+        }
+        let Some(answer) = answer(shared, &query) else {
+            return;
+        };
+        let Ok(n) = u16::try_from(answer.len()) else {
+            return;
+        };
+        let mut framed = n.to_be_bytes().to_vec();
+        framed.extend_from_slice(&answer);
+        if conn.write_all(&framed).is_err() {
+            return;
+        }
+    }
+}
+
+/// One question: its name (lowercase, no trailing dot), type, class, and
+/// where it ends in the message.
+struct Question {
+    name: String,
+    qtype: u16,
+    qclass: u16,
+    end: usize,
+}
+
+fn question(msg: &[u8]) -> Option<Question> {
+    let mut i = 12;
+    let mut labels: Vec<String> = Vec::new();
+    loop {
+        let len = usize::from(*msg.get(i)?);
+        i += 1;
+        if len == 0 {
+            break;
+        }
+        // Compression pointers (0xC0) and the reserved label types do not
+        // appear in a question a client writes.
+        if len > 63 {
+            return None;
+        }
+        let label = msg.get(i..i + len)?;
+        labels.push(String::from_utf8(label.to_ascii_lowercase()).ok()?);
+        i += len;
+    }
+    let qtype = u16::from_be_bytes([*msg.get(i)?, *msg.get(i + 1)?]);
+    let qclass = u16::from_be_bytes([*msg.get(i + 2)?, *msg.get(i + 3)?]);
+    Some(Question {
+        name: labels.join("."),
+        qtype,
+        qclass,
+        end: i + 4,
+    })
+}
+
+/// The response to `query`, or `None` for something that is no query.
+fn answer(shared: &Shared, query: &[u8]) -> Option<Vec<u8>> {
+    if query.len() < 12 {
+        return None;
+    }
+    let flags = u16::from_be_bytes([query[2], query[3]]);
+    let opcode = (flags >> 11) & 0xf;
+    if flags & 0x8000 != 0 {
+        return None; // a response, not a query
+    }
+    let qdcount = u16::from_be_bytes([query[4], query[5]]);
+    let reply = |rcode: u8, q: Option<&Question>, records: &[IpAddr]| {
+        let mut out = Vec::with_capacity(512);
+        out.extend_from_slice(&query[..2]);
+        // QR, the opcode, RD as asked; RA; the rcode.
+        let flags = 0x8000 | (flags & 0x7900) | 0x0080 | u16::from(rcode);
+        out.extend_from_slice(&flags.to_be_bytes());
+        out.extend_from_slice(&u16::from(q.is_some()).to_be_bytes());
+        out.extend_from_slice(&(records.len() as u16).to_be_bytes());
+        out.extend_from_slice(&[0, 0, 0, 0]);
+        if let Some(q) = q {
+            out.extend_from_slice(&query[12..q.end]);
+            for ip in records {
+                // The name: a pointer to the question's (offset 12).
+                out.extend_from_slice(&[0xc0, 12]);
+                let (rtype, data) = match ip {
+                    IpAddr::V4(v4) => (TYPE_A, v4.octets().to_vec()),
+                    IpAddr::V6(v6) => (TYPE_AAAA, v6.octets().to_vec()),
+                };
+                out.extend_from_slice(&rtype.to_be_bytes());
+                out.extend_from_slice(&CLASS_IN.to_be_bytes());
+                out.extend_from_slice(&(ANSWER_TTL.as_secs() as u32).to_be_bytes());
+                out.extend_from_slice(&(data.len() as u16).to_be_bytes());
+                out.extend_from_slice(&data);
+            }
+        }
+        out
+    };
+    if opcode != 0 {
+        return Some(reply(RCODE_NOTIMP, None, &[]));
+    }
+    if qdcount != 1 {
+        return Some(reply(RCODE_FORMERR, None, &[]));
+    }
+    let Some(q) = question(query) else {
+        return Some(reply(RCODE_FORMERR, None, &[]));
+    };
+    if shared.pins.lists(&q.name).is_none() {
+        refuse(shared, &q.name, "no egress rule lists this name");
+        return Some(reply(RCODE_NXDOMAIN, Some(&q), &[]));
+    }
+    if q.qclass != CLASS_IN || !matches!(q.qtype, TYPE_A | TYPE_AAAA) {
+        // A listed name, another record type: no data (NOERROR, no answers).
+        return Some(reply(0, Some(&q), &[]));
+    }
+    let resolved = match &shared.lookup {
+        Some(lookup) => lookup(&q.name),
+        None => (q.name.as_str(), 0)
+            .to_socket_addrs()
+            .map(|a| a.map(|a| a.ip()).collect()),
+    };
+    let Ok(resolved) = resolved else {
+        return Some(reply(RCODE_SERVFAIL, Some(&q), &[]));
+    };
+    let mut records: Vec<IpAddr> = Vec::new();
+    for ip in resolved {
+        let family = if ip.is_ipv4() { TYPE_A } else { TYPE_AAAA };
+        if family == q.qtype && !records.contains(&ip) && shared.pins.pin(&q.name, ip, ANSWER_TTL) {
+            records.push(ip);
+        }
+    }
+    if records.is_empty() && shared.pins.lists(&q.name) == Some(sandbox_core::NameMatch::Wildcard) {
+        refuse(
+            shared,
+            &q.name,
+            "only a wildcard rule lists this name, and none of its addresses may be reached by one (special ranges, this host's own)",
+        );
+    } else if !records.is_empty() {
+        shared.answered.fetch_add(1, Ordering::Relaxed);
+    }
+    Some(reply(0, Some(&q), &records))
+}
+
+fn refuse(shared: &Shared, name: &str, reason: &'static str) {
+    let mut r = shared.record.lock().unwrap_or_else(PoisonError::into_inner);
+    if r.refused.iter().any(|n| n.name == name) {
+        return;
+    }
+    if r.refused.len() < MAX_REFUSALS {
+        r.refused.push(RefusedName {
+            name: name.to_owned(),
+            reason,
+        });
+    } else {
+        r.omitted += 1;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sandbox_core::{EgressRules, HostAddrs};
+
+    fn query(name: &str, qtype: u16) -> Vec<u8> {
+        let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+        for label in name.split('.') {
+            q.push(label.len() as u8);
+            q.extend_from_slice(label.as_bytes());
+        }
+        q.push(0);
+        q.extend_from_slice(&qtype.to_be_bytes());
+        q.extend_from_slice(&CLASS_IN.to_be_bytes());
+        q
+    }
+
+    fn ask(server: &DnsServer, name: &str, qtype: u16) -> (u8, Vec<IpAddr>) {
+        let mut c = TcpStream::connect(server.addr()).unwrap();
+        let q = query(name, qtype);
+        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&q);
+        c.write_all(&framed).unwrap();
+        let mut len = [0u8; 2];
+        c.read_exact(&mut len).unwrap();
+        let mut r = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        c.read_exact(&mut r).unwrap();
+        assert_eq!(&r[..2], &[0x12, 0x34]);
+        let rcode = r[3] & 0xf;
+        let an = u16::from_be_bytes([r[6], r[7]]);
+        let mut i = q.len();
+        let mut ips = Vec::new();
+        for _ in 0..an {
+            let rtype = u16::from_be_bytes([r[i + 2], r[i + 3]]);
+            let rdlen = usize::from(u16::from_be_bytes([r[i + 10], r[i + 11]]));
+            let data = &r[i + 12..i + 12 + rdlen];
+            ips.push(if rtype == TYPE_A {
+                IpAddr::from(<[u8; 4]>::try_from(data).unwrap())
+            } else {
+                IpAddr::from(<[u8; 16]>::try_from(data).unwrap())
+            });
+            i += 12 + rdlen;
+        }
+        (rcode, ips)
+    }
+
+    fn server(rules: &[&str]) -> (DnsServer, Pins) {
+        let rules = EgressRules::new(rules.iter().map(|r| r.parse().unwrap()).collect());
+        let pins = Pins::new(rules, HostAddrs::new([]));
+        let lookup: Lookup = Arc::new(|name: &str| {
+            Ok(match name {
+                "svc.example.com" => vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
+                "a.example.org" => vec!["127.0.0.2".parse().unwrap()],
+                "b.example.org" => vec!["93.184.215.14".parse().unwrap()],
+                _ => vec![],
+            })
+        });
+        (DnsServer::start(pins.clone(), Some(lookup)).unwrap(), pins)
+    }
+
+    #[test]
+    fn listed_names_are_answered_and_pinned_others_are_nxdomain() {
+        let (s, pins) = server(&["svc.example.com:22", "*.example.org:443"]);
+        assert_eq!(
+            ask(&s, "svc.example.com", TYPE_A),
+            (0, vec!["127.0.0.1".parse().unwrap()])
+        );
+        assert_eq!(
+            ask(&s, "SVC.example.com", TYPE_AAAA),
+            (0, vec!["::1".parse().unwrap()])
+        );
+        assert!(pins.admits("127.0.0.1:22".parse().unwrap()).is_some());
+        assert!(pins.admits("127.0.0.1:80".parse().unwrap()).is_none());
+        // Unlisted: NXDOMAIN, recorded.
+        assert_eq!(
+            ask(&s, "other.example.net", TYPE_A),
+            (RCODE_NXDOMAIN, vec![])
+        );
+        // A wildcard's loopback answer is withheld; a public one is given.
+        assert_eq!(ask(&s, "a.example.org", TYPE_A), (0, vec![]));
+        assert!(pins.admits("127.0.0.2:443".parse().unwrap()).is_none());
+        assert_eq!(ask(&s, "b.example.org", TYPE_A).1.len(), 1);
+        // Another type for a listed name: no data.
+        assert_eq!(ask(&s, "svc.example.com", 16), (0, vec![]));
+        let (refused, _) = s.refused();
+        let names: Vec<&str> = refused.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["other.example.net", "a.example.org"]);
+    }
+}
