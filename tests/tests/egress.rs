@@ -188,7 +188,12 @@ fn direct_connects_reach_listed_addresses_only() {
     // An exact name that /etc/hosts lists is pinned at start: its address
     // is reached directly at the rule's port, and at no other.
     let (out, _) = run(&allow(&[format!("localhost:{port}")]), &direct(port));
-    assert_eq!(stdout(&out), "reached", "{}", String::from_utf8_lossy(&out.stderr));
+    assert_eq!(
+        stdout(&out),
+        "reached",
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let (out, _) = run(&allow(&[format!("localhost:{}", port + 1)]), &direct(port));
     assert_eq!(stdout(&out), "refused");
     // Twin: the IP rule admits it directly.

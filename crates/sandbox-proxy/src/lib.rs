@@ -87,6 +87,24 @@
 //! refused by the broker). Go's `net/http` never proxies `localhost` and
 //! loopback addresses (its documented special case), so such a request is
 //! a direct connect, refused the same way. UDP (QUIC, DNS) is not proxied.
+//!
+//! # The run's resolver
+//! [`dns::DnsServer`] answers DNS over TCP on another loopback port for the
+//! programs that resolve names themselves; the broker makes every TCP
+//! connect to port 53 to it ([`sandbox_core::DnsRoute`]), and admits
+//! connects by IP to the addresses it pinned ([`sandbox_core::Pins`]).
+//!
+//! # Threat table
+//! The confined command is hostile; both servers run unconfined in the
+//! runner, so each input is the command's.
+//!
+//! | Entry point | What the caller controls | Kept safe by | Attacked by |
+//! |---|---|---|---|
+//! | proxy request head (HTTP, SOCKS5) | host, port, head bytes, timing | a name no rule lists is refused before it is resolved; heads bounded in size and time; at most 256 connections | `tests/proxy.rs` (refusals, limits, slow heads) |
+//! | proxy destination resolution | the name's DNS answers (rebinding) | wildcard names never reach special or own addresses; each address checked before connect | `tests/proxy.rs` wildcard and host-address tests |
+//! | resolver query (`dns.rs`) | every byte of the message, how many connections, idling | one question, labels bounded, no compression followed; unlisted names `NXDOMAIN` before any lookup; 32 connections, 10 s idle | `dns::tests`, `tests/tests/dns.rs` |
+//! | pinned answers | which listed names it asks for, when | pins only addresses [`sandbox_core::Pins::answerable`] admits; expire after 60 s (at most 300 s); at most 4096; admitted only at the ports the name's rules list | `sandbox_core` `pins` tests, `tests/tests/dns.rs` |
+//! | the redirect of port 53 | the destination address, the socket | the broker reads the address once and connects the caller's socket itself; TCP only (UDP sockets are refused under an allowlist) | `tests/tests/dns.rs` (UDP twin) |
 #![warn(missing_docs)]
 
 pub mod dns;
