@@ -193,11 +193,10 @@ impl Caller {
     pub(crate) fn user_ns(&self) -> io::Result<(u64, u64)> {
         // SAFETY: stat is plain data; fstatat fills it.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        let dir = self.proc_dir()?;
         // SAFETY: fstatat relative to our /proc/TID fd, following the ns link on purpose.
-        cvt(
-            unsafe { libc::fstatat(self.proc_dir()?, c"ns/user".as_ptr(), &mut st, 0) }
-                as libc::c_long,
-        )?;
+        let rc = unsafe { libc::fstatat(dir, c"ns/user".as_ptr(), &mut st, 0) };
+        cvt(rc as libc::c_long)?;
         Ok((st.st_dev, st.st_ino))
     }
 

@@ -873,8 +873,8 @@ fn owned(rc: libc::c_int) -> Result<OwnedFd, Unresolved> {
 fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
     if flags & libc::O_NONBLOCK == 0 {
         let fl = status_flags(&fd);
-        // SAFETY: F_SETFL on our own fd.
         if fl < 0
+            // SAFETY: F_SETFL on our own fd.
             || unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, fl & !libc::O_NONBLOCK) } < 0
         {
             return Err(io_errno(io::Error::last_os_error()));

@@ -470,6 +470,7 @@
 //! `ID_VALID`); `fchmodat2` routing needs nothing more, kernels without it never
 //! issue it.
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod log;
 

@@ -139,11 +139,13 @@ pub(crate) fn read(op: &Op, obj: &Object) -> io::Result<ReadBack> {
     };
     // The path names our own fd, so no symlink is followed past the object:
     // for a symlink the magic link lands on the link itself (as lgetxattr).
-    // SAFETY: path and name are NUL-terminated; `out` covers `size` bytes or is NULL with size 0.
     let rc = match op {
+        // SAFETY: path and name are NUL-terminated; `out` covers `size`
+        // bytes or is NULL with size 0.
         Op::GetXattr { name, .. } => unsafe {
             libc::getxattr(path.as_ptr(), name.as_ptr(), out, size)
         },
+        // SAFETY: as for getxattr.
         _ => unsafe { libc::listxattr(path.as_ptr(), out.cast(), size) },
     };
     let len = match cvt(rc as libc::c_long) {
@@ -162,7 +164,7 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
     let fd = obj.fd.as_raw_fd();
     let symlink = is_symlink(&obj.stat);
     let fail = |errno| Err(io::Error::from_raw_os_error(errno));
-    // SAFETY (all blocks below): plain syscalls on our own O_PATH fd, or on the
+    // Each block below: a plain syscall on our own O_PATH fd, or on the
     // /proc/self/fd path naming it, with live argument buffers.
     let rc = match op {
         Op::Chmod { mode } => {
@@ -171,8 +173,10 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
                 return fail(libc::EOPNOTSUPP);
             }
             let path = proc_path(obj);
+            // SAFETY: a NUL-terminated /proc/self/fd path of our own fd.
             unsafe { libc::fchmodat(libc::AT_FDCWD, path.as_ptr(), *mode, 0) }
         }
+        // SAFETY: our own fd with an empty path (AT_EMPTY_PATH).
         Op::Chown { uid, gid } => unsafe {
             libc::fchownat(
                 fd,
@@ -193,6 +197,7 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
                 });
             }
             let path = proc_path(obj);
+            // SAFETY: NUL-terminated path and name; `value` is live for its length.
             unsafe {
                 libc::setxattr(
                     path.as_ptr(),
@@ -212,6 +217,7 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
                 });
             }
             let path = proc_path(obj);
+            // SAFETY: NUL-terminated path and name.
             unsafe { libc::removexattr(path.as_ptr(), name.as_ptr()) }
         }
         Op::Times { times } => {
@@ -226,6 +232,7 @@ pub(crate) fn perform(op: &Op, obj: &Object) -> io::Result<()> {
                 },
             ];
             let t = times.as_ref().unwrap_or(&now);
+            // SAFETY: our own fd with an empty path; `t` holds two timespecs.
             unsafe {
                 libc::utimensat(
                     fd,

@@ -5,6 +5,7 @@
 //! signal stack, about 80 µs of every launch (measured), for a stack-overflow
 //! message. What of it matters here is done in [`main`].
 #![cfg_attr(not(test), no_main)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 // Unit tests run under the test harness's own `main`; what only our `main`
 // reaches is then unused, not dead.
 #![cfg_attr(test, allow(dead_code))]
@@ -62,12 +63,15 @@ unsafe fn arguments(
     argc: libc::c_int,
     argv: *const *const libc::c_char,
 ) -> Vec<std::ffi::OsString> {
-    use std::os::unix::ffi::OsStrExt;
-    (0..usize::try_from(argc).unwrap_or(0))
-        .map(|i| *argv.add(i))
-        .take_while(|p| !p.is_null())
-        .map(|p| std::ffi::OsStr::from_bytes(std::ffi::CStr::from_ptr(p).to_bytes()).to_owned())
-        .collect()
+    // SAFETY: this fn's contract: `argv` holds `argc` valid NUL-terminated strings.
+    unsafe {
+        use std::os::unix::ffi::OsStrExt;
+        (0..usize::try_from(argc).unwrap_or(0))
+            .map(|i| *argv.add(i))
+            .take_while(|p| !p.is_null())
+            .map(|p| std::ffi::OsStr::from_bytes(std::ffi::CStr::from_ptr(p).to_bytes()).to_owned())
+            .collect()
+    }
 }
 
 /// Opens `/dev/null` on each of fds 0-2 that is closed, as std's start-up

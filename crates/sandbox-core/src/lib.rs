@@ -28,6 +28,7 @@
 //! # }
 //! ```
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod axis;
 mod backend;

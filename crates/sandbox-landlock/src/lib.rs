@@ -48,6 +48,7 @@
 //! [`ResolvedPolicy`]: sandbox_core::ResolvedPolicy
 //! [`EnforcementReport`]: sandbox_core::EnforcementReport
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod error;
 

@@ -10,6 +10,7 @@
 //! * [`locate`]: the program, found as a shell would.
 //! * [`Watch`]: a bounded wait for the main process.
 //! * [`launch()`]: the sequence that ties them together.
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod contain;
 mod launch;

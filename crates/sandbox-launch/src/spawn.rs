@@ -99,9 +99,10 @@ const EXIT_PARENT_GONE: i32 = 125;
 /// every inherited fd above 2 marked close-on-exec, and for confined runs
 /// no_new_privs (no setuid gain, whatever the backend).
 pub fn session_hook(no_new_privs: bool) -> PreExecHook {
-    // SAFETY: the closure only makes async-signal-safe syscalls with integer
-    // arguments and allocates nothing.
     let parent = std::process::id() as libc::pid_t;
+    // SAFETY: the closure only makes async-signal-safe syscalls with integer
+    // arguments and allocates nothing; it runs in the child before exec,
+    // which is `harden`'s contract.
     unsafe {
         PreExecHook::new(move || {
             if libc::setsid() < 0 {
@@ -116,40 +117,46 @@ pub fn session_hook(no_new_privs: bool) -> PreExecHook {
 mod child_sys {
     #[cfg(target_os = "linux")]
     pub(super) unsafe fn harden(parent: libc::pid_t, no_new_privs: bool) -> std::io::Result<()> {
-        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
+        // SAFETY: the caller is a child between clone and exec (this fn's contract); every call is an async-signal-safe syscall with integer arguments.
+        unsafe {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The parent may have died before PDEATHSIG was armed.
+            if libc::getppid() != parent {
+                libc::_exit(super::EXIT_PARENT_GONE);
+            }
+            if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // CLOSE_RANGE_CLOEXEC keeps a backend's ruleset fd usable until exec.
+            if libc::syscall(
+                libc::SYS_close_range,
+                3u32,
+                u32::MAX,
+                libc::CLOSE_RANGE_CLOEXEC,
+            ) < 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
         }
-        // The parent may have died before PDEATHSIG was armed.
-        if libc::getppid() != parent {
-            libc::_exit(super::EXIT_PARENT_GONE);
-        }
-        if no_new_privs && libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) < 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // CLOSE_RANGE_CLOEXEC keeps a backend's ruleset fd usable until exec.
-        if libc::syscall(
-            libc::SYS_close_range,
-            3u32,
-            u32::MAX,
-            libc::CLOSE_RANGE_CLOEXEC,
-        ) < 0
-        {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(())
     }
 
     /// No parent-death signal or no_new_privs exist here; fds are marked close-on-exec one by one.
     #[cfg(not(target_os = "linux"))]
     pub(super) unsafe fn harden(_parent: libc::pid_t, _no_new_privs: bool) -> std::io::Result<()> {
-        let max = libc::getdtablesize();
-        for fd in 3..max {
-            let flags = libc::fcntl(fd, libc::F_GETFD);
-            if flags >= 0 {
-                libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        // SAFETY: as the Linux version: async-signal-safe fcntl calls on integer fds.
+        unsafe {
+            let max = libc::getdtablesize();
+            for fd in 3..max {
+                let flags = libc::fcntl(fd, libc::F_GETFD);
+                if flags >= 0 {
+                    libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+                }
             }
+            Ok(())
         }
-        Ok(())
     }
 }
 
@@ -295,7 +302,9 @@ mod imp {
         // every signal across the clone; the child resets handlers first.
         // SAFETY: sigset_t is plain data; both calls take valid pointers.
         let mut all: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: as above, plain data.
         let mut old: libc::sigset_t = unsafe { std::mem::zeroed() };
+        // SAFETY: both calls take pointers to the locals above.
         unsafe {
             libc::sigfillset(&mut all);
             libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
@@ -363,58 +372,61 @@ mod imp {
     /// group, changes directory, runs the hooks and execs. Returns the errno
     /// of the step that failed.
     unsafe fn prepare_and_exec(args: &mut ChildArgs) -> i32 {
-        let errno = || *libc::__errno_location();
-        // "0" moves the writing process (cgroup-v2.rst, cgroup.procs).
-        if args.join >= 0 && libc::write(args.join, b"0".as_ptr().cast(), 1) != 1 {
-            return errno();
-        }
-        // Handlers belong to the parent's memory: none may run here. Ignored
-        // signals stay ignored across exec, except SIGPIPE, which std ignores
-        // and a command expects at its default.
-        for sig in 1..libc::SIGRTMAX() + 1 {
-            if sig == libc::SIGKILL || sig == libc::SIGSTOP {
-                continue;
+        // SAFETY: this fn's contract: the child of a clone, before exec, on its own stack; `args` was prepared by the parent and is not touched by it until the child execs or exits; every call is async-signal-safe.
+        unsafe {
+            let errno = || *libc::__errno_location();
+            // "0" moves the writing process (cgroup-v2.rst, cgroup.procs).
+            if args.join >= 0 && libc::write(args.join, b"0".as_ptr().cast(), 1) != 1 {
+                return errno();
             }
-            let mut current: libc::sigaction = std::mem::zeroed();
-            if libc::sigaction(sig, std::ptr::null(), &mut current) != 0 {
-                continue;
+            // Handlers belong to the parent's memory: none may run here. Ignored
+            // signals stay ignored across exec, except SIGPIPE, which std ignores
+            // and a command expects at its default.
+            for sig in 1..libc::SIGRTMAX() + 1 {
+                if sig == libc::SIGKILL || sig == libc::SIGSTOP {
+                    continue;
+                }
+                let mut current: libc::sigaction = std::mem::zeroed();
+                if libc::sigaction(sig, std::ptr::null(), &mut current) != 0 {
+                    continue;
+                }
+                let handler = current.sa_sigaction;
+                if handler != libc::SIG_DFL && (handler != libc::SIG_IGN || sig == libc::SIGPIPE) {
+                    let mut default: libc::sigaction = std::mem::zeroed();
+                    default.sa_sigaction = libc::SIG_DFL;
+                    libc::sigaction(sig, &default, std::ptr::null_mut());
+                }
             }
-            let handler = current.sa_sigaction;
-            if handler != libc::SIG_DFL && (handler != libc::SIG_IGN || sig == libc::SIGPIPE) {
-                let mut default: libc::sigaction = std::mem::zeroed();
-                default.sa_sigaction = libc::SIG_DFL;
-                libc::sigaction(sig, &default, std::ptr::null_mut());
-            }
-        }
-        for (target, &fd) in (0..).zip(args.stdio.iter()) {
-            if fd < 0 || fd == target {
-                // The caller's own (or the one asked for): open across exec.
-                // A closed one stays closed.
-                if libc::fcntl(target, libc::F_SETFD, 0) < 0 && errno() != libc::EBADF {
+            for (target, &fd) in (0..).zip(args.stdio.iter()) {
+                if fd < 0 || fd == target {
+                    // The caller's own (or the one asked for): open across exec.
+                    // A closed one stays closed.
+                    if libc::fcntl(target, libc::F_SETFD, 0) < 0 && errno() != libc::EBADF {
+                        return errno();
+                    }
+                } else if libc::dup2(fd, target) < 0 {
                     return errno();
                 }
-            } else if libc::dup2(fd, target) < 0 {
+            }
+            if args.process_group && libc::setpgid(0, 0) < 0 {
                 return errno();
             }
-        }
-        if args.process_group && libc::setpgid(0, 0) < 0 {
-            return errno();
-        }
-        if let Some(cwd) = &args.cwd {
-            if libc::chdir(cwd.as_ptr()) < 0 {
-                return errno();
+            if let Some(cwd) = &args.cwd {
+                if libc::chdir(cwd.as_ptr()) < 0 {
+                    return errno();
+                }
             }
-        }
-        for hook in &mut args.hooks {
-            if let Err(e) = hook.run_in_child() {
-                return e.raw_os_error().unwrap_or(libc::EIO);
+            for hook in &mut args.hooks {
+                if let Err(e) = hook.run_in_child() {
+                    return e.raw_os_error().unwrap_or(libc::EIO);
+                }
             }
+            let mut empty: libc::sigset_t = std::mem::zeroed();
+            libc::sigemptyset(&mut empty);
+            libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+            libc::execve(args.path.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
+            errno()
         }
-        let mut empty: libc::sigset_t = std::mem::zeroed();
-        libc::sigemptyset(&mut empty);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
-        libc::execve(args.path.as_ptr(), args.argv.as_ptr(), args.envp.as_ptr());
-        errno()
     }
 
     /// `struct clone_args` up to `cgroup` (include/uapi/linux/sched.h,
@@ -448,80 +460,86 @@ mod imp {
     /// alive until the child has exec'd or exited (CLONE_VFORK ensures it).
     #[cfg(any(target_arch = "x86_64", target_arch = "aarch64"))]
     unsafe fn clone3_vfork(dir: Option<RawFd>, stack: &Stack, args: &mut ChildArgs) -> i32 {
-        let (into, dir) = match dir.map(u64::try_from) {
-            None => (0, 0),
-            Some(Ok(dir)) => (CLONE_INTO_CGROUP, dir),
-            Some(Err(_)) => {
-                *libc::__errno_location() = libc::EBADF;
+        // SAFETY: this fn's contract (a mapped, unused stack; `args` outliving the child's use of it); the assembly and syscalls are as documented beside them.
+        unsafe {
+            let (into, dir) = match dir.map(u64::try_from) {
+                None => (0, 0),
+                Some(Ok(dir)) => (CLONE_INTO_CGROUP, dir),
+                Some(Err(_)) => {
+                    *libc::__errno_location() = libc::EBADF;
+                    return -1;
+                }
+            };
+            let ca = CloneArgs {
+                flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | into,
+                exit_signal: libc::SIGCHLD as u64,
+                stack: stack.base() as u64,
+                stack_size: STACK_SIZE as u64,
+                cgroup: dir,
+                ..CloneArgs::default()
+            };
+            let entry: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
+            let arg: *mut libc::c_void = (args as *mut ChildArgs).cast();
+            let ret: isize;
+            // The child resumes after the syscall with the parent's registers,
+            // but on the new stack (clone3 sets the stack pointer to stack +
+            // stack_size) and with a return value of 0: it calls `entry(arg)`,
+            // which never returns (it execs or `_exit`s); the exit syscall after
+            // it is a backstop. The parent only makes the syscall.
+            #[cfg(target_arch = "x86_64")]
+            core::arch::asm!(
+                "syscall",
+                "test rax, rax",
+                "jnz 2f",
+                "mov rdi, r13",
+                "call r12",
+                "mov edi, eax",
+                "mov eax, 60", // SYS_exit
+                "syscall",
+                "ud2",
+                "2:",
+                inlateout("rax") libc::SYS_clone3 as isize => ret,
+                in("rdi") &ca as *const CloneArgs,
+                in("rsi") std::mem::size_of::<CloneArgs>(),
+                in("r12") entry,
+                in("r13") arg,
+                lateout("rcx") _,
+                lateout("r11") _,
+                options(nostack),
+            );
+            #[cfg(target_arch = "aarch64")]
+            core::arch::asm!(
+                "svc #0",
+                "cbnz x0, 2f",
+                "mov x0, x21",
+                "blr x20",
+                "mov x8, #93", // SYS_exit
+                "svc #0",
+                "brk #0",
+                "2:",
+                inlateout("x0") &ca as *const CloneArgs as isize => ret,
+                in("x1") std::mem::size_of::<CloneArgs>(),
+                in("x8") libc::SYS_clone3,
+                in("x20") entry,
+                in("x21") arg,
+                options(nostack),
+            );
+            if ret < 0 {
+                *libc::__errno_location() = -ret as i32;
                 return -1;
             }
-        };
-        let ca = CloneArgs {
-            flags: (libc::CLONE_VM | libc::CLONE_VFORK) as u64 | into,
-            exit_signal: libc::SIGCHLD as u64,
-            stack: stack.base() as u64,
-            stack_size: STACK_SIZE as u64,
-            cgroup: dir,
-            ..CloneArgs::default()
-        };
-        let entry: extern "C" fn(*mut libc::c_void) -> libc::c_int = child_main;
-        let arg: *mut libc::c_void = (args as *mut ChildArgs).cast();
-        let ret: isize;
-        // The child resumes after the syscall with the parent's registers,
-        // but on the new stack (clone3 sets the stack pointer to stack +
-        // stack_size) and with a return value of 0: it calls `entry(arg)`,
-        // which never returns (it execs or `_exit`s); the exit syscall after
-        // it is a backstop. The parent only makes the syscall.
-        #[cfg(target_arch = "x86_64")]
-        core::arch::asm!(
-            "syscall",
-            "test rax, rax",
-            "jnz 2f",
-            "mov rdi, r13",
-            "call r12",
-            "mov edi, eax",
-            "mov eax, 60", // SYS_exit
-            "syscall",
-            "ud2",
-            "2:",
-            inlateout("rax") libc::SYS_clone3 as isize => ret,
-            in("rdi") &ca as *const CloneArgs,
-            in("rsi") std::mem::size_of::<CloneArgs>(),
-            in("r12") entry,
-            in("r13") arg,
-            lateout("rcx") _,
-            lateout("r11") _,
-            options(nostack),
-        );
-        #[cfg(target_arch = "aarch64")]
-        core::arch::asm!(
-            "svc #0",
-            "cbnz x0, 2f",
-            "mov x0, x21",
-            "blr x20",
-            "mov x8, #93", // SYS_exit
-            "svc #0",
-            "brk #0",
-            "2:",
-            inlateout("x0") &ca as *const CloneArgs as isize => ret,
-            in("x1") std::mem::size_of::<CloneArgs>(),
-            in("x8") libc::SYS_clone3,
-            in("x20") entry,
-            in("x21") arg,
-            options(nostack),
-        );
-        if ret < 0 {
-            *libc::__errno_location() = -ret as i32;
-            return -1;
+            ret as i32
         }
-        ret as i32
     }
 
     /// Elsewhere the child is always cloned and joins the cgroup by writing.
     #[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
     unsafe fn clone3_vfork(_dir: Option<RawFd>, _stack: &Stack, _args: &mut ChildArgs) -> i32 {
-        *libc::__errno_location() = libc::ENOSYS;
-        -1
+        // SAFETY: nothing unsafe happens here; the block keeps the signature uniform.
+        unsafe {
+            *libc::__errno_location() = libc::ENOSYS;
+            -1
+        }
     }
 
     /// An mmap'd stack with a guard page at its low end.

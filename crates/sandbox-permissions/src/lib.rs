@@ -42,6 +42,7 @@
 //! # Ok(()) }
 //! ```
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod answerer;
 mod audit;

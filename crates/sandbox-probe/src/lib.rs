@@ -10,6 +10,7 @@
 //!   axis of [`sandbox_core::axis::REGISTRY`] × deny/boundary/workload leg,
 //!   run against a real backend, with evidence.
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 #[cfg(feature = "conformance")]
 pub mod conformance;

@@ -206,13 +206,16 @@ pub(crate) fn host_addrs() -> io::Result<HostAddrs> {
             // SAFETY: a non-null `ifa_addr` points to a socket address whose
             // family field tells its type; AF_INET and AF_INET6 ones are
             // `sockaddr_in` and `sockaddr_in6` (getifaddrs(3)).
+            // SAFETY: as above: a non-null address getifaddrs made.
             match i32::from(unsafe { (*sa).sa_family }) {
                 libc::AF_INET => {
+                    // SAFETY: the family says it is a sockaddr_in.
                     let sin = unsafe { &*sa.cast::<libc::sockaddr_in>() };
                     let ip = Ipv4Addr::from(u32::from_be(sin.sin_addr.s_addr));
                     addrs.push(IpAddr::V4(ip));
                 }
                 libc::AF_INET6 => {
+                    // SAFETY: the family says it is a sockaddr_in6.
                     let sin6 = unsafe { &*sa.cast::<libc::sockaddr_in6>() };
                     addrs.push(IpAddr::V6(Ipv6Addr::from(sin6.sin6_addr.s6_addr)));
                 }

@@ -8,6 +8,7 @@
 //! * [`conformance`] checks the generated text per axis (profile-text strength).
 //! * `SeatbeltBackend` (macOS only) runs commands under `sandbox-exec`.
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod conformance;
 mod error;

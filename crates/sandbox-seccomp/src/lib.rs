@@ -68,6 +68,7 @@
 //! Linux on x86_64 and aarch64. Elsewhere the crate builds, and [`compile`]
 //! returns [`SeccompError::UnsupportedTarget`].
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod spec;
 

@@ -198,6 +198,7 @@ fn read_small(mut file: fs::File, limit: usize) -> Option<Vec<u8>> {
 fn kernel_release() -> Option<String> {
     // SAFETY: utsname is plain data; uname fills it.
     let mut uts: libc::utsname = unsafe { std::mem::zeroed() };
+    // SAFETY: uname writes into the local above.
     if unsafe { libc::uname(&mut uts) } != 0 {
         return None;
     }

@@ -25,6 +25,7 @@
 //! in the CLI), it never runs unconfined unless `on_unsupported` says so;
 //! and [`run`] ends every process the command started before it returns.
 #![warn(missing_docs)]
+#![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 mod builder;
 mod caches;
