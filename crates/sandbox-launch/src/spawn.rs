@@ -24,8 +24,11 @@
 //! A run with a cgroup of its own starts there: `CLONE_INTO_CGROUP` (Linux
 //! 5.7) places the child in the cgroup as it is created. Migrating it
 //! afterwards (a write to `cgroup.procs`) takes the cgroup threadgroup lock
-//! for writing, which waits for an RCU grace period: about 0.25 ms per
-//! launch here (BENCHMARKS.md). `clone3` has no libc wrapper that runs a
+//! for writing (`cgroup_attach_lock` in kernel/cgroup/cgroup.c takes
+//! `percpu_down_write(&cgroup_threadgroup_rwsem)`), and a per-CPU rwsem's
+//! writer waits for an RCU grace period (`rcu_sync_enter` in
+//! kernel/rcu/sync.c): about 0.25 ms per launch here (BENCHMARKS.md, the
+//! `CLONE_INTO_CGROUP` measurement). `clone3` has no libc wrapper that runs a
 //! function on a new stack, so a few lines of assembly call the child's
 //! entry point (x86_64 and aarch64). Where `clone3` is refused (older
 //! kernels, a seccomp filter that answers ENOSYS, another architecture) the

@@ -157,7 +157,9 @@ fn require_full(
 /// Refuses a run with network whose stdio includes a UNIX datagram socket:
 /// the command inherits it, and an addressed send on it reaches any host
 /// datagram socket (`/dev/log`, ...) past the confinement, which refuses
-/// such sockets only at creation. (Without network, addressed sends are
+/// such sockets only at creation (unix(7): an unconnected datagram socket
+/// names its peer in each `sendto`/`sendmsg`; `tests/tests/unix_sockets.rs`
+/// attacks it with an inherited socket). (Without network, addressed sends are
 /// refused by the filter.) Under egress rules, an IP socket other than
 /// TCP is refused as well: a UDP socket sends to any host by address.
 fn refuse_stdio_datagram(

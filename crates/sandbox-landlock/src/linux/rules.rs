@@ -74,8 +74,15 @@ pub(crate) fn plan(
 ) -> Result<Plan, LandlockError> {
     // TRUNCATE is left unhandled: handling it makes the kernel walk the path on
     // every open(2), read-only ones included (about +25% per open here).
-    // Nothing is lost: O_TRUNC and ftruncate need a writable fd, which
-    // WRITE_FILE governs, and seccomp refuses truncate(2) by path.
+    // What it would cover is covered otherwise: ftruncate(2) needs an fd open
+    // for writing (ftruncate(2), EINVAL), which WRITE_FILE governs; a
+    // read-only open with O_TRUNC does truncate on Linux (open(2) leaves
+    // O_TRUNC with O_RDONLY unspecified), so the seccomp filter refuses
+    // O_TRUNC without write access
+    // (sandbox-seccomp tests/kernel.rs,
+    // read_only_open_with_o_trunc_is_refused_and_truncates_nothing; the
+    // self-test's write probe witnesses it on every host); truncate(2) by path
+    // is brokered (tests/write.rs, truncate_by_path_outside_is_refused).
     let write = AccessFs::from_write(abi) & !AccessFs::Truncate;
     let reads_handled = !policy.read_deny_paths().is_empty();
     // READ_DIR is left unhandled so the ancestors of a denied path stay

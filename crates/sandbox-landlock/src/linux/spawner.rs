@@ -3,7 +3,15 @@
 //!
 //! `no_new_privs`, the capability sets, the Landlock domain and the seccomp
 //! filter all belong to a thread, not to the whole process, and a child
-//! inherits those of the thread that created it. So the thread applies the
+//! inherits those of the thread that created it: prctl(2) on
+//! `PR_SET_NO_NEW_PRIVS` (per thread, inherited across fork and clone),
+//! capabilities(7) (the sets are per thread),
+//! Documentation/userspace-api/landlock.rst (`landlock_restrict_self`
+//! confines the calling thread and its future children) and seccomp(2)
+//! (without `SECCOMP_FILTER_FLAG_TSYNC` a filter applies to the calling
+//! thread). `tests/spawner.rs`,
+//! `children_are_confined_and_the_rest_of_the_process_is_not`, shows it.
+//! So the thread applies the
 //! same [`PreparedLandlock::apply_in_child`] a forked child would, and from
 //! then on std's `Command::spawn` can take its `posix_spawn` path: no `fork`
 //! and no filter to attach per launch (measured: about 1.05x a plain spawn,
