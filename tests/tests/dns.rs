@@ -100,7 +100,7 @@ fn glibc_resolves_listed_names_only_and_connects_directly() {
 echo "control $(getent hosts other.example.com)"
 "$SANDBOX" run -q --report "$D/r.json" --allow-net svc.example.com:8080 -- /usr/bin/python3 "$CLIENT" svc.example.com 8080
 "$SANDBOX" run --allow-net svc.example.com:8080 -- /usr/bin/python3 "$CLIENT" other.example.com 8080
-"$SANDBOX" run -q --allow-net svc.example.com:9 -- /usr/bin/python3 "$CLIENT" svc.example.com 8080
+"$SANDBOX" run -q --report "$D/p.json" --allow-net svc.example.com:9 -- /usr/bin/python3 "$CLIENT" svc.example.com 8080
 "$SANDBOX" run -q --report "$D/w.json" --allow-net '*.example.org:8080' -- /usr/bin/python3 "$CLIENT" a.example.org 8080
 "#,
     );
@@ -121,6 +121,16 @@ echo "control $(getent hosts other.example.com)"
     assert!(
         err.contains("sandbox: refused 1 name lookup (other.example.com not in --allow-net)"),
         "{err}"
+    );
+    // The refused connect names the name its address was answered for.
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("p.json")).unwrap()).unwrap();
+    let refused = record["mediation"]["refused"].to_string();
+    assert!(
+        refused.contains(
+            "127.0.0.1:8080 (answered for svc.example.com, whose rules do not list port 8080)"
+        ),
+        "{refused}"
     );
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("w.json")).unwrap()).unwrap();

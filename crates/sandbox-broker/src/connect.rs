@@ -299,6 +299,15 @@ pub(crate) fn decide(
                 && !egress_admits(allowed, domain, &job.addr)
                 && !dest.is_some_and(|d| pinned(rules, d, target))
             {
+                // Say which name the address was answered for, where known.
+                if let Some((d, name)) =
+                    dest.and_then(|d| Some((d, rules.dns()?.pins.name_of(d.ip())?)))
+                {
+                    target.resolved = Some(PathBuf::from(format!(
+                        "{d} (answered for {name}, whose rules do not list port {})",
+                        d.port()
+                    )));
+                }
                 return Next::Answer {
                     decision: Decision::Refused {
                         reason: Refusal::NetNotAllowed,

@@ -378,6 +378,11 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
     let json = serde_json::json!({
         "schema": sandbox::SCHEMA_VERSION,
         "network": policy.as_ref().map(|p| p.network_mode()),
+        // How names are reached under an allowlist (as `sandbox check` says).
+        "names": policy
+            .as_ref()
+            .filter(|p| p.network_mode() == sandbox::NetworkMode::Allowlist)
+            .map(network_line),
         "policy": policy,
     });
     println!("{}", serde_json::to_string_pretty(&json)?);
