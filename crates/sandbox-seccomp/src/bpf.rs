@@ -112,7 +112,7 @@ impl<'a> Verdict<'a> {
     fn of(e: &'a Entry) -> Self {
         match &e.rule {
             Rule::Allow => Verdict::Ret(Action::Allow.ret()),
-            Rule::Deny(a) => Verdict::Ret(a.ret()),
+            Rule::Always(a) => Verdict::Ret(a.ret()),
             Rule::AllowIf { .. } => Verdict::Checked(e),
         }
     }
@@ -343,7 +343,7 @@ pub fn assemble(rows: &[Entry]) -> Result<Vec<BpfInstruction>, SeccompError> {
         let answers = match &e.rule {
             Rule::Allow => None,
             Rule::AllowIf { otherwise, .. } => Some(*otherwise),
-            Rule::Deny(a) => Some(*a),
+            Rule::Always(a) => Some(*a),
         };
         if answers.map(Action::ret) == Some(sentinel) || answers == Some(Action::Allow) {
             return Err(internal(format!(

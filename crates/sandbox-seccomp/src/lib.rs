@@ -13,7 +13,7 @@
 //!    of consecutive numbers with the same answer, built from the table
 //!    (`table.rs`, one row per syscall, grouped by purpose). Its leaves are
 //!    constant answers (`ALLOW`; `EPERM` for explicit denials;
-//!    [`metadata_write`] for metadata writes Landlock cannot govern:
+//!    [`broker_or_refuse`] for metadata writes Landlock cannot govern:
 //!    `SECCOMP_RET_USER_NOTIF` to the broker when [`FilterSpec::broker`] is
 //!    set, else `EPERM`; `ENOSYS` for `clone3` and every number the table
 //!    does not know) or the argument checks of one syscall, compiled by
@@ -53,10 +53,10 @@
 //! `accept`, `accept4` are `EPERM` with network off; `fork`, `vfork` are
 //! `EPERM` with `deny_subprocess`; `setsid`, `setpgid` are `EPERM` when the
 //! runner holds the run by its process group ([`FilterSpec::hold_group`]);
-//! `truncate` is [`metadata_write`] unless
+//! `truncate` is [`broker_or_refuse`] unless
 //! Landlock handles the truncate right ([`LandlockCoverage::truncate`]);
 //! `utimensat` (path and fd forms) and the chmod, chown and xattr-write
-//! families are always [`metadata_write`]; with read denials
+//! families are always [`broker_or_refuse`]; with read denials
 //! ([`FilterSpec::read_deny`]) the xattr reads are [`xattr_read`] and
 //! `getxattrat`/`listxattrat` `ENOSYS`. System V IPC is `EPERM` (no IPC
 //! namespace). `clone3` and `openat2` are always `ENOSYS`: their flags sit
@@ -75,7 +75,7 @@ mod spec;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use spec::{
-    metadata_write, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule,
+    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule,
     Width, DENY, ENOSYS, EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN, XATTR_READ_UNBROKERED,
 };
 

@@ -104,7 +104,7 @@ pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
         };
         match &e.rule {
             Rule::Allow => add(&mut ctx, Action::Allow, &[])?,
-            Rule::Deny(a) => add(&mut ctx, *a, &[])?,
+            Rule::Always(a) => add(&mut ctx, *a, &[])?,
             Rule::AllowIf { any_of, otherwise } => {
                 let only_ne = any_of.len() == 1
                     && any_of[0]

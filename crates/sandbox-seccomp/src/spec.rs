@@ -54,7 +54,7 @@ pub fn xattr_read(spec: &FilterSpec) -> Option<Action> {
 
 /// The answer for brokerable metadata writes under `spec`: handed to the
 /// broker ([`Action::UserNotif`]) when one listens, else [`METADATA_WRITE`].
-pub fn metadata_write(spec: &FilterSpec) -> Action {
+pub fn broker_or_refuse(spec: &FilterSpec) -> Action {
     if spec.broker {
         Action::UserNotif
     } else {
@@ -157,8 +157,9 @@ pub enum Rule {
         /// The answer when no group holds.
         otherwise: Action,
     },
-    /// Never allowed.
-    Deny(Action),
+    /// Always answered with this action, whatever the arguments (refused,
+    /// or sent to the broker).
+    Always(Action),
 }
 
 impl Rule {
@@ -166,7 +167,7 @@ impl Rule {
     pub fn eval(&self, args: &[u64; 6]) -> Action {
         match self {
             Rule::Allow => Action::Allow,
-            Rule::Deny(a) => *a,
+            Rule::Always(a) => *a,
             Rule::AllowIf { any_of, otherwise } => {
                 if any_of.iter().any(|g| g.iter().all(|c| c.holds(args))) {
                     Action::Allow

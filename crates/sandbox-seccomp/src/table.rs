@@ -5,7 +5,7 @@
 //! them; the few argument-checked rows are built in [`table`] below.
 
 use crate::spec::{
-    metadata_write, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN,
+    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN,
 };
 
 /// libc's syscall numbers plus the ones this libc release does not name yet.
@@ -421,7 +421,7 @@ const ALWAYS_DENIED_X86_64: &[(&str, i64, &str)] = deny![
 const ALWAYS_DENIED_X86_64: &[(&str, i64, &str)] = &[];
 
 /// Metadata writes Landlock cannot govern and the broker mediates: answered
-/// with [`metadata_write`].
+/// with [`broker_or_refuse`].
 const METADATA: &[(&str, i64, &str)] = deny![
     SYS_fchmod => "Landlock has no chmod right",
     SYS_fchmodat => "Landlock has no chmod right",
@@ -602,7 +602,7 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
         ),
         row(
             one!(SYS_utimensat),
-            Rule::Deny(metadata_write(spec)),
+            Rule::Always(broker_or_refuse(spec)),
             "Landlock has no utimes right; the fd form (futimens) works on a read-only fd, \
              so it is brokered like the path form",
         ),
@@ -619,7 +619,7 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
         ),
         row(
             one!(SYS_openat2),
-            Rule::Deny(UNKNOWN),
+            Rule::Always(UNKNOWN),
             "its flags and mode sit behind a pointer the filter cannot read (see openat); \
              ENOSYS makes callers fall back to openat",
         ),
@@ -726,9 +726,9 @@ fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
                        (Landlock grants the write path whole)";
     let read_only = |flags: u8| Rule::AllowIf {
         any_of: vec![vec![masked(flags, ACCMODE | TRUNC | CREAT | TMPFILE, 0)]],
-        otherwise: metadata_write(spec),
+        otherwise: broker_or_refuse(spec),
     };
-    let routed = Rule::Deny(metadata_write(spec));
+    let routed = Rule::Always(broker_or_refuse(spec));
     let mut rows = vec![
         row(one!(SYS_openat), read_only(2), WHY),
         row(one!(SYS_mknodat), routed.clone(), WHY),
@@ -843,7 +843,7 @@ fn xattr_reads(spec: &FilterSpec) -> Vec<Entry> {
             .map(|s| {
                 row(
                     s,
-                    Rule::Deny(action),
+                    Rule::Always(action),
                     "read denials: xattr values of denied paths must not be read; \
                      Landlock has no xattr right",
                 )
@@ -851,7 +851,7 @@ fn xattr_reads(spec: &FilterSpec) -> Vec<Entry> {
             .chain(newer.into_iter().map(|s| {
                 row(
                     s,
-                    Rule::Deny(UNKNOWN),
+                    Rule::Always(UNKNOWN),
                     "read denials: not brokered (Linux 6.13+); ENOSYS as on an older kernel",
                 )
             }))
@@ -870,7 +870,7 @@ fn truncate(spec: &FilterSpec) -> Entry {
     } else {
         row(
             one!(SYS_truncate),
-            Rule::Deny(metadata_write(spec)),
+            Rule::Always(broker_or_refuse(spec)),
             "this kernel's Landlock lacks the truncate right",
         )
     }
@@ -911,11 +911,11 @@ fn nested_landlock(spec: &FilterSpec) -> Vec<Entry> {
     vec![
         row(
             create,
-            Rule::Deny(crate::spec::Action::Errno(crate::spec::EOPNOTSUPP)),
+            Rule::Always(crate::spec::Action::Errno(crate::spec::EOPNOTSUPP)),
             reason,
         ),
-        row(add, Rule::Deny(DENY), reason),
-        row(restrict, Rule::Deny(DENY), reason),
+        row(add, Rule::Always(DENY), reason),
+        row(restrict, Rule::Always(DENY), reason),
     ]
 }
 
@@ -959,13 +959,13 @@ fn spawning(spec: &FilterSpec) -> Vec<Entry> {
     }
     rows.push(row(
         one!(SYS_clone3),
-        Rule::Deny(UNKNOWN),
+        Rule::Always(UNKNOWN),
         "flags sit behind a pointer the filter cannot read; ENOSYS makes libc fall back to clone",
     ));
     #[cfg(target_arch = "x86_64")]
     for sys in [one!(SYS_fork), one!(SYS_vfork)] {
         rows.push(if spec.deny_subprocess {
-            row(sys, Rule::Deny(DENY), "deny_subprocess")
+            row(sys, Rule::Always(DENY), "deny_subprocess")
         } else {
             row(sys, Rule::Allow, "")
         });
@@ -981,7 +981,7 @@ fn process_group(spec: &FilterSpec) -> Vec<Entry> {
             if spec.hold_group {
                 row(
                     s,
-                    Rule::Deny(DENY),
+                    Rule::Always(DENY),
                     "the runner ends this run by its process group (no cgroup here): \
                      leaving it would let a process outlive the run",
                 )
@@ -1047,10 +1047,10 @@ fn network(spec: &FilterSpec) -> Vec<Entry> {
              sendmsg hides behind a pointer; stream sockets refuse an address (EISCONN / \
              EOPNOTSUPP) and seqpacket ignores it",
         ),
-        row(connect, Rule::Deny(DENY), "network=false"),
-        row(listen, Rule::Deny(DENY), "network=false"),
-        row(accept, Rule::Deny(DENY), "network=false"),
-        row(accept4, Rule::Deny(DENY), "network=false"),
+        row(connect, Rule::Always(DENY), "network=false"),
+        row(listen, Rule::Always(DENY), "network=false"),
+        row(accept, Rule::Always(DENY), "network=false"),
+        row(accept4, Rule::Always(DENY), "network=false"),
         row(
             sendto,
             allow_if(vec![vec![Cond::full64(4, Cmp::Eq(0)), no_fastopen(3)]]),
@@ -1095,8 +1095,8 @@ fn egress(
             sockets.push(vec![af(domain), ty(libc::SOCK_STREAM), proto(p)]);
         }
     }
-    // With a broker: handed to it; without: refused (`metadata_write` is DENY then).
-    let brokered = || Rule::Deny(metadata_write(spec));
+    // With a broker: handed to it; without: refused (`broker_or_refuse` is DENY then).
+    let brokered = || Rule::Always(broker_or_refuse(spec));
     let [socket, socketpair, connect, listen, accept, accept4, sendto, sendmsg, sendmmsg] = *plain;
     vec![
         row(
@@ -1173,7 +1173,7 @@ fn confined_unix(
         ));
         rows.push(row(
             connect,
-            Rule::Deny(metadata_write(spec)),
+            Rule::Always(broker_or_refuse(spec)),
             "the broker reads the address once, admits UNIX sockets beneath the write \
              paths or allowed, and performs every connect itself (the filter cannot see \
              the address or the socket's family)",
@@ -1235,13 +1235,17 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
         .map(|&s| row(s, Rule::Allow, ""))
         .collect();
     for &(name, nr, reason) in ALWAYS_DENIED.iter().chain(ALWAYS_DENIED_X86_64) {
-        rows.push(row((name, nr), Rule::Deny(DENY), reason));
+        rows.push(row((name, nr), Rule::Always(DENY), reason));
     }
     for &(name, nr, reason) in METADATA.iter().chain(METADATA_X86_64) {
-        rows.push(row((name, nr), Rule::Deny(metadata_write(spec)), reason));
+        rows.push(row(
+            (name, nr),
+            Rule::Always(broker_or_refuse(spec)),
+            reason,
+        ));
     }
     for &(name, nr, reason) in METADATA_UNBROKERED {
-        rows.push(row((name, nr), Rule::Deny(DENY), reason));
+        rows.push(row((name, nr), Rule::Always(DENY), reason));
     }
     rows.extend(checked_always(spec));
     rows.extend(xattr_reads(spec));
@@ -1262,7 +1266,7 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
             .filter(|e| !BROKER_PERFORMS.contains(&e.name))
         {
             match &mut e.rule {
-                Rule::Deny(a) | Rule::AllowIf { otherwise: a, .. } if *a == DENY => {
+                Rule::Always(a) | Rule::AllowIf { otherwise: a, .. } if *a == DENY => {
                     *a = crate::spec::Action::UserNotif;
                 }
                 _ => {}

@@ -254,7 +254,7 @@ mod tests {
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
                 .filter(|e| match e.rule {
-                    Rule::Deny(a) | Rule::AllowIf { otherwise: a, .. } => a == Action::UserNotif,
+                    Rule::Always(a) | Rule::AllowIf { otherwise: a, .. } => a == Action::UserNotif,
                     _ => false,
                 })
                 .map(|e| i64::from(e.nr))
@@ -312,7 +312,7 @@ mod tests {
                     continue;
                 }
                 let refused = match row.rule {
-                    Rule::Deny(a) => a == sandbox_seccomp::DENY,
+                    Rule::Always(a) => a == sandbox_seccomp::DENY,
                     Rule::AllowIf { otherwise, .. } => otherwise == sandbox_seccomp::DENY,
                     Rule::Allow => false,
                 };
