@@ -22,7 +22,7 @@ use sandbox::{
 
 mod approval;
 mod args;
-mod chain;
+mod error_chain;
 mod log;
 mod report;
 mod show;
@@ -522,7 +522,7 @@ fn execute(
                 let record =
                     Outcome::runner_failure(&req, &backend, &err.to_string(), EXIT_SANDBOX);
                 write_report(report.as_ref(), &record)?;
-                return Err(Fatal(chain::error_chain(&err)));
+                return Err(Fatal(error_chain::error_chain(&err)));
             }
         },
         None => std::sync::Arc::new(sandbox::NoopBackend),
@@ -552,9 +552,9 @@ fn execute(
             let record = Outcome::runner_failure(&req, resolved.name(), &err.to_string(), code);
             write_report(report.as_ref(), &record)?;
             if code == EXIT_SANDBOX {
-                return Err(Fatal(chain::error_chain(&err)));
+                return Err(Fatal(error_chain::error_chain(&err)));
             }
-            eprintln!("sandbox: {}", chain::error_chain(&err));
+            eprintln!("sandbox: {}", error_chain::error_chain(&err));
             Ok(Err(code))
         }
     }

@@ -27,19 +27,19 @@
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod backend_choice;
 mod builder;
 mod caches;
-mod gate;
 mod outcome;
-mod resolve;
 mod runner;
 pub mod trusted;
+mod verdict;
 // The one launch path, shared with the self-test so that it witnesses it.
 
+pub use backend_choice::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use builder::{Error, ErrorKind, Sandbox};
 pub use caches::{tool_cache_dir, ToolCacheError};
 pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
-pub use resolve::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
 };

@@ -74,7 +74,7 @@ pub fn trusted_dirs() -> Vec<PathBuf> {
         .chain(homes.iter().map(|h| h.join(".local/state")))
         .map(|base| base.join("sandbox"))
         .chain([PathBuf::from("/etc/sandbox")])
-        .chain(crate::gate::cache_dir())
+        .chain(crate::verdict::cache_dir())
         .chain(cfg!(target_os = "linux").then(|| PathBuf::from("/sys/fs/cgroup")))
         .collect();
     dirs.sort();

@@ -67,7 +67,7 @@ fn resolve_with(
     make: impl FnOnce() -> Result<Arc<dyn Backend>, SandboxUnavailable>,
 ) -> Result<ResolvedBackend, SandboxUnavailable> {
     let attempt = make().and_then(|backend| {
-        crate::gate::check(backend.as_ref(), writable)?;
+        crate::verdict::check(backend.as_ref(), writable)?;
         Ok(backend)
     });
     match attempt {
