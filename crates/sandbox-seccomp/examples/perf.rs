@@ -29,7 +29,7 @@ mod linux {
     use std::os::unix::process::CommandExt;
     use std::time::Instant;
 
-    use sandbox_seccomp::{bpf, compile_spec, table, BpfInstruction, FilterSpec, LandlockCoverage};
+    use sandbox_seccomp::{bpf, compile_spec, table, BpfInstruction, FilterSpec};
 
     const ROUNDS: usize = 200;
 
@@ -37,7 +37,6 @@ mod linux {
     const STRICT: FilterSpec = FilterSpec {
         network: false,
         deny_subprocess: true,
-        landlock: LandlockCoverage { truncate: false },
         broker: true,
         read_deny: false,
         hold_group: false,

@@ -53,8 +53,7 @@
 //! `accept`, `accept4` are `EPERM` with network off; `fork`, `vfork` are
 //! `EPERM` with `deny_subprocess`; `setsid`, `setpgid` are `EPERM` when the
 //! runner holds the run by its process group ([`FilterSpec::hold_group`]);
-//! `truncate` is [`broker_or_refuse`] unless
-//! Landlock handles the truncate right ([`LandlockCoverage::truncate`]);
+//! `truncate` (Landlock's truncate right is never handled),
 //! `utimensat` (path and fd forms) and the chmod, chown and xattr-write
 //! families are always [`broker_or_refuse`]; with read denials
 //! ([`FilterSpec::read_deny`]) the xattr reads are [`xattr_read`] and
@@ -75,8 +74,8 @@ mod spec;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use spec::{
-    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, LandlockCoverage, Rule,
-    Width, DENY, ENOSYS, EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN, XATTR_READ_UNBROKERED,
+    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, Rule, Width, DENY, ENOSYS,
+    EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN, XATTR_READ_UNBROKERED,
 };
 
 /// One classic BPF instruction, in the kernel's `struct sock_filter` layout.
@@ -179,19 +178,17 @@ enum Program {
 }
 
 /// Compiles `policy` to a default-deny filter for the target architecture.
-pub fn compile(
-    policy: &sandbox_core::ResolvedPolicy,
-    coverage: LandlockCoverage,
-) -> Result<Filter, SeccompError> {
-    compile_spec(&FilterSpec::new(policy, coverage))
+pub fn compile(policy: &sandbox_core::ResolvedPolicy) -> Result<Filter, SeccompError> {
+    compile_spec(&FilterSpec::new(policy))
 }
 
 /// Compiles a [`FilterSpec`] (the policy facts the filter depends on).
 ///
-/// On x86_64 every spec's program is prebuilt into this crate (a test proves
+/// On x86_64 the program of every spec a Landlock launch can ask for is
+/// prebuilt into this crate (`FilterSpec::prebuilt_slot`; a test proves
 /// each equals what the compiler produces), so a launch pays nothing to get
-/// one. Elsewhere programs are compiled once per spec and cached for the life
-/// of the process.
+/// one. Other specs, and other architectures, are compiled once per spec and
+/// cached for the life of the process.
 pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
     if let Some(program) = prebuilt(spec) {
         return Ok(Filter {

@@ -192,23 +192,16 @@ pub struct Entry {
     pub reason: &'static str,
 }
 
-/// What the Landlock side already governs on this kernel (so seccomp covers the rest).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub struct LandlockCoverage {
-    /// `LANDLOCK_ACCESS_FS_TRUNCATE` is handled (Landlock ABI >= 3).
-    pub truncate: bool,
-}
-
-/// The facts a filter is compiled from: the policy's network and spawn
-/// switches and what Landlock already covers.
+/// The facts a filter is compiled from: the policy's switches and how the
+/// run is held and brokered. (Landlock's truncate right is never relied
+/// on: handling it costs a path walk per open, so `truncate(2)` by path is
+/// always brokered or refused here.)
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct FilterSpec {
     /// Whether the policy allows network access.
     pub network: bool,
     /// Whether the policy forbids creating child processes.
     pub deny_subprocess: bool,
-    /// What Landlock governs on this kernel.
-    pub landlock: LandlockCoverage,
     /// Whether a metadata broker listens (`SECCOMP_FILTER_FLAG_NEW_LISTENER`):
     /// brokerable metadata writes go to it instead of failing with `EPERM`.
     pub broker: bool,
@@ -239,11 +232,10 @@ pub struct FilterSpec {
 
 impl FilterSpec {
     /// The spec for a resolved policy on a kernel with `coverage`.
-    pub fn new(policy: &sandbox_core::ResolvedPolicy, coverage: LandlockCoverage) -> Self {
+    pub fn new(policy: &sandbox_core::ResolvedPolicy) -> Self {
         FilterSpec {
             network: policy.network(),
             deny_subprocess: policy.deny_subprocess(),
-            landlock: coverage,
             broker: false,
             read_deny: !policy.read_deny_paths().is_empty(),
             hold_group: false,
@@ -305,7 +297,7 @@ impl FilterSpec {
         allow(dead_code)
     )]
     pub(crate) fn prebuilt_slot(&self) -> Option<usize> {
-        (self.broker_connect && !self.landlock.truncate).then(|| {
+        self.broker_connect.then(|| {
             usize::from(self.network)
                 | usize::from(self.deny_subprocess) << 1
                 | usize::from(self.broker) << 2
@@ -316,20 +308,17 @@ impl FilterSpec {
         })
     }
 
-    /// All 512 combinations of the nine switches.
+    /// All 256 combinations of the eight switches.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u16..512).map(|bits| FilterSpec {
+        (0u16..256).map(|bits| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
             broker_connect: bits & 4 != 0,
             broker: bits & 8 != 0,
             read_deny: bits & 16 != 0,
-            landlock: LandlockCoverage {
-                truncate: bits & 32 != 0,
-            },
-            hold_group: bits & 64 != 0,
-            broker_entries: bits & 128 != 0,
-            egress: bits & 256 != 0,
+            hold_group: bits & 32 != 0,
+            broker_entries: bits & 64 != 0,
+            egress: bits & 128 != 0,
         })
     }
 }

@@ -859,21 +859,15 @@ fn xattr_reads(spec: &FilterSpec) -> Vec<Entry> {
     }
 }
 
-/// `truncate(path)`: Landlock governs it only from ABI 3.
+/// `truncate(path)`: Landlock's truncate right is never handled (it would
+/// cost a path walk on every open), so the broker decides it, or it is
+/// refused.
 fn truncate(spec: &FilterSpec) -> Entry {
-    if spec.landlock.truncate {
-        row(
-            one!(SYS_truncate),
-            Rule::Allow,
-            "Landlock handles the truncate right",
-        )
-    } else {
-        row(
-            one!(SYS_truncate),
-            Rule::Always(broker_or_refuse(spec)),
-            "this kernel's Landlock lacks the truncate right",
-        )
-    }
+    row(
+        one!(SYS_truncate),
+        Rule::Always(broker_or_refuse(spec)),
+        "Landlock's truncate right is not handled: the broker decides truncate by path",
+    )
 }
 
 /// The Landlock calls the filter refuses only when a broker serves the run:

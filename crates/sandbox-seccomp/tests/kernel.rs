@@ -18,7 +18,7 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::PermissionsExt;
 
 use sandbox_core::{ExpandContext, SandboxPolicy};
-use sandbox_seccomp::{compile, Filter, LandlockCoverage};
+use sandbox_seccomp::{compile, Filter};
 
 const SETUP_PRCTL_FAILED: i32 = 250;
 const SETUP_APPLY_FAILED: i32 = 251;
@@ -48,7 +48,7 @@ fn filter(network: bool, deny_subprocess: bool) -> Filter {
     }
     .resolve(&ExpandContext::default())
     .unwrap();
-    compile(&policy, LandlockCoverage { truncate: true }).unwrap()
+    compile(&policy).unwrap()
 }
 
 /// Runs `case` in a forked child, confined by `filter` if given; returns its exit code.
@@ -941,7 +941,6 @@ fn network_on() -> sandbox_seccomp::FilterSpec {
     sandbox_seccomp::FilterSpec {
         network: true,
         deny_subprocess: false,
-        landlock: LandlockCoverage { truncate: true },
         broker: false,
         read_deny: false,
         hold_group: false,

@@ -7,7 +7,7 @@ mod common;
 
 use common::*;
 use proptest::prelude::*;
-use sandbox_seccomp::{compile_spec, Filter, FilterSpec, LandlockCoverage, HIGHEST_KNOWN};
+use sandbox_seccomp::{compile_spec, Filter, FilterSpec, HIGHEST_KNOWN};
 
 const SPEC_TIOCSTI: u32 = 0x5412;
 const SPEC_TIOCLINUX: u32 = 0x541c;
@@ -243,13 +243,7 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         | SYS_getpeername | SYS_setsockopt | SYS_getsockopt | SYS_shutdown | SYS_recvfrom
         | SYS_recvmsg | SYS_recvmmsg => RET_ALLOW,
         // -- metadata writes Landlock cannot govern
-        SYS_truncate => {
-            if spec.landlock.truncate {
-                RET_ALLOW
-            } else {
-                metadata
-            }
-        }
+        SYS_truncate => metadata,
         SYS_chmod | SYS_fchmod | SYS_fchmodat | 452 /* fchmodat2 */ | SYS_chown | SYS_fchown
         | SYS_lchown | SYS_fchownat | SYS_setxattr | SYS_lsetxattr | SYS_fsetxattr
         | SYS_removexattr | SYS_lremovexattr | SYS_fremovexattr | SYS_utime | SYS_utimes
@@ -583,7 +577,6 @@ fn unchecked_allows_do_not_depend_on_arguments() {
         FilterSpec {
             network: false,
             deny_subprocess: true,
-            landlock: LandlockCoverage { truncate: false },
             broker: false,
             read_deny: true,
             hold_group: false,
@@ -594,7 +587,6 @@ fn unchecked_allows_do_not_depend_on_arguments() {
         compile_spec(&FilterSpec {
             network: false,
             deny_subprocess: true,
-            landlock: LandlockCoverage { truncate: false },
             broker: false,
             read_deny: true,
             hold_group: false,

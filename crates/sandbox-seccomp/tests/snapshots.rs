@@ -2,17 +2,16 @@
 //! shows up in review (`cargo insta review`).
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-use sandbox_seccomp::{compile_spec, FilterSpec, LandlockCoverage};
+use sandbox_seccomp::{compile_spec, FilterSpec};
 
-fn disassembly(network: bool, deny_subprocess: bool, truncate: bool) -> String {
-    brokered(network, deny_subprocess, truncate, false)
+fn disassembly(network: bool, deny_subprocess: bool) -> String {
+    brokered(network, deny_subprocess, false)
 }
 
-fn brokered(network: bool, deny_subprocess: bool, truncate: bool, broker: bool) -> String {
+fn brokered(network: bool, deny_subprocess: bool, broker: bool) -> String {
     let spec = FilterSpec {
         network,
         deny_subprocess,
-        landlock: LandlockCoverage { truncate },
         broker,
         read_deny: false,
         hold_group: false,
@@ -29,7 +28,6 @@ fn default_backend_with_read_denials() {
     let spec = FilterSpec {
         network: true,
         deny_subprocess: false,
-        landlock: LandlockCoverage { truncate: false },
         broker: true,
         read_deny: true,
         hold_group: false,
@@ -42,21 +40,21 @@ fn default_backend_with_read_denials() {
 
 #[test]
 fn permissive_policy() {
-    insta::assert_snapshot!(disassembly(true, false, true));
+    insta::assert_snapshot!(disassembly(true, false));
 }
 
 #[test]
 fn no_network() {
-    insta::assert_snapshot!(disassembly(false, false, true));
+    insta::assert_snapshot!(disassembly(false, false));
 }
 
 #[test]
-fn no_subprocess_and_landlock_without_truncate() {
-    insta::assert_snapshot!(disassembly(true, true, false));
+fn no_subprocess() {
+    insta::assert_snapshot!(disassembly(true, true));
 }
 
 /// What the Landlock backend installs by default: metadata writes go to the broker.
 #[test]
 fn default_backend_no_network_with_broker() {
-    insta::assert_snapshot!(brokered(false, false, false, true));
+    insta::assert_snapshot!(brokered(false, false, true));
 }

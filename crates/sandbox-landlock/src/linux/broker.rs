@@ -223,7 +223,7 @@ fn set_receive_timeout(fd: RawFd, wait: Duration) -> std::io::Result<()> {
 
 #[cfg(test)]
 mod tests {
-    use sandbox_seccomp::{table, Action, FilterSpec, LandlockCoverage, Rule};
+    use sandbox_seccomp::{table, Action, FilterSpec, Rule};
 
     /// The filter hands the broker exactly the calls it knows how to decode:
     /// the metadata writes always, the xattr reads under read denials.
@@ -243,7 +243,6 @@ mod tests {
             let spec = FilterSpec {
                 network,
                 deny_subprocess: false,
-                landlock: LandlockCoverage { truncate: false },
                 broker: true,
                 read_deny,
                 hold_group: false,

@@ -12,7 +12,7 @@ pub(crate) mod spawner;
 use std::os::fd::{AsRawFd, OwnedFd};
 
 use sandbox_core::{EnforcementReport, LaunchOptions, ResolvedPolicy};
-use sandbox_seccomp::{Filter, FilterSpec, LandlockCoverage};
+use sandbox_seccomp::{Filter, FilterSpec};
 
 use crate::LandlockError;
 use abi::KernelAbi;
@@ -61,7 +61,7 @@ pub(crate) fn prepare_with(
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
     // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
-    let spec = FilterSpec::new(policy, LandlockCoverage { truncate: false })
+    let spec = FilterSpec::new(policy)
         .with_broker(channel.is_some())
         .with_group_held(options.hold_process_group)
         .with_broker_entries(mediation == rules::Mediation::Entries)
