@@ -6,21 +6,18 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::thread::JoinHandle;
 
-use std::os::unix::fs::MetadataExt;
-
+use crate::answer::{answer_with, record, unresolved_decision};
 use crate::caller::{errno_of, Caller, Identity};
 use crate::connect::{self, Next};
-use crate::creds::{self, AssumeError, Credentials, FixedCredentials};
 use crate::entries::{self, Outcome};
 use crate::error::BrokerError;
+use crate::identity::{caller_identity, with_credentials, Own, UmaskUse};
 use crate::log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
 use crate::notif::{Listener, Received};
 use crate::ops;
 use crate::pool::{Pool, Rejected, Task, MAX_CONNECTS};
 use crate::resolve::{Access, BrokerRules, Start, Unresolved};
-use crate::samecpu::SameCpu;
 use crate::syscalls::{self, EntryCall, Kind, Op, Request, Subject};
-use crate::umasks::Umasks;
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -127,64 +124,6 @@ fn own_fs() -> Result<(), BrokerError> {
         ))));
     }
     Ok(())
-}
-
-/// The broker thread's own identity, which it returns to after every request.
-pub(crate) struct Own {
-    pub(crate) creds: Credentials,
-    /// Device and inode of its user namespace.
-    user_ns: (u64, u64),
-    /// Every caller's credentials, when the spawner vouched for them and
-    /// they are this thread's own fs ids and groups.
-    fixed: Option<FixedCredentials>,
-    /// The umask the thread has now (its own: `unshare(CLONE_FS)`).
-    umask: std::cell::Cell<u32>,
-    /// Its CPU mask, for fd hand-backs on one CPU.
-    cpu: SameCpu,
-    /// The callers' umasks, kept under fixed credentials when the filter
-    /// routes `umask` (`None`: read for each create).
-    umasks: Option<std::cell::RefCell<Umasks>>,
-}
-
-impl Own {
-    fn current(fixed: Option<&FixedCredentials>, umask_routed: bool) -> io::Result<Self> {
-        let st = std::fs::metadata("/proc/thread-self/ns/user")?;
-        let creds = Credentials::current()?;
-        let fixed = fixed.filter(|f| {
-            let same = f.matches(&creds);
-            if !same {
-                tracing::warn!(
-                    ?f,
-                    ?creds,
-                    "fixed caller credentials differ from the broker thread's own; reading each caller's instead"
-                );
-            }
-            same
-        });
-        // SAFETY: umask cannot fail; set straight back.
-        let umask = unsafe {
-            let old = libc::umask(0o077);
-            libc::umask(old);
-            old
-        };
-        Ok(Self {
-            creds,
-            user_ns: (st.dev(), st.ino()),
-            fixed: fixed.cloned(),
-            umask: std::cell::Cell::new(umask as u32),
-            cpu: SameCpu::current(),
-            umasks: (fixed.is_some() && umask_routed).then(Default::default),
-        })
-    }
-
-    /// Gives the thread the umask `mask` (one syscall only when it differs).
-    fn set_umask(&self, mask: u32) {
-        if self.umask.get() != mask {
-            // SAFETY: umask cannot fail; it changes this thread's (unshared) mask only.
-            unsafe { libc::umask(mask as libc::mode_t) };
-            self.umask.set(mask);
-        }
-    }
 }
 
 fn serve(listener: &Arc<Listener>, rules: &BrokerRules, own: &Own, stop: &OwnedFd) -> BrokerLog {
@@ -594,36 +533,6 @@ fn decide(
     .into()
 }
 
-/// Runs `f` with the caller's credentials on the broker thread, then restores
-/// the thread's own (a failed restore is recorded in `fatal`); `Err` with the
-/// refusal when they could not be taken on.
-pub(crate) fn with_credentials<T>(
-    own: &Own,
-    identity: &Identity,
-    fatal: &mut Option<String>,
-    f: impl FnOnce() -> T,
-) -> Result<T, Decision> {
-    let assumed = match creds::assume(&own.creds, identity) {
-        Ok(assumed) => assumed,
-        Err(AssumeError::Refused(change)) => {
-            return Err(Decision::Refused {
-                reason: Refusal::CallerCredentials { change },
-            })
-        }
-        Err(AssumeError::Restore(change, e)) => {
-            *fatal = Some(e);
-            return Err(Decision::Refused {
-                reason: Refusal::CallerCredentials { change },
-            });
-        }
-    };
-    let out = f();
-    if let Err(e) = assumed.restore() {
-        *fatal = Some(e);
-    }
-    Ok(out)
-}
-
 /// Records what an entry call names, takes its handles, and decides and
 /// performs it with the caller's credentials and umask.
 fn decide_entry(
@@ -808,61 +717,6 @@ fn write_back(listener: &Listener, id: u64, caller: &Caller, back: ops::ReadBack
     }
 }
 
-/// Which umask a request applies: none, one kept, or one to read now.
-#[derive(Debug, Clone, Copy)]
-pub(crate) enum UmaskUse {
-    None,
-    Kept(u32),
-    Read,
-}
-
-/// The caller's credentials; capabilities held in another user namespace
-/// count for nothing (they are not capabilities over the broker's objects).
-///
-/// With fixed credentials they are those (no capability), with the umask
-/// `umask` says (`0o077` when the call applies none).
-pub(crate) fn caller_identity(caller: &Caller, own: &Own, umask: UmaskUse) -> io::Result<Identity> {
-    if let Some(fixed) = &own.fixed {
-        let supplementary = fixed.groups.clone();
-        let mut groups = supplementary.clone();
-        groups.push(fixed.gid);
-        return Ok(Identity {
-            euid: fixed.uid,
-            fsuid: fixed.uid,
-            fsgid: fixed.gid,
-            groups,
-            supplementary,
-            cap_eff: 0,
-            umask: match umask {
-                UmaskUse::None => 0o077,
-                UmaskUse::Kept(mask) => mask,
-                UmaskUse::Read => {
-                    let mask = caller.umask()?;
-                    if let Some(umasks) = &own.umasks {
-                        umasks.borrow_mut().keep(caller.tid(), caller.pidfd(), mask);
-                    }
-                    mask
-                }
-            },
-        });
-    }
-    let mut identity = caller.identity()?;
-    if caller.user_ns()? != own.user_ns {
-        identity.cap_eff = 0;
-    }
-    Ok(identity)
-}
-
-pub(crate) fn unresolved_decision(unresolved: Unresolved, target: &mut Target) -> Decision {
-    match unresolved {
-        Unresolved::Errno(errno) => Decision::Failed { errno },
-        Unresolved::Refused(reason, path) => {
-            target.resolved = path;
-            Decision::Refused { reason }
-        }
-    }
-}
-
 fn answer(
     listener: &Listener,
     id: u64,
@@ -921,43 +775,4 @@ fn answer_fd(
         }
     };
     record(name, tid, target, decision)
-}
-
-/// Answers `decision` (a refusal with `refused`, the errno it carries).
-pub(crate) fn answer_with(
-    listener: &Listener,
-    id: u64,
-    tid: i32,
-    name: &str,
-    target: Target,
-    decision: Decision,
-    refused: i32,
-) -> BrokerRecord {
-    let reply = match &decision {
-        Decision::Performed => Some((0, 0)),
-        Decision::Read { len } => Some((*len as i64, 0)),
-        Decision::Failed { errno } => Some((0, *errno)),
-        Decision::Refused { .. } => Some((0, refused)),
-        // Already answered with the fd.
-        Decision::Opened { .. } | Decision::CallerGone => None,
-    };
-    let decision = match reply.map(|(val, errno)| listener.send(id, val, errno)) {
-        Some(Ok(true)) | None => decision,
-        Some(Ok(false)) => Decision::CallerGone,
-        Some(Err(err)) => {
-            tracing::warn!(%err, syscall = name, "answering a seccomp notification failed");
-            Decision::CallerGone
-        }
-    };
-    record(name, tid, target, decision)
-}
-
-pub(crate) fn record(name: &str, tid: i32, target: Target, decision: Decision) -> BrokerRecord {
-    tracing::debug!(syscall = name, tid, ?target, ?decision, "brokered request");
-    BrokerRecord {
-        syscall: name.to_owned(),
-        pid: tid,
-        target,
-        decision,
-    }
 }

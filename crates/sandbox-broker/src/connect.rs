@@ -9,8 +9,9 @@ use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
-use crate::broker::{caller_identity, unresolved_decision, with_credentials, Own, UmaskUse};
+use crate::answer::unresolved_decision;
 use crate::caller::{cvt, errno_of, Caller, Identity};
+use crate::identity::{caller_identity, with_credentials, Own, UmaskUse};
 use crate::log::{Decision, Refusal, Target};
 use crate::notif::Listener;
 use crate::resolve::{canonical, walk, BrokerRules, Start, Unresolved};

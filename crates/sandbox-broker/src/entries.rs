@@ -92,7 +92,7 @@ impl FifoOpen {
             },
         };
         if let Decision::Failed { .. } = decision {
-            return crate::broker::answer_with(
+            return crate::answer::answer_with(
                 listener,
                 self.id,
                 self.tid,
@@ -102,7 +102,7 @@ impl FifoOpen {
                 libc::EPERM,
             );
         }
-        crate::broker::record(self.syscall, self.tid, self.target, decision)
+        crate::answer::record(self.syscall, self.tid, self.target, decision)
     }
 }
 

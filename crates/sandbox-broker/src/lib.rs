@@ -480,6 +480,8 @@ pub use log::{BrokerLog, BrokerRecord, CredentialChange, Decision, Refusal, Targ
 pub use sandbox_core::net::{NetRule, NetRuleError};
 
 #[cfg(target_os = "linux")]
+mod answer;
+#[cfg(target_os = "linux")]
 mod broker;
 #[cfg(target_os = "linux")]
 mod caller;
@@ -493,6 +495,8 @@ mod entries;
 mod error;
 #[cfg(target_os = "linux")]
 mod fdpass;
+#[cfg(target_os = "linux")]
+mod identity;
 #[cfg(target_os = "linux")]
 mod notif;
 #[cfg(target_os = "linux")]

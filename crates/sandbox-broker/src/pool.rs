@@ -15,7 +15,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use crate::broker::answer_with;
+use crate::answer::answer_with;
 use crate::connect::{self, Done, Job, SLICE};
 use crate::creds::{self, AssumeError, Credentials};
 use crate::entries::FifoOpen;

@@ -4,8 +4,9 @@ use std::io::{self, Write};
 use std::net::{Shutdown, TcpStream};
 use std::time::{Duration, Instant};
 
+use crate::deadline::read_by;
 use crate::relay::relay;
-use crate::serve::{read_by, Slot};
+use crate::state::Slot;
 use crate::target::{open, Failure, Target};
 
 /// Header slots for one request head.

@@ -108,11 +108,13 @@
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+mod deadline;
 pub mod dns;
 mod http;
 mod relay;
 mod serve;
 mod socks;
+mod state;
 mod target;
 
 use std::fmt;
@@ -134,7 +136,7 @@ pub fn host_addrs() -> std::io::Result<sandbox_core::HostAddrs> {
 
 use sandbox_core::net::HostAddrs;
 
-use serve::Shared;
+use state::Shared;
 
 /// How many refusals [`Proxy::refusals`] keeps (the first ones);
 /// [`Proxy::refusal_count`] counts them all.

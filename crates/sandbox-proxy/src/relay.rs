@@ -3,7 +3,7 @@
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
 
-use crate::serve::Slot;
+use crate::state::Slot;
 
 /// Copy buffer per direction: large reads keep a bulk transfer to few
 /// syscalls (std's `io::copy` uses 8 KiB between two sockets).

@@ -7,8 +7,9 @@ use std::io::{self, Write};
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream};
 use std::time::Instant;
 
+use crate::deadline::read_exact_by;
 use crate::relay::relay;
-use crate::serve::{read_exact_by, Slot};
+use crate::state::Slot;
 use crate::target::{open, Failure, Host, Target};
 
 const VERSION: u8 = 0x05;

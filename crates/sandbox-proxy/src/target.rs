@@ -7,7 +7,7 @@ use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr, TcpStream, ToSocketAddrs}
 
 use sandbox_core::net::{is_special, HostAddrs};
 
-use crate::serve::Shared;
+use crate::state::Shared;
 use crate::{RefusalReason, Refused};
 
 /// A requested host: an IP literal or a name (not yet validated).

@@ -1,0 +1,157 @@
+//! The state the proxy handle, the acceptor and the connections share: the
+//! rules, the registry of open sockets (so shutdown can close them), the
+//! refusal log, and each connection's slot.
+
+use std::collections::HashMap;
+use std::net::{Shutdown, SocketAddr, TcpStream};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use sandbox_core::net::{EgressRules, HostAddrs};
+
+use crate::{ProxyOptions, Refused, MAX_REFUSALS_KEPT};
+
+/// State shared by the proxy handle, the acceptor and the connections.
+pub(crate) struct Shared {
+    pub(crate) rules: EgressRules,
+    /// This host's own addresses, read when the proxy started (only when a
+    /// wildcard rule needs them; empty otherwise).
+    pub(crate) own: HostAddrs,
+    pub(crate) opts: ProxyOptions,
+    /// The proxy's own listening address.
+    pub(crate) addr: SocketAddr,
+    pub(crate) stopping: AtomicBool,
+    log: Mutex<RefusalLog>,
+    live: Mutex<Live>,
+    idle: Condvar,
+}
+
+#[derive(Default)]
+struct RefusalLog {
+    first: Vec<Refused>,
+    total: u64,
+}
+
+/// Open connections: their count and clones of their sockets.
+#[derive(Default)]
+struct Live {
+    next_id: u64,
+    count: usize,
+    sockets: HashMap<u64, Vec<TcpStream>>,
+}
+
+/// Locks `m`, also when a thread panicked while holding it: the data is
+/// counters and socket handles, still consistent enough to serve and stop.
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+impl Shared {
+    pub(crate) fn new(
+        rules: EgressRules,
+        own: HostAddrs,
+        opts: ProxyOptions,
+        addr: SocketAddr,
+    ) -> Self {
+        Self {
+            rules,
+            own,
+            opts,
+            addr,
+            stopping: AtomicBool::new(false),
+            log: Mutex::default(),
+            live: Mutex::default(),
+            idle: Condvar::new(),
+        }
+    }
+
+    pub(crate) fn refuse(&self, refused: Refused) {
+        let mut log = lock(&self.log);
+        log.total += 1;
+        if log.first.len() < MAX_REFUSALS_KEPT {
+            log.first.push(refused);
+        }
+    }
+
+    pub(crate) fn refusals(&self) -> Vec<Refused> {
+        lock(&self.log).first.clone()
+    }
+
+    pub(crate) fn refusal_count(&self) -> u64 {
+        lock(&self.log).total
+    }
+
+    /// A slot for one more connection, unless `max_connections` are open.
+    pub(crate) fn claim(self: &Arc<Self>) -> Option<Slot> {
+        let mut live = lock(&self.live);
+        if live.count >= self.opts.max_connections {
+            return None;
+        }
+        live.count += 1;
+        live.next_id += 1;
+        Some(Slot {
+            shared: Arc::clone(self),
+            id: live.next_id,
+        })
+    }
+
+    /// Shuts down every open connection's sockets, so their threads end.
+    pub(crate) fn close_all(&self) {
+        let live = lock(&self.live);
+        for socket in live.sockets.values().flatten() {
+            let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Waits until no connection is open, at most `grace`.
+    pub(crate) fn wait_idle(&self, grace: Duration) {
+        let deadline = Instant::now() + grace;
+        let mut live = lock(&self.live);
+        while live.count > 0 {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                return;
+            }
+            live = match self.idle.wait_timeout(live, left) {
+                Ok((guard, _)) => guard,
+                Err(poisoned) => poisoned.into_inner().0,
+            };
+        }
+    }
+}
+
+/// One open connection's place in [`Live`]; dropping it frees the place.
+pub(crate) struct Slot {
+    pub(crate) shared: Arc<Shared>,
+    id: u64,
+}
+
+impl Slot {
+    /// Registers a clone of `socket` so that shutdown can close it; when
+    /// the proxy is already stopping, closes it at once.
+    pub(crate) fn track(&self, socket: &TcpStream) {
+        let clone = socket.try_clone();
+        let mut live = lock(&self.shared.live);
+        if self.shared.stopping.load(Ordering::SeqCst) {
+            let _ = socket.shutdown(Shutdown::Both);
+            return;
+        }
+        match clone {
+            Ok(clone) => live.sockets.entry(self.id).or_default().push(clone),
+            // Without a clone shutdown could not reach it: do not serve it.
+            Err(_) => {
+                let _ = socket.shutdown(Shutdown::Both);
+            }
+        }
+    }
+}
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        let mut live = lock(&self.shared.live);
+        live.sockets.remove(&self.id);
+        live.count = live.count.saturating_sub(1);
+        self.shared.idle.notify_all();
+    }
+}
