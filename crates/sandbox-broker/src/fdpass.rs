@@ -132,45 +132,11 @@ pub fn install_filter_with_listener_checked(
         Some(Ok(())) => FIXED_VERIFIED,
         _ => NO_STATEMENT,
     };
-    let Ok(len) = u16::try_from(filter.len()) else {
-        return Err(libc::EINVAL);
-    };
-    let prog = libc::sock_fprog {
-        len,
-        filter: filter.as_ptr().cast_mut(),
-    };
-    let install = |flags: libc::c_ulong| {
-        // SAFETY: seccomp(SET_MODE_FILTER, flags, &prog) with a live program;
-        // the kernel copies it.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                flags,
-                &prog as *const libc::sock_fprog,
-            )
-        };
-        if rc < 0 {
-            // SAFETY: reading errno right after the failed call.
-            Err(unsafe { *libc::__errno_location() })
-        } else {
-            Ok(rc)
-        }
-    };
-    // Once the broker has received a call, only a fatal signal ends the
-    // caller's wait: otherwise a signal could interrupt a call the broker
-    // has already performed (a file created, a directory removed) and the
-    // restarted call would fail (EEXIST, ENOENT). Kernels before 5.19 refuse
-    // the flag; the filter is installed without it there.
-    let listener = match install(
-        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
-    ) {
-        Err(libc::EINVAL) => install(libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?,
-        other => other?,
-    };
-    let sent = send_fd_with(sock, listener as RawFd, statement);
+    // With WAIT_KILLABLE_RECV where the kernel has it (see there).
+    let listener = sandbox_seccomp::install_with_listener(filter)?;
+    let sent = send_fd_with(sock, listener, statement);
     // SAFETY: closing the listener fd we own (the runner holds its own copy now).
-    unsafe { libc::close(listener as RawFd) };
+    unsafe { libc::close(listener) };
     sent
 }
 

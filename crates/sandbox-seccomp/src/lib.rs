@@ -343,15 +343,27 @@ fn name_in(rows: &[Entry], nr: u32) -> Option<&'static str> {
 
 #[cfg(target_os = "linux")]
 fn apply_program(program: &[BpfInstruction]) -> Result<(), i32> {
+    // SAFETY: `BpfInstruction` is `#[repr(C)]` with the kernel's layout,
+    // identical to `libc::sock_filter` (asserted at compile time above), so
+    // the same memory is a valid `sock_filter` slice of the same length.
+    let raw = unsafe {
+        std::slice::from_raw_parts(program.as_ptr().cast::<libc::sock_filter>(), program.len())
+    };
+    install(raw, 0).map(|_| ())
+}
+
+/// `seccomp(SECCOMP_SET_MODE_FILTER, flags, program)` on the calling
+/// thread: what it returns (the listener fd, with
+/// `SECCOMP_FILTER_FLAG_NEW_LISTENER`) or the raw errno. Async-signal-safe:
+/// the `sock_fprog` lives on this stack frame, nothing is allocated.
+#[cfg(target_os = "linux")]
+fn install(program: &[libc::sock_filter], flags: libc::c_ulong) -> Result<libc::c_long, i32> {
     let Ok(len) = u16::try_from(program.len()) else {
         return Err(libc::EINVAL);
     };
-    // `BpfInstruction` is `#[repr(C)]` with the kernel's layout, identical
-    // to `libc::sock_filter` (asserted at compile time above). The
-    // `sock_fprog` lives on this stack frame, so nothing is allocated.
     let prog = libc::sock_fprog {
         len,
-        filter: program.as_ptr().cast::<libc::sock_filter>().cast_mut(),
+        filter: program.as_ptr().cast_mut(),
     };
     // SAFETY: `prog` points at `len` valid instructions that outlive the call;
     // the kernel copies the program before returning.
@@ -359,16 +371,41 @@ fn apply_program(program: &[BpfInstruction]) -> Result<(), i32> {
         libc::syscall(
             libc::SYS_seccomp,
             libc::SECCOMP_SET_MODE_FILTER,
-            0,
+            flags,
             &prog as *const libc::sock_fprog,
         )
     };
-    if rc == 0 {
-        Ok(())
-    } else {
-        // SAFETY: reading the calling thread's errno.
+    if rc < 0 {
+        // SAFETY: reading the calling thread's errno right after the call.
         Err(unsafe { *libc::__errno_location() })
+    } else {
+        Ok(rc)
     }
+}
+
+/// Installs `program` on the calling thread with a user-notification
+/// listener (`SECCOMP_FILTER_FLAG_NEW_LISTENER`) and returns the listener
+/// fd, which the caller then owns; the raw errno on failure.
+/// Async-signal-safe. The caller must already have set
+/// `PR_SET_NO_NEW_PRIVS` (or hold `CAP_SYS_ADMIN`).
+///
+/// Where the kernel has it (5.19) the filter also gets
+/// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`: once the supervisor has
+/// received a call, only a fatal signal ends the caller's wait, so a call
+/// the supervisor already performed (a file created, a directory removed)
+/// is never interrupted and restarted (which would then fail with `EEXIST`
+/// or `ENOENT`). Kernels before 5.19 refuse the flag (`EINVAL`); the filter
+/// is installed without it there.
+#[cfg(target_os = "linux")]
+pub fn install_with_listener(program: &[libc::sock_filter]) -> Result<std::os::fd::RawFd, i32> {
+    let listener = match install(
+        program,
+        libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV,
+    ) {
+        Err(libc::EINVAL) => install(program, libc::SECCOMP_FILTER_FLAG_NEW_LISTENER)?,
+        other => other?,
+    };
+    Ok(listener as std::os::fd::RawFd)
 }
 
 #[cfg(not(target_os = "linux"))]
