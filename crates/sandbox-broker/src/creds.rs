@@ -20,78 +20,16 @@ use std::io;
 use crate::caller::{cvt, Identity};
 use crate::log::CredentialChange;
 
-/// `_LINUX_CAPABILITY_VERSION_3`: two 32-bit words per set.
-const CAP_VERSION_3: u32 = 0x2008_0522;
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: i32,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
-/// The three capability sets of a thread.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) struct Caps {
-    pub(crate) effective: u64,
-    pub(crate) permitted: u64,
-    pub(crate) inheritable: u64,
-}
-
-fn join(lo: u32, hi: u32) -> u64 {
-    u64::from(lo) | (u64::from(hi) << 32)
-}
+pub(crate) use crate::caps::Caps;
 
 /// The calling thread's capability sets.
 fn capget() -> io::Result<Caps> {
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: capget(header, data) with a v3 header and two data words.
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_capget,
-            &mut header as *mut CapHeader,
-            data.as_mut_ptr(),
-        )
-    })?;
-    Ok(Caps {
-        effective: join(data[0].effective, data[1].effective),
-        permitted: join(data[0].permitted, data[1].permitted),
-        inheritable: join(data[0].inheritable, data[1].inheritable),
-    })
+    crate::caps::get().map_err(io::Error::from_raw_os_error)
 }
 
 /// Sets the calling thread's capability sets (pid 0: this thread only).
 fn capset(caps: Caps) -> io::Result<()> {
-    let mut header = CapHeader {
-        version: CAP_VERSION_3,
-        pid: 0,
-    };
-    let word = |set: u64, i: u32| (set >> (32 * i)) as u32;
-    let data = [0, 1].map(|i| CapData {
-        effective: word(caps.effective, i),
-        permitted: word(caps.permitted, i),
-        inheritable: word(caps.inheritable, i),
-    });
-    // SAFETY: capset(header, data) with a v3 header and two data words.
-    cvt(unsafe {
-        libc::syscall(
-            libc::SYS_capset,
-            &mut header as *mut CapHeader,
-            data.as_ptr(),
-        )
-    })
-    .map(|_| ())
+    crate::caps::set(caps).map_err(io::Error::from_raw_os_error)
 }
 
 /// `setfsuid`/`setfsgid` on the calling thread; returns the previous value.
@@ -429,26 +367,7 @@ impl FixedCredentials {
         if buf.get(..n as usize) != Some(&self.groups[..]) {
             return Err(libc::EPERM);
         }
-        let mut header = CapHeader {
-            version: CAP_VERSION_3,
-            pid: 0,
-        };
-        let mut data = [CapData::default(); 2];
-        // SAFETY: capget(header, data) with a v3 header and two data words.
-        let rc = unsafe {
-            libc::syscall(
-                libc::SYS_capget,
-                &mut header as *mut CapHeader,
-                data.as_mut_ptr(),
-            )
-        };
-        if rc != 0 {
-            return Err(errno());
-        }
-        if data
-            .iter()
-            .any(|d| d.effective | d.permitted | d.inheritable != 0)
-        {
+        if !crate::caps::get()?.is_empty() {
             return Err(libc::EPERM);
         }
         Ok(())

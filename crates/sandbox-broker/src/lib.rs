@@ -486,6 +486,8 @@ mod broker;
 #[cfg(target_os = "linux")]
 mod caller;
 #[cfg(target_os = "linux")]
+pub mod caps;
+#[cfg(target_os = "linux")]
 mod connect;
 #[cfg(target_os = "linux")]
 mod creds;

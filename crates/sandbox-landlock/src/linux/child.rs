@@ -8,23 +8,6 @@
 
 use std::os::fd::RawFd;
 
-/// `_LINUX_CAPABILITY_VERSION_3`: 64-bit capability sets in two 32-bit words.
-const CAPABILITY_VERSION_3: u32 = 0x2008_0522;
-
-#[repr(C)]
-struct CapHeader {
-    version: u32,
-    pid: libc::c_int,
-}
-
-#[repr(C)]
-#[derive(Clone, Copy, Default)]
-struct CapData {
-    effective: u32,
-    permitted: u32,
-    inheritable: u32,
-}
-
 fn errno() -> i32 {
     // SAFETY: __errno_location returns this thread's errno slot.
     unsafe { *libc::__errno_location() }
@@ -68,17 +51,7 @@ pub(crate) fn drop_capabilities() -> Result<(), i32> {
     if rc != 0 {
         return Err(errno());
     }
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let data = [CapData::default(); 2];
-    // SAFETY: header and data are valid for the v3 layout (two data words).
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header, data.as_ptr()) };
-    if rc != 0 {
-        return Err(errno());
-    }
-    Ok(())
+    sandbox_broker::caps::set(sandbox_broker::caps::Caps::NONE)
 }
 
 /// `landlock_restrict_self(ruleset_fd, 0)`.
@@ -119,17 +92,7 @@ pub(crate) fn forbid_core_dumps() -> Result<(), i32> {
 
 /// Whether the calling process holds any capability (read in the parent).
 pub(crate) fn holds_capabilities() -> std::io::Result<bool> {
-    let mut header = CapHeader {
-        version: CAPABILITY_VERSION_3,
-        pid: 0,
-    };
-    let mut data = [CapData::default(); 2];
-    // SAFETY: header and data are valid for the v3 layout (two data words).
-    let rc = unsafe { libc::syscall(libc::SYS_capget, &mut header, data.as_mut_ptr()) };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(data
-        .iter()
-        .any(|d| d.effective | d.permitted | d.inheritable != 0))
+    sandbox_broker::caps::get()
+        .map(|caps| !caps.is_empty())
+        .map_err(std::io::Error::from_raw_os_error)
 }
