@@ -215,7 +215,7 @@ impl BrokerRules {
     ///
     /// It governs `connect` only: addressed `sendto`/`sendmsg` (UDP, TCP
     /// `MSG_FASTOPEN`) reach the network without one, unless the filter
-    /// refuses them (see the crate docs, [connect](crate#connect)).
+    /// refuses them (see `docs/broker.md`, Connect).
     pub fn with_allow_net(mut self, rules: Vec<NetRule>) -> Self {
         self.allow_net.get_or_insert_with(Vec::new).extend(rules);
         self

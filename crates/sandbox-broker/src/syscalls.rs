@@ -273,7 +273,7 @@ pub fn brokered_entry_syscalls() -> &'static [i64] {
 
 /// `connect`, which the broker decides and performs itself on the caller's
 /// own socket: route it to the listener when network is on and a broker
-/// serves the run (see the crate docs, [connect](crate#connect)). Never
+/// serves the run (see `docs/broker.md`, Connect). Never
 /// answered with `SECCOMP_USER_NOTIF_FLAG_CONTINUE`.
 pub fn brokered_connect_syscalls() -> &'static [i64] {
     &[libc::SYS_connect]
