@@ -83,7 +83,7 @@ fn a_cache_replaced_by_a_symlink_is_refused() {
     assert_eq!(out.status.code(), Some(125));
     let lines = sandbox_lines(&out);
     assert_eq!(lines.len(), 1, "{lines:?}");
-    assert!(lines[0].contains("is not a directory"), "{lines:?}");
+    assert!(lines[0].contains("is a symlink"), "{lines:?}");
     assert!(!target.join("f").exists());
     std::fs::remove_file(tools.join("pip")).unwrap();
     let out = run(&home, &["--cache", "pip"], "echo x > \"$PIP_CACHE_DIR/f\"");
@@ -118,4 +118,70 @@ fn config_caches_apply_to_every_run() {
     let out = run(&home, &["--config", bad.to_str().unwrap()], "true");
     assert_eq!(out.status.code(), Some(125));
     assert!(sandbox_lines(&out)[0].contains("unknown tool cache \"maven\""));
+}
+
+/// A cache base on a kernel filesystem (where `mkdir` makes a cgroup) is
+/// refused, and nothing is left there. Twin: a real base works.
+#[test]
+fn a_cache_on_a_kernel_filesystem_is_refused() {
+    let (_t, home) = home();
+    let out = sandbox()
+        .args(["run", "--cache", "npm", "--", "/bin/true"])
+        .env("HOME", &home)
+        .env("XDG_CACHE_HOME", "/sys/fs/cgroup/pids")
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    assert!(!Path::new("/sys/fs/cgroup/pids/sandbox-tools").exists());
+    let out = run(&home, &["--cache", "npm"], "true");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A symlink on the way to the caches (`~/.cache` pointing elsewhere, as an
+/// earlier run that could write `$HOME` might leave) is refused, never
+/// followed; and no run that can write `~/.cache` can swap the caches'
+/// directory for one. Twin: that run writes elsewhere in `~/.cache`.
+#[test]
+fn the_way_to_the_caches_cannot_be_redirected() {
+    let (_t, home) = home();
+    let elsewhere = home.join("elsewhere");
+    std::fs::create_dir(&elsewhere).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, home.join(".cache")).unwrap();
+    let out = run(&home, &["--cache", "pip"], "true");
+    assert_eq!(out.status.code(), Some(125));
+    assert!(
+        sandbox_lines(&out)[0].contains("is a symlink on the way"),
+        "{:?}",
+        sandbox_lines(&out)
+    );
+    assert!(!elsewhere.join("sandbox-tools").exists());
+
+    std::fs::remove_file(home.join(".cache")).unwrap();
+    let out = run(&home, &["--cache", "pip"], "true");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cache = home.join(".cache");
+    let out = run(
+        &home,
+        &["-w", cache.to_str().unwrap()],
+        "mv \"$HOME/.cache/sandbox-tools\" \"$HOME/.cache/moved\" && echo MOVED; \
+         ln -s / \"$HOME/.cache/sandbox-tools/npm\" && echo LINKED; \
+         echo x > \"$HOME/.cache/other\" && echo WROTE",
+    );
+    let text = stdout(&out);
+    assert!(text.contains("WROTE"), "{text}");
+    assert!(
+        !text.contains("MOVED") && !text.contains("LINKED"),
+        "{text}"
+    );
+    assert!(cache.join("sandbox-tools/pip").is_dir());
 }

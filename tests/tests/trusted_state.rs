@@ -335,3 +335,42 @@ fn cgroups_stay_out_of_reach_under_write_root() {
         assert!(!text.contains(escape), "{text}");
     }
 }
+
+/// A write path inside trusted state is refused with one line: a cgroup
+/// hierarchy (its `cgroup.procs` would let the command leave its
+/// containment) or a config directory (the next run's rules). Twin: the
+/// config directory's parent as a write path runs, with it write-denied.
+#[test]
+fn a_write_path_inside_trusted_state_is_refused() {
+    let (_t, home) = canonical_tmp();
+    let config = home.join(".config/sandbox");
+    std::fs::create_dir_all(&config).unwrap();
+    for w in [Path::new("/sys/fs/cgroup/pids"), config.as_path()] {
+        let out = sandbox()
+            .args(["run", "-w"])
+            .arg(w)
+            .args(["--", "/bin/true"])
+            .env("HOME", &home)
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+        one_line(&out, "which later runs trust");
+    }
+    let parent = home.join(".config");
+    let out = sandbox()
+        .args(["run", "-w"])
+        .arg(&parent)
+        .args(sh(&format!(
+            "echo x > {}/config.toml && echo PLANTED; echo y > {}/other && echo WROTE",
+            config.display(),
+            parent.display()
+        )))
+        .env("HOME", &home)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("WROTE") && !text.contains("PLANTED"),
+        "{text}"
+    );
+}

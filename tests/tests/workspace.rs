@@ -264,6 +264,56 @@ fn a_linked_worktree_commits_with_its_hooks_protected() {
     assert!(!objects.join("planted").exists());
 }
 
+/// No symlink can be planted in a git directory (git writes through one,
+/// `logs/HEAD` or a ref, at the user's next unconfined command): made
+/// there, moved there or hard-linked there, in a repository and in a linked
+/// worktree's common directory. Twin: a symlink elsewhere in the workspace,
+/// and a plain file in the same git directory, are made.
+#[test]
+fn no_symlink_can_be_planted_in_a_git_directory() {
+    let main = ws();
+    ok(&run(
+        &main.root,
+        &[],
+        "git init -q -b main . && echo a > a && git add a && git commit -qm a",
+    ));
+    let victim = main.root.join("victim");
+    let script = |git: &Path| {
+        format!(
+            "rm -f {g}/logs/HEAD; ln -s {v} {g}/logs/HEAD && echo MADE
+             ln -s {v} link-here && echo ELSEWHERE
+             ln link-here {g}/refs/heads/hard 2>/dev/null && echo HARDLINKED
+             mv link-here {g}/refs/heads/planted && echo MOVED
+             echo x > {g}/logs/plain && echo PLAIN",
+            g = git.display(),
+            v = victim.display()
+        )
+    };
+    let out = run(&main.root, &[], &script(&main.root.join(".git")));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ELSEWHERE") && text.contains("PLAIN"),
+        "{text}"
+    );
+    for planted in ["MADE", "MOVED", "HARDLINKED"] {
+        assert!(!text.contains(planted), "{planted}: {text}");
+    }
+    // The same from a linked worktree, into its common directory.
+    let wt_parent = ws();
+    let wt = wt_parent.root.join("wt");
+    git_ok(&main.root, &["worktree", "add", "-q", wt.to_str().unwrap()]);
+    let out = run(&wt, &[], &script(&main.root.join(".git")));
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("ELSEWHERE") && text.contains("PLAIN"),
+        "{text}"
+    );
+    for planted in ["MADE", "MOVED", "HARDLINKED"] {
+        assert!(!text.contains(planted), "{planted}: {text}");
+    }
+    assert!(!main.root.join(".git/logs/HEAD").is_symlink());
+}
+
 #[test]
 fn the_secrets_preset_hides_credentials_and_nothing_else() {
     let home = ws();

@@ -229,6 +229,9 @@ pub(crate) fn act(
             if rules.ancestor_of_denied(&e.path) {
                 return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
             }
+            if rules.in_git_dir(&e.path) {
+                return Err(refused(Refusal::SymlinkInGitDir, &e.path));
+            }
             // SAFETY: symlinkat with NUL-terminated strings on our admitted parent fd.
             done(unsafe {
                 libc::symlinkat(link.as_ptr(), e.parent.fd.as_raw_fd(), e.at_name.as_ptr())
@@ -304,6 +307,25 @@ pub(crate) fn act(
             existing_entry(rules, &from, Intent::Move).map_err(refusal)?;
             existing_entry(rules, &new, Intent::Other)
                 .map_err(|e| refusal(with_path(e, &new.path)))?;
+            // No symlink may arrive in a git directory from outside it (nor,
+            // exchanged, leave one for it).
+            let is_link = |e: &Entry| {
+                let bare = e.at_name.to_bytes();
+                let bare = bare.strip_suffix(b"/").unwrap_or(bare);
+                CString::new(bare.to_vec())
+                    .ok()
+                    .and_then(|n| fstatat_nofollow(&e.parent.fd, &n).ok())
+                    .is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+            };
+            let exchange = flags & libc::RENAME_EXCHANGE != 0;
+            if (rules.in_git_dir(&new.path) && !rules.in_git_dir(&from.path) && is_link(&from))
+                || (exchange
+                    && rules.in_git_dir(&from.path)
+                    && !rules.in_git_dir(&new.path)
+                    && is_link(&new))
+            {
+                return Err(refused(Refusal::SymlinkInGitDir, &new.path));
+            }
             // SAFETY: renameat2 on our two admitted parent fds with NUL-terminated names.
             let rc = unsafe {
                 libc::syscall(
@@ -336,6 +358,11 @@ pub(crate) fn act(
             };
             if rules.ancestor_of_denied(&e.path) {
                 return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
+            }
+            if rules.in_git_dir(&e.path)
+                && fstat(&source).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+            {
+                return Err(refused(Refusal::SymlinkInGitDir, &e.path));
             }
             target.resolved = Some(e.path.clone());
             let from = proc_self_fd(source.as_raw_fd());

@@ -182,6 +182,9 @@ pub enum Refusal {
     /// The entry is an ancestor of a deny path: removing, moving or replacing
     /// it, or planting a link there, would move or replace the denied path.
     AncestorOfDenyPath,
+    /// A symlink made in (or moved or linked into) a git directory of the
+    /// workspace: git writes through it at the user's next command.
+    SymlinkInGitDir,
     /// `O_CREAT` through a symlink whose target does not exist. No longer
     /// given: the target is created when its place is admitted, as the
     /// kernel creates it, and refused like any new name otherwise.
@@ -296,6 +299,9 @@ impl std::fmt::Display for Refusal {
             Self::WriteDenyPath => f.write_str("beneath a write-deny path"),
             Self::AncestorOfDenyPath => f.write_str(
                 "an ancestor of a deny path (removing, moving or replacing it, or a link in its place, would move the denied path)",
+            ),
+            Self::SymlinkInGitDir => f.write_str(
+                "a symlink in a git directory (git would write through it at the next unconfined git command)",
             ),
             Self::DanglingSymlink => {
                 f.write_str("creating a file through a dangling symlink is refused")

@@ -33,6 +33,11 @@ struct OpenHow {
 pub struct BrokerRules {
     write: Vec<WriteRoot>,
     write_deny: Vec<PathBuf>,
+    /// Git directories of the workspace: those with a protected `hooks` or
+    /// `config` (a write-deny path) beside their `HEAD`. No symlink may be
+    /// made in them: git writes through one (`logs/HEAD`, a ref) at the
+    /// user's next, unconfined command.
+    git_dirs: Vec<PathBuf>,
     read_deny: Vec<PathBuf>,
     /// Device and inode of each deny path that existed when the rules were
     /// made, with the refusal it carries: the same file reached by another
@@ -162,6 +167,15 @@ impl BrokerRules {
         // Longest first, so the innermost write path is tried first.
         write.sort_by_key(|w| std::cmp::Reverse(w.grant.as_os_str().len()));
         let write_deny = policy.write_deny_paths().to_vec();
+        let mut git_dirs: Vec<PathBuf> = write_deny
+            .iter()
+            .filter(|d| d.file_name().is_some_and(|n| n == "hooks" || n == "config"))
+            .filter_map(|d| d.parent())
+            .filter(|g| g.join("HEAD").is_file())
+            .map(Path::to_path_buf)
+            .collect();
+        git_dirs.sort();
+        git_dirs.dedup();
         let read_deny = policy.read_deny_paths().to_vec();
         let deny_inodes = write_deny
             .iter()
@@ -183,6 +197,7 @@ impl BrokerRules {
         Ok(Self {
             write,
             write_deny,
+            git_dirs,
             read_deny,
             deny_inodes,
             dev_fd_links,
@@ -299,6 +314,11 @@ impl BrokerRules {
     }
 
     /// Whether `path` is a strict ancestor of a deny path.
+    /// Whether `path` lies in one of the workspace's git directories.
+    pub(crate) fn in_git_dir(&self, path: &Path) -> bool {
+        self.git_dirs.iter().any(|g| beneath(path, g))
+    }
+
     pub(crate) fn ancestor_of_denied(&self, path: &Path) -> bool {
         self.write_deny
             .iter()

@@ -132,7 +132,9 @@ fn proposal(call: &sandbox::MediatedCall) -> Proposal {
             if reason.starts_with("no egress rule")
                 || reason.starts_with("the policy allows no network") =>
         {
-            Proposal::Flag(format!("--allow-net {}", call.target))
+            // The address, without the note on the name it was answered for.
+            let addr = call.target.split(' ').next().unwrap_or(&call.target);
+            Proposal::Flag(format!("--allow-net {addr}"))
         }
         // A name refused at resolution: listed at any port (narrow it with
         // `:PORT`).

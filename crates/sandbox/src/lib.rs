@@ -38,7 +38,7 @@ mod verdict;
 
 pub use backend_choice::{resolve_backend, resolve_backend_for, ResolvedBackend};
 pub use builder::{Error, ErrorKind, Sandbox};
-pub use caches::{tool_cache_dir, ToolCacheError};
+pub use caches::{tool_cache_dir, tools_root, ToolCacheError};
 pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
 pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
