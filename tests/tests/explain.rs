@@ -184,3 +184,48 @@ fn protections_and_system_directories_are_never_proposed() {
         "{text}"
     );
 }
+
+/// Observing writes changes no answer: a hard link from outside the write
+/// paths is `EXDEV` (as Landlock answers it) and a writing open through
+/// `/proc/self/root` is `EACCES`, with `--explain` and without. Twin: a
+/// link inside the write path is made in both.
+#[test]
+fn observed_runs_answer_as_plain_ones() {
+    let (_w, w) = canonical_tmp();
+    let (_o, o) = canonical_tmp();
+    std::fs::write(o.join("f"), "x").unwrap();
+    std::fs::write(w.join("in"), "x").unwrap();
+    let script = format!(
+        "import os\n\
+         def t(f):\n\
+         \x20   try:\n\
+         \x20       f(); print('ok')\n\
+         \x20   except OSError as e: print(e.errno)\n\
+         t(lambda: os.link('{o}/f', '{w}/l'))\n\
+         t(lambda: open('/proc/self/root{o}/g', 'w'))\n\
+         t(lambda: os.link('{w}/in', '{w}/in2'))\n\
+         for n in ('l', 'in2'):\n\
+         \x20   if os.path.exists('{w}/' + n): os.unlink('{w}/' + n)\n",
+        o = o.display(),
+        w = w.display()
+    );
+    let answers = |explain: bool| {
+        let mut c = sandbox();
+        c.arg("run");
+        if explain {
+            c.arg("--explain");
+        } else {
+            c.arg("-q");
+        }
+        let out = c
+            .arg("-w")
+            .arg(&w)
+            .args(["--", "/usr/bin/python3", "-c", &script])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let plain = answers(false);
+    assert_eq!(plain, format!("{}\n{}\nok\n", libc::EXDEV, libc::EACCES));
+    assert_eq!(answers(true), plain);
+}

@@ -292,8 +292,16 @@ fn handle(
                         Refusal::OutsideWritePaths
                         | Refusal::WriteDenyPath
                         | Refusal::AncestorOfDenyPath
-                        | Refusal::DanglingSymlink,
+                        | Refusal::DanglingSymlink
+                        | Refusal::SymlinkInGitDir
+                        | Refusal::ProcfsPath,
                 } if kind.is_entry() || kind == Kind::Truncate => libc::EACCES,
+                // Landlock refuses a link that would make a file reachable
+                // with more rights with EXDEV (Documentation/userspace-api/
+                // landlock.rst, LANDLOCK_ACCESS_FS_REFER), so callers copy.
+                Decision::Refused {
+                    reason: Refusal::LinkFromOutside,
+                } => libc::EXDEV,
                 _ => libc::EPERM,
             };
             answer_with(listener, n.id, tid, name, target, decision, refused)

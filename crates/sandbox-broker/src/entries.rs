@@ -354,6 +354,9 @@ pub(crate) fn act(
             let (source, e) = match (source, new) {
                 (Err(e @ Unresolved::Errno(_)), _)
                 | (Err(Unresolved::Refused(..)), Err(e @ Unresolved::Errno(_))) => return Err(e),
+                (Err(Unresolved::Refused(Refusal::OutsideWritePaths, p)), Ok(_)) => {
+                    return Err(Unresolved::Refused(Refusal::LinkFromOutside, p))
+                }
                 (source, new) => (source?, new?),
             };
             if rules.ancestor_of_denied(&e.path) {

@@ -182,6 +182,8 @@ pub enum Refusal {
     /// The entry is an ancestor of a deny path: removing, moving or replacing
     /// it, or planting a link there, would move or replace the denied path.
     AncestorOfDenyPath,
+    /// A hard link whose source lies outside the write paths.
+    LinkFromOutside,
     /// A symlink made in (or moved or linked into) a git directory of the
     /// workspace: git writes through it at the user's next command.
     SymlinkInGitDir,
@@ -300,6 +302,9 @@ impl std::fmt::Display for Refusal {
             Self::AncestorOfDenyPath => f.write_str(
                 "an ancestor of a deny path (removing, moving or replacing it, or a link in its place, would move the denied path)",
             ),
+            Self::LinkFromOutside => {
+                f.write_str("a hard link to a file outside the write paths")
+            }
             Self::SymlinkInGitDir => f.write_str(
                 "a symlink in a git directory (git would write through it at the next unconfined git command)",
             ),
