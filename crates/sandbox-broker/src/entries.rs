@@ -157,6 +157,15 @@ pub(crate) fn starts(
             // a final symlink.
             let excl = libc::O_CREAT | libc::O_EXCL;
             let follow = flags & libc::O_NOFOLLOW == 0 && flags & excl != excl;
+            // The caller's own fd through its /proc magic link, not followed:
+            // a final symlink, ELOOP (open(2), O_NOFOLLOW), before any check.
+            // (A closed fd has no link there: ENOENT, from the walk below.)
+            let own_fd_link = at.path.as_bytes().first() == Some(&b'/')
+                && crate::syscalls::proc_fd(at.path.as_bytes(), Some(caller.tid()))
+                    .is_some_and(|n| caller.fd(n).is_ok());
+            if flags & libc::O_NOFOLLOW != 0 && own_fd_link {
+                return Err(Unresolved::Errno(libc::ELOOP));
+            }
             Starts {
                 first: start(at, follow, false)?,
                 second: None,
