@@ -314,6 +314,42 @@ fn no_symlink_can_be_planted_in_a_git_directory() {
     assert!(!main.root.join(".git/logs/HEAD").is_symlink());
 }
 
+/// A nested repository the command makes, with `core.fsmonitor` set and
+/// added to the parent's index, would run that command at the user's next
+/// `git status` in the parent: the sandbox cannot refuse making
+/// repositories, so it says so after the run, naming the repository and
+/// the key. Twins: a nested repository with a plain config gets no
+/// warning, and neither does one that existed before the run.
+#[test]
+fn a_nested_repository_that_runs_code_is_named_after_the_run() {
+    let w = ws();
+    ok(&run(
+        &w.root,
+        &[],
+        "git init -q -b main . && echo a > a && git add a && git commit -qm a && \
+         git init -q old && git -C old config core.fsmonitor 'true'",
+    ));
+    let out = run(
+        &w.root,
+        &[],
+        "git init -q sub && git -C sub commit -q --allow-empty -m s && \
+         git -C sub config core.fsmonitor 'touch /tmp/never-run-by-this-test; false' && \
+         git update-index --add --cacheinfo 160000,$(git -C sub rev-parse HEAD),sub && \
+         git init -q plain",
+    );
+    let err = String::from_utf8_lossy(&out.stderr);
+    let lines: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("sandbox: the run made a git repository"))
+        .collect();
+    assert_eq!(lines.len(), 1, "{err}");
+    assert!(
+        lines[0].contains(&format!("{}/sub ", w.root.display())),
+        "{err}"
+    );
+    assert!(lines[0].contains("core.fsmonitor"), "{err}");
+}
+
 #[test]
 fn the_secrets_preset_hides_credentials_and_nothing_else() {
     let home = ws();
