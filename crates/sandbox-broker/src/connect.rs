@@ -515,20 +515,10 @@ fn egress_admits(rules: &[NetRule], domain: i32, addr: &[u8]) -> bool {
     if !matches!(domain, libc::AF_INET | libc::AF_INET6) {
         return false;
     }
-    let port = || u16::from_be_bytes([addr[2], addr[3]]);
-    match family(addr) {
-        Some(libc::AF_UNSPEC) => true,
-        Some(libc::AF_INET) if addr.len() >= 16 => {
-            let ip = std::net::Ipv4Addr::new(addr[4], addr[5], addr[6], addr[7]);
-            NetRule::admit(rules, ip.into(), port())
-        }
-        Some(libc::AF_INET6) if addr.len() >= 24 => {
-            let mut ip = [0u8; 16];
-            ip.copy_from_slice(&addr[8..24]);
-            NetRule::admit(rules, std::net::Ipv6Addr::from(ip).into(), port())
-        }
-        _ => false,
+    if family(addr) == Some(libc::AF_UNSPEC) {
+        return true;
     }
+    socket_addr(domain, addr).is_some_and(|d| NetRule::admit(rules, d.ip(), d.port()))
 }
 
 /// The socket a pathname connect reaches (symlinks followed, as `connect`

@@ -116,7 +116,7 @@ fn masked(addr: IpAddr, prefix: u8) -> IpAddr {
 }
 
 /// An IPv4-mapped IPv6 address as the IPv4 address it reaches.
-fn canonical_ip(ip: IpAddr) -> IpAddr {
+pub(crate) fn canonical_ip(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
         v4 => v4,

@@ -8,7 +8,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
-use crate::net::{is_special, EgressRule, EgressRules, HostAddrs, NameMatch};
+use crate::net::{canonical_ip, is_special, EgressRule, EgressRules, HostAddrs, NameMatch};
 
 /// The most pins a run keeps; the oldest go first.
 pub const MAX_PINS: usize = 4096;
@@ -116,11 +116,11 @@ impl Pins {
     pub fn admits(&self, addr: SocketAddr) -> Option<String> {
         let now = Instant::now();
         let table = self.table();
-        let ip = canonical(addr.ip());
+        let ip = canonical_ip(addr.ip());
         table
             .pins
             .iter()
-            .filter(|p| p.expires > now && canonical(p.ip) == ip)
+            .filter(|p| p.expires > now && canonical_ip(p.ip) == ip)
             .find(|p| {
                 table
                     .rules
@@ -132,19 +132,12 @@ impl Pins {
     /// The name some live pin holds `ip` for, whatever the port.
     pub fn name_of(&self, ip: IpAddr) -> Option<String> {
         let now = Instant::now();
-        let ip = canonical(ip);
+        let ip = canonical_ip(ip);
         self.table()
             .pins
             .iter()
-            .find(|p| p.expires > now && canonical(p.ip) == ip)
+            .find(|p| p.expires > now && canonical_ip(p.ip) == ip)
             .map(|p| p.name.clone())
-    }
-}
-
-fn canonical(ip: IpAddr) -> IpAddr {
-    match ip {
-        IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-        v4 => v4,
     }
 }
 

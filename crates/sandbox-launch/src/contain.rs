@@ -488,7 +488,7 @@ fn token() -> u64 {
     h.finish()
 }
 
-fn open(path: &Path, flags: i32) -> io::Result<OwnedFd> {
+pub(crate) fn open(path: &Path, flags: i32) -> io::Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
     // SAFETY: plain open of a NUL-terminated path.

@@ -18,10 +18,8 @@
 //! A limit that no cgroup can hold is reported as not held; the runner
 //! refuses such a run unless the caller allowed running without it.
 
-use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
-use std::os::unix::ffi::OsStrExt;
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -241,7 +239,7 @@ impl RunLimits {
                 format!("cannot create a cgroup in {}: {e}", base.display()),
             )
         })?;
-        let procs = match open_w(&dir.join("cgroup.procs")) {
+        let procs = match crate::contain::open(&dir.join("cgroup.procs"), libc::O_WRONLY) {
             Ok(fd) => fd,
             Err(e) => {
                 let _ = std::fs::remove_dir(&dir);
@@ -421,18 +419,6 @@ fn v1_dir(controller: &str) -> io::Result<PathBuf> {
     } else {
         mount.join(rel)
     })
-}
-
-fn open_w(path: &Path) -> io::Result<OwnedFd> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: plain open of a NUL-terminated path.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC) };
-    if fd < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 #[cfg(test)]

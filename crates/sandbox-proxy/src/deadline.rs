@@ -22,18 +22,13 @@ fn timed_out(e: io::Error) -> io::Error {
     }
 }
 
+/// One peek that ends by `deadline`.
 pub(crate) fn peek_by(
     stream: &mut TcpStream,
     buf: &mut [u8],
     deadline: Instant,
 ) -> io::Result<usize> {
-    loop {
-        time_left(stream, deadline)?;
-        match stream.peek(buf) {
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            r => return r.map_err(timed_out),
-        }
-    }
+    by(stream, deadline, |s| s.peek(buf))
 }
 
 /// One read that ends by `deadline`.
@@ -42,9 +37,19 @@ pub(crate) fn read_by(
     buf: &mut [u8],
     deadline: Instant,
 ) -> io::Result<usize> {
+    by(stream, deadline, |s| s.read(buf))
+}
+
+/// `op` on `stream` with the read timeout set to what is left, retried on
+/// `EINTR`.
+fn by(
+    stream: &mut TcpStream,
+    deadline: Instant,
+    mut op: impl FnMut(&mut TcpStream) -> io::Result<usize>,
+) -> io::Result<usize> {
     loop {
         time_left(stream, deadline)?;
-        match stream.read(buf) {
+        match op(stream) {
             Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
             r => return r.map_err(timed_out),
         }
