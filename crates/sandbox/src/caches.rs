@@ -53,7 +53,7 @@ pub fn tools_root() -> Option<PathBuf> {
 }
 
 /// The name of the tool caches' directory.
-const TOOLS: &str = "sandbox-tools";
+pub(crate) const TOOLS: &str = "sandbox-tools";
 
 /// The directory that holds `tool`'s cache for this user, made (mode 0700)
 /// when missing, canonical. Refused when the way to it goes through a

@@ -14,7 +14,7 @@
 //! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root; without a runtime directory `<passwd home>/.cache/sandbox`), places no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir`, `fail_closed::no_confined_run_can_forge_the_cached_verdict` |
 //! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
 //! | The run's cgroups under `/sys/fs/cgroup` (containment and `--memory`/`--pids`/`--cpu`) | hold every process of the run, to its limits | write-denied in every run whose write paths reach them (`-w /`), so no process moves out or raises a limit | `limits::a_command_cannot_raise_or_leave_its_limits`, `trusted_state::cgroups_stay_out_of_reach_under_write_root` |
-//! | The tool caches' directory (`~/.cache/sandbox-tools`, see [`crate::tools_root`]) | be given, one tool's directory at a time, as a write path | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<tool>` may be a write path inside it | `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused` |
+//! | The tool caches' directory (`~/.cache/sandbox-tools` for `$XDG_CACHE_HOME`/`$HOME` and each passwd home, see [`crate::tools_root`]) | be given, one tool's directory at a time, as a write path | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<tool>` may be a write path inside it | `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused` |
 //! | Every trusted directory above | hold what later runs read | a write path inside one is refused outright (one `sandbox:` line) | `trusted_state::a_write_path_inside_trusted_state_is_refused` |
 //! | The outcome record (`--report`) | say what the run did | written to a temporary file of unpredictable name, renamed over the record through a directory fd opened before the run; if it still cannot be written the CLI says so in one line and keeps the command's exit status | `trusted_state::report_tmp_name_unpredictable` |
 //!
@@ -91,6 +91,13 @@ pub fn trusted_dirs() -> Vec<PathBuf> {
         .chain([PathBuf::from("/etc/sandbox")])
         .chain(crate::verdict::cache_dir())
         .chain(crate::caches::tools_root())
+        // The tool caches of the passwd homes too: a run with another
+        // `$HOME` must not reach this user's.
+        .chain(
+            passwd_homes()
+                .into_iter()
+                .map(|h| h.join(".cache").join(crate::caches::TOOLS)),
+        )
         .chain(cfg!(target_os = "linux").then(|| PathBuf::from("/sys/fs/cgroup")))
         .collect();
     dirs.sort();
@@ -142,9 +149,8 @@ pub fn protect_trusted(
         }
         let resolved = entries.last().map_or(dir.clone(), |e| e.path.clone());
         // Inside trusted state no write path may lie, but a tool's own cache.
-        let tools = crate::caches::tools_root();
         let a_tool_cache = |w: &Path| {
-            tools.as_deref() == Some(dir.as_path())
+            dir.file_name() == Some(std::ffi::OsStr::new(crate::caches::TOOLS))
                 && w.parent() == Some(resolved.as_path())
                 && w.file_name()
                     .and_then(|n| n.to_str())
