@@ -340,7 +340,7 @@ fn a_nested_repository_that_runs_code_is_named_after_the_run() {
     let err = String::from_utf8_lossy(&out.stderr);
     let lines: Vec<&str> = err
         .lines()
-        .filter(|l| l.starts_with("sandbox: the run made or changed a git repository"))
+        .filter(|l| l.starts_with("sandbox: the run made a git repository"))
         .collect();
     assert_eq!(lines.len(), 1, "{err}");
     assert!(

@@ -6,14 +6,10 @@
 //! it from the parent: added to the parent's index as a gitlink, it is a
 //! submodule to `git status`, which runs git there, with that repository's
 //! `core.fsmonitor`. The sandbox cannot refuse making repositories (`git
-//! init`, `git clone` are everyday work), so after the run it names each
-//! repository whose config or hooks, written during the run, run programs
-//! (an existing unprotected repository the command changed included).
-//! Nothing is read before the run: what the run wrote is told by its
-//! change time.
+//! init`, `git clone` are everyday work), so it says which new ones carry
+//! code that git would run, once, after the run.
 
 use std::collections::BTreeSet;
-use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
 
 /// How deep beneath the workspace repositories are looked for.
@@ -71,31 +67,8 @@ fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut BTreeSet<PathB
     }
 }
 
-/// The file-system clock now: what a file changed from now on carries as
-/// its change time, or later (the kernel stamps with the coarse clock).
-pub(crate) fn now() -> (i64, i64) {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // Linux stamps files with the coarse clock; elsewhere the plain one.
-    #[cfg(target_os = "linux")]
-    let clock = libc::CLOCK_REALTIME_COARSE;
-    #[cfg(not(target_os = "linux"))]
-    let clock = libc::CLOCK_REALTIME;
-    // SAFETY: clock_gettime writes into the local above.
-    unsafe { libc::clock_gettime(clock, &mut ts) };
-    (ts.tv_sec, ts.tv_nsec)
-}
-
-/// Whether `path` changed at or after `since`.
-fn changed_since(path: &Path, since: (i64, i64)) -> bool {
-    std::fs::symlink_metadata(path).is_ok_and(|m| (m.ctime(), m.ctime_nsec()) >= since)
-}
-
-/// What in the repository at `dot_git`, changed at or after `since`, runs
-/// programs: config keys and hooks.
-pub(crate) fn runs_code(dot_git: &Path, since: (i64, i64)) -> Vec<String> {
+/// What in the repository at `dot_git` runs programs: config keys and hooks.
+pub(crate) fn runs_code(dot_git: &Path) -> Vec<String> {
     let gitdir = if dot_git.is_dir() {
         dot_git.to_path_buf()
     } else {
@@ -110,13 +83,7 @@ pub(crate) fn runs_code(dot_git: &Path, since: (i64, i64)) -> Vec<String> {
             None => return Vec::new(),
         }
     };
-    let config = gitdir.join("config");
-    let keys = if changed_since(&config, since) {
-        config_keys(&config)
-    } else {
-        Vec::new()
-    };
-    let mut out: Vec<String> = keys
+    let mut out: Vec<String> = config_keys(&gitdir.join("config"))
         .into_iter()
         .filter(|k| {
             RUNS.contains(&k.as_str())
@@ -131,7 +98,6 @@ pub(crate) fn runs_code(dot_git: &Path, since: (i64, i64)) -> Vec<String> {
         out.extend(
             hooks
                 .flatten()
-                .filter(|h| changed_since(&h.path(), since))
                 .map(|h| h.file_name().to_string_lossy().into_owned())
                 .filter(|n| !n.ends_with(".sample"))
                 .map(|n| format!("hooks/{n}")),
@@ -181,18 +147,18 @@ fn config_keys(path: &Path) -> Vec<String> {
     keys
 }
 
-/// One `sandbox:` line per repository beneath `root` whose config or hooks,
-/// changed at or after `since`, run programs.
-pub(crate) fn warnings(root: &Path, since: (i64, i64)) -> Vec<String> {
+/// One `sandbox:` line per repository made during the run (not in
+/// `before`) that runs code.
+pub(crate) fn warnings(root: &Path, before: &BTreeSet<PathBuf>) -> Vec<String> {
     git_dirs(root)
-        .iter()
+        .difference(before)
         .filter_map(|dot_git| {
-            let runs = runs_code(dot_git, since);
+            let runs = runs_code(dot_git);
             (!runs.is_empty()).then(|| {
                 format!(
-                    "sandbox: the run made or changed a git repository at {} whose {} run \
-                     programs; git in the workspace would run them (a submodule's fsmonitor runs \
-                     at `git status`): review it before running git there",
+                    "sandbox: the run made a git repository at {} whose {} run programs; git in \
+                     the workspace would run them (a submodule's fsmonitor runs at `git status`): \
+                     review it before running git there",
                     dot_git.parent().unwrap_or(dot_git).display(),
                     runs.join(", ")
                 )
@@ -229,12 +195,8 @@ mod tests {
         std::fs::write(git.join("hooks/pre-commit.sample"), "").unwrap();
         std::fs::write(git.join("hooks/post-checkout"), "").unwrap();
         assert_eq!(
-            runs_code(&git, (0, 0)),
+            runs_code(&git),
             ["core.fsmonitor", "filter.lfs.clean", "hooks/post-checkout"]
-        );
-        assert!(
-            runs_code(&git, (i64::MAX, 0)).is_empty(),
-            "nothing changed since"
         );
     }
 }

@@ -419,20 +419,20 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         }
         execute(config, req, args.report.as_deref())
     };
-    // Git repositories the run makes or changes in a workspace-write
-    // workspace, which git in the parent would enter (see `git_audit`).
+    // Git repositories the run makes in a workspace-write workspace, which
+    // git in the parent would enter (see `git_audit`).
     let audited = match (args.policy.mode, &args.policy.workspace) {
         (Some(SandboxMode::WorkspaceWrite), Some(ws)) => std::fs::canonicalize(ws)
             .ok()
-            .map(|ws| (git_audit::now(), ws)),
+            .map(|ws| (git_audit::git_dirs(&ws), ws)),
         _ => None,
     };
     let outcome = match run_once(&args.policy)? {
         Ok(outcome) => outcome,
         Err(code) => return Ok(code),
     };
-    if let Some((since, ws)) = &audited {
-        for line in git_audit::warnings(ws, *since) {
+    if let Some((before, ws)) = &audited {
+        for line in git_audit::warnings(ws, before) {
             eprintln!("{line}");
         }
     }
