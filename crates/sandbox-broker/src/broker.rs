@@ -225,6 +225,9 @@ fn handle(
     if kind == Kind::Process {
         return (process_call(listener, n, tid, name), None);
     }
+    if kind == Kind::Socket {
+        return (Some(socket_call(listener, rules, own, n, tid, name)), None);
+    }
     if kind == Kind::Listen {
         let (decision, refused) = connect::decide_listen(listener, rules, n, &mut target);
         let record = answer_with(listener, n.id, tid, name, target, decision, refused);
@@ -353,6 +356,65 @@ fn handle(
 /// whole pid space has been used, which no process does within the
 /// microseconds of this answer. The kernel's own same-owner check still
 /// applies to the call.
+/// `socket` of a kind the filter refuses (it sends every refusal here to
+/// be recorded): under egress rules with a datagram namespace, an IP
+/// datagram socket is made there, with the caller's flags, and handed over;
+/// any other kind is refused.
+fn socket_call(
+    listener: &Listener,
+    rules: &BrokerRules,
+    own: &Own,
+    n: &libc::seccomp_notif,
+    tid: i32,
+    name: &str,
+) -> BrokerRecord {
+    // The kernel reads all three as int.
+    let [domain, ty, protocol] = [0, 1, 2].map(|i| n.data.args[i] as i32);
+    let target = Target {
+        path: Some(crate::connect::describe_socket(domain, ty, protocol)),
+        ..Target::default()
+    };
+    let datagram = matches!(domain, libc::AF_INET | libc::AF_INET6)
+        && ty & 0xf == libc::SOCK_DGRAM
+        && matches!(protocol, 0 | libc::IPPROTO_UDP);
+    let maker = rules.dns().and_then(|d| d.datagrams.as_ref());
+    match maker {
+        Some(maker) if datagram => match maker.socket(domain, ty & !libc::SOCK_CLOEXEC, protocol) {
+            Ok(sock) => {
+                let cloexec = ty & libc::SOCK_CLOEXEC != 0;
+                answer_fd(listener, own, n.id, tid, name, target, &sock, cloexec)
+            }
+            // The kernel's own answer (EINVAL for unknown flags, EMFILE, ...).
+            Err(e) => answer_with(
+                listener,
+                n.id,
+                tid,
+                name,
+                target,
+                Decision::Failed {
+                    errno: errno_of(&e),
+                },
+                libc::EPERM,
+            ),
+        },
+        _ => answer_with(
+            listener,
+            n.id,
+            tid,
+            name,
+            target,
+            Decision::Refused {
+                reason: if rules.network {
+                    Refusal::SocketNotAllowed
+                } else {
+                    Refusal::NetworkOff
+                },
+            },
+            libc::EPERM,
+        ),
+    }
+}
+
 fn process_call(
     listener: &Listener,
     n: &libc::seccomp_notif,

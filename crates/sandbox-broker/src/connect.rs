@@ -4,7 +4,7 @@
 
 use std::ffi::CString;
 use std::io;
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -116,6 +116,27 @@ fn unix_name(addr: &[u8]) -> UnixName<'_> {
 
 /// The address as a human reads it, for the log: a path, `@abstract`,
 /// `ip:port`, `[ip6]:port`.
+/// `socket(domain, type, protocol)` as a caller wrote it, with the common
+/// names spelled out.
+pub(crate) fn describe_socket(domain: i32, ty: i32, protocol: i32) -> String {
+    let domain = match domain {
+        libc::AF_UNIX => "AF_UNIX".to_owned(),
+        libc::AF_INET => "AF_INET".to_owned(),
+        libc::AF_INET6 => "AF_INET6".to_owned(),
+        libc::AF_NETLINK => "AF_NETLINK".to_owned(),
+        libc::AF_PACKET => "AF_PACKET".to_owned(),
+        other => other.to_string(),
+    };
+    let kind = match ty & 0xf {
+        libc::SOCK_STREAM => "SOCK_STREAM".to_owned(),
+        libc::SOCK_DGRAM => "SOCK_DGRAM".to_owned(),
+        libc::SOCK_RAW => "SOCK_RAW".to_owned(),
+        libc::SOCK_SEQPACKET => "SOCK_SEQPACKET".to_owned(),
+        other => other.to_string(),
+    };
+    format!("socket({domain}, {kind}, {protocol})")
+}
+
 pub(crate) fn describe(addr: &[u8]) -> String {
     let Some(fam) = family(addr) else {
         return format!("{}-byte address", addr.len());
@@ -283,6 +304,15 @@ pub(crate) fn decide(
                 }
             }
         }
+    } else if kind == libc::SOCK_DGRAM
+        && rules
+            .dns()
+            .and_then(|d| d.datagrams.as_ref())
+            .is_some_and(|made| made.holds(job.sock.as_fd()))
+    {
+        // A socket of the run's datagram namespace: whatever it connects to,
+        // it reaches only the runner's resolver there.
+        target.resolved = Some(PathBuf::from("the run's datagram namespace"));
     } else {
         if let Some(allowed) = rules.allow_net() {
             let dest = socket_addr(domain, &job.addr);

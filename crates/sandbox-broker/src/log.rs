@@ -240,6 +240,13 @@ pub enum Refusal {
     /// rules set, of a socket that is neither IP, UNIX nor netlink (answered
     /// `ECONNREFUSED`; the address is in [`Target::path`]).
     NetNotAllowed,
+    /// `socket` of a kind the filter refuses under this policy (answered
+    /// `EPERM`, as the filter does without a broker). With egress rules:
+    /// anything but TCP, UNIX stream or seqpacket, `NETLINK_ROUTE` and the
+    /// IP datagram sockets the run's datagram namespace makes (so raw and
+    /// packet sockets, other families, and datagram sockets where no such
+    /// namespace could be made). The call is in [`Target::path`].
+    SocketNotAllowed,
     /// `connect` while the broker already performs its maximum of concurrent
     /// connects (answered `EAGAIN`), so a caller cannot exhaust the runner's threads.
     TooManyConnects {
@@ -336,6 +343,9 @@ impl std::fmt::Display for Refusal {
             }
             Self::UnknownSyscall { nr } => write!(f, "syscall {nr} is not brokered"),
             Self::NetworkOff => f.write_str("the policy allows no network"),
+            Self::SocketNotAllowed => f.write_str(
+                "the policy refuses sockets of this kind (with egress rules: all but TCP, UNIX stream or seqpacket, NETLINK_ROUTE, and UDP that reaches the runner's resolver only)",
+            ),
             Self::ForeignTerminal => f.write_str(
                 "/dev/tty would be the runner's terminal, not the caller's controlling terminal",
             ),

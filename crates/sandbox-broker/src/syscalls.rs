@@ -60,6 +60,7 @@ pub(crate) enum Kind {
     Symlinkat,
     Connect,
     Listen,
+    Socket,
     Umask,
     /// prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler,
     /// sched_setattr (the target pid in argument 0), setpriority and
@@ -137,6 +138,7 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_symlinkat, "symlinkat", Kind::Symlinkat),
     (libc::SYS_connect, "connect", Kind::Connect),
     (libc::SYS_listen, "listen", Kind::Listen),
+    (libc::SYS_socket, "socket", Kind::Socket),
     (libc::SYS_umask, "umask", Kind::Umask),
     (libc::SYS_prlimit64, "prlimit64", Kind::Process),
     (
@@ -198,7 +200,12 @@ pub fn brokered_syscalls() -> &'static [i64] {
             .filter(|(_, _, kind)| {
                 !matches!(
                     kind,
-                    Kind::Truncate | Kind::Connect | Kind::Listen | Kind::Umask | Kind::Process
+                    Kind::Truncate
+                        | Kind::Connect
+                        | Kind::Listen
+                        | Kind::Socket
+                        | Kind::Umask
+                        | Kind::Process
                 ) && !kind.is_read()
                     && !kind.is_entry()
             })
@@ -283,6 +290,14 @@ pub fn brokered_connect_syscalls() -> &'static [i64] {
 /// bound to a loopback address (see [`crate::BrokerRules::with_allow_net`]).
 pub fn brokered_listen_syscalls() -> &'static [i64] {
     &[libc::SYS_listen]
+}
+
+/// `socket`, which the filter routes to the broker under egress rules for
+/// every kind it does not allow itself: the broker makes IP datagram
+/// sockets in the run's datagram namespace (see
+/// [`sandbox_core::DatagramSockets`]) and refuses the rest.
+pub fn brokered_socket_syscalls() -> &'static [i64] {
+    &[libc::SYS_socket]
 }
 
 /// `umask`, which the broker notes and lets continue (it has no pointer

@@ -5,6 +5,7 @@
 //! proxy.
 
 use std::net::{IpAddr, SocketAddr};
+use std::os::fd::{BorrowedFd, OwnedFd};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
@@ -150,6 +151,22 @@ pub struct DnsRoute {
     pub resolver: SocketAddr,
     /// The answers it pinned.
     pub pins: Pins,
+    /// Where the run's IP datagram sockets are made, if anywhere: a place
+    /// from which a datagram reaches the runner's resolver and nothing else.
+    /// `None`: IP datagram sockets stay refused.
+    pub datagrams: Option<Arc<dyn DatagramSockets>>,
+}
+
+/// A maker of IP datagram sockets that reach the runner's resolver only
+/// (Linux: a network namespace of the run's own), whatever address a
+/// datagram names.
+pub trait DatagramSockets: std::fmt::Debug + Send + Sync {
+    /// A new socket, as `socket(domain, ty, protocol)` makes one there, or
+    /// the error that call returned.
+    fn socket(&self, domain: i32, ty: i32, protocol: i32) -> std::io::Result<OwnedFd>;
+
+    /// Whether `sock` is one of the sockets made there.
+    fn holds(&self, sock: BorrowedFd<'_>) -> bool;
 }
 
 #[cfg(test)]

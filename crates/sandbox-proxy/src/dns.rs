@@ -1,9 +1,12 @@
-//! The runner's resolver: DNS over TCP on loopback, answering only the
-//! names the egress rules list.
+//! The runner's resolver: DNS over TCP on loopback, and over UDP in the
+//! run's datagram namespace, answering only the names the egress rules list.
 //!
 //! Under an allowlist the broker makes every TCP connect to port 53, of any
-//! address, to this resolver instead, and the run's environment asks glibc's
-//! resolver for TCP (`RES_OPTIONS=use-vc`, resolv.conf(5)). A query for a
+//! address, to this resolver instead; a datagram to port 53 of any address
+//! reaches it because the run's IP datagram sockets are made in a network
+//! namespace where it alone listens ([`crate::island`]). Where no such
+//! namespace can be made, the run's environment asks glibc's resolver for
+//! TCP (`RES_OPTIONS=use-vc`, resolv.conf(5)). A query for a
 //! listed name is resolved here with the system resolver; the addresses the
 //! rules admit for it (an exact rule: all; a wildcard: none in a special
 //! range and none of this host's own, as the proxy) are answered and pinned
@@ -12,12 +15,14 @@
 //! other name is answered `NXDOMAIN` and recorded as refused.
 //!
 //! The DNS message format (RFC 1035, section 4; TCP framing with a two-byte
-//! length, section 4.2.2) is parsed by hand: only the header and one
+//! length, section 4.2.2; UDP answers at most 512 bytes, section 4.2.1,
+//! else truncated with TC set so the client asks over TCP) is parsed by hand: only the header and one
 //! question are read, and answers carry A and AAAA records. No crate in the
 //! workspace's set does this small part without a full resolver.
 
 use std::io::{self, Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpListener, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::thread::JoinHandle;
@@ -78,6 +83,7 @@ pub struct DnsServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
+    datagrams: Vec<(Arc<OwnedFd>, JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for DnsServer {
@@ -113,7 +119,25 @@ impl DnsServer {
             addr,
             shared,
             accept: Some(accept),
+            datagrams: Vec::new(),
         })
+    }
+
+    #[cfg(target_os = "linux")]
+    /// Also answers DNS over UDP on `sockets` (bound, with packet info on,
+    /// as [`crate::island::Island::start`] returns them), each answer sent
+    /// from the address its query was sent to.
+    pub fn serve_datagrams(&mut self, sockets: Vec<OwnedFd>) -> io::Result<()> {
+        for sock in sockets {
+            let sock = Arc::new(sock);
+            let served = Arc::clone(&sock);
+            let shared = Arc::clone(&self.shared);
+            let thread = std::thread::Builder::new()
+                .name("sandbox-dns-udp".into())
+                .spawn(move || serve_datagram_socket(&shared, &served))?;
+            self.datagrams.push((sock, thread));
+        }
+        Ok(())
     }
 
     /// Where it listens.
@@ -143,6 +167,13 @@ impl DnsServer {
         let _ = TcpStream::connect_timeout(&self.addr, Duration::from_millis(100));
         if let Some(t) = self.accept.take() {
             let _ = t.join();
+        }
+        for (sock, thread) in self.datagrams.drain(..) {
+            // Wakes a blocked receive, which then returns 0 (also on an
+            // unconnected UDP socket: inet_shutdown wakes its waiters).
+            // SAFETY: shutdown on a socket we own.
+            unsafe { libc::shutdown(sock.as_raw_fd(), libc::SHUT_RD) };
+            let _ = thread.join();
         }
     }
 }
@@ -206,6 +237,40 @@ fn serve(shared: &Shared, mut conn: TcpStream) {
             return;
         }
     }
+}
+
+#[cfg(target_os = "linux")]
+/// The largest answer sent over UDP (RFC 1035, 4.2.1).
+const UDP_ANSWER_MAX: usize = 512;
+
+#[cfg(target_os = "linux")]
+/// Answers the datagrams on `sock` until the resolver stops.
+fn serve_datagram_socket(shared: &Shared, sock: &OwnedFd) {
+    let mut buf = [0u8; 4096];
+    loop {
+        let got = datagram::recv(sock, &mut buf);
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let Ok((n, from, to)) = got else { continue };
+        let Some(mut answer) = answer(shared, &buf[..n]) else {
+            continue;
+        };
+        if answer.len() > UDP_ANSWER_MAX {
+            answer = truncated(&answer);
+        }
+        let _ = datagram::send(sock, &answer, from, to);
+    }
+}
+
+#[cfg(target_os = "linux")]
+/// `answer` cut to its header and question, with TC set and no records.
+fn truncated(answer: &[u8]) -> Vec<u8> {
+    let end = question(answer).map_or(12, |q| q.end);
+    let mut out = answer[..end].to_vec();
+    out[2] |= 0x02;
+    out[6..12].fill(0);
+    out
 }
 
 /// One question: its name (lowercase, no trailing dot), type, class, and
@@ -328,6 +393,196 @@ fn answer(shared: &Shared, query: &[u8]) -> Option<Vec<u8>> {
     Some(reply(0, Some(&q), &records))
 }
 
+#[cfg(target_os = "linux")]
+/// UDP with packet info (ip(7) `IP_PKTINFO`, ipv6(7) `IPV6_RECVPKTINFO`):
+/// hand-written over `libc`, which is this workspace's one syscall layer.
+mod datagram {
+    use super::*;
+    use std::net::{Ipv4Addr, Ipv6Addr};
+
+    /// Control-message room for one packet-info message.
+    #[repr(C, align(8))]
+    struct Cmsg([u8; 64]);
+
+    /// One datagram into `buf`: its length, sender and destination address.
+    pub(super) fn recv(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, IpAddr)> {
+        // SAFETY: plain data; all-zero is valid.
+        let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut control = Cmsg([0; 64]);
+        // SAFETY: plain data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut from as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as u32;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        msg.msg_controllen = control.0.len() as _;
+        // SAFETY: msg points at live buffers for the call.
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+        if n < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut to = None;
+        // SAFETY: walks the control messages the kernel wrote; each packet
+        // info payload is read unaligned at its own size.
+        unsafe {
+            let mut c = libc::CMSG_FIRSTHDR(&msg);
+            while !c.is_null() {
+                let data = libc::CMSG_DATA(c);
+                match ((*c).cmsg_level, (*c).cmsg_type) {
+                    (libc::IPPROTO_IP, libc::IP_PKTINFO) => {
+                        let info = std::ptr::read_unaligned(data.cast::<libc::in_pktinfo>());
+                        to = Some(IpAddr::V4(Ipv4Addr::from(u32::from_be(
+                            info.ipi_addr.s_addr,
+                        ))));
+                    }
+                    (libc::IPPROTO_IPV6, libc::IPV6_PKTINFO) => {
+                        let info = std::ptr::read_unaligned(data.cast::<libc::in6_pktinfo>());
+                        to = Some(IpAddr::V6(Ipv6Addr::from(info.ipi6_addr.s6_addr)));
+                    }
+                    _ => {}
+                }
+                c = libc::CMSG_NXTHDR(&msg, c);
+            }
+        }
+        let from = match i32::from(from.ss_family) {
+            libc::AF_INET => {
+                // SAFETY: the kernel wrote a sockaddr_in.
+                let a = unsafe {
+                    *(&from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>()
+                };
+                SocketAddr::from((
+                    Ipv4Addr::from(u32::from_be(a.sin_addr.s_addr)),
+                    u16::from_be(a.sin_port),
+                ))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the kernel wrote a sockaddr_in6.
+                let a = unsafe {
+                    *(&from as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>()
+                };
+                SocketAddr::from((
+                    Ipv6Addr::from(a.sin6_addr.s6_addr),
+                    u16::from_be(a.sin6_port),
+                ))
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+        };
+        let to = to.ok_or_else(|| io::Error::other("no packet info"))?;
+        Ok((n as usize, from, to))
+    }
+
+    /// Sends `data` to `dest` from the local address `src`.
+    pub(super) fn send(
+        sock: &OwnedFd,
+        data: &[u8],
+        dest: SocketAddr,
+        src: IpAddr,
+    ) -> io::Result<()> {
+        // SAFETY: plain data; all-zero is valid.
+        let mut name: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+        let mut control = Cmsg([0; 64]);
+        let (namelen, level, kind, info_len) = match (dest, src) {
+            (SocketAddr::V4(d), IpAddr::V4(s)) => {
+                let a = libc::sockaddr_in {
+                    sin_family: libc::AF_INET as libc::sa_family_t,
+                    sin_port: d.port().to_be(),
+                    sin_addr: libc::in_addr {
+                        s_addr: u32::from(*d.ip()).to_be(),
+                    },
+                    sin_zero: [0; 8],
+                };
+                let info = libc::in_pktinfo {
+                    ipi_ifindex: 0,
+                    ipi_spec_dst: libc::in_addr {
+                        s_addr: u32::from(s).to_be(),
+                    },
+                    ipi_addr: libc::in_addr { s_addr: 0 },
+                };
+                // SAFETY: both writes fit their buffers (storage; 64 bytes of
+                // control, the payload placed after a cmsghdr below).
+                unsafe {
+                    std::ptr::write_unaligned((&mut name as *mut libc::sockaddr_storage).cast(), a);
+                    std::ptr::write_unaligned(
+                        control.0.as_mut_ptr().add(cmsg_header()).cast(),
+                        info,
+                    );
+                }
+                (
+                    std::mem::size_of_val(&a),
+                    libc::IPPROTO_IP,
+                    libc::IP_PKTINFO,
+                    std::mem::size_of_val(&info),
+                )
+            }
+            (SocketAddr::V6(d), IpAddr::V6(s)) => {
+                // SAFETY: plain data; all-zero is valid.
+                let mut a: libc::sockaddr_in6 = unsafe { std::mem::zeroed() };
+                a.sin6_family = libc::AF_INET6 as libc::sa_family_t;
+                a.sin6_port = d.port().to_be();
+                a.sin6_addr.s6_addr = d.ip().octets();
+                a.sin6_scope_id = d.scope_id();
+                let info = libc::in6_pktinfo {
+                    ipi6_addr: libc::in6_addr {
+                        s6_addr: s.octets(),
+                    },
+                    ipi6_ifindex: 0,
+                };
+                // SAFETY: as above.
+                unsafe {
+                    std::ptr::write_unaligned((&mut name as *mut libc::sockaddr_storage).cast(), a);
+                    std::ptr::write_unaligned(
+                        control.0.as_mut_ptr().add(cmsg_header()).cast(),
+                        info,
+                    );
+                }
+                (
+                    std::mem::size_of_val(&a),
+                    libc::IPPROTO_IPV6,
+                    libc::IPV6_PKTINFO,
+                    std::mem::size_of_val(&info),
+                )
+            }
+            _ => return Err(io::Error::from_raw_os_error(libc::EAFNOSUPPORT)),
+        };
+        let mut iov = libc::iovec {
+            iov_base: data.as_ptr() as *mut libc::c_void,
+            iov_len: data.len(),
+        };
+        // SAFETY: plain data; all-zero is valid.
+        let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+        msg.msg_name = (&mut name as *mut libc::sockaddr_storage).cast();
+        msg.msg_namelen = namelen as u32;
+        msg.msg_iov = &mut iov;
+        msg.msg_iovlen = 1;
+        msg.msg_control = control.0.as_mut_ptr().cast();
+        // SAFETY: CMSG_SPACE/CMSG_LEN are arithmetic; the header is written
+        // at the start of the 64-byte buffer, which holds it and its payload.
+        unsafe {
+            msg.msg_controllen = libc::CMSG_SPACE(info_len as u32) as _;
+            let c = libc::CMSG_FIRSTHDR(&msg);
+            (*c).cmsg_level = level;
+            (*c).cmsg_type = kind;
+            (*c).cmsg_len = libc::CMSG_LEN(info_len as u32) as _;
+        }
+        // SAFETY: msg points at live buffers for the call.
+        if unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Where a control message's payload starts.
+    fn cmsg_header() -> usize {
+        // SAFETY: arithmetic.
+        unsafe { libc::CMSG_LEN(0) as usize }
+    }
+}
+
 fn refuse(shared: &Shared, name: &str, reason: &'static str) {
     let mut r = shared.record.lock().unwrap_or_else(PoisonError::into_inner);
     if r.refused.iter().any(|n| n.name == name) {
@@ -397,6 +652,7 @@ mod tests {
                 "svc.example.com" => vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
                 "a.example.org" => vec!["127.0.0.2".parse().unwrap()],
                 "b.example.org" => vec!["93.184.215.14".parse().unwrap()],
+                "many.example.com" => (1..=40).map(|i| IpAddr::from([198, 51, 100, i])).collect(),
                 _ => vec![],
             })
         });
@@ -430,5 +686,54 @@ mod tests {
         let (refused, _) = s.refused();
         let names: Vec<&str> = refused.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["other.example.net", "a.example.org"]);
+    }
+
+    /// Over UDP in the run's datagram namespace: a query sent to any
+    /// address's port 53 is answered from that address; an answer over 512
+    /// bytes comes truncated (TC, no records); shutdown ends the UDP
+    /// threads (the drop would hang otherwise).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes() {
+        use sandbox_core::DatagramSockets;
+        use std::net::UdpSocket;
+        let (mut s, _pins) = server(&["svc.example.com:22", "many.example.com:443"]);
+        let (island, sockets) = crate::island::Island::start().unwrap();
+        s.serve_datagrams(sockets).unwrap();
+        let client = UdpSocket::from(island.socket(libc::AF_INET, libc::SOCK_DGRAM, 0).unwrap());
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        let mut buf = [0u8; 1024];
+        for (name, resolver) in [
+            ("svc.example.com", "192.0.2.53:53"),
+            ("other.example.net", "127.0.0.53:53"),
+        ] {
+            client.send_to(&query(name, TYPE_A), resolver).unwrap();
+            let (n, from) = client.recv_from(&mut buf).unwrap();
+            assert_eq!(
+                from,
+                resolver.parse().unwrap(),
+                "answered from another address"
+            );
+            let rcode = buf[3] & 0xf;
+            let an = u16::from_be_bytes([buf[6], buf[7]]);
+            match name {
+                "svc.example.com" => {
+                    assert_eq!((rcode, an, n), (0, 1, query(name, TYPE_A).len() + 16))
+                }
+                _ => assert_eq!((rcode, an), (RCODE_NXDOMAIN, 0)),
+            }
+        }
+        client
+            .send_to(&query("many.example.com", TYPE_A), "192.0.2.53:53")
+            .unwrap();
+        let n = client.recv(&mut buf).unwrap();
+        assert!(n <= UDP_ANSWER_MAX);
+        assert_ne!(buf[2] & 0x02, 0, "TC not set");
+        assert_eq!(u16::from_be_bytes([buf[6], buf[7]]), 0);
+        // The same name over TCP: every record.
+        assert_eq!(ask(&s, "many.example.com", TYPE_A).1.len(), 40);
+        drop(s);
     }
 }

@@ -111,6 +111,8 @@
 mod deadline;
 pub mod dns;
 mod http;
+#[cfg(target_os = "linux")]
+pub mod island;
 mod relay;
 mod serve;
 mod socks;

@@ -223,10 +223,11 @@ pub struct FilterSpec {
     /// grants the write path whole and the broker keeps the denied paths).
     pub broker_entries: bool,
     /// Whether the network is on for listed destinations only
-    /// (`NetworkMode::Allowlist`): IP sockets are then TCP only (no
-    /// datagram or raw socket could address a host the broker never sees),
-    /// `MSG_FASTOPEN` is refused (it would connect), and `connect` and
-    /// `listen` go to the broker (refused without one).
+    /// (`NetworkMode::Allowlist`): IP sockets made by the command are then
+    /// TCP only, and every other socket goes to the broker (which makes IP
+    /// datagram sockets where only the runner's resolver can be reached, and
+    /// refuses the rest), `MSG_FASTOPEN` is refused (it would connect), and
+    /// `connect` and `listen` go to the broker (all refused without one).
     pub egress: bool,
 }
 

@@ -1096,8 +1096,9 @@ fn egress(
         row(
             socket,
             allow_if(sockets),
-            "egress rules: TCP, AF_UNIX stream/seqpacket and NETLINK_ROUTE only: a datagram or raw \
-             IP socket could address any host by sendto, which the broker never sees",
+            "egress rules: TCP, AF_UNIX stream/seqpacket and NETLINK_ROUTE only; with a broker \
+             (which gets every refusal) an IP datagram socket is made in the run's datagram \
+             namespace, where only the runner's resolver can be reached",
         ),
         row(
             socketpair,

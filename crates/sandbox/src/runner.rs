@@ -295,6 +295,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         sandbox_launch::launch_options(&containment).with_writes_observed(req.observe_writes);
     let mut proxy = None;
     let mut dns = None;
+    let mut dns_over_tcp_only = false;
     let (argv, hook, report, supervisor, domain) = match &req.policy {
         Some(policy) => {
             let mut policy = Cow::Borrowed(policy);
@@ -320,16 +321,14 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
                 // to the runner's resolver, whose answers are pinned (Linux:
                 // the broker routes and admits by them).
                 if cfg!(target_os = "linux") {
-                    let (server, pins) = start_dns(&policy, policy.timeout()).map_err(|e| {
+                    let (server, route) = start_dns(&policy, policy.timeout()).map_err(|e| {
                         sandbox_core::SandboxUnavailable::new(
                             backend.name(),
                             format!("cannot start the run's resolver: {e}"),
                         )
                     })?;
-                    options = options.with_dns(Some(sandbox_core::DnsRoute {
-                        resolver: server.addr(),
-                        pins,
-                    }));
+                    dns_over_tcp_only = route.datagrams.is_none();
+                    options = options.with_dns(Some(route));
                     dns = Some(server);
                 }
                 policy = Cow::Owned(policy.with_allowed(EgressRule::Ip(started.net_rule())));
@@ -352,9 +351,10 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         .iter()
         .flat_map(|p| p.env())
         .map(|(k, v)| (k.into(), v.into()));
-    if dns.is_some() {
-        // glibc's resolver asks over TCP (resolv.conf(5), RES_OPTIONS): the
-        // broker sends connects to port 53 to the runner's resolver.
+    if dns_over_tcp_only {
+        // No datagram namespace: glibc's resolver asks over TCP
+        // (resolv.conf(5), RES_OPTIONS), and the broker sends connects to
+        // port 53 to the runner's resolver.
         let opts = match env.iter().find(|(k, _)| k == "RES_OPTIONS") {
             Some((_, v)) => format!("{} use-vc", v.to_string_lossy()),
             None => "use-vc".to_owned(),
@@ -518,8 +518,13 @@ fn spawn_error(backend: &dyn Backend, program: &OsStr, source: std::io::Error) -
 /// Starts the run's resolver for `policy`'s egress rules, with the exact
 /// names `/etc/hosts` lists already pinned (for `ttl`, the run's timeout,
 /// at most [`sandbox_core::MAX_PIN_TTL`]): a program that finds a name there
-/// sends no DNS query, and still meets a pinned address.
-fn start_dns(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<(DnsServer, Pins)> {
+/// sends no DNS query, and still meets a pinned address. It answers over
+/// TCP, and over UDP in the run's datagram namespace where one can be made
+/// (Linux; unprivileged, that takes user namespaces).
+fn start_dns(
+    policy: &ResolvedPolicy,
+    ttl: Duration,
+) -> std::io::Result<(DnsServer, sandbox_core::DnsRoute)> {
     let own = sandbox_proxy::host_addrs()?;
     let pins = Pins::new(
         sandbox_core::EgressRules::new(policy.allow_net().to_vec()),
@@ -532,7 +537,40 @@ fn start_dns(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<(DnsServ
             }
         }
     }
-    Ok((DnsServer::start(pins.clone(), None)?, pins))
+    let mut server = DnsServer::start(pins.clone(), None)?;
+    let datagrams = datagram_namespace(&mut server)?;
+    let route = sandbox_core::DnsRoute {
+        resolver: server.addr(),
+        pins,
+        datagrams,
+    };
+    Ok((server, route))
+}
+
+/// The run's datagram namespace, its resolver sockets served by `server`;
+/// `None` where none can be made (the reason is logged, and `sandbox check`
+/// says so).
+#[cfg(target_os = "linux")]
+fn datagram_namespace(
+    server: &mut DnsServer,
+) -> std::io::Result<Option<std::sync::Arc<dyn sandbox_core::DatagramSockets>>> {
+    match sandbox_proxy::island::Island::start() {
+        Ok((island, sockets)) => {
+            server.serve_datagrams(sockets)?;
+            Ok(Some(std::sync::Arc::new(island)))
+        }
+        Err(err) => {
+            tracing::debug!(%err, "no datagram namespace: names over TCP only");
+            Ok(None)
+        }
+    }
+}
+
+#[cfg(not(target_os = "linux"))]
+fn datagram_namespace(
+    _: &mut DnsServer,
+) -> std::io::Result<Option<std::sync::Arc<dyn sandbox_core::DatagramSockets>>> {
+    Ok(None)
 }
 
 /// The (address, name) pairs of an `/etc/hosts` text (hosts(5)): names

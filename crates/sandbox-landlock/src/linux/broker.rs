@@ -277,10 +277,14 @@ mod tests {
             } else {
                 &[]
             };
-            let listens: &[i64] = if egress && network {
+            let listens: Vec<i64> = if egress && network {
                 sandbox_broker::brokered_listen_syscalls()
+                    .iter()
+                    .chain(sandbox_broker::brokered_socket_syscalls())
+                    .copied()
+                    .collect()
             } else {
-                &[]
+                Vec::new()
             };
             let mut brokered: Vec<i64> = sandbox_broker::brokered_syscalls()
                 .iter()
@@ -289,7 +293,7 @@ mod tests {
                 .chain(reads)
                 .chain(&entry_calls)
                 .chain(connects)
-                .chain(listens)
+                .chain(&listens)
                 .copied()
                 .collect();
             routed.sort_unstable();
