@@ -1,10 +1,12 @@
 //! Name resolution under `--allow-net` for programs that resolve names
-//! themselves: glibc's resolver asks the runner's resolver (over TCP, which
-//! the broker routes there from any address's port 53), which answers only
-//! listed names, and connects by IP to what it answered are admitted on the
-//! listed ports without the proxy. Each in a private network and mount
-//! namespace the test makes, with a stand-in DNS server on its loopback:
-//! nothing leaves the machine.
+//! themselves: their queries, over UDP (each IP datagram socket of the run
+//! is made in a network namespace of its own where only the runner's
+//! resolver listens) or TCP (the broker routes any address's port 53
+//! there), reach the runner's resolver, which answers only listed names;
+//! connects by IP to what it answered are admitted on the listed ports
+//! without the proxy. Each in a private network and mount namespace the
+//! test makes, with a stand-in DNS server on its loopback: nothing leaves
+//! the machine.
 #![cfg(target_os = "linux")]
 
 use std::path::{Path, PathBuf};
@@ -23,7 +25,10 @@ fn is_root() -> bool {
 /// loopback up, `/etc/resolv.conf` naming 127.0.0.1, a stand-in DNS server
 /// there answering `svc.example.com`, `other.example.com` and
 /// `a.example.org` with 127.0.0.1, and a listener on 127.0.0.1:8080 that
-/// says `hello`. `$SANDBOX`, `$CLIENT` and `$D` (a scratch directory) are set.
+/// says `hello`. `$SANDBOX`, `$CLIENT`, `$DNSQ`, `$NOBODY` (`setpriv` to
+/// nobody) and `$D` (a scratch directory, readable by all) are set; the
+/// stand-in server's log, one `query NAME` line per question, is
+/// `$D/dns.log`.
 fn in_private_net(script: &str) -> (Output, PathBuf, tempfile::TempDir) {
     assert!(
         is_root(),
@@ -31,6 +36,8 @@ fn in_private_net(script: &str) -> (Output, PathBuf, tempfile::TempDir) {
     );
     let dir = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(dir.path()).unwrap();
+    // nobody's runs read and run what is here.
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
     std::fs::write(d.join("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
     let setup = format!(
         r#"set -e
@@ -66,6 +73,11 @@ kill $dns $listener 2>/dev/null
         ])
         .env("SANDBOX", sandbox_bin())
         .env("CLIENT", Path::new(DIR).join("client.py"))
+        .env("DNSQ", Path::new(DIR).join("dnsq.py"))
+        .env(
+            "NOBODY",
+            "setpriv --reuid=65534 --regid=65534 --clear-groups --",
+        )
         .env("D", &d)
         .env_remove("SANDBOX_CONFIG")
         .output()
@@ -141,34 +153,174 @@ echo "control $(getent hosts other.example.com)"
     );
 }
 
-/// The same for a resolver of the program's own (DNS over TCP to the
-/// resolv.conf server, as Go's and other self-contained resolvers can):
-/// the listed name is answered, another gets NXDOMAIN. UDP stays refused
-/// under an allowlist: an addressed datagram to the DNS server never
-/// leaves. Twin: the same UDP query outside the sandbox is answered.
+/// Resolvers of the program's own (as Go's, musl's and other
+/// self-contained ones): addressed UDP to resolv.conf's server (the answer
+/// taken from that address only, as musl checks), a connected UDP socket to
+/// an address the program carries (as Go's), and TCP. Listed names are
+/// answered, others get NXDOMAIN, and no query reaches the host's DNS
+/// server: the control's query outside the sandbox does, so the log shows it
+/// would. glibc runs with `RES_OPTIONS` untouched (UDP).
 #[test]
-fn an_own_resolver_is_answered_for_listed_names_and_udp_stays_refused() {
-    let (out, _d, _t) = in_private_net(
+fn own_resolvers_over_udp_or_tcp_meet_the_runners_resolver_only() {
+    let (out, d, _t) = in_private_net(
         r#"
-"$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" svc.example.com other.example.com
-UDP='import socket, sys
-try:
-    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-    s.settimeout(2)
-    s.sendto(bytes.fromhex("1234010000010000000000000373766307657861"
-                           "6d706c6503636f6d0000010001"), ("127.0.0.1", 53))
-    print("udp answered", len(s.recv(512)))
-except OSError as e:
-    print("udp refused", e)'
-/usr/bin/python3 -c "$UDP" | sed 's/^/outside /'
-"$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bin/python3 -c "$UDP"
-"#
-        .replace("$DNSQ", &format!("{DIR}/dnsq.py"))
-        .as_str(),
+/usr/bin/python3 "$DNSQ" --udp control.example.net | sed 's/^/outside /'
+"$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --udp svc.example.com secret.example.net | sed 's/^/udp /'
+"$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --connected --server 192.0.2.1 svc.example.com secret2.example.net | sed 's/^/connected /'
+"$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --tcp svc.example.com secret3.example.net | sed 's/^/tcp /'
+cd "$D" && $NOBODY "$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --udp svc.example.com | sed 's/^/nobody /'
+"$SANDBOX" run -q --allow-net svc.example.com:8080 -- /bin/sh -c 'echo "res_options=${RES_OPTIONS-unset}"'
+"#,
     );
     let l = lines(&out);
-    has(&l, "svc.example.com 0 ['127.0.0.1']");
-    has(&l, "other.example.com 3 []");
-    has(&l, "outside udp answered");
-    has(&l, "udp refused");
+    let err = String::from_utf8_lossy(&out.stderr);
+    has(&l, "outside control.example.net 3 []");
+    for mode in ["udp", "connected", "tcp", "nobody"] {
+        assert!(
+            l.contains(&format!("{mode} svc.example.com 0 ['127.0.0.1']")),
+            "{mode}: {l:#?}\n{err}"
+        );
+    }
+    has(&l, "udp secret.example.net 3 []");
+    has(&l, "connected secret2.example.net 3 []");
+    has(&l, "tcp secret3.example.net 3 []");
+    has(&l, "res_options=unset");
+    let log = std::fs::read_to_string(d.join("dns.log")).unwrap();
+    assert!(log.contains("query control.example.net"), "{log}");
+    assert!(
+        log.contains("query svc.example.com"),
+        "the runner resolves it: {log}"
+    );
+    assert!(!log.contains("secret"), "a query left the sandbox: {log}");
+}
+
+/// No datagram of the run reaches anything but the runner's resolver: a
+/// UDP listener on the namespace's loopback gets the control's datagram,
+/// and none of the sandboxed command's (addressed `sendto`, `sendmsg`, a
+/// connected socket, an IPv4-mapped IPv6 address); a connected socket sees
+/// the port unreachable. Raw sockets stay refused, and the record names
+/// the call.
+#[test]
+fn no_datagram_reaches_anything_but_the_runners_resolver() {
+    let (out, d, _t) = in_private_net(
+        r#"
+/usr/bin/python3 -c '
+import socket
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); s.bind(("127.0.0.1", 5353))
+open("'"$D"'/udp-ready", "w").close()
+while True:
+    m, _ = s.recvfrom(512); open("'"$D"'/udp.log", "a").write(m.decode() + "\n")
+' &
+udp=$!
+for i in $(seq 100); do [ -e "$D/udp-ready" ] && break; sleep 0.05; done
+SEND='import socket, time
+to = ("127.0.0.1", 5353)
+a = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+print("sendto", a.sendto(b"sendto", to))
+print("sendmsg", a.sendmsg([b"sendmsg"], [], 0, to))
+six = socket.socket(socket.AF_INET6, socket.SOCK_DGRAM)
+print("mapped", six.sendto(b"mapped", ("::ffff:127.0.0.1", 5353)))
+c = socket.socket(socket.AF_INET, socket.SOCK_DGRAM); c.connect(to); c.send(b"connected")
+time.sleep(0.2)
+try:
+    c.send(b"again"); print("connected no error")
+except OSError as e:
+    print("connected", e.strerror)
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_RAW, socket.IPPROTO_UDP); print("raw made")
+except OSError as e:
+    print("raw", e.strerror)'
+/usr/bin/python3 -c "$SEND" > /dev/null 2>&1
+sleep 0.2
+echo "outside $(cat "$D/udp.log" | tr '\n' ' ')"
+rm "$D/udp.log"
+"$SANDBOX" run -q --report "$D/r.json" --allow-net svc.example.com:8080 -- /usr/bin/python3 -c "$SEND"
+sleep 0.2
+echo "inside $(cat "$D/udp.log" 2>/dev/null | tr '\n' ' ')"
+kill $udp
+"#,
+    );
+    let l = lines(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    has(&l, "outside sendto sendmsg mapped connected again");
+    has(&l, "sendto 6");
+    has(&l, "sendmsg 7");
+    has(&l, "mapped 6");
+    has(&l, "connected Connection refused");
+    has(&l, "raw Operation not permitted");
+    assert!(
+        l.contains(&"inside ".to_owned()),
+        "a datagram got out: {l:#?}\n{err}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("r.json")).unwrap()).unwrap();
+    let refused = record["mediation"]["refused"].to_string();
+    assert!(
+        refused.contains("socket(AF_INET, SOCK_RAW, 17)"),
+        "{refused}"
+    );
+}
+
+/// Statically linked programs, whose C library's resolver reads no
+/// environment a dynamic one might: musl's (UDP only; it takes answers only
+/// from the address asked) and static glibc's, built here from
+/// `dns/client.rs`. Both reach the listed name directly, as root and as
+/// nobody, and find no address for another.
+#[test]
+fn static_glibc_and_musl_programs_resolve_listed_names_only() {
+    let bin = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        bin.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
+    let source = Path::new(DIR).join("client.rs");
+    for (name, args) in [
+        (
+            "client-musl",
+            &["--target", "x86_64-unknown-linux-musl"][..],
+        ),
+        (
+            "client-glibc-static",
+            &["-C", "target-feature=+crt-static"][..],
+        ),
+    ] {
+        let out = Command::new("rustc")
+            .args(args)
+            .arg(&source)
+            .arg("-o")
+            .arg(bin.path().join(name))
+            .output()
+            .expect("rustc builds the client");
+        assert!(
+            out.status.success(),
+            "building {name} (for musl: `rustup target add x86_64-unknown-linux-musl`, \
+             as .ci/run does): {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+    let (out, _d, _t) = in_private_net(
+        &r#"
+for c in client-musl client-glibc-static; do
+  "$BIN/$c" other.example.com 8080 | sed "s/^/$c outside /"
+  "$SANDBOX" run -q --allow-net svc.example.com:8080 -- "$BIN/$c" svc.example.com 8080 | sed "s/^/$c /"
+  "$SANDBOX" run -q --allow-net svc.example.com:8080 -- "$BIN/$c" other.example.com 8080 | sed "s/^/$c /"
+  (cd "$D" && $NOBODY "$SANDBOX" run -q --allow-net svc.example.com:8080 -- "$BIN/$c" svc.example.com 8080) | sed "s/^/$c nobody /"
+done
+"#
+        .replace("$BIN", &bin.path().display().to_string()),
+    );
+    let l = lines(&out);
+    for c in ["client-musl", "client-glibc-static"] {
+        has(
+            &l,
+            &format!("{c} outside reached other.example.com 127.0.0.1 hello"),
+        );
+        has(&l, &format!("{c} reached svc.example.com 127.0.0.1 hello"));
+        has(&l, &format!("{c} unresolved other.example.com"));
+        has(
+            &l,
+            &format!("{c} nobody reached svc.example.com 127.0.0.1 hello"),
+        );
+    }
 }

@@ -1,6 +1,7 @@
 """A stand-in for the host's DNS server, inside the test's own network
 namespace: answers A queries for the NAME=IP pairs given, over UDP and TCP
-on 127.0.0.1:53, NXDOMAIN for other names, no data for other types."""
+on 127.0.0.1:53, NXDOMAIN for other names, no data for other types; prints
+"query NAME" for each question it gets."""
 import socket, struct, sys, threading
 
 table = dict(arg.split("=", 1) for arg in sys.argv[1:])
@@ -14,6 +15,7 @@ def respond(q):
     end = i + 5
     qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
     name = ".".join(labels)
+    print("query", name, flush=True)
     ip = table.get(name)
     rcode = 0 if ip else 3
     answers = b""
