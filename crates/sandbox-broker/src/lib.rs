@@ -122,6 +122,7 @@
 //! | metadata changes (chmod, chown, xattr, utimes, truncate) | target, mode bits, owner, xattr names and values | `tests/decisions.rs`, `tests/credentials.rs`, `tests/xattr_reads.rs` |
 //! | writing opens and entry calls | flags, modes, both paths of link/rename, handed fds | `tests/entry_calls.rs`, `tests/entries.rs`, `tests/fdpass.rs`, end-to-end `broker_domain.rs` (handed-fd link, device ioctls) |
 //! | connect | address bytes, socket fd swapped by `dup2`, blocking | `tests/connect.rs`, `tests/connect_race.rs`, `tests/connect_net.rs` |
+//! | `socket` (egress rules) | domain, type and flags, protocol; how many | only IP `SOCK_DGRAM` (protocol 0 or UDP) is made, in the datagram namespace, with the caller's arguments (the kernel's errors are the caller's); the rest refused and recorded | end-to-end `tests/tests/dns.rs` (`no_datagram_reaches_anything_but_the_runners_resolver`: raw refused, datagrams reach nothing) |
 //! | caller credentials and umask | ids, groups, capabilities, umask per thread | `tests/credentials.rs`, `sandbox-landlock/tests/umask_threads.rs` |
 //! | calls on another process (`prlimit64`, `sched_set*`, `setpriority`, `ioprio_set`) | the target pid or tid, which may exit and be reused | end-to-end `tests/tests/real_tools.rs` (`a_process_outside_the_run_is_never_reniced_or_limited` beside the run's own) |
 //! | kernel-first errors | names that exist, are missing, have trailing slashes, loop | end-to-end `tests/tests/fidelity.rs` (the matrix against bare and against Landlock's own answers) |

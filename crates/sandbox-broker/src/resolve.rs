@@ -265,7 +265,9 @@ impl BrokerRules {
     /// listed names), and a connect by IP is admitted too when one of
     /// `dns.pins` admits its destination (an address that resolver answered
     /// for a listed name, at a port that name's rules list, while the
-    /// answer lives).
+    /// answer lives). With `dns.datagrams`, an IP datagram socket the
+    /// filter refused is made there and handed over, and such a socket's
+    /// connect is made as asked.
     pub fn with_dns(mut self, dns: sandbox_core::DnsRoute) -> Self {
         self.dns = Some(dns);
         self

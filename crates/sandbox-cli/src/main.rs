@@ -755,9 +755,16 @@ fn network_line(policy: &ResolvedPolicy) -> String {
         return mode.to_owned();
     }
     let rules: Vec<String> = policy.allow_net().iter().map(|r| r.to_string()).collect();
+    let how = match sandbox::datagram_namespace() {
+        Ok(()) => "DNS over UDP or TCP to any address; other UDP reaches nothing".to_owned(),
+        Err(why) => format!(
+            "DNS over TCP only, RES_OPTIONS=use-vc for glibc; UDP refused (no datagram \
+             namespace: {why})"
+        ),
+    };
     format!(
-        "{mode} ({}); names through the proxy, or resolved by the runner's resolver (DNS over \
-         TCP, RES_OPTIONS=use-vc for glibc) and then reached by address; UDP refused",
+        "{mode} ({}); names through the proxy, or resolved by the runner's resolver ({how}) and \
+         then reached by address",
         rules.join(", ")
     )
 }

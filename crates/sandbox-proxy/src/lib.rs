@@ -92,7 +92,9 @@
 //! [`dns::DnsServer`] answers DNS over TCP on another loopback port for the
 //! programs that resolve names themselves; the broker makes every TCP
 //! connect to port 53 to it ([`sandbox_core::DnsRoute`]), and admits
-//! connects by IP to the addresses it pinned ([`sandbox_core::Pins`]).
+//! connects by IP to the addresses it pinned ([`sandbox_core::Pins`]). On
+//! Linux it also answers over UDP in the run's datagram namespace
+//! ([`island`]), where the broker makes the command's IP datagram sockets.
 //!
 //! # Threat table
 //! The confined command is hostile; both servers run unconfined in the
@@ -104,7 +106,9 @@
 //! | proxy destination resolution | the name's DNS answers (rebinding) | wildcard names never reach special or own addresses; each address checked before connect | `tests/proxy.rs` wildcard and host-address tests |
 //! | resolver query (`dns.rs`) | every byte of the message, how many connections, idling | one question, labels bounded, no compression followed; unlisted names `NXDOMAIN` before any lookup; 32 connections, 10 s idle | `dns::tests`, `tests/tests/dns.rs` |
 //! | pinned answers | which listed names it asks for, when | pins only addresses [`sandbox_core::Pins::answerable`] admits; expire after 60 s (at most 300 s); at most 4096; admitted only at the ports the name's rules list | `sandbox_core` `pins` tests, `tests/tests/dns.rs` |
-//! | the redirect of port 53 | the destination address, the socket | the broker reads the address once and connects the caller's socket itself; TCP only (UDP sockets are refused under an allowlist) | `tests/tests/dns.rs` (UDP twin) |
+//! | the redirect of port 53 | the destination address, the socket | the broker reads the address once and connects the caller's socket itself; TCP only (UDP goes to the datagram namespace) | `tests/tests/dns.rs` |
+//! | resolver datagram (`dns.rs`, UDP) | every byte, the source address and port, the rate | as a TCP query; answers at most 512 bytes (else truncated, TC set); one thread per socket, no state kept per sender | `dns::tests::datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes`, `tests/tests/dns.rs` |
+//! | the datagram namespace (`island.rs`) | every datagram of its sockets, any address, port, option or sending call; how many sockets it asks for | the kernel routes a socket's datagrams in the namespace it was made in (no check to race); only loopback there, every address local; the helper reads fixed 12-byte requests from the runner alone (a socket pair), holds no other fd, dies with the runner | `island::tests`, `tests/tests/dns.rs` (`no_datagram_reaches_anything_but_the_runners_resolver`) |
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 

@@ -90,6 +90,24 @@ pub fn limit_support() -> Vec<LimitRecord> {
     }
 }
 
+/// How a run under an allowlist reaches DNS over UDP on this host: `Ok`
+/// when its IP datagram sockets can be made in a network namespace of its
+/// own, where only the runner's resolver listens (probed by making one);
+/// otherwise why not (such runs then resolve over TCP only, and refuse IP
+/// datagram sockets).
+pub fn datagram_namespace() -> Result<(), String> {
+    #[cfg(target_os = "linux")]
+    {
+        sandbox_proxy::island::Island::start()
+            .map(drop)
+            .map_err(|e| e.to_string())
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        Err("not on this platform".into())
+    }
+}
+
 /// The cached enforcement self-test report for `backend`, if it ran in this process.
 pub fn gate_report(backend: &'static str) -> Option<&'static GateReport> {
     sandbox_probe::cached(backend)
