@@ -159,7 +159,8 @@ echo "control $(getent hosts other.example.com)"
 /// an address the program carries (as Go's), and TCP. Listed names are
 /// answered, others get NXDOMAIN, and no query reaches the host's DNS
 /// server: the control's query outside the sandbox does, so the log shows it
-/// would. glibc runs with `RES_OPTIONS` untouched (UDP).
+/// would. glibc is asked for TCP (`RES_OPTIONS=use-vc`), so it needs no
+/// datagram namespace.
 #[test]
 fn own_resolvers_over_udp_or_tcp_meet_the_runners_resolver_only() {
     let (out, d, _t) = in_private_net(
@@ -184,7 +185,7 @@ cd "$D" && $NOBODY "$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bi
     has(&l, "udp secret.example.net 3 []");
     has(&l, "connected secret2.example.net 3 []");
     has(&l, "tcp secret3.example.net 3 []");
-    has(&l, "res_options=unset");
+    has(&l, "res_options=use-vc");
     let log = std::fs::read_to_string(d.join("dns.log")).unwrap();
     assert!(log.contains("query control.example.net"), "{log}");
     assert!(
@@ -323,4 +324,60 @@ done
             &format!("{c} nobody reached svc.example.com 127.0.0.1 hello"),
         );
     }
+}
+
+/// Where the host lets the runner make no network namespace (root without
+/// `CAP_SYS_ADMIN` and no user namespaces allowed: `max_user_namespaces`
+/// is 0 in the test's own user namespace), IP datagram sockets are
+/// refused, the record says why, and `sandbox policy` says names go over
+/// TCP only. Twin: root without `CAP_SYS_ADMIN` but with user namespaces
+/// makes one (a user namespace of its own, as an unprivileged runner).
+#[test]
+fn without_a_datagram_namespace_udp_is_refused_and_says_why() {
+    assert!(is_root(), "run this suite as root (CI does)");
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path().display().to_string();
+    let script = r#"
+MAKE='import socket
+try:
+    socket.socket(socket.AF_INET, socket.SOCK_DGRAM); print("made")
+except OSError as e:
+    print("udp", e.strerror)'
+NOADMIN="setpriv --bounding-set=-sys_admin --inh-caps=-sys_admin --"
+export MAKE NOADMIN
+$NOADMIN "$SANDBOX" run -q --allow-net svc.example.com:8080 -- /usr/bin/python3 -c "$MAKE" | sed 's/^/twin /'
+unshare --user --map-root-user /bin/sh -c '
+echo 0 > /proc/sys/user/max_user_namespaces
+$NOADMIN "$SANDBOX" run -q --report "$D/r.json" --allow-net svc.example.com:8080 -- /usr/bin/python3 -c "$MAKE"
+$NOADMIN "$SANDBOX" policy --allow-net svc.example.com:8080'
+"#;
+    let out = Command::new("/bin/sh")
+        .args(["-c", script])
+        .env("SANDBOX", sandbox_bin())
+        .env("D", &d)
+        .env_remove("SANDBOX_CONFIG")
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(text.contains("twin made"), "{text}\n{err}");
+    assert!(
+        text.contains("\nudp Operation not permitted"),
+        "{text}\n{err}"
+    );
+    assert!(
+        text.contains(
+            "DNS over TCP only, RES_OPTIONS=use-vc for glibc; UDP refused (no datagram namespace"
+        ),
+        "{text}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.path().join("r.json")).unwrap()).unwrap();
+    let refused = record["mediation"]["refused"].to_string();
+    assert!(
+        refused.contains(
+            "socket(AF_INET, SOCK_DGRAM, 0): no datagram namespace: making the namespaces"
+        ),
+        "{refused}"
+    );
 }

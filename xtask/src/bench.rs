@@ -464,29 +464,39 @@ pub fn main(args: &[String]) -> Result<(), String> {
     // by the broker), per query; no bare baseline: bare, it would leave the
     // machine.
     let queries = connects / 4;
-    let dns = vec![
-        bin.display().to_string(),
-        "run".into(),
-        "--on-unsupported".into(),
-        "error".into(),
-        "--allow-net".into(),
-        format!("localhost:{}", sink.port()),
-        "--".into(),
-        workload.display().to_string(),
-        "dns".into(),
-        queries.to_string(),
-        "localhost".into(),
-    ];
-    let samples = (0..settings.workload_runs)
-        .map(|_| inner_ms(&dns).map(|ms| ms * 1000.0 / queries as f64))
-        .collect::<Result<Vec<_>, _>>()?;
-    rows.push(Row {
-        case: format!("{queries} DNS queries answered by the runner's resolver (µs per query, TCP connect included)"),
-        command: dns.join(" "),
-        baseline_ms: Stats::of(&[]),
-        measured_ms: Stats::of(&samples),
-        ratio: None,
-    });
+    for (mode, how) in [
+        ("dns", "TCP connect included"),
+        (
+            "dns-udp",
+            "UDP, a new socket each, made in the run's datagram namespace",
+        ),
+    ] {
+        let dns = vec![
+            bin.display().to_string(),
+            "run".into(),
+            "--on-unsupported".into(),
+            "error".into(),
+            "--allow-net".into(),
+            format!("localhost:{}", sink.port()),
+            "--".into(),
+            workload.display().to_string(),
+            mode.into(),
+            queries.to_string(),
+            "localhost".into(),
+        ];
+        let samples = (0..settings.workload_runs)
+            .map(|_| inner_ms(&dns).map(|ms| ms * 1000.0 / queries as f64))
+            .collect::<Result<Vec<_>, _>>()?;
+        rows.push(Row {
+            case: format!(
+                "{queries} DNS queries answered by the runner's resolver (µs per query, {how})"
+            ),
+            command: dns.join(" "),
+            baseline_ms: Stats::of(&[]),
+            measured_ms: Stats::of(&samples),
+            ratio: None,
+        });
+    }
     if which("curl").is_some() {
         const DOWNLOAD: usize = 100 << 20;
         let server = loopback_listener(Some(DOWNLOAD))?;

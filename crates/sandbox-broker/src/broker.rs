@@ -384,6 +384,24 @@ fn socket_call(
                 let cloexec = ty & libc::SOCK_CLOEXEC != 0;
                 answer_fd(listener, own, n.id, tid, name, target, &sock, cloexec)
             }
+            // No namespace (its message says why): refused, as without one.
+            Err(e) if e.raw_os_error().is_none() => answer_with(
+                listener,
+                n.id,
+                tid,
+                name,
+                Target {
+                    resolved: Some(PathBuf::from(format!(
+                        "{}: {e}",
+                        target.path.as_deref().unwrap_or("socket")
+                    ))),
+                    ..target
+                },
+                Decision::Refused {
+                    reason: Refusal::SocketNotAllowed,
+                },
+                libc::EPERM,
+            ),
             // The kernel's own answer (EINVAL for unknown flags, EMFILE, ...).
             Err(e) => answer_with(
                 listener,

@@ -76,6 +76,8 @@ struct Shared {
     active: AtomicUsize,
     record: Mutex<Record>,
     answered: AtomicUsize,
+    /// The UDP sockets answered on, and their threads.
+    datagrams: Mutex<Vec<(Arc<OwnedFd>, JoinHandle<()>)>>,
 }
 
 /// The running resolver; stopped when dropped.
@@ -83,7 +85,6 @@ pub struct DnsServer {
     addr: SocketAddr,
     shared: Arc<Shared>,
     accept: Option<JoinHandle<()>>,
-    datagrams: Vec<(Arc<OwnedFd>, JoinHandle<()>)>,
 }
 
 impl std::fmt::Debug for DnsServer {
@@ -108,6 +109,7 @@ impl DnsServer {
             active: AtomicUsize::new(0),
             record: Mutex::new(Record::default()),
             answered: AtomicUsize::new(0),
+            datagrams: Mutex::new(Vec::new()),
         });
         let accept = {
             let shared = Arc::clone(&shared);
@@ -119,25 +121,13 @@ impl DnsServer {
             addr,
             shared,
             accept: Some(accept),
-            datagrams: Vec::new(),
         })
     }
 
-    #[cfg(target_os = "linux")]
-    /// Also answers DNS over UDP on `sockets` (bound, with packet info on,
-    /// as [`crate::island::Island::start`] returns them), each answer sent
-    /// from the address its query was sent to.
-    pub fn serve_datagrams(&mut self, sockets: Vec<OwnedFd>) -> io::Result<()> {
-        for sock in sockets {
-            let sock = Arc::new(sock);
-            let served = Arc::clone(&sock);
-            let shared = Arc::clone(&self.shared);
-            let thread = std::thread::Builder::new()
-                .name("sandbox-dns-udp".into())
-                .spawn(move || serve_datagram_socket(&shared, &served))?;
-            self.datagrams.push((sock, thread));
-        }
-        Ok(())
+    /// A handle that gives this resolver UDP sockets to answer on, while
+    /// it runs.
+    pub fn datagram_service(&self) -> DatagramService {
+        DatagramService(Arc::clone(&self.shared))
     }
 
     /// Where it listens.
@@ -168,7 +158,14 @@ impl DnsServer {
         if let Some(t) = self.accept.take() {
             let _ = t.join();
         }
-        for (sock, thread) in self.datagrams.drain(..) {
+        let datagrams = std::mem::take(
+            &mut *self
+                .shared
+                .datagrams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner),
+        );
+        for (sock, thread) in datagrams {
             // Wakes a blocked receive, which then returns 0 (also on an
             // unconnected UDP socket: inet_shutdown wakes its waiters).
             // SAFETY: shutdown on a socket we own.
@@ -181,6 +178,43 @@ impl DnsServer {
 impl Drop for DnsServer {
     fn drop(&mut self) {
         self.shutdown();
+    }
+}
+
+/// Gives the resolver UDP sockets to answer on ([`DnsServer::datagram_service`]).
+#[derive(Clone)]
+pub struct DatagramService(Arc<Shared>);
+
+impl std::fmt::Debug for DatagramService {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("DatagramService")
+    }
+}
+
+impl DatagramService {
+    /// Answers DNS over UDP on `sockets` too (bound, with packet info on,
+    /// as [`crate::island::Island`] makes them), each answer sent from the
+    /// address its query was sent to. Refused once the resolver stopped.
+    #[cfg(target_os = "linux")]
+    pub fn serve(&self, sockets: Vec<OwnedFd>) -> io::Result<()> {
+        let mut served = self
+            .0
+            .datagrams
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        if self.0.stop.load(Ordering::Relaxed) {
+            return Err(io::Error::other("the run's resolver has stopped"));
+        }
+        for sock in sockets {
+            let sock = Arc::new(sock);
+            let on = Arc::clone(&sock);
+            let shared = Arc::clone(&self.0);
+            let thread = std::thread::Builder::new()
+                .name("sandbox-dns-udp".into())
+                .spawn(move || serve_datagram_socket(&shared, &on))?;
+            served.push((sock, thread));
+        }
+        Ok(())
     }
 }
 
@@ -697,9 +731,10 @@ mod tests {
     fn datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes() {
         use sandbox_core::DatagramSockets;
         use std::net::UdpSocket;
-        let (mut s, _pins) = server(&["svc.example.com:22", "many.example.com:443"]);
-        let (island, sockets) = crate::island::Island::start().unwrap();
-        s.serve_datagrams(sockets).unwrap();
+        let (s, _pins) = server(&["svc.example.com:22", "many.example.com:443"]);
+        let service = s.datagram_service();
+        let island =
+            crate::island::Island::new(Box::new(move |socks| service.serve(socks))).unwrap();
         let client = UdpSocket::from(island.socket(libc::AF_INET, libc::SOCK_DGRAM, 0).unwrap());
         client
             .set_read_timeout(Some(Duration::from_secs(5)))

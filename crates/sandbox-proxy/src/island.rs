@@ -33,7 +33,8 @@
 
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
-use std::sync::{Mutex, PoisonError};
+use std::sync::{mpsc, Arc, Mutex, OnceLock, PoisonError};
+use std::thread::JoinHandle;
 use std::time::Duration;
 
 /// `SIOCGSKNS` (linux/sockios.h): the network namespace of a socket, as an
@@ -53,9 +54,134 @@ const STAGES: [&str; 6] = [
     "sending the resolver's sockets",
 ];
 
-/// The run's datagram namespace; its helper is ended when this is dropped.
-#[derive(Debug)]
+/// Where the resolver's sockets in a new namespace go: UDP, port 53 of
+/// `0.0.0.0`, and of `::` where IPv6 is on, with packet info on (see
+/// [`crate::dns::DnsServer::datagram_service`]).
+pub type Serve = Box<dyn Fn(Vec<OwnedFd>) -> io::Result<()> + Send + Sync>;
+
+/// The run's datagram namespace, made when the first socket is asked for
+/// (a run that makes none pays nothing); its helper is ended when this is
+/// dropped.
+///
+/// The namespace is made on a thread of its own, started with this value:
+/// the broker's thread, which asks for sockets, is in the run's Landlock
+/// domain, and a helper forked from it would be too (it could not write
+/// its user namespace's id maps, and would be the run's own process).
 pub struct Island {
+    inner: Arc<Inner>,
+    /// Asks the thread to make the namespace; it answers on the sender sent.
+    wake: Mutex<Option<mpsc::Sender<mpsc::Sender<()>>>>,
+    thread: Option<JoinHandle<()>>,
+}
+
+struct Inner {
+    serve: Serve,
+    started: OnceLock<Result<Helper, String>>,
+}
+
+impl std::fmt::Debug for Island {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Island")
+            .field("started", &self.inner.started.get())
+            .finish()
+    }
+}
+
+impl Island {
+    /// A namespace not made yet; when it is, its resolver's sockets go to
+    /// `serve`. Starts the thread that will make it (outside any Landlock
+    /// domain the caller's thread is not in).
+    pub fn new(serve: Serve) -> io::Result<Island> {
+        let inner = Arc::new(Inner {
+            serve,
+            started: OnceLock::new(),
+        });
+        let (wake, asked) = mpsc::channel::<mpsc::Sender<()>>();
+        let thread = {
+            let inner = Arc::clone(&inner);
+            std::thread::Builder::new()
+                .name("sandbox-island".into())
+                .spawn(move || {
+                    for answer in asked {
+                        inner.started.get_or_init(|| {
+                            let (helper, sockets) = Helper::start().map_err(|e| e.to_string())?;
+                            (inner.serve)(sockets)
+                                .map_err(|e| format!("serving its resolver: {e}"))?;
+                            Ok(helper)
+                        });
+                        let _ = answer.send(());
+                    }
+                })?
+        };
+        Ok(Island {
+            inner,
+            wake: Mutex::new(Some(wake)),
+            thread: Some(thread),
+        })
+    }
+
+    /// Makes the namespace now, if not yet made; or says why it cannot be.
+    pub fn start(&self) -> Result<(), String> {
+        self.helper().map(drop)
+    }
+
+    fn helper(&self) -> Result<&Helper, String> {
+        if self.inner.started.get().is_none() {
+            let (answer, answered) = mpsc::channel();
+            let asked = self
+                .wake
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .as_ref()
+                .is_some_and(|wake| wake.send(answer).is_ok());
+            if asked {
+                let _ = answered.recv();
+            }
+        }
+        match self.inner.started.get() {
+            Some(Ok(helper)) => Ok(helper),
+            Some(Err(why)) => Err(why.clone()),
+            None => Err("its thread is gone".into()),
+        }
+    }
+}
+
+impl Drop for Island {
+    fn drop(&mut self) {
+        // Ends the thread's loop.
+        drop(
+            self.wake
+                .get_mut()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take(),
+        );
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl sandbox_core::DatagramSockets for Island {
+    /// A socket there; an error without an errno when the namespace cannot
+    /// be made (its message says why).
+    fn socket(&self, domain: i32, ty: i32, protocol: i32) -> io::Result<OwnedFd> {
+        let helper = self
+            .helper()
+            .map_err(|why| io::Error::other(format!("no datagram namespace: {why}")))?;
+        helper.socket(domain, ty, protocol)
+    }
+
+    fn holds(&self, sock: BorrowedFd<'_>) -> bool {
+        match self.inner.started.get() {
+            Some(Ok(helper)) => netns_of(sock).is_ok_and(|ns| ns == helper.netns),
+            _ => false,
+        }
+    }
+}
+
+/// The namespace's helper process.
+#[derive(Debug)]
+struct Helper {
     /// The runner's end of the helper's socket pair (one request at a time).
     control: Mutex<OwnedFd>,
     helper: libc::pid_t,
@@ -63,11 +189,9 @@ pub struct Island {
     netns: (u64, u64),
 }
 
-impl Island {
-    /// Makes the namespace and returns it with the resolver's sockets there
-    /// (UDP, port 53 of `0.0.0.0`, and of `::` where IPv6 is on, with
-    /// packet info on), for [`crate::dns::DnsServer::serve_datagrams`].
-    pub fn start() -> io::Result<(Island, Vec<OwnedFd>)> {
+impl Helper {
+    /// Makes the namespace and returns it with the resolver's sockets there.
+    fn start() -> io::Result<(Helper, Vec<OwnedFd>)> {
         let plan = Plan::new();
         let [ours, theirs] = seqpacket_pair()?;
         // SAFETY: the child runs `helper` only, which makes async-signal-safe
@@ -81,7 +205,7 @@ impl Island {
             unsafe { helper(theirs.as_raw_fd(), &plan) }
         }
         drop(theirs);
-        let mut island = Island {
+        let mut island = Helper {
             control: Mutex::new(ours),
             helper: pid,
             netns: (0, 0),
@@ -115,7 +239,7 @@ impl Island {
     }
 }
 
-impl sandbox_core::DatagramSockets for Island {
+impl Helper {
     fn socket(&self, domain: i32, ty: i32, protocol: i32) -> io::Result<OwnedFd> {
         let control = self.control.lock().unwrap_or_else(PoisonError::into_inner);
         let request = [domain, ty, protocol];
@@ -127,13 +251,9 @@ impl sandbox_core::DatagramSockets for Island {
         fds.pop()
             .ok_or_else(|| io::Error::other("the helper sent no socket"))
     }
-
-    fn holds(&self, sock: BorrowedFd<'_>) -> bool {
-        netns_of(sock).is_ok_and(|ns| ns == self.netns)
-    }
 }
 
-impl Drop for Island {
+impl Drop for Helper {
     fn drop(&mut self) {
         let control = self
             .control
@@ -389,15 +509,23 @@ unsafe fn helper(control: RawFd, plan: &Plan) -> ! {
             libc::syscall(libc::SYS_close_range, 0u32, (control - 1) as u32, 0u32);
         }
         libc::syscall(libc::SYS_close_range, (control + 1) as u32, u32::MAX, 0u32);
-        let flags = if plan.user {
-            libc::CLONE_NEWUSER | libc::CLONE_NEWNET
+        // Root without CAP_SYS_ADMIN (a container) makes a user namespace
+        // too, as an unprivileged runner does.
+        // Every path below either has a new network namespace or fails:
+        // a socket made in the runner's own would reach the network.
+        let user = if plan.user {
+            true
+        } else if libc::unshare(libc::CLONE_NEWNET) == 0 {
+            false
+        } else if *libc::__errno_location() == libc::EPERM {
+            true
         } else {
-            libc::CLONE_NEWNET
+            fail(0)
         };
-        if libc::unshare(flags) != 0 {
+        if user && libc::unshare(libc::CLONE_NEWUSER | libc::CLONE_NEWNET) != 0 {
             fail(0);
         }
-        if plan.user {
+        if user {
             for (path, text) in [
                 (c"/proc/self/setgroups", &b"deny"[..]),
                 (c"/proc/self/uid_map", &plan.uid_map[..]),
@@ -547,14 +675,21 @@ mod tests {
 
     #[test]
     fn a_socket_made_there_reaches_port_53_of_any_address_and_nothing_outside() {
-        let (island, resolver) = Island::start().unwrap();
-        let server = UdpSocket::from(resolver.into_iter().next().unwrap());
+        let resolver = std::sync::Arc::new(Mutex::new(Vec::new()));
+        let kept = std::sync::Arc::clone(&resolver);
+        let island = Island::new(Box::new(move |socks| {
+            kept.lock().unwrap().extend(socks);
+            Ok(())
+        }))
+        .unwrap();
+        assert!(resolver.lock().unwrap().is_empty(), "made before asked for");
+        let made = island.socket(libc::AF_INET, libc::SOCK_DGRAM, 0).unwrap();
+        let server = UdpSocket::from(resolver.lock().unwrap().remove(0));
         // A listener outside, on this namespace's loopback.
         let outside = UdpSocket::bind("127.0.0.1:0").unwrap();
         outside
             .set_read_timeout(Some(Duration::from_millis(300)))
             .unwrap();
-        let made = island.socket(libc::AF_INET, libc::SOCK_DGRAM, 0).unwrap();
         assert!(island.holds(made.as_fd()));
         assert!(!island.holds(outside.as_fd()));
         let client = UdpSocket::from(made);

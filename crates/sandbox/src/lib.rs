@@ -98,9 +98,9 @@ pub fn limit_support() -> Vec<LimitRecord> {
 pub fn datagram_namespace() -> Result<(), String> {
     #[cfg(target_os = "linux")]
     {
-        sandbox_proxy::island::Island::start()
-            .map(drop)
-            .map_err(|e| e.to_string())
+        sandbox_proxy::island::Island::new(Box::new(|_| Ok(())))
+            .map_err(|e| e.to_string())?
+            .start()
     }
     #[cfg(not(target_os = "linux"))]
     {

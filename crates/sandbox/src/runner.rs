@@ -295,7 +295,6 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         sandbox_launch::launch_options(&containment).with_writes_observed(req.observe_writes);
     let mut proxy = None;
     let mut dns = None;
-    let mut dns_over_tcp_only = false;
     let (argv, hook, report, supervisor, domain) = match &req.policy {
         Some(policy) => {
             let mut policy = Cow::Borrowed(policy);
@@ -327,7 +326,6 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
                             format!("cannot start the run's resolver: {e}"),
                         )
                     })?;
-                    dns_over_tcp_only = route.datagrams.is_none();
                     options = options.with_dns(Some(route));
                     dns = Some(server);
                 }
@@ -351,10 +349,12 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         .iter()
         .flat_map(|p| p.env())
         .map(|(k, v)| (k.into(), v.into()));
-    if dns_over_tcp_only {
-        // No datagram namespace: glibc's resolver asks over TCP
-        // (resolv.conf(5), RES_OPTIONS), and the broker sends connects to
-        // port 53 to the runner's resolver.
+    if dns.is_some() {
+        // glibc's resolver asks over TCP (resolv.conf(5), RES_OPTIONS): the
+        // broker sends connects to port 53 to the runner's resolver, so
+        // glibc needs no datagram namespace, which then is made only for a
+        // resolver of a program's own (musl's, Go's), and where the host
+        // allows one.
         let opts = match env.iter().find(|(k, _)| k == "RES_OPTIONS") {
             Some((_, v)) => format!("{} use-vc", v.to_string_lossy()),
             None => "use-vc".to_owned(),
@@ -520,7 +520,8 @@ fn spawn_error(backend: &dyn Backend, program: &OsStr, source: std::io::Error) -
 /// at most [`sandbox_core::MAX_PIN_TTL`]): a program that finds a name there
 /// sends no DNS query, and still meets a pinned address. It answers over
 /// TCP, and over UDP in the run's datagram namespace where one can be made
-/// (Linux; unprivileged, that takes user namespaces).
+/// (Linux; unprivileged, that takes user namespaces), when the run first
+/// asks for a datagram socket.
 fn start_dns(
     policy: &ResolvedPolicy,
     ttl: Duration,
@@ -537,8 +538,8 @@ fn start_dns(
             }
         }
     }
-    let mut server = DnsServer::start(pins.clone(), None)?;
-    let datagrams = datagram_namespace(&mut server)?;
+    let server = DnsServer::start(pins.clone(), None)?;
+    let datagrams = datagram_namespace(&server)?;
     let route = sandbox_core::DnsRoute {
         resolver: server.addr(),
         pins,
@@ -547,28 +548,21 @@ fn start_dns(
     Ok((server, route))
 }
 
-/// The run's datagram namespace, its resolver sockets served by `server`;
-/// `None` where none can be made (the reason is logged, and `sandbox check`
-/// says so).
+/// The run's datagram namespace, made at the first datagram socket the run
+/// asks for, its resolver sockets then served by `server`.
 #[cfg(target_os = "linux")]
 fn datagram_namespace(
-    server: &mut DnsServer,
+    server: &DnsServer,
 ) -> std::io::Result<Option<std::sync::Arc<dyn sandbox_core::DatagramSockets>>> {
-    match sandbox_proxy::island::Island::start() {
-        Ok((island, sockets)) => {
-            server.serve_datagrams(sockets)?;
-            Ok(Some(std::sync::Arc::new(island)))
-        }
-        Err(err) => {
-            tracing::debug!(%err, "no datagram namespace: names over TCP only");
-            Ok(None)
-        }
-    }
+    let service = server.datagram_service();
+    let island =
+        sandbox_proxy::island::Island::new(Box::new(move |sockets| service.serve(sockets)))?;
+    Ok(Some(std::sync::Arc::new(island)))
 }
 
 #[cfg(not(target_os = "linux"))]
 fn datagram_namespace(
-    _: &mut DnsServer,
+    _: &DnsServer,
 ) -> std::io::Result<Option<std::sync::Arc<dyn sandbox_core::DatagramSockets>>> {
     Ok(None)
 }

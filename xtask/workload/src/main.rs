@@ -42,6 +42,9 @@ fn main() -> ExitCode {
         Some("chmod") => chmod_loop(n(1), &path(2)),
         Some("connect") => connect_loop(n(1), args.get(2).map(String::as_str).unwrap_or("")),
         Some("dns") => dns_loop(n(1), args.get(2).map(String::as_str).unwrap_or("localhost")),
+        Some("dns-udp") => {
+            dns_udp_loop(n(1), args.get(2).map(String::as_str).unwrap_or("localhost"))
+        }
         _ => Err("usage: bench-workload stat|open|launch|prepare N PATH".into()),
     };
     match result {
@@ -274,8 +277,8 @@ fn chmod_loop(n: usize, dir: &Path) -> Result<serde_json::Value, String> {
 /// `n` DNS queries for `name` over TCP, one connection each, to the first
 /// `/etc/resolv.conf` nameserver (confined under an allowlist: to the
 /// runner's resolver, where the broker sends port 53).
-fn dns_loop(n: usize, name: &str) -> Result<serde_json::Value, String> {
-    use std::io::{Read, Write};
+/// The first resolv.conf nameserver and an A query for `name`.
+fn resolver_and_query(name: &str) -> (String, Vec<u8>) {
     let conf = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
     let ns = conf
         .lines()
@@ -288,6 +291,36 @@ fn dns_loop(n: usize, name: &str) -> Result<serde_json::Value, String> {
         query.extend_from_slice(label.as_bytes());
     }
     query.extend_from_slice(&[0, 0, 1, 0, 1]);
+    (ns, query)
+}
+
+/// `n` UDP queries, each on a new socket (as glibc's resolver makes one
+/// per lookup).
+fn dns_udp_loop(n: usize, name: &str) -> Result<serde_json::Value, String> {
+    let (ns, query) = resolver_and_query(name);
+    let start = Instant::now();
+    for _ in 0..n {
+        let s = std::net::UdpSocket::bind("0.0.0.0:0").map_err(|e| format!("socket: {e}"))?;
+        s.set_read_timeout(Some(std::time::Duration::from_secs(5)))
+            .map_err(|e| e.to_string())?;
+        s.send_to(&query, (ns.as_str(), 53))
+            .map_err(|e| format!("send to {ns}:53: {e}"))?;
+        let mut answer = [0u8; 512];
+        let got = s.recv(&mut answer).map_err(|e| format!("answer: {e}"))?;
+        if answer[..got].get(3).map(|b| b & 0xf) != Some(0) {
+            return Err(format!(
+                "{name}: the resolver answered {:?}",
+                &answer[..got]
+            ));
+        }
+    }
+    let ns = start.elapsed().as_nanos() as u64;
+    Ok(serde_json::json!({ "ns": ns }))
+}
+
+fn dns_loop(n: usize, name: &str) -> Result<serde_json::Value, String> {
+    use std::io::{Read, Write};
+    let (ns, query) = resolver_and_query(name);
     let mut framed = (query.len() as u16).to_be_bytes().to_vec();
     framed.extend_from_slice(&query);
     let start = Instant::now();
