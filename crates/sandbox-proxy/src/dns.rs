@@ -124,6 +124,7 @@ impl DnsServer {
         })
     }
 
+    #[cfg(target_os = "linux")]
     /// A handle that gives this resolver UDP sockets to answer on, while
     /// it runs.
     pub fn datagram_service(&self) -> DatagramService {
@@ -181,21 +182,23 @@ impl Drop for DnsServer {
     }
 }
 
+#[cfg(target_os = "linux")]
 /// Gives the resolver UDP sockets to answer on ([`DnsServer::datagram_service`]).
 #[derive(Clone)]
 pub struct DatagramService(Arc<Shared>);
 
+#[cfg(target_os = "linux")]
 impl std::fmt::Debug for DatagramService {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.write_str("DatagramService")
     }
 }
 
+#[cfg(target_os = "linux")]
 impl DatagramService {
     /// Answers DNS over UDP on `sockets` too (bound, with packet info on,
     /// as [`crate::island::Island`] makes them), each answer sent from the
     /// address its query was sent to. Refused once the resolver stopped.
-    #[cfg(target_os = "linux")]
     pub fn serve(&self, sockets: Vec<OwnedFd>) -> io::Result<()> {
         let mut served = self
             .0
