@@ -1062,6 +1062,7 @@ mod tests {
             .chain(brokered_entry_syscalls())
             .chain(brokered_connect_syscalls())
             .chain(brokered_listen_syscalls())
+            .chain(brokered_socket_syscalls())
             .chain(brokered_umask_syscalls())
             .chain(brokered_process_syscalls())
         {
@@ -1075,6 +1076,7 @@ mod tests {
                 + brokered_entry_syscalls().len()
                 + brokered_connect_syscalls().len()
                 + brokered_listen_syscalls().len()
+                + brokered_socket_syscalls().len()
                 + brokered_umask_syscalls().len()
                 + brokered_process_syscalls().len()
         );

@@ -166,9 +166,15 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     type Calls<'a> = Vec<&'a sandbox::MediatedCall>;
     let (names, rest): (Calls<'_>, Calls<'_>) =
         refused.into_iter().partition(|c| c.syscall == "dns");
-    let (nets, files): (Calls<'_>, Calls<'_>) = rest
+    let (nets, rest): (Calls<'_>, Calls<'_>) = rest
         .into_iter()
         .partition(|c| matches!(c.syscall.as_str(), "proxy" | "connect"));
+    let (sockets, rest): (Calls<'_>, Calls<'_>) = rest
+        .into_iter()
+        .partition(|c| matches!(c.syscall.as_str(), "socket" | "listen"));
+    // Calls the filter refused outright carry no target: named by syscall.
+    let (files, others): (Calls<'_>, Calls<'_>) =
+        rest.into_iter().partition(|c| !c.target.is_empty());
     let mut parts = Vec::new();
     if !nets.is_empty() {
         parts.push(format!(
@@ -188,6 +194,23 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
             "{} ({} not in --allow-net)",
             plural(names.len(), "name lookup"),
             first_targets(&names, |c| c.target.clone())
+        ));
+    }
+    if !sockets.is_empty() {
+        parts.push(format!(
+            "{} ({})",
+            plural(sockets.len(), "socket call"),
+            first_targets(&sockets, |c| match c.syscall.as_str() {
+                "listen" => format!("listen on {}", c.target),
+                _ => c.target.clone(),
+            })
+        ));
+    }
+    if !others.is_empty() {
+        parts.push(format!(
+            "{} ({})",
+            plural(others.len(), "other call"),
+            first_targets(&others, |c| c.syscall.clone())
         ));
     }
     if !files.is_empty() {
