@@ -237,7 +237,6 @@ for name, f in [("udp", udp), ("udplite", udplite), ("tcp", tcp), ("netlink_rout
     attempt(name, f)
 "#;
 
-#[test]
 /// UDP sockets are made (in the run's datagram namespace, from which
 /// nothing but the runner's resolver is reached: `tests/tests/dns.rs`);
 /// UDP-Lite and `NETLINK_USERSOCK` sockets, listening off loopback and
