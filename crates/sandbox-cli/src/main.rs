@@ -20,6 +20,12 @@ use sandbox::{
     SandboxMode, SandboxPolicy, SandboxedExecOp, EXIT_SANDBOX,
 };
 
+/// The static build's allocator (see `Cargo.toml`: musl's returns memory
+/// to the kernel at every emptied group, dozens of syscalls per launch).
+#[cfg(target_env = "musl")]
+#[global_allocator]
+static ALLOCATOR: rlsf::SmallGlobalTlsf = rlsf::SmallGlobalTlsf::new();
+
 mod approval;
 mod args;
 mod error_chain;
