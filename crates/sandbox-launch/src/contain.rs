@@ -364,22 +364,47 @@ fn reap_group(pgid: i32, ended: &mut Ended) {
 /// The directory of the calling process's cgroup v2.
 fn own_cgroup_dir() -> io::Result<PathBuf> {
     let not_found = |what: &str| io::Error::new(io::ErrorKind::NotFound, what.to_owned());
-    let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
-    let mount = mounts
-        .lines()
-        .find_map(|line| {
-            let (left, right) = line.split_once(" - ")?;
-            (right.split_whitespace().next()? == "cgroup2")
-                .then(|| left.split_whitespace().nth(4).map(PathBuf::from))
-                .flatten()
-        })
-        .ok_or_else(|| not_found("no cgroup2 filesystem is mounted"))?;
+    let mount = match cgroup2_at_usual_place() {
+        Some(mount) => mount,
+        None => {
+            let mounts = std::fs::read_to_string("/proc/self/mountinfo")?;
+            mounts
+                .lines()
+                .find_map(|line| {
+                    let (left, right) = line.split_once(" - ")?;
+                    (right.split_whitespace().next()? == "cgroup2")
+                        .then(|| left.split_whitespace().nth(4).map(PathBuf::from))
+                        .flatten()
+                })
+                .ok_or_else(|| not_found("no cgroup2 filesystem is mounted"))?
+        }
+    };
     let own = std::fs::read_to_string("/proc/self/cgroup")?;
     let rel = own
         .lines()
         .find_map(|l| l.strip_prefix("0::"))
         .ok_or_else(|| not_found("the process has no cgroup v2 membership"))?;
     Ok(mount.join(rel.trim().trim_start_matches('/')))
+}
+
+/// Where systemd and container runtimes mount cgroup2 (unified, or the
+/// hybrid layout's `unified`), when it is mounted there: two `statfs`
+/// calls instead of generating and reading the whole mount table.
+fn cgroup2_at_usual_place() -> Option<PathBuf> {
+    /// `CGROUP2_SUPER_MAGIC` (linux/magic.h).
+    const CGROUP2: i64 = 0x6367_7270;
+    ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+        .into_iter()
+        .find(|dir| {
+            let Ok(c) = CString::new(*dir) else {
+                return false;
+            };
+            // SAFETY: statfs is plain data; all-zero is valid.
+            let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+            // SAFETY: a NUL-terminated path and a statfs buffer.
+            unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2 }
+        })
+        .map(PathBuf::from)
 }
 
 /// Ends and removes cgroups left by runners that died (their pid is gone).
@@ -424,13 +449,24 @@ pub(crate) fn sweep_stale_v1(base: &Path) {
 /// A per-run cgroup name no one can predict: [`PREFIX`], this process's pid
 /// and start time, and a random token.
 fn fresh_name() -> io::Result<String> {
-    let start = start_time("self")
-        .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
-    Ok(format!(
-        "{PREFIX}{}-{start}-{:016x}",
-        std::process::id(),
-        token()
-    ))
+    // A process's start time never changes; kept with its pid, since a
+    // forked child has the same static and another start time.
+    static START: std::sync::Mutex<Option<(u32, u64)>> = std::sync::Mutex::new(None);
+    let pid = std::process::id();
+    let mut known = START
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let start = match *known {
+        Some((of, start)) if of == pid => start,
+        _ => {
+            let start = start_time("self")
+                .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
+            *known = Some((pid, start));
+            start
+        }
+    };
+    drop(known);
+    Ok(format!("{PREFIX}{pid}-{start}-{:016x}", token()))
 }
 
 /// Whether the runner a per-run cgroup name (after [`PREFIX`]) names is
