@@ -34,7 +34,8 @@ use sandbox_core::Pins;
 /// resolver does not say how long its answers live, so a short one.
 pub const ANSWER_TTL: Duration = Duration::from_secs(60);
 
-/// The most connections served at once; more wait in the listen queue.
+/// The most connections and UDP queries served at once; more connections
+/// wait in the listen queue, more datagrams are dropped (clients ask again).
 const MAX_CONNECTIONS: usize = 32;
 
 /// How long a connection may sit idle between queries.
@@ -282,7 +283,7 @@ const UDP_ANSWER_MAX: usize = 512;
 
 #[cfg(target_os = "linux")]
 /// Answers the datagrams on `sock` until the resolver stops.
-fn serve_datagram_socket(shared: &Shared, sock: &OwnedFd) {
+fn serve_datagram_socket(shared: &Arc<Shared>, sock: &Arc<OwnedFd>) {
     let mut buf = [0u8; 4096];
     loop {
         let got = datagram::recv(sock, &mut buf);
@@ -290,14 +291,46 @@ fn serve_datagram_socket(shared: &Shared, sock: &OwnedFd) {
             return;
         }
         let Ok((n, from, to)) = got else { continue };
-        let Some(mut answer) = answer(shared, &buf[..n]) else {
+        // Each query on a thread of its own (as each TCP connection), so a
+        // name slow to resolve holds up no other; past the bound a query is
+        // dropped, and the client asks again.
+        if shared.active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
+            shared.active.fetch_sub(1, Ordering::AcqRel);
             continue;
-        };
-        if answer.len() > UDP_ANSWER_MAX {
-            answer = truncated(&answer);
         }
-        let _ = datagram::send(sock, &answer, from, to);
+        let query = buf[..n].to_vec();
+        let (shared, sock) = (Arc::clone(shared), Arc::clone(sock));
+        let spawned = std::thread::Builder::new()
+            .name("sandbox-dns-query".into())
+            .spawn(move || {
+                if let Some(answer) = answer(&shared, &query) {
+                    let _ = datagram::send(&sock, &fit_datagram(answer), from, to);
+                }
+                shared.active.fetch_sub(1, Ordering::AcqRel);
+            });
+        if spawned.is_err() {
+            // The closure (and its count) is gone with the failed spawn.
+            continue;
+        }
     }
+}
+
+#[cfg(target_os = "linux")]
+/// `answer` as sent over UDP: whole up to 512 bytes; else cut to its header
+/// and question with TC set (the client asks again over TCP); a question
+/// too long for that gets its header alone, `FORMERR`.
+fn fit_datagram(answer: Vec<u8>) -> Vec<u8> {
+    if answer.len() <= UDP_ANSWER_MAX {
+        return answer;
+    }
+    let cut = truncated(&answer);
+    if cut.len() <= UDP_ANSWER_MAX {
+        return cut;
+    }
+    let mut head = answer[..12].to_vec();
+    head[3] = (head[3] & 0xf0) | RCODE_FORMERR;
+    head[4..12].fill(0);
+    head
 }
 
 #[cfg(target_os = "linux")]
@@ -689,6 +722,10 @@ mod tests {
                 "svc.example.com" => vec!["127.0.0.1".parse().unwrap(), "::1".parse().unwrap()],
                 "a.example.org" => vec!["127.0.0.2".parse().unwrap()],
                 "b.example.org" => vec!["93.184.215.14".parse().unwrap()],
+                "slow.example.com" => {
+                    std::thread::sleep(Duration::from_secs(3));
+                    vec!["198.51.100.1".parse().unwrap()]
+                }
                 "many.example.com" => (1..=40).map(|i| IpAddr::from([198, 51, 100, i])).collect(),
                 _ => vec![],
             })
@@ -734,7 +771,11 @@ mod tests {
     fn datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes() {
         use sandbox_core::DatagramSockets;
         use std::net::UdpSocket;
-        let (s, _pins) = server(&["svc.example.com:22", "many.example.com:443"]);
+        let (s, _pins) = server(&[
+            "svc.example.com:22",
+            "many.example.com:443",
+            "slow.example.com",
+        ]);
         let service = s.datagram_service();
         let island =
             crate::island::Island::new(Box::new(move |socks| service.serve(socks))).unwrap();
@@ -772,6 +813,40 @@ mod tests {
         assert_eq!(u16::from_be_bytes([buf[6], buf[7]]), 0);
         // The same name over TCP: every record.
         assert_eq!(ask(&s, "many.example.com", TYPE_A).1.len(), 40);
+        // A question too long for 512 bytes: its header alone, FORMERR.
+        let long = format!("{}.example.com", vec!["a".repeat(60); 9].join("."));
+        client
+            .send_to(&query(&long, TYPE_A), "192.0.2.53:53")
+            .unwrap();
+        let n = client.recv(&mut buf).unwrap();
+        assert_eq!((n, buf[3] & 0xf), (12, RCODE_FORMERR));
+        // A slow lookup holds up no other query.
+        client
+            .send_to(&query("slow.example.com", TYPE_A), "192.0.2.53:53")
+            .unwrap();
+        let asked = std::time::Instant::now();
+        client
+            .send_to(&query("svc.example.com", TYPE_A), "192.0.2.53:53")
+            .unwrap();
+        client.recv(&mut buf).unwrap();
+        assert_eq!(
+            u16::from_be_bytes([buf[6], buf[7]]),
+            1,
+            "the fast one first"
+        );
+        assert!(
+            asked.elapsed() < Duration::from_secs(2),
+            "{:?}",
+            asked.elapsed()
+        );
+        // IPv6, to an address no interface has: answered from it.
+        let six = UdpSocket::from(island.socket(libc::AF_INET6, libc::SOCK_DGRAM, 0).unwrap());
+        six.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        six.send_to(&query("svc.example.com", TYPE_AAAA), "[2001:db8::1]:53")
+            .unwrap();
+        let (_, from) = six.recv_from(&mut buf).unwrap();
+        assert_eq!(from, "[2001:db8::1]:53".parse().unwrap());
+        assert_eq!(u16::from_be_bytes([buf[6], buf[7]]), 1);
         drop(s);
     }
 }

@@ -41,6 +41,9 @@ use std::time::Duration;
 /// fd. Not in `libc`.
 const SIOCGSKNS: libc::c_ulong = 0x894c;
 
+/// `IPV6_FREEBIND` (linux/in6.h, Linux 4.15). Not in `libc`.
+const IPV6_FREEBIND: libc::c_int = 78;
+
 /// How long the helper may take to make the namespace.
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -651,8 +654,12 @@ unsafe fn resolver_socket(family: i32) -> RawFd {
             let mut a: libc::sockaddr_in6 = std::mem::zeroed();
             a.sin6_family = libc::AF_INET6 as libc::sa_family_t;
             a.sin6_port = 53u16.to_be();
+            // IPv6 sends only from an address assigned to an interface,
+            // which the local route does not make one: FREEBIND lets the
+            // answer come from any address a query was sent to.
             opt(libc::IPPROTO_IPV6, libc::IPV6_V6ONLY)
                 && opt(libc::IPPROTO_IPV6, libc::IPV6_RECVPKTINFO)
+                && opt(libc::IPPROTO_IPV6, IPV6_FREEBIND)
                 && libc::bind(
                     fd,
                     (&a as *const libc::sockaddr_in6).cast(),
