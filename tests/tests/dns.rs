@@ -381,3 +381,59 @@ $NOADMIN "$SANDBOX" policy --allow-net svc.example.com:8080'
         "{refused}"
     );
 }
+
+/// An unprivileged runner's datagram namespace belongs to a user namespace
+/// of its uid, the command's too, so the command holds every capability
+/// over it: the control (the same script, unconfined, in a user and network
+/// namespace of its own) configures loopback, adds a bridge, sets marks and
+/// reaches netfilter. Confined, on its datagram socket, every one of those
+/// is refused and the reads still work.
+#[test]
+fn the_datagram_namespace_cannot_be_administered_by_the_command() {
+    let (out, d, _t) = in_private_net(
+        r#"
+mkdir -m 777 "$D/n" && cd "$D/n"
+$NOBODY unshare -Urn /usr/bin/python3 "$ADMIN" | sed 's/^/owner /'
+$NOBODY "$SANDBOX" run -q --report "$D/n/r.json" --allow-net svc.example.com:8080 -- /usr/bin/python3 "$ADMIN"
+"#
+        .replace("$ADMIN", &format!("{DIR}/ns_admin.py"))
+        .as_str(),
+    );
+    let l = lines(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    for control in ["SIOCSIFFLAGS", "SIOCBRADDBR", "SO_MARK", "IP_TRANSPARENT"] {
+        has(&l, &format!("owner {control} ok"));
+    }
+    // Netfilter answers the owner (no table by that name), never EPERM.
+    for control in ["IPT_SO_GET_INFO", "IPT_SO_SET_REPLACE"] {
+        has(&l, &format!("owner {control}"));
+        assert!(
+            !l.contains(&format!("owner {control} refused EPERM")),
+            "{l:#?}"
+        );
+    }
+    for read in ["SIOCGIFINDEX", "SIOCGIFFLAGS", "IP_TOS"] {
+        assert!(l.contains(&format!("{read} ok")), "{read}: {l:#?}\n{err}");
+    }
+    for refused in [
+        "SIOCSIFFLAGS",
+        "SIOCBRADDBR",
+        "SIOCGSKNS",
+        "SO_MARK",
+        "IP_TRANSPARENT",
+        "IPT_SO_GET_INFO",
+        "IPT_SO_SET_REPLACE",
+    ] {
+        assert!(
+            l.contains(&format!("{refused} refused EPERM")),
+            "{refused}: {l:#?}\n{err}"
+        );
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("n/r.json")).expect(&err)).unwrap();
+    let refused = record["mediation"]["refused"].to_string();
+    assert!(
+        refused.contains("ioctl") && refused.contains("setsockopt"),
+        "{refused}"
+    );
+}

@@ -113,7 +113,7 @@ impl<'a> Verdict<'a> {
         match &e.rule {
             Rule::Allow => Verdict::Ret(Action::Allow.ret()),
             Rule::Always(a) => Verdict::Ret(a.ret()),
-            Rule::AllowIf { .. } => Verdict::Checked(e),
+            Rule::AllowIf { .. } | Rule::RefuseIf { .. } => Verdict::Checked(e),
         }
     }
 }
@@ -151,6 +151,7 @@ fn condition(c: &Cond) -> Result<SeccompCondition, SeccompError> {
         Cmp::Eq(v) => (SeccompCmpOp::Eq, v),
         Cmp::Ne(v) => (SeccompCmpOp::Ne, v),
         Cmp::MaskedEq { mask, value } => (SeccompCmpOp::MaskedEq(mask), value),
+        Cmp::Ge(v) => (SeccompCmpOp::Ge, v),
     };
     SeccompCondition::new(c.arg, len, op, value)
         .map_err(|e| internal(format!("condition {c:?}: {e}")))
@@ -163,8 +164,22 @@ fn condition(c: &Cond) -> Result<SeccompCondition, SeccompError> {
 /// sentinel rewritten here, since it cannot express every action, e.g.
 /// `SECCOMP_RET_USER_NOTIF`).
 fn checked_block(e: &Entry) -> Result<Vec<BpfInstruction>, SeccompError> {
-    let Rule::AllowIf { any_of, otherwise } = &e.rule else {
-        return Err(internal(format!("row {} has no argument checks", e.name)));
+    // seccompiler answers its match action when a rule holds and its
+    // mismatch action otherwise; the one that is not Allow is the sentinel.
+    let (any_of, answer, matched, mismatched) = match &e.rule {
+        Rule::AllowIf { any_of, otherwise } => (
+            any_of,
+            otherwise,
+            SeccompAction::Allow,
+            SeccompAction::Errno(SENTINEL_ERRNO),
+        ),
+        Rule::RefuseIf { any_of, action } => (
+            any_of,
+            action,
+            SeccompAction::Errno(SENTINEL_ERRNO),
+            SeccompAction::Allow,
+        ),
+        _ => return Err(internal(format!("row {} has no argument checks", e.name))),
     };
     let mut chain = Vec::new();
     for group in any_of {
@@ -176,8 +191,8 @@ fn checked_block(e: &Entry) -> Result<Vec<BpfInstruction>, SeccompError> {
     }
     let filter = SeccompFilter::new(
         BTreeMap::from([(i64::from(e.nr), chain)]),
-        SeccompAction::Errno(SENTINEL_ERRNO),
-        SeccompAction::Allow,
+        mismatched,
+        matched,
         SECCOMPILER_ARCH,
     )
     .map_err(|err| internal(format!("seccompiler filter for {}: {err}", e.name)))?;
@@ -199,7 +214,7 @@ fn checked_block(e: &Entry) -> Result<Vec<BpfInstruction>, SeccompError> {
             .iter()
             .map(|insn| {
                 if *insn == sentinel {
-                    stmt(RET_K, otherwise.ret())
+                    stmt(RET_K, answer.ret())
                 } else {
                     *insn
                 }
@@ -343,6 +358,7 @@ pub fn assemble(rows: &[Entry]) -> Result<Vec<BpfInstruction>, SeccompError> {
         let answers = match &e.rule {
             Rule::Allow => None,
             Rule::AllowIf { otherwise, .. } => Some(*otherwise),
+            Rule::RefuseIf { action, .. } => Some(*action),
             Rule::Always(a) => Some(*a),
         };
         if answers.map(Action::ret) == Some(sentinel) || answers == Some(Action::Allow) {

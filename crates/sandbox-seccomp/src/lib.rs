@@ -132,7 +132,10 @@ cfg_if::cfg_if! {
         mod table;
         #[cfg(feature = "libseccomp")]
         pub mod libseccomp_backend;
-        pub use table::{table, DENIED_IOCTLS, HIGHEST_KNOWN, REFUSED_WITH_BROKER};
+        pub use table::{
+            table, DENIED_IOCTLS, HIGHEST_KNOWN, REFUSED_WITH_BROKER, SOCKET_IOCTLS_READ,
+            SOCKET_IOCTLS_REFUSED, SOCKET_OPTIONS_REFUSED,
+        };
         const SUPPORTED: bool = true;
     } else {
         const SUPPORTED: bool = false;

@@ -54,12 +54,22 @@ fn compares(group: &[Cond]) -> Result<Vec<ScmpArgCompare>, SeccompError> {
             ));
             continue;
         }
+        if let Cmp::Ge(v) = c.cmp {
+            not_equal.push(ScmpArgCompare::new(
+                u32::from(c.arg),
+                ScmpCompareOp::GreaterEqual,
+                v,
+            ));
+            continue;
+        }
         let (mask, value) = match (c.width, c.cmp) {
             (Width::Low32, Cmp::Eq(v)) => (0xffff_ffff, v),
             (Width::Low32, Cmp::MaskedEq { mask, value }) => (mask & 0xffff_ffff, value),
             (Width::Full64, Cmp::Eq(v)) => (u64::MAX, v),
             (Width::Full64, Cmp::MaskedEq { mask, value }) => (mask, value),
-            (_, Cmp::Ne(_)) => return Err(err("compare", "!= is handled above")),
+            (_, Cmp::Ne(_) | Cmp::Ge(_)) => {
+                return Err(err("compare", "!= and >= are handled above"))
+            }
         };
         match per_arg.iter_mut().find(|(a, ..)| *a == c.arg) {
             Some((_, _, m, v)) => {
@@ -105,6 +115,12 @@ pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
         match &e.rule {
             Rule::Allow => add(&mut ctx, Action::Allow, &[])?,
             Rule::Always(a) => add(&mut ctx, *a, &[])?,
+            Rule::RefuseIf { any_of, action } => {
+                for group in any_of {
+                    add(&mut ctx, *action, &compares(group)?)?;
+                }
+                add(&mut ctx, Action::Allow, &[])?;
+            }
             Rule::AllowIf { any_of, otherwise } => {
                 let only_ne = any_of.len() == 1
                     && any_of[0]

@@ -98,6 +98,8 @@ pub enum Cmp {
         /// Expected value of those bits.
         value: u64,
     },
+    /// `arg >= value` (unsigned).
+    Ge(u64),
 }
 
 /// One argument condition: `args[arg]`, seen at `width`, satisfies `cmp`.
@@ -141,6 +143,7 @@ impl Cond {
             Cmp::Eq(x) => v == x,
             Cmp::Ne(x) => v != x,
             Cmp::MaskedEq { mask, value } => v & mask == value,
+            Cmp::Ge(x) => v >= x,
         }
     }
 }
@@ -160,6 +163,15 @@ pub enum Rule {
     /// Always answered with this action, whatever the arguments (refused,
     /// or sent to the broker).
     Always(Action),
+    /// Answered `action` when every condition of at least one group holds,
+    /// else allowed (for a list of refused forms of a call that is
+    /// otherwise harmless).
+    RefuseIf {
+        /// Disjunction of conjunctions.
+        any_of: Vec<Vec<Cond>>,
+        /// The answer when a group holds.
+        action: Action,
+    },
 }
 
 impl Rule {
@@ -173,6 +185,13 @@ impl Rule {
                     Action::Allow
                 } else {
                     *otherwise
+                }
+            }
+            Rule::RefuseIf { any_of, action } => {
+                if any_of.iter().any(|g| g.iter().all(|c| c.holds(args))) {
+                    *action
+                } else {
+                    Action::Allow
                 }
             }
         }

@@ -285,8 +285,6 @@ const SOCKETS_ALWAYS: &[Sys] = sys![
     SYS_bind,
     SYS_getsockname,
     SYS_getpeername,
-    SYS_setsockopt,
-    SYS_getsockopt,
     SYS_shutdown,
     SYS_recvfrom,
     SYS_recvmsg,
@@ -528,6 +526,84 @@ pub const DENIED_IOCTLS: &[(&str, u64, &str)] = &[
     ("F2FS_IOC_SET_PIN_FILE", 0x4004_f50d, "pins the file's blocks"),
 ];
 
+/// The socket ioctls (`0x8900..=0x89ff`, linux/sockios.h) refused under
+/// egress rules, as `(mask, value)` blocks of the request: every one but the
+/// reads `FIOSETOWN`..`SIOCGSTAMPNS` (0x8901..=0x8907), `SIOCGIFNAME`,
+/// `SIOCGIFCONF`, `SIOCGIFFLAGS`, `SIOCGIFADDR`, `SIOCGIFDSTADDR`,
+/// `SIOCGIFBRDADDR`, `SIOCGIFNETMASK`, `SIOCGIFMTU`, `SIOCGIFHWADDR` and
+/// `SIOCGIFINDEX`.
+///
+/// Why: the run's IP datagram sockets belong to a network namespace of its
+/// own, which for an unprivileged runner is owned by a user namespace of
+/// the runner's uid, the command's too, and so the command holds every
+/// capability over it (user_namespaces(7): a process whose effective uid
+/// owns a user namespace has all capabilities in it). The refused requests
+/// are those that would use them: routes (`SIOCADDRT`), addresses and flags
+/// (`SIOCSIF*`), ARP, bridges, VLANs, bonding, tunnels and device-private
+/// calls, `SIOCGSKNS`. `sockios_blocks_refuse_exactly_the_non_reads` checks
+/// the blocks against that list.
+pub const SOCKET_IOCTLS_REFUSED: &[(u64, u64)] = &[
+    (0xffff_ffff, 0x8900),
+    (0xffff_fff8, 0x8908),
+    (0xffff_ffff, 0x8911),
+    (0xffff_ffff, 0x8914),
+    (0xffff_ffff, 0x8916),
+    (0xffff_ffff, 0x8918),
+    (0xffff_ffff, 0x891a),
+    (0xffff_fffc, 0x891c),
+    (0xffff_ffff, 0x8920),
+    (0xffff_fffe, 0x8922),
+    (0xffff_fffe, 0x8924),
+    (0xffff_ffff, 0x8926),
+    (0xffff_fff8, 0x8928),
+    (0xffff_fffe, 0x8930),
+    (0xffff_ffff, 0x8932),
+    (0xffff_fffc, 0x8934),
+    (0xffff_fff8, 0x8938),
+    (0xffff_ffc0, 0x8940),
+    (0xffff_ff80, 0x8980),
+];
+
+/// The socket ioctls the egress filter lets through (see
+/// [`SOCKET_IOCTLS_REFUSED`]).
+pub const SOCKET_IOCTLS_READ: &[u64] = &[
+    0x8901, 0x8902, 0x8903, 0x8904, 0x8905, 0x8906, 0x8907, 0x8910, 0x8912, 0x8913, 0x8915, 0x8917,
+    0x8919, 0x891b, 0x8921, 0x8927, 0x8933,
+];
+
+/// `SOL_IP`, `SOL_SOCKET` and `SOL_IPV6`.
+const SOL_IP: u64 = 0;
+const SOL_SOCKET: u64 = 1;
+const SOL_IPV6: u64 = 41;
+
+/// The socket options refused under egress rules, as `(level, optname)`
+/// (`None`: from 64 up), for the same reason as [`SOCKET_IOCTLS_REFUSED`]:
+/// each takes `CAP_NET_ADMIN` or `CAP_NET_RAW` over the socket's network
+/// namespace. `SOL_IP` from 64 up reaches netfilter (ip_tables 64,
+/// arp_tables 96, ebtables 128, IPVS 1152; ip(7) options end at 52), and
+/// `SOL_IPV6` 64, 65, 68 and 69 ip6_tables; `IP(V6)_IPSEC_POLICY` and
+/// `IP(V6)_XFRM_POLICY` set IPsec policies, `IP(V6)_TRANSPARENT`,
+/// `SO_MARK`, `SO_BINDTODEVICE`, `SO_BINDTOIFINDEX` and
+/// `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE` take the capabilities outright.
+pub const SOCKET_OPTIONS_REFUSED: &[(u64, Option<u64>)] = &[
+    (SOL_IP, None),
+    (SOL_IP, Some(16)),
+    (SOL_IP, Some(17)),
+    (SOL_IP, Some(19)),
+    (SOL_IPV6, Some(34)),
+    (SOL_IPV6, Some(35)),
+    (SOL_IPV6, Some(64)),
+    (SOL_IPV6, Some(65)),
+    (SOL_IPV6, Some(68)),
+    (SOL_IPV6, Some(69)),
+    (SOL_IPV6, Some(75)),
+    (SOL_SOCKET, Some(25)),
+    (SOL_SOCKET, Some(32)),
+    (SOL_SOCKET, Some(33)),
+    (SOL_SOCKET, Some(36)),
+    (SOL_SOCKET, Some(62)),
+];
+
 /// `open`/`openat` flag bits the filter reads (asm-generic values, shared
 /// by x86_64 and aarch64).
 pub mod open_flags {
@@ -583,15 +659,37 @@ macro_rules! one {
 /// Rows whose rule carries argument checks that do not depend on the policy.
 fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
     let mut rows = vec![
-        row(
-            one!(SYS_ioctl),
-            allow_if(vec![DENIED_IOCTLS
-                .iter()
-                .map(|&(_, request, _)| Cond::low32(1, Cmp::Ne(request)))
-                .collect()]),
-            "requests in DENIED_IOCTLS change an inode, a filesystem or the terminal without a \
-             writable fd; the kernel reads the request as 32 bits, so only those are compared",
-        ),
+        if spec.network && spec.egress {
+            row(
+                one!(SYS_ioctl),
+                Rule::RefuseIf {
+                    any_of: DENIED_IOCTLS
+                        .iter()
+                        .map(|&(_, request, _)| vec![Cond::low32(1, Cmp::Eq(request))])
+                        .chain(
+                            SOCKET_IOCTLS_REFUSED
+                                .iter()
+                                .map(|&(mask, value)| vec![masked(1, mask, value)]),
+                        )
+                        .collect(),
+                    action: DENY,
+                },
+                "requests in DENIED_IOCTLS change an inode, a filesystem or the terminal without \
+                 a writable fd; egress rules: the socket requests that configure a network \
+                 namespace too (SOCKET_IOCTLS_REFUSED), which the run's datagram namespace would \
+                 be; the kernel reads the request as 32 bits, so only those are compared",
+            )
+        } else {
+            row(
+                one!(SYS_ioctl),
+                allow_if(vec![DENIED_IOCTLS
+                    .iter()
+                    .map(|&(_, request, _)| Cond::low32(1, Cmp::Ne(request)))
+                    .collect()]),
+                "requests in DENIED_IOCTLS change an inode, a filesystem or the terminal without \
+                 a writable fd; the kernel reads the request as 32 bits, so only those are compared",
+            )
+        },
         row(
             one!(SYS_personality),
             allow_if(vec![
@@ -986,6 +1084,56 @@ fn process_group(spec: &FilterSpec) -> Vec<Entry> {
         .collect()
 }
 
+/// `setsockopt` and `getsockopt`: allowed, but under egress rules refused
+/// for [`SOCKET_OPTIONS_REFUSED`] (`getsockopt`: the netfilter ones, which
+/// read tables with the same capability).
+fn socket_options(spec: &FilterSpec) -> Vec<Entry> {
+    if !(spec.network && spec.egress) {
+        return vec![
+            row(one!(SYS_setsockopt), Rule::Allow, ""),
+            row(one!(SYS_getsockopt), Rule::Allow, ""),
+        ];
+    }
+    let groups = |netfilter_only: bool| -> Vec<Vec<Cond>> {
+        SOCKET_OPTIONS_REFUSED
+            .iter()
+            .filter(|(level, name)| {
+                !netfilter_only
+                    || name.is_none()
+                    || (*level == SOL_IPV6 && matches!(name, Some(64 | 65 | 68 | 69)))
+            })
+            .map(|&(level, name)| {
+                vec![
+                    Cond::low32(1, Cmp::Eq(level)),
+                    Cond::low32(2, name.map_or(Cmp::Ge(64), Cmp::Eq)),
+                ]
+            })
+            .collect()
+    };
+    vec![
+        row(
+            one!(SYS_setsockopt),
+            Rule::RefuseIf {
+                any_of: groups(false),
+                action: DENY,
+            },
+            "egress rules: options that take CAP_NET_ADMIN or CAP_NET_RAW over the socket's \
+             network namespace (SOCKET_OPTIONS_REFUSED), which the command holds over the run's \
+             datagram namespace when the runner is unprivileged",
+        ),
+        row(
+            one!(SYS_getsockopt),
+            Rule::RefuseIf {
+                any_of: groups(true),
+                action: DENY,
+            },
+            "egress rules: netfilter's table reads, which take CAP_NET_ADMIN over the socket's \
+             network namespace (the command holds it over the run's datagram namespace when the \
+             runner is unprivileged)",
+        ),
+    ]
+}
+
 /// Socket creation and sending. With `network = false` only local sockets
 /// and the declared exceptions remain.
 fn network(spec: &FilterSpec) -> Vec<Entry> {
@@ -1249,6 +1397,7 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     rows.extend(spawning(spec));
     rows.extend(process_group(spec));
     rows.extend(network(spec));
+    rows.extend(socket_options(spec));
     if spec.broker {
         // With a broker, every explicit refusal goes to it first: it records
         // the call (denial evidence from the sandbox itself, never from the
@@ -1261,7 +1410,11 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
             .filter(|e| !BROKER_PERFORMS.contains(&e.name))
         {
             match &mut e.rule {
-                Rule::Always(a) | Rule::AllowIf { otherwise: a, .. } if *a == DENY => {
+                Rule::Always(a)
+                | Rule::AllowIf { otherwise: a, .. }
+                | Rule::RefuseIf { action: a, .. }
+                    if *a == DENY =>
+                {
                     *a = crate::spec::Action::UserNotif;
                 }
                 _ => {}
@@ -1270,4 +1423,119 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     }
     rows.sort_by_key(|e| e.nr);
     rows
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn egress() -> FilterSpec {
+        FilterSpec {
+            network: true,
+            deny_subprocess: false,
+            broker: false,
+            read_deny: false,
+            hold_group: true,
+            broker_connect: true,
+            broker_entries: false,
+            egress: true,
+        }
+    }
+
+    fn rule(spec: &FilterSpec, name: &str) -> Rule {
+        table(spec)
+            .into_iter()
+            .find(|e| e.name == name)
+            .unwrap()
+            .rule
+    }
+
+    #[test]
+    fn sockios_blocks_refuse_exactly_the_non_reads() {
+        let ioctl = rule(&egress(), "ioctl");
+        for request in 0x8800u64..0x8b00 {
+            let sockio = (0x8900..=0x89ff).contains(&request);
+            let refused = DENIED_IOCTLS.iter().any(|&(_, r, _)| r == request)
+                || (sockio && !SOCKET_IOCTLS_READ.contains(&request));
+            let want = if refused { DENY } else { Action::Allow };
+            assert_eq!(ioctl.eval(&[3, request, 0, 0, 0, 0]), want, "{request:#x}");
+            // High bits the kernel ignores change nothing.
+            assert_eq!(
+                ioctl.eval(&[3, request | 1 << 40, 0, 0, 0, 0]),
+                want,
+                "{request:#x}"
+            );
+        }
+        for &(_, request, _) in DENIED_IOCTLS {
+            assert_eq!(ioctl.eval(&[0, request, 0, 0, 0, 0]), DENY);
+        }
+        // Without egress rules the socket requests are the kernel's to judge.
+        let plain = rule(
+            &FilterSpec {
+                egress: false,
+                ..egress()
+            },
+            "ioctl",
+        );
+        assert_eq!(plain.eval(&[3, 0x890b, 0, 0, 0, 0]), Action::Allow);
+        assert_eq!(plain.eval(&[3, DENIED_IOCTLS[0].1, 0, 0, 0, 0]), DENY);
+    }
+
+    #[test]
+    fn egress_refuses_the_socket_options_that_take_net_admin() {
+        let set = rule(&egress(), "setsockopt");
+        let get = rule(&egress(), "getsockopt");
+        let at = |r: &Rule, level: u64, name: u64| r.eval(&[3, level, name, 0, 0, 0]);
+        // Netfilter (IPT_SO_SET_REPLACE, arp_tables, ebtables, IPVS), xfrm,
+        // transparent, marks, device binding, forced buffers.
+        for (level, name) in [
+            (0, 64),
+            (0, 96),
+            (0, 128),
+            (0, 1152),
+            (0, 16),
+            (0, 17),
+            (0, 19),
+        ]
+        .into_iter()
+        .chain([(41, 64), (41, 65), (41, 34), (41, 35), (41, 75)])
+        .chain([(1, 25), (1, 36), (1, 62), (1, 32), (1, 33)])
+        {
+            assert_eq!(at(&set, level, name), DENY, "setsockopt({level}, {name})");
+        }
+        for (level, name) in [(0, 64), (0, 65), (41, 64), (41, 65), (41, 68), (41, 69)] {
+            assert_eq!(at(&get, level, name), DENY, "getsockopt({level}, {name})");
+        }
+        // Twins: everyday options stay (IP_TOS, IP_PKTINFO, IPV6_V6ONLY,
+        // SO_REUSEADDR, SO_RCVBUF, TCP_NODELAY, SO_BINDTODEVICE read).
+        for (level, name) in [
+            (0, 1),
+            (0, 8),
+            (0, 52),
+            (41, 26),
+            (41, 76),
+            (1, 2),
+            (1, 8),
+            (6, 1),
+        ] {
+            assert_eq!(
+                at(&set, level, name),
+                Action::Allow,
+                "setsockopt({level}, {name})"
+            );
+        }
+        for (level, name) in [(0, 1), (1, 25), (1, 36), (41, 26)] {
+            assert_eq!(
+                at(&get, level, name),
+                Action::Allow,
+                "getsockopt({level}, {name})"
+            );
+        }
+        let plain = FilterSpec {
+            egress: false,
+            ..egress()
+        };
+        assert_eq!(rule(&plain, "setsockopt"), Rule::Allow);
+        assert_eq!(rule(&plain, "getsockopt"), Rule::Allow);
+    }
 }

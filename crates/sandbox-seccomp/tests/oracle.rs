@@ -125,7 +125,31 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
     use libc::*;
     match i64::from(d.nr) {
         // -- argument checks that hold under every policy
+        SYS_ioctl if spec.network && spec.egress => {
+            // Socket ioctls (linux/sockios.h) that only read or set the
+            // socket's own owner: the rest configure a network namespace.
+            const READS: [u32; 17] = [
+                0x8901, 0x8902, 0x8903, 0x8904, 0x8905, 0x8906, 0x8907, // FIOSETOWN..SIOCGSTAMPNS
+                0x8910, 0x8912, 0x8913, 0x8915, 0x8917, 0x8919, 0x891b, // SIOCGIFNAME..NETMASK
+                0x8921, 0x8927, 0x8933, // SIOCGIFMTU, SIOCGIFHWADDR, SIOCGIFINDEX
+            ];
+            let request = lo(1);
+            let sockio = (0x8900..=0x89ff).contains(&request) && !READS.contains(&request);
+            yes(!SPEC_DENIED_IOCTLS.contains(&request) && !sockio)
+        }
         SYS_ioctl => yes(!SPEC_DENIED_IOCTLS.contains(&lo(1))),
+        SYS_setsockopt | SYS_getsockopt if spec.network && spec.egress => {
+            let (level, name) = (lo(1), lo(2));
+            let netfilter = (level == 0 && name >= 64) || (level == 41 && matches!(name, 64 | 65 | 68 | 69));
+            let admin = match level {
+                0 => matches!(name, 16 | 17 | 19), // IPSEC, XFRM policy, TRANSPARENT
+                41 => matches!(name, 34 | 35 | 75),
+                1 => matches!(name, 25 | 32 | 33 | 36 | 62), // BINDTODEVICE, *BUFFORCE, MARK, BINDTOIFINDEX
+                _ => false,
+            };
+            let set = d.nr as i64 == SYS_setsockopt;
+            yes(!(netfilter || set && admin))
+        }
         SYS_personality => yes(lo(0) == 0xffff_ffff || lo(0) == 0),
         SYS_utimensat => metadata,
         // -- writing opens and entry calls go to the broker when a deny
@@ -476,7 +500,7 @@ fn interesting_arg() -> impl Strategy<Value = u64> {
         )),
         (high.clone(), any::<u32>()).prop_map(|(h, l)| h | u64::from(l & SPEC_MSG_FASTOPEN)),
         // open flags and creation modes around the checked bits
-        (high, any::<u32>()).prop_map(|(h, l)| h | u64::from(
+        (high.clone(), any::<u32>()).prop_map(|(h, l)| h | u64::from(
             l & (3 | SPEC_O_CREAT | SPEC_O_TRUNC | SPEC_O_TMPFILE_BIT | SPEC_SET_ID | 0o777 | 8)
         )),
         prop_oneof![
@@ -496,6 +520,16 @@ fn interesting_arg() -> impl Strategy<Value = u64> {
         )
             .prop_map(|(t, f)| t | f),
         prop_oneof![Just(0u64), Just(6u64), Just(17u64), Just(262u64)],
+        // socket ioctls, option levels and names
+        (high, 0x88f0u32..0x8a10).prop_map(|(h, l)| h | u64::from(l)),
+        prop_oneof![
+            Just(0u64),
+            Just(1u64),
+            Just(41u64),
+            0u64..80,
+            Just(96u64),
+            Just(1152u64)
+        ],
     ]
 }
 
@@ -528,6 +562,8 @@ fn checked_syscall() -> impl Strategy<Value = u32> {
         SYS_ioprio_set,
         SYS_getxattr,
         SYS_fgetxattr,
+        SYS_setsockopt,
+        SYS_getsockopt,
     ])
     .prop_map(|n| n as u32)
 }

@@ -253,7 +253,9 @@ mod tests {
             let mut routed: Vec<i64> = table(&spec)
                 .into_iter()
                 .filter(|e| match e.rule {
-                    Rule::Always(a) | Rule::AllowIf { otherwise: a, .. } => a == Action::UserNotif,
+                    Rule::Always(a)
+                    | Rule::AllowIf { otherwise: a, .. }
+                    | Rule::RefuseIf { action: a, .. } => a == Action::UserNotif,
                     _ => false,
                 })
                 .map(|e| i64::from(e.nr))
@@ -317,6 +319,7 @@ mod tests {
                 let refused = match row.rule {
                     Rule::Always(a) => a == sandbox_seccomp::DENY,
                     Rule::AllowIf { otherwise, .. } => otherwise == sandbox_seccomp::DENY,
+                    Rule::RefuseIf { action, .. } => action == sandbox_seccomp::DENY,
                     Rule::Allow => false,
                 };
                 assert!(
