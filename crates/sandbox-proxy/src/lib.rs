@@ -109,6 +109,7 @@
 //! | the redirect of port 53 | the destination address, the socket | the broker reads the address once and connects the caller's socket itself; TCP only (UDP goes to the datagram namespace) | `tests/tests/dns.rs` |
 //! | resolver datagram (`dns.rs`, UDP) | every byte, the source address and port, the rate | as a TCP query; answers at most 512 bytes (else truncated, TC set); one thread per socket, no state kept per sender | `dns::tests::datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes`, `tests/tests/dns.rs` |
 //! | the datagram namespace (`island.rs`) | every datagram of its sockets, any address, port, option or sending call; how many sockets it asks for | the kernel routes a socket's datagrams in the namespace it was made in (no check to race); only loopback there, every address local; the helper reads fixed 12-byte requests from the runner alone (a socket pair), holds no other fd, dies with the runner | `island::tests`, `tests/tests/dns.rs` (`no_datagram_reaches_anything_but_the_runners_resolver`) |
+//! | capabilities over that namespace | unprivileged, the command's uid owns its user namespace, so the command holds CAP_NET_ADMIN there | the egress filter refuses the socket ioctls and options that use it (`sandbox_seccomp::SOCKET_IOCTLS_REFUSED`, `SOCKET_OPTIONS_REFUSED`), and `setns`; the command makes no other socket there | `tests/tests/dns.rs` (`the_datagram_namespace_cannot_be_administered_by_the_command`) |
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
