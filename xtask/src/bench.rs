@@ -120,6 +120,41 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let launch_bare = Stats::of(&a).median;
     let launch_cli = Stats::of(&b).median;
     rows.push(row("launch /bin/true: CLI vs bare", &cli, &a, &b));
+    // The runner's own cost: the noop backend confines nothing.
+    let noop = {
+        let mut v = cli.clone();
+        v.insert(2, "--backend".into());
+        v.insert(3, "noop".into());
+        v.retain(|a| a != "--no-network");
+        v
+    };
+    let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&noop))?;
+    rows.push(row(
+        "launch /bin/true: CLI with the noop backend (the runner alone) vs bare",
+        &noop,
+        &a,
+        &b,
+    ));
+    // Unprivileged, measured in the same run: both sides started as nobody
+    // (uid and gid 65534, no groups) with a runtime directory of its own.
+    if is_root() {
+        let (nobody_w, runtime) = nobody_dirs(&scratch)?;
+        let cli = {
+            let mut v = cli.clone();
+            if let Some(i) = v.iter().position(|a| *a == w) {
+                v[i] = nobody_w.clone();
+            }
+            v
+        };
+        let as_nobody = |argv: &[String]| wall_as_nobody(argv, &runtime, &nobody_w);
+        let (a, b) = interleave(settings.launches, || as_nobody(&bare), || as_nobody(&cli))?;
+        rows.push(row(
+            "launch /bin/true as nobody (its own runtime directory): CLI vs bare",
+            &cli,
+            &a,
+            &b,
+        ));
+    }
     let cli_dynamic = confine_with(&dynamic_bin, &[], &["/bin/true"]);
     let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&cli_dynamic))?;
     rows.push(row(
@@ -591,6 +626,58 @@ fn interleave(
 /// Wall time of one run of `argv`, in ms; a failing run is an error.
 fn wall(argv: &[String]) -> Result<f64, String> {
     wall_allowing(argv, &[0])
+}
+
+/// Whether the bench runs as root (`/proc/self/status`: `Uid:` real, effective, ...).
+fn is_root() -> bool {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("Uid:"))
+                .and_then(|ids| ids.split_whitespace().nth(1).map(|e| e == "0"))
+        })
+        .unwrap_or(false)
+}
+
+/// A write path and a runtime directory for nobody, beneath `scratch`.
+fn nobody_dirs(scratch: &Path) -> Result<(String, String), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let (w, runtime) = (scratch.join("nobody-w"), scratch.join("nobody-run"));
+    for (dir, mode) in [(&w, 0o777), (&runtime, 0o700)] {
+        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
+            .map_err(|e| e.to_string())?;
+    }
+    std::os::unix::fs::chown(&runtime, Some(65534), Some(65534)).map_err(|e| e.to_string())?;
+    // nobody must reach both through the scratch directory.
+    std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    let s = |p: &Path| p.to_str().map(str::to_owned).ok_or("not UTF-8".to_owned());
+    Ok((s(&w)?, s(&runtime)?))
+}
+
+/// Wall time of one run of `argv` as nobody (uid, gid 65534; std drops the
+/// supplementary groups), in ms.
+fn wall_as_nobody(argv: &[String], runtime: &str, cwd: &str) -> Result<f64, String> {
+    use std::os::unix::process::CommandExt;
+    let t = Instant::now();
+    let status = Command::new(&argv[0])
+        .args(&argv[1..])
+        .uid(65534)
+        .gid(65534)
+        .env("XDG_RUNTIME_DIR", runtime)
+        .env("HOME", cwd)
+        .current_dir(cwd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    let ms = t.elapsed().as_secs_f64() * 1000.0;
+    if !status.success() {
+        return Err(format!("`{}` as nobody failed: {status}", argv.join(" ")));
+    }
+    Ok(ms)
 }
 
 /// Wall time of one run of `argv`, in ms, accepting the exit codes in `ok`.
