@@ -401,7 +401,14 @@ $NOBODY "$SANDBOX" run -q --report "$D/n/r.json" --allow-net svc.example.com:808
     );
     let l = lines(&out);
     let err = String::from_utf8_lossy(&out.stderr);
-    for control in ["SIOCSIFFLAGS", "SIOCBRADDBR", "SO_MARK", "IP_TRANSPARENT"] {
+    for control in [
+        "SIOCSIFFLAGS",
+        "SIOCBRADDBR",
+        "SO_MARK",
+        "IP_TRANSPARENT",
+        "IP_OPTIONS",
+        "IPV6_HOPOPTS",
+    ] {
         has(&l, &format!("owner {control} ok"));
     }
     // Netfilter answers the owner (no table by that name), never EPERM.
@@ -412,7 +419,7 @@ $NOBODY "$SANDBOX" run -q --report "$D/n/r.json" --allow-net svc.example.com:808
             "{l:#?}"
         );
     }
-    for read in ["SIOCGIFINDEX", "SIOCGIFFLAGS", "IP_TOS"] {
+    for read in ["SIOCGIFINDEX", "SIOCGIFFLAGS", "SIOCGIFMETRIC", "IP_TOS"] {
         assert!(l.contains(&format!("{read} ok")), "{read}: {l:#?}\n{err}");
     }
     for refused in [
@@ -423,6 +430,8 @@ $NOBODY "$SANDBOX" run -q --report "$D/n/r.json" --allow-net svc.example.com:808
         "IP_TRANSPARENT",
         "IPT_SO_GET_INFO",
         "IPT_SO_SET_REPLACE",
+        "IP_OPTIONS",
+        "IPV6_HOPOPTS",
     ] {
         assert!(
             l.contains(&format!("{refused} refused EPERM")),

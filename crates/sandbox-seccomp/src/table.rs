@@ -528,10 +528,14 @@ pub const DENIED_IOCTLS: &[(&str, u64, &str)] = &[
 
 /// The socket ioctls (`0x8900..=0x89ff`, linux/sockios.h) refused under
 /// egress rules, as `(mask, value)` blocks of the request: every one but the
-/// reads `FIOSETOWN`..`SIOCGSTAMPNS` (0x8901..=0x8907), `SIOCGIFNAME`,
+/// reads an unprivileged caller may make ([`SOCKET_IOCTLS_READ`]):
+/// `FIOSETOWN`..`SIOCGSTAMPNS` (0x8901..=0x8907), `SIOCGIFNAME`,
 /// `SIOCGIFCONF`, `SIOCGIFFLAGS`, `SIOCGIFADDR`, `SIOCGIFDSTADDR`,
-/// `SIOCGIFBRDADDR`, `SIOCGIFNETMASK`, `SIOCGIFMTU`, `SIOCGIFHWADDR` and
-/// `SIOCGIFINDEX`.
+/// `SIOCGIFBRDADDR`, `SIOCGIFNETMASK`, `SIOCGIFMETRIC`, `SIOCGIFMTU`,
+/// `SIOCGIFHWADDR`, `SIOCGIFSLAVE`, `SIOCGIFINDEX`, `SIOCGIFPFLAGS`,
+/// `SIOCGIFTXQLEN`, `SIOCOUTQNSD`, `SIOCGARP` and `SIOCGIFMAP`. A refused
+/// request answers `EPERM` (the kernel: `EPERM` for one that takes a
+/// capability, `ENOTTY` for one it does not know).
 ///
 /// Why: the run's IP datagram sockets belong to a network namespace of its
 /// own, which for an unprivileged runner is owned by a user namespace of
@@ -550,17 +554,35 @@ pub const SOCKET_IOCTLS_REFUSED: &[(u64, u64)] = &[
     (0xffff_ffff, 0x8916),
     (0xffff_ffff, 0x8918),
     (0xffff_ffff, 0x891a),
-    (0xffff_fffc, 0x891c),
+    (0xffff_ffff, 0x891c),
+    (0xffff_fffe, 0x891e),
     (0xffff_ffff, 0x8920),
     (0xffff_fffe, 0x8922),
     (0xffff_fffe, 0x8924),
     (0xffff_ffff, 0x8926),
-    (0xffff_fff8, 0x8928),
+    (0xffff_ffff, 0x8928),
+    (0xffff_fffe, 0x892a),
+    (0xffff_fffc, 0x892c),
     (0xffff_fffe, 0x8930),
     (0xffff_ffff, 0x8932),
-    (0xffff_fffc, 0x8934),
+    (0xffff_ffff, 0x8934),
+    (0xffff_fffe, 0x8936),
     (0xffff_fff8, 0x8938),
-    (0xffff_ffc0, 0x8940),
+    (0xffff_fffe, 0x8940),
+    (0xffff_ffff, 0x8943),
+    (0xffff_fffc, 0x8944),
+    (0xffff_fffe, 0x8948),
+    (0xffff_ffff, 0x894a),
+    (0xffff_fffc, 0x894c),
+    (0xffff_fffc, 0x8950),
+    (0xffff_ffff, 0x8955),
+    (0xffff_fffe, 0x8956),
+    (0xffff_fff8, 0x8958),
+    (0xffff_fff0, 0x8960),
+    (0xffff_ffff, 0x8971),
+    (0xffff_fffe, 0x8972),
+    (0xffff_fffc, 0x8974),
+    (0xffff_fff8, 0x8978),
     (0xffff_ff80, 0x8980),
 ];
 
@@ -568,7 +590,7 @@ pub const SOCKET_IOCTLS_REFUSED: &[(u64, u64)] = &[
 /// [`SOCKET_IOCTLS_REFUSED`]).
 pub const SOCKET_IOCTLS_READ: &[u64] = &[
     0x8901, 0x8902, 0x8903, 0x8904, 0x8905, 0x8906, 0x8907, 0x8910, 0x8912, 0x8913, 0x8915, 0x8917,
-    0x8919, 0x891b, 0x8921, 0x8927, 0x8933,
+    0x8919, 0x891b, 0x891d, 0x8921, 0x8927, 0x8929, 0x8933, 0x8935, 0x8942, 0x894b, 0x8954, 0x8970,
 ];
 
 /// `SOL_IP`, `SOL_SOCKET` and `SOL_IPV6`.
@@ -582,26 +604,35 @@ const SOL_IPV6: u64 = 41;
 /// namespace. `SOL_IP` from 64 up reaches netfilter (ip_tables 64,
 /// arp_tables 96, ebtables 128, IPVS 1152; ip(7) options end at 52), and
 /// `SOL_IPV6` 64, 65, 68 and 69 ip6_tables; `IP(V6)_IPSEC_POLICY` and
-/// `IP(V6)_XFRM_POLICY` set IPsec policies, `IP(V6)_TRANSPARENT`,
-/// `SO_MARK`, `SO_BINDTODEVICE`, `SO_BINDTOIFINDEX` and
-/// `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE` take the capabilities outright.
+/// `IP(V6)_XFRM_POLICY` set IPsec policies; `IP_OPTIONS` and the IPv6
+/// extension headers (`IPV6_HOPOPTS`, `IPV6_RTHDRDSTOPTS`, `IPV6_DSTOPTS`,
+/// `IPV6_2292PKTOPTIONS`) take `CAP_NET_RAW` for the option types an
+/// unprivileged caller may not send; `IPV6_JOIN_ANYCAST`,
+/// `IP(V6)_TRANSPARENT`, `SO_MARK` and `SO_SNDBUFFORCE`/`SO_RCVBUFFORCE`
+/// take a capability outright. Not here: values a capability only widens
+/// (`SO_PRIORITY` above 6, `SO_TXTIME` clocks), and the same options as
+/// `sendmsg` control messages, which seccomp cannot read (SECURITY.md).
 pub const SOCKET_OPTIONS_REFUSED: &[(u64, Option<u64>)] = &[
     (SOL_IP, None),
+    (SOL_IP, Some(4)),
     (SOL_IP, Some(16)),
     (SOL_IP, Some(17)),
     (SOL_IP, Some(19)),
+    (SOL_IPV6, Some(6)),
+    (SOL_IPV6, Some(27)),
     (SOL_IPV6, Some(34)),
     (SOL_IPV6, Some(35)),
+    (SOL_IPV6, Some(54)),
+    (SOL_IPV6, Some(55)),
+    (SOL_IPV6, Some(59)),
     (SOL_IPV6, Some(64)),
     (SOL_IPV6, Some(65)),
     (SOL_IPV6, Some(68)),
     (SOL_IPV6, Some(69)),
     (SOL_IPV6, Some(75)),
-    (SOL_SOCKET, Some(25)),
     (SOL_SOCKET, Some(32)),
     (SOL_SOCKET, Some(33)),
     (SOL_SOCKET, Some(36)),
-    (SOL_SOCKET, Some(62)),
 ];
 
 /// `open`/`openat` flag bits the filter reads (asm-generic values, shared
@@ -1498,8 +1529,9 @@ mod tests {
             (0, 19),
         ]
         .into_iter()
+        .chain([(0, 4), (41, 6), (41, 27), (41, 54), (41, 55), (41, 59)])
         .chain([(41, 64), (41, 65), (41, 34), (41, 35), (41, 75)])
-        .chain([(1, 25), (1, 36), (1, 62), (1, 32), (1, 33)])
+        .chain([(1, 36), (1, 32), (1, 33)])
         {
             assert_eq!(at(&set, level, name), DENY, "setsockopt({level}, {name})");
         }
@@ -1507,7 +1539,8 @@ mod tests {
             assert_eq!(at(&get, level, name), DENY, "getsockopt({level}, {name})");
         }
         // Twins: everyday options stay (IP_TOS, IP_PKTINFO, IPV6_V6ONLY,
-        // SO_REUSEADDR, SO_RCVBUF, TCP_NODELAY, SO_BINDTODEVICE read).
+        // SO_REUSEADDR, SO_RCVBUF, TCP_NODELAY, and SO_BINDTODEVICE and
+        // SO_BINDTOIFINDEX, which an unbound socket may set unprivileged).
         for (level, name) in [
             (0, 1),
             (0, 8),

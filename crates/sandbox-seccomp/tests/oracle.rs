@@ -128,10 +128,11 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         SYS_ioctl if spec.network && spec.egress => {
             // Socket ioctls (linux/sockios.h) that only read or set the
             // socket's own owner: the rest configure a network namespace.
-            const READS: [u32; 17] = [
+            const READS: [u32; 24] = [
                 0x8901, 0x8902, 0x8903, 0x8904, 0x8905, 0x8906, 0x8907, // FIOSETOWN..SIOCGSTAMPNS
                 0x8910, 0x8912, 0x8913, 0x8915, 0x8917, 0x8919, 0x891b, // SIOCGIFNAME..NETMASK
-                0x8921, 0x8927, 0x8933, // SIOCGIFMTU, SIOCGIFHWADDR, SIOCGIFINDEX
+                0x891d, 0x8921, 0x8927, 0x8929, 0x8933, 0x8935, // METRIC, MTU, HWADDR, SLAVE, INDEX, PFLAGS
+                0x8942, 0x894b, 0x8954, 0x8970, // TXQLEN, OUTQNSD, SIOCGARP, SIOCGIFMAP
             ];
             let request = lo(1);
             let sockio = (0x8900..=0x89ff).contains(&request) && !READS.contains(&request);
@@ -142,9 +143,10 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
             let (level, name) = (lo(1), lo(2));
             let netfilter = (level == 0 && name >= 64) || (level == 41 && matches!(name, 64 | 65 | 68 | 69));
             let admin = match level {
-                0 => matches!(name, 16 | 17 | 19), // IPSEC, XFRM policy, TRANSPARENT
-                41 => matches!(name, 34 | 35 | 75),
-                1 => matches!(name, 25 | 32 | 33 | 36 | 62), // BINDTODEVICE, *BUFFORCE, MARK, BINDTOIFINDEX
+                0 => matches!(name, 4 | 16 | 17 | 19), // OPTIONS, IPSEC, XFRM policy, TRANSPARENT
+                // 2292PKTOPTIONS, JOIN_ANYCAST, IPSEC, XFRM, HOPOPTS, RTHDRDSTOPTS, DSTOPTS, TRANSPARENT
+                41 => matches!(name, 6 | 27 | 34 | 35 | 54 | 55 | 59 | 75),
+                1 => matches!(name, 32 | 33 | 36), // *BUFFORCE, MARK
                 _ => false,
             };
             let set = d.nr as i64 == SYS_setsockopt;
