@@ -403,17 +403,7 @@ fn socket_call(
                 libc::EPERM,
             ),
             // The kernel's own answer (EINVAL for unknown flags, EMFILE, ...).
-            Err(e) => answer_with(
-                listener,
-                n.id,
-                tid,
-                name,
-                target,
-                Decision::Failed {
-                    errno: errno_of(&e),
-                },
-                libc::EPERM,
-            ),
+            Err(e) => answer_failed(listener, n.id, tid, name, target, &e),
         },
         _ => answer_with(
             listener,
@@ -816,6 +806,19 @@ fn answer(
     answer_with(listener, id, tid, name, target, decision, libc::EPERM)
 }
 
+/// Answers the call with the errno of `e`, the kernel's own failure.
+fn answer_failed(
+    listener: &Listener,
+    id: u64,
+    tid: i32,
+    name: &str,
+    target: Target,
+    e: &io::Error,
+) -> BrokerRecord {
+    let decision = Decision::Failed { errno: errno_of(e) };
+    answer_with(listener, id, tid, name, target, decision, libc::EPERM)
+}
+
 /// Hands `fd` to the caller as the call's result; an install that fails
 /// (e.g. `EMFILE`) is answered with its errno.
 #[allow(clippy::too_many_arguments)]
@@ -848,19 +851,7 @@ fn answer_fd(
     let decision = match sent {
         Ok(Some(fd)) => Decision::Opened { fd },
         Ok(None) => Decision::CallerGone,
-        Err(e) => {
-            return answer_with(
-                listener,
-                id,
-                tid,
-                name,
-                target,
-                Decision::Failed {
-                    errno: errno_of(&e),
-                },
-                libc::EPERM,
-            )
-        }
+        Err(e) => return answer_failed(listener, id, tid, name, target, &e),
     };
     record(name, tid, target, decision)
 }

@@ -573,15 +573,7 @@ mod datagram {
                     },
                     ipi_addr: libc::in_addr { s_addr: 0 },
                 };
-                // SAFETY: both writes fit their buffers (storage; 64 bytes of
-                // control, the payload placed after a cmsghdr below).
-                unsafe {
-                    std::ptr::write_unaligned((&mut name as *mut libc::sockaddr_storage).cast(), a);
-                    std::ptr::write_unaligned(
-                        control.0.as_mut_ptr().add(cmsg_header()).cast(),
-                        info,
-                    );
-                }
+                place(&mut name, &mut control, a, info);
                 (
                     std::mem::size_of_val(&a),
                     libc::IPPROTO_IP,
@@ -602,14 +594,7 @@ mod datagram {
                     },
                     ipi6_ifindex: 0,
                 };
-                // SAFETY: as above.
-                unsafe {
-                    std::ptr::write_unaligned((&mut name as *mut libc::sockaddr_storage).cast(), a);
-                    std::ptr::write_unaligned(
-                        control.0.as_mut_ptr().add(cmsg_header()).cast(),
-                        info,
-                    );
-                }
+                place(&mut name, &mut control, a, info);
                 (
                     std::mem::size_of_val(&a),
                     libc::IPPROTO_IPV6,
@@ -644,6 +629,25 @@ mod datagram {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Writes the address `a` into `name` and the packet info `info` where
+    /// the first control message's payload goes.
+    fn place<A: Copy, I: Copy>(
+        name: &mut libc::sockaddr_storage,
+        control: &mut Cmsg,
+        a: A,
+        info: I,
+    ) {
+        assert!(
+            std::mem::size_of::<A>() <= std::mem::size_of::<libc::sockaddr_storage>()
+                && cmsg_header() + std::mem::size_of::<I>() <= control.0.len()
+        );
+        // SAFETY: both fit their buffers (checked above); unaligned writes.
+        unsafe {
+            std::ptr::write_unaligned((name as *mut libc::sockaddr_storage).cast(), a);
+            std::ptr::write_unaligned(control.0.as_mut_ptr().add(cmsg_header()).cast(), info);
+        }
     }
 
     /// Where a control message's payload starts.
