@@ -232,7 +232,9 @@ fn confined_setup(s: &Scratch) -> ConfinedSetup {
 
 /// Runs under `deny_subprocess` false: the write probe and the spawn probe's
 /// positive control. `$3 $4 $5`, when given, run the truncate opener
-/// (interpreter, its "run this code" flag, [`Opener`] code) on `$1 $2`.
+/// (interpreter, its "run this code" flag, [`Opener`] code) on `$1 $2`,
+/// started first and waited for last: its files are its own, and its
+/// start-up (an interpreter's) overlaps the shell's checks.
 const OPEN_SCRIPT: &str = r#"echo control > "$1/control"
 (echo child > "$1/child")
 echo forbidden > "$2/created"
@@ -250,17 +252,20 @@ const RO_TRUNCATE: &str = "ro-truncate";
 /// The opener's code: open `$grant/truncate-control` with `O_WRONLY|O_TRUNC`,
 /// then `$outside/ro-truncate` with `O_RDONLY|O_TRUNC`, recording 0 or the
 /// errno of each in `$grant/truncate-control-status` and `$grant/ro-truncate-status`.
-const PERL_OPENER: &str = r#"use Fcntl;
-my ($g, $o) = @ARGV;
+///
+/// The flags are Linux's numbers, in octal (`O_WRONLY` 1, `O_CREAT` 0100,
+/// `O_TRUNC` 01000, the same on x86_64 and aarch64), not `use Fcntl`:
+/// loading that module was about half of perl's start-up here.
+const PERL_OPENER: &str = r#"my ($g, $o) = @ARGV;
 sub rec {
     my ($name, $path, $flags) = @_;
     my $code = sysopen(my $fh, $path, $flags) ? 0 : (($! + 0) || -1);
-    open(my $s, ">", "$g/$name-status") or exit 2;
-    print $s "$code\n";
+    sysopen(my $s, "$g/$name-status", 01101, 0644) or exit 2;
+    syswrite($s, "$code\n") or exit 2;
     close($s) or exit 2;
 }
-rec("truncate-control", "$g/truncate-control", O_WRONLY | O_TRUNC);
-rec("ro-truncate", "$o/ro-truncate", O_RDONLY | O_TRUNC);
+rec("truncate-control", "$g/truncate-control", 01001);
+rec("ro-truncate", "$o/ro-truncate", 01000);
 "#;
 
 /// [`PERL_OPENER`] in Python.
