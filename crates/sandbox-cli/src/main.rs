@@ -762,7 +762,11 @@ fn network_line(policy: &ResolvedPolicy) -> String {
     }
     let rules: Vec<String> = policy.allow_net().iter().map(|r| r.to_string()).collect();
     let how = match sandbox::datagram_namespace() {
-        Ok(()) => "DNS over UDP or TCP to any address; other UDP reaches nothing".to_owned(),
+        Ok(()) => {
+            "DNS over UDP or TCP to any address, RES_OPTIONS=use-vc for glibc; other UDP reaches \
+             nothing"
+                .to_owned()
+        }
         Err(why) => format!(
             "DNS over TCP only, RES_OPTIONS=use-vc for glibc; UDP refused (no datagram \
              namespace: {why})"
