@@ -92,8 +92,8 @@ impl std::fmt::Debug for Island {
 
 impl Island {
     /// A namespace not made yet; when it is, its resolver's sockets go to
-    /// `serve`. Starts the thread that will make it (outside any Landlock
-    /// domain the caller's thread is not in).
+    /// `serve`. Starts the thread that will make it, in the caller's own
+    /// Landlock domain (if any): call this before the run's domain exists.
     pub fn new(serve: Serve) -> io::Result<Island> {
         let inner = Arc::new(Inner {
             serve,
