@@ -12,7 +12,7 @@ use crate::connect::{self, Next};
 use crate::entries::{self, Outcome};
 use crate::error::BrokerError;
 use crate::identity::{caller_identity, with_credentials, Own, UmaskUse};
-use crate::log::{BrokerLog, BrokerRecord, Decision, Refusal, Target};
+use crate::log::{BrokerDecision, BrokerLog, BrokerRecord, BrokerTarget, Refusal};
 use crate::notif::{Listener, Received};
 use crate::ops;
 use crate::pool::{Pool, Rejected, Task, MAX_CONNECTS};
@@ -202,14 +202,21 @@ fn handle(
     let (name, kind) = match syscalls::lookup(nr) {
         Some(found) if n.data.arch == AUDIT_ARCH => found,
         _ => {
-            let decision = Decision::Refused {
+            let decision = BrokerDecision::Refused {
                 reason: Refusal::UnknownSyscall { nr },
             };
-            let record = answer(listener, n.id, tid, "unknown", Target::default(), decision);
+            let record = answer(
+                listener,
+                n.id,
+                tid,
+                "unknown",
+                BrokerTarget::default(),
+                decision,
+            );
             return (Some(record), None);
         }
     };
-    let mut target = Target::default();
+    let mut target = BrokerTarget::default();
     let mut fatal = None;
     if kind == Kind::Umask {
         // Noted, then run by the kernel as made: a mask by value, nothing to
@@ -245,7 +252,7 @@ fn handle(
                 tid,
                 name,
                 job.target,
-                Decision::Refused {
+                BrokerDecision::Refused {
                     reason: Refusal::CallerCredentials {
                         change: crate::log::CredentialChange::Capabilities,
                     },
@@ -261,7 +268,7 @@ fn handle(
                     tid,
                     name,
                     job.target().clone(),
-                    Decision::Refused {
+                    BrokerDecision::Refused {
                         reason: Refusal::TooManyConnects {
                             limit: MAX_CONNECTS,
                         },
@@ -274,7 +281,7 @@ fn handle(
                     tid,
                     name,
                     job.target().clone(),
-                    Decision::Failed {
+                    BrokerDecision::Failed {
                         errno: libc::EAGAIN,
                     },
                     libc::EPERM,
@@ -285,12 +292,12 @@ fn handle(
     }
     let answered = decide(listener, rules, own, n, kind, &mut target, &mut fatal);
     let record = match answered {
-        Answer::Decision(decision) => {
+        Answer::BrokerDecision(decision) => {
             let refused = match &decision {
                 // As Landlock answers a write outside its rules (and a
                 // truncate, with its truncate right): a deny path, or a name
                 // the broker keeps for one, answers as a place Landlock refuses.
-                Decision::Refused {
+                BrokerDecision::Refused {
                     reason:
                         Refusal::OutsideWritePaths
                         | Refusal::WriteDenyPath
@@ -302,7 +309,7 @@ fn handle(
                 // Landlock refuses a link that would make a file reachable
                 // with more rights with EXDEV (Documentation/userspace-api/
                 // landlock.rst, LANDLOCK_ACCESS_FS_REFER), so callers copy.
-                Decision::Refused {
+                BrokerDecision::Refused {
                     reason: Refusal::LinkFromOutside,
                 } => libc::EXDEV,
                 _ => libc::EPERM,
@@ -334,7 +341,7 @@ fn handle(
                     tid,
                     name,
                     task.target().clone(),
-                    Decision::Failed { errno: libc::ENXIO },
+                    BrokerDecision::Failed { errno: libc::ENXIO },
                     libc::EPERM,
                 ),
             }
@@ -370,9 +377,9 @@ fn socket_call(
 ) -> BrokerRecord {
     // The kernel reads all three as int.
     let [domain, ty, protocol] = [0, 1, 2].map(|i| n.data.args[i] as i32);
-    let target = Target {
+    let target = BrokerTarget {
         path: Some(crate::connect::describe_socket(domain, ty, protocol)),
-        ..Target::default()
+        ..BrokerTarget::default()
     };
     let datagram = matches!(domain, libc::AF_INET | libc::AF_INET6)
         && ty & 0xf == libc::SOCK_DGRAM
@@ -390,14 +397,14 @@ fn socket_call(
                 n.id,
                 tid,
                 name,
-                Target {
+                BrokerTarget {
                     resolved: Some(PathBuf::from(format!(
                         "{}: {e}",
                         target.path.as_deref().unwrap_or("socket")
                     ))),
                     ..target
                 },
-                Decision::Refused {
+                BrokerDecision::Refused {
                     reason: Refusal::SocketNotAllowed,
                 },
                 libc::EPERM,
@@ -411,7 +418,7 @@ fn socket_call(
             tid,
             name,
             target,
-            Decision::Refused {
+            BrokerDecision::Refused {
                 reason: if rules.network {
                     Refusal::SocketNotAllowed
                 } else {
@@ -440,9 +447,9 @@ fn process_call(
         libc::SYS_setpriority | libc::SYS_ioprio_set => -1,
         _ => a[0] as i32,
     };
-    let target_record = Target {
+    let target_record = BrokerTarget {
         path: Some(format!("pid {target}")),
-        ..Target::default()
+        ..BrokerTarget::default()
     };
     if target > 0 {
         // SAFETY: getsid has no memory effects.
@@ -462,7 +469,7 @@ fn process_call(
                 tid,
                 name,
                 target_record,
-                Decision::Failed { errno: libc::ESRCH },
+                BrokerDecision::Failed { errno: libc::ESRCH },
                 libc::EPERM,
             ));
         }
@@ -473,7 +480,7 @@ fn process_call(
         tid,
         name,
         target_record,
-        Decision::Refused {
+        BrokerDecision::Refused {
             reason: Refusal::ForeignProcess,
         },
         libc::EPERM,
@@ -483,7 +490,7 @@ fn process_call(
 /// How a request is answered: a decision, an fd to install in the caller,
 /// or a FIFO open for a worker to wait on.
 enum Answer {
-    Decision(Decision),
+    BrokerDecision(BrokerDecision),
     Fd {
         fd: OwnedFd,
         cloexec: bool,
@@ -495,9 +502,9 @@ enum Answer {
     },
 }
 
-impl From<Decision> for Answer {
-    fn from(d: Decision) -> Self {
-        Answer::Decision(d)
+impl From<BrokerDecision> for Answer {
+    fn from(d: BrokerDecision) -> Self {
+        Answer::BrokerDecision(d)
     }
 }
 
@@ -507,10 +514,10 @@ fn decide(
     own: &Own,
     n: &libc::seccomp_notif,
     kind: syscalls::Kind,
-    target: &mut Target,
+    target: &mut BrokerTarget,
     fatal: &mut Option<String>,
 ) -> Answer {
-    let unreadable = |e: io::Error| Decision::Refused {
+    let unreadable = |e: io::Error| BrokerDecision::Refused {
         reason: Refusal::UnreadableCaller {
             errno: errno_of(&e),
         },
@@ -544,7 +551,7 @@ fn decide(
     if !without_proc {
         if let Err(e) = caller.open_proc() {
             return match listener.id_valid(n.id) {
-                Ok(false) => Decision::CallerGone,
+                Ok(false) => BrokerDecision::CallerGone,
                 _ => unreadable(e),
             }
             .into();
@@ -558,7 +565,7 @@ fn decide(
     // thread that made this request only if it is still waiting for the answer.
     match listener.id_valid(n.id) {
         Ok(true) => {}
-        Ok(false) => return Decision::CallerGone.into(),
+        Ok(false) => return BrokerDecision::CallerGone.into(),
         // Fail closed: answer EPERM rather than act on unverified data.
         Err(e) => return unreadable(e).into(),
     }
@@ -570,14 +577,14 @@ fn decide(
                 | libc::EINVAL
                 | libc::ERANGE
                 | libc::E2BIG
-                | libc::ENAMETOOLONG) => Decision::Failed { errno },
+                | libc::ENAMETOOLONG) => BrokerDecision::Failed { errno },
                 _ => unreadable(e),
             }
             .into()
         }
     };
     let (subject, op) = match request {
-        Request::Nothing => return Decision::Performed.into(),
+        Request::Nothing => return BrokerDecision::Performed.into(),
         Request::Meta(subject, op) => (subject, op),
         Request::Entry(call) => {
             return decide_entry(rules, own, &caller, &call, umask, target, fatal)
@@ -619,7 +626,7 @@ fn decide_entry(
     caller: &Caller,
     call: &EntryCall,
     umask: UmaskUse,
-    target: &mut Target,
+    target: &mut BrokerTarget,
     fatal: &mut Option<String>,
 ) -> Answer {
     let (first, dirfd) = match call {
@@ -635,7 +642,7 @@ fn decide_entry(
     let identity = match caller_identity(caller, own, umask) {
         Ok(id) => id,
         Err(e) => {
-            return Decision::Refused {
+            return BrokerDecision::Refused {
                 reason: Refusal::UnreadableCaller {
                     errno: errno_of(&e),
                 },
@@ -671,7 +678,7 @@ fn decide_entry(
 /// What happened with the caller's credentials on: a decision, or bytes for
 /// the caller's buffer (written with the broker's own credentials).
 enum Acted {
-    Done(Decision),
+    Done(BrokerDecision),
     Read(ops::ReadBack),
 }
 
@@ -681,7 +688,7 @@ fn act(
     start: Start,
     op: &Op,
     identity: &Identity,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Acted {
     let access = if op.is_read() {
         Access::Read
@@ -699,12 +706,12 @@ fn act(
             match st.st_mode & libc::S_IFMT {
                 libc::S_IFREG => {}
                 libc::S_IFDIR => {
-                    return Acted::Done(Decision::Failed {
+                    return Acted::Done(BrokerDecision::Failed {
                         errno: libc::EISDIR,
                     })
                 }
                 _ => {
-                    return Acted::Done(Decision::Failed {
+                    return Acted::Done(BrokerDecision::Failed {
                         errno: libc::EINVAL,
                     })
                 }
@@ -743,9 +750,9 @@ fn act(
     };
     target.resolved = Some(PathBuf::from(&obj.path));
     if let Err(reason) = ops::check(op, identity, &obj.stat) {
-        return Acted::Done(Decision::Refused { reason });
+        return Acted::Done(BrokerDecision::Refused { reason });
     }
-    let failed = |e: io::Error| Decision::Failed {
+    let failed = |e: io::Error| BrokerDecision::Failed {
         errno: errno_of(&e),
     };
     if op.is_read() {
@@ -755,7 +762,7 @@ fn act(
         };
     }
     Acted::Done(match ops::perform(op, &obj) {
-        Ok(()) => Decision::Performed,
+        Ok(()) => BrokerDecision::Performed,
         Err(e) => failed(e),
     })
 }
@@ -767,13 +774,18 @@ fn unlinked_file(fd: &OwnedFd) -> bool {
 
 /// Copies an xattr read's bytes into the caller's buffer, re-checking right
 /// before that the request is still pending (its thread id is still the caller's).
-fn write_back(listener: &Listener, id: u64, caller: &Caller, back: ops::ReadBack) -> Decision {
+fn write_back(
+    listener: &Listener,
+    id: u64,
+    caller: &Caller,
+    back: ops::ReadBack,
+) -> BrokerDecision {
     if !back.bytes.is_empty() {
         match listener.id_valid(id) {
             Ok(true) => {}
-            Ok(false) => return Decision::CallerGone,
+            Ok(false) => return BrokerDecision::CallerGone,
             Err(e) => {
-                return Decision::Refused {
+                return BrokerDecision::Refused {
                     reason: Refusal::UnreadableCaller {
                         errno: errno_of(&e),
                     },
@@ -782,15 +794,15 @@ fn write_back(listener: &Listener, id: u64, caller: &Caller, back: ops::ReadBack
         }
         if let Err(e) = caller.write(back.buf, &back.bytes) {
             if errno_of(&e) == libc::ESRCH {
-                return Decision::CallerGone;
+                return BrokerDecision::CallerGone;
             }
             // As the kernel's copy to user space: any failure is EFAULT.
-            return Decision::Failed {
+            return BrokerDecision::Failed {
                 errno: libc::EFAULT,
             };
         }
     }
-    Decision::Read {
+    BrokerDecision::Read {
         len: back.len as u64,
     }
 }
@@ -800,8 +812,8 @@ fn answer(
     id: u64,
     tid: i32,
     name: &str,
-    target: Target,
-    decision: Decision,
+    target: BrokerTarget,
+    decision: BrokerDecision,
 ) -> BrokerRecord {
     answer_with(listener, id, tid, name, target, decision, libc::EPERM)
 }
@@ -812,10 +824,10 @@ fn answer_failed(
     id: u64,
     tid: i32,
     name: &str,
-    target: Target,
+    target: BrokerTarget,
     e: &io::Error,
 ) -> BrokerRecord {
-    let decision = Decision::Failed { errno: errno_of(e) };
+    let decision = BrokerDecision::Failed { errno: errno_of(e) };
     answer_with(listener, id, tid, name, target, decision, libc::EPERM)
 }
 
@@ -828,7 +840,7 @@ fn answer_fd(
     id: u64,
     tid: i32,
     name: &str,
-    target: Target,
+    target: BrokerTarget,
     fd: &OwnedFd,
     cloexec: bool,
 ) -> BrokerRecord {
@@ -849,8 +861,8 @@ fn answer_fd(
         None => listener.add_fd(id, fd.as_raw_fd(), cloexec, true),
     };
     let decision = match sent {
-        Ok(Some(fd)) => Decision::Opened { fd },
-        Ok(None) => Decision::CallerGone,
+        Ok(Some(fd)) => BrokerDecision::Opened { fd },
+        Ok(None) => BrokerDecision::CallerGone,
         Err(e) => return answer_failed(listener, id, tid, name, target, &e),
     };
     record(name, tid, target, decision)

@@ -12,7 +12,7 @@ use std::time::{Duration, Instant};
 use crate::answer::unresolved_decision;
 use crate::caller::{cvt, errno_of, Caller, Identity};
 use crate::identity::{caller_identity, with_credentials, Own, UmaskUse};
-use crate::log::{Decision, Refusal, Target};
+use crate::log::{BrokerDecision, BrokerTarget, Refusal};
 use crate::notif::Listener;
 use crate::resolve::{canonical, walk, BrokerRules, Start, Unresolved};
 use crate::syscalls::Subject;
@@ -32,7 +32,10 @@ pub(crate) const SLICE: Duration = Duration::from_millis(100);
 pub(crate) enum Next {
     /// Answer now: refused (a refusal gets `refused`), or the kernel's own
     /// error that needs no connect (`EBADF`, `ENOTSOCK`, `EFAULT`, ...).
-    Answer { decision: Decision, refused: i32 },
+    Answer {
+        decision: BrokerDecision,
+        refused: i32,
+    },
     /// Admitted: a worker performs it.
     Perform(Job),
 }
@@ -40,12 +43,12 @@ pub(crate) enum Next {
 impl Next {
     fn failed(errno: i32) -> Self {
         Next::Answer {
-            decision: Decision::Failed { errno },
+            decision: BrokerDecision::Failed { errno },
             refused: libc::EPERM,
         }
     }
 
-    fn decision(decision: Decision) -> Self {
+    fn decision(decision: BrokerDecision) -> Self {
         Next::Answer {
             decision,
             refused: libc::EPERM,
@@ -66,7 +69,7 @@ pub(crate) struct Job {
     /// until the connect is done.
     _via: Option<OwnedFd>,
     pub(crate) identity: Identity,
-    pub(crate) target: Target,
+    pub(crate) target: BrokerTarget,
     wait: Wait,
 }
 
@@ -203,7 +206,7 @@ pub(crate) fn decide(
     rules: &BrokerRules,
     own: &Own,
     n: &libc::seccomp_notif,
-    target: &mut Target,
+    target: &mut BrokerTarget,
     fatal: &mut Option<String>,
 ) -> Next {
     let unreadable = |e: &io::Error| Next::decision(unreadable_caller(e));
@@ -212,7 +215,7 @@ pub(crate) fn decide(
     let fd = fd as i32;
     target.fd = Some(fd);
     if !rules.network {
-        return Next::decision(Decision::Refused {
+        return Next::decision(BrokerDecision::Refused {
             reason: Refusal::NetworkOff,
         });
     }
@@ -256,7 +259,7 @@ pub(crate) fn decide(
         addr,
         _via: None,
         identity,
-        target: Target::default(),
+        target: BrokerTarget::default(),
         wait: Wait::Once,
     };
     if domain == libc::AF_UNIX {
@@ -268,7 +271,7 @@ pub(crate) fn decide(
             UnixName::None => {}
             UnixName::Abstract(_) => {
                 return Next::Answer {
-                    decision: Decision::Refused {
+                    decision: BrokerDecision::Refused {
                         reason: Refusal::AbstractUnixSocket,
                     },
                     refused: libc::EPERM,
@@ -285,7 +288,7 @@ pub(crate) fn decide(
                     follow: true,
                     empty_path: false,
                 };
-                let refused = |d: Decision| Next::Answer {
+                let refused = |d: BrokerDecision| Next::Answer {
                     decision: d,
                     refused: libc::EACCES,
                 };
@@ -340,7 +343,7 @@ pub(crate) fn decide(
                     )));
                 }
                 return Next::Answer {
-                    decision: Decision::Refused {
+                    decision: BrokerDecision::Refused {
                         reason: Refusal::NetNotAllowed,
                     },
                     refused: libc::ECONNREFUSED,
@@ -368,10 +371,10 @@ pub(crate) fn decide_listen(
     listener: &Listener,
     rules: &BrokerRules,
     n: &libc::seccomp_notif,
-    target: &mut Target,
-) -> (Decision, i32) {
-    let refused = |reason| (Decision::Refused { reason }, libc::EPERM);
-    let failed = |errno| (Decision::Failed { errno }, libc::EPERM);
+    target: &mut BrokerTarget,
+) -> (BrokerDecision, i32) {
+    let refused = |reason| (BrokerDecision::Refused { reason }, libc::EPERM);
+    let failed = |errno| (BrokerDecision::Failed { errno }, libc::EPERM);
     let [fd, backlog, ..] = n.data.args;
     let fd = fd as i32;
     target.fd = Some(fd);
@@ -398,14 +401,14 @@ pub(crate) fn decide_listen(
     }
     // SAFETY: listen on our duplicate of the caller's socket (the same socket).
     if unsafe { libc::listen(sock.as_raw_fd(), backlog as i32) } == 0 {
-        (Decision::Performed, 0)
+        (BrokerDecision::Performed, 0)
     } else {
         failed(errno_of(&io::Error::last_os_error()))
     }
 }
 
-fn unreadable_caller(e: &io::Error) -> Decision {
-    Decision::Refused {
+fn unreadable_caller(e: &io::Error) -> BrokerDecision {
+    BrokerDecision::Refused {
         reason: Refusal::UnreadableCaller { errno: errno_of(e) },
     }
 }
@@ -420,10 +423,12 @@ fn take_socket<T>(
     n: &libc::seccomp_notif,
     fd: i32,
     read: impl FnOnce(&Caller) -> T,
-) -> Result<(Caller, OwnedFd, T), Decision> {
+) -> Result<(Caller, OwnedFd, T), BrokerDecision> {
     let mut caller = match Caller::open(n.pid as i32) {
         Ok(c) => c,
-        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => return Err(Decision::CallerGone),
+        Err(_) if matches!(listener.id_valid(n.id), Ok(false)) => {
+            return Err(BrokerDecision::CallerGone)
+        }
         Err(e) => return Err(unreadable_caller(&e)),
     };
     caller.open_pidfd();
@@ -431,10 +436,10 @@ fn take_socket<T>(
     let sock = caller.dup_fd(fd);
     match listener.id_valid(n.id) {
         Ok(true) => {}
-        Ok(false) => return Err(Decision::CallerGone),
+        Ok(false) => return Err(BrokerDecision::CallerGone),
         Err(e) => return Err(unreadable_caller(&e)),
     }
-    let ebadf = Decision::Failed { errno: libc::EBADF };
+    let ebadf = BrokerDecision::Failed { errno: libc::EBADF };
     match sock {
         Ok(s) if status_flags(&s) & libc::O_PATH == 0 => Ok((caller, s, read)),
         Ok(_) => Err(ebadf),
@@ -526,7 +531,7 @@ fn encode(domain: i32, to: std::net::SocketAddr) -> Option<Vec<u8>> {
 
 /// Whether a pinned answer of the runner's resolver admits `dest`; the
 /// name it was answered for goes into the record.
-fn pinned(rules: &BrokerRules, dest: std::net::SocketAddr, target: &mut Target) -> bool {
+fn pinned(rules: &BrokerRules, dest: std::net::SocketAddr, target: &mut BrokerTarget) -> bool {
     let Some(name) = rules.dns().and_then(|d| d.pins.admits(dest)) else {
         return false;
     };

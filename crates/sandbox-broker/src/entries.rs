@@ -8,7 +8,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 
 use crate::caller::{cvt, errno_of, own_controlling_tty, Caller};
-use crate::log::{Decision, Refusal, Target};
+use crate::log::{BrokerDecision, BrokerTarget, Refusal};
 use crate::resolve::{canonical, fstat, walk, BrokerRules, Object, Start, Unresolved};
 use crate::syscalls::{EntryCall, O_TMPFILE_BIT};
 
@@ -21,7 +21,7 @@ const OPENER_CHECKED: [i64; 4] = [0x9fa0, 0x6265_6572, 0x0027_e0eb, 0x6367_7270]
 
 /// What an entry call came to.
 pub(crate) enum Outcome {
-    Done(Decision),
+    Done(BrokerDecision),
     /// Hand this fd to the caller as the call's result (`ADDFD` + `SEND`).
     Fd {
         fd: OwnedFd,
@@ -45,7 +45,7 @@ pub(crate) struct FifoOpen {
     pub(crate) id: u64,
     pub(crate) tid: i32,
     pub(crate) syscall: &'static str,
-    pub(crate) target: Target,
+    pub(crate) target: BrokerTarget,
     pub(crate) identity: crate::caller::Identity,
     pub(crate) fd: OwnedFd,
     pub(crate) flags: i32,
@@ -85,13 +85,13 @@ impl FifoOpen {
     ) -> crate::log::BrokerRecord {
         let cloexec = self.flags & libc::O_CLOEXEC != 0;
         let decision = match listener.add_fd(self.id, fd.as_raw_fd(), cloexec, true) {
-            Ok(Some(n)) => Decision::Opened { fd: n },
-            Ok(None) => Decision::CallerGone,
-            Err(e) => Decision::Failed {
+            Ok(Some(n)) => BrokerDecision::Opened { fd: n },
+            Ok(None) => BrokerDecision::CallerGone,
+            Err(e) => BrokerDecision::Failed {
                 errno: errno_of(&e),
             },
         };
-        if let Decision::Failed { .. } = decision {
+        if let BrokerDecision::Failed { .. } = decision {
             return crate::answer::answer_with(
                 listener,
                 self.id,
@@ -200,12 +200,12 @@ pub(crate) fn act(
     caller: &Caller,
     call: &EntryCall,
     starts: Starts,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
     let Starts { first, second } = starts;
     let second = || second.ok_or(Unresolved::Errno(libc::EINVAL));
     let done = |rc: libc::c_int| match cvt(libc::c_long::from(rc)) {
-        Ok(_) => Ok(Outcome::Done(Decision::Performed)),
+        Ok(_) => Ok(Outcome::Done(BrokerDecision::Performed)),
         Err(e) => Err(io_errno(e)),
     };
     match call {
@@ -284,7 +284,7 @@ pub(crate) fn act(
             let not_dir_with_slash = (slashed(&from_arg.path) || slashed(&to.path))
                 && matches!(&first, Start::Walk { base, path, .. } if non_directory(base.as_ref(), path));
             let from = entry(rules, first, target, Intent::Move);
-            let new = entry(rules, second()?, &mut Target::default(), new_intent);
+            let new = entry(rules, second()?, &mut BrokerTarget::default(), new_intent);
             target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
             // do_renameat2 (fs/namei.c): both parents are walked, then "."
             // and ".." are EBUSY (EEXIST for a RENAME_NOREPLACE destination),
@@ -355,7 +355,7 @@ pub(crate) fn act(
             // So the source's errors come first and a refusal of it waits for
             // the new name's errors.
             let source = link_source(rules, first);
-            let mut new_target = Target::default();
+            let mut new_target = BrokerTarget::default();
             let new = new_entry(rules, second()?, &mut new_target, false).map_err(|e| match e {
                 Unresolved::Refused(r, p) => Unresolved::Refused(r, p.or(new_target.resolved)),
                 other => other,
@@ -514,7 +514,7 @@ fn kernel_first(intent: Intent, dir: &OwnedFd, name: &[u8], slash: bool) -> Opti
 fn entry(
     rules: &BrokerRules,
     start: Start,
-    target: &mut Target,
+    target: &mut BrokerTarget,
     intent: Intent,
 ) -> Result<Named, Unresolved> {
     let Start::Walk { base, path, .. } = start else {
@@ -530,7 +530,7 @@ fn entry_at(
     rules: &BrokerRules,
     base: Option<&OwnedFd>,
     path: &CStr,
-    target: &mut Target,
+    target: &mut BrokerTarget,
     intent: Intent,
 ) -> Result<Named, Unresolved> {
     let Some((dir, last)) = split(path.to_bytes()) else {
@@ -603,7 +603,7 @@ fn entry_at(
 fn new_entry(
     rules: &BrokerRules,
     start: Start,
-    target: &mut Target,
+    target: &mut BrokerTarget,
     dir: bool,
 ) -> Result<Box<Entry>, Unresolved> {
     match entry(rules, start, target, Intent::Create { dir })? {
@@ -719,7 +719,7 @@ fn open(
     start: Start,
     flags: i32,
     mode: u32,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
     let access = flags & libc::O_ACCMODE;
     // An O_PATH fd cannot be handed over (ADDFD takes its source with fget,
@@ -777,7 +777,7 @@ fn existing(
     caller: &Caller,
     first: OwnedFd,
     flags: i32,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
     if flags & (libc::O_CREAT | libc::O_EXCL) == libc::O_CREAT | libc::O_EXCL {
         return Err(errno(libc::EEXIST));
@@ -848,7 +848,7 @@ fn caller_fd(
     caller: &Caller,
     fd: OwnedFd,
     flags: i32,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
     let fl = status_flags(&fd);
     if fl >= 0 && fl & libc::O_PATH == 0 {
@@ -946,13 +946,13 @@ fn create_new(
     path: &CStr,
     flags: i32,
     mode: u32,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Option<Outcome> {
     // A trailing slash, ".", ".." or "/": the general path's errors.
     let (_, Last::Name { slash: false, .. }) = split(path.to_bytes())? else {
         return None;
     };
-    let mut found = Target::default();
+    let mut found = BrokerTarget::default();
     let Ok(Named::Entry(e)) = entry_at(rules, base, path, &mut found, Intent::Other) else {
         return None;
     };
@@ -977,7 +977,7 @@ fn create(
     path: &CStr,
     flags: i32,
     mode: u32,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
     // The walk said ENOENT: a missing directory part says so again here.
     let Some((_, last)) = split(path.to_bytes()) else {
@@ -1054,7 +1054,7 @@ fn tmpfile(
     start: Start,
     flags: i32,
     mode: u32,
-    target: &mut Target,
+    target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
     let dir = match start {
         Start::Object(fd) => fd,

@@ -6,7 +6,7 @@ use std::os::unix::fs::MetadataExt;
 
 use crate::caller::{Caller, Identity};
 use crate::creds::{self, AssumeError, Credentials, FixedCredentials};
-use crate::log::{Decision, Refusal};
+use crate::log::{BrokerDecision, Refusal};
 use crate::samecpu::SameCpu;
 use crate::umasks::Umasks;
 
@@ -124,17 +124,17 @@ pub(crate) fn with_credentials<T>(
     identity: &Identity,
     fatal: &mut Option<String>,
     f: impl FnOnce() -> T,
-) -> Result<T, Decision> {
+) -> Result<T, BrokerDecision> {
     let assumed = match creds::assume(&own.creds, identity) {
         Ok(assumed) => assumed,
         Err(AssumeError::Refused(change)) => {
-            return Err(Decision::Refused {
+            return Err(BrokerDecision::Refused {
                 reason: Refusal::CallerCredentials { change },
             })
         }
         Err(AssumeError::Restore(change, e)) => {
             *fatal = Some(e);
-            return Err(Decision::Refused {
+            return Err(BrokerDecision::Refused {
                 reason: Refusal::CallerCredentials { change },
             });
         }

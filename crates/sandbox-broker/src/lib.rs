@@ -162,7 +162,7 @@
 
 mod log;
 
-pub use log::{BrokerLog, BrokerRecord, CredentialChange, Decision, Refusal, Target};
+pub use log::{BrokerDecision, BrokerLog, BrokerRecord, BrokerTarget, CredentialChange, Refusal};
 // The egress rule types live in `sandbox-core` (the proxy and the policy use
 // them too); `sandbox_broker::NetRule` stays what it was.
 pub use sandbox_core::net::{NetRule, NetRuleError};

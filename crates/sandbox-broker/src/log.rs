@@ -24,7 +24,7 @@ impl BrokerLog {
     pub fn refusals(&self) -> impl Iterator<Item = &BrokerRecord> {
         self.records
             .iter()
-            .filter(|r| matches!(r.decision, Decision::Refused { .. }))
+            .filter(|r| matches!(r.decision, BrokerDecision::Refused { .. }))
     }
 
     /// The requests the broker performed successfully (metadata changes,
@@ -33,7 +33,9 @@ impl BrokerLog {
         self.records.iter().filter(|r| {
             matches!(
                 r.decision,
-                Decision::Performed | Decision::Read { .. } | Decision::Opened { .. }
+                BrokerDecision::Performed
+                    | BrokerDecision::Read { .. }
+                    | BrokerDecision::Opened { .. }
             )
         })
     }
@@ -48,7 +50,7 @@ impl BrokerLog {
             refused.len(),
             self.records
                 .iter()
-                .filter(|r| matches!(r.decision, Decision::Failed { .. }))
+                .filter(|r| matches!(r.decision, BrokerDecision::Failed { .. }))
                 .count(),
             if self.omitted > 0 {
                 format!(" ({} more not recorded)", self.omitted)
@@ -86,9 +88,9 @@ pub struct BrokerRecord {
     /// Thread id of the caller (in the broker's pid namespace).
     pub pid: i32,
     /// What the caller named.
-    pub target: Target,
+    pub target: BrokerTarget,
     /// What the broker did.
-    pub decision: Decision,
+    pub decision: BrokerDecision,
 }
 
 impl std::fmt::Display for BrokerRecord {
@@ -108,19 +110,19 @@ impl std::fmt::Display for BrokerRecord {
             write!(f, " -> {}", r.display())?;
         }
         match &self.decision {
-            Decision::Performed => f.write_str(": performed"),
-            Decision::Read { len } => write!(f, ": read, {len} bytes"),
-            Decision::Opened { fd } => write!(f, ": opened as fd {fd}"),
-            Decision::Failed { errno } => write!(f, ": failed with errno {errno}"),
-            Decision::Refused { reason } => write!(f, ": refused, {reason}"),
-            Decision::CallerGone => f.write_str(": caller gone"),
+            BrokerDecision::Performed => f.write_str(": performed"),
+            BrokerDecision::Read { len } => write!(f, ": read, {len} bytes"),
+            BrokerDecision::Opened { fd } => write!(f, ": opened as fd {fd}"),
+            BrokerDecision::Failed { errno } => write!(f, ": failed with errno {errno}"),
+            BrokerDecision::Refused { reason } => write!(f, ": refused, {reason}"),
+            BrokerDecision::CallerGone => f.write_str(": caller gone"),
         }
     }
 }
 
 /// The object a request named, as the caller wrote it and as the broker resolved it.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
-pub struct Target {
+pub struct BrokerTarget {
     /// Path argument as written by the caller (lossy UTF-8), if any.
     pub path: Option<String>,
     /// File descriptor argument (the fd itself or the dirfd), if any.
@@ -135,10 +137,10 @@ pub struct Target {
 /// The broker's answer to one request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[non_exhaustive]
-pub enum Decision {
+pub enum BrokerDecision {
     /// Admitted and performed; the caller got 0 (for `connect`: the socket is
     /// connected; a connect the kernel answered with an error, `EINPROGRESS`
-    /// included, is [`Decision::Failed`]).
+    /// included, is [`BrokerDecision::Failed`]).
     Performed,
     /// An xattr read (`getxattr`, `listxattr` and their forms) was admitted and
     /// performed; the caller got `len` (the bytes copied into its buffer, or the
@@ -238,14 +240,14 @@ pub enum Refusal {
     AbstractUnixSocket,
     /// `connect` to an IP destination no egress rule admits, or, with egress
     /// rules set, of a socket that is neither IP, UNIX nor netlink (answered
-    /// `ECONNREFUSED`; the address is in [`Target::path`]).
+    /// `ECONNREFUSED`; the address is in [`BrokerTarget::path`]).
     NetNotAllowed,
     /// `socket` of a kind the filter refuses under this policy (answered
     /// `EPERM`, as the filter does without a broker). With egress rules:
     /// anything but TCP, UNIX stream or seqpacket, `NETLINK_ROUTE` and the
     /// IP datagram sockets the run's datagram namespace makes (so raw and
     /// packet sockets, other families, and datagram sockets where no such
-    /// namespace could be made). The call is in [`Target::path`].
+    /// namespace could be made). The call is in [`BrokerTarget::path`].
     SocketNotAllowed,
     /// `connect` while the broker already performs its maximum of concurrent
     /// connects (answered `EAGAIN`), so a caller cannot exhaust the runner's threads.

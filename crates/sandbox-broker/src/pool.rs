@@ -19,7 +19,9 @@ use crate::answer::answer_with;
 use crate::connect::{self, Done, Job, SLICE};
 use crate::creds::{self, AssumeError, Credentials};
 use crate::entries::FifoOpen;
-use crate::log::{BrokerLog, BrokerRecord, CredentialChange, Decision, Refusal, Target};
+use crate::log::{
+    BrokerDecision, BrokerLog, BrokerRecord, BrokerTarget, CredentialChange, Refusal,
+};
 use crate::notif::Listener;
 
 /// Connects under way or queued at once, at most.
@@ -52,7 +54,7 @@ impl Task {
     }
 
     /// What the call names, for the record.
-    pub(crate) fn target(&self) -> &Target {
+    pub(crate) fn target(&self) -> &BrokerTarget {
         match self {
             Task::Connect(j) => &j.target,
             Task::Fifo(f) => &f.target,
@@ -103,7 +105,7 @@ struct Inner {
 struct State {
     queue: VecDeque<Task>,
     /// (request id, caller tid, target, syscall) of the jobs being performed.
-    running: Vec<(u64, i32, Target, &'static str)>,
+    running: Vec<(u64, i32, BrokerTarget, &'static str)>,
     /// Records of answered jobs, until the broker thread takes them.
     done: Vec<BrokerRecord>,
     threads: usize,
@@ -117,12 +119,12 @@ fn lock(m: &Mutex<State>) -> MutexGuard<'_, State> {
     m.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-fn gone(syscall: &str, job_tid: i32, target: Target) -> BrokerRecord {
+fn gone(syscall: &str, job_tid: i32, target: BrokerTarget) -> BrokerRecord {
     BrokerRecord {
         syscall: syscall.into(),
         pid: job_tid,
         target,
-        decision: Decision::CallerGone,
+        decision: BrokerDecision::CallerGone,
     }
 }
 
@@ -189,7 +191,7 @@ impl Pool {
     /// Stops the workers: each ends within about a [`SLICE`] (a caller that
     /// no longer waits is not waited for). Waits for them a little, then
     /// records what they answered, and the connects still under way as
-    /// [`Decision::CallerGone`] (the run ended first). A worker still inside
+    /// [`BrokerDecision::CallerGone`] (the run ended first). A worker still inside
     /// a connect that does not wait in slices (neither UNIX-stream nor TCP)
     /// is left to end on its own.
     pub(crate) fn finish(&self, log: &mut BrokerLog) {
@@ -286,7 +288,7 @@ fn work(inner: &Inner) {
 fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
     let listener = &inner.listener;
     let refuse = |job: Task, change: CredentialChange| {
-        let decision = Decision::Refused {
+        let decision = BrokerDecision::Refused {
             reason: Refusal::CallerCredentials { change },
         };
         answer_with(
@@ -322,12 +324,12 @@ fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
         }
     };
     let decision = match done {
-        Done::Errno(0) => Decision::Performed,
-        Done::Errno(errno) => Decision::Failed { errno },
-        Done::Gone => Decision::CallerGone,
+        Done::Errno(0) => BrokerDecision::Performed,
+        Done::Errno(errno) => BrokerDecision::Failed { errno },
+        Done::Gone => BrokerDecision::CallerGone,
         Done::Opened(fd) => {
             let Task::Fifo(f) = job else {
-                return (gone("connect", 0, Target::default()), sound);
+                return (gone("connect", 0, BrokerTarget::default()), sound);
             };
             return (f.hand_over(listener, fd), sound);
         }
@@ -335,7 +337,7 @@ fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
     // The caller may have died while the connect waited.
     let decision = match listener.id_valid(job.id()) {
         Ok(true) => decision,
-        _ => Decision::CallerGone,
+        _ => BrokerDecision::CallerGone,
     };
     let record = answer_with(
         listener,

@@ -12,7 +12,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
 use common::*;
-use sandbox_broker::{Decision, Refusal};
+use sandbox_broker::{BrokerDecision, Refusal};
 
 fn un(path: &Path) -> Vec<u8> {
     sockaddr_un(path.as_os_str().as_bytes())
@@ -111,7 +111,7 @@ fn unix_sockets_are_reached_only_beneath_write_paths_or_when_allowed() {
         .records
         .iter()
         .filter_map(|r| match &r.decision {
-            Decision::Refused { reason } => Some((r.target.resolved.as_deref(), reason)),
+            BrokerDecision::Refused { reason } => Some((r.target.resolved.as_deref(), reason)),
             _ => None,
         })
         .collect();
@@ -622,29 +622,33 @@ fn tcp_connects_as_the_kernel_blocking_and_not() {
         u16::from_be_bytes([setups[0].3[2], setups[0].3[3]]),
     ))
     .to_string();
-    let seen = |path: &str, decision: Decision| {
+    let seen = |path: &str, decision: BrokerDecision| {
         run.log.records.iter().any(|r| {
             r.syscall == "connect"
                 && r.target.path.as_deref() == Some(path)
                 && r.decision == decision
         })
     };
-    assert!(seen(&open, Decision::Performed), "{:?}", run.log.records);
+    assert!(
+        seen(&open, BrokerDecision::Performed),
+        "{:?}",
+        run.log.records
+    );
     assert!(seen(
         &open,
-        Decision::Failed {
+        BrokerDecision::Failed {
             errno: libc::EINPROGRESS
         }
     ));
     assert!(seen(
         &closed,
-        Decision::Failed {
+        BrokerDecision::Failed {
             errno: libc::ECONNREFUSED
         }
     ));
     assert!(seen(
         &closed,
-        Decision::Failed {
+        BrokerDecision::Failed {
             errno: libc::EINPROGRESS
         }
     ));
@@ -705,7 +709,7 @@ fn a_routed_connect_without_network_is_refused() {
             assert!(
                 run.log.refusals().any(|r| matches!(
                     r.decision,
-                    Decision::Refused {
+                    BrokerDecision::Refused {
                         reason: Refusal::NetworkOff
                     }
                 )),

@@ -10,7 +10,7 @@ use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener};
 use std::os::unix::ffi::OsStrExt;
 
 use common::*;
-use sandbox_broker::{BrokerRules, Decision, NetRule, Refusal};
+use sandbox_broker::{BrokerDecision, BrokerRules, NetRule, Refusal};
 
 fn rules(fx: &Fixture, allow: &[String]) -> BrokerRules {
     let allow: Vec<NetRule> = allow.iter().map(|s| s.parse().unwrap()).collect();
@@ -162,7 +162,7 @@ fn only_listed_destinations_are_connected() {
         .map(|r| {
             assert_eq!(
                 r.decision,
-                Decision::Refused {
+                BrokerDecision::Refused {
                     reason: Refusal::NetNotAllowed
                 }
             );

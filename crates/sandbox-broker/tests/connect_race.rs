@@ -19,7 +19,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::*;
-use sandbox_broker::{Decision, Refusal};
+use sandbox_broker::{BrokerDecision, Refusal};
 
 const WANT_EACH: u32 = 300;
 const MAX_TRIES: u32 = 200_000;
@@ -326,7 +326,7 @@ fn run_worker(
     })
 }
 
-fn resolved_of(run: &Run, decision: fn(&Decision) -> bool) -> Vec<PathBuf> {
+fn resolved_of(run: &Run, decision: fn(&BrokerDecision) -> bool) -> Vec<PathBuf> {
     let mut v: Vec<PathBuf> = run
         .log
         .records
@@ -380,11 +380,11 @@ fn rewriting_the_address_while_connecting_never_reaches_the_denied_socket() {
     );
     assert!(accepted >= 2 * WANT_EACH as usize, "{accepted}");
     assert_eq!(
-        resolved_of(&run, |d| *d == Decision::Performed),
+        resolved_of(&run, |d| *d == BrokerDecision::Performed),
         vec![inside]
     );
     assert_eq!(
-        resolved_of(&run, |d| matches!(d, Decision::Refused { .. })),
+        resolved_of(&run, |d| matches!(d, BrokerDecision::Refused { .. })),
         vec![outside]
     );
 }
@@ -415,9 +415,9 @@ fn swapping_the_socket_under_the_fd_never_reaches_the_denied_socket() {
         for r in run.log.records.iter().filter(|r| {
             !matches!(
                 r.decision,
-                Decision::Performed
-                    | Decision::Refused { .. }
-                    | Decision::Failed {
+                BrokerDecision::Performed
+                    | BrokerDecision::Refused { .. }
+                    | BrokerDecision::Failed {
                         errno: libc::EAFNOSUPPORT | libc::EISCONN
                     }
             )
@@ -445,7 +445,7 @@ fn swapping_the_socket_under_the_fd_never_reaches_the_denied_socket() {
             .records
             .iter()
             .filter_map(|r| match &r.decision {
-                Decision::Refused { reason } => Some(reason),
+                BrokerDecision::Refused { reason } => Some(reason),
                 _ => None,
             })
             .collect();
@@ -504,14 +504,14 @@ fn a_blocking_connect_that_waits_does_not_hold_up_other_calls() {
         .log
         .records
         .iter()
-        .filter(|r| r.syscall == "chmod" && r.decision == Decision::Performed)
+        .filter(|r| r.syscall == "chmod" && r.decision == BrokerDecision::Performed)
         .count();
     assert_eq!(chmods, 200);
     assert!(run
         .log
         .records
         .iter()
-        .any(|r| r.syscall == "connect" && r.decision == Decision::Performed));
+        .any(|r| r.syscall == "connect" && r.decision == BrokerDecision::Performed));
     // SAFETY: our socket.
     unsafe { libc::close(filler) };
 }
@@ -565,7 +565,7 @@ fn more_than_64_connects_at_once_get_eagain() {
     assert!(!refused.is_empty());
     assert!(
         refused.iter().all(|d| *d
-            == Decision::Refused {
+            == BrokerDecision::Refused {
                 reason: Refusal::TooManyConnects { limit: 64 }
             }),
         "{}",

@@ -10,9 +10,9 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::*;
-use sandbox_broker::{Broker, BrokerLog, CredentialChange, Decision, Refusal};
+use sandbox_broker::{Broker, BrokerDecision, BrokerLog, CredentialChange, Refusal};
 
-fn decisions(log: &BrokerLog) -> Vec<Decision> {
+fn decisions(log: &BrokerLog) -> Vec<BrokerDecision> {
     log.records.iter().map(|r| r.decision.clone()).collect()
 }
 
@@ -62,7 +62,7 @@ fn truncate_by_a_caller_without_caps_strips_setuid() {
         result(unsafe { libc::truncate(c.as_ptr(), 0) })
     });
     assert_eq!(run.code, 0, "{}", run.log.explain(5));
-    assert_eq!(decisions(&run.log), vec![Decision::Performed]);
+    assert_eq!(decisions(&run.log), vec![BrokerDecision::Performed]);
     assert_eq!(meta(&f).len(), 0);
     assert_eq!(full_mode(&f), 0o755, "S_ISUID must be gone");
 
@@ -122,8 +122,8 @@ fn chmod_by_uid_65534_of_a_root_file_is_refused_and_of_its_own_performed() {
     assert_eq!(
         decisions(&run.log),
         vec![
-            Decision::Performed,
-            Decision::Refused {
+            BrokerDecision::Performed,
+            BrokerDecision::Refused {
                 reason: Refusal::NotOwner
             }
         ]
@@ -159,7 +159,7 @@ fn the_kernel_checks_the_callers_own_permissions() {
     assert_eq!(run.code, libc::EACCES, "{}", run.log.explain(5));
     assert_eq!(
         decisions(&run.log),
-        vec![Decision::Failed {
+        vec![BrokerDecision::Failed {
             errno: libc::EACCES
         }]
     );
@@ -244,7 +244,7 @@ fn a_broker_that_cannot_take_on_the_caller_refuses() {
     assert_eq!(code, libc::EPERM, "{}", log.explain(5));
     assert_eq!(full_mode(&theirs), 0o644);
     match &decisions(&log)[..] {
-        [Decision::Refused {
+        [BrokerDecision::Refused {
             reason: Refusal::CallerCredentials { change },
         }] => assert!(
             matches!(
@@ -289,7 +289,7 @@ fn capabilities_in_another_user_namespace_count_for_nothing() {
     assert_eq!(run.code, libc::EPERM, "{}", run.log.explain(5));
     assert_eq!(
         decisions(&run.log),
-        vec![Decision::Refused {
+        vec![BrokerDecision::Refused {
             reason: Refusal::NotOwner
         }]
     );

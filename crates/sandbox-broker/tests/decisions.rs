@@ -8,13 +8,13 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::*;
-use sandbox_broker::{BrokerLog, Decision, Refusal};
+use sandbox_broker::{BrokerDecision, BrokerLog, Refusal};
 
 fn refusals(log: &BrokerLog) -> Vec<Refusal> {
     log.records
         .iter()
         .filter_map(|r| match &r.decision {
-            Decision::Refused { reason } => Some(reason.clone()),
+            BrokerDecision::Refused { reason } => Some(reason.clone()),
             _ => None,
         })
         .collect()
@@ -425,7 +425,7 @@ fn missing_objects_get_the_kernels_errno_and_the_log_round_trips() {
     assert_eq!(run.code, libc::ENOENT);
     assert_eq!(
         run.log.records[0].decision,
-        Decision::Failed {
+        BrokerDecision::Failed {
             errno: libc::ENOENT
         }
     );

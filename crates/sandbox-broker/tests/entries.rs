@@ -10,7 +10,7 @@ mod common;
 use std::path::Path;
 
 use common::*;
-use sandbox_broker::{BrokerLog, BrokerRules, Decision, Refusal};
+use sandbox_broker::{BrokerDecision, BrokerLog, BrokerRules, Refusal};
 
 const DENY: &[&str] = &[".git/hooks", ".git/config", ".bashrc"];
 
@@ -18,7 +18,7 @@ fn refusals(log: &BrokerLog) -> Vec<Refusal> {
     log.records
         .iter()
         .filter_map(|r| match &r.decision {
-            Decision::Refused { reason } => Some(reason.clone()),
+            BrokerDecision::Refused { reason } => Some(reason.clone()),
             _ => None,
         })
         .collect()
@@ -524,13 +524,13 @@ fn everyday_tools_work_with_entries_brokered() {
         assert!(
             matches!(
                 &r.decision,
-                Decision::Refused {
+                BrokerDecision::Refused {
                     reason: Refusal::XattrNamespace
                 }
             ) || (tty
                 && matches!(
                     &r.decision,
-                    Decision::Refused {
+                    BrokerDecision::Refused {
                         reason: Refusal::OutsideWritePaths
                     }
                 )),

@@ -11,7 +11,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::*;
-use sandbox_broker::{BrokerLog, BrokerRules, Decision, Refusal};
+use sandbox_broker::{BrokerDecision, BrokerLog, BrokerRules, Refusal};
 
 const DENY: &[&str] = &[".git/hooks", ".git/config", ".bashrc"];
 
@@ -368,7 +368,7 @@ fn entry_calls_answer_as_the_kernel() {
     assert_eq!(fifo_mode & libc::S_IFMT, libc::S_IFIFO);
     assert!(log.refusals().all(|r| matches!(
         r.decision,
-        Decision::Refused {
+        BrokerDecision::Refused {
             reason: Refusal::SetIdBits
         }
     )));
@@ -688,7 +688,7 @@ fn the_callers_own_fds_through_proc() {
     assert_eq!(std::fs::read(t.fx.o.join("f")).unwrap(), b"o");
     assert!(got.refusals().any(|r| matches!(
         r.decision,
-        Decision::Refused {
+        BrokerDecision::Refused {
             reason: Refusal::OutsideWritePaths
         }
     )));

@@ -17,7 +17,7 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use sandbox_broker::Decision;
+use sandbox_broker::BrokerDecision;
 
 const MAX_OPENS: u32 = 100_000;
 const WANT_EACH: u32 = 300;
@@ -185,7 +185,7 @@ fn rewriting_the_path_while_opening_never_writes_the_denied_file() {
     assert_eq!(std::fs::read(fx.w.join(".git/confxg")).unwrap(), b"evil");
     assert!(run.log.records.iter().all(|r| matches!(
         r.decision,
-        Decision::Opened { .. } | Decision::Refused { .. }
+        BrokerDecision::Opened { .. } | BrokerDecision::Refused { .. }
     )));
 }
 

@@ -21,7 +21,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use sandbox_broker::{BrokerRules, Decision, FixedCredentials, Refusal};
+use sandbox_broker::{BrokerDecision, BrokerRules, FixedCredentials, Refusal};
 
 fn fixed() -> FixedCredentials {
     FixedCredentials::of_this_thread().expect("the test harness has one uid and one gid")
@@ -32,7 +32,7 @@ fn refusals(run: &Run) -> Vec<Refusal> {
         .records
         .iter()
         .filter_map(|r| match &r.decision {
-            Decision::Refused { reason } => Some(reason.clone()),
+            BrokerDecision::Refused { reason } => Some(reason.clone()),
             _ => None,
         })
         .collect()
@@ -453,7 +453,7 @@ fn a_create_leaves_the_callers_cpu_mask_as_it_was() {
         .log
         .records
         .iter()
-        .filter(|r| matches!(r.decision, Decision::Opened { .. }))
+        .filter(|r| matches!(r.decision, BrokerDecision::Opened { .. }))
         .count();
     assert_eq!(opened, masks.len(), "{}", run.log.explain(5));
 }

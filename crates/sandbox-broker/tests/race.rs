@@ -11,7 +11,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use common::*;
-use sandbox_broker::Decision;
+use sandbox_broker::BrokerDecision;
 
 /// Upper bound on iterations; the child stops as soon as it has seen both outcomes often.
 const MAX_ITERATIONS: u32 = 200_000;
@@ -82,14 +82,13 @@ fn race(fx: &Fixture, link: &Path, swap_a: &Path, swap_b: &Path, inside: &Path, 
     let refused = run.log.refusals().count();
     // The child counted both outcomes (exit 0); the log keeps only the first
     // BrokerLog::MAX_RECORDS answers, so it is checked for kinds, not counts.
-    assert!(run
-        .log
-        .records
-        .iter()
-        .all(|r| matches!(r.decision, Decision::Performed | Decision::Refused { .. })));
+    assert!(run.log.records.iter().all(|r| matches!(
+        r.decision,
+        BrokerDecision::Performed | BrokerDecision::Refused { .. }
+    )));
     let mut reasons = std::collections::BTreeMap::new();
     for r in run.log.refusals() {
-        if let Decision::Refused { reason } = &r.decision {
+        if let BrokerDecision::Refused { reason } = &r.decision {
             *reasons.entry(format!("{reason:?}")).or_insert(0) += 1;
         }
     }

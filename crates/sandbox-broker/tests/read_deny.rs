@@ -9,7 +9,7 @@ use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
 use common::*;
-use sandbox_broker::{Decision, Refusal};
+use sandbox_broker::{BrokerDecision, Refusal};
 
 /// The four families, by path, on `path`; 0 or errno (async-signal-safe).
 fn change(which: &str, path: &CString) -> i32 {
@@ -72,7 +72,7 @@ fn every_change_beneath_a_read_deny_path_is_refused_and_its_sibling_performed() 
         assert!(!changed(which, &env), "{which} on .env");
         assert_eq!(
             run.log.records[0].decision,
-            Decision::Refused {
+            BrokerDecision::Refused {
                 reason: Refusal::ReadDenyPath
             },
             "{which}"
@@ -117,7 +117,7 @@ fn a_read_deny_directory_covers_its_contents_fds_and_links_to_it() {
         assert_ne!(run.code, 0, "{}", path.display());
         assert_eq!(
             run.log.records[0].decision,
-            Decision::Refused {
+            BrokerDecision::Refused {
                 reason: Refusal::ReadDenyPath
             }
         );

@@ -12,7 +12,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
 use common::*;
-use sandbox_broker::{Broker, Decision, Refusal};
+use sandbox_broker::{Broker, BrokerDecision, Refusal};
 
 const THREADS: usize = 16;
 const PER_THREAD: usize = 400;
@@ -128,7 +128,7 @@ fn flood_from_many_threads_is_answered_correctly() {
     for r in run.log.refusals() {
         assert_eq!(
             r.decision,
-            Decision::Refused {
+            BrokerDecision::Refused {
                 reason: Refusal::OutsideWritePaths
             }
         );

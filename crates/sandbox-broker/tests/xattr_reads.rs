@@ -9,7 +9,7 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
 use common::*;
-use sandbox_broker::{BrokerLog, BrokerRules, Decision, Refusal};
+use sandbox_broker::{BrokerDecision, BrokerLog, BrokerRules, Refusal};
 
 /// What one xattr call returned: its value, errno, and the caller's buffer after it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -196,7 +196,7 @@ fn via_proc<'a>(path: &'a CString, name: &'a CString) -> impl Fn(*mut libc::c_vo
 fn refused_read_deny(log: &BrokerLog) -> bool {
     log.records.iter().any(|r| {
         r.decision
-            == Decision::Refused {
+            == BrokerDecision::Refused {
                 reason: Refusal::ReadDenyPath,
             }
     })
@@ -429,15 +429,23 @@ fn reads_answer_like_the_kernel() {
         assert_eq!(got, direct, "{what}: {}", log.explain(5));
         let decision = &log.records[0].decision;
         if *rc >= 0 {
-            assert_eq!(decision, &Decision::Read { len: *rc as u64 }, "{what}");
+            assert_eq!(
+                decision,
+                &BrokerDecision::Read { len: *rc as u64 },
+                "{what}"
+            );
         } else {
-            assert_eq!(decision, &Decision::Failed { errno: *errno }, "{what}");
+            assert_eq!(
+                decision,
+                &BrokerDecision::Failed { errno: *errno },
+                "{what}"
+            );
         }
     }
 }
 
 /// The broker answered (not the kernel directly).
-fn answered(log: &BrokerLog, expected: Decision) {
+fn answered(log: &BrokerLog, expected: BrokerDecision) {
     assert_eq!(log.records.len(), 1, "{}", log.explain(5));
     assert_eq!(log.records[0].decision, expected);
 }
@@ -464,7 +472,7 @@ fn reads_use_the_callers_credentials() {
     let plain = cstr(&t.plain);
     // listxattr: a root caller keeping CAP_SYS_ADMIN sees trusted.t ...
     let (with, log) = brokered(rules(), nothing, &listxattr(&plain, BUF));
-    answered(&log, Decision::Read { len: 17 });
+    answered(&log, BrokerDecision::Read { len: 17 });
     let names = |g: &Got| g.buf[..g.rc.max(0) as usize].to_vec();
     assert_eq!(with.rc, 17, "{with:?}");
     assert!(names(&with).windows(10).any(|w| w == b"trusted.t\0"));
@@ -472,22 +480,22 @@ fn reads_use_the_callers_credentials() {
     let (without, log) = brokered(rules(), drop_caps, &listxattr(&plain, BUF));
     assert_eq!(without.rc, 7, "{}", log.explain(5));
     assert_eq!(names(&without), b"user.k\0");
-    answered(&log, Decision::Read { len: 7 });
+    answered(&log, BrokerDecision::Read { len: 7 });
     let (got, log) = brokered(rules(), drop_caps, &getxattr(&plain, &tr, BUF));
     assert_eq!((got.rc, got.errno), (-1, libc::ENODATA));
     answered(
         &log,
-        Decision::Failed {
+        BrokerDecision::Failed {
             errno: libc::ENODATA,
         },
     );
     let (got, log) = brokered(rules(), nothing, &getxattr(&plain, &tr, BUF));
     assert_eq!(got.rc, 1);
-    answered(&log, Decision::Read { len: 1 });
+    answered(&log, BrokerDecision::Read { len: 1 });
     // user.*: uid 65534 may read the attribute of a world-readable file ...
     let (got, log) = brokered(rules(), nobody, &getxattr(&plain, &k, BUF));
     assert_eq!(got.rc, 5, "{}", log.explain(5));
-    answered(&log, Decision::Read { len: 5 });
+    answered(&log, BrokerDecision::Read { len: 5 });
     // ... not of one it may not read.
     set_mode(&t.plain, 0o600);
     let (got, log) = brokered(rules(), nobody, &getxattr(&plain, &k, BUF));

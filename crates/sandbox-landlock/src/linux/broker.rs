@@ -9,7 +9,7 @@
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use sandbox_broker::{Broker, BrokerLog, BrokerRules, Decision, FixedCredentials};
+use sandbox_broker::{Broker, BrokerDecision, BrokerLog, BrokerRules, FixedCredentials};
 use sandbox_core::{
     MediatedCall, Mediation, ResolvedPolicy, RunningSupervisor, SandboxUnavailable, Supervisor,
 };
@@ -157,7 +157,7 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
         .refusals()
         .map(|r| match &r.decision {
             // A call the filter refused and sent here only to be recorded.
-            Decision::Refused {
+            BrokerDecision::Refused {
                 reason: sandbox_broker::Refusal::UnknownSyscall { nr },
             } => MediatedCall {
                 syscall: u32::try_from(*nr)
@@ -180,12 +180,12 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
                     .unwrap_or_else(|| "?".into()),
                 outside_write_paths: matches!(
                     r.decision,
-                    Decision::Refused {
+                    BrokerDecision::Refused {
                         reason: sandbox_broker::Refusal::OutsideWritePaths
                     }
                 ),
                 reason: match &r.decision {
-                    Decision::Refused { reason } => reason.to_string(),
+                    BrokerDecision::Refused { reason } => reason.to_string(),
                     other => format!("{other:?}"),
                 },
             },
