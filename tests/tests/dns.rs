@@ -446,3 +446,73 @@ $NOBODY "$SANDBOX" run -q --report "$D/n/r.json" --allow-net svc.example.com:808
         "{refused}"
     );
 }
+
+/// The run's datagram sockets read as the kernel's own: type, family,
+/// protocol, `O_NONBLOCK` and `FD_CLOEXEC` as asked (also without
+/// `SOCK_CLOEXEC`), and the kernel's errors for bad flags and types, as root
+/// and as nobody, against the same script unconfined. The one difference
+/// is the policy's: a datagram socket of another protocol is refused
+/// (`EPERM`) before the kernel would say `EPROTONOSUPPORT`.
+#[test]
+fn datagram_sockets_read_as_the_kernels_own() {
+    let script = format!("{DIR}/udp_sockets.py");
+    let run = |nobody: bool, confined: bool| -> String {
+        let mut c = Command::new(if nobody {
+            "setpriv"
+        } else {
+            "/usr/bin/python3"
+        });
+        if nobody {
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            if confined {
+                c.arg(sandbox_bin());
+            } else {
+                c.arg("/usr/bin/python3");
+            }
+        } else if confined {
+            c = Command::new(sandbox_bin());
+        }
+        if confined {
+            c.args([
+                "run",
+                "-q",
+                "--allow-net",
+                "svc.example.com:8080",
+                "--",
+                "/usr/bin/python3",
+            ]);
+        }
+        let out = c
+            .arg(&script)
+            .current_dir("/")
+            .env_remove("SANDBOX_CONFIG")
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    for nobody in [false, true] {
+        let bare = run(nobody, false);
+        let confined = run(nobody, true);
+        assert!(
+            bare.contains("v4 bad protocol error EPROTONOSUPPORT"),
+            "{bare}"
+        );
+        assert!(
+            confined.contains("v4 bad protocol error EPERM"),
+            "{confined}"
+        );
+        let same = |t: &str| -> Vec<String> {
+            t.lines()
+                .filter(|l| !l.starts_with("v4 bad protocol"))
+                .map(str::to_owned)
+                .collect()
+        };
+        assert_eq!(same(&bare), same(&confined), "nobody: {nobody}");
+        assert!(bare.contains("raw v4 False False"), "{bare}");
+    }
+}

@@ -381,6 +381,12 @@ fn socket_call(
         path: Some(crate::connect::describe_socket(domain, ty, protocol)),
         ..BrokerTarget::default()
     };
+    // What the kernel answers before any policy (__sys_socket, then
+    // __sock_create: flags, then the type's range, then the family's).
+    if let Some(errno) = socket_args_error(domain, ty) {
+        let decision = BrokerDecision::Failed { errno };
+        return answer_with(listener, n.id, tid, name, target, decision, libc::EPERM);
+    }
     let datagram = matches!(domain, libc::AF_INET | libc::AF_INET6)
         && ty & 0xf == libc::SOCK_DGRAM
         && matches!(protocol, 0 | libc::IPPROTO_UDP);
@@ -428,6 +434,24 @@ fn socket_call(
             libc::EPERM,
         ),
     }
+}
+
+/// The errno `socket(domain, ty, _)` fails with whatever the policy:
+/// `EINVAL` for flags other than `SOCK_NONBLOCK`/`SOCK_CLOEXEC` or a type
+/// past `SOCK_PACKET`, `EAFNOSUPPORT` for a family past `AF_MAX` (46 since
+/// Linux 5.15, include/linux/socket.h; a family a later kernel adds is
+/// refused as any other, only with `EPERM` instead).
+fn socket_args_error(domain: i32, ty: i32) -> Option<i32> {
+    const SOCK_TYPE_MASK: i32 = 0xf;
+    // SOCK_PACKET (10) + 1; libc deprecates the name.
+    const SOCK_MAX: i32 = 11;
+    const AF_MAX: i32 = 46;
+    if ty & !SOCK_TYPE_MASK & !(libc::SOCK_NONBLOCK | libc::SOCK_CLOEXEC) != 0
+        || ty & SOCK_TYPE_MASK >= SOCK_MAX
+    {
+        return Some(libc::EINVAL);
+    }
+    (!(0..AF_MAX).contains(&domain)).then_some(libc::EAFNOSUPPORT)
 }
 
 fn process_call(
