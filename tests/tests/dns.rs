@@ -457,31 +457,26 @@ $NOBODY "$SANDBOX" run -q --report "$D/n/r.json" --allow-net svc.example.com:808
 fn datagram_sockets_read_as_the_kernels_own() {
     let script = format!("{DIR}/udp_sockets.py");
     let run = |nobody: bool, confined: bool| -> String {
-        let mut c = Command::new(if nobody {
-            "setpriv"
-        } else {
-            "/usr/bin/python3"
-        });
+        let mut argv: Vec<std::ffi::OsString> = Vec::new();
         if nobody {
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
-            if confined {
-                c.arg(sandbox_bin());
-            } else {
-                c.arg("/usr/bin/python3");
-            }
-        } else if confined {
-            c = Command::new(sandbox_bin());
+            argv.extend(
+                [
+                    "setpriv",
+                    "--reuid=65534",
+                    "--regid=65534",
+                    "--clear-groups",
+                    "--",
+                ]
+                .map(Into::into),
+            );
         }
         if confined {
-            c.args([
-                "run",
-                "-q",
-                "--allow-net",
-                "svc.example.com:8080",
-                "--",
-                "/usr/bin/python3",
-            ]);
+            argv.push(sandbox_bin().into());
+            argv.extend(["run", "-q", "--allow-net", "svc.example.com:8080", "--"].map(Into::into));
         }
+        argv.push("/usr/bin/python3".into());
+        let mut c = Command::new(&argv[0]);
+        c.args(&argv[1..]);
         let out = c
             .arg(&script)
             .current_dir("/")

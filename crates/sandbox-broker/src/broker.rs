@@ -384,55 +384,48 @@ fn socket_call(
     // What the kernel answers before any policy (__sys_socket, then
     // __sock_create: flags, then the type's range, then the family's).
     if let Some(errno) = socket_args_error(domain, ty) {
-        let decision = BrokerDecision::Failed { errno };
-        return answer_with(listener, n.id, tid, name, target, decision, libc::EPERM);
+        return answer(
+            listener,
+            n.id,
+            tid,
+            name,
+            target,
+            BrokerDecision::Failed { errno },
+        );
     }
+    let refused = |target, reason| {
+        answer(
+            listener,
+            n.id,
+            tid,
+            name,
+            target,
+            BrokerDecision::Refused { reason },
+        )
+    };
     let datagram = matches!(domain, libc::AF_INET | libc::AF_INET6)
         && ty & 0xf == libc::SOCK_DGRAM
         && matches!(protocol, 0 | libc::IPPROTO_UDP);
-    let maker = rules.dns().and_then(|d| d.datagrams.as_ref());
-    match maker {
+    match rules.dns().and_then(|d| d.datagrams.as_ref()) {
         Some(maker) if datagram => match maker.socket(domain, ty & !libc::SOCK_CLOEXEC, protocol) {
             Ok(sock) => {
                 let cloexec = ty & libc::SOCK_CLOEXEC != 0;
                 answer_fd(listener, own, n.id, tid, name, target, &sock, cloexec)
             }
             // No namespace (its message says why): refused, as without one.
-            Err(e) if e.raw_os_error().is_none() => answer_with(
-                listener,
-                n.id,
-                tid,
-                name,
-                BrokerTarget {
-                    resolved: Some(PathBuf::from(format!(
-                        "{}: {e}",
-                        target.path.as_deref().unwrap_or("socket")
-                    ))),
-                    ..target
-                },
-                BrokerDecision::Refused {
-                    reason: Refusal::SocketNotAllowed,
-                },
-                libc::EPERM,
-            ),
+            Err(e) if e.raw_os_error().is_none() => {
+                let call = target.path.as_deref().unwrap_or("socket");
+                let resolved = Some(PathBuf::from(format!("{call}: {e}")));
+                refused(
+                    BrokerTarget { resolved, ..target },
+                    Refusal::SocketNotAllowed,
+                )
+            }
             // The kernel's own answer (EINVAL for unknown flags, EMFILE, ...).
             Err(e) => answer_failed(listener, n.id, tid, name, target, &e),
         },
-        _ => answer_with(
-            listener,
-            n.id,
-            tid,
-            name,
-            target,
-            BrokerDecision::Refused {
-                reason: if rules.network {
-                    Refusal::SocketNotAllowed
-                } else {
-                    Refusal::NetworkOff
-                },
-            },
-            libc::EPERM,
-        ),
+        _ if rules.network => refused(target, Refusal::SocketNotAllowed),
+        _ => refused(target, Refusal::NetworkOff),
     }
 }
 
@@ -852,7 +845,7 @@ fn answer_failed(
     e: &io::Error,
 ) -> BrokerRecord {
     let decision = BrokerDecision::Failed { errno: errno_of(e) };
-    answer_with(listener, id, tid, name, target, decision, libc::EPERM)
+    answer(listener, id, tid, name, target, decision)
 }
 
 /// Hands `fd` to the caller as the call's result; an install that fails
