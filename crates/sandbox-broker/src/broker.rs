@@ -39,7 +39,18 @@ impl Broker {
     /// The thread starts with the credentials of the thread calling `start`
     /// and takes on each caller's for the duration of its request.
     pub fn start(listener: OwnedFd, rules: BrokerRules) -> Result<Broker, BrokerError> {
-        let listener = Arc::new(Listener::new(listener)?);
+        Self::start_receiving(move || Ok((listener, rules)))?.ready()
+    }
+
+    /// Starts the broker's thread, which first takes its listener and rules
+    /// from `receive` (on that thread, so it may wait for a listener a child
+    /// has yet to send), then serves them; [`PendingBroker::ready`] waits
+    /// for that.
+    ///
+    /// The thread starts with the credentials of the thread calling this.
+    pub fn start_receiving(
+        receive: impl FnOnce() -> Result<(OwnedFd, BrokerRules), BrokerError> + Send + 'static,
+    ) -> Result<PendingBroker, BrokerError> {
         // SAFETY: eventfd returns a fresh fd or -1.
         let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if raw < 0 {
@@ -55,12 +66,15 @@ impl Broker {
         let thread = std::thread::Builder::new()
             .name("sandbox-broker".into())
             .spawn(move || {
-                let own = own_fs().and_then(|()| {
-                    Own::current(rules.fixed.as_ref(), rules.umask_routed)
-                        .map_err(BrokerError::OwnCredentials)
+                let set_up = own_fs().and_then(|()| {
+                    let (listener, rules) = receive()?;
+                    let listener = Arc::new(Listener::new(listener)?);
+                    let own = Own::current(rules.fixed.as_ref(), rules.umask_routed)
+                        .map_err(BrokerError::OwnCredentials)?;
+                    Ok((listener, rules, own))
                 });
-                match own {
-                    Ok(own) => {
+                match set_up {
+                    Ok((listener, rules, own)) => {
                         let _ = ready_tx.send(Ok(()));
                         serve(&listener, &rules, &own, &stop_for_thread)
                     }
@@ -71,22 +85,13 @@ impl Broker {
                 }
             })
             .map_err(BrokerError::Thread)?;
-        match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Broker {
+        Ok(PendingBroker {
+            broker: Broker {
                 stop,
                 thread: Some(thread),
-            }),
-            Ok(Err(e)) => {
-                let _ = thread.join();
-                Err(e)
-            }
-            Err(_) => {
-                let _ = thread.join();
-                Err(BrokerError::Thread(io::Error::other(
-                    "the broker thread ended before it was ready",
-                )))
-            }
-        }
+            },
+            ready: ready_rx,
+        })
     }
 
     /// Stops the broker (call it after the confined process tree ended) and
@@ -110,6 +115,36 @@ impl Broker {
 impl Drop for Broker {
     fn drop(&mut self) {
         let _ = self.stop_and_join();
+    }
+}
+
+/// A broker whose thread is still taking its listener
+/// ([`Broker::start_receiving`]).
+///
+/// Dropping it stops the thread once its `receive` has returned.
+#[derive(Debug)]
+pub struct PendingBroker {
+    broker: Broker,
+    ready: std::sync::mpsc::Receiver<Result<(), BrokerError>>,
+}
+
+impl PendingBroker {
+    /// Waits until the broker has its listener and serves it, or says why
+    /// it could not.
+    pub fn ready(mut self) -> Result<Broker, BrokerError> {
+        match self.ready.recv() {
+            Ok(Ok(())) => Ok(self.broker),
+            Ok(Err(e)) => {
+                let _ = self.broker.stop_and_join();
+                Err(e)
+            }
+            Err(_) => {
+                let _ = self.broker.stop_and_join();
+                Err(BrokerError::Thread(io::Error::other(
+                    "the broker thread ended before it was ready",
+                )))
+            }
+        }
     }
 }
 

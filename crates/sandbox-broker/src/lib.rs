@@ -203,7 +203,7 @@ mod syscalls;
 mod umasks;
 
 #[cfg(target_os = "linux")]
-pub use broker::Broker;
+pub use broker::{Broker, PendingBroker};
 #[cfg(target_os = "linux")]
 pub use creds::FixedCredentials;
 #[cfg(target_os = "linux")]

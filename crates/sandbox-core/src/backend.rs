@@ -231,45 +231,46 @@ impl LaunchDomain {
         Self(Box::new(enter))
     }
 
-    /// Runs `launch` (spawn the child, start the supervisor) on a new thread
+    /// Runs `launch` (start the supervisor, spawn the child) on a new thread
     /// that first enters `domain` (none: no confinement), then `body` (wait,
     /// end, finish) on the calling thread with `launch`'s result.
     ///
     /// The launching thread lives until `body` returns: a child's
     /// parent-death signal fires when the *thread* that created it ends
-    /// (prctl(2), `PR_SET_PDEATHSIG`). Without a domain, everything runs on
-    /// the calling thread. Fails only when the thread cannot start or cannot
-    /// enter the domain, before `launch` ran.
-    pub fn launch<T: Send, R>(
-        domain: Option<&LaunchDomain>,
-        launch: impl FnOnce() -> T + Send,
+    /// (prctl(2), `PR_SET_PDEATHSIG`). It then ends by itself: it is not
+    /// joined, since it has nothing left to do once `launch` returned (and
+    /// the domain's copy of the ruleset is dropped as soon as it is
+    /// entered). Without a domain, everything runs on the calling thread.
+    /// Fails only when the thread cannot start or cannot enter the domain,
+    /// before `launch` ran.
+    pub fn launch<T: Send + 'static, R>(
+        domain: Option<LaunchDomain>,
+        launch: impl FnOnce() -> T + Send + 'static,
         body: impl FnOnce(T) -> R,
     ) -> std::io::Result<R> {
         let Some(domain) = domain else {
             return Ok(body(launch()));
         };
-        std::thread::scope(|scope| {
-            let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
-            let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<()>(1);
-            let thread = std::thread::Builder::new()
-                .name("sandbox-launch".into())
-                .spawn_scoped(scope, move || {
-                    let entered = (domain.0)();
-                    let failed = entered.is_err();
-                    let _ = started_tx.send(entered.map(|()| launch()));
-                    if !failed {
-                        // Parent of the child until the run has ended.
-                        let _ = done_rx.recv();
-                    }
-                })?;
-            let started = started_rx
-                .recv()
-                .map_err(|_| std::io::Error::other("the launching thread ended early"));
-            let result = started.and_then(|r| r).map(body);
-            drop(done_tx);
-            let _ = thread.join();
-            result
-        })
+        let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
+        let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<()>(1);
+        std::thread::Builder::new()
+            .name("sandbox-launch".into())
+            .spawn(move || {
+                let entered = (domain.0)();
+                drop(domain);
+                let failed = entered.is_err();
+                let _ = started_tx.send(entered.map(|()| launch()));
+                if !failed {
+                    // Parent of the child until the run has ended.
+                    let _ = done_rx.recv();
+                }
+            })?;
+        let started = started_rx
+            .recv()
+            .map_err(|_| std::io::Error::other("the launching thread ended early"));
+        let result = started.and_then(|r| r).map(body);
+        drop(done_tx);
+        result
     }
 }
 
@@ -298,16 +299,23 @@ pub fn decode_pre_exec_error(err: &std::io::Error) -> Option<i32> {
 /// A parent-side companion of a confined child, such as a broker that
 /// performs permitted metadata changes on the child's behalf.
 ///
-/// The runner starts it right after the child is spawned (and after the
-/// `Command`, with the hook's copies of any fds, is dropped) and finishes it
-/// once the child's process tree has ended.
+/// The runner starts it on the launching thread just before the child is
+/// spawned, so that it gets ready while the child starts, confirms it once
+/// the child is spawned (and the hooks, with their copies of any fds, are
+/// dropped), and finishes it once the child's process tree has ended.
 pub trait Supervisor: Send + std::fmt::Debug {
-    /// Starts supervising the spawned child.
+    /// Starts supervising. The child may not exist yet: this must not wait
+    /// for it ([`RunningSupervisor::confirm`] does).
     fn start(self: Box<Self>) -> Result<Box<dyn RunningSupervisor>, SandboxUnavailable>;
 }
 
 /// A started [`Supervisor`].
 pub trait RunningSupervisor: Send + std::fmt::Debug {
+    /// Waits until the supervisor has what it needs from the child, which
+    /// has been spawned (or has failed to start, its hooks then dropped).
+    /// Called once, before the child is waited for.
+    fn confirm(&mut self) -> Result<(), SandboxUnavailable>;
+
     /// Stops supervising and returns what was mediated.
     fn finish(self: Box<Self>) -> Mediation;
 }

@@ -186,7 +186,9 @@ struct CgroupRun {
 impl CgroupRun {
     fn create() -> io::Result<Self> {
         let base = own_cgroup_dir()?;
-        sweep_stale(&base);
+        if sweep_due() {
+            sweep_stale(&base);
+        }
         let mut tries = 0;
         let dir = loop {
             let dir = base.join(fresh_name()?);
@@ -220,11 +222,13 @@ impl CgroupRun {
     }
 
     fn end(&self, pid: i32, grace: Duration) -> usize {
-        let members = self.members();
-        let others = members.iter().filter(|p| **p != pid).count();
-        if members.is_empty() && self.empty() {
+        // No live process left (cgroup-v2.rst, "populated": zombies, such
+        // as the unreaped main process, do not count): nothing to end.
+        if self.empty() {
             return 0;
         }
+        let members = self.members();
+        let others = members.iter().filter(|p| **p != pid).count();
         for p in &members {
             // SAFETY: kill has no memory effects; the pids are in our cgroup.
             unsafe {
@@ -405,6 +409,26 @@ fn cgroup2_at_usual_place() -> Option<PathBuf> {
             unsafe { libc::statfs(c.as_ptr(), &mut st) == 0 && st.f_type as i64 == CGROUP2 }
         })
         .map(PathBuf::from)
+}
+
+/// How often a process sweeps: a runner that died is swept by the next
+/// process's first run, and by a long-lived one within this interval.
+const SWEEP_EVERY: Duration = Duration::from_secs(1);
+
+/// Whether this run should sweep: the process's first, then one each
+/// [`SWEEP_EVERY`] (the sweep lists the parent cgroup and reads each sibling
+/// runner's start time).
+fn sweep_due() -> bool {
+    static LAST: std::sync::Mutex<Option<Instant>> = std::sync::Mutex::new(None);
+    let mut last = LAST
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    let now = Instant::now();
+    let due = last.map_or(true, |at| now.duration_since(at) >= SWEEP_EVERY);
+    if due {
+        *last = Some(now);
+    }
+    due
 }
 
 /// Ends and removes cgroups left by runners that died (their pid is gone).

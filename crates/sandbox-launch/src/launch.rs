@@ -4,6 +4,9 @@
 //! the supervisor started, a bounded wait, every process of the run ended,
 //! the supervisor's record collected.
 
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
@@ -21,7 +24,7 @@ use crate::wait::Watch;
 pub struct Confined {
     /// The backend's hook, run in the child after the runner's own.
     pub hook: Option<PreExecHook>,
-    /// The backend's supervisor (the broker), started once the child is.
+    /// The backend's supervisor (the broker), started just before the child.
     pub supervisor: Option<Box<dyn Supervisor>>,
     /// The confinement of the thread that spawns the child.
     pub domain: Option<LaunchDomain>,
@@ -85,11 +88,13 @@ pub fn launch(
     deadline: Option<Instant>,
     grace: Duration,
 ) -> Result<Launched, LaunchError> {
-    let plan = SpawnPlan {
-        // The session hook makes the group (a group leader cannot start a session).
-        process_group: false,
+    let plan = OwnedPlan {
+        path: plan.path.to_path_buf(),
+        argv: plan.argv.to_vec(),
+        env: plan.env.to_vec(),
+        cwd: plan.cwd.map(Path::to_path_buf),
+        stdio: [plan.stdin, plan.stdout, plan.stderr],
         cgroup: containment.cgroup(),
-        ..*plan
     };
     let hooks: Vec<PreExecHook> = limits
         .join_hook()
@@ -101,25 +106,41 @@ pub fn launch(
         become_subreaper();
     }
     let supervisor = confined.supervisor;
-    // The child is spawned, and the supervisor started, on a thread inside
+    // The supervisor is started, then the child spawned, on a thread inside
     // the backend's domain (the broker's threads then share it); that thread
-    // stays until the run has ended. The hooks (and the fds they hold for
+    // stays until the run has ended. The supervisor starts first so that it
+    // gets ready while the child execs. The hooks (and the fds they hold for
     // the child) are gone once `spawn` returns, so a supervisor's channel
-    // sees only the child's end.
-    let start = || {
-        let child = spawn::spawn(&plan, hooks).map_err(LaunchError::Spawn)?;
-        let pid = child.pid;
-        match supervisor.map(|s| s.start()).transpose() {
-            Ok(running) => Ok((pid, running)),
-            Err(err) => {
-                containment.end(pid, Duration::ZERO);
-                spawn::kill_and_reap(pid);
-                Err(LaunchError::Supervisor(err))
-            }
+    // then sees only the child's end.
+    let start = move || {
+        let mut running = supervisor
+            .map(|s| s.start())
+            .transpose()
+            .map_err(|e| (None, LaunchError::Supervisor(e)))?;
+        let child =
+            spawn::spawn(&plan.as_plan(), hooks).map_err(|e| (None, LaunchError::Spawn(e)))?;
+        if let Some(running) = running.as_mut() {
+            running
+                .confirm()
+                .map_err(|e| (Some(child.pid), LaunchError::Supervisor(e)))?;
         }
+        Ok((child.pid, running))
     };
-    let body = |started: Result<(libc::pid_t, Option<Box<dyn RunningSupervisor>>), LaunchError>| {
-        let (pid, running) = started?;
+    type Started = Result<
+        (libc::pid_t, Option<Box<dyn RunningSupervisor>>),
+        (Option<libc::pid_t>, LaunchError),
+    >;
+    let body = |started: Started| {
+        let (pid, running) = match started {
+            Ok(started) => started,
+            Err((pid, err)) => {
+                if let Some(pid) = pid {
+                    containment.end(pid, Duration::ZERO);
+                    spawn::kill_and_reap(pid);
+                }
+                return Err(err);
+            }
+        };
         let timed_out = !Watch::new(pid).wait_exit(deadline);
         // Every process of the run ends here, the main one too on a timeout.
         let ended = containment.end(pid, grace);
@@ -134,7 +155,35 @@ pub fn launch(
             mediation: running.map(|r| r.finish()),
         })
     };
-    LaunchDomain::launch(confined.domain.as_ref(), start, body).map_err(LaunchError::Domain)?
+    LaunchDomain::launch(confined.domain, start, body).map_err(LaunchError::Domain)?
+}
+
+/// A [`SpawnPlan`] that owns its data, for the launching thread.
+struct OwnedPlan {
+    path: PathBuf,
+    argv: Vec<OsString>,
+    env: Vec<(OsString, OsString)>,
+    cwd: Option<PathBuf>,
+    stdio: [Option<RawFd>; 3],
+    cgroup: Option<spawn::CgroupTarget>,
+}
+
+impl OwnedPlan {
+    /// The session hook makes the group (a group leader cannot start a
+    /// session), so `process_group` is off.
+    fn as_plan(&self) -> SpawnPlan<'_> {
+        SpawnPlan {
+            path: &self.path,
+            argv: &self.argv,
+            env: &self.env,
+            cwd: self.cwd.as_deref(),
+            stdin: self.stdio[0],
+            stdout: self.stdio[1],
+            stderr: self.stdio[2],
+            process_group: false,
+            cgroup: self.cgroup,
+        }
+    }
 }
 
 /// Makes the calling process a child subreaper, once: orphans of a run held

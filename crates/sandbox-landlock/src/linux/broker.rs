@@ -1,15 +1,17 @@
 //! Handing metadata writes to the `sandbox-broker` instead of refusing them.
 //!
-//! Before fork: a socket pair and the broker's rules. In the child (after
-//! Landlock): the filter is installed with a listener, which goes to the
-//! parent over the pair. After spawn: [`BrokerSupervisor`] receives it and
-//! starts the broker thread; once the process tree has ended, the broker's
-//! log becomes the run's [`Mediation`].
+//! Before fork: a socket pair and the broker's rules, then
+//! [`BrokerSupervisor`] starts the broker's thread, which waits for the
+//! listener. In the child (after Landlock): the filter is installed with a
+//! listener, which goes to that thread over the pair. Once the process tree
+//! has ended, the broker's log becomes the run's [`Mediation`].
 
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::time::Duration;
 
-use sandbox_broker::{Broker, BrokerDecision, BrokerLog, BrokerRules, FixedCredentials};
+use sandbox_broker::{
+    Broker, BrokerDecision, BrokerLog, BrokerRules, FixedCredentials, PendingBroker,
+};
 use sandbox_core::{
     MediatedCall, Mediation, ResolvedPolicy, RunningSupervisor, SandboxUnavailable, Supervisor,
 };
@@ -21,8 +23,9 @@ use crate::LandlockError;
 pub(crate) const REPORT_LINE: &str =
     "metadata writes (chmod, chown, xattr, utimes, truncate by path) are brokered: performed by the runner with the caller's credentials, only beneath a write path and outside every deny path; under read denials xattr reads are brokered too and refused on denied paths";
 
-/// How long the runner waits for the child's listener after spawn (the child
-/// sent it before exec, so it is normally already queued).
+/// How long the broker's thread waits for the child's listener from the
+/// start (the child sends it before exec; the wait ends at once when the
+/// child fails before that, the parent's copy of its end then closed).
 const LISTENER_WAIT: Duration = Duration::from_secs(5);
 
 /// Both ends of the listener channel plus the broker's rules.
@@ -126,29 +129,82 @@ pub(crate) struct BrokerSupervisor {
 }
 
 impl Supervisor for BrokerSupervisor {
+    /// Starts the broker's thread, which takes the child's listener itself
+    /// (the child sends it before exec, so the thread gets ready while the
+    /// child execs).
     fn start(self: Box<Self>) -> Result<Box<dyn RunningSupervisor>, SandboxUnavailable> {
-        let fail =
-            |what: String| SandboxUnavailable::new("landlock", format!("metadata broker: {what}"));
-        set_receive_timeout(self.runner.as_raw_fd(), LISTENER_WAIT)
+        let BrokerSupervisor {
+            runner,
+            rules,
+            names,
+            fixed,
+        } = *self;
+        set_receive_timeout(runner.as_raw_fd(), LISTENER_WAIT)
             .map_err(|e| fail(format!("setting the receive timeout failed: {e}")))?;
-        let (listener, vouched) = sandbox_broker::recv_listener(&self.runner)
-            .map_err(|e| fail(format!("the child's seccomp listener never arrived: {e}")))?;
-        let rules = match self.fixed {
-            // The child checked its ids and capabilities just before.
-            Some(fixed) if vouched => self.rules.with_fixed_credentials(fixed),
-            _ => self.rules,
-        };
-        let broker = Broker::start(listener, rules).map_err(|e| fail(e.to_string()))?;
-        Ok(Box::new(RunningBroker(broker, self.names)))
+        let pending = Broker::start_receiving(move || {
+            let (listener, vouched) = sandbox_broker::recv_listener(&runner).map_err(|e| {
+                sandbox_broker::BrokerError::FdPassing {
+                    reason: format!("the child's seccomp listener never arrived: {e}"),
+                }
+            })?;
+            let rules = match fixed {
+                // The child checked its ids and capabilities just before.
+                Some(fixed) if vouched => rules.with_fixed_credentials(fixed),
+                _ => rules,
+            };
+            Ok((listener, rules))
+        })
+        .map_err(|e| fail(e.to_string()))?;
+        Ok(Box::new(RunningBroker {
+            broker: BrokerState::Pending(pending),
+            names,
+        }))
     }
 }
 
+fn fail(what: String) -> SandboxUnavailable {
+    SandboxUnavailable::new("landlock", format!("metadata broker: {what}"))
+}
+
 #[derive(Debug)]
-struct RunningBroker(Broker, Option<Filter>);
+struct RunningBroker {
+    broker: BrokerState,
+    names: Option<Filter>,
+}
+
+#[derive(Debug)]
+enum BrokerState {
+    Pending(PendingBroker),
+    Serving(Broker),
+    Failed(String),
+}
 
 impl RunningSupervisor for RunningBroker {
-    fn finish(self: Box<Self>) -> Mediation {
-        mediation(self.0.finish(), self.1.as_ref())
+    fn confirm(&mut self) -> Result<(), SandboxUnavailable> {
+        let state = std::mem::replace(&mut self.broker, BrokerState::Failed(String::new()));
+        self.broker = match state {
+            BrokerState::Pending(pending) => match pending.ready() {
+                Ok(broker) => BrokerState::Serving(broker),
+                Err(e) => BrokerState::Failed(e.to_string()),
+            },
+            other => other,
+        };
+        match &self.broker {
+            BrokerState::Failed(why) => Err(fail(why.clone())),
+            _ => Ok(()),
+        }
+    }
+
+    fn finish(mut self: Box<Self>) -> Mediation {
+        let _ = self.confirm();
+        match self.broker {
+            BrokerState::Serving(broker) => mediation(broker.finish(), self.names.as_ref()),
+            BrokerState::Failed(why) => Mediation {
+                error: Some(fail(why).reason),
+                ..Mediation::default()
+            },
+            BrokerState::Pending(_) => Mediation::default(),
+        }
     }
 }
 

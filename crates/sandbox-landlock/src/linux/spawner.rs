@@ -96,7 +96,10 @@ impl ConfinedSpawner {
                     Err(_) => return Err("its thread ended before confining itself".into()),
                 }
                 let running = supervisor
-                    .map(|s| s.start())
+                    .map(|s| {
+                        let mut running = s.start()?;
+                        running.confirm().map(|()| running)
+                    })
                     .transpose()
                     .map_err(|e| e.to_string())?;
                 Ok((thread, running))

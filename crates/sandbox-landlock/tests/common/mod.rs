@@ -60,7 +60,13 @@ pub fn output_supervised(mut cmd: Command, supervisor: Option<Box<dyn Supervisor
     cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
     let child = cmd.spawn().expect("spawn the confined command");
     drop(cmd);
-    let running = supervisor.map(|s| s.start().expect("start the metadata broker"));
+    let running = supervisor.map(|s| {
+        let mut running = s.start().expect("start the metadata broker");
+        running
+            .confirm()
+            .expect("the metadata broker has the listener");
+        running
+    });
     let out = child.wait_with_output().expect("wait");
     if let Some(r) = running {
         r.finish();

@@ -14,7 +14,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let (mut cmd, _report) = confinement.into_command().ok_or("empty argv")?;
     let mut child = cmd.spawn()?;
     drop(cmd);
-    let broker = supervisor.map(|s| s.start()).transpose()?;
+    let mut broker = supervisor.map(|s| s.start()).transpose()?;
+    if let Some(b) = broker.as_mut() {
+        b.confirm()?;
+    }
     let status = child.wait()?;
     if let Some(b) = broker {
         b.finish();
