@@ -23,10 +23,12 @@ use crate::LandlockError;
 pub(crate) const REPORT_LINE: &str =
     "metadata writes (chmod, chown, xattr, utimes, truncate by path) are brokered: performed by the runner with the caller's credentials, only beneath a write path and outside every deny path; under read denials xattr reads are brokered too and refused on denied paths";
 
-/// How long the broker's thread waits for the child's listener from the
-/// start (the child sends it before exec; the wait ends at once when the
-/// child fails before that, the parent's copy of its end then closed).
-const LISTENER_WAIT: Duration = Duration::from_secs(5);
+/// How long the broker's thread waits for the child's listener, counted from
+/// before the child is spawned. The child sends it before exec, and the wait
+/// ends at once when the child fails before that (the parent's copy of its
+/// end is closed when the spawn returns), so only a child stuck before its
+/// exec, under extreme load, meets this bound.
+const LISTENER_WAIT: Duration = Duration::from_secs(30);
 
 /// Both ends of the listener channel plus the broker's rules.
 pub(crate) struct Channel {
