@@ -148,9 +148,12 @@
 //!    filter with [`install_filter_with_listener`] on the child end of the
 //!    channel (the socket must still be open there: do not close it with the
 //!    other inherited fds before the hook runs).
-//! 4. Runner, after spawn: drop the child end, [`recv_fd`] the listener,
-//!    [`Broker::start`] (from a thread with the credentials the broker should
-//!    have: its thread inherits them). Confined calls made before that simply wait.
+//! 4. Runner: [`Broker::start`] once the listener is received (after spawn,
+//!    with the child end dropped: [`recv_fd`]), or, before spawning,
+//!    [`Broker::start_receiving`], whose thread receives it itself while the
+//!    child execs ([`PendingBroker::ready`] after the spawn). Either from a
+//!    thread with the credentials the broker should have: its thread
+//!    inherits them. Confined calls made before the broker serves simply wait.
 //! 5. After the process tree ended: [`Broker::finish`]; its refusals are the
 //!    denial evidence for the outcome record ([`BrokerLog::explain`] for humans).
 //!
