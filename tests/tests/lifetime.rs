@@ -475,3 +475,48 @@ fn a_reused_runner_pid_does_not_shield_survivors() {
     assert_eq!(out.status.code(), Some(0));
     nothing_survives(&s, "after the killed runner's pid was taken");
 }
+
+/// A runner in another pid or time namespace, whose sweep shares the live
+/// run's parent cgroup, leaves that run alone: it cannot judge a runner's
+/// pid and start time from there (the run's name says which namespaces it
+/// was made in). Twin: the same live run, with a sweeping runner in the
+/// same namespaces, also finishes (a live runner is never swept).
+#[test]
+fn a_runner_in_other_namespaces_does_not_end_a_live_run() {
+    for wrap in [
+        &[][..],
+        &["unshare", "--pid", "--fork", "--mount-proc", "--"][..],
+        &["unshare", "--time", "--boottime", "100000", "--"][..],
+    ] {
+        let s = scene();
+        let live = cli(As::Root)
+            .args(["run", "-w"])
+            .arg(&s.w)
+            .args(["--", "/bin/sh", "-c", "sleep 1.5; echo finished"])
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(400));
+        let sweeper = match wrap.split_first() {
+            Some((first, rest)) => {
+                let mut c = Command::new(first);
+                c.args(rest).arg(sandbox_bin());
+                c
+            }
+            None => Command::new(sandbox_bin()),
+        }
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .args(["run", "--", "/bin/true"])
+        .output()
+        .expect("unshare (util-linux) runs the sweeping runner");
+        assert_exit(&sweeper, 0);
+        let out = live.wait_with_output().unwrap();
+        assert_eq!(
+            (out.status.code(), String::from_utf8_lossy(&out.stdout).trim()),
+            (Some(0), "finished"),
+            "the live run was ended by a runner under {wrap:?}"
+        );
+    }
+}

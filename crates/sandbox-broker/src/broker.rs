@@ -3,8 +3,10 @@
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::PathBuf;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::sync::Arc;
 use std::thread::JoinHandle;
+use std::time::Duration;
 
 use crate::answer::{answer_with, record, unresolved_decision};
 use crate::caller::{errno_of, Caller, Identity};
@@ -39,18 +41,51 @@ impl Broker {
     /// The thread starts with the credentials of the thread calling `start`
     /// and takes on each caller's for the duration of its request.
     pub fn start(listener: OwnedFd, rules: BrokerRules) -> Result<Broker, BrokerError> {
-        Self::start_receiving(move || Ok((listener, rules)))?.ready()
+        let (broker, ready) = Self::spawn(move || Ok((listener, rules)))?;
+        match ready.recv() {
+            Ok(Ok(())) => Ok(broker),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(ended_early()),
+        }
     }
 
-    /// Starts the broker's thread, which first takes its listener and rules
-    /// from `receive` (on that thread, so it may wait for a listener a child
-    /// has yet to send), then serves them; [`PendingBroker::ready`] waits
-    /// for that.
+    /// Starts the broker's thread before the child that will send its
+    /// listener over `channel` (the runner's end of [`listener_channel`](crate::listener_channel))
+    /// exists, so that the thread gets ready while the child starts:
+    /// [`PendingBroker::ready`] then waits for it. `fixed`: the credentials
+    /// the child was prepared with, taken as every caller's only when the
+    /// child vouches for them (see [`FixedCredentials`](crate::FixedCredentials)).
     ///
     /// The thread starts with the credentials of the thread calling this.
     pub fn start_receiving(
-        receive: impl FnOnce() -> Result<(OwnedFd, BrokerRules), BrokerError> + Send + 'static,
+        channel: OwnedFd,
+        rules: BrokerRules,
+        fixed: Option<crate::FixedCredentials>,
     ) -> Result<PendingBroker, BrokerError> {
+        // Shut down to end the thread's receive when no listener will come.
+        let waker = channel.try_clone().map_err(BrokerError::Thread)?;
+        let broker = Self::spawn(move || {
+            let (listener, vouched) =
+                crate::recv_listener(&channel).map_err(|e| BrokerError::FdPassing {
+                    reason: format!("the child's seccomp listener never arrived: {e}"),
+                })?;
+            Ok(match fixed {
+                // The child checked its ids and capabilities just before.
+                Some(fixed) if vouched => (listener, rules.with_fixed_credentials(fixed)),
+                _ => (listener, rules),
+            })
+        })?;
+        Ok(PendingBroker {
+            broker: Some(broker.0),
+            ready: broker.1,
+            waker,
+        })
+    }
+
+    /// The broker's thread, taking its listener and rules from `receive`.
+    fn spawn(
+        receive: impl FnOnce() -> Result<(OwnedFd, BrokerRules), BrokerError> + Send + 'static,
+    ) -> Result<(Broker, Receiver<Result<(), BrokerError>>), BrokerError> {
         // SAFETY: eventfd returns a fresh fd or -1.
         let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
         if raw < 0 {
@@ -85,13 +120,13 @@ impl Broker {
                 }
             })
             .map_err(BrokerError::Thread)?;
-        Ok(PendingBroker {
-            broker: Broker {
+        Ok((
+            Broker {
                 stop,
                 thread: Some(thread),
             },
-            ready: ready_rx,
-        })
+            ready_rx,
+        ))
     }
 
     /// Stops the broker (call it after the confined process tree ended) and
@@ -121,31 +156,47 @@ impl Drop for Broker {
 /// A broker whose thread is still taking its listener
 /// ([`Broker::start_receiving`]).
 ///
-/// Dropping it stops the thread once its `receive` has returned.
+/// Dropping it ends the thread's wait for the listener and stops it.
 #[derive(Debug)]
 pub struct PendingBroker {
-    broker: Broker,
-    ready: std::sync::mpsc::Receiver<Result<(), BrokerError>>,
+    broker: Option<Broker>,
+    ready: Receiver<Result<(), BrokerError>>,
+    waker: OwnedFd,
 }
 
 impl PendingBroker {
-    /// Waits until the broker has its listener and serves it, or says why
-    /// it could not.
-    pub fn ready(mut self) -> Result<Broker, BrokerError> {
-        match self.ready.recv() {
-            Ok(Ok(())) => Ok(self.broker),
-            Ok(Err(e)) => {
-                let _ = self.broker.stop_and_join();
-                Err(e)
-            }
-            Err(_) => {
-                let _ = self.broker.stop_and_join();
-                Err(BrokerError::Thread(io::Error::other(
-                    "the broker thread ended before it was ready",
-                )))
-            }
+    /// Waits up to `within` for the broker to have its listener and serve
+    /// it (call it once the child is spawned: it sent the listener before
+    /// its exec), or says why it does not.
+    pub fn ready(mut self, within: Duration) -> Result<Broker, BrokerError> {
+        match self.ready.recv_timeout(within) {
+            Ok(Ok(())) => Ok(self.broker.take().ok_or_else(ended_early)?),
+            Ok(Err(e)) => Err(e),
+            Err(RecvTimeoutError::Timeout) => Err(BrokerError::FdPassing {
+                reason: format!(
+                    "the child's seccomp listener never arrived within {} s",
+                    within.as_secs()
+                ),
+            }),
+            Err(RecvTimeoutError::Disconnected) => Err(ended_early()),
         }
     }
+}
+
+impl Drop for PendingBroker {
+    fn drop(&mut self) {
+        if self.broker.is_some() {
+            // SAFETY: shutdown on our own socket; the thread's receive then
+            // returns at once (no other copy of the child's end needs to close).
+            unsafe { libc::shutdown(self.waker.as_raw_fd(), libc::SHUT_RDWR) };
+        }
+    }
+}
+
+fn ended_early() -> BrokerError {
+    BrokerError::Thread(io::Error::other(
+        "the broker thread ended before it was ready",
+    ))
 }
 
 /// Gives the broker thread a umask of its own (`unshare(CLONE_FS)`), so that

@@ -235,17 +235,19 @@ impl LaunchDomain {
     /// that first enters `domain` (none: no confinement), then `body` (wait,
     /// end, finish) on the calling thread with `launch`'s result.
     ///
-    /// The launching thread lives until `body` returns: a child's
-    /// parent-death signal fires when the *thread* that created it ends
-    /// (prctl(2), `PR_SET_PDEATHSIG`). It then ends by itself: it is not
-    /// joined, since it has nothing left to do once `launch` returned (and
-    /// the domain's copy of the ruleset is dropped as soon as it is
-    /// entered). Without a domain, everything runs on the calling thread.
-    /// Fails only when the thread cannot start or cannot enter the domain,
-    /// before `launch` ran.
+    /// A child's parent-death signal fires when the *thread* that created it
+    /// ends (prctl(2), `PR_SET_PDEATHSIG`), so the launching thread stays
+    /// until `linger` (called on it after `launch`) returns `true`, which it
+    /// does once the child has exited, or else until `body` has returned.
+    /// The thread is joined before this returns: no thread of the launch is
+    /// left (a single-threaded caller stays one). The domain's copy of the
+    /// ruleset is dropped as soon as it is entered. Without a domain,
+    /// everything runs on the calling thread. Fails only when the thread
+    /// cannot start or cannot enter the domain, before `launch` ran.
     pub fn launch<T: Send + 'static, R>(
         domain: Option<LaunchDomain>,
         launch: impl FnOnce() -> T + Send + 'static,
+        linger: impl FnOnce() -> bool + Send + 'static,
         body: impl FnOnce(T) -> R,
     ) -> std::io::Result<R> {
         let Some(domain) = domain else {
@@ -253,14 +255,14 @@ impl LaunchDomain {
         };
         let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
         let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<()>(1);
-        std::thread::Builder::new()
+        let thread = std::thread::Builder::new()
             .name("sandbox-launch".into())
             .spawn(move || {
                 let entered = (domain.0)();
                 drop(domain);
                 let failed = entered.is_err();
                 let _ = started_tx.send(entered.map(|()| launch()));
-                if !failed {
+                if !failed && !linger() {
                     // Parent of the child until the run has ended.
                     let _ = done_rx.recv();
                 }
@@ -270,6 +272,8 @@ impl LaunchDomain {
             .map_err(|_| std::io::Error::other("the launching thread ended early"));
         let result = started.and_then(|r| r).map(body);
         drop(done_tx);
+        // Usually gone already: it ended when the child exited.
+        let _ = thread.join();
         result
     }
 }

@@ -470,50 +470,96 @@ pub(crate) fn sweep_stale_v1(base: &Path) {
     }
 }
 
-/// A per-run cgroup name no one can predict: [`PREFIX`], this process's pid
-/// and start time, and a random token.
+/// A per-run cgroup name no one can predict: [`PREFIX`], this process's pid,
+/// start time and namespaces ([`Identity`]), and a random token.
 fn fresh_name() -> io::Result<String> {
-    // A process's start time never changes; kept with its pid, since a
-    // forked child has the same static and another start time.
-    static START: std::sync::Mutex<Option<(u32, u64)>> = std::sync::Mutex::new(None);
-    let pid = std::process::id();
-    let mut known = START
-        .lock()
-        .unwrap_or_else(std::sync::PoisonError::into_inner);
-    let start = match *known {
-        Some((of, start)) if of == pid => start,
-        _ => {
-            let start = start_time("self")
-                .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
-            *known = Some((pid, start));
-            start
+    let me = Identity::of_self()?;
+    Ok(format!(
+        "{PREFIX}{}-{}-{}-{:016x}",
+        me.pid,
+        me.start,
+        me.namespaces,
+        token()
+    ))
+}
+
+/// What names this runner process in its cgroups' names.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct Identity {
+    pid: u32,
+    /// Clock ticks since boot, as this process's time namespace counts.
+    start: u64,
+    /// `<pid namespace inode>.<time namespace inode>` in hex (0 for a time
+    /// namespace the kernel lacks): a runner in another pid or time
+    /// namespace sees other pids and start times, so a sweep judges only
+    /// names made in its own.
+    namespaces: String,
+}
+
+impl Identity {
+    /// This process's, read once: a process's start time and namespaces
+    /// never change (`unshare` and `setns` of a pid or time namespace move
+    /// only its later children); kept with its pid, since a forked child
+    /// has the same static and another start time.
+    fn of_self() -> io::Result<Identity> {
+        static SELF: std::sync::Mutex<Option<Identity>> = std::sync::Mutex::new(None);
+        let pid = std::process::id();
+        let mut known = SELF
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if let Some(me) = known.as_ref().filter(|me| me.pid == pid) {
+            return Ok(me.clone());
         }
-    };
-    drop(known);
-    Ok(format!("{PREFIX}{pid}-{start}-{:016x}", token()))
+        let start = start_time("self")
+            .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
+        let me = Identity {
+            pid,
+            start,
+            namespaces: own_namespaces(),
+        };
+        *known = Some(me.clone());
+        Ok(me)
+    }
+}
+
+fn own_namespaces() -> String {
+    use std::os::unix::fs::MetadataExt;
+    let ino = |ns: &str| std::fs::metadata(format!("/proc/self/ns/{ns}")).map_or(0, |m| m.ino());
+    format!("{:x}.{:x}", ino("pid"), ino("time"))
 }
 
 /// Whether the runner a per-run cgroup name (after [`PREFIX`]) names is
-/// still running: its pid exists with the start time in the name. A name
-/// that does not parse is left alone (it is not ours to end), and so is a
-/// process whose start time cannot be read for any reason but its absence.
-/// Names of the earlier form `<pid>-<counter>` (no start time) are alive
-/// while their pid exists, as that form was swept.
+/// still running: its pid exists with the start time in the name and is no
+/// zombie (a dead runner its parent has not reaped). A name that does not
+/// parse is left alone (it is not ours to end), and so is a name made in
+/// other pid or time namespaces, and a process whose state cannot be read
+/// for any reason but its absence. Names of the earlier form
+/// `<pid>-<start>-<token>` are judged in this process's namespaces, and of
+/// the form before it, `<pid>-<counter>`, alive while their pid exists.
 fn runner_alive(name: &str) -> bool {
     let fields: Vec<&str> = name.split('-').collect();
     let Some(pid) = fields.first().and_then(|p| p.parse::<i32>().ok()) else {
         return true;
     };
-    match fields[..] {
-        [_, start, token] if token.len() == 16 => {
-            let Ok(start) = start.parse::<u64>() else {
-                return true;
-            };
-            match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
-                Ok(stat) => parse_start_time(&stat).map_or(true, |s| s == start),
-                Err(e) => e.kind() != io::ErrorKind::NotFound,
-            }
+    let judged = |start: &str| {
+        let Ok(start) = start.parse::<u64>() else {
+            return true;
+        };
+        match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+            Ok(stat) => match (parse_state(&stat), parse_start_time(&stat)) {
+                (Some('Z' | 'X'), _) => false,
+                (_, Some(s)) => s == start,
+                _ => true,
+            },
+            Err(e) => e.kind() != io::ErrorKind::NotFound,
         }
+    };
+    match fields[..] {
+        [_, start, namespaces, token] if token.len() == 16 => {
+            let ours = Identity::of_self().is_ok_and(|me| me.namespaces == namespaces);
+            !ours || judged(start)
+        }
+        [_, start, token] if token.len() == 16 => judged(start),
         [_, _] => {
             // SAFETY: kill with signal 0 only checks.
             let found = unsafe { libc::kill(pid, 0) } == 0;
@@ -534,6 +580,12 @@ fn parse_start_time(stat: &str) -> Option<u64> {
     let (_, rest) = stat.rsplit_once(')')?;
     // `rest` starts with field 3 (state): field 22 is the 20th.
     rest.split_whitespace().nth(19)?.parse().ok()
+}
+
+/// Field 3 of a `/proc/PID/stat` line, the process state (`Z`: zombie).
+fn parse_state(stat: &str) -> Option<char> {
+    let (_, rest) = stat.rsplit_once(')')?;
+    rest.split_whitespace().next()?.chars().next()
 }
 
 /// 64 unpredictable bits: std's hasher keys come from the OS's random source.
@@ -588,7 +640,18 @@ mod tests {
     fn a_reused_pid_does_not_keep_a_dead_runner_alive() {
         let me = std::process::id();
         let start = start_time("self").unwrap();
-        let name = |pid: u32, start: u64| format!("{pid}-{start}-{:016x}", token());
+        let ns = own_namespaces();
+        let name = |pid: u32, start: u64| format!("{pid}-{start}-{ns}-{:016x}", token());
+        // The name this process gives its runs is of that form.
+        let fresh = fresh_name().unwrap();
+        assert!(
+            fresh.starts_with(&format!("{PREFIX}{me}-{start}-{ns}-")),
+            "{fresh}"
+        );
+        assert!(runner_alive(fresh.strip_prefix(PREFIX).unwrap()));
+        // The earlier form, without namespaces, is judged the same way.
+        assert!(runner_alive(&format!("{me}-{start}-{:016x}", 0)));
+        assert!(!runner_alive(&format!("{me}-{}-{:016x}", start + 1, 0)));
         // Positive control: this process, with its own start time, is alive.
         assert!(runner_alive(&name(me, start)));
         // The same pid with another start time is a different process: the
@@ -602,6 +665,37 @@ mod tests {
         // The earlier `<pid>-<counter>` form: alive while the pid exists.
         assert!(runner_alive(&format!("{me}-0")));
         assert!(!runner_alive(&format!("{}-0", i32::MAX)));
+        // A name made in other pid or time namespaces is not judged here,
+        // even where its pid and start time would read as dead.
+        assert!(runner_alive(&format!("{}-1-{ns}0-{:016x}", i32::MAX, 0)));
+    }
+
+    /// A runner that died but is not reaped (a zombie) is dead: its run's
+    /// leftovers are swept. Twin: the same child alive is alive.
+    #[test]
+    fn a_zombie_runner_is_dead() {
+        let mut child = std::process::Command::new("/bin/sleep")
+            .arg("30")
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let start = start_time(&pid.to_string()).unwrap();
+        let ns = own_namespaces();
+        let name = format!("{pid}-{start}-{ns}-{:016x}", token());
+        assert!(runner_alive(&name), "a live runner is alive");
+        child.kill().unwrap();
+        // Not reaped yet: wait until it is a zombie.
+        let deadline = Instant::now() + Duration::from_secs(5);
+        while std::fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .and_then(|s| parse_state(&s))
+            != Some('Z')
+        {
+            assert!(Instant::now() < deadline, "the child never became a zombie");
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        assert!(!runner_alive(&name), "a zombie runner is dead");
+        child.wait().unwrap();
     }
 
     #[test]

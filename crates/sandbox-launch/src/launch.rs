@@ -8,6 +8,8 @@ use std::ffi::OsString;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use sandbox_core::{
@@ -112,6 +114,12 @@ pub fn launch(
     // gets ready while the child execs. The hooks (and the fds they hold for
     // the child) are gone once `spawn` returns, so a supervisor's channel
     // then sees only the child's end.
+    // The child's pid, for the launching thread to outlive it.
+    let spawned = Arc::new(AtomicI32::new(0));
+    let linger = {
+        let spawned = Arc::clone(&spawned);
+        move || spawn::outlived(spawned.load(Ordering::Acquire))
+    };
     let start = move || {
         let mut running = supervisor
             .map(|s| s.start())
@@ -119,6 +127,7 @@ pub fn launch(
             .map_err(|e| (None, LaunchError::Supervisor(e)))?;
         let child =
             spawn::spawn(&plan.as_plan(), hooks).map_err(|e| (None, LaunchError::Spawn(e)))?;
+        spawned.store(child.pid, Ordering::Release);
         if let Some(running) = running.as_mut() {
             running
                 .confirm()
@@ -135,8 +144,10 @@ pub fn launch(
             Ok(started) => started,
             Err((pid, err)) => {
                 if let Some(pid) = pid {
-                    containment.end(pid, Duration::ZERO);
-                    spawn::kill_and_reap(pid);
+                    // Not killed again once reaped: its pid may be reused.
+                    if containment.end(pid, Duration::ZERO).main.is_none() {
+                        spawn::kill_and_reap(pid);
+                    }
                 }
                 return Err(err);
             }
@@ -155,7 +166,7 @@ pub fn launch(
             mediation: running.map(|r| r.finish()),
         })
     };
-    LaunchDomain::launch(confined.domain, start, body).map_err(LaunchError::Domain)?
+    LaunchDomain::launch(confined.domain, start, linger, body).map_err(LaunchError::Domain)?
 }
 
 /// A [`SpawnPlan`] that owns its data, for the launching thread.

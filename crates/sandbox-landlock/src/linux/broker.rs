@@ -6,7 +6,7 @@
 //! listener, which goes to that thread over the pair. Once the process tree
 //! has ended, the broker's log becomes the run's [`Mediation`].
 
-use std::os::fd::{AsRawFd, OwnedFd, RawFd};
+use std::os::fd::{OwnedFd, RawFd};
 use std::time::Duration;
 
 use sandbox_broker::{
@@ -23,12 +23,10 @@ use crate::LandlockError;
 pub(crate) const REPORT_LINE: &str =
     "metadata writes (chmod, chown, xattr, utimes, truncate by path) are brokered: performed by the runner with the caller's credentials, only beneath a write path and outside every deny path; under read denials xattr reads are brokered too and refused on denied paths";
 
-/// How long the broker's thread waits for the child's listener, counted from
-/// before the child is spawned. The child sends it before exec, and the wait
-/// ends at once when the child fails before that (the parent's copy of its
-/// end is closed when the spawn returns), so only a child stuck before its
-/// exec, under extreme load, meets this bound.
-const LISTENER_WAIT: Duration = Duration::from_secs(30);
+/// How long the runner waits for the broker to have the child's listener
+/// once the child is spawned (it sent it before exec, so it is normally
+/// already there).
+const LISTENER_WAIT: Duration = Duration::from_secs(5);
 
 /// Both ends of the listener channel plus the broker's rules.
 pub(crate) struct Channel {
@@ -141,22 +139,8 @@ impl Supervisor for BrokerSupervisor {
             names,
             fixed,
         } = *self;
-        set_receive_timeout(runner.as_raw_fd(), LISTENER_WAIT)
-            .map_err(|e| fail(format!("setting the receive timeout failed: {e}")))?;
-        let pending = Broker::start_receiving(move || {
-            let (listener, vouched) = sandbox_broker::recv_listener(&runner).map_err(|e| {
-                sandbox_broker::BrokerError::FdPassing {
-                    reason: format!("the child's seccomp listener never arrived: {e}"),
-                }
-            })?;
-            let rules = match fixed {
-                // The child checked its ids and capabilities just before.
-                Some(fixed) if vouched => rules.with_fixed_credentials(fixed),
-                _ => rules,
-            };
-            Ok((listener, rules))
-        })
-        .map_err(|e| fail(e.to_string()))?;
+        let pending =
+            Broker::start_receiving(runner, rules, fixed).map_err(|e| fail(e.to_string()))?;
         Ok(Box::new(RunningBroker {
             broker: BrokerState::Pending(pending),
             names,
@@ -185,7 +169,7 @@ impl RunningSupervisor for RunningBroker {
     fn confirm(&mut self) -> Result<(), SandboxUnavailable> {
         let state = std::mem::replace(&mut self.broker, BrokerState::Failed(String::new()));
         self.broker = match state {
-            BrokerState::Pending(pending) => match pending.ready() {
+            BrokerState::Pending(pending) => match pending.ready(LISTENER_WAIT) {
                 Ok(broker) => BrokerState::Serving(broker),
                 Err(e) => BrokerState::Failed(e.to_string()),
             },
@@ -254,28 +238,6 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
         refused,
         omitted: usize::try_from(log.omitted).unwrap_or(usize::MAX),
         error: log.stopped_by_error,
-    }
-}
-
-fn set_receive_timeout(fd: RawFd, wait: Duration) -> std::io::Result<()> {
-    let tv = libc::timeval {
-        tv_sec: wait.as_secs() as _,
-        tv_usec: 0,
-    };
-    // SAFETY: setsockopt with a valid timeval of the right size.
-    let rc = unsafe {
-        libc::setsockopt(
-            fd,
-            libc::SOL_SOCKET,
-            libc::SO_RCVTIMEO,
-            (&tv as *const libc::timeval).cast(),
-            std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-        )
-    };
-    if rc == 0 {
-        Ok(())
-    } else {
-        Err(std::io::Error::last_os_error())
     }
 }
 
