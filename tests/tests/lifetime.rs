@@ -514,7 +514,10 @@ fn a_runner_in_other_namespaces_does_not_end_a_live_run() {
         assert_exit(&sweeper, 0);
         let out = live.wait_with_output().unwrap();
         assert_eq!(
-            (out.status.code(), String::from_utf8_lossy(&out.stdout).trim()),
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
             (Some(0), "finished"),
             "the live run was ended by a runner under {wrap:?}"
         );

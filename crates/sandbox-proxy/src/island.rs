@@ -48,14 +48,27 @@ const IPV6_FREEBIND: libc::c_int = 78;
 const START_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The steps the helper reports a failure of.
-const STAGES: [&str; 6] = [
+const STAGES: [&str; 7] = [
     "making the namespaces (unshare)",
     "mapping the runner's ids into its user namespace",
     "bringing loopback up",
     "routing every address to loopback",
     "binding the resolver's port 53",
     "sending the resolver's sockets",
+    "opening the namespace's socket count (/proc/self/net/sockstat)",
 ];
+
+/// How many of the run's datagram sockets may exist at once; past it a new
+/// one fails with `ENOBUFS`, as when the kernel has no memory for it.
+///
+/// Their buffers are charged to the helper, not the run: cgroup v1 charges
+/// no UDP memory to any cgroup, and v2 charges a socket to the cgroup of
+/// the task that made it (`sk->sk_memcg`, set in `sk_alloc` from
+/// `current`). Unbounded, a run could hold gigabytes past its `--memory`
+/// and push the host's UDP memory (`udp_mem`, global) over its limit, so
+/// that UDP sockets in every namespace drop datagrams. At this bound a run
+/// holds at most this many sockets' buffers (`net.core.rmem_max` each).
+pub const MAX_SOCKETS: usize = 128;
 
 /// Where the resolver's sockets in a new namespace go: UDP, port 53 of
 /// `0.0.0.0`, and of `::` where IPv6 is on, with packet info on (see
@@ -593,6 +606,16 @@ unsafe fn helper(control: RawFd, plan: &Plan) -> ! {
         if v6 >= 0 {
             libc::close(v6);
         }
+        // Counts every socket of this namespace (`sockets: used`, from
+        // `sk_alloc`), bound or not: the resolver's and the run's.
+        let sockstat = libc::open(
+            c"/proc/self/net/sockstat".as_ptr(),
+            libc::O_RDONLY | libc::O_CLOEXEC,
+        );
+        if sockstat < 0 {
+            fail(6);
+        }
+        let most = MAX_SOCKETS + count;
         loop {
             let mut req = [0i32; 3];
             let n = libc::recv(
@@ -607,7 +630,12 @@ unsafe fn helper(control: RawFd, plan: &Plan) -> ! {
             if n != std::mem::size_of_val(&req) as isize {
                 libc::_exit(0);
             }
-            let fd = libc::socket(req[0], req[1], req[2]);
+            let fd = if sockets_in_use(sockstat).is_some_and(|n| n < most) {
+                libc::socket(req[0], req[1], req[2])
+            } else {
+                *libc::__errno_location() = libc::ENOBUFS;
+                -1
+            };
             let errno = if fd < 0 { *libc::__errno_location() } else { 0 };
             let fds = [fd];
             let _ = send_with_fds(control, &[errno, 0], if fd < 0 { &[] } else { &fds });
@@ -616,6 +644,28 @@ unsafe fn helper(control: RawFd, plan: &Plan) -> ! {
             }
         }
     }
+}
+
+/// The `sockets: used` count of a `/proc/net/sockstat` open at `fd`, or
+/// `None` when it cannot be read (then no socket is made).
+///
+/// # Safety
+/// Async-signal-safe; for the helper.
+unsafe fn sockets_in_use(fd: RawFd) -> Option<usize> {
+    let mut buf = [0u8; 256];
+    // SAFETY: pread into a stack buffer from our own fd.
+    let n = unsafe { libc::pread(fd, buf.as_mut_ptr().cast(), buf.len(), 0) };
+    let text = buf.get(..usize::try_from(n).ok()?)?;
+    let prefix = b"sockets: used ";
+    let at = text.windows(prefix.len()).position(|w| w == prefix)? + prefix.len();
+    let digits = text[at..].iter().take_while(|b| b.is_ascii_digit());
+    let mut count: usize = 0;
+    let mut any = false;
+    for d in digits {
+        count = count.checked_mul(10)?.checked_add(usize::from(d - b'0'))?;
+        any = true;
+    }
+    any.then_some(count)
 }
 
 /// A UDP socket bound to port 53 of `family`'s wildcard address that
