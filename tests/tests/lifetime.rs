@@ -523,3 +523,55 @@ fn a_runner_in_other_namespaces_does_not_end_a_live_run() {
         );
     }
 }
+
+/// SIGINT (Ctrl-C), SIGTERM or SIGHUP to the runner end the whole run, its
+/// background processes too, and the runner exits as the signal's
+/// (128 + N); they reach the runner alone, since the command has a session
+/// of its own. Twin: the background process was running before the signal.
+/// As root (cgroup) and nobody (process group).
+#[test]
+fn a_stop_signal_to_the_runner_ends_the_whole_run() {
+    let body = r#"
+if os.fork() == 0:
+    while True:
+        pulse()
+        time.sleep(0.02)
+while True:
+    time.sleep(1)
+"#;
+    for who in [As::Root, As::Nobody] {
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            let s = scene();
+            let code = attack(body);
+            let mut runner = cli(who)
+                .args(["run", "--timeout", "60", "-w"])
+                .arg(&s.w)
+                .args(["--", "python3", "-c", &code, &s.token])
+                .arg(&s.beat)
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap();
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while beat_len(&s) == 0 && Instant::now() < deadline {
+                std::thread::sleep(Duration::from_millis(10));
+            }
+            // setpriv execs the CLI: its pid is the runner's.
+            // SAFETY: kill has no memory effects; the pid is our child.
+            unsafe { libc::kill(runner.id() as i32, signal) };
+            let started = Instant::now();
+            let status = runner.wait().unwrap();
+            assert!(started.elapsed() < Duration::from_secs(8));
+            let mut err = String::new();
+            std::io::Read::read_to_string(runner.stderr.as_mut().unwrap(), &mut err).unwrap();
+            assert_eq!(
+                status.code(),
+                Some(128 + signal),
+                "{who:?} signal {signal}: {err}"
+            );
+            assert!(err.contains("stopped by signal"), "{who:?}: {err}");
+            nothing_survives(&s, &format!("{who:?} after signal {signal}"));
+        }
+    }
+}

@@ -396,7 +396,17 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
     Ok(0)
 }
 
+/// Ctrl-C, a terminal hang-up or a service manager's stop reach the runner
+/// alone (the command has a session of its own): they end the whole run,
+/// as a timeout does, instead of the runner only, whose death would leave
+/// the run's background processes to a later run's sweep.
+fn stop_runs_on_signals() -> Result<(), Fatal> {
+    sandbox::stop_runs_on(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+        .map_err(|e| Fatal(format!("cannot catch the stop signals: {e}")))
+}
+
 fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
+    stop_runs_on_signals()?;
     // Past parsing, every refusal still leaves a record for --report.
     let recorded = |why: Fatal| record_refusal(&args.argv, args.report.as_deref(), why);
     let operator = load_config(&args.config).map_err(recorded)?;
@@ -467,6 +477,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
 }
 
 fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
+    stop_runs_on_signals()?;
     let operator = load_config(&args.config)?;
     let config = &operator.config;
     let text = if args.op.as_os_str() == "-" {

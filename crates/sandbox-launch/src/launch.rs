@@ -19,7 +19,7 @@ use sandbox_core::{
 use crate::contain::{Containment, ContainmentKind};
 use crate::limit::RunLimits;
 use crate::spawn::{self, SpawnPlan};
-use crate::wait::Watch;
+use crate::wait::{Waited, Watch};
 
 /// What a backend prepared for one command, besides its argv.
 #[derive(Debug, Default)]
@@ -39,6 +39,9 @@ pub struct Launched {
     pub status: ExitStatus,
     /// Whether the deadline passed before the main process exited.
     pub timed_out: bool,
+    /// The stop signal ([`crate::wait::stop_runs_on`]) that ended the run
+    /// before its main process exited, if one did.
+    pub stopped_by: Option<i32>,
     /// Processes besides the main one that were still there at the end,
     /// and were ended.
     pub others: usize,
@@ -152,7 +155,7 @@ pub fn launch(
                 return Err(err);
             }
         };
-        let timed_out = !Watch::new(pid).wait_exit(deadline);
+        let waited = Watch::new(pid).wait_exit(deadline);
         // Every process of the run ends here, the main one too on a timeout.
         let ended = containment.end(pid, grace);
         let status = match ended.main {
@@ -161,7 +164,11 @@ pub fn launch(
         };
         Ok(Launched {
             status,
-            timed_out,
+            timed_out: waited == Waited::TimedOut,
+            stopped_by: match waited {
+                Waited::Stopped(sig) => Some(sig),
+                _ => None,
+            },
             others: ended.others,
             mediation: running.map(|r| r.finish()),
         })

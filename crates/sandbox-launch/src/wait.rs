@@ -8,7 +8,85 @@
 //! it is reaped with [`crate::spawn::wait`].
 
 use std::os::fd::{AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicI32, Ordering};
 use std::time::{Duration, Instant};
+
+/// How a wait ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Waited {
+    /// The child exited.
+    Exited,
+    /// The deadline passed first.
+    TimedOut,
+    /// This process got a signal [`stop_runs_on`] names (the signal).
+    Stopped(i32),
+}
+
+/// The pipe the stop handler writes each signal's number to (-1: none).
+static STOP_READ: AtomicI32 = AtomicI32::new(-1);
+static STOP_WRITE: AtomicI32 = AtomicI32::new(-1);
+
+/// Makes `signals` (for a CLI: SIGINT, SIGTERM, SIGHUP) end the run in
+/// progress instead of this process: its wait returns [`Waited::Stopped`],
+/// and the launch then ends every process of the run as at a timeout.
+/// Process-global (signal dispositions are): for a program that owns its
+/// signals, not for a library. Call it once, before any run; later calls
+/// keep the first pipe.
+pub fn stop_runs_on(signals: &[libc::c_int]) -> std::io::Result<()> {
+    if STOP_WRITE.load(Ordering::Acquire) < 0 {
+        let mut fds = [0; 2];
+        // SAFETY: pipe fills two fds on success; fcntl takes them by value.
+        // (macOS has no pipe2; no other thread forks before a run starts.)
+        let made = unsafe {
+            libc::pipe(fds.as_mut_ptr()) == 0
+                && fds.iter().all(|&fd| {
+                    libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == 0
+                        && libc::fcntl(fd, libc::F_SETFL, libc::O_NONBLOCK) == 0
+                })
+        };
+        if !made {
+            return Err(std::io::Error::last_os_error());
+        }
+        STOP_READ.store(fds[0], Ordering::Release);
+        STOP_WRITE.store(fds[1], Ordering::Release);
+    }
+    for &sig in signals {
+        // SAFETY: sigaction is plain data; the handler is async-signal-safe
+        // (an atomic load and a write(2)).
+        let rc = unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
+            action.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut action.sa_mask);
+            libc::sigaction(sig, &action, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    let fd = STOP_WRITE.load(Ordering::Relaxed);
+    if fd >= 0 {
+        let byte = u8::try_from(sig).unwrap_or(u8::MAX);
+        // SAFETY: write(2) of one byte from the stack; async-signal-safe.
+        unsafe { libc::write(fd, (&byte as *const u8).cast(), 1) };
+    }
+}
+
+/// A stop signal that arrived, if one did (consumed).
+fn stop_signal() -> Option<i32> {
+    let fd = STOP_READ.load(Ordering::Acquire);
+    if fd < 0 {
+        return None;
+    }
+    let mut byte = 0u8;
+    // SAFETY: a non-blocking read of one byte into the stack.
+    let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
+    (n == 1).then_some(i32::from(byte))
+}
 
 /// A child to wait for.
 #[derive(Debug)]
@@ -26,20 +104,23 @@ impl Watch {
         }
     }
 
-    /// Waits until the child exits (`true`) or `deadline` passes (`false`);
-    /// `None` waits without bound. The child is left unreaped.
-    pub fn wait_exit(&self, deadline: Option<Instant>) -> bool {
+    /// Waits until the child exits, `deadline` passes (`None`: no bound) or
+    /// a stop signal arrives ([`stop_runs_on`]). The child is left unreaped.
+    pub fn wait_exit(&self, deadline: Option<Instant>) -> Waited {
         if let Some(pidfd) = &self.pidfd {
-            if let Some(exited) = wait_pidfd(pidfd, deadline) {
-                return exited;
+            if let Some(waited) = wait_pidfd(pidfd, deadline) {
+                return waited;
             }
         }
         self.wait_polling(deadline)
     }
 
     /// Checks with `waitid(WNOWAIT)` on a short tick.
-    fn wait_polling(&self, deadline: Option<Instant>) -> bool {
+    fn wait_polling(&self, deadline: Option<Instant>) -> Waited {
         loop {
+            if let Some(sig) = stop_signal() {
+                return Waited::Stopped(sig);
+            }
             // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child unreaped.
             let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
             // SAFETY: as above.
@@ -53,15 +134,15 @@ impl Watch {
             };
             // SAFETY: si_pid is valid to read for waitid results.
             if rc == 0 && unsafe { info.si_pid() } != 0 {
-                return true;
+                return Waited::Exited;
             }
             if rc != 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
             {
                 // Not our child (already reaped): nothing left to wait for.
-                return true;
+                return Waited::Exited;
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
-                return false;
+                return Waited::TimedOut;
             }
             std::thread::sleep(Duration::from_millis(1));
         }
@@ -82,34 +163,46 @@ fn pidfd_open(_pid: libc::pid_t) -> Option<OwnedFd> {
     None
 }
 
-/// `Some(exited)` from polling the pidfd; `None` when `poll` fails with
-/// anything but `EINTR` (the caller then polls with `waitid`).
-fn wait_pidfd(pidfd: &OwnedFd, deadline: Option<Instant>) -> Option<bool> {
+/// `Some(how)` from polling the pidfd (and the stop pipe); `None` when
+/// `poll` fails with anything but `EINTR` (the caller then polls with
+/// `waitid`).
+fn wait_pidfd(pidfd: &OwnedFd, deadline: Option<Instant>) -> Option<Waited> {
     loop {
+        if let Some(sig) = stop_signal() {
+            return Some(Waited::Stopped(sig));
+        }
         let ms = match deadline {
             Some(d) => {
                 let left = d.saturating_duration_since(Instant::now());
                 if left.is_zero() {
-                    return Some(false);
+                    return Some(Waited::TimedOut);
                 }
                 // Rounded up, so the wait never ends just short of the deadline.
                 libc::c_int::try_from(left.as_millis() + 1).unwrap_or(libc::c_int::MAX)
             }
             None => -1,
         };
-        let mut pfd = libc::pollfd {
-            fd: pidfd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one valid pollfd.
-        let n = unsafe { libc::poll(&mut pfd, 1, ms) };
-        if n > 0 {
-            return Some(true);
+        let mut pfds = [
+            libc::pollfd {
+                fd: pidfd.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: STOP_READ.load(Ordering::Acquire),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // SAFETY: two pollfds (a negative fd is skipped by poll).
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+        if n > 0 && pfds[0].revents != 0 {
+            return Some(Waited::Exited);
         }
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return None;
         }
-        // n == 0: the deadline check at the top ends the loop; EINTR: again.
+        // n == 0: the deadline check at the top ends the loop; the stop pipe
+        // or EINTR: its check at the top.
     }
 }

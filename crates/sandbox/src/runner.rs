@@ -124,6 +124,14 @@ pub enum RunError {
         .0.join("; ")
     )]
     LimitsUnavailable(Vec<String>),
+    /// The runner got a stop signal ([`crate::stop_runs_on`]) while the command
+    /// ran; every process of the run was ended (SIGTERM, the grace period,
+    /// SIGKILL).
+    #[error("stopped by signal {signal}: every process of the run was ended")]
+    Stopped {
+        /// The signal's number.
+        signal: i32,
+    },
     /// Spawning failed for another reason.
     #[error("could not start {}: {source}", program.to_string_lossy())]
     Spawn {
@@ -230,6 +238,8 @@ impl RunError {
         match self {
             RunError::NotFound(_) => EXIT_NOT_FOUND,
             RunError::NotExecutable { .. } => EXIT_NOT_EXECUTABLE,
+            // As a shell reports a command its signal ended.
+            RunError::Stopped { signal } => 128 + signal,
             _ => EXIT_SANDBOX,
         }
     }
@@ -426,6 +436,9 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     })?;
     let (timed_out, status, mut mediation) =
         (launched.timed_out, launched.status, launched.mediation);
+    if let Some(signal) = launched.stopped_by {
+        return Err(RunError::Stopped { signal });
+    }
     let leftovers = launched.others;
     let limit_records = limits.records();
     drop(limits);
