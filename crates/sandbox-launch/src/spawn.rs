@@ -253,6 +253,8 @@ mod imp {
         join: RawFd,
         hooks: Vec<PreExecHook>,
         error: i32,
+        /// Set by the child when the step that failed was its `chdir`.
+        in_cwd: bool,
     }
 
     fn nul_error(what: &str, value: &OsStr) -> io::Error {
@@ -325,6 +327,7 @@ mod imp {
             join: -1,
             hooks,
             error: 0,
+            in_cwd: false,
         };
         let stack = Stack::new()?;
 
@@ -373,7 +376,21 @@ mod imp {
         let error = unsafe { std::ptr::read_volatile(&args.error) };
         if error != 0 {
             let _ = super::wait(pid);
-            return Err(io::Error::from_raw_os_error(error));
+            let err = io::Error::from_raw_os_error(error);
+            // SAFETY: as for `error` above.
+            return Err(
+                match (unsafe { std::ptr::read_volatile(&args.in_cwd) }, plan.cwd) {
+                    // Said as env(1) says it, not as an exec failure.
+                    (true, Some(cwd)) => io::Error::new(
+                        err.kind(),
+                        format!(
+                            "cannot change to the working directory {}: {err}",
+                            cwd.display()
+                        ),
+                    ),
+                    _ => err,
+                },
+            );
         }
         Ok(Spawned { pid })
     }
@@ -443,6 +460,7 @@ mod imp {
             }
             if let Some(cwd) = &args.cwd {
                 if libc::chdir(cwd.as_ptr()) < 0 {
+                    args.in_cwd = true;
                     return errno();
                 }
             }
