@@ -575,3 +575,57 @@ while True:
         }
     }
 }
+
+/// A stop signal at any moment of a launch (before the handler is set, in
+/// the self-test, before the spawn, while the command starts): the CLI ends
+/// with it (killed by it, or exiting 128 + N) and nothing the run started
+/// is left. Twin: without the signal the same run's background process runs.
+#[test]
+fn a_stop_signal_at_any_moment_leaves_nothing() {
+    let body = r#"
+if os.fork() == 0:
+    while True:
+        pulse()
+        time.sleep(0.02)
+"#;
+    let code = attack(body);
+    for i in 0..12u64 {
+        let s = scene();
+        let mut runner = cli(As::Root)
+            .args(["run", "-w"])
+            .arg(&s.w)
+            .args(["--", "python3", "-c", &code, &s.token])
+            .arg(&s.beat)
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(i * 4));
+        // SAFETY: kill has no memory effects; the pid is our child.
+        unsafe { libc::kill(runner.id() as i32, libc::SIGINT) };
+        let status = runner.wait().unwrap();
+        use std::os::unix::process::ExitStatusExt;
+        assert!(
+            status.code() == Some(130) || status.signal() == Some(libc::SIGINT),
+            "after {} ms: {status:?}",
+            i * 4
+        );
+        std::thread::sleep(Duration::from_millis(300));
+        let left = survivors(&s);
+        for pid in &left {
+            // SAFETY: kill has no memory effects.
+            unsafe { libc::kill(*pid, libc::SIGKILL) };
+        }
+        assert!(
+            left.is_empty(),
+            "after {} ms: {left:?} outlived the run",
+            i * 4
+        );
+    }
+    // Twin: unsignalled, the background process ran (and the run ended it).
+    let s = scene();
+    let out = run(As::Root, &s, &[], &code);
+    assert_eq!(out.status.code(), Some(0));
+    nothing_survives(&s, "unsignalled twin");
+}

@@ -139,7 +139,9 @@ fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
         Err(Fatal(message)) => {
             let line = message.replace('\n', " ");
             eprintln!("sandbox: {line}");
-            EXIT_SANDBOX
+            // Stopped (Ctrl-C) before the run: the caller learns it was the
+            // signal, as from the run.
+            sandbox::stop_requested().map_or(EXIT_SANDBOX, |sig| 128 + sig)
         }
     }
 }

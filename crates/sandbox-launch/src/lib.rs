@@ -23,4 +23,4 @@ pub use contain::{Containment, ContainmentKind};
 pub use launch::{launch, launch_options, Confined, LaunchError, Launched};
 pub use limit::{LimitKind, LimitRecord, RunLimits};
 pub use locate::{locate, LocateError};
-pub use wait::{stop_runs_on, Waited, Watch};
+pub use wait::{stop_requested, stop_runs_on, Waited, Watch};

@@ -31,7 +31,8 @@ static STOP_WRITE: AtomicI32 = AtomicI32::new(-1);
 /// and the launch then ends every process of the run as at a timeout.
 /// Process-global (signal dispositions are): for a program that owns its
 /// signals, not for a library. Call it once, before any run; later calls
-/// keep the first pipe.
+/// keep the first pipe. Once such a signal has arrived, every later run
+/// of the process ends at once, and none starts ([`stop_requested`]).
 pub fn stop_runs_on(signals: &[libc::c_int]) -> std::io::Result<()> {
     if STOP_WRITE.load(Ordering::Acquire) < 0 {
         let mut fds = [0; 2];
@@ -76,8 +77,17 @@ extern "C" fn on_stop_signal(sig: libc::c_int) {
     }
 }
 
-/// A stop signal that arrived, if one did (consumed).
-fn stop_signal() -> Option<i32> {
+/// The first stop signal that arrived (0: none yet). Kept: a signal that
+/// arrives between runs, or during the self-test's probes, stops the next.
+static STOPPED: AtomicI32 = AtomicI32::new(0);
+
+/// The stop signal ([`stop_runs_on`]) this process got, if it got one: no
+/// run should start then.
+pub fn stop_requested() -> Option<i32> {
+    let seen = STOPPED.load(Ordering::Acquire);
+    if seen != 0 {
+        return Some(seen);
+    }
     let fd = STOP_READ.load(Ordering::Acquire);
     if fd < 0 {
         return None;
@@ -85,7 +95,12 @@ fn stop_signal() -> Option<i32> {
     let mut byte = 0u8;
     // SAFETY: a non-blocking read of one byte into the stack.
     let n = unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) };
-    (n == 1).then_some(i32::from(byte))
+    if n != 1 {
+        return None;
+    }
+    let sig = i32::from(byte);
+    STOPPED.store(sig, Ordering::Release);
+    Some(sig)
 }
 
 /// A child to wait for.
@@ -118,7 +133,7 @@ impl Watch {
     /// Checks with `waitid(WNOWAIT)` on a short tick.
     fn wait_polling(&self, deadline: Option<Instant>) -> Waited {
         loop {
-            if let Some(sig) = stop_signal() {
+            if let Some(sig) = stop_requested() {
                 return Waited::Stopped(sig);
             }
             // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child unreaped.
@@ -168,7 +183,7 @@ fn pidfd_open(_pid: libc::pid_t) -> Option<OwnedFd> {
 /// `waitid`).
 fn wait_pidfd(pidfd: &OwnedFd, deadline: Option<Instant>) -> Option<Waited> {
     loop {
-        if let Some(sig) = stop_signal() {
+        if let Some(sig) = stop_requested() {
             return Some(Waited::Stopped(sig));
         }
         let ms = match deadline {

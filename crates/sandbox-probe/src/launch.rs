@@ -195,6 +195,13 @@ fn run_prepared(
         Duration::ZERO,
     );
     match launched {
+        // The runner was told to stop: the probe says nothing of the host.
+        Ok(l) if l.stopped_by.is_some() => Ended::NotStarted {
+            why: format!(
+                "the runner got signal {} and stopped the probe",
+                l.stopped_by.unwrap_or_default()
+            ),
+        },
         Ok(l) if l.timed_out => Ended::TimedOut {
             after: launch.deadline,
         },

@@ -124,10 +124,10 @@ pub enum RunError {
         .0.join("; ")
     )]
     LimitsUnavailable(Vec<String>),
-    /// The runner got a stop signal ([`crate::stop_runs_on`]) while the command
-    /// ran; every process of the run was ended (SIGTERM, the grace period,
-    /// SIGKILL).
-    #[error("stopped by signal {signal}: every process of the run was ended")]
+    /// The runner got a stop signal ([`crate::stop_runs_on`]) before or
+    /// while the command ran; every process of the run was ended (SIGTERM,
+    /// the grace period, SIGKILL), or none was started.
+    #[error("stopped by signal {signal}: no process of the run is left")]
     Stopped {
         /// The signal's number.
         signal: i32,
@@ -413,6 +413,10 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         domain,
     };
     let deadline = timeout.map(|t| started + t);
+    // A stop signal that came before the launch: nothing starts.
+    if let Some(signal) = sandbox_launch::stop_requested() {
+        return Err(RunError::Stopped { signal });
+    }
     let launched = sandbox_launch::launch(
         &plan,
         &containment,
