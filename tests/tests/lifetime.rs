@@ -629,3 +629,143 @@ if os.fork() == 0:
     assert_eq!(out.status.code(), Some(0));
     nothing_survives(&s, "unsignalled twin");
 }
+
+/// Two runners in a pid namespace of their own that share the host's
+/// `/proc` (`unshare --pid` without `--mount-proc`): the second's sweep
+/// reads the first's pid and start time as that `/proc` shows them, so it
+/// leaves the live run alone. Twin: the outer test above, with a `/proc`
+/// of the namespace's own.
+#[test]
+fn runners_in_a_pid_namespace_without_their_own_proc_keep_each_others_runs() {
+    let s = scene();
+    let script = format!(
+        "\"$0\" run -w {w} -- /bin/sh -c 'sleep 1.5; echo finished' & sleep 0.4; \"$0\" run -- /bin/true; wait",
+        w = s.w.display()
+    );
+    let out = Command::new("unshare")
+        .args(["--pid", "--fork", "--", "/bin/sh", "-c", &script])
+        .arg(sandbox_bin())
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .stdin(Stdio::null())
+        .output()
+        .expect("unshare (util-linux)");
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        (Some(0), "finished"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
+
+/// A stop signal the runner was started ignoring (`nohup`, a shell's
+/// background job) stays ignored: the run goes on. Twin: the same signal
+/// not ignored stops the run (`a_stop_signal_to_the_runner_ends_the_whole_run`).
+#[test]
+fn an_ignored_stop_signal_stays_ignored() {
+    for (signal, name) in [(libc::SIGHUP, "HUP"), (libc::SIGINT, "INT")] {
+        let runner = Command::new("/bin/sh")
+            .args([
+                "-c",
+                &format!(
+                    "trap '' {name}; exec \"$0\" run -- /bin/sh -c 'sleep 0.8; echo finished'"
+                ),
+            ])
+            .arg(sandbox_bin())
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        std::thread::sleep(Duration::from_millis(300));
+        // SAFETY: kill has no memory effects; the pid is our child's (sh
+        // exec'd the CLI).
+        unsafe { libc::kill(runner.id() as i32, signal) };
+        let out = runner.wait_with_output().unwrap();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+            (Some(0), "finished"),
+            "SIG{name} ignored at start"
+        );
+    }
+}
+
+/// Outside a run (here `exec-op` reading its op from stdin) the stop
+/// signals do what they did before: SIGINT ends the CLI at once. Twin:
+/// during a run the same signal stops the run
+/// (`a_stop_signal_to_the_runner_ends_the_whole_run`).
+#[test]
+fn a_stop_signal_outside_a_run_ends_the_cli_at_once() {
+    let mut cli = Command::new(sandbox_bin())
+        .args(["exec-op", "--op", "-"])
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill has no memory effects; the pid is our child.
+    unsafe { libc::kill(cli.id() as i32, libc::SIGINT) };
+    let deadline = Instant::now() + Duration::from_secs(5);
+    let status = loop {
+        if let Some(status) = cli.try_wait().unwrap() {
+            break Some(status);
+        }
+        if Instant::now() > deadline {
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    };
+    let _ = cli.kill();
+    let _ = cli.wait();
+    use std::os::unix::process::ExitStatusExt;
+    assert_eq!(
+        status.and_then(|s| s.signal()),
+        Some(libc::SIGINT),
+        "the CLI did not end on SIGINT while reading its op: {status:?}"
+    );
+}
+
+/// A runner started with SIGCHLD ignored (which makes the kernel reap its
+/// children unasked) still waits for the command and reports its status.
+/// Twin: the same run with SIGCHLD at its default.
+#[test]
+fn a_runner_started_with_sigchld_ignored_reports_the_commands_status() {
+    use std::os::unix::process::CommandExt;
+    for ignored in [false, true] {
+        let mut cmd = Command::new(sandbox_bin());
+        cmd.args(["run", "--", "/bin/sh", "-c", "echo ran; exit 3"])
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .stdin(Stdio::null());
+        if ignored {
+            // SAFETY: signal(2) is async-signal-safe; the closure runs in the
+            // child before exec and allocates nothing.
+            unsafe {
+                cmd.pre_exec(|| {
+                    libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+                    Ok(())
+                });
+            }
+        }
+        let out = cmd.output().unwrap();
+        assert_eq!(
+            (
+                out.status.code(),
+                String::from_utf8_lossy(&out.stdout).trim()
+            ),
+            (Some(3), "ran"),
+            "SIGCHLD ignored: {ignored}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+    }
+}

@@ -101,8 +101,13 @@ fn open_missing_standard_fds() {
 }
 
 fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
-    // SAFETY: setting a disposition before any thread exists.
-    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    // SAFETY: setting dispositions before any thread exists. SIGCHLD
+    // inherited ignored would have the kernel reap the run's processes
+    // before the runner could wait for them (wait(2), "NOTES").
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_IGN);
+        libc::signal(libc::SIGCHLD, libc::SIG_DFL);
+    }
     log::init();
     let cli = match Cli::try_parse_from(args) {
         Ok(cli) => cli,
@@ -399,16 +404,16 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
 }
 
 /// Ctrl-C, a terminal hang-up or a service manager's stop reach the runner
-/// alone (the command has a session of its own): they end the whole run,
-/// as a timeout does, instead of the runner only, whose death would leave
-/// the run's background processes to a later run's sweep.
-fn stop_runs_on_signals() -> Result<(), Fatal> {
+/// alone (the command has a session of its own): while the guard lives (the
+/// self-test and the run, not a prompt or a read around them) they end the
+/// whole run, as a timeout does, instead of the runner only, whose death
+/// would leave the run's background processes to a later run's sweep.
+fn stop_runs_on_signals() -> Result<sandbox::StopSignals, Fatal> {
     sandbox::stop_runs_on(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
         .map_err(|e| Fatal(format!("cannot catch the stop signals: {e}")))
 }
 
 fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
-    stop_runs_on_signals()?;
     // Past parsing, every refusal still leaves a record for --report.
     let recorded = |why: Fatal| record_refusal(&args.argv, args.report.as_deref(), why);
     let operator = load_config(&args.config).map_err(recorded)?;
@@ -479,7 +484,6 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
 }
 
 fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
-    stop_runs_on_signals()?;
     let operator = load_config(&args.config)?;
     let config = &operator.config;
     let text = if args.op.as_os_str() == "-" {
@@ -544,6 +548,7 @@ fn execute(
     req: RunRequest,
     report: Option<&Path>,
 ) -> Result<Result<Outcome, i32>, Fatal> {
+    let _stop = stop_runs_on_signals()?;
     // Checked and its directory opened before the command runs: the command
     // may plant a symlink there or swap the directory meanwhile.
     let report = report.map(report::Target::open).transpose()?;

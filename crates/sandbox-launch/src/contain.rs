@@ -476,7 +476,7 @@ fn fresh_name() -> io::Result<String> {
     let me = Identity::of_self()?;
     Ok(format!(
         "{PREFIX}{}-{}-{}-{:016x}",
-        me.pid,
+        me.seen,
         me.start,
         me.namespaces,
         token()
@@ -486,13 +486,17 @@ fn fresh_name() -> io::Result<String> {
 /// What names this runner process in its cgroups' names.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct Identity {
+    /// `getpid`, to tell a forked child from the process that read this.
     pid: u32,
+    /// The pid `/proc` shows for it: the one in the name.
+    seen: u32,
     /// Clock ticks since boot, as this process's time namespace counts.
     start: u64,
-    /// `<pid namespace inode>.<time namespace inode>` in hex (0 for a time
-    /// namespace the kernel lacks): a runner in another pid or time
-    /// namespace sees other pids and start times, so a sweep judges only
-    /// names made in its own.
+    /// `<device of /proc>.<time namespace inode>` in hex (0 for a time
+    /// namespace the kernel lacks): a runner with another `/proc` (another
+    /// pid namespace's) or in another time namespace sees other pids and
+    /// start times, so a sweep judges only names made with its own; a dead
+    /// runner's leftovers there wait for a runner there.
     namespaces: String,
 }
 
@@ -510,10 +514,18 @@ impl Identity {
         if let Some(me) = known.as_ref().filter(|me| me.pid == pid) {
             return Ok(me.clone());
         }
+        // As `/proc` shows this process, which may belong to another pid
+        // namespace than the process (`unshare --pid` without a /proc of
+        // its own): a sweep reads `/proc/<pid>` there.
+        let seen = std::fs::read_link("/proc/self")
+            .ok()
+            .and_then(|p| p.to_str().and_then(|p| p.parse::<u32>().ok()))
+            .ok_or_else(|| io::Error::other("this process is not in /proc"))?;
         let start = start_time("self")
             .ok_or_else(|| io::Error::other("cannot read this process's start time"))?;
         let me = Identity {
             pid,
+            seen,
             start,
             namespaces: own_namespaces(),
         };
@@ -522,10 +534,14 @@ impl Identity {
     }
 }
 
+/// The `/proc` this process reads pids and start times in (its device:
+/// one per procfs instance, so per pid namespace) and its time namespace
+/// (start times are shown in the reader's).
 fn own_namespaces() -> String {
     use std::os::unix::fs::MetadataExt;
-    let ino = |ns: &str| std::fs::metadata(format!("/proc/self/ns/{ns}")).map_or(0, |m| m.ino());
-    format!("{:x}.{:x}", ino("pid"), ino("time"))
+    let proc_dev = std::fs::metadata("/proc").map_or(0, |m| m.dev());
+    let time = std::fs::metadata("/proc/self/ns/time").map_or(0, |m| m.ino());
+    format!("{proc_dev:x}.{time:x}")
 }
 
 /// Whether the runner a per-run cgroup name (after [`PREFIX`]) names is

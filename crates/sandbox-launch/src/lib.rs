@@ -22,7 +22,7 @@
 //! |---|---|---|---|
 //! | the run's processes ([`Containment`]) | double forks, setsid, fork relays, subreapers, processes that ignore SIGTERM | a cgroup of the run's own (`cgroup.kill`), else a process group the filter keeps every process in; the run ends only when `cgroup.events` says no live process is left | `tests/tests/lifetime.rs` (`nothing_outlives_a_run_*`, `the_timeout_ends_everything_promptly`) |
 //! | the runner's death or stop | SIGKILL leaves survivors to the next run's sweep; SIGINT, SIGTERM, SIGHUP to the CLI end the whole run ([`stop_runs_on`]); the command cannot signal the runner (Landlock signal scoping) | parent-death signal on the main process; the sweep of stale cgroups | `lifetime.rs` (`a_killed_runner_leaves_nothing_past_the_next_run`, `a_stop_signal_to_the_runner_ends_the_whole_run`, `a_stop_signal_at_any_moment_leaves_nothing`) |
-//! | per-run cgroup names and the sweep | a survivor may take a dead runner's pid; runners in other pid or time namespaces see other pids and start times; a dead runner may stay a zombie | names carry pid, start time, pid and time namespaces and a random token; a sweep judges only names of its own namespaces; a zombie is dead | `contain::tests`, `lifetime.rs` (`a_reused_runner_pid_does_not_shield_survivors`, `a_runner_in_other_namespaces_does_not_end_a_live_run`) |
+//! | per-run cgroup names and the sweep | a survivor may take a dead runner's pid; runners in other pid or time namespaces see other pids and start times; a dead runner may stay a zombie | names carry the pid and start time as this runner's `/proc` shows them, that `/proc` and the time namespace, and a random token; a sweep judges only names made with its own `/proc` and time namespace (others wait for a runner there); a zombie is dead | `contain::tests`, `lifetime.rs` (`a_reused_runner_pid_does_not_shield_survivors`, `a_runner_in_other_namespaces_does_not_end_a_live_run`) |
 //! | the launching thread | its exit fires the main process's parent-death signal | it outlives the child (`waitid` with `WNOWAIT`) and is joined before the run returns | `tests/tests/launch_threads.rs` |
 //! | the broker's listener channel | a child that fails before sending; other forks of the caller holding a copy of the child's end | the broker's receive is shut down when no listener will come | `launch_threads.rs` (`a_child_that_fails_before_its_listener_fails_at_once_while_the_caller_forks`) |
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -38,4 +38,4 @@ pub use contain::{Containment, ContainmentKind};
 pub use launch::{launch, launch_options, Confined, LaunchError, Launched};
 pub use limit::{LimitKind, LimitRecord, RunLimits};
 pub use locate::{locate, LocateError};
-pub use wait::{stop_requested, stop_runs_on, Waited, Watch};
+pub use wait::{stop_requested, stop_runs_on, StopSignals, Waited, Watch};

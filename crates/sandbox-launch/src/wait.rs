@@ -26,14 +26,18 @@ pub enum Waited {
 static STOP_READ: AtomicI32 = AtomicI32::new(-1);
 static STOP_WRITE: AtomicI32 = AtomicI32::new(-1);
 
-/// Makes `signals` (for a CLI: SIGINT, SIGTERM, SIGHUP) end the run in
-/// progress instead of this process: its wait returns [`Waited::Stopped`],
-/// and the launch then ends every process of the run as at a timeout.
+/// Makes `signals` (for a CLI: SIGINT, SIGTERM, SIGHUP; those this process
+/// ignores are left ignored) end the run in progress instead of this
+/// process, until the returned guard is dropped (which restores what they
+/// did before): a run's wait returns [`Waited::Stopped`], and the launch
+/// then ends every process of the run as at a timeout. Once such a signal
+/// has arrived, every later run of the process ends at once, and none
+/// starts ([`stop_requested`]).
+///
 /// Process-global (signal dispositions are): for a program that owns its
-/// signals, not for a library. Call it once, before any run; later calls
-/// keep the first pipe. Once such a signal has arrived, every later run
-/// of the process ends at once, and none starts ([`stop_requested`]).
-pub fn stop_runs_on(signals: &[libc::c_int]) -> std::io::Result<()> {
+/// signals, not for a library. Hold the guard only around runs, so that a
+/// prompt or a read between them can still be interrupted.
+pub fn stop_runs_on(signals: &[libc::c_int]) -> std::io::Result<StopSignals> {
     if STOP_WRITE.load(Ordering::Acquire) < 0 {
         let mut fds = [0; 2];
         // SAFETY: pipe fills two fds on success; fcntl takes them by value.
@@ -51,21 +55,56 @@ pub fn stop_runs_on(signals: &[libc::c_int]) -> std::io::Result<()> {
         STOP_READ.store(fds[0], Ordering::Release);
         STOP_WRITE.store(fds[1], Ordering::Release);
     }
+    let mut guard = StopSignals { before: Vec::new() };
     for &sig in signals {
-        // SAFETY: sigaction is plain data; the handler is async-signal-safe
-        // (an atomic load and a write(2)).
-        let rc = unsafe {
+        // SAFETY: sigaction is plain data, all-zero valid; reading the
+        // disposition, then setting an async-signal-safe handler (an
+        // atomic load and a write(2)).
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(sig, std::ptr::null(), &mut old) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Ignored when the process started (`nohup`, a shell's
+            // background job): it stops nothing.
+            if old.sa_sigaction == libc::SIG_IGN {
+                continue;
+            }
             let mut action: libc::sigaction = std::mem::zeroed();
             action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
             action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
-            libc::sigaction(sig, &action, std::ptr::null_mut())
-        };
-        if rc != 0 {
-            return Err(std::io::Error::last_os_error());
+            if libc::sigaction(sig, &action, std::ptr::null_mut()) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            guard.before.push((sig, old));
         }
     }
-    Ok(())
+    Ok(guard)
+}
+
+/// What [`stop_runs_on`] changed; dropping it restores each signal's
+/// disposition before.
+pub struct StopSignals {
+    before: Vec<(libc::c_int, libc::sigaction)>,
+}
+
+impl std::fmt::Debug for StopSignals {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let signals: Vec<libc::c_int> = self.before.iter().map(|(sig, _)| *sig).collect();
+        f.debug_struct("StopSignals")
+            .field("signals", &signals)
+            .finish()
+    }
+}
+
+impl Drop for StopSignals {
+    fn drop(&mut self) {
+        for (sig, old) in &self.before {
+            // SAFETY: restoring a disposition read by `stop_runs_on`.
+            unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+        }
+    }
 }
 
 extern "C" fn on_stop_signal(sig: libc::c_int) {

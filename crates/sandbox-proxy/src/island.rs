@@ -58,17 +58,39 @@ const STAGES: [&str; 7] = [
     "opening the namespace's socket count (/proc/self/net/sockstat)",
 ];
 
-/// How many of the run's datagram sockets may exist at once; past it a new
-/// one fails with `ENOBUFS`, as when the kernel has no memory for it.
+/// How many of the run's datagram sockets may exist at once, for a host
+/// whose `net.core.rmem_max` is `rmem_max` bytes; past it a new one fails
+/// with `ENOBUFS`, as when the kernel has no memory for it.
 ///
 /// Their buffers are charged to the helper, not the run: cgroup v1 charges
 /// no UDP memory to any cgroup, and v2 charges a socket to the cgroup of
 /// the task that made it (`sk->sk_memcg`, set in `sk_alloc` from
 /// `current`). Unbounded, a run could hold gigabytes past its `--memory`
 /// and push the host's UDP memory (`udp_mem`, global) over its limit, so
-/// that UDP sockets in every namespace drop datagrams. At this bound a run
-/// holds at most this many sockets' buffers (`net.core.rmem_max` each).
-pub const MAX_SOCKETS: usize = 128;
+/// that UDP sockets in every namespace drop datagrams. A socket's receive
+/// queue may hold twice `rmem_max` (`SO_RCVBUF` doubles the value asked
+/// for), so the bound keeps a run's queues within [`SOCKET_MEMORY`]: 128
+/// sockets at the default `rmem_max` (208 KiB), 8 at 4 MiB, never fewer
+/// than 8 (a resolver needs one per query in flight).
+pub fn socket_bound(rmem_max: u64) -> usize {
+    let each = rmem_max.saturating_mul(2).max(1);
+    usize::try_from(SOCKET_MEMORY / each)
+        .unwrap_or(usize::MAX)
+        .clamp(8, 128)
+}
+
+/// What a run's datagram sockets may hold in their receive queues at most
+/// (at the lower bound of 8 sockets, more where `rmem_max` is over 4 MiB).
+pub const SOCKET_MEMORY: u64 = 64 << 20;
+
+/// `net.core.rmem_max`, or a value that gives the lower bound when it
+/// cannot be read.
+fn rmem_max() -> u64 {
+    std::fs::read_to_string("/proc/sys/net/core/rmem_max")
+        .ok()
+        .and_then(|t| t.trim().parse().ok())
+        .unwrap_or(u64::MAX)
+}
 
 /// Where the resolver's sockets in a new namespace go: UDP, port 53 of
 /// `0.0.0.0`, and of `::` where IPv6 is on, with packet info on (see
@@ -458,6 +480,8 @@ fn recv_with_fds(sock: RawFd) -> io::Result<([i32; 2], Vec<OwnedFd>)> {
 struct Plan {
     /// Whether to make a user namespace too (unprivileged runner).
     user: bool,
+    /// How many of the run's sockets may exist at once ([`socket_bound`]).
+    most: usize,
     uid_map: Vec<u8>,
     gid_map: Vec<u8>,
     routes: [[u8; 36]; 2],
@@ -469,6 +493,7 @@ impl Plan {
         let (uid, gid) = unsafe { (libc::geteuid(), libc::getegid()) };
         Plan {
             user: uid != 0,
+            most: socket_bound(rmem_max()),
             uid_map: format!("{uid} {uid} 1\n").into_bytes(),
             gid_map: format!("{gid} {gid} 1\n").into_bytes(),
             routes: [
@@ -615,7 +640,7 @@ unsafe fn helper(control: RawFd, plan: &Plan) -> ! {
         if sockstat < 0 {
             fail(6);
         }
-        let most = MAX_SOCKETS + count;
+        let most = plan.most + count;
         loop {
             let mut req = [0i32; 3];
             let n = libc::recv(

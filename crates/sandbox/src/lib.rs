@@ -43,7 +43,9 @@ pub use outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
 pub use runner::{
     run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
 };
-pub use sandbox_launch::{stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord};
+pub use sandbox_launch::{
+    stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord, StopSignals,
+};
 // The core types a library user needs, listed one by one: nothing becomes
 // public here by accident. Internals (the pre-exec errno tag protocol, the
 // `SANDBOX_UNAVAILABLE` code, environment scrubbing, the conformance axis
