@@ -457,23 +457,7 @@ $NOBODY "$SANDBOX" run -q --report "$D/n/r.json" --allow-net svc.example.com:808
 fn datagram_sockets_read_as_the_kernels_own() {
     let script = format!("{DIR}/udp_sockets.py");
     let run = |nobody: bool, confined: bool| -> String {
-        let mut argv: Vec<std::ffi::OsString> = Vec::new();
-        if nobody {
-            argv.extend(
-                [
-                    "setpriv",
-                    "--reuid=65534",
-                    "--regid=65534",
-                    "--clear-groups",
-                    "--",
-                ]
-                .map(Into::into),
-            );
-        }
-        if confined {
-            argv.push(sandbox_bin().into());
-            argv.extend(["run", "-q", "--allow-net", "svc.example.com:8080", "--"].map(Into::into));
-        }
+        let mut argv = allowlisted(nobody, confined);
         argv.push("/usr/bin/python3".into());
         let mut c = Command::new(&argv[0]);
         c.args(&argv[1..]);
@@ -547,25 +531,7 @@ print("one closed, one more made")
         .clamp(8, 128);
     for nobody in [false, true] {
         for confined in [false, true] {
-            let mut argv: Vec<std::ffi::OsString> = Vec::new();
-            if nobody {
-                argv.extend(
-                    [
-                        "setpriv",
-                        "--reuid=65534",
-                        "--regid=65534",
-                        "--clear-groups",
-                        "--",
-                    ]
-                    .map(Into::into),
-                );
-            }
-            if confined {
-                argv.push(sandbox_bin().into());
-                argv.extend(
-                    ["run", "-q", "--allow-net", "svc.example.com:8080", "--"].map(Into::into),
-                );
-            }
+            let mut argv = allowlisted(nobody, confined);
             argv.extend(["/usr/bin/python3", "-c", script].map(Into::into));
             let out = Command::new(&argv[0])
                 .args(&argv[1..])
@@ -593,4 +559,27 @@ print("one closed, one more made")
             }
         }
     }
+}
+
+/// The argv that starts a command as nobody (or as this user) and under
+/// `--allow-net svc.example.com:8080` (or bare): the command goes after it.
+fn allowlisted(nobody: bool, confined: bool) -> Vec<std::ffi::OsString> {
+    let mut argv: Vec<std::ffi::OsString> = Vec::new();
+    if nobody {
+        argv.extend(
+            [
+                "setpriv",
+                "--reuid=65534",
+                "--regid=65534",
+                "--clear-groups",
+                "--",
+            ]
+            .map(Into::into),
+        );
+    }
+    if confined {
+        argv.push(sandbox_bin().into());
+        argv.extend(["run", "-q", "--allow-net", "svc.example.com:8080", "--"].map(Into::into));
+    }
+    argv
 }

@@ -60,7 +60,7 @@ fn rand() -> usize {
 }
 
 fn cli(who: As) -> Command {
-    let mut cmd = match who {
+    let cmd = match who {
         As::Root => Command::new(sandbox_bin()),
         As::Nobody => {
             let mut c = Command::new("setpriv");
@@ -69,15 +69,49 @@ fn cli(who: As) -> Command {
             c
         }
     };
-    cmd.env_remove("SANDBOX_CONFIG")
-        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
-        .env_remove("XDG_RUNTIME_DIR")
-        .current_dir("/");
+    let mut cmd = without_config(cmd);
+    cmd.env_remove("XDG_RUNTIME_DIR").current_dir("/");
     cmd
+}
+
+/// `cmd` (a wrapper such as `unshare`, or the CLI itself) with no operator
+/// config reachable.
+fn without_config(mut cmd: Command) -> Command {
+    cmd.env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config");
+    cmd
+}
+
+/// The run printed `finished` and exited 0.
+#[track_caller]
+fn assert_finished(out: &Output, what: &str) {
+    assert_ended(out, 0, "finished", what);
+}
+
+/// The run printed `stdout` (trimmed) and exited `code`.
+#[track_caller]
+fn assert_ended(out: &Output, code: i32, stdout: &str, what: &str) {
+    assert_eq!(
+        (
+            out.status.code(),
+            String::from_utf8_lossy(&out.stdout).trim()
+        ),
+        (Some(code), stdout),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 /// Runs `python3 -c code` confined to `s.w`, with `extra` flags.
 fn run(who: As, s: &Scene, extra: &[&str], code: &str) -> Output {
+    spawn_run(who, s, extra, code)
+        .wait_with_output()
+        .expect("wait for the CLI")
+}
+
+/// Starts `python3 -c code` confined to `s.w` with `extra` flags, its
+/// stdout and stderr piped (unread until the caller reads them).
+fn spawn_run(who: As, s: &Scene, extra: &[&str], code: &str) -> std::process::Child {
     cli(who)
         .arg("run")
         .args(extra)
@@ -86,8 +120,18 @@ fn run(who: As, s: &Scene, extra: &[&str], code: &str) -> Output {
         .args(["--", "python3", "-c", code, &s.token])
         .arg(&s.beat)
         .stdin(Stdio::null())
-        .output()
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
         .expect("run the CLI")
+}
+
+/// Waits up to 10 s for the attack's first beat.
+fn first_beat(s: &Scene) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while beat_len(s) == 0 && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
 }
 
 fn beat_len(s: &Scene) -> u64 {
@@ -401,22 +445,9 @@ fn a_planted_report_symlink_is_refused() {
 /// dead runner's pid.
 fn kill_the_runner_after_its_first_beat(s: &Scene) -> i32 {
     let code = attack(IGNORES_TERM) + "\nwhile True: time.sleep(1)\n";
-    let mut child = cli(As::Root)
-        .arg("run")
-        .arg("-w")
-        .arg(&s.w)
-        .args(["--", "python3", "-c", &code, &s.token])
-        .arg(&s.beat)
-        .stdin(Stdio::null())
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut child = spawn_run(As::Root, s, &[], &code);
     let runner = child.id() as i32;
-    let deadline = Instant::now() + Duration::from_secs(10);
-    while beat_len(s) == 0 && Instant::now() < deadline {
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    first_beat(s);
     child.kill().unwrap();
     child.wait().unwrap();
     runner
@@ -505,24 +536,27 @@ fn a_runner_in_other_namespaces_does_not_end_a_live_run() {
                 c
             }
             None => Command::new(sandbox_bin()),
-        }
-        .env_remove("SANDBOX_CONFIG")
-        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
-        .args(["run", "--", "/bin/true"])
-        .output()
-        .expect("unshare (util-linux) runs the sweeping runner");
+        };
+        let sweeper = without_config(sweeper)
+            .args(["run", "--", "/bin/true"])
+            .output()
+            .expect("unshare (util-linux) runs the sweeping runner");
         assert_exit(&sweeper, 0);
         let out = live.wait_with_output().unwrap();
-        assert_eq!(
-            (
-                out.status.code(),
-                String::from_utf8_lossy(&out.stdout).trim()
-            ),
-            (Some(0), "finished"),
-            "the live run was ended by a runner under {wrap:?}"
+        assert_finished(
+            &out,
+            &format!("the live run beside a runner under {wrap:?}"),
         );
     }
 }
+
+/// A child that beats until it is ended.
+const PULSING_CHILD: &str = r#"
+if os.fork() == 0:
+    while True:
+        pulse()
+        time.sleep(0.02)
+"#;
 
 /// SIGINT (Ctrl-C), SIGTERM or SIGHUP to the runner end the whole run, its
 /// background processes too, and the runner exits as the signal's
@@ -531,32 +565,14 @@ fn a_runner_in_other_namespaces_does_not_end_a_live_run() {
 /// As root (cgroup) and nobody (process group).
 #[test]
 fn a_stop_signal_to_the_runner_ends_the_whole_run() {
-    let body = r#"
-if os.fork() == 0:
-    while True:
-        pulse()
-        time.sleep(0.02)
-while True:
-    time.sleep(1)
-"#;
+    let code = attack(&format!(
+        "{PULSING_CHILD}\nwhile True:\n    time.sleep(1)\n"
+    ));
     for who in [As::Root, As::Nobody] {
         for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
             let s = scene();
-            let code = attack(body);
-            let mut runner = cli(who)
-                .args(["run", "--timeout", "60", "-w"])
-                .arg(&s.w)
-                .args(["--", "python3", "-c", &code, &s.token])
-                .arg(&s.beat)
-                .stdin(Stdio::null())
-                .stdout(Stdio::null())
-                .stderr(Stdio::piped())
-                .spawn()
-                .unwrap();
-            let deadline = Instant::now() + Duration::from_secs(10);
-            while beat_len(&s) == 0 && Instant::now() < deadline {
-                std::thread::sleep(Duration::from_millis(10));
-            }
+            let mut runner = spawn_run(who, &s, &["--timeout", "60"], &code);
+            first_beat(&s);
             // setpriv execs the CLI: its pid is the runner's.
             // SAFETY: kill has no memory effects; the pid is our child.
             unsafe { libc::kill(runner.id() as i32, signal) };
@@ -582,25 +598,10 @@ while True:
 /// is left. Twin: without the signal the same run's background process runs.
 #[test]
 fn a_stop_signal_at_any_moment_leaves_nothing() {
-    let body = r#"
-if os.fork() == 0:
-    while True:
-        pulse()
-        time.sleep(0.02)
-"#;
-    let code = attack(body);
+    let code = attack(PULSING_CHILD);
     for i in 0..12u64 {
         let s = scene();
-        let mut runner = cli(As::Root)
-            .args(["run", "-w"])
-            .arg(&s.w)
-            .args(["--", "python3", "-c", &code, &s.token])
-            .arg(&s.beat)
-            .stdin(Stdio::null())
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap();
+        let mut runner = spawn_run(As::Root, &s, &[], &code);
         std::thread::sleep(Duration::from_millis(i * 4));
         // SAFETY: kill has no memory effects; the pid is our child.
         unsafe { libc::kill(runner.id() as i32, libc::SIGINT) };
@@ -642,23 +643,15 @@ fn runners_in_a_pid_namespace_without_their_own_proc_keep_each_others_runs() {
         "\"$0\" run -w {w} -- /bin/sh -c 'sleep 1.5; echo finished' & sleep 0.4; \"$0\" run -- /bin/true; wait",
         w = s.w.display()
     );
-    let out = Command::new("unshare")
+    let mut unshare = Command::new("unshare");
+    unshare
         .args(["--pid", "--fork", "--", "/bin/sh", "-c", &script])
-        .arg(sandbox_bin())
-        .env_remove("SANDBOX_CONFIG")
-        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .arg(sandbox_bin());
+    let out = without_config(unshare)
         .stdin(Stdio::null())
         .output()
         .expect("unshare (util-linux)");
-    assert_eq!(
-        (
-            out.status.code(),
-            String::from_utf8_lossy(&out.stdout).trim()
-        ),
-        (Some(0), "finished"),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    assert_finished(&out, "the first run, beside the second's sweep");
 }
 
 /// A stop signal the runner was started ignoring (`nohup`, a shell's
@@ -667,16 +660,13 @@ fn runners_in_a_pid_namespace_without_their_own_proc_keep_each_others_runs() {
 #[test]
 fn an_ignored_stop_signal_stays_ignored() {
     for (signal, name) in [(libc::SIGHUP, "HUP"), (libc::SIGINT, "INT")] {
-        let runner = Command::new("/bin/sh")
-            .args([
-                "-c",
-                &format!(
-                    "trap '' {name}; exec \"$0\" run -- /bin/sh -c 'sleep 0.8; echo finished'"
-                ),
-            ])
-            .arg(sandbox_bin())
-            .env_remove("SANDBOX_CONFIG")
-            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        let mut sh = Command::new("/bin/sh");
+        sh.args([
+            "-c",
+            &format!("trap '' {name}; exec \"$0\" run -- /bin/sh -c 'sleep 0.8; echo finished'"),
+        ])
+        .arg(sandbox_bin());
+        let runner = without_config(sh)
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
@@ -686,14 +676,7 @@ fn an_ignored_stop_signal_stays_ignored() {
         // exec'd the CLI).
         unsafe { libc::kill(runner.id() as i32, signal) };
         let out = runner.wait_with_output().unwrap();
-        assert_eq!(
-            (
-                out.status.code(),
-                String::from_utf8_lossy(&out.stdout).trim()
-            ),
-            (Some(0), "finished"),
-            "SIG{name} ignored at start"
-        );
+        assert_finished(&out, &format!("SIG{name} ignored at start"));
     }
 }
 
@@ -703,10 +686,8 @@ fn an_ignored_stop_signal_stays_ignored() {
 /// (`a_stop_signal_to_the_runner_ends_the_whole_run`).
 #[test]
 fn a_stop_signal_outside_a_run_ends_the_cli_at_once() {
-    let mut cli = Command::new(sandbox_bin())
+    let mut cli = without_config(Command::new(sandbox_bin()))
         .args(["exec-op", "--op", "-"])
-        .env_remove("SANDBOX_CONFIG")
-        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
         .stdin(Stdio::piped())
         .stdout(Stdio::null())
         .stderr(Stdio::null())
@@ -742,10 +723,8 @@ fn a_stop_signal_outside_a_run_ends_the_cli_at_once() {
 fn a_runner_started_with_sigchld_ignored_reports_the_commands_status() {
     use std::os::unix::process::CommandExt;
     for ignored in [false, true] {
-        let mut cmd = Command::new(sandbox_bin());
+        let mut cmd = without_config(Command::new(sandbox_bin()));
         cmd.args(["run", "--", "/bin/sh", "-c", "echo ran; exit 3"])
-            .env_remove("SANDBOX_CONFIG")
-            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
             .stdin(Stdio::null());
         if ignored {
             // SAFETY: signal(2) is async-signal-safe; the closure runs in the
@@ -758,14 +737,6 @@ fn a_runner_started_with_sigchld_ignored_reports_the_commands_status() {
             }
         }
         let out = cmd.output().unwrap();
-        assert_eq!(
-            (
-                out.status.code(),
-                String::from_utf8_lossy(&out.stdout).trim()
-            ),
-            (Some(3), "ran"),
-            "SIGCHLD ignored: {ignored}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_ended(&out, 3, "ran", &format!("SIGCHLD ignored: {ignored}"));
     }
 }
