@@ -8,8 +8,7 @@ use std::ffi::OsString;
 use std::os::fd::RawFd;
 use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sandbox_core::{
@@ -118,10 +117,18 @@ pub fn launch(
     // the child) are gone once `spawn` returns, so a supervisor's channel
     // then sees only the child's end.
     // The child's pid, for the launching thread to outlive it.
-    let spawned = Arc::new(AtomicI32::new(0));
+    // The child, watched by a pidfd opened before the caller learns its pid
+    // (so before anyone can reap it): the launching thread outlives it.
+    let spawned: Arc<Mutex<Option<Watch>>> = Arc::default();
     let linger = {
         let spawned = Arc::clone(&spawned);
-        move || spawn::outlived(spawned.load(Ordering::Acquire))
+        move || {
+            let watch = spawned
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .take();
+            watch.is_some_and(|w| w.outlived())
+        }
     };
     let start = move || {
         let mut running = supervisor
@@ -130,7 +137,7 @@ pub fn launch(
             .map_err(|e| (None, LaunchError::Supervisor(e)))?;
         let child =
             spawn::spawn(&plan.as_plan(), hooks).map_err(|e| (None, LaunchError::Spawn(e)))?;
-        spawned.store(child.pid, Ordering::Release);
+        *spawned.lock().unwrap_or_else(PoisonError::into_inner) = Some(Watch::new(child.pid));
         if let Some(running) = running.as_mut() {
             running
                 .confirm()

@@ -187,33 +187,6 @@ pub fn wait(pid: i32) -> io::Result<ExitStatus> {
     }
 }
 
-/// Waits until the child `pid` (0: none was started) has exited, without
-/// reaping it (`WNOWAIT`: the caller still reaps it); `true` once it has
-/// exited or is gone, `false` if that cannot be known.
-pub fn outlived(pid: i32) -> bool {
-    let Ok(id) = libc::id_t::try_from(pid) else {
-        return false;
-    };
-    if id == 0 {
-        return false;
-    }
-    loop {
-        // SAFETY: siginfo_t is plain data, all-zero valid; waitid writes it.
-        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-        // SAFETY: a valid out-pointer; WNOWAIT leaves the child waitable.
-        let rc = unsafe { libc::waitid(libc::P_PID, id, &mut info, libc::WEXITED | libc::WNOWAIT) };
-        if rc == 0 {
-            return true;
-        }
-        match io::Error::last_os_error().raw_os_error() {
-            Some(libc::EINTR) => continue,
-            // Already reaped (or reaped by the kernel: SIGCHLD ignored).
-            Some(libc::ECHILD) => return true,
-            _ => return false,
-        }
-    }
-}
-
 /// Kills `pid` and reaps it (for a child that must not go on).
 pub fn kill_and_reap(pid: i32) {
     // SAFETY: kill with integer arguments; pid is our unreaped child.

@@ -169,6 +169,52 @@ impl Watch {
         self.wait_polling(deadline)
     }
 
+    /// Waits, without bound and whatever stop signal comes, until the child
+    /// has exited (`true`) or is gone; `false` if that cannot be known. The
+    /// child is left unreaped. By its pidfd where there is one (a reused
+    /// pid cannot be mistaken for it), else `waitid(WNOWAIT)`.
+    pub fn outlived(&self) -> bool {
+        if let Some(pidfd) = &self.pidfd {
+            loop {
+                let mut pfd = libc::pollfd {
+                    fd: pidfd.as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one valid pollfd.
+                let n = unsafe { libc::poll(&mut pfd, 1, -1) };
+                if n > 0 {
+                    return true;
+                }
+                if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
+                    break;
+                }
+            }
+        }
+        loop {
+            // SAFETY: siginfo_t is plain data, all-zero valid; waitid writes it.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            // SAFETY: a valid out-pointer; WNOWAIT leaves the child waitable.
+            let rc = unsafe {
+                libc::waitid(
+                    libc::P_PID,
+                    self.pid as libc::id_t,
+                    &mut info,
+                    libc::WEXITED | libc::WNOWAIT,
+                )
+            };
+            if rc == 0 {
+                return true;
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                // Already reaped (or by the kernel: SIGCHLD ignored).
+                Some(libc::ECHILD) => return true,
+                _ => return false,
+            }
+        }
+    }
+
     /// Checks with `waitid(WNOWAIT)` on a short tick.
     fn wait_polling(&self, deadline: Option<Instant>) -> Waited {
         loop {
