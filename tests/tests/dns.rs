@@ -12,7 +12,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sandbox_tests::sandbox_bin;
+use sandbox_tests::{assert_exit, sandbox_bin};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dns");
 
@@ -467,11 +467,7 @@ fn datagram_sockets_read_as_the_kernels_own() {
             .env_remove("SANDBOX_CONFIG")
             .output()
             .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        assert_exit(&out, 0);
         String::from_utf8_lossy(&out.stdout).into_owned()
     };
     for nobody in [false, true] {

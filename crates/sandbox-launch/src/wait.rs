@@ -192,27 +192,40 @@ impl Watch {
             }
         }
         loop {
-            // SAFETY: siginfo_t is plain data, all-zero valid; waitid writes it.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // SAFETY: a valid out-pointer; WNOWAIT leaves the child waitable.
-            let rc = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    self.pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOWAIT,
-                )
-            };
-            if rc == 0 {
-                return true;
-            }
-            match std::io::Error::last_os_error().raw_os_error() {
-                Some(libc::EINTR) => continue,
+            match self.exited(true) {
+                Ok(_) => return true,
+                Err(libc::EINTR) => continue,
                 // Already reaped (or by the kernel: SIGCHLD ignored).
-                Some(libc::ECHILD) => return true,
-                _ => return false,
+                Err(libc::ECHILD) => return true,
+                Err(_) => return false,
             }
         }
+    }
+
+    /// One `waitid(WEXITED | WNOWAIT)` for the child, until it exits when
+    /// `block`: whether it has exited (the child stays unreaped), or the
+    /// errno.
+    fn exited(&self, block: bool) -> Result<bool, i32> {
+        let hang = if block { 0 } else { libc::WNOHANG };
+        // SAFETY: siginfo_t is plain data, all-zero valid; waitid writes it.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid out-pointer; WNOWAIT leaves the child waitable.
+        let rc = unsafe {
+            libc::waitid(
+                libc::P_PID,
+                self.pid as libc::id_t,
+                &mut info,
+                libc::WEXITED | libc::WNOWAIT | hang,
+            )
+        };
+        if rc != 0 {
+            return Err(std::io::Error::last_os_error()
+                .raw_os_error()
+                .unwrap_or(libc::EINVAL));
+        }
+        // SAFETY: si_pid is valid to read for waitid results (0: WNOHANG
+        // found no exited child).
+        Ok(unsafe { info.si_pid() } != 0)
     }
 
     /// Checks with `waitid(WNOWAIT)` on a short tick.
@@ -221,25 +234,11 @@ impl Watch {
             if let Some(sig) = stop_requested() {
                 return Waited::Stopped(sig);
             }
-            // SAFETY: info is a valid out-pointer; WNOWAIT leaves the child unreaped.
-            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
-            // SAFETY: as above.
-            let rc = unsafe {
-                libc::waitid(
-                    libc::P_PID,
-                    self.pid as libc::id_t,
-                    &mut info,
-                    libc::WEXITED | libc::WNOHANG | libc::WNOWAIT,
-                )
-            };
-            // SAFETY: si_pid is valid to read for waitid results.
-            if rc == 0 && unsafe { info.si_pid() } != 0 {
-                return Waited::Exited;
-            }
-            if rc != 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted
-            {
+            match self.exited(false) {
+                Ok(true) => return Waited::Exited,
+                Ok(false) | Err(libc::EINTR) => {}
                 // Not our child (already reaped): nothing left to wait for.
-                return Waited::Exited;
+                Err(_) => return Waited::Exited,
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Waited::TimedOut;
