@@ -7,6 +7,8 @@
 //!   form, a run through the facade's runner (`sandbox::run`), and (Linux) a
 //!   spawn from a `ConfinedSpawner` made once; prints the sample lists in
 //!   nanoseconds.
+//! * `runner N WRITE_DIR`: N runs of `/bin/true` through the runner alone;
+//!   prints the samples.
 //! * `prepare N WIDE_DIR`: N prepares of a policy with 50 write paths and a read
 //!   denial deep under WIDE_DIR; prints the samples.
 //!
@@ -37,6 +39,7 @@ fn main() -> ExitCode {
         Some("stat") => stat_loop(n(1), &path(2)),
         Some("open") => open_loop(n(1), &path(2)),
         Some("launch") => launch_pairs(n(1), &path(2)),
+        Some("runner") => runner_loop(n(1), &path(2)),
         Some("prepare") => prepare_loop(n(1), &path(2)),
         Some("gate") => gate_loop(n(1)),
         Some("chmod") => chmod_loop(n(1), &path(2)),
@@ -45,7 +48,7 @@ fn main() -> ExitCode {
         Some("dns-udp") => {
             dns_udp_loop(n(1), args.get(2).map(String::as_str).unwrap_or("localhost"))
         }
-        _ => Err("usage: bench-workload stat|open|launch|prepare N PATH".into()),
+        _ => Err("usage: bench-workload stat|open|launch|runner|prepare N PATH".into()),
     };
     match result {
         Ok(json) => {
@@ -147,6 +150,31 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
         "runner": runner,
         "spawner": spawned,
     }))
+}
+
+/// N runs of `/bin/true` through the runner alone, for profiling it
+/// without the other launch forms in between.
+fn runner_loop(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
+    let backend = real_backend()?;
+    let policy = SandboxPolicy {
+        network: false,
+        write_paths: vec![write_dir.to_string_lossy().into_owned()],
+        ..Default::default()
+    }
+    .resolve(&ExpandContext::default())
+    .map_err(|e| e.to_string())?;
+    let mut req = sandbox::RunRequest::new(vec![OsString::from("/bin/true")], Some(policy));
+    req.echo_stderr = false;
+    let mut samples = Vec::with_capacity(n);
+    for _ in 0..n {
+        let t = Instant::now();
+        let outcome = sandbox::run(backend.as_ref(), &req).map_err(|e| e.to_string())?;
+        samples.push(t.elapsed().as_nanos() as u64);
+        if outcome.exit_code() != 0 {
+            return Err(format!("/bin/true through the runner failed: {outcome:?}"));
+        }
+    }
+    Ok(serde_json::json!({ "backend": backend.name(), "samples": samples }))
 }
 
 #[cfg(target_os = "linux")]
