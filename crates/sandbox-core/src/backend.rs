@@ -231,50 +231,41 @@ impl LaunchDomain {
         Self(Box::new(enter))
     }
 
-    /// Runs `launch` (start the supervisor, spawn the child) on a new thread
-    /// that first enters `domain` (none: no confinement), then `body` (wait,
-    /// end, finish) on the calling thread with `launch`'s result.
+    /// Runs `launch` (start the supervisor, spawn the child), then `body`
+    /// (wait, end, finish) with its result, both on a new thread that first
+    /// enters `domain`; the calling thread only waits for that thread, which
+    /// is joined before this returns (a single-threaded caller stays one).
     ///
-    /// A child's parent-death signal fires when the *thread* that created it
-    /// ends (prctl(2), `PR_SET_PDEATHSIG`), so the launching thread stays
-    /// until `linger` (called on it after `launch`) returns `true`, which it
-    /// does once the child has exited, or else until `body` has returned.
-    /// The thread is joined before this returns: no thread of the launch is
-    /// left (a single-threaded caller stays one). The domain's copy of the
-    /// ruleset is dropped as soon as it is entered. Without a domain,
-    /// everything runs on the calling thread. Fails only when the thread
-    /// cannot start or cannot enter the domain, before `launch` ran.
-    pub fn launch<T: Send + 'static, R>(
+    /// One thread does the whole launch, so the caller is not woken while
+    /// the child starts (on a two-CPU host, the child's exec held the CPU
+    /// the woken caller needed for up to 0.4 ms: BENCHMARKS.md). A child's
+    /// parent-death signal fires when the *thread* that created it ends
+    /// (prctl(2), `PR_SET_PDEATHSIG`); `body` reaps the child, so the thread
+    /// outlives it. `body` runs inside `domain`: a file it needs (the run's
+    /// cgroup files) must be opened before. The domain's copy of the ruleset
+    /// is dropped as soon as it is entered. Without a domain, everything
+    /// runs on the calling thread. Fails only when the thread cannot start
+    /// or cannot enter the domain, before `launch` ran.
+    pub fn launch<T, R: Send>(
         domain: Option<LaunchDomain>,
-        launch: impl FnOnce() -> T + Send + 'static,
-        linger: impl FnOnce() -> bool + Send + 'static,
-        body: impl FnOnce(T) -> R,
+        launch: impl FnOnce() -> T + Send,
+        body: impl FnOnce(T) -> R + Send,
     ) -> std::io::Result<R> {
         let Some(domain) = domain else {
             return Ok(body(launch()));
         };
-        let (started_tx, started_rx) = std::sync::mpsc::sync_channel(1);
-        let (done_tx, done_rx) = std::sync::mpsc::sync_channel::<()>(1);
-        let thread = std::thread::Builder::new()
-            .name("sandbox-launch".into())
-            .spawn(move || {
-                let entered = (domain.0)();
-                drop(domain);
-                let failed = entered.is_err();
-                let _ = started_tx.send(entered.map(|()| launch()));
-                if !failed && !linger() {
-                    // Parent of the child until the run has ended.
-                    let _ = done_rx.recv();
-                }
-            })?;
-        let started = started_rx
-            .recv()
-            .map_err(|_| std::io::Error::other("the launching thread ended early"));
-        let result = started.and_then(|r| r).map(body);
-        drop(done_tx);
-        // Usually gone already: it ended when the child exited.
-        let _ = thread.join();
-        result
+        std::thread::scope(|scope| {
+            let thread = std::thread::Builder::new()
+                .name("sandbox-launch".into())
+                .spawn_scoped(scope, move || {
+                    let entered = (domain.0)();
+                    drop(domain);
+                    entered.map(|()| body(launch()))
+                })?;
+            thread
+                .join()
+                .unwrap_or_else(|_| Err(std::io::Error::other("the launching thread panicked")))
+        })
     }
 }
 

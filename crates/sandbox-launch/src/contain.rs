@@ -209,7 +209,9 @@ impl CgroupRun {
             access_w(&base.join("cgroup.procs"))?;
             Ok::<_, io::Error>(CgroupRun {
                 dirfd: open(&dir, libc::O_RDONLY | libc::O_DIRECTORY)?,
-                procs: open(&dir.join("cgroup.procs"), libc::O_WRONLY)?,
+                // Read too: the run is ended from the launching thread, whose
+                // Landlock domain may not let it open the file then.
+                procs: open(&dir.join("cgroup.procs"), libc::O_RDWR)?,
                 kill: open(&dir.join("cgroup.kill"), libc::O_WRONLY)?,
                 events: open(&dir.join("cgroup.events"), libc::O_RDONLY)?,
                 dir: dir.clone(),
@@ -248,9 +250,27 @@ impl CgroupRun {
 
     /// The pids in the cgroup now.
     fn members(&self) -> Vec<i32> {
-        std::fs::read_to_string(self.dir.join("cgroup.procs"))
-            .map(|text| text.lines().filter_map(|l| l.trim().parse().ok()).collect())
-            .unwrap_or_default()
+        let mut text = Vec::new();
+        let mut buf = [0u8; 4096];
+        loop {
+            // SAFETY: pread into a local buffer from our own fd.
+            let n = unsafe {
+                libc::pread(
+                    self.procs.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    buf.len(),
+                    text.len() as libc::off_t,
+                )
+            };
+            match usize::try_from(n) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => text.extend_from_slice(&buf[..n]),
+            }
+        }
+        String::from_utf8_lossy(&text)
+            .lines()
+            .filter_map(|l| l.trim().parse().ok())
+            .collect()
     }
 
     /// Whether `cgroup.events` says no process is left.

@@ -4,11 +4,7 @@
 //! the supervisor started, a bounded wait, every process of the run ended,
 //! the supervisor's record collected.
 
-use std::ffi::OsString;
-use std::os::fd::RawFd;
-use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
-use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use sandbox_core::{
@@ -92,13 +88,12 @@ pub fn launch(
     deadline: Option<Instant>,
     grace: Duration,
 ) -> Result<Launched, LaunchError> {
-    let plan = OwnedPlan {
-        path: plan.path.to_path_buf(),
-        argv: plan.argv.to_vec(),
-        env: plan.env.to_vec(),
-        cwd: plan.cwd.map(Path::to_path_buf),
-        stdio: [plan.stdin, plan.stdout, plan.stderr],
+    // The session hook makes the group (a group leader cannot start a
+    // session), so `process_group` is off.
+    let plan = SpawnPlan {
+        process_group: false,
         cgroup: containment.cgroup(),
+        ..*plan
     };
     let hooks: Vec<PreExecHook> = limits
         .join_hook()
@@ -110,34 +105,18 @@ pub fn launch(
         become_subreaper();
     }
     let supervisor = confined.supervisor;
-    // The supervisor is started, then the child spawned, on a thread inside
-    // the backend's domain (the broker's threads then share it); that thread
-    // stays until the run has ended. The supervisor starts first so that it
-    // gets ready while the child execs. The hooks (and the fds they hold for
-    // the child) are gone once `spawn` returns, so a supervisor's channel
-    // then sees only the child's end.
-    // The child's pid, for the launching thread to outlive it.
-    // The child, watched by a pidfd opened before the caller learns its pid
-    // (so before anyone can reap it): the launching thread outlives it.
-    let spawned: Arc<Mutex<Option<Watch>>> = Arc::default();
-    let linger = {
-        let spawned = Arc::clone(&spawned);
-        move || {
-            let watch = spawned
-                .lock()
-                .unwrap_or_else(PoisonError::into_inner)
-                .take();
-            watch.is_some_and(|w| w.outlived())
-        }
-    };
+    // The supervisor is started, then the child spawned, waited for and
+    // its run ended, all on one thread inside the backend's domain (the
+    // broker's threads then share it). The supervisor starts first so that
+    // it gets ready while the child execs. The hooks (and the fds they hold
+    // for the child) are gone once `spawn` returns, so a supervisor's
+    // channel then sees only the child's end.
     let start = move || {
         let mut running = supervisor
             .map(|s| s.start())
             .transpose()
             .map_err(|e| (None, LaunchError::Supervisor(e)))?;
-        let child =
-            spawn::spawn(&plan.as_plan(), hooks).map_err(|e| (None, LaunchError::Spawn(e)))?;
-        *spawned.lock().unwrap_or_else(PoisonError::into_inner) = Some(Watch::new(child.pid));
+        let child = spawn::spawn(&plan, hooks).map_err(|e| (None, LaunchError::Spawn(e)))?;
         if let Some(running) = running.as_mut() {
             running
                 .confirm()
@@ -180,35 +159,7 @@ pub fn launch(
             mediation: running.map(|r| r.finish()),
         })
     };
-    LaunchDomain::launch(confined.domain, start, linger, body).map_err(LaunchError::Domain)?
-}
-
-/// A [`SpawnPlan`] that owns its data, for the launching thread.
-struct OwnedPlan {
-    path: PathBuf,
-    argv: Vec<OsString>,
-    env: Vec<(OsString, OsString)>,
-    cwd: Option<PathBuf>,
-    stdio: [Option<RawFd>; 3],
-    cgroup: Option<spawn::CgroupTarget>,
-}
-
-impl OwnedPlan {
-    /// The session hook makes the group (a group leader cannot start a
-    /// session), so `process_group` is off.
-    fn as_plan(&self) -> SpawnPlan<'_> {
-        SpawnPlan {
-            path: &self.path,
-            argv: &self.argv,
-            env: &self.env,
-            cwd: self.cwd.as_deref(),
-            stdin: self.stdio[0],
-            stdout: self.stdio[1],
-            stderr: self.stdio[2],
-            process_group: false,
-            cgroup: self.cgroup,
-        }
-    }
+    LaunchDomain::launch(confined.domain, start, body).map_err(LaunchError::Domain)?
 }
 
 /// Makes the calling process a child subreaper, once: orphans of a run held

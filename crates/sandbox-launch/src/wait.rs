@@ -169,44 +169,9 @@ impl Watch {
         self.wait_polling(deadline)
     }
 
-    /// Waits, without bound and whatever stop signal comes, until the child
-    /// has exited (`true`) or is gone; `false` if that cannot be known. The
-    /// child is left unreaped. By its pidfd where there is one (a reused
-    /// pid cannot be mistaken for it), else `waitid(WNOWAIT)`.
-    pub fn outlived(&self) -> bool {
-        if let Some(pidfd) = &self.pidfd {
-            loop {
-                let mut pfd = libc::pollfd {
-                    fd: pidfd.as_raw_fd(),
-                    events: libc::POLLIN,
-                    revents: 0,
-                };
-                // SAFETY: one valid pollfd.
-                let n = unsafe { libc::poll(&mut pfd, 1, -1) };
-                if n > 0 {
-                    return true;
-                }
-                if std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
-                    break;
-                }
-            }
-        }
-        loop {
-            match self.exited(true) {
-                Ok(_) => return true,
-                Err(libc::EINTR) => continue,
-                // Already reaped (or by the kernel: SIGCHLD ignored).
-                Err(libc::ECHILD) => return true,
-                Err(_) => return false,
-            }
-        }
-    }
-
-    /// One `waitid(WEXITED | WNOWAIT)` for the child, until it exits when
-    /// `block`: whether it has exited (the child stays unreaped), or the
-    /// errno.
-    fn exited(&self, block: bool) -> Result<bool, i32> {
-        let hang = if block { 0 } else { libc::WNOHANG };
+    /// One `waitid(WEXITED | WNOWAIT | WNOHANG)` for the child: whether it
+    /// has exited (the child stays unreaped), or the errno.
+    fn exited(&self) -> Result<bool, i32> {
         // SAFETY: siginfo_t is plain data, all-zero valid; waitid writes it.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         // SAFETY: a valid out-pointer; WNOWAIT leaves the child waitable.
@@ -215,7 +180,7 @@ impl Watch {
                 libc::P_PID,
                 self.pid as libc::id_t,
                 &mut info,
-                libc::WEXITED | libc::WNOWAIT | hang,
+                libc::WEXITED | libc::WNOWAIT | libc::WNOHANG,
             )
         };
         if rc != 0 {
@@ -234,7 +199,7 @@ impl Watch {
             if let Some(sig) = stop_requested() {
                 return Waited::Stopped(sig);
             }
-            match self.exited(false) {
+            match self.exited() {
                 Ok(true) => return Waited::Exited,
                 Ok(false) | Err(libc::EINTR) => {}
                 // Not our child (already reaped): nothing left to wait for.
