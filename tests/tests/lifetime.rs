@@ -291,6 +291,42 @@ fn nothing_outlives_a_run_as_an_unprivileged_user() {
     each_attack(As::Nobody, true);
 }
 
+/// A background process that ends on SIGTERM, leaving `BEAT.term`.
+const ENDS_ON_TERM: &str = r#"
+if os.fork() == 0:
+    def term(*_):
+        with open(beat + ".term", "w") as f:
+            f.write("term")
+        os._exit(0)
+    signal.signal(signal.SIGTERM, term)
+    while True:
+        pulse()
+        time.sleep(0.02)
+"#;
+
+/// The run is ended from the launching thread, inside the run's Landlock
+/// domain: a read denial over the cgroup filesystem (where the run's
+/// members are listed) still lets it send SIGTERM to every process left,
+/// which then ends by itself (the graceful end, not only `cgroup.kill`).
+#[test]
+fn a_read_denial_over_the_runs_cgroup_does_not_stop_its_end() {
+    for who in [As::Root, As::Nobody] {
+        for extra in [&[][..], &["--read-deny", "/sys/fs/cgroup"][..]] {
+            let s = scene();
+            let out = run(who, &s, extra, &attack(ENDS_ON_TERM));
+            let what = format!("{who:?} {extra:?}");
+            assert_exit(&out, 0);
+            nothing_survives(&s, &what);
+            let term = s.beat.with_extension("term");
+            assert_eq!(
+                std::fs::read_to_string(&term).ok().as_deref(),
+                Some("term"),
+                "{what}: the process left was not sent SIGTERM"
+            );
+        }
+    }
+}
+
 /// The timeout ends a command that ignores SIGTERM, with descendants, promptly.
 #[test]
 fn the_timeout_ends_everything_promptly() {
