@@ -9,6 +9,11 @@
 //!   nanoseconds.
 //! * `runner N WRITE_DIR`: N runs of `/bin/true` through the runner alone;
 //!   prints the samples.
+//! * `floor N WRITE_DIR` (Linux): the kernel work every confined launch
+//!   pays, each part measured alone N times (attaching the run's seccomp
+//!   program, dropping the capability bounding set, a cgroup made and
+//!   removed, a thread started and joined) beside a bare launch of
+//!   `/bin/true`; prints the medians in nanoseconds.
 //! * `prepare N WIDE_DIR`: N prepares of a policy with 50 write paths and a read
 //!   denial deep under WIDE_DIR; prints the samples.
 //!
@@ -40,6 +45,8 @@ fn main() -> ExitCode {
         Some("open") => open_loop(n(1), &path(2)),
         Some("launch") => launch_pairs(n(1), &path(2)),
         Some("runner") => runner_loop(n(1), &path(2)),
+        #[cfg(target_os = "linux")]
+        Some("floor") => floor::parts(n(1), &path(2)),
         Some("prepare") => prepare_loop(n(1), &path(2)),
         Some("gate") => gate_loop(n(1)),
         Some("chmod") => chmod_loop(n(1), &path(2)),
@@ -379,4 +386,188 @@ fn connect_loop(n: usize, addr: &str) -> Result<serde_json::Value, String> {
     }
     let ns = start.elapsed().as_nanos() as u64;
     Ok(serde_json::json!({ "ns": ns }))
+}
+
+/// The per-launch kernel work, each part alone (see `floor` in the module
+/// docs): what no change to the runner's own code can remove while each run
+/// gets a filter, a domain and a cgroup of its own.
+#[cfg(target_os = "linux")]
+mod floor {
+    use std::path::Path;
+    use std::process::Command;
+    use std::time::Instant;
+
+    use sandbox::{ExpandContext, SandboxPolicy};
+    use sandbox_seccomp::FilterSpec;
+
+    pub(super) fn parts(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
+        let policy = SandboxPolicy {
+            network: false,
+            write_paths: vec![write_dir.to_string_lossy().into_owned()],
+            ..Default::default()
+        }
+        .resolve(&ExpandContext::default())
+        .map_err(|e| e.to_string())?;
+        // The runner's spec for this policy (a broker, brokered connects).
+        let spec = FilterSpec::new(&policy)
+            .with_broker(true)
+            .with_broker_connect(true);
+        let filter = sandbox_seccomp::compile_spec(&spec).map_err(|e| e.to_string())?;
+        let program: Vec<libc::sock_filter> = filter
+            .instructions()
+            .iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect();
+        let one = [libc::sock_filter {
+            code: (libc::BPF_RET | libc::BPF_K) as u16,
+            jt: 0,
+            jf: 0,
+            k: libc::SECCOMP_RET_ALLOW,
+        }];
+        let listener =
+            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
+        let cgroup = own_cgroup();
+        let mut out = serde_json::Map::new();
+        out.insert("seccomp_instructions".into(), program.len().into());
+        let bare: Vec<u64> = (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                let _ = Command::new("/bin/true").status();
+                t.elapsed().as_nanos() as u64
+            })
+            .collect();
+        out.insert("bare_true".into(), median(bare).into());
+        out.insert(
+            "seccomp_attach".into(),
+            in_child(n, || attach(&program, listener))?.into(),
+        );
+        out.insert(
+            "seccomp_attach_one_instruction".into(),
+            in_child(n, || attach(&one, listener))?.into(),
+        );
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            out.insert(
+                "capability_bounding_set".into(),
+                in_child(n, drop_bounding_set)?.into(),
+            );
+        }
+        if let Some(dir) = cgroup {
+            let samples: Vec<u64> = (0..n)
+                .map(|i| {
+                    let path = dir.join(format!("sandbox-floor-{}-{i}", std::process::id()));
+                    let t = Instant::now();
+                    let made = std::fs::create_dir(&path).is_ok();
+                    let _ = std::fs::remove_dir(&path);
+                    let took = t.elapsed().as_nanos() as u64;
+                        if made {
+                        took
+                    } else {
+                        0
+                    }
+                })
+                .filter(|&t| t > 0)
+                .collect();
+            if !samples.is_empty() {
+                out.insert("cgroup_mkdir_rmdir".into(), median(samples).into());
+            }
+        }
+        let threads: Vec<u64> = (0..n)
+            .map(|_| {
+                let t = Instant::now();
+                let _ = std::thread::spawn(|| ()).join();
+                let took = t.elapsed().as_nanos() as u64;
+                took
+            })
+            .collect();
+        out.insert("thread_start_join".into(), median(threads).into());
+        Ok(serde_json::Value::Object(out))
+    }
+
+    fn median(mut v: Vec<u64>) -> u64 {
+        v.sort_unstable();
+        v.get(v.len() / 2).copied().unwrap_or(0)
+    }
+
+    /// The median time of `step` in a forked child, N times (each in a fresh
+    /// child: the parts cannot be undone). `step` returns its own time, or
+    /// `None` when it failed.
+    fn in_child(n: usize, step: impl Fn() -> Option<u64>) -> Result<u64, String> {
+        let mut samples = Vec::with_capacity(n);
+        for _ in 0..n {
+            let mut fds = [0; 2];
+            // SAFETY: pipe fills two fds.
+            if unsafe { libc::pipe(fds.as_mut_ptr()) } != 0 {
+                return Err(std::io::Error::last_os_error().to_string());
+            }
+            // SAFETY: the child only makes syscalls, writes to the pipe and exits.
+            let pid = unsafe { libc::fork() };
+            if pid == 0 {
+                let took = step().unwrap_or(u64::MAX);
+                // SAFETY: a write from the stack, then _exit.
+                unsafe {
+                    libc::write(fds[1], (&took as *const u64).cast(), 8);
+                    libc::_exit(0);
+                }
+            }
+            let mut took = u64::MAX;
+            // SAFETY: a read into the stack, a wait for our child, closing our fds.
+            unsafe {
+                libc::read(fds[0], (&mut took as *mut u64).cast(), 8);
+                libc::waitpid(pid, std::ptr::null_mut(), 0);
+                libc::close(fds[0]);
+                libc::close(fds[1]);
+            }
+            if took == u64::MAX {
+                return Err("a part failed in its child".into());
+            }
+            samples.push(took);
+        }
+        Ok(median(samples))
+    }
+
+    fn attach(program: &[libc::sock_filter], flags: u64) -> Option<u64> {
+        let prog = libc::sock_fprog {
+            len: u16::try_from(program.len()).ok()?,
+            filter: program.as_ptr().cast_mut(),
+        };
+        // SAFETY: prctl and seccomp with a valid program, in a child.
+        unsafe {
+            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
+            let t = Instant::now();
+            let rc = libc::syscall(
+                libc::SYS_seccomp,
+                libc::SECCOMP_SET_MODE_FILTER,
+                flags,
+                &prog,
+            );
+            (rc >= 0).then(|| t.elapsed().as_nanos() as u64)
+        }
+    }
+
+    fn drop_bounding_set() -> Option<u64> {
+        let t = Instant::now();
+        for cap in 0..64 {
+            // SAFETY: prctl with integer arguments, in a child.
+            if unsafe { libc::prctl(libc::PR_CAPBSET_DROP, cap, 0, 0, 0) } != 0 {
+                break;
+            }
+        }
+        Some(t.elapsed().as_nanos() as u64)
+    }
+
+    /// This process's cgroup v2 directory, where it is mounted at the usual places.
+    fn own_cgroup() -> Option<std::path::PathBuf> {
+        let own = std::fs::read_to_string("/proc/self/cgroup").ok()?;
+        let rel = own.lines().find_map(|l| l.strip_prefix("0::"))?.trim();
+        ["/sys/fs/cgroup/unified", "/sys/fs/cgroup"]
+            .into_iter()
+            .map(|m| Path::new(m).join(rel.trim_start_matches('/')))
+            .find(|d| d.join("cgroup.procs").exists())
+    }
 }
