@@ -465,7 +465,7 @@ mod floor {
                     let made = std::fs::create_dir(&path).is_ok();
                     let _ = std::fs::remove_dir(&path);
                     let took = t.elapsed().as_nanos() as u64;
-                        if made {
+                    if made {
                         took
                     } else {
                         0
@@ -481,8 +481,7 @@ mod floor {
             .map(|_| {
                 let t = Instant::now();
                 let _ = std::thread::spawn(|| ()).join();
-                let took = t.elapsed().as_nanos() as u64;
-                took
+                t.elapsed().as_nanos() as u64
             })
             .collect();
         out.insert("thread_start_join".into(), median(threads).into());
