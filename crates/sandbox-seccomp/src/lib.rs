@@ -306,6 +306,20 @@ impl Filter {
         }
     }
 
+    /// The program in libc's layout, for [`install_with_listener`].
+    #[cfg(target_os = "linux")]
+    pub fn libc_program(&self) -> Vec<libc::sock_filter> {
+        self.instructions()
+            .iter()
+            .map(|i| libc::sock_filter {
+                code: i.code,
+                jt: i.jt,
+                jf: i.jf,
+                k: i.k,
+            })
+            .collect()
+    }
+
     /// Installs the filter on the calling thread (`SECCOMP_SET_MODE_FILTER`,
     /// no flags). Async-signal-safe: no allocation, no panic; returns the raw
     /// errno on failure. The caller must already have set `PR_SET_NO_NEW_PRIVS`

@@ -104,15 +104,21 @@ fn real_backend() -> Result<std::sync::Arc<dyn sandbox::Backend>, String> {
         .map_err(|e| e.to_string())
 }
 
-fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
-    let backend = real_backend()?;
-    let policy = SandboxPolicy {
+/// The policy the launch rows confine `/bin/true` with: no network, one
+/// write path.
+fn launch_policy(write_dir: &Path) -> Result<sandbox::ResolvedPolicy, String> {
+    SandboxPolicy {
         network: false,
         write_paths: vec![write_dir.to_string_lossy().into_owned()],
         ..Default::default()
     }
     .resolve(&ExpandContext::default())
-    .map_err(|e| e.to_string())?;
+    .map_err(|e| e.to_string())
+}
+
+fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
+    let backend = real_backend()?;
+    let policy = launch_policy(write_dir)?;
     let argv = [OsString::from("/bin/true")];
     let (mut plain, mut confined, mut runner) = (
         Vec::with_capacity(n),
@@ -163,13 +169,7 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
 /// without the other launch forms in between.
 fn runner_loop(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
     let backend = real_backend()?;
-    let policy = SandboxPolicy {
-        network: false,
-        write_paths: vec![write_dir.to_string_lossy().into_owned()],
-        ..Default::default()
-    }
-    .resolve(&ExpandContext::default())
-    .map_err(|e| e.to_string())?;
+    let policy = launch_policy(write_dir)?;
     let mut req = sandbox::RunRequest::new(vec![OsString::from("/bin/true")], Some(policy));
     req.echo_stderr = false;
     let mut samples = Vec::with_capacity(n);
@@ -397,40 +397,22 @@ mod floor {
     use std::process::Command;
     use std::time::Instant;
 
-    use sandbox::{ExpandContext, SandboxPolicy};
     use sandbox_seccomp::FilterSpec;
 
     pub(super) fn parts(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
-        let policy = SandboxPolicy {
-            network: false,
-            write_paths: vec![write_dir.to_string_lossy().into_owned()],
-            ..Default::default()
-        }
-        .resolve(&ExpandContext::default())
-        .map_err(|e| e.to_string())?;
+        let policy = super::launch_policy(write_dir)?;
         // The runner's spec for this policy (a broker, brokered connects).
         let spec = FilterSpec::new(&policy)
             .with_broker(true)
             .with_broker_connect(true);
         let filter = sandbox_seccomp::compile_spec(&spec).map_err(|e| e.to_string())?;
-        let program: Vec<libc::sock_filter> = filter
-            .instructions()
-            .iter()
-            .map(|i| libc::sock_filter {
-                code: i.code,
-                jt: i.jt,
-                jf: i.jf,
-                k: i.k,
-            })
-            .collect();
+        let program = filter.libc_program();
         let one = [libc::sock_filter {
             code: (libc::BPF_RET | libc::BPF_K) as u16,
             jt: 0,
             jf: 0,
             k: libc::SECCOMP_RET_ALLOW,
         }];
-        let listener =
-            libc::SECCOMP_FILTER_FLAG_NEW_LISTENER | libc::SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV;
         let cgroup = own_cgroup();
         let mut out = serde_json::Map::new();
         out.insert("seccomp_instructions".into(), program.len().into());
@@ -444,11 +426,11 @@ mod floor {
         out.insert("bare_true".into(), median(bare).into());
         out.insert(
             "seccomp_attach".into(),
-            in_child(n, || attach(&program, listener))?.into(),
+            in_child(n, || attach(&program))?.into(),
         );
         out.insert(
             "seccomp_attach_one_instruction".into(),
-            in_child(n, || attach(&one, listener))?.into(),
+            in_child(n, || attach(&one))?.into(),
         );
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } == 0 {
@@ -530,23 +512,14 @@ mod floor {
         Ok(median(samples))
     }
 
-    fn attach(program: &[libc::sock_filter], flags: u64) -> Option<u64> {
-        let prog = libc::sock_fprog {
-            len: u16::try_from(program.len()).ok()?,
-            filter: program.as_ptr().cast_mut(),
-        };
-        // SAFETY: prctl and seccomp with a valid program, in a child.
-        unsafe {
-            libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0);
-            let t = Instant::now();
-            let rc = libc::syscall(
-                libc::SYS_seccomp,
-                libc::SECCOMP_SET_MODE_FILTER,
-                flags,
-                &prog,
-            );
-            (rc >= 0).then(|| t.elapsed().as_nanos() as u64)
-        }
+    /// The run's install (with a listener), timed alone.
+    fn attach(program: &[libc::sock_filter]) -> Option<u64> {
+        // SAFETY: prctl with integer arguments, in a child.
+        unsafe { libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) };
+        let t = Instant::now();
+        sandbox_seccomp::install_with_listener(program)
+            .ok()
+            .map(|_| t.elapsed().as_nanos() as u64)
     }
 
     fn drop_bounding_set() -> Option<u64> {

@@ -80,20 +80,6 @@ impl Channel {
     }
 }
 
-/// The filter's instructions in libc's layout (identical to seccompiler's).
-pub(crate) fn libc_program(filter: &Filter) -> Vec<libc::sock_filter> {
-    filter
-        .instructions()
-        .iter()
-        .map(|i| libc::sock_filter {
-            code: i.code,
-            jt: i.jt,
-            jf: i.jf,
-            k: i.k,
-        })
-        .collect()
-}
-
 /// Installs the filter with a listener and sends the listener to the runner.
 ///
 /// Async-signal-safe. When nobody holds the runner's end (a caller used the

@@ -112,10 +112,7 @@ pub(crate) fn prepare_with(
             report.details.push(broker::REPORT_LINE.into());
             let (child, supervisor) =
                 channel.split(&filter, fixed_credentials.clone(), spec.routes_entries());
-            (
-                Some((child, broker::libc_program(&filter))),
-                Some(supervisor),
-            )
+            (Some((child, filter.libc_program())), Some(supervisor))
         }
         None => (None, None),
     };
