@@ -50,7 +50,8 @@ impl Subscriber for StderrLog {
     fn event(&self, event: &Event<'_>) {
         let mut line = Line::default();
         event.record(&mut line);
-        eprintln!("{}{}", line.message, line.fields);
+        // A value may carry text from the command or the file system.
+        crate::show::say(&format!("{}{}", line.message, line.fields));
     }
 
     fn enter(&self, _: &Id) {}

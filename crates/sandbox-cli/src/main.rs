@@ -142,8 +142,7 @@ fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
     match result {
         Ok(code) => code.clamp(0, 255),
         Err(Fatal(message)) => {
-            let line = message.replace('\n', " ");
-            eprintln!("sandbox: {line}");
+            show::say(&format!("sandbox: {}", message.replace('\n', " ")));
             // Stopped (Ctrl-C) before the run: the caller learns it was the
             // signal, as from the run.
             sandbox::stop_requested().map_or(EXIT_SANDBOX, |sig| 128 + sig)
@@ -168,7 +167,7 @@ fn usage_error(err: clap::Error) -> i32 {
                 .map(|l| l.trim().trim_start_matches("error:").trim())
                 .find(|l| !l.is_empty())
                 .unwrap_or("invalid arguments");
-            eprintln!("sandbox: {first} (see `sandbox --help`)");
+            show::say(&format!("sandbox: {first} (see `sandbox --help`)"));
             EXIT_SANDBOX
         }
     }
@@ -456,11 +455,13 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     };
     if let Some((before, ws)) = &audited {
         for line in git_audit::warnings(ws, before) {
-            eprintln!("{line}");
+            show::say(&line);
         }
     }
     if args.explain {
-        eprint!("{}", show::explain(&outcome));
+        for line in show::explain(&outcome) {
+            show::say(&line);
+        }
     } else if !args.quiet {
         for line in [
             show::refusal_summary(&outcome),
@@ -470,11 +471,11 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         .into_iter()
         .flatten()
         {
-            eprintln!("{line}");
+            show::say(&line);
         }
     }
     if let Some(flags) = approval::escalate(&args, &outcome)? {
-        eprintln!("sandbox: re-running once with the approved escalation");
+        show::say("sandbox: re-running once with the approved escalation");
         return Ok(match run_once(&flags)? {
             Ok(outcome) => outcome.exit_code(),
             Err(code) => code,
@@ -575,12 +576,24 @@ fn execute(
             // The command ran: its exit status is what the caller gets, even
             // when the record cannot be written (its directory may be one the
             // command could write, and so spoil).
-            if let Err(Fatal(why)) = write_report(report.as_ref(), &outcome) {
-                eprintln!(
+            let written = match &report {
+                Some(target) => serde_json::to_string_pretty(&outcome)
+                    .map_err(Fatal::from)
+                    .and_then(|json| {
+                        target.write_after_run(json.as_bytes(), |dir| {
+                            req.policy.as_ref().map_or(true, |p| p.may_write(dir))
+                        })
+                    }),
+                None => Ok(None),
+            };
+            match written {
+                Ok(Some(moved)) => show::say(&moved),
+                Ok(None) => {}
+                Err(Fatal(why)) => show::say(&format!(
                     "sandbox: {}; the exit status is the command's ({})",
                     why.replace('\n', " "),
                     outcome.exit_code()
-                );
+                )),
             }
             Ok(Ok(outcome))
         }
@@ -592,7 +605,7 @@ fn execute(
             if code == EXIT_SANDBOX {
                 return Err(Fatal(error_chain::error_chain(&err)));
             }
-            eprintln!("sandbox: {}", error_chain::error_chain(&err));
+            show::say(&format!("sandbox: {}", error_chain::error_chain(&err)));
             Ok(Err(code))
         }
     }
@@ -668,7 +681,7 @@ fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
             println!();
         }
         for (name, value) in &profile.params {
-            println!(";; -D {name}={value}");
+            show::out(&format!(";; -D {name}={value}"));
         }
     }
     Ok(0)
@@ -711,32 +724,35 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         println!("{}", serde_json::to_string_pretty(&json)?);
         return Ok(check_status(resolved.backend.enforces()));
     }
-    println!("backend: {}", resolved.backend.name());
+    show::out(&format!("backend: {}", resolved.backend.name()));
     if let Some(why) = &resolved.fallback {
-        println!("fallback: {why}");
+        show::out(&format!("fallback: {why}"));
     }
-    println!("containment: {}", sandbox::containment().describe());
-    println!("limits: {}", show::limit_support(&limits));
-    println!("network (operator policy): {network}");
+    show::out(&format!(
+        "containment: {}",
+        sandbox::containment().describe()
+    ));
+    show::out(&format!("limits: {}", show::limit_support(&limits)));
+    show::out(&format!("network (operator policy): {network}"));
     for d in &report.details {
-        println!("  {d}");
+        show::out(&format!("  {d}"));
     }
-    println!("axes (for the default policy):");
+    show::out("axes (for the default policy):");
     for a in &report.axes {
-        println!(
+        show::out(&format!(
             "  {:<11} {} [{}]",
             a.axis.as_str(),
             show::level_text(&a.level),
             a.mechanism
-        );
+        ));
     }
     match gate {
         Some(g) => {
-            println!(
+            show::out(&format!(
                 "self-test: {} in {:.2} ms",
                 if g.passed { "passed" } else { "FAILED" },
                 g.elapsed_us as f64 / 1000.0
-            );
+            ));
             for probe in g.probes() {
                 let verdict = match &probe.result {
                     sandbox_probe::ProbeResult::Witnessed => "witnessed".to_owned(),
@@ -751,23 +767,23 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
                     }
                     _ => "unknown".to_owned(),
                 };
-                println!("  {:?} probe: {verdict}", probe.probe);
+                show::out(&format!("  {:?} probe: {verdict}", probe.probe));
                 for c in &probe.checks {
-                    println!(
+                    show::out(&format!(
                         "    {} {:?} [{}] {} -> {}",
                         if c.ok { "ok " } else { "BAD" },
                         c.role,
                         c.policy,
                         c.attempted,
                         c.observed
-                    );
+                    ));
                 }
             }
         }
-        None => println!("self-test: not run (the noop backend claims nothing)"),
+        None => show::out("self-test: not run (the noop backend claims nothing)"),
     }
     if !resolved.backend.enforces() {
-        println!("nothing is enforced: commands would run unconfined");
+        show::out("nothing is enforced: commands would run unconfined");
     }
     Ok(check_status(resolved.backend.enforces()))
 }

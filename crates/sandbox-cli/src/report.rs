@@ -11,6 +11,16 @@
 //! record that cannot be written is said in one `sandbox:` line and the
 //! command's own exit status is kept (see `main.rs`). `-` writes the record
 //! to standard output.
+//!
+//! The directory fd follows its directory when the command renames it. So
+//! after the run, when nothing the run started is alive, the report's
+//! directory is looked up by name again ([`Target::write_after_run`]): the
+//! same directory takes the record as before; another one (the command moved
+//! the first away and made a new one, to leave a record of its own there)
+//! takes it only where the run itself could have written (no more than the
+//! sandbox allowed: a link the command left cannot send it elsewhere), and
+//! else the record goes to the first directory, wherever it is now. Either
+//! way one `sandbox:` line says what happened and where the record is.
 
 use std::ffi::{CString, OsStr};
 use std::io::Write;
@@ -25,6 +35,8 @@ pub(crate) enum Target {
     Stdout,
     File {
         shown: PathBuf,
+        /// The directory as named (looked up again after the run).
+        parent: CString,
         dir: OwnedFd,
         name: CString,
     },
@@ -49,23 +61,12 @@ impl Target {
         let c = |s: &OsStr| {
             CString::new(s.as_bytes()).map_err(|_| refuse("the path contains a NUL byte".into()))
         };
-        let dir_c = c(parent.as_os_str())?;
-        #[cfg(target_os = "linux")]
-        const DIR: libc::c_int = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
-        #[cfg(not(target_os = "linux"))]
-        const DIR: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
-        // SAFETY: open of a NUL-terminated path.
-        let raw = unsafe { libc::open(dir_c.as_ptr(), DIR) };
-        if raw < 0 {
-            return Err(refuse(format!(
-                "cannot open its directory: {}",
-                std::io::Error::last_os_error()
-            )));
-        }
-        // SAFETY: a fresh fd we own.
-        let dir = unsafe { OwnedFd::from_raw_fd(raw) };
+        let parent = c(parent.as_os_str())?;
+        let dir =
+            open_dir(&parent).map_err(|e| refuse(format!("cannot open its directory: {e}")))?;
         let target = Target::File {
             shown: shown.clone(),
+            parent,
             dir,
             name: c(name)?,
         };
@@ -75,7 +76,10 @@ impl Target {
 
     /// Refuses an existing report path that is a symlink or not a regular file.
     fn check(&self) -> Result<(), Fatal> {
-        let Target::File { shown, dir, name } = self else {
+        let Target::File {
+            shown, dir, name, ..
+        } = self
+        else {
             return Ok(());
         };
         // SAFETY: stat is plain data; fstatat fills it.
@@ -105,9 +109,69 @@ impl Target {
         }
     }
 
+    /// After a run: writes `json` where the user asked, or, when the
+    /// command replaced the report's directory, where [the module
+    /// docs](self) say. `may_write` tells whether the run could write in a
+    /// (canonical) directory. Returns the line that says where the record
+    /// went when that is not the directory opened before the run.
+    pub(crate) fn write_after_run(
+        &self,
+        json: &[u8],
+        may_write: impl Fn(&Path) -> bool,
+    ) -> Result<Option<String>, Fatal> {
+        let Target::File {
+            shown,
+            parent,
+            dir,
+            name,
+        } = self
+        else {
+            return self.write(json).map(|()| None);
+        };
+        let now = open_dir(parent).ok();
+        if now.as_ref().is_some_and(|now| same_file(now, dir)) {
+            return self.write(json).map(|()| None);
+        }
+        let first_now = fd_path(dir).map_or_else(
+            || "unknown (removed?)".to_owned(),
+            |p| p.display().to_string(),
+        );
+        let replaced = format!(
+            "--report {}: its directory was moved or replaced during the run (the one opened \
+             before it is now at {first_now})",
+            shown.display()
+        );
+        // The directory now at the asked path, where the command could have
+        // written a file of its own anyway.
+        let asked = now.filter(|now| fd_path(now).is_some_and(|p| may_write(&p)));
+        if let Some(now) = asked {
+            let here = Target::File {
+                shown: shown.clone(),
+                parent: parent.clone(),
+                dir: now,
+                name: name.clone(),
+            };
+            here.write(json)?;
+            return Ok(Some(format!(
+                "sandbox: {replaced}; the record was written at {} as asked",
+                shown.display()
+            )));
+        }
+        self.write(json)
+            .map_err(|Fatal(e)| Fatal(format!("{replaced}; {e}")))?;
+        Ok(Some(format!(
+            "sandbox: {replaced}, and the path now leads where the run may not write; the \
+             record was written in {first_now} instead, and what {} holds is not the sandbox's",
+            shown.display()
+        )))
+    }
+
     /// Writes `json` and a newline: atomically, never through a link.
     pub(crate) fn write(&self, json: &[u8]) -> Result<(), Fatal> {
-        let Target::File { shown, dir, name } = self else {
+        let Target::File {
+            shown, dir, name, ..
+        } = self
+        else {
             let mut out = std::io::stdout().lock();
             return out
                 .write_all(json)
@@ -154,6 +218,56 @@ impl Target {
         }
         Ok(())
     }
+}
+
+/// Opens the directory named `path` (links followed, as the user's path
+/// may hold them) for `*at` calls.
+fn open_dir(path: &CString) -> std::io::Result<OwnedFd> {
+    #[cfg(target_os = "linux")]
+    const DIR: libc::c_int = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    #[cfg(not(target_os = "linux"))]
+    const DIR: libc::c_int = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    // SAFETY: open of a NUL-terminated path.
+    let raw = unsafe { libc::open(path.as_ptr(), DIR) };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// Whether two fds are the same file (device and inode).
+fn same_file(a: &OwnedFd, b: &OwnedFd) -> bool {
+    let id = |fd: &OwnedFd| {
+        // SAFETY: stat is plain data; fstat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a valid fd and out-pointer.
+        (unsafe { libc::fstat(fd.as_raw_fd(), &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+    };
+    id(a).is_some_and(|a| Some(a) == id(b))
+}
+
+/// Where the directory open as `fd` is now, as the kernel tracks it; `None`
+/// when it was removed or cannot be told.
+fn fd_path(fd: &OwnedFd) -> Option<PathBuf> {
+    #[cfg(target_os = "linux")]
+    let path = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+    #[cfg(target_os = "macos")]
+    let path = {
+        let mut buf = vec![0u8; libc::PATH_MAX as usize];
+        // SAFETY: F_GETPATH writes at most PATH_MAX bytes into `buf`.
+        if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_GETPATH, buf.as_mut_ptr()) } != 0 {
+            return None;
+        }
+        let end = buf.iter().position(|&b| b == 0)?;
+        PathBuf::from(OsStr::from_bytes(&buf[..end]))
+    };
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    let path: PathBuf = {
+        let _ = fd;
+        return None;
+    };
+    (path.is_absolute() && !path.as_os_str().as_bytes().ends_with(b" (deleted)")).then_some(path)
 }
 
 /// How many fresh names [`create_temporary`] tries.

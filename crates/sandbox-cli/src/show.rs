@@ -2,36 +2,48 @@
 
 use sandbox::Outcome;
 
-/// The `--explain` summary: classification, evidence and broker refusals.
-pub(crate) fn explain(outcome: &Outcome) -> String {
-    let mut out = format!(
+/// Writes `line` on stderr as one line: text from the command or the file
+/// system in it is shown escaped ([`sandbox::terminal_safe`]).
+pub(crate) fn say(line: &str) {
+    eprintln!("{}", sandbox::terminal_safe(line));
+}
+
+/// Writes `line` on stdout as one line, escaped as [`say`] does.
+pub(crate) fn out(line: &str) {
+    println!("{}", sandbox::terminal_safe(line));
+}
+
+/// The `--explain` summary, a line each (printed through [`say`], so a
+/// target or reason the command chose stays within its line):
+/// classification, evidence and broker refusals.
+pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
+    let head = format!(
         "sandbox: explain: backend {}, exit {}, ",
         outcome.backend,
         outcome.exit_code()
     );
+    let mut out = Vec::new();
     match &outcome.classification {
-        sandbox::Classification::Ok => out.push_str("ok\n"),
+        sandbox::Classification::Ok => out.push(head + "ok"),
         sandbox::Classification::TaskFailure => {
-            out.push_str("the command failed on its own terms\n")
+            out.push(head + "the command failed on its own terms")
         }
-        sandbox::Classification::Timeout => out.push_str("ended by the timeout\n"),
+        sandbox::Classification::Timeout => out.push(head + "ended by the timeout"),
         sandbox::Classification::SandboxDenial { evidence } => {
-            out.push_str("the sandbox refused something:\n");
-            for line in evidence {
-                out.push_str(&format!("  {line}\n"));
-            }
+            out.push(head + "the sandbox refused something:");
+            out.extend(evidence.iter().map(|line| format!("  {line}")));
         }
         sandbox::Classification::RunnerFailure { reason } => {
-            out.push_str(&format!("runner failure: {reason}\n"))
+            out.push(format!("{head}runner failure: {reason}"))
         }
         sandbox::Classification::LimitExceeded { detail, .. } => {
-            out.push_str(&format!("stopped by a limit: {detail}\n"))
+            out.push(format!("{head}stopped by a limit: {detail}"))
         }
-        _ => out.push_str("unclassified\n"),
+        _ => out.push(head + "unclassified"),
     }
     for l in &outcome.limits {
-        out.push_str(&format!(
-            "  limit {} {}: {}\n",
+        out.push(format!(
+            "  limit {} {}: {}",
             l.kind.flag(),
             l.requested,
             match (&l.held_by, &l.not_held) {
@@ -41,8 +53,8 @@ pub(crate) fn explain(outcome: &Outcome) -> String {
         ));
     }
     if let Some(m) = &outcome.mediation {
-        out.push_str(&format!(
-            "  broker: {} call(s) performed for the command, {} refused{}\n",
+        out.push(format!(
+            "  broker: {} call(s) performed for the command, {} refused{}",
             m.performed,
             m.refused.len(),
             if m.omitted > 0 {
@@ -53,29 +65,29 @@ pub(crate) fn explain(outcome: &Outcome) -> String {
         ));
         let tty = m.refused.iter().filter(|c| c.target == "/dev/tty").count();
         if tty > 0 {
-            out.push_str(&format!(
-                "    ({} of /dev/tty left out: a run has no controlling terminal)\n",
+            out.push(format!(
+                "    ({} of /dev/tty left out: a run has no controlling terminal)",
                 plural(tty, "refused open")
             ));
         }
         for call in m.refused.iter().filter(|c| c.target != "/dev/tty").take(20) {
-            out.push_str(&format!(
-                "    refused {} on {}: {}\n",
+            out.push(format!(
+                "    refused {} on {}: {}",
                 call.syscall, call.target, call.reason
             ));
             match proposal(call) {
-                Proposal::Flag(flag) => out.push_str(&format!("      to admit it: {flag}\n")),
-                Proposal::Withheld(why) => out.push_str(&format!("      not proposed: {why}\n")),
+                Proposal::Flag(flag) => out.push(format!("      to admit it: {flag}")),
+                Proposal::Withheld(why) => out.push(format!("      not proposed: {why}")),
                 Proposal::None => {}
             }
         }
         if let Some(e) = &m.error {
-            out.push_str(&format!("    broker stopped early: {e}\n"));
+            out.push(format!("    broker stopped early: {e}"));
         }
     }
     if outcome.leftover_processes_ended > 0 {
-        out.push_str(&format!(
-            "  ended {} leftover process(es) after the command exited\n",
+        out.push(format!(
+            "  ended {} leftover process(es) after the command exited",
             outcome.leftover_processes_ended
         ));
     }

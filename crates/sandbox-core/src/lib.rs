@@ -45,6 +45,7 @@ mod pins;
 mod policy;
 pub mod protect;
 mod report;
+pub mod text;
 
 pub use axis::Axis;
 pub use backend::{
@@ -74,3 +75,4 @@ pub use op::{builtin_op_bound, SandboxedExecOp};
 pub use pins::{DatagramSockets, DnsRoute, Pins, MAX_PINS, MAX_PIN_TTL};
 pub use policy::{ExpandContext, NetworkMode, ResolvedPolicy, SandboxPolicy};
 pub use report::{AxisEnforcement, Enforcement, EnforcementReport, Level};
+pub use text::terminal_safe;

@@ -4,7 +4,7 @@
 
 use std::fs::{File, OpenOptions};
 use std::io::{self, Write};
-use std::os::unix::fs::OpenOptionsExt;
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -108,7 +108,8 @@ impl JsonLinesAudit<File> {
     /// Appends to the file at `path`, creating it (mode 0600) if needed.
     ///
     /// Never through a symlink (`O_NOFOLLOW`: a confined run may write where
-    /// the log lives), and only to a regular file. Each record is one
+    /// the log lives), and only to a regular file with one name (no hard
+    /// link another run could write through). Each record is one
     /// `O_APPEND` write, so a crash leaves at most a partial last line.
     pub fn open(path: &Path) -> Result<Self, AuditError> {
         let fail = |source| AuditError::Write {
@@ -122,10 +123,20 @@ impl JsonLinesAudit<File> {
             .custom_flags(libc::O_NOFOLLOW)
             .open(path)
             .map_err(fail)?;
-        if !file.metadata().map_err(fail)?.is_file() {
+        let meta = file.metadata().map_err(fail)?;
+        if !meta.is_file() {
             return Err(fail(io::Error::other(
                 "the audit log path is not a regular file",
             )));
+        }
+        // A second name (a hard link in some run's write path) would let
+        // that run rewrite the record of what was approved.
+        if meta.nlink() != 1 {
+            return Err(fail(io::Error::other(format!(
+                "the audit log has {} hard links, and a run that may write where another of its \
+                 names lies could rewrite it; give it one name (move the other names away)",
+                meta.nlink()
+            ))));
         }
         Ok(Self {
             target: path.display().to_string(),
@@ -179,6 +190,22 @@ mod tests {
         std::fs::create_dir(&sub).unwrap();
         assert!(JsonLinesAudit::open(&sub).is_err());
         assert!(JsonLinesAudit::open(&dir.path().join("plain.jsonl")).is_ok());
+    }
+
+    /// A log with a second name is refused and left as it was; the twin:
+    /// once the other name is gone, the same file opens.
+    #[test]
+    fn a_log_with_a_hard_link_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("audit.jsonl");
+        std::fs::write(&log, "kept\n").unwrap();
+        let other = dir.path().join("notes.txt");
+        std::fs::hard_link(&log, &other).unwrap();
+        let err = JsonLinesAudit::open(&log).unwrap_err().to_string();
+        assert!(err.contains("2 hard links"), "{err}");
+        assert_eq!(std::fs::read_to_string(&log).unwrap(), "kept\n");
+        std::fs::remove_file(&other).unwrap();
+        assert!(JsonLinesAudit::open(&log).is_ok());
     }
 
     #[test]

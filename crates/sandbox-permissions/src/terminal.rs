@@ -217,7 +217,7 @@ fn describe(request: &ApprovalRequest) -> String {
             text.push('\n');
         }
         ApprovalRequest::Grants(g) => {
-            text.push_str(&format!("\nSkill {}", g.skill));
+            text.push_str(&format!("\nSkill {}", shown(&g.skill.to_string())));
             if let Some(phase) = &g.phase {
                 text.push_str(&format!(" (phase {})", shown(phase)));
             }
@@ -245,22 +245,14 @@ fn question(request: &ApprovalRequest, timeout: Duration) -> String {
     )
 }
 
-/// Text from the command or the request, made safe for a terminal: control
-/// characters (escape sequences included) are shown escaped, and long text is cut.
+/// Text from the command or the request, made safe for a terminal
+/// ([`sandbox_core::terminal_safe`]), and cut when long.
 fn shown(text: &str) -> String {
-    let mut out = String::new();
-    for (i, c) in text.chars().enumerate() {
-        if i == MAX_SHOWN_CHARS {
-            out.push_str("...");
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+    let safe = sandbox_core::terminal_safe(text);
+    match safe.char_indices().nth(MAX_SHOWN_CHARS) {
+        Some((cut, _)) => format!("{}...", &safe[..cut]),
+        None => safe.into_owned(),
     }
-    out
 }
 
 #[cfg(test)]

@@ -12,7 +12,10 @@
 //! range and none of this host's own, as the proxy) are answered and pinned
 //! ([`sandbox_core::Pins`]), so the broker then admits connects to them by
 //! IP, on the ports the name's rules list, while the answer lives. Any
-//! other name is answered `NXDOMAIN` and recorded as refused.
+//! other name is answered `NXDOMAIN` and recorded as refused; a name with
+//! a label that is not a host name's (letters, digits, hyphens, underscores)
+//! is answered `FORMERR` and recorded escaped (`\x1b`), since it is text the
+//! command chose and the summary prints it.
 //!
 //! The DNS message format (RFC 1035, section 4; TCP framing with a two-byte
 //! length, section 4.2.2; UDP answers at most 512 bytes, section 4.2.1,
@@ -343,10 +346,12 @@ fn truncated(answer: &[u8]) -> Vec<u8> {
     out
 }
 
-/// One question: its name (lowercase, no trailing dot), type, class, and
-/// where it ends in the message.
+/// One question: its name (lowercase, no trailing dot; bytes other than
+/// printable ASCII escaped, `\x1b`), whether every label is a host name's,
+/// type, class, and where it ends in the message.
 struct Question {
     name: String,
+    host_name: bool,
     qtype: u16,
     qclass: u16,
     end: usize,
@@ -355,6 +360,7 @@ struct Question {
 fn question(msg: &[u8]) -> Option<Question> {
     let mut i = 12;
     let mut labels: Vec<String> = Vec::new();
+    let mut host_name = true;
     loop {
         let len = usize::from(*msg.get(i)?);
         i += 1;
@@ -367,13 +373,17 @@ fn question(msg: &[u8]) -> Option<Question> {
             return None;
         }
         let label = msg.get(i..i + len)?;
-        labels.push(String::from_utf8(label.to_ascii_lowercase()).ok()?);
+        host_name &= label
+            .iter()
+            .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_'));
+        labels.push(label.to_ascii_lowercase().escape_ascii().to_string());
         i += len;
     }
     let qtype = u16::from_be_bytes([*msg.get(i)?, *msg.get(i + 1)?]);
     let qclass = u16::from_be_bytes([*msg.get(i + 2)?, *msg.get(i + 3)?]);
     Some(Question {
         name: labels.join("."),
+        host_name,
         qtype,
         qclass,
         end: i + 4,
@@ -427,6 +437,16 @@ fn answer(shared: &Shared, query: &[u8]) -> Option<Vec<u8>> {
     let Some(q) = question(query) else {
         return Some(reply(RCODE_FORMERR, None, &[]));
     };
+    if !q.host_name {
+        // Recorded (escaped) for the summary: such a name is the command's
+        // text, and no rule can list it.
+        refuse(
+            shared,
+            &q.name,
+            "not a host name (labels of letters, digits, hyphens and underscores)",
+        );
+        return Some(reply(RCODE_FORMERR, None, &[]));
+    }
     if shared.pins.lists(&q.name).is_none() {
         refuse(shared, &q.name, "no egress rule lists this name");
         return Some(reply(RCODE_NXDOMAIN, Some(&q), &[]));
@@ -771,6 +791,33 @@ mod tests {
     /// bytes comes truncated (TC, no records); shutdown ends the UDP
     /// threads (the drop would hang otherwise).
     #[cfg(target_os = "linux")]
+    #[test]
+    fn a_name_that_is_no_host_name_is_malformed_and_recorded_escaped() {
+        let (s, _pins) = server(&["example.com:443"]);
+        for name in [
+            "x\x1b]0;owned\x07",
+            "a\nsandbox: all clear",
+            "caf\u{e9}",
+            "a b",
+        ] {
+            assert_eq!(ask(&s, name, TYPE_A).0, RCODE_FORMERR, "{name:?}");
+        }
+        assert_eq!(ask(&s, "ok_name-1.example.com", TYPE_A).0, RCODE_NXDOMAIN);
+        let (refused, _) = s.refused();
+        let names: Vec<&str> = refused.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            [
+                "x\\x1b]0;owned\\x07",
+                "a\\nsandbox: all clear",
+                "caf\\xc3\\xa9",
+                "a b",
+                "ok_name-1.example.com"
+            ]
+        );
+        assert!(refused[0].reason.starts_with("not a host name"));
+    }
+
     #[test]
     fn datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes() {
         use sandbox_core::DatagramSockets;

@@ -62,6 +62,23 @@ pub enum TrustedStateError {
         /// The trusted directory it lies in.
         dir: PathBuf,
     },
+    /// A trusted file has another name: the write-denials and the walk of
+    /// the way to it hold for the name the operator gave, and a run that
+    /// may write where another name lies could rewrite the file through it.
+    #[error(
+        "{what} {} has {links} hard links, and a run that may write where another of its names \
+         lies could rewrite it through that name; give it one name (copy it to a new file and \
+         replace it with the copy, or remove the other names)",
+        .path.display()
+    )]
+    HardLinked {
+        /// What the trusted file is (`"the operator config"`, ...).
+        what: &'static str,
+        /// The file, as named.
+        path: PathBuf,
+        /// How many names it has (`st_nlink`).
+        links: u64,
+    },
     /// Adding the write-deny paths failed.
     #[error("cannot write-deny {}: {source}", .dir.display())]
     Protect {
@@ -187,12 +204,16 @@ pub fn protect_trusted(
 /// Refuses `policy` when a run under it could change what is read at
 /// `file`: an entry on the way (each directory, each link and each link's
 /// target, the file itself) lies in a directory it may write, so it could be
-/// replaced, or the file itself lies in a write path, so it could be rewritten.
+/// replaced, or the file itself lies in a write path, so it could be
+/// rewritten, or the file has another name ([`single_name`]).
 pub fn check_trusted_file(
     policy: &ResolvedPolicy,
     what: &'static str,
     file: &Path,
 ) -> Result<(), TrustedStateError> {
+    if let Ok(meta) = std::fs::metadata(file) {
+        single_name(what, file, &meta)?;
+    }
     let entries = entries_on_the_way(file);
     let rewritable = entries.last().filter(|e| policy.may_write(&e.path));
     match entries
@@ -207,6 +228,26 @@ pub fn check_trusted_file(
         }),
         None => Ok(()),
     }
+}
+
+/// Refuses a trusted regular file with more than one name (`st_nlink`): a
+/// hard link is another path to the same inode, which no walk of the named
+/// path sees, and it may lie in a write path of this run or a later one.
+/// Nothing lists an inode's other names, so one name is the only proof.
+pub fn single_name(
+    what: &'static str,
+    file: &Path,
+    meta: &std::fs::Metadata,
+) -> Result<(), TrustedStateError> {
+    use std::os::unix::fs::MetadataExt;
+    if meta.is_file() && meta.nlink() > 1 {
+        return Err(TrustedStateError::HardLinked {
+            what,
+            path: file.to_path_buf(),
+            links: meta.nlink(),
+        });
+    }
+    Ok(())
 }
 
 /// One directory entry a path lookup passes.

@@ -12,6 +12,7 @@
 //! inode, size, mtime and ctime: hashing the binary would cost more than the
 //! probes it saves). It is trusted only when it and its directories belong
 //! to this user (the base may be root's) and are writable by no one else,
+//! when it has one name (a hard link is a way in that no path shows),
 //! and never when it lies beneath a write path of the run; and no confined
 //! run can write it: the runner write-denies the cache directory in every
 //! run whose write paths contain it ([`crate::trusted`]). Without that
@@ -112,7 +113,10 @@ impl VerdictCache {
             return false;
         };
         // SAFETY: geteuid has no preconditions.
-        if !meta.is_file() || meta.uid() != unsafe { libc::geteuid() } || meta.mode() & 0o022 != 0 {
+        let euid = unsafe { libc::geteuid() };
+        // One name only: a hard link elsewhere (a write path of some run)
+        // would let that run rewrite the verdict (see `crate::trusted`).
+        if !meta.is_file() || meta.nlink() != 1 || meta.uid() != euid || meta.mode() & 0o022 != 0 {
             return false;
         }
         let expected = self.expected();
