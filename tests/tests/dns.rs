@@ -579,3 +579,51 @@ fn allowlisted(nobody: bool, confined: bool) -> Vec<std::ffi::OsString> {
     }
     argv
 }
+
+/// A question whose name carries bytes no host name has (an OSC title
+/// sequence, a newline that would add a line of the command's choosing) is
+/// answered FORMERR, and the summary the sandbox prints after the run shows
+/// it escaped on its own line. Twin: a listed name is answered in the same
+/// run, and an unlisted plain name is shown as it is.
+#[test]
+fn a_name_that_is_no_host_name_is_malformed_and_shown_escaped() {
+    let (out, _d, _t) = in_private_net(
+        r#"
+evil="$(printf 'x\033]0;owned\007.example.com')"
+line="$(printf 'y\nsandbox: all clear, nothing refused')"
+"$SANDBOX" run --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --tcp svc.example.com "$evil" "$line" | sed 's/^/tcp /'
+"$SANDBOX" run --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --tcp plain.example.net | sed 's/^/plain /'
+"#,
+    );
+    let l = lines(&out);
+    let err = &out.stderr;
+    let text = String::from_utf8_lossy(err);
+    has(&l, "tcp svc.example.com 0 ['127.0.0.1']");
+    assert!(
+        l.iter()
+            .filter(|x| x.starts_with("tcp ") && x.ends_with(" 1 []"))
+            .count()
+            == 2,
+        "both answered FORMERR: {l:#?}\n{text}"
+    );
+    has(&l, "plain plain.example.net 3 []");
+    assert!(
+        !err.iter().any(|&b| b == 0x1b || b == 0x07),
+        "raw escape bytes on stderr: {text}"
+    );
+    assert!(
+        !text.lines().any(|x| x.starts_with("sandbox: all clear")),
+        "{text}"
+    );
+    assert!(
+        text.contains(
+            "sandbox: refused 2 name lookups (x\\\\x1b]0;owned\\\\x07.example.com, \
+             y\\\\nsandbox: all clear, nothing refused are not host names)"
+        ),
+        "{text}"
+    );
+    assert!(
+        text.contains("sandbox: refused 1 name lookup (plain.example.net not in --allow-net)"),
+        "{text}"
+    );
+}

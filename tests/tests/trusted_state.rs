@@ -374,3 +374,268 @@ fn a_write_path_inside_trusted_state_is_refused() {
         "{text}"
     );
 }
+
+/// `sandbox run` as nobody (`setpriv`), with the clean config environment
+/// of [`sandbox`].
+fn sandbox_as_nobody() -> std::process::Command {
+    let mut c = std::process::Command::new("setpriv");
+    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(sandbox_tests::sandbox_bin())
+        .current_dir("/")
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config");
+    c
+}
+
+/// A config with a second name inside a write path (a hard link a dotfile
+/// manager or an earlier unconfined step made) is refused: the run could
+/// rewrite it through that name and set the next run's rules, and no walk
+/// of the named path sees the other name. Nor can a confined run make such
+/// a link itself. Twin: with the link gone, the same config is used and the
+/// run goes ahead; and a link between two files of the write path is made.
+/// As root and as nobody.
+#[test]
+fn a_config_with_a_second_name_is_refused() {
+    let users: &[bool] = if is_root() { &[false, true] } else { &[false] };
+    for &nobody in users {
+        let (_o, outside) = canonical_tmp();
+        let (_w, w) = canonical_tmp();
+        let config = outside.join("config.toml");
+        std::fs::write(&config, "[sandbox]\n").unwrap();
+        let second = w.join("notes.toml");
+        std::fs::hard_link(&config, &second).unwrap();
+        if nobody {
+            std::fs::set_permissions(&outside, std::fs::Permissions::from_mode(0o755)).unwrap();
+            std::os::unix::fs::chown(&w, Some(65534), Some(65534)).unwrap();
+        }
+        let run = |script: &str| {
+            let mut cmd = if nobody {
+                sandbox_as_nobody()
+            } else {
+                sandbox()
+            };
+            cmd.arg("run")
+                .arg("--config")
+                .arg(&config)
+                .arg("-w")
+                .arg(&w)
+                .args(sh(script))
+                .output()
+                .unwrap()
+        };
+        let ran = w.join("ran");
+        let out = run(&format!("touch {}", ran.display()));
+        assert_eq!(code(&out), Some(125), "nobody {nobody}: {}", stderr(&out));
+        one_line(&out, "has 2 hard links");
+        assert!(!ran.exists(), "nothing ran");
+        std::fs::remove_file(&second).unwrap();
+        // Twin: one name, the run goes ahead; the command cannot give the
+        // config a second name in its write path, and can link its own files.
+        let script = format!(
+            "ln {c} {w}/again 2>/dev/null && echo linked-config; : > {w}/a; ln {w}/a {w}/b && \
+             echo linked-own; touch {r}",
+            c = config.display(),
+            w = w.display(),
+            r = ran.display()
+        );
+        let out = run(&script);
+        assert_eq!(code(&out), Some(0), "nobody {nobody}: {}", stderr(&out));
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "linked-own\n");
+        assert!(ran.exists());
+        assert_eq!(
+            std::os::unix::fs::MetadataExt::nlink(&std::fs::metadata(&config).unwrap()),
+            1
+        );
+    }
+}
+
+/// Runs `sh -c SCRIPT` with `--report REPORT -w W` (and `extra` flags).
+fn run_with_report(w: &Path, report: &Path, extra: &[&str], script: &str) -> Output {
+    sandbox()
+        .arg("run")
+        .args(extra)
+        .arg("--report")
+        .arg(report)
+        .arg("-w")
+        .arg(w)
+        .args(sh(script))
+        .output()
+        .unwrap()
+}
+
+/// The record of what the run did.
+fn record(path: &Path) -> serde_json::Value {
+    serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
+}
+
+/// The command moves the report's directory away, makes a new one and
+/// leaves a forged record in it, then writes outside its write paths: the
+/// record the user asked for is still the sandbox's (with the refusal), and
+/// one line says the directory was replaced. When the path then leads where
+/// the run could not write (a link the command left), nothing is written
+/// there: the record goes to the moved directory and the line says where.
+/// Twin: left alone, the record lands where asked and nothing is said.
+#[test]
+fn a_replaced_report_directory_does_not_hide_the_record() {
+    let (_w, w) = canonical_tmp();
+    let (_o, outside) = canonical_tmp();
+    let sub = w.join("sub");
+    let report = sub.join("rep.json");
+    let forged = r#"{"classification":{"class":"ok"}}"#;
+    let denied = outside.join("denied");
+    let attack = |replace: &str| {
+        std::fs::create_dir(&sub).unwrap();
+        let script = format!(
+            "mv {s} {w}/moved && {replace} && printf '%s' '{forged}' > {s}/rep.json; \
+             echo x > {d}; exit 0",
+            s = sub.display(),
+            w = w.display(),
+            d = denied.display()
+        );
+        run_with_report(&w, &report, &["-q"], &script)
+    };
+    // A new directory in its place, inside the write path.
+    let out = attack(&format!("mkdir {}", sub.display()));
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    one_line(&out, "its directory was moved or replaced during the run");
+    one_line(&out, "the record was written at");
+    let v = record(&report);
+    assert!(
+        v["mediation"]["refused"].to_string().contains("denied"),
+        "the real record: {v}"
+    );
+    assert!(!denied.exists());
+    std::fs::remove_dir_all(&sub).unwrap();
+    std::fs::remove_dir_all(w.join("moved")).unwrap();
+    // A link to a directory the run may not write.
+    let out = attack(&format!("ln -s {} {}", outside.display(), sub.display()));
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    one_line(
+        &out,
+        &format!(
+            "the record was written in {} instead",
+            w.join("moved").display()
+        ),
+    );
+    assert!(
+        !outside.join("rep.json").exists(),
+        "nothing written through the link"
+    );
+    let v = record(&w.join("moved/rep.json"));
+    assert!(
+        v["mediation"]["refused"].to_string().contains("denied"),
+        "{v}"
+    );
+    std::fs::remove_file(&sub).unwrap();
+    // Twin: the directory left where it was.
+    std::fs::create_dir(&sub).unwrap();
+    let out = run_with_report(
+        &w,
+        &report,
+        &[],
+        &format!("echo x > {}; exit 0", denied.display()),
+    );
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(
+        sandbox_lines(&out).iter().all(|l| !l.contains("--report")),
+        "{}",
+        stderr(&out)
+    );
+    assert!(record(&report)["mediation"]["refused"]
+        .to_string()
+        .contains("denied"));
+}
+
+/// Paths the command chose, refused under workspace-write, reach the
+/// terminal escaped in the summary and in `--explain`: no escape sequence
+/// (window title), no carriage return that overwrites the line, no newline
+/// that adds a `sandbox:` line of the command's choosing. Twin: the same
+/// summary names a plain refused path as it is.
+#[test]
+fn refused_paths_reach_the_terminal_escaped() {
+    let (_w, w) = canonical_tmp();
+    let (_h, home) = canonical_tmp();
+    std::fs::create_dir_all(w.join(".git/hooks")).unwrap();
+    let script = r#"
+        for n in "$(printf 'a\033]0;owned\007')" "$(printf 'b\rsandbox: all clear')" \
+                 "$(printf 'c\nsandbox: all clear, nothing refused')" plain; do
+            { true > ".git/hooks/$n"; } 2>/dev/null
+        done
+        exit 0"#;
+    for explain in [false, true] {
+        let mut cmd = sandbox();
+        cmd.current_dir(&w).env("HOME", &home).args([
+            "run",
+            "--mode",
+            "workspace-write",
+            "--workspace",
+            ".",
+        ]);
+        if explain {
+            cmd.arg("--explain");
+        }
+        let out = cmd.args(sh(script)).output().unwrap();
+        let text = stderr(&out);
+        assert_eq!(code(&out), Some(0), "{text}");
+        assert!(
+            !out.stderr.iter().any(|&b| matches!(b, 0x1b | 0x07 | b'\r')),
+            "raw control bytes: {text:?}"
+        );
+        assert!(
+            !text.lines().any(|l| l.starts_with("sandbox: all clear")),
+            "{text}"
+        );
+        let hooks = w.join(".git/hooks");
+        let shown = [
+            format!("{}/a\\u{{1b}}]0;owned\\u{{7}}", hooks.display()),
+            format!("{}/b\\rsandbox: all clear", hooks.display()),
+        ];
+        for s in &shown {
+            assert!(text.contains(s.as_str()), "{s} in {text}");
+        }
+        if explain {
+            assert!(
+                text.contains(&format!(
+                    "{}/c\\nsandbox: all clear, nothing refused",
+                    hooks.display()
+                )),
+                "{text}"
+            );
+            assert!(
+                text.contains(&format!("{}/plain", hooks.display())),
+                "{text}"
+            );
+        } else {
+            one_line(&out, "refused 4 file changes");
+        }
+        assert_eq!(std::fs::read_dir(&hooks).unwrap().count(), 0);
+    }
+}
+
+/// The run's private `$TMPDIR` (`--private-tmp`, and workspace-write's) is
+/// its user's alone (0700), whatever the umask. Twin: the run writes there.
+#[test]
+fn the_private_tmp_is_the_users_alone() {
+    let (_w, w) = canonical_tmp();
+    for mode in [
+        &["--private-tmp", "-w"][..],
+        &["--mode", "workspace-write", "--workspace"],
+    ] {
+        let out = sandbox()
+            .env("HOME", &w)
+            .arg("run")
+            .args(mode)
+            .arg(&w)
+            .args(sh(
+                "umask 0; stat -c %a \"$TMPDIR\"; echo x > \"$TMPDIR/f\" && echo wrote",
+            ))
+            .output()
+            .unwrap();
+        assert_eq!(code(&out), Some(0), "{mode:?}: {}", stderr(&out));
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "700\nwrote\n",
+            "{mode:?}"
+        );
+    }
+}

@@ -45,7 +45,8 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     let state = sandbox::trusted::state_dir().ok_or_else(|| {
         Fatal("no place for the approval audit log: set HOME or XDG_STATE_HOME".into())
     })?;
-    std::fs::create_dir_all(&state)
+    std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+        .create(&state)
         .map_err(|e| Fatal(format!("cannot create {}: {e}", state.display())))?;
     let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(&state))?;
     let answer = decide_escalation_on_tty(

@@ -645,9 +645,12 @@ fn private_tmp_for(flags: &PolicyFlags) -> Result<Option<tempfile::TempDir>, Fat
 }
 
 fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
-    // tempfile creates the directory with mode 0700.
+    use std::os::unix::fs::PermissionsExt;
+    // Made 0700 from the start (tempfile's own default follows the umask):
+    // what the run keeps there is no other user's to read.
     tempfile::Builder::new()
         .prefix("sandbox-tmp-")
+        .permissions(std::fs::Permissions::from_mode(0o700))
         .tempdir()
         .map_err(|e| {
             Fatal(format!(

@@ -202,8 +202,18 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
         ));
     }
     if !names.is_empty() {
+        let malformed = |c: &sandbox::MediatedCall| c.reason.starts_with("not a host name");
+        let why = if names.len() == 1 && malformed(names[0]) {
+            "is not a host name"
+        } else if names.iter().all(|c| malformed(c)) {
+            "are not host names"
+        } else if names.iter().any(|c| malformed(c)) {
+            "not in --allow-net or not host names"
+        } else {
+            "not in --allow-net"
+        };
         parts.push(format!(
-            "{} ({} not in --allow-net)",
+            "{} ({} {why})",
             plural(names.len(), "name lookup"),
             first_targets(&names, |c| c.target.clone())
         ));
@@ -344,5 +354,97 @@ pub(crate) fn level_text(level: &sandbox::Level) -> String {
         sandbox::Level::Partial { gaps } => format!("partial: {}", gaps.join("; ")),
         sandbox::Level::None { reason } => format!("none: {reason}"),
         _ => "unknown".into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Text a command could choose: every control byte, a few terminal
+    /// sequences (OSC title and hyperlink, CSI clear, C1 CSI), a carriage
+    /// return and a line of its own, and a bidirectional override.
+    fn hostile() -> Vec<String> {
+        let mut texts: Vec<String> = (0u8..0x20)
+            .chain([0x7f])
+            .map(|b| format!("/w/a{}b", b as char))
+            .collect();
+        texts.extend(
+            [
+                "/w/.git/hooks/\x1b]0;owned\x07",
+                "/w/\x1b]8;;http://example.com\x1b\\link\x1b]8;;\x1b\\",
+                "/w/\x1b[2J\x1b[H",
+                "/w/\u{9b}2J",
+                "/w/x\rsandbox: all clear",
+                "/w/x\nsandbox: all clear, nothing refused",
+                "/w/\u{202e}txt.exe",
+            ]
+            .map(str::to_owned),
+        );
+        texts
+    }
+
+    fn outcome(texts: &[String]) -> Outcome {
+        let refused: Vec<sandbox::MediatedCall> = texts
+            .iter()
+            .flat_map(|t| {
+                ["openat", "dns", "proxy", "connect", "socket", "x\x1bcall"].map(|syscall| {
+                    sandbox::MediatedCall {
+                        syscall: syscall.into(),
+                        target: t.clone(),
+                        reason: format!("beneath a write-deny path {t}"),
+                        outside_write_paths: syscall == "openat",
+                    }
+                })
+            })
+            .collect();
+        let mut record = serde_json::json!({
+            "argv": ["sh"], "policy": null, "backend": "landlock\x1b[2J", "report": null,
+            "termination": {"kind": "exited", "code": 1}, "timed_out": false,
+            "leftover_processes_ended": 0, "duration_ms": 1.0,
+            "classification": {"class": "sandbox_denial", "evidence": texts},
+        });
+        record["mediation"] = serde_json::json!({
+            "performed": 1, "refused": refused, "omitted": 0, "error": texts[0],
+        });
+        serde_json::from_value(record).unwrap()
+    }
+
+    /// What the printers hand to [`say`]: one screen line each, with no
+    /// byte a terminal acts on, whatever the targets hold.
+    fn assert_safe(line: &str) {
+        let shown = sandbox::terminal_safe(line);
+        assert!(
+            !shown.chars().any(|c| c.is_control() || c == '\u{202e}'),
+            "{shown:?}"
+        );
+        assert!(!shown.contains("\nsandbox: all clear"));
+    }
+
+    #[test]
+    fn every_printer_shows_command_text_escaped_on_its_own_line() {
+        let texts = hostile();
+        let outcome = outcome(&texts);
+        let summary = refusal_summary(&outcome).unwrap();
+        assert_safe(&summary);
+        let explained = explain(&outcome);
+        for line in &explained {
+            assert_safe(line);
+        }
+        // Each evidence line and refusal is a line of its own: the
+        // command's newlines add none.
+        assert!(explained.len() >= texts.len() + 20, "{explained:?}");
+        for t in &texts {
+            assert!(
+                explained.iter().any(|l| l.contains(t.as_str())),
+                "{t:?} is shown (escaped at the sink)"
+            );
+        }
+    }
+
+    #[test]
+    fn plain_text_passes_unchanged() {
+        let line = "sandbox: refused 1 file change (/home/me/ws/ünï côdé.txt: protected)";
+        assert_eq!(sandbox::terminal_safe(line), line);
     }
 }

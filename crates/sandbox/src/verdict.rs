@@ -257,6 +257,27 @@ mod tests {
         assert!(!cache.holds_pass(), "a verdict for another key is ignored");
     }
 
+    /// A verdict with a second name (a hard link some run could write
+    /// through) is not trusted; the next pass is recorded under a new inode,
+    /// which the old link no longer reaches.
+    #[test]
+    fn a_verdict_with_a_second_name_is_not_trusted() {
+        let dir = base();
+        let cache = VerdictCache::locate_in(dir.path(), "t", &[]).unwrap();
+        cache.record_pass();
+        assert!(cache.holds_pass(), "twin: one name");
+        let other = dir.path().join("elsewhere");
+        fs::hard_link(&cache.file, &other).unwrap();
+        assert!(!cache.holds_pass());
+        cache.record_pass();
+        assert!(cache.holds_pass());
+        fs::write(&other, "forged").unwrap();
+        assert!(
+            cache.holds_pass(),
+            "the old name reaches the old inode only"
+        );
+    }
+
     #[test]
     fn verdicts_live_where_no_environment_moves_them() {
         assert_eq!(base_dir(0), Some(PathBuf::from("/run")));
