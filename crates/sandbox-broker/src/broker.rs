@@ -824,24 +824,14 @@ fn act(
     let admitted = match access {
         Access::Change => match rules.admit_change(&first) {
             // An unlinked object (nlink 0: an O_TMPFILE, a deleted file or
-            // FIFO the caller holds open): no path reaches it, so changing its mode,
-            // owner, times or xattrs changes nothing any path shows; the
-            // kernel's owner checks still apply. Not its size or contents.
+            // FIFO the caller holds open): admitted only when it was made
+            // inside a write path (see `admit_unlinked`); one handed in from
+            // outside is refused as its named twin is. Never its size or
+            // contents.
             Err(Unresolved::Refused(Refusal::NoPath, _))
                 if !matches!(op, Op::Truncate { .. }) && unlinked_file(&first) =>
             {
-                crate::resolve::fstat(&first)
-                    .map_err(|e| Unresolved::Errno(errno_of(&e)))
-                    .and_then(|stat| {
-                        let fd = first
-                            .try_clone()
-                            .map_err(|e| Unresolved::Errno(errno_of(&e)))?;
-                        Ok(crate::resolve::Object {
-                            fd,
-                            path: PathBuf::from("(unlinked)"),
-                            stat,
-                        })
-                    })
+                rules.admit_unlinked(&first)
             }
             other => other,
         },

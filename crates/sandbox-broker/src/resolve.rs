@@ -534,6 +534,85 @@ impl BrokerRules {
         })
     }
 
+    /// Admits an unlinked object (`st_nlink` 0: an `O_TMPFILE`, a deleted
+    /// file or directory) for a metadata change only when it was made inside
+    /// a directory write path: its path in `/proc/self/fd` (d_path,
+    /// fs/d_path.c) reads `<dir>/#<ino> (deleted)` for an `O_TMPFILE`, the
+    /// directory it was made in, and `<old path> (deleted)` for a deleted
+    /// file. Everything before the last name is the directory the object
+    /// hangs from now (its dentry's parent, followed through renames); only
+    /// the last name was chosen by whoever named the file, and a name holds
+    /// no `/`. That directory must lie beneath a directory write path,
+    /// be reached again beneath it (no symlink, no `..`) on the object's own
+    /// mount, and the object's path must not lie beneath a deny path.
+    ///
+    /// Why the text cannot be forged by the command: moving a directory (or
+    /// the object itself) from outside the write paths into one needs write
+    /// access to the directory it leaves, which the command does not have
+    /// outside them, and a mount or a namespace of its own is refused. A path
+    /// that only looks like one inside a write path (the object's mount is
+    /// not reachable from the broker's root, as a memfd's or another mount
+    /// namespace's) is told apart by the mount check. So a `(deleted)` path
+    /// inside a write path was inside it; one outside was named outside, by
+    /// whoever could write there. An object handed in from outside (the
+    /// host's `O_TMPFILE` or deleted file as stdout) is refused as its named
+    /// twin is ([`Refusal::OutsideWritePaths`]), and so is a memfd
+    /// (`/memfd:NAME (deleted)`, on a mount of its own).
+    pub(crate) fn admit_unlinked(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
+        let errno = |e: io::Error| Unresolved::Errno(errno_of(&e));
+        let link =
+            std::fs::read_link(format!("/proc/self/fd/{}", first.as_raw_fd())).map_err(errno)?;
+        let stat = fstat(first).map_err(errno)?;
+        let refused = |r: Refusal| Unresolved::Refused(r, Some(link.clone()));
+        let named = match link.as_os_str().as_bytes().strip_suffix(b" (deleted)") {
+            Some(named) if stat.st_nlink == 0 => Path::new(OsStr::from_bytes(named)),
+            _ => return Err(refused(Refusal::NoPath)),
+        };
+        if !named.is_absolute() {
+            return Err(refused(Refusal::NoPath));
+        }
+        let Some(dir) = named.parent() else {
+            return Err(refused(Refusal::OutsideWritePaths));
+        };
+        let Some(root) = self.write.iter().find(|w| !w.exact && w.admits(dir)) else {
+            return Err(refused(Refusal::OutsideWritePaths));
+        };
+        let rel = match dir.strip_prefix(&root.base) {
+            Ok(rel) if rel.as_os_str().is_empty() => Path::new("."),
+            Ok(rel) => rel,
+            Err(_) => return Err(refused(Refusal::OutsideWritePaths)),
+        };
+        let rel = CString::new(rel.as_os_str().as_bytes()).map_err(|_| refused(Refusal::NoPath))?;
+        let parent = openat2(
+            root.dir.as_raw_fd(),
+            &rel,
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+            RESOLVE_BENEATH | RESOLVE_NO_SYMLINKS | RESOLVE_NO_MAGICLINKS,
+        )
+        .map_err(|e| {
+            refused(Refusal::Unresolvable {
+                errno: errno_of(&e),
+            })
+        })?;
+        let dir_stat = fstat(&parent).map_err(errno)?;
+        let same_mount = match (mount_id(first), mount_id(&parent)) {
+            (Some(a), Some(b)) => a == b,
+            // Kernels before 5.8 report no mount id: the device alone.
+            _ => true,
+        };
+        if dir_stat.st_dev != stat.st_dev || !same_mount {
+            return Err(refused(Refusal::OutsideWritePaths));
+        }
+        if let Some(r) = self.denied(named).or_else(|| self.denied_inode(&stat)) {
+            return Err(refused(r));
+        }
+        Ok(Object {
+            fd: first.try_clone().map_err(errno)?,
+            path: link.clone(),
+            stat,
+        })
+    }
+
     /// Admits the object `first` refers to for reading when its canonical path
     /// does not lie beneath a read-deny path. The read is then made on `first`
     /// itself, so a later rename cannot swap another object in.
@@ -636,6 +715,24 @@ pub(crate) fn canonical(fd: &OwnedFd) -> Result<PathBuf, Unresolved> {
         return Err(Unresolved::Refused(Refusal::NoPath, Some(link)));
     }
     Ok(link)
+}
+
+/// The id of the mount `fd`'s object was reached through (`statx`
+/// `STATX_MNT_ID`, Linux 5.8), when the kernel reports it.
+fn mount_id(fd: &OwnedFd) -> Option<u64> {
+    // SAFETY: statx is plain data; statx fills it.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: our own fd with an empty path (AT_EMPTY_PATH) and a live out-pointer.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut st,
+        )
+    };
+    (rc == 0 && st.stx_mask & libc::STATX_MNT_ID != 0).then_some(st.stx_mnt_id)
 }
 
 /// `/proc` or beneath it, lexically (also `//proc`, `/./proc`).

@@ -588,3 +588,186 @@ fn a_file_write_path_admits_exactly_itself() {
     assert_ne!(run.code, 0);
     assert_eq!(mode(&sibling), 0o644);
 }
+
+/// What a metadata change on an object would show: mode, owner, times
+/// (ctime too: every change sets it) and its extended attributes.
+fn snapshot(fd: &std::os::fd::OwnedFd) -> (u32, u32, u32, [i64; 6], Vec<u8>) {
+    use std::os::fd::AsRawFd;
+    // SAFETY: stat is plain data; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: our own fd and a live out-pointer.
+    assert_eq!(unsafe { libc::fstat(fd.as_raw_fd(), &mut st) }, 0);
+    let mut names = vec![0u8; 4096];
+    // SAFETY: our own fd and a live buffer of that length.
+    let n = unsafe { libc::flistxattr(fd.as_raw_fd(), names.as_mut_ptr().cast(), names.len()) };
+    names.truncate(n.max(0) as usize);
+    (
+        st.st_mode,
+        st.st_uid,
+        st.st_gid,
+        [
+            st.st_atime,
+            st.st_atime_nsec,
+            st.st_mtime,
+            st.st_mtime_nsec,
+            st.st_ctime,
+            st.st_ctime_nsec,
+        ],
+        names,
+    )
+}
+
+/// Opens an unlinked object the test process (the host) holds: an
+/// `O_TMPFILE` made in `dir`, or (`deleted`) a file named there and unlinked.
+fn unlinked_in(dir: &Path, deleted: bool) -> std::os::fd::OwnedFd {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let fd = if deleted {
+        let name = dir.join("named");
+        let c = cstr(&name);
+        // SAFETY: plain open of a new file.
+        let fd = unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_RDWR | libc::O_CREAT | libc::O_EXCL | libc::O_CLOEXEC,
+                0o644,
+            )
+        };
+        std::fs::remove_file(&name).expect("unlink");
+        fd
+    } else {
+        let c = cstr(dir);
+        // SAFETY: plain open of an unnamed file in `dir`.
+        unsafe {
+            libc::open(
+                c.as_ptr(),
+                libc::O_TMPFILE | libc::O_RDWR | libc::O_CLOEXEC,
+                0o644,
+            )
+        }
+    };
+    assert!(
+        fd >= 0,
+        "open in {}: {}",
+        dir.display(),
+        std::io::Error::last_os_error()
+    );
+    // SAFETY: fresh fd.
+    let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Old times, so a futimens(NULL) would show.
+    let old = [libc::timespec {
+        tv_sec: 1_000_000_000,
+        tv_nsec: 0,
+    }; 2];
+    // SAFETY: our own fd and two live timespecs.
+    assert_eq!(
+        unsafe { libc::futimens(std::os::fd::AsRawFd::as_raw_fd(&fd), old.as_ptr()) },
+        0
+    );
+    fd
+}
+
+/// Every fd-form metadata change, each in its own confined child, on `fd`
+/// (inherited): fchmod, fchown to the caller's own ids, futimens(NULL) and
+/// fsetxattr of a `user.*` attribute. The errno of each (0: done).
+fn fd_changes(rules: impl Fn() -> sandbox_broker::BrokerRules, fd: i32) -> Vec<(i32, BrokerLog)> {
+    type Call = fn(i32) -> i32;
+    let calls: [Call; 4] = [
+        // SAFETY (child): one syscall each, on an inherited fd.
+        |fd| result(unsafe { libc::fchmod(fd, 0o600) }),
+        |fd| result(unsafe { libc::fchown(fd, libc::geteuid(), libc::getegid()) }),
+        |fd| result(unsafe { libc::futimens(fd, std::ptr::null()) }),
+        |fd| result(unsafe { libc::fsetxattr(fd, c"user.t".as_ptr(), b"v".as_ptr().cast(), 1, 0) }),
+    ];
+    calls
+        .iter()
+        .map(|call| {
+            let run = confined(rules(), move || call(fd));
+            (run.code, run.log)
+        })
+        .collect()
+}
+
+/// An unlinked object the run was handed from outside the write paths (the
+/// host's `O_TMPFILE` or deleted file, as stdout or any fd) is refused every
+/// fd-form metadata change, as its named twin is, and shows none; the same
+/// made inside the write path (by anyone: only who may write there can) is
+/// changed. Made inside and moved out by its directory, or made in a
+/// write-deny path, it is refused too.
+#[test]
+fn unlinked_objects_are_changed_only_when_made_inside_a_write_path() {
+    use std::os::fd::AsRawFd;
+    let fx = Fixture::with_user_xattrs();
+    std::fs::create_dir(fx.w.join("deny")).unwrap();
+    std::fs::create_dir(fx.w.join("leaves")).unwrap();
+    let rules = || fx.rules(&["deny"]);
+    let named_outside = fx.file(&fx.o.join("named-twin"), 0o644);
+    // SAFETY: memfd_create with a NUL-terminated name; the fd is owned below.
+    let memfd = unsafe { libc::memfd_create(c"host".as_ptr(), libc::MFD_CLOEXEC) };
+    assert!(memfd >= 0);
+    // SAFETY: fresh fd.
+    let memfd = unsafe { <std::os::fd::OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(memfd) };
+    let cases: [(&str, std::os::fd::OwnedFd, Option<Refusal>); 8] = [
+        ("memfd", memfd, Some(Refusal::OutsideWritePaths)),
+        (
+            "O_TMPFILE outside",
+            unlinked_in(&fx.o, false),
+            Some(Refusal::OutsideWritePaths),
+        ),
+        (
+            "deleted file outside",
+            unlinked_in(&fx.o, true),
+            Some(Refusal::OutsideWritePaths),
+        ),
+        ("O_TMPFILE in W", unlinked_in(&fx.w, false), None),
+        ("deleted file in W", unlinked_in(&fx.w, true), None),
+        (
+            "O_TMPFILE in a write-deny path",
+            unlinked_in(&fx.w.join("deny"), false),
+            Some(Refusal::WriteDenyPath),
+        ),
+        (
+            "O_TMPFILE whose directory left W",
+            unlinked_in(&fx.w.join("leaves"), false),
+            Some(Refusal::OutsideWritePaths),
+        ),
+        (
+            "named file outside",
+            {
+                let f = std::fs::OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .open(&named_outside)
+                    .unwrap();
+                std::os::fd::OwnedFd::from(f)
+            },
+            Some(Refusal::OutsideWritePaths),
+        ),
+    ];
+    std::fs::rename(fx.w.join("leaves"), fx.o.join("left")).unwrap();
+    for (what, fd, refused) in &cases {
+        let before = snapshot(fd);
+        let runs = fd_changes(rules, fd.as_raw_fd());
+        let after = snapshot(fd);
+        match refused {
+            Some(reason) => {
+                for (code, log) in &runs {
+                    assert_eq!(*code, libc::EPERM, "{what}: {log:?}");
+                    assert_eq!(refusals(log), vec![reason.clone()], "{what}: {log:?}");
+                }
+                assert_eq!(after, before, "{what}: the object changed");
+            }
+            None => {
+                for (code, log) in &runs {
+                    assert_eq!(*code, 0, "{what}: {log:?}");
+                    assert_eq!(performed(log), 1, "{what}: {log:?}");
+                }
+                assert_eq!(after.0 & 0o7777, 0o600, "{what}");
+                assert_ne!(after.3, before.3, "{what}: times");
+                assert!(
+                    after.4.split(|&b| b == 0).any(|n| n == b"user.t"),
+                    "{what}: xattrs"
+                );
+            }
+        }
+    }
+}
