@@ -270,6 +270,9 @@ fn serve(listener: &Arc<Listener>, rules: &BrokerRules, own: &Own, stop: &OwnedF
         }
     }
     pool.finish(&mut log);
+    if let Some(git) = &rules.git {
+        log.git_dirs_made = git.made_git_dirs();
+    }
     log
 }
 
@@ -390,6 +393,7 @@ fn handle(
                         | Refusal::AncestorOfDenyPath
                         | Refusal::DanglingSymlink
                         | Refusal::SymlinkInGitDir
+                        | Refusal::GitDirBeforeRun
                         | Refusal::ProcfsPath,
                 } if kind.is_entry() || kind == Kind::Truncate => libc::EACCES,
                 // Landlock refuses a link that would make a file reachable

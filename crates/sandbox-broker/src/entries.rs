@@ -213,7 +213,11 @@ pub(crate) fn act(
         EntryCall::Mkdir { mode, .. } => {
             let e = new_entry(rules, first, target, true)?;
             // SAFETY: mkdirat on our admitted parent fd with a NUL-terminated name.
-            done(unsafe { libc::mkdirat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), *mode) })
+            let rc = unsafe { libc::mkdirat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), *mode) };
+            if let (0, Some(git)) = (rc, &rules.git) {
+                git.made_dir(&e.parent.fd, e.at_name.to_bytes());
+            }
+            done(rc)
         }
         EntryCall::Mknod { mode, dev, .. } => {
             if mode & (libc::S_ISUID | libc::S_ISGID) != 0 {
@@ -346,6 +350,12 @@ pub(crate) fn act(
                     *flags,
                 )
             };
+            if let (0, Some(git)) = (rc, &rules.git) {
+                git.wrote(&new.parent.fd, new.at_name.to_bytes());
+                if exchange {
+                    git.wrote(&from.parent.fd, from.at_name.to_bytes());
+                }
+            }
             done(rc as libc::c_int)
         }
         EntryCall::Link { to, .. } => {
@@ -381,7 +391,7 @@ pub(crate) fn act(
             // The magic link names exactly the admitted object (a symlink
             // itself when not followed); AT_SYMLINK_FOLLOW jumps through it.
             // SAFETY: linkat with NUL-terminated paths and our admitted parent fd.
-            done(unsafe {
+            let rc = unsafe {
                 libc::linkat(
                     libc::AT_FDCWD,
                     from.as_ptr(),
@@ -389,7 +399,11 @@ pub(crate) fn act(
                     e.at_name.as_ptr(),
                     libc::AT_SYMLINK_FOLLOW,
                 )
-            })
+            };
+            if let (0, Some(git)) = (rc, &rules.git) {
+                git.wrote(&e.parent.fd, e.at_name.to_bytes());
+            }
+            done(rc)
         }
     }
 }
@@ -586,10 +600,19 @@ fn entry_at(
         at_name,
         path,
     };
-    // Beneath a deny path, by name or because the parent is one.
+    // Beneath a deny path, by name or because the parent is one; or a part
+    // of a git directory from before the run that runs programs.
+    let change = match intent {
+        Intent::Remove { .. } | Intent::Move => crate::gitdirs::Change::Remove,
+        _ => crate::gitdirs::Change::Write,
+    };
     if let Some(r) = rules
         .denied(&e.path)
         .or_else(|| rules.denied_inode(&e.parent.stat))
+        .or_else(|| {
+            let git = rules.git.as_ref()?;
+            git.entry(&e.parent.fd, &e.parent.path, name, change)
+        })
     {
         return Err(
             kernel_first(intent, &e.parent.fd, name, slash).unwrap_or_else(|| refused(r, &e.path))
@@ -962,6 +985,9 @@ fn create_new(
     // SAFETY: openat on our admitted parent fd with a NUL-terminated name.
     let rc = unsafe { libc::openat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), how, mode) };
     let fd = owned(rc).ok()?;
+    if let Some(git) = &rules.git {
+        git.wrote(&e.parent.fd, e.at_name.to_bytes());
+    }
     target.resolved = found.resolved;
     Some(Outcome::Fd {
         fd,
@@ -1044,6 +1070,9 @@ fn create(
     let st = fstat(&new).map_err(io_errno)?;
     if let Some(r) = rules.denied_inode(&st) {
         return Err(refused(r, &e.path));
+    }
+    if let Some(git) = &rules.git {
+        git.wrote(&e.parent.fd, e.at_name.to_bytes());
     }
     finish_open(new, flags)
 }

@@ -190,6 +190,8 @@ mod error;
 #[cfg(target_os = "linux")]
 mod fdpass;
 #[cfg(target_os = "linux")]
+mod gitdirs;
+#[cfg(target_os = "linux")]
 mod identity;
 #[cfg(target_os = "linux")]
 mod notif;

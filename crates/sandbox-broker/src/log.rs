@@ -14,6 +14,10 @@ pub struct BrokerLog {
     pub omitted: u64,
     /// Set when the broker stopped early; says why.
     pub stopped_by_error: Option<String>,
+    /// Git directories the run made (it made the directory and wrote a
+    /// `HEAD` in it), where they are when the broker stops; only under a
+    /// policy that protects git directories.
+    pub git_dirs_made: Vec<std::path::PathBuf>,
 }
 
 impl BrokerLog {
@@ -189,6 +193,11 @@ pub enum Refusal {
     /// A symlink made in (or moved or linked into) a git directory of the
     /// workspace: git writes through it at the user's next command.
     SymlinkInGitDir,
+    /// A change to the config or hooks of a git directory that existed
+    /// before the run (or to its `.git` file, or removing what makes it a
+    /// git directory): git would run what is written there at the next
+    /// unconfined git command.
+    GitDirBeforeRun,
     /// `O_CREAT` through a symlink whose target does not exist. No longer
     /// given: the target is created when its place is admitted, as the
     /// kernel creates it, and refused like any new name otherwise.
@@ -316,6 +325,9 @@ impl std::fmt::Display for Refusal {
             }
             Self::SymlinkInGitDir => f.write_str(
                 "a symlink in a git directory (git would write through it at the next unconfined git command)",
+            ),
+            Self::GitDirBeforeRun => f.write_str(
+                "beneath a write-deny path: the config or hooks of a git directory that existed before the run (git would run what is written there at the next unconfined git command)",
             ),
             Self::DanglingSymlink => {
                 f.write_str("creating a file through a dangling symlink is refused")

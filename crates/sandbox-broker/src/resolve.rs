@@ -61,6 +61,9 @@ pub struct BrokerRules {
     pub(crate) fixed: Option<FixedCredentials>,
     /// Whether the filter routes `umask` to the listener.
     pub(crate) umask_routed: bool,
+    /// Git directories that existed before the run stay protected
+    /// ([`crate::gitdirs`]), when the policy asks for it.
+    pub(crate) git: Option<crate::gitdirs::GitGuard>,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -215,6 +218,9 @@ impl BrokerRules {
             network: policy.network(),
             fixed: None,
             umask_routed: false,
+            git: policy
+                .protects_git_dirs()
+                .then(crate::gitdirs::GitGuard::default),
         })
     }
 
@@ -326,6 +332,12 @@ impl BrokerRules {
             .iter()
             .chain(&self.read_deny)
             .any(|d| beneath(d, path) && !beneath(path, d))
+    }
+
+    /// The refusal for a change to the existing object `obj` that a git
+    /// directory from before the run protects ([`crate::gitdirs`]).
+    pub(crate) fn git_protected(&self, obj: &Object) -> Option<Refusal> {
+        self.git.as_ref()?.object(&obj.fd, &obj.path)
     }
 
     /// The refusal of a deny path that is the object `st` describes.
@@ -470,13 +482,15 @@ impl BrokerRules {
     }
 
     /// Admits the object `first` refers to when it lies beneath a write path,
-    /// not beneath a write-deny or read-deny path, and is reached again
-    /// beneath the write path.
+    /// not beneath a write-deny or read-deny path nor in the program parts of
+    /// a git directory from before the run, and is reached again beneath the
+    /// write path.
     pub(crate) fn admit_change(&self, first: &OwnedFd) -> Result<Object, Unresolved> {
         let obj = self.reach(first, false)?;
         if let Some(r) = self
             .denied(&obj.path)
             .or_else(|| self.denied_inode(&obj.stat))
+            .or_else(|| self.git_protected(&obj))
         {
             return Err(Unresolved::Refused(r, Some(obj.path)));
         }

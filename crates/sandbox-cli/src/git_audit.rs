@@ -1,27 +1,33 @@
-//! After a workspace-write run: git repositories the command made inside
-//! the workspace whose config or hooks run programs.
+//! After a workspace-write run: git repositories the command made whose
+//! config or hooks run programs.
 //!
-//! A nested repository is the command's own (workspace-write protects only
-//! the git directories that existed when the run started), but git reaches
-//! it from the parent: added to the parent's index as a gitlink, it is a
-//! submodule to `git status`, which runs git there, with that repository's
-//! `core.fsmonitor`. The sandbox cannot refuse making repositories (`git
-//! init`, `git clone` are everyday work), so it says which new ones carry
-//! code that git would run, once, after the run.
+//! A repository from before the run keeps its config and hooks unwritable
+//! (the broker protects every git directory beneath the write paths). A
+//! repository the run makes is its own (`git init`, `git clone` are everyday
+//! work), but git reaches it from the parent: added to the parent's index as
+//! a gitlink, it is a submodule to `git status`, which runs git there, with
+//! that repository's `core.fsmonitor`. So the sandbox says which new ones
+//! carry code that git would run, once, after the run. The repositories are
+//! those the broker saw made (it made the directory and wrote a `HEAD` in
+//! it), wherever they are; without a broker (no record of the run's entries)
+//! the workspace is walked before and after, within bounds.
 
 use std::collections::BTreeSet;
 use std::path::{Path, PathBuf};
 
-/// How deep beneath the workspace repositories are looked for.
+/// How deep beneath the workspace repositories are looked for (walk only).
 const DEPTH: usize = 6;
 /// How many directory entries the walk reads at most.
 const BUDGET: usize = 50_000;
+/// How deep `include.path` chains are followed (git's own limit is 10).
+const INCLUDE_DEPTH: usize = 10;
 
 /// Config keys whose value git runs as a program (git-config(1)).
 const RUNS: &[&str] = &[
     "core.fsmonitor",
     "core.hookspath",
     "core.sshcommand",
+    "core.gitproxy",
     "core.editor",
     "core.pager",
     "core.askpass",
@@ -29,6 +35,7 @@ const RUNS: &[&str] = &[
     "diff.external",
     "gpg.program",
     "credential.helper",
+    "uploadpack.packobjectshook",
 ];
 
 /// Section prefixes whose subsection keys git runs (`filter.<x>.clean`, ...).
@@ -36,6 +43,10 @@ const RUNS_IN: &[(&str, &[&str])] = &[
     ("filter.", &["clean", "smudge", "process"]),
     ("diff.", &["textconv", "command"]),
     ("merge.", &["driver"]),
+    ("gpg.", &["program"]),
+    ("credential.", &["helper"]),
+    ("remote.", &["uploadpack", "receivepack", "vcs"]),
+    ("pager.", &[]),
 ];
 
 /// The git directories (`.git` directories and files) beneath `root`.
@@ -67,53 +78,116 @@ fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut BTreeSet<PathB
     }
 }
 
-/// What in the repository at `dot_git` runs programs: config keys and hooks.
-pub(crate) fn runs_code(dot_git: &Path) -> Vec<String> {
-    let gitdir = if dot_git.is_dir() {
-        dot_git.to_path_buf()
+/// The git directory `dot_git` names: itself, or what a `.git` file points to.
+fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
+    if dot_git.is_dir() {
+        return Some(dot_git.to_path_buf());
+    }
+    let text = std::fs::read_to_string(dot_git).ok()?;
+    let p = PathBuf::from(text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim());
+    Some(if p.is_absolute() {
+        p
     } else {
-        match std::fs::read_to_string(dot_git).ok().and_then(|t| {
-            t.lines()
-                .find_map(|l| l.strip_prefix("gitdir:"))
-                .map(str::trim)
-                .map(PathBuf::from)
-        }) {
-            Some(p) if p.is_absolute() => p,
-            Some(p) => dot_git.parent().unwrap_or(Path::new("/")).join(p),
-            None => return Vec::new(),
-        }
+        dot_git.parent().unwrap_or(Path::new("/")).join(p)
+    })
+}
+
+/// What in the repository at `dot_git` (a git directory or a `.git` file)
+/// runs programs: config keys (in `config`, `config.worktree` and the common
+/// directory's config, every `include.path` and `includeIf.*.path` they
+/// name followed, whatever its condition) and hooks (in `hooks` and where
+/// `core.hooksPath` points).
+pub(crate) fn runs_code(dot_git: &Path) -> Vec<String> {
+    let Some(gitdir) = git_dir_of(dot_git) else {
+        return Vec::new();
     };
-    let mut out: Vec<String> = config_keys(&gitdir.join("config"))
-        .into_iter()
-        .filter(|k| {
-            RUNS.contains(&k.as_str())
-                || RUNS_IN.iter().any(|(section, keys)| {
-                    k.strip_prefix(section)
-                        .and_then(|rest| rest.rsplit_once('.'))
-                        .is_some_and(|(_, key)| keys.contains(&key))
-                })
-        })
+    let mut configs = vec![gitdir.join("config"), gitdir.join("config.worktree")];
+    if let Ok(common) = std::fs::read_to_string(gitdir.join("commondir")) {
+        configs.push(gitdir.join(common.trim()).join("config"));
+    }
+    let mut entries = Vec::new();
+    let mut seen = BTreeSet::new();
+    for config in configs {
+        read_config(&config, 0, &mut seen, &mut entries);
+    }
+    let mut out: Vec<String> = entries
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| runs(k))
+        .cloned()
         .collect();
-    if let Ok(hooks) = std::fs::read_dir(gitdir.join("hooks")) {
-        out.extend(
-            hooks
-                .flatten()
-                .map(|h| h.file_name().to_string_lossy().into_owned())
-                .filter(|n| !n.ends_with(".sample"))
-                .map(|n| format!("hooks/{n}")),
-        );
+    out.dedup();
+    let worktree = dot_git.parent().unwrap_or(Path::new("/"));
+    let mut hook_dirs = vec![gitdir.join("hooks")];
+    hook_dirs.extend(
+        entries
+            .iter()
+            .filter(|(k, _)| k == "core.hookspath")
+            .map(|(_, v)| expand(v, worktree)),
+    );
+    for dir in hook_dirs {
+        if let Ok(hooks) = std::fs::read_dir(&dir) {
+            out.extend(
+                hooks
+                    .flatten()
+                    .map(|h| h.file_name().to_string_lossy().into_owned())
+                    .filter(|n| !n.ends_with(".sample"))
+                    .map(|n| format!("{}/{n}", dir.display())),
+            );
+        }
     }
     out
 }
 
-/// The keys a git config file sets, lowercase `section[.subsection].key`
-/// (subsection case kept as git does).
-fn config_keys(path: &Path) -> Vec<String> {
+/// Whether git runs the value of the config key `key` as a program.
+fn runs(key: &str) -> bool {
+    RUNS.contains(&key)
+        || RUNS_IN.iter().any(|(section, keys)| {
+            key.strip_prefix(section)
+                .and_then(|rest| rest.rsplit_once('.').map(|(_, k)| k).or(Some(rest)))
+                .is_some_and(|k| keys.is_empty() || keys.contains(&k))
+        })
+}
+
+/// `path` as git reads a path value: `~/` from `$HOME`, relative to `base`.
+fn expand(path: &str, base: &Path) -> PathBuf {
+    match (path.strip_prefix("~/"), std::env::var_os("HOME")) {
+        (Some(rest), Some(home)) => Path::new(&home).join(rest),
+        _ => base.join(path),
+    }
+}
+
+/// The entries of the git config file `path` and of every file it includes,
+/// as `(section[.subsection].key, value)`.
+fn read_config(
+    path: &Path,
+    depth: usize,
+    seen: &mut BTreeSet<PathBuf>,
+    out: &mut Vec<(String, String)>,
+) {
+    if depth > INCLUDE_DEPTH || !seen.insert(path.to_path_buf()) {
+        return;
+    }
     let Ok(text) = std::fs::read_to_string(path) else {
-        return Vec::new();
+        return;
     };
+    let base = path.parent().unwrap_or(Path::new("/"));
+    for (key, value) in config_entries(&text) {
+        let include =
+            key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"));
+        if include {
+            read_config(&expand(&value, base), depth + 1, seen, out);
+        }
+        out.push((key, value));
+    }
+}
+
+/// The entries a git config text sets, as `(section[.subsection].key,
+/// value)`: section and key lowercase, the subsection's case kept, as git
+/// does; a value's quotes removed.
+fn config_entries(text: &str) -> Vec<(String, String)> {
     let mut section = String::new();
-    let mut keys = Vec::new();
+    let mut entries = Vec::new();
     for line in text.lines() {
         let mut line = line.trim();
         if let Some(rest) = line.strip_prefix('[') {
@@ -135,31 +209,39 @@ fn config_keys(path: &Path) -> Vec<String> {
         if line.is_empty() || line.starts_with('#') || line.starts_with(';') {
             continue;
         }
-        let key = line
-            .split(['=', ' ', '\t'])
-            .next()
-            .unwrap_or("")
-            .to_ascii_lowercase();
+        let (key, value) = match line.split_once('=') {
+            Some((k, v)) => (k.trim(), v.trim()),
+            None => (line.split([' ', '\t']).next().unwrap_or(""), ""),
+        };
+        let value = match value.strip_prefix('"') {
+            Some(quoted) => quoted.split('"').next().unwrap_or(""),
+            None => value.split(['#', ';']).next().unwrap_or("").trim(),
+        };
+        let key = key.to_ascii_lowercase();
         if !key.is_empty() && !section.is_empty() {
-            keys.push(format!("{section}.{key}"));
+            entries.push((format!("{section}.{key}"), value.to_owned()));
         }
     }
-    keys
+    entries
 }
 
-/// One `sandbox:` line per repository made during the run (not in
-/// `before`) that runs code.
-pub(crate) fn warnings(root: &Path, before: &BTreeSet<PathBuf>) -> Vec<String> {
-    git_dirs(root)
-        .difference(before)
+/// One `sandbox:` line per repository in `made` (git directories or `.git`
+/// files the run made) that runs code.
+pub(crate) fn warnings<'a>(made: impl IntoIterator<Item = &'a PathBuf>) -> Vec<String> {
+    made.into_iter()
         .filter_map(|dot_git| {
             let runs = runs_code(dot_git);
+            let at = if dot_git.file_name() == Some(std::ffi::OsStr::new(".git")) {
+                dot_git.parent().unwrap_or(dot_git)
+            } else {
+                dot_git
+            };
             (!runs.is_empty()).then(|| {
                 format!(
                     "sandbox: the run made a git repository at {} whose {} run programs; git in \
                      the workspace would run them (a submodule's fsmonitor runs at `git status`): \
                      review it before running git there",
-                    dot_git.parent().unwrap_or(dot_git).display(),
+                    at.display(),
                     runs.join(", ")
                 )
             })
@@ -180,8 +262,12 @@ mod tests {
             "[core]\n\tFSMonitor = x\n\tbare = false\n[filter \"lfs\"]\n\tclean = y\n# c\n[user] name = a\n",
         )
         .unwrap();
+        let keys: Vec<String> = config_entries(&std::fs::read_to_string(&config).unwrap())
+            .into_iter()
+            .map(|(k, _)| k)
+            .collect();
         assert_eq!(
-            config_keys(&config),
+            keys,
             [
                 "core.fsmonitor",
                 "core.bare",
@@ -196,7 +282,54 @@ mod tests {
         std::fs::write(git.join("hooks/post-checkout"), "").unwrap();
         assert_eq!(
             runs_code(&git),
-            ["core.fsmonitor", "filter.lfs.clean", "hooks/post-checkout"]
+            [
+                "core.fsmonitor".to_owned(),
+                "filter.lfs.clean".to_owned(),
+                format!("{}/post-checkout", git.join("hooks").display())
+            ]
         );
+    }
+
+    /// Programs named in an included file, in `config.worktree`, or in a
+    /// hooks directory `core.hooksPath` names are found too.
+    #[test]
+    fn includes_worktree_config_and_hooks_path_are_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(
+            git.join("config"),
+            "[include]\n\tpath = ../inc/a\n[includeIf \"gitdir:/x/\"]\n\tpath = ../inc/b\n\
+             [core]\n\thooksPath = myhooks\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("inc")).unwrap();
+        std::fs::write(
+            dir.path().join("inc/a"),
+            "[core]\n\tfsmonitor = \"touch /tmp/x\"\n",
+        )
+        .unwrap();
+        std::fs::write(dir.path().join("inc/b"), "[include]\npath = c\n").unwrap();
+        std::fs::write(dir.path().join("inc/c"), "[diff \"x\"]\n\ttextconv = cat\n").unwrap();
+        std::fs::write(git.join("config.worktree"), "[pager]\n\tlog = less\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("myhooks")).unwrap();
+        std::fs::write(dir.path().join("myhooks/pre-commit"), "").unwrap();
+        let runs = runs_code(&git);
+        for want in [
+            "core.fsmonitor",
+            "diff.x.textconv",
+            "core.hookspath",
+            "pager.log",
+        ] {
+            assert!(runs.iter().any(|r| r == want), "{want} in {runs:?}");
+        }
+        assert!(
+            runs.iter().any(|r| r.ends_with("myhooks/pre-commit")),
+            "{runs:?}"
+        );
+        // Twin: a config that runs nothing says nothing.
+        std::fs::write(git.join("config"), "[user]\n\tname = a\n").unwrap();
+        std::fs::remove_file(git.join("config.worktree")).unwrap();
+        assert!(runs_code(&git).is_empty());
     }
 }

@@ -283,6 +283,8 @@ fn effective_policy(
                 } else {
                     abs(&flags.allow_unix)?
                 },
+                // Set by workspace-write (below) or the operator's bound.
+                protect_git_dirs: operator.protect_git_dirs,
             }
         }
     };
@@ -441,10 +443,12 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         }
         execute(config, req, args.report.as_deref())
     };
-    // Git repositories the run makes in a workspace-write workspace, which
-    // git in the parent would enter (see `git_audit`).
-    let audited = match (args.policy.mode, &args.policy.workspace) {
-        (Some(SandboxMode::WorkspaceWrite), Some(ws)) => std::fs::canonicalize(ws)
+    // Git repositories the run makes, which git in the parent would enter
+    // (see `git_audit`): as the broker saw them made, or else (no broker)
+    // by a bounded walk of a workspace-write workspace before and after.
+    let workspace_write = args.policy.mode == Some(SandboxMode::WorkspaceWrite);
+    let walked = match (workspace_write, &args.policy.workspace) {
+        (true, Some(ws)) if !cfg!(target_os = "linux") => std::fs::canonicalize(ws)
             .ok()
             .map(|ws| (git_audit::git_dirs(&ws), ws)),
         _ => None,
@@ -453,10 +457,16 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         Ok(outcome) => outcome,
         Err(code) => return Ok(code),
     };
-    if let Some((before, ws)) = &audited {
-        for line in git_audit::warnings(ws, before) {
-            show::say(&line);
-        }
+    let made: Vec<PathBuf> = match (&walked, &outcome.mediation) {
+        (Some((before, ws)), _) => git_audit::git_dirs(ws)
+            .difference(before)
+            .cloned()
+            .collect(),
+        (None, Some(m)) => m.git_dirs_made.clone(),
+        (None, None) => Vec::new(),
+    };
+    for line in git_audit::warnings(&made) {
+        show::say(&line);
     }
     if args.explain {
         for line in show::explain(&outcome) {

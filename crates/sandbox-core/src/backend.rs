@@ -326,6 +326,11 @@ pub struct Mediation {
     pub omitted: usize,
     /// Set when mediation stopped early because of an error.
     pub error: Option<String>,
+    /// Git directories the run made, where they were when it ended (known
+    /// when the policy protects git directories and a broker saw the run's
+    /// directory entries).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub git_dirs_made: Vec<std::path::PathBuf>,
 }
 
 /// One refused request.

@@ -40,7 +40,9 @@ impl SandboxMode {
     /// `workspace-write` needs a workspace; it returns the name of what is
     /// missing otherwise. `private_tmp` is the run's own temporary directory.
     /// The workspace's [`protect::workspace_protections`](crate::protect::workspace_protections)
-    /// (changed by `protection`) become write-deny paths.
+    /// (changed by `protection`) become write-deny paths, and every git
+    /// directory in the write paths is protected
+    /// ([`SandboxPolicy::protect_git_dirs`]).
     pub fn extend(
         self,
         policy: &mut SandboxPolicy,
@@ -66,6 +68,9 @@ impl SandboxMode {
                     .into_iter()
                     .map(|p| p.to_string_lossy().into_owned()),
             );
+            // Nested and sibling repositories too, wherever they lie in the
+            // write paths, unless the operator unprotects both git entries.
+            policy.protect_git_dirs |= protection.keeps_git();
         }
         Ok(())
     }

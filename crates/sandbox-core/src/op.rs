@@ -75,6 +75,7 @@ impl SandboxedExecOp {
             timeout_seconds: self.timeout_seconds.unwrap_or(defaults.timeout_seconds),
             max_timeout_seconds: defaults.max_timeout_seconds,
             allow_unix_sockets: Vec::new(),
+            protect_git_dirs: false,
         }
     }
 

@@ -56,6 +56,13 @@ pub struct SandboxPolicy {
     /// Pathname UNIX sockets the command may connect to besides those beneath
     /// the write paths (every other host socket is refused, network on or off).
     pub allow_unix_sockets: Vec<String>,
+    /// Keep the parts of every git directory beneath the write paths that
+    /// make git run programs (`config`, `config.worktree`, `commondir`,
+    /// `hooks`, a `.git` file naming the directory) unwritable when that
+    /// directory existed before the run; a repository the run makes stays
+    /// its own. workspace-write sets it.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub protect_git_dirs: bool,
 }
 
 impl Default for SandboxPolicy {
@@ -71,6 +78,7 @@ impl Default for SandboxPolicy {
             timeout_seconds: DEFAULT_TIMEOUT_SECONDS,
             max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
             allow_unix_sockets: Vec::new(),
+            protect_git_dirs: false,
         }
     }
 }
@@ -192,6 +200,7 @@ pub struct ResolvedPolicy {
     timeout_seconds: u64,
     max_timeout_seconds: u64,
     allow_unix_sockets: Vec<PathBuf>,
+    protect_git_dirs: bool,
 }
 
 impl SandboxPolicy {
@@ -288,6 +297,7 @@ impl SandboxPolicy {
             timeout_seconds: self.timeout_seconds,
             max_timeout_seconds: self.max_timeout_seconds,
             allow_unix_sockets: allow_unix_sockets.into_iter().collect(),
+            protect_git_dirs: self.protect_git_dirs,
         })
     }
 }
@@ -625,6 +635,7 @@ impl ResolvedPolicy {
             timeout_seconds: self.timeout_seconds,
             max_timeout_seconds: self.max_timeout_seconds,
             allow_unix_sockets: strings(&self.allow_unix_sockets),
+            protect_git_dirs: self.protect_git_dirs,
         }
     }
 
@@ -632,6 +643,13 @@ impl ResolvedPolicy {
     /// those beneath the write paths.
     pub fn allow_unix_sockets(&self) -> &[PathBuf] {
         &self.allow_unix_sockets
+    }
+
+    /// Whether git directories beneath the write paths that existed before
+    /// the run keep the parts that run programs unwritable
+    /// ([`SandboxPolicy::protect_git_dirs`]).
+    pub fn protects_git_dirs(&self) -> bool {
+        self.protect_git_dirs
     }
 }
 
@@ -642,6 +660,7 @@ impl ResolvedPolicy {
     /// destinations the operator lists only (a request without a list gets
     /// the operator's, one outside it is refused),
     /// subprocesses denied if either denies, deny lists and env denials united,
+    /// git directories protected if either protects them,
     /// and the timeout ceiling the smaller of the two. A requested write path
     /// outside every operator write path, or a timeout above the operator
     /// ceiling, is refused with an error rather than dropped or clipped.
@@ -707,6 +726,7 @@ impl ResolvedPolicy {
             timeout_seconds: self.timeout_seconds,
             max_timeout_seconds: self.max_timeout_seconds.min(operator.max_timeout_seconds),
             allow_unix_sockets: self.allow_unix_sockets.clone(),
+            protect_git_dirs: self.protect_git_dirs || operator.protect_git_dirs,
         })
     }
 }

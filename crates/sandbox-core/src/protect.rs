@@ -141,6 +141,12 @@ impl Protection<'_> {
     fn keeps(&self, name: &str) -> bool {
         !self.remove.iter().any(|r| r.trim_end_matches('/') == name)
     }
+
+    /// Whether git directories stay protected: unless both `.git/config`
+    /// and `.git/hooks` are removed.
+    pub(crate) fn keeps_git(&self) -> bool {
+        self.keeps(".git/config") || self.keeps(".git/hooks")
+    }
 }
 
 /// The absolute paths workspace-write write-denies in `workspace`, with the

@@ -48,6 +48,7 @@ proptest! {
             timeout_seconds: op_timeout.min(op_max),
             max_timeout_seconds: op_max,
             allow_unix_sockets: vec![],
+            protect_git_dirs: false,
         };
         let op = SandboxedExecOp {
             argv: vec!["/bin/true".into()],
@@ -118,6 +119,7 @@ fn policy_round_trips_through_json_and_toml() {
         timeout_seconds: 30,
         max_timeout_seconds: 60,
         allow_unix_sockets: vec![dir.path().join("a/agent.sock").to_str().unwrap().into()],
+        protect_git_dirs: true,
     };
     let json: SandboxPolicy = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
     assert_eq!(json, p);

@@ -224,6 +224,7 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
         refused,
         omitted: usize::try_from(log.omitted).unwrap_or(usize::MAX),
         error: log.stopped_by_error,
+        git_dirs_made: log.git_dirs_made,
     }
 }
 

@@ -52,7 +52,9 @@ pub(crate) fn prepare_with(
     options: LaunchOptions,
 ) -> Result<(PreparedLandlock, Option<broker::BrokerSupervisor>), LandlockError> {
     let observe = options.observe_writes && !policy.write_paths().is_empty();
-    let mediation = if channel.is_some() && (rules::deny_beneath_write(policy) || observe) {
+    // Git directories are protected as their entries are made and changed.
+    let git = policy.protects_git_dirs() && !policy.write_paths().is_empty();
+    let mediation = if channel.is_some() && (rules::deny_beneath_write(policy) || observe || git) {
         rules::Mediation::Entries
     } else {
         rules::Mediation::Split

@@ -1,0 +1,316 @@
+//! Git directories beneath the write paths that the run did not make.
+//!
+//! git runs what a repository's `config` names (`core.fsmonitor`,
+//! `core.hooksPath`, filters, ...) and its `hooks`, and `git status` in a
+//! repository runs git in every nested repository its index records as a
+//! gitlink. So a write to the config or hooks of *any* git directory the
+//! user's next git command reaches is code run outside the sandbox. Under a
+//! policy that protects git directories
+//! (`ResolvedPolicy::protects_git_dirs`, set by workspace-write), the broker
+//! refuses, in every git directory that existed before the run, wherever it
+//! lies beneath the write paths:
+//!
+//! * any change to `config`, `config.worktree`, `commondir` and `hooks` (and
+//!   everything beneath `hooks`): writing, creating, removing, renaming,
+//!   linking, metadata;
+//! * removing or moving away `HEAD`, `objects` and `refs`, which make it a
+//!   git directory (gitrepository-layout(5); git's own test,
+//!   `is_git_directory`, looks for `HEAD` and `objects`/`refs` or
+//!   `commondir`): the directory stays one for the whole run, so the rule
+//!   cannot be switched off by emptying it first. `HEAD` is still replaced by
+//!   a rename, as git updates it;
+//! * a `.git` file (a gitlink naming the git directory) the run did not make.
+//!
+//! Found as calls arrive, not by a walk at launch: a call names one entry,
+//! and only a name above (`config`, `hooks`, ...) costs a look at its
+//! directory. "Made by the run" is the directory's inode among those the
+//! broker itself created (`mkdir`), so renaming a repository does not change
+//! what it is. A repository the run makes (`git init`, `git clone`) stays
+//! its own; the directories in which the run wrote a `HEAD` are reported
+//! after the run ([`GitGuard::made_git_dirs`]), where they are now, so the
+//! caller can name exactly the new repositories whose config runs programs.
+
+use std::collections::HashSet;
+use std::ffi::{CStr, CString, OsStr};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, PoisonError};
+
+use crate::log::Refusal;
+use crate::resolve::fstat;
+
+/// Names in a git directory whose every change is refused.
+const PROGRAM_PARTS: &[&[u8]] = &[b"config", b"config.worktree", b"commondir", b"hooks"];
+/// Names that make a directory a git directory: never removed or moved away.
+const MARKERS: &[&[u8]] = &[b"HEAD", b"objects", b"refs"];
+/// The most directories with a new `HEAD` kept track of (each holds an fd).
+const MAX_HEADS: usize = 256;
+
+/// What a call does to the entry it names.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Change {
+    /// Makes, writes, replaces or changes the metadata of the entry.
+    Write,
+    /// Removes the entry or moves it away.
+    Remove,
+}
+
+/// The run's own git state: what it made, and where it wrote a `HEAD`.
+#[derive(Debug, Default)]
+pub(crate) struct GitGuard {
+    /// Device and inode of each directory, and each `.git` file, the run made.
+    made: Mutex<HashSet<(u64, u64)>>,
+    /// Directories the run made and wrote a `HEAD` in, by identity, with an
+    /// `O_PATH` fd that follows them through renames.
+    heads: Mutex<Vec<((u64, u64), OwnedFd)>>,
+}
+
+impl GitGuard {
+    /// The refusal for a change to `name` in the directory `parent` (an
+    /// admitted fd, canonical path `parent_path`), when a git directory that
+    /// existed before the run protects it.
+    pub(crate) fn entry(
+        &self,
+        parent: &OwnedFd,
+        parent_path: &Path,
+        name: &[u8],
+        change: Change,
+    ) -> Option<Refusal> {
+        let refuse = Some(Refusal::GitDirBeforeRun);
+        if PROGRAM_PARTS.contains(&name) || (change == Change::Remove && MARKERS.contains(&name)) {
+            if self.old_git_dir(parent) {
+                return refuse;
+            }
+        }
+        if name == b".git" {
+            let c = CString::new(name).ok()?;
+            if let Ok(st) = fstatat_nofollow(parent, &c) {
+                if st.st_mode & libc::S_IFMT == libc::S_IFREG && !self.made_inode(&st) {
+                    return refuse;
+                }
+            }
+        }
+        // Beneath `hooks`: the git directory above it.
+        self.beneath_hooks(parent, parent_path)
+            .then_some(Refusal::GitDirBeforeRun)
+    }
+
+    /// The refusal for a change to the existing object `fd` (canonical path
+    /// `path`): a program part of an old git directory, or an old `.git` file.
+    pub(crate) fn object(&self, fd: &OwnedFd, path: &Path) -> Option<Refusal> {
+        let name = path.file_name()?.as_bytes();
+        let interesting = PROGRAM_PARTS.contains(&name)
+            || name == b".git"
+            || path.components().any(|c| c.as_os_str() == "hooks");
+        if !interesting {
+            return None;
+        }
+        let st = fstat(fd).ok()?;
+        // The parent as it is now, and the object in it: the same inode, or
+        // it moved while it was checked.
+        let Some(parent) = path.parent().and_then(|p| open_path(p).ok()) else {
+            return Some(Refusal::Moved);
+        };
+        let here = CString::new(name).ok()?;
+        match fstatat_nofollow(&parent, &here) {
+            Ok(now) if (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino) => {}
+            _ => return Some(Refusal::Moved),
+        }
+        let parent_path = path.parent()?;
+        self.entry(&parent, parent_path, name, Change::Write)
+    }
+
+    /// Notes that the run made the directory `name` in `parent`.
+    pub(crate) fn made_dir(&self, parent: &OwnedFd, name: &[u8]) {
+        if let Some(st) = entry_stat(parent, name) {
+            if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
+                lock(&self.made).insert((st.st_dev, st.st_ino));
+            }
+        }
+    }
+
+    /// Notes that the run put a file at `name` in `parent` (created it, or
+    /// renamed or linked one there): a `.git` file is then its own, and a
+    /// `HEAD` makes `parent` a repository to name after the run.
+    pub(crate) fn wrote(&self, parent: &OwnedFd, name: &[u8]) {
+        match name {
+            b"HEAD" => self.note_head(parent),
+            b".git" => {
+                if let Some(st) = entry_stat(parent, name) {
+                    if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                        lock(&self.made).insert((st.st_dev, st.st_ino));
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// The directories in which the run wrote a `HEAD` and that are git
+    /// directories, where they are now (a removed one is left out).
+    pub(crate) fn made_git_dirs(&self) -> Vec<PathBuf> {
+        let heads = lock(&self.heads);
+        let mut out: Vec<PathBuf> = heads
+            .iter()
+            .filter(|(_, fd)| is_git_dir(fd))
+            .filter_map(|(_, fd)| {
+                let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
+                (link.is_absolute() && !link.as_os_str().as_bytes().ends_with(b" (deleted)"))
+                    .then_some(link)
+            })
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    fn note_head(&self, parent: &OwnedFd) {
+        let Ok(st) = fstat(parent) else { return };
+        let id = (st.st_dev, st.st_ino);
+        // A repository from before the run updates its HEAD too; only the
+        // run's own directories are new repositories.
+        if !lock(&self.made).contains(&id) {
+            return;
+        }
+        let mut heads = lock(&self.heads);
+        if heads.len() >= MAX_HEADS || heads.iter().any(|(known, _)| *known == id) {
+            return;
+        }
+        // SAFETY: openat of "." on our own directory fd.
+        let raw = unsafe {
+            libc::openat(
+                parent.as_raw_fd(),
+                c".".as_ptr(),
+                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+            )
+        };
+        if raw >= 0 {
+            // SAFETY: a fresh fd we own.
+            heads.push((id, unsafe { OwnedFd::from_raw_fd(raw) }));
+        }
+    }
+
+    /// Whether `dir` is a git directory the run did not make.
+    fn old_git_dir(&self, dir: &OwnedFd) -> bool {
+        is_git_dir(dir) && fstat(dir).is_ok_and(|st| !self.made_inode(&st))
+    }
+
+    fn made_inode(&self, st: &libc::stat) -> bool {
+        lock(&self.made).contains(&(st.st_dev, st.st_ino))
+    }
+
+    /// Whether `dir` (canonical path `path`) lies beneath the `hooks` of a
+    /// git directory the run did not make. Each `hooks` above it is opened
+    /// by its path and `dir` reached again from it, so a concurrent rename
+    /// cannot pass off one directory for another.
+    fn beneath_hooks(&self, dir: &OwnedFd, path: &Path) -> bool {
+        let Ok(target) = fstat(dir) else { return false };
+        let mut below: Vec<&OsStr> = Vec::new();
+        for ancestor in path.ancestors() {
+            if ancestor.file_name() == Some(OsStr::new("hooks")) {
+                let Some(git) = ancestor.parent().and_then(|g| open_path(g).ok()) else {
+                    return true;
+                };
+                match descend(
+                    &git,
+                    std::iter::once(OsStr::new("hooks")).chain(below.iter().rev().copied()),
+                ) {
+                    Some(st) if (st.st_dev, st.st_ino) == (target.st_dev, target.st_ino) => {
+                        if self.old_git_dir(&git) {
+                            return true;
+                        }
+                    }
+                    // Moved while checked: refused, as a change would be.
+                    _ => return true,
+                }
+            }
+            if let Some(name) = ancestor.file_name() {
+                below.push(name);
+            }
+        }
+        false
+    }
+}
+
+/// Whether `dir` holds what makes a git directory: `HEAD`, and `objects` and
+/// `refs` directories or a `commondir` file (a linked worktree's).
+pub(crate) fn is_git_dir(dir: &OwnedFd) -> bool {
+    let kind = |name: &CStr| {
+        fstatat_nofollow(dir, name)
+            .ok()
+            .map(|st| st.st_mode & libc::S_IFMT)
+    };
+    let is_dir = |name: &CStr| kind(name) == Some(libc::S_IFDIR);
+    kind(c"HEAD").is_some()
+        && ((is_dir(c"objects") && is_dir(c"refs")) || kind(c"commondir") == Some(libc::S_IFREG))
+}
+
+/// The stat of `name` in `dir` (a trailing slash ignored), no symlink followed.
+fn entry_stat(dir: &OwnedFd, name: &[u8]) -> Option<libc::stat> {
+    let name = name.strip_suffix(b"/").unwrap_or(name);
+    fstatat_nofollow(dir, &CString::new(name).ok()?).ok()
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(PoisonError::into_inner)
+}
+
+/// An `O_PATH` fd on the directory at the absolute `path`, no final symlink
+/// followed.
+fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
+    let c = CString::new(path.as_os_str().as_bytes())
+        .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: open of a NUL-terminated path.
+    let raw = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if raw < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: a fresh fd we own.
+    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+}
+
+/// The stat of what `names` reach from `from`, no symlink followed.
+fn descend<'a>(from: &OwnedFd, names: impl Iterator<Item = &'a OsStr>) -> Option<libc::stat> {
+    let mut at = from.try_clone().ok()?;
+    for name in names {
+        let c = CString::new(name.as_bytes()).ok()?;
+        // SAFETY: openat on our own fd with a NUL-terminated name.
+        let raw = unsafe {
+            libc::openat(
+                at.as_raw_fd(),
+                c.as_ptr(),
+                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            )
+        };
+        if raw < 0 {
+            return None;
+        }
+        // SAFETY: a fresh fd we own.
+        at = unsafe { OwnedFd::from_raw_fd(raw) };
+    }
+    fstat(&at).ok()
+}
+
+fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> std::io::Result<libc::stat> {
+    // SAFETY: stat is plain data; fstatat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: valid dir fd, NUL-terminated name and out-pointer.
+    let rc = unsafe {
+        libc::fstatat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            &mut st,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(st)
+}
