@@ -676,3 +676,163 @@ fn the_home_directorys_path_and_tool_configs_are_protected() {
          echo x > proj/bin/tool && echo '[build]' > proj/.cargo/config.toml",
     ));
 }
+
+/// [`run`] as nobody (`setpriv`), the workspace given to nobody first.
+fn run_as_nobody(ws: &Path, script: &str) -> Output {
+    let chown = std::process::Command::new("chown")
+        .args(["-R", "65534:65534"])
+        .arg(ws)
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    std::process::Command::new("setpriv")
+        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(sandbox_tests::sandbox_bin())
+        .args(["run", "--mode", "workspace-write", "--workspace", "."])
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(ws)
+        .env("HOME", ws)
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap()
+}
+
+/// Every git directory in the workspace that existed before the run keeps
+/// what makes git run programs, wherever it lies: a nested clone (recorded
+/// in the parent as a gitlink, so the user's next `git status` in the
+/// parent runs git there), a repository whose `.git` file points to a git
+/// directory elsewhere in the workspace, and a bare repository. Each attack
+/// (a config key appended, `git config`, a hook, the hooks directory moved,
+/// `HEAD` removed, the config hard-linked or its mode changed, the `.git`
+/// file rewritten) is refused and leaves nothing for git to run; the twins
+/// in the same runs work: commits and branches in the nested repository, a
+/// project's own `src/hooks`, and a repository the run makes itself. As
+/// root and as nobody.
+#[test]
+fn every_git_directory_in_the_workspace_is_protected() {
+    let attacks = r#"
+        bad() { echo "BAD: $1"; }
+        for g in vendor/lib/.git .sep bare.git; do
+            { printf '[core]\n\tfsmonitor = "touch %s/ran"\n' "$PWD" >> $g/config; } 2>/dev/null && bad "appended to $g/config"
+            { echo '#!/bin/sh' > $g/hooks/pre-commit; } 2>/dev/null && bad "wrote a hook in $g"
+            mv $g/hooks $g/h2 2>/dev/null && bad "moved $g/hooks"
+            rm -f $g/HEAD 2>/dev/null; [ -e $g/HEAD ] || bad "removed $g/HEAD"
+            ln $g/config cfg-link 2>/dev/null && bad "linked $g/config"
+            chmod 666 $g/config 2>/dev/null && bad "chmod $g/config"
+            { true > $g/config.worktree; } 2>/dev/null && bad "made $g/config.worktree"
+        done
+        git -C vendor/lib config core.fsmonitor "touch $PWD/ran" 2>/dev/null && bad "git config"
+        { echo "gitdir: $PWD/evil" > sub/.git; } 2>/dev/null && bad "rewrote sub/.git"
+        echo x > vendor/lib/f && git -C vendor/lib add f && git -C vendor/lib commit -qm f && echo ok-commit
+        git -C vendor/lib checkout -q -b topic && echo ok-branch
+        mkdir -p src/hooks && echo 'export default 1' > src/hooks/useX.js && echo ok-src-hooks
+        git init -q mine && git -C mine config user.name me && echo ok-own-repo
+    "#;
+    let users: &[bool] = if unsafe { libc::geteuid() } == 0 {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &nobody in users {
+        let w = ws();
+        git_ok(&w.root, &["init", "-q", "-b", "main", "."]);
+        git_ok(&w.root, &["init", "-q", "-b", "main", "vendor/lib"]);
+        git_ok(
+            &w.root.join("vendor/lib"),
+            &[
+                "-c",
+                "user.name=t",
+                "-c",
+                "user.email=t@example.invalid",
+                "commit",
+                "-q",
+            ]
+            .into_iter()
+            .chain(["--allow-empty", "-m", "a"])
+            .collect::<Vec<_>>(),
+        );
+        git_ok(
+            &w.root,
+            &["init", "-q", "--separate-git-dir", ".sep", "sub"],
+        );
+        git_ok(&w.root, &["init", "-q", "--bare", "bare.git"]);
+        let configs: Vec<Vec<u8>> = ["vendor/lib/.git/config", ".sep/config", "bare.git/config"]
+            .iter()
+            .map(|c| fs::read(w.root.join(c)).unwrap())
+            .collect();
+        let out = if nobody {
+            run_as_nobody(&w.root, attacks)
+        } else {
+            run(&w.root, &[], attacks)
+        };
+        let stdout = ok(&out);
+        assert!(!stdout.contains("BAD"), "nobody {nobody}: {stdout}");
+        for twin in ["ok-commit", "ok-branch", "ok-src-hooks", "ok-own-repo"] {
+            assert!(stdout.contains(twin), "nobody {nobody}: {twin} in {stdout}");
+        }
+        for (c, before) in ["vendor/lib/.git/config", ".sep/config", "bare.git/config"]
+            .iter()
+            .zip(&configs)
+        {
+            assert_eq!(&fs::read(w.root.join(c)).unwrap(), before, "{c}");
+        }
+        // The user's next git commands there run nothing planted.
+        for repo in ["vendor/lib", "sub"] {
+            git_ok(&w.root.join(repo), &["-c", "safe.directory=*", "status"]);
+        }
+        assert!(!w.root.join("ran").exists());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains("protected"), "the summary says so: {err}");
+    }
+}
+
+/// The repositories the run makes are named after it exactly, however they
+/// hide what they run: in `node_modules` or `target`, seven levels down,
+/// behind `include.path`, in `config.worktree`, or moved after they were
+/// made. Twins: a repository the run makes with a plain config, and one
+/// that existed before the run, are not named.
+#[test]
+fn repositories_made_during_the_run_are_named_wherever_they_are() {
+    let w = ws();
+    git_ok(&w.root, &["init", "-q", "-b", "main", "."]);
+    git_ok(&w.root, &["init", "-q", "old"]);
+    let script = r#"
+        set -e
+        fsm() { git -C "$1" config core.fsmonitor 'false'; }
+        git init -q node_modules/x && fsm node_modules/x
+        git init -q target/x && fsm target/x
+        git init -q a/b/c/d/e/f/g/deep && fsm a/b/c/d/e/f/g/deep
+        git init -q inc && printf '[diff "d"]\n\ttextconv = cat\n' > inc/inc-file && git -C inc config include.path ../inc-file
+        git init -q wt && git -C wt config extensions.worktreeConfig true && printf '[core]\n\tpager = cat\n' > wt/.git/config.worktree
+        git init -q before-move && fsm before-move && mv before-move after-move
+        git init -q plain
+    "#;
+    let out = run(&w.root, &[], script);
+    ok(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let named: Vec<&str> = err
+        .lines()
+        .filter(|l| l.starts_with("sandbox: the run made a git repository at "))
+        .collect();
+    for (at, what) in [
+        ("node_modules/x", "core.fsmonitor"),
+        ("target/x", "core.fsmonitor"),
+        ("a/b/c/d/e/f/g/deep", "core.fsmonitor"),
+        ("inc", "diff.d.textconv"),
+        ("wt", "core.pager"),
+        ("after-move", "core.fsmonitor"),
+    ] {
+        let at = format!("at {}/{at} whose", w.root.display());
+        assert!(
+            named.iter().any(|l| l.contains(&at) && l.contains(what)),
+            "{at} {what}: {err}"
+        );
+    }
+    assert_eq!(named.len(), 6, "{err}");
+}
