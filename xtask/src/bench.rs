@@ -345,6 +345,62 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ));
     }
 
+    // Launch under workspace-write in a large workspace: 100,000 files in a
+    // node_modules tree, with 200 nested repositories, against an empty
+    // workspace. Git directories are protected as calls arrive (no walk at
+    // launch), so the two should launch alike.
+    let large = scratch.join("large-ws");
+    if !large.join(".git").exists() {
+        let make = "import os, sys\n\
+                    root = sys.argv[1]\n\
+                    os.makedirs(os.path.join(root, '.git', 'objects'))\n\
+                    for p in range(1000):\n\
+                    \x20   d = os.path.join(root, 'node_modules', 'p%d' % p, 'lib')\n\
+                    \x20   os.makedirs(d)\n\
+                    \x20   for f in range(100):\n\
+                    \x20       open(os.path.join(d, 'f%d.js' % f), 'w').close()\n\
+                    \x20   if p % 5 == 0:\n\
+                    \x20       g = os.path.join(root, 'node_modules', 'p%d' % p, '.git')\n\
+                    \x20       for sub in ('objects', 'refs', 'hooks'):\n\
+                    \x20           os.makedirs(os.path.join(g, sub))\n\
+                    \x20       open(os.path.join(g, 'HEAD'), 'w').write('ref: refs/heads/main\\n')\n\
+                    \x20       open(os.path.join(g, 'config'), 'w').close()\n";
+        let made = std::process::Command::new("python3")
+            .args(["-c", make])
+            .arg(&large)
+            .status()
+            .map_err(|e| format!("python3: {e}"))?;
+        if !made.success() {
+            return Err(format!("making the large workspace in {}", large.display()));
+        }
+    }
+    let small = scratch.join("small-ws");
+    std::fs::create_dir_all(small.join(".git")).map_err(|e| format!("{}: {e}", small.display()))?;
+    let launch_in = |ws: &Path| {
+        vec![
+            bin.display().to_string(),
+            "run".into(),
+            "--mode".into(),
+            "workspace-write".into(),
+            "--workspace".into(),
+            ws.display().to_string(),
+            "--".into(),
+            "/bin/true".into(),
+        ]
+    };
+    let (in_small, in_large) = (launch_in(&small), launch_in(&large));
+    let (a, b) = interleave(
+        settings.workload_runs,
+        || wall(&in_small),
+        || wall(&in_large),
+    )?;
+    rows.push(row(
+        "workspace-write launch of /bin/true: 100,000 files and 200 nested repositories vs an empty workspace",
+        &in_large,
+        &a,
+        &b,
+    ));
+
     // What --explain adds to a plain -w run: its writing opens and entry
     // calls go to the broker, so Landlock's own refusals are recorded. The
     // 2,000-file workload, `-w` vs `-w --explain`.
