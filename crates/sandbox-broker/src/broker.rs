@@ -9,10 +9,12 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use crate::answer::{answer_with, record, unresolved_decision};
+use crate::budget::{CpuBudget, RunBudget, Spent};
 use crate::caller::{errno_of, Caller, Identity};
 use crate::connect::{self, Next};
 use crate::entries::{self, Outcome};
 use crate::error::BrokerError;
+use crate::fifo::Fifos;
 use crate::identity::{caller_identity, with_credentials, Own, UmaskUse};
 use crate::log::{BrokerDecision, BrokerLog, BrokerRecord, BrokerTarget, Refusal};
 use crate::notif::{Listener, Received};
@@ -41,7 +43,7 @@ impl Broker {
     /// The thread starts with the credentials of the thread calling `start`
     /// and takes on each caller's for the duration of its request.
     pub fn start(listener: OwnedFd, rules: BrokerRules) -> Result<Broker, BrokerError> {
-        let (broker, ready) = Self::spawn(move || Ok((listener, rules)))?;
+        let (broker, ready) = Self::spawn(move || Ok((listener, rules)), RunBudget::default())?;
         match ready.recv() {
             Ok(Ok(())) => Ok(broker),
             Ok(Err(e)) => Err(e),
@@ -56,25 +58,33 @@ impl Broker {
     /// the child was prepared with, taken as every caller's only when the
     /// child vouches for them (see [`FixedCredentials`](crate::FixedCredentials)).
     ///
+    /// `budget`: what the broker may spend on the run's calls (its CPU
+    /// time, its worker threads), derived from the run's limits
+    /// ([`RunBudget::from_limits`]); a call beyond it waits.
+    ///
     /// The thread starts with the credentials of the thread calling this.
     pub fn start_receiving(
         channel: OwnedFd,
         rules: BrokerRules,
         fixed: Option<crate::FixedCredentials>,
+        budget: RunBudget,
     ) -> Result<PendingBroker, BrokerError> {
         // Shut down to end the thread's receive when no listener will come.
         let waker = channel.try_clone().map_err(BrokerError::Thread)?;
-        let broker = Self::spawn(move || {
-            let (listener, vouched) =
-                crate::recv_listener(&channel).map_err(|e| BrokerError::FdPassing {
-                    reason: format!("the child's seccomp listener never arrived: {e}"),
-                })?;
-            Ok(match fixed {
-                // The child checked its ids and capabilities just before.
-                Some(fixed) if vouched => (listener, rules.with_fixed_credentials(fixed)),
-                _ => (listener, rules),
-            })
-        })?;
+        let broker = Self::spawn(
+            move || {
+                let (listener, vouched) =
+                    crate::recv_listener(&channel).map_err(|e| BrokerError::FdPassing {
+                        reason: format!("the child's seccomp listener never arrived: {e}"),
+                    })?;
+                Ok(match fixed {
+                    // The child checked its ids and capabilities just before.
+                    Some(fixed) if vouched => (listener, rules.with_fixed_credentials(fixed)),
+                    _ => (listener, rules),
+                })
+            },
+            budget,
+        )?;
         Ok(PendingBroker {
             broker: Some(broker.0),
             ready: broker.1,
@@ -85,6 +95,7 @@ impl Broker {
     /// The broker's thread, taking its listener and rules from `receive`.
     fn spawn(
         receive: impl FnOnce() -> Result<(OwnedFd, BrokerRules), BrokerError> + Send + 'static,
+        budget: RunBudget,
     ) -> Result<(Broker, Receiver<Result<(), BrokerError>>), BrokerError> {
         // SAFETY: eventfd returns a fresh fd or -1.
         let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
@@ -111,7 +122,7 @@ impl Broker {
                 match set_up {
                     Ok((listener, rules, own)) => {
                         let _ = ready_tx.send(Ok(()));
-                        serve(&listener, &rules, &own, &stop_for_thread)
+                        serve(&listener, &rules, &own, &stop_for_thread, &budget)
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -212,13 +223,44 @@ fn own_fs() -> Result<(), BrokerError> {
     Ok(())
 }
 
-fn serve(listener: &Arc<Listener>, rules: &BrokerRules, own: &Own, stop: &OwnedFd) -> BrokerLog {
+/// Serves the listener until `stop`, within `budget`: while the run's CPU
+/// share is spent, no request is taken (the callers wait in the kernel) and
+/// no FIFO is tried; the writers waiting for a FIFO's reader are tried
+/// again between requests ([`Fifos`]).
+fn serve(
+    listener: &Arc<Listener>,
+    rules: &BrokerRules,
+    own: &Own,
+    stop: &OwnedFd,
+    budget: &RunBudget,
+) -> BrokerLog {
     let mut log = BrokerLog::default();
-    let pool = Pool::new(Arc::clone(listener), own.creds.clone());
+    let spent = Spent::default();
+    let workers = budget.workers(MAX_CONNECTS);
+    let pool = Pool::new(
+        Arc::clone(listener),
+        own.creds.clone(),
+        workers,
+        spent.clone(),
+    );
+    let mut cpu = CpuBudget::new(budget, spent);
+    let mut fifos = Fifos::default();
     loop {
+        let held = cpu.hold();
+        let fifo_due = fifos.due_in();
+        if held.is_none() && fifo_due == Some(Duration::ZERO) {
+            let mut fatal = None;
+            fifos.retry(listener, own, &mut log, &mut fatal);
+            if let Some(fatal) = fatal {
+                log.stopped_by_error = Some(fatal);
+                break;
+            }
+            continue;
+        }
+        // Held: only the stop signal is watched (poll skips a negative fd).
         let mut fds = [
             libc::pollfd {
-                fd: listener.raw(),
+                fd: if held.is_some() { -1 } else { listener.raw() },
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -228,8 +270,11 @@ fn serve(listener: &Arc<Listener>, rules: &BrokerRules, own: &Own, stop: &OwnedF
                 revents: 0,
             },
         ];
+        let timeout = held.or(fifo_due).map_or(-1, |d| {
+            i32::try_from(d.as_millis().max(1)).unwrap_or(i32::MAX)
+        });
         // SAFETY: two live pollfds.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, -1) };
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
         if rc < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {
@@ -241,7 +286,7 @@ fn serve(listener: &Arc<Listener>, rules: &BrokerRules, own: &Own, stop: &OwnedF
         if fds[0].revents & libc::POLLIN != 0 {
             match listener.recv() {
                 Ok(Received::Notification(n)) => {
-                    let (record, fatal) = handle(listener, rules, own, &pool, &n);
+                    let (record, fatal) = handle(listener, rules, own, &pool, &mut fifos, &n);
                     pool.drain_into(&mut log);
                     if let Some(record) = record {
                         log.push(record);
@@ -270,6 +315,7 @@ fn serve(listener: &Arc<Listener>, rules: &BrokerRules, own: &Own, stop: &OwnedF
         }
     }
     pool.finish(&mut log);
+    fifos.finish(&mut log);
     if let Some(git) = &rules.git {
         log.git_dirs_made = git.made_git_dirs();
     }
@@ -284,6 +330,7 @@ fn handle(
     rules: &BrokerRules,
     own: &Own,
     pool: &Pool,
+    fifos: &mut Fifos,
     n: &libc::seccomp_notif,
 ) -> (Option<BrokerRecord>, Option<String>) {
     let nr = i64::from(n.data.nr);
@@ -414,7 +461,10 @@ fn handle(
             flags,
             identity,
         } => {
-            let task = Task::Fifo(entries::FifoOpen {
+            // Kept until a reader comes, however many wait: no thread is
+            // held per writer, and none is answered an error the kernel's
+            // blocking open would not give.
+            fifos.add(entries::FifoOpen {
                 id: n.id,
                 tid,
                 syscall: name,
@@ -423,18 +473,7 @@ fn handle(
                 fd,
                 flags,
             });
-            match pool.submit(task) {
-                Ok(()) => return (None, fatal),
-                Err(Rejected::Full(task) | Rejected::Unavailable(task)) => answer_with(
-                    listener,
-                    n.id,
-                    tid,
-                    name,
-                    task.target().clone(),
-                    BrokerDecision::Failed { errno: libc::ENXIO },
-                    libc::EPERM,
-                ),
-            }
+            return (None, fatal);
         }
     };
     (Some(record), fatal)

@@ -585,8 +585,6 @@ pub(crate) enum Done {
     Errno(i32),
     /// The caller stopped waiting (or the broker stops) before it ended.
     Gone,
-    /// An open succeeded: this fd goes to the caller.
-    Opened(OwnedFd),
 }
 
 fn connect_raw(sock: RawFd, addr: &[u8]) -> i32 {

@@ -28,8 +28,9 @@ pub(crate) enum Outcome {
         cloexec: bool,
     },
     /// A FIFO opened for writing without `O_NONBLOCK` has no reader yet: the
-    /// kernel would make the caller wait for one (fifo(7)), so a worker does
-    /// ([`FifoOpen`]). `fd` is the admitted FIFO (`O_PATH`).
+    /// kernel would make the caller wait for one (fifo(7)), so the broker
+    /// keeps it waiting ([`FifoOpen`], [`crate::fifo`]). `fd` is the
+    /// admitted FIFO (`O_PATH`).
     WaitFifo {
         fd: OwnedFd,
         flags: i32,
@@ -39,8 +40,8 @@ pub(crate) enum Outcome {
 /// An open of a FIFO for writing that waits for a reader, as the kernel's
 /// blocking open does: tried again without blocking (`ENXIO` while there is
 /// no reader) until a reader comes, the caller stops waiting (a signal, its
-/// death) or the broker stops. Performed by a pool worker with the caller's
-/// credentials.
+/// death) or the broker stops. Tried by the broker thread with the caller's
+/// credentials ([`crate::fifo`]).
 pub(crate) struct FifoOpen {
     pub(crate) id: u64,
     pub(crate) tid: i32,
@@ -52,28 +53,15 @@ pub(crate) struct FifoOpen {
 }
 
 impl FifoOpen {
-    /// Waits for a reader and opens the FIFO for the caller.
-    pub(crate) fn perform(
-        &self,
-        listener: &crate::notif::Listener,
-        stop: &std::sync::atomic::AtomicBool,
-    ) -> crate::connect::Done {
-        use crate::connect::Done;
-        let mut pause = std::time::Duration::from_millis(1);
-        loop {
-            match reopen(&self.fd, self.flags) {
-                Ok(Outcome::Fd { fd, .. }) => return Done::Opened(fd),
-                Ok(_) => {}
-                Err(Unresolved::Errno(e)) => return Done::Errno(e),
-                Err(_) => return Done::Errno(libc::EPERM),
-            }
-            if stop.load(std::sync::atomic::Ordering::Relaxed)
-                || !matches!(listener.id_valid(self.id), Ok(true))
-            {
-                return Done::Gone;
-            }
-            std::thread::sleep(pause);
-            pause = (pause * 2).min(std::time::Duration::from_millis(20));
+    /// Tries the open once, without waiting (the thread holds the caller's
+    /// credentials): the fd for the caller once a reader is there, `None`
+    /// while there is none, else the kernel's errno.
+    pub(crate) fn try_open(&self) -> Result<Option<OwnedFd>, i32> {
+        match reopen(&self.fd, self.flags) {
+            Ok(Outcome::Fd { fd, .. }) => Ok(Some(fd)),
+            Ok(_) => Ok(None),
+            Err(Unresolved::Errno(e)) => Err(e),
+            Err(_) => Err(libc::EPERM),
         }
     }
 

@@ -128,6 +128,7 @@
 //! | calls on another process (`prlimit64`, `sched_set*`, `setpriority`, `ioprio_set`) | the target pid or tid, which may exit and be reused | end-to-end `tests/tests/real_tools.rs` (`a_process_outside_the_run_is_never_reniced_or_limited` beside the run's own) |
 //! | kernel-first errors | names that exist, are missing, have trailing slashes, loop | end-to-end `tests/tests/fidelity.rs` (the matrix against bare and against Landlock's own answers) |
 //! | broker resources | request rate, concurrent connects, fds it holds | `tests/fd_leak.rs`, `tests/cost.rs`, `tests/robustness.rs` |
+//! | the runner's work for the run (`RunBudget`) | CPU per request and request rate (a `chmod` flood), callers left waiting (FIFO writers without a reader, blocking connects) | CPU time of the broker thread and its workers drawn from a bucket at the run's `--cpu` rate (no request taken while it is empty: callers wait in the kernel); connect workers at most the run's `--pids`, the rest queued; FIFO writers hold no thread (the broker thread tries each FIFO again between requests), never refused for their number | end-to-end `tests/tests/broker_budget.rs` (a flood under `--cpu 0.1` beside an unlimited twin; 100 FIFO writers beside the bare kernel; connects under `--pids`; root and nobody), `budget::tests` |
 //! | its own domain | a nested Landlock domain, signals to the runner's threads, core dumps | end-to-end `broker_domain.rs` (nested domain, core dumps), `sandbox-landlock/tests/process.rs` |
 //!
 //! [`sandbox-landlock`]: https://docs.rs/sandbox-landlock
@@ -176,6 +177,8 @@ mod answer;
 #[cfg(target_os = "linux")]
 mod broker;
 #[cfg(target_os = "linux")]
+mod budget;
+#[cfg(target_os = "linux")]
 mod caller;
 #[cfg(target_os = "linux")]
 pub mod caps;
@@ -189,6 +192,8 @@ mod entries;
 mod error;
 #[cfg(target_os = "linux")]
 mod fdpass;
+#[cfg(target_os = "linux")]
+mod fifo;
 #[cfg(target_os = "linux")]
 mod gitdirs;
 #[cfg(target_os = "linux")]
@@ -210,6 +215,8 @@ mod umasks;
 
 #[cfg(target_os = "linux")]
 pub use broker::{Broker, PendingBroker};
+#[cfg(target_os = "linux")]
+pub use budget::RunBudget;
 #[cfg(target_os = "linux")]
 pub use creds::FixedCredentials;
 #[cfg(target_os = "linux")]

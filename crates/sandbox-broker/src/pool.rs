@@ -1,14 +1,19 @@
-//! The worker threads that perform admitted connects and opens of FIFOs
-//! without a peer, so that a call that waits (seconds, until the caller's
-//! timeout, or until a FIFO's other end is opened) never holds up the broker
-//! thread, which keeps serving the caller's other requests.
+//! The worker threads that perform admitted connects, so that a connect
+//! that waits (seconds, until the caller's timeout) never holds up the
+//! broker thread, which keeps serving the caller's other requests. (Writers
+//! waiting for a FIFO's reader hold no worker: see [`crate::fifo`].)
 //!
 //! At most [`MAX_CONNECTS`] connects are under way or queued at once; beyond
-//! that [`Pool::submit`] hands the job back (answered `EAGAIN`), so a caller
-//! cannot make the runner start threads without bound. Workers start on
+//! that [`Pool::submit`] hands the job back (answered `EAGAIN`). Workers
+//! number at most the run's thread budget ([`RunBudget::workers`]: its
+//! `--pids`, at most [`MAX_CONNECTS`]); the jobs beyond wait in the queue
+//! for a free one. The CPU time each worker spends on a job is charged to
+//! the run's CPU budget ([`crate::budget`]). Workers start on
 //! demand, block every signal (a signal meant for the runner never interrupts
 //! a connect), take on the caller's credentials for the connect and give them
 //! back; a worker that could not get its own back ends, taking them with it.
+//!
+//! [`RunBudget::workers`]: crate::budget::RunBudget::workers
 
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -16,9 +21,9 @@ use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use crate::answer::answer_with;
+use crate::budget::{thread_cpu, Spent};
 use crate::connect::{self, Done, Job, SLICE};
 use crate::creds::{self, AssumeError, Credentials};
-use crate::entries::FifoOpen;
 use crate::log::{
     BrokerDecision, BrokerLog, BrokerRecord, BrokerTarget, CredentialChange, Refusal,
 };
@@ -35,21 +40,18 @@ const FINISH_WAIT: Duration = Duration::from_millis(3 * SLICE.as_millis() as u64
 /// A call a worker performs.
 pub(crate) enum Task {
     Connect(Job),
-    Fifo(FifoOpen),
 }
 
 impl Task {
     fn id(&self) -> u64 {
         match self {
             Task::Connect(j) => j.id,
-            Task::Fifo(f) => f.id,
         }
     }
 
     fn tid(&self) -> i32 {
         match self {
             Task::Connect(j) => j.tid,
-            Task::Fifo(f) => f.tid,
         }
     }
 
@@ -57,7 +59,6 @@ impl Task {
     pub(crate) fn target(&self) -> &BrokerTarget {
         match self {
             Task::Connect(j) => &j.target,
-            Task::Fifo(f) => &f.target,
         }
     }
 
@@ -65,14 +66,12 @@ impl Task {
     pub(crate) fn syscall(&self) -> &'static str {
         match self {
             Task::Connect(_) => "connect",
-            Task::Fifo(f) => f.syscall,
         }
     }
 
     fn identity(&self) -> &crate::caller::Identity {
         match self {
             Task::Connect(j) => &j.identity,
-            Task::Fifo(f) => &f.identity,
         }
     }
 }
@@ -93,6 +92,10 @@ struct Inner {
     listener: Arc<Listener>,
     /// The broker thread's own credentials, which workers start with.
     own: Credentials,
+    /// Workers at most (the run's thread budget).
+    workers: usize,
+    /// Where workers put the CPU time they spend, for the run's budget.
+    spent: Spent,
     stop: AtomicBool,
     state: Mutex<State>,
     /// Signalled when a job is queued or the pool stops.
@@ -130,12 +133,20 @@ fn gone(syscall: &str, job_tid: i32, target: BrokerTarget) -> BrokerRecord {
 
 impl Pool {
     /// Workers answer on `listener`; `own` are the credentials of the thread
-    /// that will call [`Pool::submit`] (new workers inherit them).
-    pub(crate) fn new(listener: Arc<Listener>, own: Credentials) -> Self {
+    /// that will call [`Pool::submit`] (new workers inherit them). At most
+    /// `workers` run at once; they add the CPU time they spend to `spent`.
+    pub(crate) fn new(
+        listener: Arc<Listener>,
+        own: Credentials,
+        workers: usize,
+        spent: Spent,
+    ) -> Self {
         Self {
             inner: Arc::new(Inner {
                 listener,
                 own,
+                workers: workers.clamp(1, MAX_CONNECTS),
+                spent,
                 stop: AtomicBool::new(false),
                 state: Mutex::new(State::default()),
                 work: Condvar::new(),
@@ -155,8 +166,9 @@ impl Pool {
             return Err(Rejected::Full(Box::new(job)));
         }
         st.queue.push_back(job);
-        // Each waiting worker takes one queued job; start another for the rest.
-        if st.queue.len() > st.idle && st.threads < MAX_CONNECTS {
+        // Each waiting worker takes one queued job; start another for the
+        // rest, within the run's thread budget (beyond it, jobs wait).
+        if st.queue.len() > st.idle && st.threads < self.inner.workers {
             let inner = Arc::clone(&self.inner);
             let spawned = std::thread::Builder::new()
                 .name("sandbox-broker-connect".into())
@@ -258,7 +270,9 @@ fn work(inner: &Inner) {
                 .push((job.id(), job.tid(), job.target().clone(), job.syscall()));
             drop(st);
             let id = job.id();
+            let cpu = thread_cpu();
             let (record, still_sound) = run(inner, job, sound);
+            inner.spent.add(thread_cpu().saturating_sub(cpu));
             sound = still_sound;
             st = lock(&inner.state);
             st.running.retain(|(r, ..)| *r != id);
@@ -314,7 +328,6 @@ fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
     };
     let done = match &job {
         Task::Connect(c) => connect::perform(c, listener, &inner.stop),
-        Task::Fifo(f) => f.perform(listener, &inner.stop),
     };
     let sound = match assumed.restore() {
         Ok(()) => true,
@@ -327,12 +340,6 @@ fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
         Done::Errno(0) => BrokerDecision::Performed,
         Done::Errno(errno) => BrokerDecision::Failed { errno },
         Done::Gone => BrokerDecision::CallerGone,
-        Done::Opened(fd) => {
-            let Task::Fifo(f) = job else {
-                return (gone("connect", 0, BrokerTarget::default()), sound);
-            };
-            return (f.hand_over(listener, fd), sound);
-        }
     };
     // The caller may have died while the connect waited.
     let decision = match listener.id_valid(job.id()) {

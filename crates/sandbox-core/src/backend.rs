@@ -24,6 +24,9 @@ pub struct LaunchOptions {
     /// port 53 are made instead, and the answers it pinned, by which
     /// connects by IP are admitted too.
     pub dns: Option<crate::pins::DnsRoute>,
+    /// The run's limits: what the runner spends on the run's behalf (a
+    /// supervisor's CPU time and threads) is held to them too.
+    pub limits: crate::limits::ResourceLimits,
 }
 
 impl LaunchOptions {
@@ -38,6 +41,11 @@ impl LaunchOptions {
     /// Options with DNS routed to the runner's resolver.
     pub fn with_dns(self, dns: Option<crate::pins::DnsRoute>) -> Self {
         Self { dns, ..self }
+    }
+
+    /// Options for a run limited by `limits`.
+    pub fn with_limits(self, limits: crate::limits::ResourceLimits) -> Self {
+        Self { limits, ..self }
     }
 
     /// Options with refused writes observed (or not).

@@ -198,20 +198,29 @@ fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
         out.push(dot_git);
     }
     let mut dirs = git_dirs(workspace);
+    let nested: Vec<PathBuf> = dirs.iter().flat_map(|d| nested_git_dirs(d)).collect();
     if keep(".git/hooks") {
         // A hooks directory the repository's config names runs as
-        // `.git/hooks` would (githooks(5), core.hooksPath in git-config(1)).
-        out.extend(dirs.iter().filter_map(|d| {
-            let hooks = hooks_path(&d.join("config"))?;
+        // `.git/hooks` would (githooks(5), core.hooksPath in git-config(1)),
+        // a submodule's too (`git status` runs git there).
+        let top = |d: &PathBuf| -> Option<PathBuf> {
+            if dirs.contains(d) {
+                return Some(workspace.to_path_buf());
+            }
+            // A submodule's working tree: its `core.worktree`, relative to
+            // its git directory.
+            core_value(&d.join("config"), "worktree").map(|w| d.join(w))
+        };
+        out.extend(dirs.iter().chain(&nested).filter_map(|d| {
+            let hooks = core_value(&d.join("config"), "hookspath")?;
             let hooks = Path::new(&hooks);
             match hooks.strip_prefix("~") {
                 Ok(rest) => std::env::var_os("HOME").map(|h| Path::new(&h).join(rest)),
                 // Relative: to the top of the working tree, where hooks run.
-                Err(_) => Some(workspace.join(hooks)),
+                Err(_) => top(d).map(|t| t.join(hooks)),
             }
         }));
     }
-    let nested: Vec<PathBuf> = dirs.iter().flat_map(|d| nested_git_dirs(d)).collect();
     dirs.extend(nested);
     for gitdir in dirs {
         for name in GIT_PROTECTED {
@@ -253,9 +262,10 @@ fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
     dirs
 }
 
-/// `core.hooksPath` as the git config file `config` sets it (the last
-/// setting wins; `include` and `includeIf` files are not followed), unquoted.
-fn hooks_path(config: &Path) -> Option<String> {
+/// `core.<key>` (`key` lowercase) as the git config file `config` sets it
+/// (the last setting wins; `include` and `includeIf` files are not
+/// followed), unquoted.
+fn core_value(config: &Path, key: &str) -> Option<String> {
     let text = std::fs::read_to_string(config).ok()?;
     let mut in_core = false;
     let mut found = None;
@@ -272,10 +282,10 @@ fn hooks_path(config: &Path) -> Option<String> {
         if !in_core {
             continue;
         }
-        let Some((key, value)) = line.split_once('=') else {
+        let Some((name, value)) = line.split_once('=') else {
             continue;
         };
-        if !key.trim().eq_ignore_ascii_case("hookspath") {
+        if !name.trim().eq_ignore_ascii_case(key) {
             continue;
         }
         let value = value.trim();
@@ -515,6 +525,35 @@ mod tests {
         }
         std::fs::write(&config, "[core]\n\thooksPath = /abs/hooks\n").unwrap();
         assert!(workspace_protections(ws.path(), &none).contains(&PathBuf::from("/abs/hooks")));
+    }
+
+    /// A submodule's `core.hooksPath` is protected too, relative to its
+    /// working tree (`core.worktree`): `git status` in the workspace runs
+    /// git there. Twin: a submodule without one adds nothing outside its
+    /// git directory.
+    #[test]
+    fn a_submodules_configured_hooks_directory_is_protected() {
+        let ws = tempfile::tempdir().unwrap();
+        let module = ws.path().join(".git/modules/lib");
+        std::fs::create_dir_all(&module).unwrap();
+        std::fs::write(module.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(
+            module.join("config"),
+            "[core]\n\tworktree = ../../../vendor/lib\n\thooksPath = .githooks\n",
+        )
+        .unwrap();
+        let p = workspace_protections(ws.path(), &Protection::default());
+        assert!(
+            p.contains(&module.join("../../../vendor/lib/.githooks")),
+            "{p:?}"
+        );
+        std::fs::write(
+            module.join("config"),
+            "[core]\n\tworktree = ../../../vendor/lib\n",
+        )
+        .unwrap();
+        let p = workspace_protections(ws.path(), &Protection::default());
+        assert!(!p.iter().any(|d| d.ends_with(".githooks")), "{p:?}");
     }
 
     #[test]

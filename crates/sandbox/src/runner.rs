@@ -301,8 +301,11 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         }
         tracing::debug!(limits = %unheld.join("; "), "running without limits that cannot be held here");
     }
-    let mut options =
-        sandbox_launch::launch_options(&containment).with_writes_observed(req.observe_writes);
+    // The broker's work for the run is held to the limits asked for, held
+    // by a cgroup or not.
+    let mut options = sandbox_launch::launch_options(&containment)
+        .with_writes_observed(req.observe_writes)
+        .with_limits(req.limits);
     let mut proxy = None;
     let mut dns = None;
     let (argv, hook, report, supervisor, domain) = match &req.policy {

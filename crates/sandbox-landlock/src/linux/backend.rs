@@ -85,7 +85,10 @@ impl LandlockBackend {
         options: LaunchOptions,
     ) -> Result<(PreparedLandlock, Option<BrokerSupervisor>), SandboxUnavailable> {
         let channel = if self.broker {
-            Some(super::broker::channel(policy, options.dns.clone()).map_err(unavailable)?)
+            Some(
+                super::broker::channel(policy, options.dns.clone(), &options.limits)
+                    .map_err(unavailable)?,
+            )
         } else {
             None
         };

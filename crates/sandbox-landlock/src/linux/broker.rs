@@ -10,7 +10,7 @@ use std::os::fd::{OwnedFd, RawFd};
 use std::time::Duration;
 
 use sandbox_broker::{
-    Broker, BrokerDecision, BrokerLog, BrokerRules, FixedCredentials, PendingBroker,
+    Broker, BrokerDecision, BrokerLog, BrokerRules, FixedCredentials, PendingBroker, RunBudget,
 };
 use sandbox_core::{
     MediatedCall, Mediation, ResolvedPolicy, RunningSupervisor, SandboxUnavailable, Supervisor,
@@ -34,10 +34,12 @@ pub(crate) struct Channel {
     supervisor: BrokerSupervisor,
 }
 
-/// Opens the channel and the rules for `policy`, in the parent.
+/// Opens the channel and the rules for `policy`, in the parent; the broker
+/// spends on the run no more than `limits` allow (see [`RunBudget`]).
 pub(crate) fn channel(
     policy: &ResolvedPolicy,
     dns: Option<sandbox_core::DnsRoute>,
+    limits: &sandbox_core::ResourceLimits,
 ) -> Result<Channel, LandlockError> {
     let err = LandlockError::Broker;
     let mut rules = BrokerRules::new(policy).map_err(err)?;
@@ -52,6 +54,7 @@ pub(crate) fn channel(
             rules,
             names: None,
             fixed: None,
+            budget: RunBudget::from_limits(limits),
         },
     })
 }
@@ -112,6 +115,8 @@ pub(crate) struct BrokerSupervisor {
     names: Option<Filter>,
     /// The credentials the child was prepared with, when fixed.
     fixed: Option<FixedCredentials>,
+    /// What the broker may spend on the run (its limits).
+    budget: RunBudget,
 }
 
 impl Supervisor for BrokerSupervisor {
@@ -124,9 +129,10 @@ impl Supervisor for BrokerSupervisor {
             rules,
             names,
             fixed,
+            budget,
         } = *self;
-        let pending =
-            Broker::start_receiving(runner, rules, fixed).map_err(|e| fail(e.to_string()))?;
+        let pending = Broker::start_receiving(runner, rules, fixed, budget)
+            .map_err(|e| fail(e.to_string()))?;
         Ok(Box::new(RunningBroker {
             broker: BrokerState::Pending(pending),
             names,
