@@ -317,7 +317,7 @@ fn serve(
     pool.finish(&mut log);
     fifos.finish(&mut log);
     if let Some(git) = &rules.git {
-        log.git_dirs_made = git.made_git_dirs();
+        (log.git_dirs_made, log.git_dirs_unnamed) = git.made_git_dirs();
     }
     log
 }

@@ -222,6 +222,9 @@ pub(crate) fn act(
                     *dev,
                 )
             };
+            if let (0, Some(git)) = (rc, &rules.git) {
+                git.noted(&e.parent.fd, e.at_name.to_bytes());
+            }
             done(rc as libc::c_int)
         }
         EntryCall::Symlink { target: link, .. } => {
@@ -234,9 +237,13 @@ pub(crate) fn act(
                 return Err(refused(Refusal::SymlinkInGitDir, &e.path));
             }
             // SAFETY: symlinkat with NUL-terminated strings on our admitted parent fd.
-            done(unsafe {
+            let rc = unsafe {
                 libc::symlinkat(link.as_ptr(), e.parent.fd.as_raw_fd(), e.at_name.as_ptr())
-            })
+            };
+            if let (0, Some(git)) = (rc, &rules.git) {
+                git.noted(&e.parent.fd, e.at_name.to_bytes());
+            }
+            done(rc)
         }
         EntryCall::Unlink { dir, .. } => {
             let intent = Intent::Remove { dir: *dir };
@@ -261,6 +268,10 @@ pub(crate) fn act(
             let noreplace = flags & libc::RENAME_NOREPLACE != 0;
             let new_intent = if noreplace {
                 Intent::Create { dir: true }
+            } else if flags & libc::RENAME_EXCHANGE != 0 {
+                // An exchange moves the destination away too (and a missing
+                // one is ENOENT, as for a source).
+                Intent::Move
             } else {
                 Intent::Other
             };
@@ -339,9 +350,9 @@ pub(crate) fn act(
                 )
             };
             if let (0, Some(git)) = (rc, &rules.git) {
-                git.wrote(&new.parent.fd, new.at_name.to_bytes());
+                git.noted(&new.parent.fd, new.at_name.to_bytes());
                 if exchange {
-                    git.wrote(&from.parent.fd, from.at_name.to_bytes());
+                    git.noted(&from.parent.fd, from.at_name.to_bytes());
                 }
             }
             done(rc as libc::c_int)
@@ -389,7 +400,7 @@ pub(crate) fn act(
                 )
             };
             if let (0, Some(git)) = (rc, &rules.git) {
-                git.wrote(&e.parent.fd, e.at_name.to_bytes());
+                git.noted(&e.parent.fd, e.at_name.to_bytes());
             }
             done(rc)
         }
@@ -974,7 +985,7 @@ fn create_new(
     let rc = unsafe { libc::openat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), how, mode) };
     let fd = owned(rc).ok()?;
     if let Some(git) = &rules.git {
-        git.wrote(&e.parent.fd, e.at_name.to_bytes());
+        git.noted(&e.parent.fd, e.at_name.to_bytes());
     }
     target.resolved = found.resolved;
     Some(Outcome::Fd {
@@ -1060,7 +1071,7 @@ fn create(
         return Err(refused(r, &e.path));
     }
     if let Some(git) = &rules.git {
-        git.wrote(&e.parent.fd, e.at_name.to_bytes());
+        git.noted(&e.parent.fd, e.at_name.to_bytes());
     }
     finish_open(new, flags)
 }

@@ -44,8 +44,12 @@ use crate::resolve::fstat;
 const PROGRAM_PARTS: &[&[u8]] = &[b"config", b"config.worktree", b"commondir", b"hooks"];
 /// Names that make a directory a git directory: never removed or moved away.
 const MARKERS: &[&[u8]] = &[b"HEAD", b"objects", b"refs"];
-/// The most directories with a new `HEAD` kept track of (each holds an fd).
-const MAX_HEADS: usize = 256;
+/// Names whose making may turn a directory into a repository of the run's.
+const MAKES_A_REPOSITORY: &[&[u8]] = &[b"HEAD", b"objects", b"refs", b"commondir", b"config"];
+/// The most candidate directories followed by an fd (the rest by path).
+const MAX_TRACKED: usize = 256;
+/// The most candidate directories kept at all (the rest are counted).
+const MAX_CANDIDATES: usize = 100_000;
 
 /// What a call does to the entry it names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -56,14 +60,28 @@ pub(crate) enum Change {
     Remove,
 }
 
-/// The run's own git state: what it made, and where it wrote a `HEAD`.
+/// The run's own git state: what it made, and the directories that may
+/// have become its repositories.
 #[derive(Debug, Default)]
 pub(crate) struct GitGuard {
     /// Device and inode of each directory, and each `.git` file, the run made.
     made: Mutex<HashSet<(u64, u64)>>,
-    /// Directories the run made and wrote a `HEAD` in, by identity, with an
-    /// `O_PATH` fd that follows them through renames.
-    heads: Mutex<Vec<((u64, u64), OwnedFd)>>,
+    /// Directories that may have become repositories of the run's: it made
+    /// `HEAD`, `objects`, `refs`, `commondir` or `config` in them while they
+    /// were not git directories from before the run.
+    candidates: Mutex<Candidates>,
+}
+
+/// The directories [`GitGuard::noted`] keeps, each by identity: the first
+/// [`MAX_TRACKED`] with an `O_PATH` fd that follows them through renames,
+/// the rest by the path they had.
+#[derive(Debug, Default)]
+struct Candidates {
+    known: HashSet<(u64, u64)>,
+    tracked: Vec<OwnedFd>,
+    by_path: Vec<((u64, u64), PathBuf)>,
+    /// Past [`MAX_CANDIDATES`]: how many more there were.
+    dropped: usize,
 }
 
 impl GitGuard {
@@ -78,10 +96,10 @@ impl GitGuard {
         change: Change,
     ) -> Option<Refusal> {
         let refuse = Some(Refusal::GitDirBeforeRun);
-        if PROGRAM_PARTS.contains(&name) || (change == Change::Remove && MARKERS.contains(&name)) {
-            if self.old_git_dir(parent) {
-                return refuse;
-            }
+        let part = PROGRAM_PARTS.contains(&name)
+            || (change == Change::Remove && MARKERS.contains(&name));
+        if part && self.old_git_dir(parent) {
+            return refuse;
         }
         if name == b".git" {
             let c = CString::new(name).ok()?;
@@ -121,73 +139,99 @@ impl GitGuard {
         self.entry(&parent, parent_path, name, Change::Write)
     }
 
-    /// Notes that the run made the directory `name` in `parent`.
+    /// Notes that the run made the directory `name` in `parent` (`mkdir`:
+    /// a new inode, never one moved there), then as [`GitGuard::noted`].
     pub(crate) fn made_dir(&self, parent: &OwnedFd, name: &[u8]) {
         if let Some(st) = entry_stat(parent, name) {
             if st.st_mode & libc::S_IFMT == libc::S_IFDIR {
                 lock(&self.made).insert((st.st_dev, st.st_ino));
             }
         }
+        self.noted(parent, name);
     }
 
-    /// Notes that the run put a file at `name` in `parent` (created it, or
-    /// renamed or linked one there): a `.git` file is then its own, and a
-    /// `HEAD` makes `parent` a repository to name after the run.
-    pub(crate) fn wrote(&self, parent: &OwnedFd, name: &[u8]) {
-        match name {
-            b"HEAD" => self.note_head(parent),
-            b".git" => {
-                if let Some(st) = entry_stat(parent, name) {
-                    if st.st_mode & libc::S_IFMT == libc::S_IFREG {
-                        lock(&self.made).insert((st.st_dev, st.st_ino));
-                    }
+    /// Notes what the run just put at `name` in `parent` (made, renamed,
+    /// linked or exchanged there): a `.git` file is then the run's own, and
+    /// a name that makes a repository makes `parent` one to check after the
+    /// run, unless it is a git directory from before it. A directory moved
+    /// there stays what it was.
+    pub(crate) fn noted(&self, parent: &OwnedFd, name: &[u8]) {
+        let name = name.strip_suffix(b"/").unwrap_or(name);
+        if name == b".git" {
+            if let Some(st) = entry_stat(parent, name) {
+                if st.st_mode & libc::S_IFMT == libc::S_IFREG {
+                    lock(&self.made).insert((st.st_dev, st.st_ino));
                 }
             }
-            _ => {}
+        }
+        if MAKES_A_REPOSITORY.contains(&name) && !self.old_git_dir(parent) {
+            self.candidate(parent);
         }
     }
 
-    /// The directories in which the run wrote a `HEAD` and that are git
-    /// directories, where they are now (a removed one is left out).
-    pub(crate) fn made_git_dirs(&self) -> Vec<PathBuf> {
-        let heads = lock(&self.heads);
-        let mut out: Vec<PathBuf> = heads
+    /// The repositories the run made, where they are now, and how many more
+    /// it may have made that cannot be named (moved after they were made,
+    /// beyond what is kept): directories noted by [`GitGuard::noted`] that
+    /// are git directories now (a removed one is left out).
+    pub(crate) fn made_git_dirs(&self) -> (Vec<PathBuf>, usize) {
+        let c = lock(&self.candidates);
+        let mut unnamed = c.dropped;
+        let mut out: Vec<PathBuf> = c
+            .tracked
             .iter()
-            .filter(|(_, fd)| is_git_dir(fd))
-            .filter_map(|(_, fd)| {
+            .filter(|fd| is_git_dir(fd))
+            .filter_map(|fd| {
                 let link = std::fs::read_link(format!("/proc/self/fd/{}", fd.as_raw_fd())).ok()?;
                 (link.is_absolute() && !link.as_os_str().as_bytes().ends_with(b" (deleted)"))
                     .then_some(link)
             })
             .collect();
+        for (id, path) in &c.by_path {
+            match open_path(path) {
+                Ok(fd) if fstat(&fd).is_ok_and(|st| (st.st_dev, st.st_ino) == *id) => {
+                    if is_git_dir(&fd) {
+                        out.push(path.clone());
+                    }
+                }
+                // Gone from where it was made: moved, or removed.
+                _ => unnamed += 1,
+            }
+        }
         out.sort();
         out.dedup();
-        out
+        (out, unnamed)
     }
 
-    fn note_head(&self, parent: &OwnedFd) {
-        let Ok(st) = fstat(parent) else { return };
+    fn candidate(&self, dir: &OwnedFd) {
+        let Ok(st) = fstat(dir) else { return };
         let id = (st.st_dev, st.st_ino);
-        // A repository from before the run updates its HEAD too; only the
-        // run's own directories are new repositories.
-        if !lock(&self.made).contains(&id) {
+        let mut c = lock(&self.candidates);
+        if c.known.contains(&id) {
             return;
         }
-        let mut heads = lock(&self.heads);
-        if heads.len() >= MAX_HEADS || heads.iter().any(|(known, _)| *known == id) {
+        if c.known.len() >= MAX_CANDIDATES {
+            c.dropped += 1;
             return;
         }
-        // SAFETY: openat of "." on our own directory fd.
-        let raw = unsafe {
-            libc::openat(
-                parent.as_raw_fd(),
-                c".".as_ptr(),
-                libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-            )
-        };
-        if raw >= 0 {
-            // SAFETY: a fresh fd we own.
-            heads.push((id, unsafe { OwnedFd::from_raw_fd(raw) }));
+        c.known.insert(id);
+        if c.tracked.len() < MAX_TRACKED {
+            // SAFETY: openat of "." on our own directory fd.
+            let raw = unsafe {
+                libc::openat(
+                    dir.as_raw_fd(),
+                    c".".as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            };
+            if raw >= 0 {
+                // SAFETY: a fresh fd we own.
+                c.tracked.push(unsafe { OwnedFd::from_raw_fd(raw) });
+                return;
+            }
+        }
+        match std::fs::read_link(format!("/proc/self/fd/{}", dir.as_raw_fd())) {
+            Ok(path) => c.by_path.push((id, path)),
+            Err(_) => c.dropped += 1,
         }
     }
 

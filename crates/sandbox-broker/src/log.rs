@@ -14,10 +14,13 @@ pub struct BrokerLog {
     pub omitted: u64,
     /// Set when the broker stopped early; says why.
     pub stopped_by_error: Option<String>,
-    /// Git directories the run made (it made the directory and wrote a
-    /// `HEAD` in it), where they are when the broker stops; only under a
-    /// policy that protects git directories.
+    /// Git directories the run made (or made of a directory from before
+    /// it), where they are when the broker stops; only under a policy that
+    /// protects git directories.
     pub git_dirs_made: Vec<std::path::PathBuf>,
+    /// How many more directories may have become repositories of the run's
+    /// but cannot be named (moved after, or past what the broker keeps).
+    pub git_dirs_unnamed: usize,
 }
 
 impl BrokerLog {

@@ -78,6 +78,17 @@ fn walk(dir: &Path, depth: usize, budget: &mut usize, found: &mut BTreeSet<PathB
     }
 }
 
+/// Whether `dir` is a git directory or lies in one (`HEAD`, and `objects`
+/// and `refs` or a `commondir`): a place the sandbox writes nothing of its
+/// own, whatever the run could write, since git reads it.
+pub(crate) fn in_git_dir(dir: &Path) -> bool {
+    dir.ancestors().any(|d| {
+        d.join("HEAD").symlink_metadata().is_ok()
+            && ((d.join("objects").is_dir() && d.join("refs").is_dir())
+                || d.join("commondir").is_file())
+    })
+}
+
 /// The git directory `dot_git` names: itself, or what a `.git` file points to.
 fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
     if dot_git.is_dir() {

@@ -468,6 +468,11 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     for line in git_audit::warnings(&made) {
         show::say(&line);
     }
+    if let Some(n) = outcome.mediation.as_ref().map(|m| m.git_dirs_unnamed).filter(|n| *n > 0) {
+        show::say(&format!(
+            "sandbox: the run may have made {n} more git repositories that cannot be named              (moved after they were made, or too many to follow); review the workspace              (`find . -name HEAD`) before running git there"
+        ));
+    }
     if args.explain {
         for line in show::explain(&outcome) {
             show::say(&line);
@@ -592,6 +597,7 @@ fn execute(
                     .and_then(|json| {
                         target.write_after_run(json.as_bytes(), |dir| {
                             req.policy.as_ref().map_or(true, |p| p.may_write(dir))
+                                && !git_audit::in_git_dir(dir)
                         })
                     }),
                 None => Ok(None),

@@ -339,6 +339,14 @@ pub struct Mediation {
     /// directory entries).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub git_dirs_made: Vec<std::path::PathBuf>,
+    /// How many more directories may have become repositories of the run's
+    /// that cannot be named (moved after they were made, or too many).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub git_dirs_unnamed: usize,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 /// One refused request.

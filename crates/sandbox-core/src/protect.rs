@@ -222,6 +222,20 @@ fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
         }));
     }
     dirs.extend(nested);
+    if keep(".git/config") {
+        // What a config includes is config too (git-config(1), INCLUDES),
+        // and so is what that includes.
+        let mut todo: Vec<PathBuf> = dirs.iter().map(|d| d.join("config")).collect();
+        let mut seen = std::collections::BTreeSet::new();
+        while let Some(config) = todo.pop() {
+            if seen.len() > 64 || !seen.insert(config.clone()) {
+                continue;
+            }
+            let found = included(&config);
+            out.extend(found.iter().cloned());
+            todo.extend(found);
+        }
+    }
     for gitdir in dirs {
         for name in GIT_PROTECTED {
             if keep(&format!(".git/{name}")) {
@@ -266,20 +280,47 @@ fn git_dirs(workspace: &Path) -> Vec<PathBuf> {
 /// (the last setting wins; `include` and `includeIf` files are not
 /// followed), unquoted.
 fn core_value(config: &Path, key: &str) -> Option<String> {
-    let text = std::fs::read_to_string(config).ok()?;
-    let mut in_core = false;
-    let mut found = None;
+    config_values(config, |section| section == "core", key).pop()
+}
+
+/// The files `config` includes (`include.path`, `includeIf.<cond>.path`,
+/// whatever the condition), as git finds them: `~/` from `$HOME`, else
+/// relative to the directory of `config`.
+fn included(config: &Path) -> Vec<PathBuf> {
+    let base = config.parent().unwrap_or(Path::new("/"));
+    config_values(
+        config,
+        |section| section == "include" || section.starts_with("includeif"),
+        "path",
+    )
+    .into_iter()
+    .filter_map(|p| match p.strip_prefix("~/") {
+        Some(rest) => std::env::var_os("HOME").map(|h| Path::new(&h).join(rest)),
+        None => Some(base.join(p)),
+    })
+    .collect()
+}
+
+/// Every value of `key` (lowercase) in the sections of the git config file
+/// `config` for which `section` (its lowercase header, subsection
+/// included) holds, in order, unquoted.
+fn config_values(config: &Path, section: impl Fn(&str) -> bool, key: &str) -> Vec<String> {
+    let Ok(text) = std::fs::read_to_string(config) else {
+        return Vec::new();
+    };
+    let mut inside = false;
+    let mut found = Vec::new();
     for line in text.lines() {
         let mut line = line.trim();
         if let Some(rest) = line.strip_prefix('[') {
-            let Some((section, after)) = rest.split_once(']') else {
+            let Some((head, after)) = rest.split_once(']') else {
                 continue;
             };
-            in_core = section.trim().eq_ignore_ascii_case("core");
+            inside = section(&head.trim().to_ascii_lowercase());
             // `[core] hooksPath = x` on one line.
             line = after.trim();
         }
-        if !in_core {
+        if !inside {
             continue;
         }
         let Some((name, value)) = line.split_once('=') else {
@@ -293,7 +334,9 @@ fn core_value(config: &Path, key: &str) -> Option<String> {
             Some(quoted) => quoted.split('"').next().unwrap_or(""),
             None => value.split(['#', ';']).next().unwrap_or("").trim(),
         };
-        found = (!value.is_empty()).then(|| value.to_owned());
+        if !value.is_empty() {
+            found.push(value.to_owned());
+        }
     }
     found
 }
@@ -525,6 +568,29 @@ mod tests {
         }
         std::fs::write(&config, "[core]\n\thooksPath = /abs/hooks\n").unwrap();
         assert!(workspace_protections(ws.path(), &none).contains(&PathBuf::from("/abs/hooks")));
+    }
+
+    /// The files a repository's config includes (and what they include)
+    /// are protected as the config is: git reads them as its config. Twin:
+    /// a config without includes adds nothing.
+    #[test]
+    fn included_config_files_are_protected() {
+        let ws = tempfile::tempdir().unwrap();
+        let git = ws.path().join(".git");
+        std::fs::create_dir(&git).unwrap();
+        std::fs::write(
+            git.join("config"),
+            "[include]\n\tpath = ../shared.gitconfig\n[includeIf \"gitdir:/x/\"]\n\tpath = more\n",
+        )
+        .unwrap();
+        std::fs::write(git.join("more"), "[include]\npath = /abs/third\n").unwrap();
+        let p = workspace_protections(ws.path(), &Protection::default());
+        for want in [git.join("../shared.gitconfig"), git.join("more"), PathBuf::from("/abs/third")] {
+            assert!(p.contains(&want), "{want:?}: {p:?}");
+        }
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+        let p = workspace_protections(ws.path(), &Protection::default());
+        assert!(!p.iter().any(|d| d.ends_with("shared.gitconfig")), "{p:?}");
     }
 
     /// A submodule's `core.hooksPath` is protected too, relative to its

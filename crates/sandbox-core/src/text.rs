@@ -12,9 +12,9 @@ use std::borrow::Cow;
 
 /// `text` with every character a terminal would act on rather than show
 /// written as a Rust escape (`\n`, `\u{1b}`): C0 and C1 controls and DEL, and
-/// the Unicode format characters that reorder or hide text (bidirectional
-/// marks, embeddings, overrides and isolates, zero-width characters, the
-/// byte-order mark). A backslash is doubled, so an escape in the output is
+/// the Unicode characters that reorder or hide text (bidirectional marks,
+/// embeddings, overrides and isolates, zero-width characters and fillers,
+/// line and paragraph separators, tag characters, the byte-order mark). A backslash is doubled, so an escape in the output is
 /// never the command's own text. Borrowed when nothing needs escaping.
 pub fn terminal_safe(text: &str) -> Cow<'_, str> {
     if !text.chars().any(needs_escape) {
@@ -39,11 +39,25 @@ fn needs_escape(c: char) -> bool {
         || c.is_control()
         || matches!(
             c,
-            '\u{200b}'..='\u{200f}'
-                | '\u{202a}'..='\u{202e}'
+            // Invisible or reordering: soft hyphen, Arabic letter mark,
+            // Hangul fillers, zero-width and bidirectional marks, line and
+            // paragraph separators, embeddings, overrides and isolates,
+            // invisible operators, the byte-order mark, interlinear
+            // annotations, tag characters.
+            '\u{ad}'
+                | '\u{61c}'
+                | '\u{115f}'
+                | '\u{1160}'
+                | '\u{180e}'
+                | '\u{200b}'..='\u{200f}'
+                | '\u{2028}'..='\u{202e}'
                 | '\u{2060}'..='\u{2064}'
-                | '\u{2066}'..='\u{2069}'
+                | '\u{2066}'..='\u{206f}'
+                | '\u{3164}'
                 | '\u{feff}'
+                | '\u{ffa0}'
+                | '\u{fff9}'..='\u{fffb}'
+                | '\u{e0000}'..='\u{e007f}'
         )
 }
 
@@ -76,6 +90,10 @@ mod tests {
         );
         assert_eq!(terminal_safe("\u{9b}2J"), "\\u{9b}2J");
         assert_eq!(terminal_safe("a\u{202e}fdp.exe"), "a\\u{202e}fdp.exe");
+        for c in ['\u{61c}', '\u{2028}', '\u{2029}', '\u{ad}', '\u{3164}', '\u{e0041}'] {
+            let text = format!("a{c}b");
+            assert!(!terminal_safe(&text).contains(c), "{c:?}");
+        }
         // The command's own backslash cannot pass for an escape.
         assert_eq!(terminal_safe("a\\nb\n"), "a\\\\nb\\n");
     }

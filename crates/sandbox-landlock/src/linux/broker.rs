@@ -231,6 +231,7 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
         omitted: usize::try_from(log.omitted).unwrap_or(usize::MAX),
         error: log.stopped_by_error,
         git_dirs_made: log.git_dirs_made,
+        git_dirs_unnamed: log.git_dirs_unnamed,
     }
 }
 
