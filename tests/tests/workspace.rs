@@ -836,3 +836,49 @@ fn repositories_made_during_the_run_are_named_wherever_they_are() {
     }
     assert_eq!(named.len(), 6, "{err}");
 }
+
+/// Ways to make a repository the after-run check might miss (red team): a
+/// directory from before the run filled as a repository with its config
+/// written before `HEAD`, a `HEAD` made by `mknod` or as a symlink, and a
+/// repository made after 256 others; each is named. And a git directory
+/// from before the run cannot be made to look like none by exchanging a
+/// file with its `objects` (`RENAME_EXCHANGE`), so its config stays
+/// unwritable. Twin: the same exchange between two plain directories works.
+#[test]
+fn repositories_made_by_other_means_are_named_and_old_ones_stay_old() {
+    let w = ws();
+    git_ok(&w.root, &["init", "-q", "-b", "main", "."]);
+    git_ok(&w.root, &["init", "-q", "-b", "main", "nested"]);
+    fs::create_dir_all(w.root.join("old-plain")).unwrap();
+    let script = r#"
+        set -e
+        fill() { mkdir -p "$1/objects" "$1/refs"; printf '[core]\n\tfsmonitor = false\n' > "$1/config"; }
+        fill old-plain
+        printf 'ref: refs/heads/main\n' > old-plain/HEAD
+        fill by-mknod && python3 -c 'import os, stat; os.mknod("by-mknod/HEAD", stat.S_IFREG | 0o644)'
+        fill by-symlink && ln -s refs/heads/main by-symlink/HEAD
+        for i in $(seq 300); do mkdir -p "many/$i" && : > "many/$i/HEAD"; done
+        fill late && : > late/HEAD
+        python3 -c '
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+def exchange(a, b):
+    return libc.renameat2(-100, a.encode(), -100, b.encode(), 2) == 0
+open("f", "w").close()
+print("exchange-objects", exchange("f", "nested/.git/objects"))
+os.makedirs("p1"); os.makedirs("p2")
+print("exchange-plain", exchange("p1", "p2"))
+'
+        { printf '[core]\n\tfsmonitor = false\n' >> nested/.git/config; } 2>/dev/null && echo BAD-config || true
+    "#;
+    let out = run(&w.root, &[], script);
+    let stdout = ok(&out);
+    assert!(stdout.contains("exchange-objects False"), "{stdout}");
+    assert!(stdout.contains("exchange-plain True"), "twin: {stdout}");
+    assert!(!stdout.contains("BAD"), "{stdout}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    for at in ["old-plain", "by-mknod", "by-symlink", "late"] {
+        let at = format!("at {}/{at} whose core.fsmonitor", w.root.display());
+        assert!(err.contains(&at), "{at}: {err}");
+    }
+}
