@@ -185,3 +185,39 @@ fn the_way_to_the_caches_cannot_be_redirected() {
     );
     assert!(cache.join("sandbox-tools/pip").is_dir());
 }
+
+/// `--cache npm` with `-w ~/.cache`: the npm cache stays writable (it is a
+/// write path of its own), while the caches' directory itself and every
+/// other tool's cache stay protected. Before the fix the whole
+/// `sandbox-tools` was write-denied, the npm cache with it.
+#[test]
+fn a_tool_cache_stays_writable_beside_a_write_path_above_it() {
+    let (_t, home) = home();
+    let cache = home.join(".cache");
+    std::fs::create_dir_all(cache.join("sandbox-tools/pip")).unwrap();
+    let out = run(
+        &home,
+        &["--cache", "npm", "-w", cache.to_str().unwrap()],
+        "echo v > \"$npm_config_cache/probe\" && echo NPM; \
+         echo x > \"$HOME/.cache/other\" && echo OTHER; \
+         echo x > \"$HOME/.cache/sandbox-tools/pip/planted\" && echo PIP; \
+         mkdir \"$HOME/.cache/sandbox-tools/cargo\" && echo CARGO; \
+         mv \"$HOME/.cache/sandbox-tools\" \"$HOME/.cache/moved\" && echo MOVED; \
+         true",
+    );
+    let text = stdout(&out);
+    assert!(text.contains("NPM") && text.contains("OTHER"), "{text}");
+    assert!(
+        !text.contains("PIP") && !text.contains("CARGO") && !text.contains("MOVED"),
+        "{text}"
+    );
+    assert!(cache.join("sandbox-tools/npm/probe").exists());
+    assert!(!cache.join("sandbox-tools/pip/planted").exists());
+    // Twin: without --cache, the whole caches' directory stays protected.
+    let out = run(
+        &home,
+        &["-w", cache.to_str().unwrap()],
+        "echo v > \"$HOME/.cache/sandbox-tools/npm/probe2\" && echo NPM; true",
+    );
+    assert!(!stdout(&out).contains("NPM"), "{}", stdout(&out));
+}

@@ -142,3 +142,87 @@ fn a_datagram_socket_as_stdio_is_refused_with_the_network_on() {
     let (code, stderr, got) = with_socket_stdout(libc::SOCK_DGRAM, &["--no-network"]);
     assert_eq!((code, got.as_str()), (0, "hi\n"), "{stderr}");
 }
+
+/// Binds a pathname socket at each argument; prints `ok` or the errno name.
+const BIND: &str = "import errno, os, socket, sys\n\
+os.mkdir(sys.argv[1])\n\
+for p in sys.argv[2:]:\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    try:\n        s.bind(p); print('ok')\n    except OSError as e:\n        print(errno.errorcode[e.errno])\n";
+
+/// Binding a UNIX socket in a directory the run made, under workspace-write
+/// (a deny path beneath the write path: the broker keeps entries, and
+/// binds with them), works as bare (dev servers, language servers,
+/// `uvicorn --uds`), as root and as nobody; refused (`EACCES`, as Landlock
+/// refuses `MAKE_SOCK`) only under the deny path and outside, and a socket
+/// that exists is `EADDRINUSE`. Twin: the same binds bare. Before the fix
+/// every bind in the made directory was `EACCES`.
+#[test]
+fn a_unix_socket_binds_in_a_directory_the_run_made_under_workspace_write() {
+    for nobody in [false, true] {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let (w, o) = (root.join("w"), root.join("o"));
+        std::fs::create_dir_all(w.join("deny")).unwrap();
+        std::fs::create_dir(&o).unwrap();
+        for d in [&root, &w, &w.join("deny"), &o] {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .unwrap();
+        }
+        let made = w.join("made");
+        let paths = [
+            made.join("app.sock"),
+            made.join("app.sock"),
+            w.join("top.sock"),
+            w.join("deny/x.sock"),
+            o.join("x.sock"),
+        ];
+        let as_who = |program: &Path| {
+            let mut c = std::process::Command::new("setpriv");
+            if nobody {
+                c.args(["--reuid=65534", "--regid=65534", "--clear-groups"]);
+            } else {
+                c.args(["--bounding-set=-all", "--inh-caps=-all"]);
+            }
+            c.arg("--").arg(program);
+            c
+        };
+        let bare = as_who(Path::new("/usr/bin/python3"))
+            .args(["-c", BIND])
+            .arg(&made)
+            .args(&paths)
+            .output()
+            .unwrap();
+        for p in &paths {
+            let _ = std::fs::remove_file(p);
+        }
+        let _ = std::fs::remove_dir(&made);
+        let confined = as_who(&sandbox_tests::sandbox_bin())
+            .args(["run", "--mode", "workspace-write", "--workspace"])
+            .arg(&w)
+            .arg("--write-deny")
+            .arg(w.join("deny"))
+            .args(["--", "/usr/bin/python3", "-c", BIND])
+            .arg(&made)
+            .args(&paths)
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .env("HOME", "/nonexistent/sandbox-tests-home")
+            .current_dir(&w)
+            .output()
+            .unwrap();
+        let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+        assert_eq!(
+            text(&bare),
+            "ok\nEADDRINUSE\nok\nok\nok\n",
+            "{}",
+            String::from_utf8_lossy(&bare.stderr)
+        );
+        assert_eq!(
+            text(&confined),
+            "ok\nEADDRINUSE\nok\nEACCES\nEACCES\n",
+            "nobody: {nobody}: {}",
+            String::from_utf8_lossy(&confined.stderr)
+        );
+        assert!(made.join("app.sock").exists());
+        assert!(!w.join("deny/x.sock").exists() && !o.join("x.sock").exists());
+    }
+}

@@ -376,6 +376,12 @@ fn handle(
         let record = answer_with(listener, n.id, tid, name, target, decision, refused);
         return (Some(record), None);
     }
+    if kind == Kind::Bind {
+        let (decision, refused) =
+            connect::decide_bind(listener, rules, own, n, &mut target, &mut fatal);
+        let record = answer_with(listener, n.id, tid, name, target, decision, refused);
+        return (Some(record), fatal);
+    }
     if kind == Kind::Connect {
         let record = match connect::decide(listener, rules, own, n, &mut target, &mut fatal) {
             Next::Answer { decision, refused } => Some(answer_with(
@@ -864,6 +870,17 @@ fn act(
             }
         }
     }
+    if let Op::Chmod { .. } = op {
+        // notify_change (fs/attr.c) answers EOPNOTSUPP for a mode change of
+        // a symlink (fchmodat2 with AT_SYMLINK_NOFOLLOW) before any
+        // permission check, wherever the link lies.
+        if crate::resolve::fstat(&first).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+        {
+            return Acted::Done(BrokerDecision::Failed {
+                errno: libc::EOPNOTSUPP,
+            });
+        }
+    }
     let admitted = match access {
         Access::Change => match rules.admit_change(&first) {
             // An unlinked object (nlink 0: an O_TMPFILE, a deleted file or
@@ -886,6 +903,13 @@ fn act(
     };
     target.resolved = Some(PathBuf::from(&obj.path));
     if let Err(reason) = ops::check(op, identity, &obj.stat) {
+        // vfs_truncate (fs/open.c): a file the caller may not write is the
+        // kernel's own EACCES (inode_permission), not a policy refusal.
+        if let (Op::Truncate { .. }, Refusal::NotOwner) = (op, &reason) {
+            return Acted::Done(BrokerDecision::Failed {
+                errno: libc::EACCES,
+            });
+        }
         return Acted::Done(BrokerDecision::Refused { reason });
     }
     let failed = |e: io::Error| BrokerDecision::Failed {

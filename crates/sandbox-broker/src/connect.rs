@@ -413,6 +413,113 @@ fn unreadable_caller(e: &io::Error) -> BrokerDecision {
     }
 }
 
+/// Decides and performs a `bind`, routed here with the entry calls (a deny
+/// path lies beneath a write path, so Landlock grants the write path whole):
+/// on the broker thread, which it never makes wait (`unix_bind`'s lock is
+/// held only around the bind). A pathname `AF_UNIX` address makes a socket
+/// file, a new directory entry, admitted as `mknod` admits one
+/// ([`crate::entries::bind_unix`]); every other address is bound as asked,
+/// with the caller's credentials (`CAP_NET_BIND_SERVICE` is the caller's).
+/// Refused as Landlock refuses `MAKE_SOCK`: `EACCES`.
+pub(crate) fn decide_bind(
+    listener: &Listener,
+    rules: &BrokerRules,
+    own: &Own,
+    n: &libc::seccomp_notif,
+    target: &mut BrokerTarget,
+    fatal: &mut Option<String>,
+) -> (BrokerDecision, i32) {
+    let failed = |errno| (BrokerDecision::Failed { errno }, libc::EPERM);
+    let [fd, addr_ptr, addr_len, ..] = n.data.args;
+    let fd = fd as i32;
+    target.fd = Some(fd);
+    let read_addr = |caller: &Caller| match usize::try_from(addr_len as i32) {
+        Ok(0) => Ok(Vec::new()),
+        Ok(len) if len <= SOCKADDR_STORAGE => caller.read(addr_ptr, len),
+        _ => Err(io::Error::from_raw_os_error(libc::EINVAL)),
+    };
+    let (caller, sock, addr) = match take_socket(listener, n, fd, read_addr) {
+        Ok(taken) => taken,
+        Err(decision) => return (decision, libc::EPERM),
+    };
+    // __sys_bind: the fd, whether it is a socket, then the address.
+    let domain = match sockopt_int(&sock, libc::SO_DOMAIN) {
+        Ok(d) => d,
+        Err(e) => return failed(errno_of(&e)),
+    };
+    let addr = match addr {
+        Ok(a) => a,
+        Err(e) => {
+            return match errno_of(&e) {
+                errno @ (libc::EINVAL | libc::EFAULT) => failed(errno),
+                _ => (unreadable_caller(&e), libc::EPERM),
+            }
+        }
+    };
+    target.path = Some(describe(&addr));
+    let path = match unix_name(&addr) {
+        UnixName::Path(p) if domain == libc::AF_UNIX => CString::new(p).ok(),
+        _ => None,
+    };
+    let umask = match own
+        .umasks
+        .as_ref()
+        .and_then(|u| u.borrow_mut().lookup(caller.tid()))
+    {
+        Some(mask) => UmaskUse::Kept(mask),
+        None if path.is_some() => UmaskUse::Read,
+        None => UmaskUse::None,
+    };
+    let identity = match caller_identity(&caller, own, umask) {
+        Ok(id) => id,
+        Err(e) => return (unreadable_caller(&e), libc::EPERM),
+    };
+    let Some(path) = path else {
+        // No file is made: an IP address, an abstract name, autobind.
+        return match with_credentials(own, &identity, fatal, || bind_raw(sock.as_raw_fd(), &addr)) {
+            Ok(0) => (BrokerDecision::Performed, libc::EPERM),
+            Ok(errno) => failed(errno),
+            Err(d) => (d, libc::EPERM),
+        };
+    };
+    let subject = Subject::At {
+        dirfd: libc::AT_FDCWD,
+        path,
+        follow: false,
+        empty_path: false,
+    };
+    let start = match rules.start(&caller, &subject) {
+        Ok(start) => start,
+        Err(u) => return (unresolved_decision(u, target), libc::EACCES),
+    };
+    let bound = with_credentials(own, &identity, fatal, || {
+        own.set_umask(identity.umask);
+        crate::entries::bind_unix(rules, start, &sock, target)
+    });
+    match bound {
+        Ok(Ok(())) => (BrokerDecision::Performed, libc::EACCES),
+        Ok(Err(u)) => (unresolved_decision(u, target), libc::EACCES),
+        Err(d) => (d, libc::EPERM),
+    }
+}
+
+/// `bind(sock, addr)`: 0 or the errno.
+pub(crate) fn bind_raw(sock: RawFd, addr: &[u8]) -> i32 {
+    let empty = [0u8; 2];
+    let ptr = if addr.is_empty() {
+        empty.as_ptr()
+    } else {
+        addr.as_ptr()
+    };
+    // SAFETY: bind reads addr.len() bytes from a live buffer.
+    let rc = unsafe { libc::bind(sock, ptr.cast(), addr.len() as libc::socklen_t) };
+    if rc == 0 {
+        0
+    } else {
+        errno_of(&io::Error::last_os_error())
+    }
+}
+
 /// The caller of `n`, a duplicate of its fd `fd` (`pidfd_getfd`: the same
 /// open file description, never an `O_PATH` one, which `fdget` skips), and
 /// what `read` took from its memory in between; all three belong to the

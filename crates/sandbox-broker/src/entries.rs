@@ -12,6 +12,8 @@ use crate::log::{BrokerDecision, BrokerTarget, Refusal};
 use crate::resolve::{canonical, fstat, walk, BrokerRules, Object, Start, Unresolved};
 use crate::syscalls::{EntryCall, O_TMPFILE_BIT};
 
+/// `CAP_DAC_READ_SEARCH` (linux/capability.h).
+const CAP_DAC_READ_SEARCH: u32 = 2;
 /// Filesystem magics (include/uapi/linux/magic.h).
 const PIPEFS_MAGIC: i64 = 0x5049_5045;
 /// Filesystems whose files check the opener's credentials (`f_cred`) on
@@ -286,8 +288,10 @@ pub(crate) fn act(
             };
             let not_dir_with_slash = (slashed(&from_arg.path) || slashed(&to.path))
                 && matches!(&first, Start::Walk { base, path, .. } if non_directory(base.as_ref(), path));
+            let second = second()?;
+            let (from_dir, new_dir) = (kept_walk(&first), kept_walk(&second));
             let from = entry(rules, first, target, Intent::Move);
-            let new = entry(rules, second()?, &mut BrokerTarget::default(), new_intent);
+            let new = entry(rules, second, &mut BrokerTarget::default(), new_intent);
             target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
             // do_renameat2 (fs/namei.c): both parents are walked, then "."
             // and ".." are EBUSY (EEXIST for a RENAME_NOREPLACE destination),
@@ -298,6 +302,20 @@ pub(crate) fn act(
                 matches!(named, Ok(n) if !matches!(n, Named::Entry(_))).then_some(busy)
             };
             let busy = if noreplace { libc::EEXIST } else { libc::EBUSY };
+            if !matches!((&from, &new), (Ok(Named::Entry(_)), Ok(Named::Entry(_)))) {
+                // Two mounts: EXDEV once both parents are walked, before the
+                // rest (for two admitted names the kernel answers it itself).
+                let (a, b) = (parent_mount(from_dir), parent_mount(new_dir));
+                for walked in [&a, &b] {
+                    if let Some(Err(e)) = walked {
+                        return Err(errno(*e));
+                    }
+                }
+                let mount = |w: Option<Result<Option<u64>, i32>>| w.and_then(Result::ok).flatten();
+                if two_mounts(mount(a), mount(b)) {
+                    return Err(errno(libc::EXDEV));
+                }
+            }
             match (&from, &new) {
                 (Err(Unresolved::Errno(e)), _) | (_, Err(Unresolved::Errno(e))) => {
                     return Err(errno(*e))
@@ -306,6 +324,21 @@ pub(crate) fn act(
             }
             if let Some(e) = dots(&from, libc::EBUSY).or_else(|| dots(&new, busy)) {
                 return Err(errno(e));
+            }
+            // A missing source (and an existing RENAME_NOREPLACE
+            // destination) before a refusal of the other name.
+            match (&from, &new) {
+                (Ok(Named::Entry(f)), Err(Unresolved::Refused(..))) => {
+                    if let Some(e) = first_error(f, Intent::Move) {
+                        return Err(e);
+                    }
+                }
+                (Err(Unresolved::Refused(..)), Ok(Named::Entry(n))) => {
+                    if let Some(e) = first_error(n, new_intent) {
+                        return Err(e);
+                    }
+                }
+                _ => {}
             }
             let refusal = |e: Unresolved| match e {
                 Unresolved::Refused(..) if not_dir_with_slash => errno(libc::ENOTDIR),
@@ -357,12 +390,35 @@ pub(crate) fn act(
             }
             done(rc as libc::c_int)
         }
-        EntryCall::Link { to, .. } => {
+        EntryCall::Link {
+            from: from_arg,
+            to,
+            empty_path,
+            ..
+        } => {
             target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
             // do_linkat (fs/namei.c): the source's lookup, then the new
-            // name's (filename_create: EEXIST, ...), then the security hook.
-            // So the source's errors come first and a refusal of it waits for
-            // the new name's errors.
+            // name's (filename_create: EEXIST, ...), then EXDEV for two
+            // mounts, then the security hook. So the source's errors come
+            // first and a refusal of it waits for the new name's errors.
+            // An fd named by AT_EMPTY_PATH: without CAP_DAC_READ_SEARCH the
+            // kernel's lookup is ENOENT unless the caller opened the file
+            // itself (path_init, LOOKUP_LINKAT_EMPTY: f_cred), which a handed
+            // fd never was. One whose file lies outside the write paths (or
+            // is denied) gets that answer; its link would be refused anyway.
+            if let Start::Object(fd) = &first {
+                if *empty_path
+                    && from_arg.path.is_empty()
+                    && !crate::caps::get()
+                        .is_ok_and(|c| c.effective & (1 << CAP_DAC_READ_SEARCH) != 0)
+                    && matches!(
+                        rules.admit_change(fd),
+                        Err(Unresolved::Refused(r, _)) if r != Refusal::NoPath
+                    )
+                {
+                    return Err(errno(libc::ENOENT));
+                }
+            }
             let source = link_source(rules, first);
             let mut new_target = BrokerTarget::default();
             let new = new_entry(rules, second()?, &mut new_target, false).map_err(|e| match e {
@@ -372,10 +428,34 @@ pub(crate) fn act(
             let (source, e) = match (source, new) {
                 (Err(e @ Unresolved::Errno(_)), _)
                 | (Err(Unresolved::Refused(..)), Err(e @ Unresolved::Errno(_))) => return Err(e),
-                (Err(Unresolved::Refused(Refusal::OutsideWritePaths, p)), Ok(_)) => {
-                    return Err(Unresolved::Refused(Refusal::LinkFromOutside, p))
+                (Ok(source), Ok(e)) => (source, e),
+                (source, new) => {
+                    // One of them refused: an existing new name first, then
+                    // two mounts, then the refusal.
+                    if let Ok(e) = &new {
+                        if let Some(first) = first_error(e, Intent::Create { dir: false }) {
+                            return Err(first);
+                        }
+                    }
+                    let source_mount = match &source {
+                        Ok(fd) => mount_at(fd.as_raw_fd(), c""),
+                        Err(Unresolved::Refused(_, Some(p))) => mount_of(p),
+                        Err(_) => None,
+                    };
+                    let new_mount = match &new {
+                        Ok(e) => entry_mount(e),
+                        Err(u) => refused_dir_mount(u),
+                    };
+                    if two_mounts(source_mount, new_mount) {
+                        return Err(errno(libc::EXDEV));
+                    }
+                    match (source, new) {
+                        (Err(Unresolved::Refused(Refusal::OutsideWritePaths, p)), Ok(_)) => {
+                            return Err(Unresolved::Refused(Refusal::LinkFromOutside, p))
+                        }
+                        (source, new) => (source?, new?),
+                    }
                 }
-                (source, new) => (source?, new?),
             };
             if rules.ancestor_of_denied(&e.path) {
                 return Err(refused(Refusal::AncestorOfDenyPath, &e.path));
@@ -412,6 +492,136 @@ fn with_path(e: Unresolved, path: &std::path::Path) -> Unresolved {
         Unresolved::Refused(r, None) => Unresolved::Refused(r, Some(path.to_path_buf())),
         other => other,
     }
+}
+
+/// `bind` of a pathname UNIX socket (`unix_bind_bsd`, net/unix/af_unix.c):
+/// the socket file is a new entry, admitted as [`new_entry`] admits one
+/// (`EEXIST` is `EADDRINUSE`), and made by the kernel's own bind of `sock`
+/// to its final name from the admitted parent, which is the thread's working
+/// directory for the call (its own: `unshare(CLONE_FS)`). The thread holds
+/// the caller's credentials and umask.
+pub(crate) fn bind_unix(
+    rules: &BrokerRules,
+    start: Start,
+    sock: &OwnedFd,
+    target: &mut BrokerTarget,
+) -> Result<(), Unresolved> {
+    let in_use = |u| match u {
+        Unresolved::Errno(libc::EEXIST) => errno(libc::EADDRINUSE),
+        other => other,
+    };
+    let e = new_entry(rules, start, target, false).map_err(in_use)?;
+    let name = e.at_name.to_bytes();
+    let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+    addr.extend_from_slice(name);
+    // The caller's sun_path held this name (at most 108 bytes): it fits.
+    // SAFETY: open of "." as a path fd, to come back to.
+    let here = owned(unsafe {
+        libc::open(
+            c".".as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: fchdir to our admitted parent fd (this thread's own cwd).
+    cvt(libc::c_long::from(unsafe {
+        libc::fchdir(e.parent.fd.as_raw_fd())
+    }))
+    .map_err(io_errno)?;
+    let rc = crate::connect::bind_raw(sock.as_raw_fd(), &addr);
+    // SAFETY: fchdir back to the directory held above.
+    if unsafe { libc::fchdir(here.as_raw_fd()) } != 0 {
+        tracing::warn!(
+            err = %io::Error::last_os_error(),
+            "the broker thread could not go back to its working directory after a bind"
+        );
+    }
+    match rc {
+        0 => Ok(()),
+        e => Err(in_use(errno(e))),
+    }
+}
+
+/// The error the kernel reports for `e`'s name before its permission
+/// checks ([`kernel_first`]).
+fn first_error(e: &Entry, intent: Intent) -> Option<Unresolved> {
+    let name = e.at_name.to_bytes();
+    let (name, slash) = match name.strip_suffix(b"/") {
+        Some(bare) => (bare, true),
+        None => (name, false),
+    };
+    kernel_first(intent, &e.parent.fd, name, slash)
+}
+
+/// The id of the mount `path` from `dirfd` (not followed; `""`: `dirfd`
+/// itself) lies on: `statx` `STATX_MNT_ID`.
+fn mount_at(dirfd: RawFd, path: &CStr) -> Option<u64> {
+    // SAFETY: statx is plain data; statx fills it.
+    let mut st: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: a NUL-terminated path and a live out-pointer.
+    let rc = unsafe {
+        libc::statx(
+            dirfd,
+            path.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW,
+            libc::STATX_MNT_ID,
+            &mut st,
+        )
+    };
+    (rc == 0 && st.stx_mask & libc::STATX_MNT_ID != 0).then_some(st.stx_mnt_id)
+}
+
+/// [`mount_at`] of a canonical path the broker refused (only to choose the
+/// kernel's answer among refusals: `EXDEV` before `EACCES`).
+fn mount_of(path: &std::path::Path) -> Option<u64> {
+    let path = CString::new(path.as_os_str().as_bytes()).ok()?;
+    mount_at(libc::AT_FDCWD, &path)
+}
+
+/// The mount of the directory `e` lies in.
+fn entry_mount(e: &Entry) -> Option<u64> {
+    mount_at(e.parent.fd.as_raw_fd(), c"")
+}
+
+/// The mount of the directory of an entry the broker refused.
+fn refused_dir_mount(u: &Unresolved) -> Option<u64> {
+    match u {
+        Unresolved::Refused(_, Some(p)) => p.parent().and_then(mount_of),
+        _ => None,
+    }
+}
+
+/// What a path walk starts from, kept (the base duplicated) to walk its
+/// directory part again; `None` for an fd or a failed duplicate.
+fn kept_walk(start: &Start) -> Option<(Option<OwnedFd>, CString)> {
+    match start {
+        Start::Walk {
+            base: Some(base),
+            path,
+            ..
+        } => Some((Some(base.try_clone().ok()?), path.clone())),
+        Start::Walk {
+            base: None, path, ..
+        } => Some((None, path.clone())),
+        Start::Object(_) => None,
+    }
+}
+
+/// The directory part of a kept path walked as `filename_parentat` walks
+/// it: the id of its mount, or the walk's errno.
+fn parent_mount(kept: Option<(Option<OwnedFd>, CString)>) -> Option<Result<Option<u64>, i32>> {
+    let (base, path) = kept?;
+    let (dir, _) = split(path.to_bytes())?;
+    let dir = CString::new(dir).ok()?;
+    Some(match walk(base.as_ref(), &dir, libc::O_DIRECTORY) {
+        Ok(fd) => Ok(mount_at(fd.as_raw_fd(), c"")),
+        Err(Unresolved::Errno(e)) => Err(e),
+        Err(_) => Ok(None),
+    })
+}
+
+/// Whether two known mounts differ: `EXDEV` (do_linkat, do_renameat2).
+fn two_mounts(a: Option<u64>, b: Option<u64>) -> bool {
+    matches!((a, b), (Some(a), Some(b)) if a != b)
 }
 
 /// An entry's admitted parent directory and final name.
@@ -1014,6 +1224,41 @@ fn create(
         Last::Name { .. } => {}
         _ => return Err(errno(libc::ENOENT)),
     }
+    // A dangling symlink: the kernel creates its target wherever the link
+    // itself lies (reading a link writes nothing: one outside the write
+    // paths, or under a deny path, to a name inside one creates that name,
+    // bare and under Landlock alike). Links are followed from their own
+    // directory, up to the kernel's 40 (MAXSYMLINKS); only the name the
+    // open makes is admitted, below.
+    let mut links = 0;
+    let mut link_dir: Option<OwnedFd> = None;
+    let mut followed: Option<CString> = None;
+    loop {
+        let now = followed.as_deref().unwrap_or(path);
+        let Some((dir, Last::Name { name, slash: false })) = split(now.to_bytes()) else {
+            break;
+        };
+        let (Ok(dir), Ok(name)) = (CString::new(dir), CString::new(name)) else {
+            break;
+        };
+        let Ok(dir) = walk(link_dir.as_ref().or(base), &dir, libc::O_DIRECTORY) else {
+            break;
+        };
+        if !fstatat_nofollow(&dir, &name).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFLNK)
+        {
+            break;
+        }
+        links += 1;
+        if links > 40 {
+            return Err(errno(libc::ELOOP));
+        }
+        followed = Some(read_link_at(&dir, &name).map_err(io_errno)?);
+        link_dir = Some(dir);
+    }
+    let (base, path) = (
+        link_dir.as_ref().or(base),
+        followed.as_deref().unwrap_or(path),
+    );
     let mut e = match entry_at(rules, base, path, target, Intent::Other)? {
         Named::Entry(e) => e,
         _ => return Err(errno(libc::EEXIST)),

@@ -249,6 +249,9 @@ impl GitGuard {
     /// by its path and `dir` reached again from it, so a concurrent rename
     /// cannot pass off one directory for another.
     fn beneath_hooks(&self, dir: &OwnedFd, path: &Path) -> bool {
+        if !path.components().any(|c| c.as_os_str() == "hooks") {
+            return false;
+        }
         let Ok(target) = fstat(dir) else { return false };
         let mut below: Vec<&OsStr> = Vec::new();
         for ancestor in path.ancestors() {

@@ -231,7 +231,8 @@ pub use fdpass::{
 pub use resolve::BrokerRules;
 #[cfg(target_os = "linux")]
 pub use syscalls::{
-    brokered_connect_syscalls, brokered_entry_syscalls, brokered_listen_syscalls,
-    brokered_process_syscalls, brokered_socket_syscalls, brokered_syscalls,
-    brokered_truncate_syscalls, brokered_umask_syscalls, brokered_xattr_read_syscalls,
+    brokered_bind_syscalls, brokered_connect_syscalls, brokered_entry_syscalls,
+    brokered_listen_syscalls, brokered_process_syscalls, brokered_socket_syscalls,
+    brokered_syscalls, brokered_truncate_syscalls, brokered_umask_syscalls,
+    brokered_xattr_read_syscalls,
 };

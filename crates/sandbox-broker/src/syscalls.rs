@@ -60,6 +60,7 @@ pub(crate) enum Kind {
     Symlinkat,
     Connect,
     Listen,
+    Bind,
     Socket,
     Umask,
     /// prlimit64, sched_setaffinity, sched_setparam, sched_setscheduler,
@@ -138,6 +139,7 @@ const TABLE: &[(i64, &str, Kind)] = &[
     (libc::SYS_symlinkat, "symlinkat", Kind::Symlinkat),
     (libc::SYS_connect, "connect", Kind::Connect),
     (libc::SYS_listen, "listen", Kind::Listen),
+    (libc::SYS_bind, "bind", Kind::Bind),
     (libc::SYS_socket, "socket", Kind::Socket),
     (libc::SYS_umask, "umask", Kind::Umask),
     (libc::SYS_prlimit64, "prlimit64", Kind::Process),
@@ -203,6 +205,7 @@ pub fn brokered_syscalls() -> &'static [i64] {
                     Kind::Truncate
                         | Kind::Connect
                         | Kind::Listen
+                        | Kind::Bind
                         | Kind::Socket
                         | Kind::Umask
                         | Kind::Process
@@ -290,6 +293,14 @@ pub fn brokered_connect_syscalls() -> &'static [i64] {
 /// bound to a loopback address (see [`crate::BrokerRules::with_allow_net`]).
 pub fn brokered_listen_syscalls() -> &'static [i64] {
     &[libc::SYS_listen]
+}
+
+/// `bind`, which the broker performs on the caller's own socket when a deny
+/// path lies beneath a write path (route it with
+/// [`brokered_entry_syscalls`]): a pathname UNIX socket is a new directory
+/// entry, admitted as `mknod`'s; any other address is bound as asked.
+pub fn brokered_bind_syscalls() -> &'static [i64] {
+    &[libc::SYS_bind]
 }
 
 /// `socket`, which the filter routes to the broker under egress rules for
@@ -1076,6 +1087,7 @@ mod tests {
                 + brokered_entry_syscalls().len()
                 + brokered_connect_syscalls().len()
                 + brokered_listen_syscalls().len()
+                + brokered_bind_syscalls().len()
                 + brokered_socket_syscalls().len()
                 + brokered_umask_syscalls().len()
                 + brokered_process_syscalls().len()

@@ -874,6 +874,12 @@ fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
             .map(|s| row(s, routed.clone(), WHY)),
     );
     rows.push(row(
+        one!(SYS_bind),
+        routed.clone(),
+        "a deny path lies beneath a write path: binding a pathname UNIX socket makes a \
+         directory entry, so the broker binds (Landlock grants the write path whole)",
+    ));
+    rows.push(row(
         one!(SYS_umask),
         routed,
         "the broker applies each caller's umask to what it creates and keeps it between \
@@ -1386,6 +1392,7 @@ pub const BROKER_PERFORMS: &[&str] = &[
     "symlink",
     "symlinkat",
     "connect",
+    "bind",
 ];
 
 /// The full table for `spec`, sorted by syscall number.
@@ -1406,6 +1413,8 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     let mut rows: Vec<Entry> = allowed
         .iter()
         .flat_map(|group| group.iter())
+        // Routed to the broker with the entry calls (see `brokered_entries`).
+        .filter(|s| !(spec.routes_entries() && s.0 == "SYS_bind"))
         .map(|&s| row(s, Rule::Allow, ""))
         .collect();
     for &(name, nr, reason) in ALWAYS_DENIED.iter().chain(ALWAYS_DENIED_X86_64) {

@@ -166,7 +166,7 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         }
         SYS_creat | SYS_mknod | SYS_mknodat | SYS_mkdir | SYS_mkdirat | SYS_unlink
         | SYS_unlinkat | SYS_rmdir | SYS_rename | SYS_renameat | SYS_renameat2 | SYS_link
-        | SYS_linkat | SYS_symlink | SYS_symlinkat | SYS_umask
+        | SYS_linkat | SYS_symlink | SYS_symlinkat | SYS_umask | SYS_bind
             if spec.broker_entries && spec.broker =>
         {
             RET_USER_NOTIF

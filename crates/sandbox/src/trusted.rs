@@ -186,7 +186,25 @@ pub fn protect_trusted(
             });
         }
         if policy.may_write(&resolved) {
-            reached.push(resolved);
+            // A tool's own cache given inside the tool caches' directory
+            // stays writable: every other tool's cache is denied instead of
+            // the whole directory, which stays in place as an ancestor of
+            // deny paths (it cannot be removed, renamed or replaced).
+            let given: Vec<&PathBuf> = policy
+                .write_paths()
+                .iter()
+                .filter(|w| w.starts_with(&resolved) && a_tool_cache(w))
+                .collect();
+            if given.is_empty() {
+                reached.push(resolved);
+            } else {
+                reached.extend(
+                    sandbox_core::TOOL_CACHES
+                        .iter()
+                        .map(|t| resolved.join(t.name()))
+                        .filter(|d| !given.contains(&d)),
+                );
+            }
         }
     }
     if reached.is_empty() {

@@ -25,6 +25,46 @@ def fixture(base):
     os.mkfifo(os.path.join(base, "fifo"))
     # A real name that ends as the kernel marks an unlinked object's path.
     os.mkdir(os.path.join(base, "d (deleted)"))
+    with open(os.path.join(base, "readonly"), "w") as f:
+        f.write("x")
+    os.chmod(os.path.join(base, "readonly"), 0o444)
+    # A dangling link whose target lies in the write path (for every region).
+    os.symlink(in_w(base) + "/made_from_" + region_of(base), os.path.join(base, "dangling_to_w"))
+    os.symlink("dir", os.path.join(base, "symdir"))
+    # Beyond the write path and on another mount: the same place for every
+    # region, one per fixture.
+    os.makedirs(outside(base))
+    with open(outside(base) + "/exists", "w") as f:
+        f.write("x")
+    os.makedirs(other_mount(base))
+    with open(other_mount(base) + "/exists", "w") as f:
+        f.write("x")
+
+
+ROOT = None
+
+
+def region_of(base):
+    return base[len(ROOT):].split("/")[1]
+
+
+def in_w(base):
+    """The same fixture's place in the write path."""
+    rest = base[len(ROOT):].split("/cases/", 1)[1]
+    return f"{ROOT}/w/cases/{rest}"
+
+
+def outside(base):
+    """A directory of this fixture's own outside the write path."""
+    return ROOT + "/o/beyond/" + base[len(ROOT) + 1:].replace("/", "_")
+
+
+# Another mount than the fixtures' (/dev/shm is tmpfs), one per fixture root.
+OTHER_MOUNT = "/dev/shm"
+
+
+def other_mount(base):
+    return f"{OTHER_MOUNT}/{os.path.basename(ROOT)}/" + base[len(ROOT) + 1:].replace("/", "_")
 
 
 NAMES = {
@@ -45,6 +85,10 @@ NAMES = {
     "fifo": "fifo",
     "symlink": "symlink",
     "in_deleted_name": "d (deleted)/n",
+    "readonly": "readonly",
+    "dangling_to_w": "dangling_to_w",
+    "via_symdir": "symdir/inner",
+    "via_symdir_missing": "symdir/missing",
 }
 
 
@@ -81,7 +125,27 @@ def calls(base):
         ("getfl_creat", lambda p: getfl_creat(p)),
         ("fchmod_unlinked", lambda p: fchmod_unlinked(p)),
         ("mkdir_in_deleted_cwd", lambda p: mkdir_in_deleted_cwd(base)),
+        ("chmod_nofollow", lambda p: fchmodat2(p, 0o640, AT_SYMLINK_NOFOLLOW)),
+        # Beyond the write path (compared with -w in every region).
+        ("link_from_beyond", lambda p: os.link(outside(base) + "/exists", p)),
+        ("link_to_beyond", lambda p: os.link(p, outside(base) + "/exists")),
+        ("rename_to_beyond", lambda p: os.rename(p, outside(base) + "/new")),
+        ("rename_from_beyond", lambda p: renameat2(outside(base) + "/exists", p, 1)),
+        ("link_xdev", lambda p: os.link(p, other_mount(base) + "/new")),
+        ("link_xdev_existing", lambda p: os.link(p, other_mount(base) + "/exists")),
+        ("rename_xdev", lambda p: os.rename(p, other_mount(base) + "/new")),
     ]
+
+
+AT_SYMLINK_NOFOLLOW = 0x100
+
+
+def fchmodat2(p, mode, flags):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(452, -100, p.encode(), mode, flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
 
 
 def getfl_creat(p):
@@ -158,7 +222,9 @@ def regions(root):
 
 
 def main():
+    global ROOT
     action, root = sys.argv[1], sys.argv[2]
+    ROOT = root
     names = [c for c, _ in calls("")]
     if action == "setup":
         for region, top in regions(root).items():

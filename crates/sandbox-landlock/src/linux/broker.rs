@@ -283,6 +283,7 @@ mod tests {
                 sandbox_broker::brokered_entry_syscalls()
                     .iter()
                     .chain(sandbox_broker::brokered_umask_syscalls())
+                    .chain(sandbox_broker::brokered_bind_syscalls())
                     .copied()
                     .collect()
             } else {

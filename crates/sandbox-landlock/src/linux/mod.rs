@@ -89,7 +89,7 @@ pub(crate) fn prepare_with(
     }
     if mediation == rules::Mediation::Entries && rules::deny_beneath_write(policy) {
         report.details.push(
-            "deny paths beneath write paths are kept by the broker: writing opens and directory-entry calls go to it; the rest of each write path stays fully writable (binding unix sockets directly in an ancestor of a deny path is refused)".into(),
+            "deny paths beneath write paths are kept by the broker: writing opens and directory-entry calls go to it; the rest of each write path stays fully writable".into(),
         );
     }
     if mediation == rules::Mediation::Entries {

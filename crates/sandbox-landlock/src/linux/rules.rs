@@ -60,9 +60,8 @@ pub(crate) fn deny_beneath_write(policy: &ResolvedPolicy) -> bool {
 pub(crate) enum Mediation {
     /// Rule splitting (no broker for entries).
     Split,
-    /// The broker: writing opens and entry calls go to it, so only the
-    /// rights it cannot mediate (binding unix sockets) and the read rights
-    /// of read denials are split.
+    /// The broker: writing opens, entry calls and binds go to it, so only
+    /// the read rights of read denials are split.
     Entries,
 }
 
@@ -94,12 +93,13 @@ pub(crate) fn plan(
         BitFlags::EMPTY
     };
     let all = read | write;
-    // What a deny path takes away: with the broker keeping entries, the write
-    // side is only MAKE_SOCK (bind(2) creates a socket file and is not
-    // brokered); every other write right stays with the write path.
+    // What a deny path takes away: with the broker keeping entries, no write
+    // right (bind(2), which creates a socket file, is brokered with them:
+    // splitting MAKE_SOCK refused binds in every directory made in an
+    // ancestor of a deny path); every write right stays with the write path.
     let denied_write = match mediation {
         Mediation::Split => write,
-        Mediation::Entries => write & AccessFs::MakeSock,
+        Mediation::Entries => BitFlags::EMPTY,
     };
     let denies: Vec<(PathBuf, BitFlags<AccessFs>)> = policy
         .read_deny_paths()
