@@ -96,8 +96,8 @@ impl GitGuard {
         change: Change,
     ) -> Option<Refusal> {
         let refuse = Some(Refusal::GitDirBeforeRun);
-        let part = PROGRAM_PARTS.contains(&name)
-            || (change == Change::Remove && MARKERS.contains(&name));
+        let part =
+            PROGRAM_PARTS.contains(&name) || (change == Change::Remove && MARKERS.contains(&name));
         if part && self.old_git_dir(parent) {
             return refuse;
         }

@@ -468,7 +468,12 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     for line in git_audit::warnings(&made) {
         show::say(&line);
     }
-    if let Some(n) = outcome.mediation.as_ref().map(|m| m.git_dirs_unnamed).filter(|n| *n > 0) {
+    if let Some(n) = outcome
+        .mediation
+        .as_ref()
+        .map(|m| m.git_dirs_unnamed)
+        .filter(|n| *n > 0)
+    {
         show::say(&format!(
             "sandbox: the run may have made {n} more git repositories that cannot be named              (moved after they were made, or too many to follow); review the workspace              (`find . -name HEAD`) before running git there"
         ));

@@ -585,7 +585,11 @@ mod tests {
         .unwrap();
         std::fs::write(git.join("more"), "[include]\npath = /abs/third\n").unwrap();
         let p = workspace_protections(ws.path(), &Protection::default());
-        for want in [git.join("../shared.gitconfig"), git.join("more"), PathBuf::from("/abs/third")] {
+        for want in [
+            git.join("../shared.gitconfig"),
+            git.join("more"),
+            PathBuf::from("/abs/third"),
+        ] {
             assert!(p.contains(&want), "{want:?}: {p:?}");
         }
         std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();

@@ -90,7 +90,14 @@ mod tests {
         );
         assert_eq!(terminal_safe("\u{9b}2J"), "\\u{9b}2J");
         assert_eq!(terminal_safe("a\u{202e}fdp.exe"), "a\\u{202e}fdp.exe");
-        for c in ['\u{61c}', '\u{2028}', '\u{2029}', '\u{ad}', '\u{3164}', '\u{e0041}'] {
+        for c in [
+            '\u{61c}',
+            '\u{2028}',
+            '\u{2029}',
+            '\u{ad}',
+            '\u{3164}',
+            '\u{e0041}',
+        ] {
             let text = format!("a{c}b");
             assert!(!terminal_safe(&text).contains(c), "{c:?}");
         }
