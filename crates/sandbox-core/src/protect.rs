@@ -198,7 +198,20 @@ fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
         out.push(dot_git);
     }
     let mut dirs = git_dirs(workspace);
-    let nested: Vec<PathBuf> = dirs.iter().flat_map(|d| nested_git_dirs(d)).collect();
+    let mut nested: Vec<PathBuf> = dirs.iter().flat_map(|d| nested_git_dirs(d)).collect();
+    // Submodules whose git directory lies in their working tree (cloned
+    // before `.git/modules` existed, or by hand): `.gitmodules` names them,
+    // and `git status` in the workspace runs git there.
+    nested.extend(
+        config_values(
+            &workspace.join(".gitmodules"),
+            |s| s.starts_with("submodule"),
+            "path",
+        )
+        .into_iter()
+        .map(|p| workspace.join(p).join(".git"))
+        .filter(|g| g.is_dir()),
+    );
     if keep(".git/hooks") {
         // A hooks directory the repository's config names runs as
         // `.git/hooks` would (githooks(5), core.hooksPath in git-config(1)),
@@ -208,8 +221,13 @@ fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
                 return Some(workspace.to_path_buf());
             }
             // A submodule's working tree: its `core.worktree`, relative to
-            // its git directory.
-            core_value(&d.join("config"), "worktree").map(|w| d.join(w))
+            // its git directory, else the directory holding its `.git`.
+            match core_value(&d.join("config"), "worktree") {
+                Some(w) => Some(d.join(w)),
+                None => (d.file_name() == Some(std::ffi::OsStr::new(".git")))
+                    .then(|| d.parent().map(Path::to_path_buf))
+                    .flatten(),
+            }
         };
         out.extend(dirs.iter().chain(&nested).filter_map(|d| {
             let hooks = core_value(&d.join("config"), "hookspath")?;
@@ -595,6 +613,40 @@ mod tests {
         std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
         let p = workspace_protections(ws.path(), &Protection::default());
         assert!(!p.iter().any(|d| d.ends_with("shared.gitconfig")), "{p:?}");
+    }
+
+    /// A submodule whose git directory lies in its working tree (named by
+    /// `.gitmodules`) has its config, hooks, `core.hooksPath` and includes
+    /// protected at launch. Twin: a nested repository `.gitmodules` does not
+    /// name is left to the broker's rule (nothing listed for it here).
+    #[test]
+    fn an_in_tree_submodule_is_protected_at_launch() {
+        let ws = tempfile::tempdir().unwrap();
+        std::fs::create_dir(ws.path().join(".git")).unwrap();
+        std::fs::write(
+            ws.path().join(".gitmodules"),
+            "[submodule \"lib\"]\n\tpath = vendor/lib\n\turl = ../lib\n",
+        )
+        .unwrap();
+        let sub = ws.path().join("vendor/lib/.git");
+        std::fs::create_dir_all(&sub).unwrap();
+        std::fs::write(
+            sub.join("config"),
+            "[core]\n\thooksPath = .husky\n[include]\n\tpath = ../../inc\n",
+        )
+        .unwrap();
+        let other = ws.path().join("other/.git");
+        std::fs::create_dir_all(&other).unwrap();
+        let p = workspace_protections(ws.path(), &Protection::default());
+        for want in [
+            sub.join("config"),
+            sub.join("hooks"),
+            ws.path().join("vendor/lib/.husky"),
+            sub.join("../../inc"),
+        ] {
+            assert!(p.contains(&want), "{want:?}: {p:?}");
+        }
+        assert!(!p.iter().any(|d| d.starts_with(&other)), "{p:?}");
     }
 
     /// A submodule's `core.hooksPath` is protected too, relative to its
