@@ -786,11 +786,8 @@ mod tests {
         assert_eq!(names, ["other.example.net", "a.example.org"]);
     }
 
-    /// Over UDP in the run's datagram namespace: a query sent to any
-    /// address's port 53 is answered from that address; an answer over 512
-    /// bytes comes truncated (TC, no records); shutdown ends the UDP
-    /// threads (the drop would hang otherwise).
-    #[cfg(target_os = "linux")]
+    /// A question whose labels are not a host name's is answered FORMERR
+    /// and recorded escaped. Twin: a host name with `_` and `-` is asked.
     #[test]
     fn a_name_that_is_no_host_name_is_malformed_and_recorded_escaped() {
         let (s, _pins) = server(&["example.com:443"]);
@@ -818,6 +815,11 @@ mod tests {
         assert!(refused[0].reason.starts_with("not a host name"));
     }
 
+    /// Over UDP in the run's datagram namespace: a query sent to any
+    /// address's port 53 is answered from that address; an answer over 512
+    /// bytes comes truncated (TC, no records); shutdown ends the UDP
+    /// threads (the drop would hang otherwise).
+    #[cfg(target_os = "linux")]
     #[test]
     fn datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes() {
         use sandbox_core::DatagramSockets;
