@@ -2,6 +2,7 @@
 
 mod bench;
 mod conformance;
+mod setup;
 mod stress;
 
 use std::path::{Path, PathBuf};
@@ -53,6 +54,8 @@ const MACOS_TARGETS: &[&str] = &["x86_64-apple-darwin", "aarch64-apple-darwin"];
 /// Format check, clippy with warnings denied, rustdoc without warnings, every
 /// test, and the seccomp compiler's libseccomp differential (needs libseccomp-dev).
 fn ci() -> Result<(), String> {
+    // The rustup targets it adds itself; missing system packages it names.
+    setup::ensure_ci_prerequisites()?;
     cargo(&["fmt", "--all", "--check"])?;
     cargo(&[
         "clippy",
@@ -108,8 +111,8 @@ fn ci() -> Result<(), String> {
 
 /// Builds the release `sandbox` CLI into `target/dist/sandbox` and returns
 /// its path. On Linux it is linked statically against musl when the musl
-/// target is installed (`.ci/run` installs it), else statically against
-/// glibc: no dynamic loader run and no relocation of shared libraries at
+/// target is installed (added with rustup when it is missing), else
+/// statically against glibc: no dynamic loader run and no relocation of shared libraries at
 /// every launch. musl also skips glibc's start-up probe of the CPU's caches
 /// (`init_cacheinfo`: a series of `cpuid` instructions, each a VM exit on a
 /// virtual machine), about 0.4 ms of every launch here (BENCHMARKS.md).
@@ -118,6 +121,10 @@ pub(crate) fn dist() -> Result<PathBuf, String> {
     let host = host_triple()?;
     let built = if let Some(arch) = host.strip_suffix("-unknown-linux-gnu") {
         let musl = format!("{arch}-unknown-linux-musl");
+        // With rustup, the musl target is added when it is missing.
+        if !target_installed(&musl)? {
+            let _ = setup::ensure_rustup(std::slice::from_ref(&musl));
+        }
         let target = if target_installed(&musl)? {
             musl
         } else {
