@@ -112,8 +112,15 @@ fn run(who: As, s: &Scene, extra: &[&str], code: &str) -> Output {
 /// Starts `python3 -c code` confined to `s.w` with `extra` flags, its
 /// stdout and stderr piped (unread until the caller reads them).
 fn spawn_run(who: As, s: &Scene, extra: &[&str], code: &str) -> std::process::Child {
-    cli(who)
-        .arg("run")
+    run_command(who, s, extra, code)
+        .spawn()
+        .expect("run the CLI")
+}
+
+/// The command [`spawn_run`] starts.
+fn run_command(who: As, s: &Scene, extra: &[&str], code: &str) -> Command {
+    let mut cmd = cli(who);
+    cmd.arg("run")
         .args(extra)
         .arg("-w")
         .arg(&s.w)
@@ -121,9 +128,85 @@ fn spawn_run(who: As, s: &Scene, extra: &[&str], code: &str) -> std::process::Ch
         .arg(&s.beat)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("run the CLI")
+        .stderr(Stdio::piped());
+    cmd
+}
+
+/// A cgroup v2 of a test's own (root only), beneath this process's: a
+/// runner started in it makes its per-run cgroups there, where only a
+/// runner started in it sweeps. Every other run on the host (this
+/// binary's other tests, other test processes) sweeps its own parent
+/// cgroup, so it cannot end a killed runner's survivor before the test has
+/// looked at it. Removed, with anything left in it, when dropped.
+struct PrivateCgroup {
+    dir: PathBuf,
+    procs: std::ffi::CString,
+}
+
+impl PrivateCgroup {
+    fn new(s: &Scene) -> PrivateCgroup {
+        let mount = ["/sys/fs/cgroup", "/sys/fs/cgroup/unified"]
+            .into_iter()
+            .map(PathBuf::from)
+            .find(|m| m.join("cgroup.procs").exists() && m.join("cgroup.subtree_control").exists())
+            .expect("a cgroup2 mount at /sys/fs/cgroup or /sys/fs/cgroup/unified");
+        let own = std::fs::read_to_string("/proc/self/cgroup").unwrap();
+        let rel = own
+            .lines()
+            .find_map(|l| l.strip_prefix("0::"))
+            .expect("a cgroup v2 membership");
+        let dir = mount
+            .join(rel.trim().trim_start_matches('/'))
+            .join(&s.token);
+        std::fs::create_dir(&dir).unwrap();
+        use std::os::unix::ffi::OsStrExt;
+        let procs =
+            std::ffi::CString::new(dir.join("cgroup.procs").as_os_str().as_bytes()).unwrap();
+        PrivateCgroup { dir, procs }
+    }
+
+    /// `cmd` starts in this cgroup.
+    fn enter(&self, cmd: &mut Command) {
+        use std::os::unix::process::CommandExt;
+        let procs = self.procs.clone();
+        // SAFETY: open, write and close are async-signal-safe; the closure
+        // runs in the child before exec and allocates nothing.
+        unsafe {
+            cmd.pre_exec(move || {
+                let fd = libc::open(procs.as_ptr(), libc::O_WRONLY | libc::O_CLOEXEC);
+                if fd < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                // "0" moves the writing process.
+                let n = libc::write(fd, b"0".as_ptr().cast(), 1);
+                libc::close(fd);
+                if n != 1 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+    }
+}
+
+impl Drop for PrivateCgroup {
+    fn drop(&mut self) {
+        let _ = std::fs::write(self.dir.join("cgroup.kill"), "1");
+        let deadline = Instant::now() + Duration::from_secs(2);
+        loop {
+            if let Ok(entries) = std::fs::read_dir(&self.dir) {
+                for e in entries.flatten() {
+                    if e.path().is_dir() {
+                        let _ = std::fs::remove_dir(e.path());
+                    }
+                }
+            }
+            if std::fs::remove_dir(&self.dir).is_ok() || Instant::now() > deadline {
+                break;
+            }
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
 }
 
 /// Waits up to 10 s for the attack's first beat.
@@ -476,12 +559,14 @@ fn a_planted_report_symlink_is_refused() {
     );
 }
 
-/// Starts a run (as root) whose attack leaves a process that ignores SIGTERM,
-/// waits for its first beat, and kills the runner with SIGKILL; returns the
-/// dead runner's pid.
-fn kill_the_runner_after_its_first_beat(s: &Scene) -> i32 {
+/// Starts a run (as root, in `cgroup`) whose attack leaves a process that
+/// ignores SIGTERM, waits for its first beat, and kills the runner with
+/// SIGKILL; returns the dead runner's pid.
+fn kill_the_runner_after_its_first_beat(s: &Scene, cgroup: &PrivateCgroup) -> i32 {
     let code = attack(IGNORES_TERM) + "\nwhile True: time.sleep(1)\n";
-    let mut child = spawn_run(As::Root, s, &[], &code);
+    let mut cmd = run_command(As::Root, s, &[], &code);
+    cgroup.enter(&mut cmd);
+    let mut child = cmd.spawn().expect("run the CLI");
     let runner = child.id() as i32;
     first_beat(s);
     child.kill().unwrap();
@@ -494,12 +579,12 @@ fn kill_the_runner_after_its_first_beat(s: &Scene) -> i32 {
 #[test]
 fn a_killed_runner_leaves_nothing_past_the_next_run() {
     let s = scene();
-    kill_the_runner_after_its_first_beat(&s);
-    // The next run sweeps the dead run's cgroup.
-    let out = cli(As::Root)
-        .args(["run", "--", "/bin/true"])
-        .output()
-        .unwrap();
+    let cgroup = PrivateCgroup::new(&s);
+    kill_the_runner_after_its_first_beat(&s, &cgroup);
+    // The next run (beside it) sweeps the dead run's cgroup.
+    let mut next = cli(As::Root);
+    cgroup.enter(&mut next);
+    let out = next.args(["run", "--", "/bin/true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     nothing_survives(&s, "after the runner was killed");
 }
@@ -512,7 +597,9 @@ fn a_killed_runner_leaves_nothing_past_the_next_run() {
 #[test]
 fn a_reused_runner_pid_does_not_shield_survivors() {
     let s = scene();
-    let runner = kill_the_runner_after_its_first_beat(&s);
+    // Its own cgroup: no other run's sweep takes the survivor first.
+    let cgroup = PrivateCgroup::new(&s);
+    let runner = kill_the_runner_after_its_first_beat(&s, &cgroup);
     std::thread::sleep(Duration::from_millis(200));
     assert!(
         !survivors(&s).is_empty(),
@@ -533,10 +620,9 @@ fn a_reused_runner_pid_does_not_shield_survivors() {
         let _ = c.wait();
     }
     let mut holder = holder.expect("a process took the dead runner's pid");
-    let out = cli(As::Root)
-        .args(["run", "--", "/bin/true"])
-        .output()
-        .unwrap();
+    let mut next = cli(As::Root);
+    cgroup.enter(&mut next);
+    let out = next.args(["run", "--", "/bin/true"]).output().unwrap();
     let _ = holder.kill();
     let _ = holder.wait();
     assert_eq!(out.status.code(), Some(0));
