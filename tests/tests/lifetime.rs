@@ -714,6 +714,104 @@ fn a_stop_signal_to_the_runner_ends_the_whole_run() {
     }
 }
 
+/// The command's handlers for the stop signals: each prints what it got
+/// and ends the command; a background process pulses until then.
+const HANDLES_STOPS: &str = r#"
+import os, sys, time, signal
+beat = sys.argv[2]
+def got(n, _):
+    print("got", signal.Signals(n).name, flush=True)
+    sys.exit(3)
+for s in (signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, got)
+if os.fork() == 0:
+    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(s, signal.SIG_DFL)
+    while True:
+        with open(beat, "a") as f:
+            f.write("x")
+        time.sleep(0.02)
+try:
+    while True:
+        time.sleep(0.05)
+except KeyboardInterrupt:
+    print("interrupted", flush=True)
+    sys.exit(3)
+"#;
+
+/// The same, ignoring every stop signal (and its background process too).
+const IGNORES_STOPS: &str = r#"
+import os, sys, time, signal
+beat = sys.argv[2]
+for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+    signal.signal(s, signal.SIG_IGN)
+if os.fork() == 0:
+    while True:
+        with open(beat, "a") as f:
+            f.write("x")
+        time.sleep(0.02)
+while True:
+    print("ignored", flush=True)
+    time.sleep(0.05)
+"#;
+
+/// SIGINT, SIGQUIT, SIGTERM and SIGHUP to the runner reach the command as a
+/// shell passes a terminal's on (its process group gets the same signal):
+/// Python's KeyboardInterrupt handler runs on SIGINT, the handlers of the
+/// others run; the runner still exits 128 + N and nothing of the run is
+/// left. Twin: a command that ignores the signal is ended after the grace
+/// period (2 s), with its background process. As root (cgroup) and nobody
+/// (process group).
+#[test]
+fn a_stop_signal_reaches_the_command_as_from_a_terminal() {
+    for who in [As::Root, As::Nobody] {
+        for (signal, name) in [
+            (libc::SIGINT, "SIGINT"),
+            (libc::SIGQUIT, "SIGQUIT"),
+            (libc::SIGTERM, "SIGTERM"),
+            (libc::SIGHUP, "SIGHUP"),
+        ] {
+            let what = format!("{who:?} {name}");
+            for (handled, code) in [(true, HANDLES_STOPS), (false, IGNORES_STOPS)] {
+                let s = scene();
+                let runner = spawn_run(who, &s, &["--timeout", "60"], code);
+                first_beat(&s);
+                // SAFETY: kill has no memory effects; the pid is our child
+                // (setpriv execs the CLI).
+                unsafe { libc::kill(runner.id() as i32, signal) };
+                let started = Instant::now();
+                let out = runner.wait_with_output().unwrap();
+                let took = started.elapsed();
+                let stdout = String::from_utf8_lossy(&out.stdout);
+                let stderr = String::from_utf8_lossy(&out.stderr);
+                assert_eq!(
+                    out.status.code(),
+                    Some(128 + signal),
+                    "{what} (handled: {handled}): {stderr}"
+                );
+                assert!(stderr.contains("stopped by signal"), "{what}: {stderr}");
+                if handled {
+                    let expected = if signal == libc::SIGINT {
+                        "interrupted".to_owned()
+                    } else {
+                        format!("got {name}")
+                    };
+                    assert_eq!(stdout.trim(), expected, "{what}: {stderr}");
+                    assert!(took < Duration::from_millis(1800), "{what}: took {took:?}");
+                    nothing_survives(&s, &format!("{what}, handled"));
+                } else {
+                    assert!(stdout.contains("ignored"), "{what}: {stdout}");
+                    assert!(
+                        took >= Duration::from_millis(1900) && took < Duration::from_secs(8),
+                        "{what} ignored: ended after {took:?}, not after the 2 s grace"
+                    );
+                    nothing_survives(&s, &format!("{what}, ignored"));
+                }
+            }
+        }
+    }
+}
+
 /// A stop signal at any moment of a launch (before the handler is set, in
 /// the self-test, before the spawn, while the command starts): the CLI ends
 /// with it (killed by it, or exiting 128 + N) and nothing the run started

@@ -404,19 +404,23 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
     Ok(0)
 }
 
-/// Ctrl-C, a terminal hang-up or a service manager's stop reach the runner
-/// alone (the command has a session of its own): while the guard lives (the
-/// self-test and the run, not a prompt or a read around them) they end the
-/// whole run, as a timeout does, instead of the runner only, whose death
-/// would leave the run's background processes to a later run's sweep.
+/// Ctrl-C, Ctrl-\, a terminal hang-up or a service manager's stop reach the
+/// runner alone (the command has a session of its own): while the guard
+/// lives (the self-test and the run, not a prompt or a read around them)
+/// the runner passes them on to the command's process group, as a shell
+/// would, then ends the whole run after the grace period, instead of dying
+/// alone, which would leave the run's background processes to a later
+/// run's sweep.
 fn stop_runs_on_signals() -> Result<sandbox::StopSignals, Fatal> {
-    sandbox::stop_runs_on(&[libc::SIGINT, libc::SIGTERM, libc::SIGHUP])
+    sandbox::stop_runs_on(&[libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP])
         .map_err(|e| Fatal(format!("cannot catch the stop signals: {e}")))
 }
 
 fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
+    let report = report::Asked::from_flags(args.report.as_deref(), args.report_fd);
+    report.map(report::Asked::claim).transpose()?;
     // Past parsing, every refusal still leaves a record for --report.
-    let recorded = |why: Fatal| record_refusal(&args.argv, args.report.as_deref(), why);
+    let recorded = |why: Fatal| record_refusal(&args.argv, report, why);
     let operator = load_config(&args.config).map_err(recorded)?;
     let config = &operator.config;
     let private_tmp = private_tmp_for(&args.policy).map_err(recorded)?;
@@ -437,11 +441,11 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         req.allow_unlimited = args.allow_unlimited && config.limits.is_empty();
         // What --explain and --report say includes the writes the kernel
         // refused on its own.
-        req.observe_writes = args.explain || args.report.is_some();
+        req.observe_writes = args.explain || report.is_some();
         if let Some(tmp) = tmp {
             req.env_overrides.push(("TMPDIR".into(), tmp.into()));
         }
-        execute(config, req, args.report.as_deref())
+        execute(config, req, report)
     };
     // Git repositories the run makes, which git in the parent would enter
     // (see `git_audit`): as the broker saw them made, or else (no broker)
@@ -505,6 +509,8 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
 }
 
 fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
+    let report = report::Asked::from_flags(args.report.as_deref(), args.report_fd);
+    report.map(report::Asked::claim).transpose()?;
     let operator = load_config(&args.config)?;
     let config = &operator.config;
     let text = if args.op.as_os_str() == "-" {
@@ -557,7 +563,7 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
                 .collect(),
         );
     }
-    Ok(match execute(config, req, args.report.as_deref())? {
+    Ok(match execute(config, req, report)? {
         Ok(outcome) => outcome.exit_code(),
         Err(code) => code,
     })
@@ -567,12 +573,12 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
 fn execute(
     config: &SandboxConfig,
     req: RunRequest,
-    report: Option<&Path>,
+    report: Option<report::Asked>,
 ) -> Result<Result<Outcome, i32>, Fatal> {
     let _stop = stop_runs_on_signals()?;
     // Checked and its directory opened before the command runs: the command
     // may plant a symlink there or swap the directory meanwhile.
-    let report = report.map(report::Target::open).transpose()?;
+    let report = report.map(report::Asked::open).transpose()?;
     let resolved = match &req.policy {
         Some(policy) => match sandbox::resolve_backend_for(config, policy) {
             Ok(r) => r.backend,
@@ -635,8 +641,8 @@ fn execute(
 /// Writes a `runner_failure` record for a run refused before it started
 /// (a config that cannot be read, a policy that does not resolve), when
 /// `--report` asks for one, and hands the refusal back.
-fn record_refusal(argv: &[OsString], report: Option<&Path>, why: Fatal) -> Fatal {
-    if let Some(target) = report.and_then(|p| report::Target::open(p).ok()) {
+fn record_refusal(argv: &[OsString], report: Option<report::Asked>, why: Fatal) -> Fatal {
+    if let Some(target) = report.and_then(|r| r.open().ok()) {
         let req = RunRequest::new(argv.to_vec(), None);
         let record = Outcome::runner_failure(&req, "none", &why.0, EXIT_SANDBOX);
         if let Err(Fatal(e)) = write_report(Some(&target), &record) {

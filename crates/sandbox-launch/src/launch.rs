@@ -74,7 +74,10 @@ pub fn launch_options(containment: &Containment) -> sandbox_core::LaunchOptions 
 /// runner's setup (its own session, parent-death signal, inherited fds
 /// closed, `no_new_privs` when asked) then `confined`'s hook; waits until
 /// it exits or `deadline` passes; then ends every process of the run
-/// (SIGTERM, `grace`, SIGKILL) and finishes the supervisor.
+/// (SIGTERM, `grace`, SIGKILL) and finishes the supervisor. A stop signal
+/// ([`crate::wait::stop_runs_on`]) is passed on to the command's process
+/// group first, and the run ends `grace` after it (SIGTERM to what is left,
+/// SIGKILL at once if the grace is spent).
 ///
 /// In process-group mode the calling process becomes a child subreaper
 /// (`PR_SET_CHILD_SUBREAPER`, kept), so the run's orphans are reaped here.
@@ -141,9 +144,26 @@ pub fn launch(
                 return Err(err);
             }
         };
-        let waited = Watch::new(pid).wait_exit(deadline);
-        // Every process of the run ends here, the main one too on a timeout.
-        let ended = containment.end(pid, grace);
+        let watch = Watch::new(pid);
+        let waited = watch.wait_exit(deadline);
+        let mut grace_left = grace;
+        if let Waited::Stopped(sig) = waited {
+            // As a shell passes a terminal's signal on: to the command's
+            // process group (the session hook made the main process its
+            // leader; unreaped, its pid names no other group), then the
+            // grace period, each later stop signal passed on too.
+            let mut forward = |sig: i32| {
+                // SAFETY: kill has no memory effects; the run's own group.
+                unsafe { libc::kill(-pid, sig) };
+            };
+            forward(sig);
+            let until = Instant::now() + grace;
+            watch.wait_exit_forwarding(until, &mut forward);
+            grace_left = until.saturating_duration_since(Instant::now());
+        }
+        // Every process of the run ends here, the main one too on a timeout
+        // or a stop signal it outlived the grace for.
+        let ended = containment.end(pid, grace_left);
         let status = match ended.main {
             Some(status) => status,
             None => spawn::wait(pid).map_err(LaunchError::Wait)?,

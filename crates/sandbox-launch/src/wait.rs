@@ -26,11 +26,14 @@ pub enum Waited {
 static STOP_READ: AtomicI32 = AtomicI32::new(-1);
 static STOP_WRITE: AtomicI32 = AtomicI32::new(-1);
 
-/// Makes `signals` (for a CLI: SIGINT, SIGTERM, SIGHUP; those this process
-/// ignores are left ignored) end the run in progress instead of this
+/// Makes `signals` (for a CLI: SIGINT, SIGQUIT, SIGTERM, SIGHUP; those this
+/// process ignores are left ignored) end the run in progress instead of this
 /// process, until the returned guard is dropped (which restores what they
 /// did before): a run's wait returns [`Waited::Stopped`], and the launch
-/// then ends every process of the run as at a timeout. Once such a signal
+/// then passes the signal on to the command's process group, as a shell
+/// passes a terminal's on (so a Ctrl-C handler runs, a test runner prints
+/// its summary), as it does each later one, waits up to the grace period,
+/// and ends every process of the run still there. Once such a signal
 /// has arrived, every later run of the process ends at once, and none
 /// starts ([`stop_requested`]).
 ///
@@ -142,6 +145,32 @@ pub fn stop_requested() -> Option<i32> {
     Some(sig)
 }
 
+/// Where a wait hands the stop signals that arrive during it (`None`: the
+/// first one ends the wait).
+type Forward<'a> = Option<&'a mut dyn FnMut(i32)>;
+
+/// For a wait: the stop signal that ends it (`forward` is `None`), or
+/// `None` after handing each stop signal not yet seen to `forward` (the
+/// first one, which began the grace, was seen by [`stop_requested`]).
+fn stopped(forward: &mut Forward<'_>) -> Option<i32> {
+    let Some(forward) = forward else {
+        return stop_requested();
+    };
+    // The first stop signal is kept in STOPPED; each later one waits in
+    // the pipe.
+    let _ = stop_requested();
+    let fd = STOP_READ.load(Ordering::Acquire);
+    if fd < 0 {
+        return None;
+    }
+    let mut byte = 0u8;
+    // SAFETY: non-blocking reads of one byte into the stack.
+    while unsafe { libc::read(fd, (&mut byte as *mut u8).cast(), 1) } == 1 {
+        forward(i32::from(byte));
+    }
+    None
+}
+
 /// A child to wait for.
 #[derive(Debug)]
 pub struct Watch {
@@ -161,12 +190,28 @@ impl Watch {
     /// Waits until the child exits, `deadline` passes (`None`: no bound) or
     /// a stop signal arrives ([`stop_runs_on`]). The child is left unreaped.
     pub fn wait_exit(&self, deadline: Option<Instant>) -> Waited {
+        self.wait(deadline, None)
+    }
+
+    /// Waits until the child exits or `deadline` passes, handing every stop
+    /// signal that arrives meanwhile to `forward` (the wait goes on): the
+    /// grace after a stop signal, when a second Ctrl-C reaches the command
+    /// as the first did.
+    pub(crate) fn wait_exit_forwarding(
+        &self,
+        deadline: Instant,
+        forward: &mut dyn FnMut(i32),
+    ) -> Waited {
+        self.wait(Some(deadline), Some(forward))
+    }
+
+    fn wait(&self, deadline: Option<Instant>, mut forward: Forward<'_>) -> Waited {
         if let Some(pidfd) = &self.pidfd {
-            if let Some(waited) = wait_pidfd(pidfd, deadline) {
+            if let Some(waited) = wait_pidfd(pidfd, deadline, &mut forward) {
                 return waited;
             }
         }
-        self.wait_polling(deadline)
+        self.wait_polling(deadline, &mut forward)
     }
 
     /// One `waitid(WEXITED | WNOWAIT | WNOHANG)` for the child: whether it
@@ -194,9 +239,9 @@ impl Watch {
     }
 
     /// Checks with `waitid(WNOWAIT)` on a short tick.
-    fn wait_polling(&self, deadline: Option<Instant>) -> Waited {
+    fn wait_polling(&self, deadline: Option<Instant>, forward: &mut Forward<'_>) -> Waited {
         loop {
-            if let Some(sig) = stop_requested() {
+            if let Some(sig) = stopped(forward) {
                 return Waited::Stopped(sig);
             }
             match self.exited() {
@@ -230,9 +275,13 @@ fn pidfd_open(_pid: libc::pid_t) -> Option<OwnedFd> {
 /// `Some(how)` from polling the pidfd (and the stop pipe); `None` when
 /// `poll` fails with anything but `EINTR` (the caller then polls with
 /// `waitid`).
-fn wait_pidfd(pidfd: &OwnedFd, deadline: Option<Instant>) -> Option<Waited> {
+fn wait_pidfd(
+    pidfd: &OwnedFd,
+    deadline: Option<Instant>,
+    forward: &mut Forward<'_>,
+) -> Option<Waited> {
     loop {
-        if let Some(sig) = stop_requested() {
+        if let Some(sig) = stopped(forward) {
             return Some(Waited::Stopped(sig));
         }
         let ms = match deadline {

@@ -125,8 +125,9 @@ pub enum RunError {
     )]
     LimitsUnavailable(Vec<String>),
     /// The runner got a stop signal ([`crate::stop_runs_on`]) before or
-    /// while the command ran; every process of the run was ended (SIGTERM,
-    /// the grace period, SIGKILL), or none was started.
+    /// while the command ran; the signal was passed on to the command's
+    /// process group, and every process of the run still there after the
+    /// grace period was ended (SIGTERM, SIGKILL), or none was started.
     #[error("stopped by signal {signal}: no process of the run is left")]
     Stopped {
         /// The signal's number.
