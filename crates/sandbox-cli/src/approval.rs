@@ -4,7 +4,8 @@ use std::path::{Path, PathBuf};
 
 use sandbox::Outcome;
 use sandbox_permissions::{
-    decide_escalation_on_tty, ApprovalPolicy, Escalation, EscalationRequest, JsonLinesAudit,
+    decide_escalation_on_tty, session_is_interactive, ApprovalOutcome, ApprovalPolicy, Escalation,
+    EscalationRequest, JsonLinesAudit,
 };
 
 use crate::args::{PolicyFlags, RunArgs};
@@ -55,6 +56,15 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
         &audit,
         std::time::Duration::from_secs(args.approval_timeout),
     );
+    if answer == ApprovalOutcome::Unavailable && !session_is_interactive() {
+        // Asked for, so said: nobody was there to answer.
+        crate::show::say(&format!(
+            "sandbox: --approval ask: no terminal to ask (stdin and stderr are not both \
+             terminals), so nothing was escalated; {} stays unwritable (to allow it: -w {})",
+            path.display(),
+            path.display()
+        ));
+    }
     if !answer.permits() {
         return Ok(None);
     }

@@ -40,8 +40,16 @@ pub(crate) enum Cmd {
     Profile(Deferred<ProfileCmd>),
     /// Print a shell completion script (bash, zsh, fish, elvish, powershell).
     Completions(Deferred<CompletionsArgs>),
-    /// Print the manual page (roff).
-    Man,
+    /// Print the manual pages (roff): the top level's, then each
+    /// subcommand's (`sandbox-run(1)`, ...), or only SUBCOMMAND's.
+    Man(Deferred<ManArgs>),
+}
+
+#[derive(Args)]
+pub(crate) struct ManArgs {
+    /// The subcommand whose page to print (`run`, `exec-op`, ...).
+    #[arg(value_name = "SUBCOMMAND")]
+    pub(crate) subcommand: Option<String>,
 }
 
 #[derive(Args)]
@@ -231,6 +239,10 @@ pub(crate) struct RunArgs {
     /// Write the outcome record as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) report: Option<PathBuf>,
+    /// Write the outcome record as JSON to the inherited file descriptor N
+    /// (e.g. `3>record.json`) after the run; the command does not get N.
+    #[arg(long, value_name = "N", conflicts_with = "report", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) report_fd: Option<i32>,
     /// After the command ends, print a short summary of what the sandbox refused.
     #[arg(long)]
     pub(crate) explain: bool,
@@ -278,6 +290,10 @@ pub(crate) struct ExecOpArgs {
     /// Write the outcome record as JSON to FILE.
     #[arg(long, value_name = "FILE")]
     pub(crate) report: Option<PathBuf>,
+    /// Write the outcome record as JSON to the inherited file descriptor N
+    /// (e.g. `3>record.json`) after the run; the command does not get N.
+    #[arg(long, value_name = "N", conflicts_with = "report", value_parser = clap::value_parser!(i32).range(0..))]
+    pub(crate) report_fd: Option<i32>,
 }
 
 #[derive(Args)]

@@ -131,13 +131,7 @@ fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
             clap_complete::generate(args.0.shell, &mut cmd, "sandbox", &mut std::io::stdout());
             Ok(0)
         }
-        Cmd::Man => {
-            let cmd = <Cli as clap::CommandFactory>::command();
-            clap_mangen::Man::new(cmd)
-                .render(&mut std::io::stdout())
-                .map(|()| 0)
-                .map_err(Fatal::from)
-        }
+        Cmd::Man(args) => cmd_man(args.0.subcommand.as_deref()),
     };
     match result {
         Ok(code) => code.clamp(0, 255),
@@ -148,6 +142,40 @@ fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
             sandbox::stop_requested().map_or(EXIT_SANDBOX, |sig| 128 + sig)
         }
     }
+}
+
+/// `sandbox man [SUBCOMMAND]`: the top-level page and then each
+/// subcommand's (as `clap_mangen::generate_to` writes them to files),
+/// concatenated on stdout, or only `SUBCOMMAND`'s page.
+fn cmd_man(only: Option<&str>) -> Result<i32, Fatal> {
+    let mut cmd = <Cli as clap::CommandFactory>::command().disable_help_subcommand(true);
+    cmd.build();
+    let subcommands: Vec<clap::Command> = cmd
+        .get_subcommands()
+        .filter(|s| !s.is_hide_set())
+        .cloned()
+        .collect();
+    let pages = match only {
+        None => std::iter::once(cmd).chain(subcommands).collect(),
+        Some(name) => match subcommands.iter().find(|s| s.get_name() == name) {
+            Some(sub) => vec![sub.clone()],
+            None => {
+                let names: Vec<&str> = subcommands.iter().map(|s| s.get_name()).collect();
+                return Err(Fatal(format!(
+                    "man: no subcommand {name:?} (one of: {})",
+                    names.join(", ")
+                )));
+            }
+        },
+    };
+    let mut out = std::io::stdout().lock();
+    for page in pages {
+        clap_mangen::Man::new(page)
+            .source(concat!("sandbox ", env!("CARGO_PKG_VERSION")))
+            .render(&mut out)?;
+    }
+    std::io::Write::flush(&mut out)?;
+    Ok(0)
 }
 
 /// `--help` and `--version` print and exit 0; every other parse error is a
@@ -523,24 +551,24 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
     };
     let op =
         SandboxedExecOp::from_json(&text).map_err(|e| Fatal(format!("invalid op JSON: {e}")))?;
-    let workspace = args
-        .workspace
-        .as_deref()
-        .map(absolute)
-        .transpose()?
-        .map(PathBuf::from);
-    let ctx = ExpandContext::from_env(workspace.clone());
+    // The workspace (`{{workspace}}`): `--workspace`, else the working
+    // directory.
+    let workspace = match args.workspace.as_deref() {
+        Some(w) => PathBuf::from(absolute(w)?),
+        None => std::env::current_dir().map_err(|e| {
+            Fatal(format!(
+                "cannot tell the working directory (the workspace without --workspace): {e}"
+            ))
+        })?,
+    };
+    let ctx = ExpandContext::from_env(Some(workspace.clone()));
     // Without an operator policy, the built-in bound: writes only inside the
-    // workspace (or the working directory), no network.
+    // workspace, no network.
     let builtin;
     let bound = match &config.policy {
         Some(policy) => policy,
         None => {
-            let root = match &workspace {
-                Some(w) => w.clone(),
-                None => std::env::current_dir()?,
-            };
-            builtin = sandbox::builtin_op_bound(&root);
+            builtin = sandbox::builtin_op_bound(&workspace);
             &builtin
         }
     };

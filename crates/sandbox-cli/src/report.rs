@@ -10,7 +10,10 @@
 //! a symlink or not a regular file is refused before the run; after it, a
 //! record that cannot be written is said in one `sandbox:` line and the
 //! command's own exit status is kept (see `main.rs`). `-` writes the record
-//! to standard output.
+//! to standard output; `--report-fd N` to the inherited descriptor N, which
+//! must be open for writing when the CLI starts (it is claimed then, and
+//! marked close-on-exec: the command, whose inherited fds above 2 are
+//! closed anyway, never gets it).
 //!
 //! The directory fd follows its directory when the command renames it. So
 //! after the run, when nothing the run started is alive, the report's
@@ -24,15 +27,47 @@
 
 use std::ffi::{CString, OsStr};
 use std::io::Write;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use crate::Fatal;
 
+/// What the user asked for: `--report PATH` or `--report-fd N`.
+#[derive(Clone, Copy)]
+pub(crate) enum Asked<'a> {
+    Path(&'a Path),
+    Fd(RawFd),
+}
+
+impl<'a> Asked<'a> {
+    pub(crate) fn from_flags(path: Option<&'a Path>, fd: Option<RawFd>) -> Option<Self> {
+        path.map(Asked::Path).or(fd.map(Asked::Fd))
+    }
+
+    /// Checks the request and opens where the record goes.
+    pub(crate) fn open(self) -> Result<Target, Fatal> {
+        match self {
+            Asked::Path(path) => Target::open(path),
+            Asked::Fd(fd) => Target::fd(fd),
+        }
+    }
+
+    /// At start, before the CLI opens anything that could take its number:
+    /// `--report-fd N` must name a descriptor the caller opened for writing.
+    pub(crate) fn claim(self) -> Result<(), Fatal> {
+        match self {
+            Asked::Path(_) => Ok(()),
+            Asked::Fd(fd) => Target::fd(fd).map(drop),
+        }
+    }
+}
+
 /// Where the record goes.
 pub(crate) enum Target {
     Stdout,
+    /// An inherited descriptor (`--report-fd`), not ours to close.
+    Fd(RawFd),
     File {
         shown: PathBuf,
         /// The directory as named (looked up again after the run).
@@ -72,6 +107,29 @@ impl Target {
         };
         target.check()?;
         Ok(target)
+    }
+
+    /// `--report-fd N`: N open for writing; marked close-on-exec, so no
+    /// process the CLI starts inherits it.
+    fn fd(fd: RawFd) -> Result<Self, Fatal> {
+        // SAFETY: F_GETFL reads the flags of a descriptor number; no memory.
+        let flags = unsafe { libc::fcntl(fd, libc::F_GETFL) };
+        if flags < 0 {
+            return Err(Fatal(format!(
+                "--report-fd {fd}: descriptor {fd} is not open ({}); open it for writing \
+                 when starting sandbox (e.g. `{fd}>record.json`)",
+                std::io::Error::last_os_error()
+            )));
+        }
+        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+            return Err(Fatal(format!(
+                "--report-fd {fd}: descriptor {fd} is open for reading only; open it for \
+                 writing (e.g. `{fd}>record.json`)"
+            )));
+        }
+        // SAFETY: F_SETFD on an open descriptor; no memory.
+        unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) };
+        Ok(Target::Fd(fd))
     }
 
     /// Refuses an existing report path that is a symlink or not a regular file.
@@ -172,6 +230,17 @@ impl Target {
             shown, dir, name, ..
         } = self
         else {
+            if let Target::Fd(fd) = self {
+                // SAFETY: the caller's open descriptor, borrowed: ManuallyDrop
+                // never closes it (a re-run after approval writes again).
+                let mut out =
+                    std::mem::ManuallyDrop::new(unsafe { std::fs::File::from_raw_fd(*fd) });
+                return out
+                    .write_all(json)
+                    .and_then(|()| out.write_all(b"\n"))
+                    .and_then(|()| out.flush())
+                    .map_err(|e| Fatal(format!("cannot write the report to fd {fd}: {e}")));
+            }
             let mut out = std::io::stdout().lock();
             return out
                 .write_all(json)
