@@ -243,3 +243,93 @@ fn a_run_refused_before_it_starts_still_gets_a_record() {
         serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
     assert_eq!(v["classification"]["class"], "ok", "{v}");
 }
+
+/// Only policy refusals are evidence. bash without a controlling terminal
+/// opens `/dev/tty` at start-up and the kernel answers `ENXIO`: a failing
+/// `bash -c 'exit 3'` under `--report` (every writing open observed) is a
+/// task failure with nothing refused. Twin: a write outside the write path,
+/// then `exit 1`, is a sandbox denial with that refusal as evidence.
+#[test]
+fn a_kernel_answer_is_no_evidence_and_a_refusal_is() {
+    let w = tempfile::tempdir().unwrap();
+    let o = tempfile::tempdir().unwrap();
+    let o = std::fs::canonicalize(o.path()).unwrap();
+    let report = w.path().join("r.json");
+    let run = |script: &str| {
+        let out = sandbox()
+            .args(["run", "--report"])
+            .arg(&report)
+            .arg("-w")
+            .arg(w.path())
+            .args(["--", "/bin/bash", "-c", script])
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let v: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+        (out, v)
+    };
+    let (out, v) = run("exit 3");
+    assert_exit(&out, 3);
+    assert_eq!(v["classification"]["class"], "task_failure", "{v}");
+    assert_eq!(v["mediation"]["refused"], serde_json::json!([]), "{v}");
+    assert!(sandbox_lines(&out).is_empty(), "{:?}", sandbox_lines(&out));
+
+    let target = o.join("f");
+    let (out, v) = run(&format!("echo x > {}; exit 1", target.display()));
+    assert_exit(&out, 1);
+    assert!(!target.exists());
+    assert_eq!(v["classification"]["class"], "sandbox_denial", "{v}");
+    let evidence = v["classification"]["evidence"].as_array().unwrap();
+    assert_eq!(evidence.len(), 1, "{v}");
+    let line = evidence[0].as_str().unwrap();
+    assert!(
+        line.contains(&target.display().to_string()) && line.contains("outside the write paths"),
+        "{v}"
+    );
+    assert!(!line.contains("/dev/tty"), "{v}");
+}
+
+/// `rmdir` of a protected directory that is not empty (`.git` under
+/// workspace-write) answers `ENOTEMPTY`, as the kernel would, and is no
+/// refusal. Twin: an empty protected directory (`.vscode`) is refused and
+/// recorded, and stays.
+#[test]
+fn rmdir_of_a_full_protected_directory_is_enotempty_not_a_refusal() {
+    let ws = tempfile::tempdir().unwrap();
+    let ws = std::fs::canonicalize(ws.path()).unwrap();
+    let git = std::process::Command::new("git")
+        .args(["init", "-q"])
+        .arg(&ws)
+        .status()
+        .unwrap();
+    assert!(git.success());
+    std::fs::create_dir(ws.join(".vscode")).unwrap();
+    let report = ws.join("r.json");
+    let script = "import os\n\
+                  for p in ('.git', '.vscode'):\n\
+                  \x20   try: os.rmdir(p); print(p, 'removed')\n\
+                  \x20   except OSError as e: print(p, e.errno)\n";
+    let out = sandbox()
+        .args(["run", "--mode", "workspace-write", "--workspace", "."])
+        .arg("--report")
+        .arg(&report)
+        .args(["--", "/usr/bin/python3", "-c", script])
+        .current_dir(&ws)
+        .output()
+        .unwrap();
+    assert_exit(&out, 0);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!(".git {}\n.vscode {}\n", libc::ENOTEMPTY, libc::EACCES)
+    );
+    assert!(ws.join(".git/HEAD").exists() && ws.join(".vscode").is_dir());
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    let refused = v["mediation"]["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{v}");
+    assert_eq!(
+        refused[0]["target"],
+        ws.join(".vscode").display().to_string()
+    );
+}

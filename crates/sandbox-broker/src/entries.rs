@@ -732,6 +732,82 @@ fn kernel_first(intent: Intent, dir: &OwnedFd, name: &[u8], slash: bool) -> Opti
     Some(errno(n))
 }
 
+/// What the kernel answers a call on an entry beneath a deny path or a
+/// protection inside the write paths, where it has an answer of its own:
+/// [`kernel_first`], then `ENOTEMPTY` for `rmdir` of a directory that is not
+/// empty when the caller may write its parent (`may_delete`, then the file
+/// system's `rmdir`, fs/namei.c). The kernel would not remove such a
+/// directory either, so refusing it protects nothing and is no refusal to
+/// record (a `.git` under workspace-write). Outside the write paths the
+/// answer stays Landlock's (`EACCES` from its `path_rmdir` hook, before
+/// either), so observing a run changes no answer.
+fn kernel_answer(intent: Intent, dir: &OwnedFd, name: &[u8], slash: bool) -> Option<Unresolved> {
+    kernel_first(intent, dir, name, slash).or_else(|| {
+        (intent == Intent::Remove { dir: true } && may_write_dir(dir) && not_empty(dir, name))
+            .then(|| errno(libc::ENOTEMPTY))
+    })
+}
+
+/// Whether the caller (whose credentials the thread holds) may write and
+/// search the directory `dir`: `faccessat2(AT_EACCESS)`, as the permission
+/// check `may_delete` makes.
+fn may_write_dir(dir: &OwnedFd) -> bool {
+    // SAFETY: faccessat2 on our own fd with an empty NUL-terminated path.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_faccessat2,
+            dir.as_raw_fd(),
+            c"".as_ptr(),
+            libc::W_OK | libc::X_OK,
+            libc::AT_EACCESS | libc::AT_EMPTY_PATH,
+        )
+    };
+    rc == 0
+}
+
+/// Whether `name` in `dir` is a directory (not followed) with an entry
+/// other than `.` and `..`; `false` when it cannot be read.
+fn not_empty(dir: &OwnedFd, name: &[u8]) -> bool {
+    let Ok(name) = CString::new(name) else {
+        return false;
+    };
+    // SAFETY: openat on our own fd with a NUL-terminated name.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+        )
+    };
+    if fd < 0 {
+        return false;
+    }
+    // SAFETY: a fresh fd; the stream owns it from here (closedir closes it).
+    let stream = unsafe { libc::fdopendir(fd) };
+    if stream.is_null() {
+        // SAFETY: still ours when fdopendir failed.
+        unsafe { libc::close(fd) };
+        return false;
+    }
+    let mut found = false;
+    loop {
+        // SAFETY: a live stream; the entry is read before the next call.
+        let entry = unsafe { libc::readdir(stream) };
+        if entry.is_null() {
+            break;
+        }
+        // SAFETY: d_name is NUL-terminated within the entry.
+        let n = unsafe { CStr::from_ptr((*entry).d_name.as_ptr()) }.to_bytes();
+        if n != b"." && n != b".." {
+            found = true;
+            break;
+        }
+    }
+    // SAFETY: the stream from fdopendir, closed once.
+    unsafe { libc::closedir(stream) };
+    found
+}
+
 /// Resolves the parent of the entry `start` names (following symlinks in the
 /// directory part, as the kernel) and admits it.
 fn entry(
@@ -824,7 +900,7 @@ fn entry_at(
         })
     {
         return Err(
-            kernel_first(intent, &e.parent.fd, name, slash).unwrap_or_else(|| refused(r, &e.path))
+            kernel_answer(intent, &e.parent.fd, name, slash).unwrap_or_else(|| refused(r, &e.path))
         );
     }
     Ok(Named::Entry(Box::new(e)))
@@ -854,13 +930,13 @@ fn existing_entry(rules: &BrokerRules, e: &Entry, intent: Intent) -> Result<(), 
         None => (name, false),
     };
     if rules.ancestor_of_denied(&e.path) {
-        return Err(kernel_first(intent, &e.parent.fd, name, slash)
+        return Err(kernel_answer(intent, &e.parent.fd, name, slash)
             .unwrap_or_else(|| refused(Refusal::AncestorOfDenyPath, &e.path)));
     }
     let bare = CString::new(name.to_vec()).map_err(|_| errno(libc::EINVAL))?;
     if let Ok(st) = fstatat_nofollow(&e.parent.fd, &bare) {
         if let Some(r) = rules.denied_inode(&st) {
-            return Err(kernel_first(intent, &e.parent.fd, name, slash)
+            return Err(kernel_answer(intent, &e.parent.fd, name, slash)
                 .unwrap_or_else(|| refused(r, &e.path)));
         }
     }
@@ -1027,15 +1103,21 @@ fn existing(
         target.resolved = Some(dev);
         return reopen(&first, flags);
     }
+    // A caller without a controlling terminal (every run has a session of
+    // its own) gets the kernel's ENXIO for /dev/tty before any write-path
+    // check: the open could never reach a terminal, so refusing it protects
+    // nothing, and a shell's start-up probe is no refusal (issue 41).
+    let tty = is_dev_tty(&st);
+    if tty {
+        no_controlling_terminal(caller)?;
+    }
     let obj = if writes(flags) {
         rules.admit_change(&first)?
     } else {
         rules.admit_read(first)?
     };
     target.resolved = Some(obj.path.clone());
-    // After the write-path check, as Landlock's open hook comes before the
-    // driver's open.
-    if is_dev_tty(&st) {
+    if tty {
         controlling_terminal(caller)?;
     }
     reopen(&obj.fd, flags)
@@ -1044,6 +1126,16 @@ fn existing(
 /// `/dev/tty` (character device 5:0), under any name.
 fn is_dev_tty(st: &libc::stat) -> bool {
     st.st_mode & libc::S_IFMT == libc::S_IFCHR && st.st_rdev == libc::makedev(5, 0)
+}
+
+/// `ENXIO` for a caller without a controlling terminal: the kernel's own
+/// answer to its open of `/dev/tty` (drivers/tty/tty_io.c,
+/// `tty_open_current_tty`), never a refusal.
+fn no_controlling_terminal(caller: &Caller) -> Result<(), Unresolved> {
+    match caller.controlling_tty().map_err(io_errno)? {
+        0 => Err(errno(libc::ENXIO)),
+        _ => Ok(()),
+    }
 }
 
 /// Whether the broker's `/dev/tty` is the caller's: the kernel opens the

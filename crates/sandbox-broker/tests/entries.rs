@@ -231,7 +231,18 @@ fn moving_replacing_or_removing_an_ancestor_is_refused() {
         &format!("mv -T {w}/other {w}/.git"),
         Refusal::AncestorOfDenyPath,
     );
-    refused(&fx, &format!("rmdir {w}/.git"), Refusal::AncestorOfDenyPath);
+    // rmdir of the non-empty .git: the kernel's ENOTEMPTY, no refusal
+    // (issue 41); it stays.
+    let run = sh_entries(rules(&fx), &format!("rmdir {w}/.git"));
+    assert_ne!(run.code, 0);
+    assert_eq!(refusals(&run.log), vec![], "{}", run.log.explain(20));
+    assert!(run.log.records.iter().any(|r| matches!(
+        r.decision,
+        BrokerDecision::Failed {
+            errno: libc::ENOTEMPTY
+        }
+    )));
+    assert!(fx.w.join(".git/HEAD").exists());
     // rm -rf removes what is not denied and nothing denied (it leaves the
     // directories it could not empty).
     refused(&fx, &format!("rm -rf {w}/.git"), Refusal::WriteDenyPath);

@@ -31,7 +31,12 @@ pub enum Classification {
     Ok,
     /// The command failed on its own terms.
     TaskFailure,
-    /// The command failed and its stderr or signal shows the sandbox refused something.
+    /// The command failed and the sandbox refused something it tried: a
+    /// policy refusal the sandbox recorded itself (`mediation.refused`), or
+    /// the filter's SIGSYS. An answer the kernel itself would give (`ENXIO`
+    /// for `/dev/tty` without a terminal, `EEXIST`, `ENOENT`, `ENOTEMPTY`)
+    /// is never recorded as a refusal, and the command's output is never
+    /// evidence.
     SandboxDenial {
         /// The lines or signal that show it.
         evidence: Vec<String>,
