@@ -5,7 +5,7 @@ use std::path::Path;
 
 use sandbox_core::{Axis, Backend, Confinement, ResolvedPolicy, SandboxUnavailable, WrappedArgv};
 
-use crate::profile::{profile, SANDBOX_EXEC};
+use crate::profile::{profile_for_run, SANDBOX_EXEC};
 use crate::report::{enforcement_report, AXES, BACKEND_NAME};
 
 /// Confines commands with Seatbelt via `/usr/bin/sandbox-exec -p`.
@@ -38,10 +38,10 @@ impl SeatbeltBackend {
             return Err(unavailable("the command is empty; give the program to run"));
         }
         Self::check_available()?;
-        let profile = profile(policy).map_err(|e| unavailable(e.to_string()))?;
+        let profile = profile_for_run(policy).map_err(|e| unavailable(e.to_string()))?;
         Ok(WrappedArgv {
             argv: profile.sandbox_exec_argv(argv),
-            report: enforcement_report(&profile),
+            report: enforcement_report(policy, &profile),
         })
     }
 }

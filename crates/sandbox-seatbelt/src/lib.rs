@@ -25,7 +25,7 @@ pub use backend::SeatbeltBackend;
 pub use error::SeatbeltError;
 pub use paths::macos_canonical;
 pub use profile::{
-    profile, ProfileInput, SeatbeltProfile, ANCESTOR_PARAM, READ_DENY_PARAM, SANDBOX_EXEC,
-    WRITE_DENY_PARAM, WRITE_PARAM,
+    profile, profile_for_run, ProfileInput, SeatbeltProfile, ANCESTOR_PARAM, READ_DENY_PARAM,
+    SANDBOX_EXEC, TERMINAL_PARAM, UNIX_SOCKET_PARAM, WRITE_DENY_PARAM, WRITE_PARAM,
 };
 pub use report::{enforcement_report, AXES, BACKEND_NAME};

@@ -57,6 +57,71 @@ pub fn parameter_value(field: &'static str, path: &Path) -> Result<String, Seatb
     Ok(text.to_owned())
 }
 
+/// The terminal devices of this process's stdin, stdout and stderr (those
+/// that are terminals), found by device number among the terminal nodes of
+/// `/dev` (`/dev/ttys003` on macOS, `/dev/pts/3` on Linux). Empty when none
+/// is a terminal or its node cannot be found (then no terminal is writable
+/// by name, which fails closed).
+pub(crate) fn stdio_terminals() -> Vec<PathBuf> {
+    #[cfg(unix)]
+    {
+        use std::io::IsTerminal;
+        use std::os::fd::{AsFd, BorrowedFd};
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+
+        fn device(fd: BorrowedFd<'_>) -> Option<u64> {
+            let meta = std::fs::File::from(fd.try_clone_to_owned().ok()?)
+                .metadata()
+                .ok()?;
+            meta.file_type().is_char_device().then(|| meta.rdev())
+        }
+        let (stdin, stdout, stderr) = (std::io::stdin(), std::io::stdout(), std::io::stderr());
+        let devices: Vec<u64> = [
+            (stdin.is_terminal(), stdin.as_fd()),
+            (stdout.is_terminal(), stdout.as_fd()),
+            (stderr.is_terminal(), stderr.as_fd()),
+        ]
+        .into_iter()
+        .filter(|(tty, _)| *tty)
+        .filter_map(|(_, fd)| device(fd))
+        .collect();
+        if devices.is_empty() {
+            return Vec::new();
+        }
+        let mut found = Vec::new();
+        for (dir, terminal_name) in [
+            (
+                "/dev",
+                (|n: &str| n.starts_with("tty") && n != "tty") as fn(&str) -> bool,
+            ),
+            ("/dev/pts", |n: &str| n.bytes().all(|b| b.is_ascii_digit())),
+        ] {
+            let Ok(entries) = std::fs::read_dir(dir) else {
+                continue;
+            };
+            for entry in entries.flatten() {
+                let name = entry.file_name();
+                if !name.to_str().is_some_and(terminal_name) {
+                    continue;
+                }
+                let path = entry.path();
+                if std::fs::symlink_metadata(&path)
+                    .is_ok_and(|m| m.file_type().is_char_device() && devices.contains(&m.rdev()))
+                {
+                    found.push(path);
+                }
+            }
+        }
+        found.sort();
+        found.dedup();
+        found
+    }
+    #[cfg(not(unix))]
+    {
+        Vec::new()
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -93,6 +158,32 @@ mod tests {
             parameter_value("write_paths", Path::new("/a \"b\" (c)")).unwrap(),
             "/a \"b\" (c)"
         );
+    }
+
+    /// Whatever this test's stdio is, only terminal nodes of `/dev` are named
+    /// (none when stdio is no terminal, as under `cargo test` in CI).
+    #[cfg(unix)]
+    #[test]
+    fn stdio_terminals_are_terminal_devices_only() {
+        use std::io::IsTerminal;
+        use std::os::unix::fs::FileTypeExt;
+        let found = stdio_terminals();
+        for path in &found {
+            assert!(path.starts_with("/dev"), "{path:?}");
+            assert!(
+                std::fs::metadata(path)
+                    .unwrap()
+                    .file_type()
+                    .is_char_device(),
+                "{path:?}"
+            );
+        }
+        let any_tty = std::io::stdin().is_terminal()
+            || std::io::stdout().is_terminal()
+            || std::io::stderr().is_terminal();
+        if !any_tty {
+            assert!(found.is_empty(), "{found:?}");
+        }
     }
 
     #[cfg(unix)]

@@ -15,6 +15,7 @@ use serde::Serialize;
 
 use crate::error::SeatbeltError;
 use crate::paths::{macos_canonical, parameter_value};
+use crate::sbpl::{GIT_CONFIG_REGEX, GIT_HOOKS_REGEX, GIT_LINK_REGEX};
 
 /// Absolute path of the macOS `sandbox-exec` tool.
 pub const SANDBOX_EXEC: &str = "/usr/bin/sandbox-exec";
@@ -28,6 +29,12 @@ pub const WRITE_DENY_PARAM: &str = "WRITE_DENY_PATH";
 /// Prefix of the parameters naming the ancestors of deny paths that lie
 /// inside a write path (never unlinked or renamed).
 pub const ANCESTOR_PARAM: &str = "DENY_ANCESTOR";
+/// Prefix of the parameters naming the pathname UNIX sockets of
+/// `allow_unix_sockets` (reachable with the network on).
+pub const UNIX_SOCKET_PARAM: &str = "UNIX_SOCKET";
+/// Prefix of the parameters naming the run's own terminal devices (the
+/// terminals of the runner's stdin, stdout and stderr when the profile is made).
+pub const TERMINAL_PARAM: &str = "TERMINAL";
 
 /// A generated Seatbelt profile: SBPL text and the parameters it references.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -69,7 +76,7 @@ impl SeatbeltProfile {
 /// [`profile`] builds one from a [`ResolvedPolicy`]; build one directly only
 /// when the paths are already canonical and absolute (the generator checks
 /// absoluteness and characters, not existence or symlinks).
-#[derive(Debug, Clone, PartialEq, Eq)]
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProfileInput {
     /// Whether network access is allowed.
     pub network: bool,
@@ -85,6 +92,15 @@ pub struct ProfileInput {
     pub read_deny_paths: Vec<PathBuf>,
     /// Paths removed from the write surface.
     pub write_deny_paths: Vec<PathBuf>,
+    /// Pathname UNIX sockets reachable with the network on besides those
+    /// beneath the write paths (`allow_unix_sockets`, `--allow-unix`).
+    pub allow_unix_sockets: Vec<PathBuf>,
+    /// Whether the git directories beneath the write paths keep the parts
+    /// that run programs unwritable (`protect_git_dirs`, workspace-write).
+    pub protect_git_dirs: bool,
+    /// The run's own terminal devices (e.g. `/dev/ttys003`), writable and
+    /// controllable; no other terminal is. [`profile_for_run`] fills it.
+    pub terminals: Vec<PathBuf>,
 }
 
 impl From<&ResolvedPolicy> for ProfileInput {
@@ -103,6 +119,9 @@ impl From<&ResolvedPolicy> for ProfileInput {
             write_paths: policy.write_paths().to_vec(),
             read_deny_paths: policy.read_deny_paths().to_vec(),
             write_deny_paths: policy.write_deny_paths().to_vec(),
+            allow_unix_sockets: policy.allow_unix_sockets().to_vec(),
+            protect_git_dirs: policy.protects_git_dirs(),
+            terminals: Vec::new(),
         }
     }
 }
@@ -127,6 +146,19 @@ pub fn profile(policy: &ResolvedPolicy) -> Result<SeatbeltProfile, SeatbeltError
     ProfileInput::from(policy).profile()
 }
 
+/// [`profile`] for a run started from this process: the terminals of its
+/// stdin, stdout and stderr (if any) become the run's own terminal
+/// ([`ProfileInput::terminals`]), resolved now; every other terminal stays
+/// unwritable.
+pub fn profile_for_run(policy: &ResolvedPolicy) -> Result<SeatbeltProfile, SeatbeltError> {
+    profile(policy)?;
+    ProfileInput {
+        terminals: crate::paths::stdio_terminals(),
+        ..ProfileInput::from(policy)
+    }
+    .profile()
+}
+
 /// The port of an IP rule admitting exactly one loopback address and port.
 fn loopback_port(rule: &EgressRule) -> Option<u16> {
     let ip = rule.as_ip()?;
@@ -148,8 +180,32 @@ impl ProfileInput {
                 self.read_deny_paths.iter().chain(&self.write_deny_paths),
             ),
         )?;
+        let unix = params(
+            "allow_unix_sockets",
+            UNIX_SOCKET_PARAM,
+            &self.allow_unix_sockets,
+        )?;
+        let terminals = params("terminals", TERMINAL_PARAM, &self.terminals)?;
+        // Read-denied paths are write-denied too, as on Linux (Landlock
+        // removes every right beneath them).
+        let denied: Vec<(String, String)> = write_deny.iter().chain(&read_deny).cloned().collect();
 
         let mut text = String::from(BASE);
+        if terminals.is_empty() {
+            text.push_str(
+                "; Terminals: none named (a run names those of the runner's stdin, stdout and stderr); no other terminal is writable.\n",
+            );
+        } else {
+            text.push_str(
+                "; Terminals: only the run's own (those of the runner's stdin, stdout and stderr); no other terminal is writable.\n",
+            );
+            rule(
+                &mut text,
+                "allow file-write-data file-ioctl",
+                &terminals,
+                &["literal"],
+            );
+        }
         text.push_str(READS);
         if read_deny.is_empty() {
             text.push_str("; Read denies: none (read_deny_paths is empty).\n");
@@ -168,18 +224,14 @@ impl ProfileInput {
             text.push_str("; Writes: beneath each write_paths entry.\n");
             rule(&mut text, "allow file-write*", &write, &["subpath"]);
         }
-        if write_deny.is_empty() && read_deny.is_empty() {
+        if denied.is_empty() {
             text.push_str(
                 "; Write denies: none (write_deny_paths and read_deny_paths are empty).\n",
             );
         } else {
-            // A read-denied path is write-denied too, as on Linux (Landlock
-            // removes every right beneath it).
             text.push_str(
                 "; Write denies: each write_deny_paths and read_deny_paths entry and everything beneath it, existing or not.\n",
             );
-            let denied: Vec<(String, String)> =
-                write_deny.iter().chain(&read_deny).cloned().collect();
             rule(
                 &mut text,
                 "deny file-write*",
@@ -190,9 +242,10 @@ impl ProfileInput {
         if !ancestors.is_empty() {
             // Moving an ancestor away would carry the denied path out from
             // under the path-based rules above (and a read-denied file could
-            // then be read at its new name).
+            // then be read at its new name); a symlink made at an ancestor
+            // that does not exist yet would do the same.
             text.push_str(
-                "; Deny path ancestors inside the write paths: never unlinked or renamed.\n",
+                "; Deny path ancestors inside the write paths: never unlinked or renamed, never made a symlink.\n",
             );
             rule(
                 &mut text,
@@ -200,19 +253,73 @@ impl ProfileInput {
                 &ancestors,
                 &["literal"],
             );
+            text.push_str("(deny file-write-create");
+            for (name, _) in &ancestors {
+                let _ = write!(
+                    text,
+                    "\n  (require-all (vnode-type SYMLINK) (literal (param \"{name}\")))"
+                );
+            }
+            text.push_str(")\n");
+        }
+        if self.protect_git_dirs && !write.is_empty() {
+            text.push_str(GIT_DIRS_HEAD);
+            text.push_str("(deny file-write*");
+            for (name, _) in &write {
+                for re in [GIT_CONFIG_REGEX, GIT_HOOKS_REGEX] {
+                    let _ = write!(
+                        text,
+                        "\n  (require-all (subpath (param \"{name}\")) (regex #\"{re}\"))"
+                    );
+                }
+            }
+            text.push_str(")\n(deny file-write-create");
+            for (name, _) in &write {
+                for kind in ["SYMLINK", "REGULAR-FILE"] {
+                    let _ = write!(
+                        text,
+                        "\n  (require-all (subpath (param \"{name}\")) (regex #\"{GIT_LINK_REGEX}\") (vnode-type {kind}))"
+                    );
+                }
+            }
+            text.push_str(")\n");
+        } else if self.protect_git_dirs {
+            text.push_str("; Git directories: nothing beneath a write path to protect (write_paths is empty).\n");
         }
         match (&self.loopback_ports, self.network) {
             (Some(ports), true) => {
+                let ports: BTreeSet<&u16> = ports.iter().collect();
                 text.push_str(NETWORK_LOOPBACK);
-                for port in ports.iter().collect::<BTreeSet<_>>() {
+                for port in &ports {
                     let _ = writeln!(
                         text,
                         "(allow network-outbound (remote ip \"localhost:{port}\"))"
                     );
                 }
+                if !ports.is_empty() {
+                    text.push_str("; ...but no listening on the listed loopback ports (the proxy's and the allowed services').\n(deny network-bind");
+                    for port in &ports {
+                        let _ = write!(text, "\n  (local ip \"localhost:{port}\")");
+                    }
+                    text.push_str(")\n");
+                }
+                unix_sockets(&mut text, &write, &unix, &denied);
+                text.push_str(TLS_SERVICES);
             }
-            (None, true) => text.push_str(NETWORK_ON),
+            (None, true) => {
+                text.push_str(NETWORK_ON);
+                unix_sockets(&mut text, &write, &unix, &denied);
+                text.push_str(NAME_SERVICES);
+                text.push_str(TLS_SERVICES);
+            }
             (_, false) => text.push_str(NETWORK_OFF),
+        }
+        if self.network {
+            if read_deny.is_empty() {
+                text.push_str(KEYCHAIN_ON);
+            } else {
+                text.push_str(KEYCHAIN_OFF);
+            }
         }
         text.push_str(if self.deny_subprocess {
             SUBPROCESS_DENIED
@@ -225,8 +332,56 @@ impl ProfileInput {
             .chain(read_deny)
             .chain(write_deny)
             .chain(ancestors)
+            .chain(unix)
+            .chain(terminals)
             .collect();
         Ok(SeatbeltProfile { text, params })
+    }
+}
+
+/// Host UNIX sockets with the network on, as on Linux: only beneath the
+/// write paths (outside every deny path) and those `allow_unix_sockets` lists.
+fn unix_sockets(
+    text: &mut String,
+    write: &[(String, String)],
+    unix: &[(String, String)],
+    denied: &[(String, String)],
+) {
+    if write.is_empty() && unix.is_empty() {
+        text.push_str(
+            "; Host UNIX sockets: none (no write paths, allow_unix_sockets is empty); every one is refused.\n",
+        );
+        return;
+    }
+    text.push_str(
+        "; Host UNIX sockets: only beneath the write paths and those allow_unix_sockets lists; every other one is refused.\n",
+    );
+    if !write.is_empty() {
+        rule(
+            text,
+            "allow network-bind network-inbound network-outbound",
+            write,
+            &["subpath"],
+        );
+    }
+    if !unix.is_empty() {
+        text.push_str("(allow network-outbound");
+        for (name, _) in unix {
+            let _ = write!(
+                text,
+                "\n  (remote unix-socket (path-literal (param \"{name}\")))"
+            );
+        }
+        text.push_str(")\n");
+    }
+    if !denied.is_empty() {
+        text.push_str("; ...and none beneath a deny path.\n");
+        rule(
+            text,
+            "deny network-bind network-inbound network-outbound",
+            denied,
+            &["literal", "subpath"],
+        );
     }
 }
 
@@ -300,8 +455,10 @@ const BASE: &str = r#"(version 1)
 (allow process-exec*)
 (allow signal (target same-sandbox))
 (allow process-info* (target same-sandbox))
-; System information: sysctl reads, broad like file reads.
+; System information: sysctl reads, broad like file reads, except the
+; arguments and environment of processes (kern.procargs, kern.procargs2).
 (allow sysctl-read)
+(deny sysctl-read (sysctl-name-prefix "kern.procargs"))
 ; Local IPC ordinary tools use: preferences reads, POSIX semaphores (Python multiprocessing).
 (allow user-preference-read)
 (allow ipc-posix-sem)
@@ -315,15 +472,19 @@ const BASE: &str = r#"(version 1)
   (global-name "com.apple.system.notification_center")
   (global-name "com.apple.system.opendirectoryd.libinfo")
   (global-name "com.apple.system.opendirectoryd.membership"))
-; Devices: /dev/null and terminals may be written and controlled.
+; Devices: /dev/null, and /dev/tty (the controlling terminal, the run's own).
 (allow file-write-data file-ioctl
   (literal "/dev/null")
-  (literal "/dev/tty")
-  (regex #"^/dev/ttys[0-9]+$"))
+  (literal "/dev/tty"))
 "#;
 
 const READS: &str = r#"; Reads: the whole file system (read denies below take precedence).
 (allow file-read*)
+"#;
+
+const GIT_DIRS_HEAD: &str = r#"; Git directories beneath the write paths (protect_git_dirs), existing or made by the run:
+; config, config.worktree, commondir and hooks are never written, and no .git file or
+; symlink (naming a git directory elsewhere) is made; the write path stays out of the regex.
 "#;
 
 const NETWORK_LOOPBACK: &str = r#"; Network: listed destinations only, through the runner's proxy on localhost;
@@ -332,22 +493,51 @@ const NETWORK_LOOPBACK: &str = r#"; Network: listed destinations only, through t
 (allow network-bind network-inbound (local ip "localhost:*"))
 "#;
 
-const NETWORK_ON: &str = r#"; Network: on; sockets, connections, listening, and the services name resolution and TLS use.
-(allow network-bind network-inbound network-outbound)
+const NETWORK_ON: &str = r#"; Network: on for IP (any address); sockets, connections, listening.
 (allow system-socket)
+(allow network-outbound (remote ip "*:*"))
+(allow network-bind network-inbound (local ip "*:*"))
+"#;
+
+const NAME_SERVICES: &str = r#"; Name resolution: mDNSResponder's socket and the DNS services.
+(allow network-outbound (literal "/private/var/run/mDNSResponder"))
 (allow mach-lookup
-  (global-name "com.apple.SecurityServer")
   (global-name "com.apple.SystemConfiguration.DNSConfiguration")
   (global-name "com.apple.SystemConfiguration.configd")
   (global-name "com.apple.dnssd.service")
-  (global-name "com.apple.networkd")
+  (global-name "com.apple.networkd"))
+"#;
+
+const TLS_SERVICES: &str = r#"; Certificate trust for TLS (these services may fetch OCSP/CRL/AIA URLs).
+(allow mach-lookup
   (global-name "com.apple.ocspd")
   (global-name "com.apple.trustd")
   (global-name "com.apple.trustd.agent"))
 "#;
 
-const NETWORK_OFF: &str =
-    "; Network: off; only local unix socketpairs work, and they need no rule.\n";
+const KEYCHAIN_ON: &str = r#"; Keychain (com.apple.SecurityServer): with the network on and no read denies.
+(allow mach-lookup (global-name "com.apple.SecurityServer"))
+"#;
+
+const KEYCHAIN_OFF: &str = r#"; Keychain (com.apple.SecurityServer): closed, since the policy read-denies paths
+; (--secrets): the service would read keychains on the command's behalf.
+(deny mach-lookup (global-name "com.apple.SecurityServer"))
+"#;
+
+const NETWORK_OFF: &str = r#"; Network: off; only local unix socketpairs work, and they need no rule. The
+; services that reach the network on a caller's behalf, granted by Apple's
+; base profiles, are closed again, as is mDNSResponder's socket.
+(deny mach-lookup
+  (global-name "com.apple.SecurityServer")
+  (global-name "com.apple.dnssd.service")
+  (global-name "com.apple.networkd")
+  (global-name "com.apple.nsurlsessiond")
+  (global-name "com.apple.nsurlstorage-cache")
+  (global-name "com.apple.ocspd")
+  (global-name "com.apple.trustd")
+  (global-name "com.apple.trustd.agent"))
+(deny network-outbound (literal "/private/var/run/mDNSResponder"))
+"#;
 
 const SUBPROCESS_ALLOWED: &str = r#"; Subprocesses: allowed.
 (allow process-fork)

@@ -188,6 +188,7 @@ pub const KNOWN_OPERATIONS: &[&str] = &[
     "file-ioctl",
     "file-read*",
     "file-write*",
+    "file-write-create",
     "file-write-data",
     "file-write-unlink",
     "ipc-posix-sem",
@@ -207,8 +208,26 @@ pub const KNOWN_OPERATIONS: &[&str] = &[
 /// The only path strings a generated profile body contains: fixed devices.
 pub const DEVICE_LITERALS: &[&str] = &["/dev/null", "/dev/tty"];
 
-/// The only regex a generated profile body contains: terminal devices.
-pub const DEVICE_REGEXES: &[&str] = &["^/dev/ttys[0-9]+$"];
+/// The only other path string: mDNSResponder's socket (name resolution with
+/// the network on; denied with it off).
+pub const SOCKET_LITERALS: &[&str] = &["/private/var/run/mDNSResponder"];
+
+/// Any path component `.git`, then (at any depth: `modules/NAME/`,
+/// `worktrees/NAME/`) the files that make git run programs. Written without
+/// backslashes (`[.]`), so no reader's escape rules can change it.
+pub const GIT_CONFIG_REGEX: &str = "/[.]git/(.+/)?(config|config[.]worktree|commondir)$";
+/// Hooks directories of any git directory, and everything in them.
+pub const GIT_HOOKS_REGEX: &str = "/[.]git/(.+/)?hooks(/|$)";
+/// A `.git` entry (made as a file or symlink, it names a git directory elsewhere).
+pub const GIT_LINK_REGEX: &str = "/[.]git$";
+
+/// The only regexes a generated profile body contains: the parts of git
+/// directories that make git run programs, each paired with a write-path
+/// parameter by `require-all` (a regex cannot take a parameter).
+pub const GIT_REGEXES: &[&str] = &[GIT_CONFIG_REGEX, GIT_HOOKS_REGEX, GIT_LINK_REGEX];
+
+/// The only sysctl name prefix a generated profile names: process arguments.
+pub const SYSCTL_PREFIXES: &[&str] = &["kern.procargs"];
 
 /// Whether a rule allows or denies.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -257,8 +276,9 @@ impl Rule {
 /// Checked: balanced forms; `(version 1)` then `(deny default)` first; only
 /// `version`, `import`, `allow` and `deny` at top level; only
 /// [`KNOWN_OPERATIONS`]; string literals only as parameter names, Apple
-/// service names, the `bsd.sb` import and the fixed [`DEVICE_LITERALS`] and
-/// [`DEVICE_REGEXES`], so no policy path text appears in the body.
+/// service names, the `bsd.sb` import, the fixed [`DEVICE_LITERALS`],
+/// [`SOCKET_LITERALS`], [`SYSCTL_PREFIXES`] and [`GIT_REGEXES`], so no policy
+/// path text appears in the body.
 pub fn validate(text: &str) -> Result<Vec<Rule>, String> {
     let forms = parse(text).map_err(|e| e.to_string())?;
     let version = Sexp::List(vec![Sexp::Atom("version".into()), Sexp::Atom("1".into())]);
@@ -318,12 +338,18 @@ fn check_literals(form: &Sexp, parent: Option<&str>) -> Result<(), String> {
                 Some("import") => s == "bsd.sb",
                 Some("global-name") => s.starts_with("com.apple.") && !s.contains('/'),
                 Some("param") => is_param_name(s),
-                Some("literal") => DEVICE_LITERALS.contains(&s.as_str()),
+                Some("literal") => {
+                    DEVICE_LITERALS.contains(&s.as_str()) || SOCKET_LITERALS.contains(&s.as_str())
+                }
+                Some("sysctl-name-prefix") => SYSCTL_PREFIXES.contains(&s.as_str()),
                 // `(local ip "localhost:*")`, `(remote ip "localhost:PORT")`:
-                // loopback only, a port or any.
-                Some("local" | "remote") => s.strip_prefix("localhost:").is_some_and(|port| {
-                    port == "*" || (!port.is_empty() && port.parse::<u16>().is_ok())
-                }),
+                // loopback, a port or any; `"*:*"`: any address (network on).
+                Some("local" | "remote") => {
+                    s == "*:*"
+                        || s.strip_prefix("localhost:").is_some_and(|port| {
+                            port == "*" || (!port.is_empty() && port.parse::<u16>().is_ok())
+                        })
+                }
                 _ => false,
             };
             if ok {
@@ -335,19 +361,24 @@ fn check_literals(form: &Sexp, parent: Option<&str>) -> Result<(), String> {
                 ))
             }
         }
-        Sexp::Regex(r) if parent == Some("regex") && DEVICE_REGEXES.contains(&r.as_str()) => Ok(()),
+        Sexp::Regex(r) if parent == Some("regex") && GIT_REGEXES.contains(&r.as_str()) => Ok(()),
         Sexp::Regex(r) => Err(format!("unexpected regex literal {r:?}")),
     }
 }
 
 /// `PREFIX_N` for one of the crate's parameter prefixes.
 fn is_param_name(s: &str) -> bool {
-    use crate::profile::{ANCESTOR_PARAM, READ_DENY_PARAM, WRITE_DENY_PARAM, WRITE_PARAM};
+    use crate::profile::{
+        ANCESTOR_PARAM, READ_DENY_PARAM, TERMINAL_PARAM, UNIX_SOCKET_PARAM, WRITE_DENY_PARAM,
+        WRITE_PARAM,
+    };
     [
         WRITE_PARAM,
         READ_DENY_PARAM,
         WRITE_DENY_PARAM,
         ANCESTOR_PARAM,
+        UNIX_SOCKET_PARAM,
+        TERMINAL_PARAM,
     ]
     .iter()
     .any(|prefix| {

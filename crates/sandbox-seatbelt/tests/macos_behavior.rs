@@ -184,6 +184,12 @@ fn perform(action: &str) -> String {
             Err(e) => format!("error:{:?}:{e}", e.kind()),
         };
     }
+    if let Some(path) = action.strip_prefix("unix=") {
+        return match UnixStream::connect(path) {
+            Ok(_) => "connected".into(),
+            Err(e) => format!("error:{:?}:{e}", e.kind()),
+        };
+    }
     if action == "spawn" {
         // std uses posix_spawn on macOS, which must be refused like fork.
         return match std::process::Command::new("/usr/bin/true").status() {
@@ -289,4 +295,97 @@ fn denied_paths_cannot_be_written_or_moved_away() {
     ));
     assert!(ok.status.success(), "{}", text(&ok.stderr));
     assert!(w.join("e").is_dir());
+}
+
+/// Host UNIX sockets as on Linux (#46): with the network on, only beneath a
+/// write path or listed in `allow_unix_sockets`; every other one refused.
+#[test]
+fn host_unix_sockets_only_beneath_write_paths_or_listed() {
+    use std::os::unix::net::UnixListener;
+    let host = tempfile::tempdir().unwrap();
+    let host = std::fs::canonicalize(host.path()).unwrap();
+    let work = tempfile::tempdir().unwrap();
+    let work = std::fs::canonicalize(work.path()).unwrap();
+    let outside = host.join("agent.sock");
+    let inside = work.join("app.sock");
+    let _l1 = UnixListener::bind(&outside).unwrap();
+    let _l2 = UnixListener::bind(&inside).unwrap();
+    let connect = |p: &Path| format!("unix={}", p.display());
+    let policy = SandboxPolicy {
+        write_paths: vec![work.to_str().unwrap().into()],
+        ..SandboxPolicy::default()
+    };
+    let refused = helper(&policy, &connect(&outside));
+    assert!(refused.starts_with("error:"), "{refused}");
+    assert_eq!(helper(&policy, &connect(&inside)), "connected");
+    let listed = SandboxPolicy {
+        allow_unix_sockets: vec![outside.to_str().unwrap().into()],
+        ..policy.clone()
+    };
+    assert_eq!(helper(&listed, &connect(&outside)), "connected");
+    // Network off: not even the listed one.
+    let off = SandboxPolicy {
+        network: false,
+        ..listed
+    };
+    assert!(helper(&off, &connect(&outside)).starts_with("error:"));
+}
+
+/// A protected name whose folder does not exist yet cannot be made a
+/// symlink (#46 item 4); a symlink elsewhere in the write path can.
+#[test]
+fn protected_folders_cannot_be_made_symlinks() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = std::fs::canonicalize(dir.path()).unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let policy = SandboxPolicy {
+        write_paths: vec![w.to_str().unwrap().into()],
+        write_deny_paths: vec![w.join(".claude/settings.json").to_str().unwrap().into()],
+        ..SandboxPolicy::default()
+    };
+    let sh = |script: &str| run(&policy, &["/bin/sh", "-c", script], &[]);
+    let e = elsewhere.path().to_str().unwrap();
+    let w = w.to_str().unwrap();
+    assert!(!sh(&format!("ln -s '{e}' '{w}/.claude'")).status.success());
+    assert!(!Path::new(w).join(".claude").exists());
+    assert!(!sh(&format!(
+        "ln -s '{e}' '{w}/tmp' && mv '{w}/tmp' '{w}/.claude'"
+    ))
+    .status
+    .success());
+    assert!(std::fs::symlink_metadata(Path::new(w).join(".claude")).is_err());
+    // Twins: a symlink elsewhere, and the folder itself.
+    let ok = sh(&format!("ln -s '{e}' '{w}/other' && mkdir '{w}/.claude'"));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+}
+
+/// workspace-write's git protection with no repository yet, and in nested
+/// repositories made during the run (#46 item 5).
+#[test]
+fn git_config_and_hooks_are_protected_before_any_repository_exists() {
+    let dir = tempfile::tempdir().unwrap();
+    let w = std::fs::canonicalize(dir.path()).unwrap();
+    let policy = SandboxPolicy {
+        write_paths: vec![w.to_str().unwrap().into()],
+        protect_git_dirs: true,
+        ..SandboxPolicy::default()
+    };
+    let sh = |script: &str| run(&policy, &["/bin/sh", "-c", script], &[]);
+    let w = w.to_str().unwrap();
+    for refused in [
+        format!("mkdir -p '{w}/.git' && echo x > '{w}/.git/config'"),
+        format!("mkdir -p '{w}/.git/hooks'"),
+        format!("mkdir -p '{w}/sub/.git' && echo x > '{w}/sub/.git/config'"),
+        format!("mkdir -p '{w}/sub/.git/modules/m' && echo x > '{w}/sub/.git/modules/m/config'"),
+        format!("mkdir -p '{w}/s2' && echo 'gitdir: {w}/elsewhere' > '{w}/s2/.git'"),
+    ] {
+        assert!(!sh(&refused).status.success(), "{refused}");
+    }
+    assert!(!Path::new(w).join(".git/config").exists());
+    assert!(!Path::new(w).join("s2/.git").exists());
+    // Twins: the rest of a git directory, and names that only look alike.
+    let ok = sh(&format!(
+        "mkdir -p '{w}/r/.git/objects' && echo ref > '{w}/r/.git/HEAD' && echo x > '{w}/r/config' && echo x > '{w}/r/.gitx'"
+    ));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
 }

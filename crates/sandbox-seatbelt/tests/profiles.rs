@@ -18,8 +18,7 @@ fn input(network: bool, deny_subprocess: bool, write: &[&str]) -> ProfileInput {
         loopback_ports: None,
         deny_subprocess,
         write_paths: write.iter().map(PathBuf::from).collect(),
-        read_deny_paths: Vec::new(),
-        write_deny_paths: Vec::new(),
+        ..ProfileInput::default()
     }
 }
 
@@ -116,15 +115,13 @@ fn snapshot_egress_allowlist() {
         "{}",
         p.text
     );
-    assert!(!p
-        .text
-        .contains("(allow network-bind network-inbound network-outbound)"));
+    assert!(!p.text.contains("(remote ip \"*:*\")"));
     insta::assert_snapshot!("egress_allowlist", checked(&ProfileInput::from(&listed)));
-    // Twin: without a list the network is wholly on.
+    // Twin: without a list the network is on for any IP address.
     assert!(profile(&policy(&[]))
         .unwrap()
         .text
-        .contains("network-outbound)"));
+        .contains("(allow network-outbound (remote ip \"*:*\"))"));
     let err = profile(&policy(&["10.0.0.0/8"])).unwrap_err().to_string();
     assert!(
         err.contains("10.0.0.0/8") && err.contains("host names"),
@@ -286,6 +283,7 @@ fn denied_paths_and_their_ancestors_cannot_be_moved_away() {
         write_paths: vec!["/w".into()],
         read_deny_paths: vec!["/w/a/secret".into()],
         write_deny_paths: vec!["/w/b/c/.git".into(), "/elsewhere/x".into()],
+        ..ProfileInput::default()
     };
     let p = i.profile().unwrap();
     let rules = validate(&p.text).unwrap();
@@ -334,6 +332,7 @@ proptest! {
             write_paths: vec!["/plain/w".into()],
             read_deny_paths: vec!["/plain/r".into()],
             write_deny_paths: vec!["/plain/d".into()],
+            ..ProfileInput::default()
         };
         // A deny path inside the write path adds its ancestors as parameters
         // (a count that depends on the paths' nesting, tested on its own below).
@@ -369,4 +368,108 @@ proptest! {
         prop_assert!(msg.contains("read_deny_paths"), "{}", msg);
         prop_assert!(msg.contains(&format!("{:?}", std::path::Path::new(&path))), "{}", msg);
     }
+}
+
+const AGENT: &str = "/Users/dev/.ssh/agent.sock";
+
+/// Host UNIX sockets in each network mode, as on Linux: network on or
+/// allowlist, only beneath the write paths (not beneath a deny path) and
+/// those `allow_unix_sockets` lists; network off, none.
+#[test]
+fn snapshot_unix_sockets_per_mode() {
+    let mut i = input(true, false, &[WORKSPACE]);
+    i.allow_unix_sockets = vec![AGENT.into()];
+    i.write_deny_paths = vec![format!("{WORKSPACE}/.env").into()];
+    let on = checked(&i);
+    assert!(on.contains("(remote unix-socket (path-literal (param \"UNIX_SOCKET_0\")))"));
+    assert!(!on.contains("(allow network-bind network-inbound network-outbound)\n"));
+    assert!(on.contains(&format!(";; UNIX_SOCKET_0={AGENT}")));
+    insta::assert_snapshot!("unix_sockets_network_on", on);
+
+    let allowlist = ProfileInput {
+        loopback_ports: Some(vec![40000]),
+        ..i.clone()
+    };
+    let listed = checked(&allowlist);
+    assert!(listed.contains("(remote unix-socket (path-literal (param \"UNIX_SOCKET_0\")))"));
+    assert!(!listed.contains("mDNSResponder"));
+    insta::assert_snapshot!("unix_sockets_allowlist", listed);
+
+    let off = ProfileInput {
+        network: false,
+        ..i.clone()
+    };
+    let off = checked(&off);
+    assert!(
+        !off.contains("UNIX_SOCKET_0\")"),
+        "the listed socket is not reachable offline"
+    );
+    insta::assert_snapshot!("unix_sockets_network_off", off);
+
+    // Twin: without write paths or listed sockets, no UNIX socket at all.
+    let bare = checked(&input(true, false, &[]));
+    assert!(bare.contains("; Host UNIX sockets: none"));
+    assert!(!bare.contains("unix-socket"));
+}
+
+/// `--allow-unix` reaches the profile from a resolved policy.
+#[test]
+fn allow_unix_sockets_come_from_the_policy() {
+    let dir = tempfile::tempdir().unwrap();
+    let sock = dir.path().join("agent.sock");
+    let resolved = SandboxPolicy {
+        allow_unix_sockets: vec![sock.to_str().unwrap().into()],
+        ..SandboxPolicy::default()
+    }
+    .resolve(&ExpandContext::default())
+    .unwrap();
+    let p = profile(&resolved).unwrap();
+    let expected = sandbox_seatbelt::macos_canonical(
+        &std::fs::canonicalize(dir.path())
+            .unwrap()
+            .join("agent.sock"),
+    );
+    assert_eq!(p.param("UNIX_SOCKET_0"), expected.to_str());
+}
+
+/// Only the run's own terminal, by parameter; never a regex over all ttys.
+#[test]
+fn snapshot_run_terminal() {
+    let mut i = input(true, false, &[WORKSPACE]);
+    i.terminals = vec!["/dev/ttys003".into()];
+    let text = checked(&i);
+    assert!(!text.contains("ttys[0-9]"));
+    assert!(text.contains("(literal (param \"TERMINAL_0\"))"));
+    insta::assert_snapshot!("run_terminal", text);
+    // Twin: no terminal given, none named.
+    assert!(!checked(&input(true, false, &[WORKSPACE])).contains("TERMINAL_"));
+}
+
+/// workspace-write's git protection and the symlink rule for protected names.
+#[test]
+fn snapshot_git_dirs_and_protected_names() {
+    let mut i = input(true, false, &[WORKSPACE, RUN_TMP]);
+    i.protect_git_dirs = true;
+    i.write_deny_paths = vec![
+        format!("{WORKSPACE}/.claude/settings.json").into(),
+        format!("{WORKSPACE}/.config/git").into(),
+    ];
+    let text = checked(&i);
+    for a in [
+        "/Users/dev/project",
+        "/Users/dev/project/.claude",
+        "/Users/dev/project/.config",
+    ] {
+        assert!(
+            text.contains(&format!("={a}\n")),
+            "{a} is no ancestor parameter:\n{text}"
+        );
+    }
+    assert!(
+        text.contains("(require-all (vnode-type SYMLINK) (literal (param \"DENY_ANCESTOR_1\")))")
+    );
+    insta::assert_snapshot!("git_dirs_and_protected_names", text);
+    // Twin: without protect_git_dirs, no regex at all.
+    i.protect_git_dirs = false;
+    assert!(!checked(&i).contains("(regex"));
 }
