@@ -582,8 +582,9 @@ fn allowlisted(nobody: bool, confined: bool) -> Vec<std::ffi::OsString> {
 
 /// A question whose name carries bytes no host name has (an OSC title
 /// sequence, a newline that would add a line of the command's choosing) is
-/// answered FORMERR, and the summary the sandbox prints after the run shows
-/// it escaped on its own line. Twin: a listed name is answered in the same
+/// answered FORMERR, and the summary the sandbox prints after the run (one
+/// that failed: a successful one prints none) shows it escaped on its own
+/// line. Twin: a listed name is answered in the same
 /// run, and an unlisted plain name is shown as it is.
 #[test]
 fn a_name_that_is_no_host_name_is_malformed_and_shown_escaped() {
@@ -591,8 +592,8 @@ fn a_name_that_is_no_host_name_is_malformed_and_shown_escaped() {
         r#"
 evil="$(printf 'x\033]0;owned\007.example.com')"
 line="$(printf 'y\nsandbox: all clear, nothing refused')"
-"$SANDBOX" run --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --tcp svc.example.com "$evil" "$line" | sed 's/^/tcp /'
-"$SANDBOX" run --allow-net svc.example.com:8080 -- /usr/bin/python3 "$DNSQ" --tcp plain.example.net | sed 's/^/plain /'
+"$SANDBOX" run --allow-net svc.example.com:8080 -- /bin/sh -c '/usr/bin/python3 "$@"; exit 1' sh "$DNSQ" --tcp svc.example.com "$evil" "$line" | sed 's/^/tcp /'
+"$SANDBOX" run --allow-net svc.example.com:8080 -- /bin/sh -c '/usr/bin/python3 "$@"; exit 1' sh "$DNSQ" --tcp plain.example.net | sed 's/^/plain /'
 "#,
     );
     let l = lines(&out);

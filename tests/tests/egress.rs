@@ -240,12 +240,12 @@ for name, f in [("udp", udp), ("udplite", udplite), ("tcp", tcp), ("netlink_rout
 /// UDP sockets are made (in the run's datagram namespace, from which
 /// nothing but the runner's resolver is reached: `tests/tests/dns.rs`);
 /// UDP-Lite and `NETLINK_USERSOCK` sockets, listening off loopback and
-/// `MSG_FASTOPEN` are refused, and the summary line names them as socket
-/// calls.
+/// `MSG_FASTOPEN` are refused, and the summary line (after a failed run)
+/// names them as socket calls.
 #[test]
 fn no_other_socket_fastopen_or_outside_listener_gets_past_the_list() {
     let port = http_server("x");
-    let script = format!("python3 -c '{SOCKETS}' {port}");
+    let script = format!("python3 -c '{SOCKETS}' {port}; exit 1");
     let (out, _) = run(&allow(&["example.com:443".to_owned()]), &script);
     let err = String::from_utf8_lossy(&out.stderr);
     assert_eq!(

@@ -149,9 +149,9 @@ fn on_unsupported_ignore_runs_without_a_word() {
     );
 }
 
-/// What the sandbox refused is said in one line on stderr after the command
-/// ended: for a refused connection and a refused write, never for a clean
-/// run, and not with `--quiet`.
+/// What the sandbox refused is said in one line on stderr after a command
+/// that failed: for a refused connection and a refused write, never for a
+/// clean run, and not with `--quiet`.
 #[test]
 fn a_refusal_is_summed_up_in_one_line_after_the_run() {
     let w = tempfile::tempdir().unwrap();
@@ -174,7 +174,7 @@ fn a_refusal_is_summed_up_in_one_line_after_the_run() {
             .collect::<Vec<_>>()
     };
     // A write to a protected file: refused by the broker.
-    let out = run(&[], "echo x > .bashrc; echo done");
+    let out = run(&[], "echo x > .bashrc; echo done; exit 1");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
     let lines = summary(&out);
     assert_eq!(lines.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
@@ -189,7 +189,7 @@ fn a_refusal_is_summed_up_in_one_line_after_the_run() {
     // A connection to a name no rule lists, through the proxy.
     let out = run(
         &["--allow-net", "listed.example.test:443"],
-        "curl -s -o /dev/null https://not-listed.example.test/; echo done",
+        "curl -s -o /dev/null https://not-listed.example.test/; echo done; exit 1",
     );
     let lines = summary(&out);
     assert_eq!(lines.len(), 1, "{}", String::from_utf8_lossy(&out.stderr));
@@ -204,13 +204,96 @@ fn a_refusal_is_summed_up_in_one_line_after_the_run() {
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let out = run(&["--quiet"], "echo x > .bashrc; echo done");
+    let out = run(&["--quiet"], "echo x > .bashrc; echo done; exit 1");
     assert!(
         summary(&out).is_empty(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
     assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+}
+
+/// No noise after success: a command that got past a refusal and exited 0
+/// prints nothing of the sandbox's (its output is untouched), while the
+/// record under `--report` holds the refusal and `--explain` lists it.
+/// Twin: the same refusal followed by a failure is summed up (above).
+#[test]
+fn a_successful_run_says_nothing_of_its_refusals_unless_asked() {
+    let w = tempfile::tempdir().unwrap();
+    let w = std::fs::canonicalize(w.path()).unwrap();
+    let report = w.join("r.json");
+    let run = |extra: &[&str]| {
+        sandbox()
+            .args(["run", "--mode", "workspace-write", "--workspace", "."])
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", "echo x > .bashrc; echo done"])
+            .env("HOME", "/nonexistent/sandbox-tests-home")
+            .current_dir(&w)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--report", report.to_str().unwrap()]);
+    assert_exit(&out, 0);
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n");
+    assert!(sandbox_lines(&out).is_empty(), "{:?}", sandbox_lines(&out));
+    let v: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(v["classification"]["class"], "ok", "{v}");
+    let refused = v["mediation"]["refused"].as_array().unwrap();
+    assert!(
+        refused
+            .iter()
+            .any(|c| c["target"] == w.join(".bashrc").display().to_string()),
+        "{v}"
+    );
+    let out = run(&["--explain"]);
+    assert_exit(&out, 0);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(".bashrc") && err.contains("refused"), "{err}");
+}
+
+/// A run the sandbox ends at its timeout says so in one `sandbox:` line,
+/// with how to give it more (`--timeout N`, bounded by the operator's
+/// `max_timeout_seconds`); at the operator's ceiling, that only the
+/// operator can raise it. Twin: a run that ends in time says nothing.
+#[test]
+fn a_timeout_is_said_with_how_to_raise_it() {
+    let lines = |extra: &[&str], secs: &str| {
+        let out = sandbox()
+            .arg("run")
+            .args(extra)
+            .args(["--", "/bin/sleep", secs])
+            .output()
+            .unwrap();
+        (out.status.code(), sandbox_lines(&out))
+    };
+    let (code, said) = lines(&["--timeout", "1"], "30");
+    assert_eq!(code, Some(124));
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("timeout of 1 s")
+            && said[0].contains("--timeout N")
+            && said[0].contains("at most 600 s")
+            && said[0].contains("max_timeout_seconds"),
+        "{said:?}"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let config = dir.path().join("config.toml");
+    std::fs::write(
+        &config,
+        "[sandbox.policy]\ntimeout_seconds = 1\nmax_timeout_seconds = 1\n",
+    )
+    .unwrap();
+    let (code, said) = lines(&["--config", config.to_str().unwrap()], "30");
+    assert_eq!(code, Some(124));
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("timeout of 1 s") && said[0].contains("only the operator"),
+        "{said:?}"
+    );
+    let (code, said) = lines(&["--timeout", "5"], "0");
+    assert_eq!(code, Some(0));
+    assert!(said.is_empty(), "{said:?}");
 }
 
 /// A run refused while its policy is resolved (a write path that does not

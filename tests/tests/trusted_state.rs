@@ -561,7 +561,7 @@ fn refused_paths_reach_the_terminal_escaped() {
                  "$(printf 'c\nsandbox: all clear, nothing refused')" plain; do
             { true > ".git/hooks/$n"; } 2>/dev/null
         done
-        exit 0"#;
+        exit 1"#;
     for explain in [false, true] {
         let mut cmd = sandbox();
         cmd.current_dir(&w).env("HOME", &home).args([
@@ -576,7 +576,9 @@ fn refused_paths_reach_the_terminal_escaped() {
         }
         let out = cmd.args(sh(script)).output().unwrap();
         let text = stderr(&out);
-        assert_eq!(code(&out), Some(0), "{text}");
+        // A failed run: the summary is printed (after a successful one, only
+        // under --explain).
+        assert_eq!(code(&out), Some(1), "{text}");
         assert!(
             !out.stderr.iter().any(|&b| matches!(b, 0x1b | 0x07 | b'\r')),
             "raw control bytes: {text:?}"

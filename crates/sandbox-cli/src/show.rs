@@ -28,7 +28,13 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
         sandbox::Classification::TaskFailure => {
             out.push(head + "the command failed on its own terms")
         }
-        sandbox::Classification::Timeout => out.push(head + "ended by the timeout"),
+        sandbox::Classification::Timeout => {
+            out.push(head + "ended by the timeout");
+            out.extend(
+                timeout_summary(outcome)
+                    .map(|line| format!("  {}", line.trim_start_matches("sandbox: "))),
+            );
+        }
         sandbox::Classification::SandboxDenial { evidence } => {
             out.push(head + "the sandbox refused something:");
             out.extend(evidence.iter().map(|line| format!("  {line}")));
@@ -161,11 +167,17 @@ fn proposal(call: &sandbox::MediatedCall) -> Proposal {
 }
 
 /// One line saying what the sandbox refused during the run, in the user's
-/// terms, or `None` when it refused nothing: printed on stderr after the
-/// command ended (never among its own output), `--quiet` to leave it out.
-/// Probes of the controlling terminal (`/dev/tty`, which shells open to look
-/// for job control; a run has none) are not counted.
+/// terms, or `None` when it refused nothing or the command succeeded (a
+/// refusal the command got past is noise after success: the record under
+/// `--report` holds it, `--explain` lists it): printed on stderr after a
+/// failed run or one the sandbox ended (never among the command's own
+/// output), `--quiet` to leave it out. Probes of the controlling terminal
+/// (`/dev/tty`, which shells open to look for job control; a run has none)
+/// are not counted.
 pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
+    if outcome.classification == sandbox::Classification::Ok {
+        return None;
+    }
     let m = outcome.mediation.as_ref()?;
     let refused: Vec<&sandbox::MediatedCall> = m
         .refused
@@ -264,9 +276,37 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     ))
 }
 
+/// One line for a run the sandbox ended at its timeout: how long it had and
+/// how to give it more (`--timeout N`, which the operator's
+/// `max_timeout_seconds` bounds).
+pub(crate) fn timeout_summary(outcome: &Outcome) -> Option<String> {
+    if !outcome.timed_out {
+        return None;
+    }
+    let Some(policy) = &outcome.policy else {
+        return Some("sandbox: the run was ended at its timeout".into());
+    };
+    let (secs, ceiling) = (policy.timeout_seconds(), policy.max_timeout_seconds());
+    Some(if secs < ceiling {
+        format!(
+            "sandbox: the run was ended at its timeout of {secs} s; give it more with \
+             --timeout N (at most {ceiling} s, the operator's max_timeout_seconds)"
+        )
+    } else {
+        format!(
+            "sandbox: the run was ended at its timeout of {secs} s, the operator's ceiling \
+             (max_timeout_seconds in the operator config); only the operator can raise it"
+        )
+    })
+}
+
 /// One line for a run that met a limit which ends or refuses processes
-/// (printed, like the refusal summary, after the command ended).
+/// (printed, like the refusal summary, after the command ended): the
+/// timeout's ([`timeout_summary`]) when it ended the run.
 pub(crate) fn limit_summary(outcome: &Outcome) -> Option<String> {
+    if let Some(line) = timeout_summary(outcome) {
+        return Some(line);
+    }
     let hit = outcome.limits.iter().find(|l| l.stopped_something())?;
     Some(match hit.kind {
         sandbox::LimitKind::Memory => format!(
