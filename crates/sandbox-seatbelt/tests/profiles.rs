@@ -473,3 +473,27 @@ fn snapshot_git_dirs_and_protected_names() {
     i.protect_git_dirs = false;
     assert!(!checked(&i).contains("(regex"));
 }
+
+/// A run's profile is the policy's, plus the run's own terminals (if any) as
+/// `TERMINAL_N` parameters.
+#[test]
+fn profile_for_run_adds_only_terminals() {
+    let resolved = SandboxPolicy::default()
+        .resolve(&ExpandContext::default())
+        .unwrap();
+    let plain = profile(&resolved).unwrap();
+    let run = sandbox_seatbelt::profile_for_run(&resolved).unwrap();
+    validate(&run.text).unwrap();
+    let others: Vec<_> = run
+        .params
+        .iter()
+        .filter(|(n, _)| !n.starts_with("TERMINAL_"))
+        .cloned()
+        .collect();
+    assert_eq!(others, plain.params);
+    if run.params.len() == plain.params.len() {
+        assert_eq!(run.text, plain.text);
+    } else {
+        assert!(run.text.contains("(literal (param \"TERMINAL_0\"))"));
+    }
+}
