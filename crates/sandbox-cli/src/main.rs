@@ -287,7 +287,11 @@ fn effective_policy(
         Some(json) => serde_json::from_str::<SandboxPolicy>(json)
             .map_err(|e| Fatal(format!("invalid --policy-json: {e}")))?,
         None => {
-            let operator = config.policy.clone().unwrap_or_default();
+            let operator = config
+                .policy
+                .as_ref()
+                .map(sandbox::OperatorPolicy::to_policy)
+                .unwrap_or_default();
             let abs = |paths: &[PathBuf]| {
                 paths
                     .iter()
@@ -327,6 +331,15 @@ fn effective_policy(
         &protection,
     )
     .map_err(Fatal::from)?;
+    // The runner's own directories for this run (its private TMPDIR, the
+    // tool caches): written, but asked for by no request, so an operator's
+    // write bound does not refuse them.
+    let mut own: Vec<PathBuf> = caches.iter().map(|(_, dir)| dir.clone()).collect();
+    if let Some(tmp) = private_tmp {
+        if mode == SandboxMode::WorkspaceWrite || flags.private_tmp {
+            own.push(tmp.to_path_buf());
+        }
+    }
     if let (SandboxMode::ReadOnly, true, Some(tmp)) = (mode, flags.private_tmp, private_tmp) {
         requested
             .write_paths
@@ -353,7 +366,7 @@ fn effective_policy(
             None => flag_error(e),
         })?;
     Ok(Some(match &config.policy {
-        Some(operator) => requested.bounded_by(&operator.resolve(&ctx)?)?,
+        Some(operator) => operator.bound(&requested, &own, &ctx)?,
         None => requested,
     }))
 }
@@ -405,8 +418,10 @@ fn flag_error(e: sandbox::PolicyError) -> Fatal {
             path.display()
         ),
         E::TimeoutAboveCeiling { requested, ceiling } => format!(
-            "--timeout {requested} is above the operator's ceiling of {ceiling} s \
-             (max_timeout_seconds); ask for at most {ceiling}"
+            "--timeout {requested} is above the ceiling of {ceiling} s; ask for at most \
+             {ceiling}, or raise the ceiling in the operator config (--config FILE or \
+             $SANDBOX_CONFIG) with the line `max_timeout_seconds = {requested}` under \
+             `[sandbox.policy]`"
         ),
         E::BadEnvName { name } => {
             format!("--env-deny {name:?} is not a valid variable name or glob")
@@ -563,15 +578,20 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
     };
     let ctx = ExpandContext::from_env(Some(workspace.clone()));
     // Without an operator policy, the built-in bound: writes only inside the
-    // workspace, no network.
-    let builtin;
+    // workspace, no network. An operator policy without `write_paths` keeps
+    // the built-in write bound.
+    let builtin = sandbox::builtin_op_bound(&workspace);
     let bound = match &config.policy {
-        Some(policy) => policy,
-        None => {
-            builtin = sandbox::builtin_op_bound(&workspace);
-            &builtin
+        Some(policy) => {
+            let mut bound = policy.to_policy();
+            if policy.write_paths.is_none() {
+                bound.write_paths = builtin.write_paths;
+            }
+            bound
         }
+        None => builtin,
     };
+    let bound = &bound;
     let policy = op.effective_policy(Some(bound), &ctx, std::env::vars_os().map(|(k, _)| k))?;
     let policy = operator
         .guard(Some(policy))?
@@ -760,7 +780,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
     // The network the operator's policy leaves a run (a request only narrows it).
     let ctx = ExpandContext::from_env(None);
     let operator = match &config.policy {
-        Some(p) => p.resolve(&ctx)?,
+        Some(p) => p.to_policy().resolve(&ctx)?,
         None => probe_policy.clone(),
     };
     let network = network_line(&operator);

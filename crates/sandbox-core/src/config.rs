@@ -8,7 +8,7 @@ use serde::{Deserialize, Serialize};
 
 #[cfg(feature = "toml")]
 use crate::error::ConfigError;
-use crate::policy::SandboxPolicy;
+use crate::policy::OperatorPolicy;
 
 /// Which backend to use.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -63,8 +63,9 @@ pub struct SandboxConfig {
     /// Treat partial enforcement (named gaps, e.g. an older kernel's) like
     /// an unavailable backend: `on_unsupported` then applies.
     pub require_full: bool,
-    /// Bounding policy: requests can only narrow it.
-    pub policy: Option<SandboxPolicy>,
+    /// Bounding policy: requests can only narrow it; a field left out
+    /// bounds nothing.
+    pub policy: Option<OperatorPolicy>,
     /// Limits for every run (`[sandbox.limits]`): ceilings a request can
     /// only lower.
     pub limits: crate::limits::ResourceLimits,
@@ -232,7 +233,7 @@ mod tests {
         .unwrap();
         assert_eq!(c.backend, BackendChoice::Landlock);
         assert_eq!(c.on_unsupported, OnUnsupported::Error);
-        assert!(!c.policy.unwrap().network);
+        assert_eq!(c.policy.unwrap().network, Some(false));
     }
 
     #[test]

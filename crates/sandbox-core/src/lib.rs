@@ -73,6 +73,6 @@ pub use net::{
 pub use noop::NoopBackend;
 pub use op::{builtin_op_bound, SandboxedExecOp};
 pub use pins::{DatagramSockets, DnsRoute, Pins, MAX_PINS, MAX_PIN_TTL};
-pub use policy::{ExpandContext, NetworkMode, ResolvedPolicy, SandboxPolicy};
+pub use policy::{ExpandContext, NetworkMode, OperatorPolicy, ResolvedPolicy, SandboxPolicy};
 pub use report::{AxisEnforcement, Enforcement, EnforcementReport, Level};
 pub use text::terminal_safe;

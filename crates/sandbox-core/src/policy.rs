@@ -83,6 +83,101 @@ impl Default for SandboxPolicy {
     }
 }
 
+/// The operator's bounding policy (`[sandbox.policy]` in the config): the
+/// fields of [`SandboxPolicy`], each optional. A field left out bounds
+/// nothing (`write_paths` left out: no write bound; `write_paths = []`: no
+/// writes allowed); [`OperatorPolicy::to_policy`] gives the policy with the
+/// fields left out at their defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct OperatorPolicy {
+    /// [`SandboxPolicy::network`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub network: Option<bool>,
+    /// [`SandboxPolicy::allow_net`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_net: Option<Vec<EgressRule>>,
+    /// [`SandboxPolicy::write_paths`]: a request's write paths must lie
+    /// beneath one of these (left out: no write bound).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_paths: Option<Vec<String>>,
+    /// [`SandboxPolicy::read_deny_paths`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub read_deny_paths: Option<Vec<String>>,
+    /// [`SandboxPolicy::write_deny_paths`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub write_deny_paths: Option<Vec<String>>,
+    /// [`SandboxPolicy::deny_subprocess`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub deny_subprocess: Option<bool>,
+    /// [`SandboxPolicy::env_deny_names`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub env_deny_names: Option<Vec<String>>,
+    /// [`SandboxPolicy::timeout_seconds`]: the default timeout.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub timeout_seconds: Option<u64>,
+    /// [`SandboxPolicy::max_timeout_seconds`] (left out: the default
+    /// ceiling, [`DEFAULT_MAX_TIMEOUT_SECONDS`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_timeout_seconds: Option<u64>,
+    /// [`SandboxPolicy::allow_unix_sockets`]: a request's sockets must be
+    /// among these (left out: no socket bound).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub allow_unix_sockets: Option<Vec<String>>,
+    /// [`SandboxPolicy::protect_git_dirs`].
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub protect_git_dirs: Option<bool>,
+}
+
+impl OperatorPolicy {
+    /// The policy with every field left out at its default.
+    pub fn to_policy(&self) -> SandboxPolicy {
+        let d = SandboxPolicy::default();
+        SandboxPolicy {
+            network: self.network.unwrap_or(d.network),
+            allow_net: self.allow_net.clone().unwrap_or(d.allow_net),
+            write_paths: self.write_paths.clone().unwrap_or(d.write_paths),
+            read_deny_paths: self.read_deny_paths.clone().unwrap_or(d.read_deny_paths),
+            write_deny_paths: self.write_deny_paths.clone().unwrap_or(d.write_deny_paths),
+            deny_subprocess: self.deny_subprocess.unwrap_or(d.deny_subprocess),
+            env_deny_names: self.env_deny_names.clone().unwrap_or(d.env_deny_names),
+            timeout_seconds: self.timeout_seconds.unwrap_or(d.timeout_seconds),
+            max_timeout_seconds: self.max_timeout_seconds.unwrap_or(d.max_timeout_seconds),
+            allow_unix_sockets: self
+                .allow_unix_sockets
+                .clone()
+                .unwrap_or(d.allow_unix_sockets),
+            protect_git_dirs: self.protect_git_dirs.unwrap_or(d.protect_git_dirs),
+        }
+    }
+
+    /// `request` bounded by this policy ([`ResolvedPolicy::bounded_by`]),
+    /// where only the fields set bound: without `write_paths` no write path
+    /// is refused, without `allow_unix_sockets` no socket. `own` are the
+    /// runner's own directories for this run (its private `TMPDIR`, the tool
+    /// caches): no request asked for them, so a write bound does not refuse
+    /// them (nor anything beneath them).
+    pub fn bound(
+        &self,
+        request: &ResolvedPolicy,
+        own: &[PathBuf],
+        ctx: &ExpandContext,
+    ) -> Result<ResolvedPolicy, PolicyError> {
+        let mut operator = self.to_policy().resolve(ctx)?;
+        match self.write_paths {
+            None => operator.write_paths = request.write_paths.clone(),
+            Some(_) => operator.write_paths.extend(
+                own.iter()
+                    .map(|p| std::fs::canonicalize(p).unwrap_or_else(|_| p.clone())),
+            ),
+        }
+        if self.allow_unix_sockets.is_none() {
+            operator.allow_unix_sockets = request.allow_unix_sockets.clone();
+        }
+        request.bounded_by(&operator)
+    }
+}
+
 /// How much network a policy allows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
@@ -1193,6 +1288,71 @@ mod tests {
             )
             .unwrap();
         assert_eq!(same, r);
+    }
+
+    /// An operator field left out bounds nothing; set, it bounds, even
+    /// empty (#41). The runner's own directories pass a set write bound.
+    #[test]
+    fn an_operator_bound_left_out_bounds_nothing() {
+        let (_d, root) = canonical_temp();
+        let (w, own, bound) = (root.join("w"), root.join("own"), root.join("bound"));
+        for d in [&w, &own, &bound] {
+            std::fs::create_dir(d).unwrap();
+        }
+        let request = SandboxPolicy {
+            write_paths: vec![w.to_string_lossy().into_owned()],
+            timeout_seconds: 1800,
+            max_timeout_seconds: 3600,
+            ..SandboxPolicy::default()
+        }
+        .resolve(&ExpandContext::default())
+        .unwrap();
+        let parse = |text: &str| -> OperatorPolicy { toml::from_str(text).unwrap() };
+        let ctx = ExpandContext::default();
+        let only_ceiling = parse("max_timeout_seconds = 3600");
+        assert_eq!(only_ceiling.write_paths, None);
+        let bounded = only_ceiling.bound(&request, &[], &ctx).unwrap();
+        assert_eq!(bounded.write_paths(), std::slice::from_ref(&w));
+        assert_eq!(bounded.max_timeout_seconds(), 3600);
+        // Twin: the default ceiling still bounds the timeout.
+        assert!(matches!(
+            parse("network = true").bound(&request, &[], &ctx),
+            Err(PolicyError::TimeoutAboveCeiling { ceiling: 600, .. })
+        ));
+        // Twin: an empty write bound, set, refuses every write path.
+        let closed = parse("write_paths = []\nmax_timeout_seconds = 3600");
+        assert_eq!(closed.write_paths, Some(Vec::new()));
+        assert!(matches!(
+            closed.bound(&request, &[], &ctx),
+            Err(PolicyError::WriteOutsideOperator { path }) if path == w
+        ));
+        // A set bound: the runner's own directories pass, others do not.
+        let set = parse(&format!(
+            "write_paths = [{:?}]\nmax_timeout_seconds = 3600",
+            bound.to_str().unwrap()
+        ));
+        let with_own = SandboxPolicy {
+            write_paths: vec![own.to_string_lossy().into_owned()],
+            ..request.to_policy()
+        }
+        .resolve(&ctx)
+        .unwrap();
+        assert_eq!(
+            set.bound(&with_own, std::slice::from_ref(&own), &ctx)
+                .unwrap()
+                .write_paths(),
+            std::slice::from_ref(&own)
+        );
+        assert!(matches!(
+            set.bound(&with_own, &[], &ctx),
+            Err(PolicyError::WriteOutsideOperator { path }) if path == own
+        ));
+        assert!(matches!(
+            set.bound(&request, std::slice::from_ref(&own), &ctx),
+            Err(PolicyError::WriteOutsideOperator { path }) if path == w
+        ));
+        // Unknown fields are still refused.
+        assert!(toml::from_str::<OperatorPolicy>("write_path = []").is_err());
     }
 
     #[test]

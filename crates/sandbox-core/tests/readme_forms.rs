@@ -22,8 +22,11 @@ fn readme_toml_config_parses() {
     assert_eq!(config.backend, BackendChoice::Auto);
     assert_eq!(config.on_unsupported, OnUnsupported::Error);
     let policy = config.policy.unwrap();
-    assert!(!policy.network);
-    assert_eq!(policy.write_deny_paths, ["{{workspace}}/.git"]);
+    assert_eq!(policy.network, Some(false));
+    assert_eq!(
+        policy.write_deny_paths.as_deref(),
+        Some(&["{{workspace}}/.git".to_owned()][..])
+    );
 }
 
 #[test]

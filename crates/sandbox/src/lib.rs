@@ -59,8 +59,8 @@ pub use sandbox_core::{
     builtin_op_bound, config_candidates, Axis, AxisEnforcement, Backend, BackendChoice,
     ConfigError, ConfigSource, Confinement, CpuLimit, Enforcement, EnforcementReport,
     ExpandContext, LaunchOptions, Level, LimitError, MediatedCall, Mediation, MemoryLimit,
-    NetworkMode, NoopBackend, OnUnsupported, PidsLimit, PolicyError, PreExecHook, ResolvedPolicy,
-    ResourceLimits, RunningSupervisor, SandboxConfig, SandboxMode, SandboxPolicy,
+    NetworkMode, NoopBackend, OnUnsupported, OperatorPolicy, PidsLimit, PolicyError, PreExecHook,
+    ResolvedPolicy, ResourceLimits, RunningSupervisor, SandboxConfig, SandboxMode, SandboxPolicy,
     SandboxUnavailable, SandboxedExecOp, Supervisor, ToolCache, UnavailableKind, WrappedArgv,
     CONFIG_ENV, TOOL_CACHES,
 };
