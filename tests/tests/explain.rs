@@ -229,3 +229,63 @@ fn observed_runs_answer_as_plain_ones() {
     assert_eq!(plain, format!("{}\n{}\nok\n", libc::EXDEV, libc::EACCES));
     assert_eq!(answers(true), plain);
 }
+
+/// Proposals a careful user would make: a write to a tool's own cache in
+/// the home directory proposes `--cache TOOL` (never `-w` on the user's
+/// real cache), and applied it lets the re-run pass without touching that
+/// cache; an rc file (`~/.bashrc`) and a single file directly in the home
+/// directory are never proposed, and say why. Twin: an ordinary directory
+/// of the home directory is proposed as `-w`.
+#[test]
+fn caches_get_cache_and_rc_files_and_home_files_nothing() {
+    let (_h, home) = canonical_tmp();
+    let (_w, w) = canonical_tmp();
+    for d in [".npm", "data"] {
+        std::fs::create_dir(home.join(d)).unwrap();
+    }
+    std::fs::write(home.join(".python_history"), "").unwrap();
+    let run = |extra: &[&str]| {
+        sandbox()
+            .arg("run")
+            .arg("--explain")
+            .args(["-w", w.to_str().unwrap()])
+            .args(extra)
+            .args(["--", "/bin/sh", "-c"])
+            .arg(
+                "c=${npm_config_cache:-$HOME/.npm}; mkdir -p \"$c/_cacache\" && echo x > \"$c/_cacache/index\"; \
+                 s=$?; echo x >> \"$HOME/.bashrc\"; echo x >> \"$HOME/.python_history\"; \
+                 echo x > \"$HOME/data/out\"; exit $s",
+            )
+            .env("HOME", &home)
+            .env_remove("XDG_CACHE_HOME")
+            .current_dir(&w)
+            .output()
+            .unwrap()
+    };
+    let out = run(&[]);
+    let text = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    let mut proposed = proposals(&out);
+    proposed.sort();
+    let mut want = vec![
+        vec!["--cache".to_owned(), "npm".to_owned()],
+        vec!["-w".to_owned(), home.join("data").display().to_string()],
+    ];
+    want.sort();
+    assert_eq!(proposed, want, "{text}");
+    assert!(
+        text.contains("not proposed: it is a protected path"),
+        "{text}"
+    );
+    assert!(
+        text.contains("not proposed: it is a single file directly in the home directory"),
+        "{text}"
+    );
+    assert!(!home.join(".npm/_cacache").exists());
+    // Applied, --cache npm admits the cache write, in a cache of the run's
+    // own: the user's ~/.npm stays untouched.
+    let out = run(&["--cache", "npm"]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!home.join(".npm/_cacache").exists());
+    assert_eq!(std::fs::read_to_string(home.join(".bashrc")).ok(), None);
+}

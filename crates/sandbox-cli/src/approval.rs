@@ -27,11 +27,13 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     let Some(mediation) = &outcome.mediation else {
         return Ok(None);
     };
-    let Some(refused) = mediation
-        .refused
-        .iter()
-        .find(|c| c.outside_write_paths && may_propose(Path::new(&c.target)))
-    else {
+    // Exactly the refused object, when a careful user would offer it: not
+    // a protection, a file directly in the home directory or a tool's own
+    // cache (`--explain` proposes `--cache TOOL` for that), see [`offer`].
+    let Some(refused) = mediation.refused.iter().find(|c| {
+        let target = Path::new(&c.target);
+        c.outside_write_paths && matches!(offer(target), Some(Offer::Write(p)) if p == target)
+    }) else {
         return Ok(None);
     };
     let path = PathBuf::from(&refused.target);
@@ -106,6 +108,114 @@ pub(crate) fn may_propose(path: &Path) -> bool {
         && !home.is_some_and(|h| h.starts_with(path))
 }
 
+/// What a careful user would offer for a write refused outside the write
+/// paths.
+#[derive(Debug, PartialEq, Eq)]
+pub(crate) enum Offer {
+    /// `-w PATH`: the object itself when it exists, else the nearest
+    /// directory that does (where the call would have made it).
+    Write(PathBuf),
+    /// `--cache TOOL`: the object lies in that tool's own cache in the home
+    /// directory; the run gets a private one instead of the user's real one.
+    Cache(sandbox::ToolCache),
+    /// Nothing, and why.
+    Withheld(&'static str),
+}
+
+/// The offer for a write refused on `target` (`None`: nothing of it exists).
+/// Never a protection (the paths workspace-write protects, in the home
+/// directory or any project: rc files, `.git/hooks`, editor and tool
+/// configs), nor a directory of the home directory holding one (`-w
+/// ~/.config` would open `~/.config/autostart`), nor a single file directly
+/// in the home directory, nor what [`may_propose`] forbids.
+pub(crate) fn offer(target: &Path) -> Option<Offer> {
+    let absolute = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+            .map(|p| std::fs::canonicalize(&p).unwrap_or(p))
+    };
+    let home = absolute("HOME");
+    let cache = absolute("XDG_CACHE_HOME");
+    offer_in(target, home.as_deref(), cache.as_deref())
+}
+
+/// [`offer`] with the home directory `home` and the cache directory
+/// `cache` (`None`: `~/.cache`).
+fn offer_in(target: &Path, home: Option<&Path>, cache: Option<&Path>) -> Option<Offer> {
+    if let Some(tool) = home.and_then(|h| tool_cache_of(target, h, cache)) {
+        return Some(Offer::Cache(tool));
+    }
+    let existing = target.ancestors().find(|p| p.exists())?;
+    if protected(target, home) || protected(existing, home) {
+        return Some(Offer::Withheld(
+            "it is a protected path (a file that runs code at the next shell, login, git command or editor session), which approvals never widen",
+        ));
+    }
+    if home.is_some_and(|h| existing.parent() == Some(h) && !existing.is_dir()) {
+        return Some(Offer::Withheld(
+            "it is a single file directly in the home directory",
+        ));
+    }
+    let home_or_above = home.is_some_and(|h| h.starts_with(existing));
+    Some(if may_propose(existing) && !home_or_above {
+        Offer::Write(existing.to_path_buf())
+    } else {
+        Offer::Withheld(
+            "it lies in /, a system directory, or the home directory itself or above it",
+        )
+    })
+}
+
+/// The tool whose own cache in `home` holds `path` (`~/.npm`,
+/// `~/.cache/pip`, `~/.cargo`, `~/go/pkg/mod`, `~/.cache/go-build`,
+/// `~/.cache/yarn`; `$XDG_CACHE_HOME` for `~/.cache`).
+fn tool_cache_of(path: &Path, home: &Path, cache: Option<&Path>) -> Option<sandbox::ToolCache> {
+    use sandbox::ToolCache as T;
+    let cache = cache.map_or_else(|| home.join(".cache"), Path::to_path_buf);
+    [
+        (home.join(".npm"), T::Npm),
+        (cache.join("pip"), T::Pip),
+        (home.join(".cargo"), T::Cargo),
+        (home.join("go/pkg/mod"), T::Go),
+        (cache.join("go-build"), T::Go),
+        (cache.join("yarn"), T::Yarn),
+    ]
+    .into_iter()
+    .find(|(dir, _)| path.starts_with(dir))
+    .map(|(_, tool)| tool)
+}
+
+/// Whether `path` is (or lies beneath) a path workspace-write protects in
+/// a project (`WORKSPACE_PROTECTED` and a git directory's hooks and config,
+/// after any directory), or, in the home directory, one it protects there
+/// too (`HOME_PROTECTED`) or a directory that holds one.
+fn protected(path: &Path, home: Option<&Path>) -> bool {
+    use sandbox::protect::{HOME_PROTECTED, WORKSPACE_PROTECTED};
+    const GIT: &[&str] = &[
+        ".git/hooks",
+        ".git/config",
+        ".git/commondir",
+        ".git/config.worktree",
+    ];
+    let names: Vec<_> = path.components().collect();
+    let in_project = (0..names.len()).any(|i| {
+        let tail: PathBuf = names[i..].iter().collect();
+        WORKSPACE_PROTECTED
+            .iter()
+            .chain(GIT)
+            .any(|p| tail.starts_with(p))
+    });
+    let in_home = home.is_some_and(|h| match path.strip_prefix(h) {
+        Ok(rel) if !rel.as_os_str().is_empty() => WORKSPACE_PROTECTED
+            .iter()
+            .chain(HOME_PROTECTED)
+            .any(|p| rel.starts_with(p) || Path::new(p).starts_with(rel)),
+        _ => false,
+    });
+    in_project || in_home
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -137,5 +247,80 @@ mod tests {
             "an ordinary existing file may be offered"
         );
         assert!(!may_propose(&dir.path().join("missing")));
+    }
+
+    /// A careful user's offers in a home directory: `--cache TOOL` for a
+    /// tool's own cache (never `-w` on it), nothing for an rc file, a
+    /// protected project path, a directory holding a protection, or a
+    /// single file directly in the home directory. Twins: a directory of
+    /// the home directory, and a file in a project, are offered as `-w`.
+    #[test]
+    fn offers_are_what_a_careful_user_would_make() {
+        let t = tempfile::tempdir().unwrap();
+        let home = std::fs::canonicalize(t.path()).unwrap();
+        for d in [
+            ".npm/_cacache",
+            ".cache/pip/http",
+            ".cargo/registry",
+            "go/pkg/mod/x",
+            ".cache/yarn/v6",
+            ".config/app",
+            "proj/.git/hooks",
+            "proj/.vscode",
+            "data",
+        ] {
+            std::fs::create_dir_all(home.join(d)).unwrap();
+        }
+        for f in [".bashrc", ".python_history", "proj/main.rs"] {
+            std::fs::write(home.join(f), "").unwrap();
+        }
+        let at = |rel: &str| offer_in(&home.join(rel), Some(&home), None);
+        use sandbox::ToolCache as T;
+        for (rel, tool) in [
+            (".npm/_cacache/index", T::Npm),
+            (".cache/pip/http/x", T::Pip),
+            (".cargo/.package-cache", T::Cargo),
+            (".cargo/registry/cache/y", T::Cargo),
+            ("go/pkg/mod/x/y", T::Go),
+            (".cache/go-build/aa/bb", T::Go),
+            (".cache/yarn/v6/z", T::Yarn),
+        ] {
+            assert_eq!(at(rel), Some(Offer::Cache(tool)), "{rel}");
+        }
+        for rel in [
+            ".bashrc",
+            ".zshrc",
+            ".config/fish/config.fish",
+            ".config/newapp/x",
+            ".local/bin/git",
+            "proj/.git/hooks/pre-commit",
+            "proj/.vscode/settings.json",
+            "proj/.bashrc",
+            ".python_history",
+        ] {
+            assert!(
+                matches!(at(rel), Some(Offer::Withheld(_))),
+                "{rel}: {:?}",
+                at(rel)
+            );
+        }
+        // A new name directly in the home directory: the home directory
+        // itself would be offered, which never is.
+        assert!(matches!(at(".lesshst"), Some(Offer::Withheld(_))));
+        assert_eq!(
+            at(".config/app/state"),
+            Some(Offer::Write(home.join(".config/app")))
+        );
+        assert_eq!(at("data/out"), Some(Offer::Write(home.join("data"))));
+        assert_eq!(
+            at("proj/main.rs"),
+            Some(Offer::Write(home.join("proj/main.rs")))
+        );
+        // $XDG_CACHE_HOME moves pip's and yarn's caches.
+        let xdg = home.join("xdg");
+        assert_eq!(
+            offer_in(&xdg.join("pip/a"), Some(&home), Some(&xdg)),
+            Some(Offer::Cache(T::Pip))
+        );
     }
 }

@@ -111,23 +111,19 @@ enum Proposal {
 }
 
 /// The flag that would admit `call`, when the approval rules allow
-/// offering one: never a deny path or protection, never `/`, a system
-/// directory, the home directory or one of its ancestors.
+/// offering one ([`crate::approval::offer`]): never a deny path or
+/// protection, never a single file directly in the home directory, `/`, a
+/// system directory, the home directory or one of its ancestors; a tool's
+/// own cache gets `--cache TOOL`, never `-w` on the user's real cache.
 fn proposal(call: &sandbox::MediatedCall) -> Proposal {
     let reason = call.reason.as_str();
     if call.outside_write_paths {
-        let target = std::path::Path::new(&call.target);
-        // The object itself when it exists, else the nearest directory
-        // that does (where the call would have made it).
-        let Some(existing) = target.ancestors().find(|p| p.exists()) else {
-            return Proposal::None;
-        };
-        return if crate::approval::may_propose(existing) {
-            Proposal::Flag(format!("-w {}", existing.display()))
-        } else {
-            Proposal::Withheld(
-                "it lies in /, a system directory, or the home directory itself or above it",
-            )
+        use crate::approval::Offer;
+        return match crate::approval::offer(std::path::Path::new(&call.target)) {
+            Some(Offer::Write(path)) => Proposal::Flag(format!("-w {}", path.display())),
+            Some(Offer::Cache(tool)) => Proposal::Flag(format!("--cache {tool}")),
+            Some(Offer::Withheld(why)) => Proposal::Withheld(why),
+            None => Proposal::None,
         };
     }
     if reason.starts_with("beneath a write-deny path")
