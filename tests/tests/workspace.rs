@@ -787,8 +787,6 @@ fn every_git_directory_in_the_workspace_is_protected() {
             git_ok(&w.root.join(repo), &["-c", "safe.directory=*", "status"]);
         }
         assert!(!w.root.join("ran").exists());
-        let err = String::from_utf8_lossy(&out.stderr);
-        assert!(err.contains("protected"), "the summary says so: {err}");
     }
 }
 
