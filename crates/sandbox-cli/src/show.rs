@@ -69,14 +69,10 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
                 String::new()
             }
         ));
-        let tty = m.refused.iter().filter(|c| c.target == "/dev/tty").count();
-        if tty > 0 {
-            out.push(format!(
-                "    ({} of /dev/tty left out: a run has no controlling terminal)",
-                plural(tty, "refused open")
-            ));
-        }
-        for call in m.refused.iter().filter(|c| c.target != "/dev/tty").take(20) {
+        // A shell's probe of /dev/tty in a run without a controlling
+        // terminal is the kernel's ENXIO, never a refusal: every refusal
+        // recorded is shown.
+        for call in m.refused.iter().take(20) {
             out.push(format!(
                 "    refused {} on {}: {}",
                 call.syscall, call.target, call.reason
@@ -169,17 +165,13 @@ fn proposal(call: &sandbox::MediatedCall) -> Proposal {
 /// failed run or one the sandbox ended (never among the command's own
 /// output), `--quiet` to leave it out. Probes of the controlling terminal
 /// (`/dev/tty`, which shells open to look for job control; a run has none)
-/// are not counted.
+/// are the kernel's `ENXIO`, never refusals.
 pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     if outcome.classification == sandbox::Classification::Ok {
         return None;
     }
     let m = outcome.mediation.as_ref()?;
-    let refused: Vec<&sandbox::MediatedCall> = m
-        .refused
-        .iter()
-        .filter(|c| c.target != "/dev/tty")
-        .collect();
+    let refused: Vec<&sandbox::MediatedCall> = m.refused.iter().collect();
     if refused.is_empty() {
         return None;
     }
