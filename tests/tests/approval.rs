@@ -21,9 +21,20 @@ struct Session {
 /// Starts `sandbox run --approval ask` running `script` on a new pty as its
 /// controlling terminal.
 fn start(write: &Path, script: &str, timeout_secs: &str) -> Session {
+    start_with(write, script, timeout_secs, |_| {})
+}
+
+/// [`start`] with `env` applied to the command first.
+fn start_with(
+    write: &Path,
+    script: &str,
+    timeout_secs: &str,
+    env: impl FnOnce(&mut std::process::Command),
+) -> Session {
     let pty = nix::pty::openpty(None, None).expect("openpty");
     let slave: OwnedFd = pty.slave;
     let mut cmd = sandbox();
+    env(&mut cmd);
     cmd.args([
         "run",
         "--backend",
@@ -196,4 +207,31 @@ fn the_commands_own_output_proposes_nothing() {
     let rest = s.expect_eof();
     assert!(!rest.contains("[y/N]"), "no prompt: {rest}");
     assert_eq!(s.child.wait().unwrap().code(), Some(1), "{rest}");
+}
+
+/// A refusal in a tool's own cache in the home directory offers a private
+/// cache (`--cache npm`), never the user's real one: approved, the re-run
+/// passes and `~/.npm` is untouched. (Twin: an ordinary refused file is
+/// offered as a write path, above.)
+#[test]
+fn a_tool_cache_refusal_offers_a_private_cache() {
+    use std::os::unix::fs::PermissionsExt;
+    let (_t, w, denied) = dirs();
+    let home = denied.join("home");
+    fs::create_dir_all(home.join(".npm")).unwrap();
+    let real = home.join(".npm/f");
+    fs::write(&real, "").unwrap();
+    fs::set_permissions(&real, fs::Permissions::from_mode(0o644)).unwrap();
+    let script =
+        "c=${npm_config_cache:-$HOME/.npm}; touch \"$c/f\" 2>/dev/null; chmod 600 \"$c/f\"";
+    let mut s = start_with(&w, script, "20", |c| {
+        c.env("HOME", &home).env_remove("XDG_CACHE_HOME");
+    });
+    let prompt = s.expect("[y/N]");
+    assert!(prompt.contains("--cache npm"), "{prompt}");
+    assert!(!prompt.contains("to the write paths"), "{prompt}");
+    s.answer("y\n");
+    let rest = s.expect_eof();
+    assert_eq!(s.child.wait().unwrap().code(), Some(0), "{rest}");
+    assert_eq!(mode(&real), 0o644);
 }

@@ -18,8 +18,9 @@ use crate::Fatal;
 /// The proposal comes only from what the sandbox recorded itself: a broker
 /// refusal of an existing object for lying outside every write path (never
 /// a deny path, never the command's own output, which it could forge). It
-/// names exactly that object, never an ancestor, and never `/` or a system
-/// directory ([`may_propose`]).
+/// names exactly that object, never an ancestor, and never `/`, a system
+/// directory, a protection or a file directly in the home directory
+/// ([`offer`]); a write to a tool's own cache offers `--cache TOOL`.
 pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<PolicyFlags>, Fatal> {
     if args.approval == ApprovalPolicy::Never || args.policy.policy_json.is_some() {
         return Ok(None);
@@ -27,23 +28,31 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     let Some(mediation) = &outcome.mediation else {
         return Ok(None);
     };
-    // Exactly the refused object, when a careful user would offer it: not
-    // a protection, a file directly in the home directory or a tool's own
-    // cache (`--explain` proposes `--cache TOOL` for that), see [`offer`].
-    let Some(refused) = mediation.refused.iter().find(|c| {
+    // What a careful user would offer ([`offer`]): exactly the refused
+    // object, never a protection or a file directly in the home directory;
+    // for a tool's own cache, a private one (`--cache TOOL`).
+    let Some((refused, escalation)) = mediation.refused.iter().find_map(|c| {
         let target = Path::new(&c.target);
-        c.outside_write_paths && matches!(offer(target), Some(Offer::Write(p)) if p == target)
+        let escalation = match offer(target).filter(|_| c.outside_write_paths)? {
+            Offer::Write(p) if p == target => Escalation::AddWritePath(p),
+            Offer::Cache(tool) => Escalation::UseToolCache(tool),
+            _ => return None,
+        };
+        Some((c, escalation))
     }) else {
         return Ok(None);
     };
-    let path = PathBuf::from(&refused.target);
+    let flag = match &escalation {
+        Escalation::UseToolCache(tool) => format!("--cache {tool}"),
+        _ => format!("-w {}", refused.target),
+    };
     let request = EscalationRequest {
         argv: outcome.argv.clone(),
         evidence: vec![format!(
             "the sandbox refused {} of {}: {}",
             refused.syscall, refused.target, refused.reason
         )],
-        escalation: Escalation::AddWritePath(path.clone()),
+        escalation: escalation.clone(),
     };
     let state = sandbox::trusted::state_dir().ok_or_else(|| {
         Fatal("no place for the approval audit log: set HOME or XDG_STATE_HOME".into())
@@ -62,16 +71,18 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
         // Asked for, so said: nobody was there to answer.
         crate::show::say(&format!(
             "sandbox: --approval ask: no terminal to ask (stdin and stderr are not both \
-             terminals), so nothing was escalated; {} stays unwritable (to allow it: -w {})",
-            path.display(),
-            path.display()
+             terminals), so nothing was escalated; {} stays unwritable (to allow it: {flag})",
+            refused.target
         ));
     }
     if !answer.permits() {
         return Ok(None);
     }
     let mut flags = args.policy.clone();
-    flags.write.push(path);
+    match escalation {
+        Escalation::UseToolCache(tool) => flags.cache.push(tool),
+        _ => flags.write.push(PathBuf::from(&refused.target)),
+    }
     Ok(Some(flags))
 }
 

@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox_core::{SandboxMode, SandboxPolicy};
+use sandbox_core::{SandboxMode, SandboxPolicy, ToolCache};
 use serde::Serialize;
 
 /// A widening of the policy offered for exactly one re-run of a denied command.
@@ -18,6 +18,11 @@ pub enum Escalation {
     AllowSubprocess,
     /// Run under this sandbox mode instead of the session's.
     Mode(SandboxMode),
+    /// Give the run a private, persistent cache for this package tool
+    /// (`--cache TOOL`) instead of widening the write paths to the user's
+    /// own cache. The policy is unchanged by it: the runner adds the
+    /// cache's directory and the tool's variables (`sandbox::tool_cache_dir`).
+    UseToolCache(ToolCache),
 }
 
 impl Escalation {
@@ -38,6 +43,9 @@ impl Escalation {
             Self::AllowNetwork => "allow network access".to_owned(),
             Self::AllowSubprocess => "allow creating child processes".to_owned(),
             Self::Mode(m) => format!("run in sandbox mode {m}"),
+            Self::UseToolCache(t) => {
+                format!("give the run a private {t} cache (--cache {t}), not the user's own")
+            }
         }
     }
 }
@@ -68,6 +76,8 @@ impl EscalationRequest {
             Escalation::AllowNetwork => policy.network = true,
             Escalation::AllowSubprocess => policy.deny_subprocess = false,
             Escalation::Mode(m) => one_shot_mode = Some(*m),
+            // The runner's own directory for the run: no policy change here.
+            Escalation::UseToolCache(_) => {}
         }
         RetryPlan {
             policy,
