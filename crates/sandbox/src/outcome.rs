@@ -89,13 +89,21 @@ impl Classification {
             Self::TaskFailure => Vec::new(),
             other => return other,
         };
-        evidence.extend(mediation.refused.iter().take(10).map(|c| {
+        // Each distinct refusal once (a tool retrying a lock is one).
+        for line in mediation.refused.iter().map(|c| {
             if c.target.is_empty() {
                 format!("the sandbox refused {}: {}", c.syscall, c.reason)
             } else {
                 format!("broker refused {} of {}: {}", c.syscall, c.target, c.reason)
             }
-        }));
+        }) {
+            if evidence.len() >= 10 {
+                break;
+            }
+            if !evidence.contains(&line) {
+                evidence.push(line);
+            }
+        }
         Self::SandboxDenial { evidence }
     }
 }
@@ -266,6 +274,13 @@ mod tests {
             }],
             ..Default::default()
         };
+        let mut twice = refused.clone();
+        twice.refused.push(twice.refused[0].clone());
+        assert_eq!(
+            Classification::TaskFailure.with_refusals(&twice),
+            Classification::TaskFailure.with_refusals(&refused),
+            "the same refusal twice is one line of evidence"
+        );
         let got = Classification::TaskFailure.with_refusals(&refused);
         assert_eq!(
             got,
