@@ -289,3 +289,43 @@ fn caches_get_cache_and_rc_files_and_home_files_nothing() {
     assert!(!home.join(".npm/_cacache").exists());
     assert_eq!(std::fs::read_to_string(home.join(".bashrc")).ok(), None);
 }
+
+/// A new file directly in the shared `/tmp` (a linker's scratch file in a
+/// plain `-w` run) proposes `--private-tmp`, a `$TMPDIR` of the run's own,
+/// not `-w /tmp`; applied, a tool that follows `$TMPDIR` passes. The same
+/// refusal is listed once however often it was made. Twin: a run that
+/// already has a private `$TMPDIR` and still writes to `/tmp` itself is
+/// proposed `-w /tmp`.
+#[test]
+fn a_scratch_file_in_tmp_proposes_a_private_tmp() {
+    let (_w, w) = canonical_tmp();
+    let name = format!("sandbox-explain-{}", std::process::id());
+    // $TMPDIR when it is the run's private one, else /tmp (whatever the
+    // test's own environment says).
+    let script = format!(
+        "d=/tmp; case \"$TMPDIR\" in */sandbox-tmp-*) d=$TMPDIR;; esac; \
+         for i in 1 2 3; do echo x > \"$d/{name}\" 2>/dev/null; done; echo x > \"$d/{name}\""
+    );
+    let out = explain(&w, &["-w", w.to_str().unwrap()], &script);
+    let text = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert_eq!(
+        proposals(&out),
+        vec![vec!["--private-tmp".to_owned()]],
+        "{text}"
+    );
+    assert!(text.contains("(4 times)"), "{text}");
+    let out = explain(&w, &["-w", w.to_str().unwrap(), "--private-tmp"], &script);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    assert!(!Path::new("/tmp").join(&name).exists());
+    // Already private: /tmp written by name needs /tmp.
+    let by_name = format!("echo x > /tmp/{name}");
+    let out = explain(&w, &["-w", w.to_str().unwrap(), "--private-tmp"], &by_name);
+    let text = stderr(&out);
+    assert_ne!(out.status.code(), Some(0), "{text}");
+    assert_eq!(
+        proposals(&out),
+        vec![vec!["-w".to_owned(), "/tmp".to_owned()]],
+        "{text}"
+    );
+}

@@ -129,6 +129,10 @@ pub(crate) enum Offer {
     /// `--cache TOOL`: the object lies in that tool's own cache in the home
     /// directory; the run gets a private one instead of the user's real one.
     Cache(sandbox::ToolCache),
+    /// `--private-tmp`: a new file directly in the shared `/tmp` (or
+    /// `/var/tmp`), where a tool that follows `$TMPDIR` (a compiler, a
+    /// linker) writes; the run gets a private one instead of all of `/tmp`.
+    PrivateTmp,
     /// Nothing, and why.
     Withheld(&'static str),
 }
@@ -158,6 +162,10 @@ fn offer_in(target: &Path, home: Option<&Path>, cache: Option<&Path>) -> Option<
         return Some(Offer::Cache(tool));
     }
     let existing = target.ancestors().find(|p| p.exists())?;
+    let shared_tmp = [Path::new("/tmp"), Path::new("/var/tmp")];
+    if target.parent() == Some(existing) && shared_tmp.contains(&existing) {
+        return Some(Offer::PrivateTmp);
+    }
     if protected(target, home) || protected(existing, home) {
         return Some(Offer::Withheld(
             "it is a protected path (a file that runs code at the next shell, login, git command or editor session), which approvals never widen",
@@ -315,6 +323,16 @@ mod tests {
                 at(rel)
             );
         }
+        // A new file directly in /tmp: a private $TMPDIR, not all of /tmp;
+        // deeper, the directory as any other.
+        assert_eq!(
+            offer_in(
+                Path::new("/tmp/sandbox-offer-test-missing"),
+                Some(&home),
+                None
+            ),
+            Some(Offer::PrivateTmp)
+        );
         // A new name directly in the home directory: the home directory
         // itself would be offered, which never is.
         assert!(matches!(at(".lesshst"), Some(Offer::Withheld(_))));

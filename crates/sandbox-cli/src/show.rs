@@ -71,13 +71,44 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
         ));
         // A shell's probe of /dev/tty in a run without a controlling
         // terminal is the kernel's ENXIO, never a refusal: every refusal
-        // recorded is shown.
-        for call in m.refused.iter().take(20) {
+        // recorded is shown, each distinct one once (a tool retrying a
+        // lock), with how often.
+        // Whether the run had a private $TMPDIR already (workspace-write,
+        // --private-tmp): a write to /tmp itself then needs /tmp.
+        let private_tmp = outcome.policy.as_ref().is_some_and(|p| {
+            p.write_paths().iter().any(|w| {
+                w.file_name()
+                    .is_some_and(|n| n.to_string_lossy().starts_with("sandbox-tmp-"))
+            })
+        });
+        let mut distinct: Vec<(&sandbox::MediatedCall, usize)> = Vec::new();
+        for call in &m.refused {
+            match distinct.iter_mut().find(|(c, _)| {
+                (&c.syscall, &c.target, &c.reason) == (&call.syscall, &call.target, &call.reason)
+            }) {
+                Some((_, n)) => *n += 1,
+                None => distinct.push((call, 1)),
+            }
+        }
+        if distinct.len() > 20 {
             out.push(format!(
-                "    refused {} on {}: {}",
-                call.syscall, call.target, call.reason
+                "    (the first 20 of {} distinct refusals; --report records them all)",
+                distinct.len()
             ));
-            match proposal(call) {
+        }
+        for (call, n) in distinct.into_iter().take(20) {
+            out.push(format!(
+                "    refused {} on {}: {}{}",
+                call.syscall,
+                call.target,
+                call.reason,
+                if n > 1 {
+                    format!(" ({n} times)")
+                } else {
+                    String::new()
+                }
+            ));
+            match proposal(call, private_tmp) {
                 Proposal::Flag(flag) => out.push(format!("      to admit it: {flag}")),
                 Proposal::Withheld(why) => out.push(format!("      not proposed: {why}")),
                 Proposal::None => {}
@@ -110,14 +141,21 @@ enum Proposal {
 /// offering one ([`crate::approval::offer`]): never a deny path or
 /// protection, never a single file directly in the home directory, `/`, a
 /// system directory, the home directory or one of its ancestors; a tool's
-/// own cache gets `--cache TOOL`, never `-w` on the user's real cache.
-fn proposal(call: &sandbox::MediatedCall) -> Proposal {
+/// own cache gets `--cache TOOL`, never `-w` on the user's real cache, and
+/// a new file directly in `/tmp` `--private-tmp` (`-w` of it only when the
+/// run had a private `$TMPDIR` already, `private_tmp`).
+fn proposal(call: &sandbox::MediatedCall, private_tmp: bool) -> Proposal {
     let reason = call.reason.as_str();
     if call.outside_write_paths {
         use crate::approval::Offer;
         return match crate::approval::offer(std::path::Path::new(&call.target)) {
             Some(Offer::Write(path)) => Proposal::Flag(format!("-w {}", path.display())),
             Some(Offer::Cache(tool)) => Proposal::Flag(format!("--cache {tool}")),
+            Some(Offer::PrivateTmp) if !private_tmp => Proposal::Flag("--private-tmp".into()),
+            Some(Offer::PrivateTmp) => match std::path::Path::new(&call.target).parent() {
+                Some(dir) => Proposal::Flag(format!("-w {}", dir.display())),
+                None => Proposal::None,
+            },
             Some(Offer::Withheld(why)) => Proposal::Withheld(why),
             None => Proposal::None,
         };
