@@ -247,7 +247,8 @@ pub(crate) struct RunArgs {
     #[arg(long)]
     pub(crate) explain: bool,
     /// Do not print the one-line summary of what the sandbox refused (printed
-    /// on stderr after the command ends when something was refused).
+    /// on stderr when something was refused and the command failed or the
+    /// sandbox ended it; never after a command that exited 0).
     #[arg(long, short = 'q', conflicts_with = "explain")]
     pub(crate) quiet: bool,
     /// Memory for the whole run, swap included (`64M`, `1.5G`; binary units):
