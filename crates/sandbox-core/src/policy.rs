@@ -117,7 +117,7 @@ pub struct OperatorPolicy {
     #[serde(skip_serializing_if = "Option::is_none")]
     pub timeout_seconds: Option<u64>,
     /// [`SandboxPolicy::max_timeout_seconds`] (left out: the default
-    /// ceiling, [`DEFAULT_MAX_TIMEOUT_SECONDS`]).
+    /// ceiling, 600 s).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_timeout_seconds: Option<u64>,
     /// [`SandboxPolicy::allow_unix_sockets`]: a request's sockets must be
