@@ -35,6 +35,18 @@ pub fn sandbox() -> Command {
     cmd
 }
 
+/// [`sandbox`] run as nobody (`setpriv --reuid=65534 --regid=65534
+/// --clear-groups`), with the same clean config environment.
+pub fn sandbox_as_nobody() -> Command {
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+        .arg(sandbox_bin())
+        .current_dir(std::env::temp_dir())
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config");
+    cmd
+}
+
 /// Output of `sandbox <args>`.
 pub fn run(args: &[&str]) -> Output {
     sandbox().args(args).output().expect("spawn sandbox")

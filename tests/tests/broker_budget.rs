@@ -47,12 +47,7 @@ enum As {
 fn spawn(who: As, dir: &Path, args: &[&str], script: &str, script_args: &[&str]) -> Child {
     let mut cmd = match who {
         As::Root => Command::new(sandbox_bin()),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(sandbox_bin());
-            c
-        }
+        As::Nobody => sandbox_tests::sandbox_as_nobody(),
     };
     cmd.arg("run")
         .args(args)

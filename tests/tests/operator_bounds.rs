@@ -52,12 +52,7 @@ fn scene(config: &str) -> Scene {
 fn run(who: As, s: &Scene, args: &[&str]) -> Output {
     let mut cmd = match who {
         As::Root => Command::new(sandbox_bin()),
-        As::Nobody => {
-            let mut c = Command::new("setpriv");
-            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-                .arg(sandbox_bin());
-            c
-        }
+        As::Nobody => sandbox_tests::sandbox_as_nobody(),
     };
     cmd.env_remove("SANDBOX_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")

@@ -6,7 +6,7 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use sandbox_tests::{sandbox, sandbox_lines};
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_lines};
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
@@ -373,18 +373,6 @@ fn a_write_path_inside_trusted_state_is_refused() {
         text.contains("WROTE") && !text.contains("PLANTED"),
         "{text}"
     );
-}
-
-/// `sandbox run` as nobody (`setpriv`), with the clean config environment
-/// of [`sandbox`].
-fn sandbox_as_nobody() -> std::process::Command {
-    let mut c = std::process::Command::new("setpriv");
-    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(sandbox_tests::sandbox_bin())
-        .current_dir("/")
-        .env_remove("SANDBOX_CONFIG")
-        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config");
-    c
 }
 
 /// A config with a second name inside a write path (a hard link a dotfile

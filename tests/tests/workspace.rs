@@ -21,8 +21,13 @@ fn ws() -> Ws {
 
 /// The README's form: `sandbox run --mode workspace-write --workspace . -- sh -c script`.
 fn run(ws: &Path, extra: &[&str], script: &str) -> Output {
-    sandbox()
-        .args(["run", "--mode", "workspace-write", "--workspace", "."])
+    readme_form(sandbox(), ws, extra, script)
+}
+
+/// `cmd` (the `sandbox` binary, or a wrapper that runs it) with the README's
+/// arguments, in `ws` as the home directory, with git's identity set.
+fn readme_form(mut cmd: std::process::Command, ws: &Path, extra: &[&str], script: &str) -> Output {
+    cmd.args(["run", "--mode", "workspace-write", "--workspace", "."])
         .args(extra)
         .args(["--", "/bin/sh", "-c", script])
         .current_dir(ws)
@@ -685,22 +690,7 @@ fn run_as_nobody(ws: &Path, script: &str) -> Output {
         .status()
         .unwrap();
     assert!(chown.success());
-    std::process::Command::new("setpriv")
-        .args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
-        .arg(sandbox_tests::sandbox_bin())
-        .args(["run", "--mode", "workspace-write", "--workspace", "."])
-        .args(["--", "/bin/sh", "-c", script])
-        .current_dir(ws)
-        .env("HOME", ws)
-        .env_remove("SANDBOX_CONFIG")
-        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
-        .env("GIT_CONFIG_NOSYSTEM", "1")
-        .env("GIT_AUTHOR_NAME", "t")
-        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
-        .env("GIT_COMMITTER_NAME", "t")
-        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
-        .output()
-        .unwrap()
+    readme_form(sandbox_tests::sandbox_as_nobody(), ws, &[], script)
 }
 
 /// Every git directory in the workspace that existed before the run keeps

@@ -974,7 +974,7 @@ fn read_link_at(dir: &OwnedFd, name: &CStr) -> io::Result<CString> {
     CString::new(buf).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
 }
 
-fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
+pub(crate) fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> io::Result<libc::stat> {
     // SAFETY: stat is plain data; fstatat fills it.
     let mut st: libc::stat = unsafe { std::mem::zeroed() };
     // SAFETY: valid dir fd, NUL-terminated name, live out-pointer.

@@ -32,13 +32,14 @@
 
 use std::collections::HashSet;
 use std::ffi::{CStr, CString, OsStr};
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 use std::sync::{Mutex, PoisonError};
 
+use crate::entries::fstatat_nofollow;
 use crate::log::Refusal;
-use crate::resolve::fstat;
+use crate::resolve::{fstat, openat2};
 
 /// Names in a git directory whose every change is refused.
 const PROGRAM_PARTS: &[&[u8]] = &[b"config", b"config.worktree", b"commondir", b"hooks"];
@@ -215,17 +216,8 @@ impl GitGuard {
         }
         c.known.insert(id);
         if c.tracked.len() < MAX_TRACKED {
-            // SAFETY: openat of "." on our own directory fd.
-            let raw = unsafe {
-                libc::openat(
-                    dir.as_raw_fd(),
-                    c".".as_ptr(),
-                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                )
-            };
-            if raw >= 0 {
-                // SAFETY: a fresh fd we own.
-                c.tracked.push(unsafe { OwnedFd::from_raw_fd(raw) });
+            if let Ok(fd) = openat2(dir.as_raw_fd(), c".", libc::O_PATH | libc::O_DIRECTORY, 0) {
+                c.tracked.push(fd);
                 return;
             }
         }
@@ -308,18 +300,12 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 fn open_path(path: &Path) -> std::io::Result<OwnedFd> {
     let c = CString::new(path.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: open of a NUL-terminated path.
-    let raw = unsafe {
-        libc::open(
-            c.as_ptr(),
-            libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-        )
-    };
-    if raw < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: a fresh fd we own.
-    Ok(unsafe { OwnedFd::from_raw_fd(raw) })
+    openat2(
+        libc::AT_FDCWD,
+        &c,
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW,
+        0,
+    )
 }
 
 /// The stat of what `names` reach from `from`, no symlink followed.
@@ -327,37 +313,7 @@ fn descend<'a>(from: &OwnedFd, names: impl Iterator<Item = &'a OsStr>) -> Option
     let mut at = from.try_clone().ok()?;
     for name in names {
         let c = CString::new(name.as_bytes()).ok()?;
-        // SAFETY: openat on our own fd with a NUL-terminated name.
-        let raw = unsafe {
-            libc::openat(
-                at.as_raw_fd(),
-                c.as_ptr(),
-                libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
-            )
-        };
-        if raw < 0 {
-            return None;
-        }
-        // SAFETY: a fresh fd we own.
-        at = unsafe { OwnedFd::from_raw_fd(raw) };
+        at = openat2(at.as_raw_fd(), &c, libc::O_PATH | libc::O_NOFOLLOW, 0).ok()?;
     }
     fstat(&at).ok()
-}
-
-fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> std::io::Result<libc::stat> {
-    // SAFETY: stat is plain data; fstatat fills it.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: valid dir fd, NUL-terminated name and out-pointer.
-    let rc = unsafe {
-        libc::fstatat(
-            dir.as_raw_fd(),
-            name.as_ptr(),
-            &mut st,
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    };
-    if rc != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    Ok(st)
 }
