@@ -724,14 +724,16 @@ def got(n, _):
     sys.exit(3)
 for s in (signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
     signal.signal(s, got)
-if os.fork() == 0:
-    for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
-        signal.signal(s, signal.SIG_DFL)
-    while True:
-        with open(beat, "a") as f:
-            f.write("x")
-        time.sleep(0.02)
 try:
+    # The fork is inside the try: the first beat can come before the
+    # parent is back from fork, and a SIGINT then is still handled.
+    if os.fork() == 0:
+        for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGTERM, signal.SIGHUP):
+            signal.signal(s, signal.SIG_DFL)
+        while True:
+            with open(beat, "a") as f:
+                f.write("x")
+            time.sleep(0.02)
     while True:
         time.sleep(0.05)
 except KeyboardInterrupt:
