@@ -640,7 +640,7 @@ fn write_deny_deny(gen: Gen) -> LegResult {
             g.profile.params
         ));
     }
-    // Every ancestor inside the write path: never unlinked, never made a symlink.
+    // Every ancestor inside the write path: never unlinked, never made.
     let ancestors: Vec<&str> = g
         .profile
         .params
@@ -657,33 +657,19 @@ fn write_deny_deny(gen: Gen) -> LegResult {
     for name in &ancestors {
         find(
             &g.rules,
-            &format!("denying a symlink made at {name}"),
+            &format!("denying unlink and creation of {name}"),
             |r| {
                 r.action == Action::Deny
-                && r.has("file-write-create")
-                && r.filters.iter().any(|f| {
-                    f.head() == Some("require-all")
-                        && f.args().contains(&Sexp::List(vec![
-                            Sexp::Atom("vnode-type".into()),
-                            Sexp::Atom("SYMLINK".into()),
-                        ]))
-                        && f.args().iter().any(|x| {
-                            x.head() == Some("literal")
-                                && matches!(x.args(), [p] if p.args() == [Sexp::Str((*name).into())])
-                        })
-                })
+                    && r.has("file-write-unlink")
+                    && r.has("file-write-create")
+                    && r.param_filters().contains(&("literal", name))
             },
         )?;
-        find(&g.rules, &format!("denying unlink of {name}"), |r| {
-            r.action == Action::Deny
-                && r.has("file-write-unlink")
-                && r.param_filters().contains(&("literal", name))
-        })?;
     }
     Ok(format!(
         "write deny of {expected:?} (literal and subpath, so first-time creation too) follows \
          the write allow; its {} ancestors inside the write path (.claude included, existing or \
-         not) are never unlinked nor made symlinks",
+         not) are never unlinked, and never made (no symlink, no directory renamed into place)",
         ancestors.len()
     ))
 }
@@ -928,19 +914,31 @@ mod tests {
             );
         }
         // Legs that need a rule fail when it is missing.
-        let strip = |from: &'static str| {
+        let replace = |from: &'static str, to: &'static str| {
             move |policy: &ResolvedPolicy| {
                 let mut p = profile(policy).map_err(|e| e.to_string())?;
-                p.text = p.text.replace(from, "");
+                p.text = p.text.replace(from, to);
                 Ok(p)
             }
         };
+        let strip = |from: &'static str| replace(from, "");
+        assert!(
+            leg_with(
+                Axis::WriteDeny,
+                LegKind::Deny,
+                &replace(
+                    "deny file-write-unlink file-write-create",
+                    "deny file-write-unlink"
+                )
+            )
+            .is_err(),
+            "write_deny deny passed with ancestors that can be made"
+        );
         for (axis, leg, from) in [
             (Axis::Spawn, LegKind::Boundary, "(allow process-exec*)"),
             (Axis::Spawn, LegKind::Workload, "(allow process-fork)"),
             (Axis::Network, LegKind::Workload, "(allow system-socket)"),
             (Axis::ReadDeny, LegKind::Deny, "(allow file-read*)"),
-            (Axis::WriteDeny, LegKind::Deny, "(vnode-type SYMLINK) "),
             (
                 Axis::ReadDeny,
                 LegKind::Boundary,

@@ -242,25 +242,22 @@ impl ProfileInput {
         if !ancestors.is_empty() {
             // Moving an ancestor away would carry the denied path out from
             // under the path-based rules above (and a read-denied file could
-            // then be read at its new name); a symlink made at an ancestor
-            // that does not exist yet would do the same.
+            // then be read at its new name). Made where it does not exist
+            // yet, a symlink would redirect the denied path, and a directory
+            // renamed into place would bring the denied path's content
+            // written under another name. Seatbelt checks mkdir and a rename
+            // onto a new name alike (`file-write-create`), so a missing
+            // ancestor cannot be made at all; creating one that exists fails
+            // with EEXIST before the sandbox is asked.
             text.push_str(
-                "; Deny path ancestors inside the write paths: never unlinked or renamed, never made a symlink.\n",
+                "; Deny path ancestors inside the write paths: never unlinked or renamed; one that does not exist cannot be made (no symlink, no directory renamed into its place, no mkdir).\n",
             );
             rule(
                 &mut text,
-                "deny file-write-unlink",
+                "deny file-write-unlink file-write-create",
                 &ancestors,
                 &["literal"],
             );
-            text.push_str("(deny file-write-create");
-            for (name, _) in &ancestors {
-                let _ = write!(
-                    text,
-                    "\n  (require-all (vnode-type SYMLINK) (literal (param \"{name}\")))"
-                );
-            }
-            text.push_str(")\n");
         }
         if self.protect_git_dirs && !write.is_empty() {
             text.push_str(GIT_DIRS_HEAD);

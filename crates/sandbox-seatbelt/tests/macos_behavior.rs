@@ -331,10 +331,13 @@ fn host_unix_sockets_only_beneath_write_paths_or_listed() {
     assert!(helper(&off, &connect(&outside)).starts_with("error:"));
 }
 
-/// A protected name whose folder does not exist yet cannot be made a
-/// symlink (#46 item 4); a symlink elsewhere in the write path can.
+/// A protected name's folder that does not exist yet cannot be made: not
+/// as a symlink (#46 item 4), not as a directory filled elsewhere and
+/// renamed into place, not by mkdir (Seatbelt cannot tell the two apart).
+/// Twins: a symlink and a directory rename elsewhere in the write path work,
+/// and once the folder exists its other files are writable.
 #[test]
-fn protected_folders_cannot_be_made_symlinks() {
+fn protected_folders_cannot_be_made() {
     let dir = tempfile::tempdir().unwrap();
     let w = std::fs::canonicalize(dir.path()).unwrap();
     let elsewhere = tempfile::tempdir().unwrap();
@@ -346,17 +349,38 @@ fn protected_folders_cannot_be_made_symlinks() {
     let sh = |script: &str| run(&policy, &["/bin/sh", "-c", script], &[]);
     let e = elsewhere.path().to_str().unwrap();
     let w = w.to_str().unwrap();
+    let claude = Path::new(w).join(".claude");
     assert!(!sh(&format!("ln -s '{e}' '{w}/.claude'")).status.success());
-    assert!(!Path::new(w).join(".claude").exists());
+    assert!(std::fs::symlink_metadata(&claude).is_err());
     assert!(!sh(&format!(
         "ln -s '{e}' '{w}/tmp' && mv '{w}/tmp' '{w}/.claude'"
     ))
     .status
     .success());
-    assert!(std::fs::symlink_metadata(Path::new(w).join(".claude")).is_err());
-    // Twins: a symlink elsewhere, and the folder itself.
-    let ok = sh(&format!("ln -s '{e}' '{w}/other' && mkdir '{w}/.claude'"));
+    assert!(std::fs::symlink_metadata(&claude).is_err());
+    let filled = format!(
+        "mkdir '{w}/prep' && echo planted > '{w}/prep/settings.json' && mv '{w}/prep' '{w}/.claude'"
+    );
+    assert!(!sh(&filled).status.success());
+    assert!(std::fs::symlink_metadata(&claude).is_err());
+    assert!(!sh(&format!("mkdir '{w}/.claude'")).status.success());
+    assert!(std::fs::symlink_metadata(&claude).is_err());
+    // Twins: a symlink and a renamed directory elsewhere.
+    let ok = sh(&format!(
+        "ln -s '{e}' '{w}/other' && mkdir '{w}/a' && echo x > '{w}/a/f' && mv '{w}/a' '{w}/b'"
+    ));
     assert!(ok.status.success(), "{}", text(&ok.stderr));
+    // Twin: made before the run, the folder's other files are writable and
+    // the protected name is still not.
+    std::fs::create_dir(&claude).unwrap();
+    let ok = sh(&format!(
+        "mkdir -p '{w}/.claude/notes' && echo x > '{w}/.claude/notes/n'"
+    ));
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    assert!(!sh(&format!("echo x > '{w}/.claude/settings.json'"))
+        .status
+        .success());
+    assert!(!claude.join("settings.json").exists());
 }
 
 /// workspace-write's git protection with no repository yet, and in nested

@@ -465,9 +465,9 @@ fn snapshot_git_dirs_and_protected_names() {
             "{a} is no ancestor parameter:\n{text}"
         );
     }
-    assert!(
-        text.contains("(require-all (vnode-type SYMLINK) (literal (param \"DENY_ANCESTOR_1\")))")
-    );
+    assert!(text.contains(
+        "(deny file-write-unlink file-write-create\n  (literal (param \"DENY_ANCESTOR_0\"))"
+    ));
     insta::assert_snapshot!("git_dirs_and_protected_names", text);
     // Twin: without protect_git_dirs, no regex at all.
     i.protect_git_dirs = false;
