@@ -29,9 +29,16 @@ struct Scene {
     token: String,
 }
 
-fn scene() -> Scene {
+/// The lock every test of this file holds while it starts runs: a run's
+/// start sweeps stale per-run cgroups (and a killed runner's survivor is
+/// one until its test has looked at it).
+fn serial() -> std::sync::MutexGuard<'static, ()> {
     static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+fn scene() -> Scene {
+    let serial = serial();
     let dir = tempfile::tempdir().unwrap();
     let w = std::fs::canonicalize(dir.path()).unwrap().join("w");
     std::fs::create_dir(&w).unwrap();
@@ -215,6 +222,47 @@ fn first_beat(s: &Scene) {
     while beat_len(s) == 0 && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(10));
     }
+}
+
+/// The attack's survivor is alive now: its beat grows (up to 10 s) and a
+/// process carrying the scene's token is there. Panics otherwise.
+#[track_caller]
+fn survivor_alive(s: &Scene, what: &str) {
+    let from = beat_len(s);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while beat_len(s) == from && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        beat_len(s) > from,
+        "{what}: positive control: the survivor kept beating after its runner died"
+    );
+    assert!(
+        !survivors(s).is_empty(),
+        "{what}: positive control: the survivor is alive"
+    );
+}
+
+/// Waits up to 10 s for `marker` to exist; panics otherwise.
+#[track_caller]
+fn wait_for(marker: &std::path::Path, what: &str) {
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while !marker.exists() {
+        assert!(
+            Instant::now() < deadline,
+            "{what}: {marker:?} never appeared"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// A shell command for a run granted `dir`: leaves `dir/started`, waits
+/// (up to 20 s) for `dir/go`, then prints `finished`.
+fn started_then_go(dir: &std::path::Path) -> String {
+    format!(
+        "touch {d}/started; i=0; while [ ! -e {d}/go ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; echo finished",
+        d = dir.display()
+    )
 }
 
 fn beat_len(s: &Scene) -> u64 {
@@ -581,6 +629,7 @@ fn a_killed_runner_leaves_nothing_past_the_next_run() {
     let s = scene();
     let cgroup = PrivateCgroup::new(&s);
     kill_the_runner_after_its_first_beat(&s, &cgroup);
+    survivor_alive(&s, "before the next run");
     // The next run (beside it) sweeps the dead run's cgroup.
     let mut next = cli(As::Root);
     cgroup.enter(&mut next);
@@ -600,11 +649,7 @@ fn a_reused_runner_pid_does_not_shield_survivors() {
     // Its own cgroup: no other run's sweep takes the survivor first.
     let cgroup = PrivateCgroup::new(&s);
     let runner = kill_the_runner_after_its_first_beat(&s, &cgroup);
-    std::thread::sleep(Duration::from_millis(200));
-    assert!(
-        !survivors(&s).is_empty(),
-        "positive control: the survivor outlived its killed runner"
-    );
+    survivor_alive(&s, "after its runner was killed");
     // Take the dead runner's pid: the next fork after ns_last_pid = pid - 1
     // gets it (root only; other forks on the host may race, so retry).
     let mut holder = None;
@@ -645,12 +690,12 @@ fn a_runner_in_other_namespaces_does_not_end_a_live_run() {
         let live = cli(As::Root)
             .args(["run", "-w"])
             .arg(&s.w)
-            .args(["--", "/bin/sh", "-c", "sleep 1.5; echo finished"])
+            .args(["--", "/bin/sh", "-c", &started_then_go(&s.w)])
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(400));
+        wait_for(&s.w.join("started"), "the live run");
         let sweeper = match wrap.split_first() {
             Some((first, rest)) => {
                 let mut c = Command::new(first);
@@ -664,6 +709,7 @@ fn a_runner_in_other_namespaces_does_not_end_a_live_run() {
             .output()
             .expect("unshare (util-linux) runs the sweeping runner");
         assert_exit(&sweeper, 0);
+        std::fs::write(s.w.join("go"), "").unwrap();
         let out = live.wait_with_output().unwrap();
         assert_finished(
             &out,
@@ -861,9 +907,13 @@ fn a_stop_signal_at_any_moment_leaves_nothing() {
 #[test]
 fn runners_in_a_pid_namespace_without_their_own_proc_keep_each_others_runs() {
     let s = scene();
+    // The first run starts, the second sweeps while it waits, then `go`.
     let script = format!(
-        "\"$0\" run -w {w} -- /bin/sh -c 'sleep 1.5; echo finished' & sleep 0.4; \"$0\" run -- /bin/true; wait",
-        w = s.w.display()
+        "\"$0\" run -w {w} -- /bin/sh -c '{cmd}' & \
+         i=0; while [ ! -e {w}/started ] && [ $i -lt 2000 ]; do sleep 0.01; i=$((i+1)); done; \
+         \"$0\" run -- /bin/true; touch {w}/go; wait",
+        w = s.w.display(),
+        cmd = started_then_go(&s.w)
     );
     let mut unshare = Command::new("unshare");
     unshare
@@ -882,10 +932,15 @@ fn runners_in_a_pid_namespace_without_their_own_proc_keep_each_others_runs() {
 #[test]
 fn an_ignored_stop_signal_stays_ignored() {
     for (signal, name) in [(libc::SIGHUP, "HUP"), (libc::SIGINT, "INT")] {
+        let s = scene();
         let mut sh = Command::new("/bin/sh");
         sh.args([
             "-c",
-            &format!("trap '' {name}; exec \"$0\" run -- /bin/sh -c 'sleep 0.8; echo finished'"),
+            &format!(
+                "trap '' {name}; exec \"$0\" run -w {w} -- /bin/sh -c '{cmd}'",
+                w = s.w.display(),
+                cmd = started_then_go(&s.w)
+            ),
         ])
         .arg(sandbox_bin());
         let runner = without_config(sh)
@@ -893,10 +948,25 @@ fn an_ignored_stop_signal_stays_ignored() {
             .stdout(Stdio::piped())
             .spawn()
             .unwrap();
-        std::thread::sleep(Duration::from_millis(300));
+        wait_for(&s.w.join("started"), &format!("SIG{name}"));
+        // The runner still ignores it once the run is going, so the kernel
+        // drops the signal as it is sent (nothing is left pending to act on
+        // after `go`).
+        let ign = std::fs::read_to_string(format!("/proc/{}/status", runner.id())).unwrap();
+        let ign = ign
+            .lines()
+            .find_map(|l| l.strip_prefix("SigIgn:"))
+            .map(|h| u64::from_str_radix(h.trim(), 16).unwrap())
+            .unwrap();
+        assert_ne!(
+            ign & (1 << (signal - 1)),
+            0,
+            "SIG{name} ignored by the runner"
+        );
         // SAFETY: kill has no memory effects; the pid is our child's (sh
         // exec'd the CLI).
         unsafe { libc::kill(runner.id() as i32, signal) };
+        std::fs::write(s.w.join("go"), "").unwrap();
         let out = runner.wait_with_output().unwrap();
         assert_finished(&out, &format!("SIG{name} ignored at start"));
     }
@@ -908,6 +978,7 @@ fn an_ignored_stop_signal_stays_ignored() {
 /// (`a_stop_signal_to_the_runner_ends_the_whole_run`).
 #[test]
 fn a_stop_signal_outside_a_run_ends_the_cli_at_once() {
+    let _serial = serial();
     let mut cli = without_config(Command::new(sandbox_bin()))
         .args(["exec-op", "--op", "-"])
         .stdin(Stdio::piped())
@@ -915,7 +986,7 @@ fn a_stop_signal_outside_a_run_ends_the_cli_at_once() {
         .stderr(Stdio::null())
         .spawn()
         .unwrap();
-    std::thread::sleep(Duration::from_millis(300));
+    reading_stdin(cli.id() as i32);
     // SAFETY: kill has no memory effects; the pid is our child.
     unsafe { libc::kill(cli.id() as i32, libc::SIGINT) };
     let deadline = Instant::now() + Duration::from_secs(5);
@@ -938,12 +1009,34 @@ fn a_stop_signal_outside_a_run_ends_the_cli_at_once() {
     );
 }
 
+/// Waits (up to 10 s) until `pid`'s main thread is blocked in `read(0, …)`
+/// (`/proc/PID/syscall`: number 0, first argument 0 on x86_64; `read` is
+/// 63 on aarch64).
+#[track_caller]
+fn reading_stdin(pid: i32) {
+    let read_nr = if cfg!(target_arch = "aarch64") { 63 } else { 0 };
+    let want = format!("{read_nr} 0x0 ");
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = std::fs::read_to_string(format!("/proc/{pid}/syscall")).unwrap_or_default();
+        if now.starts_with(&want) {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "pid {pid} never read stdin: {now:?}"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+}
+
 /// A runner started with SIGCHLD ignored (which makes the kernel reap its
 /// children unasked) still waits for the command and reports its status.
 /// Twin: the same run with SIGCHLD at its default.
 #[test]
 fn a_runner_started_with_sigchld_ignored_reports_the_commands_status() {
     use std::os::unix::process::CommandExt;
+    let _serial = serial();
     for ignored in [false, true] {
         let mut cmd = without_config(Command::new(sandbox_bin()));
         cmd.args(["run", "--", "/bin/sh", "-c", "echo ran; exit 3"])
