@@ -148,12 +148,16 @@ struct Scene {
     script: PathBuf,
 }
 
-fn scene() -> Scene {
+/// The scene; with `git`, the write path holds a git directory (so even a
+/// plain `-w` protects it and the broker keeps the write path).
+fn scene(git: bool) -> Scene {
     let dir = tempfile::tempdir().unwrap();
     let base = fs::canonicalize(dir.path()).unwrap();
     let w = base.join("w");
     fs::create_dir_all(w.join("sub")).unwrap();
-    fs::create_dir_all(w.join(".git/hooks")).unwrap();
+    if git {
+        fs::create_dir_all(w.join(".git/hooks")).unwrap();
+    }
     let outside = base.join("outside.log");
     fs::write(&outside, "").unwrap();
     let script = base.join("attacks.py");
@@ -165,6 +169,9 @@ fn scene() -> Scene {
         &w.join(".git"),
         &w.join(".git/hooks"),
     ] {
+        if !git && p.starts_with(w.join(".git")) {
+            continue;
+        }
         fs::set_permissions(p, fs::Permissions::from_mode(0o777)).unwrap();
     }
     for p in [&outside, &script] {
@@ -181,7 +188,8 @@ fn scene() -> Scene {
 /// Runs [`ATTACKS`] confined, with a terminal of its own as the runner's
 /// controlling terminal, another given as stdin and a third never given.
 fn attack(mode: Mode, who: Who, abi: Option<&str>) -> (Value, Scene, Pty) {
-    let s = scene();
+    // A plain write path with nothing to protect is the unbrokered case.
+    let s = scene(mode != Mode::Write);
     let ctty = pty(who);
     let given = pty(who);
     let hidden = pty(who);
@@ -354,7 +362,7 @@ fn the_broker_does_no_more_than_the_sandbox_as_nobody() {
 /// the sandbox's and not the host's.
 #[test]
 fn bare_the_same_calls_succeed() {
-    let s = scene();
+    let s = scene(true);
     let ctty = pty(Who::Root);
     let given = pty(Who::Root);
     let hidden = pty(Who::Root);

@@ -870,3 +870,126 @@ print("exchange-plain", exchange("p1", "p2"))
         assert!(err.contains(&at), "{at}: {err}");
     }
 }
+
+/// `sandbox run -w DIR` (no mode) in `dir`, as root or as nobody (the
+/// directory given to nobody first), with git's identity set and `dir` as
+/// the home directory's parent's sibling (HOME is elsewhere).
+fn plain_w(dir: &Path, nobody: bool, extra: &[&str], script: &str) -> Output {
+    let mut cmd = if nobody {
+        let chown = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(chown.success());
+        sandbox_tests::sandbox_as_nobody()
+    } else {
+        sandbox()
+    };
+    cmd.args(["run", "-w"])
+        .arg(dir)
+        .args(extra)
+        .args(["--", "/bin/sh", "-c", script])
+        .current_dir(dir)
+        .env("HOME", "/nonexistent-home")
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_AUTHOR_NAME", "t")
+        .env("GIT_AUTHOR_EMAIL", "t@example.invalid")
+        .env("GIT_COMMITTER_NAME", "t")
+        .env("GIT_COMMITTER_EMAIL", "t@example.invalid")
+        .output()
+        .unwrap()
+}
+
+/// Plain `-w REPO`, in no mode, protects what workspace-write protects: a
+/// planted hook, a `.git/config` change, an rc file and editor settings are
+/// refused, and so is a hook in a clone one level down in `-w DIR`; in the
+/// same runs a commit, a branch and a build work. Twins: a write path that
+/// holds nothing worth protecting gets no deny path (it pays nothing), so a
+/// `.bashrc` there is written; `--unprotect .bashrc` lifts that one
+/// protection and keeps the rest. As root and as nobody.
+#[test]
+fn plain_write_paths_protect_what_the_workspace_protects() {
+    let attacks = r#"
+        bad() { echo "BAD: $1"; }
+        { echo '#!/bin/sh' > .git/hooks/pre-commit; } 2>/dev/null && bad "hook"
+        { printf '[core]\n\tfsmonitor = "touch %s/ran"\n' "$PWD" >> .git/config; } 2>/dev/null && bad "config"
+        { echo 'touch ran' >> .bashrc; } 2>/dev/null && bad "bashrc"
+        { mkdir -p .vscode && echo '{}' > .vscode/tasks.json; } 2>/dev/null && bad "vscode"
+        printf 'all:\n\techo built > out.txt\n' > Makefile && make -s && echo ok-build
+        git add Makefile out.txt && git commit -qm build && echo ok-commit
+        git checkout -q -b topic && echo ok-branch
+    "#;
+    let users: &[bool] = if unsafe { libc::geteuid() } == 0 {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &nobody in users {
+        let w = ws();
+        git_ok(&w.root, &["init", "-q", "-b", "main", "."]);
+        let config = fs::read(w.root.join(".git/config")).unwrap();
+        let stdout = ok(&plain_w(&w.root, nobody, &[], attacks));
+        assert!(!stdout.contains("BAD"), "nobody {nobody}: {stdout}");
+        for twin in ["ok-build", "ok-commit", "ok-branch"] {
+            assert!(stdout.contains(twin), "nobody {nobody}: {twin} in {stdout}");
+        }
+        assert_eq!(fs::read(w.root.join(".git/config")).unwrap(), config);
+        assert!(!w.root.join(".git/hooks/pre-commit").exists());
+        assert!(!w.root.join(".bashrc").exists());
+        git_ok(&w.root, &["-c", "safe.directory=*", "status"]);
+        assert!(!w.root.join("ran").exists());
+
+        // A folder of clones: the repository one level down is protected.
+        let clones = ws();
+        git_ok(&clones.root, &["init", "-q", "-b", "main", "lib"]);
+        let out = plain_w(
+            &clones.root,
+            nobody,
+            &[],
+            "{ echo x > lib/.git/hooks/post-checkout; } 2>/dev/null && echo BAD; \
+             echo x > lib/f && echo ok-write",
+        );
+        let stdout = ok(&out);
+        assert!(
+            !stdout.contains("BAD") && stdout.contains("ok-write"),
+            "{stdout}"
+        );
+        assert!(!clones.root.join("lib/.git/hooks/post-checkout").exists());
+
+        // Twin: a write path with nothing to protect gets no deny path.
+        let out_dir = ws();
+        let policy = sandbox()
+            .args(["policy", "-w"])
+            .arg(&out_dir.root)
+            .output()
+            .unwrap();
+        let text = ok(&policy);
+        assert!(text.contains("\"write_deny_paths\": []"), "{text}");
+        assert!(!text.contains("protect_git_dirs"), "{text}");
+        ok(&plain_w(&out_dir.root, nobody, &[], "echo x > .bashrc"));
+        assert!(out_dir.root.join(".bashrc").exists());
+
+        // Twin: --unprotect lifts one protection, the others stay.
+        let stdout = ok(&plain_w(
+            &w.root,
+            nobody,
+            &["--unprotect", ".bashrc"],
+            "echo x > .bashrc && echo ok-rc; \
+             { echo x > .git/hooks/pre-commit; } 2>/dev/null && echo BAD; true",
+        ));
+        assert!(
+            stdout.contains("ok-rc") && !stdout.contains("BAD"),
+            "{stdout}"
+        );
+    }
+    // A name that is no default protection is refused, not ignored.
+    let w = ws();
+    let out = plain_w(&w.root, false, &["--unprotect", ".bashrcx"], "true");
+    assert_eq!(out.status.code(), Some(125));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("\".bashrcx\", which is no default protection"),
+        "{err}"
+    );
+}

@@ -173,6 +173,11 @@ pub(crate) struct PolicyFlags {
     /// Refuse child processes.
     #[arg(long)]
     pub(crate) deny_subprocess: bool,
+    /// Do not let the run make POSIX shared memory and semaphores of its
+    /// own in /dev/shm (Python multiprocessing, joblib, pytest-xdist use
+    /// them); /dev/shm is then writable only as a write path.
+    #[arg(long)]
+    pub(crate) no_private_shm: bool,
     /// Give the run a private, empty temporary directory as `$TMPDIR` (made
     /// writable, removed after the run), as workspace-write always does.
     #[arg(long)]
@@ -199,6 +204,12 @@ pub(crate) struct PolicyFlags {
     #[arg(long, value_name = "SECS", value_parser = clap::value_parser!(u64).range(1..),
           value_hint = clap::ValueHint::Other)]
     pub(crate) timeout: Option<u64>,
+    /// Drop this default protection (repeatable), named as listed in the
+    /// README's protections: `.vscode`, `.bashrc`, `.git/hooks`, ...
+    /// Every write path holding a git repository, an rc file or editor and
+    /// agent settings protects them, in any mode.
+    #[arg(long = "unprotect", value_name = "NAME")]
+    pub(crate) unprotect: Vec<String>,
     /// Sandbox mode preset: read-only, workspace-write or danger-full-access.
     #[arg(long, value_name = "MODE", value_parser = mode_parser())]
     pub(crate) mode: Option<SandboxMode>,

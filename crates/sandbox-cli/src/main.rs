@@ -317,12 +317,33 @@ fn effective_policy(
                 },
                 // Set by workspace-write (below) or the operator's bound.
                 protect_git_dirs: operator.protect_git_dirs,
+                private_shm: !flags.no_private_shm && operator.private_shm,
             }
         }
     };
+    for (name, from) in config
+        .unprotect
+        .iter()
+        .map(|n| (n, "the operator config's `unprotect`"))
+        .chain(flags.unprotect.iter().map(|n| (n, "--unprotect")))
+    {
+        if !sandbox::protect::is_default_protection(name) {
+            return Err(Fatal(format!(
+                "{from} names {name:?}, which is no default protection; name one as \
+                 `sandbox policy` lists it, relative to its write path (`.bashrc`, \
+                 `.vscode`, `.git/hooks`, `.git/config`, ...)"
+            )));
+        }
+    }
+    let unprotect: Vec<String> = config
+        .unprotect
+        .iter()
+        .chain(&flags.unprotect)
+        .cloned()
+        .collect();
     let protection = sandbox::protect::Protection {
         add: &config.protect,
-        remove: &config.unprotect,
+        remove: &unprotect,
     };
     mode.extend(
         &mut requested,
@@ -359,16 +380,64 @@ fn effective_policy(
             );
         }
     }
-    let requested = requested
-        .resolve(&ctx)
-        .map_err(|e| match &flags.policy_json {
+    let resolve = |policy: &SandboxPolicy| {
+        policy.resolve(&ctx).map_err(|e| match &flags.policy_json {
             Some(_) => Fatal(format!("invalid --policy-json: {e}")),
             None => flag_error(e),
-        })?;
+        })
+    };
+    let mut resolved = resolve(&requested)?;
+    if protect_write_paths(
+        &mut requested,
+        &resolved,
+        &own,
+        ctx.home.as_deref(),
+        &protection,
+    ) {
+        resolved = resolve(&requested)?;
+    }
+    let requested = resolved;
     Ok(Some(match &config.policy {
         Some(operator) => operator.bound(&requested, &own, &ctx)?,
         None => requested,
     }))
+}
+
+/// Gives every requested write path that holds something worth protecting
+/// (a git repository, an rc file, editor or agent settings) the workspace's
+/// protections, in any mode ([`sandbox::protect::write_path_protections`]);
+/// the runner's own directories (`own`) are left alone. Whether `policy`
+/// changed.
+fn protect_write_paths(
+    policy: &mut SandboxPolicy,
+    resolved: &ResolvedPolicy,
+    own: &[PathBuf],
+    home: Option<&Path>,
+    protection: &sandbox::protect::Protection<'_>,
+) -> bool {
+    let own: Vec<PathBuf> = own
+        .iter()
+        .map(|o| std::fs::canonicalize(o).unwrap_or_else(|_| o.clone()))
+        .collect();
+    let mut changed = false;
+    for dir in resolved.write_paths().iter().filter(|d| !own.contains(d)) {
+        let Some(found) = sandbox::protect::write_path_protections(dir, home, protection) else {
+            continue;
+        };
+        for path in found {
+            if !resolved.write_deny_paths().contains(&path) {
+                policy
+                    .write_deny_paths
+                    .push(path.to_string_lossy().into_owned());
+                changed = true;
+            }
+        }
+        if protection.keeps_git() && !policy.protect_git_dirs {
+            policy.protect_git_dirs = true;
+            changed = true;
+        }
+    }
+    changed
 }
 
 /// The tool caches a run gets (`--cache`, the config's `caches`), each with

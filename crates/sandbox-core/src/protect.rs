@@ -144,9 +144,22 @@ impl Protection<'_> {
 
     /// Whether git directories stay protected: unless both `.git/config`
     /// and `.git/hooks` are removed.
-    pub(crate) fn keeps_git(&self) -> bool {
+    pub fn keeps_git(&self) -> bool {
         self.keeps(".git/config") || self.keeps(".git/hooks")
     }
+}
+
+/// Whether `name` is a default protection [`Protection::remove`] can drop:
+/// an entry of [`WORKSPACE_PROTECTED`] or [`HOME_PROTECTED`], `.git` (the
+/// `.git` file), or `.git/` followed by a git directory's protected entry.
+pub fn is_default_protection(name: &str) -> bool {
+    let name = name.trim_end_matches('/');
+    WORKSPACE_PROTECTED.contains(&name)
+        || HOME_PROTECTED.contains(&name)
+        || name == ".git"
+        || name
+            .strip_prefix(".git/")
+            .is_some_and(|n| GIT_PROTECTED.contains(&n))
 }
 
 /// The absolute paths workspace-write write-denies in `workspace`, with the
@@ -182,6 +195,58 @@ pub fn protections_with_home(
         }
     }
     out
+}
+
+/// The protections a write path gets in any mode, as the workspace does in
+/// workspace-write ([`protections_with_home`]), or `None` when `dir` holds
+/// nothing worth protecting: no protected name at its top (`.git`,
+/// `.bashrc`, `.vscode`, `.claude`, ... or an operator's extra name), no
+/// git repository one level down (a folder of clones), and no home
+/// directory. Such a write path (a build or output directory) pays nothing:
+/// a deny path beneath a write path sends its writes through the broker.
+///
+/// A run can still create a protected name afresh in a write path that
+/// held none (`git init` in an empty output directory): nothing the user
+/// runs reads it there.
+pub fn write_path_protections(
+    dir: &Path,
+    home: Option<&Path>,
+    change: &Protection<'_>,
+) -> Option<Vec<PathBuf>> {
+    holds_protected(dir, home, change).then(|| protections_with_home(dir, home, change))
+}
+
+/// How many entries of a write path [`holds_protected`] looks into for a
+/// repository one level down.
+const REPOSITORY_SCAN: usize = 4096;
+
+fn holds_protected(dir: &Path, home: Option<&Path>, change: &Protection<'_>) -> bool {
+    let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
+    if home.is_some_and(|h| h.is_absolute() && canonical(h).starts_with(canonical(dir))) {
+        return true;
+    }
+    let top = |name: &str| {
+        Path::new(name)
+            .components()
+            .next()
+            .map(|c| dir.join(c))
+            .is_some_and(|p| std::fs::symlink_metadata(p).is_ok())
+    };
+    if std::iter::once(".git")
+        .chain(WORKSPACE_PROTECTED.iter().copied())
+        .filter(|n| change.keeps(n))
+        .chain(change.add.iter().map(String::as_str))
+        .any(top)
+    {
+        return true;
+    }
+    std::fs::read_dir(dir).is_ok_and(|entries| {
+        entries
+            .take(REPOSITORY_SCAN)
+            .flatten()
+            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
+            .any(|e| std::fs::symlink_metadata(e.path().join(".git")).is_ok())
+    })
 }
 
 fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {
