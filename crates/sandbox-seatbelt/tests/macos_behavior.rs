@@ -209,7 +209,95 @@ fn perform(action: &str) -> String {
             other => format!("error:{other:?}"),
         };
     }
+    if let Some(service) = action.strip_prefix("mach=") {
+        return mach_look_up(service);
+    }
     format!("error:unknown action {action}")
+}
+
+/// Looks `service` up in the bootstrap namespace, as a client of it would.
+fn mach_look_up(service: &str) -> String {
+    extern "C" {
+        static bootstrap_port: u32;
+        fn bootstrap_look_up(bp: u32, name: *const std::ffi::c_char, sp: *mut u32) -> i32;
+    }
+    let name = std::ffi::CString::new(service).unwrap();
+    let mut port = 0u32;
+    // SAFETY: a NUL-terminated name and a valid out pointer; bootstrap_port
+    // is libSystem's, set up before main.
+    let kr = unsafe { bootstrap_look_up(bootstrap_port, name.as_ptr(), &mut port) };
+    if kr == 0 {
+        "found".into()
+    } else {
+        format!("error:kern_return {kr}")
+    }
+}
+
+/// `--no-network` closes trustd (which fetches certificate URLs for its
+/// clients) and the other services that reach the network (#46 item 3).
+/// Twin: with the network on, the same look-up finds it.
+#[test]
+fn trustd_is_closed_without_network() {
+    for service in ["com.apple.trustd", "com.apple.trustd.agent"] {
+        let on = helper(&SandboxPolicy::default(), &format!("mach={service}"));
+        assert_eq!(on, "found", "{service} with the network on");
+        let off = SandboxPolicy {
+            network: false,
+            ..SandboxPolicy::default()
+        };
+        let refused = helper(&off, &format!("mach={service}"));
+        assert!(refused.starts_with("error:"), "{service}: {refused}");
+    }
+}
+
+/// A new pseudo-terminal; its controller fd (kept open) and its device path.
+fn pty() -> (std::fs::File, String) {
+    use std::os::fd::FromRawFd;
+    // SAFETY: plain libc calls on an fd this function owns.
+    unsafe {
+        let fd = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(fd >= 0);
+        assert_eq!(libc::grantpt(fd), 0);
+        assert_eq!(libc::unlockpt(fd), 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(fd))
+            .to_str()
+            .unwrap()
+            .to_owned();
+        (std::fs::File::from_raw_fd(fd), name)
+    }
+}
+
+/// Only the run's own terminal is writable (#46 item 2): a profile naming
+/// one terminal (as a run names those of its stdio) lets the command write
+/// to it and not to another of the same user.
+#[test]
+fn only_the_runs_own_terminal_is_writable() {
+    let (_own_controller, own) = pty();
+    let (_other_controller, other) = pty();
+    let resolved = SandboxPolicy::default()
+        .resolve(&ExpandContext::default())
+        .unwrap();
+    let profile = sandbox_seatbelt::ProfileInput {
+        terminals: vec![own.clone().into()],
+        ..sandbox_seatbelt::ProfileInput::from(&resolved)
+    }
+    .profile()
+    .unwrap();
+    let write = |tty: &str| {
+        let argv: Vec<OsString> = ["/bin/sh", "-c", "printf x > \"$1\"", "sh", tty]
+            .iter()
+            .map(OsString::from)
+            .collect();
+        let argv = profile.sandbox_exec_argv(&argv);
+        std::process::Command::new(&argv[0])
+            .args(&argv[1..])
+            .output()
+            .unwrap()
+    };
+    let ok = write(&own);
+    assert!(ok.status.success(), "{}", text(&ok.stderr));
+    let refused = write(&other);
+    assert!(!refused.status.success(), "wrote to another terminal");
 }
 
 #[test]
