@@ -71,3 +71,75 @@ pub fn assert_exit(out: &Output, code: i32) {
         String::from_utf8_lossy(&out.stderr)
     );
 }
+
+/// Whether a test that cannot do its job here must fail rather than say so
+/// and pass: under CI (`CI` set, as every CI system does) and as root (what
+/// CI runs as; every end-to-end test can do its job there).
+pub fn must_do_its_job() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    std::env::var_os("CI").is_some() || unsafe { libc::geteuid() } == 0
+}
+
+/// A test that cannot do its job on this host: fails under CI or as root
+/// ([`must_do_its_job`]); elsewhere prints one `SKIPPED test: why` line on
+/// stderr and lets the caller return.
+#[track_caller]
+pub fn cannot_do_its_job(test: &str, why: &str) {
+    assert!(
+        !must_do_its_job(),
+        "{test} cannot do its job here ({why}); under CI or as root that is a failure"
+    );
+    eprintln!("SKIPPED {test}: {why}");
+}
+
+/// Runs `f` on a thread of its own in a mount namespace of its own (root
+/// only), where `/` is made private and a fresh tmpfs is mounted on each of
+/// `tmpfs`: what `f` and the processes it starts see there never reaches
+/// the host (an operator's real `/root/.config`, `/run/user`). `Err` when
+/// the namespace or a mount cannot be made.
+pub fn with_private_mounts<T: Send>(
+    tmpfs: &[&str],
+    f: impl FnOnce() -> T + Send,
+) -> Result<T, String> {
+    std::thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                // SAFETY: plain system calls on this thread's own state; the
+                // strings are NUL-terminated literals or CStrings alive here.
+                unsafe {
+                    if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                        return Err(format!("unshare: {}", std::io::Error::last_os_error()));
+                    }
+                    if libc::mount(
+                        std::ptr::null(),
+                        c"/".as_ptr(),
+                        std::ptr::null(),
+                        libc::MS_REC | libc::MS_PRIVATE,
+                        std::ptr::null(),
+                    ) != 0
+                    {
+                        return Err(format!("private /: {}", std::io::Error::last_os_error()));
+                    }
+                    for dir in tmpfs {
+                        let c = std::ffi::CString::new(*dir).unwrap();
+                        if libc::mount(
+                            c"tmpfs".as_ptr(),
+                            c.as_ptr(),
+                            c"tmpfs".as_ptr(),
+                            0,
+                            c"mode=755".as_ptr().cast(),
+                        ) != 0
+                        {
+                            return Err(format!(
+                                "tmpfs on {dir}: {}",
+                                std::io::Error::last_os_error()
+                            ));
+                        }
+                    }
+                }
+                Ok(f())
+            })
+            .join()
+            .unwrap_or_else(|e| std::panic::resume_unwind(e))
+    })
+}

@@ -2,7 +2,11 @@
 
 use std::path::Path;
 
-use sandbox_tests::{run, sandbox, sandbox_lines};
+use std::os::unix::fs::PermissionsExt;
+
+use sandbox_tests::{
+    cannot_do_its_job, run, sandbox, sandbox_as_nobody, sandbox_lines, with_private_mounts,
+};
 
 fn code(out: &std::process::Output) -> Option<i32> {
     out.status.code()
@@ -261,29 +265,53 @@ fn usage_errors_exit_125_with_one_line_and_help_exits_0() {
     }
 }
 
-/// The self-test's cached verdict lives only in the runtime directory (for
-/// root `/run/sandbox`), and no confined run can write it, even one granted
-/// the whole of `/run`.
+/// The self-test's cached verdict lives only in the runtime directory
+/// (`/run/sandbox` for root, `/run/user/UID/sandbox` for others), and no
+/// confined run can write it, even one granted the whole of that directory.
+/// As root, and as nobody with a runtime directory of its own (made on a
+/// tmpfs over `/run/user` in a mount namespace of the test's, so the host's
+/// is untouched). Twin: a file beside the cache is written by the same run.
 #[test]
 fn no_confined_run_can_forge_the_cached_verdict() {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } != 0 {
-        eprintln!("no_confined_run_can_forge_the_cached_verdict: needs root (/run/sandbox)");
+    if !is_root() {
+        cannot_do_its_job(
+            "no_confined_run_can_forge_the_cached_verdict",
+            "needs root (/run/sandbox, and setpriv for nobody's /run/user/65534)",
+        );
         return;
     }
-    let rt = std::path::PathBuf::from("/run");
+    forge_the_verdict(Path::new("/run"), sandbox, "root");
+    with_private_mounts(&["/run/user"], || {
+        let base = Path::new("/run/user/65534");
+        std::fs::create_dir(base).unwrap();
+        std::fs::set_permissions(base, std::fs::Permissions::from_mode(0o700)).unwrap();
+        std::os::unix::fs::chown(base, Some(65534), Some(65534)).unwrap();
+        forge_the_verdict(base, sandbox_as_nobody, "nobody");
+    })
+    .expect("a mount namespace with a tmpfs on /run/user (root)");
+}
+
+/// A run granted `base` (`cli`'s runtime directory) tries to overwrite the
+/// verdict file in `base/sandbox` and to add one beside it, and writes a
+/// file in a directory beside the cache.
+fn forge_the_verdict(base: &Path, cli: fn() -> std::process::Command, who: &str) {
     // A first run fills the cache.
-    let out = sandbox().args(["run", "--", "/bin/true"]).output().unwrap();
-    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
-    let cache = rt.join("sandbox");
+    let out = cli().args(["run", "--", "/bin/true"]).output().unwrap();
+    assert_eq!(code(&out), Some(0), "{who}: {}", stderr(&out));
+    let cache = base.join("sandbox");
     let verdict = std::fs::read_dir(&cache)
-        .unwrap()
+        .unwrap_or_else(|e| panic!("{who}: {cache:?}: {e}"))
         .flatten()
         .map(|e| e.path())
         .find(|p| p.to_string_lossy().contains("gate-landlock-"))
-        .expect("a verdict file");
+        .unwrap_or_else(|| panic!("{who}: a verdict file in {cache:?}"));
     let before = std::fs::read(&verdict).unwrap();
-    let twin = tempfile::tempdir_in(&rt).unwrap();
+    assert!(
+        String::from_utf8_lossy(&before).ends_with("passed\n"),
+        "{who}: the target is a recorded verdict: {before:?}"
+    );
+    let twin = tempfile::tempdir_in(base).unwrap();
+    std::os::unix::fs::chown(twin.path(), Some(owner(base)), None).unwrap();
     let new = cache.join(format!("new-{}", std::process::id()));
     let script = format!(
         "echo forged > {v}; echo forged > {n}; echo ok > {t}/other",
@@ -291,20 +319,37 @@ fn no_confined_run_can_forge_the_cached_verdict() {
         n = new.display(),
         t = twin.path().display()
     );
-    let out = sandbox()
-        .args(["run", "-w", "/run", "--", "/bin/sh", "-c", &script])
+    let out = cli()
+        .arg("run")
+        .arg("-w")
+        .arg(base)
+        .args(["--", "/bin/sh", "-c", &script])
         .output()
         .unwrap();
     let created = new.exists();
     let _ = std::fs::remove_file(&new);
-    assert_ne!(code(&out), Some(125), "{}", stderr(&out));
+    assert_ne!(code(&out), Some(125), "{who}: {}", stderr(&out));
     // The twin write beside the cache happened; the cache did not change.
     assert_eq!(
-        std::fs::read_to_string(twin.path().join("other")).unwrap(),
-        "ok\n"
+        std::fs::read_to_string(twin.path().join("other"))
+            .ok()
+            .as_deref(),
+        Some("ok\n"),
+        "{who}: {}",
+        stderr(&out)
     );
-    assert_eq!(std::fs::read(&verdict).unwrap(), before);
-    assert!(!created);
+    assert_eq!(std::fs::read(&verdict).unwrap(), before, "{who}");
+    assert!(!created, "{who}: a file was added to {cache:?}");
+}
+
+fn owner(p: &Path) -> u32 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::metadata(p).unwrap().uid()
+}
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
 }
 
 /// Without a runtime directory (CI containers, no login session) nothing is
@@ -312,7 +357,6 @@ fn no_confined_run_can_forge_the_cached_verdict() {
 /// home's `.cache` would hold it, and nobody's is `/nonexistent`.
 #[test]
 fn without_a_runtime_dir_an_unprivileged_user_caches_nothing() {
-    use std::os::unix::fs::PermissionsExt;
     let home = tempfile::tempdir().unwrap();
     std::fs::set_permissions(home.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
     let bin = sandbox_tests::sandbox_bin();

@@ -6,7 +6,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_lines};
+use sandbox_tests::{
+    cannot_do_its_job, sandbox, sandbox_as_nobody, sandbox_lines, with_private_mounts,
+};
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
@@ -137,22 +139,30 @@ fn config_fifo_and_device() {
 /// A run started without `HOME` (and without `XDG_CONFIG_HOME`) still
 /// protects the config directory of the user's passwd home, which a later
 /// run with `HOME` set loads. Root only: the passwd home of root is
-/// `/root`; the attack only writes a harmless default config and is undone.
-/// Twin: the rest of the passwd home stays writable.
+/// `/root` (nobody's is `/nonexistent`, which nobody cannot create). The
+/// attack runs against a fresh `/root` in a mount namespace of the test's,
+/// so it always finds no config yet and never touches the host's. Twin:
+/// the rest of the passwd home stays writable.
 #[test]
 fn config_planted_without_home() {
     if !is_root() {
-        eprintln!("config_planted_without_home: needs root (the passwd home is /root)");
+        cannot_do_its_job(
+            "config_planted_without_home",
+            "needs root (the passwd home is /root)",
+        );
         return;
     }
+    // /root is a fresh tmpfs in a mount namespace of the test's: no config
+    // there yet whatever the host holds, and the host's is never touched.
+    with_private_mounts(&["/root"], plant_the_config_without_home)
+        .expect("a mount namespace with a tmpfs on /root (root)");
+}
+
+fn plant_the_config_without_home() {
     let home = PathBuf::from("/root");
     let dir = home.join(".config/sandbox");
     let config = dir.join("config.toml");
-    if config.exists() {
-        eprintln!("config_planted_without_home: {config:?} exists on this host; not touching it");
-        return;
-    }
-    let dir_existed = dir.exists();
+    assert!(!config.exists() && !dir.exists(), "a fresh /root");
     let twin = home.join(format!(".sandbox-tests-twin-{}", std::process::id()));
     let script = format!(
         "mkdir -p {d}; printf '[sandbox]\\n' > {c}; echo ok > {t}",
@@ -171,12 +181,7 @@ fn config_planted_without_home() {
         .output()
         .unwrap();
     let planted = config.exists();
-    let _ = std::fs::remove_file(&config);
-    if !dir_existed {
-        let _ = std::fs::remove_dir(&dir);
-    }
     let twin_ok = std::fs::read_to_string(&twin).ok();
-    let _ = std::fs::remove_file(&twin);
     assert_ne!(code(&out), Some(125), "{}", stderr(&out));
     assert!(!planted, "the run planted {config:?}: {}", stderr(&out));
     assert_eq!(twin_ok.as_deref(), Some("ok\n"), "{}", stderr(&out));
@@ -305,8 +310,13 @@ fn an_unwritable_report_keeps_the_commands_status() {
 }
 
 /// Under `-w /` the run's cgroups stay out of reach: no process moves out of
-/// its containment or raises its limit. Twin: a file elsewhere under `/` is
-/// written.
+/// its containment, raises its limit or makes a cgroup beneath it. The
+/// targets are the cgroups the run is in, whichever hierarchies this host
+/// mounts (v2, v1 controllers, or both): the command finds each from
+/// `/proc/self/cgroup` and the cgroup mounts, and shows it exists, lists
+/// the command's own pid and (for `pids`) holds the run's `--pids 40`
+/// before attacking it (this host: v1 `pids` and the v2 hierarchy at
+/// `/sys/fs/cgroup/unified`, both named for the run). Twin: a file elsewhere under `/` is written.
 #[test]
 fn cgroups_stay_out_of_reach_under_write_root() {
     assert!(
@@ -315,26 +325,92 @@ fn cgroups_stay_out_of_reach_under_write_root() {
     );
     let (_t, dir) = canonical_tmp();
     let file = dir.join("wrote");
-    let script = format!(
-        "own=$(sed -n 's/^[0-9]*:pids:\\(.*\\)$/\\1/p' /proc/self/cgroup)
-         echo max > /sys/fs/cgroup/pids$own/pids.max && echo RAISED
-         echo 0 > /sys/fs/cgroup/pids/cgroup.procs && echo LEFT
-         echo 0 > /sys/fs/cgroup/unified/cgroup.procs && echo LEFT2
-         echo yes > {} && echo WROTE",
-        file.display()
-    );
     let out = sandbox()
-        .args(["run", "-w", "/", "--pids", "40"])
-        .args(sh(&script))
+        .args(["run", "-w", "/", "--pids", "40", "--"])
+        .args(["python3", "-c", CGROUP_ATTACKS])
+        .arg(&file)
         .output()
         .unwrap();
-    let text = String::from_utf8_lossy(&out.stdout);
-    assert!(text.contains("WROTE"), "{text}{}", stderr(&out));
-    assert_eq!(std::fs::read_to_string(&file).unwrap(), "yes\n");
-    for escape in ["RAISED", "LEFT"] {
-        assert!(!text.contains(escape), "{text}");
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
+        panic!(
+            "{e}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            stderr(&out)
+        )
+    });
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), "yes\n", "{r}");
+    let own = r["own"].as_array().unwrap();
+    // The cgroups made for this run (the runner names them `sandbox-run-…`);
+    // the command's others (a host's own placement) are attacked too.
+    let runs: Vec<_> = own
+        .iter()
+        .filter(|c| c["dir"].as_str().unwrap().contains("/sandbox-run-"))
+        .collect();
+    assert!(!runs.is_empty(), "the run is in a cgroup of its own: {r}");
+    // The run's pids limit is among them (v2 or v1 `pids`).
+    assert!(
+        runs.iter().any(|c| c["pids.max"] == "40"),
+        "a target holds the run's --pids 40: {r}"
+    );
+    for c in own {
+        assert_eq!(c["member"], true, "{c}");
+        for attack in ["raise", "leave", "leave_to_root", "mkdir", "subtree"] {
+            if let Some(result) = c.get(attack) {
+                assert_ne!(result, "ok", "{attack} on {c}");
+            }
+        }
+        if c.get("pids.max").is_some() {
+            assert_eq!(c["pids.max_after"], c["pids.max"], "{c}");
+        }
     }
+    assert_eq!(r["cgroup_before"], r["cgroup_after"], "{r}");
 }
+
+/// Run under `-w /`: finds the command's own cgroups and attacks each;
+/// prints a JSON report. `argv[1]`: the twin file to write.
+const CGROUP_ATTACKS: &str = r#"
+import json, os, sys
+def err(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return e.strerror
+def write(path, text):
+    with open(path, "w") as f:
+        f.write(text)
+mounts = []
+for line in open("/proc/self/mountinfo"):
+    left, right = line.split(" - ")
+    fstype, _, opts = right.split()[:3]
+    if fstype in ("cgroup", "cgroup2"):
+        mounts.append((fstype, left.split()[4], set(opts.split(","))))
+before = open("/proc/self/cgroup").read()
+own = []
+for line in before.splitlines():
+    hid, ctrls, path = line.split(":", 2)
+    if path == "/":
+        continue
+    for fstype, point, opts in mounts:
+        if (hid == "0") == (fstype == "cgroup2") and (hid == "0" or set(ctrls.split(",")) & opts):
+            d = point + path
+            if not os.path.isdir(d):
+                continue
+            c = {"dir": d, "member": str(os.getpid()) in open(d + "/cgroup.procs").read().split()}
+            if os.path.exists(d + "/pids.max"):
+                c["pids.max"] = open(d + "/pids.max").read().strip()
+                c["raise"] = err(lambda: write(d + "/pids.max", "max"))
+                c["pids.max_after"] = open(d + "/pids.max").read().strip()
+            c["leave"] = err(lambda: write(os.path.dirname(d) + "/cgroup.procs", str(os.getpid())))
+            c["leave_to_root"] = err(lambda: write(point + "/cgroup.procs", str(os.getpid())))
+            c["mkdir"] = err(lambda: os.mkdir(d + "/escape"))
+            if fstype == "cgroup2":
+                c["subtree"] = err(lambda: write(d + "/cgroup.subtree_control", "+pids"))
+            own.append(c)
+write(sys.argv[1], "yes\n")
+print(json.dumps({"own": own, "cgroup_before": before, "cgroup_after": open("/proc/self/cgroup").read()}))
+"#;
 
 /// A write path inside trusted state is refused with one line: a cgroup
 /// hierarchy (its `cgroup.procs` would let the command leave its
