@@ -402,6 +402,117 @@ fn ptrace_is_denied() {
     assert_eq!(confined(&filter(true, false), traceme), libc::EPERM);
 }
 
+/// A sibling process outside the confined child (a child of this test that
+/// allows any tracer and waits); killed and reaped on drop.
+struct Sibling(libc::pid_t);
+
+impl Sibling {
+    fn start() -> Sibling {
+        // SAFETY: the child only makes raw syscalls and never returns.
+        unsafe {
+            let pid = libc::fork();
+            assert!(pid >= 0);
+            if pid == 0 {
+                libc::prctl(libc::PR_SET_PTRACER, libc::PR_SET_PTRACER_ANY, 0, 0, 0);
+                loop {
+                    libc::pause();
+                }
+            }
+            Sibling(pid)
+        }
+    }
+}
+
+impl Drop for Sibling {
+    fn drop(&mut self) {
+        // SAFETY: our own child.
+        unsafe {
+            libc::kill(self.0, libc::SIGKILL);
+            libc::waitpid(self.0, std::ptr::null_mut(), 0);
+        }
+    }
+}
+
+/// PTRACE_ATTACH and process_vm_writev on another process (a sibling
+/// outside the filter) are refused; twins: both reach the same sibling
+/// unconfined (the write aims at an unmapped address, so the permitted call
+/// answers EFAULT and nothing of the sibling changes).
+#[test]
+fn other_processes_are_neither_traced_nor_written() {
+    let sibling = Sibling::start();
+    let pid = sibling.0;
+    let attach = move || unsafe {
+        status(libc::ptrace(
+            libc::PTRACE_ATTACH,
+            pid,
+            std::ptr::null_mut::<libc::c_void>(),
+            std::ptr::null_mut::<libc::c_void>(),
+        ))
+    };
+    let write = move || unsafe {
+        let byte = [0u8; 1];
+        let local = libc::iovec {
+            iov_base: byte.as_ptr() as *mut libc::c_void,
+            iov_len: 1,
+        };
+        let remote = libc::iovec {
+            iov_base: 16 as *mut libc::c_void,
+            iov_len: 1,
+        };
+        status(libc::process_vm_writev(pid, &local, 1, &remote, 1, 0) as libc::c_long)
+    };
+    let f = filter(true, false);
+    assert_eq!(confined(&f, attach), libc::EPERM);
+    assert_eq!(confined(&f, write), libc::EPERM);
+    assert_eq!(
+        unconfined(write),
+        libc::EFAULT,
+        "unconfined twin reaches the sibling"
+    );
+    // Last: the attach stops the sibling (its tracer exits at once).
+    assert_eq!(unconfined(attach), 0, "unconfined twin");
+}
+
+/// POSIX message queues are refused (created or opened); twin: the same
+/// queue is created and opened unconfined.
+#[test]
+fn posix_message_queues_are_refused() {
+    let name = CString::new(format!("/sandbox-kernel-test-{}", std::process::id())).unwrap();
+    let n = name.as_ptr();
+    let open = move |flags: libc::c_int| {
+        move || unsafe {
+            let q = libc::mq_open(n, flags, 0o600, std::ptr::null_mut::<libc::mq_attr>());
+            if q < 0 {
+                return errno();
+            }
+            libc::mq_close(q);
+            0
+        }
+    };
+    let f = filter(true, false);
+    assert_eq!(
+        confined(&f, open(libc::O_RDWR | libc::O_CREAT)),
+        libc::EPERM
+    );
+    assert_eq!(
+        unconfined(open(libc::O_RDONLY)),
+        libc::ENOENT,
+        "nothing was made"
+    );
+    assert_eq!(
+        unconfined(open(libc::O_RDWR | libc::O_CREAT)),
+        0,
+        "unconfined twin"
+    );
+    assert_eq!(
+        confined(&f, open(libc::O_RDONLY)),
+        libc::EPERM,
+        "an existing queue"
+    );
+    // SAFETY: a NUL-terminated name.
+    assert_eq!(unsafe { libc::mq_unlink(n) }, 0);
+}
+
 #[test]
 fn tiocsti_with_high_bits_is_denied_while_other_ioctls_work() {
     let (mut master, mut slave) = (0, 0);
@@ -849,7 +960,13 @@ fn system_v_ipc_is_refused() {
         libc::shmctl(id, libc::IPC_RMID, std::ptr::null_mut());
         0
     };
-    let sem = || unsafe { status(libc::semget(libc::IPC_PRIVATE, 1, 0o600).into()) };
+    let sem = || unsafe {
+        let id = libc::semget(libc::IPC_PRIVATE, 1, 0o600);
+        if id >= 0 {
+            libc::semctl(id, 0, libc::IPC_RMID);
+        }
+        status(id.into())
+    };
     let msg = || unsafe {
         let id = libc::msgget(libc::IPC_PRIVATE, 0o600);
         if id >= 0 {
@@ -857,10 +974,11 @@ fn system_v_ipc_is_refused() {
         }
         status(id.into())
     };
-    assert_eq!(unconfined(shm), 0);
-    assert_eq!(confined(&f, shm), libc::EPERM);
-    assert_eq!(confined(&f, sem), libc::EPERM);
-    assert_eq!(confined(&f, msg), libc::EPERM);
+    // Each kind beside its twin: the same call works unconfined.
+    for (kind, call) in [("shm", shm as fn() -> i32), ("sem", sem), ("msg", msg)] {
+        assert_eq!(unconfined(call), 0, "{kind}: unconfined twin");
+        assert_eq!(confined(&f, call), libc::EPERM, "{kind}");
+    }
 }
 
 #[test]
