@@ -82,10 +82,24 @@ fn cli(who: As) -> Command {
 }
 
 /// `cmd` (a wrapper such as `unshare`, or the CLI itself) with no operator
-/// config reachable.
+/// config reachable, and the stop signals at their defaults: a runner keeps
+/// a stop signal it was started ignoring ignored, and a test process
+/// started as a shell's background job (`cargo test &`) ignores SIGINT and
+/// SIGQUIT.
 fn without_config(mut cmd: Command) -> Command {
+    use std::os::unix::process::CommandExt;
     cmd.env_remove("SANDBOX_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config");
+    // SAFETY: signal(2) is async-signal-safe; the closure runs in the child
+    // before exec and allocates nothing.
+    unsafe {
+        cmd.pre_exec(|| {
+            for sig in [libc::SIGINT, libc::SIGQUIT, libc::SIGHUP, libc::SIGTERM] {
+                libc::signal(sig, libc::SIG_DFL);
+            }
+            Ok(())
+        });
+    }
     cmd
 }
 
@@ -607,11 +621,24 @@ fn a_planted_report_symlink_is_refused() {
     );
 }
 
+/// A process that ignores SIGTERM and beats through a file it opened while
+/// the runner lived: with the runner dead, every call the broker would
+/// answer fails (`ENOSYS`), so a survivor that opens its beat file anew
+/// each time would die at its next beat and prove nothing.
+const KEEPS_BEATING: &str = r#"
+if os.fork() == 0:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    fd = os.open(beat, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    while True:
+        os.write(fd, b"x")
+        time.sleep(0.02)
+"#;
+
 /// Starts a run (as root, in `cgroup`) whose attack leaves a process that
 /// ignores SIGTERM, waits for its first beat, and kills the runner with
 /// SIGKILL; returns the dead runner's pid.
 fn kill_the_runner_after_its_first_beat(s: &Scene, cgroup: &PrivateCgroup) -> i32 {
-    let code = attack(IGNORES_TERM) + "\nwhile True: time.sleep(1)\n";
+    let code = attack(KEEPS_BEATING) + "\nwhile True: time.sleep(1)\n";
     let mut cmd = run_command(As::Root, s, &[], &code);
     cgroup.enter(&mut cmd);
     let mut child = cmd.spawn().expect("run the CLI");
