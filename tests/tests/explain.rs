@@ -329,3 +329,37 @@ fn a_scratch_file_in_tmp_proposes_a_private_tmp() {
         "{text}"
     );
 }
+
+/// A failure after a read the read denials refused, or a connect with the
+/// network off, has no broker record: `--explain` names both as possible
+/// causes. Twin: a failure under a policy with neither gets no such line.
+#[test]
+fn kernel_refusals_without_a_record_are_named_after_a_failure() {
+    let (_t, dir) = canonical_tmp();
+    let secret = dir.join("secret");
+    std::fs::write(&secret, "s").unwrap();
+    let out = explain(
+        &dir,
+        &[
+            "-w",
+            dir.to_str().unwrap(),
+            "--read-deny",
+            secret.to_str().unwrap(),
+            "--no-network",
+        ],
+        "cat secret",
+    );
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(
+        err.contains("not recorded: reads beneath the 1 read-deny path(s)"),
+        "{err}"
+    );
+    assert!(err.contains("not recorded: with the network off"), "{err}");
+    // Twin: neither read denials nor --no-network, same failure.
+    let out = explain(&dir, &["-w", dir.to_str().unwrap()], "exit 3");
+    assert_eq!(out.status.code(), Some(3));
+    let err = stderr(&out);
+    assert!(err.contains("failed on its own terms"), "{err}");
+    assert!(!err.contains("not recorded"), "{err}");
+}

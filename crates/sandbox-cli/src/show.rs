@@ -13,6 +13,33 @@ pub(crate) fn out(line: &str) {
     println!("{}", sandbox::terminal_safe(line));
 }
 
+/// What the kernel refuses without a record the runner can read (reads
+/// beneath read-deny paths, connections under `--no-network`): named after
+/// a failure the broker saw no refusal in, since either may be its cause.
+fn unrecorded(outcome: &Outcome) -> Vec<String> {
+    let Some(policy) = &outcome.policy else {
+        return Vec::new();
+    };
+    let mut out = Vec::new();
+    let denied = policy.read_deny_paths().len();
+    if denied > 0 {
+        out.push(format!(
+            "  not recorded: reads beneath the {denied} read-deny path(s) (`sandbox policy` \
+             lists them) are refused by the kernel (EACCES) without a record; if the command \
+             failed reading one, that is why"
+        ));
+    }
+    if !policy.network() {
+        out.push(
+            "  not recorded: with the network off every connect, listen and accept is \
+             refused by the kernel (EPERM) without a record; if the command failed to \
+             connect, that is why"
+                .to_owned(),
+        );
+    }
+    out
+}
+
 /// The `--explain` summary, a line each (printed through [`say`], so a
 /// target or reason the command chose stays within its line):
 /// classification, evidence and broker refusals.
@@ -26,7 +53,8 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
     match &outcome.classification {
         sandbox::Classification::Ok => out.push(head + "ok"),
         sandbox::Classification::TaskFailure => {
-            out.push(head + "the command failed on its own terms")
+            out.push(head + "the command failed on its own terms");
+            out.extend(unrecorded(outcome));
         }
         sandbox::Classification::Timeout => {
             out.push(head + "ended by the timeout");
