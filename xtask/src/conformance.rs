@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use sandbox::{Backend, ResolvedPolicy, RunRequest};
-use sandbox_core::axis::{Axis, WitnessStrength, EXPECTED_AXES};
+use sandbox_core::axis::{Axis, LegKind, WitnessStrength, EXPECTED_AXES};
 use sandbox_probe::conformance::{
     problems, run_conformance_with, table, to_json, LegRecord, LegResult, RunEnd, TimeoutRunner,
 };
@@ -21,6 +21,19 @@ use sandbox_probe::conformance::{
 /// Entry point; `args` follow `conformance`.
 pub fn main(args: &[String]) -> Result<(), String> {
     let opts = Options::parse(args)?;
+    if opts.against_noop {
+        return against_noop();
+    }
+    if let Some(axis) = &opts.weaken {
+        return weakened(axis);
+    }
+    if !WEAKENED.is_empty() {
+        return Err(format!(
+            "this xtask was built with weaken-{} (a test build that drops a mechanism): it \
+             proves nothing; run `cargo xtask conformance` from a normal build",
+            WEAKENED.join(", weaken-")
+        ));
+    }
     let mut records = Vec::new();
     let mut failures = Vec::new();
 
@@ -131,6 +144,8 @@ pub fn main(args: &[String]) -> Result<(), String> {
 struct Options {
     require: Vec<String>,
     json: Option<PathBuf>,
+    against_noop: bool,
+    weaken: Option<String>,
 }
 
 impl Options {
@@ -138,6 +153,8 @@ impl Options {
         let mut opts = Options {
             require: Vec::new(),
             json: None,
+            against_noop: false,
+            weaken: None,
         };
         let mut it = args.iter();
         while let Some(arg) = it.next() {
@@ -149,15 +166,301 @@ impl Options {
             match arg.as_str() {
                 "--require" => opts.require.push(value("--require")?),
                 "--json" => opts.json = Some(PathBuf::from(value("--json")?)),
+                "--weaken" => {
+                    let axis = value("--weaken")?;
+                    if !WEAKENINGS.iter().any(|(a, _)| *a == axis) {
+                        return Err(format!(
+                            "--weaken {axis:?}: one of {}",
+                            WEAKENINGS
+                                .iter()
+                                .map(|(a, _)| *a)
+                                .collect::<Vec<_>>()
+                                .join(", ")
+                        ));
+                    }
+                    opts.weaken = Some(axis);
+                }
+                "--against" => match value("--against")?.as_str() {
+                    "noop" => opts.against_noop = true,
+                    other => {
+                        return Err(format!(
+                            "--against {other:?}: only `noop` (no sandbox at all) is known"
+                        ))
+                    }
+                },
                 other => {
                     return Err(format!(
                         "unknown argument {other:?}; usage: cargo xtask conformance \
-                         [--require BACKEND]... [--json FILE]"
+                         [--require BACKEND]... [--json FILE] | --against noop | --weaken AXIS"
                     ))
                 }
             }
         }
         Ok(opts)
+    }
+}
+
+/// `--against noop`: the mutation check of the proof. Every leg, exception
+/// row and load-method row runs with no sandbox at all (the noop backend, no
+/// env scrub, a runner with no timeout or containment); it passes only when
+/// every deny, boundary, exception and load-method row failed. Workload legs
+/// need no sandbox and may pass.
+fn against_noop() -> Result<(), String> {
+    eprintln!(
+        "xtask: conformance --against noop: running every row with no sandbox; each deny, \
+         boundary, exception and load-method row must FAIL"
+    );
+    let run = sandbox_probe::conformance::run_without_sandbox();
+    let expect = |r: &LegRecord| match r.leg {
+        LegKind::Workload => "any",
+        _ => "failed",
+    };
+    println!(
+        "{:<11} {:<9} {:<8} {:<12} evidence",
+        "axis", "leg", "expected", "result"
+    );
+    for r in &run.legs {
+        println!(
+            "{:<11} {:<9} {:<8} {:<12} {}",
+            r.axis.as_str(),
+            r.leg.as_str(),
+            expect(r),
+            r.result.as_str(),
+            match &r.result {
+                LegResult::Unwitnessed { why } | LegResult::Skipped { why } => why,
+                _ => &r.evidence,
+            }
+        );
+    }
+    for r in &run.exceptions {
+        println!(
+            "exception   {:<10} {:<30} failed   {:<12} {}",
+            r.axis.as_str(),
+            r.name,
+            r.result.as_str(),
+            r.evidence
+        );
+    }
+    for r in &run.load_methods {
+        println!(
+            "load-method {:<12} {:<17} failed   {:<12} {}",
+            r.method,
+            r.claim,
+            r.result.as_str(),
+            r.evidence
+        );
+    }
+    let proving = run.legs.iter().filter(|r| r.leg != LegKind::Workload);
+    let (proving_n, proving_failed) = proving.clone().fold((0, 0), |(n, f), r| {
+        (n + 1, f + usize::from(r.result == LegResult::Failed))
+    });
+    let workloads: Vec<&LegRecord> = run
+        .legs
+        .iter()
+        .filter(|r| r.leg == LegKind::Workload)
+        .collect();
+    let workloads_passed = workloads
+        .iter()
+        .filter(|r| r.result == LegResult::Passed)
+        .count();
+    let failed = |v: &[LegResult]| v.iter().filter(|r| **r == LegResult::Failed).count();
+    let exc: Vec<LegResult> = run.exceptions.iter().map(|r| r.result.clone()).collect();
+    let lm: Vec<LegResult> = run.load_methods.iter().map(|r| r.result.clone()).collect();
+    eprintln!(
+        "xtask: conformance --against noop: without a sandbox {proving_failed}/{proving_n} deny \
+         and boundary legs, {}/{} exception rows and {}/{} load-method rows failed; \
+         {workloads_passed}/{} workload legs passed (allowed)",
+        failed(&exc),
+        exc.len(),
+        failed(&lm),
+        lm.len(),
+        workloads.len()
+    );
+    let problems = run.problems();
+    if problems.is_empty() {
+        eprintln!(
+            "xtask: conformance --against noop: every proving row fails without the sandbox, so \
+             none of them can pass by accident"
+        );
+        Ok(())
+    } else {
+        for p in &problems {
+            eprintln!("xtask: conformance --against noop: PASSES WITHOUT A SANDBOX: {p}");
+        }
+        Err(format!(
+            "conformance --against noop failed: {} row(s) do not fail without a sandbox \
+             (listed above)",
+            problems.len()
+        ))
+    }
+}
+
+/// The `weaken-*` features this xtask was built with.
+const WEAKENED: &[&str] = &[
+    #[cfg(feature = "weaken-write")]
+    "write",
+    #[cfg(feature = "weaken-network")]
+    "network",
+    #[cfg(feature = "weaken-spawn")]
+    "spawn",
+    #[cfg(feature = "weaken-broker")]
+    "broker",
+];
+
+/// Each weakening (a `weaken-*` feature of sandbox-landlock) and the legs
+/// that must fail without that one mechanism.
+const WEAKENINGS: &[(&str, &[(Axis, LegKind)])] = &[
+    // Landlock's write rules: the ruleset grants every write right on `/`.
+    (
+        "write",
+        &[
+            (Axis::Write, LegKind::Deny),
+            (Axis::Write, LegKind::Boundary),
+        ],
+    ),
+    // The filter's network part and Landlock's (CONNECT_TCP, abstract scope).
+    (
+        "network",
+        &[
+            (Axis::Network, LegKind::Deny),
+            (Axis::Network, LegKind::Boundary),
+        ],
+    ),
+    // The filter's spawn part.
+    (
+        "spawn",
+        &[
+            (Axis::Spawn, LegKind::Deny),
+            (Axis::Spawn, LegKind::Boundary),
+        ],
+    ),
+    // The broker: whatever the filter hands it continues unchecked, so the
+    // deny paths beneath write paths and the metadata writes fall open.
+    (
+        "broker",
+        &[
+            (Axis::WriteDeny, LegKind::Deny),
+            (Axis::WriteDeny, LegKind::Boundary),
+            (Axis::Write, LegKind::Boundary),
+        ],
+    ),
+];
+
+/// `--weaken AXIS`: from a normal build, builds and runs a separate xtask
+/// with `weaken-AXIS` (its own target directory, so no normal binary is
+/// replaced by a weakened one); in that build, runs every leg, exception and
+/// load-method row against the host backend and passes only when every leg
+/// [`WEAKENINGS`] names for the axis failed.
+fn weakened(axis: &str) -> Result<(), String> {
+    let feature = format!("weaken-{axis}");
+    if !WEAKENED.contains(&axis) {
+        let target = crate::workspace_root().join("target/weaken");
+        let target = target.to_str().ok_or("the target path is not UTF-8")?;
+        return crate::cargo(&[
+            "run",
+            "--quiet",
+            "-p",
+            "xtask",
+            "--features",
+            &feature,
+            "--target-dir",
+            target,
+            "--",
+            "conformance",
+            "--weaken",
+            axis,
+        ]);
+    }
+    let expected = WEAKENINGS
+        .iter()
+        .find(|(a, _)| *a == axis)
+        .map(|(_, legs)| *legs)
+        .ok_or_else(|| format!("no weakening named {axis:?}"))?;
+    let backend = host_backend()?;
+    eprintln!(
+        "xtask: conformance --weaken {axis}: a build with {feature} (one mechanism dropped) \
+         against `{}`; these legs must FAIL: {}",
+        backend.name(),
+        expected
+            .iter()
+            .map(|(a, l)| format!("{a} {}", l.as_str()))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    let records = run_conformance_with(backend.as_ref(), Some(&FacadeRunner));
+    let exceptions = sandbox_probe::conformance::run_exceptions(backend.as_ref());
+    let load_methods = sandbox_probe::conformance::load_method_witness(backend.as_ref());
+    print!("{}", table(&records));
+    for r in &exceptions {
+        println!(
+            "exception   {:<10} {:<30} {:<7} {}",
+            r.axis.as_str(),
+            r.name,
+            r.result.as_str(),
+            r.evidence
+        );
+    }
+    for r in &load_methods {
+        println!(
+            "load-method {:<12} {:<17} {:<7} {}",
+            r.method,
+            r.claim,
+            r.result.as_str(),
+            r.evidence
+        );
+    }
+    let mut problems = Vec::new();
+    for (a, l) in expected {
+        match records.iter().find(|r| r.axis == *a && r.leg == *l) {
+            Some(r) if r.result == LegResult::Failed => {}
+            Some(r) => problems.push(format!(
+                "{a} {}: {} with {feature}: {}",
+                l.as_str(),
+                r.result.as_str(),
+                r.evidence
+            )),
+            None => problems.push(format!("{a} {}: missing", l.as_str())),
+        }
+    }
+    let failed_elsewhere: Vec<String> = records
+        .iter()
+        .filter(|r| r.result != LegResult::Passed && !expected.contains(&(r.axis, r.leg)))
+        .map(|r| format!("{} {}", r.axis, r.leg.as_str()))
+        .chain(
+            exceptions
+                .iter()
+                .filter(|r| r.result != LegResult::Passed)
+                .map(|r| format!("exception {}", r.name)),
+        )
+        .chain(
+            load_methods
+                .iter()
+                .filter(|r| r.result != LegResult::Passed)
+                .map(|r| format!("load method {} {}", r.method, r.claim)),
+        )
+        .collect();
+    eprintln!(
+        "xtask: conformance --weaken {axis}: {}/{} of the axis's legs failed; also not passing \
+         (the same mechanism, seen by other rows): {}",
+        expected.len() - problems.len(),
+        expected.len(),
+        if failed_elsewhere.is_empty() {
+            "none".to_owned()
+        } else {
+            failed_elsewhere.join(", ")
+        }
+    );
+    if problems.is_empty() {
+        eprintln!("xtask: conformance --weaken {axis}: every leg of the axis caught the weakening");
+        Ok(())
+    } else {
+        for p in &problems {
+            eprintln!("xtask: conformance --weaken {axis}: PASSES WITHOUT THE MECHANISM: {p}");
+        }
+        Err(format!(
+            "conformance --weaken {axis} failed: {} leg(s) did not notice (listed above)",
+            problems.len()
+        ))
     }
 }
 

@@ -17,7 +17,7 @@ fn main() -> ExitCode {
         Some("stress") => stress::main(&args[1..]),
         Some("dist") => dist().map(|bin| println!("{}", bin.display())),
         _ => {
-            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] | bench [--quick] [--write] | stress [--quick] | dist>");
+            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] [--against noop] [--weaken AXIS] | bench [--quick] [--write] | stress [--quick] | dist>");
             return ExitCode::from(2);
         }
     };
@@ -30,7 +30,7 @@ fn main() -> ExitCode {
     }
 }
 
-fn cargo(args: &[&str]) -> Result<(), String> {
+pub(crate) fn cargo(args: &[&str]) -> Result<(), String> {
     cargo_env(args, &[])
 }
 
@@ -84,6 +84,14 @@ fn ci() -> Result<(), String> {
         ])?;
     }
     cargo(&["test", "--workspace"])?;
+    // The mutation check of the proof: with no sandbox at all every deny,
+    // boundary, exception and load-method row must fail.
+    conformance::main(&["--against".to_owned(), "noop".to_owned()])?;
+    // One weakened build (its own target directory): without the filter's
+    // spawn part the spawn legs must fail. The others run the same way
+    // (`cargo xtask conformance --weaken write|network|spawn|broker`); all
+    // four rebuild the backend once each, too slow for every CI run here.
+    conformance::main(&["--weaken".to_owned(), "spawn".to_owned()])?;
     cargo(&["test", "-p", "sandbox-seccomp", "--features", "libseccomp"])?;
     // The end-to-end tests again, against the binary `dist` ships.
     let bin = dist()?;

@@ -50,6 +50,23 @@
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+// The `weaken-*` features drop one mechanism each, for the conformance
+// proof's mutation check (`cargo xtask conformance --weaken AXIS`): a test
+// build only, never one that ships.
+#[cfg(all(
+    not(debug_assertions),
+    any(
+        feature = "weaken-write",
+        feature = "weaken-network",
+        feature = "weaken-spawn",
+        feature = "weaken-broker"
+    )
+))]
+compile_error!(
+    "the weaken-* features weaken the sandbox on purpose (conformance mutation checks); \
+     they are never enabled in a release build"
+);
+
 mod error;
 
 pub use error::LandlockError;

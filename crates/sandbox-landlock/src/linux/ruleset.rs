@@ -3,8 +3,8 @@
 use std::os::fd::OwnedFd;
 
 use landlock::{
-    AccessNet, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
-    Scope, ABI,
+    AccessFs, AccessNet, CompatLevel, Compatible, PathBeneath, PathFd, Ruleset, RulesetAttr,
+    RulesetCreatedAttr, Scope, ABI,
 };
 use sandbox_core::ResolvedPolicy;
 
@@ -24,7 +24,7 @@ pub(crate) struct Extras {
 
 impl Extras {
     pub(crate) fn for_policy(policy: &ResolvedPolicy, abi: ABI) -> Self {
-        let no_net = !policy.network();
+        let no_net = super::weaken::network_ruleset(!policy.network());
         Self {
             connect_tcp: no_net && abi >= ABI::V4,
             signal_scope: abi >= ABI::V6,
@@ -75,6 +75,16 @@ pub(crate) fn build(plan: &Plan, extras: Extras) -> Result<OwnedFd, LandlockErro
                 rule.path.display(),
                 rule.access
             )))?;
+    }
+    if super::weaken::WRITE_EVERYWHERE {
+        let write = plan.handled & !(AccessFs::Execute | AccessFs::ReadFile | AccessFs::ReadDir);
+        let root = PathFd::new("/").map_err(|e| LandlockError::Ruleset {
+            attempted: "opening / for the weaken-write rule".into(),
+            source: Box::new(e),
+        })?;
+        created = created
+            .add_rule(PathBeneath::new(root, write))
+            .map_err(err("adding the weaken-write rule on /".into()))?;
     }
     let fd: Option<OwnedFd> = created.into();
     fd.ok_or_else(|| LandlockError::Unsupported {

@@ -15,7 +15,9 @@ use super::LegResult;
 const SCRIPT: &str = r#"echo "started=ok"
 echo "AWS_SECRET_ACCESS_KEY=${AWS_SECRET_ACCESS_KEY-unset}"
 echo "GITHUB_TOKEN=${GITHUB_TOKEN-unset}"
+echo "AWS_=${AWS_-unset}"
 echo "AWSX=${AWSX-unset}"
+echo "GITHUB_TOKENS=${GITHUB_TOKENS-unset}"
 echo "KEEP_ME=${KEEP_ME-unset}"
 echo "HOME=${HOME-unset}"
 echo "uname=$(uname -s)"
@@ -31,14 +33,21 @@ pub(crate) fn leg(ctx: &Ctx<'_>, leg: LegKind) -> Result<Outcome, Outcome> {
         ("HOME", "/nonexistent-home"),
         ("AWS_SECRET_ACCESS_KEY", "secret-1"),
         ("GITHUB_TOKEN", "secret-2"),
+        ("AWS_", "glob-edge"),
         ("AWSX", "near-miss"),
+        ("GITHUB_TOKENS", "near-miss"),
         ("KEEP_ME", "kept"),
     ]
     .into_iter()
     .map(|(k, v)| (k.into(), v.into()))
     .collect();
-    let scrubbed = scrub_env(full, policy.env_deny_names());
-    let run = ctx.sh(&policy, SCRIPT, &[], &scrubbed)?;
+    // With no sandbox at all (the proof's mutation check) nothing scrubs.
+    let env = if ctx.unconfined {
+        full
+    } else {
+        scrub_env(full, policy.env_deny_names())
+    };
+    let run = ctx.sh(&policy, SCRIPT, &[], &env)?;
     let v = run.started()?;
     let get = |k: &str| v.get(k).map(String::as_str).unwrap_or("(absent)");
     if get("KEEP_ME") != "kept" {
@@ -57,9 +66,19 @@ pub(crate) fn leg(ctx: &Ctx<'_>, leg: LegKind) -> Result<Outcome, Outcome> {
                 get("GITHUB_TOKEN")
             ),
         ),
+        // Both edges of each name: `AWS_*` matches `AWS_` (an empty `*`)
+        // but not `AWSX`; `GITHUB_TOKEN` is no prefix of `GITHUB_TOKENS`.
         LegKind::Boundary => (
-            get("AWSX") == "near-miss",
-            format!("AWSX={} (glob AWS_* must not match it)", get("AWSX")),
+            get("AWS_") == "unset"
+                && get("AWSX") == "near-miss"
+                && get("GITHUB_TOKENS") == "near-miss",
+            format!(
+                "AWS_={} (glob AWS_* must match it), AWSX={}, GITHUB_TOKENS={} (neither may be \
+                 matched)",
+                get("AWS_"),
+                get("AWSX"),
+                get("GITHUB_TOKENS")
+            ),
         ),
         LegKind::Workload => (
             get("HOME") == "/nonexistent-home" && get("uname") == "Linux" && run.exited_ok(),
@@ -67,7 +86,18 @@ pub(crate) fn leg(ctx: &Ctx<'_>, leg: LegKind) -> Result<Outcome, Outcome> {
         ),
     };
     Ok((
-        if pass { LegResult::Passed } else { LegResult::Failed },
-        format!("process-level (scrub_env + backend wrap), env_deny_names=[AWS_*, GITHUB_TOKEN]: {shown}"),
+        if pass {
+            LegResult::Passed
+        } else {
+            LegResult::Failed
+        },
+        format!(
+            "process-level ({}), env_deny_names=[AWS_*, GITHUB_TOKEN]: {shown}",
+            if ctx.unconfined {
+                "no sandbox: nothing scrubbed"
+            } else {
+                "scrub_env + backend wrap"
+            }
+        ),
     ))
 }

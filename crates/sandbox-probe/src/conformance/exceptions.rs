@@ -3,10 +3,13 @@
 //! neighbour that must stay refused (so neither "allowed" nor "refused" can
 //! read as the other).
 
+use std::net::TcpListener;
+use std::path::PathBuf;
+
 use sandbox_core::SandboxPolicy;
 
 use super::harness::{
-    errored, refused, resolve, s, show, succeeded, unwitnessed, Ctx, Outcome, Tree, PY_PRELUDE,
+    refused, resolve, s, show, succeeded, unwitnessed, Ctx, Outcome, Tree, PY_PRELUDE,
 };
 use super::LegResult;
 
@@ -48,23 +51,77 @@ fn no_network(
         .started()
 }
 
+/// The exception: a send with no address (on a connected socket) works with
+/// the network off. Its neighbour: the same send *with* an address, which on
+/// a TCP socket with `MSG_FASTOPEN` connects to a real loopback listener
+/// (and sends) wherever nothing refuses it. Its allowed twin is that very
+/// call under `network = true`: it must succeed and the listener must accept,
+/// so the refusal with the network off (exactly `EPERM`, nothing accepted)
+/// is the policy's and not the kernel's (an unconnected TCP socket without
+/// `MSG_FASTOPEN` fails with `EPIPE` whatever the policy).
 fn null_address_send(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
-    let v = no_network(
-        ctx,
+    let (listener, port) = loopback_listener()?;
+    let script = format!(
+        "{PY_PRELUDE}{}",
         r#"
 import socket
 a, b = socket.socketpair()
 attempt("exception_send", lambda: a.send(b"x") and b.recv(1).decode())
 t = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-attempt("neighbour_addressed_sendto", lambda: t.sendto(b"x", ("127.0.0.1", 9)))
-"#,
-    )?;
+attempt("neighbour_addressed_sendto",
+        lambda: t.sendto(b"x", socket.MSG_FASTOPEN, ("127.0.0.1", int(sys.argv[1]))))
+"#
+    );
+    let run = |network: bool| -> Result<_, Outcome> {
+        let policy = resolve(SandboxPolicy {
+            network,
+            ..SandboxPolicy::default()
+        })?;
+        let v = ctx.python(&policy, &script, &[&port])?.started()?;
+        // Connections complete in the kernel's backlog without an accept().
+        std::thread::sleep(std::time::Duration::from_millis(50));
+        Ok((v, accepted(&listener)))
+    };
     let keys = ["exception_send", "neighbour_addressed_sendto"];
+    let (twin, twin_accepted) = run(true)?;
+    if !succeeded(twin.get("neighbour_addressed_sendto")) || twin_accepted == 0 {
+        return Err(unwitnessed(format!(
+            "allowed twin not seen: with network=true {} and the listener accepted \
+             {twin_accepted} (is net.ipv4.tcp_fastopen's client bit off?)",
+            show(&twin, &keys)
+        )));
+    }
+    let (v, n) = run(false)?;
     Ok(verdict(
         v.get("exception_send").map(String::as_str) == Some("ok:x")
-            && errored(v.get("neighbour_addressed_sendto")),
-        format!("network=false: {}", show(&v, &keys)),
+            && v.get("neighbour_addressed_sendto").map(String::as_str) == Some("err:EPERM")
+            && n == 0,
+        format!(
+            "network=false: {}, listener accepted {n} (allowed twin, network=true: \
+             neighbour_addressed_sendto={}, accepted {twin_accepted})",
+            show(&v, &keys),
+            twin.get("neighbour_addressed_sendto")
+                .map_or("(absent)", String::as_str)
+        ),
     ))
+}
+
+/// A non-blocking loopback TCP listener and its port (as an argument).
+pub(crate) fn loopback_listener() -> Result<(TcpListener, PathBuf), Outcome> {
+    let l = TcpListener::bind("127.0.0.1:0")
+        .map_err(|e| unwitnessed(format!("cannot listen on loopback: {e}")))?;
+    l.set_nonblocking(true)
+        .map_err(|e| unwitnessed(e.to_string()))?;
+    let port = l
+        .local_addr()
+        .map_err(|e| unwitnessed(e.to_string()))?
+        .port();
+    Ok((l, PathBuf::from(port.to_string())))
+}
+
+/// How many connections `listener` has waiting (each is accepted and closed).
+pub(crate) fn accepted(listener: &TcpListener) -> usize {
+    std::iter::from_fn(|| listener.accept().ok()).count()
 }
 
 fn unix_socketpair(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {

@@ -28,6 +28,9 @@ pub(crate) fn unwitnessed(why: impl Into<String>) -> Outcome {
 pub(crate) struct Ctx<'a> {
     pub backend: &'a dyn Backend,
     pub python: Option<PathBuf>,
+    /// No sandbox at all (the proof's mutation check): the runner's parts
+    /// (the env scrub) are left out too.
+    pub unconfined: bool,
 }
 
 impl<'a> Ctx<'a> {
@@ -36,7 +39,19 @@ impl<'a> Ctx<'a> {
             .into_iter()
             .map(PathBuf::from)
             .find(|p| p.is_file());
-        Self { backend, python }
+        Self {
+            backend,
+            python,
+            unconfined: false,
+        }
+    }
+
+    /// No sandbox at all: the noop backend and none of the runner's parts.
+    pub(crate) fn unconfined(backend: &'a dyn Backend) -> Self {
+        Self {
+            unconfined: true,
+            ..Self::new(backend)
+        }
     }
 
     /// Runs `python3 -c script args...` under `policy`.
@@ -214,9 +229,10 @@ pub(crate) fn refused(value: Option<&String>) -> bool {
     matches!(value.map(String::as_str), Some("err:EPERM" | "err:EACCES"))
 }
 
-/// Whether a child's value reports any error.
-pub(crate) fn errored(value: Option<&String>) -> bool {
-    value.is_some_and(|v| v.starts_with("err:"))
+/// Whether a child's value reports exactly the error `name` (as Python's
+/// `errno.errorcode` spells it, e.g. `EXDEV`; `ENOTSUP` for `EOPNOTSUPP`).
+pub(crate) fn failed_with(value: Option<&String>, name: &str) -> bool {
+    value.is_some_and(|v| v.strip_prefix("err:") == Some(name))
 }
 
 /// Whether a child's value reports success.
@@ -253,6 +269,29 @@ def _check(rc):
 def link_fd(fd, path):
     # linkat(fd, "", AT_FDCWD, path, AT_EMPTY_PATH): a name for an open file
     _check(_libc.linkat(fd, b"", -100, path.encode(), 0x1000))
+def link_own(path, new):
+    # the same linkat(AT_EMPTY_PATH) on a file the command opened itself:
+    # the kernel's flink gate (path_init, LOOKUP_LINKAT_EMPTY) admits it
+    # without CAP_DAC_READ_SEARCH (Linux >= 6.10)
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        link_fd(fd, new)
+    finally:
+        os.close(fd)
+def link_follow(src, new):
+    # linkat(AT_FDCWD, src, AT_FDCWD, new, AT_SYMLINK_FOLLOW); os.link calls
+    # link(2), which never follows (a /proc/self/fd/N link would be EXDEV)
+    _check(_libc.linkat(-100, src.encode(), -100, new.encode(), 0x400))
+def link_proc(path, new):
+    # a file the command opened, linked through its /proc/self/fd magic link
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        link_follow("/proc/self/fd/%d" % fd, new)
+    finally:
+        os.close(fd)
+def same_fs(a, b):
+    # EXDEV means the policy only when both names are on one file system
+    return os.stat(a).st_dev == os.stat(b).st_dev
 def nested_landlock():
     # landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
     return _check(_libc.syscall(444, None, 0, 1))

@@ -29,6 +29,7 @@ use serde::Serialize;
 
 use harness::{Ctx, Outcome};
 pub use load_method::{load_method_witness, LoadMethodRecord};
+pub use timeout::UnconfinedRunner;
 
 /// One declared exception's own boundary probe, run by name.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
@@ -49,11 +50,14 @@ pub struct ExceptionRecord {
 /// Runs the boundary probe of every declared exception against `backend`;
 /// an exception without a probe is a failed record.
 pub fn run_exceptions(backend: &dyn Backend) -> Vec<ExceptionRecord> {
-    let ctx = Ctx::new(backend);
+    exceptions_in(&Ctx::new(backend))
+}
+
+fn exceptions_in(ctx: &Ctx<'_>) -> Vec<ExceptionRecord> {
     sandbox_core::axis::exceptions()
         .map(|(axis, e)| {
             let (result, evidence) = match exceptions::probe(e.probe) {
-                Some(p) => p(&ctx).unwrap_or_else(|o| o),
+                Some(p) => p(ctx).unwrap_or_else(|o| o),
                 None => (LegResult::Failed, format!("no probe named {:?}", e.probe)),
             };
             ExceptionRecord {
@@ -220,6 +224,116 @@ fn run_leg(ctx: &Ctx<'_>, runner: Option<&dyn TimeoutRunner>, axis: Axis, leg: L
             },
             String::new(),
         ),
+    }
+}
+
+/// Every row of the proof run with no sandbox at all: the mutation check.
+///
+/// A deny, boundary, exception or load-method row that passes here proves
+/// nothing: it would pass whatever the sandbox did. Workload legs need no
+/// sandbox and may pass.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct WithoutSandbox {
+    /// Every leg of every axis in [`EXPECTED_AXES`].
+    pub legs: Vec<LegRecord>,
+    /// Every declared exception's probe.
+    pub exceptions: Vec<ExceptionRecord>,
+    /// The load-method rows.
+    pub load_methods: Vec<LoadMethodRecord>,
+}
+
+/// Runs every leg, exception row and load-method row with no sandbox at
+/// all: the [`NoopBackend`](sandbox_core::NoopBackend), no environment
+/// scrub, and an [`UnconfinedRunner`] (no timeout, no containment) for the
+/// timeout legs. See [`WithoutSandbox::problems`] for what must hold.
+pub fn run_without_sandbox() -> WithoutSandbox {
+    let backend = sandbox_core::NoopBackend;
+    let ctx = Ctx::unconfined(&backend);
+    let runner = UnconfinedRunner::default();
+    let mut legs = Vec::new();
+    for &axis in EXPECTED_AXES {
+        for leg in LegKind::ALL {
+            let (result, evidence) = run_leg(&ctx, Some(&runner), axis, leg);
+            legs.push(LegRecord {
+                axis,
+                leg,
+                backend: backend.name().to_owned(),
+                witness: None,
+                result,
+                evidence,
+            });
+        }
+    }
+    // Whatever the timeout legs left running ends here.
+    drop(runner);
+    WithoutSandbox {
+        legs,
+        exceptions: exceptions_in(&ctx),
+        load_methods: load_method::rows(&ctx),
+    }
+}
+
+impl WithoutSandbox {
+    /// The rows that did not fail with no sandbox (each a proof that cannot
+    /// fail), and deny or boundary legs that are missing. Empty when every
+    /// deny, boundary, exception and load-method row failed.
+    pub fn problems(&self) -> Vec<String> {
+        let mut out = Vec::new();
+        let why = |r: &LegResult, evidence: &str| match r {
+            LegResult::Unwitnessed { why } | LegResult::Skipped { why } => why.clone(),
+            _ => evidence.to_owned(),
+        };
+        for &axis in EXPECTED_AXES {
+            for leg in [LegKind::Deny, LegKind::Boundary] {
+                match self.legs.iter().find(|r| r.axis == axis && r.leg == leg) {
+                    None => out.push(format!("{axis} {}: missing", leg.as_str())),
+                    Some(r) if r.result == LegResult::Failed => {}
+                    Some(r) => out.push(format!(
+                        "{axis} {}: {} without a sandbox: {}",
+                        leg.as_str(),
+                        r.result.as_str(),
+                        why(&r.result, &r.evidence)
+                    )),
+                }
+            }
+        }
+        let declared = sandbox_core::axis::exceptions().count();
+        if self.exceptions.len() != declared {
+            out.push(format!(
+                "{} exception rows for {declared} declared exceptions",
+                self.exceptions.len()
+            ));
+        }
+        for r in self
+            .exceptions
+            .iter()
+            .filter(|r| r.result != LegResult::Failed)
+        {
+            out.push(format!(
+                "exception {} / {}: {} without a sandbox: {}",
+                r.axis,
+                r.name,
+                r.result.as_str(),
+                why(&r.result, &r.evidence)
+            ));
+        }
+        if self.load_methods.is_empty() {
+            out.push("no load-method rows".into());
+        }
+        for r in self
+            .load_methods
+            .iter()
+            .filter(|r| r.result != LegResult::Failed)
+        {
+            out.push(format!(
+                "load method {} / {}: {} without a sandbox: {}",
+                r.method,
+                r.claim,
+                r.result.as_str(),
+                why(&r.result, &r.evidence)
+            ));
+        }
+        out
     }
 }
 
