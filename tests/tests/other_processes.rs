@@ -58,6 +58,14 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
+/// The host's Landlock ABI (0 without Landlock).
+fn landlock_abi() -> i64 {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    // only returns the ABI version.
+    let v = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
+    v.max(0)
+}
+
 #[track_caller]
 fn require_root() {
     assert!(
@@ -213,17 +221,23 @@ fn no_process_is_traced_written_or_stopped(who: Who) {
     let ctx = format!("{who:?}: {r}");
     assert_eq!(r["sibling_attach"], "EPERM", "{ctx}");
     assert_eq!(r["sibling_write"], "EPERM", "{ctx}");
-    assert_eq!(r["sibling_stop"], "EPERM", "{ctx}");
     assert_eq!(sibling.buffer(), "AAAA", "{ctx}: the sibling's memory");
     assert_eq!(r["mq_open"], "EPERM", "{ctx}");
     assert_eq!(r["runner_attach"], "EPERM", "{ctx}");
     assert_eq!(r["runner_write"], "EPERM", "{ctx}");
-    assert_eq!(r["runner_stop"], "EPERM", "{ctx}");
-    assert_eq!(
-        r["runner_threads_stop"],
-        serde_json::json!(["EPERM"]),
-        "{ctx}"
-    );
+    // Signals are scoped from Landlock ABI 6 on (below it the report names
+    // the gap and the promise is not made).
+    if landlock_abi() >= 6 {
+        assert_eq!(r["sibling_stop"], "EPERM", "{ctx}");
+        assert_eq!(r["runner_stop"], "EPERM", "{ctx}");
+        assert_eq!(
+            r["runner_threads_stop"],
+            serde_json::json!(["EPERM"]),
+            "{ctx}"
+        );
+    } else {
+        eprintln!("Landlock ABI below 6: signal scoping not checked");
+    }
     assert_ne!(r["runner_state"], "T", "{ctx}");
     // Twin inside the run: its own process is stopped (and goes on).
     assert_eq!(r["own_stop"], "ok", "{ctx}");
