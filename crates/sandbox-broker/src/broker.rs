@@ -319,6 +319,10 @@ fn serve(
     if let Some(git) = &rules.git {
         (log.git_dirs_made, log.git_dirs_unnamed) = git.made_git_dirs();
     }
+    if let Some(shm) = &rules.shm {
+        // The run has ended: what it left in /dev/shm goes with it.
+        log.shm_removed = shm.remove_left();
+    }
     log
 }
 
@@ -461,6 +465,16 @@ fn handle(
         }
         Answer::Fd { fd, cloexec } => {
             answer_fd(listener, own, n.id, tid, name, target, &fd, cloexec)
+        }
+        Answer::Continue => {
+            // Not the run's shared memory, and no other rule of the
+            // broker's: the kernel decides it with the command's own
+            // Landlock domain, as without a broker (continuing grants
+            // nothing, whatever the caller's memory says by then).
+            if let Err(err) = listener.continue_call(n.id) {
+                tracing::warn!(%err, "letting an entry call continue failed");
+            }
+            return (None, fatal);
         }
         Answer::WaitFifo {
             fd,
@@ -652,6 +666,9 @@ enum Answer {
         flags: i32,
         identity: Identity,
     },
+    /// Let the kernel decide (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`): an entry
+    /// call routed only for the run's shared memory that is none of it.
+    Continue,
 }
 
 impl From<BrokerDecision> for Answer {
@@ -676,6 +693,22 @@ fn decide(
     };
     let mut caller = Caller::unopened(n.pid as i32);
     let decoded = syscalls::decode(kind, n.data.args, &caller);
+    // The run's shared memory: the names a call has in /dev/shm (all of
+    // its paths, or it is none of the shared memory's business).
+    let mut shm_names = None;
+    if let (Some(shm), Ok(Request::Entry(call))) = (&rules.shm, &decoded) {
+        if shm.continue_others {
+            // What the filter refuses without the shared memory's routing
+            // (flags and modes by value: the caller cannot change them).
+            if let Some(reason) = crate::shm::filter_refusal(n.data.nr, n.data.args) {
+                return BrokerDecision::Refused { reason }.into();
+            }
+        }
+        shm_names = crate::shm::names(shm, &mut caller, call);
+        if shm_names.is_none() && shm.continue_others {
+            return Answer::Continue;
+        }
+    }
     let needs_fd = match &decoded {
         Ok(Request::Meta(subject, _)) => subject.needs_fd(),
         Ok(Request::Entry(call)) => call.needs_fd(),
@@ -739,7 +772,7 @@ fn decide(
         Request::Nothing => return BrokerDecision::Performed.into(),
         Request::Meta(subject, op) => (subject, op),
         Request::Entry(call) => {
-            return decide_entry(rules, own, &caller, &call, umask, target, fatal)
+            return decide_entry(rules, own, &caller, &call, shm_names, umask, target, fatal)
         }
     };
     match &subject {
@@ -771,12 +804,15 @@ fn decide(
 }
 
 /// Records what an entry call names, takes its handles, and decides and
-/// performs it with the caller's credentials and umask.
+/// performs it with the caller's credentials and umask. `shm_names`: its
+/// names in `/dev/shm`, when all its paths lie there (see [`crate::shm`]).
+#[allow(clippy::too_many_arguments)]
 fn decide_entry(
     rules: &BrokerRules,
     own: &Own,
     caller: &Caller,
     call: &EntryCall,
+    shm_names: Option<Vec<std::ffi::CString>>,
     umask: UmaskUse,
     target: &mut BrokerTarget,
     fatal: &mut Option<String>,
@@ -802,9 +838,14 @@ fn decide_entry(
             .into()
         }
     };
-    let starts = match entries::starts(rules, caller, call) {
-        Ok(starts) => starts,
-        Err(unresolved) => return unresolved_decision(unresolved, target).into(),
+    let shm = rules.shm.as_ref().zip(shm_names.as_deref());
+    // Only the shared memory's own calls, the rest in the kernel: no handles.
+    let starts = match shm {
+        Some((shm, _)) if shm.continue_others => None,
+        _ => match entries::starts(rules, caller, call) {
+            Ok(starts) => Some(starts),
+            Err(unresolved) => return unresolved_decision(unresolved, target).into(),
+        },
     };
     let acted = with_credentials(own, &identity, fatal, || {
         // The thread's own umask (CLONE_FS unshared): what creating calls
@@ -812,8 +853,21 @@ fn decide_entry(
         if call.applies_umask() {
             own.set_umask(identity.umask);
         }
-        entries::act(rules, caller, call, starts, target)
+        if let Some((shm, names)) = shm {
+            if let Some(done) = shm.act(call, names) {
+                if let Some(name) = names.last() {
+                    target.resolved = Some(shm.path_of(name));
+                }
+                return Some(done);
+            }
+        }
+        starts.map(|starts| entries::act(rules, caller, call, starts, target))
     });
+    let acted = match acted {
+        Ok(Some(acted)) => Ok(acted),
+        Ok(None) => return Answer::Continue,
+        Err(refused) => Err(refused),
+    };
     match acted {
         Ok(Ok(Outcome::Done(decision))) => decision.into(),
         Ok(Ok(Outcome::Fd { fd, cloexec })) => Answer::Fd { fd, cloexec },
@@ -880,6 +934,36 @@ fn act(
                 errno: libc::EOPNOTSUPP,
             });
         }
+    }
+    // The run's own shared memory (`private_shm`): truncated by path as by
+    // its fd, whatever its name now; the kernel's checks below still apply.
+    let own_shm = match (op, &rules.shm) {
+        (Op::Truncate { .. }, Some(shm)) => crate::resolve::fstat(&first)
+            .ok()
+            .filter(|st| shm.owns_stat(st)),
+        _ => None,
+    };
+    if let Some(stat) = own_shm {
+        let obj = crate::resolve::Object {
+            path: crate::resolve::canonical(&first).unwrap_or_default(),
+            fd: first,
+            stat,
+        };
+        target.resolved = Some(obj.path.clone());
+        if let Err(reason) = ops::check(op, identity, &obj.stat) {
+            if let Refusal::NotOwner = reason {
+                return Acted::Done(BrokerDecision::Failed {
+                    errno: libc::EACCES,
+                });
+            }
+            return Acted::Done(BrokerDecision::Refused { reason });
+        }
+        return Acted::Done(match ops::perform(op, &obj) {
+            Ok(()) => BrokerDecision::Performed,
+            Err(e) => BrokerDecision::Failed {
+                errno: errno_of(&e),
+            },
+        });
     }
     let admitted = match access {
         Access::Change => match rules.admit_change(&first) {

@@ -322,6 +322,18 @@ impl Caller {
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))
     }
 
+    /// The device and inode of what `link` (`cwd`, `fd/N`) in the caller's
+    /// `/proc/TID` reaches (the magic link followed).
+    pub(crate) fn proc_stat(&self, link: &std::ffi::CStr) -> io::Result<libc::stat> {
+        // SAFETY: stat is plain data; fstatat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our /proc/TID fd, a NUL-terminated name, a live out-pointer.
+        cvt(libc::c_long::from(unsafe {
+            libc::fstatat(self.proc_dir()?, link.as_ptr(), &mut st, 0)
+        }))?;
+        Ok(st)
+    }
+
     /// An `O_PATH` fd on the caller's working directory.
     pub(crate) fn cwd(&self) -> io::Result<OwnedFd> {
         // SAFETY: openat relative to our /proc/TID fd; the magic link is followed on purpose.

@@ -1206,7 +1206,7 @@ fn fs_type(fd: &OwnedFd) -> Option<i64> {
 
 /// Opens our admitted `fd` again through `/proc/self/fd` with the caller's
 /// flags, so the kernel's permission checks and `O_TRUNC` apply.
-fn reopen(fd: &OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
+pub(crate) fn reopen(fd: &OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
     let path = proc_self_fd(fd.as_raw_fd());
     let strip = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
     let how = (flags & !strip) | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
@@ -1233,7 +1233,7 @@ fn owned(rc: libc::c_int) -> Result<OwnedFd, Unresolved> {
 /// The broker opens with `O_NONBLOCK` so that it never waits (a FIFO
 /// without a reader, a lease to break); the caller gets the flag only if it
 /// asked for it.
-fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
+pub(crate) fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
     if flags & libc::O_NONBLOCK == 0 {
         let fl = status_flags(&fd);
         if fl < 0

@@ -15,6 +15,14 @@ pub enum BrokerError {
         /// The cause.
         source: io::Error,
     },
+    /// The shared-memory directory (`/dev/shm`) could not be opened.
+    #[error("cannot open {path} for the run's own shared memory: {source}")]
+    OpenSharedMemory {
+        /// The directory.
+        path: PathBuf,
+        /// The cause.
+        source: io::Error,
+    },
     /// The kernel refused a seccomp user-notification request.
     #[error("seccomp user notification: {what} failed: {source}; the kernel needs Linux >= 5.9 with seccomp user notification")]
     Notify {

@@ -21,6 +21,10 @@ pub struct BrokerLog {
     /// How many more directories may have become repositories of the run's
     /// but cannot be named (moved after, or past what the broker keeps).
     pub git_dirs_unnamed: usize,
+    /// Shared memory and semaphores the run made in `/dev/shm` and left
+    /// there, removed when the broker stopped (`private_shm`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub shm_removed: Vec<std::path::PathBuf>,
 }
 
 impl BrokerLog {

@@ -64,6 +64,8 @@ pub struct BrokerRules {
     /// Git directories that existed before the run stay protected
     /// ([`crate::gitdirs`]), when the policy asks for it.
     pub(crate) git: Option<crate::gitdirs::GitGuard>,
+    /// The run's own shared memory and semaphores ([`BrokerRules::with_private_shm`]).
+    pub(crate) shm: Option<crate::shm::SharedMemory>,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -221,7 +223,38 @@ impl BrokerRules {
             git: policy
                 .protects_git_dirs()
                 .then(crate::gitdirs::GitGuard::default),
+            shm: None,
         })
+    }
+
+    /// Lets the run make POSIX shared memory and semaphores of its own in
+    /// `dir` (`/dev/shm`; the policy's `private_shm`): the broker makes new
+    /// entries there and performs writing opens, links, renames, unlinks and
+    /// truncates only of the inodes it made; every other call there gets
+    /// what the rest of the rules (or the kernel) answer. What the run
+    /// leaves there is removed when the broker stops
+    /// ([`BrokerLog::shm_removed`](crate::BrokerLog::shm_removed)).
+    ///
+    /// The broker's own Landlock domain must grant writes in `dir` and the
+    /// command's must not. `continue_others`: the filter routes writing
+    /// opens and entry calls only for this (no deny path beneath a write
+    /// path): a call that is not on the run's objects is let go on in the
+    /// kernel, which decides it with the command's own domain, as without a
+    /// broker (the broker grants nothing by continuing it).
+    pub fn with_private_shm(
+        mut self,
+        dir: &Path,
+        continue_others: bool,
+    ) -> Result<Self, BrokerError> {
+        self.shm = Some(
+            crate::shm::SharedMemory::open(dir, continue_others).map_err(|source| {
+                BrokerError::OpenSharedMemory {
+                    path: dir.to_path_buf(),
+                    source,
+                }
+            })?,
+        );
+        Ok(self)
     }
 
     /// Restricts IP connects to the destinations `rules` admit (see

@@ -76,6 +76,7 @@ impl SandboxedExecOp {
             max_timeout_seconds: defaults.max_timeout_seconds,
             allow_unix_sockets: Vec::new(),
             protect_git_dirs: false,
+            private_shm: defaults.private_shm,
         }
     }
 

@@ -63,6 +63,19 @@ pub struct SandboxPolicy {
     /// its own. workspace-write sets it.
     #[serde(skip_serializing_if = "std::ops::Not::not")]
     pub protect_git_dirs: bool,
+    /// POSIX shared memory and named semaphores for the run's own objects
+    /// (on by default; only with write paths): the command may make new
+    /// entries in `/dev/shm` and open, link, rename, unlink and truncate
+    /// those it made (the same inodes, whatever their names); every other
+    /// entry there stays as without write paths (reads per the read
+    /// policy, writes refused). What the run leaves there is removed when
+    /// it ends. Off: `/dev/shm` is writable only as a write path.
+    #[serde(skip_serializing_if = "is_true")]
+    pub private_shm: bool,
+}
+
+fn is_true(b: &bool) -> bool {
+    *b
 }
 
 impl Default for SandboxPolicy {
@@ -79,6 +92,7 @@ impl Default for SandboxPolicy {
             max_timeout_seconds: DEFAULT_MAX_TIMEOUT_SECONDS,
             allow_unix_sockets: Vec::new(),
             protect_git_dirs: false,
+            private_shm: true,
         }
     }
 }
@@ -127,6 +141,9 @@ pub struct OperatorPolicy {
     /// [`SandboxPolicy::protect_git_dirs`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub protect_git_dirs: Option<bool>,
+    /// [`SandboxPolicy::private_shm`] (`false`: no run gets it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub private_shm: Option<bool>,
 }
 
 impl OperatorPolicy {
@@ -148,6 +165,7 @@ impl OperatorPolicy {
                 .clone()
                 .unwrap_or(d.allow_unix_sockets),
             protect_git_dirs: self.protect_git_dirs.unwrap_or(d.protect_git_dirs),
+            private_shm: self.private_shm.unwrap_or(d.private_shm),
         }
     }
 
@@ -296,6 +314,7 @@ pub struct ResolvedPolicy {
     max_timeout_seconds: u64,
     allow_unix_sockets: Vec<PathBuf>,
     protect_git_dirs: bool,
+    private_shm: bool,
 }
 
 impl SandboxPolicy {
@@ -393,6 +412,7 @@ impl SandboxPolicy {
             max_timeout_seconds: self.max_timeout_seconds,
             allow_unix_sockets: allow_unix_sockets.into_iter().collect(),
             protect_git_dirs: self.protect_git_dirs,
+            private_shm: self.private_shm,
         })
     }
 }
@@ -731,6 +751,7 @@ impl ResolvedPolicy {
             max_timeout_seconds: self.max_timeout_seconds,
             allow_unix_sockets: strings(&self.allow_unix_sockets),
             protect_git_dirs: self.protect_git_dirs,
+            private_shm: self.private_shm,
         }
     }
 
@@ -746,6 +767,13 @@ impl ResolvedPolicy {
     pub fn protects_git_dirs(&self) -> bool {
         self.protect_git_dirs
     }
+
+    /// Whether the run may make and use POSIX shared memory and semaphores
+    /// of its own in `/dev/shm` ([`SandboxPolicy::private_shm`]; a run
+    /// without write paths makes none).
+    pub fn private_shm(&self) -> bool {
+        self.private_shm && !self.write_paths.is_empty()
+    }
 }
 
 impl ResolvedPolicy {
@@ -755,7 +783,8 @@ impl ResolvedPolicy {
     /// destinations the operator lists only (a request without a list gets
     /// the operator's, one outside it is refused),
     /// subprocesses denied if either denies, deny lists and env denials united,
-    /// git directories protected if either protects them,
+    /// git directories protected if either protects them, the run's own
+    /// shared memory only if both allow it,
     /// and the timeout ceiling the smaller of the two. A requested write path
     /// outside every operator write path, or a timeout above the operator
     /// ceiling, is refused with an error rather than dropped or clipped.
@@ -822,6 +851,7 @@ impl ResolvedPolicy {
             max_timeout_seconds: self.max_timeout_seconds.min(operator.max_timeout_seconds),
             allow_unix_sockets: self.allow_unix_sockets.clone(),
             protect_git_dirs: self.protect_git_dirs || operator.protect_git_dirs,
+            private_shm: self.private_shm && operator.private_shm,
         })
     }
 }

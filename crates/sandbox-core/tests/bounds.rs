@@ -49,6 +49,7 @@ proptest! {
             max_timeout_seconds: op_max,
             allow_unix_sockets: vec![],
             protect_git_dirs: false,
+            private_shm: true,
         };
         let op = SandboxedExecOp {
             argv: vec!["/bin/true".into()],
@@ -120,6 +121,7 @@ fn policy_round_trips_through_json_and_toml() {
         max_timeout_seconds: 60,
         allow_unix_sockets: vec![dir.path().join("a/agent.sock").to_str().unwrap().into()],
         protect_git_dirs: true,
+        private_shm: false,
     };
     let json: SandboxPolicy = serde_json::from_str(&serde_json::to_string(&p).unwrap()).unwrap();
     assert_eq!(json, p);

@@ -60,6 +60,21 @@ pub(crate) fn channel(
 }
 
 impl Channel {
+    /// The broker makes and keeps the run's own shared memory in `dir`
+    /// (see [`BrokerRules::with_private_shm`]).
+    pub(crate) fn with_private_shm(
+        mut self,
+        dir: &std::path::Path,
+        continue_others: bool,
+    ) -> Result<Self, LandlockError> {
+        self.supervisor.rules = self
+            .supervisor
+            .rules
+            .with_private_shm(dir, continue_others)
+            .map_err(LandlockError::Broker)?;
+        Ok(self)
+    }
+
     /// The child's end and the supervisor, which names refused calls after
     /// `filter`'s table.
     ///

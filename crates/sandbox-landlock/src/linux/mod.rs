@@ -22,6 +22,10 @@ use abi::KernelAbi;
 #[derive(Debug)]
 pub struct PreparedLandlock {
     ruleset: OwnedFd,
+    /// The launch domain's ruleset when it differs from the command's: the
+    /// broker makes the run's own shared memory in `/dev/shm`, where the
+    /// command has no write right of its own.
+    launch_ruleset: Option<OwnedFd>,
     filter: Filter,
     /// The child's end of the listener channel and the filter in libc's
     /// layout, when metadata writes go to a broker.
@@ -63,12 +67,32 @@ pub(crate) fn prepare_with(
     let plan = rules::plan(policy, abi.effective, mediation)?;
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
+    // The run's own shared memory: the broker makes it (its domain grants
+    // /dev/shm, the command's does not) and, without deny paths beneath
+    // the write paths, the filter routes writing opens and entry calls to
+    // it for that alone (the rest continue in the kernel).
+    let shm_dir = channel
+        .as_ref()
+        .and_then(|_| rules::private_shm_dir(policy));
+    let launch_ruleset = match &shm_dir {
+        Some(dir) => Some(ruleset::build(
+            &rules::plan_with(policy, abi.effective, mediation, Some(dir))?,
+            extras,
+        )?),
+        None => None,
+    };
+    let channel = match (channel, &shm_dir) {
+        (Some(channel), Some(dir)) => {
+            Some(channel.with_private_shm(dir, mediation == rules::Mediation::Split)?)
+        }
+        (channel, _) => channel,
+    };
     // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
     // Test builds only: the `weaken-*` features drop one mechanism (weaken.rs).
     let spec = weaken::spec(FilterSpec::new(policy))
         .with_broker(channel.is_some())
         .with_group_held(options.hold_process_group)
-        .with_broker_entries(mediation == rules::Mediation::Entries)
+        .with_broker_entries(mediation == rules::Mediation::Entries || shm_dir.is_some())
         // Host UNIX sockets are confined with the network on: the broker
         // admits those beneath the write paths and the allowed ones.
         .with_broker_connect(true);
@@ -98,6 +122,12 @@ pub(crate) fn prepare_with(
         report.details.push(
             "no core dumps (hard RLIMIT_CORE 0): the kernel writes a core file without a syscall the broker could check, and Landlock grants the write paths whole".into(),
         );
+    }
+    if let Some(dir) = &shm_dir {
+        report.details.push(format!(
+            "POSIX shared memory and semaphores of the run's own: the broker makes new entries in {} and performs writes, links, renames, unlinks and truncates there only of the inodes it made (removed at the end if left); every other entry there stays unwritable",
+            dir.display()
+        ));
     }
     if !weaken::ENABLED.is_empty() {
         report.details.push(format!(
@@ -131,6 +161,7 @@ pub(crate) fn prepare_with(
     Ok((
         PreparedLandlock {
             ruleset,
+            launch_ruleset,
             filter,
             broker_child,
             fixed_credentials,
@@ -194,13 +225,22 @@ impl PreparedLandlock {
     /// refuses the command.
     pub(crate) fn enter_domain(&self) -> Result<(), i32> {
         child::set_no_new_privs()?;
-        child::restrict_self(self.ruleset.as_raw_fd())
+        child::restrict_self(self.launch_ruleset().as_raw_fd())
+    }
+
+    /// The launch domain's ruleset: the command's, or with `/dev/shm` for
+    /// the run's own shared memory.
+    fn launch_ruleset(&self) -> &OwnedFd {
+        self.launch_ruleset.as_ref().unwrap_or(&self.ruleset)
     }
 
     /// [`PreparedLandlock::enter_domain`] as a launch domain that owns a
     /// duplicate of the ruleset.
     pub(crate) fn launch_domain(&self) -> Result<sandbox_core::LaunchDomain, LandlockError> {
-        let ruleset = self.ruleset.try_clone().map_err(LandlockError::Domain)?;
+        let ruleset = self
+            .launch_ruleset()
+            .try_clone()
+            .map_err(LandlockError::Domain)?;
         Ok(sandbox_core::LaunchDomain::new(move || {
             child::set_no_new_privs()
                 .and_then(|()| child::restrict_self(ruleset.as_raw_fd()))

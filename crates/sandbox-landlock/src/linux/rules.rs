@@ -65,11 +65,38 @@ pub(crate) enum Mediation {
     Entries,
 }
 
+/// Where POSIX shared memory and named semaphores live (glibc's
+/// `shm_open`, `sem_open`).
+pub(crate) const SHM_DIR: &str = "/dev/shm";
+
+/// The shared-memory directory for the run's own objects (`private_shm`):
+/// its canonical path, when the policy asks for it, the directory exists
+/// and no write path holds it already (then it is writable anyway).
+pub(crate) fn private_shm_dir(policy: &ResolvedPolicy) -> Option<PathBuf> {
+    if !policy.private_shm() {
+        return None;
+    }
+    let dir = std::fs::canonicalize(SHM_DIR).ok()?;
+    (dir.is_dir() && !policy.write_paths().iter().any(|w| dir.starts_with(w))).then_some(dir)
+}
+
 /// Builds the plan for `policy` under `abi`.
 pub(crate) fn plan(
     policy: &ResolvedPolicy,
     abi: ABI,
     mediation: Mediation,
+) -> Result<Plan, LandlockError> {
+    plan_with(policy, abi, mediation, None)
+}
+
+/// [`plan`] with every right also granted beneath `extra` (the broker's
+/// launch domain: the shared-memory directory, where the broker makes the
+/// run's own objects; the command's domain, nested beneath, lacks it).
+pub(crate) fn plan_with(
+    policy: &ResolvedPolicy,
+    abi: ABI,
+    mediation: Mediation,
+    extra: Option<&Path>,
 ) -> Result<Plan, LandlockError> {
     // TRUNCATE is left unhandled: handling it makes the kernel walk the path on
     // every open(2), read-only ones included (about +25% per open here).
@@ -127,6 +154,9 @@ pub(crate) fn plan(
     }
     for dev in WRITABLE_DEVICES {
         planner.grant(Path::new(dev), all, &denies, Required::No)?;
+    }
+    if let Some(extra) = extra {
+        planner.grant(extra, all, &denies, Required::No)?;
     }
     Ok(Plan {
         handled: all,
