@@ -97,6 +97,7 @@ pub fn cannot_do_its_job(test: &str, why: &str) {
 /// `tmpfs`: what `f` and the processes it starts see there never reaches
 /// the host (an operator's real `/root/.config`, `/run/user`). `Err` when
 /// the namespace or a mount cannot be made.
+#[cfg(target_os = "linux")]
 pub fn with_private_mounts<T: Send>(
     tmpfs: &[&str],
     f: impl FnOnce() -> T + Send,

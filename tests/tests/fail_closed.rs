@@ -4,9 +4,9 @@ use std::path::Path;
 
 use std::os::unix::fs::PermissionsExt;
 
-use sandbox_tests::{
-    cannot_do_its_job, run, sandbox, sandbox_as_nobody, sandbox_lines, with_private_mounts,
-};
+#[cfg(target_os = "linux")]
+use sandbox_tests::{cannot_do_its_job, sandbox_as_nobody, with_private_mounts};
+use sandbox_tests::{run, sandbox, sandbox_lines};
 
 fn code(out: &std::process::Output) -> Option<i32> {
     out.status.code()
@@ -271,6 +271,7 @@ fn usage_errors_exit_125_with_one_line_and_help_exits_0() {
 /// As root, and as nobody with a runtime directory of its own (made on a
 /// tmpfs over `/run/user` in a mount namespace of the test's, so the host's
 /// is untouched). Twin: a file beside the cache is written by the same run.
+#[cfg(target_os = "linux")]
 #[test]
 fn no_confined_run_can_forge_the_cached_verdict() {
     if !is_root() {
@@ -291,6 +292,7 @@ fn no_confined_run_can_forge_the_cached_verdict() {
     .expect("a mount namespace with a tmpfs on /run/user (root)");
 }
 
+#[cfg(target_os = "linux")]
 /// A run granted `base` (`cli`'s runtime directory) tries to overwrite the
 /// verdict file in `base/sandbox` and to add one beside it, and writes a
 /// file in a directory beside the cache.
@@ -342,11 +344,13 @@ fn forge_the_verdict(base: &Path, cli: fn() -> std::process::Command, who: &str)
     assert!(!created, "{who}: a file was added to {cache:?}");
 }
 
+#[cfg(target_os = "linux")]
 fn owner(p: &Path) -> u32 {
     use std::os::unix::fs::MetadataExt;
     std::fs::metadata(p).unwrap().uid()
 }
 
+#[cfg(target_os = "linux")]
 fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }

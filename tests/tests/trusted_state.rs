@@ -6,9 +6,9 @@ use std::os::unix::fs::{symlink, PermissionsExt};
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use sandbox_tests::{
-    cannot_do_its_job, sandbox, sandbox_as_nobody, sandbox_lines, with_private_mounts,
-};
+#[cfg(target_os = "linux")]
+use sandbox_tests::{cannot_do_its_job, with_private_mounts};
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_lines};
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
@@ -143,6 +143,7 @@ fn config_fifo_and_device() {
 /// attack runs against a fresh `/root` in a mount namespace of the test's,
 /// so it always finds no config yet and never touches the host's. Twin:
 /// the rest of the passwd home stays writable.
+#[cfg(target_os = "linux")]
 #[test]
 fn config_planted_without_home() {
     if !is_root() {
@@ -158,6 +159,7 @@ fn config_planted_without_home() {
         .expect("a mount namespace with a tmpfs on /root (root)");
 }
 
+#[cfg(target_os = "linux")]
 fn plant_the_config_without_home() {
     let home = PathBuf::from("/root");
     let dir = home.join(".config/sandbox");
