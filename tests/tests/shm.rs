@@ -110,6 +110,9 @@ fn workdir(tag: &str) -> tempfile::TempDir {
         .tempdir()
         .expect("tempdir");
     fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o777)).expect("chmod");
+    // A project (it holds a git directory), so even a plain `-w` keeps its
+    // protections in the broker, which then makes the run's shared memory.
+    fs::create_dir(dir.path().join(".git")).expect("mkdir .git");
     dir
 }
 

@@ -71,8 +71,12 @@ pub(crate) fn prepare_with(
     // /dev/shm, the command's does not) and, without deny paths beneath
     // the write paths, the filter routes writing opens and entry calls to
     // it for that alone (the rest continue in the kernel).
+    // Only where writing opens and entry calls go to the broker anyway: a
+    // plain write path with nothing to protect keeps every write in the
+    // kernel (and pays nothing), so `/dev/shm` stays unwritable there.
     let shm_dir = channel
         .as_ref()
+        .filter(|_| mediation == rules::Mediation::Entries)
         .and_then(|_| rules::private_shm_dir(policy));
     let launch_ruleset = match &shm_dir {
         Some(dir) => Some(ruleset::build(
