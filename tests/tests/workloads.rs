@@ -186,9 +186,9 @@ fn metadata_escapes_leave_targets_unchanged() {
 /// Python's multiprocessing (fork and spawn start methods, processes talking
 /// over a Pipe) and asyncio (its socketpair self-pipe, a subprocess, a thread
 /// wake-up) work under --no-network with the hardened filter. Pools and
-/// Queues need POSIX semaphores, which live in the host's shared /dev/shm:
-/// they work only when the operator makes /dev/shm a write path (shown
-/// second), since a grant there reaches every same-user object in it.
+/// Queues need POSIX semaphores in /dev/shm: the run's own (private_shm)
+/// where the broker keeps the writes; with --no-private-shm only when
+/// /dev/shm is a write path, which reaches every same-user object in it.
 #[test]
 fn python_multiprocessing_and_asyncio() {
     let work = work();
@@ -222,13 +222,25 @@ if __name__ == "__main__":
     fs::write(work.w.join("mp.py"), script).unwrap();
     let out = ok(&run_in(&work.w, &[], "python3 mp.py"));
     assert!(out.contains("mp ok (42, 'sub')"), "{out}");
-    // A Pool's semaphores need /dev/shm: refused without the grant ...
-    let out = run_in(&work.w, &[], "python3 mp.py pool");
+    // A Pool's semaphores are the run's own shared memory: the write path
+    // is the home directory here (protected, so the broker keeps its
+    // writes), and the broker makes them in /dev/shm ...
+    let out = ok(&run_in(&work.w, &[], "python3 mp.py pool"));
+    assert!(out.contains("mp ok (42, 'sub')"), "{out}");
+    // ... refused with --no-private-shm ...
+    let out = sandbox()
+        .args(["run", "--no-network", "--no-private-shm", "-w"])
+        .arg(&work.w)
+        .args(["--", "python3", "mp.py", "pool"])
+        .current_dir(&work.w)
+        .env("HOME", &work.w)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("PermissionError"));
-    // ... and working with it.
+    // ... and working then with /dev/shm as a write path.
     let out = sandbox()
-        .args(["run", "--no-network", "-w"])
+        .args(["run", "--no-network", "--no-private-shm", "-w"])
         .arg(&work.w)
         .args(["-w", "/dev/shm", "--", "python3", "mp.py", "pool"])
         .current_dir(&work.w)
