@@ -330,9 +330,9 @@ fn a_scratch_file_in_tmp_proposes_a_private_tmp() {
     );
 }
 
-/// A failure after a read the read denials refused, or a connect with the
-/// network off, has no broker record: `--explain` names both as possible
-/// causes. Twin: a failure under a policy with neither gets no such line.
+/// A failure after a read the read denials refused has no broker record:
+/// `--explain` names it as a possible cause. Twin: a failure under a policy
+/// without read denials gets no such line.
 #[test]
 fn kernel_refusals_without_a_record_are_named_after_a_failure() {
     let (_t, dir) = canonical_tmp();
@@ -345,7 +345,6 @@ fn kernel_refusals_without_a_record_are_named_after_a_failure() {
             dir.to_str().unwrap(),
             "--read-deny",
             secret.to_str().unwrap(),
-            "--no-network",
         ],
         "cat secret",
     );
@@ -355,11 +354,75 @@ fn kernel_refusals_without_a_record_are_named_after_a_failure() {
         err.contains("not recorded: reads beneath the 1 read-deny path(s)"),
         "{err}"
     );
-    assert!(err.contains("not recorded: with the network off"), "{err}");
-    // Twin: neither read denials nor --no-network, same failure.
+    // Twin: no read denials, same kind of failure.
     let out = explain(&dir, &["-w", dir.to_str().unwrap()], "exit 3");
     assert_eq!(out.status.code(), Some(3));
     let err = stderr(&out);
     assert!(err.contains("failed on its own terms"), "{err}");
     assert!(!err.contains("not recorded"), "{err}");
+}
+
+/// With `--no-network`, a connect is refused with EPERM and recorded with
+/// its address: the summary line after the failure and `--report` name it,
+/// and the run is a sandbox denial. The kernel's own errors come first and
+/// are no refusal: a connect on a file gets ENOTSOCK. Twin: with the
+/// network on, the same connect reaches the listener.
+#[test]
+fn connects_refused_by_no_network_are_recorded() {
+    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let (_d, dir) = canonical_tmp();
+    let report = dir.join("r.json");
+    let script = format!(
+        "import errno, os, socket, sys\n\
+         def code(f):\n\
+         \x20   try:\n\
+         \x20       f()\n\
+         \x20       return 'ok'\n\
+         \x20   except OSError as e:\n\
+         \x20       return errno.errorcode[e.errno]\n\
+         s = socket.socket()\n\
+         f = os.open('/etc/hostname', os.O_RDONLY)\n\
+         print(code(lambda: socket.socket(fileno=f).connect(('127.0.0.1', {port}))),\n\
+         \x20     code(lambda: s.connect(('127.0.0.1', {port}))))\n\
+         sys.exit(0 if code(lambda: socket.create_connection(('127.0.0.1', {port}))) == 'ok' else 1)\n"
+    );
+    let run = |extra: &[&str]| {
+        sandbox()
+            .args(["run", "-w", dir.to_str().unwrap(), "--report"])
+            .arg(&report)
+            .args(extra)
+            .args(["--", "/usr/bin/python3", "-c", &script])
+            .current_dir(&dir)
+            .output()
+            .unwrap()
+    };
+    let out = run(&["--no-network"]);
+    assert_eq!(out.status.code(), Some(1), "{}", stderr(&out));
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert_eq!(stdout.trim(), "ENOTSOCK EPERM", "{}", stderr(&out));
+    let err = stderr(&out);
+    let address = format!("127.0.0.1:{port}");
+    assert!(
+        err.lines()
+            .any(|l| l.starts_with("sandbox: refused") && l.contains(&address)),
+        "{err}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+    assert_eq!(
+        record["classification"]["class"], "sandbox_denial",
+        "{record}"
+    );
+    let refused = record["mediation"]["refused"].as_array().unwrap();
+    assert!(
+        refused
+            .iter()
+            .any(|c| c["syscall"] == "connect" && c["target"] == address.as_str()),
+        "{record}"
+    );
+    // Twin: the network on.
+    let out = run(&[]);
+    assert_eq!(out.status.code(), Some(0), "{}", stderr(&out));
+    drop(listener);
 }

@@ -214,11 +214,6 @@ pub(crate) fn decide(
     let [fd, addr_ptr, addr_len, ..] = n.data.args;
     let fd = fd as i32;
     target.fd = Some(fd);
-    if !rules.network {
-        return Next::decision(BrokerDecision::Refused {
-            reason: Refusal::NetworkOff,
-        });
-    }
     // move_addr_to_kernel: addrlen is an int, at most sockaddr_storage; 0
     // copies nothing.
     let read_addr = |caller: &Caller| match usize::try_from(addr_len as i32) {
@@ -246,6 +241,14 @@ pub(crate) fn decide(
         Ok(d) => d,
         Err(e) => return Next::failed(errno_of(&e)),
     };
+    // With the network off every connect is refused, after the kernel's own
+    // errors above (EBADF, EFAULT, EINVAL, ENOTSOCK) and with the address it
+    // named; none is performed.
+    if !rules.network {
+        return Next::decision(BrokerDecision::Refused {
+            reason: Refusal::NetworkOff,
+        });
+    }
     let kind = sockopt_int(&sock, libc::SO_TYPE).unwrap_or(0);
     let protocol = sockopt_int(&sock, libc::SO_PROTOCOL).unwrap_or(0);
     let identity = match caller_identity(&caller, own, UmaskUse::None) {

@@ -14,8 +14,8 @@ pub(crate) fn out(line: &str) {
 }
 
 /// What the kernel refuses without a record the runner can read (reads
-/// beneath read-deny paths, connections under `--no-network`): named after
-/// a failure the broker saw no refusal in, since either may be its cause.
+/// beneath read-deny paths): named after a failure the broker saw no
+/// refusal in, since it may be its cause.
 fn unrecorded(outcome: &Outcome) -> Vec<String> {
     let Some(policy) = &outcome.policy else {
         return Vec::new();
@@ -28,14 +28,6 @@ fn unrecorded(outcome: &Outcome) -> Vec<String> {
              lists them) are refused by the kernel (EACCES) without a record; if the command \
              failed reading one, that is why"
         ));
-    }
-    if !policy.network() {
-        out.push(
-            "  not recorded: with the network off every connect, listen and accept is \
-             refused by the kernel (EPERM) without a record; if the command failed to \
-             connect, that is why"
-                .to_owned(),
-        );
     }
     out
 }

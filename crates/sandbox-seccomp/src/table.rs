@@ -1226,7 +1226,19 @@ fn network(spec: &FilterSpec) -> Vec<Entry> {
              sendmsg hides behind a pointer; stream sockets refuse an address (EISCONN / \
              EOPNOTSUPP) and seqpacket ignores it",
         ),
-        row(connect, Rule::Always(DENY), "network=false"),
+        row(
+            connect,
+            // The broker never performs one here (its rules refuse every
+            // connect with the network off, after the kernel's own errors),
+            // so routing it only records the refusal and its address.
+            Rule::Always(if spec.broker {
+                crate::spec::Action::UserNotif
+            } else {
+                DENY
+            }),
+            "network=false: with a broker, the refusal is recorded with its address (EPERM \
+             after the kernel's own EBADF, EFAULT, ENOTSOCK)",
+        ),
         row(listen, Rule::Always(DENY), "network=false"),
         row(accept, Rule::Always(DENY), "network=false"),
         row(accept4, Rule::Always(DENY), "network=false"),

@@ -260,6 +260,9 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
             let ty = lo(1) as i32 & 0xf;
             yes(lo(0) as i32 == AF_UNIX && (ty == SOCK_STREAM || ty == SOCK_SEQPACKET))
         }
+        // A connect with the network off goes to the broker only to be
+        // recorded (its rules refuse every one).
+        SYS_connect if !spec.network && spec.broker => RET_USER_NOTIF,
         SYS_connect | SYS_listen | SYS_accept | SYS_accept4 if !spec.network => RET_EPERM,
         SYS_sendto if !spec.network => yes(d.args[4] == 0 && lo(3) & SPEC_MSG_FASTOPEN == 0),
         SYS_sendmsg if !spec.network => yes(lo(2) & SPEC_MSG_FASTOPEN == 0),
