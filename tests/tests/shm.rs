@@ -344,6 +344,16 @@ fn another_process_segment_cannot_be_changed_the_runs_own_can() {
         );
         assert_eq!(denied["foreign"]["read"], "EACCES", "{denied}");
         assert!(foreign.intact());
+        // A read denial in /dev/shm splits the broker's grant there: the
+        // feature is off (the kernel's EACCES), and nothing is left (the
+        // broker's create once made the entry, failed to open it and left
+        // it after the run).
+        assert_eq!(denied["create_own"], "EACCES", "{denied}");
+        let rd = shm_entries(&format!("{own}-rd"));
+        for n in &rd {
+            let _ = fs::remove_file(Path::new("/dev/shm").join(n));
+        }
+        assert!(rd.is_empty(), "left by the read-deny run: {rd:?}");
 
         // Bare twin: the same calls change it (the refusals are the sandbox's).
         let bare_foreign = Foreign::new(&format!("{name}-bare"), nobody);
@@ -536,5 +546,104 @@ fn the_record_is_the_inode_not_the_name() {
         );
         let _ = fs::remove_file(&own);
         let _ = fs::remove_file(&link);
+    }
+}
+
+/// What the filter refuses of every open is refused in `/dev/shm` too, and
+/// nothing the run does there outlives it. Each refusal sits beside its
+/// allowed twin in the same run:
+/// * set-id bits in a creation mode (`EPERM`, no file; a confined root
+///   made a set-user-ID-root file there), access mode 3 and
+///   `O_RDONLY|O_TRUNC` (`EPERM`) beside a plain create (`ok`);
+/// * `RENAME_WHITEOUT` (a character device the run would leave behind,
+///   `EACCES` as in a run without the feature) beside a plain rename;
+/// * a rename and an exchange between two names of one inode (the kernel
+///   does nothing and answers 0; the record once lost both names, which
+///   then stayed after the run) are `ok`, and every name is gone at the
+///   end;
+/// * a created fd's status flags are the caller's (no `O_NOFOLLOW` of the
+///   broker's).
+const FILTERED: &str = r#"
+import ctypes, errno, fcntl, json, os, sys
+P = sys.argv[1]
+libc = ctypes.CDLL(None, use_errno=True)
+def err(f):
+    try:
+        r = f()
+        if isinstance(r, int) and r > 2:
+            os.close(r)
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+def sc(*a):
+    r = libc.syscall(*a)
+    if r < 0:
+        n = ctypes.get_errno(); raise OSError(n, os.strerror(n))
+    return r
+RENAME2 = {"x86_64": 316, "aarch64": 276}[os.uname().machine]
+def rename2(a, b, flags):
+    return sc(RENAME2, -100, a.encode(), -100, b.encode(), flags)
+r = {}
+r["plain"] = err(lambda: os.open(P + "-plain", os.O_RDWR | os.O_CREAT, 0o600))
+r["set_id"] = err(lambda: os.open(P + "-suid", os.O_RDWR | os.O_CREAT, 0o6755))
+r["set_id_exists"] = os.path.exists(P + "-suid")
+r["set_id_own"] = err(lambda: os.open(P + "-plain", os.O_RDWR | os.O_CREAT, 0o4755))
+r["mode3"] = err(lambda: os.open(P + "-m3", 3 | os.O_CREAT, 0o600))
+r["mode3_own"] = err(lambda: os.open(P + "-plain", 3))
+r["rdonly_trunc"] = err(lambda: os.open(P + "-rt", os.O_RDONLY | os.O_TRUNC | os.O_CREAT, 0o600))
+r["rdonly_trunc_own"] = err(lambda: os.open(P + "-plain", os.O_RDONLY | os.O_TRUNC))
+fd = libc.open((P + "-fl").encode(), os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+r["status_flags"] = fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_NOFOLLOW
+os.close(fd)
+r["rename"] = err(lambda: rename2(P + "-plain", P + "-renamed", 0))
+r["whiteout"] = err(lambda: rename2(P + "-renamed", P + "-wo", 4))
+r["whiteout_left"] = os.path.lexists(P + "-renamed") and not os.path.isfile(P + "-renamed")
+r["link"] = err(lambda: os.link(P + "-renamed", P + "-second"))
+r["rename_same_inode"] = err(lambda: os.rename(P + "-renamed", P + "-second"))
+r["exchange_same_inode"] = err(lambda: rename2(P + "-renamed", P + "-second", 2))
+print(json.dumps(r))
+"#;
+
+#[test]
+fn the_filters_refusals_hold_in_dev_shm_and_nothing_outlives_the_run() {
+    assert!(
+        python(),
+        "{PY} with multiprocessing.shared_memory is needed"
+    );
+    let pid = std::process::id();
+    for nobody in [false, true] {
+        let w = workdir("filt");
+        let ws = w.path().to_str().unwrap().to_owned();
+        let prefix = format!("sbx-filt-{pid}-{}", u8::from(nobody));
+        let script = w.path().join("filtered.py");
+        fs::write(&script, FILTERED).unwrap();
+        let out = as_who(nobody)
+            .args(["run", "-w", &ws, "--", PY])
+            .arg(&script)
+            .arg(format!("/dev/shm/{prefix}"))
+            .output()
+            .unwrap();
+        let left = shm_entries(&prefix);
+        for name in &left {
+            let _ = fs::remove_file(Path::new("/dev/shm").join(name));
+        }
+        assert!(out.status.success(), "{}", text(&out));
+        let r: Value = serde_json::from_slice(&out.stdout).unwrap();
+        assert_eq!(r["plain"], "ok", "positive control: {r}");
+        assert_eq!(r["set_id"], "EPERM", "{r}");
+        assert_eq!(r["set_id_exists"], false, "{r}");
+        assert_eq!(r["set_id_own"], "EPERM", "{r}");
+        assert_eq!(r["mode3"], "EPERM", "{r}");
+        assert_eq!(r["mode3_own"], "EPERM", "{r}");
+        assert_eq!(r["rdonly_trunc"], "EPERM", "{r}");
+        assert_eq!(r["rdonly_trunc_own"], "EPERM", "{r}");
+        assert_eq!(r["status_flags"], 0, "{r}");
+        assert_eq!(r["rename"], "ok", "positive control: {r}");
+        assert_eq!(r["whiteout"], "EACCES", "{r}");
+        assert_eq!(r["whiteout_left"], false, "{r}");
+        assert_eq!(r["link"], "ok", "positive control: {r}");
+        assert_eq!(r["rename_same_inode"], "ok", "{r}");
+        assert_eq!(r["exchange_same_inode"], "ok", "{r}");
+        assert!(left.is_empty(), "left in /dev/shm after the run: {left:?}");
     }
 }

@@ -901,6 +901,91 @@ fn plain_w(dir: &Path, nobody: bool, extra: &[&str], script: &str) -> Output {
         .unwrap()
 }
 
+/// A write path that is a git directory itself (`-w repo/.git`), a folder
+/// of bare repositories, and a folder with more entries than the look for
+/// clones reads (a run could fill a folder of clones to hide one from the
+/// next run's look) each get the protections: before, the run wrote
+/// `core.fsmonitor` into `-w repo/.git`'s config (run by the user's next
+/// git command) and a hook into a bare repository. Twins in the same runs:
+/// an object is written into the git directory, a file beside the clones.
+/// As root and as nobody.
+#[test]
+fn git_directories_and_hidden_clones_in_write_paths_are_protected() {
+    let users: &[bool] = if unsafe { libc::geteuid() } == 0 {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    let chown = |dir: &Path| {
+        let st = std::process::Command::new("chown")
+            .args(["-R", "65534:65534"])
+            .arg(dir)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    };
+    for &nobody in users {
+        // -w repo/.git
+        let w = ws();
+        git_ok(&w.root, &["init", "-q", "-b", "main", "."]);
+        if nobody {
+            chown(&w.root);
+        }
+        let git_dir = w.root.join(".git");
+        let config = fs::read(git_dir.join("config")).unwrap();
+        let stdout = ok(&plain_w(
+            &git_dir,
+            nobody,
+            &[],
+            r#"{ printf '[core]\n\tfsmonitor = "touch ran"\n' >> config; } 2>/dev/null && echo BAD-config
+               { echo '#!/bin/sh' > hooks/pre-commit; } 2>/dev/null && echo BAD-hook
+               echo hi | git --git-dir=. hash-object -w --stdin >/dev/null && echo ok-object"#,
+        ));
+        assert!(!stdout.contains("BAD"), "nobody {nobody}: {stdout}");
+        assert!(
+            stdout.contains("ok-object"),
+            "twin, nobody {nobody}: {stdout}"
+        );
+        assert_eq!(fs::read(git_dir.join("config")).unwrap(), config);
+        assert!(!git_dir.join("hooks/pre-commit").exists());
+
+        // A folder of bare repositories.
+        let bare = ws();
+        git_ok(&bare.root, &["init", "-q", "--bare", "lib.git"]);
+        let stdout = ok(&plain_w(
+            &bare.root,
+            nobody,
+            &[],
+            "{ echo x > lib.git/hooks/post-receive; } 2>/dev/null && echo BAD; \
+             echo x > f && echo ok-write",
+        ));
+        assert!(
+            !stdout.contains("BAD") && stdout.contains("ok-write"),
+            "nobody {nobody}: {stdout}"
+        );
+        assert!(!bare.root.join("lib.git/hooks/post-receive").exists());
+
+        // A clone behind more entries than the look reads.
+        let many = ws();
+        for i in 0..4100 {
+            fs::create_dir(many.root.join(format!("d{i}"))).unwrap();
+        }
+        git_ok(&many.root, &["init", "-q", "-b", "main", "zz"]);
+        let stdout = ok(&plain_w(
+            &many.root,
+            nobody,
+            &[],
+            "{ echo x > zz/.git/hooks/post-checkout; } 2>/dev/null && echo BAD; \
+             echo x > f && echo ok-write",
+        ));
+        assert!(
+            !stdout.contains("BAD") && stdout.contains("ok-write"),
+            "nobody {nobody}: {stdout}"
+        );
+        assert!(!many.root.join("zz/.git/hooks/post-checkout").exists());
+    }
+}
+
 /// Plain `-w REPO`, in no mode, protects what workspace-write protects: a
 /// planted hook, a `.git/config` change, an rc file and editor settings are
 /// refused, and so is a hook in a clone one level down in `-w DIR`; in the

@@ -189,6 +189,17 @@ impl SharedMemory {
             return None;
         }
         let creat = flags & libc::O_CREAT != 0;
+        // What the general rules (and the filter, unrouted) refuse of any
+        // writing open is refused here too, by them: access mode 3,
+        // `O_RDONLY|O_TRUNC`, set-id bits in a creation mode (a confined
+        // root made a set-user-ID-root file in /dev/shm otherwise).
+        let access = flags & libc::O_ACCMODE;
+        if access == libc::O_ACCMODE
+            || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0)
+            || (creat && mode & (libc::S_ISUID | libc::S_ISGID) != 0)
+        {
+            return None;
+        }
         let excl = creat && flags & libc::O_EXCL != 0;
         // Twice: a name made by another process between the look and an
         // `O_CREAT` without `O_EXCL` is then opened as it exists.
@@ -205,10 +216,11 @@ impl SharedMemory {
                     if !self.room() {
                         return None;
                     }
+                    // O_EXCL never follows a final symlink (open(2)); no
+                    // O_NOFOLLOW of ours, which F_GETFL would show the caller.
                     let how = (flags & !libc::O_CLOEXEC)
                         | libc::O_CREAT
                         | libc::O_EXCL
-                        | libc::O_NOFOLLOW
                         | libc::O_NOCTTY
                         | libc::O_NONBLOCK
                         | libc::O_CLOEXEC;
@@ -287,6 +299,12 @@ impl SharedMemory {
     }
 
     fn rename(&self, from: &CStr, to: &CStr, flags: u32) -> Option<Result<Outcome, Unresolved>> {
+        // RENAME_WHITEOUT leaves a character device at `from` that is none
+        // of the run's (it outlived the run); unknown bits: the kernel's
+        // EINVAL, from the general rules.
+        if flags & !(libc::RENAME_NOREPLACE | libc::RENAME_EXCHANGE) != 0 {
+            return None;
+        }
         let src = fstatat_nofollow(&self.dir, from).ok()?;
         let src = (src.st_dev, src.st_ino);
         if !self.owns(src) {
@@ -313,6 +331,12 @@ impl SharedMemory {
             return Some(Err(Unresolved::Errno(
                 errno_of(&io::Error::last_os_error()),
             )));
+        }
+        // Two names of one inode: the kernel does nothing and answers 0
+        // (`vfs_rename`: source == target), so both names stay recorded
+        // (they were left behind after the run otherwise).
+        if dst == Some(src) {
+            return Some(Ok(Outcome::Done(crate::log::BrokerDecision::Performed)));
         }
         let exchange = flags & libc::RENAME_EXCHANGE != 0;
         self.with_object(src, |o| {

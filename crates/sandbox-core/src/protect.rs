@@ -205,6 +205,14 @@ pub fn protections_with_home(
 /// directory. Such a write path (a build or output directory) pays nothing:
 /// a deny path beneath a write path sends its writes through the broker.
 ///
+/// A write path that is a git directory itself (`-w repo/.git`, a bare
+/// repository) gets its `config`, `hooks`, `commondir` and
+/// `config.worktree` protected, as a workspace's `.git` has them; a bare
+/// repository one level down counts as a repository there. A write path
+/// with more entries than are looked into counts as holding one (a run
+/// could otherwise hide a clone from the next run's look by filling its
+/// folder).
+///
 /// A run can still create a protected name afresh in a write path that
 /// held none (`git init` in an empty output directory): nothing the user
 /// runs reads it there.
@@ -213,12 +221,34 @@ pub fn write_path_protections(
     home: Option<&Path>,
     change: &Protection<'_>,
 ) -> Option<Vec<PathBuf>> {
-    holds_protected(dir, home, change).then(|| protections_with_home(dir, home, change))
+    holds_protected(dir, home, change).then(|| {
+        let mut out = protections_with_home(dir, home, change);
+        if is_git_dir(dir) {
+            out.extend(
+                GIT_PROTECTED
+                    .iter()
+                    .filter(|n| change.keeps(&format!(".git/{n}")))
+                    .map(|n| dir.join(n)),
+            );
+            out.sort();
+            out.dedup();
+        }
+        out
+    })
 }
 
 /// How many entries of a write path [`holds_protected`] looks into for a
-/// repository one level down.
+/// repository one level down; beyond it the write path counts as holding
+/// one.
 const REPOSITORY_SCAN: usize = 4096;
+
+/// Whether `dir` is a git directory (a repository's `.git`, a bare
+/// repository): `HEAD` and `objects`, `refs` or `commondir`, git's own
+/// test (`is_git_directory`), as the broker's (`sandbox-broker`, gitdirs).
+fn is_git_dir(dir: &Path) -> bool {
+    let has = |n: &str| std::fs::symlink_metadata(dir.join(n)).is_ok();
+    has("HEAD") && (has("objects") || has("refs") || has("commondir"))
+}
 
 fn holds_protected(dir: &Path, home: Option<&Path>, change: &Protection<'_>) -> bool {
     let canonical = |p: &Path| std::fs::canonicalize(p).unwrap_or_else(|_| p.to_path_buf());
@@ -240,13 +270,25 @@ fn holds_protected(dir: &Path, home: Option<&Path>, change: &Protection<'_>) -> 
     {
         return true;
     }
-    std::fs::read_dir(dir).is_ok_and(|entries| {
-        entries
-            .take(REPOSITORY_SCAN)
-            .flatten()
-            .filter(|e| e.file_type().is_ok_and(|t| t.is_dir()))
-            .any(|e| std::fs::symlink_metadata(e.path().join(".git")).is_ok())
-    })
+    if is_git_dir(dir) {
+        return true;
+    }
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return false;
+    };
+    for (seen, entry) in entries.enumerate() {
+        if seen >= REPOSITORY_SCAN {
+            return true;
+        }
+        let Ok(entry) = entry else { continue };
+        if entry.file_type().is_ok_and(|t| t.is_dir()) {
+            let child = entry.path();
+            if std::fs::symlink_metadata(child.join(".git")).is_ok() || is_git_dir(&child) {
+                return true;
+            }
+        }
+    }
+    false
 }
 
 fn protections_in(workspace: &Path, change: &Protection<'_>) -> Vec<PathBuf> {

@@ -72,12 +72,22 @@ pub(crate) const SHM_DIR: &str = "/dev/shm";
 /// The shared-memory directory for the run's own objects (`private_shm`):
 /// its canonical path, when the policy asks for it, the directory exists
 /// and no write path holds it already (then it is writable anyway).
+///
+/// Not when a read-deny path lies beneath it or holds it: the launch
+/// domain's grant of the directory is then split (or lacks the read
+/// rights), so the broker's `O_CREAT` made the entry and the open of it
+/// failed: the caller got `EACCES` and an empty file nobody recorded
+/// outlived the run.
 pub(crate) fn private_shm_dir(policy: &ResolvedPolicy) -> Option<PathBuf> {
     if !policy.private_shm() {
         return None;
     }
     let dir = std::fs::canonicalize(SHM_DIR).ok()?;
-    (dir.is_dir() && !policy.write_paths().iter().any(|w| dir.starts_with(w))).then_some(dir)
+    let overlaps = |p: &PathBuf| p.starts_with(&dir) || dir.starts_with(p);
+    (dir.is_dir()
+        && !policy.write_paths().iter().any(|w| dir.starts_with(w))
+        && !policy.read_deny_paths().iter().any(overlaps))
+    .then_some(dir)
 }
 
 /// Builds the plan for `policy` under `abi`.
