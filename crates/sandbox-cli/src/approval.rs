@@ -188,7 +188,8 @@ fn offer_in(target: &Path, home: Option<&Path>, cache: Option<&Path>) -> Option<
 
 /// The tool whose own cache in `home` holds `path` (`~/.npm`,
 /// `~/.cache/pip`, `~/.cargo`, `~/go/pkg/mod`, `~/.cache/go-build`,
-/// `~/.cache/yarn`; `$XDG_CACHE_HOME` for `~/.cache`).
+/// `~/.cache/yarn`, `~/.cache/pnpm`, `~/.local/share/pnpm/store`,
+/// `~/.cache/uv`; `$XDG_CACHE_HOME` for `~/.cache`).
 fn tool_cache_of(path: &Path, home: &Path, cache: Option<&Path>) -> Option<sandbox::ToolCache> {
     use sandbox::ToolCache as T;
     let cache = cache.map_or_else(|| home.join(".cache"), Path::to_path_buf);
@@ -199,6 +200,9 @@ fn tool_cache_of(path: &Path, home: &Path, cache: Option<&Path>) -> Option<sandb
         (home.join("go/pkg/mod"), T::Go),
         (cache.join("go-build"), T::Go),
         (cache.join("yarn"), T::Yarn),
+        (cache.join("pnpm"), T::Pnpm),
+        (home.join(".local/share/pnpm/store"), T::Pnpm),
+        (cache.join("uv"), T::Uv),
     ]
     .into_iter()
     .find(|(dir, _)| path.starts_with(dir))
@@ -303,6 +307,9 @@ mod tests {
             ("go/pkg/mod/x/y", T::Go),
             (".cache/go-build/aa/bb", T::Go),
             (".cache/yarn/v6/z", T::Yarn),
+            (".cache/pnpm/metadata/x", T::Pnpm),
+            (".local/share/pnpm/store/v10/files/00/x", T::Pnpm),
+            (".cache/uv/wheels-v5/x", T::Uv),
         ] {
             assert_eq!(at(rel), Some(Offer::Cache(tool)), "{rel}");
         }

@@ -183,12 +183,19 @@ pub(crate) struct PolicyFlags {
     #[arg(long)]
     pub(crate) private_tmp: bool,
     /// Give the run a private, persistent cache for this package tool
-    /// (npm, pip, cargo, go, yarn; repeatable): a directory of its own in
-    /// ~/.cache/sandbox-tools, made writable, and the tool's variable
-    /// (npm_config_cache, PIP_CACHE_DIR, CARGO_HOME, GOMODCACHE/GOCACHE,
-    /// YARN_CACHE_FOLDER) pointing at it. The user's own caches stay untouched.
+    /// (npm, pip, cargo, go, yarn, pnpm, uv; repeatable): a directory of
+    /// its own in ~/.cache/sandbox-tools, made writable, and the tool's
+    /// variable (npm_config_cache, PIP_CACHE_DIR, CARGO_HOME,
+    /// GOMODCACHE/GOCACHE, YARN_CACHE_FOLDER, pnpm_config_store_dir,
+    /// UV_CACHE_DIR) pointing at it. The user's own caches stay untouched.
+    /// Workspace-write gives every tool's cache unless --no-default-caches.
     #[arg(long = "cache", value_name = "TOOL", value_parser = cache_parser())]
     pub(crate) cache: Vec<sandbox::ToolCache>,
+    /// In workspace-write, give no tool a private cache unless --cache (or
+    /// the config's `caches`) names it; the tools then find their own
+    /// caches (~/.npm, ~/.cargo) read-only. Config: `default_caches = false`.
+    #[arg(long)]
+    pub(crate) no_default_caches: bool,
     /// Allow connecting to this pathname UNIX socket outside the write paths
     /// (repeatable; every other host socket is refused).
     #[arg(long = "allow-unix", value_name = "PATH")]

@@ -440,21 +440,51 @@ fn protect_write_paths(
     changed
 }
 
-/// The tool caches a run gets (`--cache`, the config's `caches`), each with
-/// its directory, made when missing.
+/// The tool caches a run gets (`--cache`, the config's `caches`, and in
+/// workspace-write every tool's unless `--no-default-caches` or the
+/// config's `default_caches = false`), each with its directory, made when
+/// missing. A cache asked for that cannot be given refuses the run; a
+/// default one is left out (the tool then finds its own cache read-only,
+/// as without it) with one line saying why.
 fn tool_caches(
     flags: &PolicyFlags,
     config: &SandboxConfig,
 ) -> Result<Vec<(sandbox::ToolCache, PathBuf)>, Fatal> {
-    let mut tools: Vec<sandbox::ToolCache> =
+    let defaults = flags.mode == Some(SandboxMode::WorkspaceWrite)
+        && !flags.no_default_caches
+        && config.default_caches;
+    let mut asked: Vec<sandbox::ToolCache> =
         flags.cache.iter().chain(&config.caches).copied().collect();
-    tools.sort();
-    tools.dedup();
-    tools
-        .into_iter()
-        .map(|t| Ok((t, sandbox::tool_cache_dir(t)?)))
-        .collect::<Result<_, sandbox::ToolCacheError>>()
-        .map_err(|e| Fatal(format!("--cache: {e}")))
+    asked.sort();
+    asked.dedup();
+    let mut caches = asked
+        .iter()
+        .map(|&t| Ok((t, sandbox::tool_cache_dir(t)?)))
+        .collect::<Result<Vec<_>, sandbox::ToolCacheError>>()
+        .map_err(|e| Fatal(format!("--cache: {e}")))?;
+    for &tool in sandbox::TOOL_CACHES
+        .iter()
+        .filter(|t| defaults && !asked.contains(t))
+    {
+        match sandbox::tool_cache_dir(tool) {
+            Ok(dir) => caches.push((tool, dir)),
+            Err(e) => {
+                static SAID: std::sync::atomic::AtomicBool =
+                    std::sync::atomic::AtomicBool::new(false);
+                if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
+                    show::say(&format!(
+                        "sandbox: warning: no private tool caches for this run ({e}); the tools \
+                         find their own caches read-only (--no-default-caches leaves them out \
+                         without this line)"
+                    ));
+                }
+                caches.retain(|(t, _)| asked.contains(t));
+                break;
+            }
+        }
+    }
+    caches.sort();
+    Ok(caches)
 }
 
 /// A resolution error of a policy built from flags, naming the flag typed

@@ -129,7 +129,12 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
                 }
             ));
             match proposal(call, private_tmp) {
-                Proposal::Flag(flag) => out.push(format!("      to admit it: {flag}")),
+                Proposal::Flag(flag) => {
+                    out.push(format!("      to admit it: {flag}"));
+                    if flag == "--cache cargo" {
+                        out.push(CARGO_NOTE.into());
+                    }
+                }
                 Proposal::Withheld(why) => out.push(format!("      not proposed: {why}")),
                 Proposal::None => {}
             }
@@ -146,6 +151,11 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
     }
     out
 }
+
+/// What a private `CARGO_HOME` changes, said beside `--cache cargo`.
+const CARGO_NOTE: &str = "      note: a private CARGO_HOME starts empty: cargo downloads the \
+     registry and dependencies into it once (an offline build, --offline or --no-network, \
+     fails until then) and does not read ~/.cargo/config.toml or its credentials";
 
 /// What `--explain` offers for one refusal.
 enum Proposal {
@@ -316,8 +326,25 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     } else {
         String::new()
     };
+    // Writes to a tool's own cache: the flag that gives the run one of its own.
+    let mut tools: Vec<sandbox::ToolCache> = files
+        .iter()
+        .filter(|c| c.outside_write_paths)
+        .filter_map(
+            |c| match crate::approval::offer(std::path::Path::new(&c.target)) {
+                Some(crate::approval::Offer::Cache(tool)) => Some(tool),
+                _ => None,
+            },
+        )
+        .collect();
+    tools.sort();
+    tools.dedup();
+    let caches: String = tools
+        .iter()
+        .map(|t| format!("; --cache {t} gives the run a {t} cache of its own"))
+        .collect();
     Some(format!(
-        "sandbox: refused {}{more}; --explain for details",
+        "sandbox: refused {}{more}{caches}; --explain for details",
         parts.join(", ")
     ))
 }

@@ -1,5 +1,5 @@
 //! Package tools whose caches a run can be given privately (npm, pip,
-//! cargo, go, yarn), and the variables that point each at its cache. The
+//! cargo, go, yarn, pnpm, uv), and the variables that point each at its cache. The
 //! facade's `tool_cache_dir` makes the directories.
 
 use std::ffi::OsString;
@@ -20,6 +20,13 @@ pub enum ToolCache {
     Go,
     /// yarn (`YARN_CACHE_FOLDER`).
     Yarn,
+    /// pnpm (`pnpm_config_store_dir`, `pnpm_config_cache_dir`,
+    /// `pnpm_config_state_dir`: the settings pnpm 11 reads from the
+    /// environment; pnpm 10 and older read only the `npm_config_` names,
+    /// which npm warns about as unknown, so they are not set).
+    Pnpm,
+    /// uv (`UV_CACHE_DIR`).
+    Uv,
 }
 
 /// Every tool cache, in the order the CLI lists them.
@@ -29,6 +36,8 @@ pub const TOOL_CACHES: &[ToolCache] = &[
     ToolCache::Cargo,
     ToolCache::Go,
     ToolCache::Yarn,
+    ToolCache::Pnpm,
+    ToolCache::Uv,
 ];
 
 impl ToolCache {
@@ -40,6 +49,8 @@ impl ToolCache {
             ToolCache::Cargo => "cargo",
             ToolCache::Go => "go",
             ToolCache::Yarn => "yarn",
+            ToolCache::Pnpm => "pnpm",
+            ToolCache::Uv => "uv",
         }
     }
 
@@ -55,6 +66,12 @@ impl ToolCache {
                 var("GOCACHE", dir.join("build")),
             ],
             ToolCache::Yarn => vec![var("YARN_CACHE_FOLDER", dir.to_owned())],
+            ToolCache::Pnpm => vec![
+                var("pnpm_config_store_dir", dir.join("store")),
+                var("pnpm_config_cache_dir", dir.join("cache")),
+                var("pnpm_config_state_dir", dir.join("state")),
+            ],
+            ToolCache::Uv => vec![var("UV_CACHE_DIR", dir.to_owned())],
         }
     }
 }
@@ -107,7 +124,7 @@ mod tests {
             assert_eq!(t.name().parse::<ToolCache>(), Ok(*t));
         }
         let err = "maven".parse::<ToolCache>().unwrap_err();
-        assert!(err.contains("npm, pip, cargo, go, yarn"), "{err}");
+        assert!(err.contains("npm, pip, cargo, go, yarn, pnpm, uv"), "{err}");
     }
 
     #[test]

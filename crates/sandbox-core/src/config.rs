@@ -45,7 +45,7 @@ pub enum OnUnsupported {
 }
 
 /// The operator's sandbox configuration.
-#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SandboxConfig {
     /// Backend selection.
@@ -72,10 +72,34 @@ pub struct SandboxConfig {
     /// Tool caches every run gets (`caches = ["npm", "pip"]`), as with
     /// `--cache`.
     pub caches: Vec<crate::caches::ToolCache>,
+    /// Whether workspace-write gives every run a private cache for each
+    /// tool in [`crate::TOOL_CACHES`] without being asked (true by default;
+    /// `default_caches = false`, like `--no-default-caches`, leaves them to
+    /// `--cache` and `caches`). Plain `-w` runs never get them by default.
+    pub default_caches: bool,
     /// Run even where the requested limits cannot be enforced (no cgroup
     /// with the controller this user may write); the outcome then says
     /// which limits held. Without it such a run is refused.
     pub allow_unlimited: bool,
+}
+
+impl Default for SandboxConfig {
+    fn default() -> Self {
+        SandboxConfig {
+            backend: BackendChoice::default(),
+            on_unsupported: OnUnsupported::default(),
+            allow_danger_full_access: false,
+            protect: Vec::new(),
+            unprotect: Vec::new(),
+            secrets: false,
+            require_full: false,
+            policy: None,
+            limits: crate::limits::ResourceLimits::default(),
+            caches: Vec::new(),
+            default_caches: true,
+            allow_unlimited: false,
+        }
+    }
 }
 
 /// Environment variable naming the operator config file.
