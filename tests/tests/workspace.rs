@@ -986,6 +986,64 @@ fn git_directories_and_hidden_clones_in_write_paths_are_protected() {
     }
 }
 
+/// A repository deep beneath a plain write path (`src/org/repo`) is
+/// protected, and so is a folder inside a working tree (`-w repo/src`):
+/// there a `.git` the run makes is named after the run, since the user's
+/// next git command in that folder would find it first. Twins: in the same
+/// runs a file is written beside them; an output directory outside any
+/// repository gets no protections. As root and as nobody.
+#[test]
+fn deep_repositories_and_folders_of_a_working_tree_are_protected() {
+    let users: &[bool] = if unsafe { libc::geteuid() } == 0 {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &nobody in users {
+        let w = ws();
+        git_ok(&w.root, &["init", "-q", "-b", "main", "src/org/repo"]);
+        let stdout = ok(&plain_w(
+            &w.root,
+            nobody,
+            &[],
+            "{ printf '[core]\\n\\tfsmonitor = \"touch ran\"\\n' >> src/org/repo/.git/config; } \
+             2>/dev/null && echo BAD; echo x > f && echo ok-write",
+        ));
+        assert!(
+            !stdout.contains("BAD") && stdout.contains("ok-write"),
+            "nobody {nobody}: {stdout}"
+        );
+
+        let repo = ws();
+        git_ok(&repo.root, &["init", "-q", "-b", "main", "."]);
+        fs::create_dir(repo.root.join("src")).unwrap();
+        let out = plain_w(
+            &repo.root.join("src"),
+            nobody,
+            &[],
+            "git init -q . && git config core.fsmonitor 'touch ran' && echo x > f && echo ok-write",
+        );
+        let stdout = ok(&out);
+        assert!(stdout.contains("ok-write"), "nobody {nobody}: {stdout}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.lines().any(|l| l.starts_with("sandbox:")
+                && l.contains("git repository at")
+                && l.contains("/src ")),
+            "the repository made in the working tree is named, nobody {nobody}: {err}"
+        );
+    }
+    // Twin: an output directory outside any repository pays nothing.
+    let out_dir = ws();
+    fs::create_dir_all(out_dir.root.join("a/b/c")).unwrap();
+    let text = ok(&sandbox()
+        .args(["policy", "-w"])
+        .arg(&out_dir.root)
+        .output()
+        .unwrap());
+    assert!(text.contains("\"write_deny_paths\": []"), "{text}");
+}
+
 /// Plain `-w REPO`, in no mode, protects what workspace-write protects: a
 /// planted hook, a `.git/config` change, an rc file and editor settings are
 /// refused, and so is a hook in a clone one level down in `-w DIR`; in the

@@ -201,21 +201,23 @@ pub fn protections_with_home(
 /// workspace-write ([`protections_with_home`]), or `None` when `dir` holds
 /// nothing worth protecting: no protected name at its top (`.git`,
 /// `.bashrc`, `.vscode`, `.claude`, ... or an operator's extra name), no
-/// git repository one level down (a folder of clones), and no home
-/// directory. Such a write path (a build or output directory) pays nothing:
-/// a deny path beneath a write path sends its writes through the broker.
+/// git repository anywhere beneath it (a folder of clones), none around it
+/// (a folder inside a working tree), and no home directory. Such a write
+/// path (a small build or output directory outside any repository) pays
+/// nothing: a deny path beneath a write path sends its writes through the
+/// broker.
 ///
 /// A write path that is a git directory itself (`-w repo/.git`, a bare
 /// repository) gets its `config`, `hooks`, `commondir` and
 /// `config.worktree` protected, as a workspace's `.git` has them; a bare
-/// repository one level down counts as a repository there. A write path
-/// with more entries than are looked into counts as holding one (a run
-/// could otherwise hide a clone from the next run's look by filling its
-/// folder).
+/// repository beneath counts as a repository there. A write path with
+/// more entries beneath it than are looked at (4,096) counts as holding one
+/// (a run could otherwise hide a clone from the next run's look by filling
+/// its folder).
 ///
 /// A run can still create a protected name afresh in a write path that
-/// held none (`git init` in an empty output directory): nothing the user
-/// runs reads it there.
+/// held none (`git init` in an empty output directory outside any
+/// repository): nothing the user runs reads it there unless they enter it.
 pub fn write_path_protections(
     dir: &Path,
     home: Option<&Path>,
@@ -237,9 +239,8 @@ pub fn write_path_protections(
     })
 }
 
-/// How many entries of a write path [`holds_protected`] looks into for a
-/// repository one level down; beyond it the write path counts as holding
-/// one.
+/// How many entries beneath a write path [`holds_protected`] looks at for
+/// a repository; beyond it the write path counts as holding one.
 const REPOSITORY_SCAN: usize = 4096;
 
 /// Whether `dir` is a git directory (a repository's `.git`, a bare
@@ -273,18 +274,36 @@ fn holds_protected(dir: &Path, home: Option<&Path>, change: &Protection<'_>) -> 
     if is_git_dir(dir) {
         return true;
     }
-    let Ok(entries) = std::fs::read_dir(dir) else {
-        return false;
-    };
-    for (seen, entry) in entries.enumerate() {
-        if seen >= REPOSITORY_SCAN {
-            return true;
-        }
-        let Ok(entry) = entry else { continue };
-        if entry.file_type().is_ok_and(|t| t.is_dir()) {
-            let child = entry.path();
-            if std::fs::symlink_metadata(child.join(".git")).is_ok() || is_git_dir(&child) {
+    // Inside a repository's working tree: a `.git` the run makes here is
+    // the one git finds first for the user's next command in this folder.
+    if dir
+        .ancestors()
+        .skip(1)
+        .any(|a| std::fs::symlink_metadata(a.join(".git")).is_ok())
+    {
+        return true;
+    }
+    // Repositories anywhere beneath (a folder of clones, `src/org/repo`),
+    // breadth first, symlinks not followed; a tree larger than the scan
+    // counts as holding one.
+    let mut seen = 0;
+    let mut todo = std::collections::VecDeque::from([dir.to_path_buf()]);
+    while let Some(next) = todo.pop_front() {
+        let Ok(entries) = std::fs::read_dir(&next) else {
+            continue;
+        };
+        for entry in entries {
+            seen += 1;
+            if seen > REPOSITORY_SCAN {
                 return true;
+            }
+            let Ok(entry) = entry else { continue };
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                let child = entry.path();
+                if std::fs::symlink_metadata(child.join(".git")).is_ok() || is_git_dir(&child) {
+                    return true;
+                }
+                todo.push_back(child);
             }
         }
     }
