@@ -138,8 +138,9 @@ fn network_proposals_admit_the_destination() {
     let by_ip = format!(
         "exec /usr/bin/python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port})); print('connected')\""
     );
+    // Through the proxy: the runner's NO_PROXY sends loopback around it.
     let by_name = format!(
-        "exec /usr/bin/python3 -c \"import urllib.request; print(urllib.request.urlopen('http://localhost:{port}/').read().decode())\""
+        "export NO_PROXY= no_proxy=; exec /usr/bin/python3 -c \"import urllib.request; print(urllib.request.urlopen('http://localhost:{port}/').read().decode())\""
     );
     for (script, expect) in [
         (&by_ip, format!("127.0.0.1:{port}")),

@@ -608,8 +608,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
             format!("localhost:{}", server.port()),
             "--".into(),
         ];
-        // Without --noproxy: curl goes through the runner's proxy.
-        proxied.extend(["curl", "-sS", "-o", "/dev/null"].map(String::from));
+        // Through the runner's proxy: `--noproxy ''` overrides its NO_PROXY,
+        // which sends loopback (the stand-in for a remote host) around it.
+        proxied.extend(["curl", "-sS", "--noproxy", "", "-o", "/dev/null"].map(String::from));
         proxied.push(format!("http://localhost:{}/", server.port()));
         let (a, b) = interleave(
             settings.workload_runs,

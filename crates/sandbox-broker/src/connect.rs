@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use crate::answer::unresolved_decision;
 use crate::caller::{cvt, errno_of, Caller, Identity};
 use crate::identity::{caller_identity, with_credentials, Own, UmaskUse};
+use crate::listeners::OwnListeners;
 use crate::log::{BrokerDecision, BrokerTarget, Refusal};
 use crate::notif::Listener;
 use crate::resolve::{canonical, walk, BrokerRules, Start, Unresolved};
@@ -71,6 +72,9 @@ pub(crate) struct Job {
     pub(crate) identity: Identity,
     pub(crate) target: BrokerTarget,
     wait: Wait,
+    /// Admitted as a connect to one of the run's own loopback listeners
+    /// ([`crate::listeners`]): checked again right before the connect.
+    own_listener: Option<Box<(OwnListeners, std::net::SocketAddr)>>,
 }
 
 /// How a blocking connect of this socket waits (see [`perform`]).
@@ -264,6 +268,7 @@ pub(crate) fn decide(
         identity,
         target: BrokerTarget::default(),
         wait: Wait::Once,
+        own_listener: None,
     };
     if domain == libc::AF_UNIX {
         if matches!(kind, libc::SOCK_STREAM | libc::SOCK_SEQPACKET) {
@@ -335,6 +340,8 @@ pub(crate) fn decide(
             } else if domain != libc::AF_NETLINK
                 && !egress_admits(allowed, domain, &job.addr)
                 && !dest.is_some_and(|d| pinned(rules, d, target))
+                && !dest
+                    .is_some_and(|d| own_listener(rules, kind, d, target, &mut job.own_listener))
             {
                 // Say which name the address was answered for, where known.
                 if let Some((d, name)) =
@@ -402,8 +409,16 @@ pub(crate) fn decide_listen(
             return refused(Refusal::ListenNotLoopback);
         }
     }
+    // A socket listening already (handed in from outside) is not the run's
+    // own: only one this call makes listen is recorded.
+    let own = rules.allow_net().is_some()
+        && matches!(domain, libc::AF_INET | libc::AF_INET6)
+        && !OwnListeners::listening(&sock);
     // SAFETY: listen on our duplicate of the caller's socket (the same socket).
     if unsafe { libc::listen(sock.as_raw_fd(), backlog as i32) } == 0 {
+        if own {
+            rules.own_listeners.record(&sock);
+        }
         (BrokerDecision::Performed, 0)
     } else {
         failed(errno_of(&io::Error::last_os_error()))
@@ -649,6 +664,24 @@ fn pinned(rules: &BrokerRules, dest: std::net::SocketAddr, target: &mut BrokerTa
     true
 }
 
+/// Whether a TCP connect to `dest`, which no rule admits, reaches one of the
+/// run's own loopback listeners only ([`crate::listeners`]); if so the
+/// record says so and the worker checks again before connecting.
+fn own_listener(
+    rules: &BrokerRules,
+    kind: i32,
+    dest: std::net::SocketAddr,
+    target: &mut BrokerTarget,
+    check: &mut Option<Box<(OwnListeners, std::net::SocketAddr)>>,
+) -> bool {
+    if kind != libc::SOCK_STREAM || !rules.own_listeners.admits(dest) {
+        return false;
+    }
+    target.resolved = Some(PathBuf::from(format!("{dest} (the run's own listener)")));
+    *check = Some(Box::new((rules.own_listeners.clone(), dest)));
+    true
+}
+
 /// Whether the egress rules admit connecting a socket of `domain` to `addr`.
 ///
 /// Only IP sockets can be admitted. The destination is read by the family
@@ -695,6 +728,9 @@ pub(crate) enum Done {
     Errno(i32),
     /// The caller stopped waiting (or the broker stops) before it ended.
     Gone,
+    /// Refused on the worker: the run's own listener it was admitted to no
+    /// longer is the only one on its port (answered `ECONNREFUSED`).
+    NoLongerOwn,
 }
 
 fn connect_raw(sock: RawFd, addr: &[u8]) -> i32 {
@@ -773,6 +809,11 @@ pub(crate) fn perform(job: &Job, listener: &Listener, stop: &AtomicBool) -> Done
         Wait::Tcp => matches!(e, libc::EINPROGRESS | libc::EALREADY),
         Wait::Once => false,
     };
+    if let Some((own, dest)) = job.own_listener.as_deref() {
+        if !own.admits(*dest) {
+            return Done::NoLongerOwn;
+        }
+    }
     if job.wait == Wait::Once {
         return Done::Errno(connect_raw(sock, &job.addr));
     }

@@ -340,6 +340,10 @@ fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
         Done::Errno(0) => BrokerDecision::Performed,
         Done::Errno(errno) => BrokerDecision::Failed { errno },
         Done::Gone => BrokerDecision::CallerGone,
+        // As every connect the egress rules refuse.
+        Done::NoLongerOwn => BrokerDecision::Refused {
+            reason: Refusal::NetNotAllowed,
+        },
     };
     // The caller may have died while the connect waited.
     let decision = match listener.id_valid(job.id()) {
@@ -353,7 +357,7 @@ fn run(inner: &Inner, job: Task, sound: bool) -> (BrokerRecord, bool) {
         job.syscall(),
         job.target().clone(),
         decision,
-        libc::EPERM,
+        libc::ECONNREFUSED,
     );
     (record, sound)
 }

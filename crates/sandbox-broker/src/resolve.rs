@@ -66,6 +66,9 @@ pub struct BrokerRules {
     pub(crate) git: Option<crate::gitdirs::GitGuard>,
     /// The run's own shared memory and semaphores ([`BrokerRules::with_private_shm`]).
     pub(crate) shm: Option<crate::shm::SharedMemory>,
+    /// Under egress rules, the sockets the run made listen on loopback
+    /// ([`crate::listeners`]): a connect reaches them unlisted.
+    pub(crate) own_listeners: crate::listeners::OwnListeners,
 }
 
 /// One write path: a directory (everything beneath it) or a single file.
@@ -224,6 +227,7 @@ impl BrokerRules {
                 .protects_git_dirs()
                 .then(crate::gitdirs::GitGuard::default),
             shm: None,
+            own_listeners: Default::default(),
         })
     }
 

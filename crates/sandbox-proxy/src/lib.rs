@@ -149,6 +149,11 @@ use state::Shared;
 /// [`Proxy::refusal_count`] counts them all.
 pub const MAX_REFUSALS_KEPT: usize = 64;
 
+/// The bypass list [`Proxy::env`] sets (`NO_PROXY`, `no_proxy`): loopback by
+/// name and address, and `[::1]` as Python's `urllib` compares a bracketed
+/// host. Requests there are made directly and decided by the connect broker.
+pub const LOOPBACK_BYPASS: &str = "localhost,127.0.0.1,::1,[::1]";
+
 /// How long [`Proxy::shutdown`] waits for open connections to end after
 /// closing their sockets, before it leaves their threads to end on their own.
 pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(2);
@@ -421,11 +426,13 @@ impl Proxy {
     /// `HTTP_PROXY`, `HTTPS_PROXY` (`http://127.0.0.1:PORT`, so HTTPS goes
     /// through `CONNECT`), `ALL_PROXY` (`socks5h://127.0.0.1:PORT`: the
     /// proxy resolves names), each also in lower case (curl reads only
-    /// `http_proxy` in lower case), and `NO_PROXY`/`no_proxy` set empty, so
-    /// that a bypass list inherited from the runner's environment (often
-    /// `localhost,127.0.0.1`) does not send requests around the proxy, where
-    /// the broker would refuse them. Empty and unset mean the same to curl
-    /// and Python: bypass nothing; curl does not bypass `localhost` by itself.
+    /// `http_proxy` in lower case), and `NO_PROXY`/`no_proxy` set to
+    /// [`LOOPBACK_BYPASS`] (replacing a list inherited from the runner's
+    /// environment, whose other names would go around the proxy, where the
+    /// broker would refuse them): a request to loopback is made directly,
+    /// and the broker admits it to a port one of the run's own processes
+    /// listens on, to a listed address, or to an address `localhost` was
+    /// pinned to; anything else there it refuses as the proxy would.
     pub fn env(&self) -> Vec<(String, String)> {
         let http = format!("http://{}", self.addr);
         let socks = format!("socks5h://{}", self.addr);
@@ -436,8 +443,8 @@ impl Proxy {
             ("https_proxy", &http),
             ("ALL_PROXY", &socks),
             ("all_proxy", &socks),
-            ("NO_PROXY", &String::new()),
-            ("no_proxy", &String::new()),
+            ("NO_PROXY", &LOOPBACK_BYPASS.to_owned()),
+            ("no_proxy", &LOOPBACK_BYPASS.to_owned()),
         ]
         .into_iter()
         .map(|(k, v)| (k.to_string(), v.clone()))

@@ -936,11 +936,26 @@ fn env_points_clients_at_the_proxy() {
     for k in ["ALL_PROXY", "all_proxy"] {
         assert_eq!(get(k), Some(socks.as_str()), "{k}");
     }
+    // Loopback goes around the proxy: the connect broker decides it (the
+    // run's own listeners, listed addresses, pinned localhost).
     for k in ["NO_PROXY", "no_proxy"] {
-        assert_eq!(get(k), Some(""), "{k}");
+        assert_eq!(get(k), Some(sandbox_proxy::LOOPBACK_BYPASS), "{k}");
     }
     assert_eq!(env.len(), 8);
     assert_eq!(proxy.net_rule().to_string(), proxy.addr().to_string());
+}
+
+/// The proxy's environment for a client whose origin stands in for a remote
+/// host: the origins of these tests listen on loopback, which the real
+/// bypass list ([`sandbox_proxy::LOOPBACK_BYPASS`]) sends around the proxy.
+fn remote_env(proxy: &Proxy) -> Vec<(String, String)> {
+    let mut env = proxy.env();
+    env.retain(|(k, _)| !k.eq_ignore_ascii_case("no_proxy"));
+    env.extend([
+        ("NO_PROXY".to_string(), String::new()),
+        ("no_proxy".to_string(), String::new()),
+    ]);
+    env
 }
 
 /// A command with a clean environment: PATH, then `env`.
@@ -1009,21 +1024,20 @@ fn curl_honours_the_proxy_environment() {
         cmd.arg(format!("http://localhost:{port}/"));
         run(cmd)
     };
-    // The whole environment, over a bypass list as a runner may have it:
-    // proxy.env() sets NO_PROXY empty, so it comes after and wins.
+    // The whole environment, over a bypass list as a runner may have it
+    // (its own list comes after and wins; loopback made remote here).
     let mut env = vec![
-        ("NO_PROXY".to_string(), "localhost,127.0.0.1".to_string()),
-        ("no_proxy".to_string(), "localhost,127.0.0.1".to_string()),
+        ("NO_PROXY".to_string(), "pkgs.example.com".to_string()),
+        ("no_proxy".to_string(), "pkgs.example.com".to_string()),
     ];
-    env.extend(proxy.env());
+    env.extend(remote_env(&proxy));
     let (out, err, ok) = curl(&env, o.port());
     assert!(ok, "{err}");
     assert_eq!(out, format!("{BODY}\n200"));
     let (out, _, _) = curl(&env, other.port());
     assert!(out.ends_with("\n403"), "{out}");
     // ALL_PROXY alone: SOCKS5 with proxy-side resolution (socks5h).
-    let socks: Vec<(String, String)> = proxy
-        .env()
+    let socks: Vec<(String, String)> = remote_env(&proxy)
         .into_iter()
         .filter(|(k, _)| k.eq_ignore_ascii_case("all_proxy") || k.eq_ignore_ascii_case("no_proxy"))
         .collect();
@@ -1051,7 +1065,7 @@ fn python_urllib_honours_the_proxy_environment() {
     let other = origin();
     let proxy = start(&[&format!("localhost:{}", o.port())]);
     let python = |port: u16| {
-        let mut cmd = command("python3", &proxy.env());
+        let mut cmd = command("python3", &remote_env(&proxy));
         cmd.args([
             "-c",
             "import sys, urllib.request\n\
