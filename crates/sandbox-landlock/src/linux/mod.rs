@@ -93,13 +93,16 @@ pub(crate) fn prepare_with(
     };
     // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
     // Test builds only: the `weaken-*` features drop one mechanism (weaken.rs).
-    let spec = weaken::spec(FilterSpec::new(policy))
-        .with_broker(channel.is_some())
-        .with_group_held(options.hold_process_group)
-        .with_broker_entries(mediation == rules::Mediation::Entries || shm_dir.is_some())
-        // Host UNIX sockets are confined with the network on: the broker
-        // admits those beneath the write paths and the allowed ones.
-        .with_broker_connect(true);
+    // Weakened last, so no builder step below puts a dropped part back.
+    let spec = weaken::spec(
+        FilterSpec::new(policy)
+            .with_broker(channel.is_some())
+            .with_group_held(options.hold_process_group)
+            .with_broker_entries(mediation == rules::Mediation::Entries || shm_dir.is_some())
+            // Host UNIX sockets are confined with the network on: the broker
+            // admits those beneath the write paths and the allowed ones.
+            .with_broker_connect(true),
+    );
     let filter = sandbox_seccomp::compile_spec(&spec)?;
     let drop_capabilities = child::holds_capabilities().map_err(LandlockError::Capabilities)?;
     let facts = report::RulesetFacts {
