@@ -647,3 +647,52 @@ fn the_filters_refusals_hold_in_dev_shm_and_nothing_outlives_the_run() {
         assert!(left.is_empty(), "left in /dev/shm after the run: {left:?}");
     }
 }
+
+/// The run's own segment is memory charged to the run: under `--memory 64M`
+/// filling a 200 MiB segment ends the run by the limit, and the segment is
+/// gone afterwards. Twin: the same script with a 16 MiB segment prints its
+/// line and exits 0. Root (the limit needs a cgroup of the run's own).
+#[test]
+fn the_memory_limit_holds_the_runs_shared_memory() {
+    if unsafe { libc::geteuid() } != 0 {
+        sandbox_tests::cannot_do_its_job(
+            "the_memory_limit_holds_the_runs_shared_memory",
+            "not root: no cgroup for --memory",
+        );
+        return;
+    }
+    let dir = workdir("mem");
+    let ws = dir.path().to_str().unwrap();
+    let script = |mib: u32, name: &str| {
+        format!(
+            "from multiprocessing import shared_memory as s\n\
+             m = s.SharedMemory(name='{name}', create=True, size={mib} << 20)\n\
+             for i in range({mib}): m.buf[i << 20:(i + 1) << 20] = b'x' * (1 << 20)\n\
+             print('filled')\n\
+             m.close(); m.unlink()\n"
+        )
+    };
+    let run = |code: &str| {
+        sandbox()
+            .args([
+                "run", "-w", ws, "--memory", "64M", "--", "python3", "-c", code,
+            ])
+            .current_dir(dir.path())
+            .output()
+            .unwrap()
+    };
+    let name = format!("sbx-mem-{}", std::process::id());
+    let out = run(&script(200, &name));
+    assert_ne!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(!String::from_utf8_lossy(&out.stdout).contains("filled"));
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("memory limit"),
+        "{}",
+        text(&out)
+    );
+    assert!(!Path::new("/dev/shm").join(&name).exists(), "left behind");
+    // Twin: a segment within the limit.
+    let out = run(&script(16, &name));
+    assert_eq!(out.status.code(), Some(0), "{}", text(&out));
+    assert!(String::from_utf8_lossy(&out.stdout).contains("filled"));
+}
