@@ -202,3 +202,127 @@ fn the_runs_own_loopback_servers_are_reached_and_host_services_are_not() {
 fn the_runs_own_loopback_servers_as_nobody() {
     own_servers_reached_host_services_refused(sandbox_as_nobody(), "nobody");
 }
+
+/// A pytest run whose fixture serves HTTP on `127.0.0.1:0`, as a test
+/// suite does, gives under `--allow-net example.com:443` the exit status and
+/// the summary line it gives bare; a test in the same suite that reaches a
+/// host service on another loopback port fails confined (the twin: it
+/// passes bare). As root and as nobody.
+#[test]
+fn a_pytest_fixture_server_works_under_an_allowlist() {
+    let python = ["/usr/bin/python3", "python3"].into_iter().find(|p| {
+        Command::new(p)
+            .args(["-m", "pytest", "--version"])
+            .output()
+            .is_ok_and(|o| o.status.success())
+    });
+    let Some(python) = python else {
+        sandbox_tests::cannot_do_its_job(
+            "a_pytest_fixture_server_works_under_an_allowlist",
+            "no python3 with pytest (apt-get install python3-pytest)",
+        );
+        return;
+    };
+    let host = TcpListener::bind("127.0.0.1:0").unwrap();
+    let host_port = host.local_addr().unwrap().port();
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let suite = format!(
+        r#"
+import http.server, threading, urllib.request, pytest
+
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200); self.send_header("Content-Length", "2"); self.end_headers()
+        self.wfile.write(b"ok")
+    def log_message(self, *a): pass
+
+@pytest.fixture
+def server():
+    s = http.server.ThreadingHTTPServer(("127.0.0.1", 0), H)
+    threading.Thread(target=s.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{{s.server_address[1]}}/"
+    s.shutdown()
+
+def test_own_server(server):
+    assert urllib.request.urlopen(server, timeout=10).read() == b"ok"
+
+def test_host_service():
+    import socket
+    socket.create_connection(("127.0.0.1", {host_port}), timeout=5).close()
+"#
+    );
+    std::fs::write(dir.path().join("test_fixture.py"), suite).unwrap();
+    let pytest = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider"];
+    let summary = |out: &std::process::Output| {
+        String::from_utf8_lossy(&out.stdout)
+            .lines()
+            .rev()
+            .find(|l| l.contains("passed") || l.contains("failed"))
+            .map(|l| l.split(" in ").next().unwrap_or(l).to_owned())
+            .unwrap_or_default()
+    };
+    let users: &[bool] = if unsafe { libc::geteuid() } == 0 {
+        &[false, true]
+    } else {
+        &[false]
+    };
+    for &nobody in users {
+        let mut bare = if nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.args(pytest);
+            c
+        } else {
+            let mut c = Command::new(pytest[0]);
+            c.args(&pytest[1..]);
+            c
+        };
+        let bare = bare.current_dir(dir.path()).output().unwrap();
+        assert_eq!(summary(&bare), "2 passed", "bare: {bare:?}");
+        let confined = if nobody {
+            sandbox_as_nobody()
+        } else {
+            sandbox()
+        }
+        .arg("run")
+        .arg("-w")
+        .arg(dir.path())
+        .args(["--allow-net", "example.com:443", "--"])
+        .args(pytest)
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+        assert_eq!(
+            summary(&confined),
+            "1 failed, 1 passed",
+            "nobody {nobody}: {}\n{}",
+            String::from_utf8_lossy(&confined.stdout),
+            String::from_utf8_lossy(&confined.stderr)
+        );
+        assert!(String::from_utf8_lossy(&confined.stdout)
+            .contains("FAILED test_fixture.py::test_host_service"));
+        // Twin: the suite without the host-service test exits as bare does.
+        let own_only = if nobody {
+            sandbox_as_nobody()
+        } else {
+            sandbox()
+        }
+        .arg("run")
+        .arg("-w")
+        .arg(dir.path())
+        .args(["--allow-net", "example.com:443", "--"])
+        .args(pytest)
+        .args(["-k", "own_server"])
+        .current_dir(dir.path())
+        .output()
+        .unwrap();
+        assert_eq!(own_only.status.code(), Some(0), "{own_only:?}");
+        assert!(summary(&own_only).starts_with("1 passed"), "{own_only:?}");
+    }
+    drop(host);
+}

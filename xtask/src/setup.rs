@@ -140,6 +140,14 @@ fn ensure_system_packages() -> Result<(), String> {
     if on_path("python3") && !runs("python3", &["-c", "import venv"]) {
         missing.push(("python3-venv", "python3-libs"));
     }
+    // A pytest suite with a fixture server (tests/tests/own_listeners.rs).
+    if on_path("python3")
+        && !["python3", "/usr/bin/python3"]
+            .iter()
+            .any(|p| runs(p, &["-c", "import pytest"]))
+    {
+        missing.push(("python3-pytest", "python3-pytest"));
+    }
     // `cargo test -p sandbox-seccomp --features libseccomp` links libseccomp.
     if on_path("pkg-config") && !runs("pkg-config", &["--exists", "libseccomp"]) {
         missing.push(("libseccomp-dev", "libseccomp-devel"));
