@@ -1,4 +1,4 @@
-//! Project tasks: `cargo xtask ci | conformance | bench | stress | dist`.
+//! Project tasks: `cargo xtask ci | conformance | bench | stress | dist | codegen`.
 
 mod bench;
 mod conformance;
@@ -16,8 +16,9 @@ fn main() -> ExitCode {
         Some("bench") => bench::main(&args[1..]),
         Some("stress") => stress::main(&args[1..]),
         Some("dist") => dist().map(|bin| println!("{}", bin.display())),
+        Some("codegen") => codegen(),
         _ => {
-            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] [--against noop] [--weaken AXIS] | bench [--quick] [--write] | stress [--quick] | dist>");
+            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] [--against noop] [--weaken AXIS] | bench [--quick] [--write] | stress [--quick] | dist | codegen>");
             return ExitCode::from(2);
         }
     };
@@ -46,6 +47,27 @@ fn cargo_env(args: &[&str], env: &[(&str, &str)]) -> Result<(), String> {
     } else {
         Err(format!("`cargo {}` failed ({status})", args.join(" ")))
     }
+}
+
+/// Writes the generated sources: the prebuilt seccomp programs
+/// (`crates/sandbox-seccomp/generated/x86_64.rs`, what the compiler makes of
+/// the table). `cargo test` fails while the file is stale, so CI checks it.
+fn codegen() -> Result<(), String> {
+    use sandbox_seccomp::codegen;
+    let source = codegen::prebuilt_source().ok_or(
+        "codegen runs on x86_64 Linux only: the prebuilt programs are x86_64's, \
+         compiled by this build of sandbox-seccomp",
+    )?;
+    let path = workspace_root()
+        .join("crates/sandbox-seccomp")
+        .join(codegen::PREBUILT_PATH);
+    if std::fs::read_to_string(&path).is_ok_and(|old| old == source) {
+        eprintln!("xtask codegen: {} is up to date", path.display());
+        return Ok(());
+    }
+    std::fs::write(&path, source).map_err(|e| format!("{}: {e}", path.display()))?;
+    eprintln!("xtask codegen: wrote {}", path.display());
+    Ok(())
 }
 
 /// The macOS targets checked from Linux (`rustup target add` installs them).
