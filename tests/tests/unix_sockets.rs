@@ -124,8 +124,11 @@ fn with_socket_stdout(kind: i32, extra: &[&str]) -> (i32, String, String) {
 
 /// A UNIX datagram socket as stdio could address any host datagram socket
 /// (`/dev/log`) with the network on: such a run is refused, naming the fd.
-/// Twins: a stream socket as stdout works, and so does the datagram socket
-/// with the network off (the filter refuses addressed sends there).
+/// Twins: a stream socket as stdout works, with the network on and off.
+/// With the network off the datagram socket is refused too (red team: the
+/// filter refuses an addressed `sendto`, but `sendmsg`'s `msg_name` is behind
+/// a pointer, so the command reached a host datagram socket through it; see
+/// [`a_datagram_socket_as_stdio_cannot_send_with_the_network_off`]).
 #[test]
 fn a_datagram_socket_as_stdio_is_refused_with_the_network_on() {
     let (code, stderr, got) = with_socket_stdout(libc::SOCK_DGRAM, &[]);
@@ -139,8 +142,114 @@ fn a_datagram_socket_as_stdio_is_refused_with_the_network_on() {
     let (code, stderr, got) = with_socket_stdout(libc::SOCK_STREAM, &[]);
     assert_eq!((code, got.as_str()), (0, "hi\n"), "{stderr}");
 
-    let (code, stderr, got) = with_socket_stdout(libc::SOCK_DGRAM, &["--no-network"]);
+    let (code, stderr, got) = with_socket_stdout(libc::SOCK_STREAM, &["--no-network"]);
     assert_eq!((code, got.as_str()), (0, "hi\n"), "{stderr}");
+
+    let (code, stderr, got) = with_socket_stdout(libc::SOCK_DGRAM, &["--no-network"]);
+    assert_eq!((code, got.as_str()), (125, ""), "{stderr}");
+    assert!(
+        stderr.contains("stdout (fd 1) is a UNIX datagram socket"),
+        "{stderr}"
+    );
+}
+
+/// Sends by `sendmsg` with an address on stdin (a datagram socket handed
+/// in): to the UNIX socket path in argv[1] or the loopback UDP port argv[2].
+const SEND_ON_STDIN: &str = "import socket, sys\n\
+s = socket.socket(fileno=0)\n\
+dest = sys.argv[1] if s.family == socket.AF_UNIX else ('127.0.0.1', int(sys.argv[2]))\n\
+try:\n    s.sendmsg([b'leak'], [], 0, dest); print('sent')\n\
+except OSError as e:\n    print('refused', e.errno)\n";
+
+/// Red team: with the network off, a datagram socket handed in as stdin (a
+/// UNIX one, a UDP one) reached a host socket by `sendmsg` with `msg_name`
+/// (loopback UDP and a pathname datagram socket received `leak`), as root
+/// and as nobody. Now such a run is refused (exit 125) and nothing arrives.
+/// Twin: the same send from a run whose stdin is a stream socket pair starts
+/// and its `sendmsg` reaches nothing (stream sockets refuse an address).
+#[test]
+fn a_datagram_socket_as_stdio_cannot_send_with_the_network_off() {
+    use std::os::unix::net::{UnixDatagram, UnixStream};
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let sock = dir.path().join("host.dsock");
+    let host = UnixDatagram::bind(&sock).unwrap();
+    std::fs::set_permissions(&sock, std::os::unix::fs::PermissionsExt::from_mode(0o777)).unwrap();
+    host.set_nonblocking(true).unwrap();
+    let udp = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    udp.set_nonblocking(true).unwrap();
+    let port = udp.local_addr().unwrap().port().to_string();
+    let received = || {
+        let mut buf = [0u8; 16];
+        host.recv(&mut buf).is_ok() || udp.recv(&mut buf).is_ok()
+    };
+    for nobody in [false, true] {
+        let who = if nobody { "nobody" } else { "root" };
+        let handed: Vec<(&str, std::process::Stdio)> = vec![
+            (
+                "unix",
+                std::os::fd::OwnedFd::from(UnixDatagram::unbound().unwrap()).into(),
+            ),
+            (
+                "udp",
+                std::os::fd::OwnedFd::from(std::net::UdpSocket::bind("127.0.0.1:0").unwrap())
+                    .into(),
+            ),
+            (
+                "stream",
+                std::os::fd::OwnedFd::from(UnixStream::pair().unwrap().0).into(),
+            ),
+        ];
+        for (kind, stdin) in handed {
+            let mut cmd = if nobody {
+                sandbox_tests::sandbox_as_nobody()
+            } else {
+                sandbox()
+            };
+            let out = cmd
+                .args([
+                    "run",
+                    "-q",
+                    "--no-network",
+                    "--",
+                    "python3",
+                    "-c",
+                    SEND_ON_STDIN,
+                ])
+                .arg(&sock)
+                .arg(&port)
+                .stdin(stdin)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            let stderr = String::from_utf8_lossy(&out.stderr);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+            assert!(
+                !received(),
+                "{who} {kind}: a host socket received: {stdout} {stderr}"
+            );
+            if kind == "stream" {
+                assert!(
+                    stdout.starts_with("refused"),
+                    "{who} {kind}: {stdout} {stderr}"
+                );
+            } else {
+                assert_eq!(
+                    out.status.code(),
+                    Some(125),
+                    "{who} {kind}: {stdout} {stderr}"
+                );
+                assert!(
+                    stderr.contains("stdin (fd 0) is a"),
+                    "{who} {kind}: {stderr}"
+                );
+            }
+        }
+    }
 }
 
 /// Binds a pathname socket at each argument; prints `ok` or the errno name.

@@ -168,40 +168,53 @@ fn require_full(
 /// datagram socket (`/dev/log`, ...) past the confinement, which refuses
 /// such sockets only at creation (unix(7): an unconnected datagram socket
 /// names its peer in each `sendto`/`sendmsg`; `tests/tests/unix_sockets.rs`
-/// attacks it with an inherited socket). (Without network, addressed sends are
-/// refused by the filter.) Under egress rules, an IP socket other than
-/// TCP is refused as well: a UDP socket sends to any host by address.
+/// attacks it with an inherited socket). The same holds with the network
+/// off: the filter refuses an addressed `sendto`, but `sendmsg`'s `msg_name`
+/// lies behind a pointer seccomp cannot read, so an inherited datagram socket
+/// of any family would still send by address. With the network off or under
+/// egress rules, every socket but a stream one (and a UNIX seqpacket one,
+/// which ignores an address) is refused as well: a UDP, raw or netlink
+/// socket sends to any peer by address.
 fn refuse_stdio_datagram(
     backend: &dyn Backend,
     policy: &ResolvedPolicy,
     stderr_inherited: bool,
 ) -> Result<(), sandbox_core::SandboxUnavailable> {
     #[cfg(target_os = "linux")]
-    if policy.network() {
+    {
         let names = ["stdin", "stdout", "stderr"];
         let count = if stderr_inherited { 3 } else { 2 };
+        let off = !policy.network();
         for (fd, name) in names.iter().enumerate().take(count) {
             let (domain, kind) = socket_kind(fd as i32);
             if domain == Some(libc::AF_UNIX) && kind == Some(libc::SOCK_DGRAM) {
+                let instead = if off { "" } else { ", or run without network" };
                 return Err(sandbox_core::SandboxUnavailable::new(
                     backend.name(),
                     format!(
                         "{name} (fd {fd}) is a UNIX datagram socket, through which the command \
                          could send to any host datagram socket; pass a pipe, a file or a \
-                         stream socket instead, or run without network"
+                         stream socket instead{instead}"
                     ),
                 ));
             }
-            if policy.network_mode() == NetworkMode::Allowlist
-                && matches!(domain, Some(libc::AF_INET | libc::AF_INET6))
+            let confined = off || policy.network_mode() == NetworkMode::Allowlist;
+            if confined
+                && domain.is_some_and(|d| d != libc::AF_UNIX)
                 && kind != Some(libc::SOCK_STREAM)
             {
+                let past = if off {
+                    "with the network off"
+                } else {
+                    "past the egress rules"
+                };
                 return Err(sandbox_core::SandboxUnavailable::new(
                     backend.name(),
                     format!(
-                        "{name} (fd {fd}) is an IP datagram or raw socket, through which the \
-                         command could send to any host past the egress rules; pass a pipe, \
-                         a file or a stream socket instead"
+                        "{name} (fd {fd}) is a datagram, raw or netlink socket (domain {}), \
+                         through which the command could send to any host {past}; pass a \
+                         pipe, a file or a stream socket instead",
+                        domain.unwrap_or(0)
                     ),
                 ));
             }
