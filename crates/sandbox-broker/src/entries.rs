@@ -104,11 +104,14 @@ pub(crate) struct Starts {
 
 /// Whether an open with `flags` can change the object it opens.
 fn writes(flags: i32) -> bool {
-    flags & libc::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
+    flags & crate::syscalls::O_ACCMODE != libc::O_RDONLY || flags & libc::O_TRUNC != 0
 }
 
 fn reads(flags: i32) -> bool {
-    matches!(flags & libc::O_ACCMODE, libc::O_RDONLY | libc::O_RDWR)
+    matches!(
+        flags & crate::syscalls::O_ACCMODE,
+        libc::O_RDONLY | libc::O_RDWR
+    )
 }
 
 fn errno(n: i32) -> Unresolved {
@@ -1012,7 +1015,7 @@ fn status_flags(fd: &OwnedFd) -> i32 {
 
 fn open_for_writing(fd: &OwnedFd) -> bool {
     let fl = status_flags(fd);
-    fl >= 0 && fl & libc::O_PATH == 0 && writes(fl & libc::O_ACCMODE)
+    fl >= 0 && fl & libc::O_PATH == 0 && writes(fl & crate::syscalls::O_ACCMODE)
 }
 
 fn proc_self_fd(fd: RawFd) -> CString {
@@ -1029,11 +1032,11 @@ fn open(
     mode: u32,
     target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
-    let access = flags & libc::O_ACCMODE;
+    let access = flags & crate::syscalls::O_ACCMODE;
     // An O_PATH fd cannot be handed over (ADDFD takes its source with fget,
     // which skips O_PATH files); the kernel would ignore the other bits.
     if flags & libc::O_PATH != 0
-        || access == libc::O_ACCMODE
+        || access == crate::syscalls::O_ACCMODE
         || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0)
     {
         return Err(Unresolved::Refused(Refusal::OpenFlags, None));
@@ -1186,7 +1189,7 @@ fn caller_fd(
         let fs = fs_type(&fd);
         let pipe = st.st_mode & libc::S_IFMT == libc::S_IFIFO && fs == Some(PIPEFS_MAGIC);
         let opener_checked = fs.map_or(true, |t| OPENER_CHECKED.contains(&t));
-        let held = writes(fl & libc::O_ACCMODE) && (!reads(flags) || reads(fl));
+        let held = writes(fl & crate::syscalls::O_ACCMODE) && (!reads(flags) || reads(fl));
         if pipe || (held && !opener_checked) {
             target.resolved = canonical(&fd).ok();
             return reopen(&fd, flags);
@@ -1214,7 +1217,7 @@ pub(crate) fn reopen(fd: &OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
     let rc = unsafe { libc::open(path.as_ptr(), how) };
     if rc < 0
         && io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO)
-        && flags & (libc::O_NONBLOCK | libc::O_ACCMODE) == libc::O_WRONLY
+        && flags & (libc::O_NONBLOCK | crate::syscalls::O_ACCMODE) == libc::O_WRONLY
         && fstat(fd).is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFIFO)
     {
         let fd = fd.try_clone().map_err(io_errno)?;

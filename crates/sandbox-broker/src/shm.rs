@@ -193,8 +193,8 @@ impl SharedMemory {
         // writing open is refused here too, by them: access mode 3,
         // `O_RDONLY|O_TRUNC`, set-id bits in a creation mode (a confined
         // root made a set-user-ID-root file in /dev/shm otherwise).
-        let access = flags & libc::O_ACCMODE;
-        if access == libc::O_ACCMODE
+        let access = flags & crate::syscalls::O_ACCMODE;
+        if access == crate::syscalls::O_ACCMODE
             || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0)
             || (creat && mode & (libc::S_ISUID | libc::S_ISGID) != 0)
         {
@@ -500,8 +500,10 @@ pub(crate) fn filter_refusal(nr: i32, args: [u64; 6]) -> Option<crate::log::Refu
         libc::SYS_mknodat => return set_id(args[2]).then_some(Refusal::SetIdBits),
         _ => return None,
     };
-    let access = flags & libc::O_ACCMODE;
-    if access == libc::O_ACCMODE || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0) {
+    let access = flags & crate::syscalls::O_ACCMODE;
+    if access == crate::syscalls::O_ACCMODE
+        || (access == libc::O_RDONLY && flags & libc::O_TRUNC != 0)
+    {
         return Some(Refusal::OpenFlags);
     }
     (flags & (libc::O_CREAT | O_TMPFILE_BIT) != 0 && set_id(mode)).then_some(Refusal::SetIdBits)

@@ -747,6 +747,12 @@ impl EntryCall {
     }
 }
 
+/// The access mode bits of open flags, as the kernel defines them
+/// (include/uapi/asm-generic/fcntl.h: `O_ACCMODE 00000003`). Not
+/// `libc::O_ACCMODE`: musl's adds `O_SEARCH` (its `O_PATH`), so access mode
+/// 3 compared against it would go unnoticed in the static (musl) CLI.
+pub(crate) const O_ACCMODE: i32 = 3;
+
 /// The kernel's `O_LARGEFILE` (libc defines it as 0 on 64-bit targets).
 #[cfg(target_arch = "x86_64")]
 const O_LARGEFILE: i32 = 0o100000;
@@ -755,7 +761,7 @@ const O_LARGEFILE: i32 = 0o400000;
 /// `__O_TMPFILE`: `O_TMPFILE` without its `O_DIRECTORY`.
 pub(crate) const O_TMPFILE_BIT: i32 = libc::O_TMPFILE & !libc::O_DIRECTORY;
 /// `VALID_OPEN_FLAGS` (include/linux/fcntl.h).
-const VALID_OPEN_FLAGS: i32 = libc::O_ACCMODE
+const VALID_OPEN_FLAGS: i32 = O_ACCMODE
     | libc::O_CREAT
     | libc::O_EXCL
     | libc::O_NOCTTY
@@ -797,7 +803,7 @@ pub(crate) fn open_flags(raw: u64, mode: u64) -> io::Result<(i32, u32)> {
     }
     if flags & O_TMPFILE_BIT != 0 {
         let mask = libc::O_TMPFILE | libc::O_CREAT;
-        let writes = matches!(flags & libc::O_ACCMODE, libc::O_WRONLY | libc::O_RDWR);
+        let writes = matches!(flags & O_ACCMODE, libc::O_WRONLY | libc::O_RDWR);
         if flags & mask != libc::O_TMPFILE || !writes {
             return Err(err(libc::EINVAL));
         }

@@ -170,7 +170,7 @@ fn opens_answer_as_the_kernel() {
         }),
         case("empty path", libc::ENOENT, || open(&empty, wr, 0)),
         case("access mode 3", libc::EPERM, || {
-            open(&f, libc::O_ACCMODE, 0)
+            open(&f, 3 /* O_ACCMODE: the kernel's, not musl's */, 0)
         }),
         case("O_RDONLY | O_TRUNC", libc::EPERM, || {
             open(&f, libc::O_RDONLY | libc::O_TRUNC, 0)
@@ -385,7 +385,7 @@ fn fd_flags(path: &CString, flags: i32, want_fl: i32, want_cloexec: bool) -> i32
         let fl = libc::fcntl(fd, libc::F_GETFL);
         let cloexec = libc::fcntl(fd, libc::F_GETFD) & libc::FD_CLOEXEC != 0;
         libc::close(fd);
-        let keep = libc::O_APPEND | libc::O_NONBLOCK | libc::O_ACCMODE;
+        let keep = libc::O_APPEND | libc::O_NONBLOCK | 3 /* O_ACCMODE: the kernel's, not musl's */;
         if fl & keep != want_fl || cloexec != want_cloexec {
             return 200;
         }

@@ -121,7 +121,8 @@ impl Target {
                 std::io::Error::last_os_error()
             )));
         }
-        if flags & libc::O_ACCMODE == libc::O_RDONLY {
+        // The kernel's access mode bits (musl's O_ACCMODE adds O_PATH).
+        if flags & 3 == libc::O_RDONLY {
             return Err(Fatal(format!(
                 "--report-fd {fd}: descriptor {fd} is open for reading only; open it for \
                  writing (e.g. `{fd}>record.json`)"

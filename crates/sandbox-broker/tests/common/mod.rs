@@ -316,9 +316,8 @@ pub fn entry_filter() -> Vec<libc::sock_filter> {
         f.push(jump(libc::BPF_JEQ, *nr as u32, 0, 1));
         f.push(stmt(ret, libc::SECCOMP_RET_USER_NOTIF));
     }
-    let writing =
-        (libc::O_ACCMODE | libc::O_CREAT | libc::O_TRUNC | (libc::O_TMPFILE & !libc::O_DIRECTORY))
-            as u32;
+    let writing = (3 /* O_ACCMODE: the kernel's, not musl's */ | libc::O_CREAT | libc::O_TRUNC | (libc::O_TMPFILE & !libc::O_DIRECTORY))
+        as u32;
     for (nr, arg) in opens {
         // Low 32 bits of the flags argument (little-endian seccomp_data.args).
         f.push(jump(libc::BPF_JEQ, nr as u32, 0, 4));
