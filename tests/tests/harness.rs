@@ -126,7 +126,7 @@ fn report_fd_not_open_for_writing_is_refused_before_the_run() {
 }
 
 /// An op writing to `{{workspace}}/out` without `--workspace` runs with the
-/// working directory as its workspace (as the README says), bounded there.
+/// working directory as its workspace (as docs/config.md says), bounded there.
 /// Twin: the same op with `--workspace` naming that directory.
 #[test]
 fn exec_op_workspace_defaults_to_the_working_directory() {

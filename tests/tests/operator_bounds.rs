@@ -1,7 +1,7 @@
 //! The operator's `[sandbox.policy]` bounds only what it sets (#41): a field
 //! left out bounds nothing, the runner's own directories for a run (its
 //! private `TMPDIR`, the tool caches) are no request a write bound refuses,
-//! and the README's example config works with every mode and flag. Twins:
+//! and the documented example config (docs/config.md) works with every mode and flag. Twins:
 //! what a set bound refuses stays refused.
 
 use std::os::unix::fs::PermissionsExt;
@@ -71,14 +71,13 @@ fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
-/// The README's example config (its one TOML block).
-fn readme_config() -> String {
-    let readme = include_str!("../../README.md");
-    readme
-        .split("```toml\n")
+/// The documented example config (the one TOML block of docs/config.md).
+fn documented_config() -> String {
+    let doc = include_str!("../../docs/config.md");
+    doc.split("```toml\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())
-        .expect("the README has a TOML block")
+        .expect("docs/config.md has a TOML block")
         .to_owned()
 }
 
@@ -86,7 +85,7 @@ fn ws_arg(s: &Scene) -> &str {
     s.ws.to_str().unwrap()
 }
 
-/// The README's example config with -w, --mode workspace-write,
+/// The documented example config with -w, --mode workspace-write,
 /// --private-tmp, --cache npm and --timeout (each alone, then all at once)
 /// runs, and the command writes where each gives it. As root and nobody
 /// (with `allow_unlimited = true` added where no cgroup holds the config's
@@ -97,13 +96,15 @@ fn ws_arg(s: &Scene) -> &str {
 fn the_readme_config_runs_with_every_mode_and_flag() {
     for who in [As::Root, As::Nobody] {
         let config = match who {
-            As::Root => readme_config(),
+            As::Root => documented_config(),
             // The config's [sandbox.limits] need cgroups nobody may not
             // create here, which only the operator may waive
             // (`unheld_limits_refuse_the_run_unless_allowed`).
-            As::Nobody => {
-                readme_config().replacen("[sandbox]\n", "[sandbox]\nallow_unlimited = true\n", 1)
-            }
+            As::Nobody => documented_config().replacen(
+                "[sandbox]\n",
+                "[sandbox]\nallow_unlimited = true\n",
+                1,
+            ),
         };
         let s = scene(&config);
         let ws = ws_arg(&s);
@@ -150,7 +151,7 @@ fn the_readme_config_runs_with_every_mode_and_flag() {
             assert_eq!(
                 out.status.code(),
                 Some(0),
-                "{who:?} README config with {name}: {}",
+                "{who:?} documented config with {name}: {}",
                 stderr(&out)
             );
         }

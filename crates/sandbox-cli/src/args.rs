@@ -212,7 +212,7 @@ pub(crate) struct PolicyFlags {
           value_hint = clap::ValueHint::Other)]
     pub(crate) timeout: Option<u64>,
     /// Drop this default protection (repeatable), named as listed in the
-    /// README's protections: `.vscode`, `.bashrc`, `.git/hooks`, ...
+    /// protections in docs/enforcement.md: `.vscode`, `.bashrc`, `.git/hooks`, ...
     /// Every write path holding a git repository, an rc file or editor and
     /// agent settings protects them, in any mode.
     #[arg(long = "unprotect", value_name = "NAME")]
