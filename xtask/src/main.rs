@@ -7,6 +7,7 @@ mod stress;
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode};
+use std::time::{Duration, Instant};
 
 fn main() -> ExitCode {
     let args: Vec<String> = std::env::args().skip(1).collect();
@@ -75,54 +76,88 @@ const MACOS_TARGETS: &[&str] = &["x86_64-apple-darwin", "aarch64-apple-darwin"];
 
 /// Format check, clippy with warnings denied, rustdoc without warnings, every
 /// test, and the seccomp compiler's libseccomp differential (needs libseccomp-dev).
+/// Each step's wall time is printed when it ends, and all of them (the
+/// failing one last) in a table at the end.
 fn ci() -> Result<(), String> {
+    let mut timings = Timings::default();
+    let result = ci_steps(&mut timings);
+    eprint!("{}", timings.table());
+    result
+}
+
+fn ci_steps(t: &mut Timings) -> Result<(), String> {
     // The rustup targets it adds itself; missing system packages it names.
-    setup::ensure_ci_prerequisites()?;
-    cargo(&["fmt", "--all", "--check"])?;
-    cargo(&[
-        "clippy",
-        "--workspace",
-        "--all-targets",
-        "--",
-        "-D",
-        "warnings",
-    ])?;
-    cargo_env(
-        &["doc", "--workspace", "--no-deps"],
-        &[("RUSTDOCFLAGS", "-D warnings")],
-    )?;
-    // macOS-only code compiles (and is lint-clean) in every run on Linux.
-    for target in MACOS_TARGETS {
-        cargo(&["check", "--workspace", "--all-targets", "--target", target])?;
+    t.step("prerequisites", setup::ensure_ci_prerequisites)?;
+    t.step("fmt --check", || cargo(&["fmt", "--all", "--check"]))?;
+    t.step("clippy", || {
         cargo(&[
             "clippy",
             "--workspace",
             "--all-targets",
-            "--target",
-            target,
             "--",
             "-D",
             "warnings",
-        ])?;
+        ])
+    })?;
+    t.step("rustdoc", || {
+        cargo_env(
+            &["doc", "--workspace", "--no-deps"],
+            &[("RUSTDOCFLAGS", "-D warnings")],
+        )
+    })?;
+    // macOS-only code compiles and is lint-clean in every run on Linux
+    // (clippy type-checks every target, so no separate `cargo check`).
+    for target in MACOS_TARGETS {
+        t.step(&format!("clippy {target}"), || {
+            cargo(&[
+                "clippy",
+                "--workspace",
+                "--all-targets",
+                "--target",
+                target,
+                "--",
+                "-D",
+                "warnings",
+            ])
+        })?;
     }
-    cargo(&["test", "--workspace"])?;
+    t.step("test --workspace", || cargo(&["test", "--workspace"]))?;
     // The mutation check of the proof: with no sandbox at all every deny,
     // boundary, exception and load-method row must fail.
-    conformance::main(&["--against".to_owned(), "noop".to_owned()])?;
+    t.step("conformance --against noop", || {
+        conformance::main(&["--against".to_owned(), "noop".to_owned()])
+    })?;
     // Each weakened build (their own target directory; after the first,
     // each rebuilds only the backend and what links it): without one
     // mechanism, that axis's legs must fail.
     for axis in ["write", "network", "spawn", "broker"] {
-        conformance::main(&["--weaken".to_owned(), axis.to_owned()])?;
+        t.step(&format!("conformance --weaken {axis}"), || {
+            conformance::main(&["--weaken".to_owned(), axis.to_owned()])
+        })?;
     }
-    cargo(&["test", "-p", "sandbox-seccomp", "--features", "libseccomp"])?;
-    // The end-to-end tests again, against the binary `dist` ships.
-    let bin = dist()?;
+    // The libseccomp differential, the one test the feature adds (the rest
+    // of the crate's tests ran in `test --workspace`).
+    t.step("seccomp differential (libseccomp)", || {
+        cargo(&[
+            "test",
+            "-p",
+            "sandbox-seccomp",
+            "--features",
+            "libseccomp",
+            "--test",
+            "differential",
+        ])
+    })?;
+    // The end-to-end tests again, against the binary `dist` ships (static,
+    // musl: it has found bugs the debug build did not).
+    let bin = t.step("dist", dist)?;
     let bin_str = bin.to_str().ok_or("the dist path is not UTF-8")?;
-    cargo_env(
-        &["test", "-p", "sandbox-tests"],
-        &[("SANDBOX_BIN", bin_str)],
-    )?;
+    t.step("test -p sandbox-tests (dist binary)", || {
+        cargo_env(
+            &["test", "-p", "sandbox-tests"],
+            &[("SANDBOX_BIN", bin_str)],
+        )
+    })?;
     // Crates outside the workspace, as users write them: one on the facade
     // alone, one on sandbox-core + sandbox-landlock alone.
     let root = workspace_root();
@@ -131,13 +166,57 @@ fn ci() -> Result<(), String> {
         let manifest = manifest.to_str().ok_or("the consumer path is not UTF-8")?;
         let target = root.join("target/consumers");
         let target = target.to_str().ok_or("the target path is not UTF-8")?;
-        cargo_env(
-            &["run", "--quiet", "--manifest-path", manifest],
-            &[("CARGO_TARGET_DIR", target)],
-        )?;
+        t.step(consumer, || {
+            cargo_env(
+                &["run", "--quiet", "--manifest-path", manifest],
+                &[("CARGO_TARGET_DIR", target)],
+            )
+        })?;
     }
     // The short stress run: nothing a run starts outlives it.
-    stress::main(&["--quick".to_owned()])
+    t.step("stress --quick", || stress::main(&["--quick".to_owned()]))
+}
+
+/// The wall time of each step `cargo xtask ci` ran.
+#[derive(Default)]
+struct Timings {
+    steps: Vec<(String, Duration, bool)>,
+}
+
+impl Timings {
+    /// Runs one step, printing its wall time when it ends (failed or not).
+    fn step<T>(&mut self, name: &str, f: impl FnOnce() -> Result<T, String>) -> Result<T, String> {
+        let start = Instant::now();
+        let result = f();
+        let took = start.elapsed();
+        eprintln!(
+            "xtask ci: {name}: {} in {:.1} s",
+            if result.is_ok() { "ok" } else { "FAILED" },
+            took.as_secs_f64()
+        );
+        self.steps.push((name.to_owned(), took, result.is_ok()));
+        result
+    }
+
+    /// Every step's wall time and the total, one line each.
+    fn table(&self) -> String {
+        let width = self.steps.iter().map(|(n, ..)| n.len()).max().unwrap_or(0);
+        let mut s = String::from("xtask ci: wall time per step\n");
+        for (name, took, ok) in &self.steps {
+            s.push_str(&format!(
+                "  {name:<width$}  {:>8.1} s{}\n",
+                took.as_secs_f64(),
+                if *ok { "" } else { "  FAILED" }
+            ));
+        }
+        let total: Duration = self.steps.iter().map(|(_, d, _)| *d).sum();
+        s.push_str(&format!(
+            "  {:<width$}  {:>8.1} s\n",
+            "total",
+            total.as_secs_f64()
+        ));
+        s
+    }
 }
 
 /// Builds the release `sandbox` CLI into `target/dist/sandbox` and returns
@@ -229,4 +308,26 @@ pub(crate) fn workspace_root() -> PathBuf {
         .parent()
         .map(Path::to_path_buf)
         .unwrap_or_else(|| PathBuf::from("."))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::Timings;
+
+    /// Every step is timed, a failed one is marked and ends the run, and the
+    /// table lists each with the total.
+    #[test]
+    fn ci_steps_are_timed_and_listed() {
+        let mut t = Timings::default();
+        assert_eq!(t.step("first", || Ok::<_, String>(7)), Ok(7));
+        assert!(t
+            .step("second step", || Err::<(), _>("no".to_owned()))
+            .is_err());
+        let table = t.table();
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines.len(), 4, "{table}");
+        assert!(lines[1].trim_start().starts_with("first") && lines[1].ends_with(" s"));
+        assert!(lines[2].contains("second step") && lines[2].ends_with("FAILED"));
+        assert!(lines[3].trim_start().starts_with("total"));
+    }
 }
