@@ -21,12 +21,8 @@ use crate::notif::{Listener, Received};
 use crate::ops;
 use crate::pool::{Pool, Rejected, Task, MAX_CONNECTS};
 use crate::resolve::{Access, BrokerRules, Start, Unresolved};
-use crate::syscalls::{self, EntryCall, Kind, Op, Request, Subject};
-
-#[cfg(target_arch = "x86_64")]
-const AUDIT_ARCH: u32 = 0xC000_003E;
-#[cfg(target_arch = "aarch64")]
-const AUDIT_ARCH: u32 = 0xC000_00B7;
+use crate::syscalls::{self, EntryCall, Op, Request, Subject};
+use sandbox_seccomp::{Handler, MetaForm, AUDIT_ARCH};
 
 /// Serves a seccomp listener on its own thread until [`Broker::finish`].
 ///
@@ -339,7 +335,11 @@ fn handle(
 ) -> (Option<BrokerRecord>, Option<String>) {
     let nr = i64::from(n.data.nr);
     let tid = n.pid as i32;
-    let (name, kind) = match syscalls::lookup(nr) {
+    // The seccomp table's row for the call says which handler decodes it.
+    let found = u32::try_from(n.data.nr)
+        .ok()
+        .and_then(sandbox_seccomp::handler);
+    let (name, handler) = match found {
         Some(found) if n.data.arch == AUDIT_ARCH => found,
         _ => {
             let decision = BrokerDecision::Refused {
@@ -358,7 +358,7 @@ fn handle(
     };
     let mut target = BrokerTarget::default();
     let mut fatal = None;
-    if kind == Kind::Umask {
+    if handler == Handler::Umask {
         // Noted, then run by the kernel as made: a mask by value, nothing to
         // read again. Not recorded: it changes nothing outside the caller.
         if let Some(umasks) = &own.umasks {
@@ -369,24 +369,24 @@ fn handle(
         }
         return (None, None);
     }
-    if kind == Kind::Process {
+    if handler == Handler::Process {
         return (process_call(listener, n, tid, name), None);
     }
-    if kind == Kind::Socket {
+    if handler == Handler::Socket {
         return (Some(socket_call(listener, rules, own, n, tid, name)), None);
     }
-    if kind == Kind::Listen {
+    if handler == Handler::Listen {
         let (decision, refused) = connect::decide_listen(listener, rules, n, &mut target);
         let record = answer_with(listener, n.id, tid, name, target, decision, refused);
         return (Some(record), None);
     }
-    if kind == Kind::Bind {
+    if handler == Handler::Bind {
         let (decision, refused) =
             connect::decide_bind(listener, rules, own, n, &mut target, &mut fatal);
         let record = answer_with(listener, n.id, tid, name, target, decision, refused);
         return (Some(record), fatal);
     }
-    if kind == Kind::Connect {
+    if handler == Handler::Connect {
         let record = match connect::decide(listener, rules, own, n, &mut target, &mut fatal) {
             Next::Answer { decision, refused } => Some(answer_with(
                 listener, n.id, tid, name, target, decision, refused,
@@ -436,7 +436,7 @@ fn handle(
         };
         return (record, fatal);
     }
-    let answered = decide(listener, rules, own, n, kind, &mut target, &mut fatal);
+    let answered = decide(listener, rules, own, n, handler, &mut target, &mut fatal);
     let record = match answered {
         Answer::BrokerDecision(decision) => {
             let refused = match &decision {
@@ -452,7 +452,13 @@ fn handle(
                         | Refusal::SymlinkInGitDir
                         | Refusal::GitDirBeforeRun
                         | Refusal::ProcfsPath,
-                } if kind.is_entry() || kind == Kind::Truncate => libc::EACCES,
+                } if matches!(
+                    handler,
+                    Handler::Entry(_) | Handler::Metadata(MetaForm::Truncate)
+                ) =>
+                {
+                    libc::EACCES
+                }
                 // Landlock refuses a link that would make a file reachable
                 // with more rights with EXDEV (Documentation/userspace-api/
                 // landlock.rst, LANDLOCK_ACCESS_FS_REFER), so callers copy.
@@ -499,7 +505,7 @@ fn handle(
     (Some(record), fatal)
 }
 
-/// A call on another process (`kind == Kind::Process`): let the kernel run it
+/// A call on another process ([`Handler::Process`]): let the kernel run it
 /// as made (its arguments are integers, or a pointer it reads itself) when
 /// the target belongs to the run, else refuse it. A run's processes are the
 /// caller's session: the command starts in a session of its own, and no
@@ -682,7 +688,7 @@ fn decide(
     rules: &BrokerRules,
     own: &Own,
     n: &libc::seccomp_notif,
-    kind: syscalls::Kind,
+    handler: Handler,
     target: &mut BrokerTarget,
     fatal: &mut Option<String>,
 ) -> Answer {
@@ -692,7 +698,7 @@ fn decide(
         },
     };
     let mut caller = Caller::unopened(n.pid as i32);
-    let decoded = syscalls::decode(kind, n.data.args, &caller);
+    let decoded = syscalls::decode(handler, n.data.args, &caller);
     // The run's shared memory: the names a call has in /dev/shm (all of
     // its paths, or it is none of the shared memory's business).
     let mut shm_names = None;

@@ -105,8 +105,8 @@ pub fn listener_channel() -> Result<(OwnedFd, OwnedFd), BrokerError> {
 /// [`send_fd`] and closes the child's copy of it.
 ///
 /// Async-signal-safe (stack only, no allocation, no panics); returns the raw
-/// errno on failure. `filter` must route [`crate::brokered_syscalls`] to
-/// `SECCOMP_RET_USER_NOTIF`. Where the kernel has it (5.19), the filter gets
+/// errno on failure. `filter` routes the calls the broker handles to
+/// `SECCOMP_RET_USER_NOTIF` (see [`sandbox_seccomp::handler`]). Where the kernel has it (5.19), the filter gets
 /// `SECCOMP_FILTER_FLAG_WAIT_KILLABLE_RECV`: a call the broker has received
 /// is no longer interrupted by a non-fatal signal, so a performed call is
 /// never reported as interrupted and restarted.

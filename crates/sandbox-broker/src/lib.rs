@@ -9,11 +9,15 @@
 //! reached only beneath a write path or when allowed (see `docs/broker.md`, Connect).
 //!
 //! The seccomp filter routes these syscalls to a seccomp user-notification
-//! listener: [`brokered_syscalls`] always, [`brokered_truncate_syscalls`]
-//! when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
-//! when the policy has read-deny paths, [`brokered_entry_syscalls`] when a
-//! deny path lies beneath a write path, [`brokered_connect_syscalls`] when
-//! network is on. The [`Broker`] serves that listener
+//! listener. Which calls, under which policy, and how the broker handles
+//! each is one table, `sandbox-seccomp`'s: a row that routes a call the
+//! broker decodes names its handler ([`sandbox_seccomp::Handler`]:
+//! metadata changes always, xattr reads when the policy has read-deny
+//! paths, writing opens and entry calls when a deny path lies beneath a
+//! write path, `connect` when network is on, ...), and the broker dispatches
+//! every notification by looking its number up there
+//! ([`sandbox_seccomp::handler`]); a routed call without a handler was
+//! refused by the filter and is only recorded. The [`Broker`] serves that listener
 //! on a thread of the runner, which a backend starts from inside the run's
 //! own Landlock domain (see [below](#the-brokers-own-domain)). For every request (`connect`: see
 //! `docs/broker.md`, Connect) it
@@ -57,9 +61,9 @@
 //!    syscall never continues (`SECCOMP_USER_NOTIF_FLAG_CONTINUE` would let the
 //!    kernel read again memory the caller can rewrite after the check). The
 //!    calls that do have no pointer the decision rests on: `umask`
-//!    ([`brokered_umask_syscalls`]), which the broker only notes, to know
+//!    ([`Handler::Umask`](sandbox_seccomp::Handler::Umask)), which the broker only notes, to know
 //!    when the umasks it keeps under fixed credentials change; and the calls
-//!    that name another process by pid or tid ([`brokered_process_syscalls`]:
+//!    that name another process by pid or tid ([`Handler::Process`](sandbox_seccomp::Handler::Process):
 //!    `prlimit64`, `sched_set*`, `setpriority`, `ioprio_set`), let go on only
 //!    when the target is in the caller's session, the run's own (a command
 //!    starts in a session of its own that no outside process can join), with
@@ -141,14 +145,11 @@
 //!    `allow_unix_sockets`; [`BrokerRules::with_allow_unix`] adds others,
 //!    [`BrokerRules::with_allow_net`] sets egress rules) and
 //!    [`listener_channel`].
-//! 2. Filter: route [`brokered_syscalls`] (and [`brokered_truncate_syscalls`]
-//!    when Landlock lacks the truncate right, [`brokered_xattr_read_syscalls`]
-//!    when the policy has read-deny paths, [`brokered_entry_syscalls`], opens
-//!    only when they can write, when a deny path lies beneath a write path;
-//!    `openat2` then answered `ENOSYS`; [`brokered_connect_syscalls`] when
-//!    network is on) to `SECCOMP_RET_USER_NOTIF`, only
-//!    when a broker serves the run: without a listener that action fails with
-//!    `ENOSYS`.
+//! 2. Filter: `sandbox-seccomp`'s, compiled with
+//!    [`FilterSpec::broker`](sandbox_seccomp::FilterSpec::broker) set only
+//!    when a broker serves the run (without a listener
+//!    `SECCOMP_RET_USER_NOTIF` fails with `ENOSYS`); its table routes the
+//!    calls each handler takes (see above).
 //! 3. Child, in the pre-exec hook after `NO_NEW_PRIVS` and Landlock: install the
 //!    filter with [`install_filter_with_listener`] on the child end of the
 //!    channel (the socket must still be open there: do not close it with the
@@ -235,10 +236,3 @@ pub use fdpass::{
 };
 #[cfg(target_os = "linux")]
 pub use resolve::BrokerRules;
-#[cfg(target_os = "linux")]
-pub use syscalls::{
-    brokered_bind_syscalls, brokered_connect_syscalls, brokered_entry_syscalls,
-    brokered_listen_syscalls, brokered_process_syscalls, brokered_socket_syscalls,
-    brokered_syscalls, brokered_truncate_syscalls, brokered_umask_syscalls,
-    brokered_xattr_read_syscalls,
-};

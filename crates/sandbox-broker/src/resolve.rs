@@ -288,7 +288,7 @@ impl BrokerRules {
         self
     }
 
-    /// Says that the filter routes [`brokered_umask_syscalls`](crate::brokered_umask_syscalls)
+    /// Says that the filter routes `umask` ([`Handler::Umask`](sandbox_seccomp::Handler::Umask))
     /// to the listener. Under fixed credentials the broker then keeps each
     /// caller's umask between the files it creates for it, instead of reading
     /// `/proc/TID/status` for each; a `umask` call it sees forgets them. A

@@ -2,7 +2,7 @@
 //!
 //! A create applies the caller's umask, which only `/proc/TID/status` tells
 //! (a read that costs more than the create). Under fixed credentials the
-//! filter also routes `umask` here (`brokered_umask_syscalls`), which the
+//! filter also routes `umask` here (its table row's handler is `Handler::Umask`), which the
 //! broker notes and lets continue, so a umask read once stays true until a
 //! `umask` call is seen:
 //!

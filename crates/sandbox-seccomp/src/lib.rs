@@ -76,8 +76,9 @@ mod spec;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use spec::{
-    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, Rule, Width, DENY, ENOSYS,
-    EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN, XATTR_READ_UNBROKERED,
+    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, EntryForm, FilterSpec, Handler,
+    MetaForm, Rule, Width, XattrForm, DENY, ENOSYS, EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN,
+    XATTR_READ_UNBROKERED,
 };
 
 /// One classic BPF instruction, in the kernel's `struct sock_filter` layout.
@@ -134,9 +135,10 @@ cfg_if::cfg_if! {
         mod table;
         #[cfg(feature = "libseccomp")]
         pub mod libseccomp_backend;
+        pub use arch::AUDIT_ARCH;
         pub use table::{
-            table, DENIED_IOCTLS, HIGHEST_KNOWN, REFUSED_WITH_BROKER, SOCKET_IOCTLS_READ,
-            SOCKET_IOCTLS_REFUSED, SOCKET_OPTIONS_REFUSED,
+            handler, handlers, table, DENIED_IOCTLS, HIGHEST_KNOWN, REFUSED_WITH_BROKER,
+            SOCKET_IOCTLS_READ, SOCKET_IOCTLS_REFUSED, SOCKET_OPTIONS_REFUSED,
         };
         const SUPPORTED: bool = true;
     } else {

@@ -209,6 +209,118 @@ pub struct Entry {
     pub rule: Rule,
     /// Why (mandatory for anything that is not a plain allow).
     pub reason: &'static str,
+    /// How the broker handles the call when the rule routes it there
+    /// ([`Action::UserNotif`]); `None` for a call the broker does not decode
+    /// (routed, if at all, only so that the refusal is recorded). The same
+    /// for a syscall under every spec.
+    pub handler: Option<Handler>,
+}
+
+/// How the broker handles a call the filter routes to it: the handler that
+/// reads its arguments, decides and answers. Carried by the call's table row
+/// ([`Entry::handler`]); the broker dispatches on it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+pub enum Handler {
+    /// A metadata change the broker performs on the object the call names,
+    /// only beneath a write path: chmod, chown, xattr set and remove,
+    /// timestamps, `truncate` by path.
+    Metadata(MetaForm),
+    /// An extended-attribute read, refused on a read-denied path.
+    XattrRead(XattrForm),
+    /// A writing open or directory-entry call the broker performs itself.
+    Entry(EntryForm),
+    /// `bind`: a pathname UNIX socket is a new directory entry, admitted as
+    /// `mknod`'s; the broker binds the caller's own socket.
+    Bind,
+    /// `connect`, decided and performed by the broker on the caller's own
+    /// socket.
+    Connect,
+    /// `listen` under egress rules (loopback-bound sockets only).
+    Listen,
+    /// `socket` of a kind the filter does not allow itself.
+    Socket,
+    /// `umask`: noted, then let continue (no pointer argument).
+    Umask,
+    /// A call naming another process by pid or tid (`prlimit64`, the
+    /// `sched_set*` calls, `setpriority`, `ioprio_set`): let continue only
+    /// for one of the run's own processes.
+    Process,
+}
+
+impl Handler {
+    /// Whether the broker performs the call when it reaches it (entry calls,
+    /// `bind`, `connect`): a refusal of such a call is never routed to the
+    /// broker just to be recorded, since the broker would act on it.
+    pub fn performs(self) -> bool {
+        matches!(self, Handler::Entry(_) | Handler::Bind | Handler::Connect)
+    }
+}
+
+/// The argument form of a metadata change ([`Handler::Metadata`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub enum MetaForm {
+    Chmod,
+    Fchmod,
+    Fchmodat,
+    Fchmodat2,
+    Chown,
+    Lchown,
+    Fchown,
+    Fchownat,
+    Setxattr,
+    Lsetxattr,
+    Fsetxattr,
+    Removexattr,
+    Lremovexattr,
+    Fremovexattr,
+    /// Path and fd (`futimens`) forms.
+    Utimensat,
+    Utimes,
+    Futimesat,
+    Utime,
+    /// `truncate(path)`.
+    Truncate,
+}
+
+/// The argument form of an extended-attribute read ([`Handler::XattrRead`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub enum XattrForm {
+    Getxattr,
+    Lgetxattr,
+    Fgetxattr,
+    Listxattr,
+    Llistxattr,
+    Flistxattr,
+}
+
+/// The argument form of a writing open or directory-entry call
+/// ([`Handler::Entry`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub enum EntryForm {
+    Open,
+    Openat,
+    Creat,
+    Mknod,
+    Mknodat,
+    Mkdir,
+    Mkdirat,
+    Unlink,
+    Unlinkat,
+    Rmdir,
+    Rename,
+    Renameat,
+    Renameat2,
+    Link,
+    Linkat,
+    Symlink,
+    Symlinkat,
 }
 
 /// The facts a filter is compiled from: the policy's switches and how the

@@ -5,7 +5,8 @@
 //! them; the few argument-checked rows are built in [`table`] below.
 
 use crate::spec::{
-    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, FilterSpec, Rule, DENY, UNKNOWN,
+    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, EntryForm, FilterSpec, Handler,
+    MetaForm, Rule, XattrForm, DENY, UNKNOWN,
 };
 
 /// libc's syscall numbers plus the ones this libc release does not name yet.
@@ -48,13 +49,39 @@ mod sys {
 /// The highest syscall number the table names.
 pub const HIGHEST_KNOWN: u32 = 469;
 
-/// A syscall by name and number.
-type Sys = (&'static str, i64);
+/// A syscall by name and number, and how the broker handles it when the
+/// filter routes it there (`None`: the broker does not decode it).
+type Sys = (&'static str, i64, Option<Handler>);
 
 macro_rules! sys {
     ($($name:ident),* $(,)?) => {
-        &[$((stringify!($name), sys::$name as i64)),*]
+        &[$((stringify!($name), sys::$name as i64, None)),*]
     };
+}
+
+/// One syscall, optionally with its broker handler (`SYS_x => handler`).
+macro_rules! one {
+    ($name:ident) => {
+        (stringify!($name), sys::$name as i64, None)
+    };
+    ($name:ident => $handler:expr) => {
+        (stringify!($name), sys::$name as i64, Some($handler))
+    };
+}
+
+/// Metadata-change rows: `SYS_x => form: reason`.
+macro_rules! metadata {
+    ($($name:ident => $form:ident: $reason:expr),* $(,)?) => {
+        &[$((one!($name => meta(MetaForm::$form)), $reason)),*]
+    };
+}
+
+const fn meta(form: MetaForm) -> Handler {
+    Handler::Metadata(form)
+}
+
+const fn entry(form: EntryForm) -> Handler {
+    Handler::Entry(form)
 }
 
 macro_rules! deny {
@@ -281,14 +308,14 @@ const SELF_CONFINEMENT: &[Sys] = sys![SYS_lsm_get_self_attr, SYS_lsm_list_module
 
 /// Socket calls that need no check even without network: they act on sockets
 /// the policy already let the process create.
-const SOCKETS_ALWAYS: &[Sys] = sys![
-    SYS_bind,
-    SYS_getsockname,
-    SYS_getpeername,
-    SYS_shutdown,
-    SYS_recvfrom,
-    SYS_recvmsg,
-    SYS_recvmmsg,
+const SOCKETS_ALWAYS: &[Sys] = &[
+    one!(SYS_bind => Handler::Bind),
+    one!(SYS_getsockname),
+    one!(SYS_getpeername),
+    one!(SYS_shutdown),
+    one!(SYS_recvfrom),
+    one!(SYS_recvmsg),
+    one!(SYS_recvmmsg),
 ];
 
 /// Legacy x86_64 entry points of calls allowed above (aarch64 never had them).
@@ -420,18 +447,18 @@ const ALWAYS_DENIED_X86_64: &[(&str, i64, &str)] = &[];
 
 /// Metadata writes Landlock cannot govern and the broker mediates: answered
 /// with [`broker_or_refuse`].
-const METADATA: &[(&str, i64, &str)] = deny![
-    SYS_fchmod => "Landlock has no chmod right",
-    SYS_fchmodat => "Landlock has no chmod right",
-    SYS_fchmodat2 => "Landlock has no chmod right",
-    SYS_fchown => "Landlock has no chown right",
-    SYS_fchownat => "Landlock has no chown right",
-    SYS_setxattr => "Landlock has no xattr right",
-    SYS_lsetxattr => "Landlock has no xattr right",
-    SYS_fsetxattr => "Landlock has no xattr right",
-    SYS_removexattr => "Landlock has no xattr right",
-    SYS_lremovexattr => "Landlock has no xattr right",
-    SYS_fremovexattr => "Landlock has no xattr right",
+const METADATA: &[(Sys, &str)] = metadata![
+    SYS_fchmod => Fchmod: "Landlock has no chmod right",
+    SYS_fchmodat => Fchmodat: "Landlock has no chmod right",
+    SYS_fchmodat2 => Fchmodat2: "Landlock has no chmod right",
+    SYS_fchown => Fchown: "Landlock has no chown right",
+    SYS_fchownat => Fchownat: "Landlock has no chown right",
+    SYS_setxattr => Setxattr: "Landlock has no xattr right",
+    SYS_lsetxattr => Lsetxattr: "Landlock has no xattr right",
+    SYS_fsetxattr => Fsetxattr: "Landlock has no xattr right",
+    SYS_removexattr => Removexattr: "Landlock has no xattr right",
+    SYS_lremovexattr => Lremovexattr: "Landlock has no xattr right",
+    SYS_fremovexattr => Fremovexattr: "Landlock has no xattr right",
 ];
 
 /// Metadata writes refused even with a broker (newer calls it does not decode).
@@ -443,16 +470,16 @@ const METADATA_UNBROKERED: &[(&str, i64, &str)] = deny![
 
 /// x86_64-only metadata writes.
 #[cfg(target_arch = "x86_64")]
-const METADATA_X86_64: &[(&str, i64, &str)] = deny![
-    SYS_chmod => "Landlock has no chmod right",
-    SYS_chown => "Landlock has no chown right",
-    SYS_lchown => "Landlock has no chown right",
-    SYS_utime => "path-based utimes; Landlock has no utimes right",
-    SYS_utimes => "path-based utimes; Landlock has no utimes right",
-    SYS_futimesat => "path-based utimes; Landlock has no utimes right",
+const METADATA_X86_64: &[(Sys, &str)] = metadata![
+    SYS_chmod => Chmod: "Landlock has no chmod right",
+    SYS_chown => Chown: "Landlock has no chown right",
+    SYS_lchown => Lchown: "Landlock has no chown right",
+    SYS_utime => Utime: "path-based utimes; Landlock has no utimes right",
+    SYS_utimes => Utimes: "path-based utimes; Landlock has no utimes right",
+    SYS_futimesat => Futimesat: "path-based utimes; Landlock has no utimes right",
 ];
 #[cfg(not(target_arch = "x86_64"))]
-const METADATA_X86_64: &[(&str, i64, &str)] = &[];
+const METADATA_X86_64: &[(Sys, &str)] = &[];
 
 // ---------------------------------------------------------------------------
 // Argument-checked rows and policy-dependent rows.
@@ -672,19 +699,14 @@ fn allow_if(any_of: Vec<Vec<Cond>>) -> Rule {
 }
 
 fn row(sys: Sys, rule: Rule, reason: &'static str) -> Entry {
-    let (raw, nr) = sys;
+    let (raw, nr, handler) = sys;
     Entry {
         name: raw.strip_prefix("SYS_").unwrap_or(raw),
         nr: nr as u32,
         rule,
         reason,
+        handler,
     }
-}
-
-macro_rules! one {
-    ($name:ident) => {
-        (stringify!($name), sys::$name as i64)
-    };
 }
 
 /// Rows whose rule carries argument checks that do not depend on the policy.
@@ -730,7 +752,7 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
             "other personas disable ASLR or change the ABI; query and PER_LINUX only",
         ),
         row(
-            one!(SYS_utimensat),
+            one!(SYS_utimensat => meta(MetaForm::Utimensat)),
             Rule::Always(broker_or_refuse(spec)),
             "Landlock has no utimes right; the fd form (futimens) works on a read-only fd, \
              so it is brokered like the path form",
@@ -806,39 +828,50 @@ fn opening(spec: &FilterSpec) -> Vec<Entry> {
     }
     #[allow(unused_mut)]
     let mut rows = vec![
-        row(one!(SYS_openat), allow_if(groups(2, 3)), OPEN),
-        row(one!(SYS_mknodat), no_set_id(2), SET_ID_MODE),
+        row(CALL_OPENAT, allow_if(groups(2, 3)), OPEN),
+        row(CALL_MKNODAT, no_set_id(2), SET_ID_MODE),
     ];
     #[cfg(target_arch = "x86_64")]
     rows.extend([
-        row(one!(SYS_open), allow_if(groups(1, 2)), OPEN),
-        row(one!(SYS_creat), no_set_id(1), SET_ID_MODE),
-        row(one!(SYS_mknod), no_set_id(1), SET_ID_MODE),
+        row(CALL_OPEN, allow_if(groups(1, 2)), OPEN),
+        row(CALL_CREAT, no_set_id(1), SET_ID_MODE),
+        row(CALL_MKNOD, no_set_id(1), SET_ID_MODE),
     ]);
     rows.extend(entry_calls().into_iter().map(|s| row(s, Rule::Allow, "")));
-    rows.push(row(one!(SYS_umask), Rule::Allow, ""));
+    rows.push(row(CALL_UMASK, Rule::Allow, ""));
     rows
 }
+
+/// The opens and creating calls whose flags or mode the filter reads.
+const CALL_OPENAT: Sys = one!(SYS_openat => entry(EntryForm::Openat));
+const CALL_MKNODAT: Sys = one!(SYS_mknodat => entry(EntryForm::Mknodat));
+#[cfg(target_arch = "x86_64")]
+const CALL_OPEN: Sys = one!(SYS_open => entry(EntryForm::Open));
+#[cfg(target_arch = "x86_64")]
+const CALL_CREAT: Sys = one!(SYS_creat => entry(EntryForm::Creat));
+#[cfg(target_arch = "x86_64")]
+const CALL_MKNOD: Sys = one!(SYS_mknod => entry(EntryForm::Mknod));
+const CALL_UMASK: Sys = one!(SYS_umask => Handler::Umask);
 
 /// The directory-entry calls Landlock governs, besides open and mknod.
 fn entry_calls() -> Vec<Sys> {
     #[allow(unused_mut)]
     let mut calls = vec![
-        one!(SYS_mkdirat),
-        one!(SYS_unlinkat),
-        one!(SYS_renameat),
-        one!(SYS_renameat2),
-        one!(SYS_linkat),
-        one!(SYS_symlinkat),
+        one!(SYS_mkdirat => entry(EntryForm::Mkdirat)),
+        one!(SYS_unlinkat => entry(EntryForm::Unlinkat)),
+        one!(SYS_renameat => entry(EntryForm::Renameat)),
+        one!(SYS_renameat2 => entry(EntryForm::Renameat2)),
+        one!(SYS_linkat => entry(EntryForm::Linkat)),
+        one!(SYS_symlinkat => entry(EntryForm::Symlinkat)),
     ];
     #[cfg(target_arch = "x86_64")]
     calls.extend([
-        one!(SYS_mkdir),
-        one!(SYS_rmdir),
-        one!(SYS_unlink),
-        one!(SYS_rename),
-        one!(SYS_link),
-        one!(SYS_symlink),
+        one!(SYS_mkdir => entry(EntryForm::Mkdir)),
+        one!(SYS_rmdir => entry(EntryForm::Rmdir)),
+        one!(SYS_unlink => entry(EntryForm::Unlink)),
+        one!(SYS_rename => entry(EntryForm::Rename)),
+        one!(SYS_link => entry(EntryForm::Link)),
+        one!(SYS_symlink => entry(EntryForm::Symlink)),
     ]);
     calls
 }
@@ -859,14 +892,14 @@ fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
     };
     let routed = Rule::Always(broker_or_refuse(spec));
     let mut rows = vec![
-        row(one!(SYS_openat), read_only(2), WHY),
-        row(one!(SYS_mknodat), routed.clone(), WHY),
+        row(CALL_OPENAT, read_only(2), WHY),
+        row(CALL_MKNODAT, routed.clone(), WHY),
     ];
     #[cfg(target_arch = "x86_64")]
     rows.extend([
-        row(one!(SYS_open), read_only(1), WHY),
-        row(one!(SYS_creat), routed.clone(), WHY),
-        row(one!(SYS_mknod), routed.clone(), WHY),
+        row(CALL_OPEN, read_only(1), WHY),
+        row(CALL_CREAT, routed.clone(), WHY),
+        row(CALL_MKNOD, routed.clone(), WHY),
     ]);
     rows.extend(
         entry_calls()
@@ -874,13 +907,13 @@ fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
             .map(|s| row(s, routed.clone(), WHY)),
     );
     rows.push(row(
-        one!(SYS_bind),
+        one!(SYS_bind => Handler::Bind),
         routed.clone(),
         "a deny path lies beneath a write path: binding a pathname UNIX socket makes a \
          directory entry, so the broker binds (Landlock grants the write path whole)",
     ));
     rows.push(row(
-        one!(SYS_umask),
+        CALL_UMASK,
         routed,
         "the broker applies each caller's umask to what it creates and keeps it between \
          calls: it notes the change and lets the call continue (no pointer argument)",
@@ -915,37 +948,41 @@ fn own_process(spec: &FilterSpec) -> Vec<Entry> {
                              broker finds it in the run (another process of the same user \
                              could be the runner)";
     let mut rows = vec![
-        row(one!(SYS_prlimit64), allow_if(vec![vec![me(0)]]), SELF_ONLY),
         row(
-            one!(SYS_sched_setaffinity),
+            one!(SYS_prlimit64 => Handler::Process),
             allow_if(vec![vec![me(0)]]),
             SELF_ONLY,
         ),
         row(
-            one!(SYS_sched_setparam),
+            one!(SYS_sched_setaffinity => Handler::Process),
             allow_if(vec![vec![me(0)]]),
             SELF_ONLY,
         ),
         row(
-            one!(SYS_sched_setscheduler),
+            one!(SYS_sched_setparam => Handler::Process),
             allow_if(vec![vec![me(0)]]),
             SELF_ONLY,
         ),
         row(
-            one!(SYS_sched_setattr),
+            one!(SYS_sched_setscheduler => Handler::Process),
+            allow_if(vec![vec![me(0)]]),
+            SELF_ONLY,
+        ),
+        row(
+            one!(SYS_sched_setattr => Handler::Process),
             allow_if(vec![vec![me(0)]]),
             SELF_ONLY,
         ),
         // PRIO_PROCESS 0, PRIO_PGRP 1 (the caller's own group); not PRIO_USER.
         row(
-            one!(SYS_setpriority),
+            one!(SYS_setpriority => Handler::Process),
             who_me(0, 1, &[0, 1]),
             "the caller or its own process group directly; another process or group only when \
              the broker finds it in the run; never PRIO_USER",
         ),
         // IOPRIO_WHO_PROCESS 1, IOPRIO_WHO_PGRP 2; not IOPRIO_WHO_USER.
         row(
-            one!(SYS_ioprio_set),
+            one!(SYS_ioprio_set => Handler::Process),
             who_me(0, 1, &[1, 2]),
             "the caller or its own process group directly; another process or group only when \
              the broker finds it in the run; never IOPRIO_WHO_USER",
@@ -958,13 +995,14 @@ fn own_process(spec: &FilterSpec) -> Vec<Entry> {
 /// Extended-attribute reads: Landlock has no right for them, so under read
 /// denials they go to the broker, which refuses denied paths.
 fn xattr_reads(spec: &FilterSpec) -> Vec<Entry> {
+    use Handler::XattrRead as read;
     let reads = [
-        one!(SYS_getxattr),
-        one!(SYS_lgetxattr),
-        one!(SYS_fgetxattr),
-        one!(SYS_listxattr),
-        one!(SYS_llistxattr),
-        one!(SYS_flistxattr),
+        one!(SYS_getxattr => read(XattrForm::Getxattr)),
+        one!(SYS_lgetxattr => read(XattrForm::Lgetxattr)),
+        one!(SYS_fgetxattr => read(XattrForm::Fgetxattr)),
+        one!(SYS_listxattr => read(XattrForm::Listxattr)),
+        one!(SYS_llistxattr => read(XattrForm::Llistxattr)),
+        one!(SYS_flistxattr => read(XattrForm::Flistxattr)),
     ];
     let newer = [one!(SYS_getxattrat), one!(SYS_listxattrat)];
     match xattr_read(spec) {
@@ -999,7 +1037,7 @@ fn xattr_reads(spec: &FilterSpec) -> Vec<Entry> {
 /// refused.
 fn truncate(spec: &FilterSpec) -> Entry {
     row(
-        one!(SYS_truncate),
+        one!(SYS_truncate => meta(MetaForm::Truncate)),
         Rule::Always(broker_or_refuse(spec)),
         "Landlock's truncate right is not handled: the broker decides truncate by path",
     )
@@ -1175,10 +1213,10 @@ fn socket_options(spec: &FilterSpec) -> Vec<Entry> {
 /// and the declared exceptions remain.
 fn network(spec: &FilterSpec) -> Vec<Entry> {
     let plain = [
-        one!(SYS_socket),
+        one!(SYS_socket => Handler::Socket),
         one!(SYS_socketpair),
-        one!(SYS_connect),
-        one!(SYS_listen),
+        one!(SYS_connect => Handler::Connect),
+        one!(SYS_listen => Handler::Listen),
         one!(SYS_accept),
         one!(SYS_accept4),
         one!(SYS_sendto),
@@ -1383,29 +1421,41 @@ fn confined_unix(
     rows
 }
 
-/// Calls the broker performs when they reach it (opens, entry calls,
-/// connect): a refusal of one of these is never routed to it for recording.
-pub const BROKER_PERFORMS: &[&str] = &[
-    "open",
-    "openat",
-    "creat",
-    "mknod",
-    "mknodat",
-    "mkdir",
-    "mkdirat",
-    "unlink",
-    "unlinkat",
-    "rmdir",
-    "rename",
-    "renameat",
-    "renameat2",
-    "link",
-    "linkat",
-    "symlink",
-    "symlinkat",
-    "connect",
-    "bind",
-];
+/// The calls the broker handles on this architecture, sorted by number:
+/// number, name and [`Handler`], as the table's rows give them (a row's
+/// handler is the same under every spec, see
+/// `handlers_are_the_same_under_every_spec`). The broker dispatches a
+/// notification by looking its number up here ([`handler`]).
+pub fn handlers() -> &'static [(u32, &'static str, Handler)] {
+    static HANDLERS: std::sync::OnceLock<Vec<(u32, &'static str, Handler)>> =
+        std::sync::OnceLock::new();
+    HANDLERS.get_or_init(|| {
+        table(&ANY_SPEC)
+            .into_iter()
+            .filter_map(|e| e.handler.map(|h| (e.nr, e.name, h)))
+            .collect()
+    })
+}
+
+/// The name and [`Handler`] of syscall `nr`, if the broker handles it.
+pub fn handler(nr: u32) -> Option<(&'static str, Handler)> {
+    let rows = handlers();
+    rows.binary_search_by_key(&nr, |&(n, _, _)| n)
+        .ok()
+        .map(|i| (rows[i].1, rows[i].2))
+}
+
+/// The spec [`handlers`] reads the rows of (any spec gives the same).
+const ANY_SPEC: FilterSpec = FilterSpec {
+    network: false,
+    deny_subprocess: false,
+    broker: false,
+    read_deny: false,
+    hold_group: false,
+    broker_connect: false,
+    broker_entries: false,
+    egress: false,
+};
 
 /// The full table for `spec`, sorted by syscall number.
 pub fn table(spec: &FilterSpec) -> Vec<Entry> {
@@ -1430,17 +1480,13 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
         .map(|&s| row(s, Rule::Allow, ""))
         .collect();
     for &(name, nr, reason) in ALWAYS_DENIED.iter().chain(ALWAYS_DENIED_X86_64) {
-        rows.push(row((name, nr), Rule::Always(DENY), reason));
+        rows.push(row((name, nr, None), Rule::Always(DENY), reason));
     }
-    for &(name, nr, reason) in METADATA.iter().chain(METADATA_X86_64) {
-        rows.push(row(
-            (name, nr),
-            Rule::Always(broker_or_refuse(spec)),
-            reason,
-        ));
+    for &(sys, reason) in METADATA.iter().chain(METADATA_X86_64) {
+        rows.push(row(sys, Rule::Always(broker_or_refuse(spec)), reason));
     }
     for &(name, nr, reason) in METADATA_UNBROKERED {
-        rows.push(row((name, nr), Rule::Always(DENY), reason));
+        rows.push(row((name, nr, None), Rule::Always(DENY), reason));
     }
     rows.extend(checked_always(spec));
     rows.extend(xattr_reads(spec));
@@ -1459,7 +1505,7 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
         // just record it): those stay refused in the kernel.
         for e in rows
             .iter_mut()
-            .filter(|e| !BROKER_PERFORMS.contains(&e.name))
+            .filter(|e| !e.handler.is_some_and(Handler::performs))
         {
             match &mut e.rule {
                 Rule::Always(a)
@@ -1500,6 +1546,87 @@ mod tests {
             .find(|e| e.name == name)
             .unwrap()
             .rule
+    }
+
+    /// A syscall's handler does not depend on the spec, every spec has a
+    /// row for the same calls, and every call the broker is sent to perform
+    /// (not only to record, which happens only to calls the filter refuses
+    /// without a broker) has one.
+    #[test]
+    fn handlers_are_the_same_under_every_spec() {
+        let want = handlers();
+        assert!(!want.is_empty());
+        assert!(want.windows(2).all(|w| w[0].0 < w[1].0));
+        let routes = |r: &Rule| match r {
+            Rule::Always(a)
+            | Rule::AllowIf { otherwise: a, .. }
+            | Rule::RefuseIf { action: a, .. } => *a == Action::UserNotif,
+            Rule::Allow => false,
+        };
+        for spec in FilterSpec::all() {
+            let rows = table(&spec);
+            let got: Vec<(u32, &str, Handler)> = rows
+                .iter()
+                .filter_map(|e| e.handler.map(|h| (e.nr, e.name, h)))
+                .collect();
+            assert_eq!(got, want, "{spec:?}");
+            let unbrokered = table(&FilterSpec {
+                broker: false,
+                ..spec
+            });
+            for e in rows
+                .iter()
+                .filter(|e| routes(&e.rule) && e.handler.is_none())
+            {
+                let Some(u) = unbrokered.iter().find(|u| u.nr == e.nr) else {
+                    panic!("{} has no row without a broker", e.name);
+                };
+                let refused = match u.rule {
+                    Rule::Always(a) => a == DENY,
+                    Rule::AllowIf { otherwise, .. } => otherwise == DENY,
+                    Rule::RefuseIf { action, .. } => action == DENY,
+                    Rule::Allow => false,
+                };
+                assert!(
+                    refused || REFUSED_WITH_BROKER.contains(&e.name),
+                    "{} is routed but has no handler and is not refused ({spec:?})",
+                    e.name
+                );
+            }
+        }
+        assert_eq!(
+            handler(libc::SYS_connect as u32),
+            Some(("connect", Handler::Connect))
+        );
+        assert_eq!(
+            handler(452),
+            Some(("fchmodat2", Handler::Metadata(MetaForm::Fchmodat2)))
+        );
+        assert_eq!(handler(libc::SYS_openat2 as u32), None);
+        let entries: Vec<&str> = want
+            .iter()
+            .filter(|(_, _, h)| matches!(h, Handler::Entry(_)))
+            .map(|&(_, name, _)| name)
+            .collect();
+        let mut expect = vec![
+            "openat",
+            "mknodat",
+            "mkdirat",
+            "unlinkat",
+            "renameat",
+            "renameat2",
+            "linkat",
+            "symlinkat",
+        ];
+        if cfg!(target_arch = "x86_64") {
+            expect.extend([
+                "open", "creat", "mknod", "mkdir", "unlink", "rmdir", "rename", "link", "symlink",
+            ]);
+        }
+        let (mut entries, mut expect) = (entries, expect);
+        entries.sort_unstable();
+        expect.sort_unstable();
+        assert_eq!(entries, expect);
     }
 
     #[test]

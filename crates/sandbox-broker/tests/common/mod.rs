@@ -9,11 +9,10 @@ use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
 use sandbox_broker::{
-    brokered_entry_syscalls, brokered_syscalls, brokered_truncate_syscalls,
-    brokered_umask_syscalls, brokered_xattr_read_syscalls, install_filter_with_listener,
-    listener_channel, recv_fd, Broker, BrokerLog, BrokerRules,
+    install_filter_with_listener, listener_channel, recv_fd, Broker, BrokerLog, BrokerRules,
 };
 use sandbox_core::{ExpandContext, ResolvedPolicy, SandboxPolicy};
+use sandbox_seccomp::{EntryForm, Handler};
 
 #[cfg(target_arch = "x86_64")]
 const AUDIT_ARCH: u32 = 0xC000_003E;
@@ -221,24 +220,28 @@ pub fn cstr(path: &Path) -> CString {
     CString::new(path.as_os_str().as_bytes()).expect("no NUL")
 }
 
-/// The classic-BPF filter: arch check (kill), brokered syscalls -> USER_NOTIF, else allow.
-pub fn filter() -> Vec<libc::sock_filter> {
-    let routed: Vec<i64> = brokered_syscalls()
+/// The calls whose seccomp table row gives them a handler `pick` accepts.
+pub fn handled(pick: impl Fn(Handler) -> bool) -> Vec<i64> {
+    sandbox_seccomp::handlers()
         .iter()
-        .chain(brokered_truncate_syscalls())
-        .copied()
-        .collect();
-    filter_routing(&routed)
+        .filter(|&&(_, _, h)| pick(h))
+        .map(|&(nr, _, _)| i64::from(nr))
+        .collect()
 }
 
-/// Every brokered syscall, the xattr reads included (a policy with read-deny paths).
+/// The metadata changes (chmod, chown, xattr writes, utimes, truncate).
+pub fn metadata() -> Vec<i64> {
+    handled(|h| matches!(h, Handler::Metadata(_)))
+}
+
+/// The classic-BPF filter: arch check (kill), metadata changes -> USER_NOTIF, else allow.
+pub fn filter() -> Vec<libc::sock_filter> {
+    filter_routing(&metadata())
+}
+
+/// The metadata changes and the xattr reads (a policy with read-deny paths).
 pub fn all_brokered() -> Vec<i64> {
-    brokered_syscalls()
-        .iter()
-        .chain(brokered_truncate_syscalls())
-        .chain(brokered_xattr_read_syscalls())
-        .copied()
-        .collect()
+    handled(|h| matches!(h, Handler::Metadata(_) | Handler::XattrRead(_)))
 }
 
 /// Like [`filter`], routing exactly `routed` to the listener.
@@ -290,14 +293,12 @@ pub fn entry_filter() -> Vec<libc::sock_filter> {
     };
     let ld = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
     let ret = libc::BPF_RET | libc::BPF_K;
-    let opens: Vec<(i64, u32)> = brokered_entry_syscalls()
+    let opens: Vec<(i64, u32)> = sandbox_seccomp::handlers()
         .iter()
-        .filter_map(|&nr| {
-            #[cfg(target_arch = "x86_64")]
-            if nr == libc::SYS_open {
-                return Some((nr, 1));
-            }
-            (nr == libc::SYS_openat).then_some((nr, 2))
+        .filter_map(|&(nr, _, h)| match h {
+            Handler::Entry(EntryForm::Open) => Some((i64::from(nr), 1)),
+            Handler::Entry(EntryForm::Openat) => Some((i64::from(nr), 2)),
+            _ => None,
         })
         .collect();
     let mut f = vec![
@@ -306,14 +307,11 @@ pub fn entry_filter() -> Vec<libc::sock_filter> {
         stmt(ret, libc::SECCOMP_RET_KILL_PROCESS),
         stmt(ld, 0),
     ];
-    for nr in brokered_syscalls()
-        .iter()
-        .chain(brokered_truncate_syscalls())
-        .chain(brokered_entry_syscalls())
-        .chain(brokered_umask_syscalls())
-        .filter(|nr| !opens.iter().any(|(o, _)| o == *nr))
+    for nr in handled(|h| matches!(h, Handler::Metadata(_) | Handler::Entry(_) | Handler::Umask))
+        .into_iter()
+        .filter(|nr| !opens.iter().any(|(o, _)| o == nr))
     {
-        f.push(jump(libc::BPF_JEQ, *nr as u32, 0, 1));
+        f.push(jump(libc::BPF_JEQ, nr as u32, 0, 1));
         f.push(stmt(ret, libc::SECCOMP_RET_USER_NOTIF));
     }
     let writing = (3 /* O_ACCMODE: the kernel's, not musl's */ | libc::O_CREAT | libc::O_TRUNC | (libc::O_TMPFILE & !libc::O_DIRECTORY))
@@ -498,13 +496,9 @@ pub fn q(path: &Path) -> String {
 /// The metadata calls, `truncate` and `connect` routed to the listener (a
 /// run with network on).
 pub fn connect_filter() -> Vec<libc::sock_filter> {
-    let routed: Vec<i64> = brokered_syscalls()
-        .iter()
-        .chain(brokered_truncate_syscalls())
-        .chain(sandbox_broker::brokered_connect_syscalls())
-        .copied()
-        .collect();
-    filter_routing(&routed)
+    filter_routing(&handled(|h| {
+        matches!(h, Handler::Metadata(_) | Handler::Connect)
+    }))
 }
 
 /// Like [`confined`], under [`connect_filter`].
