@@ -373,6 +373,74 @@ fn a_kernel_answer_is_no_evidence_and_a_refusal_is() {
     assert!(!line.contains("/dev/tty"), "{v}");
 }
 
+/// `/dev/tty` without a controlling terminal is the kernel's `ENXIO` in
+/// every mode, whether writing opens stay in the kernel (a plain `-w`) or go
+/// to the broker (`--report` observes them), as root and as nobody: every
+/// run has a session of its own, so the alias reaches no terminal and is
+/// granted. Twins: the same opens bare (`setsid`) answer the same, and a
+/// write outside the write path is still refused (`EACCES`).
+#[test]
+fn dev_tty_without_a_terminal_answers_as_the_kernel_does() {
+    let w = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        w.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let o = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        o.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let script = format!(
+        "import os\nfor p, fl in (('/dev/tty', os.O_WRONLY), ('/dev/tty', os.O_RDWR), ('/dev/tty', os.O_RDONLY), ('{}', os.O_WRONLY | os.O_CREAT)):\n    try: os.open(p, fl); print('opened')\n    except OSError as e: print(e.errno)",
+        o.path().join("f").display()
+    );
+    let bare = std::process::Command::new("setsid")
+        .args(["/usr/bin/python3", "-c", &script])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let bare = String::from_utf8_lossy(&bare.stdout).into_owned();
+    let enxio = libc::ENXIO.to_string();
+    assert_eq!(
+        bare.lines().collect::<Vec<_>>(),
+        [enxio.as_str(), &enxio, &enxio, "opened"],
+        "bare"
+    );
+    let _ = std::fs::remove_file(o.path().join("f"));
+    let report = w.path().join("r.json");
+    for nobody in [false, true] {
+        for observed in [false, true] {
+            let mut cmd = if nobody {
+                sandbox_tests::sandbox_as_nobody()
+            } else {
+                sandbox()
+            };
+            cmd.arg("run").arg("-w").arg(w.path());
+            if observed {
+                cmd.arg("--report").arg(&report);
+            }
+            let out = cmd
+                .args(["--", "/usr/bin/python3", "-c", &script])
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let ctx = format!("nobody={nobody} observed={observed}");
+            assert_exit(&out, 0);
+            let got = String::from_utf8_lossy(&out.stdout).into_owned();
+            let eacces = libc::EACCES.to_string();
+            assert_eq!(
+                got.lines().collect::<Vec<_>>(),
+                [enxio.as_str(), &enxio, &enxio, &eacces],
+                "{ctx}"
+            );
+            assert!(!o.path().join("f").exists(), "{ctx}");
+        }
+    }
+}
+
 /// `rmdir` of a protected directory that is not empty (`.git` under
 /// workspace-write) answers `ENOTEMPTY`, as the kernel would, and is no
 /// refusal. Twin: an empty protected directory (`.vscode`) is refused and

@@ -225,24 +225,18 @@ fn load_config(flags: &ConfigFlags) -> Result<Operator, Fatal> {
 }
 
 impl Operator {
-    /// `policy` with every place a later run loads trusted state from
-    /// write-denied where a write path reaches it
-    /// ([`sandbox::trusted::protect_trusted`]: the config directories of any
-    /// environment this user runs with, the self-test cache), then refused
-    /// when the config that bounds this run could be changed by it
-    /// ([`sandbox::trusted::check_trusted_file`]): with the home directory
-    /// as the workspace the command could otherwise write the config that
-    /// sets the rules (`backend = "noop"`, `allow_danger_full_access`) of
-    /// every later run.
-    fn guard(&self, policy: Option<ResolvedPolicy>) -> Result<Option<ResolvedPolicy>, Fatal> {
-        let Some(policy) = policy else {
-            return Ok(None);
-        };
-        let policy = sandbox::trusted::protect_trusted(&policy)?.into_owned();
-        if let Some(path) = &self.path {
-            sandbox::trusted::check_trusted_file(&policy, "the operator config", path)?;
-        }
-        Ok(Some(policy))
+    /// The files this run must not be able to change, for
+    /// [`RunRequest::trusted_files`]: the operator config that bounds it.
+    /// With the home directory as the workspace the command could otherwise
+    /// write the config that sets the rules (`backend = "noop"`,
+    /// `allow_danger_full_access`) of every later run. The run itself
+    /// write-denies every other place later runs load trusted state from
+    /// ([`sandbox::trusted::protect_trusted`]).
+    fn trusted_files(&self) -> Vec<(&'static str, PathBuf)> {
+        self.path
+            .iter()
+            .map(|path| ("the operator config", path.clone()))
+            .collect()
     }
 }
 
@@ -568,10 +562,9 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     let private_tmp = private_tmp_for(&args.policy).map_err(recorded)?;
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
-        let policy = effective_policy(flags, config, tmp)
-            .and_then(|p| operator.guard(p))
-            .map_err(recorded)?;
+        let policy = effective_policy(flags, config, tmp).map_err(recorded)?;
         let mut req = RunRequest::new(args.argv.clone(), policy);
+        req.trusted_files = operator.trusted_files();
         for (tool, dir) in tool_caches(flags, config).map_err(recorded)? {
             req.env_overrides.extend(tool.env(&dir));
         }
@@ -692,10 +685,8 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
     };
     let bound = &bound;
     let policy = op.effective_policy(Some(bound), &ctx, std::env::vars_os().map(|(k, _)| k))?;
-    let policy = operator
-        .guard(Some(policy))?
-        .ok_or_else(|| Fatal("no policy".into()))?;
     let mut req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
+    req.trusted_files = operator.trusted_files();
     // env_passthrough is an allowlist: keep exactly PATH and the names it
     // lists, compared byte-wise (a name that is not UTF-8 cannot be listed,
     // so it is never passed).
@@ -754,7 +745,7 @@ fn execute(
                     .map_err(Fatal::from)
                     .and_then(|json| {
                         target.write_after_run(json.as_bytes(), |dir| {
-                            req.policy.as_ref().map_or(true, |p| p.may_write(dir))
+                            outcome.policy.as_ref().map_or(true, |p| p.may_write(dir))
                                 && !git_audit::in_git_dir(dir)
                         })
                     }),

@@ -1,34 +1,97 @@
-//! The launch sequence every confined command takes, a run's and each of
-//! the self-test's probes alike: the runner's hooks then the backend's,
-//! spawned into the run's containment from the backend's launch domain,
-//! the supervisor started, a bounded wait, every process of the run ended,
-//! the supervisor's record collected.
+//! The launch every confined command takes, a run's and each of the
+//! self-test's probes alike: the program located, the run's containment
+//! and limits made, the backend's confinement prepared for them, the
+//! runner's hooks then the backend's, spawned into the containment from the
+//! backend's launch domain, the supervisor started, a bounded wait, every
+//! process of the run ended, the supervisor's record collected.
 
+use std::ffi::OsString;
+use std::os::fd::RawFd;
+use std::path::{Path, PathBuf};
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
 use sandbox_core::{
-    LaunchDomain, Mediation, PreExecHook, RunningSupervisor, SandboxUnavailable, Supervisor,
+    decode_pre_exec_error, Backend, DnsRoute, Enforcement, EnforcementReport, LaunchDomain,
+    LaunchOptions, Mediation, PreExecHook, ResolvedPolicy, ResourceLimits, RunningSupervisor,
+    SandboxUnavailable, Supervisor,
 };
 
 use crate::contain::{Containment, ContainmentKind};
-use crate::limit::RunLimits;
+use crate::limit::{LimitRecord, RunLimits};
+use crate::locate::{locate, LocateError};
 use crate::spawn::{self, SpawnPlan};
 use crate::wait::{Waited, Watch};
 
-/// What a backend prepared for one command, besides its argv.
-#[derive(Debug, Default)]
-pub struct Confined {
-    /// The backend's hook, run in the child after the runner's own.
-    pub hook: Option<PreExecHook>,
-    /// The backend's supervisor (the broker), started just before the child.
-    pub supervisor: Option<Box<dyn Supervisor>>,
-    /// The confinement of the thread that spawns the child.
-    pub domain: Option<LaunchDomain>,
+/// One command to launch, and how. Made with [`Launch::new`]; the other
+/// fields are set as needed.
+#[derive(Debug, Clone)]
+#[non_exhaustive]
+pub struct Launch<'a> {
+    /// Program and arguments, as the caller gave them (the backend may put
+    /// a launcher of its own in front).
+    pub argv: &'a [OsString],
+    /// The command's complete environment.
+    pub env: &'a [(OsString, OsString)],
+    /// Where a program name without a slash is looked for (the caller's
+    /// `PATH`; `None`: `/usr/local/bin:/usr/bin:/bin`), see [`locate`].
+    pub search_path: Option<&'a std::ffi::OsStr>,
+    /// The working directory, or (`None`) the caller's.
+    pub cwd: Option<&'a Path>,
+    /// The command's stdin: this fd, or (`None`) the caller's own, untouched.
+    pub stdin: Option<RawFd>,
+    /// The command's stdout: this fd, or (`None`) the caller's own.
+    pub stdout: Option<RawFd>,
+    /// The command's stderr: this fd, or (`None`) the caller's own.
+    pub stderr: Option<RawFd>,
+    /// When the main process is ended if it has not exited (`None`: never).
+    pub deadline: Option<Instant>,
+    /// Time between SIGTERM and SIGKILL when ending the run.
+    pub grace: Duration,
+    /// Limits on the whole run (memory, processes, CPU), held by cgroups;
+    /// what the runner spends on the run's behalf is held to them too.
+    pub limits: ResourceLimits,
+    /// Launch even when some of `limits` cannot be held here (the
+    /// [`Launched::limits`] records say which held); otherwise such a launch
+    /// fails with [`LaunchError::LimitsUnavailable`].
+    pub allow_unlimited: bool,
+    /// Record every write the confinement refuses, those the kernel refuses
+    /// on its own included ([`LaunchOptions::observe_writes`]).
+    pub observe_writes: bool,
+    /// Refuse partial or absent enforcement ([`LaunchError::Unavailable`]
+    /// naming every gap).
+    pub require_full: bool,
+    /// Under an allowlist: the runner's resolver and its pinned answers
+    /// ([`LaunchOptions::dns`]).
+    pub dns: Option<DnsRoute>,
+}
+
+impl<'a> Launch<'a> {
+    /// `argv` with the environment `env`; every other field at its default:
+    /// the caller's cwd and stdio, no deadline, no grace, no limits.
+    pub fn new(argv: &'a [OsString], env: &'a [(OsString, OsString)]) -> Self {
+        Self {
+            argv,
+            env,
+            search_path: None,
+            cwd: None,
+            stdin: None,
+            stdout: None,
+            stderr: None,
+            deadline: None,
+            grace: Duration::ZERO,
+            limits: ResourceLimits::default(),
+            allow_unlimited: false,
+            observe_writes: false,
+            require_full: false,
+            dns: None,
+        }
+    }
 }
 
 /// How a launch ended.
 #[derive(Debug)]
+#[non_exhaustive]
 pub struct Launched {
     /// The main process's status.
     pub status: ExitStatus,
@@ -42,20 +105,54 @@ pub struct Launched {
     pub others: usize,
     /// The supervisor's record, when there was one.
     pub mediation: Option<Mediation>,
+    /// What the backend enforced (`None` for an unconfined launch).
+    pub report: Option<EnforcementReport>,
+    /// How the run's processes were held.
+    pub containment: ContainmentKind,
+    /// How each of the limits asked for fared.
+    pub limits: Vec<LimitRecord>,
 }
 
 /// Why a launch did not run to its end.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum LaunchError {
-    /// The child could not be started, or one of its hooks failed (the
-    /// error then carries the hook's tagged errno, see
-    /// [`sandbox_core::decode_pre_exec_error`]).
+    /// The argv (the caller's, or the backend's) is empty.
+    #[error("nothing to run: the command is empty")]
+    EmptyArgv,
+    /// The working directory is not a directory (the child's `chdir` would
+    /// fail with `ENOENT`, which reads as "command not found").
+    #[error("the working directory {} is not a directory", .0.display())]
+    WorkingDirectory(PathBuf),
+    /// The program was not found, or cannot be executed.
+    #[error(transparent)]
+    Locate(#[from] LocateError),
+    /// The run's cgroups could not be named.
+    #[error("cannot name the run's cgroups: {0}")]
+    Cgroup(#[source] std::io::Error),
+    /// Limits asked for cannot be held here, and launching without them
+    /// was not allowed (`--memory 64M (why)`, one per limit).
+    #[error("the requested limits cannot be enforced here: {}", .0.join("; "))]
+    LimitsUnavailable(Vec<String>),
+    /// The backend cannot confine the command (it refused to prepare it, or
+    /// full enforcement was required and it is not).
+    #[error(transparent)]
+    Unavailable(SandboxUnavailable),
+    /// A stop signal ([`crate::wait::stop_runs_on`]) came before the launch:
+    /// nothing started.
+    #[error("stopped by signal {0} before the command started")]
+    Stopped(i32),
+    /// The child could not be started (exec failed, or the runner's own
+    /// setup in the child did).
     #[error("starting the command failed: {0}")]
     Spawn(#[source] std::io::Error),
+    /// The backend's hook failed in the child: the confinement could not be
+    /// applied (the errno it reported).
+    #[error("applying the confinement in the child failed: {0}")]
+    Apply(#[source] std::io::Error),
     /// The backend's supervisor did not start (the child was ended).
-    #[error(transparent)]
-    Supervisor(SandboxUnavailable),
+    #[error("the backend's supervisor did not start: {0}")]
+    Supervisor(#[source] SandboxUnavailable),
     /// The launching thread could not enter the backend's domain.
     #[error("entering the launch domain failed: {0}")]
     Domain(#[source] std::io::Error),
@@ -64,50 +161,174 @@ pub enum LaunchError {
     Wait(#[source] std::io::Error),
 }
 
-/// The launch options a run held by `containment` needs from its backend.
-pub fn launch_options(containment: &Containment) -> sandbox_core::LaunchOptions {
-    sandbox_core::LaunchOptions::default()
-        .with_process_group_held(containment.kind() == ContainmentKind::ProcessGroup)
-}
-
-/// Starts `plan` held by `containment` and limited by `limits`, with the
-/// runner's setup (its own session, parent-death signal, inherited fds
-/// closed, `no_new_privs` when asked) then `confined`'s hook; waits until
-/// it exits or `deadline` passes; then ends every process of the run
-/// (SIGTERM, `grace`, SIGKILL) and finishes the supervisor. A stop signal
-/// ([`crate::wait::stop_runs_on`]) is passed on to the command's process
-/// group first, and the run ends `grace` after it (SIGTERM to what is left,
-/// SIGKILL at once if the grace is spent).
+/// Launches `launch.argv` under `policy` with `backend` (unconfined when
+/// `policy` is `None`) and waits for every process of it to end: the one
+/// sequence `sandbox::run` and every probe of the self-test take.
+///
+/// In order: the program is located (once; a launcher the backend puts in
+/// front is executed by the absolute path it names); the run's containment
+/// is made (a cgroup of its own where the runner may create one, else its
+/// process group) and its limits set; the backend prepares the command
+/// ([`Backend::prepare_for_launch`], with the options that containment and
+/// `launch` imply); then the command is started with the runner's setup
+/// (its own session, parent-death signal, inherited fds closed,
+/// `no_new_privs` when confined) then the backend's hook, waited for until
+/// it exits or the deadline passes, and every process of the run ended
+/// (SIGTERM, `grace`, SIGKILL); the supervisor's record is collected. A
+/// stop signal ([`crate::wait::stop_runs_on`]) is passed on to the
+/// command's process group first, and the run ends `grace` after it
+/// (SIGTERM to what is left, SIGKILL at once if the grace is spent).
 ///
 /// In process-group mode the calling process becomes a child subreaper
 /// (`PR_SET_CHILD_SUBREAPER`, kept), so the run's orphans are reaped here.
-/// `plan.cgroup` and `plan.process_group` are set from `containment`.
 pub fn launch(
-    plan: &SpawnPlan<'_>,
-    containment: &Containment,
-    limits: &RunLimits,
-    no_new_privs: bool,
-    confined: Confined,
-    deadline: Option<Instant>,
-    grace: Duration,
+    backend: &dyn Backend,
+    policy: Option<&ResolvedPolicy>,
+    launch: &Launch<'_>,
 ) -> Result<Launched, LaunchError> {
-    // The session hook makes the group (a group leader cannot start a
-    // session), so `process_group` is off.
+    let program = launch.argv.first().ok_or(LaunchError::EmptyArgv)?;
+    if let Some(cwd) = launch.cwd.filter(|d| !d.is_dir()) {
+        return Err(LaunchError::WorkingDirectory(cwd.to_owned()));
+    }
+    let located = locate(program, launch.search_path, launch.cwd)?;
+    // Prepared before anything starts, so ending the run needs nothing the
+    // command could exhaust or change.
+    let containment = Containment::new();
+    let limits = if launch.limits.is_empty() {
+        RunLimits::default()
+    } else {
+        let name = containment.run_name().map_err(LaunchError::Cgroup)?;
+        RunLimits::set(&launch.limits, containment.cgroup_dir(), &name)
+    };
+    let unheld = limits.unheld();
+    if !unheld.is_empty() {
+        if !launch.allow_unlimited {
+            return Err(LaunchError::LimitsUnavailable(unheld));
+        }
+        tracing::debug!(limits = %unheld.join("; "), "running without limits that cannot be held here");
+    }
+    let prepared = match policy {
+        Some(policy) => {
+            let options = LaunchOptions::default()
+                .with_process_group_held(containment.kind() == ContainmentKind::ProcessGroup)
+                // The session hook (below) starts one for every child.
+                .with_own_session(true)
+                .with_writes_observed(launch.observe_writes)
+                .with_limits(launch.limits)
+                .with_dns(launch.dns.clone());
+            let c = backend
+                .prepare_for_launch(policy, launch.argv, options)
+                .map_err(LaunchError::Unavailable)?;
+            if launch.require_full {
+                require_full(backend, &c.report).map_err(LaunchError::Unavailable)?;
+            }
+            Some(c)
+        }
+        None => None,
+    };
+    let (argv, report, hook, supervisor, domain) = match prepared {
+        Some(c) => (c.argv, Some(c.report), c.pre_exec, c.supervisor, c.domain),
+        None => (launch.argv.to_vec(), None, None, None, None),
+    };
+    // A backend may put its own launcher in front of the command, named by
+    // its absolute path.
+    let path = match argv.first() {
+        Some(first) if first == program => located,
+        Some(first) if Path::new(first).is_absolute() => PathBuf::from(first),
+        Some(first) => {
+            return Err(LaunchError::Unavailable(SandboxUnavailable::new(
+                backend.name(),
+                format!(
+                    "the backend's launcher {} is not named by an absolute path",
+                    first.to_string_lossy()
+                ),
+            )))
+        }
+        None => return Err(LaunchError::EmptyArgv),
+    };
     let plan = SpawnPlan {
+        path: &path,
+        argv: &argv,
+        env: launch.env,
+        cwd: launch.cwd,
+        stdin: launch.stdin,
+        stdout: launch.stdout,
+        stderr: launch.stderr,
+        // The session hook makes the group (a group leader cannot start a
+        // session).
         process_group: false,
         cgroup: containment.cgroup(),
-        ..*plan
     };
     let hooks: Vec<PreExecHook> = limits
         .join_hook()
         .into_iter()
-        .chain(std::iter::once(spawn::session_hook(no_new_privs)))
-        .chain(confined.hook)
+        .chain(std::iter::once(spawn::session_hook(policy.is_some())))
+        .chain(hook)
         .collect();
+    // A stop signal that came before the launch: nothing starts.
+    if let Some(signal) = crate::wait::stop_requested() {
+        return Err(LaunchError::Stopped(signal));
+    }
+    let ended = run(&plan, hooks, &containment, supervisor, domain, launch)?;
+    let records = limits.records();
+    // The run's cgroups go before the caller reads the outcome.
+    drop(limits);
+    let containment_kind = containment.kind();
+    drop(containment);
+    Ok(Launched {
+        status: ended.status,
+        timed_out: ended.timed_out,
+        stopped_by: ended.stopped_by,
+        others: ended.others,
+        mediation: ended.mediation,
+        report,
+        containment: containment_kind,
+        limits: records,
+    })
+}
+
+/// Refuses partial or absent enforcement, naming what is missing.
+fn require_full(
+    backend: &dyn Backend,
+    report: &EnforcementReport,
+) -> Result<(), SandboxUnavailable> {
+    let why = match report.enforcement() {
+        Enforcement::Full => return Ok(()),
+        Enforcement::Partial { gaps } => format!(
+            "full enforcement was required (--require-full / require_full) but it is partial: {}",
+            gaps.join("; ")
+        ),
+        _ => {
+            "full enforcement was required (--require-full / require_full) but nothing is enforced"
+                .to_owned()
+        }
+    };
+    Err(SandboxUnavailable::new(backend.name(), why))
+}
+
+/// What the spawn-and-wait part of a launch gives back.
+struct Ended {
+    status: ExitStatus,
+    timed_out: bool,
+    stopped_by: Option<i32>,
+    others: usize,
+    mediation: Option<Mediation>,
+}
+
+/// Starts the supervisor, spawns `plan` with `hooks`, waits and ends the
+/// run, all on one thread inside the backend's `domain`.
+fn run(
+    plan: &SpawnPlan<'_>,
+    hooks: Vec<PreExecHook>,
+    containment: &Containment,
+    supervisor: Option<Box<dyn Supervisor>>,
+    domain: Option<LaunchDomain>,
+    launch: &Launch<'_>,
+) -> Result<Ended, LaunchError> {
+    let (deadline, grace) = (launch.deadline, launch.grace);
     if containment.kind() == ContainmentKind::ProcessGroup {
         become_subreaper();
     }
-    let supervisor = confined.supervisor;
     // The supervisor is started, then the child spawned, waited for and
     // its run ended, all on one thread inside the backend's domain (the
     // broker's threads then share it). The supervisor starts first so that
@@ -119,7 +340,7 @@ pub fn launch(
             .map(|s| s.start())
             .transpose()
             .map_err(|e| (None, LaunchError::Supervisor(e)))?;
-        let child = spawn::spawn(&plan, hooks).map_err(|e| (None, LaunchError::Spawn(e)))?;
+        let child = spawn::spawn(plan, hooks).map_err(|e| (None, spawn_error(e)))?;
         if let Some(running) = running.as_mut() {
             running
                 .confirm()
@@ -168,7 +389,7 @@ pub fn launch(
             Some(status) => status,
             None => spawn::wait(pid).map_err(LaunchError::Wait)?,
         };
-        Ok(Launched {
+        Ok(Ended {
             status,
             timed_out: waited == Waited::TimedOut,
             stopped_by: match waited {
@@ -179,7 +400,16 @@ pub fn launch(
             mediation: running.map(|r| r.finish()),
         })
     };
-    LaunchDomain::launch(confined.domain, start, body).map_err(LaunchError::Domain)?
+    LaunchDomain::launch(domain, start, body).map_err(LaunchError::Domain)?
+}
+
+/// A failed spawn: [`LaunchError::Apply`] when a confining hook reported
+/// its errno ([`sandbox_core::decode_pre_exec_error`]).
+fn spawn_error(err: std::io::Error) -> LaunchError {
+    match decode_pre_exec_error(&err) {
+        Some(errno) => LaunchError::Apply(std::io::Error::from_raw_os_error(errno)),
+        None => LaunchError::Spawn(err),
+    }
 }
 
 /// Makes the calling process a child subreaper, once: orphans of a run held

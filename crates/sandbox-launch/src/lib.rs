@@ -9,7 +9,8 @@
 //! * [`RunLimits`]: memory, process and CPU limits held by cgroups.
 //! * [`locate`]: the program, found as a shell would.
 //! * [`Watch`]: a bounded wait for the main process.
-//! * [`launch()`]: the sequence that ties them together.
+//! * [`launch()`]: the one sequence that ties them together, the backend's
+//!   preparation included: nothing else prepares a launch.
 //!
 //! # Threat table
 //! The command (hostile, perhaps root with its capabilities dropped) controls
@@ -36,7 +37,7 @@ pub mod spawn;
 mod wait;
 
 pub use contain::{Containment, ContainmentKind};
-pub use launch::{launch, launch_options, Confined, LaunchError, Launched};
+pub use launch::{launch, Launch, LaunchError, Launched};
 pub use limit::{LimitKind, LimitRecord, RunLimits};
 pub use locate::{locate, LocateError};
 pub use wait::{stop_requested, stop_runs_on, StopSignals, Waited, Watch};

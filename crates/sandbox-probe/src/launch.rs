@@ -1,11 +1,10 @@
 //! One bounded launch of a command through a backend's own wrap.
 //!
-//! The command is prepared as a run is ([`Backend::prepare_for_launch`]
-//! with the options of the containment a run of this process gets) and
-//! started by [`sandbox_launch::launch`], the sequence `sandbox run` and the
-//! library runner take: the same hooks, the same containment (a cgroup of
-//! its own where the runner may create one, else its process group), the
-//! backend's supervisor serving it. It runs with a minimal environment,
+//! The command goes through [`sandbox_launch::launch`], the one launch
+//! `sandbox run` and the library runner take: prepared by the backend for
+//! the same containment (a cgroup of its own where the runner may create
+//! one, else its process group), the same hooks, the backend's supervisor
+//! serving it. It runs with a minimal environment,
 //! stdin from `/dev/null`; when it overruns its deadline every process of
 //! it is ended and the launch reports that it timed out.
 
@@ -17,9 +16,8 @@ use std::path::Path;
 use std::process::ExitStatus;
 use std::time::{Duration, Instant};
 
-use sandbox_core::{decode_pre_exec_error, Backend, ResolvedPolicy};
-use sandbox_launch::spawn::SpawnPlan;
-use sandbox_launch::{Confined, Containment, LaunchError, RunLimits};
+use sandbox_core::{Backend, ResolvedPolicy};
+use sandbox_launch::LaunchError;
 
 /// How a launch ended.
 #[derive(Debug)]
@@ -95,62 +93,21 @@ pub struct LaunchFacts {
     pub seccomp: Option<String>,
 }
 
-/// Prepares `launch.argv` under `policy` with `backend` as a run is
-/// prepared (the containment a run of this process gets, and the launch
-/// options it implies), and runs it through the run's own launch sequence,
-/// bounded by `launch.deadline`.
+/// Launches `launch.argv` under `policy` with `backend` through the run's
+/// own launch ([`sandbox_launch::launch`]: prepared for the containment a
+/// run of this process gets, and started, waited for and ended as a run
+/// is), bounded by `launch.deadline`.
 #[cfg_attr(not(any(test, feature = "conformance")), allow(dead_code))]
 pub(crate) fn launch(backend: &dyn Backend, policy: &ResolvedPolicy, launch: &Launch<'_>) -> Ended {
     launch_with_facts(backend, policy, launch).0
 }
 
-/// [`launch`], and what the launch was (`None` when nothing was prepared).
+/// [`launch`], and what the launch was (`None` when it did not run).
 pub(crate) fn launch_with_facts(
     backend: &dyn Backend,
     policy: &ResolvedPolicy,
     launch: &Launch<'_>,
 ) -> (Ended, Option<LaunchFacts>) {
-    let containment = Containment::new();
-    let options = sandbox_launch::launch_options(&containment);
-    let confinement = match backend.prepare_for_launch(policy, launch.argv, options) {
-        Ok(c) => c,
-        Err(e) => {
-            let why = format!("the backend refused to prepare the command: {e}");
-            return (Ended::NotStarted { why }, None);
-        }
-    };
-    let facts = LaunchFacts {
-        containment: containment.kind(),
-        seccomp: confinement
-            .report
-            .details
-            .iter()
-            .find(|d| d.starts_with("seccomp filter of"))
-            .cloned(),
-    };
-    (run_prepared(confinement, &containment, launch), Some(facts))
-}
-
-/// Runs a prepared confinement through the launch sequence.
-fn run_prepared(
-    mut confinement: sandbox_core::Confinement,
-    containment: &Containment,
-    launch: &Launch<'_>,
-) -> Ended {
-    let Some(program) = confinement.argv.first() else {
-        return Ended::NotStarted {
-            why: "the backend's wrap produced an empty argv".into(),
-        };
-    };
-    let path_var = launch
-        .env
-        .iter()
-        .find(|(k, _)| k == "PATH")
-        .map(|(_, v)| v.as_os_str());
-    let path = match sandbox_launch::locate(program, path_var, None) {
-        Ok(path) => path,
-        Err(e) => return Ended::NotStarted { why: e.to_string() },
-    };
     let null = |write: bool| {
         std::fs::OpenOptions::new()
             .read(!write)
@@ -167,59 +124,60 @@ fn run_prepared(
     };
     let (stdin, stdout, stderr) = match (null(false), sink(launch.stdout), sink(launch.stderr)) {
         (Ok(i), Ok(o), Ok(e)) => (i, o, e),
-        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => return Ended::NotStarted { why },
+        (Err(why), _, _) | (_, Err(why), _) | (_, _, Err(why)) => {
+            return (Ended::NotStarted { why }, None)
+        }
     };
-    let plan = SpawnPlan {
-        path: &path,
-        argv: &confinement.argv,
-        env: launch.env,
-        cwd: None,
-        stdin: Some(stdin.as_raw_fd()),
-        stdout: Some(stdout.as_raw_fd()),
-        stderr: Some(stderr.as_raw_fd()),
-        process_group: false,
-        cgroup: None,
+    let mut one = sandbox_launch::Launch::new(launch.argv, launch.env);
+    one.search_path = launch
+        .env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    one.stdin = Some(stdin.as_raw_fd());
+    one.stdout = Some(stdout.as_raw_fd());
+    one.stderr = Some(stderr.as_raw_fd());
+    one.deadline = Some(Instant::now() + launch.deadline);
+    let launched = match sandbox_launch::launch(backend, Some(policy), &one) {
+        Ok(launched) => launched,
+        Err(e) => {
+            let why = match e {
+                LaunchError::Unavailable(e) => {
+                    format!("the backend refused to prepare the command: {e}")
+                }
+                LaunchError::Apply(e) => format!("the backend's pre-exec hook failed: {e}"),
+                LaunchError::Spawn(e) => format!("spawning {:?} failed: {e}", launch.argv[0]),
+                // The runner was told to stop: the probe says nothing of the host.
+                LaunchError::Stopped(signal) => {
+                    format!("the runner got signal {signal} and stopped the probe")
+                }
+                other => other.to_string(),
+            };
+            return (Ended::NotStarted { why }, None);
+        }
     };
-    let confined = Confined {
-        hook: confinement.pre_exec.take(),
-        supervisor: confinement.supervisor.take(),
-        domain: confinement.domain.take(),
+    let facts = LaunchFacts {
+        containment: launched.containment,
+        seccomp: launched.report.and_then(|report| {
+            report
+                .details
+                .into_iter()
+                .find(|d| d.starts_with("seccomp filter of"))
+        }),
     };
-    let launched = sandbox_launch::launch(
-        &plan,
-        containment,
-        &RunLimits::default(),
-        true,
-        confined,
-        Some(Instant::now() + launch.deadline),
-        Duration::ZERO,
-    );
-    match launched {
+    let ended = match launched.stopped_by {
         // The runner was told to stop: the probe says nothing of the host.
-        Ok(l) if l.stopped_by.is_some() => Ended::NotStarted {
-            why: format!(
-                "the runner got signal {} and stopped the probe",
-                l.stopped_by.unwrap_or_default()
-            ),
+        Some(signal) => Ended::NotStarted {
+            why: format!("the runner got signal {signal} and stopped the probe"),
         },
-        Ok(l) if l.timed_out => Ended::TimedOut {
+        None if launched.timed_out => Ended::TimedOut {
             after: launch.deadline,
         },
-        Ok(l) => Ended::Exited { status: l.status },
-        Err(LaunchError::Spawn(e)) => Ended::NotStarted {
-            why: match decode_pre_exec_error(&e) {
-                Some(errno) => format!(
-                    "the backend's pre-exec hook failed: {}",
-                    std::io::Error::from_raw_os_error(errno)
-                ),
-                None => format!("spawning {program:?} failed: {e}"),
-            },
+        None => Ended::Exited {
+            status: launched.status,
         },
-        Err(LaunchError::Supervisor(e)) => Ended::NotStarted {
-            why: format!("the backend's supervisor did not start: {e}"),
-        },
-        Err(e) => Ended::NotStarted { why: e.to_string() },
-    }
+    };
+    (ended, Some(facts))
 }
 
 #[cfg(test)]

@@ -83,6 +83,10 @@
 //! 4. After the process tree ended, [`Proxy::shutdown`]; [`Proxy::refusals`]
 //!    are denial evidence for the outcome record.
 //!
+//! [`Egress`] is that wiring for one run, from its policy: steps 1, 3 and
+//! 4, and the resolver below, whose route the broker gets
+//! ([`Egress::dns_route`]).
+//!
 //! Tools that ignore proxy variables fail closed (their direct connects are
 //! refused by the broker). Go's `net/http` never proxies `localhost` and
 //! loopback addresses (its documented special case), so such a request is
@@ -115,6 +119,7 @@
 
 mod deadline;
 pub mod dns;
+mod egress;
 mod http;
 #[cfg(target_os = "linux")]
 pub mod island;
@@ -133,6 +138,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use egress::{Egress, EgressError};
 pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
 
 /// This host's own addresses (every address on one of its interfaces), which

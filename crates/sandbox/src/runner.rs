@@ -5,21 +5,15 @@ use std::borrow::Cow;
 use std::ffi::{OsStr, OsString};
 use std::os::fd::AsRawFd;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use sandbox_core::Pins;
-use sandbox_core::{
-    decode_pre_exec_error, scrub_env, Backend, EgressRule, MediatedCall, Mediation, NetworkMode,
-    ResolvedPolicy,
-};
-use sandbox_proxy::dns::DnsServer;
-use sandbox_proxy::{Proxy, ProxyOptions};
-
-use sandbox_launch::spawn::SpawnPlan;
-use sandbox_launch::{Containment, LaunchError, RunLimits};
+use sandbox_core::{scrub_env, Backend, Mediation, ResolvedPolicy};
+use sandbox_launch::{Launch, LaunchError, LocateError};
+use sandbox_proxy::{Egress, EgressError};
 
 use crate::outcome::{Classification, Outcome, Termination};
+use crate::trusted::TrustedStateError;
 
 /// Exit code when the timeout ended the command.
 pub const EXIT_TIMEOUT: i32 = 124;
@@ -64,6 +58,11 @@ pub struct RunRequest {
     /// outcome's `limits` says which held); otherwise such a run fails with
     /// [`RunError::LimitsUnavailable`].
     pub allow_unlimited: bool,
+    /// Files later runs trust (what each is, and where), such as the
+    /// operator config that bounds this run: the run is refused
+    /// ([`RunError::Trusted`]) when it could change one
+    /// ([`crate::trusted::check_trusted_file`]).
+    pub trusted_files: Vec<(&'static str, PathBuf)>,
 }
 
 impl RunRequest {
@@ -82,6 +81,7 @@ impl RunRequest {
             observe_writes: false,
             limits: sandbox_core::ResourceLimits::default(),
             allow_unlimited: false,
+            trusted_files: Vec::new(),
         }
     }
 }
@@ -133,6 +133,17 @@ pub enum RunError {
         /// The signal's number.
         signal: i32,
     },
+    /// What later runs trust could be changed by this run, or reached on
+    /// a way it could change ([`crate::trusted`]).
+    #[error(transparent)]
+    Trusted(#[from] TrustedStateError),
+    /// The run's egress (proxy, resolver) could not start.
+    #[error(transparent)]
+    Egress(#[from] EgressError),
+    /// The launch failed after the command was prepared (entering the
+    /// launch domain, reaping the command).
+    #[error(transparent)]
+    Launch(LaunchError),
     /// Spawning failed for another reason.
     #[error("could not start {}: {source}", program.to_string_lossy())]
     Spawn {
@@ -141,26 +152,6 @@ pub enum RunError {
         /// The OS error.
         source: std::io::Error,
     },
-}
-
-/// Refuses partial or absent enforcement, naming what is missing.
-fn require_full(
-    backend: &dyn Backend,
-    report: &sandbox_core::EnforcementReport,
-) -> Result<(), sandbox_core::SandboxUnavailable> {
-    use sandbox_core::Enforcement;
-    let why = match report.enforcement() {
-        Enforcement::Full => return Ok(()),
-        Enforcement::Partial { gaps } => format!(
-            "full enforcement was required (--require-full / require_full) but it is partial: {}",
-            gaps.join("; ")
-        ),
-        _ => {
-            "full enforcement was required (--require-full / require_full) but nothing is enforced"
-                .to_owned()
-        }
-    };
-    Err(sandbox_core::SandboxUnavailable::new(backend.name(), why))
 }
 
 /// Refuses a run with network whose stdio includes a UNIX datagram socket:
@@ -198,7 +189,7 @@ fn refuse_stdio_datagram(
                     ),
                 ));
             }
-            let confined = off || policy.network_mode() == NetworkMode::Allowlist;
+            let confined = off || policy.network_mode() == sandbox_core::NetworkMode::Allowlist;
             if confined
                 && domain.is_some_and(|d| d != libc::AF_UNIX)
                 && kind != Some(libc::SOCK_STREAM)
@@ -273,235 +264,92 @@ impl RunError {
 /// children, never others.
 pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError> {
     let started = Instant::now();
-    let (program, _) = req.argv.split_first().ok_or(RunError::EmptyArgv)?;
+    let program = req.argv.first().ok_or(RunError::EmptyArgv)?;
     let env: Vec<(OsString, OsString)> = req
         .env
         .clone()
         .unwrap_or_else(|| std::env::vars_os().collect());
-    let path_var = env
+    let search_path = env
         .iter()
         .find(|(k, _)| k == "PATH")
         .map(|(_, v)| v.clone());
-    if let Some(cwd) = req.cwd.as_deref().filter(|d| !d.is_dir()) {
-        // Said here: the child's chdir would fail with ENOENT, which reads as
-        // "command not found".
-        return Err(RunError::Spawn {
-            program: program.clone(),
-            source: std::io::Error::new(
-                std::io::ErrorKind::NotFound,
-                format!("the working directory {} is not a directory", cwd.display()),
-            ),
-        });
-    }
-    let located = locate(program, path_var.as_deref(), req.cwd.as_deref())?;
-
-    // Prepared before anything starts, so ending the run needs nothing the
-    // command could exhaust or change.
-    let containment = Containment::new();
-    let containment_kind = containment.kind();
-    let limits = if req.limits.is_empty() {
-        RunLimits::default()
-    } else {
-        let name = containment.run_name().map_err(|source| RunError::Spawn {
-            program: program.clone(),
-            source,
-        })?;
-        RunLimits::set(&req.limits, containment.cgroup_dir(), &name)
-    };
-    let unheld = limits.unheld();
-    if !unheld.is_empty() {
-        if !req.allow_unlimited {
-            return Err(RunError::LimitsUnavailable(unheld));
+    // What later runs trust (operator config, the self-test's verdict) is
+    // write-denied wherever a write path reaches it, and the files the
+    // caller names must be out of the run's reach.
+    let policy = req.policy.as_ref().map(protect_trusted).transpose()?;
+    if let Some(policy) = &policy {
+        for (what, file) in &req.trusted_files {
+            crate::trusted::check_trusted_file(policy, what, file)?;
         }
-        tracing::debug!(limits = %unheld.join("; "), "running without limits that cannot be held here");
     }
-    // The broker's work for the run is held to the limits asked for, held
-    // by a cgroup or not.
-    let mut options = sandbox_launch::launch_options(&containment)
-        .with_writes_observed(req.observe_writes)
-        .with_limits(req.limits);
-    let mut proxy = None;
-    let mut dns = None;
-    let (argv, hook, report, supervisor, domain) = match &req.policy {
-        Some(policy) => {
-            let mut policy = Cow::Borrowed(policy);
-            // What later runs trust (operator config, the self-test's
-            // verdict) is write-denied wherever a write path reaches it.
-            if let Cow::Owned(protected) = crate::trusted::protect_trusted(&policy)
-                .map_err(|e| sandbox_core::SandboxUnavailable::new(backend.name(), e.to_string()))?
-            {
-                policy = Cow::Owned(protected);
-            }
-            if policy.network_mode() == NetworkMode::Allowlist {
-                // Host names are reached through the runner's proxy: the
-                // command may connect to it, and nothing else but the
-                // policy's IP rules.
-                let started = Proxy::start(policy.allow_net().to_vec(), ProxyOptions::default())
-                    .map_err(|e| {
-                        sandbox_core::SandboxUnavailable::new(
-                            backend.name(),
-                            format!("cannot start the egress proxy: {e}"),
-                        )
-                    })?;
-                // Programs that resolve names themselves: DNS over TCP goes
-                // to the runner's resolver, whose answers are pinned (Linux:
-                // the broker routes and admits by them).
-                if cfg!(target_os = "linux") {
-                    let (server, route) = start_dns(&policy, policy.timeout()).map_err(|e| {
-                        sandbox_core::SandboxUnavailable::new(
-                            backend.name(),
-                            format!("cannot start the run's resolver: {e}"),
-                        )
-                    })?;
-                    options = options.with_dns(Some(route));
-                    dns = Some(server);
-                }
-                policy = Cow::Owned(policy.with_allowed(EgressRule::Ip(started.net_rule())));
-                proxy = Some(started);
-            }
-            refuse_stdio_datagram(backend, &policy, req.echo_stderr)?;
-            let c = backend.prepare_for_launch(&policy, &req.argv, options)?;
-            if req.require_full {
-                require_full(backend, &c.report)?;
-            }
-            (c.argv, c.pre_exec, Some(c.report), c.supervisor, c.domain)
-        }
-        None => (req.argv.clone(), None, None, None, None),
+    // Under an allowlist: the proxy, the resolver, and the policy that
+    // admits the proxy.
+    let egress = match &policy {
+        Some(policy) => Egress::start(policy)?,
+        None => None,
     };
+    let confined_by = egress.as_ref().map(Egress::policy).or(policy.as_deref());
+    if let Some(policy) = confined_by {
+        refuse_stdio_datagram(backend, policy, req.echo_stderr)?;
+    }
     let mut env = match &req.policy {
         Some(p) => scrub_env(env, p.env_deny_names()),
         None => env,
     };
-    let proxy_env = proxy
-        .iter()
-        .flat_map(|p| p.env())
-        .map(|(k, v)| (k.into(), v.into()));
-    if dns.is_some() {
-        // glibc's resolver asks over TCP (resolv.conf(5), RES_OPTIONS): the
-        // broker sends connects to port 53 to the runner's resolver, so
-        // glibc needs no datagram namespace, which then is made only for a
-        // resolver of a program's own (musl's, Go's), and where the host
-        // allows one.
-        let opts = match env.iter().find(|(k, _)| k == "RES_OPTIONS") {
-            Some((_, v)) => format!("{} use-vc", v.to_string_lossy()),
-            None => "use-vc".to_owned(),
-        };
-        env.retain(|(k, _)| k != "RES_OPTIONS");
-        env.push(("RES_OPTIONS".into(), opts.into()));
-    }
-    for (name, value) in req.env_overrides.iter().cloned().chain(proxy_env) {
+    for (name, value) in req.env_overrides.iter().cloned() {
         env.retain(|(n, _)| *n != name);
         env.push((name, value));
     }
-    let timeout = req.policy.as_ref().map(|p| p.timeout());
-    // A backend may put its own launcher in front of the command.
-    let path = match argv.first() {
-        Some(first) if first == program => located,
-        Some(first) => locate(first, path_var.as_deref(), req.cwd.as_deref())?,
-        None => return Err(RunError::EmptyArgv),
-    };
+    if let Some(egress) = &egress {
+        egress.set_env(&mut env);
+    }
     let null = if req.echo_stderr {
         None
     } else {
-        Some(
-            std::fs::OpenOptions::new()
-                .write(true)
-                .open("/dev/null")
-                .map_err(|source| RunError::Spawn {
-                    program: program.clone(),
-                    source,
-                })?,
-        )
-    };
-    let plan = SpawnPlan {
-        path: &path,
-        argv: &argv,
-        env: &env,
-        cwd: req.cwd.as_deref(),
-        stdin: None,
-        stdout: None,
-        stderr: null.as_ref().map(|f| f.as_raw_fd()),
-        process_group: false,
-        cgroup: None,
-    };
-    let confined = sandbox_launch::Confined {
-        hook,
-        supervisor,
-        domain,
-    };
-    let deadline = timeout.map(|t| started + t);
-    // A stop signal that came before the launch: nothing starts.
-    if let Some(signal) = sandbox_launch::stop_requested() {
-        return Err(RunError::Stopped { signal });
-    }
-    let launched = sandbox_launch::launch(
-        &plan,
-        &containment,
-        &limits,
-        req.policy.is_some(),
-        confined,
-        deadline,
-        req.grace,
-    )
-    .map_err(|e| match e {
-        LaunchError::Spawn(source) => spawn_error(backend, program, source),
-        LaunchError::Supervisor(err) => RunError::Unavailable(err),
-        LaunchError::Domain(e) => RunError::Unavailable(sandbox_core::SandboxUnavailable::new(
-            backend.name(),
-            format!("entering the launch domain failed: {e}"),
-        )),
-        other => RunError::Spawn {
+        let null = std::fs::OpenOptions::new().write(true).open("/dev/null");
+        Some(null.map_err(|source| RunError::Spawn {
             program: program.clone(),
-            source: std::io::Error::other(other.to_string()),
-        },
-    })?;
-    let (timed_out, status, mut mediation) =
-        (launched.timed_out, launched.status, launched.mediation);
+            source,
+        })?)
+    };
+
+    let mut launch = Launch::new(&req.argv, &env);
+    launch.search_path = search_path.as_deref();
+    launch.cwd = req.cwd.as_deref();
+    launch.stderr = null.as_ref().map(|f| f.as_raw_fd());
+    launch.deadline = req.policy.as_ref().map(|p| started + p.timeout());
+    launch.grace = req.grace;
+    launch.limits = req.limits;
+    launch.allow_unlimited = req.allow_unlimited;
+    launch.observe_writes = req.observe_writes;
+    launch.require_full = req.require_full;
+    launch.dns = egress.as_ref().and_then(Egress::dns_route);
+    let launched = sandbox_launch::launch(backend, confined_by, &launch)
+        .map_err(|e| launch_error(backend, program, e))?;
     if let Some(signal) = launched.stopped_by {
         return Err(RunError::Stopped { signal });
     }
-    let leftovers = launched.others;
-    let limit_records = limits.records();
-    drop(limits);
-    drop(containment);
-    if let Some(mut server) = dns {
-        server.shutdown();
-        let (refused, omitted) = server.refused();
-        let m = mediation.get_or_insert_with(Mediation::default);
-        m.omitted += omitted;
-        m.refused.extend(refused.into_iter().map(|r| MediatedCall {
-            syscall: "dns".into(),
-            target: r.name,
-            reason: r.reason.to_string(),
-            outside_write_paths: false,
-        }));
-    }
-    if let Some(mut proxy) = proxy {
-        proxy.shutdown();
-        let m = mediation.get_or_insert_with(Mediation::default);
-        let kept = proxy.refusals();
-        m.omitted += usize::try_from(proxy.refusal_count())
-            .unwrap_or(usize::MAX)
-            .saturating_sub(kept.len());
-        m.refused.extend(kept.into_iter().map(|r| MediatedCall {
-            syscall: "proxy".into(),
-            target: r.target(),
-            reason: r.reason.to_string(),
-            outside_write_paths: false,
-        }));
-    }
 
+    let mut mediation = launched.mediation;
+    if let Some(egress) = egress {
+        let refused = egress.finish();
+        let m = mediation.get_or_insert_with(Mediation::default);
+        m.omitted += refused.omitted;
+        m.refused.extend(refused.refused);
+    }
+    let status = launched.status;
     let termination = match (status.code(), status.signal()) {
         (Some(code), _) => Termination::Exited { code },
         (None, Some(signal)) => Termination::Signaled { signal },
         _ => Termination::Exited { code: -1 },
     };
+    let report = launched.report;
     let confined = report.is_some() && backend.enforces();
-    let mut classification = Classification::of(&termination, timed_out, confined);
+    let mut classification = Classification::of(&termination, launched.timed_out, confined);
     if let Some(m) = &mediation {
         classification = classification.with_refusals(m);
     }
-    classification = classification.with_limits(&limit_records);
+    classification = classification.with_limits(&launched.limits);
     Ok(Outcome {
         schema: crate::outcome::SCHEMA_VERSION,
         argv: req
@@ -509,7 +357,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
             .iter()
             .map(|a| a.to_string_lossy().into_owned())
             .collect(),
-        policy: req.policy.clone(),
+        policy: policy.map(Cow::into_owned),
         backend: if req.policy.is_some() {
             backend.name().to_owned()
         } else {
@@ -517,133 +365,61 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         },
         report,
         termination,
-        timed_out,
-        leftover_processes_ended: leftovers,
-        containment: Some(containment_kind),
+        timed_out: launched.timed_out,
+        leftover_processes_ended: launched.others,
+        containment: Some(launched.containment),
         mediation,
-        limits: limit_records,
+        limits: launched.limits,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
     })
 }
 
-fn spawn_error(backend: &dyn Backend, program: &OsStr, source: std::io::Error) -> RunError {
-    if let Some(errno) = decode_pre_exec_error(&source) {
-        return RunError::ApplyFailed {
-            backend: backend.name().to_owned(),
-            source: std::io::Error::from_raw_os_error(errno),
-        };
-    }
-    match source.raw_os_error() {
-        Some(libc::ENOENT) => RunError::NotFound(program.to_owned()),
-        Some(libc::EACCES | libc::ENOEXEC | libc::EISDIR | libc::EPERM) => {
-            RunError::NotExecutable {
-                path: PathBuf::from(program),
-                reason: source.to_string(),
-            }
+/// `policy` with the trusted state a write path reaches write-denied
+/// ([`crate::trusted::protect_trusted`]).
+fn protect_trusted(policy: &ResolvedPolicy) -> Result<Cow<'_, ResolvedPolicy>, RunError> {
+    Ok(crate::trusted::protect_trusted(policy)?)
+}
+
+/// What a launch error means to a caller of [`run`].
+fn launch_error(backend: &dyn Backend, program: &OsStr, err: LaunchError) -> RunError {
+    match err {
+        LaunchError::EmptyArgv => RunError::EmptyArgv,
+        LaunchError::WorkingDirectory(cwd) => RunError::Spawn {
+            program: program.to_owned(),
+            source: std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                format!("the working directory {} is not a directory", cwd.display()),
+            ),
+        },
+        LaunchError::Locate(LocateError::NotExecutable { path, reason }) => {
+            RunError::NotExecutable { path, reason }
         }
-        _ => RunError::Spawn {
+        LaunchError::Locate(_) => RunError::NotFound(program.to_owned()),
+        LaunchError::Cgroup(source) => RunError::Spawn {
             program: program.to_owned(),
             source,
         },
-    }
-}
-
-/// Starts the run's resolver for `policy`'s egress rules, with the exact
-/// names `/etc/hosts` lists already pinned (for `ttl`, the run's timeout,
-/// at most [`sandbox_core::MAX_PIN_TTL`]): a program that finds a name there
-/// sends no DNS query, and still meets a pinned address. It answers over
-/// TCP, and over UDP in the run's datagram namespace where one can be made
-/// (Linux; unprivileged, that takes user namespaces), when the run first
-/// asks for a datagram socket.
-fn start_dns(
-    policy: &ResolvedPolicy,
-    ttl: Duration,
-) -> std::io::Result<(DnsServer, sandbox_core::DnsRoute)> {
-    let own = sandbox_proxy::host_addrs()?;
-    let pins = Pins::new(
-        sandbox_core::EgressRules::new(policy.allow_net().to_vec()),
-        own,
-    );
-    if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
-        for (ip, name) in hosts_entries(&hosts) {
-            if pins.lists(&name) == Some(sandbox_core::NameMatch::Exact) {
-                pins.pin(&name, ip, ttl);
+        LaunchError::LimitsUnavailable(unheld) => RunError::LimitsUnavailable(unheld),
+        LaunchError::Unavailable(e) | LaunchError::Supervisor(e) => RunError::Unavailable(e),
+        LaunchError::Stopped(signal) => RunError::Stopped { signal },
+        LaunchError::Apply(source) => RunError::ApplyFailed {
+            backend: backend.name().to_owned(),
+            source,
+        },
+        LaunchError::Spawn(source) => match source.raw_os_error() {
+            Some(libc::ENOENT) => RunError::NotFound(program.to_owned()),
+            Some(libc::EACCES | libc::ENOEXEC | libc::EISDIR | libc::EPERM) => {
+                RunError::NotExecutable {
+                    path: PathBuf::from(program),
+                    reason: source.to_string(),
+                }
             }
-        }
-    }
-    let server = DnsServer::start(pins.clone(), None)?;
-    let datagrams = datagram_namespace(&server)?;
-    let route = sandbox_core::DnsRoute {
-        resolver: server.addr(),
-        pins,
-        datagrams,
-    };
-    Ok((server, route))
-}
-
-/// The run's datagram namespace, made at the first datagram socket the run
-/// asks for, its resolver sockets then served by `server`.
-#[cfg(target_os = "linux")]
-fn datagram_namespace(
-    server: &DnsServer,
-) -> std::io::Result<Option<std::sync::Arc<dyn sandbox_core::DatagramSockets>>> {
-    let service = server.datagram_service();
-    let island =
-        sandbox_proxy::island::Island::new(Box::new(move |sockets| service.serve(sockets)))?;
-    Ok(Some(std::sync::Arc::new(island)))
-}
-
-#[cfg(not(target_os = "linux"))]
-fn datagram_namespace(
-    _: &DnsServer,
-) -> std::io::Result<Option<std::sync::Arc<dyn sandbox_core::DatagramSockets>>> {
-    Ok(None)
-}
-
-/// The (address, name) pairs of an `/etc/hosts` text (hosts(5)): names
-/// lowercase, comments dropped.
-fn hosts_entries(text: &str) -> Vec<(std::net::IpAddr, String)> {
-    text.lines()
-        .filter_map(|line| {
-            let line = line.split('#').next()?;
-            let mut fields = line.split_whitespace();
-            let ip: std::net::IpAddr = fields.next()?.parse().ok()?;
-            Some(
-                fields
-                    .map(|n| (ip, n.trim_end_matches('.').to_ascii_lowercase()))
-                    .collect::<Vec<_>>(),
-            )
-        })
-        .flatten()
-        .collect()
-}
-
-/// Finds `program` as a shell would (see [`sandbox_launch::locate`]).
-fn locate(
-    program: &OsStr,
-    path_var: Option<&OsStr>,
-    cwd: Option<&Path>,
-) -> Result<PathBuf, RunError> {
-    sandbox_launch::locate(program, path_var, cwd).map_err(|e| match e {
-        sandbox_launch::LocateError::NotExecutable { path, reason } => {
-            RunError::NotExecutable { path, reason }
-        }
-        _ => RunError::NotFound(program.to_owned()),
-    })
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn hosts_entries_are_read_as_hosts5_says() {
-        let text = "127.0.0.1 localhost Svc.Example.com. # a comment\n\
-                    # 10.0.0.1 commented.example.com\n\
-                    ::1 ip6-localhost\n\
-                    not-an-ip name.example.com\n";
-        let got = super::hosts_entries(text);
-        let names: Vec<&str> = got.iter().map(|(_, n)| n.as_str()).collect();
-        assert_eq!(names, ["localhost", "svc.example.com", "ip6-localhost"]);
-        assert_eq!(got[2].0, "::1".parse::<std::net::IpAddr>().unwrap());
+            _ => RunError::Spawn {
+                program: program.to_owned(),
+                source,
+            },
+        },
+        other => RunError::Launch(other),
     }
 }
