@@ -373,12 +373,15 @@ fn a_kernel_answer_is_no_evidence_and_a_refusal_is() {
     assert!(!line.contains("/dev/tty"), "{v}");
 }
 
-/// `/dev/tty` without a controlling terminal is the kernel's `ENXIO` in
-/// every mode, whether writing opens stay in the kernel (a plain `-w`) or go
-/// to the broker (`--report` observes them), as root and as nobody: every
-/// run has a session of its own, so the alias reaches no terminal and is
-/// granted. Twins: the same opens bare (`setsid`) answer the same, and a
-/// write outside the write path is still refused (`EACCES`).
+/// `/dev/tty` without a terminal, in a run's own session: reads get the
+/// kernel's `ENXIO` (reads are not handled); writing opens are refused by
+/// Landlock (`EACCES`) in a plain run, and answered `ENXIO` by the broker,
+/// unrecorded, where it sees them (`--report`); as root and as nobody. The
+/// alias is not granted to Landlock: a command can make a terminal it can
+/// read its controlling one (see
+/// `an_acquired_terminal_is_not_writable_through_dev_tty`). Twins: the same
+/// opens bare (`setsid`) all answer `ENXIO`, and a write outside the write
+/// path is refused (`EACCES`).
 #[test]
 fn dev_tty_without_a_terminal_answers_as_the_kernel_does() {
     let w = tempfile::tempdir().unwrap();
@@ -404,6 +407,7 @@ fn dev_tty_without_a_terminal_answers_as_the_kernel_does() {
         .unwrap();
     let bare = String::from_utf8_lossy(&bare.stdout).into_owned();
     let enxio = libc::ENXIO.to_string();
+    let eacces = libc::EACCES.to_string();
     assert_eq!(
         bare.lines().collect::<Vec<_>>(),
         [enxio.as_str(), &enxio, &enxio, "opened"],
@@ -430,15 +434,137 @@ fn dev_tty_without_a_terminal_answers_as_the_kernel_does() {
             let ctx = format!("nobody={nobody} observed={observed}");
             assert_exit(&out, 0);
             let got = String::from_utf8_lossy(&out.stdout).into_owned();
-            let eacces = libc::EACCES.to_string();
+            let write = if observed { &enxio } else { &eacces };
             assert_eq!(
                 got.lines().collect::<Vec<_>>(),
-                [enxio.as_str(), &enxio, &enxio, &eacces],
+                [write.as_str(), write, &enxio, &eacces],
                 "{ctx}"
             );
             assert!(!o.path().join("f").exists(), "{ctx}");
+            if observed {
+                let record: serde_json::Value =
+                    serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+                let mediation = record["mediation"].to_string();
+                assert!(!mediation.contains("/dev/tty"), "{ctx}: {mediation}");
+            }
         }
     }
+}
+
+/// A command that makes a terminal it can read its controlling one (as the
+/// leader of its session, opening it without `O_NOCTTY`) still cannot write
+/// to it through `/dev/tty`: the terminal here is a pty no session holds,
+/// owned by the caller, open for reading only. Refused in a plain run
+/// (Landlock) and in an observed one (the broker: a terminal that is not the
+/// runner's own), as root and as nobody. Twin: the same script bare (under
+/// `setsid`) writes through `/dev/tty` and the bytes reach the pty.
+#[test]
+fn an_acquired_terminal_is_not_writable_through_dev_tty() {
+    let w = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(
+        w.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o777),
+    )
+    .unwrap();
+    let script = "import os, sys\nfd = os.open(sys.argv[1], os.O_RDONLY)\nprint('ctty' if int(open('/proc/self/stat').read().rsplit(')', 1)[1].split()[4]) else 'none', flush=True)\ntry:\n    t = os.open('/dev/tty', os.O_WRONLY); os.write(t, b'INJECTED'); print('wrote')\nexcept OSError as e: print(e.errno)";
+    let report = w.path().join("r.json");
+    for nobody in [false, true] {
+        for run in ["bare", "plain", "observed"] {
+            let (master, slave) = open_pty();
+            if nobody {
+                std::os::unix::fs::chown(&slave, Some(65534), Some(65534)).unwrap();
+            }
+            let mut cmd = match (run, nobody) {
+                ("bare", false) => std::process::Command::new("setsid"),
+                ("bare", true) => {
+                    let mut c = std::process::Command::new("setpriv");
+                    c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "setsid"]);
+                    c
+                }
+                (_, true) => sandbox_tests::sandbox_as_nobody(),
+                (_, false) => sandbox(),
+            };
+            if run != "bare" {
+                cmd.arg("run").arg("-w").arg(w.path());
+                if run == "observed" {
+                    cmd.arg("--report").arg(&report);
+                }
+                cmd.arg("--");
+            }
+            let out = cmd
+                .args(["/usr/bin/python3", "-c", script])
+                .arg(&slave)
+                .stdin(std::process::Stdio::null())
+                .output()
+                .unwrap();
+            let ctx = format!("nobody={nobody} run={run}");
+            let got = String::from_utf8_lossy(&out.stdout).into_owned();
+            let got: Vec<&str> = got.lines().collect();
+            // The positive control of the scene: the terminal was made the
+            // command's controlling one.
+            assert_eq!(got.first(), Some(&"ctty"), "{ctx}: {out:?}");
+            let written = drain(&master);
+            if run == "bare" {
+                assert_eq!(got.get(1), Some(&"wrote"), "{ctx}");
+                assert!(written.contains("INJECTED"), "{ctx}: {written:?}");
+            } else {
+                assert_eq!(
+                    got.get(1),
+                    Some(&libc::EACCES.to_string().as_str()),
+                    "{ctx}"
+                );
+                assert!(!written.contains("INJECTED"), "{ctx}: {written:?}");
+            }
+        }
+    }
+}
+
+/// A new pty: its master, and its slave's path (no session holds it).
+fn open_pty() -> (std::os::fd::OwnedFd, std::path::PathBuf) {
+    use std::os::fd::FromRawFd;
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty with valid out-pointers and null name/termios/winsize.
+    let rc = unsafe {
+        libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null(),
+            std::ptr::null(),
+        )
+    };
+    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
+    // SAFETY: both fds were just returned by openpty and are owned here.
+    let (master, slave) = unsafe {
+        (
+            std::os::fd::OwnedFd::from_raw_fd(master),
+            std::os::fd::OwnedFd::from_raw_fd(slave),
+        )
+    };
+    let path = std::fs::read_link(format!(
+        "/proc/self/fd/{}",
+        std::os::fd::AsRawFd::as_raw_fd(&slave)
+    ))
+    .unwrap();
+    (master, path)
+}
+
+/// What is waiting on a pty's master, without blocking.
+fn drain(master: &std::os::fd::OwnedFd) -> String {
+    use std::os::fd::AsRawFd;
+    let fd = master.as_raw_fd();
+    // SAFETY: fcntl on an fd we own.
+    unsafe {
+        libc::fcntl(
+            fd,
+            libc::F_SETFL,
+            libc::fcntl(fd, libc::F_GETFL) | libc::O_NONBLOCK,
+        )
+    };
+    let mut buf = [0u8; 4096];
+    // SAFETY: read into a stack buffer of its length.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    String::from_utf8_lossy(&buf[..n.max(0) as usize]).into_owned()
 }
 
 /// `rmdir` of a protected directory that is not empty (`.git` under

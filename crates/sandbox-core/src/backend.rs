@@ -15,12 +15,6 @@ pub struct LaunchOptions {
     /// The runner ends the run by its process group: no process of the run
     /// may leave it (`setsid` and `setpgid` refused).
     pub hold_process_group: bool,
-    /// The child starts a session of its own (the launcher's session hook
-    /// calls `setsid` before the backend's hook): it has no controlling
-    /// terminal, so the backend may let it open `/dev/tty`, which then
-    /// reaches none of the caller's (the kernel answers `ENXIO`). The Landlock
-    /// backend checks this in the child and fails the launch otherwise.
-    pub own_session: bool,
     /// Every write the confinement would refuse is to be recorded in the
     /// run's [`Mediation`], the ones the kernel refuses on its own included
     /// (on Linux: writing opens and directory-entry calls go to the broker,
@@ -40,14 +34,6 @@ impl LaunchOptions {
     pub fn with_process_group_held(self, hold: bool) -> Self {
         Self {
             hold_process_group: hold,
-            ..self
-        }
-    }
-
-    /// Options for a child that starts a session of its own (or not).
-    pub fn with_own_session(self, own_session: bool) -> Self {
-        Self {
-            own_session,
             ..self
         }
     }

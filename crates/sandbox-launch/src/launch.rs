@@ -211,8 +211,6 @@ pub fn launch(
         Some(policy) => {
             let options = LaunchOptions::default()
                 .with_process_group_held(containment.kind() == ContainmentKind::ProcessGroup)
-                // The session hook (below) starts one for every child.
-                .with_own_session(true)
                 .with_writes_observed(launch.observe_writes)
                 .with_limits(launch.limits)
                 .with_dns(launch.dns.clone());

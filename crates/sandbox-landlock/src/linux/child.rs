@@ -54,26 +54,6 @@ pub(crate) fn drop_capabilities() -> Result<(), i32> {
     sandbox_broker::caps::set(sandbox_broker::caps::Caps::NONE)
 }
 
-/// Fails with `ENOTTY` when the calling process has a controlling terminal:
-/// the ruleset grants `/dev/tty` only to a run in a session of its own
-/// (`rules::Session::Own`), and a launch that skipped the new session must
-/// not reach its caller's terminal through it.
-pub(crate) fn no_controlling_terminal() -> Result<(), i32> {
-    // SAFETY: open(2) of a NUL-terminated literal; the fd is closed at once.
-    let fd = unsafe {
-        libc::open(
-            c"/dev/tty".as_ptr(),
-            libc::O_RDONLY | libc::O_NOCTTY | libc::O_CLOEXEC | libc::O_NONBLOCK,
-        )
-    };
-    if fd < 0 {
-        return Ok(());
-    }
-    // SAFETY: closes the fd opened above.
-    unsafe { libc::close(fd) };
-    Err(libc::ENOTTY)
-}
-
 /// `landlock_restrict_self(ruleset_fd, 0)`.
 pub(crate) fn restrict_self(ruleset_fd: RawFd) -> Result<(), i32> {
     // SAFETY: integer arguments only.

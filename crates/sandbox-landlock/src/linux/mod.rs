@@ -36,8 +36,6 @@ pub struct PreparedLandlock {
     drop_capabilities: bool,
     /// Whether the child may not dump core (see [`PreparedLandlock::apply_in_child`]).
     no_core_dumps: bool,
-    /// Whether `/dev/tty` is granted: checked in the child.
-    session: rules::Session,
     abi: KernelAbi,
     report: EnforcementReport,
 }
@@ -66,12 +64,7 @@ pub(crate) fn prepare_with(
     } else {
         rules::Mediation::Split
     };
-    let session = if options.own_session {
-        rules::Session::Own
-    } else {
-        rules::Session::Callers
-    };
-    let plan = rules::plan(policy, abi.effective, mediation, session)?;
+    let plan = rules::plan(policy, abi.effective, mediation)?;
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
     // The run's own shared memory: the broker makes it (its domain grants
@@ -87,7 +80,7 @@ pub(crate) fn prepare_with(
         .and_then(|_| rules::private_shm_dir(policy));
     let launch_ruleset = match &shm_dir {
         Some(dir) => Some(ruleset::build(
-            &rules::plan_with(policy, abi.effective, mediation, session, Some(dir))?,
+            &rules::plan_with(policy, abi.effective, mediation, Some(dir))?,
             extras,
         )?),
         None => None,
@@ -181,7 +174,6 @@ pub(crate) fn prepare_with(
             fixed_credentials,
             drop_capabilities,
             no_core_dumps: mediation == rules::Mediation::Entries,
-            session,
             abi,
             report,
         },
@@ -209,9 +201,6 @@ impl PreparedLandlock {
     /// the deny paths kept by the broker, a core would land in a denied
     /// directory or replace a denied file named like the core pattern.
     pub fn apply_in_child(&self) -> Result<(), i32> {
-        if self.session == rules::Session::Own {
-            child::no_controlling_terminal()?;
-        }
         child::set_no_new_privs()?;
         if self.drop_capabilities {
             child::drop_capabilities()?;

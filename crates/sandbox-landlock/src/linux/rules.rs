@@ -20,30 +20,10 @@ use sandbox_core::ResolvedPolicy;
 use crate::LandlockError;
 
 /// Device files every command may write (writes are discarded): `/dev/null`
-/// for redirections, `/dev/zero` for programs that map it read-write.
+/// for redirections, `/dev/zero` for programs that map it read-write. Not
+/// `/dev/tty`: the runner starts a new session, and a granted terminal would
+/// let the command write to the user's terminal when run without one.
 pub(crate) const WRITABLE_DEVICES: &[&str] = &["/dev/null", "/dev/zero"];
-
-/// The controlling terminal's alias, writable only for a run in a session of
-/// its own ([`Session::Own`]). Its open reaches the opener's controlling
-/// terminal (drivers/tty/tty_io.c, `tty_open_current_tty`): a process of
-/// such a run has none unless it made one of a terminal fd it already holds
-/// (`TIOCSCTTY`, which needs the caller to be the session leader of a session
-/// without one, tty_ioctl(4)), so the grant reaches nothing new, and a shell's
-/// start-up probe gets the kernel's `ENXIO` instead of `EACCES` (issue 41).
-/// Granted to a command that shares its caller's session, it would reach the
-/// caller's terminal, so not then.
-pub(crate) const CONTROLLING_TERMINAL: &str = "/dev/tty";
-
-/// Whether the command starts a session of its own (the runner's launch),
-/// which [`PreparedLandlock::apply_in_child`](super::PreparedLandlock::apply_in_child)
-/// checks before it confines.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub(crate) enum Session {
-    /// A new session (`LaunchOptions::own_session`).
-    Own,
-    /// Whatever the caller's launch gives (a plain `Command`).
-    Callers,
-}
 
 /// One Landlock path-beneath rule: an `O_PATH` fd and the rights beneath it.
 #[derive(Debug)]
@@ -115,9 +95,8 @@ pub(crate) fn plan(
     policy: &ResolvedPolicy,
     abi: ABI,
     mediation: Mediation,
-    session: Session,
 ) -> Result<Plan, LandlockError> {
-    plan_with(policy, abi, mediation, session, None)
+    plan_with(policy, abi, mediation, None)
 }
 
 /// [`plan`] with every right also granted beneath `extra` (the broker's
@@ -127,7 +106,6 @@ pub(crate) fn plan_with(
     policy: &ResolvedPolicy,
     abi: ABI,
     mediation: Mediation,
-    session: Session,
     extra: Option<&Path>,
 ) -> Result<Plan, LandlockError> {
     // TRUNCATE is left unhandled: handling it makes the kernel walk the path on
@@ -186,9 +164,6 @@ pub(crate) fn plan_with(
     }
     for dev in WRITABLE_DEVICES {
         planner.grant(Path::new(dev), all, &denies, Required::No)?;
-    }
-    if session == Session::Own {
-        planner.grant(Path::new(CONTROLLING_TERMINAL), all, &denies, Required::No)?;
     }
     if let Some(extra) = extra {
         planner.grant(extra, all, &denies, Required::No)?;
