@@ -43,6 +43,7 @@ mod linux {
         broker_entries: false,
         broker_connect: false,
         egress: false,
+        broker_reads: false,
     };
 
     fn now_ns() -> u64 {

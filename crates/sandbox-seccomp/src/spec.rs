@@ -360,6 +360,14 @@ pub struct FilterSpec {
     /// refuses the rest), `MSG_FASTOPEN` is refused (it would connect), and
     /// `connect` and `listen` go to the broker (all refused without one).
     pub egress: bool,
+    /// Whether refused reads are to be recorded: with a broker and read
+    /// denials, read-only opens that Landlock could refuse (not `O_PATH`,
+    /// not `O_DIRECTORY`) go to the broker too, which answers `EACCES` and
+    /// records the refusal for an open Landlock would refuse (a file
+    /// beneath a read-deny path, after every error the kernel gives first)
+    /// and lets every other continue in the kernel. Asked for by observed
+    /// runs only (it costs a round trip per open).
+    pub broker_reads: bool,
 }
 
 impl FilterSpec {
@@ -374,7 +382,23 @@ impl FilterSpec {
             broker_entries: false,
             broker_connect: false,
             egress: policy.network_mode() == sandbox_core::NetworkMode::Allowlist,
+            broker_reads: false,
         }
+    }
+
+    /// The same spec with read-only opens routed for their refusals to be
+    /// recorded (or not); see [`FilterSpec::broker_reads`].
+    pub fn with_broker_reads(self, broker_reads: bool) -> Self {
+        FilterSpec {
+            broker_reads,
+            ..self
+        }
+    }
+
+    /// Whether read-only opens go to the broker (refused reads recorded):
+    /// asked for, a broker listens, and the policy denies reads somewhere.
+    pub fn routes_reads(&self) -> bool {
+        self.broker_reads && self.broker && self.read_deny
     }
 
     /// The same spec with writing opens and directory-entry calls brokered (or not).
@@ -424,12 +448,14 @@ impl FilterSpec {
     /// and Landlock's truncate right not relied on (it never is), with
     /// every combination of the other seven switches, the process group
     /// held or not included (unprivileged users hold it on every launch).
+    /// A spec that routes reads ([`FilterSpec::routes_reads`], observed
+    /// runs under read denials) is compiled at run time.
     #[cfg_attr(
         not(all(target_os = "linux", target_arch = "x86_64")),
         allow(dead_code)
     )]
     pub(crate) fn prebuilt_slot(&self) -> Option<usize> {
-        self.broker_connect.then(|| {
+        (self.broker_connect && !self.routes_reads()).then(|| {
             usize::from(self.network)
                 | usize::from(self.deny_subprocess) << 1
                 | usize::from(self.broker) << 2
@@ -440,9 +466,12 @@ impl FilterSpec {
         })
     }
 
-    /// All 256 combinations of the eight switches.
+    /// Every distinct spec: all 256 combinations of the eight switches other
+    /// than [`FilterSpec::broker_reads`], which is set besides only where it
+    /// changes the program ([`FilterSpec::routes_reads`]: with a broker and
+    /// read denials), 64 more.
     pub fn all() -> impl Iterator<Item = FilterSpec> {
-        (0u16..256).map(|bits| FilterSpec {
+        let spec = |bits: u16| FilterSpec {
             network: bits & 1 != 0,
             deny_subprocess: bits & 2 != 0,
             broker_connect: bits & 4 != 0,
@@ -451,6 +480,13 @@ impl FilterSpec {
             hold_group: bits & 32 != 0,
             broker_entries: bits & 64 != 0,
             egress: bits & 128 != 0,
-        })
+            broker_reads: false,
+        };
+        (0u16..256).map(spec).chain(
+            (0u16..256)
+                .map(spec)
+                .map(|s| s.with_broker_reads(true))
+                .filter(FilterSpec::routes_reads),
+        )
     }
 }

@@ -679,6 +679,10 @@ pub mod open_flags {
     pub const TMPFILE: u64 = 0o2000_0000;
     /// `S_ISUID | S_ISGID`.
     pub const SET_ID: u64 = 0o6000;
+    /// `O_DIRECTORY` (the architecture's: aarch64's differs from asm-generic).
+    pub const DIRECTORY: u64 = libc::O_DIRECTORY as u64;
+    /// `O_PATH`.
+    pub const PATH: u64 = libc::O_PATH as u64;
 }
 
 /// `PER_LINUX`, the default persona (libc does not name it).
@@ -821,25 +825,77 @@ fn opening(spec: &FilterSpec) -> Vec<Entry> {
     };
     const OPEN: &str = "O_TRUNC only with write access, no access mode 3, no set-id bits \
                         in a creation mode (see `opening`)";
+    const OPEN_READS: &str = "O_TRUNC only with write access, no access mode 3, no set-id bits \
+                              in a creation mode (see `opening`); refused reads recorded: \
+                              read-only opens Landlock could refuse go to the broker, which \
+                              refuses these forms too (see `observed_reads`)";
     const SET_ID_MODE: &str = "no set-id bits in a creation mode";
     let no_set_id = |arg| allow_if(vec![vec![masked(arg, SET_ID, 0)]]);
     if spec.routes_entries() {
         return brokered_entries(spec);
     }
+    // Refused reads recorded: the plain read-only open (group 0, which
+    // group 1 also matches without a set-id mode) goes to the broker, and
+    // with it the forms refused here (the broker refuses them before
+    // anything else, `Refusal::OpenFlags` and `SetIdBits`, and records them).
+    let open = |flags: u8, mode: u8| {
+        if !spec.routes_reads() {
+            return (allow_if(groups(flags, mode)), OPEN);
+        }
+        let f = |mask, value| masked(flags, mask, value);
+        let no_set_id = masked(mode, SET_ID, 0);
+        let mut any_of = observed_reads(flags);
+        any_of.extend([
+            vec![f(ACCMODE | TRUNC | CREAT, CREAT), no_set_id],
+            vec![f(ACCMODE | TRUNC | TMPFILE, TMPFILE), no_set_id],
+        ]);
+        any_of.extend(groups(flags, mode).into_iter().skip(2));
+        let rule = Rule::AllowIf {
+            any_of,
+            otherwise: Action::UserNotif,
+        };
+        (rule, OPEN_READS)
+    };
+    let (openat, openat_why) = open(2, 3);
     #[allow(unused_mut)]
     let mut rows = vec![
-        row(CALL_OPENAT, allow_if(groups(2, 3)), OPEN),
+        row(CALL_OPENAT, openat, openat_why),
         row(CALL_MKNODAT, no_set_id(2), SET_ID_MODE),
     ];
     #[cfg(target_arch = "x86_64")]
     rows.extend([
-        row(CALL_OPEN, allow_if(groups(1, 2)), OPEN),
+        {
+            let (rule, why) = open(1, 2);
+            row(CALL_OPEN, rule, why)
+        },
         row(CALL_CREAT, no_set_id(1), SET_ID_MODE),
         row(CALL_MKNOD, no_set_id(1), SET_ID_MODE),
     ]);
     rows.extend(entry_calls().into_iter().map(|s| row(s, Rule::Allow, "")));
     rows.push(row(CALL_UMASK, Rule::Allow, ""));
     rows
+}
+
+/// The read-only opens that stay in the kernel when refused reads are
+/// recorded ([`FilterSpec::routes_reads`]): those Landlock never refuses.
+/// Every other plain read-only open goes to the broker, which lets it
+/// continue unless Landlock would refuse it.
+///
+/// * `O_PATH` (its other bits but `O_DIRECTORY`, `O_NOFOLLOW` and
+///   `O_CLOEXEC` are ignored): `do_dentry_open` (fs/open.c) returns for an
+///   `O_PATH` file before `security_file_open`, Landlock's only check of an
+///   open.
+/// * `O_DIRECTORY`: it opens a directory or fails with `ENOTDIR` in
+///   `do_open` (fs/namei.c) before the open; a directory needs Landlock's
+///   READ_DIR, which the backend never handles (its ancestors of a
+///   read-deny path stay listable), so Landlock refuses no such open.
+fn observed_reads(flags: u8) -> Vec<Vec<Cond>> {
+    use open_flags::*;
+    let plain = ACCMODE | TRUNC | CREAT | TMPFILE;
+    vec![
+        vec![masked(flags, plain | PATH, PATH)],
+        vec![masked(flags, plain | DIRECTORY, DIRECTORY)],
+    ]
 }
 
 /// The opens and creating calls whose flags or mode the filter reads.
@@ -886,8 +942,14 @@ fn brokered_entries(spec: &FilterSpec) -> Vec<Entry> {
     use open_flags::*;
     const WHY: &str = "a deny path lies beneath a write path: the broker keeps it \
                        (Landlock grants the write path whole)";
+    // Refused reads recorded: read-only opens go to the broker too, but
+    // for those Landlock never refuses (see `observed_reads`).
     let read_only = |flags: u8| Rule::AllowIf {
-        any_of: vec![vec![masked(flags, ACCMODE | TRUNC | CREAT | TMPFILE, 0)]],
+        any_of: if spec.routes_reads() {
+            observed_reads(flags)
+        } else {
+            vec![vec![masked(flags, ACCMODE | TRUNC | CREAT | TMPFILE, 0)]]
+        },
         otherwise: broker_or_refuse(spec),
     };
     let routed = Rule::Always(broker_or_refuse(spec));
@@ -1455,6 +1517,7 @@ const ANY_SPEC: FilterSpec = FilterSpec {
     broker_connect: false,
     broker_entries: false,
     egress: false,
+    broker_reads: false,
 };
 
 /// The full table for `spec`, sorted by syscall number.
@@ -1537,6 +1600,7 @@ mod tests {
             broker_connect: true,
             broker_entries: false,
             egress: true,
+            broker_reads: false,
         }
     }
 

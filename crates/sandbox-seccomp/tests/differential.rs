@@ -246,7 +246,7 @@ proptest! {
     fn checked_syscalls_agree_outside_the_known_gap(
         nr in prop::sample::select(checked_rows()),
         args in proptest::array::uniform6(arg()),
-        i in 0usize..256,
+        i in 0usize..320,
     ) {
         let (spec, ours, theirs) = &pairs()[i];
         let d = data(nr, args);

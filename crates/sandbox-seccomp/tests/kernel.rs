@@ -1065,6 +1065,7 @@ fn network_on() -> sandbox_seccomp::FilterSpec {
         broker_entries: false,
         broker_connect: false,
         egress: false,
+        broker_reads: false,
     }
 }
 

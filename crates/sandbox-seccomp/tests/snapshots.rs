@@ -18,6 +18,7 @@ fn brokered(network: bool, deny_subprocess: bool, broker: bool) -> String {
         broker_entries: false,
         broker_connect: false,
         egress: false,
+        broker_reads: false,
     };
     compile_spec(&spec).unwrap().disassemble()
 }
@@ -34,6 +35,25 @@ fn default_backend_with_read_denials() {
         broker_entries: false,
         broker_connect: false,
         egress: false,
+        broker_reads: false,
+    };
+    insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
+}
+
+/// Refused reads recorded (an observed run under read denials): read-only
+/// opens but `O_PATH` and `O_DIRECTORY` ones go to the broker too.
+#[test]
+fn observed_reads_with_read_denials() {
+    let spec = FilterSpec {
+        network: true,
+        deny_subprocess: false,
+        broker: true,
+        read_deny: true,
+        hold_group: false,
+        broker_entries: true,
+        broker_connect: true,
+        egress: false,
+        broker_reads: true,
     };
     insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }
