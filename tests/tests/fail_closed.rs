@@ -431,3 +431,57 @@ fn a_run_cannot_create_the_config_of_the_next_run() {
     let out = run_in_home("mkdir -p .config/other && echo x > .config/other/f");
     assert_eq!(code(&out), Some(0), "{}", stderr(&out));
 }
+
+/// A run inside a run is refused, closed, with the real cause (the outer
+/// run's seccomp filter answers Landlock's calls), not "disabled at boot";
+/// as root and as nobody. Twin: the same inner command outside the run
+/// works and confines.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_run_inside_a_run_fails_naming_the_enclosing_filter() {
+    let w = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(w.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let inner = |cmd: &mut std::process::Command| {
+        cmd.arg("run")
+            .arg("-w")
+            .arg(w.path())
+            .arg("--")
+            .arg("/bin/sh")
+            .arg("-c")
+            .arg(format!("touch {}/made", w.path().display()));
+    };
+    for nobody in [false, true] {
+        let ctx = format!("nobody={nobody}");
+        let outer = || {
+            if nobody {
+                sandbox_as_nobody()
+            } else {
+                sandbox()
+            }
+        };
+        // Twin: the inner run alone.
+        let mut alone = outer();
+        inner(&mut alone);
+        let out = alone.output().unwrap();
+        assert_eq!(code(&out), Some(0), "{ctx}: {}", stderr(&out));
+        std::fs::remove_file(w.path().join("made")).unwrap();
+        let mut nested = outer();
+        nested
+            .arg("run")
+            .arg("-w")
+            .arg(w.path())
+            .arg("--")
+            .arg(sandbox_tests::sandbox_bin());
+        inner(&mut nested);
+        let out = nested.output().unwrap();
+        let err = stderr(&out);
+        assert_eq!(code(&out), Some(125), "{ctx}: {err}");
+        assert!(err.contains("seccomp filter"), "{ctx}: {err}");
+        assert!(
+            err.contains("a sandbox run inside a run is not supported"),
+            "{ctx}: {err}"
+        );
+        assert!(!err.contains("lsm="), "{ctx}: {err}");
+        assert!(!w.path().join("made").exists(), "{ctx}: nothing ran");
+    }
+}

@@ -12,8 +12,9 @@ pub enum LandlockError {
         /// What the kernel answered, and what to do about it.
         reason: String,
     },
-    /// The kernel has Landlock, but it is disabled at boot (`lsm=`).
-    #[error("Landlock is not available on this kernel: {reason}")]
+    /// The kernel has Landlock, but it is disabled at boot (`lsm=`), or a
+    /// seccomp filter around this process answers for it.
+    #[error("Landlock is not available here: {reason}")]
     Disabled {
         /// What the kernel answered, and what to do about it.
         reason: String,

@@ -84,10 +84,25 @@ pub fn detect_abi() -> Result<KernelAbi, LandlockError> {
     if v < 0 {
         let err = std::io::Error::last_os_error();
         return Err(match err.raw_os_error() {
-            Some(libc::EOPNOTSUPP) => LandlockError::Disabled {
-                reason: format!(
-                    "the kernel has Landlock but it is disabled ({err}); add `landlock` to the `lsm=` boot parameter"
-                ),
+            Some(libc::EOPNOTSUPP) => match seccomp_filters() {
+                // A filter can answer for the kernel: a sandbox's, such as
+                // an enclosing `sandbox run` (whose filter refuses nested
+                // Landlock while its broker serves the run), gives exactly
+                // this answer.
+                Some(n) if n > 0 => LandlockError::Disabled {
+                    reason: format!(
+                        "landlock_create_ruleset answered {err} under {n} seccomp filter(s) \
+                         (Seccomp_filters in /proc/self/status): this process is most likely \
+                         confined already, by an enclosing `sandbox run` or another sandbox, \
+                         which refuses Landlock to what it runs; a sandbox run inside a run is \
+                         not supported: run the command outside it"
+                    ),
+                },
+                _ => LandlockError::Disabled {
+                    reason: format!(
+                        "the kernel has Landlock but it is disabled ({err}); add `landlock` to the `lsm=` boot parameter"
+                    ),
+                },
             },
             Some(libc::ENOSYS) => LandlockError::Unsupported {
                 reason: format!(
@@ -115,6 +130,16 @@ pub fn detect_abi() -> Result<KernelAbi, LandlockError> {
         Some(ceiling) => abi.lowered_to(ceiling),
         None => Ok(abi),
     }
+}
+
+/// How many seccomp filters confine this thread (`Seccomp_filters` of
+/// `/proc/thread-self/status`, Linux 5.9), when it says.
+fn seccomp_filters() -> Option<u32> {
+    let status = std::fs::read_to_string("/proc/thread-self/status").ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Seccomp_filters:"))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 /// The ABI as a number (`ABI` has no public conversion).
