@@ -170,6 +170,8 @@ pub(crate) struct PolicyFlags {
     /// address or CIDR network, each with an optional `:PORT`.
     #[arg(long = "allow-net", value_name = "HOST[:PORT]")]
     pub(crate) allow_net: Vec<sandbox::EgressRule>,
+    #[command(flatten)]
+    pub(crate) egress: crate::egress_flags::EgressFlags,
     /// Refuse child processes.
     #[arg(long)]
     pub(crate) deny_subprocess: bool,

@@ -28,6 +28,7 @@ static ALLOCATOR: rlsf::SmallGlobalTlsf = rlsf::SmallGlobalTlsf::new();
 
 mod approval;
 mod args;
+mod egress_flags;
 mod error_chain;
 mod git_audit;
 mod log;
@@ -296,6 +297,7 @@ fn effective_policy(
                 network: !flags.no_network,
                 // Without --allow-net, the operator's list applies (it bounds the request).
                 allow_net: flags.allow_net.clone(),
+                requests: flags.egress.allow_request.clone(),
                 write_paths: abs(&flags.write)?,
                 read_deny_paths: abs(&flags.read_deny)?,
                 write_deny_paths: abs(&flags.write_deny)?,

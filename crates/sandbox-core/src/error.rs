@@ -86,6 +86,14 @@ pub enum PolicyError {
         /// The requested rule.
         rule: String,
     },
+    /// A requested per-request rule is not among the operator's `requests`,
+    /// or (the operator listing none) its host is not within the operator's
+    /// `allow_net`.
+    #[error("requested request rule '{rule}' is not among the operator's requests (or its host not within the operator's allow_net); the operator policy can only be narrowed")]
+    RequestOutsideOperator {
+        /// The requested rule.
+        rule: String,
+    },
     /// The op envelope has no command.
     #[error("the op's argv is empty; give the program to run")]
     EmptyArgv,

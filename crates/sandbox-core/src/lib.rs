@@ -45,6 +45,7 @@ mod pins;
 mod policy;
 pub mod protect;
 mod report;
+pub mod request;
 pub mod text;
 
 pub use axis::Axis;
@@ -75,4 +76,8 @@ pub use op::{builtin_op_bound, SandboxedExecOp};
 pub use pins::{DatagramSockets, DnsRoute, Pins, MAX_PINS, MAX_PIN_TTL};
 pub use policy::{ExpandContext, NetworkMode, OperatorPolicy, ResolvedPolicy, SandboxPolicy};
 pub use report::{AxisEnforcement, Enforcement, EnforcementReport, Level};
+pub use request::{
+    normalize_path, NormalPath, PathProblem, RequestRule, RequestRuleError, SecretSource,
+    SecretSpec,
+};
 pub use text::terminal_safe;

@@ -67,6 +67,7 @@ impl SandboxedExecOp {
         SandboxPolicy {
             network: self.network,
             allow_net: Vec::new(),
+            requests: Vec::new(),
             write_paths: self.write_paths.clone(),
             read_deny_paths: Vec::new(),
             write_deny_paths: Vec::new(),

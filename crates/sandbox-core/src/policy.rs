@@ -9,6 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::error::PolicyError;
 use crate::net::EgressRule;
+use crate::request::RequestRule;
 
 /// Default wall-clock limit, in seconds.
 pub const DEFAULT_TIMEOUT_SECONDS: u64 = 120;
@@ -33,6 +34,15 @@ pub struct SandboxPolicy {
     /// and networks (`192.0.2.7:443`, `10.0.0.0/8`) also directly. See
     /// [`EgressRule`].
     pub allow_net: Vec<EgressRule>,
+    /// Per-request egress rules (`[[sandbox.policy.requests]]`, CLI
+    /// `--allow-request 'METHODS URL-PATTERN'`): a host one names is
+    /// intercepted by the runner's proxy (its TLS terminated with a per-run
+    /// CA), and only the requests some rule admits reach it. Listing any
+    /// makes the network an allowlist ([`NetworkMode::Allowlist`]). See
+    /// [`RequestRule`]. Linux only: elsewhere a run with request rules does
+    /// not start.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub requests: Vec<RequestRule>,
     /// Paths the command may write beneath (closed by default). Writing implies reading.
     pub write_paths: Vec<String>,
     /// Paths removed from the broad read surface.
@@ -83,6 +93,7 @@ impl Default for SandboxPolicy {
         Self {
             network: true,
             allow_net: Vec::new(),
+            requests: Vec::new(),
             write_paths: Vec::new(),
             read_deny_paths: Vec::new(),
             write_deny_paths: Vec::new(),
@@ -111,6 +122,11 @@ pub struct OperatorPolicy {
     /// [`SandboxPolicy::allow_net`].
     #[serde(skip_serializing_if = "Option::is_none")]
     pub allow_net: Option<Vec<EgressRule>>,
+    /// [`SandboxPolicy::requests`]: a request's rules must be among these
+    /// (left out: request rules are bounded by `allow_net` alone, a rule's
+    /// host and port within it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub requests: Option<Vec<RequestRule>>,
     /// [`SandboxPolicy::write_paths`]: a request's write paths must lie
     /// beneath one of these (left out: no write bound).
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -153,6 +169,7 @@ impl OperatorPolicy {
         SandboxPolicy {
             network: self.network.unwrap_or(d.network),
             allow_net: self.allow_net.clone().unwrap_or(d.allow_net),
+            requests: self.requests.clone().unwrap_or(d.requests),
             write_paths: self.write_paths.clone().unwrap_or(d.write_paths),
             read_deny_paths: self.read_deny_paths.clone().unwrap_or(d.read_deny_paths),
             write_deny_paths: self.write_deny_paths.clone().unwrap_or(d.write_deny_paths),
@@ -305,6 +322,7 @@ fn absolute(path: PathBuf) -> Result<PathBuf, String> {
 pub struct ResolvedPolicy {
     network: bool,
     allow_net: Vec<EgressRule>,
+    requests: Vec<RequestRule>,
     write_paths: Vec<PathBuf>,
     read_deny: DenySet,
     write_deny: DenySet,
@@ -350,10 +368,21 @@ impl SandboxPolicy {
                 rule: self.allow_net[0].to_string(),
             });
         }
+        if !self.network && !self.requests.is_empty() {
+            return Err(PolicyError::AllowNetWithoutNetwork {
+                rule: self.requests[0].to_string(),
+            });
+        }
         let mut allow_net: Vec<EgressRule> = Vec::new();
         for rule in &self.allow_net {
             if !allow_net.contains(rule) {
                 allow_net.push(rule.clone());
+            }
+        }
+        let mut requests: Vec<RequestRule> = Vec::new();
+        for rule in &self.requests {
+            if !requests.contains(rule) {
+                requests.push(rule.clone());
             }
         }
         let mut write_paths = BTreeSet::new();
@@ -403,6 +432,7 @@ impl SandboxPolicy {
         Ok(ResolvedPolicy {
             network: self.network,
             allow_net,
+            requests,
             write_paths: write_paths.into_iter().collect(),
             read_deny,
             write_deny,
@@ -660,7 +690,10 @@ impl ResolvedPolicy {
 
     /// Off, on, or on for the listed destinations only.
     pub fn network_mode(&self) -> NetworkMode {
-        match (self.network, self.allow_net.is_empty()) {
+        match (
+            self.network,
+            self.allow_net.is_empty() && self.requests.is_empty(),
+        ) {
             (false, _) => NetworkMode::Off,
             (true, true) => NetworkMode::On,
             (true, false) => NetworkMode::Allowlist,
@@ -670,6 +703,12 @@ impl ResolvedPolicy {
     /// The destinations allowed when [`NetworkMode::Allowlist`] (empty otherwise).
     pub fn allow_net(&self) -> &[EgressRule] {
         &self.allow_net
+    }
+
+    /// The per-request rules ([`SandboxPolicy::requests`]); the hosts they
+    /// name are intercepted.
+    pub fn requests(&self) -> &[RequestRule] {
+        &self.requests
     }
 
     /// The same policy with `rule` added to the allowed destinations (for
@@ -742,6 +781,7 @@ impl ResolvedPolicy {
         SandboxPolicy {
             network: self.network,
             allow_net: self.allow_net.clone(),
+            requests: self.requests.clone(),
             write_paths: strings(&self.write_paths),
             read_deny_paths: self.read_deny.spellings(),
             write_deny_paths: self.write_deny.spellings(),
@@ -816,7 +856,7 @@ impl ResolvedPolicy {
         let network = self.network && operator.network;
         let allow_net = if !network {
             Vec::new()
-        } else if operator.allow_net.is_empty() {
+        } else if operator.allow_net.is_empty() && operator.requests.is_empty() {
             self.allow_net.clone()
         } else if self.allow_net.is_empty() {
             operator.allow_net.clone()
@@ -832,9 +872,42 @@ impl ResolvedPolicy {
             }
             self.allow_net.clone()
         };
+        let requests = if !network {
+            Vec::new()
+        } else if !operator.requests.is_empty() {
+            if self.requests.is_empty() {
+                operator.requests.clone()
+            } else {
+                if let Some(rule) = self
+                    .requests
+                    .iter()
+                    .find(|r| !operator.requests.contains(r))
+                {
+                    return Err(PolicyError::RequestOutsideOperator {
+                        rule: rule.to_string(),
+                    });
+                }
+                self.requests.clone()
+            }
+        } else {
+            // The operator lists no request rules: its allow_net (when it
+            // lists one) bounds the hosts a request rule may name.
+            if !operator.allow_net.is_empty() {
+                if let Some(rule) = self.requests.iter().find(|r| {
+                    let dest = format!("{}:{}", r.host(), r.port()).parse::<EgressRule>();
+                    !dest.is_ok_and(|d| operator.allow_net.iter().any(|o| d.within(o)))
+                }) {
+                    return Err(PolicyError::RequestOutsideOperator {
+                        rule: rule.to_string(),
+                    });
+                }
+            }
+            self.requests.clone()
+        };
         Ok(ResolvedPolicy {
             network,
             allow_net,
+            requests,
             write_paths: self.write_paths.clone(),
             read_deny: self.read_deny.union(&operator.read_deny),
             write_deny: self.write_deny.union(&operator.write_deny),
@@ -930,6 +1003,78 @@ mod tests {
         }
         .resolve(&ExpandContext::default())
         .unwrap();
+    }
+
+    #[test]
+    fn request_rules_make_an_allowlist_need_the_network_and_only_narrow() {
+        let rule = |t: &str| -> RequestRule { t.parse().unwrap() };
+        let with = |network: bool, requests: &[&str], allow_net: &[&str]| SandboxPolicy {
+            network,
+            requests: requests.iter().map(|r| rule(r)).collect(),
+            allow_net: allow_net.iter().map(|r| r.parse().unwrap()).collect(),
+            ..SandboxPolicy::default()
+        };
+        let get = "GET https://pkgs.example.com/simple/**";
+        let post = "POST https://api.example.com/v1/*";
+        let listed = with(true, &[get, get], &[])
+            .resolve(&ExpandContext::default())
+            .unwrap();
+        assert_eq!(listed.network_mode(), NetworkMode::Allowlist);
+        assert_eq!(listed.requests().len(), 1, "duplicates collapse");
+        let err = with(false, &[get], &[])
+            .resolve(&ExpandContext::default())
+            .unwrap_err();
+        assert!(
+            matches!(err, PolicyError::AllowNetWithoutNetwork { .. }),
+            "{err}"
+        );
+        let resolve = |p: SandboxPolicy| p.resolve(&ExpandContext::default()).unwrap();
+        // The operator lists rules: a request takes them, or a subset.
+        let operator = resolve(with(true, &[get, post], &[]));
+        let open = resolve(with(true, &[], &[]));
+        assert_eq!(open.bounded_by(&operator).unwrap().requests().len(), 2);
+        assert_eq!(
+            open.bounded_by(&operator).unwrap().network_mode(),
+            NetworkMode::Allowlist
+        );
+        assert_eq!(listed.bounded_by(&operator).unwrap().requests().len(), 1);
+        let other = resolve(with(true, &["GET https://pkgs.example.com/**"], &[]));
+        assert!(matches!(
+            other.bounded_by(&operator).unwrap_err(),
+            PolicyError::RequestOutsideOperator { .. }
+        ));
+        // ... and no tunnels it does not list.
+        let tunnel = resolve(with(true, &[], &["pkgs.example.com:443"]));
+        assert!(tunnel.bounded_by(&operator).is_err());
+        // Only allow_net: a rule's host and port must lie within it.
+        let hosts = resolve(with(true, &[], &["*.example.com:443"]));
+        assert_eq!(listed.bounded_by(&hosts).unwrap().requests().len(), 1);
+        let narrow = resolve(with(true, &[], &["api.example.com:443"]));
+        assert!(matches!(
+            listed.bounded_by(&narrow).unwrap_err(),
+            PolicyError::RequestOutsideOperator { .. }
+        ));
+        // Network off on either side: no rules.
+        let off = resolve(with(false, &[], &[]));
+        assert!(listed.bounded_by(&off).unwrap().requests().is_empty());
+        // The config form.
+        let p: SandboxPolicy = toml::from_str(
+            "[[requests]]\nmethods = [\"GET\", \"HEAD\"]\nurl = \"https://pkgs.example.com/simple/**\"\n",
+        )
+        .unwrap();
+        assert_eq!(
+            p.requests,
+            vec![rule("GET,HEAD https://pkgs.example.com/simple/**")]
+        );
+        let err = toml::from_str::<SandboxPolicy>(
+            "[[requests]]\nmethods = [\"GET\"]\nurl = \"https://a.example.com/\"\nhost = \"x\"\n",
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("host"), "{err}");
+        // Serialising leaves the field out when empty.
+        assert!(!serde_json::to_string(&SandboxPolicy::default())
+            .unwrap()
+            .contains("requests"));
     }
 
     #[test]

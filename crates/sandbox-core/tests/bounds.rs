@@ -40,6 +40,7 @@ proptest! {
         let operator = SandboxPolicy {
             network: op_net,
             allow_net: vec![],
+            requests: vec![],
             write_paths: pick(op_writes, DIRS).map(abs).collect(),
             read_deny_paths: pick(op_deny, DIRS).map(abs).collect(),
             write_deny_paths: pick(op_deny >> 3, DIRS).map(abs).collect(),
@@ -112,6 +113,7 @@ fn policy_round_trips_through_json_and_toml() {
     let p = SandboxPolicy {
         network: false,
         allow_net: vec![],
+        requests: vec![],
         write_paths: vec![dir.path().join("a").to_str().unwrap().into()],
         read_deny_paths: vec![dir.path().join("b/secret").to_str().unwrap().into()],
         write_deny_paths: vec![dir.path().join("a/.git").to_str().unwrap().into()],

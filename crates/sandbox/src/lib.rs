@@ -54,6 +54,7 @@ pub use sandbox_core::net::{
     EgressRule, EgressRuleError, EgressRules, NameMatch, NameRule, NetRule, NetRuleError,
 };
 pub use sandbox_core::protect;
+pub use sandbox_core::request::{RequestRule, RequestRuleError, SecretSpec};
 pub use sandbox_core::terminal_safe;
 pub use sandbox_core::{
     builtin_op_bound, config_candidates, Axis, AxisEnforcement, Backend, BackendChoice,

@@ -1,0 +1,24 @@
+//! The egress flags of issue #44: per-request rules (intercepted hosts) and
+//! how the proxy verifies the origins it forwards them to.
+
+use std::path::PathBuf;
+
+use clap::Args;
+
+// Flattened into `PolicyFlags` (no doc comment here: a flattened struct's
+// would replace the subcommand's description).
+#[derive(Args, Clone, Default)]
+pub(crate) struct EgressFlags {
+    /// Allow only requests of these METHODS to URLs matching URL-PATTERN
+    /// (repeatable), e.g. `'GET,HEAD https://pkgs.example.com/simple/**'`:
+    /// the host it names is intercepted (the proxy terminates TLS with a
+    /// per-run CA the run trusts, checks each request's method and
+    /// normalised path, refuses the others with 403). `*` in the pattern is
+    /// one path segment, `**` any number. Linux only.
+    #[arg(long = "allow-request", value_name = "METHODS URL-PATTERN", conflicts_with_all = ["policy_json", "no_network"])]
+    pub(crate) allow_request: Vec<sandbox::RequestRule>,
+    /// Verify the origins of intercepted hosts against the certificates of
+    /// this PEM file instead of the system roots.
+    #[arg(long = "upstream-ca", value_name = "FILE")]
+    pub(crate) upstream_ca: Option<PathBuf>,
+}
