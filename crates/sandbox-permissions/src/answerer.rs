@@ -1,7 +1,5 @@
 //! Answerers: the links of the approval chain.
 
-use serde::Deserialize;
-
 use crate::outcome::ApprovalOutcome;
 use crate::request::ApprovalRequest;
 
@@ -16,27 +14,6 @@ pub enum Answer {
     /// The answerer produced something that is not an answer (the text says what).
     /// The chain stops and the outcome is `unavailable`.
     Malformed(String),
-}
-
-impl Answer {
-    /// Parses an answer from an external answerer's JSON:
-    /// `{"decision": "allowed-once" | "rejected" | "cancelled" | "unavailable" | "delegate"}`.
-    /// Anything else is [`Answer::Malformed`].
-    pub fn from_json(text: &str) -> Self {
-        #[derive(Deserialize)]
-        #[serde(deny_unknown_fields)]
-        struct Wire {
-            decision: String,
-        }
-        match serde_json::from_str::<Wire>(text) {
-            Ok(w) if w.decision == "delegate" => Self::Delegate,
-            Ok(w) => match serde_json::from_value(serde_json::Value::String(w.decision.clone())) {
-                Ok(outcome) => Self::Decide(outcome),
-                Err(_) => Self::Malformed(format!("unknown decision {:?}", w.decision)),
-            },
-            Err(e) => Self::Malformed(format!("not an answer ({e})")),
-        }
-    }
 }
 
 /// One link of the approval chain.
@@ -78,15 +55,17 @@ impl<A: Answerer + ?Sized> Answerer for Box<A> {
     }
 }
 
-/// A non-interactive answerer built from a name and a closure.
-pub struct FnAnswerer<F> {
+/// A non-interactive answerer built from a name and a closure (tests).
+#[cfg(test)]
+pub(crate) struct FnAnswerer<F> {
     name: String,
     f: F,
 }
 
+#[cfg(test)]
 impl<F: Fn(&ApprovalRequest) -> Answer> FnAnswerer<F> {
     /// An answerer called `name` that answers with `f`.
-    pub fn new(name: impl Into<String>, f: F) -> Self {
+    pub(crate) fn new(name: impl Into<String>, f: F) -> Self {
         Self {
             name: name.into(),
             f,
@@ -94,44 +73,12 @@ impl<F: Fn(&ApprovalRequest) -> Answer> FnAnswerer<F> {
     }
 }
 
+#[cfg(test)]
 impl<F: Fn(&ApprovalRequest) -> Answer> Answerer for FnAnswerer<F> {
     fn name(&self) -> &str {
         &self.name
     }
     fn answer(&self, request: &ApprovalRequest) -> Answer {
         (self.f)(request)
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn json_answers_parse_and_garbage_is_malformed() {
-        assert_eq!(
-            Answer::from_json(r#"{"decision":"allowed-once"}"#),
-            Answer::Decide(ApprovalOutcome::AllowedOnce)
-        );
-        assert_eq!(
-            Answer::from_json(r#"{"decision":"rejected"}"#),
-            Answer::Decide(ApprovalOutcome::Rejected)
-        );
-        assert_eq!(
-            Answer::from_json(r#"{"decision":"delegate"}"#),
-            Answer::Delegate
-        );
-        for garbage in [
-            "",
-            "yes",
-            r#"{"decision":"allow"}"#,
-            r#"{"decision":"allowed-once","remember":true}"#,
-            r#"{"decision":true}"#,
-        ] {
-            assert!(
-                matches!(Answer::from_json(garbage), Answer::Malformed(_)),
-                "{garbage}"
-            );
-        }
     }
 }

@@ -25,13 +25,13 @@ pub struct Approvals<'a> {
 
 /// An outcome with who decided and why, as audited.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Decision {
+pub(crate) struct Decision {
     /// The outcome.
-    pub outcome: ApprovalOutcome,
+    pub(crate) outcome: ApprovalOutcome,
     /// The answerer that took the request, if any.
-    pub answerer: Option<String>,
+    pub(crate) answerer: Option<String>,
     /// Why (for operators; not for a model).
-    pub reason: String,
+    pub(crate) reason: String,
 }
 
 impl<'a> Approvals<'a> {
@@ -45,16 +45,6 @@ impl<'a> Approvals<'a> {
         }
     }
 
-    /// The session's approval policy.
-    pub fn policy(&self) -> ApprovalPolicy {
-        self.policy
-    }
-
-    /// Changes the session's approval policy.
-    pub fn set_policy(&mut self, policy: ApprovalPolicy) {
-        self.policy = policy;
-    }
-
     /// Whether the run may prompt a human.
     pub fn interactive(&self) -> bool {
         self.interactive
@@ -66,19 +56,13 @@ impl<'a> Approvals<'a> {
         self
     }
 
-    /// Adds an answerer at the front of the chain.
-    pub fn prepend(&mut self, answerer: impl Answerer + 'a) -> &mut Self {
-        self.answerers.insert(0, Box::new(answerer));
-        self
-    }
-
     /// Decides `request`. Only [`ApprovalOutcome::AllowedOnce`] permits the operation.
     pub fn request(&self, request: &ApprovalRequest) -> ApprovalOutcome {
         self.request_detailed(request).outcome
     }
 
     /// Like [`Approvals::request`], with the answerer and reason.
-    pub fn request_detailed(&self, request: &ApprovalRequest) -> Decision {
+    pub(crate) fn request_detailed(&self, request: &ApprovalRequest) -> Decision {
         let request_id = next_request_id();
         let asked = AuditEvent::Asked {
             request_id: request_id.clone(),
@@ -182,7 +166,7 @@ fn next_request_id() -> String {
 /// Decides whether a command denied by the sandbox may be re-run once with
 /// `request.escalation`. `never` and non-interactive runs never prompt; every
 /// outcome but `allowed-once` means "do not re-run".
-pub fn decide_escalation(
+pub(crate) fn decide_escalation(
     policy: ApprovalPolicy,
     interactive: bool,
     request: &EscalationRequest,
@@ -334,7 +318,7 @@ mod tests {
             ApprovalPolicy::Ask,
             true,
             vec![Box::new(FnAnswerer::new("hook", |_| {
-                Answer::from_json(r#"{"decision":"sure"}"#)
+                Answer::Malformed("unknown decision \"sure\"".into())
             }))],
         );
         assert_eq!(d.outcome, ApprovalOutcome::Unavailable);
@@ -342,12 +326,12 @@ mod tests {
     }
 
     #[test]
-    fn never_rejects_without_asking_even_prepended_answerers() {
+    fn never_rejects_without_asking_any_answerer() {
         let asked = Cell::new(0);
         let (d, audit) = run(|sink| {
             let mut a = Approvals::new(ApprovalPolicy::Never, true, sink);
+            a.push(decide(ApprovalOutcome::AllowedOnce));
             a.push(Human(&asked, ApprovalOutcome::AllowedOnce));
-            a.prepend(decide(ApprovalOutcome::AllowedOnce));
             a.request_detailed(&req())
         });
         assert_eq!(d.outcome, ApprovalOutcome::Rejected);

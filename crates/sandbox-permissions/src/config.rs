@@ -3,7 +3,6 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use sandbox_core::SandboxMode;
 use serde::Deserialize;
 
 use crate::grant::GrantKey;
@@ -40,18 +39,6 @@ pub enum PreApproval {
     Allow,
 }
 
-/// A named preset as written in config.
-#[derive(Debug, Clone, PartialEq, Eq, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct PresetConfig {
-    /// Preset name (`custom` is reserved).
-    pub name: String,
-    /// The sandbox mode it selects.
-    pub sandbox_mode: SandboxMode,
-    /// The approval policy it selects.
-    pub approval: ApprovalPolicy,
-}
-
 /// The operator's permission settings.
 ///
 /// ```toml
@@ -59,10 +46,6 @@ pub struct PresetConfig {
 /// approval = "ask"
 /// [permissions.pre_approved]
 /// "build/file.write/tmp/out" = "allow"
-/// [[permissions.presets]]
-/// name = "ci"
-/// sandbox_mode = "workspace-write"
-/// approval = "never"
 /// ```
 #[derive(Debug, Clone, Default, PartialEq, Eq, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -71,8 +54,6 @@ pub struct PermissionsConfig {
     pub approval: Option<ApprovalPolicy>,
     /// Project-wide pre-approvals: `"<skill>/<op>/<path>" = "allow"`.
     pub pre_approved: BTreeMap<GrantKey, PreApproval>,
-    /// Presets added to (or replacing by name) the two defaults.
-    pub presets: Vec<PresetConfig>,
 }
 
 impl PermissionsConfig {
@@ -123,10 +104,6 @@ approval = "never"
 [permissions.pre_approved]
 "build/file.write/tmp/out" = "allow"
 "fetch/network/*" = "allow"
-[[permissions.presets]]
-name = "ci"
-sandbox_mode = "workspace-write"
-approval = "never"
 "#;
 
     #[test]
@@ -135,7 +112,6 @@ approval = "never"
         assert_eq!(c.approval, Some(ApprovalPolicy::Never));
         let keys: Vec<String> = c.pre_approved_keys().map(ToString::to_string).collect();
         assert_eq!(keys, ["build/file.write/tmp/out", "fetch/network/*"]);
-        assert_eq!(c.presets[0].name, "ci");
         assert_eq!(
             PermissionsConfig::from_toml_str("[sandbox]\n", Path::new("c.toml")).unwrap(),
             PermissionsConfig::default()
@@ -146,9 +122,15 @@ approval = "never"
     fn unknown_fields_and_bad_values_are_refused() {
         for (bad, needle) in [
             ("[permissions]\naproval = \"ask\"\n", "aproval"),
-            ("[permissions.pre_approved]\n\"b/file.write/tmp\" = \"deny\"\n", "deny"),
-            ("[permissions.pre_approved]\n\"b/exec/tmp\" = \"allow\"\n", "exec"),
-            ("[[permissions.presets]]\nname = \"x\"\nsandbox_mode = \"read-only\"\napproval = \"ask\"\ncolor = 1\n", "color"),
+            (
+                "[permissions.pre_approved]\n\"b/file.write/tmp\" = \"deny\"\n",
+                "deny",
+            ),
+            (
+                "[permissions.pre_approved]\n\"b/exec/tmp\" = \"allow\"\n",
+                "exec",
+            ),
+            ("[[permissions.presets]]\nname = \"ci\"\n", "presets"),
         ] {
             let err = PermissionsConfig::from_toml_str(bad, Path::new("c.toml"))
                 .unwrap_err()

@@ -1,43 +1,53 @@
-//! Dispatch-time permissions, approvals and presets.
+//! Dispatch-time permissions and approvals: the permission model of the
+//! original specification (seed 002) and the approval service of the
+//! sandbox/approval model (seed 004).
 //!
 //! The sandbox bounds what a running process can do; this crate decides,
-//! before anything runs, whether an operation may run at all and under which
-//! sandbox mode. Everything fails closed: no answer is a "no", a
-//! non-interactive run never prompts, and a grant to one skill is not
-//! inherited by the skills it calls.
+//! before anything runs, whether an operation may run at all. Everything
+//! fails closed: no answer is a "no", a non-interactive run never prompts,
+//! and a grant to one skill is not inherited by the skills it calls.
 //!
+//! * [`PermissionModel`]: three layers (defaults, operator pre-approvals
+//!   from [`PermissionsConfig`], grants stored in an [`ApprovalStore`]),
+//!   keyed `<skill>/<op>/<path>` ([`GrantKey`]). `sandbox exec-op` checks an
+//!   op envelope's declared scope with it before the sandbox runs.
 //! * [`Approvals`]: the approval service. [`ApprovalPolicy::Never`] rejects
 //!   before any [`Answerer`] is asked; otherwise the first answerer that takes
-//!   the request decides. The result is the closed [`ApprovalOutcome`].
+//!   the request decides. The result is the closed [`ApprovalOutcome`];
+//!   [`TerminalAnswerer`] asks a human on the terminal.
 //! * [`AuditSink`] / [`JsonLinesAudit`]: `asked` and `decided` events as JSON lines.
-//! * [`PermissionModel`]: defaults, approved per-skill declarations and
-//!   operator pre-approvals, with grants keyed `<skill>/<op>/<path>` ([`GrantKey`])
-//!   and persisted in an [`ApprovalStore`].
-//! * [`PresetTable`] / [`PermissionState`]: named (sandbox mode, approval policy) bundles.
-//! * [`EscalationRequest`], [`effective_mode`], [`decide_escalation`] and
-//!   [`TerminalAnswerer`]: the one-shot re-run after a sandbox denial.
+//! * [`replay`]: a session log's approval policy (`--session FILE`; the
+//!   `session_log` example writes one).
+//! * [`EscalationRequest`] and [`decide_escalation_on_tty`]: the one-shot
+//!   re-run after a sandbox denial (`sandbox run --approval ask`).
 //!
-//! A CLI offering a one-shot re-run after a sandbox denial:
+//! A dispatcher checking what an op declares, as `sandbox exec-op` does:
 //!
 //! ```no_run
-//! use std::time::Duration;
-//! use sandbox_core::{SandboxMode, SandboxPolicy};
+//! use std::path::Path;
 //! use sandbox_permissions::*;
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
-//! # let (policy, state_dir) = (SandboxPolicy::default(), std::path::Path::new("/tmp"));
-//! let request = EscalationRequest {
-//!     argv: vec!["touch".into(), "/srv/out.txt".into()],
-//!     evidence: vec!["touch: cannot touch '/srv/out.txt': Permission denied".into()],
-//!     escalation: Escalation::write_path_for("/srv/out.txt".as_ref()),
+//! let (workspace, state) = (Path::new("/srv/project"), Path::new("/srv/state"));
+//! let config = PermissionsConfig::from_toml_str(
+//!     "[permissions.pre_approved]\n\"build/network/*\" = \"allow\"\n",
+//!     Path::new("config.toml"),
+//! )?;
+//! let defaults = Defaults::new(workspace, &[workspace.to_path_buf()])?;
+//! let mut model = PermissionModel::new(defaults, &config, ApprovalStore::load(state)?);
+//! let call = SkillCall::root(SkillName::new("build")?);
+//! let declaration = Declaration {
+//!     phase: None,
+//!     needs: vec![
+//!         (Op::Network, Target::Any),
+//!         (Op::FileWrite, Target::path("/srv/out")?),
+//!     ],
 //! };
-//! let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(state_dir))?;
-//! let outcome =
-//!     decide_escalation_on_tty(ApprovalPolicy::Ask, &request, &audit, Duration::from_secs(60));
-//! if outcome.permits() {
-//!     let plan = request.retry_plan(&policy);
-//!     let (mode, _source) = plan.mode(Some(SandboxMode::WorkspaceWrite), SandboxMode::ReadOnly);
-//!     // run once with `plan.policy` under `mode`
+//! // Not interactive: nothing is asked, a missing grant is an error naming it.
+//! let approvals = Approvals::new(ApprovalPolicy::Ask, false, JsonLinesAudit::new(std::io::sink()));
+//! match model.ensure(&call, &declaration, &approvals) {
+//!     Ok(()) => { /* run the op */ }
+//!     Err(e) => eprintln!("refused before it ran: {e}"),
 //! }
 //! # Ok(()) }
 //! ```
@@ -52,26 +62,20 @@ mod escalation;
 mod grant;
 mod outcome;
 mod permission;
-mod preset;
 mod request;
 mod session;
 mod store;
 mod terminal;
 
-pub use answerer::{Answer, Answerer, FnAnswerer};
+pub use answerer::{Answer, Answerer};
 pub use audit::{AuditError, AuditEvent, AuditSink, JsonLinesAudit};
-pub use chain::{decide_escalation, Approvals, Decision};
-pub use config::{PermissionsConfig, PermissionsConfigError, PreApproval, PresetConfig};
-pub use escalation::{effective_mode, Escalation, EscalationRequest, ModeSource, RetryPlan};
+pub use chain::Approvals;
+pub use config::{PermissionsConfig, PermissionsConfigError, PreApproval};
+pub use escalation::{Escalation, EscalationRequest};
 pub use grant::{GrantKey, GrantKeyError, GrantRequest, Op, SkillName, Target};
 pub use outcome::{ApprovalOutcome, ApprovalPolicy};
 pub use permission::{Declaration, Defaults, Layer, PermissionError, PermissionModel, SkillCall};
-pub use preset::{
-    CurrentPreset, PermissionEvent, PermissionState, Preset, PresetError, PresetTable, CUSTOM,
-};
 pub use request::ApprovalRequest;
-pub use session::{
-    replay, SessionEvent, SessionLog, SessionLogError, SessionState, SESSION_SCHEMA,
-};
+pub use session::{replay, SessionEvent, SessionLogError, SessionState};
 pub use store::{ApprovalStore, StoreError};
 pub use terminal::{decide_escalation_on_tty, session_is_interactive, TerminalAnswerer};

@@ -221,9 +221,4 @@ impl PermissionModel {
             }),
         }
     }
-
-    /// The approvals store.
-    pub fn store(&self) -> &ApprovalStore {
-        &self.store
-    }
 }

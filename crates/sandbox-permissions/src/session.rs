@@ -1,27 +1,28 @@
 //! The session event log: sandbox-mode and approval-policy changes as JSON
-//! lines, replayed to rebuild a session's effective mode and policy.
+//! lines, replayed to rebuild a session's effective mode and policy
+//! (`sandbox exec-op --session FILE` takes its approval policy from it).
 //!
-//! Each line is `{"schema":1,"at_ms":…,"event":{…}}`, appended with one
-//! `O_APPEND` write. The file is opened without following symlinks and only
-//! as a regular file. A crash mid-write leaves at most a partial last line,
-//! which [`replay`] ignores: the last complete line wins.
+//! Each line is `{"schema":1,"at_ms":…,"event":{…}}`, written by the
+//! harness that runs the session (one `O_APPEND` write per line; the
+//! crate's `session_log` example is such a writer). The file is opened
+//! without following symlinks. A crash mid-write leaves at most a partial
+//! last line, which [`replay`] ignores: the last complete line wins.
 
-use std::fs::{File, OpenOptions};
-use std::io::{self, Read, Write};
+use std::fs::OpenOptions;
+use std::io::{self, Read};
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use sandbox_core::SandboxMode;
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 
 use crate::outcome::ApprovalPolicy;
 
 /// The schema version of every line.
-pub const SESSION_SCHEMA: u32 = 1;
+const SESSION_SCHEMA: u32 = 1;
 
 /// One change to a session.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
 #[serde(tag = "kind", rename_all = "kebab-case", deny_unknown_fields)]
 #[non_exhaustive]
 pub enum SessionEvent {
@@ -37,10 +38,11 @@ pub enum SessionEvent {
     },
 }
 
-#[derive(Serialize, Deserialize)]
+#[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
 struct Line {
     schema: u32,
+    #[allow(dead_code)]
     at_ms: u64,
     event: SessionEvent,
 }
@@ -56,7 +58,7 @@ pub struct SessionState {
 
 impl SessionState {
     /// The state after `event`.
-    pub fn apply(&mut self, event: SessionEvent) {
+    fn apply(&mut self, event: SessionEvent) {
         match event {
             SessionEvent::ModeChanged { mode } => self.mode = Some(mode),
             SessionEvent::ApprovalPolicyChanged { policy } => self.approval = Some(policy),
@@ -64,11 +66,11 @@ impl SessionState {
     }
 }
 
-/// Why a session log could not be written or replayed.
+/// Why a session log could not be replayed.
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum SessionLogError {
-    /// The file could not be opened, read or written.
+    /// The file could not be opened or read.
     #[error("session log {}: {source}", path.display())]
     Io {
         /// The log file.
@@ -86,62 +88,6 @@ pub enum SessionLogError {
         /// What is wrong.
         message: String,
     },
-}
-
-/// An append-only session log.
-#[derive(Debug)]
-pub struct SessionLog {
-    path: PathBuf,
-    file: File,
-}
-
-impl SessionLog {
-    /// Opens (creating, mode 0600) the log at `path` for appending.
-    pub fn open(path: &Path) -> Result<Self, SessionLogError> {
-        let io = |source| SessionLogError::Io {
-            path: path.to_path_buf(),
-            source,
-        };
-        let file = OpenOptions::new()
-            .create(true)
-            .append(true)
-            .mode(0o600)
-            .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-            .open(path)
-            .map_err(io)?;
-        if !file.metadata().map_err(io)?.is_file() {
-            return Err(io(io::Error::other("not a regular file")));
-        }
-        Ok(Self {
-            path: path.to_path_buf(),
-            file,
-        })
-    }
-
-    /// Appends `event` as one line.
-    pub fn append(&mut self, event: SessionEvent) -> Result<(), SessionLogError> {
-        let at_ms = SystemTime::now()
-            .duration_since(UNIX_EPOCH)
-            .map(|d| d.as_millis() as u64)
-            .unwrap_or(0);
-        let mut line = serde_json::to_vec(&Line {
-            schema: SESSION_SCHEMA,
-            at_ms,
-            event,
-        })
-        .map_err(|e| SessionLogError::Io {
-            path: self.path.clone(),
-            source: io::Error::other(e),
-        })?;
-        line.push(b'\n');
-        // One write: with O_APPEND the whole line lands at the end at once.
-        self.file
-            .write_all(&line)
-            .map_err(|source| SessionLogError::Io {
-                path: self.path.clone(),
-                source,
-            })
-    }
 }
 
 /// Replays the log at `path`: every complete line in order; a partial last
@@ -193,31 +139,42 @@ pub fn replay(path: &Path) -> Result<SessionState, SessionLogError> {
 mod tests {
     use super::*;
 
+    /// `events` as the log's lines, each complete.
+    fn lines(events: &[SessionEvent]) -> String {
+        events
+            .iter()
+            .map(|e| {
+                let event = serde_json::to_string(e).unwrap();
+                format!("{{\"schema\":1,\"at_ms\":5,\"event\":{event}}}\n")
+            })
+            .collect()
+    }
+
     #[test]
     fn replay_rebuilds_the_last_mode_and_policy() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("session.jsonl");
-        let mut log = SessionLog::open(&path).unwrap();
-        for e in [
-            SessionEvent::ModeChanged {
-                mode: SandboxMode::ReadOnly,
-            },
-            SessionEvent::ApprovalPolicyChanged {
-                policy: ApprovalPolicy::Never,
-            },
-            SessionEvent::ModeChanged {
-                mode: SandboxMode::WorkspaceWrite,
-            },
-        ] {
-            log.append(e).unwrap();
-        }
+        std::fs::write(
+            &path,
+            lines(&[
+                SessionEvent::ModeChanged {
+                    mode: SandboxMode::ReadOnly,
+                },
+                SessionEvent::ApprovalPolicyChanged {
+                    policy: ApprovalPolicy::Never,
+                },
+                SessionEvent::ModeChanged {
+                    mode: SandboxMode::WorkspaceWrite,
+                },
+            ]),
+        )
+        .unwrap();
         let state = replay(&path).unwrap();
         assert_eq!(state.mode, Some(SandboxMode::WorkspaceWrite));
         assert_eq!(state.approval, Some(ApprovalPolicy::Never));
-        let text = std::fs::read_to_string(&path).unwrap();
-        assert!(
-            text.lines().all(|l| l.starts_with("{\"schema\":1,")),
-            "{text}"
+        assert_eq!(
+            replay(&dir.path().join("missing")).unwrap(),
+            SessionState::default()
         );
     }
 
@@ -225,29 +182,24 @@ mod tests {
     fn a_truncated_last_line_is_ignored() {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("session.jsonl");
-        let mut log = SessionLog::open(&path).unwrap();
-        log.append(SessionEvent::ModeChanged {
-            mode: SandboxMode::ReadOnly,
-        })
-        .unwrap();
-        log.append(SessionEvent::ModeChanged {
-            mode: SandboxMode::WorkspaceWrite,
-        })
-        .unwrap();
+        let full = lines(&[
+            SessionEvent::ModeChanged {
+                mode: SandboxMode::ReadOnly,
+            },
+            SessionEvent::ModeChanged {
+                mode: SandboxMode::WorkspaceWrite,
+            },
+        ]);
         // A crash mid-write of a third line.
-        let full = std::fs::read(&path).unwrap();
-        let mut torn = full.clone();
-        torn.extend_from_slice(
-            br#"{"schema":1,"at_ms":5,"event":{"kind":"mode-changed","mode":"danger"#,
-        );
+        let torn =
+            full.clone() + r#"{"schema":1,"at_ms":5,"event":{"kind":"mode-changed","mode":"danger"#;
         std::fs::write(&path, &torn).unwrap();
         assert_eq!(
             replay(&path).unwrap().mode,
             Some(SandboxMode::WorkspaceWrite)
         );
         // A complete but malformed line is an error, never skipped silently.
-        let mut bad = full;
-        bad.extend_from_slice(b"{\"schema\":1,\"at_ms\":5,\"event\":{\"kind\":\"nope\"}}\n");
+        let bad = full + "{\"schema\":1,\"at_ms\":5,\"event\":{\"kind\":\"nope\"}}\n";
         std::fs::write(&path, &bad).unwrap();
         assert!(matches!(
             replay(&path),
@@ -256,14 +208,19 @@ mod tests {
     }
 
     #[test]
-    fn the_log_is_never_opened_through_a_link() {
+    fn the_log_is_never_read_through_a_link() {
         let dir = tempfile::tempdir().unwrap();
         let victim = dir.path().join("victim");
-        std::fs::write(&victim, "x").unwrap();
+        std::fs::write(
+            &victim,
+            lines(&[SessionEvent::ApprovalPolicyChanged {
+                policy: ApprovalPolicy::Never,
+            }]),
+        )
+        .unwrap();
         let link = dir.path().join("session.jsonl");
         std::os::unix::fs::symlink(&victim, &link).unwrap();
-        assert!(SessionLog::open(&link).is_err());
         assert!(replay(&link).is_err());
-        assert_eq!(std::fs::read_to_string(&victim).unwrap(), "x");
+        assert!(replay(&victim).is_ok());
     }
 }

@@ -2,7 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::fs::{File, OpenOptions};
-use std::io::{self, Write};
+use std::io::{self, Read, Write};
+use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 
 use nix::fcntl::{Flock, FlockArg};
@@ -74,13 +75,9 @@ impl ApprovalStore {
         Ok(Self { path, grants })
     }
 
-    /// The file this store persists to.
-    pub fn path(&self) -> &Path {
-        &self.path
-    }
-
     /// Every stored key.
-    pub fn keys(&self) -> impl Iterator<Item = &GrantKey> {
+    #[cfg(test)]
+    fn keys(&self) -> impl Iterator<Item = &GrantKey> {
         self.grants.keys()
     }
 
@@ -112,16 +109,41 @@ fn io_err<'p>(action: &'static str, path: &'p Path) -> impl FnOnce(io::Error) ->
     }
 }
 
+/// The stored grants: never through a symlink (`O_NOFOLLOW`), only from a
+/// regular file with one name. A second name (a hard link made in some
+/// run's write path) would let that run write grants every later run
+/// trusts; the file is then refused, not read.
 fn read(path: &Path) -> Result<BTreeMap<GrantKey, u64>, StoreError> {
-    let text = match std::fs::read_to_string(path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(io_err("read", path)(e)),
-    };
     let corrupt = |message: String| StoreError::Corrupt {
         path: path.to_path_buf(),
         message,
     };
+    let mut file = match OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
+            return Err(corrupt("it is a symbolic link".to_owned()))
+        }
+        Err(e) => return Err(io_err("read", path)(e)),
+    };
+    let meta = file.metadata().map_err(io_err("read", path))?;
+    if !meta.is_file() {
+        return Err(corrupt("it is not a regular file".to_owned()));
+    }
+    if meta.nlink() != 1 {
+        return Err(corrupt(format!(
+            "it has {} hard links, and a run that may write where another of its names lies \
+             could write grants through it; give it one name",
+            meta.nlink()
+        )));
+    }
+    let mut text = String::new();
+    file.read_to_string(&mut text)
+        .map_err(io_err("read", path))?;
     let file: FileFormat = serde_json::from_str(&text).map_err(|e| corrupt(e.to_string()))?;
     if file.version != VERSION {
         return Err(corrupt(format!(
@@ -213,6 +235,27 @@ mod tests {
             .collect();
         names.sort();
         assert_eq!(names, ["approvals.json", "approvals.json.lock"]);
+    }
+
+    /// A symlink or a second name at the approvals file is refused and
+    /// left alone; the twin: the same file with one name loads.
+    #[test]
+    fn a_linked_approvals_file_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join(ApprovalStore::FILE_NAME);
+        let real = dir.path().join("elsewhere.json");
+        let text = r#"{"version":1,"grants":[{"key":"b/network/*","granted_at_unix_ms":1}]}"#;
+        std::fs::write(&real, text).unwrap();
+        std::os::unix::fs::symlink(&real, &path).unwrap();
+        let err = ApprovalStore::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("symbolic link"), "{err}");
+        std::fs::remove_file(&path).unwrap();
+        std::fs::hard_link(&real, &path).unwrap();
+        let err = ApprovalStore::load(dir.path()).unwrap_err().to_string();
+        assert!(err.contains("2 hard links"), "{err}");
+        assert_eq!(std::fs::read_to_string(&real).unwrap(), text);
+        std::fs::remove_file(&real).unwrap();
+        assert_eq!(ApprovalStore::load(dir.path()).unwrap().keys().count(), 1);
     }
 
     #[test]

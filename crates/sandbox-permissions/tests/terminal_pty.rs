@@ -7,9 +7,22 @@ use std::time::Duration;
 
 use nix::pty::openpty;
 use sandbox_permissions::{
-    decide_escalation, ApprovalOutcome, ApprovalPolicy, Escalation, EscalationRequest,
-    JsonLinesAudit, TerminalAnswerer,
+    Answerer, ApprovalOutcome, ApprovalPolicy, ApprovalRequest, Approvals, AuditSink, Escalation,
+    EscalationRequest, JsonLinesAudit, TerminalAnswerer,
 };
+
+/// The one-shot escalation `request` decided under `policy` by `terminal`
+/// alone, in an interactive run.
+fn decide_escalation(
+    policy: ApprovalPolicy,
+    request: &EscalationRequest,
+    terminal: &dyn Answerer,
+    audit: &dyn AuditSink,
+) -> ApprovalOutcome {
+    let mut approvals = Approvals::new(policy, true, audit);
+    approvals.push(terminal);
+    approvals.request(&ApprovalRequest::Escalation(request.clone()))
+}
 
 /// The human's side of the terminal.
 struct Human {
@@ -63,8 +76,7 @@ fn session(
     let decider = thread::spawn(move || {
         let terminal = TerminalAnswerer::new(slave_in, slave_out, interactive, timeout);
         let audit = JsonLinesAudit::new(Vec::new());
-        let outcome =
-            decide_escalation(ApprovalPolicy::Ask, true, &request(), &[&terminal], &audit);
+        let outcome = decide_escalation(ApprovalPolicy::Ask, &request(), &terminal, &audit);
         (outcome, audit.into_inner())
     });
     let mut human = Human {
@@ -174,7 +186,7 @@ fn type_ahead_does_not_answer() {
     let decider = thread::spawn(move || {
         let terminal = TerminalAnswerer::new(slave_in, slave_out, true, LONG);
         let audit = JsonLinesAudit::new(Vec::new());
-        decide_escalation(ApprovalPolicy::Ask, true, &request(), &[&terminal], &audit)
+        decide_escalation(ApprovalPolicy::Ask, &request(), &terminal, &audit)
     });
     let mut human = Human {
         master,
@@ -193,7 +205,7 @@ fn not_interactive_writes_nothing_and_is_unavailable() {
         let mut slave_out = slave_in.try_clone().unwrap();
         let terminal = TerminalAnswerer::new(slave_in, slave_out.try_clone().unwrap(), flag, LONG);
         let audit = JsonLinesAudit::new(Vec::new());
-        let outcome = decide_escalation(policy, true, &request(), &[&terminal], &audit);
+        let outcome = decide_escalation(policy, &request(), &terminal, &audit);
         let expected = if flag {
             ApprovalOutcome::Rejected
         } else {
