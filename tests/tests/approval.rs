@@ -31,8 +31,6 @@ fn start_with(
     timeout_secs: &str,
     env: impl FnOnce(&mut std::process::Command),
 ) -> Session {
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let slave: OwnedFd = pty.slave;
     let mut cmd = sandbox();
     env(&mut cmd);
     cmd.args([
@@ -47,10 +45,17 @@ fn start_with(
     .args(["--approval-timeout", timeout_secs, "-w"])
     .arg(write)
     .args(["--", "/bin/sh", "-c", script])
-    .env("XDG_STATE_HOME", write)
-    .stdin(Stdio::from(slave.try_clone().unwrap()))
-    .stdout(Stdio::from(slave.try_clone().unwrap()))
-    .stderr(Stdio::from(slave));
+    .env("XDG_STATE_HOME", write);
+    on_pty(cmd)
+}
+
+/// Starts `cmd` on a new pty as its controlling terminal.
+fn on_pty(mut cmd: std::process::Command) -> Session {
+    let pty = nix::pty::openpty(None, None).expect("openpty");
+    let slave: OwnedFd = pty.slave;
+    cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
+        .stdout(Stdio::from(slave.try_clone().unwrap()))
+        .stderr(Stdio::from(slave));
     // SAFETY: setsid and ioctl are async-signal-safe; no allocation.
     unsafe {
         cmd.pre_exec(|| {
@@ -234,4 +239,75 @@ fn a_tool_cache_refusal_offers_a_private_cache() {
     let rest = s.expect_eof();
     assert_eq!(s.child.wait().unwrap().code(), Some(0), "{rest}");
     assert_eq!(mode(&real), 0o644);
+}
+
+/// `exec-op` on a terminal asks once for the grants its declared scope
+/// lacks (a write path beside the workspace, within the operator's bound):
+/// `y` runs it and stores the grant in the state directory's
+/// `approvals.json`, which then admits the same op with no terminal. Twin:
+/// `n` refuses it (125), runs nothing and stores nothing.
+#[test]
+fn exec_op_asks_once_and_remembers_the_grant() {
+    let t = tempfile::tempdir().unwrap();
+    let root = fs::canonicalize(t.path()).unwrap();
+    let (ws, other, state) = (root.join("ws"), root.join("other"), root.join("state"));
+    for d in [&ws, &other, &state] {
+        fs::create_dir_all(d).unwrap();
+    }
+    let config = root.join("config.toml");
+    fs::write(
+        &config,
+        format!(
+            "[sandbox.policy]\nwrite_paths = [{:?}]\n",
+            root.to_str().unwrap()
+        ),
+    )
+    .unwrap();
+    let op = root.join("op.json");
+    let marker = other.join("marker");
+    fs::write(
+        &op,
+        serde_json::json!({
+            "argv": ["/bin/sh", "-c", format!("echo ran > {}", marker.display())],
+            "write_paths": [other],
+        })
+        .to_string(),
+    )
+    .unwrap();
+    let exec = || {
+        let mut cmd = sandbox();
+        cmd.args(["exec-op", "--config"])
+            .arg(&config)
+            .arg("--workspace")
+            .arg(&ws)
+            .arg("--op")
+            .arg(&op)
+            .env("XDG_STATE_HOME", &state);
+        cmd
+    };
+    let key = format!("exec-op/file.write{}", other.display());
+    let stored = state.join("sandbox/approvals.json");
+    let mut s = on_pty(exec());
+    let prompt = s.expect("[y/N]");
+    assert!(prompt.contains(&key), "the missing key is named: {prompt}");
+    s.answer("n\n");
+    assert_eq!(s.exit_code(), Some(125));
+    assert!(!marker.exists(), "refused: nothing ran");
+    assert!(!stored.exists(), "refused: nothing stored");
+    let mut s = on_pty(exec());
+    s.expect("[y/N]");
+    s.answer("y\n");
+    assert_eq!(s.exit_code(), Some(0));
+    assert_eq!(fs::read_to_string(&marker).unwrap(), "ran\n");
+    assert!(fs::read_to_string(&stored).unwrap().contains(&key));
+    fs::remove_file(&marker).unwrap();
+    // Remembered: no terminal, no question, and it runs.
+    let out = exec().stdin(Stdio::null()).output().unwrap();
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(marker.exists());
 }

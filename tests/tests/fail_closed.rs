@@ -164,7 +164,9 @@ fn danger_full_access_needs_the_operator() {
 }
 
 /// Without an operator policy an op envelope is bounded by the built-in
-/// bound: writes inside the workspace only, no network.
+/// bound: writes inside the workspace only, no network. The bound holds
+/// whatever is granted: the network declared and pre-approved for the
+/// skill (`[permissions.pre_approved]`) is still off.
 #[test]
 fn an_op_envelope_cannot_widen_itself() {
     let ws = tempfile::tempdir().unwrap();
@@ -203,8 +205,16 @@ fn an_op_envelope_cannot_widen_itself() {
         "{touch}; python3 -c 'import socket; socket.create_connection((\"127.0.0.1\", 9), timeout=5)' 2>/dev/null && echo NET || echo NONET"
     );
     let narrow = op(out_dir.to_str().unwrap(), &probe);
+    let config = ws_path.join("config.toml");
+    std::fs::write(
+        &config,
+        "[permissions.pre_approved]\n\"exec-op/network/*\" = \"allow\"\n",
+    )
+    .unwrap();
     let out = run(&[
         "exec-op",
+        "--config",
+        config.to_str().unwrap(),
         "--workspace",
         ws_path.to_str().unwrap(),
         "--op",

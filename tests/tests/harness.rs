@@ -242,3 +242,242 @@ fn man_renders_a_page_per_subcommand() {
     assert_exit(&out, 125);
     assert!(sandbox_lines(&out)[0].contains("nope"));
 }
+
+/// A workspace, a directory beside it the operator's write bound also
+/// reaches, a private state directory (`XDG_STATE_HOME`), and an op that
+/// writes a marker into the directory beside the workspace.
+struct Dispatch {
+    _dir: tempfile::TempDir,
+    root: std::path::PathBuf,
+    ws: std::path::PathBuf,
+    other: std::path::PathBuf,
+    state: std::path::PathBuf,
+}
+
+impl Dispatch {
+    fn new() -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        let (ws, other, state) = (root.join("ws"), root.join("other"), root.join("state"));
+        for d in [&ws, &other, &state, &ws.join("out")] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        Self {
+            _dir: dir,
+            root,
+            ws,
+            other,
+            state,
+        }
+    }
+
+    /// An operator config bounding writes to the root (so the bound admits
+    /// the directory beside the workspace), plus `extra`.
+    fn config(&self, extra: &str) -> std::path::PathBuf {
+        let path = self.root.join("config.toml");
+        std::fs::write(
+            &path,
+            format!(
+                "[sandbox.policy]\nwrite_paths = [{:?}]\n{extra}",
+                self.root.to_str().unwrap()
+            ),
+        )
+        .unwrap();
+        path
+    }
+
+    /// An op envelope writing `marker` beneath `write` (declared), with
+    /// `network` declared as given.
+    fn op(&self, write: &Path, network: bool) -> std::path::PathBuf {
+        let path = self.root.join("op.json");
+        let script = format!("echo ran > {}/marker", write.display());
+        std::fs::write(
+            &path,
+            serde_json::json!({
+                "argv": ["/bin/sh", "-c", script],
+                "write_paths": [write],
+                "network": network,
+            })
+            .to_string(),
+        )
+        .unwrap();
+        path
+    }
+
+    /// `sandbox exec-op` without a terminal, with this state directory.
+    fn exec(&self, config: &Path, op: &Path, extra: &[&str]) -> Output {
+        sandbox()
+            .args(["exec-op", "--config"])
+            .arg(config)
+            .arg("--workspace")
+            .arg(&self.ws)
+            .arg("--op")
+            .arg(op)
+            .args(extra)
+            .env("XDG_STATE_HOME", &self.state)
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+}
+
+/// An op whose declared scope no layer grants (a write path beside the
+/// workspace, within the operator's bound; the network) is refused before
+/// it runs: exit 125, one `sandbox:` line naming the op and the missing
+/// keys, nothing run, and a `runner_failure` record for `--report`. Twin:
+/// the same op writing inside the workspace (the defaults) runs.
+#[test]
+fn an_op_whose_declared_scope_no_layer_grants_is_refused_with_nothing_run() {
+    let d = Dispatch::new();
+    let config = d.config("");
+    let report = d.root.join("record.json");
+    let op = d.op(&d.other, false);
+    let out = d.exec(&config, &op, &["--report", report.to_str().unwrap()]);
+    assert_exit(&out, 125);
+    let lines = sandbox_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    let key = format!("exec-op/file.write{}", d.other.display());
+    assert!(
+        lines[0].contains("refused before it ran") && lines[0].contains(&key),
+        "{lines:?}"
+    );
+    assert!(!d.other.join("marker").exists(), "nothing ran");
+    let rec = record(&std::fs::read_to_string(&report).unwrap());
+    assert_eq!(rec["classification"]["class"], "runner_failure", "{rec}");
+    // The network is scope too: declared, it needs `exec-op/network/*`.
+    let op = d.op(&d.ws.join("out"), true);
+    let out = d.exec(&config, &op, &[]);
+    assert_exit(&out, 125);
+    assert!(
+        sandbox_lines(&out)[0].contains("exec-op/network/*"),
+        "{:?}",
+        sandbox_lines(&out)
+    );
+    assert!(!d.ws.join("out/marker").exists());
+    // Twin: within the defaults (beneath the workspace), it runs.
+    let op = d.op(&d.ws.join("out"), false);
+    let out = d.exec(&config, &op, &[]);
+    assert_exit(&out, 0);
+    assert_eq!(
+        std::fs::read_to_string(d.ws.join("out/marker")).unwrap(),
+        "ran\n"
+    );
+}
+
+/// `[permissions.pre_approved]` in the operator config admits the op; the
+/// grant is the skill's own: the same op under `--skill build` is refused.
+/// Twin: without the pre-approval the `exec-op` skill is refused too.
+#[test]
+fn a_pre_approval_in_the_config_admits_the_op_for_its_skill_only() {
+    let d = Dispatch::new();
+    let key = format!("exec-op/file.write{}", d.other.display());
+    let config = d.config(&format!(
+        "[permissions.pre_approved]\n{key:?} = \"allow\"\n"
+    ));
+    let op = d.op(&d.other, false);
+    let out = d.exec(&config, &op, &["--skill", "build"]);
+    assert_exit(&out, 125);
+    assert!(sandbox_lines(&out)[0].contains("build/file.write"));
+    assert!(!d.other.join("marker").exists());
+    let out = d.exec(&config, &op, &[]);
+    assert_exit(&out, 0);
+    assert!(d.other.join("marker").exists());
+    std::fs::remove_file(d.other.join("marker")).unwrap();
+    let out = d.exec(&d.config(""), &op, &[]);
+    assert_exit(&out, 125);
+    assert!(!d.other.join("marker").exists());
+}
+
+/// A grant stored by an earlier interactive approval (`approvals.json` in
+/// the state directory) admits the op, non-interactively. Twin: a stored
+/// grant for another path does not.
+#[test]
+fn a_stored_grant_admits_the_op() {
+    let d = Dispatch::new();
+    let config = d.config("");
+    let op = d.op(&d.other, false);
+    let store = d.state.join("sandbox");
+    std::fs::create_dir_all(&store).unwrap();
+    let grant = |path: &Path| {
+        let key = format!("exec-op/file.write{}", path.display());
+        std::fs::write(
+            store.join("approvals.json"),
+            serde_json::json!({
+                "version": 1,
+                "grants": [{"key": key, "granted_at_unix_ms": 1}],
+            })
+            .to_string(),
+        )
+        .unwrap();
+    };
+    grant(&d.root.join("elsewhere"));
+    let out = d.exec(&config, &op, &[]);
+    assert_exit(&out, 125);
+    assert!(!d.other.join("marker").exists());
+    grant(&d.other);
+    let out = d.exec(&config, &op, &[]);
+    assert_exit(&out, 0);
+    assert!(d.other.join("marker").exists());
+}
+
+/// The approvals file is trusted state: a confined run whose write path
+/// holds the state directory (`-w HOME`) cannot make or change it, so it
+/// cannot grant itself a later op's scope; the later op stays refused.
+/// Twin: the same run writes a file of the same name beside it.
+#[test]
+fn no_confined_run_can_write_the_approvals_file() {
+    let d = Dispatch::new();
+    let home = d.root.join("home");
+    let state = home.join(".local/state/sandbox");
+    std::fs::create_dir_all(&state).unwrap();
+    let key = format!("exec-op/file.write{}", d.other.display());
+    let forged = serde_json::json!({
+        "version": 1,
+        "grants": [{"key": key, "granted_at_unix_ms": 1}],
+    })
+    .to_string();
+    let write = |dir: &Path| {
+        let script = format!("printf '%s' '{forged}' > {}/approvals.json", dir.display());
+        sandbox()
+            .args(["run", "-w"])
+            .arg(&home)
+            .args(["--", "/bin/sh", "-c", &script])
+            .env("HOME", &home)
+            .env_remove("XDG_STATE_HOME")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let out = write(&state);
+    // The command ran (not 125) and its write was refused.
+    assert_eq!(out.status.code(), Some(2), "{}", text(&out.stderr));
+    assert!(
+        text(&out.stderr).contains("protected"),
+        "{}",
+        text(&out.stderr)
+    );
+    assert!(!state.join("approvals.json").exists());
+    // The op that grant would admit is still refused.
+    let op = d.op(&d.other, false);
+    let out = sandbox()
+        .args(["exec-op", "--config"])
+        .arg(d.config(""))
+        .arg("--workspace")
+        .arg(&d.ws)
+        .arg("--op")
+        .arg(&op)
+        .env("HOME", &home)
+        .env_remove("XDG_STATE_HOME")
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_exit(&out, 125);
+    assert!(!d.other.join("marker").exists());
+    // Twin: beside the state directory the same write lands.
+    let out = write(&home);
+    assert_exit(&out, 0);
+    assert_eq!(
+        std::fs::read_to_string(home.join("approvals.json")).unwrap(),
+        forged
+    );
+}

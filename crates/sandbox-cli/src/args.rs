@@ -306,6 +306,15 @@ pub(crate) struct ExecOpArgs {
     /// Workspace directory (for `{{workspace}}`).
     #[arg(long, value_name = "DIR")]
     pub(crate) workspace: Option<PathBuf>,
+    /// The skill the op runs for: its declared scope must be granted to it
+    /// (`<skill>/<op>/<path>` in `[permissions.pre_approved]` or an earlier
+    /// interactive approval); grants are never shared between skills.
+    #[arg(long, value_name = "NAME", default_value = "exec-op")]
+    pub(crate) skill: String,
+    /// A session log (JSON lines) whose last approval policy applies
+    /// (`ask` or `never`), before the config's `[permissions] approval`.
+    #[arg(long, value_name = "FILE")]
+    pub(crate) session: Option<PathBuf>,
     #[command(flatten)]
     pub(crate) config: ConfigFlags,
     /// Write the outcome record as JSON to FILE.

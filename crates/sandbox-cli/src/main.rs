@@ -28,6 +28,7 @@ static ALLOCATOR: rlsf::SmallGlobalTlsf = rlsf::SmallGlobalTlsf::new();
 
 mod approval;
 mod args;
+mod dispatch;
 mod egress_flags;
 mod error_chain;
 mod git_audit;
@@ -686,8 +687,23 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
         None => builtin,
     };
     let bound = &bound;
-    let policy = op.effective_policy(Some(bound), &ctx, std::env::vars_os().map(|(k, _)| k))?;
-    let mut req = RunRequest::new(op.argv.iter().map(OsString::from).collect(), Some(policy));
+    // The operator's bound first (a request beyond it is refused before
+    // anyone is asked), then the declared scope through the permission
+    // model: nothing runs unless a layer grants all of it.
+    // A harness reading the record learns why nothing ran.
+    let argv: Vec<OsString> = op.argv.iter().map(OsString::from).collect();
+    let recorded = |why: Fatal| record_refusal(&argv, report, why);
+    let policy = op
+        .effective_policy(Some(bound), &ctx, std::env::vars_os().map(|(k, _)| k))
+        .map_err(|e| recorded(e.into()))?;
+    let dispatch = dispatch::Dispatch {
+        skill: &args.skill,
+        workspace: &workspace,
+        config: operator.path.as_deref(),
+        session: args.session.as_deref(),
+    };
+    dispatch::check(&dispatch, &op, &ctx).map_err(recorded)?;
+    let mut req = RunRequest::new(argv.clone(), Some(policy));
     req.trusted_files = operator.trusted_files();
     // env_passthrough is an allowlist: keep exactly PATH and the names it
     // lists, compared byte-wise (a name that is not UTF-8 cannot be listed,

@@ -1,0 +1,238 @@
+//! `exec-op`'s dispatch through the permission model (seed 002): before the
+//! sandbox runs, the scope the op envelope declares is checked against what
+//! the skill holds, and an op whose scope no layer grants is refused with
+//! nothing run.
+//!
+//! The scope: each `write_paths` entry (`file.write`), each `read_paths`
+//! entry (`file.read`), and `network: true` (`network/*`), paths expanded as
+//! the envelope's and resolved through existing symlinks (as the sandbox
+//! resolves them). The layers, first match wins
+//! ([`sandbox_permissions::PermissionModel::check`]):
+//! * defaults: reading and writing beneath the workspace (the CLI's built-in
+//!   op bound), no network;
+//! * the operator's pre-approvals, `[permissions.pre_approved]` in the same
+//!   config file (`"<skill>/<op>/<path>" = "allow"`);
+//! * grants approved in an earlier interactive run, in `approvals.json` of
+//!   the sandbox's state directory ([`sandbox::trusted::state_dir`]: trusted
+//!   state, write-denied in every confined run that could reach it).
+//!
+//! Grants are keyed by skill (`--skill`, default `exec-op`) and never
+//! inherited. A run that is not interactive never asks: a missing grant is a
+//! refusal naming the op and the keys. An interactive one (stdin and stderr
+//! terminals) under the approval policy `ask` asks once on the terminal for
+//! all of them; an approval is stored for later runs. The approval policy is
+//! the session log's last (`--session FILE`, replayed), else the config's
+//! `[permissions] approval`, else `ask`.
+//!
+//! The scope is what the op declares, checked after the operator's bound
+//! (which refuses a request beyond it before anyone is asked): a grant does
+//! not widen the bound, and the bound does not stand in for a grant.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use sandbox::{ExpandContext, SandboxedExecOp};
+use sandbox_permissions::{
+    replay, session_is_interactive, ApprovalPolicy, ApprovalStore, Approvals, Declaration,
+    Defaults, JsonLinesAudit, Op, PermissionError, PermissionModel, PermissionsConfig, SkillCall,
+    SkillName, Target, TerminalAnswerer,
+};
+
+use crate::Fatal;
+
+/// How long an interactive approval prompt waits for an answer.
+const PROMPT_TIMEOUT: Duration = Duration::from_secs(300);
+
+/// What `exec-op` dispatches with.
+pub(crate) struct Dispatch<'a> {
+    /// The skill the op runs for (grants are keyed by it).
+    pub(crate) skill: &'a str,
+    /// The workspace (`{{workspace}}`), the defaults' scope.
+    pub(crate) workspace: &'a Path,
+    /// The operator config file, whose `[permissions]` table is read.
+    pub(crate) config: Option<&'a Path>,
+    /// The session log to replay for the approval policy.
+    pub(crate) session: Option<&'a Path>,
+}
+
+/// The scope `op` declares, as (operation, target) pairs.
+fn declared_scope(op: &SandboxedExecOp, ctx: &ExpandContext) -> Result<Vec<(Op, Target)>, Fatal> {
+    let mut needs = Vec::new();
+    for (field, kind, paths) in [
+        ("write_paths", Op::FileWrite, &op.write_paths),
+        ("read_paths", Op::FileRead, &op.read_paths),
+    ] {
+        for path in paths {
+            let expanded = ctx.expand(field, path)?;
+            needs.push((kind, Target::path(resolved(&expanded))?));
+        }
+    }
+    if op.network {
+        needs.push((Op::Network, Target::Any));
+    }
+    Ok(needs)
+}
+
+/// `path` with its longest existing prefix canonicalised (symlinks
+/// followed, as the sandbox will), the rest appended lexically.
+fn resolved(path: &Path) -> PathBuf {
+    let mut rest = Vec::new();
+    let mut cur = path;
+    loop {
+        if let Ok(real) = std::fs::canonicalize(cur) {
+            return rest.iter().rev().fold(real, |p, c| p.join(c));
+        }
+        match (cur.parent(), cur.file_name()) {
+            (Some(parent), Some(name)) => {
+                rest.push(name.to_owned());
+                cur = parent;
+            }
+            _ => return path.to_path_buf(),
+        }
+    }
+}
+
+/// Checks the scope `op` declares before anything runs; `Err` is the
+/// refusal (exit 125), naming the op and what it lacks.
+pub(crate) fn check(
+    d: &Dispatch<'_>,
+    op: &SandboxedExecOp,
+    ctx: &ExpandContext,
+) -> Result<(), Fatal> {
+    let needs = declared_scope(op, ctx)?;
+    let skill = SkillName::new(d.skill).map_err(|e| Fatal(format!("--skill: {e}")))?;
+    let permissions = match d.config {
+        Some(path) => PermissionsConfig::load(path)?,
+        None => PermissionsConfig::default(),
+    };
+    let workspace = std::fs::canonicalize(d.workspace).map_err(|e| {
+        Fatal(format!(
+            "cannot resolve the workspace {}: {e}",
+            d.workspace.display()
+        ))
+    })?;
+    let defaults = Defaults::new(&workspace, std::slice::from_ref(&workspace))?;
+    // Without a state directory (no HOME, no passwd home) nothing is
+    // stored: an approval then holds for this run only.
+    let scratch;
+    let state = match sandbox::trusted::state_dir() {
+        Some(dir) => dir,
+        None => {
+            scratch = tempfile::tempdir()?;
+            scratch.path().to_path_buf()
+        }
+    };
+    let store = ApprovalStore::load(&state)?;
+    let mut model = PermissionModel::new(defaults, &permissions, store);
+    let call = SkillCall::root(skill);
+    let declaration = Declaration { phase: None, needs };
+    if model.missing(&call, &declaration).is_empty() {
+        return Ok(());
+    }
+    let session = match d.session {
+        Some(path) => replay(path)?.approval,
+        None => None,
+    };
+    let policy = session
+        .or(permissions.approval)
+        .unwrap_or(ApprovalPolicy::Ask);
+    let interactive = session_is_interactive();
+    let result = if interactive && policy == ApprovalPolicy::Ask {
+        std::os::unix::fs::DirBuilderExt::mode(std::fs::DirBuilder::new().recursive(true), 0o700)
+            .create(&state)
+            .map_err(|e| Fatal(format!("cannot create {}: {e}", state.display())))?;
+        let audit = JsonLinesAudit::open(&JsonLinesAudit::default_path(&state))?;
+        let mut approvals = Approvals::new(policy, true, audit);
+        if let Ok(tty) = TerminalAnswerer::open_tty(PROMPT_TIMEOUT) {
+            approvals.push(tty);
+        }
+        model.ensure(&call, &declaration, &approvals)
+    } else {
+        // Never asked: `ensure` refuses before any answerer or audit record.
+        let audit = JsonLinesAudit::new(std::io::sink());
+        model.ensure(&call, &declaration, &Approvals::new(policy, false, audit))
+    };
+    result.map_err(|e| refusal(op, policy, &e))
+}
+
+/// The one line a refused op gets: the op (its argv) and why.
+fn refusal(op: &SandboxedExecOp, policy: ApprovalPolicy, e: &PermissionError) -> Fatal {
+    let why = match (e, policy) {
+        (PermissionError::NotGranted { .. }, ApprovalPolicy::Never) => {
+            format!("{e} (the approval policy is never: nothing is asked)")
+        }
+        _ => e.to_string(),
+    };
+    Fatal(format!(
+        "exec-op `{}` refused before it ran: its declared scope is not granted: {why}",
+        op.argv.join(" ")
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A path through a symlink is the grant target the sandbox would
+    /// enforce (the link's target), and a part that does not exist yet is
+    /// kept lexically beneath the resolved rest.
+    #[test]
+    fn declared_paths_resolve_as_the_sandbox_will() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir(real.join("out")).unwrap();
+        std::os::unix::fs::symlink(real.join("out"), real.join("link")).unwrap();
+        assert_eq!(resolved(&real.join("link/new/f")), real.join("out/new/f"));
+        assert_eq!(resolved(&real.join("out")), real.join("out"));
+        let op: SandboxedExecOp = SandboxedExecOp::from_json(
+            r#"{"argv":["true"],"network":true,"write_paths":["{{workspace}}/link"],"read_paths":["/usr"]}"#,
+        )
+        .unwrap();
+        let ctx = ExpandContext {
+            home: None,
+            workspace: Some(real.clone()),
+        };
+        let scope = declared_scope(&op, &ctx).unwrap();
+        assert_eq!(
+            scope,
+            [
+                (Op::FileWrite, Target::path(real.join("out")).unwrap()),
+                (
+                    Op::FileRead,
+                    Target::path(std::fs::canonicalize("/usr").unwrap()).unwrap()
+                ),
+                (Op::Network, Target::Any),
+            ]
+        );
+    }
+
+    /// The `[permissions]` table of the documented config (docs/config.md)
+    /// parses as the dispatch reads it, and the documented session-log line
+    /// replays to its policy.
+    #[test]
+    fn the_documented_permissions_forms_parse() {
+        let doc = include_str!("../../../docs/config.md");
+        let toml = doc
+            .split("```toml\n")
+            .nth(1)
+            .and_then(|b| b.split("```").next())
+            .unwrap();
+        let c = PermissionsConfig::from_toml_str(toml, Path::new("docs/config.md")).unwrap();
+        assert_eq!(c.approval, Some(ApprovalPolicy::Ask));
+        let keys: Vec<String> = c.pre_approved_keys().map(ToString::to_string).collect();
+        assert_eq!(
+            keys,
+            ["exec-op/file.write/srv/build-out", "fetch/network/*"]
+        );
+        let line = doc
+            .lines()
+            .find_map(|l| l.trim().strip_prefix("`{\"schema\":1"))
+            .and_then(|l| l.split('`').next())
+            .unwrap()
+            .replace('…', "1");
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("session.jsonl");
+        std::fs::write(&log, format!("{{\"schema\":1{line}\n")).unwrap();
+        assert_eq!(replay(&log).unwrap().approval, Some(ApprovalPolicy::Never));
+    }
+}
