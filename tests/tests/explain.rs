@@ -331,30 +331,36 @@ fn a_scratch_file_in_tmp_proposes_a_private_tmp() {
     );
 }
 
-/// A failure after a read the read denials refused has no broker record:
-/// `--explain` names it as a possible cause. Twin: a failure under a policy
-/// without read denials gets no such line.
+/// A read the read denials refused is recorded under `--explain` (see
+/// `read_refusals.rs`); what Landlock still refuses without a record, an
+/// exec of a file beneath a read-deny path, is named as a possible cause
+/// after a failure. Twin: a failure under a policy without read denials
+/// gets no such line.
 #[test]
 fn kernel_refusals_without_a_record_are_named_after_a_failure() {
     let (_t, dir) = canonical_tmp();
     let secret = dir.join("secret");
-    std::fs::write(&secret, "s").unwrap();
-    let out = explain(
-        &dir,
-        &[
-            "-w",
-            dir.to_str().unwrap(),
-            "--read-deny",
-            secret.to_str().unwrap(),
-        ],
-        "cat secret",
-    );
-    assert_ne!(out.status.code(), Some(0));
+    std::fs::copy("/bin/true", &secret).unwrap();
+    let deny = [
+        "-w",
+        dir.to_str().unwrap(),
+        "--read-deny",
+        secret.to_str().unwrap(),
+    ];
+    let out = explain(&dir, &deny, "./secret");
+    assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
     let err = stderr(&out);
+    assert!(err.contains("failed on its own terms"), "{err}");
     assert!(
-        err.contains("not recorded: reads beneath the 1 read-deny path(s)"),
+        err.contains("not recorded: an exec of a file beneath the 1 read-deny path(s)"),
         "{err}"
     );
+    // The read is recorded: a sandbox denial, no "not recorded" line.
+    let out = explain(&dir, &deny, "cat secret");
+    assert_ne!(out.status.code(), Some(0));
+    let err = stderr(&out);
+    assert!(err.contains("the sandbox refused something"), "{err}");
+    assert!(!err.contains("not recorded"), "{err}");
     // Twin: no read denials, same kind of failure.
     let out = explain(&dir, &["-w", dir.to_str().unwrap()], "exit 3");
     assert_eq!(out.status.code(), Some(3));

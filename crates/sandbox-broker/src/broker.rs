@@ -436,6 +436,33 @@ fn handle(
         };
         return (record, fatal);
     }
+    if crate::reads::plain_read(handler, &n.data.args) {
+        // Routed only for a refusal of Landlock's to be recorded
+        // (`crate::reads`): continued unless Landlock would refuse it.
+        return match crate::reads::observe(
+            listener,
+            rules,
+            own,
+            n,
+            handler,
+            &mut target,
+            &mut fatal,
+        ) {
+            crate::reads::Observed::Continue => {
+                if let Err(err) = listener.continue_call(n.id) {
+                    tracing::warn!(%err, "letting a read-only open continue failed");
+                }
+                (None, fatal)
+            }
+            crate::reads::Observed::Refused => {
+                let decision = BrokerDecision::Refused {
+                    reason: Refusal::ReadDenyPath,
+                };
+                let record = answer_with(listener, n.id, tid, name, target, decision, libc::EACCES);
+                (Some(record), fatal)
+            }
+        };
+    }
     let answered = decide(listener, rules, own, n, handler, &mut target, &mut fatal);
     let record = match answered {
         Answer::BrokerDecision(decision) => {
@@ -459,6 +486,11 @@ fn handle(
                 {
                     libc::EACCES
                 }
+                // An open or entry beneath a read-deny path: Landlock's
+                // answer to an open that needs READ_FILE there.
+                BrokerDecision::Refused {
+                    reason: Refusal::ReadDenyPath,
+                } if matches!(handler, Handler::Entry(_)) => libc::EACCES,
                 // Landlock refuses a link that would make a file reachable
                 // with more rights with EXDEV (Documentation/userspace-api/
                 // landlock.rst, LANDLOCK_ACCESS_FS_REFER), so callers copy.

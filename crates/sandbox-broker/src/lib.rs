@@ -211,6 +211,8 @@ mod ops;
 #[cfg(target_os = "linux")]
 mod pool;
 #[cfg(target_os = "linux")]
+mod reads;
+#[cfg(target_os = "linux")]
 mod resolve;
 #[cfg(target_os = "linux")]
 mod samecpu;

@@ -43,6 +43,9 @@ pub struct BrokerRules {
     /// made, with the refusal it carries: the same file reached by another
     /// name (a hard link, a case-insensitive spelling) is refused too.
     deny_inodes: Vec<((u64, u64), Refusal)>,
+    /// Each read-deny path that existed when the rules were made, with its
+    /// device and inode: what Landlock's rules were made of.
+    read_deny_ids: Vec<(PathBuf, (u64, u64))>,
     /// Whether `/dev/stdin`, `/dev/stdout`, `/dev/stderr` and `/dev/fd` are the
     /// usual symlinks into `/proc/self/fd`, so they name the caller's fds.
     dev_fd_links: bool,
@@ -195,6 +198,10 @@ impl BrokerRules {
                 Some(((m.dev(), m.ino()), r))
             })
             .collect();
+        let read_deny_ids = read_deny
+            .iter()
+            .filter_map(|d| Some((d.clone(), crate::reads::inode_of(d)?)))
+            .collect();
         let link_is = |link: &str, target: &str| {
             std::fs::read_link(link).is_ok_and(|t| t.as_os_str().as_bytes() == target.as_bytes())
         };
@@ -208,6 +215,7 @@ impl BrokerRules {
             git_dirs,
             read_deny,
             deny_inodes,
+            read_deny_ids,
             dev_fd_links,
             allow_unix: policy.allow_unix_sockets().to_vec(),
             // An allowlist admits its IP rules directly (names go through the
@@ -375,6 +383,28 @@ impl BrokerRules {
     /// directory from before the run protects ([`crate::gitdirs`]).
     pub(crate) fn git_protected(&self, obj: &Object) -> Option<Refusal> {
         self.git.as_ref()?.object(&obj.fd, &obj.path)
+    }
+
+    /// The canonical path of `obj` when Landlock refuses to read it: the
+    /// directory (or file) at the depth of a read-deny path on the way to
+    /// it is that read-deny path's inode, as Landlock sees it (it looks for
+    /// rules on the objects the path walks up through, and the deny path
+    /// has none). Not a hard link elsewhere to a denied file, not a name
+    /// that matches a deny path only when case is ignored (unlike
+    /// [`BrokerRules::denied`], which refuses changes to both).
+    pub(crate) fn read_denied(&self, obj: &OwnedFd) -> Option<PathBuf> {
+        if self.read_deny_ids.is_empty() {
+            return None;
+        }
+        let link = canonical(obj).ok()?;
+        self.read_deny_ids
+            .iter()
+            .any(|(d, id)| {
+                beneath(&link, d)
+                    && crate::reads::inode_of(&crate::reads::prefix(&link, d.components().count()))
+                        == Some(*id)
+            })
+            .then_some(link)
     }
 
     /// The refusal of a deny path that is the object `st` describes.

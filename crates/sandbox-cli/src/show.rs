@@ -13,16 +13,35 @@ pub(crate) fn out(line: &str) {
     println!("{}", sandbox::terminal_safe(line));
 }
 
-/// What the kernel refuses without a record the runner can read (reads
-/// beneath read-deny paths): named after a failure the broker saw no
-/// refusal in, since it may be its cause.
+/// The start of the Landlock backend's report line saying that refused
+/// reads are recorded (`sandbox_landlock`'s `READS_RECORDED`).
+const READS_RECORDED: &str = "refused reads are recorded:";
+
+/// What the kernel refuses without a record the runner can read: named
+/// after a failure the broker saw no refusal in, since it may be its
+/// cause. Where refused reads are recorded (a Linux run under `--explain`
+/// or `--report`), what is left: an exec of a file beneath a read-deny
+/// path, and a read of a file the run made in a directory on the way to
+/// one (Landlock's rules were made before it existed); elsewhere, every
+/// read beneath them.
 fn unrecorded(outcome: &Outcome) -> Vec<String> {
     let Some(policy) = &outcome.policy else {
         return Vec::new();
     };
     let mut out = Vec::new();
     let denied = policy.read_deny_paths().len();
-    if denied > 0 {
+    let reads_recorded = outcome
+        .report
+        .as_ref()
+        .is_some_and(|r| r.details.iter().any(|d| d.starts_with(READS_RECORDED)));
+    if denied > 0 && reads_recorded {
+        out.push(format!(
+            "  not recorded: an exec of a file beneath the {denied} read-deny path(s) (`sandbox \
+             policy` lists them), or a read of a file the run made in a directory on the way to \
+             one, is refused by the kernel (EACCES) without a record; if the command failed on \
+             one, that is why"
+        ));
+    } else if denied > 0 {
         out.push(format!(
             "  not recorded: reads beneath the {denied} read-deny path(s) (`sandbox policy` \
              lists them) are refused by the kernel (EACCES) without a record; if the command \
@@ -30,6 +49,23 @@ fn unrecorded(outcome: &Outcome) -> Vec<String> {
         ));
     }
     out
+}
+
+/// Whether `call` is a read a read-deny path refused (an open, or an
+/// extended-attribute read).
+fn read_denied(call: &sandbox::MediatedCall) -> bool {
+    call.reason.starts_with("beneath a read-deny path")
+        && matches!(
+            call.syscall.as_str(),
+            "open"
+                | "openat"
+                | "getxattr"
+                | "lgetxattr"
+                | "fgetxattr"
+                | "listxattr"
+                | "llistxattr"
+                | "flistxattr"
+        )
 }
 
 /// The `--explain` summary, a line each (printed through [`say`], so a
@@ -252,6 +288,7 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     let (sockets, rest): (Calls<'_>, Calls<'_>) = rest
         .into_iter()
         .partition(|c| matches!(c.syscall.as_str(), "socket" | "listen"));
+    let (reads, rest): (Calls<'_>, Calls<'_>) = rest.into_iter().partition(|c| read_denied(c));
     // Calls the filter refused outright carry no target: named by syscall.
     let (files, others): (Calls<'_>, Calls<'_>) =
         rest.into_iter().partition(|c| !c.target.is_empty());
@@ -301,6 +338,13 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
             "{} ({})",
             plural(others.len(), "other call"),
             first_targets(&others, |c| c.syscall.clone())
+        ));
+    }
+    if !reads.is_empty() {
+        parts.push(format!(
+            "{} ({}: read-denied)",
+            plural(reads.len(), "file read"),
+            first_targets(&reads, |c| c.target.clone()),
         ));
     }
     if !files.is_empty() {

@@ -18,6 +18,10 @@ use sandbox_seccomp::{Filter, FilterSpec};
 use crate::LandlockError;
 use abi::KernelAbi;
 
+/// The report line of a run whose refused reads are recorded
+/// ([`FilterSpec::broker_reads`]); the CLI's `--explain` looks for its start.
+pub(crate) const READS_RECORDED: &str = "refused reads are recorded: read-only opens (but O_PATH and O_DIRECTORY ones, which Landlock never refuses) go to the broker, which answers EACCES and records each that Landlock would refuse beneath a read-deny path, after the errors the kernel gives first, and lets every other continue in the kernel";
+
 /// Confinement prepared in the parent, ready to apply in a forked child.
 #[derive(Debug)]
 pub struct PreparedLandlock {
@@ -99,6 +103,9 @@ pub(crate) fn prepare_with(
             .with_broker(channel.is_some())
             .with_group_held(options.hold_process_group)
             .with_broker_entries(mediation == rules::Mediation::Entries || shm_dir.is_some())
+            // Observed runs under read denials: the reads Landlock refuses
+            // are recorded too (read-only opens go to the broker).
+            .with_broker_reads(options.observe_writes)
             // Host UNIX sockets are confined with the network on: the broker
             // admits those beneath the write paths and the allowed ones.
             .with_broker_connect(true),
@@ -119,6 +126,9 @@ pub(crate) fn prepare_with(
         report.details.push(
             "writes are observed: writing opens and directory-entry calls go to the broker, which records each it refuses (outside the write paths) and answers as the kernel would".into(),
         );
+    }
+    if spec.routes_reads() {
+        report.details.push(READS_RECORDED.into());
     }
     if mediation == rules::Mediation::Entries && rules::deny_beneath_write(policy) {
         report.details.push(
