@@ -14,36 +14,90 @@ use std::process::{Command, Output};
 
 use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_lines};
 
-/// Opens each path the way its name says and prints the errno (or `ok`):
-/// the allowed file, the denied one by absolute and relative path, a
-/// missing file, a file the mode bits refuse, a path through the denied
-/// file, the denied directory (`O_DIRECTORY`), the denied file `O_PATH`.
-/// Exits 1 when the denied read failed, as a command that needed it.
+/// Opens each case's path (relative to DIR, the working directory) with its
+/// flags (a Python expression) and prints the errno (or `ok`), one line;
+/// exits 1 when a case the denial refuses was among them and failed, as a
+/// command that needed the file.
 const SCRIPT: &str = r#"
-import errno, os, sys
-def code(p, flags=os.O_RDONLY):
+import errno, json, os, sys
+def code(p, flags):
     try:
         os.close(os.open(p, flags))
         return "ok"
     except OSError as e:
         return errno.errorcode[e.errno]
-d = sys.argv[1]
-got = [
-    code(d + "/ok"),
-    code(d + "/secret/f"),
-    code("secret/f"),
-    code(d + "/secret/missing"),
-    code(d + "/secret/locked"),
-    code(d + "/secret/f/x"),
-    code(d + "/secret", os.O_RDONLY | os.O_DIRECTORY),
-    code(d + "/secret/f", os.O_PATH),
-]
+cases = json.loads(sys.argv[1])
+got = [code(p, eval(f, {"os": os})) for p, f in cases]
 print(" ".join(got))
-sys.exit(0 if got[1] == "ok" else 1)
+sys.exit(1 if "EACCES" in got[:1] else 0)
 "#;
 
-/// What [`SCRIPT`] prints under the read denial, observed or not.
-const EXPECTED: &str = "ok EACCES EACCES ENOENT EACCES ENOTDIR ok ok";
+/// One open: path (relative to the scene's directory), flags, the answer
+/// (the same observed or not), and the file a refusal of it names when
+/// recorded (as root, as nobody).
+struct Case {
+    path: &'static str,
+    flags: &'static str,
+    answer: &'static str,
+    recorded: [Option<&'static str>; 2],
+}
+
+const fn case(
+    path: &'static str,
+    flags: &'static str,
+    answer: &'static str,
+    recorded: [Option<&'static str>; 2],
+) -> Case {
+    Case {
+        path,
+        flags,
+        answer,
+        recorded,
+    }
+}
+
+const RO: &str = "os.O_RDONLY";
+const NO: [Option<&str>; 2] = [None, None];
+const F: [Option<&str>; 2] = [Some("secret/f"), Some("secret/f")];
+
+/// The denied reads first (the script exits 1 when the first fails), then
+/// the kernel's own answers beneath the deny path, which are no refusal.
+const DENIED: &[Case] = &[
+    case("secret/f", RO, "EACCES", F),
+    // By absolute path (the script's cwd is DIR; {dir} is replaced).
+    case("{dir}/secret/f", RO, "EACCES", F),
+    // Through a symlink outside the deny path: Landlock checks the file.
+    case("link_in", RO, "EACCES", F),
+    // A FIFO: refused before the open would wait (security_file_open
+    // comes before the FIFO's own open).
+    case(
+        "secret/fifo",
+        "os.O_RDONLY | os.O_NONBLOCK",
+        "EACCES",
+        [Some("secret/fifo"); 2],
+    ),
+    // O_NOATIME: root owns the file and may; nobody gets may_open's EPERM,
+    // which comes before Landlock.
+];
+const NOATIME: [&Case; 2] = [
+    &case("secret/f", "os.O_RDONLY | os.O_NOATIME", "EACCES", F),
+    &case("secret/f", "os.O_RDONLY | os.O_NOATIME", "EPERM", NO),
+];
+const ANSWERED: &[Case] = &[
+    case("ok", RO, "ok", NO),
+    case("secret/missing", RO, "ENOENT", NO),
+    // Mode 000, owned by root: the mode bits refuse it first (root has
+    // no capability in the run).
+    case("secret/locked", RO, "EACCES", NO),
+    case("secret/f/x", RO, "ENOTDIR", NO),
+    case("secret/f/", RO, "ENOTDIR", NO),
+    case("secret", "os.O_RDONLY | os.O_DIRECTORY", "ok", NO),
+    case("secret/f", "os.O_PATH", "ok", NO),
+    // A symlink in the deny path to a file outside it: the file is read.
+    case("secret/sym", RO, "ok", NO),
+    case("secret/sym", "os.O_RDONLY | os.O_NOFOLLOW", "ELOOP", NO),
+    case("secret/f", "os.O_RDONLY | os.O_DIRECTORY", "ENOTDIR", NO),
+];
 
 #[derive(Clone, Copy, Debug)]
 enum As {
@@ -73,6 +127,12 @@ fn scene() -> Scene {
         std::fs::write(dir.join(name), "x").unwrap();
         mode(&dir.join(name), m);
     }
+    std::os::unix::fs::symlink("secret/f", dir.join("link_in")).unwrap();
+    std::os::unix::fs::symlink("../ok", dir.join("secret/sym")).unwrap();
+    let fifo =
+        std::ffi::CString::new(dir.join("secret/fifo").as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: mkfifo with a NUL-terminated path.
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
     Scene {
         _dirs: (a, b),
         dir,
@@ -85,8 +145,33 @@ fn is_root() -> bool {
     unsafe { libc::geteuid() == 0 }
 }
 
-/// `sandbox run ARGS --read-deny DIR/secret -- python3 -c SCRIPT DIR` in DIR, as `who`.
-fn run(who: As, s: &Scene, args: &[&str]) -> Output {
+/// The cases a run as `who` makes: the denied reads then the kernel's
+/// answers (`denied`), or the answers alone.
+fn cases(who: As, denied: bool) -> Vec<&'static Case> {
+    let noatime = NOATIME[who as usize];
+    let first: Vec<&Case> = if denied {
+        DENIED.iter().chain([noatime]).collect()
+    } else {
+        Vec::new()
+    };
+    let mut all = first;
+    all.extend(ANSWERED.iter());
+    if !denied && noatime.recorded[0].is_none() {
+        all.push(noatime);
+    }
+    all
+}
+
+/// `sandbox run ARGS --read-deny DIR/secret -- python3 -c SCRIPT CASES` in
+/// DIR, as `who`.
+fn run(who: As, s: &Scene, args: &[&str], cases: &[&Case]) -> Output {
+    let dir = s.dir.to_str().unwrap();
+    let json = serde_json::Value::from(
+        cases
+            .iter()
+            .map(|c| serde_json::json!([c.path.replace("{dir}", dir), c.flags]))
+            .collect::<Vec<_>>(),
+    );
     let mut cmd: Command = match who {
         As::Root => sandbox(),
         As::Nobody => sandbox_as_nobody(),
@@ -96,11 +181,15 @@ fn run(who: As, s: &Scene, args: &[&str]) -> Output {
         .arg("--read-deny")
         .arg(s.dir.join("secret"))
         .args(["--", "/usr/bin/python3", "-c", SCRIPT])
-        .arg(&s.dir)
+        .arg(json.to_string())
         .env("HOME", "/nonexistent/sandbox-tests-home")
         .current_dir(&s.dir)
         .output()
         .expect("spawn sandbox (setpriv from util-linux for nobody)")
+}
+
+fn answers(cases: &[&Case]) -> String {
+    cases.iter().map(|c| c.answer).collect::<Vec<_>>().join(" ")
 }
 
 fn stdout(out: &Output) -> String {
@@ -115,85 +204,81 @@ fn record(path: &Path) -> serde_json::Value {
     serde_json::from_str(&std::fs::read_to_string(path).unwrap()).unwrap()
 }
 
-/// Observed, with and without a write path: the two denied reads (by
-/// absolute and relative path) are the record's only refusals, each named
-/// with the file, and the failed run is a sandbox denial whose summary line
-/// names the read.
+/// Observed, with and without a write path: the denied reads are the
+/// record's only refusals, each named with the file, and the failed run is
+/// a sandbox denial whose summary line names the reads.
 fn observed(who: As) {
     let s = scene();
     let report = s.w.join("r.json");
     let w = s.w.to_str().unwrap();
-    let denied = s.dir.join("secret/f").display().to_string();
+    let cases = cases(who, true);
+    let mut want: Vec<String> = cases
+        .iter()
+        .filter_map(|c| c.recorded[who as usize])
+        .map(|f| s.dir.join(f).display().to_string())
+        .collect();
+    want.sort();
     for extra in [&["-w", w][..], &[]] {
         let mut args = extra.to_vec();
         args.extend(["--report", report.to_str().unwrap()]);
-        let out = run(who, &s, &args);
+        let out = run(who, &s, &args, &cases);
         let ctx = format!("{who:?} {extra:?}: {}", stderr(&out));
-        assert_eq!(stdout(&out), EXPECTED, "{ctx}");
+        assert_eq!(stdout(&out), answers(&cases), "{ctx}");
         assert_eq!(out.status.code(), Some(1), "{ctx}");
         let r = record(&report);
         assert_eq!(r["classification"]["class"], "sandbox_denial", "{ctx}\n{r}");
         let refused = r["mediation"]["refused"].as_array().unwrap();
-        assert_eq!(refused.len(), 2, "{ctx}\n{r}");
-        for c in refused {
-            assert_eq!(c["syscall"], "openat", "{ctx}\n{r}");
-            assert_eq!(c["target"], denied.as_str(), "{ctx}\n{r}");
-            assert_eq!(c["reason"], "beneath a read-deny path", "{ctx}\n{r}");
-        }
-        let lines = sandbox_lines(&out);
+        let mut got: Vec<String> = refused
+            .iter()
+            .map(|c| {
+                assert_eq!(c["syscall"], "openat", "{ctx}\n{r}");
+                assert_eq!(c["reason"], "beneath a read-deny path", "{ctx}\n{r}");
+                c["target"].as_str().unwrap().to_owned()
+            })
+            .collect();
+        got.sort();
+        assert_eq!(got, want, "{ctx}\n{r}");
+        let f = s.dir.join("secret/f").display().to_string();
+        let line = format!("sandbox: refused {} file reads ({f}, ", want.len());
         assert!(
-            lines
+            sandbox_lines(&out)
                 .iter()
-                .any(|l| l.starts_with("sandbox: refused 2 file reads (")
-                    && l.contains(&format!("{denied}: read-denied"))),
+                .any(|l| l.starts_with(&line) && l.contains(": read-denied)")),
             "{ctx}"
         );
     }
-    // `--explain` lists it, and proposes nothing (a deny path).
-    let out = run(who, &s, &["-w", w, "--explain"]);
+    // `--explain` lists them, and proposes nothing (a deny path).
+    let out = run(who, &s, &["-w", w, "--explain"], &cases);
     let err = stderr(&out);
-    assert_eq!(stdout(&out), EXPECTED, "{who:?}: {err}");
+    assert_eq!(stdout(&out), answers(&cases), "{who:?}: {err}");
     assert!(
         err.contains("the sandbox refused something"),
         "{who:?}: {err}"
     );
+    let f = s.dir.join("secret/f").display().to_string();
     assert!(
-        err.contains(&format!(
-            "refused openat on {denied}: beneath a read-deny path"
-        )),
+        err.contains(&format!("refused openat on {f}: beneath a read-deny path")),
         "{who:?}: {err}"
     );
     assert!(!err.contains("to admit it"), "{who:?}: {err}");
 }
 
-/// Twin: the same run but for the denied reads succeeds and records
-/// nothing (the allowed read, the kernel's own answers beneath the deny
-/// path, the directory and the `O_PATH` open are no refusals).
+/// Twin: the kernel's answers beneath the deny path alone (a missing file,
+/// mode bits, paths through a file, the directory, `O_PATH`, a symlink out
+/// of it) and the allowed read: the same answers, nothing recorded.
 fn observed_twin(who: As) {
     let s = scene();
     let report = s.w.join("r.json");
-    let script = SCRIPT.replace("sys.exit(0 if got[1] == \"ok\" else 1)", "");
-    let script = script.replace(
-        "    code(d + \"/secret/f\"),\n    code(\"secret/f\"),\n",
-        "",
-    );
-    let mut cmd: Command = match who {
-        As::Root => sandbox(),
-        As::Nobody => sandbox_as_nobody(),
-    };
-    let out = cmd
-        .args(["run", "-w", s.w.to_str().unwrap(), "--report"])
-        .arg(&report)
-        .arg("--read-deny")
-        .arg(s.dir.join("secret"))
-        .args(["--", "/usr/bin/python3", "-c", &script])
-        .arg(&s.dir)
-        .env("HOME", "/nonexistent/sandbox-tests-home")
-        .current_dir(&s.dir)
-        .output()
-        .unwrap();
+    let cases = cases(who, false);
+    let args = [
+        "-w",
+        s.w.to_str().unwrap(),
+        "--report",
+        report.to_str().unwrap(),
+    ];
+    let out = run(who, &s, &args, &cases);
     let ctx = format!("{who:?}: {}", stderr(&out));
-    assert_eq!(stdout(&out), "ok ENOENT EACCES ENOTDIR ok ok", "{ctx}");
+    assert_eq!(stdout(&out), answers(&cases), "{ctx}");
     assert_eq!(out.status.code(), Some(0), "{ctx}");
     let r = record(&report);
     assert_eq!(r["classification"]["class"], "ok", "{ctx}\n{r}");
@@ -210,9 +295,10 @@ fn observed_twin(who: As) {
 /// the broker: default runs pay nothing for this).
 fn unobserved(who: As) {
     let s = scene();
-    let out = run(who, &s, &["-w", s.w.to_str().unwrap()]);
+    let cases = cases(who, true);
+    let out = run(who, &s, &["-w", s.w.to_str().unwrap()], &cases);
     let ctx = format!("{who:?}: {}", stderr(&out));
-    assert_eq!(stdout(&out), EXPECTED, "{ctx}");
+    assert_eq!(stdout(&out), answers(&cases), "{ctx}");
     assert_eq!(out.status.code(), Some(1), "{ctx}");
     assert!(sandbox_lines(&out).is_empty(), "{ctx}");
 }
