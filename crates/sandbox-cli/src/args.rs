@@ -32,6 +32,9 @@ pub(crate) enum Cmd {
     Run(Deferred<RunArgs>),
     /// Run a JSON op envelope (file or `-` for stdin), bounded by the config.
     ExecOp(Deferred<ExecOpArgs>),
+    /// Run many commands under one policy, driven by newline-delimited JSON
+    /// requests on stdin (events on stdout; see docs/session.md).
+    Session(Deferred<crate::session::SessionArgs>),
     /// Print the effective resolved policy as JSON.
     Policy(Deferred<PolicyCmd>),
     /// Report the resolved backend and what it enforces on this host.

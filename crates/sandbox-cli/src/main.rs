@@ -34,6 +34,7 @@ mod error_chain;
 mod git_audit;
 mod log;
 mod report;
+mod session;
 mod show;
 
 use args::{
@@ -125,6 +126,7 @@ fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
     let result = match cli.command {
         Cmd::Run(args) => cmd_run(args.0),
         Cmd::ExecOp(args) => cmd_exec_op(args.0),
+        Cmd::Session(args) => session::cmd_session(args.0),
         Cmd::Policy(args) => cmd_policy(args.0),
         Cmd::Check(args) => cmd_check(args.0),
         Cmd::Profile(args) => cmd_profile(args.0),

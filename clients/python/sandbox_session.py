@@ -1,0 +1,119 @@
+"""A small client for `sandbox session` (schema v1; see docs/session.md).
+
+Standard library only::
+
+    from sandbox_session import Session
+
+    with Session(args=["-w", "./out", "--no-network"]) as s:
+        r = s.run(["make", "test"], timeout=300, output=True)
+        print(r["status"], r["classification"], r["refusals"])
+
+`Session.run` sends one `run` request and returns its `exit` event (a dict:
+`status`, `classification`, `timed_out`, `duration_ms`, `refusals`, and
+`stdout`/`stderr` when `output=True`). A request the session refuses raises
+`SessionError` naming the bad input. Commands run one at a time; one
+`Session` is not meant to be shared between threads.
+"""
+
+import itertools
+import json
+import os
+import subprocess
+
+__all__ = ["Session", "SessionError", "SCHEMA_VERSION"]
+
+#: The version of the session schema this client speaks (`"v"` in `hello`).
+SCHEMA_VERSION = 1
+
+
+class SessionError(Exception):
+    """The session refused a request, or ended, or spoke another schema."""
+
+
+class Session:
+    """A `sandbox session` subprocess: `args` are its policy flags (as
+    `sandbox run` takes them, and `--config`); `sandbox` is the binary
+    (default: `$SANDBOX_BIN`, else `sandbox` on `PATH`); `stderr` is passed
+    to `subprocess.Popen` (default: this process's own)."""
+
+    def __init__(self, args=(), sandbox=None, stderr=None):
+        binary = sandbox or os.environ.get("SANDBOX_BIN") or "sandbox"
+        self._proc = subprocess.Popen(
+            [binary, "session", *args],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=stderr,
+            encoding="utf-8",
+            bufsize=1,
+        )
+        self._ids = itertools.count(1)
+        self.hello = self._read()
+        if self.hello.get("event") != "hello":
+            self._proc.wait()
+            raise SessionError(
+                "the session did not start: %s" % self.hello.get("message", self.hello)
+            )
+        if self.hello.get("v") != SCHEMA_VERSION:
+            self.close()
+            raise SessionError("unsupported session schema %r" % self.hello.get("v"))
+
+    def _read(self):
+        line = self._proc.stdout.readline()
+        if not line:
+            code = self._proc.wait()
+            raise SessionError("the session ended (exit status %s)" % code)
+        return json.loads(line)
+
+    def _send(self, request):
+        try:
+            self._proc.stdin.write(json.dumps(request) + "\n")
+            self._proc.stdin.flush()
+        except BrokenPipeError:
+            raise SessionError("the session ended (exit status %s)" % self._proc.wait())
+
+    def run(self, argv, timeout=None, output=False, cwd=None, env=None, stdin=None):
+        """Runs `argv` confined by the session's policy and returns its exit
+        event. `timeout` (seconds) replaces the session's, bounded by the
+        operator's ceiling; `env` maps names to values (None unsets);
+        `stdin` is text given to the command (else it reads nothing)."""
+        rid = str(next(self._ids))
+        request = {"id": rid, "op": "run", "argv": list(argv)}
+        if timeout is not None:
+            request["timeout"] = timeout
+        if output:
+            request["output"] = True
+        if cwd is not None:
+            request["cwd"] = str(cwd)
+        if env is not None:
+            request["env"] = dict(env)
+        if stdin is not None:
+            request["stdin"] = stdin
+        self._send(request)
+        while True:
+            event = self._read()
+            if event.get("id") != rid:
+                continue
+            kind = event.get("event")
+            if kind == "exit":
+                return event
+            if kind == "error":
+                raise SessionError(event.get("message", "error"))
+
+    def close(self):
+        """Ends the session (`close`) and waits for it; returns its exit status."""
+        if self._proc.poll() is None:
+            try:
+                self._send({"op": "close"})
+                self._proc.stdin.close()
+            except (SessionError, OSError):
+                pass
+        code = self._proc.wait()
+        self._proc.stdout.close()
+        return code
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+        return False

@@ -1,0 +1,158 @@
+// A small client for `sandbox session` (schema v1; see docs/session.md).
+// Node's child_process and readline only, no dependencies:
+//
+//   import { Session } from "./session";
+//   const s = await Session.open(["-w", "./out", "--no-network"]);
+//   const r = await s.run(["make", "test"], { timeout: 300, output: true });
+//   console.log(r.status, r.classification, r.refusals);
+//   await s.close();
+//
+// `run` sends one `run` request and resolves to its `exit` event; a request
+// the session refuses rejects with a SessionError naming the bad input.
+// The session runs one command at a time: requests sent meanwhile wait.
+
+import { spawn, ChildProcessWithoutNullStreams } from "node:child_process";
+import { createInterface, Interface } from "node:readline";
+
+/** The version of the session schema this client speaks (`"v"` in `hello`). */
+export const SCHEMA_VERSION = 1;
+
+/** One refusal, in the outcome record's words. */
+export interface Refusal {
+  syscall: string;
+  target: string;
+  reason: string;
+  outside_write_paths: boolean;
+}
+
+/** The `exit` event of one command. */
+export interface ExitEvent {
+  id: string;
+  event: "exit";
+  status: number;
+  classification: string;
+  /** `sandbox_denial`: what shows it. */
+  evidence?: string[];
+  /** `runner_failure`: why nothing ran. */
+  reason?: string;
+  /** `limit_exceeded`: which limit, and what it did. */
+  limit?: string;
+  detail?: string;
+  timed_out: boolean;
+  duration_ms: number;
+  refusals: Refusal[];
+  refusals_omitted?: number;
+  leftover_processes_ended?: number;
+  summary?: string[];
+  stdout?: string;
+  stderr?: string;
+  stdout_dropped?: number;
+  stderr_dropped?: number;
+}
+
+export interface RunOptions {
+  /** Seconds; replaces the session's, bounded by the operator's ceiling. */
+  timeout?: number;
+  /** Return the command's stdout and stderr (bounded) in the exit event. */
+  output?: boolean;
+  cwd?: string;
+  /** Variables to set, or (null) unset. */
+  env?: Record<string, string | null>;
+  /** Text the command reads on stdin (else it reads nothing). */
+  stdin?: string;
+}
+
+/** The session refused a request, or ended, or spoke another schema. */
+export class SessionError extends Error {}
+
+type Waiter = {
+  resolve: (e: ExitEvent) => void;
+  reject: (e: Error) => void;
+};
+
+export class Session {
+  private nextId = 1;
+  private waiting = new Map<string, Waiter>();
+  private ended: Promise<number>;
+
+  private constructor(
+    private child: ChildProcessWithoutNullStreams,
+    private lines: Interface,
+    /** The session's `hello` event. */
+    public hello: Record<string, unknown>,
+  ) {
+    this.ended = new Promise((resolve) => {
+      child.on("close", (code) => {
+        const err = new SessionError(`the session ended (exit status ${code})`);
+        for (const w of this.waiting.values()) w.reject(err);
+        this.waiting.clear();
+        resolve(code ?? -1);
+      });
+    });
+    lines.on("line", (line) => this.dispatch(JSON.parse(line)));
+  }
+
+  /** Starts `sandbox session ARGS` (`sandbox`: $SANDBOX_BIN, else `sandbox` on PATH). */
+  static open(args: string[] = [], sandbox?: string): Promise<Session> {
+    const bin = sandbox ?? process.env.SANDBOX_BIN ?? "sandbox";
+    const child = spawn(bin, ["session", ...args], {
+      stdio: ["pipe", "pipe", "inherit"],
+    }) as unknown as ChildProcessWithoutNullStreams;
+    const lines = createInterface({ input: child.stdout });
+    return new Promise((resolve, reject) => {
+      const onClose = (code: number | null) =>
+        reject(new SessionError(`the session did not start (exit status ${code})`));
+      child.once("error", reject);
+      child.once("close", onClose);
+      lines.once("line", (line) => {
+        child.off("close", onClose);
+        const hello = JSON.parse(line);
+        if (hello.event !== "hello") {
+          reject(new SessionError(`the session did not start: ${hello.message ?? line}`));
+        } else if (hello.v !== SCHEMA_VERSION) {
+          child.stdin.end();
+          reject(new SessionError(`unsupported session schema ${hello.v}`));
+        } else {
+          resolve(new Session(child, lines, hello));
+        }
+      });
+    });
+  }
+
+  private dispatch(event: Record<string, unknown>): void {
+    const id = event.id as string | undefined;
+    const w = id === undefined ? undefined : this.waiting.get(id);
+    if (!w) return; // "started", "closed", or an error without an id
+    if (event.event === "exit") {
+      this.waiting.delete(id!);
+      w.resolve(event as unknown as ExitEvent);
+    } else if (event.event === "error") {
+      this.waiting.delete(id!);
+      w.reject(new SessionError(String(event.message)));
+    }
+  }
+
+  /** Runs `argv` confined by the session's policy; resolves to its exit event. */
+  run(argv: string[], opts: RunOptions = {}): Promise<ExitEvent> {
+    const id = String(this.nextId++);
+    const request: Record<string, unknown> = { id, op: "run", argv };
+    if (opts.timeout !== undefined) request.timeout = opts.timeout;
+    if (opts.output) request.output = true;
+    if (opts.cwd !== undefined) request.cwd = opts.cwd;
+    if (opts.env !== undefined) request.env = opts.env;
+    if (opts.stdin !== undefined) request.stdin = opts.stdin;
+    return new Promise((resolve, reject) => {
+      this.waiting.set(id, { resolve, reject });
+      this.child.stdin.write(JSON.stringify(request) + "\n");
+    });
+  }
+
+  /** Ends the session (`close`); resolves to its exit status. */
+  close(): Promise<number> {
+    if (this.child.exitCode === null && this.child.stdin.writable) {
+      this.child.stdin.write(JSON.stringify({ op: "close" }) + "\n");
+      this.child.stdin.end();
+    }
+    return this.ended;
+  }
+}

@@ -1,0 +1,717 @@
+//! `sandbox session`: many commands under one policy, driven over
+//! newline-delimited JSON (requests on stdin, events on stdout; schema and
+//! examples in docs/session.md).
+//!
+//! Version 1 resolves the policy, the config, the backend (and its
+//! self-test), the private TMPDIR and the tool caches once, at session
+//! start, and then runs each request through [`sandbox::run`], exactly as
+//! `sandbox run` does: each command gets its own confined launch, its own
+//! containment (nothing it started outlives it), its own timeout and its own
+//! refusals. Commands run one at a time; a request that arrives while one
+//! runs waits until its exit event has been written.
+//!
+//! The channel is never a command's: at start the session moves its stdin
+//! and stdout to descriptors above 2 (close-on-exec; the launch closes every
+//! inherited fd above 2 anyway) and puts `/dev/null` on fds 0 and 1. For each
+//! command, fd 0 is `/dev/null` or a pipe holding the request's `stdin`, and
+//! fds 1 and 2 are pipes the session drains (`"output": true`, returned
+//! bounded in the exit event) or `/dev/null`. So nothing a command writes,
+//! and nothing any library code prints, can reach the channel.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Instant;
+
+use clap::Args;
+use serde_json::{json, Map, Value};
+
+use sandbox::{Outcome, ResolvedPolicy, RunRequest};
+
+use crate::args::{ConfigFlags, PolicyFlags};
+use crate::{error_chain, git_audit, show, Fatal};
+
+/// The version of the session's request and event schema (`"v"` in `hello`).
+pub(crate) const SESSION_SCHEMA: u32 = 1;
+/// Bytes of each of a command's stdout and stderr an exit event returns.
+const OUTPUT_CAP: usize = 1 << 20;
+/// The longest request line read (longer ones are refused and skipped).
+const LINE_CAP: usize = 16 << 20;
+
+#[derive(Args)]
+pub(crate) struct SessionArgs {
+    #[command(flatten)]
+    pub(crate) policy: PolicyFlags,
+    #[command(flatten)]
+    pub(crate) config: ConfigFlags,
+    /// Memory for each command's run, swap included (`64M`, `1.5G`), as
+    /// `sandbox run --memory`.
+    #[arg(long, value_name = "SIZE", value_hint = clap::ValueHint::Other)]
+    pub(crate) memory: Option<sandbox::MemoryLimit>,
+    /// Processes and threads each command's run may have at once.
+    #[arg(long, value_name = "N", value_hint = clap::ValueHint::Other)]
+    pub(crate) pids: Option<sandbox::PidsLimit>,
+    /// CPU time for each command's run, in CPUs.
+    #[arg(long, value_name = "CPUS", value_hint = clap::ValueHint::Other)]
+    pub(crate) cpu: Option<sandbox::CpuLimit>,
+    /// Run even where --memory/--pids/--cpu cannot be held, as `sandbox run
+    /// --allow-unlimited`.
+    #[arg(long)]
+    pub(crate) allow_unlimited: bool,
+}
+
+/// `sandbox session`.
+pub(crate) fn cmd_session(args: SessionArgs) -> Result<i32, Fatal> {
+    // SAFETY: setting a disposition; no other thread exists yet. A harness
+    // that goes away must not kill the session while a command runs (its
+    // tree must still be ended).
+    unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
+    let mut chan = Channel::take()?;
+    let session = match Session::open(&args) {
+        Ok(s) => s,
+        Err(Fatal(message)) => {
+            chan.send(&json!({"event": "error", "fatal": true, "message": message}));
+            return Err(Fatal(message));
+        }
+    };
+    chan.send(&session.hello());
+    session.serve(&mut chan)
+}
+
+/// The harness's side: requests in, events out, on descriptors no command
+/// gets.
+struct Channel {
+    input: BufReader<std::fs::File>,
+    output: std::fs::File,
+    /// `/dev/null`, put on the standard fds the session does not lend a command.
+    null: OwnedFd,
+    /// The session's own stderr, put back on fd 2 after each command.
+    stderr: OwnedFd,
+    /// Whether writing an event failed (the harness went away).
+    broken: bool,
+}
+
+impl Channel {
+    /// Moves stdin and stdout above 2 and puts `/dev/null` on fds 0 and 1.
+    fn take() -> Result<Self, Fatal> {
+        let null = std::fs::OpenOptions::new()
+            .read(true)
+            .write(true)
+            .open("/dev/null")
+            .map_err(|e| Fatal(format!("session: cannot open /dev/null: {e}")))?;
+        let null = OwnedFd::from(null);
+        let input = dup_high(0)?;
+        let output = dup_high(1)?;
+        let stderr = dup_high(2)?;
+        put(&null, 0)?;
+        put(&null, 1)?;
+        Ok(Channel {
+            input: BufReader::new(std::fs::File::from(input)),
+            output: std::fs::File::from(output),
+            null,
+            stderr,
+            broken: false,
+        })
+    }
+
+    /// Writes one event as one line.
+    fn send(&mut self, event: &Value) {
+        let mut line = event.to_string();
+        line.push('\n');
+        if self.output.write_all(line.as_bytes()).is_err() {
+            self.broken = true;
+        }
+    }
+
+    /// The next request line (`Ok(None)` at end of input); a line longer
+    /// than [`LINE_CAP`] is skipped and `Err` names it.
+    fn next_line(&mut self) -> std::io::Result<Option<Result<Vec<u8>, String>>> {
+        let mut line = Vec::new();
+        let n = (&mut self.input)
+            .take(LINE_CAP as u64 + 1)
+            .read_until(b'\n', &mut line)?;
+        if n == 0 {
+            return Ok(None);
+        }
+        if line.len() > LINE_CAP && line.last() != Some(&b'\n') {
+            // Skip to the end of that line.
+            loop {
+                let mut rest = Vec::new();
+                let n = (&mut self.input)
+                    .take(LINE_CAP as u64)
+                    .read_until(b'\n', &mut rest)?;
+                if n == 0 || rest.last() == Some(&b'\n') {
+                    break;
+                }
+            }
+            return Ok(Some(Err(format!(
+                "request line longer than {LINE_CAP} bytes: skipped"
+            ))));
+        }
+        Ok(Some(Ok(line)))
+    }
+}
+
+/// `fd` duplicated to a descriptor above 2, close-on-exec.
+fn dup_high(fd: RawFd) -> Result<OwnedFd, Fatal> {
+    // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor; no memory involved.
+    let new = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(Fatal(format!(
+            "session: cannot take over descriptor {fd}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: `new` was just opened and is owned by nobody else.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// Puts `from` on descriptor `to` (0, 1 or 2).
+fn put(from: &OwnedFd, to: RawFd) -> Result<(), Fatal> {
+    // SAFETY: dup2 between two descriptor numbers; `to` is a standard fd
+    // the session manages itself.
+    if unsafe { libc::dup2(from.as_raw_fd(), to) } < 0 {
+        return Err(Fatal(format!(
+            "session: cannot set descriptor {to}: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// A pipe, both ends close-on-exec: (read, write).
+fn pipe() -> Result<(OwnedFd, OwnedFd), Fatal> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe fills two fds on success; fcntl takes them by value. (macOS
+    // has no pipe2; no thread of the session forks meanwhile: commands are
+    // launched from this thread only.)
+    let made = unsafe {
+        libc::pipe(fds.as_mut_ptr()) == 0
+            && fds
+                .iter()
+                .all(|&fd| libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) == 0)
+    };
+    if !made {
+        return Err(Fatal(format!(
+            "session: cannot make a pipe: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: both fds were just opened and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+/// What one command's output stream held: the first [`OUTPUT_CAP`] bytes
+/// and how many more were dropped.
+struct Captured {
+    kept: Vec<u8>,
+    dropped: u64,
+}
+
+/// Drains `read` to its end (so a chatty command never blocks), keeping the
+/// first [`OUTPUT_CAP`] bytes.
+fn drain(read: OwnedFd) -> std::thread::JoinHandle<Captured> {
+    std::thread::spawn(move || {
+        let mut file = std::fs::File::from(read);
+        let mut kept = Vec::new();
+        let mut dropped = 0u64;
+        let mut buf = [0u8; 16 * 1024];
+        loop {
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    let room = OUTPUT_CAP.saturating_sub(kept.len()).min(n);
+                    kept.extend_from_slice(&buf[..room]);
+                    dropped += (n - room) as u64;
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(_) => break,
+            }
+        }
+        Captured { kept, dropped }
+    })
+}
+
+/// A run request's fields, as read from the channel.
+#[derive(Default)]
+struct RunFields {
+    argv: Vec<String>,
+    cwd: Option<PathBuf>,
+    /// Variables to set (a string) or unset (`null`), applied to the
+    /// session's environment before the policy's `env_deny_names` scrub it.
+    env: Option<std::collections::BTreeMap<String, Option<String>>>,
+    timeout: Option<u64>,
+    stdin: Option<String>,
+    output: bool,
+}
+
+impl RunFields {
+    /// Reads the fields of a run request (`id` and `op` taken out); `Err`
+    /// names the field that is missing, unknown or of the wrong type.
+    fn parse(fields: Map<String, Value>) -> Result<Self, String> {
+        fn get<T: serde::de::DeserializeOwned>(name: &str, v: Value) -> Result<T, String> {
+            serde_json::from_value(v).map_err(|e| format!("bad \"{name}\": {e}"))
+        }
+        let mut f = RunFields::default();
+        let mut argv = None;
+        for (name, v) in fields {
+            match name.as_str() {
+                "argv" => argv = Some(get(&name, v)?),
+                "cwd" => f.cwd = get(&name, v)?,
+                "env" => f.env = get(&name, v)?,
+                "timeout" => f.timeout = get(&name, v)?,
+                "stdin" => f.stdin = get(&name, v)?,
+                "output" => f.output = get::<Option<bool>>(&name, v)?.unwrap_or(false),
+                _ => {
+                    return Err(format!(
+                        "unknown field {name:?} (a run takes argv, cwd, env, timeout, stdin, \
+                         output)"
+                    ))
+                }
+            }
+        }
+        f.argv = argv.ok_or("a run request needs \"argv\" (an array of strings)")?;
+        Ok(f)
+    }
+}
+
+/// What the session resolved at its start.
+struct Session {
+    policy: Option<ResolvedPolicy>,
+    backend: Arc<dyn sandbox::Backend>,
+    /// Every command's request, but for its argv and what it asks.
+    base: RunRequest,
+    /// The private TMPDIR, removed when the session ends.
+    _private_tmp: Option<tempfile::TempDir>,
+}
+
+impl Session {
+    fn open(args: &SessionArgs) -> Result<Self, Fatal> {
+        let operator = crate::load_config(&args.config)?;
+        let config = &operator.config;
+        let private_tmp = crate::private_tmp_for(&args.policy)?;
+        let tmp = private_tmp.as_ref().map(|t| t.path().to_path_buf());
+        let policy = crate::effective_policy(&args.policy, config, tmp.as_deref())?;
+        let backend: Arc<dyn sandbox::Backend> = match &policy {
+            Some(policy) => {
+                sandbox::resolve_backend_for(config, policy)
+                    .map_err(|e| Fatal(error_chain::error_chain(&e)))?
+                    .backend
+            }
+            None => Arc::new(sandbox::NoopBackend),
+        };
+        let mut base = RunRequest::new(Vec::new(), policy.clone());
+        base.trusted_files = operator.trusted_files();
+        for (tool, dir) in crate::tool_caches(&args.policy, config)? {
+            base.env_overrides.extend(tool.env(&dir));
+        }
+        if let Some(tmp) = &tmp {
+            base.env_overrides
+                .push(("TMPDIR".into(), tmp.clone().into_os_string()));
+        }
+        base.limits = sandbox::ResourceLimits {
+            memory: args.memory,
+            pids: args.pids,
+            cpu: args.cpu,
+        }
+        // The operator's limits are ceilings a request only lowers.
+        .bounded_by(&config.limits);
+        base.allow_unlimited =
+            (args.allow_unlimited && config.limits.is_empty()) || config.allow_unlimited;
+        base.require_full = config.require_full;
+        // Every refusal of a command is listed in its exit event, those the
+        // kernel makes on its own included.
+        base.observe_writes = true;
+        Ok(Session {
+            policy,
+            backend,
+            base,
+            _private_tmp: private_tmp,
+        })
+    }
+
+    fn hello(&self) -> Value {
+        json!({
+            "event": "hello",
+            "v": SESSION_SCHEMA,
+            "backend": if self.policy.is_some() {
+                self.backend.name().to_owned()
+            } else {
+                "none (danger-full-access)".to_owned()
+            },
+            "policy": self.policy.as_ref().map(summary),
+            "ops": ["run", "close"],
+            "concurrency": 1,
+            "output_cap": OUTPUT_CAP,
+        })
+    }
+
+    /// Answers requests until `close`, end of input, or a stop signal.
+    fn serve(self, chan: &mut Channel) -> Result<i32, Fatal> {
+        loop {
+            if chan.broken {
+                return Ok(0);
+            }
+            let line = match chan.next_line() {
+                Ok(None) => {
+                    chan.send(&json!({"event": "closed", "why": "end of input"}));
+                    return Ok(0);
+                }
+                Ok(Some(Ok(line))) => line,
+                Ok(Some(Err(why))) => {
+                    chan.send(&error(&Value::Null, &why));
+                    continue;
+                }
+                Err(e) => return Err(Fatal(format!("session: cannot read requests: {e}"))),
+            };
+            let text = match std::str::from_utf8(&line) {
+                Ok(t) => t.trim(),
+                Err(_) => {
+                    chan.send(&error(&Value::Null, "request is not UTF-8"));
+                    continue;
+                }
+            };
+            if text.is_empty() {
+                continue;
+            }
+            let mut request: Map<String, Value> = match serde_json::from_str(text) {
+                Ok(Value::Object(map)) => map,
+                Ok(other) => {
+                    chan.send(&error(
+                        &Value::Null,
+                        &format!("request must be a JSON object, not {}", kind(&other)),
+                    ));
+                    continue;
+                }
+                Err(e) => {
+                    chan.send(&error(&Value::Null, &format!("request is not JSON: {e}")));
+                    continue;
+                }
+            };
+            let id = request.remove("id").unwrap_or(Value::Null);
+            if !matches!(id, Value::Null | Value::String(_) | Value::Number(_)) {
+                chan.send(&error(
+                    &Value::Null,
+                    &format!("\"id\" must be a string or a number, not {}", kind(&id)),
+                ));
+                continue;
+            }
+            let op = request.remove("op");
+            match op.as_ref().and_then(Value::as_str) {
+                Some("close") => {
+                    if let Some(field) = request.keys().next() {
+                        chan.send(&error(&id, &format!("close takes no field {field:?}")));
+                        continue;
+                    }
+                    chan.send(&with_id(&id, json!({"event": "closed", "why": "close"})));
+                    return Ok(0);
+                }
+                Some("run") if id.is_null() => {
+                    chan.send(&error(&id, "a run request needs an \"id\""));
+                }
+                Some("run") => {
+                    let fields = match RunFields::parse(request) {
+                        Ok(f) => f,
+                        Err(why) => {
+                            chan.send(&error(&id, &why));
+                            continue;
+                        }
+                    };
+                    if let Some(code) = self.run(chan, &id, fields)? {
+                        chan.send(&json!({"event": "closed", "why": "stopped by a signal"}));
+                        return Ok(code);
+                    }
+                }
+                Some(other) => chan.send(&error(
+                    &id,
+                    &format!("unknown op {other:?} (this session knows \"run\" and \"close\")"),
+                )),
+                None => chan.send(&error(
+                    &id,
+                    match op {
+                        None => "request has no \"op\"",
+                        Some(_) => "\"op\" must be a string",
+                    },
+                )),
+            }
+        }
+    }
+
+    /// Runs one command and writes its events; `Some(code)` when a stop
+    /// signal ended it and the session must end with `code`.
+    fn run(&self, chan: &mut Channel, id: &Value, fields: RunFields) -> Result<Option<i32>, Fatal> {
+        let req = match self.request(&fields) {
+            Ok(req) => req,
+            Err(why) => {
+                chan.send(&error(id, &why));
+                return Ok(None);
+            }
+        };
+        chan.send(&with_id(
+            id,
+            json!({
+                "event": "started",
+                "argv": fields.argv,
+                "timeout": req.policy.as_ref().map(|p| p.timeout_seconds()),
+            }),
+        ));
+        let started = Instant::now();
+        let (result, stdout, stderr) = self.launch(chan, &req, &fields)?;
+        let mut event = match result {
+            Ok(outcome) => exit_event(&outcome),
+            Err(err) => {
+                let mut e = Map::new();
+                e.insert("status".into(), err.exit_code().into());
+                e.insert("classification".into(), "runner_failure".into());
+                e.insert("reason".into(), error_chain::error_chain(&err).into());
+                e.insert("timed_out".into(), false.into());
+                e.insert(
+                    "duration_ms".into(),
+                    json!(started.elapsed().as_secs_f64() * 1000.0),
+                );
+                e.insert("refusals".into(), json!([]));
+                e
+            }
+        };
+        for (name, captured) in [("stdout", stdout), ("stderr", stderr)] {
+            if let Some(c) = captured {
+                event.insert(
+                    name.into(),
+                    String::from_utf8_lossy(&c.kept).into_owned().into(),
+                );
+                event.insert(format!("{name}_dropped"), c.dropped.into());
+            }
+        }
+        let mut exit = Map::new();
+        exit.insert("id".into(), id.clone());
+        exit.insert("event".into(), "exit".into());
+        exit.extend(event);
+        chan.send(&Value::Object(exit));
+        Ok(sandbox::stop_requested().map(|sig| 128 + sig))
+    }
+
+    /// The run request for `fields`: the session's, with the command, its
+    /// working directory, environment and timeout; `Err` names bad input.
+    fn request(&self, fields: &RunFields) -> Result<RunRequest, String> {
+        if fields.argv.is_empty() {
+            return Err("\"argv\" is empty: nothing to run".into());
+        }
+        if let Some(arg) = fields.argv.iter().find(|a| a.contains('\0')) {
+            return Err(format!("\"argv\" holds a NUL byte: {arg:?}"));
+        }
+        let mut req = self.base.clone();
+        req.argv = fields.argv.iter().map(OsString::from).collect();
+        if let Some(cwd) = &fields.cwd {
+            if cwd.as_os_str().as_bytes().contains(&0) {
+                return Err(format!("\"cwd\" holds a NUL byte: {}", cwd.display()));
+            }
+            if !cwd.is_dir() {
+                return Err(format!("\"cwd\" {} is not a directory", cwd.display()));
+            }
+            req.cwd = Some(cwd.clone());
+        }
+        if let Some(changes) = &fields.env {
+            let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();
+            for (name, value) in changes {
+                if name.is_empty() || name.contains('=') || name.contains('\0') {
+                    return Err(format!("\"env\" names a bad variable: {name:?}"));
+                }
+                if value.as_deref().is_some_and(|v| v.contains('\0')) {
+                    return Err(format!("\"env\" value of {name} holds a NUL byte"));
+                }
+                env.retain(|(n, _)| n.as_bytes() != name.as_bytes());
+                if let Some(value) = value {
+                    env.push((name.into(), value.into()));
+                }
+            }
+            req.env = Some(env);
+        }
+        if let Some(secs) = fields.timeout {
+            let Some(policy) = &self.policy else {
+                return Err(
+                    "\"timeout\": a danger-full-access session runs commands unconfined, \
+                     with no timeout"
+                        .into(),
+                );
+            };
+            if secs == 0 {
+                return Err("\"timeout\" must be at least 1 second".into());
+            }
+            let mut raw = policy.to_policy();
+            raw.timeout_seconds = secs;
+            // Resolving a resolved policy again changes nothing but the
+            // timeout, which the ceiling bounds as `--timeout` is bounded.
+            req.policy = Some(
+                raw.resolve(&sandbox::ExpandContext::default())
+                    .map_err(|e| format!("\"timeout\" {secs}: {e}"))?,
+            );
+        }
+        Ok(req)
+    }
+
+    /// Lends the command fds 0-2, runs it, takes them back.
+    #[allow(clippy::type_complexity)]
+    fn launch(
+        &self,
+        chan: &mut Channel,
+        req: &RunRequest,
+        fields: &RunFields,
+    ) -> Result<
+        (
+            Result<Outcome, sandbox::RunError>,
+            Option<Captured>,
+            Option<Captured>,
+        ),
+        Fatal,
+    > {
+        let mut req = req.clone();
+        let feeder = match &fields.stdin {
+            Some(text) => {
+                let (read, write) = pipe()?;
+                put(&read, 0)?;
+                drop(read);
+                let bytes = text.clone().into_bytes();
+                // Ends when all is written or the command's side closes
+                // (SIGPIPE is ignored: EPIPE).
+                Some(std::thread::spawn(move || {
+                    let _ = std::fs::File::from(write).write_all(&bytes);
+                }))
+            }
+            None => None,
+        };
+        let (out, err) = if fields.output {
+            let (out_read, out_write) = pipe()?;
+            let (err_read, err_write) = pipe()?;
+            put(&out_write, 1)?;
+            put(&err_write, 2)?;
+            // Only fds 1 and 2 hold the write ends now.
+            drop((out_write, err_write));
+            (Some(drain(out_read)), Some(drain(err_read)))
+        } else {
+            (None, None)
+        };
+        // Without output, the runner gives the command /dev/null as stderr.
+        req.echo_stderr = fields.output;
+        let result = {
+            let _stop = crate::stop_runs_on_signals()?;
+            sandbox::run(self.backend.as_ref(), &req)
+        };
+        // Nothing the run started is alive: taking the fds back closes the
+        // session's last write ends, and the drains see the end.
+        put(&chan.null, 0)?;
+        put(&chan.null, 1)?;
+        put(&chan.stderr, 2)?;
+        if let Some(feeder) = feeder {
+            let _ = feeder.join();
+        }
+        let join = |h: Option<std::thread::JoinHandle<Captured>>| {
+            h.map(|h| {
+                h.join().unwrap_or(Captured {
+                    kept: Vec::new(),
+                    dropped: 0,
+                })
+            })
+        };
+        Ok((result, join(out), join(err)))
+    }
+}
+
+/// The exit event's fields for a command that ran: the record's status,
+/// classification and refusals, in the words `sandbox run` uses.
+fn exit_event(outcome: &Outcome) -> Map<String, Value> {
+    let mut e = Map::new();
+    e.insert("status".into(), outcome.exit_code().into());
+    // The record's classification, flattened: `class` as `classification`,
+    // and its own fields (`evidence`, `reason`, `limit`, `detail`) beside it.
+    if let Ok(Value::Object(class)) = serde_json::to_value(&outcome.classification) {
+        for (name, value) in class {
+            let name = if name == "class" {
+                "classification".into()
+            } else {
+                name
+            };
+            e.insert(name, value);
+        }
+    }
+    e.insert("timed_out".into(), outcome.timed_out.into());
+    e.insert("duration_ms".into(), json!(outcome.duration_ms));
+    let refused = outcome
+        .mediation
+        .as_ref()
+        .map(|m| m.refused.as_slice())
+        .unwrap_or_default();
+    e.insert("refusals".into(), json!(refused));
+    if let Some(m) = &outcome.mediation {
+        if m.omitted > 0 {
+            e.insert("refusals_omitted".into(), m.omitted.into());
+        }
+    }
+    e.insert(
+        "leftover_processes_ended".into(),
+        outcome.leftover_processes_ended.into(),
+    );
+    let made = outcome
+        .mediation
+        .as_ref()
+        .map(|m| m.git_dirs_made.clone())
+        .unwrap_or_default();
+    let summary: Vec<String> = [
+        show::refusal_summary(outcome),
+        // The timeout's line when the timeout ended the run.
+        show::limit_summary(outcome),
+        show::unheld_summary(outcome),
+    ]
+    .into_iter()
+    .flatten()
+    .chain(git_audit::warnings(&made))
+    .collect();
+    if !summary.is_empty() {
+        e.insert("summary".into(), json!(summary));
+    }
+    e
+}
+
+/// What a session's policy is, for `hello`.
+fn summary(policy: &ResolvedPolicy) -> Value {
+    json!({
+        "network": policy.network_mode().as_str(),
+        "allow_net": policy.allow_net().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
+        "write_paths": policy.write_paths(),
+        "write_deny_paths": policy.write_deny_paths(),
+        "read_deny_paths": policy.read_deny_paths(),
+        "deny_subprocess": policy.deny_subprocess(),
+        "env_deny_names": policy.env_deny_names(),
+        "timeout_seconds": policy.timeout_seconds(),
+        "max_timeout_seconds": policy.max_timeout_seconds(),
+    })
+}
+
+fn error(id: &Value, message: &str) -> Value {
+    json!({"id": id, "event": "error", "message": message})
+}
+
+/// `event` with `"id"` first when there is one.
+fn with_id(id: &Value, event: Value) -> Value {
+    let mut map = Map::new();
+    if !id.is_null() {
+        map.insert("id".into(), id.clone());
+    }
+    if let Value::Object(rest) = event {
+        map.extend(rest);
+    }
+    Value::Object(map)
+}
+
+fn kind(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "a boolean",
+        Value::Number(_) => "a number",
+        Value::String(_) => "a string",
+        Value::Array(_) => "an array",
+        Value::Object(_) => "an object",
+    }
+}

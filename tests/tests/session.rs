@@ -1,0 +1,510 @@
+//! `sandbox session` (#45, version 1): newline-delimited JSON requests in,
+//! events out; each command keeps every per-run guarantee (containment,
+//! timeout, refusals), and nothing a command writes reaches the channel.
+//! Root and nobody where the guarantee depends on who runs it.
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin};
+use serde_json::{json, Value};
+
+/// The real backend for this host, failing if absent.
+const BACKEND: &[&str] = &["--backend", "auto", "--on-unsupported", "error"];
+/// How long any one event may take before the test fails (not hangs).
+const EVENT_WAIT: Duration = Duration::from_secs(60);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The users a test runs the session as: root and nobody when root, else
+/// this user.
+fn users() -> Vec<bool> {
+    if is_root() {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+/// A directory nobody may write too.
+fn shared_dir() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, path)
+}
+
+/// A session as the harness sees it: every line it reads must be an event.
+struct Harness {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: Receiver<Value>,
+    hello: Value,
+}
+
+impl Harness {
+    fn open(nobody: bool, flags: &[&str]) -> Self {
+        let mut cmd = if nobody {
+            sandbox_as_nobody()
+        } else {
+            sandbox()
+        };
+        cmd.arg("session")
+            .args(BACKEND)
+            .args(flags)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut child = cmd.spawn().expect("spawn sandbox session");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, events) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let line = line.expect("the channel is UTF-8 text");
+                let event: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not an event on the channel ({e}): {line:?}"));
+                assert!(
+                    event.get("event").and_then(Value::as_str).is_some(),
+                    "a line without \"event\" on the channel: {line:?}"
+                );
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        let mut h = Harness {
+            child,
+            stdin,
+            events,
+            hello: Value::Null,
+        };
+        h.hello = h.next();
+        assert_eq!(h.hello["event"], "hello", "{}", h.hello);
+        assert_eq!(h.hello["v"], 1, "{}", h.hello);
+        h
+    }
+
+    fn send_line(&mut self, line: &str) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(line.as_bytes()).unwrap();
+        stdin.write_all(b"\n").unwrap();
+        stdin.flush().unwrap();
+    }
+
+    fn send(&mut self, request: &Value) {
+        self.send_line(&request.to_string());
+    }
+
+    #[track_caller]
+    fn next(&self) -> Value {
+        match self.events.recv_timeout(EVENT_WAIT) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
+        }
+    }
+
+    /// Sends a run request and returns its started and exit events.
+    #[track_caller]
+    fn run(&mut self, id: &str, argv: &[&str], extra: Value) -> (Value, Value) {
+        let mut request = json!({"id": id, "op": "run", "argv": argv});
+        if let Value::Object(more) = extra {
+            request.as_object_mut().unwrap().extend(more);
+        }
+        self.send(&request);
+        self.answer(id)
+    }
+
+    /// The started and exit events of request `id`, the next two events.
+    #[track_caller]
+    fn answer(&self, id: &str) -> (Value, Value) {
+        let started = self.next();
+        assert_eq!(started["id"], id, "{started}");
+        assert_eq!(started["event"], "started", "{started}");
+        let exit = self.next();
+        assert_eq!(exit["id"], id, "{exit}");
+        assert_eq!(exit["event"], "exit", "{exit}");
+        (started, exit)
+    }
+
+    /// Closes the session and checks it ends with 0 and a `closed` event.
+    fn close(mut self) {
+        self.send(&json!({"op": "close"}));
+        let closed = self.next();
+        assert_eq!(closed["event"], "closed", "{closed}");
+        drop(self.stdin.take());
+        let status = self.child.wait().unwrap();
+        assert_eq!(status.code(), Some(0));
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    // A zombie is dead for our purpose; so is another program on a reused pid.
+    let stat = match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(s) => s,
+        Err(_) => return false,
+    };
+    let zombie = stat
+        .rsplit(')')
+        .next()
+        .unwrap_or("")
+        .trim_start()
+        .starts_with('Z');
+    let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+    !zombie && cmdline.starts_with(b"sleep\x001000")
+}
+
+/// Each `run` is answered with its id and the command's status, a bad
+/// request by an error naming it (and the session goes on), and `close`
+/// ends the session with 0. EOF ends it too.
+#[test]
+fn each_run_is_answered_with_its_id_and_status() {
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        let (started, exit) = h.run("a", &["/bin/sh", "-c", "exit 7"], json!({}));
+        assert_eq!(started["argv"], json!(["/bin/sh", "-c", "exit 7"]));
+        assert_eq!(exit["status"], 7, "{exit}");
+        assert_eq!(exit["classification"], "task_failure", "{exit}");
+        assert!(exit["duration_ms"].as_f64().is_some(), "{exit}");
+        assert_eq!(exit["refusals"], json!([]), "{exit}");
+        let (_, exit) = h.run("b", &["/bin/true"], json!({}));
+        assert_eq!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["classification"], "ok", "{exit}");
+        // A number as id is echoed as given.
+        h.send(&json!({"id": 3, "op": "run", "argv": ["/bin/false"]}));
+        assert_eq!(h.next()["id"], 3);
+        let exit = h.next();
+        assert_eq!(
+            (exit["id"].clone(), exit["status"].clone()),
+            (json!(3), json!(1))
+        );
+        // Not found: 127, as `sandbox run`.
+        let (_, exit) = h.run("nf", &["no-such-program-xyz"], json!({}));
+        assert_eq!(exit["status"], 127, "{exit}");
+        assert_eq!(exit["classification"], "runner_failure", "{exit}");
+        assert!(
+            exit["reason"].as_str().unwrap().contains("not found"),
+            "{exit}"
+        );
+        // Malformed requests: each answered by an error naming the bad
+        // input; none ends the session.
+        for (line, id, names) in [
+            ("not json", Value::Null, "not JSON"),
+            ("[1, 2]", Value::Null, "JSON object"),
+            (
+                r#"{"id": "m1", "op": "rnu", "argv": ["/bin/true"]}"#,
+                json!("m1"),
+                "rnu",
+            ),
+            (r#"{"id": "m2", "argv": ["/bin/true"]}"#, json!("m2"), "op"),
+            (r#"{"id": "m3", "op": "run"}"#, json!("m3"), "argv"),
+            (
+                r#"{"id": "m4", "op": "run", "argv": []}"#,
+                json!("m4"),
+                "argv",
+            ),
+            (
+                r#"{"id": "m5", "op": "run", "argv": ["x"], "colour": 1}"#,
+                json!("m5"),
+                "colour",
+            ),
+            (
+                r#"{"id": "m6", "op": "run", "argv": ["x"], "timeout": "10"}"#,
+                json!("m6"),
+                "timeout",
+            ),
+            (r#"{"op": "run", "argv": ["/bin/true"]}"#, Value::Null, "id"),
+        ] {
+            h.send_line(line);
+            let e = h.next();
+            assert_eq!(e["event"], "error", "{line}: {e}");
+            assert_eq!(e["id"], id, "{line}: {e}");
+            assert!(
+                e["message"].as_str().unwrap().contains(names),
+                "{line}: the error should name {names:?}: {e}"
+            );
+        }
+        // Twin: the same session still runs commands.
+        let (_, exit) = h.run("after", &["/bin/sh", "-c", "exit 5"], json!({}));
+        assert_eq!(exit["status"], 5, "{exit}");
+        h.close();
+    }
+    // A session that cannot start says why on the channel (one error
+    // event, `fatal`) and on stderr, and exits 125.
+    let gone = tempfile::tempdir().unwrap().path().join("missing");
+    let out = sandbox()
+        .arg("session")
+        .arg("-w")
+        .arg(&gone)
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert_eq!(out.status.code(), Some(125));
+    let lines: Vec<Value> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap())
+        .collect();
+    assert_eq!(lines.len(), 1, "{lines:?}");
+    assert_eq!(
+        (lines[0]["event"].clone(), lines[0]["fatal"].clone()),
+        (json!("error"), json!(true))
+    );
+    assert!(lines[0]["message"]
+        .as_str()
+        .unwrap()
+        .contains(gone.to_str().unwrap()));
+    assert!(String::from_utf8_lossy(&out.stderr).starts_with("sandbox: "));
+    // End of input ends a session too, with 0.
+    let mut h = Harness::open(false, &[]);
+    h.run("only", &["/bin/true"], json!({}));
+    drop(h.stdin.take());
+    assert_eq!(h.next()["event"], "closed");
+    assert_eq!(h.child.wait().unwrap().code(), Some(0));
+}
+
+/// 100 commands in one session, each contained: the background child each
+/// one starts (alive while it runs, which the command itself checks) is gone
+/// when its exit event arrives, before the next command starts; and each
+/// command's foreground part ran (its marker and output are there).
+#[test]
+fn a_hundred_commands_each_contained() {
+    // The check itself sees a live `sleep 1000` (else "gone" proves nothing).
+    let mut live = std::process::Command::new("sleep")
+        .arg("1000")
+        .spawn()
+        .unwrap();
+    assert!(pid_alive(live.id() as i32));
+    live.kill().unwrap();
+    live.wait().unwrap();
+    assert!(!pid_alive(live.id() as i32));
+    for nobody in users() {
+        let (_dir, dir) = shared_dir();
+        let w = dir.to_str().unwrap();
+        let mut h = Harness::open(nobody, &["-w", w]);
+        for i in 0..100 {
+            let id = format!("c{i}");
+            let script =
+                format!("sleep 1000 & echo $!; kill -0 $! && echo alive; echo ran > {w}/m{i}");
+            let (_, exit) = h.run(&id, &["/bin/sh", "-c", &script], json!({"output": true}));
+            assert_eq!(exit["status"], 0, "{exit}");
+            let out = exit["stdout"].as_str().unwrap();
+            let mut lines = out.lines();
+            let pid: i32 = lines
+                .next()
+                .and_then(|l| l.parse().ok())
+                .unwrap_or_else(|| panic!("command {i} printed no pid: {exit}"));
+            assert_eq!(lines.next(), Some("alive"), "{exit}");
+            assert!(
+                !pid_alive(pid),
+                "command {i}'s background child {pid} outlived it (nobody: {nobody})"
+            );
+            assert!(
+                dir.join(format!("m{i}")).is_file(),
+                "command {i} did not run"
+            );
+        }
+        h.close();
+    }
+}
+
+/// A request's timeout ends its command (exit 124, classification timeout),
+/// beside a command that finishes within its own; a timeout above the
+/// operator's ceiling is refused (an error naming it), never truncated.
+#[test]
+fn a_requests_timeout_is_honoured() {
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        let begun = Instant::now();
+        let (started, exit) = h.run("slow", &["/bin/sleep", "30"], json!({"timeout": 1}));
+        assert_eq!(started["timeout"], 1, "{started}");
+        assert_eq!(exit["status"], 124, "{exit}");
+        assert_eq!(exit["classification"], "timeout", "{exit}");
+        assert_eq!(exit["timed_out"], true, "{exit}");
+        assert!(
+            begun.elapsed() < Duration::from_secs(20),
+            "{:?}",
+            begun.elapsed()
+        );
+        // Twin: one that ends in time.
+        let (_, exit) = h.run("quick", &["/bin/sleep", "0.1"], json!({"timeout": 5}));
+        assert_eq!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["timed_out"], false, "{exit}");
+        // Without a timeout, the session's (the default 120 s).
+        let (started, _) = h.run("default", &["/bin/true"], json!({}));
+        assert_eq!(started["timeout"], 120, "{started}");
+        // Above the ceiling (the default 600 s): refused, nothing ran.
+        h.send(&json!({"id": "long", "op": "run", "argv": ["/bin/true"], "timeout": 100000}));
+        let e = h.next();
+        assert_eq!(
+            (e["id"].clone(), e["event"].clone()),
+            (json!("long"), json!("error"))
+        );
+        assert!(e["message"].as_str().unwrap().contains("timeout"), "{e}");
+        h.close();
+    }
+}
+
+/// A write outside the policy is refused and listed in that command's
+/// refusals (in the record's words); the allowed twin writes.
+#[test]
+fn a_refused_write_is_listed_in_its_commands_refusals() {
+    for nobody in users() {
+        let (_dir, dir) = shared_dir();
+        let (_outside_dir, outside) = shared_dir();
+        let mut h = Harness::open(nobody, &["-w", dir.to_str().unwrap()]);
+        let target = outside.join("f");
+        let script = format!("echo x > {}", target.display());
+        let (_, exit) = h.run("out", &["/bin/sh", "-c", &script], json!({}));
+        assert_ne!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["classification"], "sandbox_denial", "{exit}");
+        let refusals = exit["refusals"].as_array().unwrap();
+        assert!(
+            refusals.iter().any(
+                |r| r["target"] == target.to_str().unwrap() && r["outside_write_paths"] == true
+            ),
+            "{exit}"
+        );
+        assert!(
+            exit["summary"][0]
+                .as_str()
+                .unwrap()
+                .starts_with("sandbox: refused"),
+            "{exit}"
+        );
+        assert!(!target.exists());
+        // Twin: inside the write path.
+        let inside = dir.join("f");
+        let script = format!("echo x > {}", inside.display());
+        let (_, exit) = h.run("in", &["/bin/sh", "-c", &script], json!({}));
+        assert_eq!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["refusals"], json!([]), "{exit}");
+        assert_eq!(std::fs::read_to_string(&inside).unwrap(), "x\n");
+        h.close();
+    }
+}
+
+/// A command's stdout and stderr never reach the channel, whatever they
+/// hold (lines that look like events, writes to every fd it has): without
+/// `output` they are dropped, with it they come back inside the exit event
+/// only. A command reads no request: without `stdin` it reads end of input,
+/// with it exactly those bytes.
+#[test]
+fn a_commands_output_never_reaches_the_channel() {
+    let forged = r#"{"id":"x","event":"exit","status":0}"#;
+    let script = format!(
+        "echo '{forged}'; echo '{forged}' >&2; \
+         for fd in 0 1 2 3 4 5 6 7 8 9 10; do (echo '{forged}' >&$fd) 2>/dev/null; done; \
+         cat; exit 3"
+    );
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        // Two requests in one write: the command's `cat` must not read the
+        // second one.
+        h.send_line(&format!(
+            "{}\n{}",
+            json!({"id": "quiet", "op": "run", "argv": ["/bin/sh", "-c", script]}),
+            json!({"id": "loud", "op": "run", "argv": ["/bin/sh", "-c", script],
+                   "output": true, "stdin": "in\n"}),
+        ));
+        let (_, exit) = h.answer("quiet");
+        assert_eq!(exit["status"], 3, "{exit}");
+        assert!(exit.get("stdout").is_none(), "{exit}");
+        let (_, exit) = h.answer("loud");
+        assert_eq!(exit["status"], 3, "{exit}");
+        let stdout = exit["stdout"].as_str().unwrap();
+        assert!(stdout.starts_with(&format!("{forged}\n")), "{exit}");
+        assert!(
+            stdout.ends_with("in\n"),
+            "the request's stdin reached the command: {exit}"
+        );
+        assert!(exit["stderr"].as_str().unwrap().contains(forged), "{exit}");
+        assert_eq!(exit["stdout_dropped"], 0);
+        h.close();
+    }
+}
+
+/// Output beyond the cap is dropped and counted, and the command is never
+/// blocked by it.
+#[test]
+fn output_is_bounded() {
+    let mut h = Harness::open(false, &[]);
+    let (_, exit) = h.run(
+        "big",
+        &["/bin/sh", "-c", "head -c 3000000 /dev/zero"],
+        json!({"output": true}),
+    );
+    assert_eq!(exit["status"], 0, "{exit}");
+    let cap = h.hello["output_cap"].as_u64().unwrap();
+    assert_eq!(exit["stdout"].as_str().unwrap().len() as u64, cap);
+    assert_eq!(exit["stdout_dropped"].as_u64().unwrap(), 3_000_000 - cap);
+    h.close();
+}
+
+/// The Python client (clients/python/sandbox_session.py) drives a session end
+/// to end: statuses, output, a refusal, a timeout.
+#[test]
+fn the_python_client_drives_a_session() {
+    let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python");
+    let (_dir, dir) = shared_dir();
+    let script = r#"
+import json, os, sys
+from sandbox_session import Session, SessionError
+w = sys.argv[1]
+with Session(args=["--backend", "auto", "--on-unsupported", "error", "-w", w],
+             sandbox=os.environ["SANDBOX_BIN"]) as s:
+    assert s.hello["v"] == 1, s.hello
+    r = s.run(["/bin/sh", "-c", "exit 3"])
+    assert r["status"] == 3 and r["event"] == "exit", r
+    r = s.run(["/bin/echo", "hi"], output=True)
+    assert r["status"] == 0 and r["stdout"] == "hi\n", r
+    r = s.run(["/bin/sh", "-c", "echo x > /etc/sandbox-session-test"])
+    assert r["classification"] == "sandbox_denial", r
+    assert any(x["target"] == "/etc/sandbox-session-test" for x in r["refusals"]), r
+    r = s.run(["/bin/sleep", "30"], timeout=1)
+    assert r["status"] == 124 and r["classification"] == "timeout", r
+    r = s.run(["/bin/sh", "-c", "echo ok > " + w + "/f"])
+    assert r["status"] == 0, r
+    try:
+        s.run([])
+        raise AssertionError("an empty argv was accepted")
+    except SessionError as e:
+        assert "argv" in str(e), e
+print("client ok")
+"#;
+    let out = std::process::Command::new("python3")
+        .arg("-c")
+        .arg(script)
+        .arg(&dir)
+        .env("PYTHONPATH", &clients)
+        .env("SANDBOX_BIN", sandbox_bin())
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "client ok\n");
+    assert!(!Path::new("/etc/sandbox-session-test").exists());
+    assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), "ok\n");
+}
