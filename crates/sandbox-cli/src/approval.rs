@@ -2,7 +2,7 @@
 
 use std::path::{Path, PathBuf};
 
-use sandbox::Outcome;
+use sandbox::runner::Outcome;
 use sandbox_permissions::{
     decide_escalation_on_tty, session_is_interactive, ApprovalOutcome, ApprovalPolicy, Escalation,
     EscalationRequest, JsonLinesAudit,
@@ -128,7 +128,7 @@ pub(crate) enum Offer {
     Write(PathBuf),
     /// `--cache TOOL`: the object lies in that tool's own cache in the home
     /// directory; the run gets a private one instead of the user's real one.
-    Cache(sandbox::ToolCache),
+    Cache(sandbox::policy::ToolCache),
     /// `--private-tmp`: a new file directly in the shared `/tmp` (or
     /// `/var/tmp`), where a tool that follows `$TMPDIR` (a compiler, a
     /// linker) writes; the run gets a private one instead of all of `/tmp`.
@@ -190,8 +190,12 @@ fn offer_in(target: &Path, home: Option<&Path>, cache: Option<&Path>) -> Option<
 /// `~/.cache/pip`, `~/.cargo`, `~/go/pkg/mod`, `~/.cache/go-build`,
 /// `~/.cache/yarn`, `~/.cache/pnpm`, `~/.local/share/pnpm/store`,
 /// `~/.cache/uv`; `$XDG_CACHE_HOME` for `~/.cache`).
-fn tool_cache_of(path: &Path, home: &Path, cache: Option<&Path>) -> Option<sandbox::ToolCache> {
-    use sandbox::ToolCache as T;
+fn tool_cache_of(
+    path: &Path,
+    home: &Path,
+    cache: Option<&Path>,
+) -> Option<sandbox::policy::ToolCache> {
+    use sandbox::policy::ToolCache as T;
     let cache = cache.map_or_else(|| home.join(".cache"), Path::to_path_buf);
     [
         (home.join(".npm"), T::Npm),
@@ -298,7 +302,7 @@ mod tests {
             std::fs::write(home.join(f), "").unwrap();
         }
         let at = |rel: &str| offer_in(&home.join(rel), Some(&home), None);
-        use sandbox::ToolCache as T;
+        use sandbox::policy::ToolCache as T;
         for (rel, tool) in [
             (".npm/_cacache/index", T::Npm),
             (".cache/pip/http/x", T::Pip),

@@ -31,7 +31,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbox::{ExpandContext, SandboxedExecOp};
+use sandbox::policy::{ExpandContext, SandboxedExecOp};
 use sandbox_permissions::{
     replay, session_is_interactive, ApprovalPolicy, ApprovalStore, Approvals, Declaration,
     Defaults, JsonLinesAudit, Op, PermissionError, PermissionModel, PermissionsConfig, SkillCall,

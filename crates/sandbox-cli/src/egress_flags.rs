@@ -16,7 +16,7 @@ pub(crate) struct EgressFlags {
     /// normalised path, refuses the others with 403). `*` in the pattern is
     /// one path segment, `**` any number. Linux only.
     #[arg(long = "allow-request", value_name = "METHODS URL-PATTERN", conflicts_with_all = ["policy_json", "no_network"])]
-    pub(crate) allow_request: Vec<sandbox::RequestRule>,
+    pub(crate) allow_request: Vec<sandbox::policy::RequestRule>,
     /// Verify the origins of intercepted hosts against the certificates of
     /// this PEM file instead of the system roots.
     #[arg(long = "upstream-ca", value_name = "FILE")]

@@ -1,16 +1,16 @@
 //! Human-readable output: the `--explain` summary and report levels.
 
-use sandbox::Outcome;
+use sandbox::runner::Outcome;
 
 /// Writes `line` on stderr as one line: text from the command or the file
-/// system in it is shown escaped ([`sandbox::terminal_safe`]).
+/// system in it is shown escaped ([`sandbox::runner::terminal_safe`]).
 pub(crate) fn say(line: &str) {
-    eprintln!("{}", sandbox::terminal_safe(line));
+    eprintln!("{}", sandbox::runner::terminal_safe(line));
 }
 
 /// Writes `line` on stdout as one line, escaped as [`say`] does.
 pub(crate) fn out(line: &str) {
-    println!("{}", sandbox::terminal_safe(line));
+    println!("{}", sandbox::runner::terminal_safe(line));
 }
 
 /// The start of the Landlock backend's report line saying that refused
@@ -53,7 +53,7 @@ fn unrecorded(outcome: &Outcome) -> Vec<String> {
 
 /// Whether `call` is a read a read-deny path refused (an open, or an
 /// extended-attribute read).
-fn read_denied(call: &sandbox::MediatedCall) -> bool {
+fn read_denied(call: &sandbox::runner::MediatedCall) -> bool {
     call.reason.starts_with("beneath a read-deny path")
         && matches!(
             call.syscall.as_str(),
@@ -79,26 +79,26 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
     );
     let mut out = Vec::new();
     match &outcome.classification {
-        sandbox::Classification::Ok => out.push(head + "ok"),
-        sandbox::Classification::TaskFailure => {
+        sandbox::runner::Classification::Ok => out.push(head + "ok"),
+        sandbox::runner::Classification::TaskFailure => {
             out.push(head + "the command failed on its own terms");
             out.extend(unrecorded(outcome));
         }
-        sandbox::Classification::Timeout => {
+        sandbox::runner::Classification::Timeout => {
             out.push(head + "ended by the timeout");
             out.extend(
                 timeout_summary(outcome)
                     .map(|line| format!("  {}", line.trim_start_matches("sandbox: "))),
             );
         }
-        sandbox::Classification::SandboxDenial { evidence } => {
+        sandbox::runner::Classification::SandboxDenial { evidence } => {
             out.push(head + "the sandbox refused something:");
             out.extend(evidence.iter().map(|line| format!("  {line}")));
         }
-        sandbox::Classification::RunnerFailure { reason } => {
+        sandbox::runner::Classification::RunnerFailure { reason } => {
             out.push(format!("{head}runner failure: {reason}"))
         }
-        sandbox::Classification::LimitExceeded { detail, .. } => {
+        sandbox::runner::Classification::LimitExceeded { detail, .. } => {
             out.push(format!("{head}stopped by a limit: {detail}"))
         }
         _ => out.push(head + "unclassified"),
@@ -137,7 +137,7 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
                     .is_some_and(|n| n.to_string_lossy().starts_with("sandbox-tmp-"))
             })
         });
-        let mut distinct: Vec<(&sandbox::MediatedCall, usize)> = Vec::new();
+        let mut distinct: Vec<(&sandbox::runner::MediatedCall, usize)> = Vec::new();
         for call in &m.refused {
             match distinct.iter_mut().find(|(c, _)| {
                 (&c.syscall, &c.target, &c.reason) == (&call.syscall, &call.target, &call.reason)
@@ -210,7 +210,7 @@ enum Proposal {
 /// own cache gets `--cache TOOL`, never `-w` on the user's real cache, and
 /// a new file directly in `/tmp` `--private-tmp` (`-w` of it only when the
 /// run had a private `$TMPDIR` already, `private_tmp`).
-fn proposal(call: &sandbox::MediatedCall, private_tmp: bool) -> Proposal {
+fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal {
     let reason = call.reason.as_str();
     if call.outside_write_paths {
         use crate::approval::Offer;
@@ -271,15 +271,15 @@ fn proposal(call: &sandbox::MediatedCall, private_tmp: bool) -> Proposal {
 /// (`/dev/tty`, which shells open to look for job control; a run has none)
 /// are the kernel's `ENXIO`, never refusals.
 pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
-    if outcome.classification == sandbox::Classification::Ok {
+    if outcome.classification == sandbox::runner::Classification::Ok {
         return None;
     }
     let m = outcome.mediation.as_ref()?;
-    let refused: Vec<&sandbox::MediatedCall> = m.refused.iter().collect();
+    let refused: Vec<&sandbox::runner::MediatedCall> = m.refused.iter().collect();
     if refused.is_empty() {
         return None;
     }
-    type Calls<'a> = Vec<&'a sandbox::MediatedCall>;
+    type Calls<'a> = Vec<&'a sandbox::runner::MediatedCall>;
     let (names, rest): (Calls<'_>, Calls<'_>) =
         refused.into_iter().partition(|c| c.syscall == "dns");
     let (nets, rest): (Calls<'_>, Calls<'_>) = rest
@@ -307,7 +307,7 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
         ));
     }
     if !names.is_empty() {
-        let malformed = |c: &sandbox::MediatedCall| c.reason.starts_with("not a host name");
+        let malformed = |c: &sandbox::runner::MediatedCall| c.reason.starts_with("not a host name");
         let why = if names.len() == 1 && malformed(names[0]) {
             "is not a host name"
         } else if names.iter().all(|c| malformed(c)) {
@@ -371,7 +371,7 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
         String::new()
     };
     // Writes to a tool's own cache: the flag that gives the run one of its own.
-    let mut tools: Vec<sandbox::ToolCache> = files
+    let mut tools: Vec<sandbox::policy::ToolCache> = files
         .iter()
         .filter(|c| c.outside_write_paths)
         .filter_map(
@@ -426,7 +426,7 @@ pub(crate) fn limit_summary(outcome: &Outcome) -> Option<String> {
     }
     let hit = outcome.limits.iter().find(|l| l.stopped_something())?;
     Some(match hit.kind {
-        sandbox::LimitKind::Memory => format!(
+        sandbox::runner::LimitKind::Memory => format!(
             "sandbox: the memory limit ({} {}) ended {}",
             hit.kind.flag(),
             hit.requested,
@@ -459,7 +459,7 @@ pub(crate) fn unheld_summary(outcome: &Outcome) -> Option<String> {
 }
 
 /// The `limits:` line of `sandbox check`: what holds each limit here.
-pub(crate) fn limit_support(limits: &[sandbox::LimitRecord]) -> String {
+pub(crate) fn limit_support(limits: &[sandbox::runner::LimitRecord]) -> String {
     limits
         .iter()
         .map(|l| match (&l.held_by, &l.not_held) {
@@ -484,8 +484,8 @@ fn plural(n: usize, what: &str) -> String {
 
 /// The first two distinct targets, then how many others.
 fn first_targets(
-    calls: &[&sandbox::MediatedCall],
-    show: impl Fn(&sandbox::MediatedCall) -> String,
+    calls: &[&sandbox::runner::MediatedCall],
+    show: impl Fn(&sandbox::runner::MediatedCall) -> String,
 ) -> String {
     let mut seen: Vec<String> = Vec::new();
     for c in calls {
@@ -505,11 +505,11 @@ fn first_targets(
     text
 }
 
-pub(crate) fn level_text(level: &sandbox::Level) -> String {
+pub(crate) fn level_text(level: &sandbox::backend::Level) -> String {
     match level {
-        sandbox::Level::Full => "full".into(),
-        sandbox::Level::Partial { gaps } => format!("partial: {}", gaps.join("; ")),
-        sandbox::Level::None { reason } => format!("none: {reason}"),
+        sandbox::backend::Level::Full => "full".into(),
+        sandbox::backend::Level::Partial { gaps } => format!("partial: {}", gaps.join("; ")),
+        sandbox::backend::Level::None { reason } => format!("none: {reason}"),
         _ => "unknown".into(),
     }
 }
@@ -542,11 +542,11 @@ mod tests {
     }
 
     fn outcome(texts: &[String]) -> Outcome {
-        let refused: Vec<sandbox::MediatedCall> = texts
+        let refused: Vec<sandbox::runner::MediatedCall> = texts
             .iter()
             .flat_map(|t| {
                 ["openat", "dns", "proxy", "connect", "socket", "x\x1bcall"].map(|syscall| {
-                    sandbox::MediatedCall {
+                    sandbox::runner::MediatedCall {
                         syscall: syscall.into(),
                         target: t.clone(),
                         reason: format!("beneath a write-deny path {t}"),
@@ -570,7 +570,7 @@ mod tests {
     /// What the printers hand to [`say`]: one screen line each, with no
     /// byte a terminal acts on, whatever the targets hold.
     fn assert_safe(line: &str) {
-        let shown = sandbox::terminal_safe(line);
+        let shown = sandbox::runner::terminal_safe(line);
         assert!(
             !shown.chars().any(|c| c.is_control() || c == '\u{202e}'),
             "{shown:?}"
@@ -602,6 +602,6 @@ mod tests {
     #[test]
     fn plain_text_passes_unchanged() {
         let line = "sandbox: refused 1 file change (/home/me/ws/ünï côdé.txt: protected)";
-        assert_eq!(sandbox::terminal_safe(line), line);
+        assert_eq!(sandbox::runner::terminal_safe(line), line);
     }
 }

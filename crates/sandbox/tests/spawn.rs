@@ -6,8 +6,11 @@ use std::ffi::OsString;
 use std::path::Path;
 
 use sandbox::{
-    run, Axis, Backend, Confinement, EnforcementReport, ExpandContext, PreExecHook, ResolvedPolicy,
-    RunError, RunRequest, SandboxPolicy, SandboxUnavailable, Termination, WrappedArgv,
+    backend::{
+        Axis, Backend, Confinement, EnforcementReport, PreExecHook, SandboxUnavailable, WrappedArgv,
+    },
+    policy::{ExpandContext, ResolvedPolicy, SandboxPolicy},
+    runner::{run, RunError, RunRequest, Termination},
 };
 use sandbox_core::encode_pre_exec_error;
 
@@ -184,7 +187,7 @@ fn a_missing_working_directory_is_named_and_nothing_runs() {
     let err = run(&HookBackend(succeed), &req).unwrap_err();
     assert!(matches!(err, RunError::Spawn { .. }), "{err:?}");
     assert!(err.to_string().contains("no-such-dir"), "{err}");
-    assert_eq!(err.exit_code(), sandbox::EXIT_SANDBOX);
+    assert_eq!(err.exit_code(), sandbox::runner::EXIT_SANDBOX);
     assert!(!marker.exists());
     // Positive control: the same request in an existing directory runs.
     req.cwd = Some(dir.path().to_path_buf());

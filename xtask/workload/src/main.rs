@@ -4,7 +4,7 @@
 //! * `open N FILE`: N open+close of FILE; prints the loop's nanoseconds.
 //! * `launch N WRITE_DIR`: N interleaved rounds of a plain `Command` spawn of
 //!   `/bin/true`, the same spawn through the resolved backend's `Command`
-//!   form, a run through the facade's runner (`sandbox::run`), and (Linux) a
+//!   form, a run through the facade's runner (`sandbox::runner::run`), and (Linux) a
 //!   spawn from a `ConfinedSpawner` made once; prints the sample lists in
 //!   nanoseconds.
 //! * `runner N WRITE_DIR`: N runs of `/bin/true` through the runner alone;
@@ -29,7 +29,8 @@ use std::process::{Command, ExitCode};
 use std::time::Instant;
 
 use sandbox::{
-    resolve_backend, BackendChoice, ExpandContext, OnUnsupported, SandboxConfig, SandboxPolicy,
+    backend::{resolve_backend, BackendChoice, OnUnsupported},
+    policy::{ExpandContext, SandboxConfig, SandboxPolicy},
 };
 
 fn main() -> ExitCode {
@@ -93,7 +94,7 @@ fn open_loop(n: usize, file: &Path) -> Result<serde_json::Value, String> {
     Ok(serde_json::json!({ "ns": start.elapsed().as_nanos() as u64 }))
 }
 
-fn real_backend() -> Result<std::sync::Arc<dyn sandbox::Backend>, String> {
+fn real_backend() -> Result<std::sync::Arc<dyn sandbox::backend::Backend>, String> {
     let config = SandboxConfig {
         backend: BackendChoice::Auto,
         on_unsupported: OnUnsupported::Error,
@@ -106,7 +107,7 @@ fn real_backend() -> Result<std::sync::Arc<dyn sandbox::Backend>, String> {
 
 /// The policy the launch rows confine `/bin/true` with: no network, one
 /// write path.
-fn launch_policy(write_dir: &Path) -> Result<sandbox::ResolvedPolicy, String> {
+fn launch_policy(write_dir: &Path) -> Result<sandbox::policy::ResolvedPolicy, String> {
     SandboxPolicy {
         network: false,
         write_paths: vec![write_dir.to_string_lossy().into_owned()],
@@ -127,7 +128,7 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
     );
     let mut spawned = Vec::with_capacity(n);
     let spawner = spawner(&policy)?;
-    let mut req = sandbox::RunRequest::new(argv.to_vec(), Some(policy.clone()));
+    let mut req = sandbox::runner::RunRequest::new(argv.to_vec(), Some(policy.clone()));
     req.echo_stderr = false;
     for _ in 0..n {
         let t = Instant::now();
@@ -147,7 +148,7 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
             return Err(format!("confined /bin/true failed: {status}"));
         }
         let t = Instant::now();
-        let outcome = sandbox::run(backend.as_ref(), &req).map_err(|e| e.to_string())?;
+        let outcome = sandbox::runner::run(backend.as_ref(), &req).map_err(|e| e.to_string())?;
         runner.push(t.elapsed().as_nanos() as u64);
         if outcome.exit_code() != 0 {
             return Err(format!("/bin/true through the runner failed: {outcome:?}"));
@@ -170,12 +171,12 @@ fn launch_pairs(n: usize, write_dir: &Path) -> Result<serde_json::Value, String>
 fn runner_loop(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> {
     let backend = real_backend()?;
     let policy = launch_policy(write_dir)?;
-    let mut req = sandbox::RunRequest::new(vec![OsString::from("/bin/true")], Some(policy));
+    let mut req = sandbox::runner::RunRequest::new(vec![OsString::from("/bin/true")], Some(policy));
     req.echo_stderr = false;
     let mut samples = Vec::with_capacity(n);
     for _ in 0..n {
         let t = Instant::now();
-        let outcome = sandbox::run(backend.as_ref(), &req).map_err(|e| e.to_string())?;
+        let outcome = sandbox::runner::run(backend.as_ref(), &req).map_err(|e| e.to_string())?;
         samples.push(t.elapsed().as_nanos() as u64);
         if outcome.exit_code() != 0 {
             return Err(format!("/bin/true through the runner failed: {outcome:?}"));
@@ -185,17 +186,17 @@ fn runner_loop(n: usize, write_dir: &Path) -> Result<serde_json::Value, String> 
 }
 
 #[cfg(target_os = "linux")]
-use sandbox::ConfinedSpawner as Spawner;
+use sandbox::backend::ConfinedSpawner as Spawner;
 
 /// No spawner exists off Linux: its samples stay empty and the bench omits the row.
 #[cfg(not(target_os = "linux"))]
 enum Spawner {}
 
 /// A confined spawner for `policy`, created outside the timed loop.
-fn spawner(policy: &sandbox::ResolvedPolicy) -> Result<Option<Spawner>, String> {
+fn spawner(policy: &sandbox::policy::ResolvedPolicy) -> Result<Option<Spawner>, String> {
     #[cfg(target_os = "linux")]
     {
-        let backend = sandbox::LandlockBackend::new().map_err(|e| e.to_string())?;
+        let backend = sandbox::backend::LandlockBackend::new().map_err(|e| e.to_string())?;
         backend.spawner(policy).map(Some).map_err(|e| e.to_string())
     }
     #[cfg(not(target_os = "linux"))]
