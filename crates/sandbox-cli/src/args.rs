@@ -5,7 +5,7 @@ use std::path::PathBuf;
 
 use clap::builder::{Resettable, StyledStr};
 use clap::{ArgMatches, Args, Command, FromArgMatches, Parser, Subcommand};
-use sandbox::SandboxMode;
+use sandbox::policy::SandboxMode;
 use sandbox_permissions::ApprovalPolicy;
 
 #[derive(Parser)]
@@ -110,7 +110,7 @@ pub(crate) enum BackendArg {
     Noop,
 }
 
-impl From<BackendArg> for sandbox::BackendChoice {
+impl From<BackendArg> for sandbox::backend::BackendChoice {
     fn from(b: BackendArg) -> Self {
         match b {
             BackendArg::Auto => Self::Auto,
@@ -132,7 +132,7 @@ pub(crate) enum OnUnsupportedArg {
     Ignore,
 }
 
-impl From<OnUnsupportedArg> for sandbox::OnUnsupported {
+impl From<OnUnsupportedArg> for sandbox::backend::OnUnsupported {
     fn from(o: OnUnsupportedArg) -> Self {
         match o {
             OnUnsupportedArg::Error => Self::Error,
@@ -172,7 +172,7 @@ pub(crate) struct PolicyFlags {
     /// name (`example.com`, `*.example.com`) through a local proxy, or an IP
     /// address or CIDR network, each with an optional `:PORT`.
     #[arg(long = "allow-net", value_name = "HOST[:PORT]")]
-    pub(crate) allow_net: Vec<sandbox::EgressRule>,
+    pub(crate) allow_net: Vec<sandbox::policy::EgressRule>,
     #[command(flatten)]
     pub(crate) egress: crate::egress_flags::EgressFlags,
     /// Refuse child processes.
@@ -195,7 +195,7 @@ pub(crate) struct PolicyFlags {
     /// UV_CACHE_DIR) pointing at it. The user's own caches stay untouched.
     /// Workspace-write gives every tool's cache unless --no-default-caches.
     #[arg(long = "cache", value_name = "TOOL", value_parser = cache_parser())]
-    pub(crate) cache: Vec<sandbox::ToolCache>,
+    pub(crate) cache: Vec<sandbox::policy::ToolCache>,
     /// In workspace-write, give no tool a private cache unless --cache (or
     /// the config's `caches`) names it; the tools then find their own
     /// caches (~/.npm, ~/.cargo) read-only. Config: `default_caches = false`.
@@ -277,13 +277,13 @@ pub(crate) struct RunArgs {
     /// Memory for the whole run, swap included (`64M`, `1.5G`; binary units):
     /// a process that would exceed it is killed. Held by the run's cgroup.
     #[arg(long, value_name = "SIZE", value_hint = clap::ValueHint::Other)]
-    pub(crate) memory: Option<sandbox::MemoryLimit>,
+    pub(crate) memory: Option<sandbox::policy::MemoryLimit>,
     /// Processes and threads the run may have at once: a fork beyond it fails.
     #[arg(long, value_name = "N", value_hint = clap::ValueHint::Other)]
-    pub(crate) pids: Option<sandbox::PidsLimit>,
+    pub(crate) pids: Option<sandbox::policy::PidsLimit>,
     /// CPU time for the whole run, in CPUs (`0.5` = half of one CPU).
     #[arg(long, value_name = "CPUS", value_hint = clap::ValueHint::Other)]
-    pub(crate) cpu: Option<sandbox::CpuLimit>,
+    pub(crate) cpu: Option<sandbox::policy::CpuLimit>,
     /// Run even where --memory/--pids/--cpu cannot be held (no cgroup this
     /// user may create); the outcome then says which held. Limits set by
     /// the operator config need `allow_unlimited = true` there instead.
@@ -354,8 +354,8 @@ fn mode_parser() -> impl clap::builder::TypedValueParser<Value = SandboxMode> {
 }
 
 /// The tool caches, as a closed list (shell completions offer them).
-fn cache_parser() -> impl clap::builder::TypedValueParser<Value = sandbox::ToolCache> {
+fn cache_parser() -> impl clap::builder::TypedValueParser<Value = sandbox::policy::ToolCache> {
     use clap::builder::TypedValueParser;
-    clap::builder::PossibleValuesParser::new(sandbox::TOOL_CACHES.iter().map(|t| t.name()))
-        .try_map(|s| s.parse::<sandbox::ToolCache>())
+    clap::builder::PossibleValuesParser::new(sandbox::policy::TOOL_CACHES.iter().map(|t| t.name()))
+        .try_map(|s| s.parse::<sandbox::policy::ToolCache>())
 }

@@ -16,8 +16,11 @@ use std::path::{Path, PathBuf};
 
 use clap::Parser;
 use sandbox::{
-    resolve_backend, ExpandContext, Outcome, ResolvedPolicy, RunRequest, SandboxConfig,
-    SandboxMode, SandboxPolicy, SandboxedExecOp, EXIT_SANDBOX,
+    backend::resolve_backend,
+    policy::{
+        ExpandContext, ResolvedPolicy, SandboxConfig, SandboxMode, SandboxPolicy, SandboxedExecOp,
+    },
+    runner::{Outcome, RunRequest, EXIT_SANDBOX},
 };
 
 /// The static build's allocator (see `Cargo.toml`: musl's returns memory
@@ -45,9 +48,12 @@ use args::{
 #[derive(Debug)]
 pub(crate) struct Fatal(pub(crate) String);
 
-impl<E: std::fmt::Display> From<E> for Fatal {
+/// An error becomes its line with every cause that adds something
+/// ([`error_chain::error_chain`] walks `source()`), so a typed error from
+/// the facade (an egress start failure, a launch step) keeps its cause.
+impl<E: std::error::Error + 'static> From<E> for Fatal {
     fn from(e: E) -> Self {
-        Fatal(e.to_string())
+        Fatal(error_chain::error_chain(&e))
     }
 }
 
@@ -143,7 +149,7 @@ fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
             show::say(&format!("sandbox: {}", message.replace('\n', " ")));
             // Stopped (Ctrl-C) before the run: the caller learns it was the
             // signal, as from the run.
-            sandbox::stop_requested().map_or(EXIT_SANDBOX, |sig| 128 + sig)
+            sandbox::runner::stop_requested().map_or(EXIT_SANDBOX, |sig| 128 + sig)
         }
     }
 }
@@ -206,7 +212,7 @@ fn usage_error(err: clap::Error) -> i32 {
 }
 
 /// The operator config: `--config FILE`, else the discovery of
-/// [`sandbox::ConfigSource::from_env`] (never the working directory).
+/// [`sandbox::policy::ConfigSource::from_env`] (never the working directory).
 struct Operator {
     config: SandboxConfig,
     /// The file it came from, if any.
@@ -216,7 +222,7 @@ struct Operator {
 fn load_config(flags: &ConfigFlags) -> Result<Operator, Fatal> {
     let (path, mut config) = match &flags.config {
         Some(path) => (Some(path.clone()), SandboxConfig::load(path)?),
-        None => sandbox::ConfigSource::from_env().load()?,
+        None => sandbox::policy::ConfigSource::from_env().load()?,
     };
     if let Some(b) = flags.backend {
         config.backend = b.into();
@@ -288,7 +294,7 @@ fn effective_policy(
             let operator = config
                 .policy
                 .as_ref()
-                .map(sandbox::OperatorPolicy::to_policy)
+                .map(sandbox::policy::OperatorPolicy::to_policy)
                 .unwrap_or_default();
             let abs = |paths: &[PathBuf]| {
                 paths
@@ -350,7 +356,7 @@ fn effective_policy(
         private_tmp,
         &protection,
     )
-    .map_err(Fatal::from)?;
+    .map_err(|e| Fatal(e.to_owned()))?;
     // The runner's own directories for this run (its private TMPDIR, the
     // tool caches): written, but asked for by no request, so an operator's
     // write bound does not refuse them.
@@ -448,24 +454,24 @@ fn protect_write_paths(
 fn tool_caches(
     flags: &PolicyFlags,
     config: &SandboxConfig,
-) -> Result<Vec<(sandbox::ToolCache, PathBuf)>, Fatal> {
+) -> Result<Vec<(sandbox::policy::ToolCache, PathBuf)>, Fatal> {
     let defaults = flags.mode == Some(SandboxMode::WorkspaceWrite)
         && !flags.no_default_caches
         && config.default_caches;
-    let mut asked: Vec<sandbox::ToolCache> =
+    let mut asked: Vec<sandbox::policy::ToolCache> =
         flags.cache.iter().chain(&config.caches).copied().collect();
     asked.sort();
     asked.dedup();
     let mut caches = asked
         .iter()
-        .map(|&t| Ok((t, sandbox::tool_cache_dir(t)?)))
-        .collect::<Result<Vec<_>, sandbox::ToolCacheError>>()
+        .map(|&t| Ok((t, sandbox::runner::tool_cache_dir(t)?)))
+        .collect::<Result<Vec<_>, sandbox::runner::ToolCacheError>>()
         .map_err(|e| Fatal(format!("--cache: {e}")))?;
-    for &tool in sandbox::TOOL_CACHES
+    for &tool in sandbox::policy::TOOL_CACHES
         .iter()
         .filter(|t| defaults && !asked.contains(t))
     {
-        match sandbox::tool_cache_dir(tool) {
+        match sandbox::runner::tool_cache_dir(tool) {
             Ok(dir) => caches.push((tool, dir)),
             Err(e) => {
                 static SAID: std::sync::atomic::AtomicBool =
@@ -488,8 +494,8 @@ fn tool_caches(
 
 /// A resolution error of a policy built from flags, naming the flag typed
 /// rather than the config field behind it.
-fn flag_error(e: sandbox::PolicyError) -> Fatal {
-    use sandbox::PolicyError as E;
+fn flag_error(e: sandbox::policy::PolicyError) -> Fatal {
+    use sandbox::policy::PolicyError as E;
     let flag = |field: &str| match field {
         "write_paths" => "-w/--write",
         "read_deny_paths" => "--read-deny",
@@ -532,12 +538,12 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
     let config = load_config(&args.config)?.config;
     let policy = effective_policy(&args.policy, &config, None)?;
     let json = serde_json::json!({
-        "schema": sandbox::SCHEMA_VERSION,
+        "schema": sandbox::runner::SCHEMA_VERSION,
         "network": policy.as_ref().map(|p| p.network_mode()),
         // How names are reached under an allowlist (as `sandbox check` says).
         "names": policy
             .as_ref()
-            .filter(|p| p.network_mode() == sandbox::NetworkMode::Allowlist)
+            .filter(|p| p.network_mode() == sandbox::policy::NetworkMode::Allowlist)
             .map(network_line),
         "policy": policy,
     });
@@ -552,8 +558,8 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
 /// would, then ends the whole run after the grace period, instead of dying
 /// alone, which would leave the run's background processes to a later
 /// run's sweep.
-fn stop_runs_on_signals() -> Result<sandbox::StopSignals, Fatal> {
-    sandbox::stop_runs_on(&[libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP])
+fn stop_runs_on_signals() -> Result<sandbox::runner::StopSignals, Fatal> {
+    sandbox::runner::stop_runs_on(&[libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP])
         .map_err(|e| Fatal(format!("cannot catch the stop signals: {e}")))
 }
 
@@ -573,7 +579,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         for (tool, dir) in tool_caches(flags, config).map_err(recorded)? {
             req.env_overrides.extend(tool.env(&dir));
         }
-        req.limits = sandbox::ResourceLimits {
+        req.limits = sandbox::policy::ResourceLimits {
             memory: args.memory,
             pids: args.pids,
             cpu: args.cpu,
@@ -677,7 +683,7 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
     // Without an operator policy, the built-in bound: writes only inside the
     // workspace, no network. An operator policy without `write_paths` keeps
     // the built-in write bound.
-    let builtin = sandbox::builtin_op_bound(&workspace);
+    let builtin = sandbox::policy::builtin_op_bound(&workspace);
     let bound = match &config.policy {
         Some(policy) => {
             let mut bound = policy.to_policy();
@@ -738,7 +744,7 @@ fn execute(
     // may plant a symlink there or swap the directory meanwhile.
     let report = report.map(report::Asked::open).transpose()?;
     let resolved = match &req.policy {
-        Some(policy) => match sandbox::resolve_backend_for(config, policy) {
+        Some(policy) => match sandbox::backend::resolve_backend_for(config, policy) {
             Ok(r) => r.backend,
             Err(err) => {
                 let backend = format!("{:?}", config.backend).to_lowercase();
@@ -748,14 +754,14 @@ fn execute(
                 return Err(Fatal(error_chain::error_chain(&err)));
             }
         },
-        None => std::sync::Arc::new(sandbox::NoopBackend),
+        None => std::sync::Arc::new(sandbox::backend::NoopBackend),
     };
     let mut req = req;
     req.require_full = config.require_full;
     // The operator's limits are ceilings a request only lowers.
     req.limits = req.limits.bounded_by(&config.limits);
     req.allow_unlimited |= config.allow_unlimited;
-    match sandbox::run(resolved.as_ref(), &req) {
+    match sandbox::runner::run(resolved.as_ref(), &req) {
         Ok(outcome) => {
             // The command ran: its exit status is what the caller gets, even
             // when the record cannot be written (its directory may be one the
@@ -855,10 +861,10 @@ fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
             "danger-full-access runs unconfined: there is no profile to print".into(),
         ));
     };
-    let profile = sandbox_seatbelt::profile(&policy)?;
+    let profile = sandbox::seatbelt::profile(&policy)?;
     if args.json {
         let json = serde_json::json!({
-            "schema": sandbox::SCHEMA_VERSION,
+            "schema": sandbox::runner::SCHEMA_VERSION,
             "text": profile.text,
             "params": profile.params,
         });
@@ -886,7 +892,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         .backend
         .prepare(&probe_policy, &[OsString::from("/bin/true")])
         .map(|c| c.report)?;
-    let gate = sandbox::gate_report(resolved.backend.name());
+    let gate = sandbox::gate::report(resolved.backend.name());
     // The network the operator's policy leaves a run (a request only narrows it).
     let ctx = ExpandContext::from_env(None);
     let operator = match &config.policy {
@@ -894,15 +900,15 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
         None => probe_policy.clone(),
     };
     let network = network_line(&operator);
-    let limits = sandbox::limit_support();
+    let limits = sandbox::runner::limit_support();
     if args.json {
         let json = serde_json::json!({
-            "schema": sandbox::SCHEMA_VERSION,
+            "schema": sandbox::runner::SCHEMA_VERSION,
             "backend": resolved.backend.name(),
             "network": operator.network_mode(),
             "allow_net": operator.allow_net(),
             "enforces": resolved.backend.enforces(),
-            "containment": sandbox::containment(),
+            "containment": sandbox::runner::containment(),
             "limits": limits,
             "fallback_reason": resolved.fallback.as_ref().map(|e| e.to_string()),
             "self_test": gate,
@@ -918,7 +924,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
     }
     show::out(&format!(
         "containment: {}",
-        sandbox::containment().describe()
+        sandbox::runner::containment().describe()
     ));
     show::out(&format!("limits: {}", show::limit_support(&limits)));
     show::out(&format!("network (operator policy): {network}"));
@@ -941,16 +947,17 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
                 if g.passed { "passed" } else { "FAILED" },
                 g.elapsed_us as f64 / 1000.0
             ));
+            use sandbox::gate::ProbeResult;
             for probe in g.probes() {
                 let verdict = match &probe.result {
-                    sandbox_probe::ProbeResult::Witnessed => "witnessed".to_owned(),
-                    sandbox_probe::ProbeResult::Failed {
+                    ProbeResult::Witnessed => "witnessed".to_owned(),
+                    ProbeResult::Failed {
                         attempted,
                         observed,
                     } => {
                         format!("FAILED: attempted {attempted}; observed {observed}")
                     }
-                    sandbox_probe::ProbeResult::Unwitnessed { why } => {
+                    ProbeResult::Unwitnessed { why } => {
                         format!("UNWITNESSED: {why}")
                     }
                     _ => "unknown".to_owned(),
@@ -983,7 +990,7 @@ fn network_line(policy: &ResolvedPolicy) -> String {
         return mode.to_owned();
     }
     let rules: Vec<String> = policy.allow_net().iter().map(|r| r.to_string()).collect();
-    let how = match sandbox::datagram_namespace() {
+    let how = match sandbox::runner::datagram_namespace() {
         Ok(()) => {
             "DNS over UDP or TCP to any address, RES_OPTIONS=use-vc for glibc; other UDP reaches \
              nothing"
@@ -1006,5 +1013,41 @@ fn check_status(enforces: bool) -> i32 {
         0
     } else {
         CHECK_NOTHING_ENFORCED
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A typed error turned into the one `sandbox:` line keeps each cause
+    /// its own text does not already quote. Twin: a cause the text quotes
+    /// is not repeated.
+    #[test]
+    fn a_fatal_error_keeps_its_causes() {
+        #[derive(Debug)]
+        struct Outer(std::io::Error, bool);
+        impl std::fmt::Display for Outer {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                match self.1 {
+                    true => write!(f, "cannot start the egress proxy: {}", self.0),
+                    false => f.write_str("cannot start the egress proxy"),
+                }
+            }
+        }
+        impl std::error::Error for Outer {
+            fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+                Some(&self.0)
+            }
+        }
+        let cause = || std::io::Error::other("address in use");
+        assert_eq!(
+            Fatal::from(Outer(cause(), false)).0,
+            "cannot start the egress proxy; caused by: address in use"
+        );
+        assert_eq!(
+            Fatal::from(Outer(cause(), true)).0,
+            "cannot start the egress proxy: address in use"
+        );
     }
 }

@@ -4,7 +4,7 @@
 //!
 //! Version 1 resolves the policy, the config, the backend (and its
 //! self-test), the private TMPDIR and the tool caches once, at session
-//! start, and then runs each request through [`sandbox::run`], exactly as
+//! start, and then runs each request through [`sandbox::runner::run`], exactly as
 //! `sandbox run` does: each command gets its own confined launch, its own
 //! containment (nothing it started outlives it), its own timeout and its own
 //! refusals. Commands run one at a time; a request that arrives while one
@@ -29,7 +29,10 @@ use std::time::Instant;
 use clap::Args;
 use serde_json::{json, Map, Value};
 
-use sandbox::{Outcome, ResolvedPolicy, RunRequest};
+use sandbox::{
+    policy::ResolvedPolicy,
+    runner::{Outcome, RunRequest},
+};
 
 use crate::args::{ConfigFlags, PolicyFlags};
 use crate::{error_chain, git_audit, show, Fatal};
@@ -50,13 +53,13 @@ pub(crate) struct SessionArgs {
     /// Memory for each command's run, swap included (`64M`, `1.5G`), as
     /// `sandbox run --memory`.
     #[arg(long, value_name = "SIZE", value_hint = clap::ValueHint::Other)]
-    pub(crate) memory: Option<sandbox::MemoryLimit>,
+    pub(crate) memory: Option<sandbox::policy::MemoryLimit>,
     /// Processes and threads each command's run may have at once.
     #[arg(long, value_name = "N", value_hint = clap::ValueHint::Other)]
-    pub(crate) pids: Option<sandbox::PidsLimit>,
+    pub(crate) pids: Option<sandbox::policy::PidsLimit>,
     /// CPU time for each command's run, in CPUs.
     #[arg(long, value_name = "CPUS", value_hint = clap::ValueHint::Other)]
-    pub(crate) cpu: Option<sandbox::CpuLimit>,
+    pub(crate) cpu: Option<sandbox::policy::CpuLimit>,
     /// Run even where --memory/--pids/--cpu cannot be held, as `sandbox run
     /// --allow-unlimited`.
     #[arg(long)]
@@ -281,7 +284,7 @@ impl RunFields {
 /// What the session resolved at its start.
 struct Session {
     policy: Option<ResolvedPolicy>,
-    backend: Arc<dyn sandbox::Backend>,
+    backend: Arc<dyn sandbox::backend::Backend>,
     /// Every command's request, but for its argv and what it asks.
     base: RunRequest,
     /// The private TMPDIR, removed when the session ends.
@@ -295,13 +298,13 @@ impl Session {
         let private_tmp = crate::private_tmp_for(&args.policy)?;
         let tmp = private_tmp.as_ref().map(|t| t.path().to_path_buf());
         let policy = crate::effective_policy(&args.policy, config, tmp.as_deref())?;
-        let backend: Arc<dyn sandbox::Backend> = match &policy {
+        let backend: Arc<dyn sandbox::backend::Backend> = match &policy {
             Some(policy) => {
-                sandbox::resolve_backend_for(config, policy)
+                sandbox::backend::resolve_backend_for(config, policy)
                     .map_err(|e| Fatal(error_chain::error_chain(&e)))?
                     .backend
             }
-            None => Arc::new(sandbox::NoopBackend),
+            None => Arc::new(sandbox::backend::NoopBackend),
         };
         let mut base = RunRequest::new(Vec::new(), policy.clone());
         base.trusted_files = operator.trusted_files();
@@ -312,7 +315,7 @@ impl Session {
             base.env_overrides
                 .push(("TMPDIR".into(), tmp.clone().into_os_string()));
         }
-        base.limits = sandbox::ResourceLimits {
+        base.limits = sandbox::policy::ResourceLimits {
             memory: args.memory,
             pids: args.pids,
             cpu: args.cpu,
@@ -490,7 +493,7 @@ impl Session {
         exit.insert("event".into(), "exit".into());
         exit.extend(event);
         chan.send(&Value::Object(exit));
-        Ok(sandbox::stop_requested().map(|sig| 128 + sig))
+        Ok(sandbox::runner::stop_requested().map(|sig| 128 + sig))
     }
 
     /// The run request for `fields`: the session's, with the command, its
@@ -545,7 +548,7 @@ impl Session {
             // Resolving a resolved policy again changes nothing but the
             // timeout, which the ceiling bounds as `--timeout` is bounded.
             req.policy = Some(
-                raw.resolve(&sandbox::ExpandContext::default())
+                raw.resolve(&sandbox::policy::ExpandContext::default())
                     .map_err(|e| format!("\"timeout\" {secs}: {e}"))?,
             );
         }
@@ -561,7 +564,7 @@ impl Session {
         fields: &RunFields,
     ) -> Result<
         (
-            Result<Outcome, sandbox::RunError>,
+            Result<Outcome, sandbox::runner::RunError>,
             Option<Captured>,
             Option<Captured>,
         ),
@@ -597,7 +600,7 @@ impl Session {
         req.echo_stderr = fields.output;
         let result = {
             let _stop = crate::stop_runs_on_signals()?;
-            sandbox::run(self.backend.as_ref(), &req)
+            sandbox::runner::run(self.backend.as_ref(), &req)
         };
         // Nothing the run started is alive: taking the fds back closes the
         // session's last write ends, and the drains see the end.
