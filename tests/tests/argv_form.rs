@@ -5,7 +5,10 @@
 use std::ffi::OsString;
 use std::process::Command;
 
-use sandbox::{Backend, ExpandContext, LandlockBackend, SandboxPolicy};
+use sandbox::{
+    backend::{Backend, LandlockBackend},
+    policy::{ExpandContext, SandboxPolicy},
+};
 use sandbox_tests::sandbox_bin;
 
 #[test]

@@ -6,9 +6,13 @@
 //! so the comparison can tell programs apart.
 #![cfg(target_os = "linux")]
 
-use sandbox::{ExpandContext, LandlockBackend, RunRequest, SandboxPolicy};
+use sandbox::{
+    backend::LandlockBackend,
+    policy::{ExpandContext, SandboxPolicy},
+    runner::RunRequest,
+};
 
-fn seccomp_line(report: &sandbox::EnforcementReport) -> String {
+fn seccomp_line(report: &sandbox::backend::EnforcementReport) -> String {
     report
         .details
         .iter()
@@ -19,7 +23,7 @@ fn seccomp_line(report: &sandbox::EnforcementReport) -> String {
 
 /// A run of the write probe's policy shape (one write path, network on,
 /// subprocesses allowed) or the spawn probe's (subprocesses denied).
-fn run(deny_subprocess: bool) -> sandbox::Outcome {
+fn run(deny_subprocess: bool) -> sandbox::runner::Outcome {
     let dir = tempfile::tempdir().unwrap();
     let policy = SandboxPolicy {
         write_paths: vec![dir.path().to_string_lossy().into_owned()],
@@ -29,7 +33,7 @@ fn run(deny_subprocess: bool) -> sandbox::Outcome {
     .resolve(&ExpandContext::default())
     .unwrap();
     let req = RunRequest::new(vec!["/bin/true".into()], Some(policy));
-    sandbox::run(&LandlockBackend::new().unwrap(), &req).unwrap()
+    sandbox::runner::run(&LandlockBackend::new().unwrap(), &req).unwrap()
 }
 
 #[test]

@@ -13,7 +13,9 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use sandbox::{
-    ExpandContext, LandlockBackend, ResolvedPolicy, RunError, RunRequest, SandboxPolicy,
+    backend::LandlockBackend,
+    policy::{ExpandContext, ResolvedPolicy, SandboxPolicy},
+    runner::{RunError, RunRequest},
 };
 
 /// The tests count this process's threads and fds: one at a time.
@@ -72,7 +74,7 @@ fn runs_leave_no_thread_and_no_fd_behind() {
     let dir = tempfile::tempdir().unwrap();
     let policy = policy(dir.path());
     // Warm up (the self-test verdict, the first containment) before counting.
-    sandbox::run(&backend, &request(&["/bin/true"], &policy)).unwrap();
+    sandbox::runner::run(&backend, &request(&["/bin/true"], &policy)).unwrap();
     assert!(eventually(|| launch_threads() == 0));
     let fds = open_fds();
 
@@ -81,7 +83,7 @@ fn runs_leave_no_thread_and_no_fd_behind() {
     let script = format!("while [ ! -e {} ]; do sleep 0.01; done", go.display());
     let waiting = request(&["/bin/sh", "-c", &script], &policy);
     let running = std::thread::scope(|s| {
-        let run = s.spawn(|| sandbox::run(&backend, &waiting));
+        let run = s.spawn(|| sandbox::runner::run(&backend, &waiting));
         let seen = eventually(|| launch_threads() == 2);
         std::fs::write(&go, "").unwrap();
         let outcome = run.join().unwrap().unwrap();
@@ -97,7 +99,7 @@ fn runs_leave_no_thread_and_no_fd_behind() {
     // still be listed for a few microseconds: the kernel wakes the joiner
     // when it clears the thread's tid, before it releases the task.)
     for _ in 0..50 {
-        let outcome = sandbox::run(&backend, &request(&["/bin/true"], &policy)).unwrap();
+        let outcome = sandbox::runner::run(&backend, &request(&["/bin/true"], &policy)).unwrap();
         assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
         assert!(
             eventually(|| launch_threads() == 0),
@@ -126,7 +128,7 @@ fn a_child_that_cannot_exec_fails_at_once_with_the_kernels_error() {
     // The child sends its listener, then its exec fails (ENOEXEC): the
     // broker had started, and must stop without waiting for anything.
     let started = Instant::now();
-    let failed = sandbox::run(
+    let failed = sandbox::runner::run(
         &backend,
         &request(&[not_a_program.to_str().unwrap()], &policy),
     );
@@ -147,7 +149,7 @@ fn a_child_that_cannot_exec_fails_at_once_with_the_kernels_error() {
 
     // Twin: an executable file runs, brokered, with its own exit code.
     let outcome =
-        sandbox::run(&backend, &request(&[a_program.to_str().unwrap()], &policy)).unwrap();
+        sandbox::runner::run(&backend, &request(&[a_program.to_str().unwrap()], &policy)).unwrap();
     assert_eq!(outcome.exit_code(), 3, "{outcome:?}");
 }
 
@@ -235,7 +237,7 @@ fn holder_scene(dir: &Path) {
             let mut req = request(&["/bin/true"], &policy);
             req.cwd = Some(dir.join("shut"));
             let started = Instant::now();
-            let failed = sandbox::run(&backend, &req);
+            let failed = sandbox::runner::run(&backend, &req);
             let took = started.elapsed();
             let said = match &failed {
                 Err(err @ RunError::Spawn { .. }) => err.to_string(),
@@ -250,7 +252,7 @@ fn holder_scene(dir: &Path) {
         }
         let mut req = request(&["/bin/true"], &policy);
         req.cwd = Some(dir.join("open"));
-        let outcome = sandbox::run(&backend, &req).unwrap();
+        let outcome = sandbox::runner::run(&backend, &req).unwrap();
         assert_eq!(outcome.exit_code(), 0, "{outcome:?}");
         stop.store(true, Ordering::Relaxed);
     });

@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sandbox::{Backend, ResolvedPolicy, RunRequest};
+use sandbox::{backend::Backend, policy::ResolvedPolicy, runner::RunRequest};
 use sandbox_core::axis::{Axis, LegKind, WitnessStrength, EXPECTED_AXES};
 use sandbox_probe::conformance::{
     problems, run_conformance_with, table, to_json, LegRecord, LegResult, RunEnd, TimeoutRunner,
@@ -497,7 +497,7 @@ impl TimeoutRunner for FacadeRunner {
         let mut req = RunRequest::new(argv.to_vec(), Some(policy.clone()));
         req.echo_stderr = false;
         req.grace = Duration::from_millis(200);
-        let outcome = sandbox::run(backend, &req).map_err(|e| e.to_string())?;
+        let outcome = sandbox::runner::run(backend, &req).map_err(|e| e.to_string())?;
         Ok(RunEnd {
             timed_out: outcome.timed_out,
             exit_code: Some(outcome.exit_code()),

@@ -163,7 +163,7 @@ pub enum LaunchError {
 
 /// Launches `launch.argv` under `policy` with `backend` (unconfined when
 /// `policy` is `None`) and waits for every process of it to end: the one
-/// sequence `sandbox::run` and every probe of the self-test take.
+/// sequence `sandbox::runner::run` and every probe of the self-test take.
 ///
 /// In order: the program is located (once; a launcher the backend puts in
 /// front is executed by the absolute path it names); the run's containment

@@ -1,5 +1,5 @@
 //! The one launch of a confined command, shared by the runner
-//! (`sandbox::run`, `sandbox run`) and the enforcement self-test's probes,
+//! (`sandbox::runner::run`, `sandbox run`) and the enforcement self-test's probes,
 //! so that what the self-test witnesses is what runs: the same spawn, the
 //! same containment, the same bounded wait.
 //!

@@ -1,5 +1,5 @@
 //! The one launch path: how `sandbox run`, the library runner
-//! (`sandbox::run`) and the enforcement self-test's probes start a command
+//! (`sandbox::runner::run`) and the enforcement self-test's probes start a command
 //! with the hooks that confine it.
 //!
 //! It lives in the gate's crate so that the gate launches its probes through

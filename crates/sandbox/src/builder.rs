@@ -8,7 +8,7 @@ use sandbox_core::{
     SandboxPolicy, SandboxUnavailable, UnavailableKind,
 };
 
-use crate::{Outcome, RunError, RunRequest};
+use crate::runner::{Outcome, RunError, RunRequest};
 
 /// A policy under construction and the way to run under it.
 ///
@@ -172,9 +172,9 @@ impl Sandbox {
 
     /// Allows network access only to `rule`'s destinations (repeatable):
     /// host names through the runner's proxy, IP rules directly; see
-    /// [`EgressRule`](crate::EgressRule). Only [`Sandbox::run`] starts the
+    /// [`EgressRule`](crate::policy::EgressRule). Only [`Sandbox::run`] starts the
     /// proxy: a [`Sandbox::spawner`] reaches the IP rules only.
-    pub fn allow_net(mut self, rule: crate::EgressRule) -> Self {
+    pub fn allow_net(mut self, rule: crate::policy::EgressRule) -> Self {
         self.policy.allow_net.push(rule);
         self
     }
@@ -200,7 +200,7 @@ impl Sandbox {
     /// Limits the whole run's memory, processes and CPU (held by cgroups;
     /// a run whose limits cannot be held here fails unless
     /// [`Sandbox::allow_unlimited`]).
-    pub fn limits(mut self, limits: crate::ResourceLimits) -> Self {
+    pub fn limits(mut self, limits: crate::policy::ResourceLimits) -> Self {
         self.config.limits = limits;
         self
     }
@@ -263,27 +263,27 @@ impl Sandbox {
     }
 
     /// Runs `argv` confined and waits for it and everything it started
-    /// (see [`crate::run`], including its process-wide side effects).
+    /// (see [`crate::runner::run`], including its process-wide side effects).
     pub fn run<I, S>(&self, argv: I) -> Result<Outcome, Error>
     where
         I: IntoIterator<Item = S>,
         S: Into<OsString>,
     {
         let policy = self.policy()?;
-        let backend = crate::resolve_backend_for(&self.config, &policy)?.backend;
+        let backend = crate::backend::resolve_backend_for(&self.config, &policy)?.backend;
         let mut req = RunRequest::new(argv.into_iter().map(Into::into).collect(), Some(policy));
         req.cwd = self.cwd.clone();
         req.require_full = self.require_full;
         req.limits = self.config.limits;
         req.allow_unlimited = self.config.allow_unlimited;
-        Ok(crate::run(backend.as_ref(), &req)?)
+        Ok(crate::runner::run(backend.as_ref(), &req)?)
     }
 
     /// A spawner that confines one thread once under this policy and
     /// starts many `std::process::Command`s from it, at close to the cost of
     /// a plain spawn (Linux).
     #[cfg(target_os = "linux")]
-    pub fn spawner(&self) -> Result<crate::ConfinedSpawner, Error> {
+    pub fn spawner(&self) -> Result<crate::backend::ConfinedSpawner, Error> {
         let policy = self.policy()?;
         // The self-test first, as for every backend handed out.
         let config = SandboxConfig {
@@ -291,8 +291,8 @@ impl Sandbox {
             on_unsupported: OnUnsupported::Error,
             ..self.config.clone()
         };
-        crate::resolve_backend_for(&config, &policy)?;
-        Ok(crate::LandlockBackend::new()?.spawner(&policy)?)
+        crate::backend::resolve_backend_for(&config, &policy)?;
+        Ok(crate::backend::LandlockBackend::new()?.spawner(&policy)?)
     }
 }
 

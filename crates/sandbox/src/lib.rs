@@ -76,12 +76,12 @@ pub mod policy {
 
 pub use sandbox_core::protect;
 
-/// One run from a request: [`run`] under a resolved backend, the
-/// [`RunRequest`] it takes, the [`Outcome`] it records and the exit codes
-/// the CLI gives; what this host can hold a run to ([`containment`],
-/// [`limit_support`], [`datagram_namespace`]); the tool caches' directories;
-/// stopping runs on a signal.
 pub mod runner {
+    //! One run from a request: [`run`] under a resolved backend, the
+    //! [`RunRequest`] it takes, the [`Outcome`] it records and the exit
+    //! codes the CLI gives; what this host can hold a run to
+    //! ([`containment`], [`limit_support`], [`datagram_namespace`]); the
+    //! tool caches' directories; stopping runs on a signal.
     pub use crate::caches::{tool_cache_dir, tools_root, ToolCacheError};
     pub use crate::host::{containment, datagram_namespace, limit_support};
     pub use crate::outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
@@ -95,10 +95,10 @@ pub mod runner {
     };
 }
 
-/// Backend resolution ([`resolve_backend`]: `auto | landlock | seatbelt |
-/// noop` and `on_unsupported`, each backend through the [`crate::gate`]
-/// first), the backends, and what each reports it enforces.
 pub mod backend {
+    //! Backend resolution ([`resolve_backend`]: `auto | landlock | seatbelt
+    //! | noop` and `on_unsupported`, each backend through the [`crate::gate`]
+    //! first), the backends, and what each reports it enforces.
     pub use crate::backend_choice::{resolve_backend, resolve_backend_for, ResolvedBackend};
     pub use sandbox_core::{
         Axis, AxisEnforcement, Backend, BackendChoice, Confinement, Enforcement, EnforcementReport,
@@ -109,22 +109,6 @@ pub mod backend {
     pub use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
     #[cfg(target_os = "macos")]
     pub use sandbox_seatbelt::SeatbeltBackend;
-}
-
-// The names as the root exported them before the modules above, for code
-// written against that layout; not part of the API (hidden), to go once
-// no caller in the workspace names them.
-#[doc(hidden)]
-pub use backend::*;
-#[doc(hidden)]
-pub use policy::*;
-#[doc(hidden)]
-pub use runner::*;
-
-/// [`gate::report`] under its old name (hidden, as the names above).
-#[doc(hidden)]
-pub fn gate_report(backend: &'static str) -> Option<&'static gate::GateReport> {
-    gate::report(backend)
 }
 
 /// The production gate: the enforcement self-test a backend passes (a

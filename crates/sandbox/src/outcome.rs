@@ -52,7 +52,7 @@ pub enum Classification {
     /// (`--memory`, `--pids`), and the command failed.
     LimitExceeded {
         /// The limit it met.
-        limit: crate::LimitKind,
+        limit: crate::runner::LimitKind,
         /// What the limit did, in words.
         detail: String,
     },
@@ -111,7 +111,7 @@ impl Classification {
 impl Classification {
     /// A failed run (not one the timeout ended) that met a limit which ends
     /// or refuses processes is classified by that limit.
-    pub fn with_limits(self, limits: &[crate::LimitRecord]) -> Self {
+    pub fn with_limits(self, limits: &[crate::runner::LimitRecord]) -> Self {
         if matches!(self, Self::Ok | Self::Timeout | Self::RunnerFailure { .. }) {
             return self;
         }
@@ -119,7 +119,7 @@ impl Classification {
             return self;
         };
         let detail = match hit.kind {
-            crate::LimitKind::Memory => format!(
+            crate::runner::LimitKind::Memory => format!(
                 "the memory limit {} ended {} process(es) for lack of memory",
                 hit.requested, hit.hits
             ),
@@ -166,13 +166,13 @@ pub struct Outcome {
     /// How the run's processes were held together (`None` in records from
     /// before this field existed).
     #[serde(default)]
-    pub containment: Option<crate::ContainmentKind>,
+    pub containment: Option<crate::runner::ContainmentKind>,
     /// What the backend's supervisor (the metadata broker) performed and refused.
     #[serde(default)]
     pub mediation: Option<Mediation>,
     /// The limits asked for, what held each and how often the run met it.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub limits: Vec<crate::LimitRecord>,
+    pub limits: Vec<crate::runner::LimitRecord>,
     /// Wall-clock duration in milliseconds.
     pub duration_ms: f64,
     /// The classification.
@@ -184,7 +184,7 @@ impl Outcome {
     /// refused; this is what comes after: no backend, a failed self-test,
     /// partial enforcement under `require_full`, a command not found).
     pub fn runner_failure(
-        req: &crate::RunRequest,
+        req: &crate::runner::RunRequest,
         backend: &str,
         reason: &str,
         exit_code: i32,
@@ -246,7 +246,7 @@ mod tests {
             termination: Termination::Signaled { signal: 9 },
             timed_out: false,
             leftover_processes_ended: 2,
-            containment: Some(crate::ContainmentKind::ProcessGroup),
+            containment: Some(crate::runner::ContainmentKind::ProcessGroup),
             mediation: None,
             limits: Vec::new(),
             duration_ms: 1.5,

@@ -124,7 +124,7 @@ pub enum RunError {
         .0.join("; ")
     )]
     LimitsUnavailable(Vec<String>),
-    /// The runner got a stop signal ([`crate::stop_runs_on`]) before or
+    /// The runner got a stop signal ([`crate::runner::stop_runs_on`]) before or
     /// while the command ran; the signal was passed on to the command's
     /// process group, and every process of the run still there after the
     /// grace period was ended (SIGTERM, SIGKILL), or none was started.
@@ -256,7 +256,7 @@ impl RunError {
 /// (double fork, setsid, fork relays): the run gets a cgroup of its own where
 /// the runner may create one (root, or a delegated cgroup subtree), else it
 /// is held by its process group, which the filter keeps every process in
-/// ([`ContainmentKind`](crate::ContainmentKind); the outcome says which).
+/// ([`ContainmentKind`](crate::runner::ContainmentKind); the outcome says which).
 ///
 /// Process-wide side effects: in process-group mode the calling process
 /// becomes a child subreaper (`PR_SET_CHILD_SUBREAPER`, kept for its

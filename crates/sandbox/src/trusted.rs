@@ -15,13 +15,13 @@
 //! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root; without a runtime directory `<passwd home>/.cache/sandbox`), places no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir`, `fail_closed::no_confined_run_can_forge_the_cached_verdict` |
 //! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
 //! | The run's cgroups under `/sys/fs/cgroup` (containment and `--memory`/`--pids`/`--cpu`) | hold every process of the run, to its limits | write-denied in every run whose write paths reach them (`-w /`), so no process moves out or raises a limit | `limits::a_command_cannot_raise_or_leave_its_limits`, `trusted_state::cgroups_stay_out_of_reach_under_write_root` |
-//! | The tool caches' directory (`~/.cache/sandbox-tools` for `$XDG_CACHE_HOME`/`$HOME` and each passwd home, see [`crate::tools_root`]) | be given, one tool's directory at a time, as a write path | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<tool>` may be a write path inside it | `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused` |
+//! | The tool caches' directory (`~/.cache/sandbox-tools` for `$XDG_CACHE_HOME`/`$HOME` and each passwd home, see [`crate::runner::tools_root`]) | be given, one tool's directory at a time, as a write path | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<tool>` may be a write path inside it | `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused` |
 //! | Every trusted directory above | hold what later runs read | a write path inside one is refused outright (one `sandbox:` line) | `trusted_state::a_write_path_inside_trusted_state_is_refused` |
 //! | The outcome record (`--report`) | say what the run did | written to a temporary file of unpredictable name, renamed over the record through a directory fd opened before the run; after the run the directory is looked up by name again, and one the command put in its place takes the record only where the run could write itself (else the record goes to the first directory, wherever it now is), with one line saying so; if it still cannot be written the CLI says so in one line and keeps the command's exit status | `trusted_state::report_tmp_name_unpredictable`, `a_replaced_report_directory_does_not_hide_the_record` |
 //! | The user's screen: every line the CLI prints after or around a run (the refusal summary, `--explain`, warnings, approval prompts, `check`, log events) | show what happened, in the sandbox's own words | text from the command or the file system is shown escaped ([`sandbox_core::terminal_safe`]: controls, escape sequences, line breaks, reordering marks), one printed line per line; the resolver answers a name that is no host name `FORMERR` and records it escaped | `trusted_state::refused_paths_reach_the_terminal_escaped`, `dns::a_name_that_is_no_host_name_is_malformed_and_shown_escaped`, the CLI's unit test `show::every_printer_shows_command_text_escaped_on_its_own_line` |
 //!
 //! The operator config and verdict are the CLI's and the facade's; the
-//! write-denials are added by [`crate::run`] itself, so a harness that
+//! write-denials are added by [`crate::runner::run`] itself, so a harness that
 //! embeds the library protects them too.
 
 use std::borrow::Cow;
@@ -97,7 +97,7 @@ pub enum TrustedStateError {
 /// approval audit directories (`$XDG_STATE_HOME/sandbox`,
 /// `~/.local/state/sandbox`) for this process's `$HOME` and for the passwd
 /// home of its real and effective user, `/etc/sandbox`, the self-test
-/// cache, the tool caches' directory (see [`crate::tools_root`]), and
+/// cache, the tool caches' directory (see [`crate::runner::tools_root`]), and
 /// (Linux) `/sys/fs/cgroup`, where the run's containment and limits live.
 pub fn trusted_dirs() -> Vec<PathBuf> {
     let homes: Vec<PathBuf> = env_dir("HOME").into_iter().chain(passwd_homes()).collect();
