@@ -246,6 +246,22 @@ pub(crate) fn dist() -> Result<PathBuf, String> {
         };
         // With an explicit --target, RUSTFLAGS reach only the target's crates,
         // not build scripts and proc-macros (which cannot be static).
+        let mut env = vec![(
+            "RUSTFLAGS".to_string(),
+            "-C target-feature=+crt-static".to_string(),
+        )];
+        // ring (the proxy's TLS) compiles C and assembly for the target:
+        // cc-rs looks for `<arch>-linux-musl-gcc`, which hosts without
+        // musl-tools lack; the host's gcc makes objects that link
+        // statically with musl as well (ring needs no libc headers).
+        let cc_var = format!("CC_{}", target.replace('-', "_"));
+        if target.ends_with("-musl")
+            && std::env::var_os(&cc_var).is_none()
+            && !on_path(&format!("{arch}-linux-musl-gcc"))
+        {
+            env.push((cc_var, "gcc".to_string()));
+        }
+        let env: Vec<(&str, &str)> = env.iter().map(|(k, v)| (k.as_str(), v.as_str())).collect();
         cargo_env(
             &[
                 "build",
@@ -256,7 +272,7 @@ pub(crate) fn dist() -> Result<PathBuf, String> {
                 "--target",
                 &target,
             ],
-            &[("RUSTFLAGS", "-C target-feature=+crt-static")],
+            &env,
         )?;
         root.join("target").join(&target).join("release/sandbox")
     } else {
@@ -272,6 +288,12 @@ pub(crate) fn dist() -> Result<PathBuf, String> {
         .and_then(|_| std::fs::rename(&tmp, &bin))
         .map_err(|e| format!("copying {} to {}: {e}", built.display(), bin.display()))?;
     Ok(bin)
+}
+
+/// Whether `program` is found in a directory of `$PATH`.
+fn on_path(program: &str) -> bool {
+    std::env::var_os("PATH")
+        .is_some_and(|path| std::env::split_paths(&path).any(|dir| dir.join(program).is_file()))
 }
 
 /// Whether rustc has the standard library for `target`.

@@ -22,3 +22,10 @@ pub(crate) struct EgressFlags {
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub(crate) upstream_ca: Option<PathBuf>,
 }
+
+impl EgressFlags {
+    /// What the run's egress needs beyond the policy.
+    pub(crate) fn options(&self) -> sandbox::runner::EgressOptions {
+        sandbox::runner::EgressOptions::default().with_upstream_ca(self.upstream_ca.clone())
+    }
+}

@@ -258,6 +258,11 @@ fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal
         "connect" if reason.starts_with("the UNIX socket lies outside") => {
             Proposal::Flag(format!("--allow-unix {}", call.target))
         }
+        // An intercepted request: the rule the proxy proposed.
+        "request" => match reason.split_once("(to admit it: ") {
+            Some((_, flag)) => Proposal::Flag(flag.trim_end_matches(')').to_string()),
+            None => Proposal::None,
+        },
         _ => Proposal::None,
     }
 }
@@ -280,8 +285,9 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
         return None;
     }
     type Calls<'a> = Vec<&'a sandbox::runner::MediatedCall>;
-    let (names, rest): (Calls<'_>, Calls<'_>) =
-        refused.into_iter().partition(|c| c.syscall == "dns");
+    let (requests, rest): (Calls<'_>, Calls<'_>) =
+        refused.into_iter().partition(|c| c.syscall == "request");
+    let (names, rest): (Calls<'_>, Calls<'_>) = rest.into_iter().partition(|c| c.syscall == "dns");
     let (nets, rest): (Calls<'_>, Calls<'_>) = rest
         .into_iter()
         .partition(|c| matches!(c.syscall.as_str(), "proxy" | "connect"));
@@ -293,6 +299,13 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     let (files, others): (Calls<'_>, Calls<'_>) =
         rest.into_iter().partition(|c| !c.target.is_empty());
     let mut parts = Vec::new();
+    if !requests.is_empty() {
+        parts.push(format!(
+            "{} ({} not admitted by --allow-request)",
+            plural(requests.len(), "request"),
+            first_targets(&requests, |c| c.target.clone())
+        ));
+    }
     if !nets.is_empty() {
         parts.push(format!(
             "{} ({})",

@@ -5,6 +5,7 @@
 //! they refused.
 
 use std::ffi::OsString;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use sandbox_core::{
@@ -13,7 +14,37 @@ use sandbox_core::{
 };
 
 use crate::dns::DnsServer;
-use crate::{Proxy, ProxyError, ProxyOptions};
+use crate::{Interception, Proxy, ProxyError, ProxyOptions};
+
+/// The variables that make common clients trust the run's CA, each set to
+/// the bundle (the system roots and the run CA), but `NODE_EXTRA_CA_CERTS`,
+/// which Node adds to its own roots, set to the run CA alone.
+pub const CA_BUNDLE_VARS: &[&str] = &[
+    "SSL_CERT_FILE",
+    "REQUESTS_CA_BUNDLE",
+    "CURL_CA_BUNDLE",
+    "GIT_SSL_CAINFO",
+    "PIP_CERT",
+    "CARGO_HTTP_CAINFO",
+    "NODE_EXTRA_CA_CERTS",
+];
+
+/// How a run's egress reaches what its policy names, beyond the policy.
+#[derive(Debug, Clone, Default)]
+#[non_exhaustive]
+pub struct EgressOptions {
+    /// Verify the origins of intercepted hosts against the certificates of
+    /// this PEM file instead of the system roots.
+    pub upstream_ca: Option<PathBuf>,
+}
+
+impl EgressOptions {
+    /// [`EgressOptions::upstream_ca`].
+    pub fn with_upstream_ca(mut self, file: Option<PathBuf>) -> Self {
+        self.upstream_ca = file;
+        self
+    }
+}
 
 /// Why a run's egress could not start.
 #[derive(Debug, thiserror::Error)]
@@ -25,6 +56,15 @@ pub enum EgressError {
     /// The run's resolver (or its datagram namespace) did not start.
     #[error("cannot start the run's resolver: {0}")]
     Resolver(#[source] std::io::Error),
+    /// The files that let the command trust the run CA could not be written.
+    #[error("cannot write the run CA's certificate files in {}: {source}", dir.display())]
+    CaFiles {
+        /// Where they were to be written.
+        dir: PathBuf,
+        /// What failed.
+        #[source]
+        source: std::io::Error,
+    },
 }
 
 /// The egress of one run under an allowlist; stopped by [`Egress::finish`]
@@ -34,6 +74,9 @@ pub struct Egress {
     proxy: Proxy,
     dns: Option<(DnsServer, DnsRoute)>,
     policy: ResolvedPolicy,
+    /// The files that make the command trust the run CA (removed on drop).
+    #[cfg(target_os = "linux")]
+    ca_files: Option<crate::intercept::ca::CaFiles>,
 }
 
 impl Egress {
@@ -44,19 +87,60 @@ impl Egress {
     /// themselves ask the runner's resolver over TCP, whose answers are
     /// pinned (the broker routes and admits by them), with the exact names
     /// `/etc/hosts` lists pinned already for the run's timeout.
-    pub fn start(policy: &ResolvedPolicy) -> Result<Option<Egress>, EgressError> {
+    ///
+    /// With request rules ([`ResolvedPolicy::requests`], Linux only; an
+    /// error elsewhere) the hosts they name are intercepted
+    /// ([`Interception`]): the proxy holds the run CA's key, and the
+    /// command trusts its certificate through the files [`Egress::set_env`]
+    /// names, in a directory of the runner's own (mode 0700, a name made by
+    /// `mkdtemp(3)` in the runner's temporary directory), removed when the
+    /// egress ends. Those hosts are not resolved or pinned for the command:
+    /// it reaches them only through the proxy.
+    pub fn start(
+        policy: &ResolvedPolicy,
+        opts: &EgressOptions,
+    ) -> Result<Option<Egress>, EgressError> {
         if policy.network_mode() != NetworkMode::Allowlist {
             return Ok(None);
         }
-        let proxy = Proxy::start(policy.allow_net().to_vec(), ProxyOptions::default())
-            .map_err(EgressError::Proxy)?;
+        let mut proxy_opts = ProxyOptions::default();
+        let mut ca_pem = None;
+        if !policy.requests().is_empty() {
+            let interception =
+                Interception::new(policy.requests().to_vec(), opts.upstream_ca.as_deref())
+                    .map_err(EgressError::Proxy)?;
+            ca_pem = Some(interception.ca_pem());
+            proxy_opts = proxy_opts.interception(interception);
+        }
+        #[cfg(target_os = "linux")]
+        let ca_files = match ca_pem {
+            Some(pem) => Some(
+                crate::intercept::ca::CaFiles::write(&std::env::temp_dir(), &pem).map_err(
+                    |source| EgressError::CaFiles {
+                        dir: std::env::temp_dir(),
+                        source,
+                    },
+                )?,
+            ),
+            None => None,
+        };
+        #[cfg(not(target_os = "linux"))]
+        let _ = ca_pem;
+        let proxy =
+            Proxy::start(policy.allow_net().to_vec(), proxy_opts).map_err(EgressError::Proxy)?;
         let dns = if cfg!(target_os = "linux") {
             Some(start_dns(policy, policy.timeout()).map_err(EgressError::Resolver)?)
         } else {
             None
         };
         let policy = policy.with_allowed(EgressRule::Ip(proxy.net_rule()));
-        Ok(Some(Egress { proxy, dns, policy }))
+        Ok(Some(Egress {
+            proxy,
+            dns,
+            policy,
+            #[cfg(target_os = "linux")]
+            ca_files,
+        }))
     }
 
     /// The policy the run is confined by: the one it started with, the
@@ -90,6 +174,32 @@ impl Egress {
             env.retain(|(n, _)| *n != *name);
             env.push((name.into(), value.into()));
         }
+        if let Some((bundle, ca)) = self.ca_files() {
+            for name in CA_BUNDLE_VARS {
+                let file = if *name == "NODE_EXTRA_CA_CERTS" {
+                    ca
+                } else {
+                    bundle
+                };
+                env.retain(|(n, _)| n != name);
+                env.push(((*name).into(), file.as_os_str().to_owned()));
+            }
+        }
+    }
+
+    /// The bundle (system roots and the run CA) and the run CA's own file,
+    /// when hosts are intercepted.
+    pub fn ca_files(&self) -> Option<(&Path, &Path)> {
+        #[cfg(target_os = "linux")]
+        {
+            self.ca_files
+                .as_ref()
+                .map(|f| (f.bundle.as_path(), f.ca.as_path()))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            None
+        }
     }
 
     /// Stops the resolver and the proxy, and hands back what they refused
@@ -113,11 +223,16 @@ impl Egress {
             .unwrap_or(usize::MAX)
             .saturating_sub(kept.len());
         m.refused.extend(kept.into_iter().map(|r| MediatedCall {
-            syscall: "proxy".into(),
-            target: r.target(),
+            syscall: match r.reason {
+                crate::RefusalReason::Request { .. } => "request".into(),
+                _ => "proxy".into(),
+            },
+            target: r.what(),
             reason: r.reason.to_string(),
             outside_write_paths: false,
         }));
+        #[cfg(target_os = "linux")]
+        drop(self.ca_files.take());
         m
     }
 }

@@ -167,6 +167,21 @@ fn connect(slot: &Slot, mut client: TcpStream, head: Head) {
             &format!("CONNECT needs host:port, not {:?}", head.target),
         );
     };
+    #[cfg(target_os = "linux")]
+    if let (Some(interception), crate::target::Host::Name(name)) =
+        (&slot.shared.opts.interception, &target.host)
+    {
+        if interception.inner.intercepts(name, target.port) {
+            return crate::intercept::serve(
+                slot,
+                &interception.inner,
+                client,
+                name,
+                target.port,
+                &head.rest,
+            );
+        }
+    }
     let mut upstream = match open(&slot.shared, &target) {
         Ok(upstream) => upstream,
         Err(failure) => return answer_failure(client, &target, &failure),

@@ -39,6 +39,35 @@
 //!   unreachable destination `0x03`, `0x04` or `0x05`. Success carries the
 //!   proxy's bound address towards the destination.
 //!
+//! * **Intercepted hosts** (Linux; [`ProxyOptions::interception`]): a
+//!   `CONNECT` to a host and port a per-request rule names
+//!   ([`sandbox_core::RequestRule`]) is answered `200` by the proxy itself,
+//!   whatever the egress rules say. It terminates the command's TLS with a
+//!   leaf certificate for that host from the run's CA (made per host on
+//!   demand; the CA's key lives only in this process's memory, its
+//!   certificate is name-constrained to the intercepted hosts), reads one
+//!   HTTP/1.1 request (`httparse`), refuses shapes a parser could read two
+//!   ways (below), normalises the path
+//!   ([`sandbox_core::request::normalize_path`]) and checks method and path
+//!   against the rules. An admitted request goes to the origin over the
+//!   proxy's own TLS connection (`rustls`, verified against the system roots
+//!   or the operator's `--upstream-ca` file), its path normalised, hop-by-hop
+//!   headers dropped, `Host` the authority `CONNECT` named, the body framed
+//!   by the proxy (exactly `Content-Length` bytes, or the chunks re-encoded;
+//!   no trailers), `Connection: close`; the response is relayed with
+//!   `Connection: close`, and both connections end: whatever the client sends
+//!   after the request is never forwarded. A refused request gets `403` with
+//!   a `Sandbox-Admit-With: --allow-request '...'` header and a body naming
+//!   the rule that would admit it, and is kept in [`Proxy::refusals`]
+//!   ([`RefusalReason::Request`]). Refused shapes (`400`, `501`): a NUL, a CR
+//!   without LF or LF without CR in the head, a folded header line, two
+//!   `Content-Length`s, `Transfer-Encoding` with `Content-Length` or other
+//!   than exactly `chunked`, two `Host`s or one naming another authority, a
+//!   target not in origin form, HTTP/1.0. A client that pins certificates
+//!   fails its handshake (closed, nothing sent upstream). Plain `http://`
+//!   requests and SOCKS5 to such a host are not intercepted: the egress
+//!   rules decide them as any other.
+//!
 //! A refusal answers `403 Forbidden` (HTTP) with a one-line body naming
 //! `host:port` and why, and is kept in [`Proxy::refusals`]; a malformed
 //! request gets `400`, a request head over the size limit `431`, a head not
@@ -113,6 +142,11 @@
 //! | the redirect of port 53 | the destination address, the socket | the broker reads the address once and connects the caller's socket itself; TCP only (UDP goes to the datagram namespace) | `tests/tests/dns.rs` |
 //! | resolver datagram (`dns.rs`, UDP) | every byte, the source address and port, the rate | as a TCP query; answers at most 512 bytes (else truncated, TC set); one thread per socket, no state kept per sender | `dns::tests::datagrams_are_answered_from_the_address_asked_and_truncated_past_512_bytes`, `tests/tests/dns.rs` |
 //! | the datagram namespace (`island.rs`) | every datagram of its sockets, any address, port, option or sending call; how many sockets it asks for | the kernel routes a socket's datagrams in the namespace it was made in (no check to race); only loopback there, every address local; the helper reads fixed 12-byte requests from the runner alone (a socket pair), holds no other fd, dies with the runner; at most [`island::socket_bound`] of the run's sockets exist at once (their buffers are not charged to the run's cgroup: the bound keeps their queues within [`island::SOCKET_MEMORY`]), counted by the namespace's own `sockets: used` | `island::tests`, `tests/tests/dns.rs` (`no_datagram_reaches_anything_but_the_runners_resolver`, `a_run_holds_a_bounded_number_of_datagram_sockets`) |
+//! | intercepted TLS (`rustls` server side) | the ClientHello and every TLS record, SNI, ALPN, timing | rustls (memory-safe, no renegotiation); the leaf is chosen by the `CONNECT` host, never by SNI; ALPN offers only `http/1.1`; a handshake bounded by the head timeout | `tests/tests/intercept.rs` (clients trusting the run CA; a pinning client fails closed) |
+//! | intercepted request head (`intercept/exchange.rs`, `httparse`) | every byte of the head, pipelined bytes, the body and its framing | heads bounded in size and time; the raw head must be plain CRLF lines (no NUL, bare CR or LF, obs-fold) before httparse reads it; one `Content-Length`, no `Transfer-Encoding` beside it, only `chunked`, one `Host` naming the `CONNECT` authority, origin form only; the body framed by the proxy; one request per connection, nothing after it forwarded | `intercept::exchange::tests`, `tests/tests/intercept.rs` (`smuggling_shapes_are_refused_beside_their_twins`) |
+//! | intercepted request path (`sandbox_core::request`) | the path's bytes, escapes, dot segments | normalised once, the origin gets the normalised form; ambiguous paths (an encoded slash or backslash, encoded dots in a dot segment, a NUL, climbing above `/`) refused whatever the rules; matching linear in segments | `sandbox_core::request` tests and properties, `tests/tests/intercept.rs` |
+//! | origin response head (`httparse`) | the origin's status line and headers (the origin is named by the operator, not the command) | head bounded (64 KiB); 1xx passed on, `Connection` replaced by `close`; the body relayed as bytes | `tests/tests/intercept.rs` |
+//! | the run CA | the certificate files (readable by the command; in a directory of the runner's) | the key is never written anywhere (memory only); the files hold certificates only, are removed when the run ends; the CA is name-constrained to the intercepted hosts and valid a day | `tests/tests/intercept.rs` (`the_run_ca_key_never_reaches_the_run`) |
 //! | capabilities over that namespace | unprivileged, the command's uid owns its user namespace, so the command holds CAP_NET_ADMIN there | the egress filter refuses the socket ioctls and options that use it (`sandbox_seccomp::SOCKET_IOCTLS_REFUSED`, `SOCKET_OPTIONS_REFUSED`), and `setns`; the command makes no other socket there | `tests/tests/dns.rs` (`the_datagram_namespace_cannot_be_administered_by_the_command`) |
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -121,6 +155,8 @@ mod deadline;
 pub mod dns;
 mod egress;
 mod http;
+#[cfg(target_os = "linux")]
+mod intercept;
 #[cfg(target_os = "linux")]
 pub mod island;
 mod relay;
@@ -138,7 +174,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use egress::{Egress, EgressError};
+pub use egress::{Egress, EgressError, EgressOptions};
 pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
 
 /// This host's own addresses (every address on one of its interfaces), which
@@ -175,6 +211,55 @@ pub struct ProxyOptions {
     connect_timeout: Duration,
     max_head_bytes: usize,
     resolver: Option<Resolver>,
+    interception: Option<Interception>,
+}
+
+/// The interception of the hosts per-request rules name
+/// ([`sandbox_core::RequestRule`]): a per-run certificate authority (its
+/// key only in this process's memory; leaf certificates made per host on
+/// demand), the rules each request is checked against, and how the origins
+/// are verified. Linux only: elsewhere [`Interception::new`] fails.
+#[derive(Clone, Debug)]
+pub struct Interception {
+    #[cfg(target_os = "linux")]
+    inner: Arc<intercept::Interceptor>,
+}
+
+impl Interception {
+    /// A new run CA for the hosts `rules` name; the origins are verified
+    /// against the certificates of the PEM file `upstream_ca`, or else the
+    /// system roots.
+    pub fn new(
+        rules: Vec<sandbox_core::RequestRule>,
+        upstream_ca: Option<&std::path::Path>,
+    ) -> Result<Interception, ProxyError> {
+        #[cfg(target_os = "linux")]
+        {
+            Ok(Interception {
+                inner: Arc::new(intercept::Interceptor::new(rules, upstream_ca)?),
+            })
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (rules, upstream_ca);
+            Err(ProxyError::Interception(
+                "per-request rules need the proxy to intercept TLS, which it does on Linux only"
+                    .into(),
+            ))
+        }
+    }
+
+    /// The run CA's certificate (PEM): what the command must trust.
+    pub fn ca_pem(&self) -> String {
+        #[cfg(target_os = "linux")]
+        {
+            self.inner.ca_pem()
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            String::new()
+        }
+    }
 }
 
 impl Default for ProxyOptions {
@@ -187,6 +272,7 @@ impl Default for ProxyOptions {
             connect_timeout: Duration::from_secs(10),
             max_head_bytes: 16 * 1024,
             resolver: None,
+            interception: None,
         }
     }
 }
@@ -199,6 +285,7 @@ impl fmt::Debug for ProxyOptions {
             .field("connect_timeout", &self.connect_timeout)
             .field("max_head_bytes", &self.max_head_bytes)
             .field("resolver", &self.resolver.as_ref().map(|_| "custom"))
+            .field("interception", &self.interception.is_some())
             .finish()
     }
 }
@@ -236,6 +323,15 @@ impl ProxyOptions {
     /// or to test without DNS. Only names a rule lists are passed to it.
     pub fn resolver(mut self, resolver: Resolver) -> Self {
         self.resolver = Some(resolver);
+        self
+    }
+
+    /// Intercepts the hosts `interception`'s rules name: a `CONNECT` to one
+    /// is answered by the proxy itself, which terminates TLS and forwards
+    /// only the requests a rule admits (before any egress rule is
+    /// consulted for that host and port).
+    pub fn interception(mut self, interception: Interception) -> Self {
+        self.interception = Some(interception);
         self
     }
 }
@@ -280,6 +376,21 @@ pub enum RefusalReason {
     },
     /// The destination is the proxy itself.
     ProxyItself,
+    /// An intercepted request that no request rule admits, or whose shape
+    /// the proxy refuses (one a parser could read two ways, a path that
+    /// climbs or is ambiguous).
+    Request {
+        /// The method (empty when the head could not be read).
+        method: String,
+        /// The path as sent, without the query (empty when the head could
+        /// not be read).
+        path: String,
+        /// Why.
+        why: String,
+        /// The request rule that would admit it (`METHODS URL`), when one
+        /// would.
+        admit_with: Option<String>,
+    },
 }
 
 impl fmt::Display for RefusalReason {
@@ -310,6 +421,15 @@ impl fmt::Display for RefusalReason {
                 f.write_str("), which need an exact name rule or an IP rule")
             }
             RefusalReason::ProxyItself => f.write_str("it is the proxy itself"),
+            RefusalReason::Request {
+                why, admit_with, ..
+            } => {
+                f.write_str(why)?;
+                if let Some(rule) = admit_with {
+                    write!(f, " (to admit it: --allow-request '{rule}')")?;
+                }
+                Ok(())
+            }
         }
     }
 }
@@ -329,6 +449,22 @@ fn write_list<'a>(
 }
 
 impl Refused {
+    /// What was refused as the user wrote it: for a request, `METHOD
+    /// https://host[:port]/path`; otherwise [`Refused::target`].
+    pub fn what(&self) -> String {
+        match &self.reason {
+            RefusalReason::Request { method, path, .. } if !method.is_empty() => {
+                let port = if self.port == 443 {
+                    String::new()
+                } else {
+                    format!(":{}", self.port)
+                };
+                format!("{method} https://{}{port}{path}", self.host)
+            }
+            _ => self.target(),
+        }
+    }
+
     /// The destination as `host:port`, an IPv6 literal in brackets
     /// (`example.com:443`, `127.0.0.1:80`, `[::1]:8080`).
     pub fn target(&self) -> String {
@@ -365,6 +501,9 @@ pub enum ProxyError {
     /// than let wildcard names reach the host itself.
     #[error("egress proxy: cannot read this host's interface addresses (getifaddrs), which wildcard rules must not reach: {0}")]
     Interfaces(#[source] io::Error),
+    /// Interception (the run CA, the origins' roots) could not be set up.
+    #[error("egress proxy: cannot intercept the hosts request rules name: {0}")]
+    Interception(String),
 }
 
 /// A running egress proxy on `127.0.0.1`; [`Proxy::shutdown`] or drop stops it.

@@ -75,11 +75,11 @@ impl Target {
             Host::Ip(ip) => ip.to_string(),
             Host::Name(name) => name.clone(),
         };
-        Failure::Refused(Refused {
+        Failure::Refused(Box::new(Refused {
             host,
             port: self.port,
             reason,
-        })
+        }))
     }
 }
 
@@ -95,7 +95,7 @@ fn parse_port(text: &str) -> Option<u16> {
 #[derive(Debug)]
 pub(crate) enum Failure {
     /// The rules refuse it.
-    Refused(Refused),
+    Refused(Box<Refused>),
     /// A listed name could not be resolved.
     Unresolvable(io::Error),
     /// No admitted address could be connected to (the last error).
@@ -230,13 +230,40 @@ pub(crate) fn host_addrs() -> io::Result<HostAddrs> {
     Ok(HostAddrs::new(addrs))
 }
 
+/// Resolves an intercepted host (one a request rule names exactly, as an
+/// exact name rule: every address it resolves to is admitted, the proxy's
+/// own excepted) and connects to the first address that answers.
+#[cfg(target_os = "linux")]
+pub(crate) fn open_intercepted(
+    shared: &Shared,
+    name: &str,
+    port: u16,
+) -> Result<TcpStream, Failure> {
+    let resolved = resolve(shared, name, port).map_err(Failure::Unresolvable)?;
+    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
+    for mut addr in resolved {
+        addr.set_port(port);
+        if is_proxy(shared, addr) {
+            continue;
+        }
+        match TcpStream::connect_timeout(&addr, shared.opts.connect_timeout) {
+            Ok(stream) => {
+                let _ = stream.set_nodelay(true);
+                return Ok(stream);
+            }
+            Err(e) => last = e,
+        }
+    }
+    Err(Failure::Unreachable(last))
+}
+
 /// Checks `target`, resolves it, and connects to the first admitted address
 /// that answers. A refusal is logged.
 pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failure> {
     let addrs = match admitted(shared, target) {
         Ok(addrs) => addrs,
         Err(Failure::Refused(refused)) => {
-            shared.refuse(refused.clone());
+            shared.refuse((*refused).clone());
             return Err(Failure::Refused(refused));
         }
         Err(other) => return Err(other),

@@ -93,6 +93,7 @@ pub mod runner {
     pub use sandbox_launch::{
         stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord, StopSignals,
     };
+    pub use sandbox_proxy::EgressOptions;
 }
 
 pub mod backend {

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_core::{scrub_env, Backend, Mediation, ResolvedPolicy};
 use sandbox_launch::{Launch, LaunchError, LocateError};
-use sandbox_proxy::{Egress, EgressError};
+use sandbox_proxy::{Egress, EgressError, EgressOptions};
 
 use crate::outcome::{Classification, Outcome, Termination};
 use crate::trusted::TrustedStateError;
@@ -63,6 +63,9 @@ pub struct RunRequest {
     /// ([`RunError::Trusted`]) when it could change one
     /// ([`crate::trusted::check_trusted_file`]).
     pub trusted_files: Vec<(&'static str, PathBuf)>,
+    /// How the run's egress verifies the origins of intercepted hosts
+    /// (the policy's request rules).
+    pub egress: EgressOptions,
 }
 
 impl RunRequest {
@@ -82,6 +85,7 @@ impl RunRequest {
             limits: sandbox_core::ResourceLimits::default(),
             allow_unlimited: false,
             trusted_files: Vec::new(),
+            egress: EgressOptions::default(),
         }
     }
 }
@@ -285,7 +289,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     // Under an allowlist: the proxy, the resolver, and the policy that
     // admits the proxy.
     let egress = match &policy {
-        Some(policy) => Egress::start(policy)?,
+        Some(policy) => Egress::start(policy, &req.egress)?,
         None => None,
     };
     let confined_by = egress.as_ref().map(Egress::policy).or(policy.as_deref());

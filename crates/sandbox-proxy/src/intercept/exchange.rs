@@ -1,0 +1,819 @@
+//! One intercepted connection: the command's TLS terminated with the run
+//! CA's leaf for the host it asked `CONNECT` for, one HTTP/1.1 request read
+//! (httparse) and checked, and, when a rule admits it, forwarded over the
+//! proxy's own TLS connection to that host; the response relayed back; then
+//! both connections are closed (`Connection: close`: clients open a new one
+//! for their next request, so nothing the proxy did not check ever follows
+//! on a connection).
+//!
+//! A request is refused before any rule is consulted when its shape could
+//! be read two ways (request smuggling): bytes outside a plain CRLF head (a
+//! NUL, a CR without LF, an LF without CR, a folded header line), more than
+//! one `Content-Length` or `Host`, a `Transfer-Encoding` beside a
+//! `Content-Length` or other than exactly `chunked`, a `Host` naming another
+//! authority than the one `CONNECT` named, a target not in origin form.
+//! The body is framed by the proxy (exactly `Content-Length` bytes, or the
+//! chunks re-encoded, no trailers), so bytes after it never reach the origin.
+
+use std::io::{self, Read, Write};
+use std::net::TcpStream;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rustls::pki_types::ServerName;
+use rustls::{ClientConnection, ServerConnection, StreamOwned};
+use sandbox_core::request::{normalize_path, RequestRule};
+
+use super::Interceptor;
+use crate::state::Slot;
+use crate::{RefusalReason, Refused};
+
+/// Header slots for one request or response head.
+const MAX_HEADERS: usize = 128;
+
+/// How long a read from the origin, or of a request body, may wait.
+const IDLE: Duration = Duration::from_secs(300);
+
+/// Copy buffer.
+const BUF: usize = 64 * 1024;
+
+/// Headers never forwarded to the origin (hop-by-hop, or set by the proxy).
+const DROPPED: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "proxy-authorization",
+    "proxy-authenticate",
+    "upgrade",
+    "host",
+    "te",
+    "trailer",
+    "expect",
+    "http2-settings",
+];
+
+type ClientTls = StreamOwned<ServerConnection, TcpStream>;
+type OriginTls = StreamOwned<ClientConnection, TcpStream>;
+
+/// A TLS stream and the bytes read from it but not yet used.
+struct Buffered<S> {
+    stream: S,
+    buf: Vec<u8>,
+}
+
+impl<S: Read> Buffered<S> {
+    /// Reads more into the buffer; `Ok(0)` at the end of the stream (an
+    /// end without TLS close_notify counts as one).
+    fn fill(&mut self) -> io::Result<usize> {
+        let mut chunk = vec![0u8; BUF];
+        loop {
+            match self.stream.read(&mut chunk) {
+                Ok(n) => {
+                    self.buf.extend_from_slice(&chunk[..n]);
+                    return Ok(n);
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
+/// A request head as read, owned.
+struct Head {
+    method: String,
+    target: String,
+    headers: Vec<(String, Vec<u8>)>,
+}
+
+/// How the request body is framed.
+enum Body {
+    None,
+    Length(u64),
+    Chunked,
+}
+
+/// Why a request is not forwarded, and how to answer it.
+struct Refusal {
+    code: u16,
+    reason: &'static str,
+    why: String,
+    /// The rule that would admit it (`METHODS URL`).
+    admit_with: Option<String>,
+}
+
+fn refusal(code: u16, reason: &'static str, why: impl Into<String>) -> Refusal {
+    Refusal {
+        code,
+        reason,
+        why: why.into(),
+        admit_with: None,
+    }
+}
+
+/// Checks the raw head bytes (request line, headers, the final CRLF) for
+/// what a parser might read differently: every line ends in CRLF, no CR or
+/// NUL stands elsewhere, no header line is folded (starts with SP or HT).
+fn plain_crlf(head: &[u8]) -> Result<(), String> {
+    for (i, &b) in head.iter().enumerate() {
+        match b {
+            0 => return Err("a NUL byte in the request head".into()),
+            b'\r' if head.get(i + 1) != Some(&b'\n') => {
+                return Err("a CR not followed by LF in the request head".into())
+            }
+            b'\n' if i == 0 || head[i - 1] != b'\r' => {
+                return Err("an LF not preceded by CR in the request head".into())
+            }
+            b'\n' if matches!(head.get(i + 1), Some(b' ' | b'\t')) => {
+                return Err("a folded header line (obs-fold) in the request head".into())
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// Reads one request head (at most `max` bytes); `None` when the client
+/// closed first.
+fn read_head(client: &mut Buffered<ClientTls>, max: usize) -> Result<Option<Head>, Refusal> {
+    loop {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut slots);
+        match req.parse(&client.buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                plain_crlf(&client.buf[..len]).map_err(|why| refusal(400, "Bad Request", why))?;
+                let (Some(method), Some(target), Some(1)) = (req.method, req.path, req.version)
+                else {
+                    return Err(refusal(
+                        505,
+                        "HTTP Version Not Supported",
+                        "only HTTP/1.1 requests are intercepted",
+                    ));
+                };
+                let head = Head {
+                    method: method.to_string(),
+                    target: target.to_string(),
+                    headers: req
+                        .headers
+                        .iter()
+                        .map(|h| (h.name.to_string(), h.value.to_vec()))
+                        .collect(),
+                };
+                client.buf.drain(..len);
+                return Ok(Some(head));
+            }
+            Ok(httparse::Status::Partial) => {
+                // The part read so far must hold no smuggling shape either
+                // (a bare CR at its end may still be followed by LF).
+                let upto = client.buf.len().saturating_sub(1);
+                plain_crlf(&client.buf[..upto]).map_err(|why| refusal(400, "Bad Request", why))?;
+            }
+            Err(httparse::Error::TooManyHeaders) => {
+                return Err(refusal(
+                    431,
+                    "Request Header Fields Too Large",
+                    "too many header fields",
+                ))
+            }
+            Err(e) => {
+                return Err(refusal(
+                    400,
+                    "Bad Request",
+                    format!("malformed request: {e}"),
+                ))
+            }
+        }
+        if client.buf.len() >= max {
+            return Err(refusal(
+                431,
+                "Request Header Fields Too Large",
+                "the request head is too large",
+            ));
+        }
+        match client.fill() {
+            Ok(0) if client.buf.is_empty() => return Ok(None),
+            Ok(0) => {
+                return Err(refusal(
+                    400,
+                    "Bad Request",
+                    "the request head is incomplete",
+                ))
+            }
+            Ok(_) => {}
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    io::ErrorKind::WouldBlock | io::ErrorKind::TimedOut
+                ) =>
+            {
+                return Err(refusal(
+                    408,
+                    "Request Timeout",
+                    "the request head did not arrive in time",
+                ))
+            }
+            Err(_) => return Ok(None),
+        }
+    }
+}
+
+fn values<'a>(head: &'a Head, name: &'a str) -> impl Iterator<Item = &'a [u8]> + 'a {
+    head.headers
+        .iter()
+        .filter(move |(n, _)| n.eq_ignore_ascii_case(name))
+        .map(|(_, v)| v.as_slice())
+}
+
+/// The body's framing, refusing every ambiguous one.
+fn framing(head: &Head) -> Result<Body, Refusal> {
+    let lengths: Vec<&[u8]> = values(head, "content-length").collect();
+    let encodings: Vec<&[u8]> = values(head, "transfer-encoding").collect();
+    if lengths.len() > 1 {
+        return Err(refusal(400, "Bad Request", "more than one Content-Length"));
+    }
+    if !encodings.is_empty() && !lengths.is_empty() {
+        return Err(refusal(
+            400,
+            "Bad Request",
+            "Transfer-Encoding together with Content-Length",
+        ));
+    }
+    if let Some(len) = lengths.first() {
+        let text = std::str::from_utf8(len).unwrap_or("");
+        if text.is_empty() || !text.bytes().all(|b| b.is_ascii_digit()) {
+            return Err(refusal(
+                400,
+                "Bad Request",
+                "a Content-Length that is not a number",
+            ));
+        }
+        return text
+            .parse()
+            .map(Body::Length)
+            .map_err(|_| refusal(400, "Bad Request", "a Content-Length out of range"));
+    }
+    match encodings.as_slice() {
+        [] => Ok(Body::None),
+        [one] if one.eq_ignore_ascii_case(b"chunked") => Ok(Body::Chunked),
+        _ => Err(refusal(
+            501,
+            "Not Implemented",
+            "a Transfer-Encoding other than exactly 'chunked'",
+        )),
+    }
+}
+
+/// Checks the head's shape and `Host`, then the rules; the path to send
+/// (normalised, with the query as sent).
+fn admit(
+    head: &Head,
+    rules: &[RequestRule],
+    host: &str,
+    port: u16,
+) -> Result<(String, Body), Refusal> {
+    let body = framing(head)?;
+    let hosts: Vec<&[u8]> = values(head, "host").collect();
+    if hosts.len() > 1 {
+        return Err(refusal(400, "Bad Request", "more than one Host"));
+    }
+    if let Some(sent) = hosts.first() {
+        let sent = String::from_utf8_lossy(sent).to_ascii_lowercase();
+        let (name, sent_port) = match sent.rsplit_once(':') {
+            Some((n, p)) => (n, p.parse::<u16>().ok()),
+            None => (sent.as_str(), Some(443)),
+        };
+        if !name.trim_end_matches('.').eq_ignore_ascii_case(host) || sent_port != Some(port) {
+            return Err(refusal(
+                400,
+                "Bad Request",
+                format!("the Host header names {sent:?}, not {host}:{port} the connection is for"),
+            ));
+        }
+    }
+    if !head.target.starts_with('/') {
+        return Err(refusal(
+            400,
+            "Bad Request",
+            "the request target is not in origin form (/path)",
+        ));
+    }
+    let (path, query) = match head.target.split_once('?') {
+        Some((p, q)) => (p, Some(q)),
+        None => (head.target.as_str(), None),
+    };
+    let normal = normalize_path(path).map_err(|problem| {
+        refusal(
+            403,
+            "Forbidden",
+            format!("the path is refused whatever the rules: {problem}"),
+        )
+    })?;
+    if !rules
+        .iter()
+        .any(|r| r.admits_normal(&head.method, host, port, &normal))
+    {
+        return Err(Refusal {
+            code: 403,
+            reason: "Forbidden",
+            why: "no request rule admits it".into(),
+            admit_with: RequestRule::exact(&head.method, host, port, &normal)
+                .map(|r| r.to_string()),
+        });
+    }
+    let mut target = normal.to_string();
+    if let Some(q) = query {
+        target.push('?');
+        target.push_str(q);
+    }
+    Ok((target, body))
+}
+
+/// The URL of a request to `host:port` at `path`, for messages.
+fn url(host: &str, port: u16, path: &str) -> String {
+    if port == 443 {
+        format!("https://{host}{path}")
+    } else {
+        format!("https://{host}:{port}{path}")
+    }
+}
+
+/// Answers a refusal over the client's TLS, the rule that would admit it
+/// in a `Sandbox-Admit-With` header and the body.
+fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
+    let admit = refused
+        .admit_with
+        .as_ref()
+        .map(|r| format!("--allow-request '{r}'"));
+    let mut body = format!("sandbox egress proxy: refused {shown}: {}", refused.why);
+    if let Some(flag) = &admit {
+        body.push_str(&format!("; to admit it: {flag}"));
+    }
+    body.push('\n');
+    let mut text = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
+        refused.code,
+        refused.reason,
+        body.len()
+    );
+    if let Some(flag) = &admit {
+        text.push_str(&format!("Sandbox-Admit-With: {flag}\r\n"));
+    }
+    text.push_str("\r\n");
+    text.push_str(&body);
+    let _ = client.write_all(text.as_bytes());
+    let _ = client.flush();
+    client.conn.send_close_notify();
+    let _ = client.flush();
+}
+
+/// Serves one intercepted `CONNECT host:port`: `early` are the bytes the
+/// client sent after its `CONNECT` head.
+pub(crate) fn serve(
+    slot: &Slot,
+    interceptor: &Arc<Interceptor>,
+    mut client: TcpStream,
+    host: &str,
+    port: u16,
+    early: &[u8],
+) {
+    let host = host.trim_end_matches('.').to_ascii_lowercase();
+    let Ok(config) = interceptor.ca.server_config(&host) else {
+        return;
+    };
+    let Ok(mut conn) = ServerConnection::new(config) else {
+        return;
+    };
+    if client
+        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+        .is_err()
+    {
+        return;
+    }
+    if !early.is_empty() {
+        let mut early = early;
+        if conn.read_tls(&mut early).is_err() || conn.process_new_packets().is_err() {
+            return;
+        }
+    }
+    let opts = &slot.shared.opts;
+    let _ = client.set_read_timeout(Some(opts.head_timeout));
+    let _ = client.set_write_timeout(Some(IDLE));
+    let mut tls = StreamOwned::new(conn, client);
+    // A client that does not trust the run's CA (certificate pinning)
+    // fails the handshake: nothing was sent, nothing to record.
+    while tls.conn.is_handshaking() {
+        if tls.conn.complete_io(&mut tls.sock).is_err() {
+            return;
+        }
+    }
+    let mut client = Buffered {
+        stream: tls,
+        buf: Vec::new(),
+    };
+    let head = match read_head(&mut client, opts.max_head_bytes) {
+        Ok(Some(head)) => head,
+        Ok(None) => return,
+        Err(refused) => {
+            record(slot, &host, port, "", "", &refused);
+            return answer(
+                &mut client.stream,
+                &refused,
+                &format!("a request to {host}"),
+            );
+        }
+    };
+    let (target, body) = match admit(&head, interceptor.rules(), &host, port) {
+        Ok(admitted) => admitted,
+        Err(refused) => {
+            let path = head.target.split('?').next().unwrap_or("");
+            let shown = format!("{} {}", head.method, url(&host, port, path));
+            record(slot, &host, port, &head.method, path, &refused);
+            return answer(&mut client.stream, &refused, &shown);
+        }
+    };
+    forward(slot, interceptor, client, &head, &host, port, &target, body);
+}
+
+fn record(slot: &Slot, host: &str, port: u16, method: &str, path: &str, refused: &Refusal) {
+    slot.shared.refuse(Refused {
+        host: host.to_string(),
+        port,
+        reason: RefusalReason::Request {
+            method: method.to_string(),
+            path: path.to_string(),
+            why: refused.why.clone(),
+            admit_with: refused.admit_with.clone(),
+        },
+    });
+}
+
+/// The head sent to the origin.
+fn origin_head(head: &Head, host: &str, port: u16, target: &str) -> Vec<u8> {
+    let authority = if port == 443 {
+        host.to_string()
+    } else {
+        format!("{host}:{port}")
+    };
+    let mut out =
+        format!("{} {target} HTTP/1.1\r\nHost: {authority}\r\n", head.method).into_bytes();
+    for (name, value) in &head.headers {
+        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+            continue;
+        }
+        out.extend_from_slice(name.as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value);
+        out.extend_from_slice(b"\r\n");
+    }
+    out.extend_from_slice(b"Connection: close\r\n\r\n");
+    out
+}
+
+/// Connects to the origin and verifies it.
+fn connect_origin(
+    slot: &Slot,
+    interceptor: &Interceptor,
+    host: &str,
+    port: u16,
+) -> Result<OriginTls, String> {
+    let tcp =
+        crate::target::open_intercepted(&slot.shared, host, port).map_err(|f| f.to_string())?;
+    slot.track(&tcp);
+    let _ = tcp.set_read_timeout(Some(IDLE));
+    let _ = tcp.set_write_timeout(Some(IDLE));
+    let name = ServerName::try_from(host.to_string()).map_err(|e| e.to_string())?;
+    let conn = ClientConnection::new(Arc::clone(&interceptor.upstream), name)
+        .map_err(|e| e.to_string())?;
+    let mut tls = StreamOwned::new(conn, tcp);
+    while tls.conn.is_handshaking() {
+        tls.conn
+            .complete_io(&mut tls.sock)
+            .map_err(|e| format!("TLS with the origin failed: {e}"))?;
+    }
+    Ok(tls)
+}
+
+/// Copies exactly `n` bytes of the client's body to the origin.
+fn copy_length(
+    client: &mut Buffered<ClientTls>,
+    origin: &mut OriginTls,
+    mut n: u64,
+) -> io::Result<()> {
+    while n > 0 {
+        if client.buf.is_empty() && client.fill()? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        let take = usize::try_from(n)
+            .unwrap_or(usize::MAX)
+            .min(client.buf.len());
+        origin.write_all(&client.buf[..take])?;
+        client.buf.drain(..take);
+        n -= take as u64;
+    }
+    Ok(())
+}
+
+fn need(client: &mut Buffered<ClientTls>, len: usize) -> io::Result<()> {
+    while client.buf.len() < len {
+        if client.fill()? == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+    }
+    Ok(())
+}
+
+/// Copies a chunked body, re-encoding each chunk's size line (extensions
+/// dropped); trailers are refused.
+fn copy_chunked(client: &mut Buffered<ClientTls>, origin: &mut OriginTls) -> io::Result<()> {
+    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
+    loop {
+        let (used, size) = loop {
+            match httparse::parse_chunk_size(&client.buf) {
+                Ok(httparse::Status::Complete(parsed)) => break parsed,
+                Ok(httparse::Status::Partial) => {
+                    if client.buf.len() > 1024 {
+                        return Err(bad("a chunk size line too long"));
+                    }
+                    if client.fill()? == 0 {
+                        return Err(io::ErrorKind::UnexpectedEof.into());
+                    }
+                }
+                Err(_) => return Err(bad("a malformed chunk size")),
+            }
+        };
+        plain_crlf(&client.buf[..used]).map_err(|e| bad(&e))?;
+        client.buf.drain(..used);
+        if size == 0 {
+            need(client, 2)?;
+            if &client.buf[..2] != b"\r\n" {
+                return Err(bad("chunked trailers are not forwarded"));
+            }
+            client.buf.drain(..2);
+            return origin.write_all(b"0\r\n\r\n");
+        }
+        origin.write_all(format!("{size:x}\r\n").as_bytes())?;
+        copy_length(client, origin, size)?;
+        need(client, 2)?;
+        if &client.buf[..2] != b"\r\n" {
+            return Err(bad("a chunk not followed by CRLF"));
+        }
+        client.buf.drain(..2);
+        origin.write_all(b"\r\n")?;
+    }
+}
+
+/// Reads the origin's response heads (1xx ones passed on) and writes them
+/// to the client with `Connection: close`, then relays the rest until the
+/// origin closes.
+fn relay_response(origin: &mut Buffered<OriginTls>, client: &mut ClientTls) -> io::Result<()> {
+    let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+    loop {
+        let (len, code, out) = loop {
+            let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+            let mut resp = httparse::Response::new(&mut slots);
+            match resp.parse(&origin.buf) {
+                Ok(httparse::Status::Complete(len)) => {
+                    let code = resp.code.unwrap_or(502);
+                    let mut out =
+                        format!("HTTP/1.1 {code} {}\r\n", resp.reason.unwrap_or("")).into_bytes();
+                    for h in resp.headers.iter() {
+                        if ["connection", "keep-alive", "proxy-connection"]
+                            .iter()
+                            .any(|d| h.name.eq_ignore_ascii_case(d))
+                        {
+                            continue;
+                        }
+                        out.extend_from_slice(h.name.as_bytes());
+                        out.extend_from_slice(b": ");
+                        out.extend_from_slice(h.value);
+                        out.extend_from_slice(b"\r\n");
+                    }
+                    if code >= 200 {
+                        out.extend_from_slice(b"Connection: close\r\n");
+                    }
+                    out.extend_from_slice(b"\r\n");
+                    break (len, code, out);
+                }
+                Ok(httparse::Status::Partial) => {
+                    if origin.buf.len() > 64 * 1024 {
+                        return Err(bad("the origin's response head is too large".into()));
+                    }
+                    if origin.fill()? == 0 {
+                        return Err(bad("the origin closed before its response".into()));
+                    }
+                }
+                Err(e) => return Err(bad(format!("the origin's response is malformed: {e}"))),
+            }
+        };
+        origin.buf.drain(..len);
+        client.write_all(&out)?;
+        if code >= 200 {
+            break;
+        }
+    }
+    loop {
+        if !origin.buf.is_empty() {
+            client.write_all(&origin.buf)?;
+            origin.buf.clear();
+        }
+        if origin.fill()? == 0 {
+            break;
+        }
+    }
+    client.flush()?;
+    client.conn.send_close_notify();
+    client.flush()
+}
+
+#[allow(clippy::too_many_arguments)]
+fn forward(
+    slot: &Slot,
+    interceptor: &Interceptor,
+    mut client: Buffered<ClientTls>,
+    head: &Head,
+    host: &str,
+    port: u16,
+    target: &str,
+    body: Body,
+) {
+    let mut origin = match connect_origin(slot, interceptor, host, port) {
+        Ok(origin) => origin,
+        Err(why) => {
+            let failed = refusal(
+                502,
+                "Bad Gateway",
+                format!("cannot reach the origin: {why}"),
+            );
+            return answer(
+                &mut client.stream,
+                &failed,
+                &format!("{} {}", head.method, url(host, port, target)),
+            );
+        }
+    };
+    let _ = client.stream.sock.set_read_timeout(Some(IDLE));
+    if origin
+        .write_all(&origin_head(head, host, port, target))
+        .is_err()
+    {
+        return;
+    }
+    // The proxy answers `Expect: 100-continue` itself (it dropped it).
+    let expects = values(head, "expect").any(|v| v.eq_ignore_ascii_case(b"100-continue"));
+    if expects
+        && !matches!(body, Body::None)
+        && client
+            .stream
+            .write_all(b"HTTP/1.1 100 Continue\r\n\r\n")
+            .and_then(|()| client.stream.flush())
+            .is_err()
+    {
+        return;
+    }
+    let sent = match body {
+        Body::None => Ok(()),
+        Body::Length(n) => copy_length(&mut client, &mut origin, n),
+        Body::Chunked => copy_chunked(&mut client, &mut origin),
+    };
+    if sent.and_then(|()| origin.flush()).is_err() {
+        return;
+    }
+    let mut origin = Buffered {
+        stream: origin,
+        buf: Vec::new(),
+    };
+    let _ = relay_response(&mut origin, &mut client.stream);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn head(raw: &str) -> Head {
+        let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
+        let mut req = httparse::Request::new(&mut slots);
+        assert!(matches!(
+            req.parse(raw.as_bytes()),
+            Ok(httparse::Status::Complete(_))
+        ));
+        Head {
+            method: req.method.unwrap().into(),
+            target: req.path.unwrap().into(),
+            headers: req
+                .headers
+                .iter()
+                .map(|h| (h.name.into(), h.value.to_vec()))
+                .collect(),
+        }
+    }
+
+    fn rules() -> Vec<RequestRule> {
+        vec!["GET,HEAD https://pkgs.example.com/simple/**"
+            .parse()
+            .unwrap()]
+    }
+
+    fn check(raw: &str) -> Result<String, String> {
+        admit(&head(raw), &rules(), "pkgs.example.com", 443)
+            .map(|(t, _)| t)
+            .map_err(|r| format!("{} {}", r.code, r.why))
+    }
+
+    #[test]
+    fn admitted_requests_are_sent_normalised_and_refusals_name_the_rule() {
+        assert_eq!(
+            check("GET /simple/./a//b%7e?x=1 HTTP/1.1\r\nHost: pkgs.example.com\r\n\r\n").unwrap(),
+            "/simple/a/b~?x=1"
+        );
+        assert_eq!(
+            check("HEAD /simple/ HTTP/1.1\r\nHost: pkgs.example.com:443\r\n\r\n").unwrap(),
+            "/simple/"
+        );
+        let refused = admit(
+            &head("POST /simple/x HTTP/1.1\r\n\r\n"),
+            &rules(),
+            "pkgs.example.com",
+            443,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(refused.code, 403);
+        assert_eq!(
+            refused.admit_with.unwrap(),
+            "POST https://pkgs.example.com/simple/x"
+        );
+        // Its twin: the path outside the pattern, also through dot segments
+        // and escapes.
+        assert!(check("GET /private HTTP/1.1\r\n\r\n")
+            .unwrap_err()
+            .starts_with("403"));
+        assert!(check("GET /simple/../private HTTP/1.1\r\n\r\n")
+            .unwrap_err()
+            .starts_with("403"));
+        assert!(check("GET /simple/%2e%2e/private HTTP/1.1\r\n\r\n")
+            .unwrap_err()
+            .starts_with("403"));
+        assert!(check("GET /simple%2f..%2fprivate HTTP/1.1\r\n\r\n")
+            .unwrap_err()
+            .starts_with("403"));
+    }
+
+    #[test]
+    fn smuggling_shapes_are_refused_beside_their_plain_twins() {
+        let ok = "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com\r\nContent-Length: 0\r\n\r\n";
+        assert!(check(ok).is_ok());
+        for (raw, why) in [
+            ("GET /simple/a HTTP/1.1\r\nContent-Length: 0\r\nContent-Length: 0\r\n\r\n", "more than one Content-Length"),
+            ("GET /simple/a HTTP/1.1\r\nContent-Length: 3\r\nTransfer-Encoding: chunked\r\n\r\n", "Transfer-Encoding together"),
+            ("GET /simple/a HTTP/1.1\r\nTransfer-Encoding: gzip, chunked\r\n\r\n", "other than exactly"),
+            ("GET /simple/a HTTP/1.1\r\nTransfer-Encoding: chunked\r\nTransfer-Encoding: chunked\r\n\r\n", "other than exactly"),
+            ("GET /simple/a HTTP/1.1\r\nContent-Length: +3\r\n\r\n", "not a number"),
+            ("GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com\r\nHost: other.example.com\r\n\r\n", "more than one Host"),
+            ("GET /simple/a HTTP/1.1\r\nHost: other.example.com\r\n\r\n", "the Host header names"),
+            ("GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n", "the Host header names"),
+            ("GET https://pkgs.example.com/simple/a HTTP/1.1\r\n\r\n", "origin form"),
+        ] {
+            let err = check(raw).unwrap_err();
+            assert!(err.contains(why), "{raw:?}: {err}");
+        }
+        let chunked = "POST /simple/a HTTP/1.1\r\nTransfer-Encoding: Chunked\r\n\r\n";
+        let rules: Vec<RequestRule> =
+            vec!["POST https://pkgs.example.com/simple/**".parse().unwrap()];
+        assert!(matches!(
+            admit(&head(chunked), &rules, "pkgs.example.com", 443),
+            Ok((_, Body::Chunked))
+        ));
+    }
+
+    #[test]
+    fn raw_heads_must_be_plain_crlf() {
+        assert!(plain_crlf(b"GET / HTTP/1.1\r\nA: b\r\n\r\n").is_ok());
+        for (raw, why) in [
+            (&b"GET / HTTP/1.1\r\nA: b\0c\r\n\r\n"[..], "NUL"),
+            (b"GET / HTTP/1.1\r\nA: b\rX: c\r\n\r\n", "CR not followed"),
+            (b"GET / HTTP/1.1\nA: b\r\n\r\n", "LF not preceded"),
+            (b"GET / HTTP/1.1\r\nA: b\r\n c\r\n\r\n", "obs-fold"),
+            (b"GET / HTTP/1.1\r\nA: b\r\n\tc\r\n\r\n", "obs-fold"),
+        ] {
+            let err = plain_crlf(raw).unwrap_err();
+            assert!(err.contains(why), "{raw:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn origin_heads_drop_hop_by_hop_fields_and_close() {
+        let h = head(
+            "GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nConnection: keep-alive\r\nProxy-Authorization: x\r\nExpect: 100-continue\r\nAccept: */*\r\n\r\n",
+        );
+        assert_eq!(
+            String::from_utf8(origin_head(&h, "pkgs.example.com", 443, "/simple/")).unwrap(),
+            "GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        assert!(
+            String::from_utf8(origin_head(&h, "pkgs.example.com", 8443, "/"))
+                .unwrap()
+                .contains("Host: pkgs.example.com:8443\r\n")
+        );
+    }
+}

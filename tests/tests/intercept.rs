@@ -1,0 +1,347 @@
+//! Per-request rules (`--allow-request`, #44): the host a rule names is
+//! intercepted (the runner's proxy terminates TLS with a per-run CA the run
+//! trusts, checks each request's method and normalised path, forwards the
+//! admitted ones to the origin over its own TLS, verified against
+//! `--upstream-ca`); refused requests get 403 naming the rule that would
+//! admit them, and are recorded. Each in a private network and mount
+//! namespace the test makes (root), with `pkgs.example.com` in a private
+//! `/etc/hosts` pointing at a TLS origin on its loopback, whose certificate
+//! a test CA (rcgen) signed: nothing leaves the machine.
+#![cfg(target_os = "linux")]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use sandbox_tests::sandbox_bin;
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The origin: answers every request with what it saw (method, target,
+/// Host, body), one line.
+const ORIGIN: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def reply(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        out = ("origin saw %s %s host=%s body=%r\n" % (self.command, self.path, self.headers.get("Host"), body)).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+        print(out.decode().strip(), flush=True)
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = reply
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 8443), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1] + "/leaf.pem", sys.argv[1] + "/leaf.key")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+open(sys.argv[1] + "/ready", "w").close()
+s.serve_forever()
+"#;
+
+/// A raw client inside the run: CONNECT through the proxy, TLS trusting
+/// `SSL_CERT_FILE`, then the request bytes given (escapes as Python reads
+/// them); prints the status line it got.
+const RAW: &str = r#"
+import os, socket, ssl, sys
+proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]
+host, port = proxy.rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+s.sendall(b"CONNECT pkgs.example.com:8443 HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+t = ctx.wrap_socket(s, server_hostname="pkgs.example.com")
+t.sendall(sys.argv[1].encode().decode("unicode_escape").encode("latin-1"))
+out = b""
+while True:
+    try:
+        b = t.recv(4096)
+    except (ssl.SSLError, OSError):
+        break
+    if not b:
+        break
+    out += b
+print(sys.argv[2], out.split(b"\r\n", 1)[0].decode())
+"#;
+
+/// Writes the test CA (`ca.pem`) and the origin's certificate and key for
+/// `pkgs.example.com` into `dir`.
+fn certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["pkgs.example.com".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
+}
+
+/// Runs `script` in a new network and mount namespace with loopback up,
+/// `/etc/hosts` naming `pkgs.example.com` and `other.example.com` at
+/// 127.0.0.1, and the origin on 127.0.0.1:8443. `$SANDBOX`, `$D` (scratch,
+/// with `ca.pem`, readable by all), `$RAW` (the raw client) and `$NOBODY`
+/// are set.
+fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
+    assert!(
+        is_root(),
+        "network namespaces need root here: run this suite as root (CI does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    certificates(&d);
+    std::fs::write(
+        d.join("hosts"),
+        "127.0.0.1 localhost\n127.0.0.1 pkgs.example.com other.example.com\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("origin.py"), ORIGIN).unwrap();
+    std::fs::write(d.join("raw.py"), RAW).unwrap();
+    let setup = format!(
+        r#"set -e
+mount --bind "$D/hosts" /etc/hosts
+python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+python3 "$D/origin.py" "$D" > "$D/origin.log" 2>&1 < /dev/null &
+origin=$!
+for i in $(seq 100); do [ -e "$D/ready" ] && break; sleep 0.05; done
+set +e
+{script}
+kill $origin 2>/dev/null
+"#
+    );
+    let out = Command::new("unshare")
+        .args([
+            "--net",
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            &setup,
+        ])
+        .env("SANDBOX", sandbox_bin())
+        .env("D", &d)
+        .env("RAW", d.join("raw.py"))
+        .env(
+            "NOBODY",
+            "setpriv --reuid=65534 --regid=65534 --clear-groups --",
+        )
+        .env_remove("SANDBOX_CONFIG")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .output()
+        .expect("unshare (util-linux) makes the namespaces");
+    (out, dir)
+}
+
+fn lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[track_caller]
+fn has(lines: &[String], want: &str) {
+    assert!(
+        lines.iter().any(|l| l.contains(want)),
+        "no line containing {want:?} in {lines:#?}"
+    );
+}
+
+const RULE: &str = "--allow-request 'GET,HEAD https://pkgs.example.com:8443/simple/**'";
+
+/// curl and Python reach an admitted URL; the refused method, the refused
+/// path (plain, with dot segments, percent-encoded) and an unlisted host
+/// beside it are refused with the 403 explanation and recorded; the summary
+/// line says what; root and nobody.
+#[test]
+fn admitted_requests_pass_and_their_refused_twins_get_403() {
+    let (out, _d) = in_private_net(&format!(
+        r#"
+R() {{ "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@"; }}
+U=https://pkgs.example.com:8443
+R -- curl -sS $U/simple/pkg/?v=1 | sed 's/^/curl get /'
+R -- curl -sS -I $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl head /'
+R -- curl -sS -i -X POST -d abc $U/simple/pkg/ | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl post /'
+R -- curl -sS -i $U/private | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl private /'
+R -- curl -sS -i --path-as-is $U/simple/../private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl dots /'
+R -- curl -sS -i --path-as-is $U/simple/%2e%2e/private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded dots /'
+R -- curl -sS -i --path-as-is $U/simple%2f..%2fprivate | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded slash /'
+R -- curl -sS -i https://other.example.com:8443/simple/ 2>&1 | grep -E '^HTTP/1.1 [0-9]|origin' | head -1 | sed 's/^/curl other host /'
+R -- /usr/bin/python3 -c 'import urllib.request; print("python", urllib.request.urlopen("'$U'/simple/py").read().decode().strip())'
+R -- /usr/bin/python3 -c 'import urllib.request, urllib.error
+try:
+    urllib.request.urlopen(urllib.request.Request("'$U'/simple/py", data=b"x"))
+except urllib.error.HTTPError as e:
+    print("python post", e.code, e.headers["Sandbox-Admit-With"])'
+$SANDBOX run --report "$D/r.json" --upstream-ca $D/ca.pem {RULE} -- curl -sS -f -X DELETE $U/simple/pkg/ 2>"$D/err" >/dev/null
+echo "delete exit $?"
+cat "$D/err" | sed 's/^/stderr /'
+cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -sS $U/simple/nobody | sed 's/^/nobody get /'
+cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -sS -i -X PUT $U/simple/nobody | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/nobody put /'
+"#
+    ));
+    let l = lines(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    eprintln!("{err}");
+    has(
+        &l,
+        "curl get origin saw GET /simple/pkg/?v=1 host=pkgs.example.com:8443",
+    );
+    has(&l, "curl head HTTP/1.1 200");
+    has(&l, "curl post HTTP/1.1 403 Forbidden");
+    has(
+        &l,
+        "curl post Sandbox-Admit-With: --allow-request 'POST https://pkgs.example.com:8443/simple/pkg/'",
+    );
+    has(&l, "curl private HTTP/1.1 403 Forbidden");
+    has(
+        &l,
+        "curl private Sandbox-Admit-With: --allow-request 'GET https://pkgs.example.com:8443/private'",
+    );
+    has(&l, "curl dots HTTP/1.1 403");
+    has(&l, "curl encoded dots HTTP/1.1 403");
+    has(&l, "curl encoded slash HTTP/1.1 403");
+    // An unlisted host is no tunnel either: the proxy refuses its CONNECT.
+    has(&l, "curl other host HTTP/1.1 403 Forbidden");
+    assert!(
+        !l.iter()
+            .any(|x| x.starts_with("curl other host") && x.contains("origin saw")),
+        "{l:#?}"
+    );
+    has(
+        &l,
+        "python origin saw GET /simple/py host=pkgs.example.com:8443",
+    );
+    has(
+        &l,
+        "python post 403 --allow-request 'POST https://pkgs.example.com:8443/simple/py'",
+    );
+    has(&l, "delete exit 22");
+    has(
+        &l,
+        "stderr sandbox: refused 1 request (DELETE https://pkgs.example.com:8443/simple/pkg/ not admitted by --allow-request)",
+    );
+    has(&l, "nobody get origin saw GET /simple/nobody");
+    has(&l, "nobody put HTTP/1.1 403");
+    let log = std::fs::read_to_string(_d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        !log.contains("private"),
+        "a refused request reached the origin: {log}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(_d.path().join("r.json")).unwrap()).unwrap();
+    let refused = &record["mediation"]["refused"];
+    assert_eq!(refused[0]["syscall"], "request", "{record:#}");
+    assert_eq!(
+        refused[0]["target"], "DELETE https://pkgs.example.com:8443/simple/pkg/",
+        "{record:#}"
+    );
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .contains("--allow-request 'DELETE https://pkgs.example.com:8443/simple/pkg/'"),
+        "{record:#}"
+    );
+}
+
+/// Request shapes a parser could read two ways are refused (400/501), each
+/// beside its plain twin, which passes; bytes after a framed body never
+/// reach the origin.
+#[test]
+fn smuggling_shapes_are_refused_beside_their_twins() {
+    let (out, d) = in_private_net(
+        r#"
+R() { "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET,POST https://pkgs.example.com:8443/simple/**' -- /usr/bin/python3 "$RAW" "$@"; }
+H='Host: pkgs.example.com:8443\r\n'
+R "POST /simple/a HTTP/1.1\r\n$H""Content-Length: 3\r\n\r\nabc" "twin length"
+R "POST /simple/a HTTP/1.1\r\n$H""Content-Length: 3\r\nContent-Length: 3\r\n\r\nabc" "duplicate length"
+R "POST /simple/a HTTP/1.1\r\n$H""Transfer-Encoding: chunked\r\n\r\n3\r\nabc\r\n0\r\n\r\n" "twin chunked"
+R "POST /simple/a HTTP/1.1\r\n$H""Transfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n3\r\nabc\r\n0\r\n\r\n" "chunked with length"
+R "GET /simple/a HTTP/1.1\r\n$H""X-A: 1\r\n\r\n" "twin header"
+R "GET /simple/a HTTP/1.1\r\n$H""X-A: 1\r\n 2\r\n\r\n" "obs-fold"
+R "GET /simple/a HTTP/1.1\r\n$H""X-A: 1\x002\r\n\r\n" "nul"
+R "GET /simple/a HTTP/1.1\r\n$H""X-A: 1\r2\r\n\r\n" "bare cr"
+R "GET /simple/a HTTP/1.1\n$H\r\n" "bare lf"
+R "POST /simple/a HTTP/1.1\r\n$H""Content-Length: 0\r\n\r\nGET /private HTTP/1.1\r\n$H\r\n" "pipelined"
+"#,
+    );
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    has(&l, "twin length HTTP/1.1 200");
+    has(&l, "duplicate length HTTP/1.1 400");
+    has(&l, "twin chunked HTTP/1.1 200");
+    has(&l, "chunked with length HTTP/1.1 400");
+    has(&l, "twin header HTTP/1.1 200");
+    for shape in ["obs-fold", "nul", "bare cr", "bare lf"] {
+        assert!(
+            l.iter()
+                .any(|x| x.starts_with(shape) && x.contains("HTTP/1.1 400")),
+            "{shape}: {l:#?}"
+        );
+    }
+    has(&l, "pipelined HTTP/1.1 200");
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(!log.contains("private"), "{log}");
+}
+
+/// The run trusts the run CA through the usual variables, as a bundle in a
+/// directory of the runner's, gone after the run; no private key is in the
+/// run's environment or in those files.
+#[test]
+fn the_run_ca_key_never_reaches_the_run() {
+    let (out, _d) = in_private_net(&format!(
+        r#"
+inner=$($SANDBOX run -q --upstream-ca $D/ca.pem {RULE} -- sh -c '
+for v in SSL_CERT_FILE REQUESTS_CA_BUNDLE NODE_EXTRA_CA_CERTS CURL_CA_BUNDLE GIT_SSL_CAINFO PIP_CERT CARGO_HTTP_CAINFO; do
+  eval "f=\$$v"; echo "var $v $f"
+done
+env | grep -c "PRIVATE KEY" | sed "s/^/env keys /"
+cat "$SSL_CERT_FILE" "$NODE_EXTRA_CA_CERTS" | grep -c "PRIVATE KEY" | sed "s/^/file keys /"
+grep -c "BEGIN CERTIFICATE" "$NODE_EXTRA_CA_CERTS" | sed "s/^/ca certs /"
+ls "$(dirname "$SSL_CERT_FILE")" | tr "\n" " " | sed "s/^/dir /"; echo
+')
+echo "$inner"
+f=$(echo "$inner" | sed -n "s/^var SSL_CERT_FILE //p")
+[ -n "$f" ] && [ ! -e "$f" ] && [ ! -e "$(dirname "$f")" ] && echo "after: gone" || echo "after: still there ($f)"
+"#
+    ));
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    for v in [
+        "SSL_CERT_FILE",
+        "REQUESTS_CA_BUNDLE",
+        "CURL_CA_BUNDLE",
+        "GIT_SSL_CAINFO",
+        "PIP_CERT",
+        "CARGO_HTTP_CAINFO",
+    ] {
+        has(&l, &format!("var {v} /"));
+        assert!(
+            l.iter()
+                .any(|x| x.starts_with(&format!("var {v} ")) && x.ends_with("/bundle.pem")),
+            "{v}: {l:#?}"
+        );
+    }
+    has(&l, "var NODE_EXTRA_CA_CERTS /");
+    has(&l, "env keys 0");
+    has(&l, "file keys 0");
+    has(&l, "ca certs 1");
+    has(&l, "dir bundle.pem ca.pem");
+    has(&l, "after: gone");
+}
