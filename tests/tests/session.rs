@@ -436,6 +436,25 @@ fn a_commands_output_never_reaches_the_channel() {
         );
         assert!(exit["stderr"].as_str().unwrap().contains(forged), "{exit}");
         assert_eq!(exit["stdout_dropped"], 0);
+        // Nor through the session's own descriptors: every fd of the
+        // session, by /proc/PID/fd, is out of the command's reach (Landlock
+        // denies ptrace-mode access to processes outside its domain).
+        let pid = h.child.id();
+        let attack = format!(
+            "n=0; for f in /proc/{pid}/fd/*; do n=$((n+1)); \
+             (echo '{forged}' > $f) 2>/dev/null && echo reached $f; done; echo tried $n"
+        );
+        let (_, exit) = h.run("proc", &["/bin/sh", "-c", &attack], json!({"output": true}));
+        let stdout = exit["stdout"].as_str().unwrap();
+        assert!(!stdout.contains("reached"), "{exit}");
+        // Twin: it did find the session's descriptors to try.
+        let tried: u32 = stdout
+            .trim()
+            .strip_prefix("tried ")
+            .unwrap()
+            .parse()
+            .unwrap();
+        assert!(tried >= 3, "{exit}");
         h.close();
     }
 }

@@ -6,6 +6,8 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::Instant;
 
+mod session;
+
 struct Settings {
     launches: usize,
     /// Pairs for the stat and open loops: many short pairs, so a burst of
@@ -154,6 +156,83 @@ pub fn main(args: &[String]) -> Result<(), String> {
             &a,
             &b,
         ));
+    }
+    // One command in a `sandbox session` (#45), from request to exit event,
+    // vs bare and vs `sandbox run`, as root and (when root) nobody. Version 1
+    // launches each command fully, as `sandbox run` (and observes writes, as
+    // --explain), so this measures the channel, not a cheaper launch.
+    {
+        let session_argv = |w: &str| -> Vec<String> {
+            [
+                &bin.display().to_string(),
+                "session",
+                "--on-unsupported",
+                "error",
+                "-w",
+                w,
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .chain(["--no-network".to_owned()])
+            .collect()
+        };
+        let argv = session_argv(&w);
+        let mut s = session::Session::open(Command::new(&argv[0]).args(&argv[1..]))?;
+        let request = r#"<<< '{"id":"1","op":"run","argv":["/bin/true"]}'"#;
+        let shown = format!("{} {request}", argv.join(" "));
+        let (a, b) = interleave(settings.launches, || wall(&bare), || s.run(&["/bin/true"]))?;
+        rows.push(Row {
+            command: shown.clone(),
+            ..row(
+                "launch /bin/true: one command in a session vs bare",
+                &[],
+                &a,
+                &b,
+            )
+        });
+        let (a, b) = interleave(
+            settings.launches / 2,
+            || wall(&cli),
+            || s.run(&["/bin/true"]),
+        )?;
+        rows.push(Row {
+            command: shown,
+            ..row(
+                "launch /bin/true: one command in a session vs `sandbox run`",
+                &[],
+                &a,
+                &b,
+            )
+        });
+        drop(s);
+        if is_root() {
+            use std::os::unix::process::CommandExt;
+            let (nobody_w, runtime) = nobody_dirs(&scratch)?;
+            let argv = session_argv(&nobody_w);
+            let mut cmd = Command::new(&argv[0]);
+            cmd.args(&argv[1..])
+                .uid(65534)
+                .gid(65534)
+                .env("XDG_RUNTIME_DIR", &runtime)
+                .env("HOME", &nobody_w)
+                .current_dir(&nobody_w);
+            let mut s = session::Session::open(&mut cmd)?;
+            let as_nobody = |argv: &[String]| wall_as_nobody(argv, &runtime, &nobody_w);
+            let (a, b) = interleave(
+                settings.launches,
+                || as_nobody(&bare),
+                || s.run(&["/bin/true"]),
+            )?;
+            rows.push(Row {
+                command: format!("(as nobody) {} {request}", argv.join(" ")),
+                ..row(
+                    "launch /bin/true as nobody: one command in a session vs bare",
+                    &[],
+                    &a,
+                    &b,
+                )
+            });
+        }
     }
     let cli_dynamic = confine_with(&dynamic_bin, &[], &["/bin/true"]);
     let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&cli_dynamic))?;
