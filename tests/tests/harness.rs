@@ -481,3 +481,42 @@ fn no_confined_run_can_write_the_approvals_file() {
         forged
     );
 }
+
+/// The approval policy comes from the session log (`--session FILE`, its
+/// last `approval-policy-changed`) before the config's `[permissions]
+/// approval`: under `never` the refusal says nothing is asked, and names
+/// the key. Twin: without the log the config's `ask` holds (and, with no
+/// terminal, the refusal says the run is not interactive).
+#[test]
+fn the_session_log_sets_the_approval_policy() {
+    let d = Dispatch::new();
+    let config = d.config("[permissions]\napproval = \"ask\"\n");
+    let op = d.op(&d.other, false);
+    let session = d.root.join("session.jsonl");
+    std::fs::write(
+        &session,
+        concat!(
+            r#"{"schema":1,"at_ms":1,"event":{"kind":"approval-policy-changed","policy":"ask"}}"#,
+            "\n",
+            r#"{"schema":1,"at_ms":2,"event":{"kind":"approval-policy-changed","policy":"never"}}"#,
+            "\n",
+        ),
+    )
+    .unwrap();
+    let key = format!("exec-op/file.write{}", d.other.display());
+    let out = d.exec(&config, &op, &["--session", session.to_str().unwrap()]);
+    assert_exit(&out, 125);
+    let line = &sandbox_lines(&out)[0];
+    assert!(
+        line.contains("approval policy is never") && line.contains(&key),
+        "{line}"
+    );
+    assert!(!d.other.join("marker").exists());
+    let out = d.exec(&config, &op, &[]);
+    assert_exit(&out, 125);
+    let line = &sandbox_lines(&out)[0];
+    assert!(
+        line.contains("not interactive") && !line.contains("never"),
+        "{line}"
+    );
+}

@@ -158,8 +158,16 @@ pub(crate) fn check(
 /// The one line a refused op gets: the op (its argv) and why.
 fn refusal(op: &SandboxedExecOp, policy: ApprovalPolicy, e: &PermissionError) -> Fatal {
     let why = match (e, policy) {
-        (PermissionError::NotGranted { .. }, ApprovalPolicy::Never) => {
-            format!("{e} (the approval policy is never: nothing is asked)")
+        // The model's own text says "not interactive"; under `never` an
+        // interactive run is refused the same way, for another reason.
+        (PermissionError::NotGranted { skill, keys }, ApprovalPolicy::Never) => {
+            let keys: Vec<String> = keys.iter().map(ToString::to_string).collect();
+            format!(
+                "skill {skill} needs {} which neither the config nor an earlier approval \
+                 grants, and the approval policy is never, so nothing is asked; pre-approve \
+                 them in the config ([permissions.pre_approved] \"<key>\" = \"allow\")",
+                keys.join(", ")
+            )
         }
         _ => e.to_string(),
     };
