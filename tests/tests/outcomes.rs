@@ -382,6 +382,7 @@ fn a_kernel_answer_is_no_evidence_and_a_refusal_is() {
 /// `an_acquired_terminal_is_not_writable_through_dev_tty`). Twins: the same
 /// opens bare (`setsid`) all answer `ENXIO`, and a write outside the write
 /// path is refused (`EACCES`).
+#[cfg(target_os = "linux")]
 #[test]
 fn dev_tty_without_a_terminal_answers_as_the_kernel_does() {
     let w = tempfile::tempdir().unwrap();
@@ -458,6 +459,7 @@ fn dev_tty_without_a_terminal_answers_as_the_kernel_does() {
 /// (Landlock) and in an observed one (the broker: a terminal that is not the
 /// runner's own), as root and as nobody. Twin: the same script bare (under
 /// `setsid`) writes through `/dev/tty` and the bytes reach the pty.
+#[cfg(target_os = "linux")]
 #[test]
 fn an_acquired_terminal_is_not_writable_through_dev_tty() {
     let w = tempfile::tempdir().unwrap();
@@ -520,6 +522,7 @@ fn an_acquired_terminal_is_not_writable_through_dev_tty() {
 }
 
 /// A new pty: its master, and its slave's path (no session holds it).
+#[cfg(target_os = "linux")]
 fn open_pty() -> (std::os::fd::OwnedFd, std::path::PathBuf) {
     use std::os::fd::FromRawFd;
     let (mut master, mut slave) = (-1, -1);
@@ -550,6 +553,7 @@ fn open_pty() -> (std::os::fd::OwnedFd, std::path::PathBuf) {
 }
 
 /// What is waiting on a pty's master, without blocking.
+#[cfg(target_os = "linux")]
 fn drain(master: &std::os::fd::OwnedFd) -> String {
     use std::os::fd::AsRawFd;
     let fd = master.as_raw_fd();
