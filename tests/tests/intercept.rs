@@ -28,7 +28,15 @@ class H(http.server.BaseHTTPRequestHandler):
     def reply(self):
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
-        out = ("origin saw %s %s host=%s body=%r\n" % (self.command, self.path, self.headers.get("Host"), body)).encode()
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        out = ("origin saw %s %s host=%s auth=%s body=%r\n" % (self.command, self.path, self.headers.get("Host"), self.headers.get("Authorization"), body)).encode()
         self.send_response(200)
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
@@ -80,10 +88,13 @@ fn certificates(dir: &Path) {
     params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
     let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
     let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["pkgs.example.com".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
+    let leaf = CertificateParams::new(vec![
+        "pkgs.example.com".to_string(),
+        "api.example.com".to_string(),
+    ])
+    .unwrap()
+    .signed_by(&key, &ca)
+    .unwrap();
     std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
     std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
     std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
@@ -105,7 +116,7 @@ fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
     certificates(&d);
     std::fs::write(
         d.join("hosts"),
-        "127.0.0.1 localhost\n127.0.0.1 pkgs.example.com other.example.com\n",
+        "127.0.0.1 localhost\n127.0.0.1 pkgs.example.com api.example.com other.example.com\n",
     )
     .unwrap();
     std::fs::write(d.join("origin.py"), ORIGIN).unwrap();
@@ -344,4 +355,76 @@ f=$(echo "$inner" | sed -n "s/^var SSL_CERT_FILE //p")
     has(&l, "ca certs 1");
     has(&l, "dir bundle.pem ca.pem");
     has(&l, "after: gone");
+}
+
+/// A secret reaches the origin only in the headers of requests to its host
+/// (bearer and basic); the command sees only the placeholder, the real
+/// value is in no environment the run can read (its own, the runner's
+/// `/proc/PID/environ`, any process's), and the placeholder sent to another
+/// listed host, or in a request's target, is refused and recorded as an
+/// attempted exfiltration; root and nobody.
+#[test]
+fn secrets_reach_only_their_host_and_never_the_run() {
+    let script = r#"
+# Only the sandbox's own environment holds it (see SECURITY.md: a shell
+# that exports it keeps it in its own, which the command can read).
+# (Spelt so that no command line holds it, nor the pattern's own.)
+T="real-secret-valu""e-42"
+RULES="--allow-request 'GET https://pkgs.example.com:8443/simple/**' --allow-request 'GET https://api.example.com:8443/**'"
+INNER='echo "sees $TOKEN"
+curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/me | sed "s/^/bearer /"
+curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/basic | sed "s/^/basic /"
+curl -sS -H "Authorization: Bearer $TOKEN" https://pkgs.example.com:8443/simple/x | sed "s/^/other host /"
+curl -sS "https://api.example.com:8443/v1/q?t=$TOKEN" | sed "s/^/in target /"
+env | grep -c "real-secret-valu[e]" | sed "s/^/env has /"
+cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | grep -ac "real-secret-valu[e]" | sed "s/^/proc has /"
+cat /proc/$$/environ | grep -ac SANDBOX_SECRET_ | sed "s/^/control environ /"
+cat /proc/$PPID/cmdline | grep -aq -- --secret && echo "control runner cmdline 1"'
+eval "TOKEN=$T \"$SANDBOX\" run -q --report \"$D/r.json\" --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\"" | sed 's/^/root /'
+cd "$D" && eval "TOKEN=$T $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\"" | sed 's/^/nobody /'
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://pkgs.example.com:8443/**' -- true 2>&1 | sed 's/^/unlisted /'
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    for who in ["root", "nobody"] {
+        has(&l, &format!("{who} sees SANDBOX_SECRET_"));
+        has(
+            &l,
+            &format!("{who} bearer origin saw GET /v1/me host=api.example.com:8443 auth=Bearer real-secret-value-42"),
+        );
+        // me:real-secret-value-42
+        has(
+            &l,
+            &format!("{who} basic origin saw GET /v1/basic host=api.example.com:8443 auth=Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI="),
+        );
+        has(&l, &format!("{who} other host sandbox egress proxy: refused GET https://pkgs.example.com:8443/simple/x: the request carries the placeholder of the secret TOKEN, which goes only to api.example.com (attempted exfiltration)"));
+        has(&l, &format!("{who} in target sandbox egress proxy: refused GET https://api.example.com:8443/v1/q"));
+        has(&l, &format!("{who} env has 0"));
+        has(&l, &format!("{who} proc has 0"));
+        // The twins: what the search reads is readable, and holds the
+        // placeholder where the value would be.
+        has(&l, &format!("{who} control environ 1"));
+        has(&l, &format!("{who} control runner cmdline 1"));
+    }
+    has(&l, "unlisted sandbox: ");
+    has(&l, "which no request rule names");
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(!log.contains("/simple/x"), "{log}");
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("r.json")).unwrap()).unwrap();
+    let refused = record["mediation"]["refused"].as_array().unwrap();
+    assert!(
+        refused.iter().any(|r| r["syscall"] == "request"
+            && r["target"] == "GET https://pkgs.example.com:8443/simple/x"
+            && r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("attempted exfiltration")),
+        "{record:#}"
+    );
+    assert!(
+        !record.to_string().contains("real-secret-value"),
+        "{record:#}"
+    );
 }

@@ -21,11 +21,27 @@ pub(crate) struct EgressFlags {
     /// this PEM file instead of the system roots.
     #[arg(long = "upstream-ca", value_name = "FILE")]
     pub(crate) upstream_ca: Option<PathBuf>,
+    /// Give the run a placeholder for this credential (repeatable):
+    /// `NAME@HOST[,HOST...]` reads `$NAME` from the sandbox's own
+    /// environment, `NAME=file:PATH@HOST` a file. The command's `$NAME` is a
+    /// random placeholder; the proxy writes the real value in its place into
+    /// the request headers (`Authorization` bearer or basic, any other) of
+    /// requests to those hosts only, each of which an `--allow-request` rule
+    /// must name. A request carrying the placeholder anywhere else is
+    /// refused and recorded. Linux only.
+    #[arg(
+        long = "secret",
+        value_name = "NAME@HOST",
+        conflicts_with = "policy_json"
+    )]
+    pub(crate) secret: Vec<sandbox::policy::SecretSpec>,
 }
 
 impl EgressFlags {
     /// What the run's egress needs beyond the policy.
     pub(crate) fn options(&self) -> sandbox::runner::EgressOptions {
-        sandbox::runner::EgressOptions::default().with_upstream_ca(self.upstream_ca.clone())
+        sandbox::runner::EgressOptions::default()
+            .with_upstream_ca(self.upstream_ca.clone())
+            .with_secrets(self.secret.clone())
     }
 }

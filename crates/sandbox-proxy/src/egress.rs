@@ -14,7 +14,70 @@ use sandbox_core::{
 };
 
 use crate::dns::DnsServer;
-use crate::{Interception, Proxy, ProxyError, ProxyOptions};
+use crate::{Interception, Proxy, ProxyError, ProxyOptions, Secret};
+use sandbox_core::request::{SecretSource, SecretSpec};
+
+/// The value of the secret `spec` names: the runner's environment variable
+/// of its name, or its file (one trailing newline removed); never empty.
+fn read_secret(spec: &SecretSpec) -> Result<Vec<u8>, EgressError> {
+    use std::os::unix::ffi::OsStringExt;
+    let value = match spec.source() {
+        SecretSource::File(path) => {
+            let mut v = std::fs::read(path).map_err(|e| {
+                EgressError::Secret(format!(
+                    "cannot read the secret {} from {}: {e}",
+                    spec.name(),
+                    path.display()
+                ))
+            })?;
+            if v.ends_with(b"\n") {
+                v.pop();
+                if v.ends_with(b"\r") {
+                    v.pop();
+                }
+            }
+            v
+        }
+        _ => std::env::var_os(spec.name())
+            .map(OsStringExt::into_vec)
+            .ok_or_else(|| {
+                EgressError::Secret(format!(
+                    "the secret {} is not set in the runner's environment",
+                    spec.name()
+                ))
+            })?,
+    };
+    if value.is_empty() {
+        return Err(EgressError::Secret(format!(
+            "the secret {} is empty",
+            spec.name()
+        )));
+    }
+    if value.iter().any(|&b| b == b'\r' || b == b'\n' || b == 0) {
+        return Err(EgressError::Secret(format!(
+            "the secret {} holds a CR, LF or NUL, which no header value may",
+            spec.name()
+        )));
+    }
+    Ok(value)
+}
+
+/// Makes this process non-dumpable, so that no process without
+/// `CAP_SYS_PTRACE` opens its `/proc/PID/environ` or `mem` (proc(5)).
+fn no_dumps() -> Result<(), EgressError> {
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: prctl with PR_SET_DUMPABLE takes an integer argument and
+        // touches no memory of ours.
+        if unsafe { libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0) } != 0 {
+            return Err(EgressError::Secret(format!(
+                "cannot make the runner non-dumpable: {}",
+                std::io::Error::last_os_error()
+            )));
+        }
+    }
+    Ok(())
+}
 
 /// The variables that make common clients trust the run's CA, each set to
 /// the bundle (the system roots and the run CA), but `NODE_EXTRA_CA_CERTS`,
@@ -36,12 +99,21 @@ pub struct EgressOptions {
     /// Verify the origins of intercepted hosts against the certificates of
     /// this PEM file instead of the system roots.
     pub upstream_ca: Option<PathBuf>,
+    /// Credentials the proxy writes into the request headers of their
+    /// (intercepted) hosts; the command sees placeholders.
+    pub secrets: Vec<SecretSpec>,
 }
 
 impl EgressOptions {
     /// [`EgressOptions::upstream_ca`].
     pub fn with_upstream_ca(mut self, file: Option<PathBuf>) -> Self {
         self.upstream_ca = file;
+        self
+    }
+
+    /// [`EgressOptions::secrets`].
+    pub fn with_secrets(mut self, secrets: Vec<SecretSpec>) -> Self {
+        self.secrets = secrets;
         self
     }
 }
@@ -56,6 +128,9 @@ pub enum EgressError {
     /// The run's resolver (or its datagram namespace) did not start.
     #[error("cannot start the run's resolver: {0}")]
     Resolver(#[source] std::io::Error),
+    /// A secret could not be read, or has no intercepted host.
+    #[error("{0}")]
+    Secret(String),
     /// The files that let the command trust the run CA could not be written.
     #[error("cannot write the run CA's certificate files in {}: {source}", dir.display())]
     CaFiles {
@@ -74,6 +149,8 @@ pub struct Egress {
     proxy: Proxy,
     dns: Option<(DnsServer, DnsRoute)>,
     policy: ResolvedPolicy,
+    /// The secrets whose placeholders the command gets.
+    secrets: Vec<Secret>,
     /// The files that make the command trust the run CA (removed on drop).
     #[cfg(target_os = "linux")]
     ca_files: Option<crate::intercept::ca::CaFiles>,
@@ -96,19 +173,50 @@ impl Egress {
     /// `mkdtemp(3)` in the runner's temporary directory), removed when the
     /// egress ends. Those hosts are not resolved or pinned for the command:
     /// it reaches them only through the proxy.
+    ///
+    /// With secrets ([`EgressOptions::secrets`]; each host a request rule
+    /// must name) the runner reads each value (from its own environment or
+    /// a file), the command gets a placeholder in the variable of the
+    /// secret's name, and this process becomes non-dumpable
+    /// (`PR_SET_DUMPABLE` 0, prctl(2)): its `/proc/PID/environ` and
+    /// `/proc/PID/mem`, where the values are, are then open only to a
+    /// process with `CAP_SYS_PTRACE`, which the command never holds.
     pub fn start(
         policy: &ResolvedPolicy,
         opts: &EgressOptions,
     ) -> Result<Option<Egress>, EgressError> {
+        if !opts.secrets.is_empty() && policy.requests().is_empty() {
+            return Err(EgressError::Secret(format!(
+                "the secret {} needs a request rule for its hosts (--allow-request): only \
+                 intercepted hosts get secrets",
+                opts.secrets[0].name()
+            )));
+        }
         if policy.network_mode() != NetworkMode::Allowlist {
             return Ok(None);
         }
         let mut proxy_opts = ProxyOptions::default();
         let mut ca_pem = None;
+        let mut secrets = Vec::new();
+        for spec in &opts.secrets {
+            let value = read_secret(spec)?;
+            secrets.push(Secret::new(spec, value).map_err(|e| {
+                EgressError::Secret(format!(
+                    "cannot make a placeholder for {}: {e}",
+                    spec.name()
+                ))
+            })?);
+        }
+        if !secrets.is_empty() {
+            no_dumps()?;
+        }
         if !policy.requests().is_empty() {
-            let interception =
-                Interception::new(policy.requests().to_vec(), opts.upstream_ca.as_deref())
-                    .map_err(EgressError::Proxy)?;
+            let interception = Interception::new(
+                policy.requests().to_vec(),
+                opts.upstream_ca.as_deref(),
+                secrets.clone(),
+            )
+            .map_err(EgressError::Proxy)?;
             ca_pem = Some(interception.ca_pem());
             proxy_opts = proxy_opts.interception(interception);
         }
@@ -138,6 +246,7 @@ impl Egress {
             proxy,
             dns,
             policy,
+            secrets,
             #[cfg(target_os = "linux")]
             ca_files,
         }))
@@ -173,6 +282,28 @@ impl Egress {
         for (name, value) in self.proxy.env() {
             env.retain(|(n, _)| *n != *name);
             env.push((name.into(), value.into()));
+        }
+        // The command gets each secret's placeholder, and no variable keeps
+        // a secret's value.
+        for secret in &self.secrets {
+            for (_, value) in env.iter_mut() {
+                let bytes = value.as_encoded_bytes();
+                if bytes
+                    .windows(secret.value().len())
+                    .any(|w| w == secret.value())
+                {
+                    let replaced = crate::replace_bytes(
+                        bytes,
+                        secret.value(),
+                        secret.placeholder().as_bytes(),
+                    );
+                    // SAFETY: replacing whole byte strings (a value, a
+                    // placeholder of ASCII) keeps the encoding valid.
+                    *value = unsafe { OsString::from_encoded_bytes_unchecked(replaced) };
+                }
+            }
+            env.retain(|(n, _)| n != secret.name());
+            env.push((secret.name().into(), secret.placeholder().into()));
         }
         if let Some((bundle, ca)) = self.ca_files() {
             for name in CA_BUNDLE_VARS {

@@ -153,11 +153,76 @@ pub(crate) fn serve(slot: &Slot, mut client: TcpStream, deadline: Instant) {
         }
         Err(HeadError::Malformed(why)) => return bad_request(client, &why),
     };
+    #[cfg(target_os = "linux")]
+    if let Some(interception) = &slot.shared.opts.interception {
+        if let Some(refused) = placeholder_outside(&interception.inner, &head) {
+            slot.shared.refuse(refused.clone());
+            return answer(
+                client,
+                403,
+                "Forbidden",
+                &format!(
+                    "sandbox egress proxy: refused {}: {}",
+                    refused.what(),
+                    refused.reason
+                ),
+            );
+        }
+    }
     if head.method.eq_ignore_ascii_case("CONNECT") {
         connect(slot, client, head);
     } else {
         forward(slot, client, head);
     }
+}
+
+/// A request head the proxy does not intercept (a `CONNECT`, a plain HTTP
+/// request) that carries a secret's placeholder: the proxy could not keep
+/// it from where it goes, so it is refused (an attempted exfiltration). A
+/// `CONNECT` to an intercepted host is checked request by request instead.
+#[cfg(target_os = "linux")]
+fn placeholder_outside(
+    interceptor: &crate::intercept::Interceptor,
+    head: &Head,
+) -> Option<crate::Refused> {
+    let secret = std::iter::once(head.target.as_bytes())
+        .chain(
+            head.headers
+                .iter()
+                .flat_map(|(n, v)| [n.as_bytes(), v.as_slice()]),
+        )
+        .chain(std::iter::once(head.rest.as_slice()))
+        .find_map(|bytes| interceptor.placeholder_in(bytes))?;
+    let authority = match head.target.split_once("://") {
+        Some((_, rest)) => rest.split('/').next().unwrap_or(""),
+        None => head.target.as_str(),
+    };
+    let (host, port) = match Target::parse_authority(authority, Some(80)) {
+        Some(Target {
+            host: crate::target::Host::Name(name),
+            port,
+        }) => (name, port),
+        Some(Target {
+            host: crate::target::Host::Ip(ip),
+            port,
+        }) => (ip.to_string(), port),
+        None => (String::new(), 0),
+    };
+    Some(crate::Refused {
+        host,
+        port,
+        reason: crate::RefusalReason::Request {
+            method: head.method.clone(),
+            path: String::new(),
+            why: format!(
+                "the request carries the placeholder of the secret {}, which goes only to {} \
+                 (attempted exfiltration)",
+                secret.name(),
+                secret.hosts().join(", ")
+            ),
+            admit_with: None,
+        },
+    })
 }
 
 fn connect(slot: &Slot, mut client: TcpStream, head: Head) {

@@ -147,6 +147,7 @@
 //! | intercepted request path (`sandbox_core::request`) | the path's bytes, escapes, dot segments | normalised once, the origin gets the normalised form; ambiguous paths (an encoded slash or backslash, encoded dots in a dot segment, a NUL, climbing above `/`) refused whatever the rules; matching linear in segments | `sandbox_core::request` tests and properties, `tests/tests/intercept.rs` |
 //! | origin response head (`httparse`) | the origin's status line and headers (the origin is named by the operator, not the command) | head bounded (64 KiB); 1xx passed on, `Connection` replaced by `close`; the body relayed as bytes | `tests/tests/intercept.rs` |
 //! | the run CA | the certificate files (readable by the command; in a directory of the runner's) | the key is never written anywhere (memory only); the files hold certificates only, are removed when the run ends; the CA is name-constrained to the intercepted hosts and valid a day | `tests/tests/intercept.rs` (`the_run_ca_key_never_reaches_the_run`) |
+//! | secrets (`--secret`) | where the placeholder goes: any header, target, host, `CONNECT` or plain request | the value only in this process (non-dumpable while secrets exist; Landlock scopes ptrace-mode access to the runner anyway); written only into header values of requests to the secret's own intercepted hosts (`Basic` decoded and re-encoded); the placeholder in a target, in a header to another host, or in a head the proxy does not intercept is refused and recorded; values with CR, LF or NUL refused | `intercept::exchange::tests`, `tests/tests/intercept.rs` (`secrets_reach_only_their_host_and_never_the_run`) |
 //! | capabilities over that namespace | unprivileged, the command's uid owns its user namespace, so the command holds CAP_NET_ADMIN there | the egress filter refuses the socket ioctls and options that use it (`sandbox_seccomp::SOCKET_IOCTLS_REFUSED`, `SOCKET_OPTIONS_REFUSED`), and `setns`; the command makes no other socket there | `tests/tests/dns.rs` (`the_datagram_namespace_cannot_be_administered_by_the_command`) |
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -225,23 +226,99 @@ pub struct Interception {
     inner: Arc<intercept::Interceptor>,
 }
 
+/// A credential the proxy writes into the request headers of its hosts
+/// (intercepted ones): the command holds only [`Secret::placeholder`], a
+/// random token; the real value stays in this process. Its `Debug` shows
+/// neither.
+#[derive(Clone)]
+pub struct Secret {
+    name: String,
+    hosts: Vec<String>,
+    placeholder: String,
+    value: Vec<u8>,
+}
+
+impl fmt::Debug for Secret {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Secret")
+            .field("name", &self.name)
+            .field("hosts", &self.hosts)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Secret {
+    /// The secret `spec` names, of value `value` (read by the caller), with
+    /// a new random placeholder (`SANDBOX_SECRET_` and 32 hex digits from
+    /// `/dev/urandom`).
+    pub fn new(spec: &sandbox_core::SecretSpec, value: Vec<u8>) -> io::Result<Secret> {
+        use std::io::Read;
+        let mut random = [0u8; 16];
+        std::fs::File::open("/dev/urandom")?.read_exact(&mut random)?;
+        let hex: String = random.iter().map(|b| format!("{b:02x}")).collect();
+        Ok(Secret {
+            name: spec.name().to_string(),
+            hosts: spec.hosts().to_vec(),
+            placeholder: format!("SANDBOX_SECRET_{hex}"),
+            value,
+        })
+    }
+
+    /// The environment variable the command finds the placeholder in.
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// What the command holds instead of the value.
+    pub fn placeholder(&self) -> &str {
+        &self.placeholder
+    }
+
+    /// The hosts whose requests get the value.
+    pub fn hosts(&self) -> &[String] {
+        &self.hosts
+    }
+
+    /// The value.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn value(&self) -> &[u8] {
+        &self.value
+    }
+}
+
 impl Interception {
     /// A new run CA for the hosts `rules` name; the origins are verified
     /// against the certificates of the PEM file `upstream_ca`, or else the
-    /// system roots.
+    /// system roots. `secrets` are written into the request headers of
+    /// their hosts, each of which a rule must name; a request carrying a
+    /// placeholder anywhere else is refused.
     pub fn new(
         rules: Vec<sandbox_core::RequestRule>,
         upstream_ca: Option<&std::path::Path>,
+        secrets: Vec<Secret>,
     ) -> Result<Interception, ProxyError> {
+        for secret in &secrets {
+            if let Some(host) = secret
+                .hosts
+                .iter()
+                .find(|h| !rules.iter().any(|r| r.host() == h.as_str()))
+            {
+                return Err(ProxyError::Interception(format!(
+                    "the secret {} is for {host}, which no request rule names: only intercepted \
+                     hosts get secrets (add --allow-request 'METHODS https://{host}/PATH')",
+                    secret.name
+                )));
+            }
+        }
         #[cfg(target_os = "linux")]
         {
             Ok(Interception {
-                inner: Arc::new(intercept::Interceptor::new(rules, upstream_ca)?),
+                inner: Arc::new(intercept::Interceptor::new(rules, upstream_ca, secrets)?),
             })
         }
         #[cfg(not(target_os = "linux"))]
         {
-            let _ = (rules, upstream_ca);
+            let _ = (rules, upstream_ca, secrets);
             Err(ProxyError::Interception(
                 "per-request rules need the proxy to intercept TLS, which it does on Linux only"
                     .into(),
@@ -432,6 +509,22 @@ impl fmt::Display for RefusalReason {
             }
         }
     }
+}
+
+/// `hay` with every `needle` replaced by `with`.
+pub(crate) fn replace_bytes(hay: &[u8], needle: &[u8], with: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(hay.len());
+    let mut i = 0;
+    while i < hay.len() {
+        if !needle.is_empty() && hay[i..].starts_with(needle) {
+            out.extend_from_slice(with);
+            i += needle.len();
+        } else {
+            out.push(hay[i]);
+            i += 1;
+        }
+    }
+    out
 }
 
 /// `a, b, c`.

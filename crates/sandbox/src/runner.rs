@@ -290,6 +290,12 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     // admits the proxy.
     let egress = match &policy {
         Some(policy) => Egress::start(policy, &req.egress)?,
+        // Unconfined, the command could read the secrets wherever they are.
+        None if !req.egress.secrets.is_empty() => {
+            return Err(RunError::Egress(EgressError::Secret(
+                "secrets are injected only into a confined run's intercepted requests".into(),
+            )))
+        }
         None => None,
     };
     let confined_by = egress.as_ref().map(Egress::policy).or(policy.as_deref());

@@ -26,7 +26,7 @@ use sandbox_core::request::{normalize_path, RequestRule};
 
 use super::Interceptor;
 use crate::state::Slot;
-use crate::{RefusalReason, Refused};
+use crate::{RefusalReason, Refused, Secret};
 
 /// Header slots for one request or response head.
 const MAX_HEADERS: usize = 128;
@@ -423,6 +423,12 @@ pub(crate) fn serve(
             );
         }
     };
+    if let Some(refused) = placeholder_refusal(&head, interceptor, &host) {
+        let path = head.target.split('?').next().unwrap_or("");
+        let shown = format!("{} {}", head.method, url(&host, port, path));
+        record(slot, &host, port, &head.method, path, &refused);
+        return answer(&mut client.stream, &refused, &shown);
+    }
     let (target, body) = match admit(&head, interceptor.rules(), &host, port) {
         Ok(admitted) => admitted,
         Err(refused) => {
@@ -433,6 +439,45 @@ pub(crate) fn serve(
         }
     };
     forward(slot, interceptor, client, &head, &host, port, &target, body);
+}
+
+/// A request that carries a secret's placeholder where it may not go: in
+/// its target, or in a header to a host the secret is not for.
+fn placeholder_refusal(head: &Head, interceptor: &Interceptor, host: &str) -> Option<Refusal> {
+    if let Some(secret) = interceptor.placeholder_in(head.target.as_bytes()) {
+        return Some(refusal(
+            403,
+            "Forbidden",
+            format!(
+                "the request carries the placeholder of the secret {} in its target, where no \
+                 secret goes (attempted exfiltration)",
+                secret.name()
+            ),
+        ));
+    }
+    for (name, value) in &head.headers {
+        let Some(secret) = interceptor
+            .placeholder_in(value)
+            .or_else(|| interceptor.placeholder_in(name.as_bytes()))
+        else {
+            continue;
+        };
+        if !secret.hosts().iter().any(|h| h == host)
+            || interceptor.placeholder_in(name.as_bytes()).is_some()
+        {
+            return Some(refusal(
+                403,
+                "Forbidden",
+                format!(
+                    "the request carries the placeholder of the secret {}, which goes only to {} \
+                     (attempted exfiltration)",
+                    secret.name(),
+                    secret.hosts().join(", ")
+                ),
+            ));
+        }
+    }
+    None
 }
 
 fn record(slot: &Slot, host: &str, port: u16, method: &str, path: &str, refused: &Refusal) {
@@ -448,8 +493,9 @@ fn record(slot: &Slot, host: &str, port: u16, method: &str, path: &str, refused:
     });
 }
 
-/// The head sent to the origin.
-fn origin_head(head: &Head, host: &str, port: u16, target: &str) -> Vec<u8> {
+/// The head sent to the origin, the secrets for `host` written into its
+/// header values in place of their placeholders.
+fn origin_head(head: &Head, host: &str, port: u16, target: &str, secrets: &[Secret]) -> Vec<u8> {
     let authority = if port == 443 {
         host.to_string()
     } else {
@@ -463,7 +509,7 @@ fn origin_head(head: &Head, host: &str, port: u16, target: &str) -> Vec<u8> {
         }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
-        out.extend_from_slice(value);
+        out.extend_from_slice(&super::inject(value, secrets, host));
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
@@ -653,10 +699,8 @@ fn forward(
         }
     };
     let _ = client.stream.sock.set_read_timeout(Some(IDLE));
-    if origin
-        .write_all(&origin_head(head, host, port, target))
-        .is_err()
-    {
+    let sent = origin_head(head, host, port, target, interceptor.secrets());
+    if origin.write_all(&sent).is_err() {
         return;
     }
     // The proxy answers `Expect: 100-continue` itself (it dropped it).
@@ -807,13 +851,40 @@ mod tests {
             "GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nConnection: keep-alive\r\nProxy-Authorization: x\r\nExpect: 100-continue\r\nAccept: */*\r\n\r\n",
         );
         assert_eq!(
-            String::from_utf8(origin_head(&h, "pkgs.example.com", 443, "/simple/")).unwrap(),
+            String::from_utf8(origin_head(&h, "pkgs.example.com", 443, "/simple/", &[])).unwrap(),
             "GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
         assert!(
-            String::from_utf8(origin_head(&h, "pkgs.example.com", 8443, "/"))
+            String::from_utf8(origin_head(&h, "pkgs.example.com", 8443, "/", &[]))
                 .unwrap()
                 .contains("Host: pkgs.example.com:8443\r\n")
         );
+    }
+
+    #[test]
+    fn secrets_are_written_only_into_headers_for_their_hosts() {
+        use base64::Engine;
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secret = Secret::new(&spec, b"s3cret".to_vec()).unwrap();
+        let p = secret.placeholder().to_string();
+        let secrets = vec![secret];
+        let bearer = format!("Bearer {p}");
+        assert_eq!(
+            super::super::inject(bearer.as_bytes(), &secrets, "api.example.com"),
+            b"Bearer s3cret"
+        );
+        assert_eq!(
+            super::super::inject(bearer.as_bytes(), &secrets, "pkgs.example.com"),
+            bearer.as_bytes()
+        );
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let basic = format!("Basic {}", b64.encode(format!("user:{p}")));
+        let injected = super::super::inject(basic.as_bytes(), &secrets, "api.example.com");
+        assert_eq!(
+            injected,
+            format!("Basic {}", b64.encode("user:s3cret")).into_bytes()
+        );
+        assert!(super::super::carries(basic.as_bytes(), p.as_bytes()));
+        assert!(!super::super::carries(b"Basic dXNlcjpwYXNz", p.as_bytes()));
     }
 }

@@ -15,7 +15,7 @@ use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, RootCertStore};
 use sandbox_core::RequestRule;
 
-use crate::ProxyError;
+use crate::{ProxyError, Secret};
 
 /// The one crypto provider (ring) of both sides.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
@@ -27,6 +27,7 @@ pub(crate) struct Interceptor {
     rules: Vec<RequestRule>,
     ca: ca::RunCa,
     upstream: Arc<ClientConfig>,
+    secrets: Vec<Secret>,
 }
 
 impl std::fmt::Debug for Interceptor {
@@ -43,6 +44,7 @@ impl Interceptor {
     pub(crate) fn new(
         rules: Vec<RequestRule>,
         upstream_ca: Option<&Path>,
+        secrets: Vec<Secret>,
     ) -> Result<Interceptor, ProxyError> {
         let mut hosts: Vec<String> = rules.iter().map(|r| r.host().to_string()).collect();
         hosts.sort();
@@ -93,6 +95,7 @@ impl Interceptor {
             rules,
             ca,
             upstream: Arc::new(client),
+            secrets,
         })
     }
 
@@ -113,6 +116,68 @@ impl Interceptor {
     pub(crate) fn rules(&self) -> &[RequestRule] {
         &self.rules
     }
+
+    /// The secrets.
+    pub(crate) fn secrets(&self) -> &[Secret] {
+        &self.secrets
+    }
+
+    /// The first secret whose placeholder `bytes` carry (also inside a
+    /// Basic credential's base64).
+    pub(crate) fn placeholder_in(&self, bytes: &[u8]) -> Option<&Secret> {
+        self.secrets
+            .iter()
+            .find(|s| carries(bytes, s.placeholder().as_bytes()))
+    }
+}
+
+/// Whether `hay` holds `needle`, as is or in a `Basic` credential (base64).
+pub(crate) fn carries(hay: &[u8], needle: &[u8]) -> bool {
+    contains(hay, needle) || basic(hay).is_some_and(|decoded| contains(&decoded, needle))
+}
+
+fn contains(hay: &[u8], needle: &[u8]) -> bool {
+    !needle.is_empty() && hay.windows(needle.len()).any(|w| w == needle)
+}
+
+/// The decoded credential of a `Basic` authorization value.
+pub(crate) fn basic(value: &[u8]) -> Option<Vec<u8>> {
+    use base64::Engine;
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let (scheme, cred) = text.split_once(' ')?;
+    if !scheme.eq_ignore_ascii_case("basic") {
+        return None;
+    }
+    base64::engine::general_purpose::STANDARD
+        .decode(cred.trim())
+        .ok()
+}
+
+/// `value` with every placeholder of `secrets` for `host` replaced by its
+/// value (inside a `Basic` credential too).
+pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str) -> Vec<u8> {
+    use base64::Engine;
+    let ours: Vec<&Secret> = secrets
+        .iter()
+        .filter(|s| s.hosts().iter().any(|h| h == host))
+        .collect();
+    let replace = |bytes: &[u8]| -> Vec<u8> {
+        let mut out = bytes.to_vec();
+        for s in &ours {
+            out = crate::replace_bytes(&out, s.placeholder().as_bytes(), s.value());
+        }
+        out
+    };
+    if let Some(decoded) = basic(value) {
+        if ours
+            .iter()
+            .any(|s| contains(&decoded, s.placeholder().as_bytes()))
+        {
+            let cred = base64::engine::general_purpose::STANDARD.encode(replace(&decoded));
+            return format!("Basic {cred}").into_bytes();
+        }
+    }
+    replace(value)
 }
 
 pub(crate) use exchange::serve;
