@@ -331,36 +331,50 @@ fn a_scratch_file_in_tmp_proposes_a_private_tmp() {
     );
 }
 
-/// A read the read denials refused is recorded under `--explain` (see
-/// `read_refusals.rs`); what Landlock still refuses without a record, an
-/// exec of a file beneath a read-deny path, is named as a possible cause
-/// after a failure. Twin: a failure under a policy without read denials
-/// gets no such line.
+/// Reads and execs the read denials refused are recorded under `--explain`
+/// (see `read_refusals.rs`); what Landlock still refuses without a record,
+/// a script whose interpreter lies beneath a read-deny path, is named as a
+/// possible cause after a failure. Twin: a failure under a policy without
+/// read denials gets no such line.
 #[test]
 fn kernel_refusals_without_a_record_are_named_after_a_failure() {
     let (_t, dir) = canonical_tmp();
     let secret = dir.join("secret");
-    std::fs::copy("/bin/true", &secret).unwrap();
+    std::fs::create_dir(&secret).unwrap();
+    std::fs::copy("/bin/sh", secret.join("sh")).unwrap();
+    std::fs::write(
+        dir.join("script"),
+        format!("#!{}\nexit 0\n", secret.join("sh").display()),
+    )
+    .unwrap();
+    std::fs::set_permissions(
+        dir.join("script"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o755),
+    )
+    .unwrap();
     let deny = [
         "-w",
         dir.to_str().unwrap(),
         "--read-deny",
         secret.to_str().unwrap(),
     ];
-    let out = explain(&dir, &deny, "./secret");
+    let out = explain(&dir, &deny, "./script");
     assert_eq!(out.status.code(), Some(126), "{}", stderr(&out));
     let err = stderr(&out);
     assert!(err.contains("failed on its own terms"), "{err}");
     assert!(
-        err.contains("not recorded: an exec of a file beneath the 1 read-deny path(s)"),
+        err.contains("not recorded: a script whose interpreter lies beneath the 1 read-deny"),
         "{err}"
     );
-    // The read is recorded: a sandbox denial, no "not recorded" line.
-    let out = explain(&dir, &deny, "cat secret");
-    assert_ne!(out.status.code(), Some(0));
-    let err = stderr(&out);
-    assert!(err.contains("the sandbox refused something"), "{err}");
-    assert!(!err.contains("not recorded"), "{err}");
+    // The exec of the interpreter itself and a read of it are recorded: a
+    // sandbox denial, no "not recorded" line.
+    for script in ["secret/sh -c true", "cat secret/sh"] {
+        let out = explain(&dir, &deny, script);
+        assert_ne!(out.status.code(), Some(0));
+        let err = stderr(&out);
+        assert!(err.contains("the sandbox refused something"), "{err}");
+        assert!(!err.contains("not recorded"), "{err}");
+    }
     // Twin: no read denials, same kind of failure.
     let out = explain(&dir, &["-w", dir.to_str().unwrap()], "exit 3");
     assert_eq!(out.status.code(), Some(3));

@@ -303,11 +303,125 @@ fn unobserved(who: As) {
     assert!(sandbox_lines(&out).is_empty(), "{ctx}");
 }
 
+/// A file the run makes in a directory on the way to a read-deny path (its
+/// write path holds the deny path) cannot be read back: Landlock's read
+/// rules there were made at launch, one per entry then present. Observed,
+/// the refusal is recorded and says so; twin: a file made in a directory
+/// that existed at launch reads back, nothing recorded; unobserved, the
+/// same answers and nothing said.
+fn made_beside(who: As) {
+    let t = tempfile::tempdir().unwrap();
+    let dir = std::fs::canonicalize(t.path()).unwrap();
+    for d in [&dir, &dir.join("secret"), &dir.join("sub")] {
+        std::fs::create_dir_all(d).unwrap();
+        std::fs::set_permissions(d, PermissionsExt::from_mode(0o777)).unwrap();
+    }
+    let report = dir.join("sub/r.json");
+    let script = "import errno, os\n\
+                  def back(p):\n\
+                  \x20   open(p, 'w').write('x')\n\
+                  \x20   try:\n\
+                  \x20       return open(p).read()\n\
+                  \x20   except OSError as e:\n\
+                  \x20       return errno.errorcode[e.errno]\n\
+                  print(back('sub/kept'), back('made'))\n";
+    let go = |extra: &[&str]| {
+        let mut cmd: Command = match who {
+            As::Root => sandbox(),
+            As::Nobody => sandbox_as_nobody(),
+        };
+        cmd.arg("run")
+            .arg("-w")
+            .arg(&dir)
+            .arg("--read-deny")
+            .arg(dir.join("secret"))
+            .args(extra)
+            .args(["--", "/usr/bin/python3", "-c", script])
+            .env("HOME", "/nonexistent/sandbox-tests-home")
+            .current_dir(&dir)
+            .output()
+            .unwrap()
+    };
+    let out = go(&["--report", report.to_str().unwrap()]);
+    let ctx = format!("{who:?}: {}", stderr(&out));
+    assert_eq!(stdout(&out), "x EACCES", "{ctx}");
+    let r = record(&report);
+    let refused = r["mediation"]["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{ctx}\n{r}");
+    assert_eq!(
+        refused[0]["target"],
+        dir.join("made").to_str().unwrap(),
+        "{r}"
+    );
+    assert!(
+        refused[0]["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("beneath a read-deny path's directory: made there during the run"),
+        "{r}"
+    );
+    for f in ["made", "sub/kept", "sub/r.json"] {
+        std::fs::remove_file(dir.join(f)).unwrap();
+    }
+    let out = go(&[]);
+    let ctx = format!("{who:?}: {}", stderr(&out));
+    assert_eq!(stdout(&out), "x EACCES", "{ctx}");
+    assert!(sandbox_lines(&out).is_empty(), "{ctx}");
+}
+
+/// An exec of a file beneath a read-deny path is recorded as a read is;
+/// the kernel's own answers are not: a file without an execute bit, a
+/// missing one, the directory. Unobserved: the same answers, nothing said.
+fn exec_denied(who: As) {
+    let s = scene();
+    std::fs::copy("/bin/true", s.dir.join("secret/t")).unwrap();
+    std::fs::set_permissions(s.dir.join("secret/t"), PermissionsExt::from_mode(0o755)).unwrap();
+    let report = s.w.join("e.json");
+    let d = s.dir.display();
+    let script = format!(
+        "for p in {d}/secret/t {d}/secret/f {d}/secret/missing {d}/secret /bin/true; do \
+         $p 2>/dev/null; printf '%s ' $?; done"
+    );
+    let go = |extra: &[&str]| {
+        let mut cmd: Command = match who {
+            As::Root => sandbox(),
+            As::Nobody => sandbox_as_nobody(),
+        };
+        cmd.args(["run", "-w", s.w.to_str().unwrap(), "--read-deny"])
+            .arg(s.dir.join("secret"))
+            .args(extra)
+            .args(["--", "/bin/sh", "-c", &script])
+            .env("HOME", "/nonexistent/sandbox-tests-home")
+            .current_dir(&s.dir)
+            .output()
+            .unwrap()
+    };
+    let out = go(&["--report", report.to_str().unwrap()]);
+    let ctx = format!("{who:?}: {}", stderr(&out));
+    assert_eq!(stdout(&out), "126 126 127 126 0", "{ctx}");
+    let r = record(&report);
+    let refused = r["mediation"]["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 1, "{ctx}\n{r}");
+    assert_eq!(refused[0]["syscall"], "execve", "{r}");
+    let t = s.dir.join("secret/t").display().to_string();
+    assert_eq!(refused[0]["target"], t.as_str(), "{r}");
+    let out = go(&[]);
+    assert_eq!(
+        stdout(&out),
+        "126 126 127 126 0",
+        "{who:?}: {}",
+        stderr(&out)
+    );
+    assert!(sandbox_lines(&out).is_empty(), "{who:?}: {}", stderr(&out));
+}
+
 #[test]
 fn denied_reads_are_recorded_in_observed_runs_as_root() {
     observed(As::Root);
     observed_twin(As::Root);
     unobserved(As::Root);
+    made_beside(As::Root);
+    exec_denied(As::Root);
 }
 
 #[test]
@@ -319,4 +433,6 @@ fn denied_reads_are_recorded_in_observed_runs_as_nobody() {
     observed(As::Nobody);
     observed_twin(As::Nobody);
     unobserved(As::Nobody);
+    made_beside(As::Nobody);
+    exec_denied(As::Nobody);
 }

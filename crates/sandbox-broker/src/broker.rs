@@ -436,6 +436,30 @@ fn handle(
         };
         return (record, fatal);
     }
+    if let Handler::Exec(form) = handler {
+        // Routed only for a refusal of Landlock's to be recorded.
+        return match crate::reads::observe_exec(
+            listener,
+            rules,
+            own,
+            n,
+            form,
+            &mut target,
+            &mut fatal,
+        ) {
+            crate::reads::Observed::Continue => {
+                if let Err(err) = listener.continue_call(n.id) {
+                    tracing::warn!(%err, "letting an exec continue failed");
+                }
+                (None, fatal)
+            }
+            crate::reads::Observed::Refused(reason) => {
+                let decision = BrokerDecision::Refused { reason };
+                let record = answer_with(listener, n.id, tid, name, target, decision, libc::EACCES);
+                (Some(record), fatal)
+            }
+        };
+    }
     if crate::reads::plain_read(handler, &n.data.args) {
         // Routed only for a refusal of Landlock's to be recorded
         // (`crate::reads`): continued unless Landlock would refuse it.
@@ -454,10 +478,8 @@ fn handle(
                 }
                 (None, fatal)
             }
-            crate::reads::Observed::Refused => {
-                let decision = BrokerDecision::Refused {
-                    reason: Refusal::ReadDenyPath,
-                };
+            crate::reads::Observed::Refused(reason) => {
+                let decision = BrokerDecision::Refused { reason };
                 let record = answer_with(listener, n.id, tid, name, target, decision, libc::EACCES);
                 (Some(record), fatal)
             }

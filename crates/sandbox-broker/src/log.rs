@@ -216,6 +216,11 @@ pub enum Refusal {
     /// The object lies beneath a read-deny path (refused for metadata changes
     /// and for xattr reads alike).
     ReadDenyPath,
+    /// A read of a file the run made (or moved) in a directory on the way
+    /// to a read-deny path: Landlock's read rules there were made at launch,
+    /// one per entry then present, so the new entry has none and Landlock
+    /// refuses reading it (recorded when reads are observed).
+    BesideReadDenyPath,
     /// The object has no reachable path (pipe, socket, memfd, unlinked file, or a
     /// path outside the broker's root).
     NoPath,
@@ -343,6 +348,9 @@ impl std::fmt::Display for Refusal {
                 f.write_str("access mode 3, O_TRUNC without write access and O_PATH with write or create flags are refused")
             }
             Self::ReadDenyPath => f.write_str("beneath a read-deny path"),
+            Self::BesideReadDenyPath => f.write_str(
+                "beneath a read-deny path's directory: made there during the run, after Landlock's read rules (one per entry present at launch)",
+            ),
             Self::NoPath => f.write_str("the object has no reachable path"),
             Self::Unresolvable { errno } => {
                 write!(f, "the path could not be resolved safely (errno {errno})")

@@ -44,7 +44,7 @@ use crate::log::BrokerTarget;
 use crate::notif::Listener;
 use crate::resolve::{fstat, walk, BrokerRules, Start};
 use crate::syscalls::{self, EntryCall, Request, Subject, O_TMPFILE_BIT};
-use sandbox_seccomp::{EntryForm, Handler};
+use sandbox_seccomp::{EntryForm, ExecForm, Handler};
 
 /// `CAP_FOWNER` (linux/capability.h).
 const CAP_FOWNER: u32 = 3;
@@ -66,8 +66,8 @@ pub(crate) fn plain_read(handler: Handler, args: &[u64; 6]) -> bool {
 pub(crate) enum Observed {
     /// Let it go on in the kernel.
     Continue,
-    /// Landlock would refuse it: answered `EACCES` and recorded.
-    Refused,
+    /// Landlock would refuse it: answered `EACCES` and recorded, with why.
+    Refused(crate::log::Refusal),
 }
 
 /// Decides a plain read-only open ([`plain_read`]): [`Observed::Refused`]
@@ -152,7 +152,7 @@ pub(crate) fn observe(
         _ if flags & libc::O_DIRECTORY != 0 => return Observed::Continue,
         _ => {}
     }
-    let Some(path) = rules.read_denied(&first) else {
+    let Some((path, why)) = rules.read_denied(&first) else {
         return Observed::Continue;
     };
     target.path = Some(String::from_utf8_lossy(at.path.as_bytes()).into_owned());
@@ -177,9 +177,13 @@ pub(crate) fn observe(
         };
         // Another object by now: the kernel decides.
         let same = fstat(&fd).is_ok_and(|now| (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino));
+        // And still refused, looked at again (the path up to it could have
+        // changed since, by a rename outside the run too): a refusal only
+        // when both looks agree.
         !same
+            || rules.read_denied(&fd).is_none()
             || (is_device(&st) && on_nodev_mount(&fd))
-            || !may_read(&fd)
+            || !may(&fd, libc::R_OK)
             || (flags & libc::O_NOATIME != 0
                 && st.st_uid != identity.fsuid
                 && !identity.has(CAP_FOWNER))
@@ -187,10 +191,131 @@ pub(crate) fn observe(
     match kernel_first {
         Ok(false) => {
             target.resolved = Some(path);
-            Observed::Refused
+            Observed::Refused(why)
         }
         _ => Observed::Continue,
     }
+}
+
+/// Decides an exec the filter routed only for its refusal to be recorded
+/// ([`Handler::Exec`]), as [`observe`] decides a read: [`Observed::Refused`]
+/// only for a regular file Landlock would refuse to execute (its EXECUTE
+/// and READ_FILE rights, which a read-deny path takes away), after the
+/// kernel's earlier answers in `do_open_execat` and `may_open` (fs/exec.c,
+/// fs/namei.c): invalid flags (`EINVAL`), the walk's errors, `ELOOP` under
+/// `AT_SYMLINK_NOFOLLOW`, `EACCES` for what is not a regular file, for a
+/// `noexec` mount and for the mode bits (`MAY_EXEC`, as
+/// `faccessat2(X_OK, AT_EACCESS)` asks it with the caller's credentials).
+/// An interpreter a script names is opened by the kernel inside the exec:
+/// not seen.
+pub(crate) fn observe_exec(
+    listener: &Listener,
+    rules: &BrokerRules,
+    own: &Own,
+    n: &libc::seccomp_notif,
+    form: ExecForm,
+    target: &mut BrokerTarget,
+    fatal: &mut Option<String>,
+) -> Observed {
+    let a = n.data.args;
+    let (dirfd, addr, flags) = match form {
+        ExecForm::Execve => (libc::AT_FDCWD, a[0], 0),
+        ExecForm::Execveat => (a[0] as i32, a[1], a[4] as u32 as i32),
+        _ => return Observed::Continue,
+    };
+    if flags & !(libc::AT_EMPTY_PATH | libc::AT_SYMLINK_NOFOLLOW) != 0 {
+        return Observed::Continue;
+    }
+    let mut caller = Caller::unopened(n.pid as i32);
+    let Ok(path) = caller.read_cstr(addr, libc::PATH_MAX as usize) else {
+        return Observed::Continue;
+    };
+    let empty_path = flags & libc::AT_EMPTY_PATH != 0;
+    if path.as_bytes().is_empty() && !empty_path {
+        return Observed::Continue;
+    }
+    let absolute = path.as_bytes().first() == Some(&b'/');
+    let subject = Subject::At {
+        dirfd,
+        path: path.clone(),
+        follow: flags & libc::AT_SYMLINK_NOFOLLOW == 0,
+        empty_path,
+    };
+    if !absolute && caller.open_proc().is_err() {
+        return Observed::Continue;
+    }
+    if subject.needs_fd() || (empty_path && path.as_bytes().is_empty()) {
+        if absolute && caller.open_proc().is_err() {
+            return Observed::Continue;
+        }
+        caller.open_pidfd();
+    }
+    if !matches!(listener.id_valid(n.id), Ok(true)) {
+        return Observed::Continue;
+    }
+    let Some((first, again)) = reach(rules, &caller, &subject) else {
+        return Observed::Continue;
+    };
+    let Ok(st) = fstat(&first) else {
+        return Observed::Continue;
+    };
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Observed::Continue;
+    }
+    let Some((resolved, why)) = rules.read_denied(&first) else {
+        return Observed::Continue;
+    };
+    target.path = Some(String::from_utf8_lossy(path.as_bytes()).into_owned());
+    target.fd = (dirfd != libc::AT_FDCWD && !absolute).then_some(dirfd);
+    let Ok(identity) = caller_identity(&caller, own, UmaskUse::None) else {
+        return Observed::Continue;
+    };
+    let kernel_first = with_credentials(own, &identity, fatal, || {
+        let Some(fd) = again.reach() else {
+            return true;
+        };
+        let same = fstat(&fd).is_ok_and(|now| (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino));
+        !same || rules.read_denied(&fd).is_none() || on_noexec_mount(&fd) || !may(&fd, libc::X_OK)
+    });
+    match kernel_first {
+        Ok(false) => {
+            target.resolved = Some(resolved);
+            Observed::Refused(why)
+        }
+        _ => Observed::Continue,
+    }
+}
+
+/// The object `subject` names, reached with the broker's own credentials,
+/// and how to reach it again.
+fn reach(rules: &BrokerRules, caller: &Caller, subject: &Subject) -> Option<(OwnedFd, Again)> {
+    match rules.start(caller, subject).ok()? {
+        Start::Object(fd) => {
+            let again = fd.try_clone().ok()?;
+            Some((fd, Again::Object(again)))
+        }
+        Start::Walk { base, path, follow } => {
+            let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
+            let first = walk(base.as_ref(), &path, nofollow).ok()?;
+            Some((
+                first,
+                Again::Walk {
+                    base,
+                    path,
+                    nofollow,
+                },
+            ))
+        }
+    }
+}
+
+/// Whether `fd` lies on a mount where nothing executes (`path_noexec`).
+fn on_noexec_mount(fd: &OwnedFd) -> bool {
+    // SAFETY: statvfs is plain data; fstatvfs fills it.
+    let mut st: libc::statvfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    let rc = unsafe { libc::fstatvfs(fd.as_raw_fd(), &mut st) };
+    rc == 0 && st.f_flag & libc::ST_NOEXEC != 0
 }
 
 /// How to reach the object again with the caller's credentials.
@@ -201,6 +326,21 @@ enum Again {
         path: CString,
         nofollow: i32,
     },
+}
+
+impl Again {
+    /// The object again (with the thread's credentials now): `None` when
+    /// the walk fails (a directory the caller may not search).
+    fn reach(self) -> Option<OwnedFd> {
+        match self {
+            Again::Object(fd) => Some(fd),
+            Again::Walk {
+                base,
+                path,
+                nofollow,
+            } => walk(base.as_ref(), &path, nofollow).ok(),
+        }
+    }
 }
 
 fn is_device(st: &libc::stat) -> bool {
@@ -216,18 +356,19 @@ fn on_nodev_mount(fd: &OwnedFd) -> bool {
     rc == 0 && st.f_flag & libc::ST_NODEV != 0
 }
 
-/// Whether the thread's credentials may read `fd`'s object by its mode bits
-/// (and ACLs, capabilities): `inode_permission(MAY_READ)` as
+/// Whether the thread's credentials may read (`R_OK`) or execute (`X_OK`)
+/// `fd`'s object by its mode bits (and ACLs, capabilities):
+/// `inode_permission(MAY_READ)` (`MAY_EXEC`) as
 /// `faccessat2(AT_EACCESS | AT_EMPTY_PATH)` asks it with the thread's own
 /// (fs) credentials. Landlock does not take part: it has no hook there.
-fn may_read(fd: &OwnedFd) -> bool {
+fn may(fd: &OwnedFd, mode: i32) -> bool {
     // SAFETY: faccessat2 on our own fd with an empty, NUL-terminated path.
     let rc = unsafe {
         libc::syscall(
             libc::SYS_faccessat2,
             fd.as_raw_fd(),
             c"".as_ptr(),
-            libc::R_OK,
+            mode,
             libc::AT_EACCESS | libc::AT_EMPTY_PATH,
         )
     };

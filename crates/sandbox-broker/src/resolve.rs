@@ -44,8 +44,14 @@ pub struct BrokerRules {
     /// name (a hard link, a case-insensitive spelling) is refused too.
     deny_inodes: Vec<((u64, u64), Refusal)>,
     /// Each read-deny path that existed when the rules were made, with its
-    /// device and inode: what Landlock's rules were made of.
+    /// device and inode.
     read_deny_ids: Vec<(PathBuf, (u64, u64))>,
+    /// The strict ancestors of the read-deny paths (`/` among them): the
+    /// directories Landlock's read rules are split in.
+    read_split_dirs: std::collections::HashSet<PathBuf>,
+    /// The objects (device, inode) Landlock's rules grant reading beneath,
+    /// when the backend said ([`BrokerRules::with_read_grants`]).
+    read_grants: Option<std::collections::HashSet<(u64, u64)>>,
     /// Whether `/dev/stdin`, `/dev/stdout`, `/dev/stderr` and `/dev/fd` are the
     /// usual symlinks into `/proc/self/fd`, so they name the caller's fds.
     dev_fd_links: bool,
@@ -202,6 +208,10 @@ impl BrokerRules {
             .iter()
             .filter_map(|d| Some((d.clone(), crate::reads::inode_of(d)?)))
             .collect();
+        let read_split_dirs = read_deny
+            .iter()
+            .flat_map(|d| d.ancestors().skip(1).map(Path::to_path_buf))
+            .collect();
         let link_is = |link: &str, target: &str| {
             std::fs::read_link(link).is_ok_and(|t| t.as_os_str().as_bytes() == target.as_bytes())
         };
@@ -216,6 +226,8 @@ impl BrokerRules {
             read_deny,
             deny_inodes,
             read_deny_ids,
+            read_split_dirs,
+            read_grants: None,
             dev_fd_links,
             allow_unix: policy.allow_unix_sockets().to_vec(),
             // An allowlist admits its IP rules directly (names go through the
@@ -385,26 +397,82 @@ impl BrokerRules {
         self.git.as_ref()?.object(&obj.fd, &obj.path)
     }
 
-    /// The canonical path of `obj` when Landlock refuses to read it: the
-    /// directory (or file) at the depth of a read-deny path on the way to
-    /// it is that read-deny path's inode, as Landlock sees it (it looks for
-    /// rules on the objects the path walks up through, and the deny path
-    /// has none). Not a hard link elsewhere to a denied file, not a name
-    /// that matches a deny path only when case is ignored (unlike
-    /// [`BrokerRules::denied`], which refuses changes to both).
-    pub(crate) fn read_denied(&self, obj: &OwnedFd) -> Option<PathBuf> {
-        if self.read_deny_ids.is_empty() {
+    /// Tells the broker which objects the command's Landlock rules grant
+    /// reading beneath (device and inode of each rule's object with
+    /// `READ_FILE`), so that it finds exactly the reads Landlock refuses
+    /// when reads are observed: the read-deny paths' contents, and a file
+    /// the run made in a directory on the way to one (those directories'
+    /// rules are split, one per entry present at launch). Without it, only
+    /// the first (see [`BrokerRules::read_denied`]).
+    pub fn with_read_grants(mut self, grants: impl IntoIterator<Item = (u64, u64)>) -> Self {
+        self.read_grants = Some(grants.into_iter().collect());
+        self
+    }
+
+    /// The canonical path of the non-directory `obj`, and why, when Landlock
+    /// refuses to read it. Landlock grants a read when some object on the
+    /// path walked up from it has a rule that grants it; the rules for
+    /// reads are split around each read-deny path: none on the deny path
+    /// and its ancestors, one on each other entry of those ancestors
+    /// present at launch. So the path is followed down from `/` through the
+    /// ancestors of deny paths; the first entry that is none of them
+    /// decides: granted, or, when neither it nor anything beneath it on
+    /// the path has a rule, refused (the deny path itself, by its name or
+    /// inode, or an entry made during the run). Without the rules' objects
+    /// ([`BrokerRules::with_read_grants`]): the deny paths' contents only,
+    /// by the inode at the deny path's depth. Not a hard link elsewhere to
+    /// a denied file, not a name that matches a deny path only when case is
+    /// ignored (unlike [`BrokerRules::denied`], which refuses changes to
+    /// both).
+    pub(crate) fn read_denied(&self, obj: &OwnedFd) -> Option<(PathBuf, Refusal)> {
+        use crate::reads::{inode_of, prefix};
+        if self.read_deny_ids.is_empty() && self.read_grants.is_none() {
             return None;
         }
         let link = canonical(obj).ok()?;
-        self.read_deny_ids
-            .iter()
-            .any(|(d, id)| {
-                beneath(&link, d)
-                    && crate::reads::inode_of(&crate::reads::prefix(&link, d.components().count()))
-                        == Some(*id)
-            })
-            .then_some(link)
+        let Some(grants) = &self.read_grants else {
+            return self
+                .read_deny_ids
+                .iter()
+                .any(|(d, id)| {
+                    beneath(&link, d)
+                        && inode_of(&prefix(&link, d.components().count())) == Some(*id)
+                })
+                .then_some((link, Refusal::ReadDenyPath));
+        };
+        let mut at = PathBuf::new();
+        let mut parts = link.components();
+        for part in parts.by_ref() {
+            at.push(part);
+            if !self.read_split_dirs.contains(&at) {
+                break;
+            }
+        }
+        if self.read_split_dirs.contains(&at) {
+            // The path is an ancestor of a deny path: a directory.
+            return None;
+        }
+        // The first entry off the way to the deny paths, then what lies
+        // beneath it on the path.
+        let mut denied = false;
+        loop {
+            let id = inode_of(&at)?;
+            if grants.contains(&id) {
+                return None;
+            }
+            denied |= self.read_deny_ids.iter().any(|(_, deny)| *deny == id)
+                || self.read_deny.contains(&at);
+            match parts.next() {
+                Some(part) => at.push(part),
+                None => break,
+            }
+        }
+        let why = if denied {
+            Refusal::ReadDenyPath
+        } else {
+            Refusal::BesideReadDenyPath
+        };
+        Some((link, why))
     }
 
     /// The refusal of a deny path that is the object `st` describes.

@@ -20,9 +20,8 @@ const READS_RECORDED: &str = "refused reads are recorded:";
 /// What the kernel refuses without a record the runner can read: named
 /// after a failure the broker saw no refusal in, since it may be its
 /// cause. Where refused reads are recorded (a Linux run under `--explain`
-/// or `--report`), what is left: an exec of a file beneath a read-deny
-/// path, and a read of a file the run made in a directory on the way to
-/// one (Landlock's rules were made before it existed); elsewhere, every
+/// or `--report`), what is left: a script whose interpreter lies beneath a
+/// read-deny path (the kernel opens it inside the exec); elsewhere, every
 /// read beneath them.
 fn unrecorded(outcome: &Outcome) -> Vec<String> {
     let Some(policy) = &outcome.policy else {
@@ -36,10 +35,9 @@ fn unrecorded(outcome: &Outcome) -> Vec<String> {
         .is_some_and(|r| r.details.iter().any(|d| d.starts_with(READS_RECORDED)));
     if denied > 0 && reads_recorded {
         out.push(format!(
-            "  not recorded: an exec of a file beneath the {denied} read-deny path(s) (`sandbox \
-             policy` lists them), or a read of a file the run made in a directory on the way to \
-             one, is refused by the kernel (EACCES) without a record; if the command failed on \
-             one, that is why"
+            "  not recorded: a script whose interpreter lies beneath the {denied} read-deny \
+             path(s) (`sandbox policy` lists them) is refused by the kernel (EACCES) without a \
+             record; if the command failed running one, that is why"
         ));
     } else if denied > 0 {
         out.push(format!(
@@ -51,14 +49,16 @@ fn unrecorded(outcome: &Outcome) -> Vec<String> {
     out
 }
 
-/// Whether `call` is a read a read-deny path refused (an open, or an
-/// extended-attribute read).
+/// Whether `call` is a read a read-deny path refused (an open, an exec, or
+/// an extended-attribute read).
 fn read_denied(call: &sandbox::runner::MediatedCall) -> bool {
     call.reason.starts_with("beneath a read-deny path")
         && matches!(
             call.syscall.as_str(),
             "open"
                 | "openat"
+                | "execve"
+                | "execveat"
                 | "getxattr"
                 | "lgetxattr"
                 | "fgetxattr"
@@ -353,12 +353,17 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
             first_targets(&others, |c| c.syscall.clone())
         ));
     }
-    if !reads.is_empty() {
-        parts.push(format!(
-            "{} ({}: read-denied)",
-            plural(reads.len(), "file read"),
-            first_targets(&reads, |c| c.target.clone()),
-        ));
+    let (execs, reads): (Calls<'_>, Calls<'_>) = reads
+        .into_iter()
+        .partition(|c| c.syscall.starts_with("execve"));
+    for (calls, what) in [(reads, "file read"), (execs, "exec")] {
+        if !calls.is_empty() {
+            parts.push(format!(
+                "{} ({}: read-denied)",
+                plural(calls.len(), what),
+                first_targets(&calls, |c| c.target.clone()),
+            ));
+        }
     }
     if !files.is_empty() {
         let outside = files.iter().all(|c| c.outside_write_paths);

@@ -76,9 +76,9 @@ mod spec;
 use std::sync::{Arc, Mutex, PoisonError};
 
 pub use spec::{
-    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, EntryForm, FilterSpec, Handler,
-    MetaForm, Rule, Width, XattrForm, DENY, ENOSYS, EOPNOTSUPP, EPERM, METADATA_WRITE, UNKNOWN,
-    XATTR_READ_UNBROKERED,
+    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, EntryForm, ExecForm, FilterSpec,
+    Handler, MetaForm, Rule, Width, XattrForm, DENY, ENOSYS, EOPNOTSUPP, EPERM, METADATA_WRITE,
+    UNKNOWN, XATTR_READ_UNBROKERED,
 };
 
 /// One classic BPF instruction, in the kernel's `struct sock_filter` layout.

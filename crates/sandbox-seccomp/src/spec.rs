@@ -246,6 +246,20 @@ pub enum Handler {
     /// `sched_set*` calls, `setpriority`, `ioprio_set`): let continue only
     /// for one of the run's own processes.
     Process,
+    /// `execve`, `execveat`, routed only when refused reads are recorded
+    /// ([`FilterSpec::broker_reads`]): let continue unless Landlock would
+    /// refuse executing the file (beneath a read-deny path), which the
+    /// broker then answers `EACCES` and records.
+    Exec(ExecForm),
+}
+
+/// The argument form of an exec ([`Handler::Exec`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[non_exhaustive]
+#[allow(missing_docs)]
+pub enum ExecForm {
+    Execve,
+    Execveat,
 }
 
 impl Handler {
@@ -362,7 +376,7 @@ pub struct FilterSpec {
     pub egress: bool,
     /// Whether refused reads are to be recorded: with a broker and read
     /// denials, read-only opens that Landlock could refuse (not `O_PATH`,
-    /// not `O_DIRECTORY`) go to the broker too, which answers `EACCES` and
+    /// not `O_DIRECTORY`) and execs go to the broker too, which answers `EACCES` and
     /// records the refusal for an open Landlock would refuse (a file
     /// beneath a read-deny path, after every error the kernel gives first)
     /// and lets every other continue in the kernel. Asked for by observed

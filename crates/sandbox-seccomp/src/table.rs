@@ -5,8 +5,8 @@
 //! them; the few argument-checked rows are built in [`table`] below.
 
 use crate::spec::{
-    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, EntryForm, FilterSpec, Handler,
-    MetaForm, Rule, XattrForm, DENY, UNKNOWN,
+    broker_or_refuse, xattr_read, Action, Cmp, Cond, Entry, EntryForm, ExecForm, FilterSpec,
+    Handler, MetaForm, Rule, XattrForm, DENY, UNKNOWN,
 };
 
 /// libc's syscall numbers plus the ones this libc release does not name yet.
@@ -264,8 +264,6 @@ const THREADS: &[Sys] = sys![
 
 /// Process lifecycle and identity. Spawning is decided in [`table`].
 const PROCESS: &[Sys] = sys![
-    SYS_execve,
-    SYS_execveat,
     SYS_exit,
     SYS_exit_group,
     SYS_wait4,
@@ -896,6 +894,33 @@ fn observed_reads(flags: u8) -> Vec<Vec<Cond>> {
         vec![masked(flags, plain | PATH, PATH)],
         vec![masked(flags, plain | DIRECTORY, DIRECTORY)],
     ]
+}
+
+/// `execve` and `execveat`: allowed; when refused reads are recorded
+/// ([`FilterSpec::routes_reads`]) routed to the broker, which lets each
+/// continue unless Landlock would refuse executing the file (its EXECUTE
+/// and READ_FILE rights, which a read-deny path takes away), and answers
+/// that one `EACCES` itself and records it. One round trip per exec.
+fn executing(spec: &FilterSpec) -> Vec<Entry> {
+    let calls = [
+        one!(SYS_execve => Handler::Exec(ExecForm::Execve)),
+        one!(SYS_execveat => Handler::Exec(ExecForm::Execveat)),
+    ];
+    calls
+        .into_iter()
+        .map(|s| {
+            if spec.routes_reads() {
+                row(
+                    s,
+                    Rule::Always(Action::UserNotif),
+                    "refused reads recorded: the broker lets an exec continue unless Landlock \
+                     would refuse it beneath a read-deny path, which it records",
+                )
+            } else {
+                row(s, Rule::Allow, "")
+            }
+        })
+        .collect()
 }
 
 /// The opens and creating calls whose flags or mode the filter reads.
@@ -1556,6 +1581,7 @@ pub fn table(spec: &FilterSpec) -> Vec<Entry> {
     rows.push(truncate(spec));
     rows.extend(nested_landlock(spec));
     rows.extend(spawning(spec));
+    rows.extend(executing(spec));
     rows.extend(process_group(spec));
     rows.extend(network(spec));
     rows.extend(socket_options(spec));

@@ -238,7 +238,14 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
         }
         SYS_clone3 => RET_ENOSYS,
         SYS_fork | SYS_vfork => yes(!spec.deny_subprocess),
-        SYS_execve | SYS_execveat => RET_ALLOW,
+        // Refused reads recorded: the broker sees each exec (see Handler::Exec).
+        SYS_execve | SYS_execveat => {
+            if spec.broker_reads && spec.broker && spec.read_deny {
+                RET_USER_NOTIF
+            } else {
+                RET_ALLOW
+            }
+        }
         // -- network
         SYS_socket if !spec.network => {
             let (dom, ty, proto) = (lo(0) as i32, lo(1) as i32 & 0xf, lo(2) as i32);

@@ -75,6 +75,13 @@ impl Channel {
         Ok(self)
     }
 
+    /// The broker finds the reads Landlock refuses from the objects whose
+    /// rules grant reading (see [`BrokerRules::with_read_grants`]).
+    pub(crate) fn with_read_grants(mut self, grants: Vec<(u64, u64)>) -> Self {
+        self.supervisor.rules = self.supervisor.rules.with_read_grants(grants);
+        self
+    }
+
     /// The child's end and the supervisor, which names refused calls after
     /// `filter`'s table.
     ///

@@ -95,6 +95,15 @@ pub(crate) fn prepare_with(
         }
         (channel, _) => channel,
     };
+    // Observed runs under read denials (`with_broker_reads` below): the
+    // broker finds exactly the reads Landlock refuses, from the objects the
+    // command's rules grant reading.
+    let channel = match channel {
+        Some(channel) if options.observe_writes && !policy.read_deny_paths().is_empty() => {
+            Some(channel.with_read_grants(rules::read_grants(&plan)))
+        }
+        other => other,
+    };
     // Landlock never handles TRUNCATE (see `rules::plan`): seccomp covers truncate(2).
     // Test builds only: the `weaken-*` features drop one mechanism (weaken.rs).
     // Weakened last, so no builder step below puts a dropped part back.

@@ -175,6 +175,25 @@ pub(crate) fn plan_with(
     })
 }
 
+/// The objects (device, inode) whose rules grant reading files beneath
+/// them: what the broker needs to find exactly the reads Landlock refuses
+/// (`BrokerRules::with_read_grants`).
+pub(crate) fn read_grants(plan: &Plan) -> Vec<(u64, u64)> {
+    use std::os::fd::AsRawFd;
+    plan.rules
+        .iter()
+        .filter(|r| r.access.contains(AccessFs::ReadFile))
+        .filter_map(|r| {
+            // SAFETY: stat is plain data; fstat fills it from our own fd.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            // SAFETY: a live fd and out-pointer.
+            let rc = unsafe { libc::fstat(r.fd.as_raw_fd(), &mut st) };
+            #[allow(clippy::unnecessary_cast)]
+            (rc == 0).then_some((st.st_dev as u64, st.st_ino as u64))
+        })
+        .collect()
+}
+
 /// Whether failing to open a grant's root is an error or a skipped entry.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Required {
