@@ -26,6 +26,8 @@ import http.server, ssl, sys
 class H(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def reply(self):
+        if self.path.startswith("/git/"):
+            return self.static()
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -42,6 +44,20 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
         print(out.decode().strip(), flush=True)
+    def static(self):
+        import os
+        path = os.path.join(sys.argv[1], "www", self.path[len("/git/"):].split("?")[0])
+        try:
+            data = open(path, "rb").read()
+            self.send_response(200)
+        except OSError:
+            data = b"missing\n"
+            self.send_response(404)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(data)
+        print("origin static %s %s" % (self.command, self.path), flush=True)
     do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = reply
     def log_message(self, *a):
         pass
@@ -426,5 +442,52 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
     assert!(
         !record.to_string().contains("real-secret-value"),
         "{record:#}"
+    );
+}
+
+/// Node (a CONNECT of its own, trusting `NODE_EXTRA_CA_CERTS`) and `git
+/// clone` (dumb HTTP, through `https_proxy`, trusting `GIT_SSL_CAINFO`)
+/// reach an admitted URL; git's twin outside the rule is refused.
+#[test]
+fn node_and_git_reach_admitted_urls() {
+    let script = r#"
+mkdir -p "$D/www" "$D/out" && cd "$D/www"
+git init -q --bare repo.git
+git -C repo.git config http.receivepack false
+tmp=$(mktemp -d) && git -C "$tmp" init -q && echo hello > "$tmp/f" && git -C "$tmp" add f
+git -C "$tmp" -c user.name=t -c user.email=t@example.com commit -qm one && git -C "$tmp" push -q "$D/www/repo.git" HEAD:refs/heads/main
+git -C repo.git symbolic-ref HEAD refs/heads/main && git -C repo.git update-server-info
+cd "$D"
+cat > "$D/node.js" <<'JS'
+const http = require("http"), tls = require("tls");
+const p = new URL(process.env.HTTPS_PROXY);
+http.request({ host: p.hostname, port: p.port, method: "CONNECT", path: "pkgs.example.com:8443" })
+  .on("connect", (res, sock) => {
+    const t = tls.connect({ socket: sock, servername: "pkgs.example.com" }, () =>
+      t.write("GET /simple/node HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n"));
+    let d = "";
+    t.on("data", (c) => (d += c));
+    t.on("end", () => console.log("node", d.split("\r\n\r\n")[1].trim()));
+    t.on("error", (e) => console.log("node error", e.message));
+  })
+  .end();
+JS
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/simple/**' -- node "$D/node.js"
+"$SANDBOX" run -q -w "$D/out" --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/git/**' -- git clone -q https://pkgs.example.com:8443/git/repo.git "$D/out/c" 2>&1 | sed 's/^/git says /'
+cat "$D/out/c/f" | sed 's/^/cloned /'
+"$SANDBOX" run -q -w "$D/out" --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/git/other/**' -- git clone -q https://pkgs.example.com:8443/git/repo.git "$D/out/d" 2>&1 | sed 's/^/twin /'
+"#;
+    let (out, _d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    has(
+        &l,
+        "node origin saw GET /simple/node host=pkgs.example.com:8443",
+    );
+    has(&l, "cloned hello");
+    has(&l, "twin ");
+    assert!(
+        l.iter().any(|x| x.starts_with("twin") && x.contains("403")),
+        "{l:#?}"
     );
 }
