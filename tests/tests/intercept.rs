@@ -208,6 +208,8 @@ R -- curl -sS -i $U/private | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | s
 R -- curl -sS -i --path-as-is $U/simple/../private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl dots /'
 R -- curl -sS -i --path-as-is $U/simple/%2e%2e/private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded dots /'
 R -- curl -sS -i --path-as-is $U/simple%2f..%2fprivate | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded slash /'
+R -- sh -c 'curl -sS --proxy "$ALL_PROXY" '$U'/simple/socks' | sed 's/^/socks get /'
+R -- sh -c 'curl -sS -i -X POST --proxy "$ALL_PROXY" '$U'/simple/socks' | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/socks post /'
 R -- curl -sS -i https://other.example.com:8443/simple/ 2>&1 | grep -E '^HTTP/1.1 [0-9]|origin' | head -1 | sed 's/^/curl other host /'
 R -- /usr/bin/python3 -c 'import urllib.request; print("python", urllib.request.urlopen("'$U'/simple/py").read().decode().strip())'
 R -- /usr/bin/python3 -c 'import urllib.request, urllib.error
@@ -241,6 +243,12 @@ cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -s
         "curl private Sandbox-Admit-With: --allow-request 'GET https://pkgs.example.com:8443/private'",
     );
     has(&l, "curl dots HTTP/1.1 403");
+    // SOCKS5 (`ALL_PROXY`) to an intercepted host is intercepted the same.
+    has(
+        &l,
+        "socks get origin saw GET /simple/socks host=pkgs.example.com:8443",
+    );
+    has(&l, "socks post HTTP/1.1 403");
     has(&l, "curl encoded dots HTTP/1.1 403");
     has(&l, "curl encoded slash HTTP/1.1 403");
     // An unlisted host is no tunnel either: the proxy refuses its CONNECT.

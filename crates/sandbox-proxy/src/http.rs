@@ -243,7 +243,7 @@ fn connect(slot: &Slot, mut client: TcpStream, head: Head) {
                 client,
                 name,
                 target.port,
-                &head.rest,
+                Some(&head.rest),
             );
         }
     }

@@ -64,9 +64,10 @@
 //!   `Content-Length`s, `Transfer-Encoding` with `Content-Length` or other
 //!   than exactly `chunked`, two `Host`s or one naming another authority, a
 //!   target not in origin form, HTTP/1.0. A client that pins certificates
-//!   fails its handshake (closed, nothing sent upstream). Plain `http://`
-//!   requests and SOCKS5 to such a host are not intercepted: the egress
-//!   rules decide them as any other.
+//!   fails its handshake (closed, nothing sent upstream). A SOCKS5
+//!   `CONNECT` to such a host is intercepted the same (after the success
+//!   reply); plain `http://` requests to it are not: the egress rules decide
+//!   them as any other.
 //!
 //! A refusal answers `403 Forbidden` (HTTP) with a one-line body naming
 //! `host:port` and why, and is kept in [`Proxy::refusals`]; a malformed

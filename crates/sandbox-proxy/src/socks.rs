@@ -131,6 +131,25 @@ pub(crate) fn serve(slot: &Slot, mut client: TcpStream, deadline: Instant) {
         }
         Err(_) => return,
     };
+    // A host a request rule names is intercepted here as after an HTTP
+    // `CONNECT`: the proxy itself is the other end.
+    #[cfg(target_os = "linux")]
+    if let (Some(interception), Host::Name(name)) = (&slot.shared.opts.interception, &target.host) {
+        if interception.inner.intercepts(name, target.port) {
+            let bound = client.local_addr().ok();
+            if reply(&mut client, rep::SUCCEEDED, bound).is_err() {
+                return;
+            }
+            return crate::intercept::serve(
+                slot,
+                &interception.inner,
+                client,
+                name,
+                target.port,
+                None,
+            );
+        }
+    }
     let upstream = match open(&slot.shared, &target) {
         Ok(upstream) => upstream,
         Err(failure) => {

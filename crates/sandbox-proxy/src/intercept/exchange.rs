@@ -368,14 +368,15 @@ fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
 }
 
 /// Serves one intercepted `CONNECT host:port`: `early` are the bytes the
-/// client sent after its `CONNECT` head.
+/// client sent after its HTTP `CONNECT` head (`None` for SOCKS5, whose
+/// success reply was sent already).
 pub(crate) fn serve(
     slot: &Slot,
     interceptor: &Arc<Interceptor>,
     mut client: TcpStream,
     host: &str,
     port: u16,
-    early: &[u8],
+    early: Option<&[u8]>,
 ) {
     let host = host.trim_end_matches('.').to_ascii_lowercase();
     let Ok(config) = interceptor.ca.server_config(&host) else {
@@ -384,14 +385,14 @@ pub(crate) fn serve(
     let Ok(mut conn) = ServerConnection::new(config) else {
         return;
     };
-    if client
-        .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
-        .is_err()
+    if early.is_some()
+        && client
+            .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+            .is_err()
     {
         return;
     }
-    if !early.is_empty() {
-        let mut early = early;
+    if let Some(mut early) = early.filter(|e| !e.is_empty()) {
         if conn.read_tls(&mut early).is_err() || conn.process_new_packets().is_err() {
             return;
         }
