@@ -95,7 +95,10 @@ pub(crate) fn observe(
         return Observed::Continue;
     }
     let absolute = at.path.as_bytes().first() == Some(&b'/');
-    if !absolute && caller.open_proc().is_err() {
+    // /proc/TID for a relative path's working directory, and for the
+    // caller's credentials when they are not fixed.
+    let proc_needed = !absolute || own.fixed.is_none();
+    if proc_needed && caller.open_proc().is_err() {
         return Observed::Continue;
     }
     let subject = Subject::At {
@@ -105,7 +108,7 @@ pub(crate) fn observe(
         empty_path: false,
     };
     if subject.needs_fd() {
-        if absolute && caller.open_proc().is_err() {
+        if !proc_needed && caller.open_proc().is_err() {
             return Observed::Continue;
         }
         caller.open_pidfd();
@@ -241,11 +244,14 @@ pub(crate) fn observe_exec(
         follow: flags & libc::AT_SYMLINK_NOFOLLOW == 0,
         empty_path,
     };
-    if !absolute && caller.open_proc().is_err() {
+    // /proc/TID for a relative path's working directory, and for the
+    // caller's credentials when they are not fixed.
+    let proc_needed = !absolute || own.fixed.is_none();
+    if proc_needed && caller.open_proc().is_err() {
         return Observed::Continue;
     }
     if subject.needs_fd() || (empty_path && path.as_bytes().is_empty()) {
-        if absolute && caller.open_proc().is_err() {
+        if !proc_needed && caller.open_proc().is_err() {
             return Observed::Continue;
         }
         caller.open_pidfd();
