@@ -407,6 +407,8 @@ cat /proc/$PPID/cmdline | grep -aq -- --secret && echo "control runner cmdline 1
 eval "TOKEN=$T \"$SANDBOX\" run -q --report \"$D/r.json\" --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\"" | sed 's/^/root /'
 cd "$D" && eval "TOKEN=$T $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\"" | sed 's/^/nobody /'
 TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://pkgs.example.com:8443/**' -- true 2>&1 | sed 's/^/unlisted /'
+printf '[sandbox.egress]\nupstream_ca = "%s/ca.pem"\n[[sandbox.egress.secrets]]\nname = "TOKEN"\nhosts = ["api.example.com"]\n[[sandbox.policy.requests]]\nmethods = ["GET"]\nurl = "https://api.example.com:8443/**"\n' "$D" > "$D/cfg.toml"
+TOKEN=$T "$SANDBOX" run -q --config "$D/cfg.toml" -- sh -c 'curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/config' | sed 's/^/config /'
 "#;
     let (out, d) = in_private_net(script);
     let l = lines(&out);
@@ -432,6 +434,11 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
         has(&l, &format!("{who} control runner cmdline 1"));
     }
     has(&l, "unlisted sandbox: ");
+    // The same from the operator's config ([sandbox.egress], requests).
+    has(
+        &l,
+        "config origin saw GET /v1/config host=api.example.com:8443 auth=Bearer real-secret-value-42",
+    );
     has(&l, "which no request rule names");
     let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
     assert!(!log.contains("/simple/x"), "{log}");

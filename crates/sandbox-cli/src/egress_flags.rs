@@ -38,10 +38,21 @@ pub(crate) struct EgressFlags {
 }
 
 impl EgressFlags {
-    /// What the run's egress needs beyond the policy.
-    pub(crate) fn options(&self) -> sandbox::runner::EgressOptions {
+    /// What the run's egress needs beyond the policy: the flags, and the
+    /// operator's `[sandbox.egress]` (its secrets, then the flags'; its
+    /// upstream CA unless `--upstream-ca` names one).
+    pub(crate) fn options(
+        &self,
+        config: &sandbox::policy::EgressConfig,
+    ) -> sandbox::runner::EgressOptions {
+        let mut secrets = config.secrets.clone();
+        secrets.extend(self.secret.iter().cloned());
         sandbox::runner::EgressOptions::default()
-            .with_upstream_ca(self.upstream_ca.clone())
-            .with_secrets(self.secret.clone())
+            .with_upstream_ca(
+                self.upstream_ca
+                    .clone()
+                    .or_else(|| config.upstream_ca.clone()),
+            )
+            .with_secrets(secrets)
     }
 }

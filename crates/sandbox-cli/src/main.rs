@@ -576,7 +576,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         let policy = effective_policy(flags, config, tmp).map_err(recorded)?;
         let mut req = RunRequest::new(args.argv.clone(), policy);
         req.trusted_files = operator.trusted_files();
-        req.egress = flags.egress.options();
+        req.egress = flags.egress.options(&config.egress);
         for (tool, dir) in tool_caches(flags, config).map_err(recorded)? {
             req.env_overrides.extend(tool.env(&dir));
         }

@@ -81,6 +81,24 @@ pub struct SandboxConfig {
     /// with the controller this user may write); the outcome then says
     /// which limits held. Without it such a run is refused.
     pub allow_unlimited: bool,
+    /// How intercepted hosts are reached (`[sandbox.egress]`).
+    pub egress: EgressConfig,
+}
+
+/// `[sandbox.egress]`: how the hosts per-request rules name are reached,
+/// for every run.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct EgressConfig {
+    /// Verify the intercepted hosts' origins against the certificates of
+    /// this PEM file instead of the system roots (`--upstream-ca`, which
+    /// wins).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub upstream_ca: Option<std::path::PathBuf>,
+    /// Credentials injected at the proxy in every run, as `--secret`
+    /// (`[[sandbox.egress.secrets]]`: `name`, `hosts`, optional `file`).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub secrets: Vec<crate::request::SecretSpec>,
 }
 
 impl Default for SandboxConfig {
@@ -98,6 +116,7 @@ impl Default for SandboxConfig {
             caches: Vec::new(),
             default_caches: true,
             allow_unlimited: false,
+            egress: EgressConfig::default(),
         }
     }
 }
@@ -258,6 +277,39 @@ mod tests {
         assert_eq!(c.backend, BackendChoice::Landlock);
         assert_eq!(c.on_unsupported, OnUnsupported::Error);
         assert_eq!(c.policy.unwrap().network, Some(false));
+    }
+
+    #[test]
+    fn parses_the_egress_table_and_request_rules() {
+        let c = SandboxConfig::from_toml_str(
+            "[sandbox.egress]\nupstream_ca = \"/etc/sandbox/origins.pem\"\n\
+             [[sandbox.egress.secrets]]\nname = \"API_TOKEN\"\nhosts = [\"api.example.com\"]\n\
+             [[sandbox.egress.secrets]]\nname = \"NPM_TOKEN\"\nhosts = [\"pkgs.example.com\"]\nfile = \"/run/npm-token\"\n\
+             [[sandbox.policy.requests]]\nmethods = [\"GET\"]\nurl = \"https://api.example.com/v1/**\"\n",
+            Path::new("x.toml"),
+        )
+        .unwrap();
+        assert_eq!(
+            c.egress.upstream_ca.as_deref(),
+            Some(Path::new("/etc/sandbox/origins.pem"))
+        );
+        assert_eq!(c.egress.secrets.len(), 2);
+        assert_eq!(c.egress.secrets[0].name(), "API_TOKEN");
+        assert_eq!(
+            c.egress.secrets[1].source(),
+            &crate::request::SecretSource::File("/run/npm-token".into())
+        );
+        assert_eq!(c.policy.unwrap().requests.unwrap().len(), 1);
+        for bad in [
+            "[sandbox.egress]\nupstream = \"/x\"\n",
+            "[[sandbox.egress.secrets]]\nname = \"T\"\nhosts = [\"a.example.com\"]\nvalue = \"x\"\n",
+            "[[sandbox.egress.secrets]]\nname = \"T\"\nhosts = [\"1.2.3.4\"]\n",
+        ] {
+            assert!(
+                SandboxConfig::from_toml_str(bad, Path::new("x.toml")).is_err(),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

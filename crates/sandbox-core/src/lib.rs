@@ -58,7 +58,8 @@ pub use caches::{ToolCache, TOOL_CACHES};
 #[cfg(feature = "toml")]
 pub use config::MAX_CONFIG_BYTES;
 pub use config::{
-    config_candidates, BackendChoice, ConfigSource, OnUnsupported, SandboxConfig, CONFIG_ENV,
+    config_candidates, BackendChoice, ConfigSource, EgressConfig, OnUnsupported, SandboxConfig,
+    CONFIG_ENV,
 };
 pub use env::{env_name_denied, scrub_env};
 pub use error::{

@@ -67,10 +67,10 @@ pub mod policy {
     };
     pub use sandbox_core::request::{RequestRule, RequestRuleError, SecretSpec};
     pub use sandbox_core::{
-        builtin_op_bound, config_candidates, ConfigError, ConfigSource, CpuLimit, ExpandContext,
-        LimitError, MemoryLimit, NetworkMode, OperatorPolicy, PidsLimit, PolicyError,
-        ResolvedPolicy, ResourceLimits, SandboxConfig, SandboxMode, SandboxPolicy, SandboxedExecOp,
-        ToolCache, CONFIG_ENV, TOOL_CACHES,
+        builtin_op_bound, config_candidates, ConfigError, ConfigSource, CpuLimit, EgressConfig,
+        ExpandContext, LimitError, MemoryLimit, NetworkMode, OperatorPolicy, PidsLimit,
+        PolicyError, ResolvedPolicy, ResourceLimits, SandboxConfig, SandboxMode, SandboxPolicy,
+        SandboxedExecOp, ToolCache, CONFIG_ENV, TOOL_CACHES,
     };
 }
 
