@@ -239,7 +239,7 @@ fn observed(who: As) {
         got.sort();
         assert_eq!(got, want, "{ctx}\n{r}");
         let f = s.dir.join("secret/f").display().to_string();
-        let line = format!("sandbox: refused {} file reads ({f}, ", want.len());
+        let line = format!("sandbox: refused {} file opens ({f}, ", want.len());
         assert!(
             sandbox_lines(&out)
                 .iter()

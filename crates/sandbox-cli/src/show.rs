@@ -353,10 +353,19 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
             first_targets(&others, |c| c.syscall.clone())
         ));
     }
+    // An open is named as one, not as a read: a writing open of a file
+    // beneath a read-deny path (in a write path) is refused the same way.
     let (execs, reads): (Calls<'_>, Calls<'_>) = reads
         .into_iter()
         .partition(|c| c.syscall.starts_with("execve"));
-    for (calls, what) in [(reads, "file read"), (execs, "exec")] {
+    let (opens, xattrs): (Calls<'_>, Calls<'_>) = reads
+        .into_iter()
+        .partition(|c| c.syscall.starts_with("open"));
+    for (calls, what) in [
+        (opens, "file open"),
+        (execs, "exec"),
+        (xattrs, "attribute read"),
+    ] {
         if !calls.is_empty() {
             parts.push(format!(
                 "{} ({}: read-denied)",
