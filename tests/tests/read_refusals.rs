@@ -415,6 +415,49 @@ fn exec_denied(who: As) {
     assert!(sandbox_lines(&out).is_empty(), "{who:?}: {}", stderr(&out));
 }
 
+/// Observed without a write path, the opens the filter refuses by their
+/// flags go to the broker with the read-only ones: the same answers as
+/// unobserved (EPERM; nothing truncated), now recorded; a read of an
+/// allowed file and a write Landlock refuses are as before.
+fn refused_forms(who: As) {
+    let s = scene();
+    let report = s.w.join("f.json");
+    let ok = s.dir.join("ok");
+    let script = format!(
+        "import errno, os\n\
+         def c(f, *a):\n\
+         \x20   try:\n\
+         \x20       os.close(os.open({ok:?}, f, *a))\n\
+         \x20       return 'ok'\n\
+         \x20   except OSError as e:\n\
+         \x20       return errno.errorcode[e.errno]\n\
+         print(c(os.O_RDONLY | os.O_TRUNC), c(3), c(os.O_WRONLY), c(os.O_RDONLY))\n"
+    );
+    let go = |extra: &[&str]| {
+        let mut cmd: Command = match who {
+            As::Root => sandbox(),
+            As::Nobody => sandbox_as_nobody(),
+        };
+        cmd.args(["run", "--read-deny"])
+            .arg(s.dir.join("secret"))
+            .args(extra)
+            .args(["--", "/usr/bin/python3", "-c", &script])
+            .env("HOME", "/nonexistent/sandbox-tests-home")
+            .current_dir(&s.dir)
+            .output()
+            .unwrap()
+    };
+    for extra in [&["--report", report.to_str().unwrap()][..], &[]] {
+        let out = go(extra);
+        let ctx = format!("{who:?} {extra:?}: {}", stderr(&out));
+        assert_eq!(stdout(&out), "EPERM EPERM EACCES ok", "{ctx}");
+        assert_eq!(std::fs::read(&ok).unwrap(), b"x", "{ctx}");
+    }
+    let r = record(&report);
+    let refused = r["mediation"]["refused"].as_array().unwrap();
+    assert_eq!(refused.len(), 2, "{r}");
+}
+
 #[test]
 fn denied_reads_are_recorded_in_observed_runs_as_root() {
     observed(As::Root);
@@ -422,6 +465,7 @@ fn denied_reads_are_recorded_in_observed_runs_as_root() {
     unobserved(As::Root);
     made_beside(As::Root);
     exec_denied(As::Root);
+    refused_forms(As::Root);
 }
 
 #[test]
@@ -435,4 +479,5 @@ fn denied_reads_are_recorded_in_observed_runs_as_nobody() {
     unobserved(As::Nobody);
     made_beside(As::Nobody);
     exec_denied(As::Nobody);
+    refused_forms(As::Nobody);
 }
