@@ -179,6 +179,16 @@ impl Sandbox {
         self
     }
 
+    /// Allows the requests `rule` admits (repeatable; Linux): the host it
+    /// names is intercepted by the runner's proxy, which checks each
+    /// request's method and path; see
+    /// [`RequestRule`](crate::policy::RequestRule). Only [`Sandbox::run`]
+    /// starts the proxy.
+    pub fn allow_request(mut self, rule: crate::policy::RequestRule) -> Self {
+        self.policy.requests.push(rule);
+        self
+    }
+
     /// Refuses child processes (the command's own exec still works).
     pub fn deny_subprocess(mut self) -> Self {
         self.policy.deny_subprocess = true;
@@ -299,6 +309,15 @@ impl Sandbox {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn request_rules_make_an_allowlist() {
+        let rule: crate::policy::RequestRule =
+            "GET https://pkgs.example.com/simple/**".parse().unwrap();
+        let policy = Sandbox::new().allow_request(rule.clone()).policy().unwrap();
+        assert_eq!(policy.requests(), &[rule]);
+        assert_eq!(policy.network_mode(), crate::policy::NetworkMode::Allowlist);
+    }
 
     #[test]
     fn relative_paths_are_taken_against_the_current_directory() {
