@@ -8,14 +8,16 @@
 //! Landlock will make, so that the run's record and summary can name it.
 //! So every open it does not find refused goes on in the kernel
 //! (`SECCOMP_USER_NOTIF_FLAG_CONTINUE`), which decides it with the
-//! command's own Landlock domain, as without a broker. The kernel
-//! documentation warns that a supervisor must not let a call continue on
-//! a decision resting on the caller's memory, which the caller can change
-//! before the kernel reads it again (Documentation/userspace-api/
-//! seccomp_filter.rst, "Userspace Notification": "the supervisor ... must
-//! not use this flag for security decisions"; seccomp_unotify(2), NOTES).
-//! Here continuing grants nothing: a path swapped after the broker looked
-//! is opened, or refused, by Landlock exactly as if the filter had let the
+//! command's own Landlock domain, as without a broker. The kernel warns
+//! that continuing is racy: the caller can rewrite the arguments its
+//! pointers name while it waits, so the notifier "cannot be used to
+//! implement a security policy", and a supervisor that continues a call
+//! "should be sure that another security mechanism or the kernel itself
+//! will sufficiently block syscalls if arguments are rewritten to
+//! something unsafe" (include/uapi/linux/seccomp.h, on
+//! `SECCOMP_USER_NOTIF_FLAG_CONTINUE`). That mechanism here is Landlock:
+//! continuing grants nothing, a path swapped after the broker looked is
+//! opened, or refused, by Landlock exactly as if the filter had let the
 //! call through, and what the caller loses is only the record of its own
 //! refusal. An open the broker finds refused it answers itself, with
 //! Landlock's `EACCES` (`hook_file_open`, security/landlock/fs.c), so that
