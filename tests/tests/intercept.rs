@@ -204,6 +204,8 @@ U=https://pkgs.example.com:8443
 R -- curl -sS $U/simple/pkg/?v=1 | sed 's/^/curl get /'
 R -- curl -sS -I $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl head /'
 R -- curl -sS -i -X POST -d abc $U/simple/pkg/ | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl post /'
+head -c 3000000 /dev/zero > "$D/big"
+R -- curl -sS -i -H 'Expect:' -X POST --data-binary @"$D/big" $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl big post /'
 R -- curl -sS -i $U/private | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl private /'
 R -- curl -sS -i --path-as-is $U/simple/../private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl dots /'
 R -- curl -sS -i --path-as-is $U/simple/%2e%2e/private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded dots /'
@@ -238,6 +240,8 @@ cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -s
         "curl post Sandbox-Admit-With: --allow-request 'POST https://pkgs.example.com:8443/simple/pkg/'",
     );
     has(&l, "curl private HTTP/1.1 403 Forbidden");
+    // A refused request's body does not cost the client its answer.
+    has(&l, "curl big post HTTP/1.1 403 Forbidden");
     has(
         &l,
         "curl private Sandbox-Admit-With: --allow-request 'GET https://pkgs.example.com:8443/private'",

@@ -365,6 +365,23 @@ fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
     let _ = client.flush();
     client.conn.send_close_notify();
     let _ = client.flush();
+    // Read (and drop) a little of what the client still sends (a body the
+    // proxy refused), so that closing does not reset the connection before
+    // the client read the answer.
+    let _ = client.sock.shutdown(std::net::Shutdown::Write);
+    let deadline = std::time::Instant::now() + Duration::from_millis(500);
+    let mut sink = [0u8; 16 * 1024];
+    let mut drained = 0usize;
+    while drained < 256 * 1024 {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() || client.sock.set_read_timeout(Some(left)).is_err() {
+            break;
+        }
+        match client.sock.read(&mut sink) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => drained += n,
+        }
+    }
 }
 
 /// Serves one intercepted `CONNECT host:port`: `early` are the bytes the
