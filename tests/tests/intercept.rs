@@ -212,6 +212,8 @@ R -- curl -sS -i --path-as-is $U/simple/%2e%2e/private | grep -E '^HTTP/1.1 [0-9
 R -- curl -sS -i --path-as-is $U/simple%2f..%2fprivate | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded slash /'
 R -- sh -c 'curl -sS --proxy "$ALL_PROXY" '$U'/simple/socks' | sed 's/^/socks get /'
 R -- sh -c 'curl -sS -i -X POST --proxy "$ALL_PROXY" '$U'/simple/socks' | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/socks post /'
+R -- curl -sS --cacert "$D/ca.pem" $U/simple/pinned 2>&1 | sed 's/^/pinned /'
+"$SANDBOX" run --upstream-ca "$D/ca.pem" {RULE} -- curl -sS --cacert "$D/ca.pem" $U/simple/pinned 2>&1 | grep '^sandbox:' | sed 's/^/pinned summary /'
 R -- curl -sS -i https://other.example.com:8443/simple/ 2>&1 | grep -E '^HTTP/1.1 [0-9]|origin' | head -1 | sed 's/^/curl other host /'
 R -- /usr/bin/python3 -c 'import urllib.request; print("python", urllib.request.urlopen("'$U'/simple/py").read().decode().strip())'
 R -- /usr/bin/python3 -c 'import urllib.request, urllib.error
@@ -247,6 +249,13 @@ cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -s
         "curl private Sandbox-Admit-With: --allow-request 'GET https://pkgs.example.com:8443/private'",
     );
     has(&l, "curl dots HTTP/1.1 403");
+    // A client that trusts only its own CA file (as a pinning one) fails
+    // closed, and the run says why.
+    has(&l, "pinned curl: (60)");
+    has(
+        &l,
+        "pinned summary sandbox: refused 1 request (pkgs.example.com:8443 whose client does not trust the run's CA)",
+    );
     // SOCKS5 (`ALL_PROXY`) to an intercepted host is intercepted the same.
     has(
         &l,

@@ -300,8 +300,18 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
         rest.into_iter().partition(|c| !c.target.is_empty());
     let mut parts = Vec::new();
     if !requests.is_empty() {
+        // A client that refused the run CA's certificate sent no request.
+        let untrusted = |c: &sandbox::runner::MediatedCall| {
+            c.reason
+                .starts_with("the client refused the run CA's certificate")
+        };
+        let why = if requests.iter().all(|c| untrusted(c)) {
+            "whose client does not trust the run's CA"
+        } else {
+            "not admitted by --allow-request"
+        };
         parts.push(format!(
-            "{} ({} not admitted by --allow-request)",
+            "{} ({} {why})",
             plural(requests.len(), "request"),
             first_targets(&requests, |c| c.target.clone())
         ));

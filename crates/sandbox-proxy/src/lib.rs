@@ -64,7 +64,9 @@
 //!   `Content-Length`s, `Transfer-Encoding` with `Content-Length` or other
 //!   than exactly `chunked`, two `Host`s or one naming another authority, a
 //!   target not in origin form, HTTP/1.0. A client that pins certificates
-//!   fails its handshake (closed, nothing sent upstream). A SOCKS5
+//!   fails its handshake (closed, nothing sent upstream; a certificate
+//!   alert it sends is recorded, [`RefusalReason::Request`] with no
+//!   method). A SOCKS5
 //!   `CONNECT` to such a host is intercepted the same (after the success
 //!   reply); plain `http://` requests to it are not: the egress rules decide
 //!   them as any other.

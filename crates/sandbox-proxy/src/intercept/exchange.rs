@@ -418,10 +418,24 @@ pub(crate) fn serve(
     let _ = client.set_read_timeout(Some(opts.head_timeout));
     let _ = client.set_write_timeout(Some(IDLE));
     let mut tls = StreamOwned::new(conn, client);
-    // A client that does not trust the run's CA (certificate pinning)
-    // fails the handshake: nothing was sent, nothing to record.
+    // A client that does not trust the run's CA (it pins certificates, or
+    // reads no CA variable) fails the handshake: nothing was sent. When it
+    // says so (a certificate alert), that is recorded: the run's failure
+    // then names its cause.
     while tls.conn.is_handshaking() {
-        if tls.conn.complete_io(&mut tls.sock).is_err() {
+        if let Err(e) = tls.conn.complete_io(&mut tls.sock) {
+            if let Some(alert) = certificate_alert(&e) {
+                let refused = refusal(
+                    0,
+                    "",
+                    format!(
+                        "the client refused the run CA's certificate ({alert}): it pins \
+                         certificates or does not read the CA variables (SSL_CERT_FILE, ...), \
+                         so its requests cannot be intercepted"
+                    ),
+                );
+                record(slot, &host, port, "", "", &refused);
+            }
             return;
         }
     }
@@ -496,6 +510,23 @@ fn placeholder_refusal(head: &Head, interceptor: &Interceptor, host: &str) -> Op
         }
     }
     None
+}
+
+/// The certificate alert a client sent during the handshake, if that is
+/// why it failed.
+fn certificate_alert(e: &io::Error) -> Option<String> {
+    use rustls::AlertDescription as A;
+    match e.get_ref()?.downcast_ref::<rustls::Error>()? {
+        rustls::Error::AlertReceived(
+            alert @ (A::UnknownCA
+            | A::BadCertificate
+            | A::CertificateUnknown
+            | A::UnsupportedCertificate
+            | A::CertificateExpired
+            | A::AccessDenied),
+        ) => Some(format!("{alert:?}")),
+        _ => None,
+    }
 }
 
 fn record(slot: &Slot, host: &str, port: u16, method: &str, path: &str, refused: &Refusal) {
