@@ -28,6 +28,8 @@ class H(http.server.BaseHTTPRequestHandler):
     def reply(self):
         if self.path.startswith("/git/"):
             return self.static()
+        if self.path.startswith("/smart/"):
+            return self.smart()
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -44,6 +46,32 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
         print(out.decode().strip(), flush=True)
+    def smart(self):
+        # git http-backend (CGI): the smart protocol, clone and push.
+        import os, subprocess
+        path, _, query = self.path[len("/smart"):].partition("?")
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        env = dict(os.environ, GIT_PROJECT_ROOT=sys.argv[1] + "/www", GIT_HTTP_EXPORT_ALL="1",
+                   PATH_INFO=path, QUERY_STRING=query, REQUEST_METHOD=self.command,
+                   CONTENT_TYPE=self.headers.get("Content-Type", ""), CONTENT_LENGTH=str(len(body)),
+                   REMOTE_USER="tester", REMOTE_ADDR="127.0.0.1")
+        out = subprocess.run(["git", "http-backend"], input=body, env=env, capture_output=True).stdout
+        head, _, data = out.partition(b"\r\n\r\n")
+        status, headers = 200, []
+        for line in head.split(b"\r\n"):
+            k, _, v = line.decode().partition(": ")
+            if k.lower() == "status":
+                status = int(v.split()[0])
+            elif k:
+                headers.append((k, v))
+        self.send_response(status)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(data)))
+        self.end_headers()
+        self.wfile.write(data)
+        print("origin smart %s %s %d" % (self.command, self.path, status), flush=True)
     def static(self):
         import os
         path = os.path.join(sys.argv[1], "www", self.path[len("/git/"):].split("?")[0])
@@ -473,11 +501,13 @@ TOKEN=$T "$SANDBOX" run -q --config "$D/cfg.toml" -- sh -c 'curl -sS -H "Authori
     );
 }
 
-/// Node (a CONNECT of its own, trusting `NODE_EXTRA_CA_CERTS`) and `git
-/// clone` (dumb HTTP, through `https_proxy`, trusting `GIT_SSL_CAINFO`)
-/// reach an admitted URL; git's twin outside the rule is refused.
+/// Node (a CONNECT of its own, trusting `NODE_EXTRA_CA_CERTS`), `git
+/// clone` (dumb and smart HTTP, through `https_proxy`, trusting
+/// `GIT_SSL_CAINFO`) and `git push` reach admitted URLs; git's twins outside
+/// the rule (another path; a push without POST) are refused and change
+/// nothing.
 #[test]
-fn node_and_git_reach_admitted_urls() {
+fn node_git_clone_and_push_reach_admitted_urls() {
     let script = r#"
 mkdir -p "$D/www" "$D/out" && cd "$D/www"
 git init -q --bare repo.git
@@ -485,6 +515,7 @@ git -C repo.git config http.receivepack false
 tmp=$(mktemp -d) && git -C "$tmp" init -q && echo hello > "$tmp/f" && git -C "$tmp" add f
 git -C "$tmp" -c user.name=t -c user.email=t@example.com commit -qm one && git -C "$tmp" push -q "$D/www/repo.git" HEAD:refs/heads/main
 git -C repo.git symbolic-ref HEAD refs/heads/main && git -C repo.git update-server-info
+git -C repo.git config http.receivepack true
 cd "$D"
 cat > "$D/node.js" <<'JS'
 const http = require("http"), tls = require("tls");
@@ -504,6 +535,14 @@ JS
 "$SANDBOX" run -q -w "$D/out" --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/git/**' -- git clone -q https://pkgs.example.com:8443/git/repo.git "$D/out/c" 2>&1 | sed 's/^/git says /'
 cat "$D/out/c/f" | sed 's/^/cloned /'
 "$SANDBOX" run -q -w "$D/out" --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/git/other/**' -- git clone -q https://pkgs.example.com:8443/git/repo.git "$D/out/d" 2>&1 | sed 's/^/twin /'
+# The smart protocol: clone, commit, push; the push's twin without POST.
+SMART="https://pkgs.example.com:8443/smart/repo.git"
+"$SANDBOX" run -q -w "$D/out" --upstream-ca "$D/ca.pem" --allow-request "GET,POST $SMART/**" -- git clone -q "$SMART" "$D/out/s" 2>&1 | sed 's/^/smart clone /'
+echo two > "$D/out/s/g" && git -C "$D/out/s" add g && git -C "$D/out/s" -c user.name=t -c user.email=t@example.com commit -qm two
+"$SANDBOX" run -q -w "$D/out" --upstream-ca "$D/ca.pem" --allow-request "GET $SMART/**" -- git -C "$D/out/s" push -q origin HEAD:main 2>&1 | sed 's/^/push twin /'
+git -C "$D/www/repo.git" log --format=%s main | tr '\n' ' ' | sed 's/^/after twin /'; echo
+"$SANDBOX" run -q -w "$D/out" --upstream-ca "$D/ca.pem" --allow-request "GET,POST $SMART/**" -- git -C "$D/out/s" push -q origin HEAD:main 2>&1 | sed 's/^/push /'
+git -C "$D/www/repo.git" log --format=%s main | tr '\n' ' ' | sed 's/^/after push /'; echo
 "#;
     let (out, _d) = in_private_net(script);
     let l = lines(&out);
@@ -518,4 +557,14 @@ cat "$D/out/c/f" | sed 's/^/cloned /'
         l.iter().any(|x| x.starts_with("twin") && x.contains("403")),
         "{l:#?}"
     );
+    // git push over HTTPS needs POST: refused without it, made with it.
+    assert!(!l.iter().any(|x| x.starts_with("smart clone")), "{l:#?}");
+    assert!(
+        l.iter()
+            .any(|x| x.starts_with("push twin") && x.contains("403")),
+        "{l:#?}"
+    );
+    has(&l, "after twin one");
+    assert!(!l.iter().any(|x| x.starts_with("after twin two")), "{l:#?}");
+    has(&l, "after push two one");
 }
