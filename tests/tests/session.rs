@@ -285,15 +285,35 @@ fn each_run_is_answered_with_its_id_and_status() {
 /// command's foreground part ran (its marker and output are there).
 #[test]
 fn a_hundred_commands_each_contained() {
-    // The check itself sees a live `sleep 1000` (else "gone" proves nothing).
-    let mut live = std::process::Command::new("sleep")
-        .arg("1000")
-        .spawn()
-        .unwrap();
-    assert!(pid_alive(live.id() as i32));
-    live.kill().unwrap();
-    live.wait().unwrap();
-    assert!(!pid_alive(live.id() as i32));
+    // The check itself sees a live `sleep 1000` (else "gone" proves nothing),
+    // once it has exec'd; the guard ends it whatever happens.
+    struct Live(std::process::Child);
+    impl Drop for Live {
+        fn drop(&mut self) {
+            let _ = self.0.kill();
+            let _ = self.0.wait();
+        }
+    }
+    let live = Live(
+        std::process::Command::new("sleep")
+            .arg("1000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap(),
+    );
+    let pid = live.0.id() as i32;
+    let begun = Instant::now();
+    while !pid_alive(pid) {
+        assert!(
+            begun.elapsed() < EVENT_WAIT,
+            "a live sleep 1000 is never seen alive"
+        );
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    drop(live);
+    assert!(!pid_alive(pid));
     for nobody in users() {
         let (_dir, dir) = shared_dir();
         let w = dir.to_str().unwrap();
@@ -526,4 +546,44 @@ print("client ok")
     assert_eq!(String::from_utf8_lossy(&out.stdout), "client ok\n");
     assert!(!Path::new("/etc/sandbox-session-test").exists());
     assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), "ok\n");
+}
+
+/// A stop signal (SIGTERM here) while a command runs ends that command and
+/// its tree, its exit event says so (143), and the session ends with 143
+/// after a `closed` event.
+#[test]
+fn a_stop_signal_ends_the_command_and_the_session() {
+    let (_dir, dir) = shared_dir();
+    let mut h = Harness::open(false, &["-w", dir.to_str().unwrap()]);
+    let pidfile = dir.join("bg");
+    let script = format!("sleep 1000 & echo $! > {}; sleep 30", pidfile.display());
+    h.send(&json!({"id": "s", "op": "run", "argv": ["/bin/sh", "-c", script]}));
+    assert_eq!(h.next()["event"], "started");
+    let begun = Instant::now();
+    let pid: i32 = loop {
+        if let Some(pid) = std::fs::read_to_string(&pidfile)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            break pid;
+        }
+        assert!(begun.elapsed() < EVENT_WAIT, "the command never started");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(pid_alive(pid));
+    // SAFETY: a signal to the session this test started.
+    assert_eq!(unsafe { libc::kill(h.child.id() as i32, libc::SIGTERM) }, 0);
+    let exit = h.next();
+    assert_eq!(
+        (exit["id"].clone(), exit["event"].clone()),
+        (json!("s"), json!("exit"))
+    );
+    assert_eq!(exit["status"], 143, "{exit}");
+    assert_eq!(h.next()["event"], "closed");
+    assert_eq!(h.child.wait().unwrap().code(), Some(143));
+    assert!(
+        !pid_alive(pid),
+        "the command's background child outlived the stop"
+    );
+    assert!(begun.elapsed() < Duration::from_secs(20));
 }
