@@ -462,7 +462,27 @@ impl Session {
             }),
         ));
         let started = Instant::now();
-        let (result, stdout, stderr) = self.launch(chan, &req, &fields)?;
+        let (result, stdout, stderr) = match self.launch(chan, &req, &fields) {
+            Ok(launched) => launched,
+            // The session cannot lend or take back the standard fds (or
+            // catch the stop signals): the request still gets its answer,
+            // and the session ends (125).
+            Err(Fatal(why)) => {
+                chan.send(&with_id(
+                    id,
+                    json!({
+                        "event": "exit",
+                        "status": sandbox::runner::EXIT_SANDBOX,
+                        "classification": "runner_failure",
+                        "reason": why,
+                        "timed_out": false,
+                        "duration_ms": started.elapsed().as_secs_f64() * 1000.0,
+                        "refusals": [],
+                    }),
+                ));
+                return Err(Fatal(why));
+            }
+        };
         let mut event = match result {
             Ok(outcome) => exit_event(&outcome),
             Err(err) => {
