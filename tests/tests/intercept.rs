@@ -113,7 +113,7 @@ ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
 t = ctx.wrap_socket(s, server_hostname="pkgs.example.com")
 t.sendall(sys.argv[1].encode().decode("unicode_escape").encode("latin-1"))
 out = b""
-while True:
+while b"\r\n" not in out:
     try:
         b = t.recv(4096)
     except (ssl.SSLError, OSError):
@@ -230,6 +230,7 @@ fn admitted_requests_pass_and_their_refused_twins_get_403() {
 R() {{ "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@"; }}
 U=https://pkgs.example.com:8443
 R -- curl -sS $U/simple/pkg/?v=1 | sed 's/^/curl get /'
+R -- curl -sS -v $U/simple/k1 $U/simple/k2 $U/private 2>&1 | grep -E "^origin saw|Re-using|^sandbox egress" | sed 's/^/keepalive /'
 R -- curl -sS -I $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl head /'
 R -- curl -sS -i -X POST -d abc $U/simple/pkg/ | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl post /'
 head -c 3000000 /dev/zero > "$D/big"
@@ -264,6 +265,15 @@ cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -s
         "curl get origin saw GET /simple/pkg/?v=1 host=pkgs.example.com:8443",
     );
     has(&l, "curl head HTTP/1.1 200");
+    // One connection carries several requests, each checked: the third,
+    // on the same connection, is refused.
+    has(&l, "keepalive origin saw GET /simple/k1");
+    has(&l, "keepalive origin saw GET /simple/k2");
+    has(&l, "keepalive * Re-using existing connection");
+    has(
+        &l,
+        "keepalive sandbox egress proxy: refused GET https://pkgs.example.com:8443/private",
+    );
     has(&l, "curl post HTTP/1.1 403 Forbidden");
     has(
         &l,
@@ -523,7 +533,7 @@ const p = new URL(process.env.HTTPS_PROXY);
 http.request({ host: p.hostname, port: p.port, method: "CONNECT", path: "pkgs.example.com:8443" })
   .on("connect", (res, sock) => {
     const t = tls.connect({ socket: sock, servername: "pkgs.example.com" }, () =>
-      t.write("GET /simple/node HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n"));
+      t.write("GET /simple/node HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nConnection: close\r\n\r\n"));
     let d = "";
     t.on("data", (c) => (d += c));
     t.on("end", () => console.log("node", d.split("\r\n\r\n")[1].trim()));

@@ -1,10 +1,12 @@
 //! One intercepted connection: the command's TLS terminated with the run
-//! CA's leaf for the host it asked `CONNECT` for, one HTTP/1.1 request read
-//! (httparse) and checked, and, when a rule admits it, forwarded over the
-//! proxy's own TLS connection to that host; the response relayed back; then
-//! both connections are closed (`Connection: close`: clients open a new one
-//! for their next request, so nothing the proxy did not check ever follows
-//! on a connection).
+//! CA's leaf for the host it asked `CONNECT` for, HTTP/1.1 requests read
+//! (httparse) and checked one by one, each admitted one forwarded over a
+//! new TLS connection of the proxy's own to that host (`Connection: close`
+//! there), the response relayed back. The client's connection carries the
+//! next request only when that response was framed for it (no body, or one
+//! `Content-Length` and exactly that many bytes relayed) and the client did
+//! not ask to close; otherwise, or after any refusal, it is closed. Every
+//! request on it goes through the same checks: nothing follows unchecked.
 //!
 //! A request is refused before any rule is consulted when its shape could
 //! be read two ways (request smuggling): bytes outside a plain CRLF head (a
@@ -443,23 +445,46 @@ pub(crate) fn serve(
         stream: tls,
         buf: Vec::new(),
     };
-    let head = match read_head(&mut client, opts.max_head_bytes) {
+    // Request after request while each response can be framed for the
+    // client; every one is checked.
+    loop {
+        let _ = client.stream.sock.set_read_timeout(Some(opts.head_timeout));
+        if !exchange(slot, interceptor, &mut client, &host, port) {
+            return;
+        }
+    }
+}
+
+/// Reads, checks and forwards one request; whether the connection may carry
+/// another.
+fn exchange(
+    slot: &Slot,
+    interceptor: &Interceptor,
+    client: &mut Buffered<ClientTls>,
+    host: &str,
+    port: u16,
+) -> bool {
+    let host = host.to_string();
+    let opts = &slot.shared.opts;
+    let head = match read_head(client, opts.max_head_bytes) {
         Ok(Some(head)) => head,
-        Ok(None) => return,
+        Ok(None) => return false,
         Err(refused) => {
             record(slot, &host, port, "", "", &refused);
-            return answer(
+            answer(
                 &mut client.stream,
                 &refused,
                 &format!("a request to {host}"),
             );
+            return false;
         }
     };
     if let Some(refused) = placeholder_refusal(&head, interceptor, &host) {
         let path = head.target.split('?').next().unwrap_or("");
         let shown = format!("{} {}", head.method, url(&host, port, path));
         record(slot, &host, port, &head.method, path, &refused);
-        return answer(&mut client.stream, &refused, &shown);
+        answer(&mut client.stream, &refused, &shown);
+        return false;
     }
     let (target, body) = match admit(&head, interceptor.rules(), &host, port) {
         Ok(admitted) => admitted,
@@ -467,10 +492,11 @@ pub(crate) fn serve(
             let path = head.target.split('?').next().unwrap_or("");
             let shown = format!("{} {}", head.method, url(&host, port, path));
             record(slot, &host, port, &head.method, path, &refused);
-            return answer(&mut client.stream, &refused, &shown);
+            answer(&mut client.stream, &refused, &shown);
+            return false;
         }
     };
-    forward(slot, interceptor, client, &head, &host, port, &target, body);
+    forward(slot, interceptor, client, &head, &host, port, &target, body)
 }
 
 /// A request that carries a secret's placeholder where it may not go: in
@@ -659,17 +685,48 @@ fn copy_chunked(client: &mut Buffered<ClientTls>, origin: &mut OriginTls) -> io:
 }
 
 /// Reads the origin's response heads (1xx ones passed on) and writes them
-/// to the client with `Connection: close`, then relays the rest until the
-/// origin closes.
-fn relay_response(origin: &mut Buffered<OriginTls>, client: &mut ClientTls) -> io::Result<()> {
+/// to the client, then relays the rest until the origin closes; whether the
+/// client's connection may carry another request (`keep`, and the final
+/// response framed and relayed whole; otherwise it says `Connection:
+/// close` and the proxy ends the connection).
+fn relay_response(
+    origin: &mut Buffered<OriginTls>,
+    client: &mut ClientTls,
+    head_request: bool,
+    keep: bool,
+) -> io::Result<bool> {
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
+    // The final response's body length, when the client can frame it
+    // without the connection's end: no body, or one Content-Length.
+    let mut framed: Option<u64>;
     loop {
-        let (len, code, out) = loop {
+        let (len, code, out, length) = loop {
             let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut resp = httparse::Response::new(&mut slots);
             match resp.parse(&origin.buf) {
                 Ok(httparse::Status::Complete(len)) => {
                     let code = resp.code.unwrap_or(502);
+                    let lengths: Vec<&[u8]> = resp
+                        .headers
+                        .iter()
+                        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
+                        .map(|h| h.value)
+                        .collect();
+                    let chunked = resp
+                        .headers
+                        .iter()
+                        .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"));
+                    let length = if head_request || code == 204 || code == 304 {
+                        Some(0)
+                    } else {
+                        match (chunked, lengths.as_slice()) {
+                            (false, [one]) => std::str::from_utf8(one)
+                                .ok()
+                                .filter(|t| !t.is_empty() && t.bytes().all(|b| b.is_ascii_digit()))
+                                .and_then(|t| t.parse::<u64>().ok()),
+                            _ => None,
+                        }
+                    };
                     let mut out =
                         format!("HTTP/1.1 {code} {}\r\n", resp.reason.unwrap_or("")).into_bytes();
                     for h in resp.headers.iter() {
@@ -684,11 +741,11 @@ fn relay_response(origin: &mut Buffered<OriginTls>, client: &mut ClientTls) -> i
                         out.extend_from_slice(h.value);
                         out.extend_from_slice(b"\r\n");
                     }
-                    if code >= 200 {
+                    if code >= 200 && !(keep && length.is_some()) {
                         out.extend_from_slice(b"Connection: close\r\n");
                     }
                     out.extend_from_slice(b"\r\n");
-                    break (len, code, out);
+                    break (len, code, out, length);
                 }
                 Ok(httparse::Status::Partial) => {
                     if origin.buf.len() > 64 * 1024 {
@@ -703,13 +760,17 @@ fn relay_response(origin: &mut Buffered<OriginTls>, client: &mut ClientTls) -> i
         };
         origin.buf.drain(..len);
         client.write_all(&out)?;
+        framed = length;
         if code >= 200 {
             break;
         }
     }
+    // The origin closes after its response (the proxy asked it to).
+    let mut relayed: u64 = 0;
     loop {
         if !origin.buf.is_empty() {
             client.write_all(&origin.buf)?;
+            relayed += origin.buf.len() as u64;
             origin.buf.clear();
         }
         if origin.fill()? == 0 {
@@ -717,21 +778,27 @@ fn relay_response(origin: &mut Buffered<OriginTls>, client: &mut ClientTls) -> i
         }
     }
     client.flush()?;
+    // Another request may follow only after a body of exactly the length
+    // announced: anything else ends the connection.
+    if keep && framed == Some(relayed) {
+        return Ok(true);
+    }
     client.conn.send_close_notify();
-    client.flush()
+    client.flush()?;
+    Ok(false)
 }
 
 #[allow(clippy::too_many_arguments)]
 fn forward(
     slot: &Slot,
     interceptor: &Interceptor,
-    mut client: Buffered<ClientTls>,
+    client: &mut Buffered<ClientTls>,
     head: &Head,
     host: &str,
     port: u16,
     target: &str,
     body: Body,
-) {
+) -> bool {
     let mut origin = match connect_origin(slot, interceptor, host, port) {
         Ok(origin) => origin,
         Err(why) => {
@@ -740,17 +807,18 @@ fn forward(
                 "Bad Gateway",
                 format!("cannot reach the origin: {why}"),
             );
-            return answer(
+            answer(
                 &mut client.stream,
                 &failed,
                 &format!("{} {}", head.method, url(host, port, target)),
             );
+            return false;
         }
     };
     let _ = client.stream.sock.set_read_timeout(Some(IDLE));
     let sent = origin_head(head, host, port, target, interceptor.secrets());
     if origin.write_all(&sent).is_err() {
-        return;
+        return false;
     }
     // The proxy answers `Expect: 100-continue` itself (it dropped it).
     let expects = values(head, "expect").any(|v| v.eq_ignore_ascii_case(b"100-continue"));
@@ -762,21 +830,27 @@ fn forward(
             .and_then(|()| client.stream.flush())
             .is_err()
     {
-        return;
+        return false;
     }
     let sent = match body {
         Body::None => Ok(()),
-        Body::Length(n) => copy_length(&mut client, &mut origin, n),
-        Body::Chunked => copy_chunked(&mut client, &mut origin),
+        Body::Length(n) => copy_length(client, &mut origin, n),
+        Body::Chunked => copy_chunked(client, &mut origin),
     };
     if sent.and_then(|()| origin.flush()).is_err() {
-        return;
+        return false;
     }
     let mut origin = Buffered {
         stream: origin,
         buf: Vec::new(),
     };
-    let _ = relay_response(&mut origin, &mut client.stream);
+    // The client may send another request unless it said it would not.
+    let keep = !values(head, "connection").any(|v| {
+        String::from_utf8_lossy(v)
+            .split(',')
+            .any(|t| t.trim().eq_ignore_ascii_case("close"))
+    });
+    relay_response(&mut origin, &mut client.stream, head.method == "HEAD", keep).unwrap_or(false)
 }
 
 #[cfg(test)]
