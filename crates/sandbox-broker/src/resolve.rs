@@ -403,7 +403,7 @@ impl BrokerRules {
     /// when reads are observed: the read-deny paths' contents, and a file
     /// the run made in a directory on the way to one (those directories'
     /// rules are split, one per entry present at launch). Without it, only
-    /// the first (see [`BrokerRules::read_denied`]).
+    /// the first (the read-deny paths' contents).
     pub fn with_read_grants(mut self, grants: impl IntoIterator<Item = (u64, u64)>) -> Self {
         self.read_grants = Some(grants.into_iter().collect());
         self
