@@ -578,3 +578,31 @@ git -C "$D/www/repo.git" log --format=%s main | tr '\n' ' ' | sed 's/^/after pus
     assert!(!l.iter().any(|x| x.starts_with("after twin two")), "{l:#?}");
     has(&l, "after push two one");
 }
+
+/// `--approval ask` (on a pty, `script`) after a refused request offers
+/// exactly the rule that admits it; yes re-runs once with it and the
+/// request reaches the origin, no (the twin) keeps the refusal.
+#[test]
+fn approval_admits_the_refused_request_once() {
+    let script = r#"
+export XDG_STATE_HOME="$D/state"
+CMD="$SANDBOX run --approval ask --upstream-ca $D/ca.pem --allow-request 'GET https://pkgs.example.com:8443/simple/**' -- curl -sSf -X POST -d x https://pkgs.example.com:8443/upload"
+(sleep 2; printf 'y\n') | script -qec "$CMD" /dev/null | tr -d '\r' | sed 's/^/yes /'
+(sleep 2; printf 'n\n') | script -qec "$CMD" /dev/null | tr -d '\r' | sed 's/^/no /'
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    has(
+        &l,
+        "yes Proposed one-shot escalation: admit the requests POST https://pkgs.example.com:8443/upload (--allow-request 'POST https://pkgs.example.com:8443/upload')",
+    );
+    has(&l, "yes origin saw POST /upload host=pkgs.example.com:8443");
+    has(
+        &l,
+        "no Proposed one-shot escalation: admit the requests POST",
+    );
+    assert!(!l.iter().any(|x| x.starts_with("no origin saw")), "{l:#?}");
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert_eq!(log.matches("POST /upload").count(), 1, "{log}");
+}

@@ -31,7 +31,12 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     // What a careful user would offer ([`offer`]): exactly the refused
     // object, never a protection or a file directly in the home directory;
     // for a tool's own cache, a private one (`--cache TOOL`).
+    // An intercepted request a rule would admit: exactly that rule (the
+    // method and normalised path the proxy refused).
     let Some((refused, escalation)) = mediation.refused.iter().find_map(|c| {
+        if let Some(rule) = request_offer(c) {
+            return Some((c, Escalation::AddRequestRule(rule.to_string())));
+        }
         let target = Path::new(&c.target);
         let escalation = match offer(target).filter(|_| c.outside_write_paths)? {
             Offer::Write(p) if p == target => Escalation::AddWritePath(p),
@@ -44,6 +49,7 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     };
     let flag = match &escalation {
         Escalation::UseToolCache(tool) => format!("--cache {tool}"),
+        Escalation::AddRequestRule(rule) => format!("--allow-request '{rule}'"),
         _ => format!("-w {}", refused.target),
     };
     let request = EscalationRequest {
@@ -71,8 +77,13 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
         // Asked for, so said: nobody was there to answer.
         crate::show::say(&format!(
             "sandbox: --approval ask: no terminal to ask (stdin and stderr are not both \
-             terminals), so nothing was escalated; {} stays unwritable (to allow it: {flag})",
-            refused.target
+             terminals), so nothing was escalated; {} stays {} (to allow it: {flag})",
+            refused.target,
+            if refused.syscall == "request" {
+                "refused"
+            } else {
+                "unwritable"
+            }
         ));
     }
     if !answer.permits() {
@@ -81,9 +92,26 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     let mut flags = args.policy.clone();
     match escalation {
         Escalation::UseToolCache(tool) => flags.cache.push(tool),
+        Escalation::AddRequestRule(rule) => match rule.parse() {
+            Ok(rule) => flags.egress.allow_request.push(rule),
+            Err(_) => return Ok(None),
+        },
         _ => flags.write.push(PathBuf::from(&refused.target)),
     }
     Ok(Some(flags))
+}
+
+/// The request rule that would admit an intercepted request the proxy
+/// refused for want of one (its record's reason names it); `None` for any
+/// other refusal (a smuggling shape, a placeholder, an ambiguous path).
+pub(crate) fn request_offer(
+    call: &sandbox::runner::MediatedCall,
+) -> Option<sandbox::policy::RequestRule> {
+    if call.syscall != "request" {
+        return None;
+    }
+    let (_, flag) = call.reason.split_once("(to admit it: --allow-request '")?;
+    flag.strip_suffix("')")?.parse().ok()
 }
 
 /// Directories whose contents an approval never offers to make writable.
@@ -246,6 +274,37 @@ fn protected(path: &Path, home: Option<&Path>) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_refused_request_offers_exactly_the_rule_that_admits_it() {
+        let call = |syscall: &str, reason: &str| sandbox::runner::MediatedCall {
+            syscall: syscall.into(),
+            target: "POST https://pkgs.example.com/upload".into(),
+            reason: reason.into(),
+            outside_write_paths: false,
+        };
+        let refused = call(
+            "request",
+            "no request rule admits it (to admit it: --allow-request 'POST https://pkgs.example.com/upload')",
+        );
+        assert_eq!(
+            request_offer(&refused).unwrap().to_string(),
+            "POST https://pkgs.example.com/upload"
+        );
+        // Its twins: refusals no rule would lift offer nothing.
+        for reason in [
+            "more than one Content-Length",
+            "the request carries the placeholder of the secret T, which goes only to a.example.com (attempted exfiltration)",
+            "the path is refused whatever the rules: the path climbs above '/' with '..'",
+        ] {
+            assert!(request_offer(&call("request", reason)).is_none(), "{reason}");
+        }
+        assert!(request_offer(&call(
+            "proxy",
+            "x (to admit it: --allow-request 'POST https://pkgs.example.com/upload')"
+        ))
+        .is_none());
+    }
 
     #[test]
     fn never_root_a_system_directory_or_an_ancestor_of_home() {

@@ -17,6 +17,10 @@ pub enum Escalation {
     /// own cache. The policy is unchanged by it: the runner adds the
     /// cache's directory and the tool's variables (`sandbox::tool_cache_dir`).
     UseToolCache(ToolCache),
+    /// Admit the requests of this per-request rule (`METHODS URL`, as
+    /// `--allow-request` takes it): the exact method and normalised path
+    /// the intercepting proxy refused.
+    AddRequestRule(String),
 }
 
 impl Escalation {
@@ -26,6 +30,9 @@ impl Escalation {
             Self::AddWritePath(p) => format!("add {} to the write paths", p.display()),
             Self::UseToolCache(t) => {
                 format!("give the run a private {t} cache (--cache {t}), not the user's own")
+            }
+            Self::AddRequestRule(rule) => {
+                format!("admit the requests {rule} (--allow-request '{rule}')")
             }
         }
     }
