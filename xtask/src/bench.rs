@@ -703,6 +703,20 @@ pub fn main(args: &[String]) -> Result<(), String> {
             &b,
         ));
     }
+    // Interception (#44): an HTTPS origin on loopback (openssl s_server),
+    // reached through a request rule, against the same direct and through
+    // a tunnel.
+    if cfg!(target_os = "linux") && which("curl").is_some() && which("openssl").is_some() {
+        rows.extend(intercept_rows(
+            &bin,
+            scratch.as_path(),
+            settings.workload_runs,
+            launch_bare,
+            launch_cli,
+        )?);
+    } else if cfg!(target_os = "linux") {
+        not_measured.push("interception (curl and openssl)");
+    }
 
     // Peers found on PATH, same policy.
     for (peer, argv) in peers(&w) {
@@ -757,6 +771,196 @@ fn interleave(
         vb.push(b()?);
     }
     Ok((va, vb))
+}
+
+/// Ends the child when dropped.
+struct Reap(std::process::Child);
+
+impl Drop for Reap {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// Runs `argv` in `dir`; an error names it unless it exits 0.
+fn quiet(dir: &Path, argv: &[&str]) -> Result<(), String> {
+    let status = Command::new(argv[0])
+        .args(&argv[1..])
+        .current_dir(dir)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map_err(|e| format!("{}: {e}", argv[0]))?;
+    if status.success() {
+        Ok(())
+    } else {
+        Err(format!("{} failed: {status}", argv.join(" ")))
+    }
+}
+
+/// The interception rows: a 100 MB download through a request rule
+/// against the same download direct and unconfined (launch removed, as the
+/// proxy row), and 20 small requests through a request rule against 20
+/// through a tunnel (`--allow-net`), per request; every curl trusts only
+/// one CA (the origin's, or under interception the run's own,
+/// `$NODE_EXTRA_CA_CERTS`), so that loading the run's bundle of system
+/// roots is not counted.
+fn intercept_rows(
+    bin: &Path,
+    scratch: &Path,
+    runs: usize,
+    launch_bare: f64,
+    launch_cli: f64,
+) -> Result<Vec<Row>, String> {
+    let dir = scratch.join("intercept");
+    std::fs::create_dir_all(&dir).map_err(|e| e.to_string())?;
+    let ec = [
+        "-newkey",
+        "ec",
+        "-pkeyopt",
+        "ec_paramgen_curve:prime256v1",
+        "-nodes",
+    ];
+    let mut ca = vec!["openssl", "req", "-x509"];
+    ca.extend(ec);
+    ca.extend([
+        "-keyout",
+        "ca.key",
+        "-out",
+        "ca.pem",
+        "-days",
+        "1",
+        "-subj",
+        "/CN=bench CA",
+        "-addext",
+        "basicConstraints=critical,CA:TRUE",
+        "-addext",
+        "keyUsage=critical,keyCertSign",
+    ]);
+    quiet(&dir, &ca)?;
+    let mut csr = vec!["openssl", "req"];
+    csr.extend(ec);
+    csr.extend([
+        "-keyout",
+        "leaf.key",
+        "-out",
+        "leaf.csr",
+        "-subj",
+        "/CN=localhost",
+    ]);
+    quiet(&dir, &csr)?;
+    std::fs::write(dir.join("ext"), "subjectAltName=DNS:localhost\n").map_err(|e| e.to_string())?;
+    quiet(
+        &dir,
+        &[
+            "openssl",
+            "x509",
+            "-req",
+            "-in",
+            "leaf.csr",
+            "-CA",
+            "ca.pem",
+            "-CAkey",
+            "ca.key",
+            "-CAcreateserial",
+            "-out",
+            "leaf.pem",
+            "-days",
+            "1",
+            "-extfile",
+            "ext",
+        ],
+    )?;
+    let big = std::fs::File::create(dir.join("big")).map_err(|e| e.to_string())?;
+    big.set_len(100 << 20).map_err(|e| e.to_string())?;
+    std::fs::write(dir.join("small"), "small\n").map_err(|e| e.to_string())?;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map_err(|e| e.to_string())?
+        .port();
+    let server = Command::new("openssl")
+        .args(["s_server", "-quiet", "-accept"])
+        .arg(port.to_string())
+        .args(["-cert", "leaf.pem", "-key", "leaf.key", "-WWW"])
+        .current_dir(&dir)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .map_err(|e| format!("openssl s_server: {e}"))?;
+    let _server = Reap(server);
+    let started = Instant::now();
+    while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
+        if started.elapsed().as_secs() > 10 {
+            return Err("openssl s_server did not listen".into());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let ca = dir.join("ca.pem").display().to_string();
+    let url = |file: &str| format!("https://localhost:{port}/{file}");
+    let sandbox = |flags: &[String], argv: &[String]| -> Vec<String> {
+        let mut v = vec![
+            bin.display().to_string(),
+            "run".into(),
+            "--on-unsupported".into(),
+            "error".into(),
+        ];
+        v.extend(flags.iter().cloned());
+        v.push("--".into());
+        v.extend(argv.iter().cloned());
+        v
+    };
+    let rule = vec![
+        "--upstream-ca".to_string(),
+        ca.clone(),
+        "--allow-request".into(),
+        format!("GET https://localhost:{port}/**"),
+    ];
+    let tunnel = vec!["--allow-net".to_string(), format!("localhost:{port}")];
+    // `--noproxy ''`: loopback stands in for a remote host, which the
+    // runner's NO_PROXY would send around the proxy.
+    let curl = |file: &str, cafile: &str| -> String {
+        format!(
+            "curl -sS --noproxy '' --cacert {cafile} -o /dev/null {}",
+            url(file)
+        )
+    };
+    let sh = |script: String| vec!["sh".to_string(), "-c".into(), script];
+    let direct = sh(curl("big", &ca));
+    let intercepted = sandbox(&rule, &sh(curl("big", "\"$NODE_EXTRA_CA_CERTS\"")));
+    let (a, b) = interleave(
+        runs,
+        || wall(&direct).map(|t| t - launch_bare),
+        || wall(&intercepted).map(|t| t - launch_cli),
+    )?;
+    let mut rows = vec![row(
+        "100 MB HTTPS download: intercepted (--allow-request) vs direct unconfined (launch removed)",
+        &intercepted,
+        &a,
+        &b,
+    )];
+    const REQUESTS: usize = 20;
+    let many = |flags: &[String], cafile: &str| -> Vec<String> {
+        let one = curl("small", cafile);
+        sandbox(
+            flags,
+            &sh(format!(
+                "for i in $(seq {REQUESTS}); do {one} || exit 1; done"
+            )),
+        )
+    };
+    let through_rule = many(&rule, "\"$NODE_EXTRA_CA_CERTS\"");
+    let through_tunnel = many(&tunnel, &ca);
+    let (a, b) = interleave(runs, || wall(&through_tunnel), || wall(&through_rule))?;
+    let per = |v: &[f64]| v.iter().map(|ms| ms / REQUESTS as f64).collect::<Vec<_>>();
+    rows.push(row(
+        &format!("{REQUESTS} small HTTPS requests: intercepted vs tunnelled (ms per request, a curl each)"),
+        &through_rule,
+        &per(&a),
+        &per(&b),
+    ));
+    Ok(rows)
 }
 
 /// Wall time of one run of `argv`, in ms; a failing run is an error.
