@@ -61,24 +61,37 @@ type OriginTls = StreamOwned<ClientConnection, TcpStream>;
 struct Buffered<S> {
     stream: S,
     buf: Vec<u8>,
+    /// Where reads land (allocated once).
+    chunk: Box<[u8]>,
 }
 
 impl<S: Read> Buffered<S> {
-    /// Reads more into the buffer; `Ok(0)` at the end of the stream (an
-    /// end without TLS close_notify counts as one).
-    fn fill(&mut self) -> io::Result<usize> {
-        let mut chunk = vec![0u8; BUF];
+    fn new(stream: S) -> Self {
+        Buffered {
+            stream,
+            buf: Vec::new(),
+            chunk: vec![0u8; BUF].into_boxed_slice(),
+        }
+    }
+
+    /// Reads once into `chunk`: how many bytes, `Ok(0)` at the end of the
+    /// stream (an end without TLS close_notify counts as one).
+    fn read_chunk(&mut self) -> io::Result<usize> {
         loop {
-            match self.stream.read(&mut chunk) {
-                Ok(n) => {
-                    self.buf.extend_from_slice(&chunk[..n]);
-                    return Ok(n);
-                }
+            match self.stream.read(&mut self.chunk) {
+                Ok(n) => return Ok(n),
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Ok(0),
                 Err(e) => return Err(e),
             }
         }
+    }
+
+    /// Reads more into the buffer; `Ok(0)` at the end of the stream.
+    fn fill(&mut self) -> io::Result<usize> {
+        let n = self.read_chunk()?;
+        self.buf.extend_from_slice(&self.chunk[..n]);
+        Ok(n)
     }
 }
 
@@ -441,10 +454,7 @@ pub(crate) fn serve(
             return;
         }
     }
-    let mut client = Buffered {
-        stream: tls,
-        buf: Vec::new(),
-    };
+    let mut client = Buffered::new(tls);
     // Request after request while each response can be framed for the
     // client; every one is checked.
     loop {
@@ -766,16 +776,16 @@ fn relay_response(
         }
     }
     // The origin closes after its response (the proxy asked it to).
-    let mut relayed: u64 = 0;
+    let mut relayed = origin.buf.len() as u64;
+    client.write_all(&origin.buf)?;
+    origin.buf.clear();
     loop {
-        if !origin.buf.is_empty() {
-            client.write_all(&origin.buf)?;
-            relayed += origin.buf.len() as u64;
-            origin.buf.clear();
-        }
-        if origin.fill()? == 0 {
+        let n = origin.read_chunk()?;
+        if n == 0 {
             break;
         }
+        client.write_all(&origin.chunk[..n])?;
+        relayed += n as u64;
     }
     client.flush()?;
     // Another request may follow only after a body of exactly the length
@@ -840,10 +850,7 @@ fn forward(
     if sent.and_then(|()| origin.flush()).is_err() {
         return false;
     }
-    let mut origin = Buffered {
-        stream: origin,
-        buf: Vec::new(),
-    };
+    let mut origin = Buffered::new(origin);
     // The client may send another request unless it said it would not.
     let keep = !values(head, "connection").any(|v| {
         String::from_utf8_lossy(v)
