@@ -511,6 +511,52 @@ TOKEN=$T "$SANDBOX" run -q --config "$D/cfg.toml" -- sh -c 'curl -sS -H "Authori
     );
 }
 
+/// A secret read from a file (`NAME=file:PATH@HOST`) is kept from the run:
+/// reads are broad, so the runner read-denies that path (the command
+/// cannot read, rename or link it, also when a write path holds it), and a
+/// file with another name (a hard link the path's denial would miss) is
+/// refused; the twins: the origin gets the value, and a file beside it
+/// stays readable.
+#[test]
+fn a_secret_file_is_out_of_the_runs_reach() {
+    let script = r#"
+mkdir "$D/keys"
+printf 'file-secret-valu''e-7\n' > "$D/keys/token"
+echo beside > "$D/keys/other"
+chmod 600 "$D/keys/token"
+RULES="--allow-request 'GET https://api.example.com:8443/**'"
+INNER='echo "sees $TOKEN"
+cat "$D/keys/token" 2>&1 | sed "s/^/read /"
+mv "$D/keys/token" "$D/keys/moved" 2>&1 | sed "s/^/rename /"
+ln "$D/keys/token" "$D/keys/linked" 2>&1 | sed "s/^/link /"
+cat "$D/keys/moved" "$D/keys/linked" 2>/dev/null | sed "s/^/read alias /"
+cat "$D/keys/other" | sed "s/^/control read /"
+curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/f | sed "s/^/control origin /"'
+eval "\"$SANDBOX\" run -q -w \"$D/keys\" --upstream-ca \"$D/ca.pem\" --secret \"TOKEN=file:$D/keys/token@api.example.com\" $RULES -- sh -c \"\$INNER\""
+ln "$D/keys/token" "$D/keys/second"
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret "TOKEN=file:$D/keys/token@api.example.com" --allow-request 'GET https://api.example.com:8443/**' -- true 2>&1 | sed 's/^/hard linked /'
+"#;
+    let (out, _d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    has(&l, "sees SANDBOX_SECRET_");
+    has(&l, "read cat: ");
+    has(&l, "rename mv: ");
+    has(&l, "link ln: ");
+    assert!(
+        !l.iter()
+            .any(|x| x.contains("file-secret-value") && !x.starts_with("control origin")),
+        "{l:#?}"
+    );
+    has(&l, "control read beside");
+    has(
+        &l,
+        "control origin origin saw GET /v1/f host=api.example.com:8443 auth=Bearer file-secret-value-7",
+    );
+    has(&l, "hard linked sandbox: the secret file ");
+    has(&l, "has 2 names (hard links)");
+}
+
 /// Node (a CONNECT of its own, trusting `NODE_EXTRA_CA_CERTS`), `git
 /// clone` (dumb and smart HTTP, through `https_proxy`, trusting
 /// `GIT_SSL_CAINFO`) and `git push` reach admitted URLs; git's twins outside

@@ -764,6 +764,14 @@ impl ResolvedPolicy {
         raw.resolve(&ExpandContext::default())
     }
 
+    /// The same policy with `path` (absolute) added to the read-deny paths.
+    pub fn with_read_deny(&self, path: &Path) -> Result<ResolvedPolicy, PolicyError> {
+        let mut raw = self.to_policy();
+        raw.read_deny_paths
+            .push(path.to_string_lossy().into_owned());
+        raw.resolve(&ExpandContext::default())
+    }
+
     /// Whether `path` (canonical) lies beneath a write path and not beneath a write-deny path.
     pub fn may_write(&self, path: &Path) -> bool {
         self.write_paths.iter().any(|w| path.starts_with(w))

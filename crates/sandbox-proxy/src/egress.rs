@@ -23,13 +23,29 @@ fn read_secret(spec: &SecretSpec) -> Result<Vec<u8>, EgressError> {
     use std::os::unix::ffi::OsStringExt;
     let value = match spec.source() {
         SecretSource::File(path) => {
-            let mut v = std::fs::read(path).map_err(|e| {
+            use std::io::Read;
+            use std::os::unix::fs::MetadataExt;
+            let cannot = |e: std::io::Error| {
                 EgressError::Secret(format!(
                     "cannot read the secret {} from {}: {e}",
                     spec.name(),
                     path.display()
                 ))
-            })?;
+            };
+            let mut file = std::fs::File::open(path).map_err(cannot)?;
+            // The run is read-denied this path (Egress::start); another
+            // name of the same inode (a hard link) it would still read.
+            let links = file.metadata().map_err(cannot)?.nlink();
+            if links > 1 {
+                return Err(EgressError::Secret(format!(
+                    "the secret file {} of {} has {links} names (hard links): the run is kept \
+                     from reading it by its path, so it must have only that one",
+                    path.display(),
+                    spec.name()
+                )));
+            }
+            let mut v = Vec::new();
+            file.read_to_end(&mut v).map_err(cannot)?;
             if v.ends_with(b"\n") {
                 v.pop();
                 if v.ends_with(b"\r") {
@@ -241,7 +257,20 @@ impl Egress {
         } else {
             None
         };
-        let policy = policy.with_allowed(EgressRule::Ip(proxy.net_rule()));
+        let mut policy = policy.with_allowed(EgressRule::Ip(proxy.net_rule()));
+        // Reads are broad: a secret's file is read-denied to the run, or
+        // the command would read the value where the runner did.
+        for spec in &opts.secrets {
+            if let SecretSource::File(path) = spec.source() {
+                policy = policy.with_read_deny(path).map_err(|e| {
+                    EgressError::Secret(format!(
+                        "cannot keep the secret file {} of {} from the run: {e}",
+                        path.display(),
+                        spec.name()
+                    ))
+                })?;
+            }
+        }
         Ok(Some(Egress {
             proxy,
             dns,
