@@ -587,3 +587,64 @@ fn a_stop_signal_ends_the_command_and_the_session() {
     );
     assert!(begun.elapsed() < Duration::from_secs(20));
 }
+
+/// After each command the runner reads the config of every git repository
+/// the command made (to warn of programs git would run there). Those files
+/// are the command's: a FIFO as `config` (no writer is left once the run
+/// ended, so a blocking open never returns) or an `include.path` naming
+/// `/dev/zero` (a read that never ends) must not hang or starve the
+/// session: the exit event still comes, naming the file it did not read,
+/// and the next request is answered. Twin: a regular config that runs a
+/// program is read and named.
+#[test]
+fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
+    for nobody in users() {
+        let (_dir, dir) = shared_dir();
+        // A repository from before the session: its git directory is
+        // write-denied, so the broker mediates the write path and sees the
+        // repositories the command makes.
+        let old = std::process::Command::new("git")
+            .args(["init", "-q"])
+            .arg(dir.join("old"))
+            .status()
+            .unwrap();
+        assert!(old.success());
+        let mut h = Harness::open(nobody, &["-w", dir.to_str().unwrap()]);
+        let made = |name: &str, then: &str| {
+            format!(
+                "cd {} && git init -q {name} && cd {name}/.git && {then} && echo made",
+                dir.display()
+            )
+        };
+        let cases = [
+            (
+                "fifo",
+                made("fifo", "rm config && mkfifo config"),
+                "config (not a regular file: not read)",
+            ),
+            (
+                "zero",
+                made(
+                    "zero",
+                    "printf '[include]\\n\\tpath = /dev/zero\\n' > config",
+                ),
+                "/dev/zero (not a regular file: not read)",
+            ),
+            (
+                "twin",
+                made("twin", "printf '[core]\\n\\tfsmonitor = x\\n' > config"),
+                "whose core.fsmonitor run programs",
+            ),
+        ];
+        for (id, script, named) in cases {
+            let (_, exit) = h.run(id, &["/bin/sh", "-c", &script], json!({"output": true}));
+            assert_eq!(exit["status"], 0, "{exit}");
+            assert_eq!(exit["stdout"], "made\n", "{exit}");
+            let summary = exit["summary"].to_string();
+            assert!(summary.contains(named), "{id}: {exit}");
+        }
+        let (_, exit) = h.run("after", &["true"], json!({}));
+        assert_eq!(exit["status"], 0, "{exit}");
+        h.close();
+    }
+}

@@ -21,6 +21,78 @@ const DEPTH: usize = 6;
 const BUDGET: usize = 50_000;
 /// How deep `include.path` chains are followed (git's own limit is 10).
 const INCLUDE_DEPTH: usize = 10;
+/// The most of one file the audit reads (a config, a `.git` file,
+/// `commondir`), and the most hooks it names per directory: the command
+/// made these files, and the runner reading them must stay bounded.
+const FILE_CAP: u64 = 1 << 20;
+const HOOKS_CAP: usize = 1000;
+/// The value beside a config file the audit did not read ([`Read::Refused`]).
+const NOT_READ: &str = "\0not read";
+
+/// What the audit read of a file the command could have made.
+enum Read {
+    /// Missing or unreadable: git would see nothing either.
+    Nothing,
+    Text(String),
+    /// Not read, and why: a FIFO (whose open or read would block the
+    /// runner forever: nothing of the run is left to write it), a device
+    /// (`/dev/zero` never ends), or a file over [`FILE_CAP`].
+    Refused(&'static str),
+}
+
+/// `path` read without ever blocking or growing without bound: only a
+/// regular file (checked before the open, which is non-blocking and takes
+/// no terminal, and again on the open file), at most [`FILE_CAP`] bytes.
+fn read_bounded(path: &Path) -> Read {
+    use std::io::Read as _;
+    use std::os::unix::fs::OpenOptionsExt;
+    let regular = |m: &std::fs::Metadata| {
+        if !m.is_file() {
+            Err("not a regular file")
+        } else if m.len() > FILE_CAP {
+            Err("over 1 MiB")
+        } else {
+            Ok(())
+        }
+    };
+    let Ok(meta) = std::fs::metadata(path) else {
+        return Read::Nothing;
+    };
+    if let Err(why) = regular(&meta) {
+        return Read::Refused(why);
+    }
+    let Ok(file) = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
+        .open(path)
+    else {
+        return Read::Nothing;
+    };
+    match file.metadata() {
+        Ok(meta) => {
+            if let Err(why) = regular(&meta) {
+                return Read::Refused(why);
+            }
+        }
+        Err(_) => return Read::Nothing,
+    }
+    let mut bytes = Vec::new();
+    if file.take(FILE_CAP).read_to_end(&mut bytes).is_err() {
+        return Read::Nothing;
+    }
+    match String::from_utf8(bytes) {
+        Ok(text) => Read::Text(text),
+        Err(_) => Read::Nothing,
+    }
+}
+
+/// The text of `path` when it is a small regular file ([`read_bounded`]).
+fn read_text(path: &Path) -> Option<String> {
+    match read_bounded(path) {
+        Read::Text(text) => Some(text),
+        Read::Nothing | Read::Refused(_) => None,
+    }
+}
 
 /// Config keys whose value git runs as a program (git-config(1)).
 const RUNS: &[&str] = &[
@@ -94,7 +166,7 @@ fn git_dir_of(dot_git: &Path) -> Option<PathBuf> {
     if dot_git.is_dir() {
         return Some(dot_git.to_path_buf());
     }
-    let text = std::fs::read_to_string(dot_git).ok()?;
+    let text = read_text(dot_git)?;
     let p = PathBuf::from(text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim());
     Some(if p.is_absolute() {
         p
@@ -113,7 +185,7 @@ pub(crate) fn runs_code(dot_git: &Path) -> Vec<String> {
         return Vec::new();
     };
     let mut configs = vec![gitdir.join("config"), gitdir.join("config.worktree")];
-    if let Ok(common) = std::fs::read_to_string(gitdir.join("commondir")) {
+    if let Some(common) = read_text(&gitdir.join("commondir")) {
         configs.push(gitdir.join(common.trim()).join("config"));
     }
     let mut entries = Vec::new();
@@ -123,9 +195,8 @@ pub(crate) fn runs_code(dot_git: &Path) -> Vec<String> {
     }
     let mut out: Vec<String> = entries
         .iter()
-        .map(|(k, _)| k)
-        .filter(|k| runs(k))
-        .cloned()
+        .filter(|(k, v)| runs(k) || v == NOT_READ)
+        .map(|(k, _)| k.clone())
         .collect();
     out.dedup();
     let worktree = dot_git.parent().unwrap_or(Path::new("/"));
@@ -141,6 +212,7 @@ pub(crate) fn runs_code(dot_git: &Path) -> Vec<String> {
             out.extend(
                 hooks
                     .flatten()
+                    .take(HOOKS_CAP)
                     .map(|h| h.file_name().to_string_lossy().into_owned())
                     .filter(|n| !n.ends_with(".sample"))
                     .map(|n| format!("{}/{n}", dir.display())),
@@ -179,8 +251,18 @@ fn read_config(
     if depth > INCLUDE_DEPTH || !seen.insert(path.to_path_buf()) {
         return;
     }
-    let Ok(text) = std::fs::read_to_string(path) else {
-        return;
+    let text = match read_bounded(path) {
+        Read::Text(text) => text,
+        Read::Nothing => return,
+        // Named in the warning: git reading it would block or never end,
+        // or read what the audit did not.
+        Read::Refused(why) => {
+            out.push((
+                format!("{} ({why}: not read)", path.display()),
+                NOT_READ.to_owned(),
+            ));
+            return;
+        }
     };
     let base = path.parent().unwrap_or(Path::new("/"));
     for (key, value) in config_entries(&text) {
@@ -342,5 +424,43 @@ mod tests {
         std::fs::write(git.join("config"), "[user]\n\tname = a\n").unwrap();
         std::fs::remove_file(git.join("config.worktree")).unwrap();
         assert!(runs_code(&git).is_empty());
+    }
+
+    /// The files a run made are read without blocking and within bounds: a
+    /// FIFO `config` (no writer: a blocking open never returns), an include
+    /// of `/dev/zero` (never ends) and an oversized include are named, not
+    /// read; the twin, a small regular include, is read.
+    #[test]
+    fn a_fifo_a_device_or_a_huge_file_is_named_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        std::fs::create_dir_all(&git).unwrap();
+        let fifo = std::process::Command::new("mkfifo")
+            .arg(git.join("config"))
+            .status()
+            .unwrap();
+        assert!(fifo.success());
+        let runs = runs_code(&git);
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert!(runs[0].ends_with("config (not a regular file: not read)"));
+        std::fs::remove_file(git.join("config")).unwrap();
+        let big = dir.path().join("big");
+        std::fs::File::create(&big)
+            .unwrap()
+            .set_len(FILE_CAP + 1)
+            .unwrap();
+        std::fs::write(dir.path().join("small"), "[core]\n\tpager = less\n").unwrap();
+        std::fs::write(
+            git.join("config"),
+            "[include]\n\tpath = /dev/zero\n\tpath = ../big\n\tpath = ../small\n",
+        )
+        .unwrap();
+        let runs = runs_code(&git);
+        assert!(runs.contains(&"/dev/zero (not a regular file: not read)".to_owned()));
+        assert!(runs
+            .iter()
+            .any(|r| r.ends_with("big (over 1 MiB: not read)")));
+        assert!(runs.contains(&"core.pager".to_owned()), "{runs:?}");
+        assert_eq!(runs.len(), 3, "{runs:?}");
     }
 }
