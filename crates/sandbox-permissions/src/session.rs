@@ -20,6 +20,8 @@ use crate::outcome::ApprovalPolicy;
 
 /// The schema version of every line.
 const SESSION_SCHEMA: u32 = 1;
+/// The largest log replayed (a line is about 100 bytes).
+const MAX_LOG_BYTES: u64 = 64 << 20;
 
 /// One change to a session.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, Deserialize)]
@@ -92,6 +94,9 @@ pub enum SessionLogError {
 
 /// Replays the log at `path`: every complete line in order; a partial last
 /// line (a crash mid-write) is ignored. A missing file is an empty session.
+/// Only a regular file of at most 64 MiB is read, opened without blocking:
+/// a FIFO or a device put at the path (by a run that may write there) is
+/// an error, never a read that waits for a writer or never ends.
 pub fn replay(path: &Path) -> Result<SessionState, SessionLogError> {
     let io = |source| SessionLogError::Io {
         path: path.to_path_buf(),
@@ -100,11 +105,23 @@ pub fn replay(path: &Path) -> Result<SessionState, SessionLogError> {
     let mut text = String::new();
     match OpenOptions::new()
         .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_NOCTTY | libc::O_CLOEXEC)
         .open(path)
     {
-        Ok(mut f) => {
-            f.read_to_string(&mut text).map_err(io)?;
+        Ok(f) => {
+            let meta = f.metadata().map_err(io)?;
+            if !meta.is_file() {
+                return Err(io(io::Error::other("not a regular file")));
+            }
+            if meta.len() > MAX_LOG_BYTES {
+                return Err(io(io::Error::other(format!(
+                    "larger than {} MiB",
+                    MAX_LOG_BYTES >> 20
+                ))));
+            }
+            f.take(MAX_LOG_BYTES)
+                .read_to_string(&mut text)
+                .map_err(io)?;
         }
         Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(SessionState::default()),
         Err(e) => return Err(io(e)),
@@ -222,5 +239,37 @@ mod tests {
         std::os::unix::fs::symlink(&victim, &link).unwrap();
         assert!(replay(&link).is_err());
         assert!(replay(&victim).is_ok());
+    }
+
+    /// A FIFO at the log's path (no writer: a blocking open never returns)
+    /// and an oversized log are errors at once; the twin, a regular log,
+    /// replays.
+    #[test]
+    fn a_fifo_or_a_huge_log_is_refused_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo.jsonl");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&fifo)
+            .status()
+            .unwrap();
+        assert!(made.success());
+        let e = replay(&fifo).unwrap_err().to_string();
+        assert!(e.contains("not a regular file"), "{e}");
+        let huge = dir.path().join("huge.jsonl");
+        std::fs::File::create(&huge)
+            .unwrap()
+            .set_len(MAX_LOG_BYTES + 1)
+            .unwrap();
+        let e = replay(&huge).unwrap_err().to_string();
+        assert!(e.contains("larger than 64 MiB"), "{e}");
+        let twin = dir.path().join("twin.jsonl");
+        std::fs::write(
+            &twin,
+            lines(&[SessionEvent::ApprovalPolicyChanged {
+                policy: ApprovalPolicy::Never,
+            }]),
+        )
+        .unwrap();
+        assert_eq!(replay(&twin).unwrap().approval, Some(ApprovalPolicy::Never));
     }
 }
