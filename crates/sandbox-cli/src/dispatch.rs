@@ -6,7 +6,8 @@
 //! The scope: each `write_paths` entry (`file.write`), each `read_paths`
 //! entry (`file.read`), and `network: true` (`network/*`), paths expanded as
 //! the envelope's and resolved through existing symlinks (as the sandbox
-//! resolves them). The layers, first match wins
+//! resolves them); the write paths are taken from the op's resolved policy
+//! itself, so the paths checked are the paths enforced. The layers, first match wins
 //! ([`sandbox_permissions::PermissionModel::check`]):
 //! * defaults: reading and writing beneath the workspace (the CLI's built-in
 //!   op bound), no network;
@@ -31,7 +32,7 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use sandbox::policy::{ExpandContext, SandboxedExecOp};
+use sandbox::policy::{ExpandContext, ResolvedPolicy, SandboxedExecOp};
 use sandbox_permissions::{
     replay, session_is_interactive, ApprovalPolicy, ApprovalStore, Approvals, Declaration,
     Defaults, JsonLinesAudit, Op, PermissionError, PermissionModel, PermissionsConfig, SkillCall,
@@ -55,17 +56,25 @@ pub(crate) struct Dispatch<'a> {
     pub(crate) session: Option<&'a Path>,
 }
 
-/// The scope `op` declares, as (operation, target) pairs.
-fn declared_scope(op: &SandboxedExecOp, ctx: &ExpandContext) -> Result<Vec<(Op, Target)>, Fatal> {
+/// The scope `op` declares, as (operation, target) pairs. The write
+/// targets are the write paths of `policy`, the op's policy as it will be
+/// enforced (resolved once, through symlinks): resolving the envelope's
+/// paths again here could meet a link re-pointed in between (by a confined
+/// run that may write where it lies), and grant one path while another runs.
+fn declared_scope(
+    op: &SandboxedExecOp,
+    policy: &ResolvedPolicy,
+    ctx: &ExpandContext,
+) -> Result<Vec<(Op, Target)>, Fatal> {
     let mut needs = Vec::new();
-    for (field, kind, paths) in [
-        ("write_paths", Op::FileWrite, &op.write_paths),
-        ("read_paths", Op::FileRead, &op.read_paths),
-    ] {
-        for path in paths {
-            let expanded = ctx.expand(field, path)?;
-            needs.push((kind, Target::path(resolved(&expanded))?));
-        }
+    for path in policy.write_paths() {
+        needs.push((Op::FileWrite, Target::path(path.clone())?));
+    }
+    // Reads are not confined to `read_paths` (the policy has no read
+    // allowlist): these are the declared scope only.
+    for path in &op.read_paths {
+        let expanded = ctx.expand("read_paths", path)?;
+        needs.push((Op::FileRead, Target::path(resolved(&expanded))?));
     }
     if op.network {
         needs.push((Op::Network, Target::Any));
@@ -97,9 +106,10 @@ fn resolved(path: &Path) -> PathBuf {
 pub(crate) fn check(
     d: &Dispatch<'_>,
     op: &SandboxedExecOp,
+    policy: &ResolvedPolicy,
     ctx: &ExpandContext,
 ) -> Result<(), Fatal> {
-    let needs = declared_scope(op, ctx)?;
+    let needs = declared_scope(op, policy, ctx)?;
     let skill = SkillName::new(d.skill).map_err(|e| Fatal(format!("--skill: {e}")))?;
     let permissions = match d.config {
         Some(path) => PermissionsConfig::load(path)?,
@@ -200,7 +210,8 @@ mod tests {
             home: None,
             workspace: Some(real.clone()),
         };
-        let scope = declared_scope(&op, &ctx).unwrap();
+        let policy = op.effective_policy(None, &ctx, []).unwrap();
+        let scope = declared_scope(&op, &policy, &ctx).unwrap();
         assert_eq!(
             scope,
             [
@@ -212,6 +223,35 @@ mod tests {
                 (Op::Network, Target::Any),
             ]
         );
+    }
+
+    /// The write scope checked is the one enforced: a link re-pointed
+    /// between the policy's resolution and the check (by a concurrent
+    /// confined run that may write in the workspace) does not make the
+    /// check see a granted path while another one is given to the op.
+    #[test]
+    fn the_write_scope_checked_is_the_one_enforced() {
+        let dir = tempfile::tempdir().unwrap();
+        let real = std::fs::canonicalize(dir.path()).unwrap();
+        let (ws, srv) = (real.join("ws"), real.join("srv"));
+        std::fs::create_dir_all(ws.join("out")).unwrap();
+        std::fs::create_dir_all(&srv).unwrap();
+        let link = ws.join("link");
+        std::os::unix::fs::symlink(&srv, &link).unwrap();
+        let op =
+            SandboxedExecOp::from_json(r#"{"argv":["true"],"write_paths":["{{workspace}}/link"]}"#)
+                .unwrap();
+        let ctx = ExpandContext {
+            home: None,
+            workspace: Some(ws.clone()),
+        };
+        let policy = op.effective_policy(None, &ctx, []).unwrap();
+        assert_eq!(policy.write_paths(), [srv.clone()]);
+        // Re-pointed into the workspace (which the defaults grant).
+        std::fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(ws.join("out"), &link).unwrap();
+        let scope = declared_scope(&op, &policy, &ctx).unwrap();
+        assert_eq!(scope, [(Op::FileWrite, Target::path(srv).unwrap())]);
     }
 
     /// The `[permissions]` table of the documented config (docs/config.md)

@@ -711,7 +711,7 @@ fn cmd_exec_op(args: ExecOpArgs) -> Result<i32, Fatal> {
         config: operator.path.as_deref(),
         session: args.session.as_deref(),
     };
-    dispatch::check(&dispatch, &op, &ctx).map_err(recorded)?;
+    dispatch::check(&dispatch, &op, &policy, &ctx).map_err(recorded)?;
     let mut req = RunRequest::new(argv.clone(), Some(policy));
     req.trusted_files = operator.trusted_files();
     // env_passthrough is an allowlist: keep exactly PATH and the names it
