@@ -246,7 +246,7 @@ mod tests {
             workspace: Some(ws.clone()),
         };
         let policy = op.effective_policy(None, &ctx, []).unwrap();
-        assert_eq!(policy.write_paths(), [srv.clone()]);
+        assert_eq!(policy.write_paths(), std::slice::from_ref(&srv));
         // Re-pointed into the workspace (which the defaults grant).
         std::fs::remove_file(&link).unwrap();
         std::os::unix::fs::symlink(ws.join("out"), &link).unwrap();
