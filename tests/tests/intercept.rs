@@ -30,6 +30,8 @@ class H(http.server.BaseHTTPRequestHandler):
             return self.static()
         if self.path.startswith("/smart/"):
             return self.smart()
+        if self.path.startswith("/v1/reflect"):
+            return self.reflect()
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
@@ -46,6 +48,22 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
         print(out.decode().strip(), flush=True)
+    def reflect(self):
+        # Every request header back, in response headers and the body (as
+        # echo endpoints, CORS and error pages do), the body split in two
+        # writes in the middle of each value.
+        self.send_response(200)
+        out = "".join("%s: %s\n" % (k, v) for k, v in self.headers.items()).encode()
+        for k, v in self.headers.items():
+            self.send_header("X-Reflect-" + k, v)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        cut = out.find(b"real-") + 7 if b"real-" in out else len(out) // 2
+        self.wfile.write(out[:cut])
+        self.wfile.flush()
+        import time; time.sleep(0.1)
+        self.wfile.write(out[cut:])
+        print("origin reflect %r" % out, flush=True)
     def smart(self):
         # git http-backend (CGI): the smart protocol, clone and push.
         import os, subprocess
@@ -466,14 +484,21 @@ TOKEN=$T "$SANDBOX" run -q --config "$D/cfg.toml" -- sh -c 'curl -sS -H "Authori
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     for who in ["root", "nobody"] {
         has(&l, &format!("{who} sees SANDBOX_SECRET_"));
+        // The origin got the value; its reflection of it reaches the
+        // command masked (the value's length in `*`).
         has(
             &l,
-            &format!("{who} bearer origin saw GET /v1/me host=api.example.com:8443 auth=Bearer real-secret-value-42"),
+            &format!(
+                "{who} bearer origin saw GET /v1/me host=api.example.com:8443 auth=Bearer {}",
+                "*".repeat(20)
+            ),
         );
-        // me:real-secret-value-42
         has(
             &l,
-            &format!("{who} basic origin saw GET /v1/basic host=api.example.com:8443 auth=Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI="),
+            &format!(
+                "{who} basic origin saw GET /v1/basic host=api.example.com:8443 auth=Basic {}",
+                "*".repeat(32)
+            ),
         );
         has(&l, &format!("{who} other host sandbox egress proxy: refused GET https://pkgs.example.com:8443/simple/x: the request carries the placeholder of the secret TOKEN, which goes only to api.example.com (attempted exfiltration)"));
         has(&l, &format!("{who} in target sandbox egress proxy: refused GET https://api.example.com:8443/v1/q"));
@@ -488,11 +513,20 @@ TOKEN=$T "$SANDBOX" run -q --config "$D/cfg.toml" -- sh -c 'curl -sS -H "Authori
     // The same from the operator's config ([sandbox.egress], requests).
     has(
         &l,
-        "config origin saw GET /v1/config host=api.example.com:8443 auth=Bearer real-secret-value-42",
+        "config origin saw GET /v1/config host=api.example.com:8443 auth=Bearer ****",
     );
     has(&l, "which no request rule names");
+    assert!(!l.iter().any(|x| x.contains("real-secret-value")), "{l:#?}");
     let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
     assert!(!log.contains("/simple/x"), "{log}");
+    for want in [
+        "origin saw GET /v1/me host=api.example.com:8443 auth=Bearer real-secret-value-42",
+        // me:real-secret-value-42
+        "origin saw GET /v1/basic host=api.example.com:8443 auth=Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI=",
+        "origin saw GET /v1/config host=api.example.com:8443 auth=Bearer real-secret-value-42",
+    ] {
+        assert!(log.contains(want), "{want}: {log}");
+    }
     let record: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.path().join("r.json")).unwrap()).unwrap();
     let refused = record["mediation"]["refused"].as_array().unwrap();
@@ -536,25 +570,86 @@ eval "\"$SANDBOX\" run -q -w \"$D/keys\" --upstream-ca \"$D/ca.pem\" --secret \"
 ln "$D/keys/token" "$D/keys/second"
 "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret "TOKEN=file:$D/keys/token@api.example.com" --allow-request 'GET https://api.example.com:8443/**' -- true 2>&1 | sed 's/^/hard linked /'
 "#;
-    let (out, _d) = in_private_net(script);
+    let (out, d) = in_private_net(script);
     let l = lines(&out);
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     has(&l, "sees SANDBOX_SECRET_");
     has(&l, "read cat: ");
     has(&l, "rename mv: ");
     has(&l, "link ln: ");
-    assert!(
-        !l.iter()
-            .any(|x| x.contains("file-secret-value") && !x.starts_with("control origin")),
-        "{l:#?}"
-    );
+    assert!(!l.iter().any(|x| x.contains("file-secret-value")), "{l:#?}");
     has(&l, "control read beside");
     has(
         &l,
-        "control origin origin saw GET /v1/f host=api.example.com:8443 auth=Bearer file-secret-value-7",
+        "control origin origin saw GET /v1/f host=api.example.com:8443 auth=Bearer ****",
+    );
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        log.contains(
+            "origin saw GET /v1/f host=api.example.com:8443 auth=Bearer file-secret-value-7"
+        ),
+        "{log}"
     );
     has(&l, "hard linked sandbox: the secret file ");
     has(&l, "has 2 names (hard links)");
+}
+
+/// An admitted request to the secret's host whose origin reflects request
+/// headers (in its response headers, as CORS does, and in its body, split
+/// across writes in the middle of the value) does not hand the command the
+/// value: the head gets back what the command sent, the body the value's
+/// length in `*`, a `Basic` credential the proxy re-encoded too, also on a
+/// kept-alive connection; the twin: the origin got the real value.
+#[test]
+fn an_origin_reflecting_the_injected_value_returns_it_masked() {
+    let script = r#"
+T="real-secret-valu""e-42"
+INNER='curl -sS -i -H "Authorization: Bearer $TOKEN" -H "Origin: https://$TOKEN.example" -H "X-Api-Key: $TOKEN" https://api.example.com:8443/v1/reflect | sed "s/^/bearer /"
+curl -sS -i -u "me:$TOKEN" https://api.example.com:8443/v1/reflect https://api.example.com:8443/v1/reflect | sed "s/^/basic /"'
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let stars = "*".repeat(20);
+    has(&l, "bearer X-Reflect-Authorization: Bearer SANDBOX_SECRET_");
+    has(&l, "bearer X-Reflect-Origin: https://SANDBOX_SECRET_");
+    has(&l, "bearer X-Reflect-X-Api-Key: SANDBOX_SECRET_");
+    has(&l, &format!("bearer Authorization: Bearer {stars}"));
+    has(&l, &format!("bearer Origin: https://{stars}.example"));
+    has(&l, &format!("bearer X-Api-Key: {stars}"));
+    // me:SANDBOX_SECRET_..., as curl sent it.
+    has(
+        &l,
+        "basic X-Reflect-Authorization: Basic bWU6U0FOREJPWF9TRUNSRVRf",
+    );
+    has(
+        &l,
+        &format!("basic Authorization: Basic {}", "*".repeat(32)),
+    );
+    assert_eq!(
+        l.iter()
+            .filter(|x| x.starts_with("basic Authorization: Basic ***"))
+            .count(),
+        2,
+        "{l:#?}"
+    );
+    assert!(
+        !l.iter()
+            .any(|x| x.contains("real-secret-value")
+                || x.contains("bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI")),
+        "{l:#?}"
+    );
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        log.contains("Authorization: Bearer real-secret-value-42"),
+        "{log}"
+    );
+    assert!(log.contains("X-Api-Key: real-secret-value-42"), "{log}");
+    assert!(
+        log.contains("Authorization: Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI="),
+        "{log}"
+    );
 }
 
 /// Node (a CONNECT of its own, trusting `NODE_EXTRA_CA_CERTS`), `git

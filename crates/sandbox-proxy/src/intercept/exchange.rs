@@ -704,6 +704,7 @@ fn relay_response(
     client: &mut ClientTls,
     head_request: bool,
     keep: bool,
+    scrub: &mut super::Scrub,
 ) -> io::Result<bool> {
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
     // The final response's body length, when the client can frame it
@@ -748,7 +749,7 @@ fn relay_response(
                         }
                         out.extend_from_slice(h.name.as_bytes());
                         out.extend_from_slice(b": ");
-                        out.extend_from_slice(h.value);
+                        out.extend_from_slice(&scrub.head_value(h.value));
                         out.extend_from_slice(b"\r\n");
                     }
                     if code >= 200 && !(keep && length.is_some()) {
@@ -775,18 +776,29 @@ fn relay_response(
             break;
         }
     }
-    // The origin closes after its response (the proxy asked it to).
-    let mut relayed = origin.buf.len() as u64;
-    client.write_all(&origin.buf)?;
+    // The origin closes after its response (the proxy asked it to). The
+    // values injected into the request are masked in what it returns.
+    let first = scrub.body(&origin.buf);
+    let mut relayed = first.len() as u64;
+    client.write_all(&first)?;
     origin.buf.clear();
     loop {
         let n = origin.read_chunk()?;
         if n == 0 {
             break;
         }
-        client.write_all(&origin.chunk[..n])?;
-        relayed += n as u64;
+        if scrub.is_empty() {
+            client.write_all(&origin.chunk[..n])?;
+            relayed += n as u64;
+        } else {
+            let out = scrub.body(&origin.chunk[..n]);
+            client.write_all(&out)?;
+            relayed += out.len() as u64;
+        }
     }
+    let rest = scrub.finish();
+    client.write_all(&rest)?;
+    relayed += rest.len() as u64;
     client.flush()?;
     // Another request may follow only after a body of exactly the length
     // announced: anything else ends the connection.
@@ -857,7 +869,20 @@ fn forward(
             .split(',')
             .any(|t| t.trim().eq_ignore_ascii_case("close"))
     });
-    relay_response(&mut origin, &mut client.stream, head.method == "HEAD", keep).unwrap_or(false)
+    let mut scrub = super::Scrub::new(
+        interceptor.secrets(),
+        head.headers
+            .iter()
+            .map(|(_, v)| (v.as_slice(), super::inject(v, interceptor.secrets(), host))),
+    );
+    relay_response(
+        &mut origin,
+        &mut client.stream,
+        head.method == "HEAD",
+        keep,
+        &mut scrub,
+    )
+    .unwrap_or(false)
 }
 
 #[cfg(test)]

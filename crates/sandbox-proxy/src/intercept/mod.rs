@@ -180,4 +180,160 @@ pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str) -> Vec<u8> {
     replace(value)
 }
 
+/// Keeps the values injected into a request out of its response (an
+/// origin that reflects a request header, in a CORS header, a cookie, an
+/// error page, an echo endpoint, would hand the command the real value):
+/// every secret's value, and each `Basic` credential the proxy re-encoded,
+/// is replaced in the response head (by what the command sent) and masked
+/// in the body (the same number of `*`, so its framing holds), also across
+/// reads. What an origin encodes otherwise (compressed, escaped, hashed) it
+/// cannot see: docs/enforcement.md, Known gaps.
+#[derive(Debug, Default)]
+pub(crate) struct Scrub {
+    /// What must not reach the command, and what the head gets instead.
+    needles: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Body bytes held back: the start of a needle may end a read.
+    carry: Vec<u8>,
+}
+
+impl Scrub {
+    /// For a request whose header values were `sent` (as the command wrote
+    /// them, each with its value as injected). Every secret's value is kept
+    /// out, whichever host it is for: what one host stored (a header
+    /// written into a record) another listed host may serve.
+    pub(crate) fn new<'a>(
+        secrets: &[Secret],
+        sent: impl Iterator<Item = (&'a [u8], Vec<u8>)>,
+    ) -> Scrub {
+        let mut needles: Vec<(Vec<u8>, Vec<u8>)> = secrets
+            .iter()
+            .map(|s| (s.value().to_vec(), s.placeholder().as_bytes().to_vec()))
+            .collect();
+        for (original, injected) in sent {
+            if injected.as_slice() == original {
+                continue;
+            }
+            if let (Some(cred), Some(was)) = (basic_cred(&injected), basic_cred(original)) {
+                needles.push((cred.to_vec(), was.to_vec()));
+            }
+        }
+        needles.retain(|(n, _)| !n.is_empty());
+        needles.dedup();
+        Scrub {
+            needles,
+            carry: Vec::new(),
+        }
+    }
+
+    /// Whether there is anything to keep out.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.needles.is_empty()
+    }
+
+    /// A response header value, every needle replaced.
+    pub(crate) fn head_value(&self, value: &[u8]) -> Vec<u8> {
+        let mut out = value.to_vec();
+        for (needle, with) in &self.needles {
+            out = crate::replace_bytes(&out, needle, with);
+        }
+        out
+    }
+
+    /// The body bytes that may go to the client now, of `more` read (every
+    /// needle masked); [`Scrub::finish`] gives the rest.
+    pub(crate) fn body(&mut self, more: &[u8]) -> Vec<u8> {
+        if self.needles.is_empty() {
+            return more.to_vec();
+        }
+        self.carry.extend_from_slice(more);
+        for (needle, _) in &self.needles {
+            mask(&mut self.carry, needle);
+        }
+        let longest = self.needles.iter().map(|(n, _)| n.len()).max().unwrap_or(1);
+        let keep = (longest - 1).min(self.carry.len());
+        let out: Vec<u8> = self.carry.drain(..self.carry.len() - keep).collect();
+        out
+    }
+
+    /// The bytes held back, at the body's end.
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.carry)
+    }
+}
+
+/// Every `needle` in `hay` overwritten with `*`.
+fn mask(hay: &mut [u8], needle: &[u8]) {
+    let mut i = 0;
+    while i + needle.len() <= hay.len() {
+        if hay[i..].starts_with(needle) {
+            hay[i..i + needle.len()].fill(b'*');
+            i += needle.len();
+        } else {
+            i += 1;
+        }
+    }
+}
+
+/// The credential (base64) of a `Basic` authorization value.
+fn basic_cred(value: &[u8]) -> Option<&[u8]> {
+    let text = std::str::from_utf8(value).ok()?.trim();
+    let (scheme, cred) = text.split_once(' ')?;
+    scheme
+        .eq_ignore_ascii_case("basic")
+        .then(|| cred.trim().as_bytes())
+}
+
 pub(crate) use exchange::serve;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn injected_values_are_kept_out_of_responses_also_across_reads() {
+        use base64::Engine;
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secret = Secret::new(&spec, b"s3cret-value".to_vec()).unwrap();
+        let p = secret.placeholder().to_string();
+        let b64 = base64::engine::general_purpose::STANDARD;
+        let basic = format!("Basic {}", b64.encode(format!("me:{p}")));
+        let secrets = vec![secret];
+        let injected = inject(basic.as_bytes(), &secrets, "api.example.com");
+        let sent = [(basic.as_bytes(), injected.clone())];
+        let scrub = Scrub::new(&secrets, sent.iter().map(|(o, i)| (*o, i.clone())));
+        assert_eq!(
+            scrub.head_value(&injected),
+            basic.as_bytes(),
+            "the head gets what the command sent"
+        );
+        assert_eq!(
+            scrub.head_value(b"x s3cret-value y"),
+            format!("x {p} y").as_bytes()
+        );
+        // Split anywhere across reads, the body is masked, its length kept.
+        let body = format!(
+            "a s3cret-value b {} c",
+            String::from_utf8_lossy(&injected[6..])
+        );
+        for cut in 0..body.len() {
+            let mut scrub = Scrub::new(&secrets, sent.iter().map(|(o, i)| (*o, i.clone())));
+            let mut out = scrub.body(&body.as_bytes()[..cut]);
+            out.extend(scrub.body(&body.as_bytes()[cut..]));
+            out.extend(scrub.finish());
+            assert_eq!(out.len(), body.len());
+            let out = String::from_utf8(out).unwrap();
+            assert!(
+                !out.contains("s3cret") && !out.contains(&body[17..25]),
+                "{out}"
+            );
+            assert!(
+                out.starts_with("a ************ b ") && out.ends_with(" c"),
+                "{out}"
+            );
+        }
+        // Its twin: a request without secrets passes bytes as they are.
+        let mut none = Scrub::new(&[], std::iter::empty());
+        assert!(none.is_empty());
+        assert_eq!(none.body(b"s3cret-value"), b"s3cret-value");
+    }
+}
