@@ -648,3 +648,137 @@ fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
         h.close();
     }
 }
+
+/// The host's Landlock ABI (0 without Landlock).
+fn landlock_abi() -> i64 {
+    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
+    // only returns the ABI version.
+    let v = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
+    v.max(0)
+}
+
+/// Whether the session process is stopped (`T`) or gone.
+fn stopped_or_gone(pid: u32) -> bool {
+    match std::fs::read_to_string(format!("/proc/{pid}/stat")) {
+        Ok(stat) => {
+            let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+            state.starts_with('T') || state.starts_with('Z')
+        }
+        Err(_) => true,
+    }
+}
+
+/// A command that knows the session's pid cannot reach its channel or stop
+/// it: opening `/proc/<session>/fd/N` for writing (the channel's fds, the
+/// harness's pipes) fails for every N, and SIGSTOP, SIGTERM and SIGKILL to
+/// the session are refused (Landlock ABI >= 6 scopes signals; below, the
+/// documented gap). The forged events never reach the harness (its reader
+/// fails on anything but the session's own events, ids included), and the
+/// session answers the next request. Twin: the same command signals its own
+/// child and writes its own stdout.
+#[test]
+fn a_command_cannot_write_to_or_signal_the_session() {
+    for nobody in users() {
+        for write in [false, true] {
+            let (_dir, dir) = shared_dir();
+            let flags: Vec<&str> = if write {
+                vec!["-w", dir.to_str().unwrap()]
+            } else {
+                vec![]
+            };
+            let mut h = Harness::open(nobody, &flags);
+            let pid = h.child.id();
+            let script = r#"
+                s=$1
+                for n in 0 1 2 3 4 5 6 7 8 9; do
+                    echo '{"id":"forged","event":"exit","status":0}' 2>/dev/null > /proc/$s/fd/$n && echo "wrote fd $n"
+                done
+                if [ "$2" = signals ]; then
+                    for sig in STOP TERM KILL; do kill -$sig $s 2>/dev/null && echo "sent $sig"; done
+                fi
+                sleep 30 & kill -TERM $! && wait $! ; echo "own child: $?"
+                echo mine
+            "#;
+            let signals = if landlock_abi() >= 6 {
+                "signals"
+            } else {
+                eprintln!("Landlock ABI below 6: signals to the session not checked");
+                "none"
+            };
+            let (_, exit) = h.run(
+                "attack",
+                &["/bin/sh", "-c", script, "sh", &pid.to_string(), signals],
+                json!({"output": true}),
+            );
+            assert_eq!(exit["status"], 0, "{exit}");
+            // Twin: its own child signalled (143), its own stdout written.
+            assert_eq!(exit["stdout"], "own child: 143\nmine\n", "{exit}");
+            assert!(!stopped_or_gone(pid), "the session was stopped or killed");
+            let (_, exit) = h.run("after", &["true"], json!({}));
+            assert_eq!(exit["status"], 0, "{exit}");
+            h.close();
+        }
+    }
+}
+
+/// What a request asks for its command stays its command's: `env` (even
+/// `LD_PRELOAD` and `PATH`) reaches that command only, never the runner or
+/// the next command; text a command prints (escape sequences, NUL, bytes
+/// that are not UTF-8, reordering marks) comes back as valid JSON; a timeout
+/// of 0, negative or above the ceiling is refused with nothing run.
+#[test]
+fn a_requests_inputs_reach_only_its_command() {
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        let show = "echo \"P=$LD_PRELOAD\"";
+        let (_, exit) = h.run(
+            "env",
+            &["/bin/sh", "-c", show],
+            json!({"env": {"LD_PRELOAD": "/nonexistent/x.so"}, "output": true}),
+        );
+        assert_eq!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["stdout"], "P=/nonexistent/x.so\n", "{exit}");
+        // Twin: the next command has the session's environment.
+        let (_, exit) = h.run("next", &["/bin/sh", "-c", show], json!({"output": true}));
+        assert_eq!(exit["stdout"], "P=\n", "{exit}");
+        let (_, exit) = h.run(
+            "path",
+            &["sh", "-c", "true"],
+            json!({"env": {"PATH": "/nonexistent"}}),
+        );
+        assert_eq!(exit["status"], 127, "{exit}");
+        let (_, exit) = h.run("path-twin", &["sh", "-c", "true"], json!({}));
+        assert_eq!(exit["status"], 0, "{exit}");
+        // Hostile text: the harness's reader has parsed the line already.
+        let (_, exit) = h.run(
+            "text",
+            &[
+                "/usr/bin/printf",
+                "a\\033]0;x\\007b\\000c\\377d\\342\\200\\256e\\n",
+            ],
+            json!({"output": true}),
+        );
+        assert_eq!(
+            exit["stdout"], "a\u{1b}]0;x\u{7}b\u{0}c\u{fffd}d\u{202e}e\n",
+            "{exit}"
+        );
+        for (id, timeout) in [
+            ("zero", json!(0)),
+            ("negative", json!(-1)),
+            ("beyond", json!(601)),
+        ] {
+            h.send(&json!({"id": id, "op": "run", "argv": ["/bin/true"], "timeout": timeout}));
+            let e = h.next();
+            assert_eq!(
+                (e["id"].clone(), e["event"].clone()),
+                (json!(id), json!("error")),
+                "{e}"
+            );
+        }
+        // Twin: the ceiling itself runs.
+        let (started, exit) = h.run("ceiling", &["/bin/true"], json!({"timeout": 600}));
+        assert_eq!(started["timeout"], 600, "{started}");
+        assert_eq!(exit["status"], 0, "{exit}");
+        h.close();
+    }
+}
