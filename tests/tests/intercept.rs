@@ -545,6 +545,40 @@ TOKEN=$T "$SANDBOX" run -q --config "$D/cfg.toml" -- sh -c 'curl -sS -H "Authori
     );
 }
 
+/// A run that may write where the runner makes the CA's directory (its
+/// `TMPDIR`), and owns that directory (the same uid), renames it and plants
+/// a symlink in its place: the runner's cleanup removes its own files
+/// through the directory it made, never `bundle.pem` and `ca.pem` where the
+/// link points; the twin: a plain run leaves nothing behind.
+#[test]
+fn the_ca_files_cleanup_follows_no_planted_link() {
+    let script = r#"
+mkdir "$D/tmpd" "$D/victim"
+echo precious > "$D/victim/ca.pem"
+echo precious > "$D/victim/bundle.pem"
+TMPDIR="$D/tmpd" "$SANDBOX" run -q -w "$D/tmpd" --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/**' -- sh -c '
+d=$(dirname "$SSL_CERT_FILE")
+mv "$d" "$d.moved" && ln -s "$D/victim" "$d" && echo planted'
+cat "$D/victim/ca.pem" "$D/victim/bundle.pem" | sed "s/^/victim /"
+ls "$D/tmpd"/*.moved | wc -l | sed "s/^/moved holds /"
+rm -rf "$D/tmpd"/*
+TMPDIR="$D/tmpd" "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/**' -- sh -c 'ls "$(dirname "$SSL_CERT_FILE")" | wc -l | sed "s/^/control files /"'
+ls -A "$D/tmpd" | wc -l | sed "s/^/control left /"
+"#;
+    let (out, _d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    has(&l, "planted");
+    assert_eq!(
+        l.iter().filter(|x| *x == "victim precious").count(),
+        2,
+        "{l:#?}"
+    );
+    has(&l, "moved holds 0");
+    has(&l, "control files 2");
+    has(&l, "control left 0");
+}
+
 /// A secret read from a file (`NAME=file:PATH@HOST`) is kept from the run:
 /// reads are broad, so the runner read-denies that path (the command
 /// cannot read, rename or link it, also when a write path holds it), and a

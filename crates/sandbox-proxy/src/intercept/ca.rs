@@ -5,7 +5,7 @@
 //! stops.
 
 use std::collections::HashMap;
-use std::ffi::CString;
+use std::ffi::{CStr, CString};
 use std::fs;
 use std::io::{self, Write};
 use std::os::unix::ffi::OsStrExt;
@@ -120,25 +120,47 @@ impl RunCa {
 /// system roots and the CA) and `ca.pem` (the CA alone, for
 /// `NODE_EXTRA_CA_CERTS`), in a directory of their own made with
 /// `mkdtemp(3)` (mode 0700, a name nobody can predict), removed on drop.
+///
+/// The run may write where that directory lies (`-w /tmp`), and as its
+/// owner (the same uid) rename it and put a symlink in its place; so the
+/// files are written and removed through a descriptor of the directory
+/// itself, never by its path, and the directory's name is removed only
+/// while it still names that directory (else the planted link would have
+/// the runner delete `bundle.pem` and `ca.pem` wherever it points).
 #[derive(Debug)]
 pub(crate) struct CaFiles {
     dir: PathBuf,
+    /// The directory made (`O_DIRECTORY | O_NOFOLLOW`).
+    fd: std::os::fd::OwnedFd,
     pub(crate) bundle: PathBuf,
     pub(crate) ca: PathBuf,
 }
 
-/// Writes `text` into a new file (never through a symlink, never over an
-/// existing file).
-fn write_new(path: &Path, text: &str) -> io::Result<()> {
-    let mut f = fs::OpenOptions::new()
-        .write(true)
-        .create_new(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)?;
+/// Writes `text` into a new file `name` of the directory `dir` (never
+/// through a symlink, never over an existing file).
+fn write_new(dir: &std::os::fd::OwnedFd, name: &CStr, text: &str) -> io::Result<()> {
+    use std::os::fd::{AsRawFd, FromRawFd};
+    // SAFETY: `dir` is an open directory fd and `name` NUL-terminated; the
+    // returned fd, when valid, is owned by the `File` made from it.
+    let fd = unsafe {
+        libc::openat(
+            dir.as_raw_fd(),
+            name.as_ptr(),
+            libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC,
+            0o644 as libc::c_uint,
+        )
+    };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just opened and is owned by nothing else.
+    let mut f = unsafe { fs::File::from_raw_fd(fd) };
     f.write_all(text.as_bytes())?;
     f.sync_all()
 }
+
+const BUNDLE: &CStr = c"bundle.pem";
+const CA: &CStr = c"ca.pem";
 
 impl CaFiles {
     /// Writes the files under `parent`: the system roots
@@ -156,9 +178,17 @@ impl CaFiles {
         }
         raw.pop();
         let dir = PathBuf::from(<std::ffi::OsStr as OsStrExt>::from_bytes(&raw).to_os_string());
+        let fd = fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC)
+            .open(&dir)
+            .inspect_err(|_| {
+                let _ = fs::remove_dir(&dir);
+            })?;
         let files = CaFiles {
             bundle: dir.join("bundle.pem"),
             ca: dir.join("ca.pem"),
+            fd: fd.into(),
             dir,
         };
         let mut bundle = String::new();
@@ -166,17 +196,32 @@ impl CaFiles {
             bundle.push_str(&pem::encode(&pem::Pem::new("CERTIFICATE", cert.to_vec())));
         }
         bundle.push_str(ca_pem);
-        write_new(&files.bundle, &bundle)?;
-        write_new(&files.ca, ca_pem)?;
+        write_new(&files.fd, BUNDLE, &bundle)?;
+        write_new(&files.fd, CA, ca_pem)?;
         Ok(files)
     }
 }
 
 impl Drop for CaFiles {
     fn drop(&mut self) {
-        let _ = fs::remove_file(&self.bundle);
-        let _ = fs::remove_file(&self.ca);
-        let _ = fs::remove_dir(&self.dir);
+        use std::os::fd::AsRawFd;
+        use std::os::unix::fs::MetadataExt;
+        for name in [BUNDLE, CA] {
+            // SAFETY: an open directory fd and a NUL-terminated name.
+            unsafe { libc::unlinkat(self.fd.as_raw_fd(), name.as_ptr(), 0) };
+        }
+        // The name, only while it still is this directory (the run's tree
+        // has ended: nothing swaps it between the check and the removal).
+        let made = self
+            .fd
+            .try_clone()
+            .and_then(|fd| fs::File::from(fd).metadata());
+        let named = fs::symlink_metadata(&self.dir);
+        if let (Ok(made), Ok(named)) = (made, named) {
+            if named.is_dir() && named.dev() == made.dev() && named.ino() == made.ino() {
+                let _ = fs::remove_dir(&self.dir);
+            }
+        }
     }
 }
 
