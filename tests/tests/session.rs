@@ -782,3 +782,95 @@ fn a_requests_inputs_reach_only_its_command() {
         h.close();
     }
 }
+
+/// A command can hand the pipes the session lent it (stdin, stdout,
+/// stderr) over a unix socket to a process of another run, which keeps
+/// them open: the session must not wait for that process. The exit event
+/// comes as soon as the command's own run has ended (before, it came only
+/// when the other run ended, up to its timeout), with what the command
+/// wrote, and a stdin the command never read does not hold the session
+/// either. Twin: a command that hands nothing over gets all its output
+/// counted (`output_is_bounded`), here with stdin read whole.
+#[test]
+fn pipes_handed_to_another_run_do_not_hold_the_session() {
+    let holder_py = r#"
+import socket, sys, time
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.bind(sys.argv[1]); s.listen(1)
+print("listening", flush=True)
+c, _ = s.accept()
+c.recvmsg(1, socket.CMSG_LEN(64))
+time.sleep(120)
+"#;
+    let sender_py = r#"
+import socket, sys, array
+c = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+c.connect(sys.argv[1])
+fds = array.array("i", [0, 1, 2]).tobytes()
+c.sendmsg([b"x"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fds)])
+print("sent", flush=True)
+"#;
+    for nobody in users() {
+        let (_dir, dir) = shared_dir();
+        let sock = dir.join("s");
+        let mut holder = if nobody {
+            sandbox_as_nobody()
+        } else {
+            sandbox()
+        };
+        holder
+            .args(["run"])
+            .args(BACKEND)
+            .args([
+                "-w",
+                dir.to_str().unwrap(),
+                "--",
+                "python3",
+                "-c",
+                holder_py,
+            ])
+            .arg(&sock)
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit());
+        let mut holder = holder.spawn().expect("spawn the holding run");
+        let mut line = String::new();
+        BufReader::new(holder.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        assert_eq!(line, "listening\n");
+        struct Kill(Child);
+        impl Drop for Kill {
+            fn drop(&mut self) {
+                let _ = self.0.kill();
+                let _ = self.0.wait();
+            }
+        }
+        let _holder = Kill(holder);
+        let mut h = Harness::open(nobody, &["-w", dir.to_str().unwrap()]);
+        let stdin = "x".repeat(1 << 20);
+        let begun = Instant::now();
+        let (_, exit) = h.run(
+            "hand-over",
+            &["python3", "-c", sender_py, sock.to_str().unwrap()],
+            json!({"output": true, "stdin": stdin}),
+        );
+        assert!(
+            begun.elapsed() < Duration::from_secs(20),
+            "the exit event waited {:?} for the other run",
+            begun.elapsed()
+        );
+        assert_eq!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["stdout"], "sent\n", "{exit}");
+        let (_, exit) = h.run("after", &["true"], json!({}));
+        assert_eq!(exit["status"], 0, "{exit}");
+        // Twin: stdin read whole and written back, all of it kept.
+        let (_, exit) = h.run(
+            "twin",
+            &["/bin/sh", "-c", "wc -c"],
+            json!({"output": true, "stdin": "y".repeat(300_000)}),
+        );
+        assert_eq!(exit["stdout"], "300000\n", "{exit}");
+        h.close();
+    }
+}

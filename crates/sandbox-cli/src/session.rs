@@ -214,15 +214,60 @@ struct Captured {
     dropped: u64,
 }
 
-/// Drains `read` to its end (so a chatty command never blocks), keeping the
-/// first [`OUTPUT_CAP`] bytes.
-fn drain(read: OwnedFd) -> std::thread::JoinHandle<Captured> {
+/// Set once a command's run has ended. The pipes the session lent it may
+/// still be held by a process outside the run (a command can pass an fd
+/// over a unix socket to another run's process), so after the end the
+/// session takes what the pipe holds and stops: it never waits for that
+/// process to close its copy.
+type Ended = Arc<std::sync::atomic::AtomicBool>;
+
+fn has_ended(ended: &Ended) -> bool {
+    ended.load(std::sync::atomic::Ordering::Acquire)
+}
+
+/// Makes the session's own end of a pipe non-blocking (the command's end,
+/// another open file description, stays as it was).
+fn set_nonblocking(fd: &OwnedFd) -> Result<(), Fatal> {
+    // SAFETY: fcntl on a descriptor this function borrows; no memory involved.
+    let done = unsafe {
+        let flags = libc::fcntl(fd.as_raw_fd(), libc::F_GETFL);
+        flags >= 0 && libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, flags | libc::O_NONBLOCK) == 0
+    };
+    if !done {
+        return Err(Fatal(format!(
+            "session: cannot make a pipe non-blocking: {}",
+            std::io::Error::last_os_error()
+        )));
+    }
+    Ok(())
+}
+
+/// Waits at most 50 ms for `fd` to be ready for `events`.
+fn wait_ready(fd: RawFd, events: libc::c_short) {
+    let mut p = libc::pollfd {
+        fd,
+        events,
+        revents: 0,
+    };
+    // SAFETY: one pollfd, valid for the call.
+    unsafe { libc::poll(&mut p, 1, 50) };
+}
+
+/// Drains `read` (non-blocking) while the command runs, so a chatty command
+/// never blocks, keeping the first [`OUTPUT_CAP`] bytes; once the run has
+/// ended, to the end of what the pipe holds.
+fn drain(read: OwnedFd, ended: Ended) -> std::thread::JoinHandle<Captured> {
     std::thread::spawn(move || {
+        let fd = read.as_raw_fd();
         let mut file = std::fs::File::from(read);
         let mut kept = Vec::new();
         let mut dropped = 0u64;
         let mut buf = [0u8; 16 * 1024];
+        let mut after_end = 0usize;
         loop {
+            // Read before looking at `ended`: what the command wrote before
+            // it ended is in the pipe.
+            let done = has_ended(&ended);
             match file.read(&mut buf) {
                 Ok(0) => break,
                 Ok(n) => {
@@ -231,10 +276,46 @@ fn drain(read: OwnedFd) -> std::thread::JoinHandle<Captured> {
                     dropped += (n - room) as u64;
                 }
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    if done {
+                        break;
+                    }
+                    wait_ready(fd, libc::POLLIN);
+                }
                 Err(_) => break,
+            }
+            // A process outside the run writing without pause: stop after
+            // more than any pipe holds (`F_SETPIPE_SZ` is bounded by
+            // `pipe-max-size`, 1 MiB by default).
+            if done {
+                after_end += 1;
+                if after_end > 2 * OUTPUT_CAP / buf.len() {
+                    break;
+                }
             }
         }
         Captured { kept, dropped }
+    })
+}
+
+/// Writes `bytes` to `write` (non-blocking) until all is written, the
+/// reader closes its end, or the run has ended.
+fn feed(write: OwnedFd, bytes: Vec<u8>, ended: Ended) -> std::thread::JoinHandle<()> {
+    std::thread::spawn(move || {
+        let fd = write.as_raw_fd();
+        let mut file = std::fs::File::from(write);
+        let mut rest = &bytes[..];
+        while !rest.is_empty() && !has_ended(&ended) {
+            match file.write(rest) {
+                Ok(n) => rest = &rest[n..],
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                    wait_ready(fd, libc::POLLOUT)
+                }
+                // EPIPE (SIGPIPE is ignored): the command closed its end.
+                Err(_) => break,
+            }
+        }
     })
 }
 
@@ -591,28 +672,30 @@ impl Session {
         Fatal,
     > {
         let mut req = req.clone();
+        let ended = Ended::default();
         let feeder = match &fields.stdin {
             Some(text) => {
                 let (read, write) = pipe()?;
+                set_nonblocking(&write)?;
                 put(&read, 0)?;
                 drop(read);
-                let bytes = text.clone().into_bytes();
-                // Ends when all is written or the command's side closes
-                // (SIGPIPE is ignored: EPIPE).
-                Some(std::thread::spawn(move || {
-                    let _ = std::fs::File::from(write).write_all(&bytes);
-                }))
+                Some(feed(write, text.clone().into_bytes(), ended.clone()))
             }
             None => None,
         };
         let (out, err) = if fields.output {
             let (out_read, out_write) = pipe()?;
             let (err_read, err_write) = pipe()?;
+            set_nonblocking(&out_read)?;
+            set_nonblocking(&err_read)?;
             put(&out_write, 1)?;
             put(&err_write, 2)?;
             // Only fds 1 and 2 hold the write ends now.
             drop((out_write, err_write));
-            (Some(drain(out_read)), Some(drain(err_read)))
+            (
+                Some(drain(out_read, ended.clone())),
+                Some(drain(err_read, ended.clone())),
+            )
         } else {
             (None, None)
         };
@@ -623,10 +706,12 @@ impl Session {
             sandbox::runner::run(self.backend.as_ref(), &req)
         };
         // Nothing the run started is alive: taking the fds back closes the
-        // session's last write ends, and the drains see the end.
+        // session's last write ends, and the drains see the end (or, when a
+        // process outside the run holds a copy, take what the pipe holds).
         put(&chan.null, 0)?;
         put(&chan.null, 1)?;
         put(&chan.stderr, 2)?;
+        ended.store(true, std::sync::atomic::Ordering::Release);
         if let Some(feeder) = feeder {
             let _ = feeder.join();
         }
