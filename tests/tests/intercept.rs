@@ -383,6 +383,10 @@ R "GET /simple/a HTTP/1.1\r\n$H""X-A: 1\x002\r\n\r\n" "nul"
 R "GET /simple/a HTTP/1.1\r\n$H""X-A: 1\r2\r\n\r\n" "bare cr"
 R "GET /simple/a HTTP/1.1\n$H\r\n" "bare lf"
 R "POST /simple/a HTTP/1.1\r\n$H""Content-Length: 0\r\n\r\nGET /private HTTP/1.1\r\n$H\r\n" "pipelined"
+R "GET /simple/..;/private HTTP/1.1\r\n$H\r\n" "dot parameters"
+R "GET /simple/...;x/a HTTP/1.1\r\n$H\r\n" "twin parameters"
+R "GET /simple/%252e%252e/private HTTP/1.1\r\n$H\r\n" "double escape"
+R "GET /simple/%c0%ae%c0%ae/private HTTP/1.1\r\n$H\r\n" "overlong"
 "#,
     );
     let l = lines(&out);
@@ -400,6 +404,12 @@ R "POST /simple/a HTTP/1.1\r\n$H""Content-Length: 0\r\n\r\nGET /private HTTP/1.1
         );
     }
     has(&l, "pipelined HTTP/1.1 200");
+    // Segments origins read as others (Tomcat's `..;`, a second decoding,
+    // overlong UTF-8) beside an ordinary `...;x`.
+    has(&l, "dot parameters HTTP/1.1 403");
+    has(&l, "twin parameters HTTP/1.1 200");
+    has(&l, "double escape HTTP/1.1 403");
+    has(&l, "overlong HTTP/1.1 403");
     let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
     assert!(!log.contains("private"), "{log}");
 }

@@ -10,8 +10,9 @@
 //! characters are decoded, other escapes are kept (hex upper-cased), empty
 //! segments (`//`) and `.` segments are dropped, `..` removes the segment
 //! before it. A path that climbs above `/`, or that is ambiguous (an encoded
-//! `/` or `\`, an encoded `.` in a dot segment, a NUL, a bad escape, a raw
-//! `\`), is refused whatever the rules say: the origin might read it
+//! `/` or `\`, an encoded `.` in a dot segment, a dot segment with
+//! parameters (`..;`), an escaped `%` before a dot or separator, overlong
+//! UTF-8, a NUL, a bad escape, a raw `\`), is refused whatever the rules say: the origin might read it
 //! differently from the proxy.
 //!
 //! A [`SecretSpec`] (`NAME@HOST[,HOST...]` or `NAME=file:PATH@HOST[,...]`)
@@ -94,6 +95,12 @@ pub enum PathProblem {
     /// `\`, `#`), or an encoded NUL.
     #[error("the path holds a byte requests may not carry (0x{0:02x})")]
     Byte(u8),
+    /// A segment some origins read as another: a dot segment with
+    /// parameters (`..;x`, Tomcat and Spring drop the parameters), an
+    /// escaped `%` before a dot or separator (`%252e`, decoded twice), an
+    /// overlong UTF-8 form (`%C0%AE`).
+    #[error("the path holds {0}, which origins read differently")]
+    Ambiguous(String),
 }
 
 /// A request path after [`normalize_path`]: segments without `.`/`..`, no
@@ -212,6 +219,53 @@ fn normal_segment(raw: &str) -> Result<(String, bool), PathProblem> {
     Ok((out, decoded))
 }
 
+/// Refuses a raw segment an origin may read as another one than the proxy
+/// does: see [`PathProblem::Ambiguous`].
+fn ambiguous(raw: &str) -> Result<(), PathProblem> {
+    let lower = raw.to_ascii_lowercase();
+    if let Some((name, _)) = lower.split_once(';') {
+        if matches!(name, "." | ".." | "%2e" | "%2e%2e" | ".%2e" | "%2e.") {
+            return Err(PathProblem::Ambiguous(format!(
+                "a dot segment with parameters ({raw:?})"
+            )));
+        }
+    }
+    for twice in ["%252e", "%252f", "%255c", "%2525"] {
+        if lower.contains(twice) {
+            return Err(PathProblem::Ambiguous(format!(
+                "an escaped '%' before a dot or separator ({raw:?}), decoded twice by some"
+            )));
+        }
+    }
+    // Overlong UTF-8: a lead byte C0 or C1, or E0 / F0 followed by a
+    // continuation byte below the shortest form's range.
+    let mut bytes = Vec::new();
+    let hexes = lower.as_bytes();
+    let mut i = 0;
+    while i < hexes.len() {
+        if hexes[i] == b'%' && i + 2 < hexes.len() {
+            if let (Some(hi), Some(lo)) = (hex(hexes[i + 1]), hex(hexes[i + 2])) {
+                bytes.push(hi * 16 + lo);
+                i += 3;
+                continue;
+            }
+        }
+        bytes.push(hexes[i]);
+        i += 1;
+    }
+    let overlong = bytes.windows(2).any(|w| {
+        matches!(w[0], 0xc0 | 0xc1)
+            || (w[0] == 0xe0 && (0x80..0xa0).contains(&w[1]))
+            || (w[0] == 0xf0 && (0x80..0x90).contains(&w[1]))
+    }) || bytes.last().is_some_and(|b| matches!(b, 0xc0 | 0xc1));
+    if overlong {
+        return Err(PathProblem::Ambiguous(format!(
+            "an overlong UTF-8 form ({raw:?})"
+        )));
+    }
+    Ok(())
+}
+
 /// Normalises an origin-form request path (without the query): see the
 /// [module documentation](self). Deterministic and idempotent: the
 /// normalised path's text normalises to itself.
@@ -222,6 +276,7 @@ pub fn normalize_path(path: &str) -> Result<NormalPath, PathProblem> {
     let mut segments: Vec<String> = Vec::new();
     let mut trailing_slash = false;
     for raw in rest.split('/') {
+        ambiguous(raw)?;
         let (seg, decoded) = normal_segment(raw)?;
         trailing_slash = false;
         match seg.as_str() {
@@ -791,6 +846,54 @@ mod tests {
         assert_eq!(n("a").unwrap_err(), PathProblem::NotAbsolute);
         // `.x` and `..x` are ordinary names.
         assert_eq!(n("/.x/..y/%2ex").unwrap(), "/.x/..y/.x");
+    }
+
+    #[test]
+    fn segments_origins_read_as_others_are_refused_beside_their_twins() {
+        // A dot segment with parameters: Tomcat and Spring drop `;...` and
+        // climb (`/v1/..;/admin` reaches `/admin` behind a `/v1/**` rule).
+        for raw in [
+            "/v1/..;/v2",
+            "/v1/.;x/v2",
+            "/v1/%2e%2e;/v2",
+            "/v1/.%2E;a=b/v2",
+        ] {
+            let e = n(raw).unwrap_err();
+            assert!(
+                matches!(&e, PathProblem::Ambiguous(w) if w.starts_with("a dot segment with parameters")),
+                "{raw}: {e}"
+            );
+        }
+        assert_eq!(n("/v1/a;b/...;x/c").unwrap(), "/v1/a;b/...;x/c");
+        assert_eq!(n("/v1;x/../v2").unwrap(), "/v2");
+        // An escaped `%` before a dot or separator: decoded twice, a dot
+        // segment or a separator.
+        for raw in ["/v1/%252e%252e/v2", "/v1/%252F", "/a%255cb", "/a%25252e"] {
+            let e = n(raw).unwrap_err();
+            assert!(
+                matches!(&e, PathProblem::Ambiguous(w) if w.starts_with("an escaped '%'")),
+                "{raw}: {e}"
+            );
+        }
+        assert_eq!(n("/100%25/a%2541").unwrap(), "/100%25/a%2541");
+        // Overlong UTF-8 (`%C0%AE` is '.' to a lax decoder).
+        for raw in [
+            "/v1/%c0%ae%c0%ae/v2",
+            "/%C1%9C",
+            "/%e0%80%ae",
+            "/%f0%80%80%ae",
+            "/a%c0",
+        ] {
+            let e = n(raw).unwrap_err();
+            assert!(
+                matches!(&e, PathProblem::Ambiguous(w) if w.starts_with("an overlong UTF-8")),
+                "{raw}: {e}"
+            );
+        }
+        assert_eq!(
+            n("/%c3%a9/%e0%a4%85/%f0%9f%98%80").unwrap(),
+            "/%C3%A9/%E0%A4%85/%F0%9F%98%80"
+        );
     }
 
     fn rule(text: &str) -> RequestRule {
