@@ -188,7 +188,7 @@ pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str) -> Vec<u8> {
 /// in the body (the same number of `*`, so its framing holds), also across
 /// reads. What an origin encodes otherwise (compressed, escaped, hashed) it
 /// cannot see: docs/enforcement.md, Known gaps.
-#[derive(Debug, Default)]
+/// No `Debug`: it holds the values.
 pub(crate) struct Scrub {
     /// What must not reach the command, and what the head gets instead.
     needles: Vec<(Vec<u8>, Vec<u8>)>,
