@@ -651,10 +651,15 @@ fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
 
 /// The host's Landlock ABI (0 without Landlock).
 fn landlock_abi() -> i64 {
-    // SAFETY: landlock_create_ruleset(NULL, 0, LANDLOCK_CREATE_RULESET_VERSION)
-    // only returns the ABI version.
-    let v = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
-    v.max(0)
+    #[cfg(target_os = "linux")]
+    {
+        // SAFETY: landlock_create_ruleset(NULL, 0,
+        // LANDLOCK_CREATE_RULESET_VERSION) only returns the ABI version.
+        let v = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
+        v.max(0)
+    }
+    #[cfg(not(target_os = "linux"))]
+    0
 }
 
 /// Whether the session process is stopped (`T`) or gone.
