@@ -253,6 +253,37 @@ pub(crate) struct ConfigFlags {
     pub(crate) require_full: bool,
 }
 
+/// Limits on a run (each command's, in a session), held by its cgroup.
+#[derive(Args)]
+pub(crate) struct LimitFlags {
+    /// Memory for the whole run, swap included (`64M`, `1.5G`; binary units):
+    /// a process that would exceed it is killed. Held by the run's cgroup.
+    #[arg(long, value_name = "SIZE", value_hint = clap::ValueHint::Other)]
+    pub(crate) memory: Option<sandbox::policy::MemoryLimit>,
+    /// Processes and threads the run may have at once: a fork beyond it fails.
+    #[arg(long, value_name = "N", value_hint = clap::ValueHint::Other)]
+    pub(crate) pids: Option<sandbox::policy::PidsLimit>,
+    /// CPU time for the whole run, in CPUs (`0.5` = half of one CPU).
+    #[arg(long, value_name = "CPUS", value_hint = clap::ValueHint::Other)]
+    pub(crate) cpu: Option<sandbox::policy::CpuLimit>,
+    /// Run even where --memory/--pids/--cpu cannot be held (no cgroup this
+    /// user may create); the outcome then says which held. Limits set by
+    /// the operator config need `allow_unlimited = true` there instead.
+    #[arg(long)]
+    pub(crate) allow_unlimited: bool,
+}
+
+impl LimitFlags {
+    /// The limits asked for.
+    pub(crate) fn resources(&self) -> sandbox::policy::ResourceLimits {
+        sandbox::policy::ResourceLimits {
+            memory: self.memory,
+            pids: self.pids,
+            cpu: self.cpu,
+        }
+    }
+}
+
 #[derive(Args)]
 pub(crate) struct RunArgs {
     #[command(flatten)]
@@ -274,21 +305,8 @@ pub(crate) struct RunArgs {
     /// sandbox ended it; never after a command that exited 0).
     #[arg(long, short = 'q', conflicts_with = "explain")]
     pub(crate) quiet: bool,
-    /// Memory for the whole run, swap included (`64M`, `1.5G`; binary units):
-    /// a process that would exceed it is killed. Held by the run's cgroup.
-    #[arg(long, value_name = "SIZE", value_hint = clap::ValueHint::Other)]
-    pub(crate) memory: Option<sandbox::policy::MemoryLimit>,
-    /// Processes and threads the run may have at once: a fork beyond it fails.
-    #[arg(long, value_name = "N", value_hint = clap::ValueHint::Other)]
-    pub(crate) pids: Option<sandbox::policy::PidsLimit>,
-    /// CPU time for the whole run, in CPUs (`0.5` = half of one CPU).
-    #[arg(long, value_name = "CPUS", value_hint = clap::ValueHint::Other)]
-    pub(crate) cpu: Option<sandbox::policy::CpuLimit>,
-    /// Run even where --memory/--pids/--cpu cannot be held (no cgroup this
-    /// user may create); the outcome then says which held. Limits set by
-    /// the operator config need `allow_unlimited = true` there instead.
-    #[arg(long)]
-    pub(crate) allow_unlimited: bool,
+    #[command(flatten)]
+    pub(crate) limits: LimitFlags,
     /// After a sandbox denial: `ask` offers a one-shot re-run with the denied path
     /// writable (interactive terminals only); `never` does not.
     #[arg(long, value_name = "ask|never", default_value = "never")]

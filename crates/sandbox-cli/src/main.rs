@@ -580,12 +580,8 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         for (tool, dir) in tool_caches(flags, config).map_err(recorded)? {
             req.env_overrides.extend(tool.env(&dir));
         }
-        req.limits = sandbox::policy::ResourceLimits {
-            memory: args.memory,
-            pids: args.pids,
-            cpu: args.cpu,
-        };
-        req.allow_unlimited = args.allow_unlimited && config.limits.is_empty();
+        req.limits = args.limits.resources();
+        req.allow_unlimited = args.limits.allow_unlimited && config.limits.is_empty();
         // What --explain and --report say includes the writes the kernel
         // refused on its own.
         req.observe_writes = args.explain || report.is_some();

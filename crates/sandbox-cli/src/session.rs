@@ -34,7 +34,7 @@ use sandbox::{
     runner::{Outcome, RunRequest},
 };
 
-use crate::args::{ConfigFlags, PolicyFlags};
+use crate::args::{ConfigFlags, LimitFlags, PolicyFlags};
 use crate::{error_chain, git_audit, show, Fatal};
 
 /// The version of the session's request and event schema (`"v"` in `hello`).
@@ -50,20 +50,9 @@ pub(crate) struct SessionArgs {
     pub(crate) policy: PolicyFlags,
     #[command(flatten)]
     pub(crate) config: ConfigFlags,
-    /// Memory for each command's run, swap included (`64M`, `1.5G`), as
-    /// `sandbox run --memory`.
-    #[arg(long, value_name = "SIZE", value_hint = clap::ValueHint::Other)]
-    pub(crate) memory: Option<sandbox::policy::MemoryLimit>,
-    /// Processes and threads each command's run may have at once.
-    #[arg(long, value_name = "N", value_hint = clap::ValueHint::Other)]
-    pub(crate) pids: Option<sandbox::policy::PidsLimit>,
-    /// CPU time for each command's run, in CPUs.
-    #[arg(long, value_name = "CPUS", value_hint = clap::ValueHint::Other)]
-    pub(crate) cpu: Option<sandbox::policy::CpuLimit>,
-    /// Run even where --memory/--pids/--cpu cannot be held, as `sandbox run
-    /// --allow-unlimited`.
-    #[arg(long)]
-    pub(crate) allow_unlimited: bool,
+    /// Limits on each command's run.
+    #[command(flatten)]
+    pub(crate) limits: LimitFlags,
 }
 
 /// `sandbox session`.
@@ -396,15 +385,10 @@ impl Session {
             base.env_overrides
                 .push(("TMPDIR".into(), tmp.clone().into_os_string()));
         }
-        base.limits = sandbox::policy::ResourceLimits {
-            memory: args.memory,
-            pids: args.pids,
-            cpu: args.cpu,
-        }
         // The operator's limits are ceilings a request only lowers.
-        .bounded_by(&config.limits);
+        base.limits = args.limits.resources().bounded_by(&config.limits);
         base.allow_unlimited =
-            (args.allow_unlimited && config.limits.is_empty()) || config.allow_unlimited;
+            (args.limits.allow_unlimited && config.limits.is_empty()) || config.allow_unlimited;
         base.require_full = config.require_full;
         // Every refusal of a command is listed in its exit event, those the
         // kernel makes on its own included.
