@@ -240,21 +240,11 @@ pub(crate) fn open_intercepted(
     port: u16,
 ) -> Result<TcpStream, Failure> {
     let resolved = resolve(shared, name, port).map_err(Failure::Unresolvable)?;
-    let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
-    for mut addr in resolved {
+    let addrs = resolved.into_iter().map(|mut addr| {
         addr.set_port(port);
-        if is_proxy(shared, addr) {
-            continue;
-        }
-        match TcpStream::connect_timeout(&addr, shared.opts.connect_timeout) {
-            Ok(stream) => {
-                let _ = stream.set_nodelay(true);
-                return Ok(stream);
-            }
-            Err(e) => last = e,
-        }
-    }
-    Err(Failure::Unreachable(last))
+        addr
+    });
+    connect_first(shared, addrs.filter(|addr| !is_proxy(shared, *addr)))
 }
 
 /// Checks `target`, resolves it, and connects to the first admitted address
@@ -268,6 +258,14 @@ pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failur
         }
         Err(other) => return Err(other),
     };
+    connect_first(shared, addrs)
+}
+
+/// Connects to the first of `addrs` that answers.
+fn connect_first(
+    shared: &Shared,
+    addrs: impl IntoIterator<Item = SocketAddr>,
+) -> Result<TcpStream, Failure> {
     let mut last = io::Error::new(io::ErrorKind::NotFound, "no address");
     for addr in addrs {
         match TcpStream::connect_timeout(&addr, shared.opts.connect_timeout) {
