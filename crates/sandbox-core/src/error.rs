@@ -50,6 +50,13 @@ pub enum PolicyError {
         /// The requested (resolved) path.
         path: PathBuf,
     },
+    /// A nested run's write path lies outside every write path of the run
+    /// it is nested in ([`crate::ResolvedPolicy::nested_within`]).
+    #[error("the nested run's write path {} lies outside the outer run's write paths; a nested run can only narrow the outer run's policy", path.display())]
+    WriteOutsideOuterRun {
+        /// The nested run's (resolved) path.
+        path: PathBuf,
+    },
     /// A deny path holds a glob character and names no existing path.
     #[error("policy field `{field}` entry {value:?} contains the glob character `{glob}`, and deny paths are not globs: list each path to deny (a literal name with `{glob}` is accepted when it exists)")]
     GlobInDenyPath {

@@ -721,6 +721,20 @@ impl ResolvedPolicy {
         }
         policy
     }
+
+    /// The same policy with the network an allowlist of `rule` alone when
+    /// it is off (for a runner whose proxy asks before admitting anything
+    /// else); the other modes are returned as they are.
+    pub fn with_only_allowed(&self, rule: EgressRule) -> ResolvedPolicy {
+        let mut policy = self.clone();
+        if policy.network_mode() == NetworkMode::Off {
+            policy.network = true;
+            policy.allow_net = vec![rule];
+            policy.requests.clear();
+        }
+        policy
+    }
+
     /// Canonical write paths, sorted and deduplicated.
     pub fn write_paths(&self) -> &[PathBuf] {
         &self.write_paths
@@ -934,6 +948,47 @@ impl ResolvedPolicy {
             protect_git_dirs: self.protect_git_dirs || operator.protect_git_dirs,
             private_shm: self.private_shm && operator.private_shm,
         })
+    }
+}
+
+impl ResolvedPolicy {
+    /// This (an inner run's) policy intersected with the policy of the run
+    /// it is nested in (`outer`), for a nested `sandbox run`: it can only
+    /// narrow.
+    ///
+    /// As [`ResolvedPolicy::bounded_by`] with `outer` as the bound (network
+    /// only if both allow it, destinations within the outer's, deny lists
+    /// and env denials united, subprocesses denied if either denies), except
+    /// that the timeout is clipped rather than refused: the smallest of this
+    /// one, the outer's and `remaining` (the outer run's time left, rounded
+    /// up to whole seconds). A write path outside every outer write path is
+    /// refused ([`PolicyError::WriteOutsideOuterRun`]), never dropped.
+    pub fn nested_within(
+        &self,
+        outer: &ResolvedPolicy,
+        remaining: Duration,
+    ) -> Result<ResolvedPolicy, PolicyError> {
+        if let Some(outside) = self
+            .write_paths
+            .iter()
+            .find(|p| !outer.write_paths.iter().any(|w| p.starts_with(w)))
+        {
+            return Err(PolicyError::WriteOutsideOuterRun {
+                path: outside.clone(),
+            });
+        }
+        let left = remaining
+            .as_secs()
+            .saturating_add(u64::from(remaining.subsec_nanos() > 0))
+            .max(1);
+        let mut inner = self.clone();
+        inner.timeout_seconds = self
+            .timeout_seconds
+            .min(outer.timeout_seconds)
+            .min(outer.max_timeout_seconds)
+            .min(left);
+        inner.max_timeout_seconds = inner.max_timeout_seconds.min(outer.max_timeout_seconds);
+        inner.bounded_by(outer)
     }
 }
 
@@ -1553,3 +1608,7 @@ mod tests {
         ));
     }
 }
+
+#[cfg(test)]
+#[path = "policy_nest_tests.rs"]
+mod nest_tests;
