@@ -44,6 +44,7 @@ mod linux {
         broker_connect: false,
         egress: false,
         broker_reads: false,
+        child_layer: None,
     };
 
     fn now_ns() -> u64 {

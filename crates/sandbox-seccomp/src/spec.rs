@@ -382,6 +382,14 @@ pub struct FilterSpec {
     /// and lets every other continue in the kernel. Asked for by observed
     /// runs only (it costs a round trip per open).
     pub broker_reads: bool,
+    /// The fd number of the ruleset a spawner's children nest one more
+    /// Landlock domain with, after fork, where a broker listens: only
+    /// `landlock_restrict_self` with exactly that fd and no flags is then
+    /// allowed (every other Landlock call stays refused). The filter is
+    /// inherited from the spawner, so without it a child would stay in the
+    /// spawner's own domain and could signal it (see
+    /// `sandbox_landlock::ConfinedSpawner`).
+    pub child_layer: Option<u32>,
 }
 
 impl FilterSpec {
@@ -397,6 +405,16 @@ impl FilterSpec {
             broker_connect: false,
             egress: policy.network_mode() == sandbox_core::NetworkMode::Allowlist,
             broker_reads: false,
+            child_layer: None,
+        }
+    }
+
+    /// The same spec letting children nest a domain with the ruleset at
+    /// fd `fd` (see [`FilterSpec::child_layer`]).
+    pub fn with_child_layer(self, fd: Option<u32>) -> Self {
+        FilterSpec {
+            child_layer: fd,
+            ..self
         }
     }
 
@@ -469,7 +487,7 @@ impl FilterSpec {
         allow(dead_code)
     )]
     pub(crate) fn prebuilt_slot(&self) -> Option<usize> {
-        (self.broker_connect && !self.routes_reads()).then(|| {
+        (self.broker_connect && !self.routes_reads() && self.child_layer.is_none()).then(|| {
             usize::from(self.network)
                 | usize::from(self.deny_subprocess) << 1
                 | usize::from(self.broker) << 2
@@ -495,6 +513,7 @@ impl FilterSpec {
             broker_entries: bits & 64 != 0,
             egress: bits & 128 != 0,
             broker_reads: false,
+            child_layer: None,
         };
         (0u16..256).map(spec).chain(
             (0u16..256)

@@ -1162,6 +1162,19 @@ fn nested_landlock(spec: &FilterSpec) -> Vec<Entry> {
     let reason = "a nested Landlock domain would not narrow the calls the broker performs \
                   from the run's own domain";
     let [create, add, restrict] = calls;
+    // A spawner's child nests its own domain with the spawner's ruleset
+    // (at a fixed fd number, closed on exec) and no flags; nothing else.
+    let restrict = match spec.child_layer {
+        Some(fd) => row(
+            restrict,
+            allow_if(vec![vec![
+                masked(0, 0xffff_ffff, u64::from(fd)),
+                masked(1, 0xffff_ffff, 0),
+            ]]),
+            reason,
+        ),
+        None => row(restrict, Rule::Always(DENY), reason),
+    };
     vec![
         row(
             create,
@@ -1169,7 +1182,7 @@ fn nested_landlock(spec: &FilterSpec) -> Vec<Entry> {
             reason,
         ),
         row(add, Rule::Always(DENY), reason),
-        row(restrict, Rule::Always(DENY), reason),
+        restrict,
     ]
 }
 
@@ -1543,6 +1556,7 @@ const ANY_SPEC: FilterSpec = FilterSpec {
     broker_entries: false,
     egress: false,
     broker_reads: false,
+    child_layer: None,
 };
 
 /// The full table for `spec`, sorted by syscall number.
@@ -1627,6 +1641,7 @@ mod tests {
             broker_entries: false,
             egress: true,
             broker_reads: false,
+            child_layer: None,
         }
     }
 

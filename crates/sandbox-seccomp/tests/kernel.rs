@@ -1066,6 +1066,7 @@ fn network_on() -> sandbox_seccomp::FilterSpec {
         broker_connect: false,
         egress: false,
         broker_reads: false,
+        child_layer: None,
     }
 }
 

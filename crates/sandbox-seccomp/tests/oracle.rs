@@ -661,6 +661,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             broker_connect: false,
             egress: false,
             broker_reads: false,
+            child_layer: None,
         },
         compile_spec(&FilterSpec {
             network: false,
@@ -672,6 +673,7 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             broker_connect: false,
             egress: false,
             broker_reads: false,
+            child_layer: None,
         })
         .unwrap(),
     );
@@ -687,4 +689,35 @@ fn unchecked_allows_do_not_depend_on_arguments() {
             }
         }
     }
+}
+
+/// A spawner's filter admits exactly one nested restriction: with the
+/// child layer's fd number and no flags; another fd, any flag, and adding
+/// rules stay refused, and without the layer the same call is refused.
+#[test]
+fn the_child_layer_admits_only_its_own_ruleset() {
+    use libc::{SYS_landlock_add_rule, SYS_landlock_restrict_self};
+    let base = FilterSpec::all()
+        .find(|s| s.broker && s.broker_connect && !s.deny_subprocess)
+        .unwrap();
+    let layered = compile_spec(&base.with_child_layer(Some(7))).unwrap();
+    let plain = compile_spec(&base).unwrap();
+    let restrict = SYS_landlock_restrict_self as u32;
+    let call = |f: &Filter, nr: u32, fd: u64, flags: u64| {
+        run(f.instructions(), &data(nr, [fd, flags, 0, 0, 0, 0]))
+    };
+    assert_eq!(call(&layered, restrict, 7, 0), RET_ALLOW);
+    assert_eq!(
+        call(&layered, restrict, 7 | 1 << 32, 0),
+        RET_ALLOW,
+        "an int fd: low 32 bits"
+    );
+    // Refused as without the layer (the broker answers and records it).
+    let refused = call(&plain, restrict, 7, 0);
+    assert_ne!(refused, RET_ALLOW);
+    assert_eq!(call(&layered, restrict, 8, 0), refused);
+    assert_eq!(call(&layered, restrict, 7, 1), refused);
+    let add = SYS_landlock_add_rule as u32;
+    assert_eq!(call(&layered, add, 7, 0), call(&plain, add, 7, 0));
+    assert_ne!(call(&layered, add, 7, 0), RET_ALLOW);
 }

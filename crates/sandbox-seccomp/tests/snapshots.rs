@@ -19,6 +19,7 @@ fn brokered(network: bool, deny_subprocess: bool, broker: bool) -> String {
         broker_connect: false,
         egress: false,
         broker_reads: false,
+        child_layer: None,
     };
     compile_spec(&spec).unwrap().disassemble()
 }
@@ -36,6 +37,7 @@ fn default_backend_with_read_denials() {
         broker_connect: false,
         egress: false,
         broker_reads: false,
+        child_layer: None,
     };
     insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }
@@ -54,6 +56,7 @@ fn observed_reads_with_read_denials() {
         broker_connect: true,
         egress: false,
         broker_reads: true,
+        child_layer: None,
     };
     insta::assert_snapshot!(compile_spec(&spec).unwrap().disassemble());
 }

@@ -1,6 +1,7 @@
 //! [`LandlockBackend`]: the [`Backend`] implementation.
 
 use std::ffi::OsString;
+use std::os::fd::AsRawFd;
 use std::path::{Path, PathBuf};
 
 use sandbox_core::{
@@ -73,9 +74,14 @@ impl LandlockBackend {
     /// start anything); use the Command form for those.
     pub fn spawner(&self, policy: &ResolvedPolicy) -> Result<ConfinedSpawner, SandboxUnavailable> {
         spawner::check(policy).map_err(unavailable)?;
-        let (prepared, supervisor) = self.prepare_brokered(policy, LaunchOptions::default())?;
+        let layer = super::ruleset::signal_scope_only(self.abi.effective).map_err(unavailable)?;
+        let number = layer
+            .as_ref()
+            .and_then(|fd| u32::try_from(fd.as_raw_fd()).ok());
+        let (prepared, supervisor) =
+            self.prepare_brokered(policy, LaunchOptions::default(), number)?;
         let supervisor = supervisor.map(|s| Box::new(s) as Box<dyn Supervisor>);
-        ConfinedSpawner::start(prepared, supervisor).map_err(unavailable)
+        ConfinedSpawner::start(prepared, supervisor, layer).map_err(unavailable)
     }
 
     /// Prepares `policy`, with the broker's channel when brokering is on.
@@ -83,6 +89,7 @@ impl LandlockBackend {
         &self,
         policy: &ResolvedPolicy,
         options: LaunchOptions,
+        child_layer: Option<u32>,
     ) -> Result<(PreparedLandlock, Option<BrokerSupervisor>), SandboxUnavailable> {
         let channel = if self.broker {
             Some(
@@ -92,7 +99,7 @@ impl LandlockBackend {
         } else {
             None
         };
-        super::prepare_with(policy, self.abi, channel, options).map_err(unavailable)
+        super::prepare_with(policy, self.abi, channel, options, child_layer).map_err(unavailable)
     }
 }
 
@@ -144,7 +151,7 @@ impl Backend for LandlockBackend {
                 "the command is empty; give the program to run",
             ));
         }
-        let (prepared, supervisor) = self.prepare_brokered(policy, options)?;
+        let (prepared, supervisor) = self.prepare_brokered(policy, options, None)?;
         let report = prepared.report().clone();
         // With a broker, the child is spawned and the broker started from a
         // thread in the run's own Landlock domain (see `enter_domain`).

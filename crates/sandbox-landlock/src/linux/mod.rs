@@ -6,7 +6,7 @@ pub(crate) mod broker;
 mod child;
 mod report;
 mod rules;
-mod ruleset;
+pub(crate) mod ruleset;
 pub(crate) mod spawner;
 mod weaken;
 
@@ -51,7 +51,7 @@ pub struct PreparedLandlock {
 /// with `EPERM`; [`LandlockBackend`](crate::LandlockBackend) brokers them instead.
 pub fn prepare(policy: &ResolvedPolicy) -> Result<PreparedLandlock, LandlockError> {
     let abi = abi::detect_abi()?;
-    prepare_with(policy, abi, None, LaunchOptions::default()).map(|(prepared, _)| prepared)
+    prepare_with(policy, abi, None, LaunchOptions::default(), None).map(|(prepared, _)| prepared)
 }
 
 pub(crate) fn prepare_with(
@@ -59,6 +59,7 @@ pub(crate) fn prepare_with(
     abi: KernelAbi,
     channel: Option<broker::Channel>,
     options: LaunchOptions,
+    child_layer: Option<u32>,
 ) -> Result<(PreparedLandlock, Option<broker::BrokerSupervisor>), LandlockError> {
     let observe = options.observe_writes && !policy.write_paths().is_empty();
     // Git directories are protected as their entries are made and changed.
@@ -117,7 +118,9 @@ pub(crate) fn prepare_with(
             .with_broker_reads(options.observe_writes)
             // Host UNIX sockets are confined with the network on: the broker
             // admits those beneath the write paths and the allowed ones.
-            .with_broker_connect(true),
+            .with_broker_connect(true)
+            // A spawner's children nest their own domain beneath its thread's.
+            .with_child_layer(child_layer),
     );
     let filter = sandbox_seccomp::compile_spec(&spec)?;
     let drop_capabilities = child::holds_capabilities().map_err(LandlockError::Capabilities)?;

@@ -91,3 +91,31 @@ pub(crate) fn build(plan: &Plan, extras: Extras) -> Result<OwnedFd, LandlockErro
         reason: "the landlock crate created no ruleset fd".into(),
     })
 }
+
+/// A ruleset that handles no access and scopes signals only (ABI >= 6;
+/// `None` below): a domain nested with it changes nothing a process may do
+/// but whom it may signal, so a spawner's child cannot signal the spawner
+/// (Documentation/userspace-api/landlock.rst, "Scoped access": a scoped
+/// domain reaches only processes in the same or a nested domain).
+pub(crate) fn signal_scope_only(abi: ABI) -> Result<Option<OwnedFd>, LandlockError> {
+    if abi < ABI::V6 {
+        return Ok(None);
+    }
+    let err = |attempted: &str| {
+        let attempted = attempted.to_owned();
+        move |e: landlock::RulesetError| LandlockError::Ruleset {
+            attempted,
+            source: Box::new(e),
+        }
+    };
+    let created = Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .scope(Scope::Signal)
+        .map_err(err("scoping signals for the spawner's children"))?
+        .create()
+        .map_err(err("creating the spawner's child ruleset"))?;
+    let fd: Option<OwnedFd> = created.into();
+    fd.map(Some).ok_or_else(|| LandlockError::Unsupported {
+        reason: "the landlock crate created no ruleset fd".into(),
+    })
+}

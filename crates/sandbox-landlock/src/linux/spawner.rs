@@ -17,8 +17,24 @@
 //! and no filter to attach per launch (measured: about 1.05x a plain spawn,
 //! against 1.6x for the Command form's `pre_exec` hook). The rest of the
 //! process is untouched.
+//!
+//! Each child nests one more Landlock domain beneath the spawner thread's,
+//! after fork, with a ruleset that handles nothing and scopes signals
+//! (ABI >= 6): a child in the thread's own domain could `tgkill` that
+//! thread (Landlock's signal scoping admits the same domain,
+//! Documentation/userspace-api/landlock.rst, "Scoped access"), and a
+//! SIGKILL or SIGSTOP to one thread kills or stops the whole hosting
+//! process; it could also read that process's memory through
+//! `/proc/<pid>/task/<tid>/mem` (ptrace-class access is admitted into the
+//! same domain, "Ptrace restrictions"). `tests/spawner.rs`,
+//! `children_cannot_signal_the_spawner`, attacks every thread. The filter,
+//! inherited from the thread, admits `landlock_restrict_self` only with
+//! that ruleset's fd number and no flags (`FilterSpec::child_layer`); the
+//! fd is closed on exec. The hook makes std fork instead of `posix_spawn`.
 
 use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::unix::process::CommandExt;
 use std::process::{Child, Command};
 use std::sync::mpsc;
 use std::thread::JoinHandle;
@@ -45,12 +61,15 @@ pub struct ConfinedSpawner {
     thread: Option<JoinHandle<()>>,
     supervisor: Option<Box<dyn RunningSupervisor>>,
     report: EnforcementReport,
+    /// The ruleset each child nests its own domain with (ABI >= 6).
+    layer: Option<OwnedFd>,
 }
 
 impl ConfinedSpawner {
     pub(crate) fn start(
         prepared: PreparedLandlock,
         supervisor: Option<Box<dyn Supervisor>>,
+        layer: Option<OwnedFd>,
     ) -> Result<Self, LandlockError> {
         let report = prepared.report().clone();
         let (jobs, queue) = mpsc::channel::<Job>();
@@ -114,13 +133,24 @@ impl ConfinedSpawner {
             thread: Some(thread),
             supervisor: running,
             report,
+            layer,
         })
     }
 
     /// Spawns `cmd`, confined. `pre_exec` hooks on `cmd` still run (std then
     /// forks instead of using `posix_spawn`).
-    pub fn spawn(&self, cmd: Command) -> io::Result<Child> {
+    pub fn spawn(&self, mut cmd: Command) -> io::Result<Child> {
         let ended = || io::Error::other("the spawner's thread has ended");
+        if let Some(layer) = &self.layer {
+            let fd = layer.as_raw_fd();
+            // SAFETY: the hook makes one raw syscall on an fd this spawner
+            // keeps open until its thread has ended; no allocation, no lock.
+            unsafe {
+                cmd.pre_exec(move || {
+                    super::child::restrict_self(fd).map_err(io::Error::from_raw_os_error)
+                });
+            }
+        }
         let (reply, answer) = mpsc::sync_channel(1);
         self.jobs
             .as_ref()
