@@ -8,7 +8,10 @@
 //! `sandbox run` does: each command gets its own confined launch, its own
 //! containment (nothing it started outlives it), its own timeout and its own
 //! refusals. Commands run one at a time; a request that arrives while one
-//! runs waits until its exit event has been written.
+//! runs waits until its exit event has been written. Requests are read on a
+//! thread of their own ([`approvals::spawn_reader`]): with `--approval
+//! channel`, `approve` answers reach the proxy's held connections while the
+//! command runs (session/approvals.rs).
 //!
 //! The channel is never a command's: at start the session moves its stdin
 //! and stdout to descriptors above 2 (close-on-exec; the launch closes every
@@ -37,6 +40,8 @@ use sandbox::{
 use crate::args::{ConfigFlags, LimitFlags, PolicyFlags};
 use crate::{error_chain, git_audit, show, Fatal};
 
+mod approvals;
+
 /// The version of the session's request and event schema (`"v"` in `hello`).
 pub(crate) const SESSION_SCHEMA: u32 = 1;
 /// Bytes of each of a command's stdout and stderr an exit event returns.
@@ -53,6 +58,25 @@ pub(crate) struct SessionArgs {
     /// Limits on each command's run.
     #[command(flatten)]
     pub(crate) limits: LimitFlags,
+    /// `channel`: a connection or request the policy refuses is held while
+    /// the harness is asked (a `permission` event, answered by an `approve`
+    /// request); `none`: refused at once. With the network off, `channel`
+    /// makes it an allowlist of nothing: every connection is asked about.
+    #[arg(long, value_name = "none|channel", default_value = "none")]
+    pub(crate) approval: SessionApproval,
+    /// Seconds a held connection or request waits for its answer (then
+    /// denied).
+    #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
+    pub(crate) approval_timeout: u64,
+}
+
+/// How a session answers what its policy refuses.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SessionApproval {
+    /// Refused at once, as `sandbox run` does.
+    None,
+    /// Held while the harness is asked over the channel.
+    Channel,
 }
 
 /// `sandbox session`.
@@ -62,7 +86,21 @@ pub(crate) fn cmd_session(args: SessionArgs) -> Result<i32, Fatal> {
     // tree must still be ended).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let mut chan = Channel::take()?;
-    let session = match Session::open(&args) {
+    let approvals = match args.approval {
+        SessionApproval::Channel => match approvals::Approvals::new(
+            chan.output.clone(),
+            std::time::Duration::from_secs(args.approval_timeout),
+        ) {
+            Ok(a) => Some(a),
+            Err(Fatal(message)) => {
+                chan.send(&json!({"event": "error", "fatal": true, "message": message}));
+                return Err(Fatal(message));
+            }
+        },
+        SessionApproval::None => None,
+    };
+    chan.start_reading(approvals.clone());
+    let session = match Session::open(&args, approvals) {
         Ok(s) => s,
         Err(Fatal(message)) => {
             chan.send(&json!({"event": "error", "fatal": true, "message": message}));
@@ -76,8 +114,11 @@ pub(crate) fn cmd_session(args: SessionArgs) -> Result<i32, Fatal> {
 /// The harness's side: requests in, events out, on descriptors no command
 /// gets.
 struct Channel {
-    input: BufReader<std::fs::File>,
-    output: std::fs::File,
+    /// Until [`Channel::start_reading`] hands it to the reading thread.
+    input: Option<BufReader<std::fs::File>>,
+    /// The lines that thread read.
+    lines: Option<std::sync::mpsc::Receiver<approvals::Line>>,
+    output: approvals::Events,
     /// `/dev/null`, put on the standard fds the session does not lend a command.
     null: OwnedFd,
     /// The session's own stderr, put back on fd 2 after each command.
@@ -101,8 +142,9 @@ impl Channel {
         put(&null, 0)?;
         put(&null, 1)?;
         Ok(Channel {
-            input: BufReader::new(std::fs::File::from(input)),
-            output: std::fs::File::from(output),
+            input: Some(BufReader::new(std::fs::File::from(input))),
+            lines: None,
+            output: approvals::Events::new(std::fs::File::from(output)),
             null,
             stderr,
             broken: false,
@@ -111,40 +153,55 @@ impl Channel {
 
     /// Writes one event as one line.
     fn send(&mut self, event: &Value) {
-        let mut line = event.to_string();
-        line.push('\n');
-        if self.output.write_all(line.as_bytes()).is_err() {
+        self.output.send(event);
+        if self.output.broken() {
             self.broken = true;
+        }
+    }
+
+    /// Reads requests on a thread from now on: `approve` answers go to
+    /// `approvals` as they come, the rest wait for [`Channel::next_line`].
+    fn start_reading(&mut self, approvals: Option<approvals::Approvals>) {
+        if let Some(input) = self.input.take() {
+            self.lines = Some(approvals::spawn_reader(input, approvals, read_line));
         }
     }
 
     /// The next request line (`Ok(None)` at end of input); a line longer
     /// than [`LINE_CAP`] is skipped and `Err` names it.
-    fn next_line(&mut self) -> std::io::Result<Option<Result<Vec<u8>, String>>> {
-        let mut line = Vec::new();
-        let n = (&mut self.input)
-            .take(LINE_CAP as u64 + 1)
-            .read_until(b'\n', &mut line)?;
-        if n == 0 {
-            return Ok(None);
+    fn next_line(&mut self) -> approvals::Line {
+        match &self.lines {
+            Some(lines) => lines.recv().unwrap_or(Ok(None)),
+            None => Ok(None),
         }
-        if line.len() > LINE_CAP && line.last() != Some(&b'\n') {
-            // Skip to the end of that line.
-            loop {
-                let mut rest = Vec::new();
-                let n = (&mut self.input)
-                    .take(LINE_CAP as u64)
-                    .read_until(b'\n', &mut rest)?;
-                if n == 0 || rest.last() == Some(&b'\n') {
-                    break;
-                }
-            }
-            return Ok(Some(Err(format!(
-                "request line longer than {LINE_CAP} bytes: skipped"
-            ))));
-        }
-        Ok(Some(Ok(line)))
     }
+}
+
+/// Reads one request line from `input` (see [`Channel::next_line`]).
+fn read_line(input: &mut BufReader<std::fs::File>) -> approvals::Line {
+    let mut line = Vec::new();
+    let n = (&mut *input)
+        .take(LINE_CAP as u64 + 1)
+        .read_until(b'\n', &mut line)?;
+    if n == 0 {
+        return Ok(None);
+    }
+    if line.len() > LINE_CAP && line.last() != Some(&b'\n') {
+        // Skip to the end of that line.
+        loop {
+            let mut rest = Vec::new();
+            let n = (&mut *input)
+                .take(LINE_CAP as u64)
+                .read_until(b'\n', &mut rest)?;
+            if n == 0 || rest.last() == Some(&b'\n') {
+                break;
+            }
+        }
+        return Ok(Some(Err(format!(
+            "request line longer than {LINE_CAP} bytes: skipped"
+        ))));
+    }
+    Ok(Some(Ok(line)))
 }
 
 /// `fd` duplicated to a descriptor above 2, close-on-exec.
@@ -359,10 +416,12 @@ struct Session {
     base: RunRequest,
     /// The private TMPDIR, removed when the session ends.
     _private_tmp: Option<tempfile::TempDir>,
+    /// `--approval channel`: what the proxy holds is asked over the channel.
+    approvals: Option<approvals::Approvals>,
 }
 
 impl Session {
-    fn open(args: &SessionArgs) -> Result<Self, Fatal> {
+    fn open(args: &SessionArgs, approvals: Option<approvals::Approvals>) -> Result<Self, Fatal> {
         let operator = crate::load_config(&args.config)?;
         let config = &operator.config;
         let private_tmp = crate::private_tmp_for(&args.policy)?;
@@ -393,11 +452,15 @@ impl Session {
         // Every refusal of a command is listed in its exit event, those the
         // kernel makes on its own included.
         base.observe_writes = true;
+        if let Some(approvals) = &approvals {
+            base.egress = base.egress.with_decider(Some(approvals.decider()));
+        }
         Ok(Session {
             policy,
             backend,
             base,
             _private_tmp: private_tmp,
+            approvals,
         })
     }
 
@@ -411,7 +474,12 @@ impl Session {
                 "none (danger-full-access)".to_owned()
             },
             "policy": self.policy.as_ref().map(summary),
-            "ops": ["run", "close"],
+            "ops": if self.approvals.is_some() {
+                json!(["run", "approve", "close"])
+            } else {
+                json!(["run", "close"])
+            },
+            "approval": if self.approvals.is_some() { "channel" } else { "none" },
             "concurrency": 1,
             "output_cap": OUTPUT_CAP,
         })
@@ -527,7 +595,12 @@ impl Session {
             }),
         ));
         let started = Instant::now();
-        let (result, stdout, stderr) = match self.launch(chan, &req, &fields) {
+        if let Some(approvals) = &self.approvals {
+            approvals.begin(id);
+        }
+        let launched = self.launch(chan, &req, &fields);
+        let asked = self.approvals.as_ref().map(|a| a.end(id));
+        let (result, stdout, stderr) = match launched {
             Ok(launched) => launched,
             // The session cannot lend or take back the standard fds (or
             // catch the stop signals): the request still gets its answer,
@@ -572,6 +645,9 @@ impl Session {
                 );
                 event.insert(format!("{name}_dropped"), c.dropped.into());
             }
+        }
+        if let Some(asked) = asked {
+            event.insert("approvals".into(), asked.into());
         }
         let mut exit = Map::new();
         exit.insert("id".into(), id.clone());

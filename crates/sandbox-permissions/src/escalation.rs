@@ -21,6 +21,10 @@ pub enum Escalation {
     /// `--allow-request` takes it): the exact method and normalised path
     /// the intercepting proxy refused.
     AddRequestRule(String),
+    /// Admit a connection to this destination (`host:port`) that no egress
+    /// rule lists, held by the proxy while the harness is asked
+    /// (`sandbox session --approval channel`).
+    AdmitDestination(String),
 }
 
 impl Escalation {
@@ -33,6 +37,9 @@ impl Escalation {
             }
             Self::AddRequestRule(rule) => {
                 format!("admit the requests {rule} (--allow-request '{rule}')")
+            }
+            Self::AdmitDestination(target) => {
+                format!("admit a connection to {target} (--allow-net {target})")
             }
         }
     }

@@ -6,6 +6,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 use std::time::Duration;
 
 use sandbox_core::{
@@ -14,7 +15,7 @@ use sandbox_core::{
 };
 
 use crate::dns::DnsServer;
-use crate::{Interception, Proxy, ProxyError, ProxyOptions, Secret};
+use crate::{Decider, Interception, Proxy, ProxyError, ProxyOptions, Secret};
 use sandbox_core::request::{SecretSource, SecretSpec};
 
 /// The value of the secret `spec` names: the runner's environment variable
@@ -118,6 +119,11 @@ pub struct EgressOptions {
     /// Credentials the proxy writes into the request headers of their
     /// (intercepted) hosts; the command sees placeholders.
     pub secrets: Vec<SecretSpec>,
+    /// Asked, while the command waits, about each destination or request
+    /// the policy refuses ([`crate::Decider`]). With the network off, the
+    /// run then gets the proxy alone as its allowlist: every TCP connection
+    /// it makes through the proxy is asked about.
+    pub decider: Option<Arc<dyn Decider>>,
 }
 
 impl EgressOptions {
@@ -130,6 +136,12 @@ impl EgressOptions {
     /// [`EgressOptions::secrets`].
     pub fn with_secrets(mut self, secrets: Vec<SecretSpec>) -> Self {
         self.secrets = secrets;
+        self
+    }
+
+    /// [`EgressOptions::decider`].
+    pub fn with_decider(mut self, decider: Option<Arc<dyn Decider>>) -> Self {
+        self.decider = decider;
         self
     }
 }
@@ -174,7 +186,8 @@ pub struct Egress {
 
 impl Egress {
     /// Starts the egress `policy` needs: nothing (`None`) unless its network
-    /// is an allowlist. Then host names are reached through the runner's
+    /// is an allowlist, or off with a decider ([`EgressOptions::decider`]).
+    /// Then host names are reached through the runner's
     /// proxy, which the command may connect to, and nothing else but the
     /// policy's IP rules; and (Linux) programs that resolve names
     /// themselves ask the runner's resolver over TCP, whose answers are
@@ -208,10 +221,15 @@ impl Egress {
                 opts.secrets[0].name()
             )));
         }
-        if policy.network_mode() != NetworkMode::Allowlist {
+        // With a decider, a run without network gets the proxy alone.
+        let asks_for_all = opts.decider.is_some() && policy.network_mode() == NetworkMode::Off;
+        if policy.network_mode() != NetworkMode::Allowlist && !asks_for_all {
             return Ok(None);
         }
         let mut proxy_opts = ProxyOptions::default();
+        if let Some(decider) = &opts.decider {
+            proxy_opts = proxy_opts.decider(Arc::clone(decider));
+        }
         let mut ca_pem = None;
         let mut secrets = Vec::new();
         for spec in &opts.secrets {
@@ -257,7 +275,11 @@ impl Egress {
         } else {
             None
         };
-        let mut policy = policy.with_allowed(EgressRule::Ip(proxy.net_rule()));
+        let mut policy = if asks_for_all {
+            policy.with_only_allowed(EgressRule::Ip(proxy.net_rule()))
+        } else {
+            policy.with_allowed(EgressRule::Ip(proxy.net_rule()))
+        };
         // Reads are broad: a secret's file is read-denied to the run, or
         // the command would read the value where the runner did.
         for spec in &opts.secrets {

@@ -96,6 +96,15 @@
 //! reach a service bound to `0.0.0.0` or `[::]`. Each admitted address is
 //! tried in turn. The proxy's own address is never a destination.
 //!
+//! # Asking while the connection waits
+//! With a [`Decider`] ([`ProxyOptions::decider`], or
+//! [`EgressOptions::decider`]), a destination no egress rule lists (a name
+//! or an IP literal) and an intercepted request no request rule admits are
+//! held on their connection's thread while the decider is asked
+//! ([`Pending`]); it answers a [`Reply`] with a [`Decision`] (once,
+//! session, deny) within [`Decider::hold_limit`], else the refusal stands.
+//! An admitted destination is reached as an exact rule would reach it.
+//!
 //! # Limits
 //! Request heads are bounded ([`ProxyOptions::max_head_bytes`], 16 KiB) and
 //! must arrive within [`ProxyOptions::head_timeout`] (30 s), so a stuck
@@ -153,6 +162,7 @@
 //! | origin response head (`httparse`) | the origin's status line and headers (the origin is named by the operator, not the command) | head bounded (64 KiB); 1xx passed on, `Connection` replaced by `close`; the body relayed as bytes | `tests/tests/intercept.rs` |
 //! | the run CA | the certificate files (readable by the command; in a directory of the runner's) | the key is never written anywhere (memory only); the files hold certificates only, are removed when the run ends, written and removed through a descriptor of the directory made (a run that renames it and plants a symlink in its place makes the runner delete nothing elsewhere; the name removed only while it is that directory); the CA is name-constrained to the intercepted hosts and valid a day | `tests/tests/intercept.rs` (`the_run_ca_key_never_reaches_the_run`, `the_ca_files_cleanup_follows_no_planted_link`) |
 //! | secrets (`--secret`) | where the placeholder goes: any header, target, host, `CONNECT` or plain request | the value only in this process (non-dumpable while secrets exist; Landlock scopes ptrace-mode access to the runner anyway); a secret's file (`NAME=file:PATH`) read-denied to the run and refused when it has another name (hard link); written only into header values of requests to the secret's own intercepted hosts (`Basic` decoded and re-encoded); the placeholder in a target, in a header to another host, or in a head the proxy does not intercept is refused and recorded; values with CR, LF or NUL refused; every value (and each re-encoded `Basic` credential) kept out of intercepted responses, an origin reflecting a header (replaced by the placeholder in heads, masked with `*` in bodies, across reads; encoded reflections not seen: docs/enforcement.md, Known gaps) | `intercept::exchange::tests`, `tests/tests/intercept.rs` (`secrets_reach_only_their_host_and_never_the_run`, `a_secret_file_is_out_of_the_runs_reach`, `an_origin_reflecting_the_injected_value_returns_it_masked`), `intercept::tests` |
+//! | held destinations and requests ([`Decider`], `--approval channel`) | which unlisted hosts, ports and requests are asked about, how many at once, how long it lets them wait | asked from the connection's thread, never the accepting one; at most [`ProxyOptions::max_held`] (16) held at once, more refused unasked and recorded ([`RefusalReason::HeldLimit`]); each bounded by [`Decider::hold_limit`], denied on silence, on shutdown and (session) when the command ends; only names or literals no rule lists are asked about (never the proxy itself, a wildcard's special or own addresses, a request shape refused whatever the rules); the answer comes only from the decider (the session's channel, which no command holds) | `hold::tests`, `tests/tests/session_approvals.rs` (`the_command_cannot_answer_its_own_question` beside its answered twin, silence, deny) |
 //! | capabilities over that namespace | unprivileged, the command's uid owns its user namespace, so the command holds CAP_NET_ADMIN there | the egress filter refuses the socket ioctls and options that use it (`sandbox_seccomp::SOCKET_IOCTLS_REFUSED`, `SOCKET_OPTIONS_REFUSED`), and `setns`; the command makes no other socket there | `tests/tests/dns.rs` (`the_datagram_namespace_cannot_be_administered_by_the_command`) |
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -160,6 +170,7 @@
 mod deadline;
 pub mod dns;
 mod egress;
+mod hold;
 mod http;
 #[cfg(target_os = "linux")]
 mod intercept;
@@ -181,6 +192,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 pub use egress::{Egress, EgressError, EgressOptions};
+pub use hold::{Decider, Decision, Pending, Reply, Settled, DEFAULT_HOLD_LIMIT, DEFAULT_MAX_HELD};
 pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
 
 /// This host's own addresses (every address on one of its interfaces), which
@@ -218,6 +230,8 @@ pub struct ProxyOptions {
     max_head_bytes: usize,
     resolver: Option<Resolver>,
     interception: Option<Interception>,
+    decider: Option<Arc<dyn Decider>>,
+    max_held: usize,
 }
 
 /// The interception of the hosts per-request rules name
@@ -355,6 +369,8 @@ impl Default for ProxyOptions {
             max_head_bytes: 16 * 1024,
             resolver: None,
             interception: None,
+            decider: None,
+            max_held: DEFAULT_MAX_HELD,
         }
     }
 }
@@ -368,6 +384,8 @@ impl fmt::Debug for ProxyOptions {
             .field("max_head_bytes", &self.max_head_bytes)
             .field("resolver", &self.resolver.as_ref().map(|_| "custom"))
             .field("interception", &self.interception.is_some())
+            .field("decider", &self.decider)
+            .field("max_held", &self.max_held)
             .finish()
     }
 }
@@ -416,6 +434,23 @@ impl ProxyOptions {
         self.interception = Some(interception);
         self
     }
+
+    /// Holds a connection to a destination no egress rule admits (a name
+    /// not listed, an IP literal no rule admits), and an intercepted
+    /// request no request rule admits, while `decider` is asked
+    /// ([`Decider`]); without one they are refused at once.
+    pub fn decider(mut self, decider: Arc<dyn Decider>) -> Self {
+        self.decider = Some(decider);
+        self
+    }
+
+    /// Connections held for a [`Decider`] at once (at least 1, default
+    /// [`DEFAULT_MAX_HELD`]); a refusal beyond them is not asked about
+    /// ([`RefusalReason::HeldLimit`]).
+    pub fn max_held(mut self, n: usize) -> Self {
+        self.max_held = n.max(1);
+        self
+    }
 }
 
 /// A destination the proxy refused.
@@ -458,6 +493,12 @@ pub enum RefusalReason {
     },
     /// The destination is the proxy itself.
     ProxyItself,
+    /// A [`Decider`] would have been asked, but the proxy already held
+    /// [`ProxyOptions::max_held`] connections for it: refused unasked.
+    HeldLimit {
+        /// How many were held.
+        held: usize,
+    },
     /// An intercepted request that no request rule admits, or whose shape
     /// the proxy refuses (one a parser could read two ways, a path that
     /// climbs or is ambiguous).
@@ -503,6 +544,11 @@ impl fmt::Display for RefusalReason {
                 f.write_str("), which need an exact name rule or an IP rule")
             }
             RefusalReason::ProxyItself => f.write_str("it is the proxy itself"),
+            RefusalReason::HeldLimit { held } => write!(
+                f,
+                "{held} connections already waited for an approval, so this one was refused \
+                 without asking"
+            ),
             RefusalReason::Request {
                 why, admit_with, ..
             } => {

@@ -10,6 +10,7 @@ use std::time::{Duration, Instant};
 
 use sandbox_core::net::{EgressRules, HostAddrs};
 
+use crate::hold::{Pending, Reply, Settled};
 use crate::{ProxyOptions, Refused, MAX_REFUSALS_KEPT};
 
 /// State shared by the proxy handle, the acceptor and the connections.
@@ -25,6 +26,14 @@ pub(crate) struct Shared {
     log: Mutex<RefusalLog>,
     live: Mutex<Live>,
     idle: Condvar,
+    /// The questions connections wait on, settled as stopped on shutdown.
+    held: Mutex<Held>,
+}
+
+#[derive(Default)]
+struct Held {
+    next_id: u64,
+    waiting: HashMap<u64, Reply>,
 }
 
 #[derive(Default)]
@@ -63,6 +72,7 @@ impl Shared {
             log: Mutex::default(),
             live: Mutex::default(),
             idle: Condvar::new(),
+            held: Mutex::default(),
         }
     }
 
@@ -96,8 +106,38 @@ impl Shared {
         })
     }
 
-    /// Shuts down every open connection's sockets, so their threads end.
+    /// Asks the decider about `pending` and waits for the answer, at most
+    /// its hold limit; `None` without a decider, `Err(held)` when
+    /// [`ProxyOptions::max_held`] questions wait already (or the proxy is
+    /// stopping: `held` is then 0).
+    pub(crate) fn hold(&self, pending: Pending) -> Option<Result<Settled, usize>> {
+        let decider = self.opts.decider.as_ref()?;
+        let reply = Reply::new();
+        let id = {
+            let mut held = lock(&self.held);
+            if self.stopping.load(Ordering::SeqCst) {
+                return Some(Ok(Settled::Stopped));
+            }
+            if held.waiting.len() >= self.opts.max_held {
+                return Some(Err(held.waiting.len()));
+            }
+            held.next_id += 1;
+            let id = held.next_id;
+            held.waiting.insert(id, reply.clone());
+            id
+        };
+        decider.ask(pending, reply.clone());
+        let settled = reply.wait(decider.hold_limit());
+        lock(&self.held).waiting.remove(&id);
+        Some(Ok(settled))
+    }
+
+    /// Shuts down every open connection's sockets, so their threads end,
+    /// and denies every held question.
     pub(crate) fn close_all(&self) {
+        for reply in lock(&self.held).waiting.values() {
+            reply.stop();
+        }
         let live = lock(&self.live);
         for socket in live.sockets.values().flatten() {
             let _ = socket.shutdown(Shutdown::Both);

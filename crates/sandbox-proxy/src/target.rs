@@ -249,15 +249,64 @@ pub(crate) fn open_intercepted(
 
 /// Checks `target`, resolves it, and connects to the first admitted address
 /// that answers. A refusal is logged.
+///
+/// With a [`crate::Decider`], a destination no rule lists (a name, an IP
+/// literal) is held while it is asked; once admitted, it is reached as an
+/// exact rule would (every address the name resolves to, the proxy's own
+/// excepted).
 pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failure> {
     let addrs = match admitted(shared, target) {
         Ok(addrs) => addrs,
-        Err(Failure::Refused(refused)) => {
+        Err(Failure::Refused(mut refused)) => {
+            if matches!(
+                refused.reason,
+                RefusalReason::NameNotListed | RefusalReason::AddressNotAllowed
+            ) {
+                let pending = crate::hold::Pending::Connect {
+                    host: refused.host.clone(),
+                    port: target.port,
+                };
+                match shared.hold(pending) {
+                    Some(Ok(settled)) if settled.decision().admits() => {
+                        return open_approved(shared, target);
+                    }
+                    Some(Err(held)) => refused.reason = RefusalReason::HeldLimit { held },
+                    _ => {}
+                }
+            }
             shared.refuse((*refused).clone());
             return Err(Failure::Refused(refused));
         }
         Err(other) => return Err(other),
     };
+    connect_first(shared, addrs)
+}
+
+/// Connects to a destination a decider admitted: as an exact rule for it
+/// would (every address a name resolves to), never to the proxy itself.
+fn open_approved(shared: &Shared, target: &Target) -> Result<TcpStream, Failure> {
+    let addrs = match &target.host {
+        Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
+        Host::Name(name) => resolve(shared, name, target.port)
+            .map_err(Failure::Unresolvable)?
+            .into_iter()
+            .map(|mut a| {
+                a.set_port(target.port);
+                a
+            })
+            .collect(),
+    };
+    let addrs: Vec<SocketAddr> = addrs
+        .into_iter()
+        .filter(|&a| !is_proxy(shared, a))
+        .collect();
+    if addrs.is_empty() {
+        let failure = target.refused(RefusalReason::ProxyItself);
+        if let Failure::Refused(refused) = &failure {
+            shared.refuse((**refused).clone());
+        }
+        return Err(failure);
+    }
     connect_first(shared, addrs)
 }
 

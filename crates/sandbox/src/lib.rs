@@ -94,6 +94,7 @@ pub mod runner {
         stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord, StopSignals,
     };
     pub use sandbox_proxy::EgressOptions;
+    pub use sandbox_proxy::{Decider, Decision, Pending, Reply, Settled};
 }
 
 pub mod backend {

@@ -496,7 +496,16 @@ fn exchange(
         answer(&mut client.stream, &refused, &shown);
         return false;
     }
-    let (target, body) = match admit(&head, interceptor.rules(), &host, port) {
+    let admitted = match admit(&head, interceptor.rules(), &host, port) {
+        Ok(admitted) => Ok(admitted),
+        // Only a request one rule would admit is asked about (never a
+        // shape or a path refused whatever the rules).
+        Err(refused) => match approved_rule(slot, &head, &host, port, &refused) {
+            Some(rule) => admit(&head, std::slice::from_ref(&rule), &host, port),
+            None => Err(refused),
+        },
+    };
+    let (target, body) = match admitted {
         Ok(admitted) => admitted,
         Err(refused) => {
             let path = head.target.split('?').next().unwrap_or("");
@@ -507,6 +516,32 @@ fn exchange(
         }
     };
     forward(slot, interceptor, client, &head, &host, port, &target, body)
+}
+
+/// The rule that would admit a refused request, when a decider was asked
+/// and admitted it.
+fn approved_rule(
+    slot: &Slot,
+    head: &Head,
+    host: &str,
+    port: u16,
+    refused: &Refusal,
+) -> Option<RequestRule> {
+    let text = refused.admit_with.as_deref()?;
+    let rule: RequestRule = text.parse().ok()?;
+    let path = head.target.split('?').next().unwrap_or("");
+    let path = normalize_path(path).ok()?;
+    let pending = crate::hold::Pending::Request {
+        host: host.to_string(),
+        port,
+        method: head.method.clone(),
+        url: url(host, port, &path.to_string()),
+        rule: text.to_string(),
+    };
+    match slot.shared.hold(pending)? {
+        Ok(settled) if settled.decision().admits() => Some(rule),
+        _ => None,
+    }
 }
 
 /// A request that carries a secret's placeholder where it may not go: in

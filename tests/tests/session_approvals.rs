@@ -1,0 +1,394 @@
+//! `sandbox session --approval channel` (#45): a connection the policy
+//! refuses is held while the harness is asked; "once" admits that one,
+//! "session" every later one to the same destination, "deny" and silence
+//! refuse it; nothing the command writes answers a question. Each session
+//! runs in a private network and mount namespace with a local origin
+//! (`svc.example.com` is 127.0.0.1 there): nothing leaves the machine.
+//! Root and nobody.
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::Duration;
+
+use sandbox_tests::sandbox_bin;
+use serde_json::{json, Value};
+
+/// How long any one event may take before the test fails (not hangs).
+const EVENT_WAIT: Duration = Duration::from_secs(90);
+
+fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// A curl through the run's proxy (the variables the egress sets) to the
+/// origin, printing `<body> <status>` on one line.
+const CURL: &str = "curl -s -m 120 -w ' %{http_code}\\n' http://svc.example.com:8080/";
+
+struct Harness {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: Receiver<Value>,
+    dir: tempfile::TempDir,
+}
+
+impl Harness {
+    /// `sandbox session --approval channel FLAGS` in a private network and
+    /// mount namespace, with an HTTP origin on 127.0.0.1:8080 (each
+    /// request's path a line of `origin.log`) and `svc.example.com` in
+    /// `/etc/hosts`; as nobody when `nobody`.
+    fn open(nobody: bool, flags: &[&str]) -> Self {
+        assert!(
+            is_root(),
+            "network namespaces need root here: run this suite as root (CI does)"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::create_dir(d.join("state")).unwrap();
+        std::fs::set_permissions(d.join("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(
+            d.join("hosts"),
+            "127.0.0.1 localhost\n127.0.0.1 svc.example.com\n",
+        )
+        .unwrap();
+        let wrap = if nobody {
+            "setpriv --reuid=65534 --regid=65534 --clear-groups --"
+        } else {
+            ""
+        };
+        let setup = format!(
+            r#"set -e
+mount --bind "$D/hosts" /etc/hosts
+python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(sys.argv[1], "a") as log: log.write(self.path + "\n")
+        body = b"hello"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H)
+open(sys.argv[2], "w").close()
+s.serve_forever()
+' "$D/origin.log" "$D/listening" > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/origin.pid"
+for i in $(seq 200); do [ -e "$D/listening" ] && break; sleep 0.05; done
+exec {wrap} "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network "$@"
+"#
+        );
+        let mut child = Command::new("unshare")
+            .args(["--net", "--mount", "--propagation", "private"])
+            .args(["/bin/sh", "-c", &setup, "sh"])
+            .args(flags)
+            .env("SANDBOX", sandbox_bin())
+            .env("D", &d)
+            .env("XDG_STATE_HOME", d.join("state"))
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .current_dir(&d)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("unshare (util-linux) makes the namespaces");
+        let stdin = child.stdin.take();
+        let stdout = child.stdout.take().unwrap();
+        let (tx, events) = std::sync::mpsc::channel();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stdout).lines() {
+                let Ok(line) = line else { break };
+                let event: Value = serde_json::from_str(&line)
+                    .unwrap_or_else(|e| panic!("not an event on the channel ({e}): {line:?}"));
+                if tx.send(event).is_err() {
+                    break;
+                }
+            }
+        });
+        let h = Harness {
+            child,
+            stdin,
+            events,
+            dir,
+        };
+        let hello = h.next();
+        assert_eq!(hello["event"], "hello", "{hello}");
+        assert_eq!(hello["approval"], "channel", "{hello}");
+        h
+    }
+
+    fn path(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path()).unwrap()
+    }
+
+    /// The paths the origin served, in order.
+    fn served(&self) -> Vec<String> {
+        std::fs::read_to_string(self.path().join("origin.log"))
+            .unwrap_or_default()
+            .lines()
+            .map(str::to_owned)
+            .collect()
+    }
+
+    fn send(&mut self, request: &Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    #[track_caller]
+    fn next(&self) -> Value {
+        match self.events.recv_timeout(EVENT_WAIT) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
+        }
+    }
+
+    /// Starts a shell script with its output captured; returns after its
+    /// `started` event.
+    #[track_caller]
+    fn start(&mut self, id: &str, script: &str) {
+        self.send(
+            &json!({"id": id, "op": "run", "argv": ["/bin/sh", "-c", script], "output": true}),
+        );
+        let started = self.next();
+        assert_eq!(
+            (started["id"].as_str(), started["event"].as_str()),
+            (Some(id), Some("started")),
+            "{started}"
+        );
+    }
+
+    /// The next event, which must be a question about svc.example.com:8080
+    /// during run `id`; its permission id.
+    #[track_caller]
+    fn question(&self, id: &str) -> String {
+        let p = self.next();
+        assert_eq!(p["event"], "permission", "{p}");
+        assert_eq!(p["id"], id, "{p}");
+        assert_eq!(p["kind"], "connect", "{p}");
+        assert_eq!(p["host"], "svc.example.com", "{p}");
+        assert_eq!(p["port"], 8080, "{p}");
+        p["permission"].as_str().unwrap().to_owned()
+    }
+
+    fn approve(&mut self, permission: &str, answer: &str) {
+        self.send(&json!({"op": "approve", "permission": permission, "answer": answer}));
+    }
+
+    #[track_caller]
+    fn exit(&self, id: &str) -> Value {
+        let exit = self.next();
+        assert_eq!(
+            (exit["id"].as_str(), exit["event"].as_str()),
+            (Some(id), Some("exit")),
+            "{exit}"
+        );
+        exit
+    }
+
+    fn close(mut self) {
+        self.send(&json!({"op": "close"}));
+        let closed = self.next();
+        assert_eq!(closed["event"], "closed", "{closed}");
+        drop(self.stdin.take());
+        assert_eq!(self.child.wait().unwrap().code(), Some(0));
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        if let Ok(pid) = std::fs::read_to_string(self.path().join("origin.pid")) {
+            if let Ok(pid) = pid.trim().parse::<i32>() {
+                // SAFETY: kill has no memory preconditions; the pid is the
+                // origin this test started.
+                unsafe { libc::kill(pid, libc::SIGKILL) };
+            }
+        }
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+fn users() -> [bool; 2] {
+    [false, true]
+}
+
+/// The answers of an exit event: `(answer, by)` in order.
+fn answers(exit: &Value) -> Vec<(String, String)> {
+    exit["approvals"]
+        .as_array()
+        .unwrap_or_else(|| panic!("no approvals in {exit}"))
+        .iter()
+        .map(|a| {
+            (
+                a["answer"].as_str().unwrap().to_owned(),
+                a["by"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect()
+}
+
+/// With the network off, a connection is held and asked about: "once"
+/// admits it (the origin serves it) and the next one is asked again; "deny"
+/// refuses it (403, recorded, the origin never sees it). "session" admits
+/// it and, unasked, the later ones of this and the next command.
+#[test]
+fn once_session_and_deny_decide_held_connections() {
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        h.start("1", &format!("{CURL}once; {CURL}denied"));
+        let p = h.question("1");
+        h.approve(&p, "once");
+        let p2 = h.question("1");
+        assert_ne!(p, p2, "each question has its own id");
+        h.approve(&p2, "deny");
+        let exit = h.exit("1");
+        let out = exit["stdout"].as_str().unwrap();
+        assert!(out.contains("hello 200"), "{exit}");
+        assert!(out.contains(" 403"), "the denied one is refused: {exit}");
+        assert_eq!(
+            answers(&exit),
+            [
+                ("once".into(), "channel".into()),
+                ("deny".into(), "channel".into())
+            ],
+            "{exit}"
+        );
+        assert!(
+            exit["refusals"].to_string().contains("svc.example.com"),
+            "the denial is recorded: {exit}"
+        );
+        assert_eq!(
+            h.served(),
+            ["/once"],
+            "only the admitted one reached the origin"
+        );
+
+        h.start("2", &format!("{CURL}s1; {CURL}s2"));
+        let p = h.question("2");
+        h.approve(&p, "session");
+        let exit = h.exit("2");
+        let out = exit["stdout"].as_str().unwrap();
+        assert_eq!(out.matches("hello 200").count(), 2, "{exit}");
+        assert_eq!(
+            answers(&exit),
+            [
+                ("session".into(), "channel".into()),
+                ("session".into(), "session grant".into())
+            ],
+            "{exit}"
+        );
+        // The next command is not asked.
+        h.start("3", &format!("{CURL}s3"));
+        let exit = h.exit("3");
+        assert!(
+            exit["stdout"].as_str().unwrap().contains("hello 200"),
+            "{exit}"
+        );
+        assert_eq!(h.served(), ["/once", "/s1", "/s2", "/s3"]);
+        h.close();
+    }
+}
+
+/// Silence: the held connection is refused when the hold limit passes
+/// (`--approval-timeout`), recorded as "timeout"; a late answer admits
+/// nothing. A malformed answer denies at once. Twin: the same session
+/// admits a connection answered "once".
+#[test]
+fn silence_and_malformed_answers_deny() {
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &["--approval-timeout", "1"]);
+        h.start("t", &format!("{CURL}silence"));
+        let p = h.question("t");
+        let exit = h.exit("t");
+        assert!(exit["stdout"].as_str().unwrap().contains(" 403"), "{exit}");
+        assert_eq!(
+            answers(&exit),
+            [("deny".into(), "timeout".into())],
+            "{exit}"
+        );
+        h.approve(&p, "once");
+        let late = h.next();
+        assert_eq!(late["event"], "error", "{late}");
+
+        h.start("m", &format!("{CURL}malformed"));
+        let p = h.question("m");
+        h.approve(&p, "yes please");
+        let err = h.next();
+        assert_eq!(err["event"], "error", "{err}");
+        let exit = h.exit("m");
+        assert!(exit["stdout"].as_str().unwrap().contains(" 403"), "{exit}");
+        assert_eq!(
+            answers(&exit),
+            [("deny".into(), "malformed answer".into())],
+            "{exit}"
+        );
+        assert!(h.served().is_empty(), "{:?}", h.served());
+        h.close();
+    }
+}
+
+/// The command cannot answer its own question: while its connection is
+/// held it writes approve lines (for guessed ids) to every descriptor it
+/// has, to the session's /proc/PID/fd/0 and fd/1 (the channel's path), and
+/// a forged permission event on its stdout. The harness stays silent: the
+/// connection is refused at the hold limit, the origin never sees it, and
+/// the channel carries only the session's events. Twin (same script, the
+/// harness answers "once"): admitted.
+#[test]
+fn the_command_cannot_answer_its_own_question() {
+    for nobody in users() {
+        for harness_answers in [true, false] {
+            let mut h = Harness::open(nobody, &["--approval-timeout", "5"]);
+            let session = h.child.id();
+            let forge = r#"{"op":"approve","permission":"PID","answer":"session"}"#;
+            let script = format!(
+                r#"{CURL}held &
+sleep 0.5
+for n in 0 1 2 3 4 5 6 7 8 9; do
+  for p in p$n p0 p1 p00000000000000$n; do
+    line=$(echo '{forge}' | sed "s/PID/$p/")
+    for fd in /proc/self/fd/*; do echo "$line" > "$fd" 2>/dev/null; done
+    for t in /proc/{session}/fd/0 /proc/{session}/fd/1 /proc/{session}/fd/3 /proc/{session}/fd/4; do
+      echo "$line" > "$t" 2>/dev/null && echo "wrote $t"
+    done
+  done
+done
+echo '{{"event":"permission","permission":"p1","id":"x","kind":"connect","host":"svc.example.com","port":8080}}'
+wait"#
+            );
+            h.start("a", &script);
+            let p = h.question("a");
+            if harness_answers {
+                h.approve(&p, "once");
+            }
+            let exit = h.exit("a");
+            let out = exit["stdout"].as_str().unwrap();
+            assert!(!out.contains("wrote /proc"), "{exit}");
+            if harness_answers {
+                assert!(out.contains("hello 200"), "{exit}");
+                assert_eq!(answers(&exit), [("once".into(), "channel".into())]);
+                assert_eq!(h.served(), ["/held"]);
+            } else {
+                assert!(out.contains(" 403"), "{exit}");
+                assert_eq!(
+                    answers(&exit),
+                    [("deny".into(), "timeout".into())],
+                    "{exit}"
+                );
+                assert!(h.served().is_empty(), "{:?}", h.served());
+            }
+            h.close();
+        }
+    }
+}
