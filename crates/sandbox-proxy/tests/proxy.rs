@@ -1088,3 +1088,146 @@ fn python_urllib_honours_the_proxy_environment() {
     );
     assert!(other.seen().is_empty());
 }
+
+/// A decider that keeps each question (and its reply) for the test to
+/// answer, or answers every one with `auto`.
+#[derive(Debug, Default)]
+struct Keeper {
+    asked: Mutex<Vec<(sandbox_proxy::Pending, sandbox_proxy::Reply)>>,
+    auto: Option<sandbox_proxy::Decision>,
+}
+
+impl sandbox_proxy::Decider for Keeper {
+    fn ask(&self, pending: sandbox_proxy::Pending, reply: sandbox_proxy::Reply) {
+        if let Some(d) = self.auto {
+            reply.answer(d);
+        }
+        self.asked.lock().unwrap().push((pending, reply));
+    }
+
+    fn hold_limit(&self) -> Duration {
+        Duration::from_secs(600)
+    }
+}
+
+impl Keeper {
+    /// Waits until `n` questions were asked.
+    fn wait_for(&self, n: usize) {
+        let deadline = Instant::now() + Duration::from_secs(60);
+        while self.asked.lock().unwrap().len() < n {
+            assert!(Instant::now() < deadline, "no question asked");
+            thread::sleep(Duration::from_millis(5));
+        }
+    }
+}
+
+/// A held connection is asked about and waits: "once" admits it (the
+/// origin serves it), "deny" refuses it (403, recorded). Beyond the cap a
+/// refusal is not asked about (HeldLimit, recorded), while listed
+/// destinations are still served (the accepting loop is not blocked by a
+/// held connection). Stopping the proxy denies what is still held.
+#[test]
+fn held_connections_wait_for_the_decider() {
+    let origin = origin();
+    let keeper = Arc::new(Keeper::default());
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let opts = ProxyOptions::default()
+        .resolver(test_resolver(Arc::clone(&asked)))
+        .decider(keeper.clone())
+        .max_held(2);
+    let mut proxy = Proxy::start(rules(&["localhost:1"]), opts).unwrap();
+    let target = format!("rebind.example.com:{}", origin.port());
+    // Once: admitted.
+    let t = {
+        let (addr, target) = (proxy.addr(), target.clone());
+        thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+            let head = read_head(&mut s);
+            s.write_all(b"GET /once HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+                .unwrap();
+            (head, body_of(&read_all(&mut s)))
+        })
+    };
+    keeper.wait_for(1);
+    {
+        let asked = keeper.asked.lock().unwrap();
+        assert_eq!(
+            asked[0].0,
+            sandbox_proxy::Pending::Connect {
+                host: "rebind.example.com".into(),
+                port: origin.port()
+            }
+        );
+        assert!(asked[0].1.answer(sandbox_proxy::Decision::Once));
+    }
+    let (head, body) = t.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+    assert_eq!(body, BODY);
+    assert_eq!(origin.seen().len(), 1);
+    // Two held (the cap): a third is refused unasked; the proxy still
+    // answers meanwhile.
+    let held: Vec<_> = (0..2)
+        .map(|_| {
+            let (addr, target) = (proxy.addr(), target.clone());
+            thread::spawn(move || {
+                let mut s = TcpStream::connect(addr).unwrap();
+                write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+                read_head(&mut s)
+            })
+        })
+        .collect();
+    keeper.wait_for(3);
+    let (status, body) = refused(
+        &proxy,
+        &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+    );
+    assert!(status.contains(" 403 "), "{status}");
+    assert!(body.contains("without asking"), "{body}");
+    assert_eq!(
+        keeper.asked.lock().unwrap().len(),
+        3,
+        "the third was not asked"
+    );
+    // Deny one; stop the proxy with the other still held.
+    assert!(keeper.asked.lock().unwrap()[1]
+        .1
+        .answer(sandbox_proxy::Decision::Deny));
+    proxy.shutdown();
+    for h in held {
+        let head = h.join().unwrap();
+        assert!(!head.starts_with("HTTP/1.1 200 "), "{head}");
+    }
+    let last = &keeper.asked.lock().unwrap()[2].1;
+    assert_eq!(last.settled(), Some(sandbox_proxy::Settled::Stopped));
+    assert!(!last.answer(sandbox_proxy::Decision::Once), "too late");
+    assert_eq!(origin.seen().len(), 1, "nothing denied reached the origin");
+    let reasons: Vec<_> = proxy.refusals().into_iter().map(|r| r.reason).collect();
+    assert!(
+        reasons.contains(&RefusalReason::HeldLimit { held: 2 }),
+        "{reasons:?}"
+    );
+    assert_eq!(
+        reasons
+            .iter()
+            .filter(|r| **r == RefusalReason::NameNotListed)
+            .count(),
+        2,
+        "{reasons:?}"
+    );
+}
+
+/// Without a decider nothing is held (the twin of the test above): the same
+/// destination is refused at once.
+#[test]
+fn without_a_decider_nothing_is_held() {
+    let origin = origin();
+    let (proxy, _) = start_with_resolver(&["localhost:1"]);
+    let target = format!("rebind.example.com:{}", origin.port());
+    let (status, _) = refused(
+        &proxy,
+        &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+    );
+    assert!(status.contains(" 403 "), "{status}");
+    assert!(origin.seen().is_empty());
+}
