@@ -13,6 +13,21 @@ Standard library only::
 `stdout`/`stderr` when `output=True`). A request the session refuses raises
 `SessionError` naming the bad input. Commands run one at a time; one
 `Session` is not meant to be shared between threads.
+
+With `--approval channel` among `args`, a connection (or request) the
+policy refuses is held while the session asks; `on_permission` is called
+with the `permission` event (a dict: `kind`, `host`, `port`, and for a
+request `method`, `url`, `rule`) and returns `"once"`, `"session"` or
+`"deny"`. Without a callback, or when it raises or returns anything else,
+the answer is `"deny"`. The exit event's `approvals` lists what was asked
+and answered::
+
+    def ask(p):
+        return "once" if p["host"].endswith(".example.com") else "deny"
+
+    with Session(args=["--no-network", "--approval", "channel"], on_permission=ask) as s:
+        r = s.run(["curl", "-s", "http://pkg.example.com/"], output=True)
+        print(r["approvals"])
 """
 
 import itertools
@@ -20,7 +35,10 @@ import json
 import os
 import subprocess
 
-__all__ = ["Session", "SessionError", "SCHEMA_VERSION"]
+__all__ = ["Session", "SessionError", "SCHEMA_VERSION", "ANSWERS"]
+
+#: The answers to a `permission` event.
+ANSWERS = ("once", "session", "deny")
 
 #: The version of the session schema this client speaks (`"v"` in `hello`).
 SCHEMA_VERSION = 1
@@ -34,9 +52,11 @@ class Session:
     """A `sandbox session` subprocess: `args` are its policy flags (as
     `sandbox run` takes them, and `--config`); `sandbox` is the binary
     (default: `$SANDBOX_BIN`, else `sandbox` on `PATH`); `stderr` is passed
-    to `subprocess.Popen` (default: this process's own)."""
+    to `subprocess.Popen` (default: this process's own); `on_permission`
+    answers the questions of `--approval channel` (see the module's doc)."""
 
-    def __init__(self, args=(), sandbox=None, stderr=None):
+    def __init__(self, args=(), sandbox=None, stderr=None, on_permission=None):
+        self.on_permission = on_permission
         binary = sandbox or os.environ.get("SANDBOX_BIN") or "sandbox"
         self._proc = subprocess.Popen(
             [binary, "session", *args],
@@ -91,6 +111,9 @@ class Session:
         self._send(request)
         while True:
             event = self._read()
+            if event.get("event") == "permission":
+                self._answer(event)
+                continue
             if event.get("id") != rid:
                 continue
             kind = event.get("event")
@@ -98,6 +121,17 @@ class Session:
                 return event
             if kind == "error":
                 raise SessionError(event.get("message", "error"))
+
+    def _answer(self, event):
+        answer = "deny"
+        if self.on_permission is not None:
+            try:
+                answer = self.on_permission(event)
+            except Exception:  # a failing callback denies, never admits
+                answer = "deny"
+        if answer not in ANSWERS:
+            answer = "deny"
+        self._send({"op": "approve", "permission": event["permission"], "answer": answer})
 
     def close(self):
         """Ends the session (`close`) and waits for it; returns its exit status."""

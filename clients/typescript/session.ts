@@ -10,6 +10,14 @@
 // `run` sends one `run` request and resolves to its `exit` event; a request
 // the session refuses rejects with a SessionError naming the bad input.
 // The session runs one command at a time: requests sent meanwhile wait.
+//
+// With `--approval channel` among the args, a connection (or request) the
+// policy refuses is held while the session asks: `onPermission` gets the
+// `permission` event and returns (or resolves to) "once", "session" or
+// "deny"; without it, or when it throws or returns anything else, "deny".
+//
+//   const s = await Session.open(["--no-network", "--approval", "channel"], undefined,
+//     (p) => (p.host.endsWith(".example.com") ? "once" : "deny"));
 
 import { spawn, ChildProcessWithoutNullStreams } from "node:child_process";
 import { createInterface, Interface } from "node:readline";
@@ -24,6 +32,42 @@ export interface Refusal {
   reason: string;
   outside_write_paths: boolean;
 }
+
+/** The answers to a `permission` event. */
+export type Answer = "once" | "session" | "deny";
+
+/** A question of `--approval channel`: a held connection or request. */
+export interface PermissionEvent {
+  event: "permission";
+  /** The session's id of the question, to answer with. */
+  permission: string;
+  /** The run request whose command asked. */
+  id: string;
+  kind: "connect" | "request";
+  host: string;
+  port: number;
+  /** `request` only. */
+  method?: string;
+  url?: string;
+  rule?: string;
+  timeout_ms: number;
+}
+
+/** What was asked and answered during a command (`--approval channel`). */
+export interface Approval {
+  permission?: string;
+  kind: string;
+  host: string;
+  port: number;
+  method?: string;
+  url?: string;
+  rule?: string;
+  answer: Answer;
+  /** `channel`, `timeout`, `malformed answer`, `command ended`, `session closed`, `session grant`. */
+  by: string;
+}
+
+export type OnPermission = (p: PermissionEvent) => Answer | Promise<Answer>;
 
 /** The `exit` event of one command. */
 export interface ExitEvent {
@@ -48,6 +92,8 @@ export interface ExitEvent {
   stderr?: string;
   stdout_dropped?: number;
   stderr_dropped?: number;
+  /** With `--approval channel`. */
+  approvals?: Approval[];
 }
 
 export interface RunOptions {
@@ -80,6 +126,7 @@ export class Session {
     private lines: Interface,
     /** The session's `hello` event. */
     public hello: Record<string, unknown>,
+    private onPermission?: OnPermission,
   ) {
     this.ended = new Promise((resolve) => {
       child.on("close", (code) => {
@@ -92,8 +139,15 @@ export class Session {
     lines.on("line", (line) => this.dispatch(JSON.parse(line)));
   }
 
-  /** Starts `sandbox session ARGS` (`sandbox`: $SANDBOX_BIN, else `sandbox` on PATH). */
-  static open(args: string[] = [], sandbox?: string): Promise<Session> {
+  /**
+   * Starts `sandbox session ARGS` (`sandbox`: $SANDBOX_BIN, else `sandbox` on
+   * PATH); `onPermission` answers the questions of `--approval channel`.
+   */
+  static open(
+    args: string[] = [],
+    sandbox?: string,
+    onPermission?: OnPermission,
+  ): Promise<Session> {
     const bin = sandbox ?? process.env.SANDBOX_BIN ?? "sandbox";
     const child = spawn(bin, ["session", ...args], {
       stdio: ["pipe", "pipe", "inherit"],
@@ -113,13 +167,32 @@ export class Session {
           child.stdin.end();
           reject(new SessionError(`unsupported session schema ${hello.v}`));
         } else {
-          resolve(new Session(child, lines, hello));
+          resolve(new Session(child, lines, hello, onPermission));
         }
       });
     });
   }
 
+  private async answer(p: PermissionEvent): Promise<void> {
+    let answer: unknown = "deny";
+    try {
+      if (this.onPermission) answer = await this.onPermission(p);
+    } catch {
+      answer = "deny"; // a failing callback denies, never admits
+    }
+    if (answer !== "once" && answer !== "session") answer = "deny";
+    if (this.child.stdin.writable) {
+      this.child.stdin.write(
+        JSON.stringify({ op: "approve", permission: p.permission, answer }) + "\n",
+      );
+    }
+  }
+
   private dispatch(event: Record<string, unknown>): void {
+    if (event.event === "permission") {
+      void this.answer(event as unknown as PermissionEvent);
+      return;
+    }
     const id = event.id as string | undefined;
     const w = id === undefined ? undefined : this.waiting.get(id);
     if (!w) return; // "started", "closed", or an error without an id

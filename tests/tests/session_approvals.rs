@@ -41,6 +41,18 @@ impl Harness {
     /// request's path a line of `origin.log`) and `svc.example.com` in
     /// `/etc/hosts`; as nobody when `nobody`.
     fn open(nobody: bool, flags: &[&str]) -> Self {
+        Self::open_with(
+            nobody,
+            r#"exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network "$@""#,
+            flags,
+            true,
+        )
+    }
+
+    /// As [`Harness::open`], the namespace's last step `tail` (`$WRAP` is
+    /// the `setpriv` to nobody or nothing); `hello` when `tail` is a session
+    /// whose hello to check.
+    fn open_with(nobody: bool, tail: &str, flags: &[&str], hello: bool) -> Self {
         assert!(
             is_root(),
             "network namespaces need root here: run this suite as root (CI does)"
@@ -80,7 +92,7 @@ s.serve_forever()
 ' "$D/origin.log" "$D/listening" > /dev/null 2>&1 < /dev/null &
 echo $! > "$D/origin.pid"
 for i in $(seq 200); do [ -e "$D/listening" ] && break; sleep 0.05; done
-exec {wrap} "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network "$@"
+{tail}
 "#
         );
         let mut child = Command::new("unshare")
@@ -88,6 +100,11 @@ exec {wrap} "$SANDBOX" session --backend auto --on-unsupported error --approval 
             .args(["/bin/sh", "-c", &setup, "sh"])
             .args(flags)
             .env("SANDBOX", sandbox_bin())
+            .env("WRAP", wrap)
+            .env(
+                "PYTHONPATH",
+                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python"),
+            )
             .env("D", &d)
             .env("XDG_STATE_HOME", d.join("state"))
             .env_remove("SANDBOX_CONFIG")
@@ -117,9 +134,11 @@ exec {wrap} "$SANDBOX" session --backend auto --on-unsupported error --approval 
             events,
             dir,
         };
-        let hello = h.next();
-        assert_eq!(hello["event"], "hello", "{hello}");
-        assert_eq!(hello["approval"], "channel", "{hello}");
+        if hello {
+            let hello = h.next();
+            assert_eq!(hello["event"], "hello", "{hello}");
+            assert_eq!(hello["approval"], "channel", "{hello}");
+        }
         h
     }
 
@@ -390,5 +409,42 @@ wait"#
             }
             h.close();
         }
+    }
+}
+
+/// The Python client (clients/python/sandbox_session.py) answers questions
+/// through its `on_permission` callback: "once" for the first, "deny" for
+/// the second (twin), and a callback that raises denies.
+#[test]
+fn the_python_client_answers_permissions() {
+    let script = r#"
+import json, os
+from sandbox_session import Session
+asked = []
+def ask(p):
+    asked.append(p)
+    if len(asked) == 3:
+        raise RuntimeError("a broken callback")
+    return "once" if len(asked) == 1 else "deny"
+curl = "curl -s -m 120 -w ' %{http_code}\n' http://svc.example.com:8080/"
+with Session(args=["--backend", "auto", "--on-unsupported", "error", "--no-network",
+                   "--approval", "channel"], sandbox=os.environ["SANDBOX"], on_permission=ask) as s:
+    r = s.run(["/bin/sh", "-c", curl + "a; " + curl + "b; " + curl + "c"], output=True)
+    assert [p["host"] for p in asked] == ["svc.example.com"] * 3, asked
+    assert r["stdout"].count("hello 200") == 1 and r["stdout"].count(" 403") == 2, r
+    assert [(a["answer"], a["by"]) for a in r["approvals"]] == [
+        ("once", "channel"), ("deny", "channel"), ("deny", "channel")], r
+print(json.dumps({"event": "client ok"}))
+"#;
+    for nobody in users() {
+        let h = Harness::open_with(
+            nobody,
+            r#"exec $WRAP /usr/bin/python3 -c "$1""#,
+            &[script],
+            false,
+        );
+        let ok = h.next();
+        assert_eq!(ok["event"], "client ok", "{ok}");
+        assert_eq!(h.served(), ["/a"]);
     }
 }
