@@ -740,6 +740,16 @@ fn execute(
     // Checked and its directory opened before the command runs: the command
     // may plant a symlink there or swap the directory meanwhile.
     let report = report.map(report::Asked::open).transpose()?;
+    // Inside a confined run that hands a nest capability, the outer runner
+    // runs the command under both policies (see `nest`).
+    let mut req = req;
+    req.require_full = config.require_full;
+    // The operator's limits are ceilings a request only lowers.
+    req.limits = req.limits.bounded_by(&config.limits);
+    req.allow_unlimited |= config.allow_unlimited;
+    if let Some(capability) = sandbox::nest::Capability::find() {
+        return finish(capability.run(&req), &req, "nested", report.as_ref());
+    }
     let resolved = match &req.policy {
         Some(policy) => match sandbox::backend::resolve_backend_for(config, policy) {
             Ok(r) => r.backend,
@@ -753,17 +763,28 @@ fn execute(
         },
         None => std::sync::Arc::new(sandbox::backend::NoopBackend),
     };
-    let mut req = req;
-    req.require_full = config.require_full;
-    // The operator's limits are ceilings a request only lowers.
-    req.limits = req.limits.bounded_by(&config.limits);
-    req.allow_unlimited |= config.allow_unlimited;
-    match sandbox::runner::run(resolved.as_ref(), &req) {
+    finish(
+        sandbox::runner::run(resolved.as_ref(), &req),
+        &req,
+        resolved.name(),
+        report.as_ref(),
+    )
+}
+
+/// What `execute` does with a run's result: the record written, the
+/// outcome back, or the refusal said.
+fn finish(
+    ran: Result<Outcome, sandbox::runner::RunError>,
+    req: &RunRequest,
+    backend: &str,
+    report: Option<&report::Target>,
+) -> Result<Result<Outcome, i32>, Fatal> {
+    match ran {
         Ok(outcome) => {
             // The command ran: its exit status is what the caller gets, even
             // when the record cannot be written (its directory may be one the
             // command could write, and so spoil).
-            let written = match &report {
+            let written = match report {
                 Some(target) => serde_json::to_string_pretty(&outcome)
                     .map_err(Fatal::from)
                     .and_then(|json| {
@@ -788,8 +809,8 @@ fn execute(
         Err(err) => {
             let code = err.exit_code();
             // A harness reading the record learns why nothing ran.
-            let record = Outcome::runner_failure(&req, resolved.name(), &err.to_string(), code);
-            write_report(report.as_ref(), &record)?;
+            let record = Outcome::runner_failure(req, backend, &err.to_string(), code);
+            write_report(report, &record)?;
             if code == EXIT_SANDBOX {
                 return Err(Fatal(error_chain::error_chain(&err)));
             }

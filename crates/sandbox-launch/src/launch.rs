@@ -64,6 +64,17 @@ pub struct Launch<'a> {
     /// Under an allowlist: the runner's resolver and its pinned answers
     /// ([`LaunchOptions::dns`]).
     pub dns: Option<DnsRoute>,
+    /// An fd the command inherits under its own number (every other fd
+    /// above 2 is closed on exec): a capability the runner hands it, such
+    /// as the nest socket of `sandbox::nest`.
+    pub inherit: Option<RawFd>,
+    /// Once this fd polls readable or hung up, the run ends as on its
+    /// deadline ([`Watch::with_cancel`]): how a runner ends a run whose
+    /// requester or enclosing run is gone.
+    pub cancel: Option<RawFd>,
+    /// Set to the main process's pid once it is started (it is a child of
+    /// the launching thread until the launch returns).
+    pub spawned: Option<&'a std::sync::OnceLock<libc::pid_t>>,
 }
 
 impl<'a> Launch<'a> {
@@ -85,6 +96,9 @@ impl<'a> Launch<'a> {
             observe_writes: false,
             require_full: false,
             dns: None,
+            inherit: None,
+            cancel: None,
+            spawned: None,
         }
     }
 }
@@ -261,6 +275,7 @@ pub fn launch(
         .join_hook()
         .into_iter()
         .chain(std::iter::once(spawn::session_hook(policy.is_some())))
+        .chain(launch.inherit.map(spawn::inherit_hook))
         .chain(hook)
         .collect();
     // A stop signal that came before the launch: nothing starts.
@@ -363,7 +378,10 @@ fn run(
                 return Err(err);
             }
         };
-        let watch = Watch::new(pid);
+        if let Some(spawned) = launch.spawned {
+            let _ = spawned.set(pid);
+        }
+        let watch = Watch::new(pid).with_cancel(launch.cancel);
         let waited = watch.wait_exit(deadline);
         let mut grace_left = grace;
         if let Waited::Stopped(sig) = waited {

@@ -116,6 +116,21 @@ pub fn session_hook(no_new_privs: bool) -> PreExecHook {
     }
 }
 
+/// A hook (after [`session_hook`], which marks every fd above 2
+/// close-on-exec) that keeps `fd` open across exec under its own number.
+pub fn inherit_hook(fd: RawFd) -> PreExecHook {
+    // SAFETY: one fcntl with integer arguments: async-signal-safe, no
+    // allocation.
+    unsafe {
+        PreExecHook::new(move || {
+            if libc::fcntl(fd, libc::F_SETFD, 0) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        })
+    }
+}
+
 /// Child-side setup that differs by OS; async-signal-safe, no allocation.
 mod child_sys {
     #[cfg(target_os = "linux")]

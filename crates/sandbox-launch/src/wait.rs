@@ -176,6 +176,7 @@ fn stopped(forward: &mut Forward<'_>) -> Option<i32> {
 pub struct Watch {
     pid: libc::pid_t,
     pidfd: Option<OwnedFd>,
+    cancel: Option<std::os::fd::RawFd>,
 }
 
 impl Watch {
@@ -184,7 +185,29 @@ impl Watch {
         Self {
             pid,
             pidfd: pidfd_open(pid),
+            cancel: None,
         }
+    }
+
+    /// Ends each wait as if its deadline had passed once `fd` polls
+    /// readable or hung up (the caller keeps it open meanwhile).
+    pub fn with_cancel(mut self, fd: Option<std::os::fd::RawFd>) -> Self {
+        self.cancel = fd;
+        self
+    }
+
+    /// Whether the cancel fd ([`Watch::with_cancel`]) polls readable or hung up.
+    fn cancelled(&self) -> bool {
+        let Some(fd) = self.cancel else {
+            return false;
+        };
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack, no wait.
+        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
     }
 
     /// Waits until the child exits, `deadline` passes (`None`: no bound) or
@@ -207,7 +230,7 @@ impl Watch {
 
     fn wait(&self, deadline: Option<Instant>, mut forward: Forward<'_>) -> Waited {
         if let Some(pidfd) = &self.pidfd {
-            if let Some(waited) = wait_pidfd(pidfd, deadline, &mut forward) {
+            if let Some(waited) = wait_pidfd(pidfd, deadline, self.cancel, &mut forward) {
                 return waited;
             }
         }
@@ -244,6 +267,9 @@ impl Watch {
             if let Some(sig) = stopped(forward) {
                 return Waited::Stopped(sig);
             }
+            if self.cancelled() {
+                return Waited::TimedOut;
+            }
             match self.exited() {
                 Ok(true) => return Waited::Exited,
                 Ok(false) | Err(libc::EINTR) => {}
@@ -278,6 +304,7 @@ fn pidfd_open(_pid: libc::pid_t) -> Option<OwnedFd> {
 fn wait_pidfd(
     pidfd: &OwnedFd,
     deadline: Option<Instant>,
+    cancel: Option<std::os::fd::RawFd>,
     forward: &mut Forward<'_>,
 ) -> Option<Waited> {
     loop {
@@ -306,11 +333,19 @@ fn wait_pidfd(
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: cancel.unwrap_or(-1),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
-        // SAFETY: two pollfds (a negative fd is skipped by poll).
-        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+        // SAFETY: three pollfds (a negative fd is skipped by poll).
+        let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, ms) };
         if n > 0 && pfds[0].revents != 0 {
             return Some(Waited::Exited);
+        }
+        if n > 0 && pfds[2].revents != 0 {
+            return Some(Waited::TimedOut);
         }
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return None;

@@ -44,6 +44,7 @@
 mod backend_choice;
 mod builder;
 mod caches;
+pub mod nest;
 mod outcome;
 // `runner.rs`: the run itself; the public `runner` module below gathers
 // what a caller of it needs.

@@ -177,6 +177,10 @@ pub struct Outcome {
     pub duration_ms: f64,
     /// The classification.
     pub classification: Classification,
+    /// The records of the runs nested in this one (`sandbox run` inside
+    /// it, [`crate::nest`]), their refusals included.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub nested: Vec<Outcome>,
 }
 
 impl Outcome {
@@ -209,6 +213,7 @@ impl Outcome {
             classification: Classification::RunnerFailure {
                 reason: reason.to_owned(),
             },
+            nested: Vec::new(),
         }
     }
 
@@ -253,6 +258,7 @@ mod tests {
             classification: Classification::SandboxDenial {
                 evidence: vec!["x: Permission denied".into()],
             },
+            nested: Vec::new(),
         };
         let back: Outcome =
             serde_json::from_str(&serde_json::to_string(&outcome).unwrap()).unwrap();

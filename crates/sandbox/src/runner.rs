@@ -66,6 +66,13 @@ pub struct RunRequest {
     /// How the run's egress verifies the origins of intercepted hosts
     /// (the policy's request rules).
     pub egress: EgressOptions,
+    /// The command's stdin, stdout and stderr (`None`: this process's own;
+    /// `echo_stderr: false` still sends stderr to `/dev/null`). The fds stay
+    /// the caller's, open until `run` returns.
+    pub stdio: Option<[std::os::fd::RawFd; 3]>,
+    /// Once this fd polls readable or hung up, the run ends as on its
+    /// timeout (how an outer runner ends a nested run, [`crate::nest`]).
+    pub cancel: Option<std::os::fd::RawFd>,
 }
 
 impl RunRequest {
@@ -86,6 +93,8 @@ impl RunRequest {
             allow_unlimited: false,
             trusted_files: Vec::new(),
             egress: EgressOptions::default(),
+            stdio: None,
+            cancel: None,
         }
     }
 }
@@ -148,6 +157,14 @@ pub enum RunError {
     /// launch domain, reaping the command).
     #[error(transparent)]
     Launch(LaunchError),
+    /// The outer runner refused or failed a nested run ([`crate::nest`]).
+    #[error("{reason}")]
+    Nested {
+        /// Why (escaped for a terminal).
+        reason: String,
+        /// The exit code the nested run gives.
+        exit_code: i32,
+    },
     /// Spawning failed for another reason.
     #[error("could not start {}: {source}", program.to_string_lossy())]
     Spawn {
@@ -174,6 +191,7 @@ fn refuse_stdio_datagram(
     backend: &dyn Backend,
     policy: &ResolvedPolicy,
     stderr_inherited: bool,
+    stdio: Option<[std::os::fd::RawFd; 3]>,
 ) -> Result<(), sandbox_core::SandboxUnavailable> {
     #[cfg(target_os = "linux")]
     {
@@ -181,7 +199,7 @@ fn refuse_stdio_datagram(
         let count = if stderr_inherited { 3 } else { 2 };
         let off = !policy.network();
         for (fd, name) in names.iter().enumerate().take(count) {
-            let (domain, kind) = socket_kind(fd as i32);
+            let (domain, kind) = socket_kind(stdio.map_or(fd as i32, |s| s[fd]));
             if domain == Some(libc::AF_UNIX) && kind == Some(libc::SOCK_DGRAM) {
                 let instead = if off { "" } else { ", or run without network" };
                 return Err(sandbox_core::SandboxUnavailable::new(
@@ -216,7 +234,7 @@ fn refuse_stdio_datagram(
         }
     }
     #[cfg(not(target_os = "linux"))]
-    let _ = (backend, policy, stderr_inherited);
+    let _ = (backend, policy, stderr_inherited, stdio);
     Ok(())
 }
 
@@ -249,6 +267,7 @@ impl RunError {
             RunError::NotExecutable { .. } => EXIT_NOT_EXECUTABLE,
             // As a shell reports a command its signal ended.
             RunError::Stopped { signal } => 128 + signal,
+            RunError::Nested { exit_code, .. } => *exit_code,
             _ => EXIT_SANDBOX,
         }
     }
@@ -300,7 +319,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     };
     let confined_by = egress.as_ref().map(Egress::policy).or(policy.as_deref());
     if let Some(policy) = confined_by {
-        refuse_stdio_datagram(backend, policy, req.echo_stderr)?;
+        refuse_stdio_datagram(backend, policy, req.echo_stderr, req.stdio)?;
     }
     let mut env = match &req.policy {
         Some(p) => scrub_env(env, p.env_deny_names()),
@@ -312,6 +331,16 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     }
     if let Some(egress) = &egress {
         egress.set_env(&mut env);
+    }
+    // A confined run gets the nest socket (its own, whatever the caller's
+    // environment names): nested runs of its own narrow its policy.
+    let door = crate::nest::door_for(backend, policy.as_deref());
+    env.retain(|(n, _)| n != crate::nest::NEST_FD_ENV);
+    if let Some(door) = &door {
+        env.push((
+            crate::nest::NEST_FD_ENV.into(),
+            door.handed().to_string().into(),
+        ));
     }
     let null = if req.echo_stderr {
         None
@@ -326,7 +355,15 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let mut launch = Launch::new(&req.argv, &env);
     launch.search_path = search_path.as_deref();
     launch.cwd = req.cwd.as_deref();
-    launch.stderr = null.as_ref().map(|f| f.as_raw_fd());
+    launch.stdin = req.stdio.map(|s| s[0]);
+    launch.stdout = req.stdio.map(|s| s[1]);
+    launch.stderr = null
+        .as_ref()
+        .map(|f| f.as_raw_fd())
+        .or(req.stdio.map(|s| s[2]));
+    launch.cancel = req.cancel;
+    launch.inherit = door.as_ref().map(|d| d.handed());
+    launch.spawned = door.as_ref().map(|d| d.main());
     launch.deadline = req.policy.as_ref().map(|p| started + p.timeout());
     launch.grace = req.grace;
     launch.limits = req.limits;
@@ -334,8 +371,19 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     launch.observe_writes = req.observe_writes;
     launch.require_full = req.require_full;
     launch.dns = egress.as_ref().and_then(Egress::dns_route);
-    let launched = sandbox_launch::launch(backend, confined_by, &launch)
-        .map_err(|e| launch_error(backend, program, e))?;
+    let nest = door.as_ref().zip(policy.as_deref()).map(|(door, policy)| {
+        let outer = crate::nest::Outer {
+            backend,
+            policy,
+            deadline: started + policy.timeout(),
+            request: req,
+        };
+        (door, outer)
+    });
+    let (launched, nested) = crate::nest::serving(nest, || {
+        sandbox_launch::launch(backend, confined_by, &launch)
+    });
+    let launched = launched.map_err(|e| launch_error(backend, program, e))?;
     if let Some(signal) = launched.stopped_by {
         return Err(RunError::Stopped { signal });
     }
@@ -382,6 +430,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         limits: launched.limits,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
+        nested,
     })
 }
 

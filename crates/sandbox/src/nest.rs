@@ -1,0 +1,905 @@
+//! Nested runs that narrow: a `sandbox run` inside a confined run asks the
+//! outer runner to start its command, under its own policy intersected with
+//! the outer run's ([`ResolvedPolicy::nested_within`]).
+//!
+//! A confined run on Linux (the `landlock` backend) inherits the nest
+//! socket: one end of a `SOCK_SEQPACKET` socket pair, its number in
+//! [`NEST_FD_ENV`]. The fd is the capability; the variable only names it.
+//! A thread of the outer runner serves the other end for the run's
+//! lifetime. A nested run ([`Capability::find`], then [`Capability::run`]):
+//!
+//! 1. makes a stream socket pair and sends one end over the nest socket;
+//! 2. the runner checks that the pair was made by a process of the run
+//!    (`SO_PEERCRED`: in the run's cgroup, or its process group when the run
+//!    has no cgroup) and answers a hello on it; anything else (a fd that is
+//!    no such socket, no answer) leaves the nested run to confine itself;
+//! 3. the nested run sends its request (argv, cwd, environment, resolved
+//!    policy, limits) with its stdin, stdout and stderr (`SCM_RIGHTS`);
+//! 4. the runner validates it as a run's input, intersects the policies and
+//!    runs the command through [`crate::runner::run`], which ends it when the
+//!    nested run's connection closes or the outer run ends; its record goes
+//!    back, and into the outer run's record (`nested`).
+//!
+//! A nested run never runs unconfined, at most [`MAX_NESTED`] are alive at
+//! once per outer run, and a request above [`MAX_REQUEST`] bytes is refused.
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+
+use serde::{Deserialize, Serialize};
+
+use crate::outcome::Outcome;
+use crate::policy::{ResolvedPolicy, ResourceLimits};
+use crate::running::{RunError, RunRequest};
+
+/// The environment variable naming the inherited nest socket's fd.
+pub const NEST_FD_ENV: &str = "SANDBOX_NEST_FD";
+/// Nested runs one outer run serves at once; more are refused.
+pub const MAX_NESTED: usize = 8;
+/// The largest request a nested run may send, in bytes.
+pub const MAX_REQUEST: usize = 4 << 20;
+
+/// What the runner answers first on a connection it accepts.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+const HELLO: &[u8; 15] = b"sandbox-nest 1\n";
+
+/// A nested run's request, as sent over the connection.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Wire {
+    argv: Vec<Vec<u8>>,
+    cwd: Option<Vec<u8>>,
+    env: Vec<(Vec<u8>, Vec<u8>)>,
+    env_overrides: Vec<(Vec<u8>, Vec<u8>)>,
+    policy: Option<ResolvedPolicy>,
+    limits: ResourceLimits,
+    allow_unlimited: bool,
+    observe_writes: bool,
+    require_full: bool,
+    echo_stderr: bool,
+    trusted_files: Vec<PathBuf>,
+}
+
+/// The runner's answer to a request.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, tag = "reply", rename_all = "kebab-case")]
+enum Reply {
+    /// The nested run's record.
+    Outcome { outcome: Box<Outcome> },
+    /// The run did not start: why, and the exit code a run would give.
+    Refused { reason: String, exit_code: i32 },
+}
+
+/// A valid nest capability: a connection the outer runner accepted.
+#[derive(Debug)]
+pub struct Capability {
+    #[cfg(target_os = "linux")]
+    conn: std::os::fd::OwnedFd,
+}
+
+impl Capability {
+    /// The capability this process inherited, if [`NEST_FD_ENV`] names a
+    /// `SOCK_SEQPACKET` UNIX socket whose peer answers as an outer runner
+    /// (`None` otherwise: the variable alone changes nothing). The named fd
+    /// is made close-on-exec.
+    pub fn find() -> Option<Capability> {
+        #[cfg(target_os = "linux")]
+        {
+            let fd: i32 = std::env::var(NEST_FD_ENV).ok()?.trim().parse().ok()?;
+            imp::connect(fd).map(|conn| Capability { conn })
+        }
+        #[cfg(not(target_os = "linux"))]
+        None
+    }
+
+    /// Has the outer runner run `req` (its argv, cwd, environment,
+    /// policy, limits; this process's stdin, stdout and, when
+    /// `req.echo_stderr`, stderr) and waits for its record. A stop signal
+    /// ([`crate::runner::stop_runs_on`]) ends the wait with
+    /// [`RunError::Stopped`], which closes the connection, and the outer
+    /// runner then ends the nested run.
+    pub fn run(self, req: &RunRequest) -> Result<Outcome, RunError> {
+        use std::os::unix::ffi::OsStrExt;
+        let bytes = |s: &OsString| s.as_bytes().to_vec();
+        let pairs = |v: &[(OsString, OsString)]| -> Vec<(Vec<u8>, Vec<u8>)> {
+            v.iter().map(|(k, v)| (bytes(k), bytes(v))).collect()
+        };
+        let env = req
+            .env
+            .clone()
+            .unwrap_or_else(|| std::env::vars_os().collect());
+        let cwd = match &req.cwd {
+            Some(cwd) => Some(cwd.clone()),
+            None => std::env::current_dir().ok(),
+        };
+        let wire = Wire {
+            argv: req.argv.iter().map(bytes).collect(),
+            cwd: cwd.map(|c| c.as_os_str().as_bytes().to_vec()),
+            env: pairs(&env),
+            env_overrides: pairs(&req.env_overrides),
+            policy: req.policy.clone(),
+            limits: req.limits,
+            allow_unlimited: req.allow_unlimited,
+            observe_writes: req.observe_writes,
+            require_full: req.require_full,
+            echo_stderr: req.echo_stderr,
+            trusted_files: req.trusted_files.iter().map(|(_, p)| p.clone()).collect(),
+        };
+        let json = serde_json::to_vec(&wire).map_err(|e| nest_failed(e.to_string()))?;
+        #[cfg(target_os = "linux")]
+        {
+            let reply = imp::exchange(&self.conn, &json)?;
+            match serde_json::from_slice::<Reply>(&reply)
+                .map_err(|e| nest_failed(format!("the outer runner's answer is not valid: {e}")))?
+            {
+                Reply::Outcome { outcome } => Ok(*outcome),
+                Reply::Refused { reason, exit_code } => Err(RunError::Nested { reason, exit_code }),
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            let _ = (json, self);
+            Err(nest_failed("nested runs are served on Linux only".into()))
+        }
+    }
+}
+
+fn nest_failed(reason: String) -> RunError {
+    RunError::Nested {
+        reason: format!("the nested run failed: {reason}"),
+        exit_code: crate::running::EXIT_SANDBOX,
+    }
+}
+
+/// The outer runner's side: the nest socket handed to one confined run and
+/// the nested runs served on it.
+#[cfg(target_os = "linux")]
+pub(crate) use imp::Door;
+
+/// No nested runs are served here.
+#[cfg(not(target_os = "linux"))]
+pub(crate) enum Door {}
+
+#[cfg(not(target_os = "linux"))]
+impl Door {
+    fn open() -> std::io::Result<Door> {
+        Err(std::io::ErrorKind::Unsupported.into())
+    }
+    pub(crate) fn handed(&self) -> std::os::fd::RawFd {
+        match *self {}
+    }
+    pub(crate) fn main(&self) -> &std::sync::OnceLock<libc::pid_t> {
+        match *self {}
+    }
+    fn stop(&self) {
+        match *self {}
+    }
+    fn serve(&self, _: &Outer<'_>) {
+        match *self {}
+    }
+    fn take(&self) -> Vec<Outcome> {
+        match *self {}
+    }
+}
+
+/// What a nested run inherits from the outer one.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+pub(crate) struct Outer<'a> {
+    /// The outer run's backend.
+    pub(crate) backend: &'a dyn sandbox_core::Backend,
+    /// The outer run's policy (its trusted state protected, before its
+    /// egress admits the proxy).
+    pub(crate) policy: &'a ResolvedPolicy,
+    /// When the outer run times out.
+    pub(crate) deadline: std::time::Instant,
+    /// The outer run's request (limits, grace, trusted files, egress).
+    pub(crate) request: &'a RunRequest,
+}
+
+/// The nest socket for a run confined by `backend` under `policy` (Linux,
+/// `landlock`), or `None`: the run then gets no capability.
+pub(crate) fn door_for(
+    backend: &dyn sandbox_core::Backend,
+    policy: Option<&ResolvedPolicy>,
+) -> Option<Door> {
+    if policy.is_none() || backend.name() != "landlock" {
+        return None;
+    }
+    match Door::open() {
+        Ok(door) => Some(door),
+        Err(e) => {
+            tracing::debug!(error = %e, "no nest socket for this run");
+            None
+        }
+    }
+}
+
+/// Runs `launch` while `door` (if any) serves nested runs; once it returns,
+/// every nested run still going is ended and waited for, and their records
+/// come back with `launch`'s result.
+pub(crate) fn serving<R: Send>(
+    nest: Option<(&Door, Outer<'_>)>,
+    launch: impl FnOnce() -> R + Send,
+) -> (R, Vec<Outcome>) {
+    let Some((door, outer)) = nest else {
+        return (launch(), Vec::new());
+    };
+    let ran = std::thread::scope(|scope| {
+        let outer = &outer;
+        scope.spawn(move || door.serve(outer));
+        let ran = launch();
+        door.stop();
+        ran
+    });
+    (ran, door.take())
+}
+
+#[cfg(target_os = "linux")]
+mod imp {
+    use std::ffi::OsString;
+    use std::io;
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+    use std::os::unix::ffi::OsStringExt;
+    use std::path::PathBuf;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::{Mutex, OnceLock};
+    use std::time::{Duration, Instant};
+
+    use super::{Outer, Reply, Wire, HELLO, MAX_NESTED, MAX_REQUEST};
+    use crate::outcome::Outcome;
+    use crate::running::{RunError, RunRequest, EXIT_SANDBOX};
+
+    /// How long a nested run waits for the outer runner's hello.
+    const HELLO_WAIT: Duration = Duration::from_secs(10);
+
+    fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+        if rc < 0 {
+            Err(io::Error::last_os_error())
+        } else {
+            Ok(rc)
+        }
+    }
+
+    fn pair(kind: libc::c_int) -> io::Result<(OwnedFd, OwnedFd)> {
+        let mut fds = [0; 2];
+        // SAFETY: socketpair fills two fds on success.
+        cvt(unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                kind | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        })?;
+        // SAFETY: fresh fds owned here alone.
+        Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    }
+
+    fn sockopt(fd: RawFd, name: libc::c_int) -> Option<libc::c_int> {
+        let mut value: libc::c_int = 0;
+        let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+        // SAFETY: value and len are valid for getsockopt's writes.
+        let rc = unsafe {
+            libc::getsockopt(
+                fd,
+                libc::SOL_SOCKET,
+                name,
+                (&mut value as *mut libc::c_int).cast(),
+                &mut len,
+            )
+        };
+        (rc == 0).then_some(value)
+    }
+
+    /// Sends `data` with `fds` attached (`SCM_RIGHTS`), all of it.
+    fn send(sock: RawFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        let mut sent = 0;
+        let mut fds = fds;
+        while sent < data.len() || !fds.is_empty() {
+            let rest = &data[sent..];
+            let mut iov = libc::iovec {
+                iov_base: rest.as_ptr() as *mut libc::c_void,
+                iov_len: rest.len(),
+            };
+            // SAFETY: CMSG_SPACE is arithmetic.
+            let space = unsafe { libc::CMSG_SPACE(std::mem::size_of_val(fds) as u32) } as usize;
+            let mut control = vec![0u8; if fds.is_empty() { 0 } else { space }];
+            // SAFETY: msghdr is plain data, all-zero valid.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            if !fds.is_empty() {
+                msg.msg_control = control.as_mut_ptr().cast();
+                msg.msg_controllen = control.len() as _;
+                // SAFETY: the control buffer holds one header of this size.
+                unsafe {
+                    let cmsg = libc::CMSG_FIRSTHDR(&msg);
+                    (*cmsg).cmsg_level = libc::SOL_SOCKET;
+                    (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+                    (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of_val(fds) as u32) as _;
+                    std::ptr::copy_nonoverlapping(
+                        fds.as_ptr(),
+                        libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+                        fds.len(),
+                    );
+                }
+            }
+            // SAFETY: msg points at live buffers for the call.
+            let n = unsafe { libc::sendmsg(sock, &msg, libc::MSG_NOSIGNAL) };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            sent += n as usize;
+            fds = &[];
+        }
+        Ok(())
+    }
+
+    /// One `recvmsg` into `buf`, taking up to `max_fds` fds (more, or a
+    /// truncated control message, is an error; the fds are closed).
+    fn recv(sock: RawFd, buf: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<OwnedFd>)> {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        // SAFETY: CMSG_SPACE is arithmetic.
+        let space = unsafe { libc::CMSG_SPACE((max_fds.max(1) * 4) as u32) } as usize;
+        let mut control = vec![0u8; space];
+        loop {
+            // SAFETY: msghdr is plain data, all-zero valid.
+            let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+            msg.msg_iov = &mut iov;
+            msg.msg_iovlen = 1;
+            msg.msg_control = control.as_mut_ptr().cast();
+            msg.msg_controllen = control.len() as _;
+            // SAFETY: msg points at live buffers for the call.
+            let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            let mut fds = Vec::new();
+            // SAFETY: walking the control messages the kernel wrote.
+            unsafe {
+                let mut cmsg = libc::CMSG_FIRSTHDR(&msg);
+                while !cmsg.is_null() {
+                    if (*cmsg).cmsg_level == libc::SOL_SOCKET
+                        && (*cmsg).cmsg_type == libc::SCM_RIGHTS
+                    {
+                        let data = libc::CMSG_DATA(cmsg).cast::<RawFd>();
+                        let len = (*cmsg).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                        for i in 0..len / 4 {
+                            let fd = std::ptr::read_unaligned(data.add(i));
+                            fds.push(OwnedFd::from_raw_fd(fd));
+                        }
+                    }
+                    cmsg = libc::CMSG_NXTHDR(&msg, cmsg);
+                }
+            }
+            if msg.msg_flags & libc::MSG_CTRUNC != 0 || fds.len() > max_fds {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    "more fds than a nested request carries",
+                ));
+            }
+            return Ok((n as usize, fds));
+        }
+    }
+
+    /// Waits until `fd` polls readable (or hung up): `Ok(true)`; `Ok(false)`
+    /// when `until` passes or `stop` (if any) polls readable first.
+    fn readable(fd: RawFd, stop: Option<RawFd>, until: Option<Instant>) -> io::Result<bool> {
+        loop {
+            let ms = match until {
+                Some(d) => {
+                    let left = d.saturating_duration_since(Instant::now());
+                    if left.is_zero() {
+                        return Ok(false);
+                    }
+                    i32::try_from(left.as_millis() + 1).unwrap_or(i32::MAX)
+                }
+                None => -1,
+            };
+            let mut pfds = [
+                libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: stop.unwrap_or(-1),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // SAFETY: two pollfds on the stack.
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+            if n < 0 {
+                let err = io::Error::last_os_error();
+                if err.kind() == io::ErrorKind::Interrupted {
+                    continue;
+                }
+                return Err(err);
+            }
+            if pfds[1].revents != 0 {
+                return Ok(false);
+            }
+            if pfds[0].revents != 0 {
+                return Ok(true);
+            }
+        }
+    }
+
+    /// Reads one frame (a little-endian u32 length, then that many bytes)
+    /// with up to `max_fds` fds on its first bytes.
+    fn read_frame(
+        sock: RawFd,
+        stop: Option<RawFd>,
+        max_fds: usize,
+    ) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
+        let eof = || io::Error::new(io::ErrorKind::UnexpectedEof, "the connection closed");
+        let mut head = [0u8; 4];
+        let mut got = 0;
+        let mut fds = Vec::new();
+        while got < 4 {
+            if !readable(sock, stop, None)? {
+                return Err(eof());
+            }
+            let (n, more) = recv(sock, &mut head[got..], max_fds - fds.len().min(max_fds))?;
+            if n == 0 {
+                return Err(eof());
+            }
+            fds.extend(more);
+            got += n;
+        }
+        let len = u32::from_le_bytes(head) as usize;
+        if len > MAX_REQUEST {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!("the request is larger than {MAX_REQUEST} bytes"),
+            ));
+        }
+        let mut body = vec![0u8; len];
+        let mut got = 0;
+        while got < len {
+            if !readable(sock, stop, None)? {
+                return Err(eof());
+            }
+            let (n, more) = recv(sock, &mut body[got..], 0)?;
+            if n == 0 || !more.is_empty() {
+                return Err(eof());
+            }
+            got += n;
+        }
+        Ok((body, fds))
+    }
+
+    fn write_frame(sock: RawFd, body: &[u8], fds: &[RawFd]) -> io::Result<()> {
+        let len = u32::try_from(body.len())
+            .map_err(|_| io::Error::new(io::ErrorKind::InvalidData, "frame too large"))?;
+        let mut data = Vec::with_capacity(body.len() + 4);
+        data.extend_from_slice(&len.to_le_bytes());
+        data.extend_from_slice(body);
+        send(sock, &data, fds)
+    }
+
+    // ---- the nested run's side ----
+
+    /// The hello exchange on the fd `door` names: a connection the outer
+    /// runner accepted, or `None`.
+    pub(super) fn connect(door: RawFd) -> Option<OwnedFd> {
+        if door < 3
+            || sockopt(door, libc::SO_DOMAIN) != Some(libc::AF_UNIX)
+            || sockopt(door, libc::SO_TYPE) != Some(libc::SOCK_SEQPACKET)
+        {
+            return None;
+        }
+        // The inner run's own children do not inherit it.
+        // SAFETY: fcntl with integer arguments.
+        unsafe { libc::fcntl(door, libc::F_SETFD, libc::FD_CLOEXEC) };
+        let (mine, theirs) = pair(libc::SOCK_STREAM).ok()?;
+        send(door, b"hello", &[theirs.as_raw_fd()]).ok()?;
+        drop(theirs);
+        let mut got = Vec::new();
+        let until = Instant::now() + HELLO_WAIT;
+        while got.len() < HELLO.len() {
+            if !readable(mine.as_raw_fd(), None, Some(until)).ok()? {
+                return None;
+            }
+            let mut buf = [0u8; 16];
+            let want = HELLO.len() - got.len();
+            let (n, fds) = recv(mine.as_raw_fd(), &mut buf[..want], 0).ok()?;
+            if n == 0 || !fds.is_empty() {
+                return None;
+            }
+            got.extend_from_slice(&buf[..n]);
+        }
+        (got == HELLO).then_some(mine)
+    }
+
+    /// Sends the request with this process's stdio, waits for the answer.
+    pub(super) fn exchange(conn: &OwnedFd, json: &[u8]) -> Result<Vec<u8>, RunError> {
+        let failed =
+            |e: io::Error| super::nest_failed(format!("the outer runner's connection failed: {e}"));
+        write_frame(conn.as_raw_fd(), json, &[0, 1, 2]).map_err(failed)?;
+        loop {
+            if let Some(signal) = sandbox_launch::stop_requested() {
+                return Err(RunError::Stopped { signal });
+            }
+            let until = Instant::now() + Duration::from_millis(100);
+            if readable(conn.as_raw_fd(), None, Some(until)).map_err(failed)? {
+                break;
+            }
+        }
+        let (reply, _) = read_frame(conn.as_raw_fd(), None, 0).map_err(failed)?;
+        Ok(reply)
+    }
+
+    // ---- the outer runner's side ----
+
+    /// The nest socket of one confined run, and what its nested runs left.
+    pub(crate) struct Door {
+        served: OwnedFd,
+        handed: OwnedFd,
+        stop_read: OwnedFd,
+        stop_write: OwnedFd,
+        /// The run's main process, once started.
+        main: OnceLock<libc::pid_t>,
+        alive: AtomicUsize,
+        nested: Mutex<Vec<Outcome>>,
+    }
+
+    impl Door {
+        /// A nest socket pair and the pipe that stops its service.
+        pub(super) fn open() -> io::Result<Door> {
+            let (served, handed) = pair(libc::SOCK_SEQPACKET)?;
+            let mut p = [0; 2];
+            // SAFETY: pipe2 fills two fds on success.
+            cvt(unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) })?;
+            // SAFETY: fresh fds owned here alone.
+            let (stop_read, stop_write) =
+                unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+            Ok(Door {
+                served,
+                handed,
+                stop_read,
+                stop_write,
+                main: OnceLock::new(),
+                alive: AtomicUsize::new(0),
+                nested: Mutex::new(Vec::new()),
+            })
+        }
+
+        /// The fd the command inherits.
+        pub(crate) fn handed(&self) -> RawFd {
+            self.handed.as_raw_fd()
+        }
+
+        /// Where the launch puts the run's main pid.
+        pub(crate) fn main(&self) -> &OnceLock<libc::pid_t> {
+            &self.main
+        }
+
+        /// Ends the service: nested runs still going end (as on a timeout),
+        /// and [`Door::serve`] returns once they have.
+        pub(super) fn stop(&self) {
+            // One byte, never read: the pipe stays readable for every poller.
+            // SAFETY: write(2) of one byte from a static.
+            unsafe { libc::write(self.stop_write.as_raw_fd(), b"x".as_ptr().cast(), 1) };
+        }
+
+        /// The records of the nested runs served.
+        pub(super) fn take(&self) -> Vec<Outcome> {
+            match self.nested.lock() {
+                Ok(mut nested) => std::mem::take(&mut *nested),
+                Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
+            }
+        }
+
+        /// Serves nested runs until [`Door::stop`]; returns when every one
+        /// it started has ended.
+        pub(super) fn serve(&self, outer: &Outer<'_>) {
+            std::thread::scope(|scope| loop {
+                match readable(
+                    self.served.as_raw_fd(),
+                    Some(self.stop_read.as_raw_fd()),
+                    None,
+                ) {
+                    Ok(true) => {}
+                    _ => return,
+                }
+                let mut buf = [0u8; 16];
+                let Ok((_, mut fds)) = recv(self.served.as_raw_fd(), &mut buf, 1) else {
+                    continue;
+                };
+                let Some(conn) = fds.pop() else { continue };
+                if sockopt(conn.as_raw_fd(), libc::SO_DOMAIN) != Some(libc::AF_UNIX)
+                    || sockopt(conn.as_raw_fd(), libc::SO_TYPE) != Some(libc::SOCK_STREAM)
+                {
+                    continue;
+                }
+                if !self.made_in_the_run(&conn) {
+                    tracing::debug!("a nest request from outside the run was ignored");
+                    continue;
+                }
+                if self.alive.fetch_add(1, Ordering::AcqRel) >= MAX_NESTED {
+                    self.alive.fetch_sub(1, Ordering::AcqRel);
+                    let _ = send(conn.as_raw_fd(), HELLO, &[]);
+                    let reply = Reply::Refused {
+                        reason: format!(
+                            "the outer run already serves {MAX_NESTED} nested runs, the most \
+                             it serves at once"
+                        ),
+                        exit_code: EXIT_SANDBOX,
+                    };
+                    let _ = reply_with(&conn, &reply);
+                    continue;
+                }
+                scope.spawn(move || {
+                    self.handle(conn, outer);
+                    self.alive.fetch_sub(1, Ordering::AcqRel);
+                });
+            })
+        }
+
+        /// Whether the process that made `conn`'s pair (`SO_PEERCRED`) is
+        /// a process of the run: in its cgroup when it has one of its own,
+        /// else in its process group (which the filter keeps every process
+        /// of the run in).
+        fn made_in_the_run(&self, conn: &OwnedFd) -> bool {
+            // SAFETY: ucred is plain data, all-zero valid.
+            let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+            let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+            // SAFETY: cred and len are valid for getsockopt's writes.
+            let rc = unsafe {
+                libc::getsockopt(
+                    conn.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_PEERCRED,
+                    (&mut cred as *mut libc::ucred).cast(),
+                    &mut len,
+                )
+            };
+            // The launch names the main process right after starting it; a
+            // request may come first.
+            let mut main = self.main.get().copied();
+            for _ in 0..2000 {
+                if main.is_some() || polls(self.stop_read.as_raw_fd()) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+                main = self.main.get().copied();
+            }
+            let Some(main) = main else {
+                return false;
+            };
+            if rc != 0 || cred.pid <= 0 {
+                return false;
+            }
+            let cgroup = |pid: &str| std::fs::read(format!("/proc/{pid}/cgroup")).ok();
+            let (Some(own), Some(run), Some(peer)) = (
+                cgroup("self"),
+                cgroup(&main.to_string()),
+                cgroup(&cred.pid.to_string()),
+            ) else {
+                return false;
+            };
+            if run != own {
+                peer == run
+            } else {
+                // SAFETY: getpgid takes a pid and returns a pgid or -1.
+                peer == run && unsafe { libc::getpgid(cred.pid) } == main
+            }
+        }
+
+        /// One connection: hello, the request, the nested run, its record.
+        fn handle(&self, conn: OwnedFd, outer: &Outer<'_>) {
+            if send(conn.as_raw_fd(), HELLO, &[]).is_err() {
+                return;
+            }
+            let stop = Some(self.stop_read.as_raw_fd());
+            let Ok((body, stdio)) = read_frame(conn.as_raw_fd(), stop, 3) else {
+                return;
+            };
+            let reply = match self.request(&body, stdio, outer) {
+                Ok(req) => self.run(&conn, req, outer),
+                Err(refused) => refused,
+            };
+            let _ = reply_with(&conn, &reply);
+        }
+
+        /// The nested run's request, validated, with the outer run's bounds.
+        fn request(
+            &self,
+            body: &[u8],
+            stdio: Vec<OwnedFd>,
+            outer: &Outer<'_>,
+        ) -> Result<(RunRequest, Vec<OwnedFd>), Reply> {
+            let refused = |reason: String, exit_code| Reply::Refused { reason, exit_code };
+            let wire: Wire = serde_json::from_slice(body).map_err(|e| {
+                refused(
+                    format!("the nested run's request is not valid: {e}"),
+                    EXIT_SANDBOX,
+                )
+            })?;
+            if stdio.len() != 3 {
+                return Err(refused(
+                    "the nested run's request carries no stdin, stdout and stderr".into(),
+                    EXIT_SANDBOX,
+                ));
+            }
+            let Some(policy) = &wire.policy else {
+                return Err(refused(
+                    "a nested run cannot run unconfined (danger-full-access): the outer run's \
+                     policy bounds it"
+                        .into(),
+                    EXIT_SANDBOX,
+                ));
+            };
+            let left = outer.deadline.saturating_duration_since(Instant::now());
+            let policy = policy.nested_within(outer.policy, left).map_err(|e| {
+                refused(
+                    format!("the nested run asks for more than the outer run allows: {e}"),
+                    EXIT_SANDBOX,
+                )
+            })?;
+            let os = |b: Vec<u8>| OsString::from_vec(b);
+            let nul = |what: &str, b: &[u8]| {
+                b.contains(&0).then(|| {
+                    refused(
+                        format!(
+                            "{what} {} contains a NUL byte",
+                            crate::runner::terminal_safe(&String::from_utf8_lossy(b))
+                        ),
+                        EXIT_SANDBOX,
+                    )
+                })
+            };
+            for a in &wire.argv {
+                if let Some(r) = nul("argument", a) {
+                    return Err(r);
+                }
+            }
+            for (k, v) in wire.env.iter().chain(&wire.env_overrides) {
+                if k.is_empty() || k.contains(&b'=') {
+                    return Err(refused(
+                        format!(
+                            "environment name {} is not valid",
+                            crate::runner::terminal_safe(&String::from_utf8_lossy(k))
+                        ),
+                        EXIT_SANDBOX,
+                    ));
+                }
+                if let Some(r) = nul("environment variable", k).or_else(|| nul("value", v)) {
+                    return Err(r);
+                }
+            }
+            let cwd = match wire.cwd {
+                Some(c) => {
+                    if let Some(r) = nul("working directory", &c) {
+                        return Err(r);
+                    }
+                    let c = PathBuf::from(os(c));
+                    if !c.is_absolute() || !c.is_dir() {
+                        return Err(refused(
+                            format!(
+                                "the working directory {} is not a directory",
+                                crate::runner::terminal_safe(&c.to_string_lossy())
+                            ),
+                            EXIT_SANDBOX,
+                        ));
+                    }
+                    Some(c)
+                }
+                None => None,
+            };
+            let argv: Vec<OsString> = wire.argv.into_iter().map(os).collect();
+            let mut req = RunRequest::new(argv, Some(policy));
+            req.cwd = cwd;
+            req.env = Some(wire.env.into_iter().map(|(k, v)| (os(k), os(v))).collect());
+            req.env_overrides = wire
+                .env_overrides
+                .into_iter()
+                .map(|(k, v)| (os(k), os(v)))
+                .collect();
+            let base = outer.request;
+            req.limits = wire.limits.bounded_by(&base.limits);
+            req.allow_unlimited = wire.allow_unlimited && base.allow_unlimited;
+            req.observe_writes = wire.observe_writes || base.observe_writes;
+            req.require_full = wire.require_full || base.require_full;
+            req.echo_stderr = wire.echo_stderr;
+            req.grace = base.grace;
+            req.trusted_files = base.trusted_files.clone();
+            req.trusted_files.extend(
+                wire.trusted_files
+                    .into_iter()
+                    .map(|p| ("the nested run's trusted file", p)),
+            );
+            req.egress = crate::runner::EgressOptions::default()
+                .with_upstream_ca(base.egress.upstream_ca.clone());
+            Ok((req, stdio))
+        }
+
+        /// Runs the nested command; ends it when the connection closes or
+        /// the outer run ends.
+        fn run(
+            &self,
+            conn: &OwnedFd,
+            (mut req, stdio): (RunRequest, Vec<OwnedFd>),
+            outer: &Outer<'_>,
+        ) -> Reply {
+            let Ok((cancel_read, cancel_write)) = pair(libc::SOCK_STREAM) else {
+                return Reply::Refused {
+                    reason: "the nested run could not be started: no cancel channel".into(),
+                    exit_code: EXIT_SANDBOX,
+                };
+            };
+            req.stdio = Some([
+                stdio[0].as_raw_fd(),
+                stdio[1].as_raw_fd(),
+                stdio[2].as_raw_fd(),
+            ]);
+            req.cancel = Some(cancel_read.as_raw_fd());
+            let ran = std::thread::scope(|scope| {
+                let running = scope.spawn(|| crate::running::run(outer.backend, &req));
+                // The run ends when its requester is gone (its connection
+                // reads EOF, or anything: it sends nothing more) or the
+                // outer run ends.
+                let stop = Some(self.stop_read.as_raw_fd());
+                while !running.is_finished() {
+                    let until = Instant::now() + Duration::from_millis(50);
+                    match readable(conn.as_raw_fd(), stop, Some(until)) {
+                        Ok(false) if !polls(self.stop_read.as_raw_fd()) => continue,
+                        _ => break,
+                    }
+                }
+                drop(cancel_write);
+                running.join()
+            });
+            drop(stdio);
+            match ran {
+                Ok(Ok(outcome)) => {
+                    if let Ok(mut nested) = self.nested.lock() {
+                        nested.push(outcome.clone());
+                    }
+                    Reply::Outcome {
+                        outcome: Box::new(outcome),
+                    }
+                }
+                Ok(Err(err)) => Reply::Refused {
+                    reason: crate::runner::terminal_safe(&err.to_string()).into_owned(),
+                    exit_code: err.exit_code(),
+                },
+                Err(_) => Reply::Refused {
+                    reason: "the nested run failed in the outer runner".into(),
+                    exit_code: EXIT_SANDBOX,
+                },
+            }
+        }
+    }
+
+    /// Whether `fd` polls readable (or hung up) now.
+    fn polls(fd: RawFd) -> bool {
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd on the stack, no wait.
+        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+    }
+
+    fn reply_with(conn: &OwnedFd, reply: &Reply) -> io::Result<()> {
+        let json = serde_json::to_vec(reply)
+            .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
+        write_frame(conn.as_raw_fd(), &json, &[])
+    }
+}

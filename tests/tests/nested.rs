@@ -1,0 +1,485 @@
+//! Nested runs that narrow (#45): a `sandbox run` inside a confined run
+//! asks the outer runner, through the nest socket it inherits, to run its
+//! command under both policies. Each deny beside its working twin, as root
+//! and as nobody.
+#![cfg(target_os = "linux")]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin};
+
+/// The users a test runs as: root and nobody when root, else this user.
+fn users() -> Vec<bool> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+fn outer(nobody: bool) -> Command {
+    if nobody {
+        sandbox_as_nobody()
+    } else {
+        sandbox()
+    }
+}
+
+/// A directory (with `dirs` inside) every user may write to.
+fn shared(dirs: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for d in std::iter::once(&"").chain(dirs) {
+        let p = dir.path().join(d);
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    dir
+}
+
+fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+fn stdout(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+fn sb() -> String {
+    sandbox_bin().display().to_string()
+}
+
+fn d(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// The inner command cannot write where the inner policy forbids, even
+/// where the outer allows; the outer command writes there, the inner
+/// command writes to its own write path.
+#[test]
+fn a_nested_run_narrows_the_outer_policy() {
+    for nobody in users() {
+        let w = shared(&["inner"]);
+        let (outer_made, inner_made, denied) = (
+            w.path().join("outer-made"),
+            w.path().join("inner/made"),
+            w.path().join("denied"),
+        );
+        let script = format!(
+            "echo o > {om}; {sb} run -w {inner} -- sh -c 'echo i > {im}; echo x > {den}'; \
+             echo inner=$?",
+            om = d(&outer_made),
+            sb = sb(),
+            inner = d(&w.path().join("inner")),
+            im = d(&inner_made),
+            den = d(&denied),
+        );
+        let out = outer(nobody)
+            .args(["run", "-w", &d(w.path()), "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+        assert!(outer_made.exists(), "positive control: {ctx}");
+        assert!(inner_made.exists(), "the inner write path: {ctx}");
+        assert!(
+            !denied.exists(),
+            "the outer allows it, the inner must not: {ctx}"
+        );
+        assert!(
+            !stdout(&out).contains("inner=0"),
+            "the inner command's failed write is its status: {}",
+            stdout(&out)
+        );
+        assert!(
+            !stderr(&out).contains("not supported"),
+            "the nested run used the capability: {ctx}"
+        );
+    }
+}
+
+/// An inner write path outside the outer's is refused with an error that
+/// says so, and nothing is written there; twin: one inside works.
+#[test]
+fn a_nested_run_cannot_widen_the_write_paths() {
+    for nobody in users() {
+        let w = shared(&["a", "a/sub", "b"]);
+        let target = w.path().join("b/x");
+        let inner = |dir: &str, file: &Path| {
+            format!(
+                "{} run -w {} -- sh -c 'echo x > {}'",
+                sb(),
+                d(&w.path().join(dir)),
+                d(file)
+            )
+        };
+        let out = outer(nobody)
+            .args(["run", "-w", &d(&w.path().join("a")), "--", "sh", "-c"])
+            .arg(inner("b", &target))
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(125), "{ctx}");
+        assert!(
+            stderr(&out).contains("lies outside the outer run's write paths"),
+            "{ctx}"
+        );
+        assert!(!target.exists(), "{ctx}");
+        // Twin: inside the outer's write path.
+        let inside = w.path().join("a/sub/x");
+        let out = outer(nobody)
+            .args(["run", "-w", &d(&w.path().join("a")), "--", "sh", "-c"])
+            .arg(inner("a/sub", &inside))
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        assert!(inside.exists());
+    }
+}
+
+/// Network: the inner run's allowlist does not open what the outer run
+/// refuses (loopback only); twin: what the outer allows, the inner reaches
+/// unless it refuses it itself.
+#[test]
+fn a_nested_run_cannot_widen_the_network() {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = listener.local_addr().unwrap().port();
+    std::thread::spawn(move || for _ in listener.incoming() {});
+    let dest = format!("127.0.0.1:{port}");
+    let connect = format!("exec 3<>/dev/tcp/127.0.0.1/{port} && echo connected");
+    let nested = |nobody: bool, outer_flags: &[&str], inner_flags: &[&str]| {
+        let mut cmd = outer(nobody);
+        cmd.arg("run")
+            .args(outer_flags)
+            .arg("--")
+            .arg(sandbox_bin());
+        cmd.arg("run")
+            .args(inner_flags)
+            .args(["--", "bash", "-c", &connect]);
+        cmd.output().unwrap()
+    };
+    for nobody in users() {
+        // Outer off, inner asks for the destination: still off.
+        let out = nested(nobody, &["--no-network"], &["--allow-net", &dest]);
+        let ctx = format!("nobody={nobody}: {}", stderr(&out));
+        assert_ne!(out.status.code(), Some(0), "{ctx}");
+        assert!(!stdout(&out).contains("connected"), "{ctx}");
+        assert!(!stderr(&out).contains("not supported"), "{ctx}");
+        // Outer allows it: the inner reaches it (twin), unless it refuses.
+        let out = nested(nobody, &["--allow-net", &dest], &[]);
+        assert!(
+            stdout(&out).contains("connected"),
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        let out = nested(nobody, &["--allow-net", &dest], &["--no-network"]);
+        assert!(
+            !stdout(&out).contains("connected"),
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        // An inner destination the outer does not list: refused.
+        let other = format!("127.0.0.1:{}", port.wrapping_add(1).max(1));
+        let out = nested(nobody, &["--allow-net", &dest], &["--allow-net", &other]);
+        assert_eq!(
+            out.status.code(),
+            Some(125),
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        assert!(
+            stderr(&out).contains("can only be narrowed"),
+            "{}",
+            stderr(&out)
+        );
+    }
+}
+
+/// The inner command's refusals are in the outer run's record, under
+/// `nested`; the outer's own refusal stays in its own.
+#[test]
+fn the_inner_refusals_reach_the_outer_record() {
+    for nobody in users() {
+        let w = shared(&["inner"]);
+        let report = w.path().join("report.json");
+        let (inner_denied, outer_denied) = (w.path().join("inner-denied"), PathBuf::from("/"));
+        let script = format!(
+            "{} run -w {} -- sh -c 'echo x > {}'; echo y > {}/outer-denied",
+            sb(),
+            d(&w.path().join("inner")),
+            d(&inner_denied),
+            d(&outer_denied),
+        );
+        let out = outer(nobody)
+            .args(["run", "--report", &d(&report), "-w", &d(w.path()), "--"])
+            .args(["sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", stderr(&out));
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let targets = |v: &serde_json::Value| -> Vec<String> {
+            v["mediation"]["refused"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .filter_map(|r| r["target"].as_str().map(str::to_owned))
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let nested = record["nested"].as_array().expect("nested records");
+        assert_eq!(nested.len(), 1, "{ctx}");
+        assert!(
+            targets(&nested[0]).contains(&d(&inner_denied)),
+            "{:?} {ctx}",
+            targets(&nested[0])
+        );
+        assert_eq!(nested[0]["argv"][0], "sh");
+        // Twin: the outer command's own refusal is the outer's.
+        assert!(
+            targets(&record).iter().any(|t| t.ends_with("outer-denied")),
+            "{:?} {ctx}",
+            targets(&record)
+        );
+        assert!(!targets(&record).contains(&d(&inner_denied)));
+    }
+}
+
+/// Whether `pid` is a live process (not gone, not a zombie).
+fn alive(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            s.rsplit_once(')')
+                .map(|(_, rest)| !rest.trim_start().starts_with('Z'))
+        })
+        .unwrap_or(false)
+}
+
+fn wait_for_file(path: &Path, child: &mut std::process::Child) -> i32 {
+    let until = Instant::now() + Duration::from_secs(60);
+    loop {
+        if let Some(pid) = std::fs::read_to_string(path)
+            .ok()
+            .and_then(|s| s.trim().parse().ok())
+        {
+            return pid;
+        }
+        if let Ok(Some(status)) = child.try_wait() {
+            panic!(
+                "the outer run ended before {} was written: {status}",
+                path.display()
+            );
+        }
+        assert!(Instant::now() < until, "{} never written", path.display());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+/// The inner command and its background child are alive while the outer
+/// run lasts, and gone once it ends: at the outer command's exit, and at
+/// the outer run's timeout.
+#[test]
+fn nested_runs_end_with_the_outer_run() {
+    for nobody in users() {
+        for by_timeout in [false, true] {
+            let w = shared(&[]);
+            let (main, bg, go) = (
+                w.path().join("pid"),
+                w.path().join("bg"),
+                w.path().join("go"),
+            );
+            let inner = format!(
+                "{} run -w {} -- sh -c 'sleep 1000 & echo $! > {}; echo $$ > {}; wait'",
+                sb(),
+                d(w.path()),
+                d(&bg),
+                d(&main)
+            );
+            // Ended by the outer command's exit (once the test says so), or
+            // by its timeout.
+            let script = if by_timeout {
+                inner
+            } else {
+                format!(
+                    "{inner} & while [ ! -e {go} ]; do sleep 0.05; done; exit 0",
+                    go = d(&go)
+                )
+            };
+            let mut cmd = outer(nobody);
+            cmd.args(["run", "-w", &d(w.path())]);
+            if by_timeout {
+                cmd.args(["--timeout", "5"]);
+            }
+            let mut child = cmd
+                .args(["--", "sh", "-c", &script])
+                .stdout(std::process::Stdio::null())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            let bg_pid = wait_for_file(&bg, &mut child);
+            let main_pid = wait_for_file(&main, &mut child);
+            let ctx = format!("nobody={nobody} by_timeout={by_timeout}");
+            assert!(alive(bg_pid) && alive(main_pid), "{ctx}: alive first");
+            std::fs::write(&go, "").unwrap();
+            let out = child.wait_with_output().unwrap();
+            let code = out.status.code();
+            assert_eq!(
+                code,
+                Some(if by_timeout { 124 } else { 0 }),
+                "{ctx}: {}",
+                stderr(&out)
+            );
+            assert!(
+                !alive(main_pid),
+                "{ctx}: the inner command outlived the outer run"
+            );
+            assert!(
+                !alive(bg_pid),
+                "{ctx}: the inner background child outlived the outer run"
+            );
+        }
+    }
+}
+
+/// A variable naming an fd that is no nest socket grants nothing: one
+/// naming a file, or a socket the command made itself, leaves the inner
+/// run to confine itself, which the outer run refuses (today's message);
+/// outside any run, such a variable changes nothing (the run confines
+/// itself and works). Twin: the real capability works.
+#[test]
+fn a_forged_capability_grants_nothing() {
+    for nobody in users() {
+        let w = shared(&[]);
+        let made = w.path().join("made");
+        let inner = format!("{} run -w {} -- touch {}", sb(), d(w.path()), d(&made));
+        // A file under the variable's number.
+        let file = format!("exec 7</dev/null; SANDBOX_NEST_FD=7 {inner}");
+        // A socket pair the command made, its peer closed.
+        let own = format!(
+            "exec python3 -c 'import socket,os\n\
+             a,b=socket.socketpair(socket.AF_UNIX,socket.SOCK_SEQPACKET)\n\
+             b.close(); os.set_inheritable(a.fileno(),True)\n\
+             os.environ[\"SANDBOX_NEST_FD\"]=str(a.fileno())\n\
+             os.execvp(\"sh\",[\"sh\",\"-c\",\"{}\"])'",
+            inner.replace('\'', "\\'")
+        );
+        for script in [&file, &own] {
+            let out = outer(nobody)
+                .args(["run", "-w", &d(w.path()), "--", "sh", "-c", script])
+                .output()
+                .unwrap();
+            let ctx = format!("nobody={nobody} {script}: {}", stderr(&out));
+            assert_eq!(out.status.code(), Some(125), "{ctx}");
+            assert!(stderr(&out).contains("a sandbox run inside a run"), "{ctx}");
+            assert!(!made.exists(), "{ctx}");
+        }
+        // Outside any run: the variable changes nothing.
+        let out = outer(nobody)
+            .env("SANDBOX_NEST_FD", "0")
+            .args(["run", "-w", &d(w.path()), "--", "touch", &d(&made)])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        assert!(made.exists());
+        std::fs::remove_file(&made).unwrap();
+        // Twin: the real capability.
+        let out = outer(nobody)
+            .args(["run", "-w", &d(w.path()), "--", "sh", "-c", &inner])
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        assert!(made.exists());
+    }
+}
+
+/// The capability never runs a command unconfined: a nested
+/// danger-full-access run is refused, and a request without a policy sent
+/// by hand too; twin: the same command under a policy runs.
+#[test]
+fn the_capability_cannot_run_anything_unconfined() {
+    for nobody in users() {
+        let w = shared(&["out"]);
+        let escaped = w.path().join("out/escaped");
+        // The operator allows danger-full-access (for the inner run).
+        let config = w.path().join("config.toml");
+        std::fs::write(&config, "[sandbox]\nallow_danger_full_access = true\n").unwrap();
+        let out = outer(nobody)
+            .args(["run", "-w", &d(w.path()), "--"])
+            .arg(sandbox_bin())
+            .args([
+                "run",
+                "--config",
+                &d(&config),
+                "--mode",
+                "danger-full-access",
+            ])
+            .args(["--", "touch"])
+            .arg(&escaped)
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(125), "{ctx}");
+        assert!(stderr(&out).contains("cannot run unconfined"), "{ctx}");
+        // By hand: hello, then a request with `"policy": null`.
+        let script = format!(
+            r#"
+import array, json, os, socket, struct
+door = socket.socket(fileno=int(os.environ["SANDBOX_NEST_FD"]))
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
+b.close()
+assert a.recv(15) == b"sandbox-nest 1\n"
+req = dict(argv=[list(b"touch"), list({target:?}.encode())], cwd=None, env=[], env_overrides=[],
+           policy=None, limits={{}}, allow_unlimited=True, observe_writes=False,
+           require_full=False, echo_stderr=True, trusted_files=[])
+body = json.dumps(req).encode()
+a.sendmsg([struct.pack("<I", len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+head = a.recv(4)
+print(a.recv(struct.unpack("<I", head)[0]).decode())
+"#,
+            target = d(&escaped)
+        );
+        let out = outer(nobody)
+            .args(["run", "--", "python3", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {} {}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("cannot run unconfined"), "{ctx}");
+        assert!(!escaped.exists(), "{ctx}");
+        // Twin: under a policy (the outer's write path), it runs.
+        let out = outer(nobody)
+            .args(["run", "-w", &d(&w.path().join("out")), "--"])
+            .arg(sandbox_bin())
+            .args(["run", "-w", &d(&w.path().join("out")), "--", "touch"])
+            .arg(&escaped)
+            .output()
+            .unwrap();
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        assert!(escaped.exists());
+    }
+}
