@@ -445,26 +445,40 @@ fn the_capability_cannot_run_anything_unconfined() {
             r#"
 import array, json, os, socket, struct
 door = socket.socket(fileno=int(os.environ["SANDBOX_NEST_FD"]))
-a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
-b.close()
-assert a.recv(15) == b"sandbox-nest 1\n"
-req = dict(argv=[list(b"touch"), list({target:?}.encode())], cwd=None, env=[], env_overrides=[],
-           policy=None, limits={{}}, allow_unlimited=True, observe_writes=False,
-           require_full=False, echo_stderr=True, trusted_files=[])
-body = json.dumps(req).encode()
-a.sendmsg([struct.pack("<I", len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
-head = a.recv(4)
-print(a.recv(struct.unpack("<I", head)[0]).decode())
+def ask(argv, policy):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
+    b.close()
+    assert a.recv(15) == b"sandbox-nest 1\n"
+    req = dict(argv=[list(x) for x in argv], cwd=None, env=[], env_overrides=[],
+               policy=policy, limits={{}}, allow_unlimited=True, observe_writes=False,
+               require_full=False, echo_stderr=True, trusted_files=[])
+    body = json.dumps(req).encode()
+    a.sendmsg([struct.pack("<I", len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+    head = a.recv(4)
+    print(a.recv(struct.unpack("<I", head)[0]).decode())
+ask([b"touch", {target:?}.encode()], None)
+ask([b"touch", {target:?}.encode() + b"\0x"], dict(write_paths=[{dir:?}]))
 "#,
-            target = d(&escaped)
+            target = d(&escaped),
+            dir = d(&w.path().join("out")),
         );
         let out = outer(nobody)
-            .args(["run", "--", "python3", "-c", &script])
+            .args([
+                "run",
+                "-w",
+                &d(&w.path().join("out")),
+                "--",
+                "python3",
+                "-c",
+                &script,
+            ])
             .output()
             .unwrap();
         let ctx = format!("nobody={nobody}: {} {}", stdout(&out), stderr(&out));
         assert!(stdout(&out).contains("cannot run unconfined"), "{ctx}");
+        // A NUL in an argument: refused as a run refuses it.
+        assert!(stdout(&out).contains("contains a NUL byte"), "{ctx}");
         assert!(!escaped.exists(), "{ctx}");
         // Twin: under a policy (the outer's write path), it runs.
         let out = outer(nobody)

@@ -22,6 +22,21 @@
 //!
 //! A nested run never runs unconfined, at most [`MAX_NESTED`] are alive at
 //! once per outer run, and a request above [`MAX_REQUEST`] bytes is refused.
+//!
+//! # Threat table
+//! The nest socket is a trusted entry point of the runner (unconfined, often
+//! root) that the confined command (hostile, perhaps root with its
+//! capabilities dropped) reaches. What the command controls, what holds,
+//! and the tests in `tests/tests/nested.rs` that attack it:
+//!
+//! | part | the command controls | held by | attacked by |
+//! |---|---|---|---|
+//! | the inner policy | every field of the request, a policy with no write bound or none at all | [`ResolvedPolicy::nested_within`]: at most the outer's on every field (proptest in sandbox-core); an inner write path or destination outside the outer's refused; no policy refused | `a_nested_run_narrows_the_outer_policy`, `a_nested_run_cannot_widen_the_write_paths`, `a_nested_run_cannot_widen_the_network`, `the_capability_cannot_run_anything_unconfined` |
+//! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes cannot use the outer socket | `a_forged_capability_grants_nothing` |
+//! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
+//! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has | `nested_runs_end_with_the_outer_run` |
+//! | the runner's threads and memory | many requests, requests never finished | at most [`MAX_NESTED`] served at once; a connection that sends nothing holds one thread until the outer run ends | (bounded by construction) |
+//! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
