@@ -65,9 +65,10 @@ impl Harness {
         std::fs::set_permissions(d.join("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
         std::fs::write(
             d.join("hosts"),
-            "127.0.0.1 localhost\n127.0.0.1 svc.example.com\n",
+            "127.0.0.1 localhost\n127.0.0.1 svc.example.com pkgs.example.com\n",
         )
         .unwrap();
+        certificates(&d);
         let wrap = if nobody {
             "setpriv --reuid=65534 --regid=65534 --clear-groups --"
         } else {
@@ -91,7 +92,25 @@ open(sys.argv[2], "w").close()
 s.serve_forever()
 ' "$D/origin.log" "$D/listening" > /dev/null 2>&1 < /dev/null &
 echo $! > "$D/origin.pid"
-for i in $(seq 200); do [ -e "$D/listening" ] && break; sleep 0.05; done
+python3 -c '
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def reply(self):
+        with open(sys.argv[1] + "/origin.log", "a") as log: log.write(self.command + " " + self.path + "\n")
+        body = b"secure"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    do_GET = do_POST = reply
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 8443), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1] + "/leaf.pem", sys.argv[1] + "/leaf.key")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+open(sys.argv[1] + "/tls-listening", "w").close()
+s.serve_forever()
+' "$D" > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/tls-origin.pid"
+for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && break; sleep 0.05; done
 {tail}
 "#
         );
@@ -224,11 +243,13 @@ for i in $(seq 200); do [ -e "$D/listening" ] && break; sleep 0.05; done
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        if let Ok(pid) = std::fs::read_to_string(self.path().join("origin.pid")) {
-            if let Ok(pid) = pid.trim().parse::<i32>() {
-                // SAFETY: kill has no memory preconditions; the pid is the
-                // origin this test started.
-                unsafe { libc::kill(pid, libc::SIGKILL) };
+        for file in ["origin.pid", "tls-origin.pid"] {
+            if let Ok(pid) = std::fs::read_to_string(self.path().join(file)) {
+                if let Ok(pid) = pid.trim().parse::<i32>() {
+                    // SAFETY: kill has no memory preconditions; the pid is
+                    // an origin this test started.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
             }
         }
         if std::thread::panicking() {
@@ -236,6 +257,23 @@ impl Drop for Harness {
             let _ = self.child.wait();
         }
     }
+}
+
+/// Writes a test CA (`ca.pem`) and the HTTPS origin's certificate and key
+/// for `pkgs.example.com` into `dir`.
+fn certificates(dir: &std::path::Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["pkgs.example.com".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
 }
 
 fn users() -> [bool; 2] {
@@ -446,5 +484,62 @@ print(json.dumps({"event": "client ok"}))
         let ok = h.next();
         assert_eq!(ok["event"], "client ok", "{ok}");
         assert_eq!(h.served(), ["/a"]);
+    }
+}
+
+/// An intercepted request no request rule admits is held and asked about
+/// (kind "request", with the rule that would admit it): "once" admits it
+/// (the origin serves it), "deny" refuses it (403); "session" admits the
+/// same rule's later requests unasked. The listed request passes unasked.
+#[test]
+fn a_request_no_rule_admits_is_asked_about() {
+    for nobody in users() {
+        let mut h = Harness::open_with(
+            nobody,
+            r#"exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/simple/**'"#,
+            &[],
+            true,
+        );
+        let u = "https://pkgs.example.com:8443";
+        let c = "curl -sS -m 120 -w ' %{http_code}\\n'";
+        h.start(
+            "r",
+            &format!("{c} {u}/simple/listed; {c} -X POST -d x {u}/up; {c} -X POST -d x {u}/up; {c} -X POST -d x {u}/other; {c} -X POST -d x {u}/other"),
+        );
+        let rule = |path: &str| format!("POST https://pkgs.example.com:8443/{path}");
+        for (path, answer) in [("up", "once"), ("up", "deny"), ("other", "session")] {
+            let p = h.next();
+            assert_eq!(p["event"], "permission", "{p}");
+            assert_eq!(p["kind"], "request", "{p}");
+            assert_eq!(p["method"], "POST", "{p}");
+            assert_eq!(p["url"], format!("{u}/{path}"), "{p}");
+            assert_eq!(p["rule"], rule(path), "{p}");
+            let id = p["permission"].as_str().unwrap().to_owned();
+            h.approve(&id, answer);
+        }
+        let exit = h.exit("r");
+        let out = exit["stdout"].as_str().unwrap();
+        assert_eq!(out.matches("secure 200").count(), 4, "{exit}");
+        assert_eq!(out.matches(" 403").count(), 1, "{exit}");
+        assert_eq!(
+            answers(&exit),
+            [
+                ("once".into(), "channel".into()),
+                ("deny".into(), "channel".into()),
+                ("session".into(), "channel".into()),
+                ("session".into(), "session grant".into())
+            ],
+            "{exit}"
+        );
+        assert_eq!(
+            h.served(),
+            [
+                "GET /simple/listed",
+                "POST /up",
+                "POST /other",
+                "POST /other"
+            ]
+        );
+        h.close();
     }
 }

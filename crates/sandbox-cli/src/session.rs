@@ -452,9 +452,13 @@ impl Session {
         // Every refusal of a command is listed in its exit event, those the
         // kernel makes on its own included.
         base.observe_writes = true;
-        if let Some(approvals) = &approvals {
-            base.egress = base.egress.with_decider(Some(approvals.decider()));
-        }
+        // The egress flags (`--upstream-ca`, `--secret`) and the operator's
+        // `[sandbox.egress]`, as `sandbox run` takes them.
+        base.egress = args
+            .policy
+            .egress
+            .options(&config.egress)
+            .with_decider(approvals.as_ref().map(|a| a.decider()));
         Ok(Session {
             policy,
             backend,
