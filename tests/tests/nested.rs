@@ -497,3 +497,66 @@ ask([b"touch", {target:?}.encode() + b"\0x"], dict(write_paths=[{dir:?}]))
         assert!(escaped.exists());
     }
 }
+
+/// The runner serves only requests made in the run: a process outside it
+/// holding the run's nest socket (taken with `pidfd_getfd`, as root) gets
+/// its connection closed without a hello; twin: the same request from the
+/// run's command is answered.
+#[test]
+fn a_process_outside_the_run_cannot_use_the_socket() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        sandbox_tests::cannot_do_its_job(
+            "a_process_outside_the_run_cannot_use_the_socket",
+            "taking another process's fd (pidfd_getfd) needs root",
+        );
+        return;
+    }
+    let ask = r#"
+import array, ctypes, os, socket, sys
+if len(sys.argv) > 1:
+    pid, fd = int(sys.argv[1]), int(sys.argv[2])
+    fd = ctypes.CDLL(None, use_errno=True).syscall(438, os.pidfd_open(pid), fd, 0)
+    assert fd >= 0, ctypes.get_errno()
+else:
+    fd = int(os.environ["SANDBOX_NEST_FD"])
+door = socket.socket(fileno=fd)
+a, b = socket.socketpair()
+door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
+b.close()
+print("answer=" + repr(a.recv(15)))
+"#;
+    for nobody in users() {
+        let w = shared(&[]);
+        let (pid, fd, go) = (
+            w.path().join("pid"),
+            w.path().join("fd"),
+            w.path().join("go"),
+        );
+        let script = format!(
+            "python3 -c '{ask}' > {out}; echo $SANDBOX_NEST_FD > {fd}.t; mv {fd}.t {fd}; \
+             echo $$ > {pid}; while [ ! -e {go} ]; do sleep 0.05; done",
+            out = d(&w.path().join("inside")),
+            fd = d(&fd),
+            pid = d(&pid),
+            go = d(&go),
+        );
+        let mut child = outer(nobody)
+            .args(["run", "-w", &d(w.path()), "--", "sh", "-c", &script])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let outer_pid = wait_for_file(&pid, &mut child);
+        let door = std::fs::read_to_string(&fd).unwrap();
+        let out = Command::new("python3")
+            .args(["-c", ask, &outer_pid.to_string(), door.trim()])
+            .output()
+            .unwrap();
+        std::fs::write(&go, "").unwrap();
+        let ran = child.wait_with_output().unwrap();
+        let ctx = format!("nobody={nobody}: {} {}", stderr(&out), stderr(&ran));
+        assert_eq!(stdout(&out).trim(), "answer=b''", "{ctx}");
+        let inside = std::fs::read_to_string(w.path().join("inside")).unwrap();
+        assert_eq!(inside.trim(), "answer=b'sandbox-nest 1\\n'", "{ctx}");
+    }
+}
