@@ -154,7 +154,7 @@ struct Inner {
     state: Mutex<State>,
 }
 
-/// The decider a run's egress asks ([`sandbox_proxy::EgressOptions::decider`]).
+/// The decider a run's egress asks ([`sandbox::runner::EgressOptions::decider`]).
 pub(crate) struct ChannelDecider(Approvals);
 
 impl std::fmt::Debug for ChannelDecider {
