@@ -412,6 +412,7 @@ fn the_command_cannot_answer_its_own_question() {
             let script = format!(
                 r#"{CURL}held &
 sleep 0.5
+echo "fds $(ls /proc/self/fd | grep -vx "${{SANDBOX_NEST_FD:-none}}" | tr '\n' ' ')"
 for n in 0 1 2 3 4 5 6 7 8 9; do
   for p in p$n p0 p1 p00000000000000$n; do
     line=$(echo '{forge}' | sed "s/PID/$p/")
@@ -432,6 +433,11 @@ wait"#
             let exit = h.exit("a");
             let out = exit["stdout"].as_str().unwrap();
             assert!(!out.contains("wrote /proc"), "{exit}");
+            // The command holds fds 0-2 only (3 is ls's own directory; the
+            // nested-run capability named by SANDBOX_NEST_FD, a socket to
+            // the runner, is not the channel).
+            let fds = out.lines().find(|l| l.starts_with("fds ")).unwrap();
+            assert_eq!(fds.trim_end(), "fds 0 1 2 3", "{exit}");
             if harness_answers {
                 assert!(out.contains("hello 200"), "{exit}");
                 assert_eq!(answers(&exit), [("once".into(), "channel".into())]);
