@@ -267,6 +267,9 @@ mod imp {
 
     /// How long a nested run waits for the outer runner's hello.
     const HELLO_WAIT: Duration = Duration::from_secs(10);
+    /// How long the runner waits to send a reply to a nested run that does
+    /// not read it.
+    const SEND_WAIT: Duration = Duration::from_secs(10);
 
     fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
         if rc < 0 {
@@ -717,6 +720,22 @@ mod imp {
 
         /// One connection: hello, the request, the nested run, its record.
         fn handle(&self, conn: OwnedFd, outer: &Outer<'_>) {
+            // A requester that stops reading cannot hold this thread (and
+            // so the end of the outer run) past a bounded send.
+            let limit = libc::timeval {
+                tv_sec: SEND_WAIT.as_secs() as libc::time_t,
+                tv_usec: 0,
+            };
+            // SAFETY: a timeval on the stack, its size given.
+            unsafe {
+                libc::setsockopt(
+                    conn.as_raw_fd(),
+                    libc::SOL_SOCKET,
+                    libc::SO_SNDTIMEO,
+                    (&limit as *const libc::timeval).cast(),
+                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+                )
+            };
             if send(conn.as_raw_fd(), HELLO, &[]).is_err() {
                 return;
             }
