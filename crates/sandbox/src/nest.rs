@@ -882,17 +882,39 @@ mod imp {
                 stdio[2].as_raw_fd(),
             ]);
             req.cancel = Some(cancel_read.as_raw_fd());
+            let Ok((done_read, done_write)) = pair(libc::SOCK_STREAM) else {
+                return Reply::Refused {
+                    reason: "the nested run could not be started: no channel".into(),
+                    exit_code: EXIT_SANDBOX,
+                };
+            };
             let ran = std::thread::scope(|scope| {
-                let running = scope.spawn(|| crate::running::run(outer.backend, &req));
+                let req = &req;
+                let running = scope.spawn(move || {
+                    let ran = crate::running::run(outer.backend, req);
+                    drop(done_write);
+                    ran
+                });
                 // The run ends when its requester is gone (its connection
                 // reads EOF, or anything: it sends nothing more) or the
-                // outer run ends.
-                let stop = Some(self.stop_read.as_raw_fd());
-                while !running.is_finished() {
-                    let until = Instant::now() + Duration::from_millis(50);
-                    match readable(conn.as_raw_fd(), stop, Some(until)) {
-                        Ok(false) if !polls(self.stop_read.as_raw_fd()) => continue,
-                        _ => break,
+                // outer run ends; this waits for one of those or its end.
+                let mut pfds = [
+                    conn.as_raw_fd(),
+                    self.stop_read.as_raw_fd(),
+                    done_read.as_raw_fd(),
+                ]
+                .map(|fd| libc::pollfd {
+                    fd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                });
+                loop {
+                    // SAFETY: three pollfds on the stack.
+                    let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, -1) };
+                    if n >= 0
+                        || std::io::Error::last_os_error().kind() != io::ErrorKind::Interrupted
+                    {
+                        break;
                     }
                 }
                 drop(cancel_write);
