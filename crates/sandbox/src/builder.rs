@@ -290,8 +290,8 @@ impl Sandbox {
     }
 
     /// A spawner that confines one thread once under this policy and
-    /// starts many `std::process::Command`s from it, at close to the cost of
-    /// a plain spawn (Linux).
+    /// starts many `std::process::Command`s from it, each in a Landlock
+    /// domain nested beneath the thread's (about 1.2x a plain spawn; Linux).
     #[cfg(target_os = "linux")]
     pub fn spawner(&self) -> Result<crate::backend::ConfinedSpawner, Error> {
         let policy = self.policy()?;
