@@ -560,3 +560,45 @@ print("answer=" + repr(a.recv(15)))
         assert_eq!(inside.trim(), "answer=b'sandbox-nest 1\\n'", "{ctx}");
     }
 }
+
+/// A stop signal to the nested `sandbox run` reaches its command through
+/// the outer runner (the command's trap runs), and the nested run exits
+/// with the command's status, as a run passes a signal on.
+#[test]
+fn a_stop_signal_reaches_the_nested_command() {
+    for nobody in users() {
+        let w = shared(&[]);
+        let (client, ready, got) = (
+            w.path().join("client"),
+            w.path().join("ready"),
+            w.path().join("got"),
+        );
+        let script = format!(
+            "echo $$ > {client}; exec {sb} run -w {w} -- sh -c 'trap \"echo int > {got}; exit 7\" INT; \
+             echo $$ > {ready}; while :; do sleep 0.05; done'",
+            client = d(&client),
+            sb = sb(),
+            w = d(w.path()),
+            got = d(&got),
+            ready = d(&ready),
+        );
+        let mut child = outer(nobody)
+            .args(["run", "-w", &d(w.path()), "--", "sh", "-c", &script])
+            .stderr(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        wait_for_file(&ready, &mut child);
+        let client_pid = wait_for_file(&client, &mut child);
+        // SAFETY: kill has no memory effects; the pid is the nested run's
+        // client, alive (its command is).
+        assert_eq!(unsafe { libc::kill(client_pid, libc::SIGINT) }, 0);
+        let out = child.wait_with_output().unwrap();
+        let ctx = format!("nobody={nobody}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(7), "{ctx}");
+        assert_eq!(
+            std::fs::read_to_string(&got).unwrap_or_default().trim(),
+            "int",
+            "{ctx}"
+        );
+    }
+}

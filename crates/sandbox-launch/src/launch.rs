@@ -68,9 +68,10 @@ pub struct Launch<'a> {
     /// above 2 is closed on exec): a capability the runner hands it, such
     /// as the nest socket of `sandbox::nest`.
     pub inherit: Option<RawFd>,
-    /// Once this fd polls readable or hung up, the run ends as on its
-    /// deadline ([`Watch::with_cancel`]): how a runner ends a run whose
-    /// requester or enclosing run is gone.
+    /// A socket whose bytes are signals passed on to the command's process
+    /// group and whose end ends the run as on its deadline
+    /// ([`Watch::with_cancel`]): how a runner relays a requester's stop
+    /// signals and ends a run whose requester or enclosing run is gone.
     pub cancel: Option<RawFd>,
     /// Set to the main process's pid once it is started (it is a child of
     /// the launching thread until the launch returns).

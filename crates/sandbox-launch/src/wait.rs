@@ -189,25 +189,48 @@ impl Watch {
         }
     }
 
-    /// Ends each wait as if its deadline had passed once `fd` polls
-    /// readable or hung up (the caller keeps it open meanwhile).
+    /// A socket the wait reads while it lasts (the caller keeps it open):
+    /// each byte is a signal passed on to the child's process group, as a
+    /// stop signal is (only SIGINT, SIGQUIT, SIGTERM, SIGHUP; others are
+    /// dropped); its end of file (or an error) ends the wait as if its
+    /// deadline had passed.
     pub fn with_cancel(mut self, fd: Option<std::os::fd::RawFd>) -> Self {
         self.cancel = fd;
         self
     }
 
-    /// Whether the cancel fd ([`Watch::with_cancel`]) polls readable or hung up.
+    /// Reads what the cancel socket ([`Watch::with_cancel`]) holds, passing
+    /// its signals on: whether it has ended (the wait then ends).
     fn cancelled(&self) -> bool {
         let Some(fd) = self.cancel else {
             return false;
         };
-        let mut pfd = libc::pollfd {
-            fd,
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: one pollfd on the stack, no wait.
-        unsafe { libc::poll(&mut pfd, 1, 0) > 0 }
+        loop {
+            let mut buf = [0u8; 16];
+            // SAFETY: a non-blocking receive into the stack buffer.
+            let n =
+                unsafe { libc::recv(fd, buf.as_mut_ptr().cast(), buf.len(), libc::MSG_DONTWAIT) };
+            if n > 0 {
+                for &byte in &buf[..n as usize] {
+                    let sig = libc::c_int::from(byte);
+                    if [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP].contains(&sig) {
+                        // SAFETY: kill has no memory effects; the child is
+                        // unreaped and leads its own process group (the
+                        // session hook), so the group is the run's.
+                        unsafe { libc::kill(-self.pid, sig) };
+                    }
+                }
+                continue;
+            }
+            if n == 0 {
+                return true;
+            }
+            match std::io::Error::last_os_error().raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(e) if e == libc::EAGAIN || e == libc::EWOULDBLOCK => return false,
+                _ => return true,
+            }
+        }
     }
 
     /// Waits until the child exits, `deadline` passes (`None`: no bound) or
@@ -230,7 +253,7 @@ impl Watch {
 
     fn wait(&self, deadline: Option<Instant>, mut forward: Forward<'_>) -> Waited {
         if let Some(pidfd) = &self.pidfd {
-            if let Some(waited) = wait_pidfd(pidfd, deadline, self.cancel, &mut forward) {
+            if let Some(waited) = wait_pidfd(self, pidfd, deadline, &mut forward) {
                 return waited;
             }
         }
@@ -302,9 +325,9 @@ fn pidfd_open(_pid: libc::pid_t) -> Option<OwnedFd> {
 /// `poll` fails with anything but `EINTR` (the caller then polls with
 /// `waitid`).
 fn wait_pidfd(
+    watch: &Watch,
     pidfd: &OwnedFd,
     deadline: Option<Instant>,
-    cancel: Option<std::os::fd::RawFd>,
     forward: &mut Forward<'_>,
 ) -> Option<Waited> {
     loop {
@@ -334,7 +357,7 @@ fn wait_pidfd(
                 revents: 0,
             },
             libc::pollfd {
-                fd: cancel.unwrap_or(-1),
+                fd: watch.cancel.unwrap_or(-1),
                 events: libc::POLLIN,
                 revents: 0,
             },
@@ -344,7 +367,7 @@ fn wait_pidfd(
         if n > 0 && pfds[0].revents != 0 {
             return Some(Waited::Exited);
         }
-        if n > 0 && pfds[2].revents != 0 {
+        if n > 0 && pfds[2].revents != 0 && watch.cancelled() {
             return Some(Waited::TimedOut);
         }
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {

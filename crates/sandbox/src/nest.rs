@@ -34,7 +34,7 @@
 //! | the inner policy | every field of the request, a policy with no write bound or none at all | [`ResolvedPolicy::nested_within`]: at most the outer's on every field (proptest in sandbox-core); an inner write path or destination outside the outer's refused; no policy refused | `a_nested_run_narrows_the_outer_policy`, `a_nested_run_cannot_widen_the_write_paths`, `a_nested_run_cannot_widen_the_network`, `the_capability_cannot_run_anything_unconfined` |
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
-//! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has | `nested_runs_end_with_the_outer_run` |
+//! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
 //! | the runner's threads and memory | many requests, requests never finished | at most [`MAX_NESTED`] served at once; a connection that sends nothing holds one thread until the outer run ends | (bounded by construction) |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
 
@@ -111,9 +111,10 @@ impl Capability {
     /// Has the outer runner run `req` (its argv, cwd, environment,
     /// policy, limits; this process's stdin, stdout and, when
     /// `req.echo_stderr`, stderr) and waits for its record. A stop signal
-    /// ([`crate::runner::stop_runs_on`]) ends the wait with
-    /// [`RunError::Stopped`], which closes the connection, and the outer
-    /// runner then ends the nested run.
+    /// ([`crate::runner::stop_runs_on`]) is passed on to the nested
+    /// command's process group; if the run has not ended `req.grace` later,
+    /// the wait ends with [`RunError::Stopped`], which closes the
+    /// connection, and the outer runner then ends the nested run.
     pub fn run(self, req: &RunRequest) -> Result<Outcome, RunError> {
         use std::os::unix::ffi::OsStrExt;
         let bytes = |s: &OsString| s.as_bytes().to_vec();
@@ -144,7 +145,7 @@ impl Capability {
         let json = serde_json::to_vec(&wire).map_err(|e| nest_failed(e.to_string()))?;
         #[cfg(target_os = "linux")]
         {
-            let reply = imp::exchange(&self.conn, &json)?;
+            let reply = imp::exchange(&self.conn, &json, req.grace)?;
             match serde_json::from_slice::<Reply>(&reply)
                 .map_err(|e| nest_failed(format!("the outer runner's answer is not valid: {e}")))?
             {
@@ -544,13 +545,30 @@ mod imp {
     }
 
     /// Sends the request with this process's stdio, waits for the answer.
-    pub(super) fn exchange(conn: &OwnedFd, json: &[u8]) -> Result<Vec<u8>, RunError> {
+    pub(super) fn exchange(
+        conn: &OwnedFd,
+        json: &[u8],
+        grace: Duration,
+    ) -> Result<Vec<u8>, RunError> {
         let failed =
             |e: io::Error| super::nest_failed(format!("the outer runner's connection failed: {e}"));
         write_frame(conn.as_raw_fd(), json, &[0, 1, 2]).map_err(failed)?;
+        // A stop signal goes on to the nested command, as a run passes it
+        // on; past the grace the connection closes, which ends the run.
+        let mut signalled: Option<(i32, Instant)> = None;
         loop {
             if let Some(signal) = sandbox_launch::stop_requested() {
-                return Err(RunError::Stopped { signal });
+                match signalled {
+                    None => {
+                        let byte = u8::try_from(signal).unwrap_or(0);
+                        let _ = send(conn.as_raw_fd(), &[byte], &[]);
+                        signalled = Some((signal, Instant::now()));
+                    }
+                    Some((signal, at)) if at.elapsed() >= grace => {
+                        return Err(RunError::Stopped { signal });
+                    }
+                    Some(_) => {}
+                }
             }
             let until = Instant::now() + Duration::from_millis(100);
             if readable(conn.as_raw_fd(), None, Some(until)).map_err(failed)? {
@@ -895,9 +913,10 @@ mod imp {
                     drop(done_write);
                     ran
                 });
-                // The run ends when its requester is gone (its connection
-                // reads EOF, or anything: it sends nothing more) or the
-                // outer run ends; this waits for one of those or its end.
+                // The requester's stop signals (one byte each) are passed on
+                // to the command; the run ends when its requester is gone
+                // (its connection reads EOF) or the outer run ends; this
+                // waits for one of those or the run's own end.
                 let mut pfds = [
                     conn.as_raw_fd(),
                     self.stop_read.as_raw_fd(),
@@ -911,10 +930,21 @@ mod imp {
                 loop {
                     // SAFETY: three pollfds on the stack.
                     let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, -1) };
-                    if n >= 0
-                        || std::io::Error::last_os_error().kind() != io::ErrorKind::Interrupted
-                    {
+                    if n < 0 {
+                        if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
+                            continue;
+                        }
                         break;
+                    }
+                    if pfds[1].revents != 0 || pfds[2].revents != 0 {
+                        break;
+                    }
+                    let mut signals = [0u8; 16];
+                    match recv(conn.as_raw_fd(), &mut signals, 0) {
+                        Ok((n, _)) if n > 0 => {
+                            let _ = send(cancel_write.as_raw_fd(), &signals[..n], &[]);
+                        }
+                        _ => break,
                     }
                 }
                 drop(cancel_write);

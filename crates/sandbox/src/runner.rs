@@ -70,8 +70,10 @@ pub struct RunRequest {
     /// `echo_stderr: false` still sends stderr to `/dev/null`). The fds stay
     /// the caller's, open until `run` returns.
     pub stdio: Option<[std::os::fd::RawFd; 3]>,
-    /// Once this fd polls readable or hung up, the run ends as on its
-    /// timeout (how an outer runner ends a nested run, [`crate::nest`]).
+    /// A socket whose bytes are signals passed on to the command's process
+    /// group (SIGINT, SIGQUIT, SIGTERM, SIGHUP) and whose end ends the run
+    /// as on its timeout (how an outer runner relays a nested run's stop
+    /// signals and ends it, [`crate::nest`]).
     pub cancel: Option<std::os::fd::RawFd>,
 }
 
