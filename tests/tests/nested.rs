@@ -602,3 +602,33 @@ fn a_stop_signal_reaches_the_nested_command() {
         );
     }
 }
+
+/// At most 8 nested runs are served at once: a ninth is refused, saying so,
+/// while eight run; twin: once they have ended, another runs.
+#[test]
+fn nested_runs_are_bounded() {
+    for nobody in users() {
+        let w = shared(&[]);
+        let dir = d(w.path());
+        let script = format!(
+            "for i in 1 2 3 4 5 6 7 8; do \
+               {sb} run -w {dir} -- sh -c \"touch {dir}/ready.$i; while [ ! -e {dir}/go ]; do sleep 0.05; done\" & \
+             done; \
+             while [ $(ls {dir} | grep -c ready) -lt 8 ]; do sleep 0.05; done; \
+             {sb} run -- true; echo ninth=$?; touch {dir}/go; wait; \
+             {sb} run -- true; echo after=$?",
+            sb = sb(),
+        );
+        let out = outer(nobody)
+            .args(["run", "-w", &dir, "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {} {}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("ninth=125"), "{ctx}");
+        assert!(
+            stderr(&out).contains("already serves 8 nested runs"),
+            "{ctx}"
+        );
+        assert!(stdout(&out).contains("after=0"), "{ctx}");
+    }
+}

@@ -35,7 +35,7 @@
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
-//! | the runner's threads and memory | many requests, requests never finished | at most [`MAX_NESTED`] served at once; a connection that sends nothing holds one thread until the outer run ends | (bounded by construction) |
+//! | the runner's threads and memory | many requests, requests never finished, replies never read | at most [`MAX_NESTED`] served at once (more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s | `nested_runs_are_bounded` |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
 
 use std::ffi::OsString;
@@ -552,7 +552,16 @@ mod imp {
     ) -> Result<Vec<u8>, RunError> {
         let failed =
             |e: io::Error| super::nest_failed(format!("the outer runner's connection failed: {e}"));
-        write_frame(conn.as_raw_fd(), json, &[0, 1, 2]).map_err(failed)?;
+        if let Err(e) = write_frame(conn.as_raw_fd(), json, &[0, 1, 2]) {
+            // A runner that refuses at once (too many nested runs) answers
+            // and closes before the request is in.
+            if !matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
+                return Err(failed(e));
+            }
+            return read_frame(conn.as_raw_fd(), None, 0)
+                .map(|(reply, _)| reply)
+                .map_err(|_| failed(e));
+        }
         // A stop signal goes on to the nested command, as a run passes it
         // on; past the grace the connection closes, which ends the run.
         let mut signalled: Option<(i32, Instant)> = None;
