@@ -202,3 +202,24 @@ fn children_cannot_signal_the_spawner() {
         assert!(text.contains("hits=0 "), "{who}: {text}");
     }
 }
+
+/// Below Landlock ABI 6 there is no signal scoping and so no child layer:
+/// the spawner still confines its children (write refused outside, allowed
+/// inside).
+#[test]
+fn below_abi_6_the_spawner_still_confines() {
+    let (w, outside) = (temp(), temp());
+    let policy = resolve(write_policy(&[&w.path], false));
+    let spawner = LandlockBackend::new()
+        .unwrap()
+        .with_abi_ceiling(5)
+        .unwrap()
+        .spawner(&policy)
+        .expect("spawner starts at ABI 5");
+    let inside = w.path.join("in");
+    ok(&sh(&spawner, &format!("echo x > '{}'", inside.display())));
+    assert!(inside.exists());
+    let target = outside.path.join("out");
+    refused(&sh(&spawner, &format!("echo x > '{}'", target.display())));
+    assert!(!target.exists());
+}
