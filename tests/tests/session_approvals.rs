@@ -33,6 +33,24 @@ struct Harness {
     stdin: Option<ChildStdin>,
     events: Receiver<Value>,
     dir: tempfile::TempDir,
+    /// The `hello` event, when [`Harness::open_with`] read it.
+    hello: Value,
+}
+
+/// The events read from `out`, one a line, on a thread.
+fn events_of(out: impl std::io::Read + Send + 'static) -> Receiver<Value> {
+    let (tx, events) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let event: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not an event on the channel ({e}): {line:?}"));
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    events
 }
 
 impl Harness {
@@ -53,6 +71,32 @@ impl Harness {
     /// the `setpriv` to nobody or nothing); `hello` when `tail` is a session
     /// whose hello to check.
     fn open_with(nobody: bool, tail: &str, flags: &[&str], hello: bool) -> Self {
+        let (mut child, dir) = Self::spawn(nobody, tail, flags, Stdio::piped());
+        let stdin = child.stdin.take();
+        let events = events_of(child.stdout.take().unwrap());
+        let mut h = Harness {
+            child,
+            stdin,
+            events,
+            dir,
+            hello: Value::Null,
+        };
+        if hello {
+            let hello = h.next();
+            assert_eq!(hello["event"], "hello", "{hello}");
+            assert_eq!(hello["approval"], "channel", "{hello}");
+            h.hello = hello;
+        }
+        h
+    }
+
+    /// The namespaces, the origins and `tail`, its stdout `stdout`.
+    fn spawn(
+        nobody: bool,
+        tail: &str,
+        flags: &[&str],
+        stdout: Stdio,
+    ) -> (Child, tempfile::TempDir) {
         assert!(
             is_root(),
             "network namespaces need root here: run this suite as root (CI does)"
@@ -114,7 +158,7 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 {tail}
 "#
         );
-        let mut child = Command::new("unshare")
+        let child = Command::new("unshare")
             .args(["--net", "--mount", "--propagation", "private"])
             .args(["/bin/sh", "-c", &setup, "sh"])
             .args(flags)
@@ -130,35 +174,11 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
             .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
             .current_dir(&d)
             .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
+            .stdout(stdout)
             .stderr(Stdio::inherit())
             .spawn()
             .expect("unshare (util-linux) makes the namespaces");
-        let stdin = child.stdin.take();
-        let stdout = child.stdout.take().unwrap();
-        let (tx, events) = std::sync::mpsc::channel();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stdout).lines() {
-                let Ok(line) = line else { break };
-                let event: Value = serde_json::from_str(&line)
-                    .unwrap_or_else(|e| panic!("not an event on the channel ({e}): {line:?}"));
-                if tx.send(event).is_err() {
-                    break;
-                }
-            }
-        });
-        let h = Harness {
-            child,
-            stdin,
-            events,
-            dir,
-        };
-        if hello {
-            let hello = h.next();
-            assert_eq!(hello["event"], "hello", "{hello}");
-            assert_eq!(hello["approval"], "channel", "{hello}");
-        }
-        h
+        (child, dir)
     }
 
     fn path(&self) -> PathBuf {
@@ -243,7 +263,7 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        for file in ["origin.pid", "tls-origin.pid"] {
+        for file in ["origin.pid", "tls-origin.pid", "private-origin.pid"] {
             if let Ok(pid) = std::fs::read_to_string(self.path().join(file)) {
                 if let Ok(pid) = pid.trim().parse::<i32>() {
                     // SAFETY: kill has no memory preconditions; the pid is
@@ -546,6 +566,294 @@ fn a_request_no_rule_admits_is_asked_about() {
                 "POST /other"
             ]
         );
+        h.close();
+    }
+}
+
+/// `curl` through the run's proxy to `http://HOST:8080PATH`, printing
+/// `<body> <status>`.
+fn curl_to(host: &str, path: &str) -> String {
+    format!("curl -s -m 120 -w ' %{{http_code}}\\n' http://{host}:8080{path}")
+}
+
+/// The namespace's tail for [`an_approved_name_reaches_only_the_addresses_shown`]:
+/// a second origin on 10.77.0.1:8080 (a private address of the namespace's
+/// loopback; it logs `private PATH`), `flip.example.com` at 10.77.0.1 and
+/// `far.example.com` at a public address (nothing listens there, and no
+/// route leaves the namespace), then the session.
+const PRIVATE_ORIGIN: &str = r#"ip addr add 10.77.0.1/32 dev lo
+printf '10.77.0.1 flip.example.com\n93.184.215.14 far.example.com\n' >> "$D/hosts"
+python3 -c '
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(sys.argv[1], "a") as log: log.write("private " + self.path + "\n")
+        body = b"private"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("10.77.0.1", 8080), H)
+open(sys.argv[2], "w").close()
+s.serve_forever()
+' "$D/origin.log" "$D/private-listening" > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/private-origin.pid"
+for i in $(seq 200); do [ -e "$D/private-listening" ] && break; sleep 0.05; done
+exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network "$@""#;
+
+/// The next event, which must be a question about `host:8080` during run
+/// `id`, naming `addresses` and `local`; its permission id.
+#[track_caller]
+fn question_about(h: &Harness, id: &str, host: &str, addresses: &[&str], local: bool) -> String {
+    let p = h.next();
+    assert_eq!(p["event"], "permission", "{p}");
+    assert_eq!(p["id"], id, "{p}");
+    assert_eq!(p["kind"], "connect", "{p}");
+    assert_eq!(p["host"], host, "{p}");
+    assert_eq!(p["port"], 8080, "{p}");
+    assert_eq!(p["addresses"], json!(addresses), "{p}");
+    assert_eq!(p["local"], local, "{p}");
+    p["permission"].as_str().unwrap().to_owned()
+}
+
+/// DNS rebinding through an approval: the command controls what
+/// `flip.example.com` resolves to. The question names the addresses it
+/// resolved to before asking (10.77.0.1, local: a private address); the
+/// name is then re-pointed at 127.0.0.1 (where the host's loopback origin
+/// listens on the same port) before the harness answers "session": the
+/// connection still reaches 10.77.0.1 only. The next command's connection,
+/// now resolving to 127.0.0.1, is not covered by the grant: it is asked
+/// about again (127.0.0.1, local) and denied; twin: with the name back at
+/// 10.77.0.1 the grant admits it unasked. A public address is not local.
+/// The hello says the network is "ask".
+#[test]
+fn an_approved_name_reaches_only_the_addresses_shown() {
+    for nobody in users() {
+        let mut h = Harness::open_with(nobody, PRIVATE_ORIGIN, &[], true);
+        assert_eq!(h.hello["policy"]["network"], "ask", "{}", h.hello);
+        let hosts = |h: &Harness, flip: &str| {
+            std::fs::write(
+                h.path().join("hosts"),
+                format!(
+                    "127.0.0.1 localhost\n127.0.0.1 svc.example.com pkgs.example.com\n\
+                     {flip} flip.example.com\n93.184.215.14 far.example.com\n"
+                ),
+            )
+            .unwrap()
+        };
+        h.start("1", &curl_to("flip.example.com", "/pinned"));
+        let p = question_about(&h, "1", "flip.example.com", &["10.77.0.1"], true);
+        hosts(&h, "127.0.0.1");
+        h.approve(&p, "session");
+        let exit = h.exit("1");
+        assert_eq!(exit["stdout"], "private 200\n", "{exit}");
+        assert_eq!(exit["approvals"][0]["addresses"], json!(["10.77.0.1"]));
+
+        h.start("2", &curl_to("flip.example.com", "/rebound"));
+        let p = question_about(&h, "2", "flip.example.com", &["127.0.0.1"], true);
+        h.approve(&p, "deny");
+        let exit = h.exit("2");
+        assert!(
+            exit["stdout"].as_str().unwrap().ends_with(" 403\n"),
+            "{exit}"
+        );
+        assert_eq!(answers(&exit), [("deny".into(), "channel".into())]);
+
+        hosts(&h, "10.77.0.1");
+        h.start("3", &curl_to("flip.example.com", "/granted"));
+        let exit = h.exit("3");
+        assert_eq!(exit["stdout"], "private 200\n", "{exit}");
+        assert_eq!(answers(&exit), [("session".into(), "session grant".into())]);
+
+        h.start("4", &curl_to("far.example.com", "/far"));
+        let p = question_about(&h, "4", "far.example.com", &["93.184.215.14"], false);
+        h.approve(&p, "deny");
+        let exit = h.exit("4");
+        assert!(
+            exit["stdout"].as_str().unwrap().ends_with(" 403\n"),
+            "{exit}"
+        );
+
+        assert_eq!(
+            h.served(),
+            ["private /pinned", "private /granted"],
+            "nothing reached the loopback origin"
+        );
+        h.close();
+    }
+}
+
+/// The hello's network: "ask" under `--no-network --approval channel`
+/// (every TCP connection through the proxy is asked about), "off" without
+/// approvals (twin).
+#[test]
+fn the_hello_says_the_network_is_asked_for() {
+    let state = tempfile::tempdir().unwrap();
+    for (approval, network) in [("channel", "ask"), ("none", "off")] {
+        let mut child = Command::new(sandbox_bin())
+            .args(["session", "--backend", "auto", "--on-unsupported", "error"])
+            .args(["--no-network", "--approval", approval])
+            .env("XDG_STATE_HOME", state.path())
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut line = String::new();
+        BufReader::new(child.stdout.take().unwrap())
+            .read_line(&mut line)
+            .unwrap();
+        let hello: Value = serde_json::from_str(&line).unwrap();
+        assert_eq!(hello["event"], "hello", "{hello}");
+        assert_eq!(hello["approval"], approval, "{hello}");
+        assert_eq!(hello["policy"]["network"], network, "{hello}");
+        assert_eq!(child.wait().unwrap().code(), Some(0));
+    }
+}
+
+/// A harness that stops reading the session's stdout cannot hold a
+/// connection past the approval timeout: its channel is full (a one-page
+/// pipe the test filled) when the command's connection is asked about; the
+/// connection is refused at the timeout (2 s) and the command ends on its
+/// own (its result file says 403), while the harness still reads nothing.
+/// Reading again, the harness gets the question and the exit event (deny,
+/// by timeout). Twin: a harness that reads answers "once": admitted.
+#[test]
+fn a_harness_that_stops_reading_holds_nothing_past_the_timeout() {
+    use std::io::Read;
+    use std::os::fd::AsRawFd;
+    for nobody in users() {
+        for reads in [true, false] {
+            let (read, write) = std::io::pipe().unwrap();
+            // SAFETY: fcntl on a pipe descriptor we own; one page (the
+            // least a pipe holds), set while the pipe is empty.
+            let set = unsafe { libc::fcntl(read.as_raw_fd(), libc::F_SETPIPE_SZ, 4096) };
+            assert_eq!(set, 4096, "{}", std::io::Error::last_os_error());
+            let fill = write.try_clone().unwrap();
+            let tail = r#"mkdir -m 777 "$D/out"
+exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --approval-timeout 2 --no-network -w "$D/out""#;
+            let (mut child, dir) = Harness::spawn(nobody, tail, &[], Stdio::from(write));
+            let mut read = read;
+            // One line, byte by byte: nothing beyond it is taken from the pipe.
+            let line = |read: &mut std::io::PipeReader| -> Value {
+                let mut bytes = Vec::new();
+                let mut b = [0u8; 1];
+                while read.read(&mut b).unwrap() == 1 && b[0] != b'\n' {
+                    bytes.push(b[0]);
+                }
+                serde_json::from_slice(&bytes).unwrap()
+            };
+            let hello = line(&mut read);
+            assert_eq!(hello["event"], "hello", "{hello}");
+            let d = std::fs::canonicalize(dir.path()).unwrap();
+            let script = format!(
+                "while [ ! -e {d}/go ]; do sleep 0.05; done; {CURL}stuck > {d}/out/result; echo done >> {d}/out/result",
+                d = d.display()
+            );
+            let mut stdin = child.stdin.take().unwrap();
+            writeln!(
+                stdin,
+                "{}",
+                json!({"id": "s", "op": "run", "argv": ["/bin/sh", "-c", script]})
+            )
+            .unwrap();
+            let started = line(&mut read);
+            assert_eq!(started["event"], "started", "{started}");
+            if !reads {
+                // Fill the pipe: the session's next write blocks.
+                let mut queued: libc::c_int = 0;
+                // SAFETY: FIONREAD writes one int through the pointer.
+                assert_eq!(
+                    unsafe { libc::ioctl(read.as_raw_fd(), libc::FIONREAD, &mut queued) },
+                    0
+                );
+                let room = 4096 - usize::try_from(queued).unwrap();
+                let head = r#"{"event":"filler","pad":""#;
+                let pad = "x".repeat(room - head.len() - 3);
+                let filler = format!("{head}{pad}\"}}\n");
+                assert_eq!(filler.len(), room);
+                (&fill).write_all(filler.as_bytes()).unwrap();
+            }
+            std::fs::write(d.join("go"), "").unwrap();
+            let mut h = Harness {
+                child,
+                stdin: Some(stdin),
+                events: std::sync::mpsc::channel().1,
+                dir,
+                hello,
+            };
+            if reads {
+                h.events = events_of(read);
+                let p = h.question("s");
+                h.approve(&p, "once");
+            } else {
+                // The command ends while nobody reads the channel.
+                let result = d.join("out/result");
+                let deadline = std::time::Instant::now() + EVENT_WAIT;
+                while !std::fs::read_to_string(&result)
+                    .unwrap_or_default()
+                    .contains("done")
+                {
+                    assert!(
+                        std::time::Instant::now() < deadline,
+                        "the command did not end while the harness read nothing"
+                    );
+                    std::thread::sleep(Duration::from_millis(50));
+                }
+                let out = std::fs::read_to_string(&result).unwrap();
+                assert!(out.contains(" 403\n") && !out.contains("hello"), "{out}");
+                h.events = events_of(read);
+                assert_eq!(h.next()["event"], "filler");
+                h.question("s");
+            }
+            let exit = h.exit("s");
+            let out = std::fs::read_to_string(d.join("out/result")).unwrap();
+            if reads {
+                assert!(out.starts_with("hello 200\n"), "{out}");
+                assert_eq!(answers(&exit), [("once".into(), "channel".into())]);
+                assert_eq!(h.served(), ["/stuck"]);
+            } else {
+                assert_eq!(answers(&exit), [("deny".into(), "timeout".into())]);
+                assert!(h.served().is_empty(), "{:?}", h.served());
+            }
+            drop(fill);
+            h.close();
+        }
+    }
+}
+
+/// A nested run (`sandbox run` inside a session's command, through the nest
+/// socket) does not use the session's approvals: its policy is the
+/// session's intersected (network off: it has none), its egress has no
+/// decider, so its connection is refused without a question, while the
+/// outer command's own connection (the twin) is asked about and admitted.
+#[test]
+fn a_nested_run_is_not_asked_about() {
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        h.start(
+            "n",
+            &format!("{CURL}outer; \"$SANDBOX\" run -- sh -c \"{CURL}inner\"; echo inner=$?"),
+        );
+        let p = h.question("n");
+        h.approve(&p, "once");
+        let exit = h.exit("n");
+        let out = exit["stdout"].as_str().unwrap();
+        assert!(out.contains("hello 200"), "the outer connection: {exit}");
+        assert!(
+            out.contains(" 000\n"),
+            "the inner curl ran and reached nothing: {exit}"
+        );
+        assert!(!out.contains("inner=0"), "{exit}");
+        assert!(
+            !exit["stderr"]
+                .as_str()
+                .unwrap_or("")
+                .contains("not supported"),
+            "the nested run used the nest socket: {exit}"
+        );
+        assert_eq!(answers(&exit), [("once".into(), "channel".into())]);
+        assert_eq!(h.served(), ["/outer"]);
         h.close();
     }
 }

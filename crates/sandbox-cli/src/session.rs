@@ -151,9 +151,11 @@ impl Channel {
         })
     }
 
-    /// Writes one event as one line.
+    /// Writes one event as one line, and waits until it (and every event
+    /// before it) is written.
     fn send(&mut self, event: &Value) {
         self.output.send(event);
+        self.output.flush();
         if self.output.broken() {
             self.broken = true;
         }
@@ -477,7 +479,7 @@ impl Session {
             } else {
                 "none (danger-full-access)".to_owned()
             },
-            "policy": self.policy.as_ref().map(summary),
+            "policy": self.policy.as_ref().map(|p| summary(p, self.approvals.is_some())),
             "ops": if self.approvals.is_some() {
                 json!(["run", "approve", "close"])
             } else {
@@ -846,10 +848,16 @@ fn exit_event(outcome: &Outcome) -> Map<String, Value> {
     e
 }
 
-/// What a session's policy is, for `hello`.
-fn summary(policy: &ResolvedPolicy) -> Value {
+/// What a session's policy is, for `hello`. With the network off and
+/// questions asked over the channel (`asks`), the network is `ask`: a
+/// command's TCP connections through the proxy are asked about.
+fn summary(policy: &ResolvedPolicy, asks: bool) -> Value {
+    let network = match policy.network_mode() {
+        sandbox::policy::NetworkMode::Off if asks => "ask",
+        mode => mode.as_str(),
+    };
     json!({
-        "network": policy.network_mode().as_str(),
+        "network": network,
         "allow_net": policy.allow_net().iter().map(|r| r.to_string()).collect::<Vec<_>>(),
         "write_paths": policy.write_paths(),
         "write_deny_paths": policy.write_deny_paths(),

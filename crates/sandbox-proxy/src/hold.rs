@@ -2,6 +2,7 @@
 //! while a [`Decider`] is asked: approvals while the call waits.
 
 use std::fmt;
+use std::net::IpAddr;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -43,6 +44,16 @@ pub enum Pending {
         host: String,
         /// The port.
         port: u16,
+        /// Where an admitted connection goes, and nowhere else: the
+        /// addresses a name resolved to before the question was asked (an
+        /// IP literal itself), the proxy's own excepted; a later resolution
+        /// of the name does not widen them.
+        addresses: Vec<IpAddr>,
+        /// Whether one of `addresses` is this host or a network near it: a
+        /// special-range address ([`sandbox_core::net::is_special`]:
+        /// loopback, private, link-local, ...) or one configured on one of
+        /// this host's interfaces.
+        local: bool,
     },
     /// A request to an intercepted host that no request rule admits.
     Request {

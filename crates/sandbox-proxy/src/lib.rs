@@ -90,7 +90,7 @@
 //! addresses, unless an IP rule admits them too. The host's own addresses
 //! ([`sandbox_core::net::HostAddrs`]) are every address configured on one of
 //! its interfaces, read with `getifaddrs(3)` once, when the proxy starts
-//! with a wildcard rule (an address configured later is not known; a proxy
+//! with a wildcard rule or a [`Decider`] (an address configured later is not known; a proxy
 //! that cannot read them does not start, [`ProxyError::Interfaces`]); so a
 //! name under a wildcard that resolves to the host's public address does not
 //! reach a service bound to `0.0.0.0` or `[::]`. Each admitted address is
@@ -103,7 +103,14 @@
 //! held on their connection's thread while the decider is asked
 //! ([`Pending`]); it answers a [`Reply`] with a [`Decision`] (once,
 //! session, deny) within [`Decider::hold_limit`], else the refusal stands.
-//! An admitted destination is reached as an exact rule would reach it.
+//! A name is resolved before it is asked about (so a name no rule lists is
+//! resolved under a decider, and its query reaches the resolver whatever
+//! the answer); the question names the addresses
+//! ([`Pending::Connect::addresses`]) and whether one is local (special-range
+//! or this host's own), and an admitted connection reaches only those
+//! addresses: a name that resolves elsewhere by the time it is answered
+//! (DNS rebinding) reaches nothing new. A name that does not resolve, or
+//! only to the proxy, is refused without asking.
 //!
 //! # Limits
 //! Request heads are bounded ([`ProxyOptions::max_head_bytes`], 16 KiB) and
@@ -162,7 +169,7 @@
 //! | origin response head (`httparse`) | the origin's status line and headers (the origin is named by the operator, not the command) | head bounded (64 KiB); 1xx passed on, `Connection` replaced by `close`; the body relayed as bytes | `tests/tests/intercept.rs` |
 //! | the run CA | the certificate files (readable by the command; in a directory of the runner's) | the key is never written anywhere (memory only); the files hold certificates only, are removed when the run ends, written and removed through a descriptor of the directory made (a run that renames it and plants a symlink in its place makes the runner delete nothing elsewhere; the name removed only while it is that directory); the CA is name-constrained to the intercepted hosts and valid a day | `tests/tests/intercept.rs` (`the_run_ca_key_never_reaches_the_run`, `the_ca_files_cleanup_follows_no_planted_link`) |
 //! | secrets (`--secret`) | where the placeholder goes: any header, target, host, `CONNECT` or plain request | the value only in this process (non-dumpable while secrets exist; Landlock scopes ptrace-mode access to the runner anyway); a secret's file (`NAME=file:PATH`) read-denied to the run and refused when it has another name (hard link); written only into header values of requests to the secret's own intercepted hosts (`Basic` decoded and re-encoded); the placeholder in a target, in a header to another host, or in a head the proxy does not intercept is refused and recorded; values with CR, LF or NUL refused; every value (and each re-encoded `Basic` credential) kept out of intercepted responses, an origin reflecting a header (replaced by the placeholder in heads, masked with `*` in bodies, across reads; encoded reflections not seen: docs/enforcement.md, Known gaps) | `intercept::exchange::tests`, `tests/tests/intercept.rs` (`secrets_reach_only_their_host_and_never_the_run`, `a_secret_file_is_out_of_the_runs_reach`, `an_origin_reflecting_the_injected_value_returns_it_masked`), `intercept::tests` |
-//! | held destinations and requests ([`Decider`], `--approval channel`) | which unlisted hosts, ports and requests are asked about, how many at once, how long it lets them wait | asked from the connection's thread, never the accepting one; at most [`ProxyOptions::max_held`] (16) held at once, more refused unasked and recorded ([`RefusalReason::HeldLimit`]); each bounded by [`Decider::hold_limit`], denied on silence, on shutdown and (session) when the command ends; only names or literals no rule lists are asked about (never the proxy itself, a wildcard's special or own addresses, a request shape refused whatever the rules); the answer comes only from the decider (the session's channel, which no command holds) | `hold::tests`, `tests/tests/session_approvals.rs` (`the_command_cannot_answer_its_own_question` beside its answered twin, silence, deny) |
+//! | held destinations and requests ([`Decider`], `--approval channel`) | which unlisted hosts, ports and requests are asked about, how many at once, how long it lets them wait; the DNS answers of the names it asks about (rebinding to loopback or the host) | asked from the connection's thread, never the accepting one; a name resolved before it is asked about, the question naming its addresses and `local` (special-range or the host's own), an admitted connection reaching only those (a later resolution widens nothing; a session grant covers only addresses shown); at most [`ProxyOptions::max_held`] (16) held at once, more refused unasked and recorded ([`RefusalReason::HeldLimit`]); each bounded by [`Decider::hold_limit`], denied on silence, on shutdown and (session) when the command ends; only names or literals no rule lists are asked about (never the proxy itself, a wildcard's special or own addresses, a request shape refused whatever the rules); the answer comes only from the decider (the session's channel, which no command holds) | `hold::tests`, `tests/proxy.rs` (`an_admitted_name_reaches_only_the_addresses_asked_about`), `tests/tests/session_approvals.rs` (`an_approved_name_reaches_only_the_addresses_shown`, `the_command_cannot_answer_its_own_question` beside its answered twin, silence, deny) |
 //! | capabilities over that namespace | unprivileged, the command's uid owns its user namespace, so the command holds CAP_NET_ADMIN there | the egress filter refuses the socket ioctls and options that use it (`sandbox_seccomp::SOCKET_IOCTLS_REFUSED`, `SOCKET_OPTIONS_REFUSED`), and `setns`; the command makes no other socket there | `tests/tests/dns.rs` (`the_datagram_namespace_cannot_be_administered_by_the_command`) |
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -674,10 +681,11 @@ impl Proxy {
     /// reads this host's own addresses, which that rule does not reach.
     pub fn start(rules: impl Into<EgressRules>, opts: ProxyOptions) -> Result<Proxy, ProxyError> {
         let rules = rules.into();
-        let own = if rules.has_wildcard() {
+        let own = if rules.has_wildcard() || opts.decider.is_some() {
             target::host_addrs().map_err(ProxyError::Interfaces)?
         } else {
-            // Only wildcard rules consult them: spare the call.
+            // Only wildcard rules and a decider's questions (`local`)
+            // consult them: spare the call.
             HostAddrs::new([])
         };
         let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0)).map_err(ProxyError::Listen)?;

@@ -251,27 +251,42 @@ pub(crate) fn open_intercepted(
 /// that answers. A refusal is logged.
 ///
 /// With a [`crate::Decider`], a destination no rule lists (a name, an IP
-/// literal) is held while it is asked; once admitted, it is reached as an
-/// exact rule would (every address the name resolves to, the proxy's own
-/// excepted).
+/// literal) is resolved first and held while it is asked about, with the
+/// addresses it would reach ([`crate::Pending::Connect`]); once admitted, it
+/// reaches those addresses only (the proxy's own never). A name that does
+/// not resolve, or only to the proxy, is refused without asking.
 pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failure> {
     let addrs = match admitted(shared, target) {
         Ok(addrs) => addrs,
         Err(Failure::Refused(mut refused)) => {
-            if matches!(
-                refused.reason,
-                RefusalReason::NameNotListed | RefusalReason::AddressNotAllowed
-            ) {
-                let pending = crate::hold::Pending::Connect {
-                    host: refused.host.clone(),
-                    port: target.port,
-                };
-                match shared.hold(pending) {
-                    Some(Ok(settled)) if settled.decision().admits() => {
-                        return open_approved(shared, target);
+            if shared.opts.decider.is_some()
+                && matches!(
+                    refused.reason,
+                    RefusalReason::NameNotListed | RefusalReason::AddressNotAllowed
+                )
+            {
+                match question(shared, target) {
+                    Ok(addrs) => {
+                        let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
+                        let local = ips
+                            .iter()
+                            .any(|&ip| is_special(ip) || shared.own.contains(ip));
+                        let pending = crate::hold::Pending::Connect {
+                            host: refused.host.clone(),
+                            port: target.port,
+                            addresses: ips,
+                            local,
+                        };
+                        match shared.hold(pending) {
+                            Some(Ok(settled)) if settled.decision().admits() => {
+                                return connect_first(shared, addrs);
+                            }
+                            Some(Err(held)) => refused.reason = RefusalReason::HeldLimit { held },
+                            _ => {}
+                        }
                     }
-                    Some(Err(held)) => refused.reason = RefusalReason::HeldLimit { held },
-                    _ => {}
+                    Err(Some(reason)) => refused.reason = reason,
+                    Err(None) => {}
                 }
             }
             shared.refuse((*refused).clone());
@@ -282,13 +297,16 @@ pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failur
     connect_first(shared, addrs)
 }
 
-/// Connects to a destination a decider admitted: as an exact rule for it
-/// would (every address a name resolves to), never to the proxy itself.
-fn open_approved(shared: &Shared, target: &Target) -> Result<TcpStream, Failure> {
+/// The addresses a question about `target` names, and an admitted
+/// connection reaches: a name resolved now (every address it resolves to,
+/// as an exact rule would), an IP literal itself; never the proxy. `Err`
+/// when there is nothing to ask about: the name does not resolve
+/// (`None`: the refusal stands as it is), or only to the proxy.
+fn question(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Option<RefusalReason>> {
     let addrs = match &target.host {
         Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
         Host::Name(name) => resolve(shared, name, target.port)
-            .map_err(Failure::Unresolvable)?
+            .map_err(|_| None)?
             .into_iter()
             .map(|mut a| {
                 a.set_port(target.port);
@@ -296,18 +314,19 @@ fn open_approved(shared: &Shared, target: &Target) -> Result<TcpStream, Failure>
             })
             .collect(),
     };
-    let addrs: Vec<SocketAddr> = addrs
-        .into_iter()
-        .filter(|&a| !is_proxy(shared, a))
-        .collect();
     if addrs.is_empty() {
-        let failure = target.refused(RefusalReason::ProxyItself);
-        if let Failure::Refused(refused) = &failure {
-            shared.refuse((**refused).clone());
-        }
-        return Err(failure);
+        return Err(None);
     }
-    connect_first(shared, addrs)
+    let mut kept: Vec<SocketAddr> = Vec::with_capacity(addrs.len());
+    for addr in addrs {
+        if !is_proxy(shared, addr) && !kept.contains(&addr) {
+            kept.push(addr);
+        }
+    }
+    if kept.is_empty() {
+        return Err(Some(RefusalReason::ProxyItself));
+    }
+    Ok(kept)
 }
 
 /// Connects to the first of `addrs` that answers.

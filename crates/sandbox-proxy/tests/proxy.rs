@@ -1156,7 +1156,9 @@ fn held_connections_wait_for_the_decider() {
             asked[0].0,
             sandbox_proxy::Pending::Connect {
                 host: "rebind.example.com".into(),
-                port: origin.port()
+                port: origin.port(),
+                addresses: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
+                local: true,
             }
         );
         assert!(asked[0].1.answer(sandbox_proxy::Decision::Once));
@@ -1230,4 +1232,153 @@ fn without_a_decider_nothing_is_held() {
     );
     assert!(status.contains(" 403 "), "{status}");
     assert!(origin.seen().is_empty());
+}
+
+/// DNS rebinding through an approval: the name is resolved before it is
+/// asked about, the question names the addresses (and that they are
+/// local), and the admitted connection reaches only those. The test's
+/// resolver answers 127.0.0.2 (origin A) until the question is asked, then
+/// 127.0.0.1 (origin B, "the host's loopback service"): admitted "once",
+/// the connection reaches A, and B never sees a request. The next
+/// connection is asked about again with the new address (B, whose twin
+/// admission reaches B: the pin follows the question, not the name).
+#[test]
+fn an_admitted_name_reaches_only_the_addresses_asked_about() {
+    let a = Origin::start_at("127.0.0.2:0".parse().unwrap(), b"origin A".to_vec());
+    let b = Origin::start_at(
+        SocketAddr::from(([127, 0, 0, 1], a.port())),
+        b"origin B".to_vec(),
+    );
+    let flipped = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let resolver: Resolver = {
+        let flipped = Arc::clone(&flipped);
+        Arc::new(move |name: &str, port: u16| match name {
+            "flip.example.com" if flipped.load(std::sync::atomic::Ordering::SeqCst) => {
+                Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+            }
+            "flip.example.com" => Ok(vec![SocketAddr::from(([127, 0, 0, 2], port))]),
+            _ => Err(std::io::Error::new(
+                std::io::ErrorKind::NotFound,
+                "unknown test name",
+            )),
+        })
+    };
+    let keeper = Arc::new(Keeper::default());
+    let opts = ProxyOptions::default()
+        .resolver(resolver)
+        .decider(keeper.clone());
+    let proxy = Proxy::start(rules(&["localhost:1"]), opts).unwrap();
+    let target = format!("flip.example.com:{}", a.port());
+    let fetch = |path: &'static str| {
+        let (addr, target) = (proxy.addr(), target.clone());
+        thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+            let head = read_head(&mut s);
+            write!(
+                s,
+                "GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+            )
+            .unwrap();
+            (head, body_of(&read_all(&mut s)))
+        })
+    };
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    for (n, path, shown, body) in [
+        (1, "/pinned", "127.0.0.2", "origin A"),
+        (2, "/asked-again", "127.0.0.1", "origin B"),
+    ] {
+        let t = fetch(path);
+        keeper.wait_for(n);
+        {
+            let asked = keeper.asked.lock().unwrap();
+            assert_eq!(
+                asked[n - 1].0,
+                sandbox_proxy::Pending::Connect {
+                    host: "flip.example.com".into(),
+                    port: a.port(),
+                    addresses: vec![ip(shown)],
+                    local: true,
+                }
+            );
+            // The name now resolves elsewhere; the answer admits what was
+            // shown.
+            flipped.store(true, std::sync::atomic::Ordering::SeqCst);
+            assert!(asked[n - 1].1.answer(sandbox_proxy::Decision::Once));
+        }
+        let (head, got) = t.join().unwrap();
+        assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
+        assert_eq!(got, body);
+    }
+    assert_eq!(a.seen().len(), 1, "{:?}", a.seen());
+    assert!(a.seen()[0].starts_with("GET /pinned "), "{:?}", a.seen());
+    assert_eq!(b.seen().len(), 1, "{:?}", b.seen());
+    assert!(
+        b.seen()[0].starts_with("GET /asked-again "),
+        "{:?}",
+        b.seen()
+    );
+}
+
+/// A held IP literal names itself; a public address is not local, a name
+/// that does not resolve is refused without asking (recorded as unlisted),
+/// twin: the resolvable one is asked.
+#[test]
+fn questions_say_whether_an_address_is_local() {
+    let keeper = Arc::new(Keeper {
+        auto: Some(sandbox_proxy::Decision::Deny),
+        ..Keeper::default()
+    });
+    let asked = Arc::new(Mutex::new(Vec::new()));
+    let opts = ProxyOptions::default()
+        .resolver(test_resolver(Arc::clone(&asked)))
+        .decider(keeper.clone());
+    let proxy = Proxy::start(rules(&["localhost:1"]), opts).unwrap();
+    for target in [
+        "93.184.215.14:443",
+        "[2606:2800:21f:cb07:6820:80da:af6b:8b2c]:443",
+        "10.1.2.3:443",
+        "nowhere.example.com:443",
+        "rebind.example.com:443",
+    ] {
+        let (status, _) = refused(
+            &proxy,
+            &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+        );
+        assert!(status.contains(" 403 "), "{target}: {status}");
+    }
+    let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+    let got: Vec<_> = keeper
+        .asked
+        .lock()
+        .unwrap()
+        .iter()
+        .map(|(p, _)| p.clone())
+        .collect();
+    let q = |host: &str, addr: &str, local: bool| sandbox_proxy::Pending::Connect {
+        host: host.into(),
+        port: 443,
+        addresses: vec![ip(addr)],
+        local,
+    };
+    assert_eq!(
+        got,
+        [
+            q("93.184.215.14", "93.184.215.14", false),
+            q(
+                "2606:2800:21f:cb07:6820:80da:af6b:8b2c",
+                "2606:2800:21f:cb07:6820:80da:af6b:8b2c",
+                false
+            ),
+            q("10.1.2.3", "10.1.2.3", true),
+            q("rebind.example.com", "127.0.0.1", true),
+        ]
+    );
+    let refusals = proxy.refusals();
+    assert!(
+        refusals
+            .iter()
+            .any(|r| r.host == "nowhere.example.com" && r.reason == RefusalReason::NameNotListed),
+        "{refusals:?}"
+    );
 }

@@ -3,19 +3,22 @@
 //! channel, while the command waits (docs/session.md, "Approvals").
 //!
 //! The decider ([`ChannelDecider`]) travels in the run's egress options; it
-//! writes a `permission` event and keeps the proxy's [`Reply`] until an
-//! `approve` request answers it. Requests are read by a thread of their own
+//! queues a `permission` event (written by the [`Events`] thread, so a
+//! harness that stops reading never blocks the proxy's connection thread)
+//! and keeps the proxy's [`Reply`] until an `approve` request answers it;
+//! a `session` answer covers the addresses the question named. Requests are read by a thread of their own
 //! ([`spawn_reader`]), so answers arrive while a command runs; other
 //! requests are queued for the session's loop. Only the harness writes the
 //! channel: commands never hold it (session.rs moves it above fd 2,
 //! close-on-exec, and lends commands their own pipes), so nothing a command
 //! writes can answer a question.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::fs::File;
 use std::io::{BufReader, Read, Write};
+use std::net::IpAddr;
 use std::sync::mpsc::{Receiver, Sender};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
 use sandbox::runner::{Decider, Decision, Pending, Reply, Settled};
@@ -27,32 +30,124 @@ use serde_json::{Map, Value};
 
 use crate::Fatal;
 
-/// The channel's output, shared by the session's loop and the decider.
+/// How many bytes of events wait for the harness before [`Events::send`]
+/// waits and [`Events::try_send`] refuses (one event beyond it is always
+/// taken when none waits).
+const QUEUED_CAP: usize = 1 << 20;
+
+/// The channel's output, shared by the session's loop, the reading thread
+/// and the decider: events are queued and written in order by a thread of
+/// their own, so a harness that stops reading stdout blocks that thread
+/// alone, never a proxy thread asking a question (whose hold limit then
+/// runs out: denied).
 #[derive(Clone)]
 pub(super) struct Events {
-    out: Arc<Mutex<(File, bool)>>,
+    queue: Arc<(Mutex<Queue>, Condvar)>,
+}
+
+#[derive(Default)]
+struct Queue {
+    lines: VecDeque<Vec<u8>>,
+    /// Bytes in `lines`.
+    bytes: usize,
+    /// Whether the writer holds a line it has not finished writing.
+    writing: bool,
+    /// Whether a write failed (the harness went away): later events are
+    /// dropped.
+    broken: bool,
 }
 
 impl Events {
-    pub(super) fn new(out: File) -> Self {
-        Events {
-            out: Arc::new(Mutex::new((out, false))),
+    /// Events written to `out` by a new thread.
+    pub(super) fn new(mut out: File) -> Self {
+        let queue = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
+        let events = Events {
+            queue: Arc::clone(&queue),
+        };
+        let spawned = std::thread::Builder::new()
+            .name("session-events".into())
+            .spawn(move || loop {
+                let (m, ready) = &*queue;
+                let mut q = lock(m);
+                let line = loop {
+                    if let Some(line) = q.lines.pop_front() {
+                        break line;
+                    }
+                    q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
+                };
+                q.bytes -= line.len();
+                q.writing = true;
+                drop(q);
+                let failed = out.write_all(&line).is_err();
+                let mut q = lock(m);
+                q.writing = false;
+                if failed {
+                    q.broken = true;
+                    q.lines.clear();
+                    q.bytes = 0;
+                }
+                ready.notify_all();
+            });
+        if spawned.is_err() {
+            // No writer: every event is lost, as if the harness had gone.
+            lock(&events.queue.0).broken = true;
         }
+        events
     }
 
-    /// Writes one event as one line (never interleaved with another).
+    fn line(event: &Value) -> Vec<u8> {
+        let mut line = event.to_string().into_bytes();
+        line.push(b'\n');
+        line
+    }
+
+    /// Queues `line` if there is room (`wait`: waits for room); `false`
+    /// when there is none, or the channel is broken.
+    fn queue(&self, line: Vec<u8>, wait: bool) -> bool {
+        let (m, ready) = &*self.queue;
+        let mut q = lock(m);
+        loop {
+            if q.broken {
+                return false;
+            }
+            if q.lines.is_empty() || q.bytes + line.len() <= QUEUED_CAP {
+                break;
+            }
+            if !wait {
+                return false;
+            }
+            q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
+        }
+        q.bytes += line.len();
+        q.lines.push_back(line);
+        ready.notify_all();
+        true
+    }
+
+    /// Queues one event as one line (never interleaved with another),
+    /// waiting while [`QUEUED_CAP`] bytes wait already.
     pub(super) fn send(&self, event: &Value) {
-        let mut line = event.to_string();
-        line.push('\n');
-        let mut out = lock(&self.out);
-        if out.0.write_all(line.as_bytes()).is_err() {
-            out.1 = true;
+        self.queue(Self::line(event), true);
+    }
+
+    /// Queues one event unless [`QUEUED_CAP`] bytes wait already; never
+    /// waits. `false` when it was not queued.
+    pub(super) fn try_send(&self, event: &Value) -> bool {
+        self.queue(Self::line(event), false)
+    }
+
+    /// Waits until every queued event is written (or the channel broke).
+    pub(super) fn flush(&self) {
+        let (m, ready) = &*self.queue;
+        let mut q = lock(m);
+        while !q.broken && (q.writing || !q.lines.is_empty()) {
+            q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
         }
     }
 
     /// Whether a write failed (the harness went away).
     pub(super) fn broken(&self) -> bool {
-        lock(&self.out).1
+        lock(&self.queue.0).broken
     }
 }
 
@@ -108,14 +203,25 @@ fn approve_request(bytes: &[u8]) -> Option<Map<String, Value>> {
 /// What a `session` answer admits from then on.
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Grant {
+    /// A host and port, at the addresses shown when it was granted.
     Connect(String, u16),
     Rule(String),
 }
 
-fn grant_of(pending: &Pending) -> Option<Grant> {
+/// What `pending` asks for: its grant, and the addresses it would reach
+/// (empty for a request).
+fn grant_of(pending: &Pending) -> Option<(Grant, BTreeSet<IpAddr>)> {
     match pending {
-        Pending::Connect { host, port } => Some(Grant::Connect(host.to_ascii_lowercase(), *port)),
-        Pending::Request { rule, .. } => Some(Grant::Rule(rule.clone())),
+        Pending::Connect {
+            host,
+            port,
+            addresses,
+            ..
+        } => Some((
+            Grant::Connect(host.to_ascii_lowercase(), *port),
+            addresses.iter().copied().collect(),
+        )),
+        Pending::Request { rule, .. } => Some((Grant::Rule(rule.clone()), BTreeSet::new())),
         _ => None,
     }
 }
@@ -136,7 +242,10 @@ struct State {
     asked: HashMap<String, Asked>,
     /// What each run's exit event lists, by run id (as JSON text).
     log: HashMap<String, Vec<Value>>,
-    grants: HashSet<Grant>,
+    /// `session` answers: each grant with the addresses shown when it was
+    /// given (a later question is admitted unasked only when its addresses
+    /// are among them).
+    grants: HashMap<Grant, BTreeSet<IpAddr>>,
     closed: bool,
 }
 
@@ -197,10 +306,24 @@ fn key(run: &Value) -> String {
 fn fields_of(pending: &Pending) -> Map<String, Value> {
     let mut f = Map::new();
     match pending {
-        Pending::Connect { host, port } => {
+        Pending::Connect {
+            host,
+            port,
+            addresses,
+            local,
+        } => {
             f.insert("kind".into(), "connect".into());
             f.insert("host".into(), host.clone().into());
             f.insert("port".into(), (*port).into());
+            f.insert(
+                "addresses".into(),
+                addresses
+                    .iter()
+                    .map(|ip| Value::from(ip.to_string()))
+                    .collect::<Vec<_>>()
+                    .into(),
+            );
+            f.insert("local".into(), (*local).into());
         }
         Pending::Request {
             host,
@@ -318,7 +441,13 @@ impl Approvals {
             Self::book(&mut state, &run, Value::Object(fields));
             return;
         }
-        if grant_of(&pending).is_some_and(|g| state.grants.contains(&g)) {
+        let granted = grant_of(&pending).is_some_and(|(grant, addrs)| {
+            state
+                .grants
+                .get(&grant)
+                .is_some_and(|shown| addrs.is_subset(shown))
+        });
+        if granted {
             reply.answer(Decision::Session);
             fields.insert("answer".into(), "session".into());
             fields.insert("by".into(), "session grant".into());
@@ -343,10 +472,18 @@ impl Approvals {
                 .unwrap_or(u64::MAX)
                 .into(),
         );
+        // Queued under the lock (an answer cannot overtake its question),
+        // never waiting for the harness to read: a question the channel
+        // has no room for is denied at once.
+        if !self.inner.events.try_send(&Value::Object(event)) {
+            reply.answer(Decision::Deny);
+            fields.insert("answer".into(), "deny".into());
+            fields.insert("by".into(), "channel full".into());
+            Self::book(&mut state, &run, Value::Object(fields));
+            return;
+        }
         self.audit_asked(&permission, &run, &fields);
         state.asked.insert(permission, Asked { reply, run, fields });
-        // Written under the lock: an answer cannot overtake its question.
-        self.inner.events.send(&Value::Object(event));
     }
 
     /// Takes an `approve` request's answer.
@@ -393,8 +530,8 @@ impl Approvals {
         entry.insert("permission".into(), permission.into());
         if asked.reply.answer(decision.unwrap_or(Decision::Deny)) {
             if decision == Some(Decision::Session) {
-                if let Some(grant) = grant_of_fields(&asked.fields) {
-                    state.grants.insert(grant);
+                if let Some((grant, addrs)) = grant_of_fields(&asked.fields) {
+                    state.grants.entry(grant).or_default().extend(addrs);
                 }
             }
             entry.insert("answer".into(), word.into());
@@ -488,13 +625,20 @@ impl Approvals {
     }
 }
 
-fn grant_of_fields(fields: &Map<String, Value>) -> Option<Grant> {
+/// [`grant_of`] from a question's event fields.
+fn grant_of_fields(fields: &Map<String, Value>) -> Option<(Grant, BTreeSet<IpAddr>)> {
     if let Some(rule) = fields.get("rule").and_then(Value::as_str) {
-        return Some(Grant::Rule(rule.to_owned()));
+        return Some((Grant::Rule(rule.to_owned()), BTreeSet::new()));
     }
     let host = fields.get("host")?.as_str()?.to_ascii_lowercase();
     let port = u16::try_from(fields.get("port")?.as_u64()?).ok()?;
-    Some(Grant::Connect(host, port))
+    let addrs = fields
+        .get("addresses")?
+        .as_array()?
+        .iter()
+        .map(|a| a.as_str()?.parse().ok())
+        .collect::<Option<BTreeSet<IpAddr>>>()?;
+    Some((Grant::Connect(host, port), addrs))
 }
 
 fn settled_by(settled: Option<Settled>) -> &'static str {
