@@ -16,13 +16,17 @@ Standard library only::
 
 With `--approval channel` among `args`, a connection (or request) the
 policy refuses is held while the session asks; `on_permission` is called
-with the `permission` event (a dict: `kind`, `host`, `port`, and for a
-request `method`, `url`, `rule`) and returns `"once"`, `"session"` or
-`"deny"`. Without a callback, or when it raises or returns anything else,
-the answer is `"deny"`. The exit event's `approvals` lists what was asked
-and answered::
+with the `permission` event (a dict: `kind`, `host`, `port`, for a
+connection `addresses`, the only ones it reaches if admitted, and `local`,
+whether one is loopback, private or the host's own; for a request
+`method`, `url`, `rule`) and returns `"once"`, `"session"` or `"deny"`.
+Without a callback, or when it raises or returns anything else, the answer
+is `"deny"`. The exit event's `approvals` lists what was asked and
+answered::
 
     def ask(p):
+        if p.get("local"):
+            return "deny"
         return "once" if p["host"].endswith(".example.com") else "deny"
 
     with Session(args=["--no-network", "--approval", "channel"], on_permission=ask) as s:

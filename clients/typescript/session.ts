@@ -46,6 +46,12 @@ export interface PermissionEvent {
   kind: "connect" | "request";
   host: string;
   port: number;
+  /** `connect` only: where an admitted connection goes (the addresses the
+   * name resolved to before the question; nowhere else). */
+  addresses?: string[];
+  /** `connect` only: one of `addresses` is loopback, private, link-local or
+   * another special-range address, or this host's own. */
+  local?: boolean;
   /** `request` only. */
   method?: string;
   url?: string;
