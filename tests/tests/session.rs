@@ -879,3 +879,87 @@ print("sent", flush=True)
         h.close();
     }
 }
+
+/// What an attacking command runs against the session (pid in `$ARGV[0]`):
+/// SIGSTOP and SIGKILL by `tgkill` to every thread of the session, SIGKILL
+/// by a thread pidfd (`PIDFD_THREAD`) to each, reads and a writing open of
+/// each thread's `/proc/<pid>/task/<tid>/mem`, and `kill` of the session.
+/// Prints how many threads it saw (the targets existed), how many attacks
+/// got through, and the same calls on itself (they work).
+#[cfg(target_os = "linux")]
+const THREAD_ATTACK: &str = r#"
+my $pid = $ARGV[0] + 0;
+opendir(my $d, "/proc/$pid/task") or die "no task dir: $!";
+my @tids = map { $_ + 0 } grep { /^\d+$/ } readdir $d;
+my $hits = 0;
+for my $tid (@tids) {
+    for my $sig (19, 9) { $hits++ if syscall(234, $pid, $tid, $sig) == 0; }
+    my $fd = syscall(434, $tid, 0x80);
+    $hits++ if $fd >= 0 && syscall(424, $fd, 9, 0, 0) == 0;
+    if (open(my $m, '<', "/proc/$pid/task/$tid/maps")) {
+        my ($start) = (<$m> // '') =~ /^([0-9a-f]+)-\S+ r/;
+        if (defined $start && open(my $mem, '<', "/proc/$pid/task/$tid/mem")) {
+            sysseek($mem, hex($start), 0);
+            $hits++ if (sysread($mem, my $buf, 8) // 0) == 8;
+        }
+    }
+    $hits++ if open(my $w, '+<', "/proc/$pid/task/$tid/mem");
+}
+for my $sig (19, 9) { $hits++ if kill($sig, $pid); }
+open(my $m, '<', "/proc/self/maps") or die;
+my ($start) = <$m> =~ /^([0-9a-f]+)-/;
+open(my $mem, '<', "/proc/self/mem") or die;
+sysseek($mem, hex($start), 0);
+my $me = $$ + 0;
+printf "threads=%d hits=%d own=%s ownmem=%d\n", scalar(@tids), $hits,
+    (syscall(234, $me, $me, 0) == 0 ? "ok" : "err"), (sysread($mem, my $buf, 8) // 0);
+"#;
+
+/// A command cannot stop, kill or read any thread of the session (its
+/// broker and launching threads sit in the run's own domain, the command's
+/// domain is nested beneath it: Landlock ABI >= 6 scopes signals, and
+/// ptrace-class access reaches only nested domains): `tgkill` SIGSTOP and
+/// SIGKILL and a thread pidfd's SIGKILL to every thread, `kill`, reads and
+/// writing opens of every thread's `mem`. Controls: the attacker saw more
+/// than one thread (the session's threads existed while it ran), signalled
+/// and read itself; the session answers the next request. Root and nobody,
+/// with and without a write path (with one, the broker mediates more).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_command_cannot_signal_or_read_any_thread_of_the_session() {
+    if landlock_abi() < 6 {
+        eprintln!("Landlock ABI below 6: signal scoping is the documented gap");
+        return;
+    }
+    for nobody in users() {
+        for write in [false, true] {
+            let (_dir, dir) = shared_dir();
+            let flags: Vec<&str> = if write {
+                vec!["-w", dir.to_str().unwrap()]
+            } else {
+                vec![]
+            };
+            let mut h = Harness::open(nobody, &flags);
+            let pid = h.child.id();
+            let (_, exit) = h.run(
+                "attack",
+                &["/usr/bin/perl", "-e", THREAD_ATTACK, &pid.to_string()],
+                json!({"output": true}),
+            );
+            assert_eq!(exit["status"], 0, "{exit}");
+            let out = exit["stdout"].as_str().unwrap();
+            let threads: usize = out
+                .split_whitespace()
+                .find_map(|w| w.strip_prefix("threads="))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or_else(|| panic!("no thread count: {exit}"));
+            assert!(threads > 1, "the session's threads were not seen: {exit}");
+            assert!(out.contains(" hits=0 "), "an attack got through: {exit}");
+            assert!(out.contains("own=ok ownmem=8"), "{exit}");
+            assert!(!stopped_or_gone(pid), "the session was stopped or killed");
+            let (_, exit) = h.run("after", &["true"], json!({}));
+            assert_eq!(exit["status"], 0, "{exit}");
+            h.close();
+        }
+    }
+}
