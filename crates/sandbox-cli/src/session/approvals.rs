@@ -478,7 +478,12 @@ impl Approvals {
         if !self.inner.events.try_send(&Value::Object(event)) {
             reply.answer(Decision::Deny);
             fields.insert("answer".into(), "deny".into());
-            fields.insert("by".into(), "channel full".into());
+            let by = if self.inner.events.broken() {
+                "session closed"
+            } else {
+                "channel full"
+            };
+            fields.insert("by".into(), by.into());
             Self::book(&mut state, &run, Value::Object(fields));
             return;
         }
@@ -654,4 +659,39 @@ fn now_ms() -> u64 {
         .duration_since(std::time::UNIX_EPOCH)
         .map(|d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
         .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A harness that reads nothing: sends wait for room, a question
+    /// (`try_send`) beyond [`QUEUED_CAP`] unread bytes is refused at once
+    /// instead of waiting; twin: once the harness reads, it is taken.
+    #[test]
+    fn an_unread_channel_refuses_questions_past_its_cap_and_never_waits() {
+        let (mut read, write) = std::io::pipe().unwrap();
+        let events = Events::new(File::from(std::os::fd::OwnedFd::from(write)));
+        let big = Value::String("x".repeat(QUEUED_CAP / 2 + 1024));
+        // The first is taken by the writer, which blocks on the full pipe;
+        // the second waits in the queue.
+        events.send(&big);
+        events.send(&big);
+        assert!(
+            !events.try_send(&big),
+            "past the cap: refused, not waited for"
+        );
+        assert!(events.try_send(&Value::from("small")), "within the cap");
+        assert!(!events.broken());
+        let drained = std::thread::spawn(move || {
+            let mut all = Vec::new();
+            let _ = read.read_to_end(&mut all);
+            all
+        });
+        events.flush();
+        assert!(events.try_send(&big), "read: room again");
+        events.flush();
+        drop(events);
+        drop(drained);
+    }
 }
