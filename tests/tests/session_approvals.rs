@@ -824,36 +824,43 @@ exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval c
 
 /// A nested run (`sandbox run` inside a session's command, through the nest
 /// socket) does not use the session's approvals: its policy is the
-/// session's intersected (network off: it has none), its egress has no
-/// decider, so its connection is refused without a question, while the
-/// outer command's own connection (the twin) is asked about and admitted.
+/// session's intersected and its egress has no decider. Under `--no-network`
+/// it has no network (its curl reaches nothing); under `--allow-net` its
+/// own proxy refuses an unlisted destination at once (403). Neither is
+/// asked about, while the outer command's own connection (the twin) is
+/// asked about and admitted.
 #[test]
 fn a_nested_run_is_not_asked_about() {
+    let allowlist = r#"exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --allow-net pkgs.example.com:8443"#;
     for nobody in users() {
-        let mut h = Harness::open(nobody, &[]);
-        h.start(
-            "n",
-            &format!("{CURL}outer; \"$SANDBOX\" run -- sh -c \"{CURL}inner\"; echo inner=$?"),
-        );
-        let p = h.question("n");
-        h.approve(&p, "once");
-        let exit = h.exit("n");
-        let out = exit["stdout"].as_str().unwrap();
-        assert!(out.contains("hello 200"), "the outer connection: {exit}");
-        assert!(
-            out.contains(" 000\n"),
-            "the inner curl ran and reached nothing: {exit}"
-        );
-        assert!(!out.contains("inner=0"), "{exit}");
-        assert!(
-            !exit["stderr"]
-                .as_str()
-                .unwrap_or("")
-                .contains("not supported"),
-            "the nested run used the nest socket: {exit}"
-        );
-        assert_eq!(answers(&exit), [("once".into(), "channel".into())]);
-        assert_eq!(h.served(), ["/outer"]);
-        h.close();
+        for (tail, inner_status) in [(None, " 000\n"), (Some(allowlist), " 403\n")] {
+            let mut h = match tail {
+                None => Harness::open(nobody, &[]),
+                Some(tail) => Harness::open_with(nobody, tail, &[], true),
+            };
+            h.start(
+                "n",
+                &format!("{CURL}outer; \"$SANDBOX\" run -- sh -c \"{CURL}inner\""),
+            );
+            let p = h.question("n");
+            h.approve(&p, "once");
+            let exit = h.exit("n");
+            let out = exit["stdout"].as_str().unwrap();
+            assert!(out.contains("hello 200"), "the outer connection: {exit}");
+            assert!(
+                out.contains(inner_status),
+                "the inner curl ran and was refused: {exit}"
+            );
+            assert!(
+                !exit["stderr"]
+                    .as_str()
+                    .unwrap_or("")
+                    .contains("not supported"),
+                "the nested run used the nest socket: {exit}"
+            );
+            assert_eq!(answers(&exit), [("once".into(), "channel".into())]);
+            assert_eq!(h.served(), ["/outer"]);
+            h.close();
+        }
     }
 }
