@@ -3,15 +3,22 @@
 //! capabilities dropped, non-dumpable, child subreaper, in a cgroup of its
 //! own when root) forks each command after one `landlock_restrict_self`
 //! with a ruleset that only scopes signals, receiving the command's stdio
-//! by `SCM_RIGHTS` and answering its wait status; the runner then checks
-//! that the cgroup holds the zygote alone (nothing the command started is
-//! left). Against a plain `std::process::Command` spawn and wait, pairs
-//! interleaved, medians. A measurement, not the session: no broker (the
-//! filter has no listener), no timeouts, no output pipes.
+//! by `SCM_RIGHTS` and answering its wait status once it has ended
+//! everything the command left: `kill(-1, SIGKILL)` from the zygote reaches
+//! exactly the processes in domains nested beneath its own (its commands and
+//! their descendants; Landlock ABI 6 signal scoping refuses every other,
+//! Documentation/userspace-api/landlock.rst, "Scoped access"), and the
+//! zygote, a child subreaper, reaps until it has no child. The runner then
+//! checks that the cgroup holds the zygote alone (root). Against a plain
+//! `std::process::Command` spawn and wait, pairs interleaved, medians. A
+//! measurement, not the session: no broker (the filter has no listener), no
+//! timeouts, no output pipes.
 //!
 //! `cargo run --release -p sandbox-landlock --example zygote_floor [N]`
 //! (as root, and under `setpriv --reuid=65534 --regid=65534 --clear-groups`,
-//! where the cgroup check is skipped).
+//! where the cgroup check is skipped). First, a check: a command leaves
+//! `sleep 1000` in the background, which is gone when the zygote answers,
+//! while a `sleep 1000` of the same user outside the zygote lives on.
 
 #[cfg(target_os = "linux")]
 fn main() {
@@ -42,9 +49,9 @@ mod linux {
         fd.ok_or_else(|| "no ruleset fd".into())
     }
 
-    /// Sends one byte and `fds`.
-    fn send_fds(sock: RawFd, fds: &[RawFd; 3]) -> std::io::Result<()> {
-        let mut byte = [1u8];
+    /// Sends one byte (which command) and `fds`.
+    fn send_fds(sock: RawFd, fds: &[RawFd; 3], which: u8) -> std::io::Result<()> {
+        let mut byte = [which];
         let mut cbuf = [0u64; 8];
         // SAFETY: msghdr is plain data; every pointer set below points into
         // locals that outlive the call, and the control buffer holds one
@@ -75,7 +82,7 @@ mod linux {
     ///
     /// # Safety
     /// Raw recvmsg into locals (used in the zygote, single-threaded).
-    unsafe fn recv_fds(sock: RawFd, out: &mut [RawFd; 3]) -> bool {
+    unsafe fn recv_fds(sock: RawFd, out: &mut [RawFd; 3], which: &mut u8) -> bool {
         let mut byte = [0u8];
         let mut cbuf = [0u64; 8];
         // SAFETY: as in send_fds; the kernel writes at most msg_controllen.
@@ -98,6 +105,7 @@ mod linux {
             }
             std::ptr::copy_nonoverlapping(libc::CMSG_DATA(c).cast::<RawFd>(), out.as_mut_ptr(), 3);
         }
+        *which = byte[0];
         true
     }
 
@@ -128,9 +136,17 @@ mod linux {
             }
             let path = c"/bin/true";
             let argv = [path.as_ptr(), std::ptr::null()];
+            let (sh, dash_c, script) = (c"/bin/sh", c"-c", c"sleep 1000 & echo $!");
+            let leaver = [
+                sh.as_ptr(),
+                dash_c.as_ptr(),
+                script.as_ptr(),
+                std::ptr::null(),
+            ];
             let envp = [std::ptr::null::<libc::c_char>()];
             let mut fds = [0; 3];
-            while recv_fds(sock, &mut fds) {
+            let mut which = 0u8;
+            while recv_fds(sock, &mut fds, &mut which) {
                 let pid = libc::fork();
                 if pid == 0 {
                     for (to, from) in fds.iter().enumerate() {
@@ -139,7 +155,11 @@ mod linux {
                     if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
                         libc::_exit(98);
                     }
-                    libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                    if which == 2 {
+                        libc::execve(sh.as_ptr(), leaver.as_ptr(), envp.as_ptr());
+                    } else {
+                        libc::execve(path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+                    }
                     libc::_exit(127);
                 }
                 for fd in fds {
@@ -147,10 +167,67 @@ mod linux {
                 }
                 let mut status = -1;
                 libc::waitpid(pid, &mut status, 0);
+                // Everything the command left, atomically against fork
+                // (a fork racing with the SIGKILL fails), then reaped.
+                libc::kill(-1, libc::SIGKILL);
+                let mut other = 0;
+                while libc::waitpid(-1, &mut other, 0) > 0 {}
                 libc::send(sock, (&status as *const i32).cast(), 4, 0);
             }
             libc::_exit(0)
         }
+    }
+
+    /// Whether `pid` is a live `sleep 1000` (a zombie or another program
+    /// on a reused pid is not).
+    fn live_sleep(pid: i32) -> bool {
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+        let state = stat.rsplit(')').next().unwrap_or("").trim_start();
+        let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).unwrap_or_default();
+        !state.is_empty() && !state.starts_with('Z') && cmdline.starts_with(b"sleep\x001000")
+    }
+
+    /// A command's background child is gone when the zygote answers; a
+    /// process of the same user outside the zygote is not touched.
+    fn check(sock: RawFd, null: RawFd) -> Res<()> {
+        let mut outside = Command::new("sleep")
+            .arg("1000")
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .spawn()?;
+        let outside_pid = outside.id() as i32;
+        let mut ends = [0; 2];
+        // SAFETY: pipe2 writes two fds into `ends`.
+        if unsafe { libc::pipe2(ends.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error().into());
+        }
+        // SAFETY: both fds were just made and are owned here only.
+        let (mut read, write) = unsafe {
+            (
+                std::fs::File::from_raw_fd(ends[0]),
+                OwnedFd::from_raw_fd(ends[1]),
+            )
+        };
+        send_fds(sock, &[null, write.as_raw_fd(), null], 2)?;
+        drop(write);
+        let mut status = -1i32;
+        // SAFETY: reads 4 bytes into `status`.
+        let got = unsafe { libc::recv(sock, (&mut status as *mut i32).cast(), 4, 0) };
+        let mut printed = String::new();
+        read.read_to_string(&mut printed)?;
+        let left: i32 = printed.trim().parse()?;
+        let outside_lives = live_sleep(outside_pid);
+        let left_lives = live_sleep(left);
+        let _ = outside.kill();
+        let _ = outside.wait();
+        if got != 4 || status != 0 || left_lives || !outside_lives {
+            return Err(format!(
+                "check failed: status {status}, the command's sleep {left} alive: {left_lives}, the outside sleep alive: {outside_lives}"
+            )
+            .into());
+        }
+        println!("check: the command's background sleep ({left}) is gone, the same user's sleep outside ({outside_pid}) lives");
+        Ok(())
     }
 
     pub(super) fn main() -> Res<()> {
@@ -212,6 +289,7 @@ mod linux {
             .write(true)
             .open("/dev/null")?;
         let stdio = [null.as_raw_fd(); 3];
+        check(ours.as_raw_fd(), null.as_raw_fd())?;
         let (mut plain, mut zygoted) = (Vec::with_capacity(n), Vec::with_capacity(n));
         let mut listed = String::new();
         for _ in 0..n {
@@ -227,7 +305,7 @@ mod linux {
                 return Err("plain /bin/true failed".into());
             }
             let t = Instant::now();
-            send_fds(ours.as_raw_fd(), &stdio)?;
+            send_fds(ours.as_raw_fd(), &stdio, 1)?;
             let mut status = -1i32;
             // SAFETY: reads 4 bytes into `status`.
             let got =
