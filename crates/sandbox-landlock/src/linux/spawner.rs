@@ -30,6 +30,11 @@
 //! inherited from the thread, admits `landlock_restrict_self` only with
 //! that ruleset's fd number and no flags (`FilterSpec::child_layer`); the
 //! fd is closed on exec. The hook makes std fork instead of `posix_spawn`.
+//! What that admits beyond the hook: a command cannot make a ruleset
+//! (`landlock_create_ruleset` is refused under a broker), so only one handed
+//! to it from outside, put at that fd number, could nest a domain, and the
+//! broker's calls would not be narrowed by it (the reason nested Landlock is
+//! refused under a broker at all); the policy's own limits hold either way.
 
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
