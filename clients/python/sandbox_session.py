@@ -16,10 +16,15 @@ Standard library only::
 
 With `--approval channel` among `args`, a connection (or request) the
 policy refuses is held while the session asks; `on_permission` is called
-with the `permission` event (a dict: `kind`, `host`, `port`, for a
-connection `addresses`, the only ones it reaches if admitted, and `local`,
-whether one is loopback, private or the host's own; for a request
-`method`, `url`, `rule`) and returns `"once"`, `"session"` or `"deny"`.
+with the `permission` event (a dict: `kind`, `host`, `port`; for a
+connection `addresses`, `local` and `resolution`; for a request `method`,
+`url`, `rule`) and returns `"once"`, `"session"` or `"deny"`. A name is
+asked about first by name alone (`addresses` and `local` are `None`: it is
+looked up only once admitted, so a denied name is never queried); when
+the admitted name resolves to a local address (loopback, private, the
+host's own) it is asked about again with `resolution` true, `addresses`
+(the only ones it reaches if admitted) and `local` true. An IP literal is
+asked about once, with itself as `addresses` and `local` said.
 Without a callback, or when it raises or returns anything else, the answer
 is `"deny"`. The exit event's `approvals` lists what was asked and
 answered::

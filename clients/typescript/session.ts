@@ -46,12 +46,19 @@ export interface PermissionEvent {
   kind: "connect" | "request";
   host: string;
   port: number;
-  /** `connect` only: where an admitted connection goes (the addresses the
-   * name resolved to before the question; nowhere else). */
-  addresses?: string[];
+  /** `connect` only: where an admitted connection goes, and nowhere else:
+   * `null` for a name's first question (it is looked up only once
+   * admitted); an IP literal itself; for a `resolution`, the addresses the
+   * admitted name resolved to. */
+  addresses?: string[] | null;
   /** `connect` only: one of `addresses` is loopback, private, link-local or
-   * another special-range address, or this host's own. */
-  local?: boolean;
+   * another special-range address, or this host's own; `null` with
+   * `addresses`. */
+  local?: boolean | null;
+  /** `connect` only: the second question about an admitted name, which
+   * resolved to `addresses`, one of them local; the connection goes there
+   * only on a second yes. */
+  resolution?: boolean;
   /** `request` only. */
   method?: string;
   url?: string;
@@ -65,6 +72,10 @@ export interface Approval {
   kind: string;
   host: string;
   port: number;
+  /** `connect` only: as in {@link PermissionEvent}. */
+  addresses?: string[] | null;
+  local?: boolean | null;
+  resolution?: boolean;
   method?: string;
   url?: string;
   rule?: string;

@@ -3,7 +3,10 @@
 //! "session" every later one to the same destination, "deny" and silence
 //! refuse it; nothing the command writes answers a question. Each session
 //! runs in a private network and mount namespace with a local origin
-//! (`svc.example.com` is 127.0.0.1 there): nothing leaves the machine.
+//! (`svc.example.com` is 93.184.215.34 there, an address the namespace's
+//! loopback accepts through a `local` route without it being configured
+//! on an interface: neither special-range nor the host's own, so admitting
+//! the name needs no second question): nothing leaves the machine.
 //! Root and nobody.
 #![cfg(target_os = "linux")]
 
@@ -23,6 +26,14 @@ fn is_root() -> bool {
     // SAFETY: geteuid has no preconditions.
     unsafe { libc::geteuid() == 0 }
 }
+
+/// The namespace's `/etc/hosts`.
+const HOSTS: &str =
+    "127.0.0.1 localhost\n93.184.215.34 svc.example.com\n127.0.0.1 pkgs.example.com\n";
+
+/// `svc.example.com`'s address in the namespace (a `local` route to its
+/// loopback, on no interface: not local to the proxy).
+const SVC_IP: &str = "93.184.215.34";
 
 /// A curl through the run's proxy (the variables the egress sets) to the
 /// origin, printing `<body> <status>` on one line.
@@ -67,6 +78,26 @@ impl Harness {
         )
     }
 
+    /// As [`Harness::open_with`] (checking the hello), with `env` added to
+    /// the namespace's environment.
+    fn open_with_env(nobody: bool, tail: &str, env: &[(&str, &str)]) -> Self {
+        let (mut child, dir) = Self::spawn_env(nobody, tail, &[], Stdio::piped(), env);
+        let stdin = child.stdin.take();
+        let events = events_of(child.stdout.take().unwrap());
+        let mut h = Harness {
+            child,
+            stdin,
+            events,
+            dir,
+            hello: Value::Null,
+        };
+        let hello = h.next();
+        assert_eq!(hello["event"], "hello", "{hello}");
+        assert_eq!(hello["approval"], "channel", "{hello}");
+        h.hello = hello;
+        h
+    }
+
     /// As [`Harness::open`], the namespace's last step `tail` (`$WRAP` is
     /// the `setpriv` to nobody or nothing); `hello` when `tail` is a session
     /// whose hello to check.
@@ -97,6 +128,17 @@ impl Harness {
         flags: &[&str],
         stdout: Stdio,
     ) -> (Child, tempfile::TempDir) {
+        Self::spawn_env(nobody, tail, flags, stdout, &[])
+    }
+
+    /// As [`Harness::spawn`], with `env` added to its environment.
+    fn spawn_env(
+        nobody: bool,
+        tail: &str,
+        flags: &[&str],
+        stdout: Stdio,
+        env: &[(&str, &str)],
+    ) -> (Child, tempfile::TempDir) {
         assert!(
             is_root(),
             "network namespaces need root here: run this suite as root (CI does)"
@@ -107,11 +149,7 @@ impl Harness {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
         std::fs::create_dir(d.join("state")).unwrap();
         std::fs::set_permissions(d.join("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
-        std::fs::write(
-            d.join("hosts"),
-            "127.0.0.1 localhost\n127.0.0.1 svc.example.com pkgs.example.com\n",
-        )
-        .unwrap();
+        std::fs::write(d.join("hosts"), HOSTS).unwrap();
         certificates(&d);
         let wrap = if nobody {
             "setpriv --reuid=65534 --regid=65534 --clear-groups --"
@@ -122,8 +160,9 @@ impl Harness {
             r#"set -e
 mount --bind "$D/hosts" /etc/hosts
 python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+ip route add local {SVC_IP}/32 dev lo
 python3 -c '
-import http.server, sys
+import http.server, sys, threading
 class H(http.server.BaseHTTPRequestHandler):
     def do_GET(self):
         with open(sys.argv[1], "a") as log: log.write(self.path + "\n")
@@ -132,9 +171,11 @@ class H(http.server.BaseHTTPRequestHandler):
         self.wfile.write(body)
     def log_message(self, *a): pass
 s = http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H)
+svc = http.server.ThreadingHTTPServer((sys.argv[3], 8080), H)
+threading.Thread(target=svc.serve_forever, daemon=True).start()
 open(sys.argv[2], "w").close()
 s.serve_forever()
-' "$D/origin.log" "$D/listening" > /dev/null 2>&1 < /dev/null &
+' "$D/origin.log" "$D/listening" {SVC_IP} > /dev/null 2>&1 < /dev/null &
 echo $! > "$D/origin.pid"
 python3 -c '
 import http.server, ssl, sys
@@ -169,6 +210,7 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
                 std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python"),
             )
             .env("D", &d)
+            .envs(env.iter().copied())
             .env("XDG_STATE_HOME", d.join("state"))
             .env_remove("SANDBOX_CONFIG")
             .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
@@ -225,16 +267,11 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
     }
 
     /// The next event, which must be a question about svc.example.com:8080
-    /// during run `id`; its permission id.
+    /// during run `id` (by name alone: not looked up yet); its permission
+    /// id.
     #[track_caller]
     fn question(&self, id: &str) -> String {
-        let p = self.next();
-        assert_eq!(p["event"], "permission", "{p}");
-        assert_eq!(p["id"], id, "{p}");
-        assert_eq!(p["kind"], "connect", "{p}");
-        assert_eq!(p["host"], "svc.example.com", "{p}");
-        assert_eq!(p["port"], 8080, "{p}");
-        p["permission"].as_str().unwrap().to_owned()
+        name_question(self, id, "svc.example.com")
     }
 
     fn approve(&mut self, permission: &str, answer: &str) {
@@ -263,7 +300,12 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        for file in ["origin.pid", "tls-origin.pid", "private-origin.pid"] {
+        for file in [
+            "origin.pid",
+            "tls-origin.pid",
+            "private-origin.pid",
+            "dns.pid",
+        ] {
             if let Ok(pid) = std::fs::read_to_string(self.path().join(file)) {
                 if let Ok(pid) = pid.trim().parse::<i32>() {
                     // SAFETY: kill has no memory preconditions; the pid is
@@ -600,10 +642,28 @@ echo $! > "$D/private-origin.pid"
 for i in $(seq 200); do [ -e "$D/private-listening" ] && break; sleep 0.05; done
 exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network "$@""#;
 
-/// The next event, which must be a question about `host:8080` during run
-/// `id`, naming `addresses` and `local`; its permission id.
+/// The next event, which must be a first question about `host:8080`
+/// during run `id`: the name alone, not looked up (`addresses` and `local`
+/// null); its permission id.
 #[track_caller]
-fn question_about(h: &Harness, id: &str, host: &str, addresses: &[&str], local: bool) -> String {
+fn name_question(h: &Harness, id: &str, host: &str) -> String {
+    let p = h.next();
+    assert_eq!(p["event"], "permission", "{p}");
+    assert_eq!(p["id"], id, "{p}");
+    assert_eq!(p["kind"], "connect", "{p}");
+    assert_eq!(p["host"], host, "{p}");
+    assert_eq!(p["port"], 8080, "{p}");
+    assert_eq!(p["addresses"], Value::Null, "{p}");
+    assert_eq!(p["local"], Value::Null, "{p}");
+    assert_eq!(p["resolution"], false, "{p}");
+    p["permission"].as_str().unwrap().to_owned()
+}
+
+/// The next event, which must be the second question about `host:8080`
+/// during run `id`: the admitted name resolved to `addresses`, local; its
+/// permission id.
+#[track_caller]
+fn question_about(h: &Harness, id: &str, host: &str, addresses: &[&str]) -> String {
     let p = h.next();
     assert_eq!(p["event"], "permission", "{p}");
     assert_eq!(p["id"], id, "{p}");
@@ -611,19 +671,23 @@ fn question_about(h: &Harness, id: &str, host: &str, addresses: &[&str], local: 
     assert_eq!(p["host"], host, "{p}");
     assert_eq!(p["port"], 8080, "{p}");
     assert_eq!(p["addresses"], json!(addresses), "{p}");
-    assert_eq!(p["local"], local, "{p}");
+    assert_eq!(p["local"], true, "{p}");
+    assert_eq!(p["resolution"], true, "{p}");
     p["permission"].as_str().unwrap().to_owned()
 }
 
 /// DNS rebinding through an approval: the command controls what
-/// `flip.example.com` resolves to. The question names the addresses it
-/// resolved to before asking (10.77.0.1, local: a private address); the
-/// name is then re-pointed at 127.0.0.1 (where the host's loopback origin
-/// listens on the same port) before the harness answers "session": the
-/// connection still reaches 10.77.0.1 only. The next command's connection,
-/// now resolving to 127.0.0.1, is not covered by the grant: it is asked
-/// about again (127.0.0.1, local) and denied; twin: with the name back at
-/// 10.77.0.1 the grant admits it unasked. A public address is not local.
+/// `flip.example.com` resolves to. The first question names it alone (not
+/// looked up); admitted ("session"), it resolves to 10.77.0.1, a private
+/// address, so the harness is asked again with it (local); the name is then
+/// re-pointed at 127.0.0.1 (where the host's loopback origin listens on the
+/// same port) before the harness answers "session": the connection still
+/// reaches 10.77.0.1 only. The next command's connection, now resolving to
+/// 127.0.0.1, is admitted by name (the grant) but its address is not
+/// covered: asked again (127.0.0.1, local) and denied; twin: with the name
+/// back at 10.77.0.1 both grants admit it unasked. A name resolving to a
+/// public address, admitted once, is not asked about again (it is not
+/// local; nothing listens there and no route leaves the namespace: 502).
 /// The hello says the network is "ask".
 #[test]
 fn an_approved_name_reaches_only_the_addresses_shown() {
@@ -633,50 +697,150 @@ fn an_approved_name_reaches_only_the_addresses_shown() {
         let hosts = |h: &Harness, flip: &str| {
             std::fs::write(
                 h.path().join("hosts"),
-                format!(
-                    "127.0.0.1 localhost\n127.0.0.1 svc.example.com pkgs.example.com\n\
-                     {flip} flip.example.com\n93.184.215.14 far.example.com\n"
-                ),
+                format!("{HOSTS}{flip} flip.example.com\n93.184.215.14 far.example.com\n"),
             )
             .unwrap()
         };
         h.start("1", &curl_to("flip.example.com", "/pinned"));
-        let p = question_about(&h, "1", "flip.example.com", &["10.77.0.1"], true);
+        let p = name_question(&h, "1", "flip.example.com");
+        h.approve(&p, "session");
+        let p = question_about(&h, "1", "flip.example.com", &["10.77.0.1"]);
         hosts(&h, "127.0.0.1");
         h.approve(&p, "session");
         let exit = h.exit("1");
         assert_eq!(exit["stdout"], "private 200\n", "{exit}");
-        assert_eq!(exit["approvals"][0]["addresses"], json!(["10.77.0.1"]));
+        assert_eq!(exit["approvals"][0]["addresses"], Value::Null);
+        assert_eq!(exit["approvals"][1]["addresses"], json!(["10.77.0.1"]));
+        assert_eq!(
+            answers(&exit),
+            [
+                ("session".into(), "channel".into()),
+                ("session".into(), "channel".into())
+            ]
+        );
 
         h.start("2", &curl_to("flip.example.com", "/rebound"));
-        let p = question_about(&h, "2", "flip.example.com", &["127.0.0.1"], true);
+        let p = question_about(&h, "2", "flip.example.com", &["127.0.0.1"]);
         h.approve(&p, "deny");
         let exit = h.exit("2");
         assert!(
             exit["stdout"].as_str().unwrap().ends_with(" 403\n"),
             "{exit}"
         );
-        assert_eq!(answers(&exit), [("deny".into(), "channel".into())]);
+        assert_eq!(
+            answers(&exit),
+            [
+                ("session".into(), "session grant".into()),
+                ("deny".into(), "channel".into())
+            ]
+        );
 
         hosts(&h, "10.77.0.1");
         h.start("3", &curl_to("flip.example.com", "/granted"));
         let exit = h.exit("3");
         assert_eq!(exit["stdout"], "private 200\n", "{exit}");
-        assert_eq!(answers(&exit), [("session".into(), "session grant".into())]);
+        assert_eq!(
+            answers(&exit),
+            [
+                ("session".into(), "session grant".into()),
+                ("session".into(), "session grant".into())
+            ]
+        );
 
         h.start("4", &curl_to("far.example.com", "/far"));
-        let p = question_about(&h, "4", "far.example.com", &["93.184.215.14"], false);
-        h.approve(&p, "deny");
+        let p = name_question(&h, "4", "far.example.com");
+        h.approve(&p, "once");
         let exit = h.exit("4");
         assert!(
-            exit["stdout"].as_str().unwrap().ends_with(" 403\n"),
+            exit["stdout"].as_str().unwrap().ends_with(" 502\n"),
             "{exit}"
         );
+        assert_eq!(answers(&exit), [("once".into(), "channel".into())]);
 
         assert_eq!(
             h.served(),
             ["private /pinned", "private /granted"],
             "nothing reached the loopback origin"
+        );
+        h.close();
+    }
+}
+
+/// The namespace's tail for [`a_denied_name_is_never_queried`]: the host's
+/// resolver (`/etc/resolv.conf`, which the session's proxy uses) is a DNS
+/// server on the namespace's 127.0.0.1:53 that logs each query (`TYPE
+/// NAME` in `dns.log`) and knows `ok.example.com` (the origin's address);
+/// then the session.
+const LOGGING_RESOLVER: &str = r#"printf 'nameserver 127.0.0.1\noptions attempts:1 timeout:30\n' > "$D/resolv.conf"
+mount --bind "$D/resolv.conf" /etc/resolv.conf
+python3 -c '
+import socket, struct, sys
+s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+s.bind(("127.0.0.1", 53))
+open(sys.argv[2], "w").close()
+while True:
+    q, peer = s.recvfrom(512)
+    i, labels = 12, []
+    while q[i]:
+        labels.append(q[i + 1:i + 1 + q[i]].decode("ascii", "replace"))
+        i += 1 + q[i]
+    qtype = struct.unpack(">H", q[i + 1:i + 3])[0]
+    name = ".".join(labels).lower()
+    with open(sys.argv[1], "a") as log: log.write("%d %s\n" % (qtype, name))
+    if name != "ok.example.com":
+        flags, answers, rr = 0x8183, 0, b""
+    elif qtype == 1:
+        flags, answers = 0x8180, 1
+        rr = b"\xc0\x0c" + struct.pack(">HHIH", 1, 1, 60, 4) + socket.inet_aton(sys.argv[3])
+    else:
+        flags, answers, rr = 0x8180, 0, b""
+    s.sendto(q[:2] + struct.pack(">HHHHH", flags, 1, answers, 0, 0) + q[12:i + 5] + rr, peer)
+' "$D/dns.log" "$D/dns-listening" "$SVC_IP" > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/dns.pid"
+for i in $(seq 200); do [ -e "$D/dns-listening" ] && break; sleep 0.05; done
+exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network"#;
+
+/// No DNS leak through the approval channel: under `--no-network
+/// --approval channel` a name the harness denies is never queried at the
+/// host's resolver (the namespace's, which logs every query), whatever it
+/// encodes; nor is the name the command looks up itself (the run's own
+/// resolver answers it). Positive control: the approved name is queried
+/// once (one A query), and the connection reaches the origin at its
+/// non-local address without a second question.
+#[test]
+fn a_denied_name_is_never_queried() {
+    for nobody in users() {
+        let mut h = Harness::open_with_env(nobody, LOGGING_RESOLVER, &[("SVC_IP", SVC_IP)]);
+        h.start(
+            "1",
+            &format!(
+                "{}; getent hosts s3cr3t-direct.leak.example.com; {}",
+                curl_to("s3cr3t-4242.leak.example.com", "/leak"),
+                curl_to("ok.example.com", "/ok")
+            ),
+        );
+        let p = name_question(&h, "1", "s3cr3t-4242.leak.example.com");
+        h.approve(&p, "deny");
+        let p = name_question(&h, "1", "ok.example.com");
+        h.approve(&p, "once");
+        let exit = h.exit("1");
+        let out = exit["stdout"].as_str().unwrap();
+        assert!(out.contains(" 403\n"), "{exit}");
+        assert!(out.ends_with("hello 200\n"), "{exit}");
+        assert_eq!(
+            answers(&exit),
+            [
+                ("deny".into(), "channel".into()),
+                ("once".into(), "channel".into())
+            ]
+        );
+        assert_eq!(h.served(), ["/ok"]);
+        let log = std::fs::read_to_string(h.path().join("dns.log")).unwrap_or_default();
+        assert!(!log.contains("s3cr3t"), "a denied name was queried: {log}");
+        assert_eq!(
+            log.lines().filter(|l| *l == "1 ok.example.com").count(),
+            1,
+            "the approved name, one A query: {log}"
         );
         h.close();
     }

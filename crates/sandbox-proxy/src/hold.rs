@@ -39,21 +39,36 @@ pub trait Decider: Send + Sync + fmt::Debug {
 pub enum Pending {
     /// A connection (HTTP `CONNECT`, plain HTTP, SOCKS5) to a host (a name
     /// as requested, or an IP literal) and port no egress rule admits.
+    ///
+    /// A name is asked about twice at most, and looked up only once the
+    /// decider admitted it: first by name alone (`addresses` `None`:
+    /// nothing was looked up, so a name the decider refuses never reaches
+    /// a resolver); then, only when one of the addresses it resolved to is
+    /// local, again with those addresses (`resolution`), and the
+    /// connection goes there only on a second yes. An IP literal is asked
+    /// about once, naming itself.
     Connect {
         /// The host as requested.
         host: String,
         /// The port.
         port: u16,
-        /// Where an admitted connection goes, and nowhere else: the
-        /// addresses a name resolved to before the question was asked (an
-        /// IP literal itself), the proxy's own excepted; a later resolution
-        /// of the name does not widen them.
-        addresses: Vec<IpAddr>,
+        /// Where an admitted connection goes, and nowhere else: `None` for
+        /// a name not looked up yet (its first question); an IP literal
+        /// itself; for a `resolution`, the addresses the admitted name
+        /// resolved to, the proxy's own excepted (a later resolution of the
+        /// name does not widen them).
+        addresses: Option<Vec<IpAddr>>,
         /// Whether one of `addresses` is this host or a network near it: a
         /// special-range address ([`sandbox_core::net::is_special`]:
         /// loopback, private, link-local, ...) or one configured on one of
-        /// this host's interfaces.
+        /// this host's interfaces. `false` when `addresses` is `None`
+        /// (nothing is known yet); always `true` for a `resolution`.
         local: bool,
+        /// Whether this is the second question about a name: the decider
+        /// admitted `host` (an earlier question about it, with `addresses`
+        /// `None`, was answered once or session), and it resolved to
+        /// `addresses`, one of which is local.
+        resolution: bool,
     },
     /// A request to an intercepted host that no request rule admits.
     Request {

@@ -103,14 +103,16 @@
 //! held on their connection's thread while the decider is asked
 //! ([`Pending`]); it answers a [`Reply`] with a [`Decision`] (once,
 //! session, deny) within [`Decider::hold_limit`], else the refusal stands.
-//! A name is resolved before it is asked about (so a name no rule lists is
-//! resolved under a decider, and its query reaches the resolver whatever
-//! the answer); the question names the addresses
-//! ([`Pending::Connect::addresses`]) and whether one is local (special-range
-//! or this host's own), and an admitted connection reaches only those
-//! addresses: a name that resolves elsewhere by the time it is answered
-//! (DNS rebinding) reaches nothing new. A name that does not resolve, or
-//! only to the proxy, is refused without asking.
+//! Nothing is looked up before the decider admits it: a name is asked
+//! about by name alone ([`Pending::Connect::addresses`] `None`), so a name
+//! it refuses (or one refused unasked because [`ProxyOptions::max_held`]
+//! questions wait) never reaches a resolver, whatever the name encodes. Once admitted the name is
+//! resolved, once: when every address is non-local the connection goes to
+//! those; when one is local (special-range or this host's own) the decider
+//! is asked again, with the addresses (`resolution`), and the connection
+//! goes to them only on a second yes. A name that resolves elsewhere by
+//! then (DNS rebinding) reaches nothing new. An IP literal is asked about
+//! once, naming itself and whether it is local.
 //!
 //! # Limits
 //! Request heads are bounded ([`ProxyOptions::max_head_bytes`], 16 KiB) and
@@ -169,7 +171,7 @@
 //! | origin response head (`httparse`) | the origin's status line and headers (the origin is named by the operator, not the command) | head bounded (64 KiB); 1xx passed on, `Connection` replaced by `close`; the body relayed as bytes | `tests/tests/intercept.rs` |
 //! | the run CA | the certificate files (readable by the command; in a directory of the runner's) | the key is never written anywhere (memory only); the files hold certificates only, are removed when the run ends, written and removed through a descriptor of the directory made (a run that renames it and plants a symlink in its place makes the runner delete nothing elsewhere; the name removed only while it is that directory); the CA is name-constrained to the intercepted hosts and valid a day | `tests/tests/intercept.rs` (`the_run_ca_key_never_reaches_the_run`, `the_ca_files_cleanup_follows_no_planted_link`) |
 //! | secrets (`--secret`) | where the placeholder goes: any header, target, host, `CONNECT` or plain request | the value only in this process (non-dumpable while secrets exist; Landlock scopes ptrace-mode access to the runner anyway); a secret's file (`NAME=file:PATH`) read-denied to the run and refused when it has another name (hard link); written only into header values of requests to the secret's own intercepted hosts (`Basic` decoded and re-encoded); the placeholder in a target, in a header to another host, or in a head the proxy does not intercept is refused and recorded; values with CR, LF or NUL refused; every value (and each re-encoded `Basic` credential) kept out of intercepted responses, an origin reflecting a header (replaced by the placeholder in heads, masked with `*` in bodies, across reads; encoded reflections not seen: docs/enforcement.md, Known gaps) | `intercept::exchange::tests`, `tests/tests/intercept.rs` (`secrets_reach_only_their_host_and_never_the_run`, `a_secret_file_is_out_of_the_runs_reach`, `an_origin_reflecting_the_injected_value_returns_it_masked`), `intercept::tests` |
-//! | held destinations and requests ([`Decider`], `--approval channel`) | which unlisted hosts, ports and requests are asked about, how many at once, how long it lets them wait; the DNS answers of the names it asks about (rebinding to loopback or the host) | asked from the connection's thread, never the accepting one; a name resolved before it is asked about, the question naming its addresses and `local` (special-range or the host's own), an admitted connection reaching only those (a later resolution widens nothing; a session grant covers only addresses shown); at most [`ProxyOptions::max_held`] (16) held at once, more refused unasked and recorded ([`RefusalReason::HeldLimit`]); each bounded by [`Decider::hold_limit`], denied on silence, on shutdown and (session) when the command ends; only names or literals no rule lists are asked about (never the proxy itself, a wildcard's special or own addresses, a request shape refused whatever the rules); the answer comes only from the decider (the session's channel, which no command holds) | `hold::tests`, `tests/proxy.rs` (`an_admitted_name_reaches_only_the_addresses_asked_about`), `tests/tests/session_approvals.rs` (`an_approved_name_reaches_only_the_addresses_shown`, `the_command_cannot_answer_its_own_question` beside its answered twin, silence, deny) |
+//! | held destinations and requests ([`Decider`], `--approval channel`) | which unlisted hosts, ports and requests are asked about, how many at once, how long it lets them wait; the DNS answers of the names it asks about (rebinding to loopback or the host) | asked from the connection's thread, never the accepting one; a name asked about by name alone and looked up only once admitted (a refused name, or one beyond the held limit, reaches no resolver: no DNS leak under `--no-network`), resolved once, and asked about again with its addresses when one is local (special-range or the host's own), an admitted connection reaching only the addresses resolved then (a later resolution widens nothing; a session grant covers only local addresses shown); at most [`ProxyOptions::max_held`] (16) held at once, counted before any lookup, more refused unasked and recorded ([`RefusalReason::HeldLimit`]); each bounded by [`Decider::hold_limit`], denied on silence, on shutdown and (session) when the command ends; only names or literals no rule lists are asked about (never the proxy itself, a wildcard's special or own addresses, a request shape refused whatever the rules); the answer comes only from the decider (the session's channel, which no command holds) | `hold::tests`, `tests/proxy.rs` (`an_admitted_name_reaches_only_the_addresses_asked_about`, `a_name_is_looked_up_only_once_admitted`), `tests/tests/session_approvals.rs` (`an_approved_name_reaches_only_the_addresses_shown`, `a_denied_name_is_never_queried`, `the_command_cannot_answer_its_own_question` beside its answered twin, silence, deny) |
 //! | capabilities over that namespace | unprivileged, the command's uid owns its user namespace, so the command holds CAP_NET_ADMIN there | the egress filter refuses the socket ioctls and options that use it (`sandbox_seccomp::SOCKET_IOCTLS_REFUSED`, `SOCKET_OPTIONS_REFUSED`), and `setns`; the command makes no other socket there | `tests/tests/dns.rs` (`the_datagram_namespace_cannot_be_administered_by_the_command`) |
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
@@ -427,7 +429,8 @@ impl ProxyOptions {
 
     /// Resolves names with `resolver` instead of the system resolver
     /// (`getaddrinfo` through [`std::net::ToSocketAddrs`]), e.g. to pin names
-    /// or to test without DNS. Only names a rule lists are passed to it.
+    /// or to test without DNS. Only names a rule lists, or that a
+    /// [`Decider`] admitted, are passed to it.
     pub fn resolver(mut self, resolver: Resolver) -> Self {
         self.resolver = Some(resolver);
         self

@@ -251,10 +251,11 @@ pub(crate) fn open_intercepted(
 /// that answers. A refusal is logged.
 ///
 /// With a [`crate::Decider`], a destination no rule lists (a name, an IP
-/// literal) is resolved first and held while it is asked about, with the
-/// addresses it would reach ([`crate::Pending::Connect`]); once admitted, it
-/// reaches those addresses only (the proxy's own never). A name that does
-/// not resolve, or only to the proxy, is refused without asking.
+/// literal) is held while it is asked about ([`crate::Pending::Connect`]):
+/// a name by name alone, looked up only once admitted (and, when one of
+/// its addresses is local, asked about again with them); an IP literal
+/// with itself. An admitted connection reaches the addresses resolved
+/// after the admission (or asked about) only, the proxy's own never.
 pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failure> {
     let addrs = match admitted(shared, target) {
         Ok(addrs) => addrs,
@@ -265,28 +266,11 @@ pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failur
                     RefusalReason::NameNotListed | RefusalReason::AddressNotAllowed
                 )
             {
-                match question(shared, target) {
-                    Ok(addrs) => {
-                        let ips: Vec<IpAddr> = addrs.iter().map(SocketAddr::ip).collect();
-                        let local = ips
-                            .iter()
-                            .any(|&ip| is_special(ip) || shared.own.contains(ip));
-                        let pending = crate::hold::Pending::Connect {
-                            host: refused.host.clone(),
-                            port: target.port,
-                            addresses: ips,
-                            local,
-                        };
-                        match shared.hold(pending) {
-                            Some(Ok(settled)) if settled.decision().admits() => {
-                                return connect_first(shared, addrs);
-                            }
-                            Some(Err(held)) => refused.reason = RefusalReason::HeldLimit { held },
-                            _ => {}
-                        }
-                    }
-                    Err(Some(reason)) => refused.reason = reason,
-                    Err(None) => {}
+                match ask(shared, target, &refused.host) {
+                    Asked::Admitted(addrs) => return connect_first(shared, addrs),
+                    Asked::Failed(failure) => return Err(failure),
+                    Asked::Refused(Some(reason)) => refused.reason = reason,
+                    Asked::Refused(None) => {}
                 }
             }
             shared.refuse((*refused).clone());
@@ -297,36 +281,91 @@ pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failur
     connect_first(shared, addrs)
 }
 
-/// The addresses a question about `target` names, and an admitted
-/// connection reaches: a name resolved now (every address it resolves to,
-/// as an exact rule would), an IP literal itself; never the proxy. `Err`
-/// when there is nothing to ask about: the name does not resolve
-/// (`None`: the refusal stands as it is), or only to the proxy.
-fn question(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Option<RefusalReason>> {
-    let addrs = match &target.host {
-        Host::Ip(ip) => vec![SocketAddr::new(*ip, target.port)],
-        Host::Name(name) => resolve(shared, name, target.port)
-            .map_err(|_| None)?
-            .into_iter()
-            .map(|mut a| {
-                a.set_port(target.port);
-                a
-            })
-            .collect(),
+/// How asking the decider about a destination no rule lists ended.
+enum Asked {
+    /// Admitted: the addresses to connect to.
+    Admitted(Vec<SocketAddr>),
+    /// Refused (the reason replaced when `Some`).
+    Refused(Option<RefusalReason>),
+    /// Admitted, but the name does not resolve.
+    Failed(Failure),
+}
+
+/// Whether `ip` is local: special-range or one of this host's own.
+fn is_local(shared: &Shared, ip: IpAddr) -> bool {
+    is_special(ip) || shared.own.contains(ip)
+}
+
+/// Asks the decider about `target` (`host` as requested). Nothing is looked
+/// up before the decider admits the name, and the hold limit applies
+/// first ([`Shared::hold`]): a name it refuses, or that waits beyond the
+/// limit, never reaches a resolver.
+fn ask(shared: &Shared, target: &Target, host: &str) -> Asked {
+    let hold = |pending| match shared.hold(pending) {
+        Some(Ok(settled)) if settled.decision().admits() => None,
+        Some(Err(held)) => Some(Asked::Refused(Some(RefusalReason::HeldLimit { held }))),
+        _ => Some(Asked::Refused(None)),
     };
-    if addrs.is_empty() {
-        return Err(None);
+    let name = match &target.host {
+        Host::Ip(ip) => {
+            let addr = SocketAddr::new(*ip, target.port);
+            if is_proxy(shared, addr) {
+                return Asked::Refused(Some(RefusalReason::ProxyItself));
+            }
+            let pending = crate::hold::Pending::Connect {
+                host: host.to_owned(),
+                port: target.port,
+                addresses: Some(vec![*ip]),
+                local: is_local(shared, *ip),
+                resolution: false,
+            };
+            return hold(pending).unwrap_or(Asked::Admitted(vec![addr]));
+        }
+        Host::Name(name) => name,
+    };
+    let first = crate::hold::Pending::Connect {
+        host: host.to_owned(),
+        port: target.port,
+        addresses: None,
+        local: false,
+        resolution: false,
+    };
+    if let Some(refused) = hold(first) {
+        return refused;
     }
-    let mut kept: Vec<SocketAddr> = Vec::with_capacity(addrs.len());
-    for addr in addrs {
-        if !is_proxy(shared, addr) && !kept.contains(&addr) {
-            kept.push(addr);
+    // Admitted: only now is the name looked up.
+    let resolved = match resolve(shared, name, target.port) {
+        Ok(resolved) if !resolved.is_empty() => resolved,
+        Ok(_) => {
+            return Asked::Failed(Failure::Unresolvable(io::Error::new(
+                io::ErrorKind::NotFound,
+                "no address",
+            )))
+        }
+        Err(e) => return Asked::Failed(Failure::Unresolvable(e)),
+    };
+    let mut addrs: Vec<SocketAddr> = Vec::with_capacity(resolved.len());
+    for mut addr in resolved {
+        addr.set_port(target.port);
+        if !is_proxy(shared, addr) && !addrs.contains(&addr) {
+            addrs.push(addr);
         }
     }
-    if kept.is_empty() {
-        return Err(Some(RefusalReason::ProxyItself));
+    if addrs.is_empty() {
+        return Asked::Refused(Some(RefusalReason::ProxyItself));
     }
-    Ok(kept)
+    if !addrs.iter().any(|a| is_local(shared, a.ip())) {
+        return Asked::Admitted(addrs);
+    }
+    // A local address: the name's admission does not cover it.
+    let second = crate::hold::Pending::Connect {
+        host: host.to_owned(),
+        port: target.port,
+        addresses: Some(addrs.iter().map(SocketAddr::ip).collect()),
+        local: true,
+        resolution: true,
+    };
+    hold(second).unwrap_or(Asked::Admitted(addrs))
 }
 
 /// Connects to the first of `addrs` that answers.

@@ -1157,16 +1157,34 @@ fn held_connections_wait_for_the_decider() {
             sandbox_proxy::Pending::Connect {
                 host: "rebind.example.com".into(),
                 port: origin.port(),
-                addresses: vec![IpAddr::V4(Ipv4Addr::LOCALHOST)],
-                local: true,
+                addresses: None,
+                local: false,
+                resolution: false,
             }
         );
         assert!(asked[0].1.answer(sandbox_proxy::Decision::Once));
+    }
+    // Admitted, resolved to loopback (local): asked again, with it.
+    keeper.wait_for(2);
+    {
+        let asked = keeper.asked.lock().unwrap();
+        assert_eq!(
+            asked[1].0,
+            sandbox_proxy::Pending::Connect {
+                host: "rebind.example.com".into(),
+                port: origin.port(),
+                addresses: Some(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)]),
+                local: true,
+                resolution: true,
+            }
+        );
+        assert!(asked[1].1.answer(sandbox_proxy::Decision::Once));
     }
     let (head, body) = t.join().unwrap();
     assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
     assert_eq!(body, BODY);
     assert_eq!(origin.seen().len(), 1);
+    assert_eq!(*asked.lock().unwrap(), ["rebind.example.com"]);
     // Two held (the cap): a third is refused unasked; the proxy still
     // answers meanwhile.
     let held: Vec<_> = (0..2)
@@ -1179,7 +1197,7 @@ fn held_connections_wait_for_the_decider() {
             })
         })
         .collect();
-    keeper.wait_for(3);
+    keeper.wait_for(4);
     let (status, body) = refused(
         &proxy,
         &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"),
@@ -1188,11 +1206,11 @@ fn held_connections_wait_for_the_decider() {
     assert!(body.contains("without asking"), "{body}");
     assert_eq!(
         keeper.asked.lock().unwrap().len(),
-        3,
+        4,
         "the third was not asked"
     );
     // Deny one; stop the proxy with the other still held.
-    assert!(keeper.asked.lock().unwrap()[1]
+    assert!(keeper.asked.lock().unwrap()[2]
         .1
         .answer(sandbox_proxy::Decision::Deny));
     proxy.shutdown();
@@ -1200,7 +1218,12 @@ fn held_connections_wait_for_the_decider() {
         let head = h.join().unwrap();
         assert!(!head.starts_with("HTTP/1.1 200 "), "{head}");
     }
-    let last = &keeper.asked.lock().unwrap()[2].1;
+    assert_eq!(
+        *asked.lock().unwrap(),
+        ["rebind.example.com"],
+        "nothing held, denied or refused unasked was looked up"
+    );
+    let last = &keeper.asked.lock().unwrap()[3].1;
     assert_eq!(last.settled(), Some(sandbox_proxy::Settled::Stopped));
     assert!(!last.answer(sandbox_proxy::Decision::Once), "too late");
     assert_eq!(origin.seen().len(), 1, "nothing denied reached the origin");
@@ -1234,14 +1257,15 @@ fn without_a_decider_nothing_is_held() {
     assert!(origin.seen().is_empty());
 }
 
-/// DNS rebinding through an approval: the name is resolved before it is
-/// asked about, the question names the addresses (and that they are
-/// local), and the admitted connection reaches only those. The test's
-/// resolver answers 127.0.0.2 (origin A) until the question is asked, then
-/// 127.0.0.1 (origin B, "the host's loopback service"): admitted "once",
-/// the connection reaches A, and B never sees a request. The next
-/// connection is asked about again with the new address (B, whose twin
-/// admission reaches B: the pin follows the question, not the name).
+/// DNS rebinding through an approval: the name is asked about by name
+/// alone, resolved once admitted, and (its address being local) asked
+/// about again with that address; the admitted connection reaches only it.
+/// The test's resolver answers 127.0.0.2 (origin A) until the second
+/// question is asked, then 127.0.0.1 (origin B, "the host's loopback
+/// service"): admitted "once" twice, the connection reaches A, and B never
+/// sees a request. The next connection's second question names the new
+/// address (B, whose twin admission reaches B: the pin follows the
+/// question, not the name).
 #[test]
 fn an_admitted_name_reaches_only_the_addresses_asked_about() {
     let a = Origin::start_at("127.0.0.2:0".parse().unwrap(), b"origin A".to_vec());
@@ -1285,10 +1309,25 @@ fn an_admitted_name_reaches_only_the_addresses_asked_about() {
     };
     let ip = |s: &str| s.parse::<IpAddr>().unwrap();
     for (n, path, shown, body) in [
-        (1, "/pinned", "127.0.0.2", "origin A"),
-        (2, "/asked-again", "127.0.0.1", "origin B"),
+        (2, "/pinned", "127.0.0.2", "origin A"),
+        (4, "/asked-again", "127.0.0.1", "origin B"),
     ] {
         let t = fetch(path);
+        keeper.wait_for(n - 1);
+        {
+            let asked = keeper.asked.lock().unwrap();
+            assert_eq!(
+                asked[n - 2].0,
+                sandbox_proxy::Pending::Connect {
+                    host: "flip.example.com".into(),
+                    port: a.port(),
+                    addresses: None,
+                    local: false,
+                    resolution: false,
+                }
+            );
+            assert!(asked[n - 2].1.answer(sandbox_proxy::Decision::Once));
+        }
         keeper.wait_for(n);
         {
             let asked = keeper.asked.lock().unwrap();
@@ -1297,8 +1336,9 @@ fn an_admitted_name_reaches_only_the_addresses_asked_about() {
                 sandbox_proxy::Pending::Connect {
                     host: "flip.example.com".into(),
                     port: a.port(),
-                    addresses: vec![ip(shown)],
+                    addresses: Some(vec![ip(shown)]),
                     local: true,
+                    resolution: true,
                 }
             );
             // The name now resolves elsewhere; the answer admits what was
@@ -1320,9 +1360,11 @@ fn an_admitted_name_reaches_only_the_addresses_asked_about() {
     );
 }
 
-/// A held IP literal names itself; a public address is not local, a name
-/// that does not resolve is refused without asking (recorded as unlisted),
-/// twin: the resolvable one is asked.
+/// A held IP literal names itself and whether it is local (a public
+/// address is not, a private one is); a name is asked about by name alone
+/// and, denied, is never looked up (neither one the resolver knows nor one
+/// it does not: the resolver is never called), and stays recorded as
+/// unlisted.
 #[test]
 fn questions_say_whether_an_address_is_local() {
     let keeper = Arc::new(Keeper {
@@ -1358,8 +1400,16 @@ fn questions_say_whether_an_address_is_local() {
     let q = |host: &str, addr: &str, local: bool| sandbox_proxy::Pending::Connect {
         host: host.into(),
         port: 443,
-        addresses: vec![ip(addr)],
+        addresses: Some(vec![ip(addr)]),
         local,
+        resolution: false,
+    };
+    let name = |host: &str| sandbox_proxy::Pending::Connect {
+        host: host.into(),
+        port: 443,
+        addresses: None,
+        local: false,
+        resolution: false,
     };
     assert_eq!(
         got,
@@ -1371,8 +1421,14 @@ fn questions_say_whether_an_address_is_local() {
                 false
             ),
             q("10.1.2.3", "10.1.2.3", true),
-            q("rebind.example.com", "127.0.0.1", true),
+            name("nowhere.example.com"),
+            name("rebind.example.com"),
         ]
+    );
+    assert!(
+        asked.lock().unwrap().is_empty(),
+        "a denied name is never looked up: {:?}",
+        asked.lock().unwrap()
     );
     let refusals = proxy.refusals();
     assert!(
@@ -1381,4 +1437,87 @@ fn questions_say_whether_an_address_is_local() {
             .any(|r| r.host == "nowhere.example.com" && r.reason == RefusalReason::NameNotListed),
         "{refusals:?}"
     );
+}
+
+/// Nothing is looked up before the decider admits it, and the held limit
+/// applies first: two names held (the limit) and a third refused unasked
+/// (HeldLimit) reach no resolver; the denied one never does. Positive
+/// control: the admitted one is looked up exactly once, and (resolving to
+/// loopback) asked about again with its address; denied then, nothing is
+/// connected.
+#[test]
+fn a_name_is_looked_up_only_once_admitted() {
+    let keeper = Arc::new(Keeper::default());
+    let looked_up = Arc::new(Mutex::new(Vec::new()));
+    let resolver: Resolver = {
+        let looked_up = Arc::clone(&looked_up);
+        Arc::new(move |name: &str, port: u16| {
+            looked_up.lock().unwrap().push(name.to_string());
+            Ok(vec![SocketAddr::from(([127, 0, 0, 1], port))])
+        })
+    };
+    let opts = ProxyOptions::default()
+        .resolver(resolver)
+        .decider(keeper.clone())
+        .max_held(2);
+    let proxy = Proxy::start(rules(&["localhost:1"]), opts).unwrap();
+    let open = |name: &str| {
+        let (addr, target) = (proxy.addr(), format!("{name}:443"));
+        thread::spawn(move || {
+            let mut s = TcpStream::connect(addr).unwrap();
+            write!(s, "CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n").unwrap();
+            read_head(&mut s)
+        })
+    };
+    let denied = open("s3cr3t-one.leak.example.com");
+    keeper.wait_for(1);
+    let admitted = open("s3cr3t-two.leak.example.com");
+    keeper.wait_for(2);
+    let target = "s3cr3t-three.leak.example.com:443";
+    let (status, body) = refused(
+        &proxy,
+        &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+    );
+    assert!(status.contains(" 403 "), "{status}");
+    assert!(body.contains("without asking"), "{body}");
+    assert!(
+        looked_up.lock().unwrap().is_empty(),
+        "held or refused unasked, nothing was looked up: {:?}",
+        looked_up.lock().unwrap()
+    );
+    let reply = |n: usize| keeper.asked.lock().unwrap()[n].1.clone();
+    let host = |n: usize| match &keeper.asked.lock().unwrap()[n].0 {
+        sandbox_proxy::Pending::Connect {
+            host, addresses, ..
+        } => (host.clone(), addresses.clone()),
+        other => panic!("{other:?}"),
+    };
+    // Which of the two is which depends on the order they were asked in.
+    let (first, second) = if host(0).0.starts_with("s3cr3t-one") {
+        (0, 1)
+    } else {
+        (1, 0)
+    };
+    assert!(reply(first).answer(sandbox_proxy::Decision::Deny));
+    let head = denied.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 403 "), "{head}");
+    assert!(looked_up.lock().unwrap().is_empty(), "the denied name");
+    assert!(reply(second).answer(sandbox_proxy::Decision::Once));
+    keeper.wait_for(3);
+    assert_eq!(
+        host(2),
+        (
+            "s3cr3t-two.leak.example.com".to_string(),
+            Some(vec![IpAddr::V4(Ipv4Addr::LOCALHOST)])
+        )
+    );
+    assert_eq!(
+        *looked_up.lock().unwrap(),
+        ["s3cr3t-two.leak.example.com"],
+        "the admitted name, once"
+    );
+    assert!(reply(2).answer(sandbox_proxy::Decision::Deny));
+    let head = admitted.join().unwrap();
+    assert!(head.starts_with("HTTP/1.1 403 "), "{head}");
+    assert_eq!(keeper.asked.lock().unwrap().len(), 3);
 }

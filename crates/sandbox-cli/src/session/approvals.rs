@@ -6,7 +6,9 @@
 //! queues a `permission` event (written by the [`Events`] thread, so a
 //! harness that stops reading never blocks the proxy's connection thread)
 //! and keeps the proxy's [`Reply`] until an `approve` request answers it;
-//! a `session` answer covers the addresses the question named. Requests are read by a thread of their own
+//! a `session` answer covers the name (or IP literal) asked about, and for
+//! a `resolution` question the local addresses it named. Requests are read
+//! by a thread of their own
 //! ([`spawn_reader`]), so answers arrive while a command runs; other
 //! requests are queued for the session's loop. Only the harness writes the
 //! channel: commands never hold it (session.rs moves it above fd 2,
@@ -203,24 +205,33 @@ fn approve_request(bytes: &[u8]) -> Option<Map<String, Value>> {
 /// What a `session` answer admits from then on.
 #[derive(Clone, PartialEq, Eq, Hash)]
 enum Grant {
-    /// A host and port, at the addresses shown when it was granted.
+    /// A host and port: a name (whatever non-local addresses it resolves
+    /// to), or an IP literal at the address shown.
     Connect(String, u16),
+    /// An admitted name's local addresses, those shown when granted.
+    Resolution(String, u16),
     Rule(String),
 }
 
 /// What `pending` asks for: its grant, and the addresses it would reach
-/// (empty for a request).
+/// (empty for a name not looked up yet, or a request).
 fn grant_of(pending: &Pending) -> Option<(Grant, BTreeSet<IpAddr>)> {
     match pending {
         Pending::Connect {
             host,
             port,
             addresses,
+            resolution,
             ..
-        } => Some((
-            Grant::Connect(host.to_ascii_lowercase(), *port),
-            addresses.iter().copied().collect(),
-        )),
+        } => {
+            let host = host.to_ascii_lowercase();
+            let grant = if *resolution {
+                Grant::Resolution(host, *port)
+            } else {
+                Grant::Connect(host, *port)
+            };
+            Some((grant, addresses.iter().flatten().copied().collect()))
+        }
         Pending::Request { rule, .. } => Some((Grant::Rule(rule.clone()), BTreeSet::new())),
         _ => None,
     }
@@ -311,19 +322,26 @@ fn fields_of(pending: &Pending) -> Map<String, Value> {
             port,
             addresses,
             local,
+            resolution,
         } => {
             f.insert("kind".into(), "connect".into());
             f.insert("host".into(), host.clone().into());
             f.insert("port".into(), (*port).into());
-            f.insert(
-                "addresses".into(),
-                addresses
-                    .iter()
-                    .map(|ip| Value::from(ip.to_string()))
-                    .collect::<Vec<_>>()
-                    .into(),
-            );
-            f.insert("local".into(), (*local).into());
+            // A name not looked up yet: no addresses, nothing known local.
+            let (addresses, local) = match addresses {
+                Some(addresses) => (
+                    addresses
+                        .iter()
+                        .map(|ip| Value::from(ip.to_string()))
+                        .collect::<Vec<_>>()
+                        .into(),
+                    Value::from(*local),
+                ),
+                None => (Value::Null, Value::Null),
+            };
+            f.insert("addresses".into(), addresses);
+            f.insert("local".into(), local);
+            f.insert("resolution".into(), (*resolution).into());
         }
         Pending::Request {
             host,
@@ -637,13 +655,20 @@ fn grant_of_fields(fields: &Map<String, Value>) -> Option<(Grant, BTreeSet<IpAdd
     }
     let host = fields.get("host")?.as_str()?.to_ascii_lowercase();
     let port = u16::try_from(fields.get("port")?.as_u64()?).ok()?;
-    let addrs = fields
-        .get("addresses")?
-        .as_array()?
-        .iter()
-        .map(|a| a.as_str()?.parse().ok())
-        .collect::<Option<BTreeSet<IpAddr>>>()?;
-    Some((Grant::Connect(host, port), addrs))
+    let addrs = match fields.get("addresses")? {
+        Value::Null => BTreeSet::new(),
+        addresses => addresses
+            .as_array()?
+            .iter()
+            .map(|a| a.as_str()?.parse().ok())
+            .collect::<Option<BTreeSet<IpAddr>>>()?,
+    };
+    let grant = if fields.get("resolution")?.as_bool()? {
+        Grant::Resolution(host, port)
+    } else {
+        Grant::Connect(host, port)
+    };
+    Some((grant, addrs))
 }
 
 fn settled_by(settled: Option<Settled>) -> &'static str {
