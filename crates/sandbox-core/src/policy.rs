@@ -962,7 +962,10 @@ impl ResolvedPolicy {
     /// that the timeout is clipped rather than refused: the smallest of this
     /// one, the outer's and `remaining` (the outer run's time left, rounded
     /// up to whole seconds). A write path outside every outer write path is
-    /// refused ([`PolicyError::WriteOutsideOuterRun`]), never dropped.
+    /// refused ([`PolicyError::WriteOutsideOuterRun`]), never dropped, and
+    /// so is one inside a read denial of either
+    /// ([`PolicyError::WriteInsideReadDeny`]), as [`SandboxPolicy::resolve`]
+    /// refuses it.
     pub fn nested_within(
         &self,
         outer: &ResolvedPolicy,
@@ -988,7 +991,24 @@ impl ResolvedPolicy {
             .min(outer.max_timeout_seconds)
             .min(left);
         inner.max_timeout_seconds = inner.max_timeout_seconds.min(outer.max_timeout_seconds);
-        inner.bounded_by(outer)
+        let bounded = inner.bounded_by(outer)?;
+        // As `resolve` refuses it: a write path inside a read denial (the
+        // outer's, say) would be half granted, and the nested run's record
+        // would not read back as a policy.
+        for write in &bounded.write_paths {
+            if let Some(deny) = bounded
+                .read_deny
+                .paths
+                .iter()
+                .find(|d| write.starts_with(d))
+            {
+                return Err(PolicyError::WriteInsideReadDeny {
+                    write: write.clone(),
+                    deny: deny.clone(),
+                });
+            }
+        }
+        Ok(bounded)
     }
 }
 

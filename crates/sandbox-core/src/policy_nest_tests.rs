@@ -280,3 +280,32 @@ proptest! {
         prop_assert!(n.timeout_seconds() <= ceil.max(1));
     }
 }
+
+#[test]
+fn a_write_path_inside_the_outer_runs_read_denial_is_refused() {
+    let dir = tree();
+    let root = std::fs::canonicalize(dir.path()).unwrap();
+    let outer = resolve(SandboxPolicy {
+        write_paths: at(&root, &["a"]),
+        read_deny_paths: at(&root, &["a/b"]),
+        ..SandboxPolicy::default()
+    });
+    let inner = resolve(SandboxPolicy {
+        write_paths: at(&root, &["a/b"]),
+        ..SandboxPolicy::default()
+    });
+    let err = inner.nested_within(&outer, HOUR).unwrap_err();
+    assert!(
+        matches!(&err, PolicyError::WriteInsideReadDeny { write, deny }
+            if write.ends_with("a/b") && deny.ends_with("a/b")),
+        "{err}"
+    );
+    // Twin: the outer's own write path, the denial beneath it, is kept.
+    let same = resolve(SandboxPolicy {
+        write_paths: at(&root, &["a"]),
+        ..SandboxPolicy::default()
+    });
+    let nested = same.nested_within(&outer, HOUR).unwrap();
+    assert_eq!(nested.write_paths(), &[root.join("a")]);
+    assert_eq!(nested.read_deny_paths(), &[root.join("a/b")]);
+}

@@ -27,11 +27,14 @@
 //! The nest socket is a trusted entry point of the runner (unconfined, often
 //! root) that the confined command (hostile, perhaps root with its
 //! capabilities dropped) reaches. What the command controls, what holds,
-//! and the tests in `tests/tests/nested.rs` that attack it:
+//! and the tests in `tests/tests/nested.rs` and `nested_attacks.rs` that
+//! attack it:
 //!
 //! | part | the command controls | held by | attacked by |
 //! |---|---|---|---|
-//! | the inner policy | every field of the request, a policy with no write bound or none at all | [`ResolvedPolicy::nested_within`]: at most the outer's on every field (proptest in sandbox-core); an inner write path or destination outside the outer's refused; no policy refused | `a_nested_run_narrows_the_outer_policy`, `a_nested_run_cannot_widen_the_write_paths`, `a_nested_run_cannot_widen_the_network`, `the_capability_cannot_run_anything_unconfined` |
+//! | the inner policy | every field of the request, a policy with no write bound or none at all | resolved as it is read (paths canonical: `..` and symlinks resolved by the runner), then [`ResolvedPolicy::nested_within`]: at most the outer's on every field (proptest in sandbox-core); an inner write path or destination outside the outer's refused, as is a write path inside a read denial; no policy refused | `a_nested_write_path_inside_the_outer_read_denial_is_refused`, `a_nested_run_narrows_the_outer_policy`, `a_nested_run_cannot_widen_the_write_paths`, `a_nested_run_cannot_widen_the_network`, `the_capability_cannot_run_anything_unconfined` |
+//! | an inner write path after its check | every directory beneath the outer's write paths: one on the way to the inner write path turned into a symlink out of the run (or renamed) between the runner's check and the launch's open of it | the Landlock rules are opened one component at a time from `/`, no symlink followed (`ELOOP`: the run does not start), a split rule's entries beneath their directory's fd; a rename can put there only a directory the outer command writes already | `a_write_path_swapped_for_a_symlink_after_its_check_grants_nothing_outside` |
+//! | what the outer run keeps beyond its policy | the nested run's reads | the bound is the outer's policy (its trusted state protected) with its secrets' files read-denied, as its egress denies them; the nested run's egress gets no secrets and no approvals (its proxy refuses what its own list lacks); the outer's trusted files are checked against the nested policy | `a_nested_run_cannot_read_the_outer_runs_secret_file` |
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
@@ -805,8 +808,23 @@ mod imp {
                     EXIT_SANDBOX,
                 ));
             };
+            // The outer run keeps its secrets' files from its command by its
+            // egress's policy, not by `outer.policy`: the bound keeps them
+            // too (reads are broad).
+            let mut bound = std::borrow::Cow::Borrowed(outer.policy);
+            for spec in &outer.request.egress.secrets {
+                if let sandbox_core::request::SecretSource::File(path) = spec.source() {
+                    let denied = bound.with_read_deny(path).map_err(|e| {
+                        refused(
+                            format!("the outer run's secret file cannot be kept from it: {e}"),
+                            EXIT_SANDBOX,
+                        )
+                    })?;
+                    bound = std::borrow::Cow::Owned(denied);
+                }
+            }
             let left = outer.deadline.saturating_duration_since(Instant::now());
-            let policy = policy.nested_within(outer.policy, left).map_err(|e| {
+            let policy = policy.nested_within(&bound, left).map_err(|e| {
                 refused(
                     format!("the nested run asks for more than the outer run allows: {e}"),
                     EXIT_SANDBOX,

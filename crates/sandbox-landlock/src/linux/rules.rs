@@ -283,9 +283,26 @@ impl Planner {
                 return;
             }
         };
-        if !keep.is_empty() {
-            self.push(path, fd, keep);
-        }
+        // The children are opened beneath this fd (a duplicate when it
+        // goes into a rule).
+        let dir = if keep.is_empty() {
+            fd
+        } else {
+            match fd.try_clone() {
+                Ok(dir) => {
+                    self.push(path, fd, keep);
+                    dir
+                }
+                Err(e) => {
+                    self.skipped.push(format!(
+                        "{}: cannot open its entries ({e}); they get no rights",
+                        path.display()
+                    ));
+                    self.push(path, fd, keep);
+                    return;
+                }
+            }
+        };
         for child in entries {
             let mut child_access = denied;
             for (deny, rights) in inner {
@@ -297,7 +314,13 @@ impl Planner {
                 continue;
             }
             let child_inner = beneath(&child, inner, child_access);
-            match open_path(&child) {
+            // Beneath the directory already open, by its name alone: the
+            // path may lead elsewhere by now.
+            let opened = match child.file_name() {
+                Some(name) => open_at(Some(&dir), Path::new(name)),
+                None => Err(std::io::Error::from_raw_os_error(libc::EINVAL)),
+            };
+            match opened {
                 Ok((child_fd, child_kind)) => {
                     self.split(&child, child_fd, child_kind, child_access, &child_inner)
                 }
@@ -346,15 +369,57 @@ enum Kind {
     Other,
 }
 
-/// Opens `path` with `O_PATH | O_NOFOLLOW` (a symlink is never followed, so
-/// a link planted in a granted directory cannot widen the grant).
+/// Opens the absolute `path` as an `O_PATH` fd, one component at a time
+/// from `/`, none followed if it is a symlink (`O_NOFOLLOW`): a symlink as
+/// the last component is opened itself (its rights follow the target, so it
+/// gets none), one before it fails the open (`ELOOP`), as does a `.`, `..`
+/// or a path that is not absolute (`EINVAL`). The paths planned are
+/// canonical when the policy is resolved; a command that controls a
+/// directory on the way (a nested run's write path beneath the outer run's,
+/// [`ResolvedPolicy::nested_within`]) cannot make the rule land elsewhere by
+/// turning that directory into a symlink afterwards. What it can still put
+/// there by `rename(2)` is a directory it could already write to.
 fn open_path(path: &Path) -> std::io::Result<(OwnedFd, Kind)> {
-    let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+    use std::path::Component;
+    let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
+    let mut components = path.components();
+    if components.next() != Some(Component::RootDir) {
+        return Err(invalid());
+    }
+    let mut at = open_at(None, Path::new("/"))?;
+    for component in components {
+        let Component::Normal(name) = component else {
+            return Err(invalid());
+        };
+        let (fd, kind) = at;
+        if kind != Kind::Dir {
+            // A symlink on the way is not followed; a file is no directory.
+            return Err(std::io::Error::from_raw_os_error(
+                if kind == Kind::Symlink {
+                    libc::ELOOP
+                } else {
+                    libc::ENOTDIR
+                },
+            ));
+        }
+        at = open_at(Some(&fd), Path::new(name))?;
+    }
+    Ok(at)
+}
+
+/// Opens `name` beneath `dir` (or the absolute `name` when `dir` is
+/// `None`) with `O_PATH | O_NOFOLLOW`, and says what it is.
+fn open_at(dir: Option<&OwnedFd>, name: &Path) -> std::io::Result<(OwnedFd, Kind)> {
+    use std::os::fd::AsRawFd;
+    let c_name = std::ffi::CString::new(name.as_os_str().as_bytes())
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
-    // SAFETY: `c_path` is NUL-terminated; these flags take no mode argument.
+    let dirfd = dir.map_or(libc::AT_FDCWD, |d| d.as_raw_fd());
+    // SAFETY: `c_name` is NUL-terminated, `dirfd` a live fd or AT_FDCWD;
+    // these flags take no mode argument.
     let raw = unsafe {
-        libc::open(
-            c_path.as_ptr(),
+        libc::openat(
+            dirfd,
+            c_name.as_ptr(),
             libc::O_PATH | libc::O_NOFOLLOW | libc::O_CLOEXEC,
         )
     };
@@ -374,4 +439,33 @@ fn open_path(path: &Path) -> std::io::Result<(OwnedFd, Kind)> {
         Kind::Other
     };
     Ok((OwnedFd::from(file), kind))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A directory on the way that is a symlink fails the open (a nested
+    /// run's write path cannot be pointed elsewhere after its check); a
+    /// symlink as the last component is opened itself; twin: the real
+    /// directory opens.
+    #[test]
+    fn open_path_follows_no_symlink() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::create_dir_all(root.join("real/sub")).unwrap();
+        std::os::unix::fs::symlink(root.join("real"), root.join("link")).unwrap();
+        let err = open_path(&root.join("link/sub")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::ELOOP), "{err}");
+        let (_, kind) = open_path(&root.join("link")).unwrap();
+        assert_eq!(kind, Kind::Symlink);
+        let (_, kind) = open_path(&root.join("real/sub")).unwrap();
+        assert_eq!(kind, Kind::Dir);
+        let err = open_path(&root.join("real/../real/sub")).unwrap_err();
+        assert_eq!(err.raw_os_error(), Some(libc::EINVAL), "{err}");
+        assert_eq!(
+            open_path(Path::new("relative")).unwrap_err().raw_os_error(),
+            Some(libc::EINVAL)
+        );
+    }
 }

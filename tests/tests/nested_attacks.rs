@@ -1,0 +1,238 @@
+//! Attacks on the nest socket (#45): the outer runner (unconfined, often
+//! root) runs what a hostile command asks for, so each request that would
+//! reach past the outer run is tried here, beside its allowed twin, as root
+//! and as nobody. Everything it could reach is a temporary directory.
+#![cfg(target_os = "linux")]
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::{Command, Output};
+
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin};
+
+/// The users a test runs as: root and nobody when root, else this user.
+fn users() -> Vec<bool> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+fn outer(nobody: bool) -> Command {
+    if nobody {
+        sandbox_as_nobody()
+    } else {
+        sandbox()
+    }
+}
+
+/// A directory (with `dirs` inside) every user may write to.
+fn shared(dirs: &[&str]) -> tempfile::TempDir {
+    let dir = tempfile::tempdir().unwrap();
+    for d in std::iter::once(&"").chain(dirs) {
+        let p = dir.path().join(d);
+        std::fs::create_dir_all(&p).unwrap();
+        std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    dir
+}
+
+fn text(out: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+fn d(p: &Path) -> String {
+    p.display().to_string()
+}
+
+/// Sends nested requests by hand (the hello, then the request and stdio),
+/// each with the policy `write_paths=[OUT/a/b]`, while a thread swaps
+/// `OUT/a` and the symlink `OUT/l -> TARGET` (`RENAME_EXCHANGE`), so the
+/// path is a directory of the run when the runner checks it and a symlink
+/// out of it when the launch opens it. The inner command writes into
+/// `TARGET/b`. Prints how requests ended and whether `TARGET/b/pwn` exists.
+const RACE: &str = r#"
+import array, ctypes, json, os, socket, struct, sys, threading
+out, target, tries, swapping = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4] == "1"
+door = socket.socket(fileno=int(os.environ["SANDBOX_NEST_FD"]))
+libc = ctypes.CDLL(None, use_errno=True)
+os.makedirs(out + "/a/b")
+os.symlink(target, out + "/l")
+stop = False
+def swap():
+    while not stop:
+        # renameat2(AT_FDCWD, a, AT_FDCWD, l, RENAME_EXCHANGE), x86-64 and aarch64 numbers
+        nr = 316 if os.uname().machine == "x86_64" else 276
+        libc.syscall(nr, -100, (out + "/a").encode(), -100, (out + "/l").encode(), 2)
+t = threading.Thread(target=swap)
+if swapping:
+    t.start()
+def recv_all(a, n):
+    got = b""
+    while len(got) < n:
+        more = a.recv(n - len(got))
+        if not more:
+            raise EOFError
+        got += more
+    return got
+def ask(argv, policy):
+    a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
+    b.close()
+    assert recv_all(a, 15) == b"sandbox-nest 1\n"
+    req = dict(argv=[list(x) for x in argv], cwd=None, env=[], env_overrides=[],
+               policy=policy, limits={}, allow_unlimited=True, observe_writes=False,
+               require_full=False, echo_stderr=False, trusted_files=[])
+    body = json.dumps(req).encode()
+    a.sendmsg([struct.pack("<I", len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+    n = struct.unpack("<I", recv_all(a, 4))[0]
+    return json.loads(recv_all(a, n))
+ran = outside = unopened = 0
+script = "echo x > %s/b/pwn; echo x > %s/a/b/own" % (target, out)
+for i in range(tries):
+    r = ask([b"sh", b"-c", script.encode()], dict(write_paths=[out + "/a/b"]))
+    if r["reply"] == "outcome":
+        ran += 1
+    elif "outside the outer run's write paths" in r["reason"]:
+        outside += 1
+    elif "symbolic links" in r["reason"]:
+        unopened += 1
+    else:
+        print("other", r["reason"], flush=True)
+    if os.path.exists(target + "/b/pwn"):
+        break
+stop = True
+if swapping:
+    t.join()
+print("ran=%d outside=%d unopened=%d" % (ran, outside, unopened), flush=True)
+print("escaped=%s" % os.path.exists(target + "/b/pwn"), flush=True)
+print("own=%s" % os.path.exists(out + "/a/b/own"), flush=True)
+"#;
+
+/// A nested write path beneath the outer's, turned into a symlink out of
+/// it between the runner's check and the launch's open of it (the command
+/// controls everything beneath its write path), grants nothing outside:
+/// the rule's open follows no symlink (it fails, `ELOOP`). Before the fix
+/// the first request escaped. Twin: the same request without the swap runs
+/// and writes to the inner write path.
+#[test]
+fn a_write_path_swapped_for_a_symlink_after_its_check_grants_nothing_outside() {
+    for nobody in users() {
+        let w = shared(&["out", "target", "target/b"]);
+        let (out_dir, target) = (w.path().join("out"), w.path().join("target"));
+        let race = |tries: &str, swapping: &str| {
+            outer(nobody)
+                .args(["run", "-w", &d(&out_dir), "--", "python3", "-c", RACE])
+                .args([&d(&out_dir), &d(&target), tries, swapping])
+                .output()
+                .unwrap()
+        };
+        let out = race("60", "1");
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("escaped=False"), "{ctx}");
+        assert!(!target.join("b/pwn").exists(), "{ctx}");
+        // The swap reached the launch's open at least once (else the test
+        // tried nothing): that request was refused, not run elsewhere.
+        assert!(!text(&out).contains("unopened=0 "), "{ctx}");
+        assert!(!text(&out).contains("other"), "{ctx}");
+        // Twin: no swap, the inner write path is written, nothing outside.
+        std::fs::remove_dir_all(&out_dir).unwrap();
+        std::fs::create_dir(&out_dir).unwrap();
+        std::fs::set_permissions(&out_dir, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let out = race("1", "0");
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("ran=1 outside=0 unopened=0"), "{ctx}");
+        assert!(text(&out).contains("own=True"), "{ctx}");
+        assert!(text(&out).contains("escaped=False"), "{ctx}");
+    }
+}
+
+/// A secret read from a file is read-denied to the outer run by its egress
+/// (not by its policy); a nested run is bounded by that too: its command
+/// cannot read the file either. Before the fix it printed the value.
+/// Twins: a file beside it is readable from the nested run, and the outer
+/// command is refused the secret's file as well.
+#[test]
+fn a_nested_run_cannot_read_the_outer_runs_secret_file() {
+    for nobody in users() {
+        let w = shared(&["keys"]);
+        let (key, beside) = (w.path().join("keys/token"), w.path().join("keys/other"));
+        std::fs::write(&key, "nested-secret-valu\x65-1\n").unwrap();
+        std::fs::write(&beside, "beside\n").unwrap();
+        for f in [&key, &beside] {
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let script = format!(
+            "cat {key}; echo outer=$?; {sb} run -- cat {key}; echo inner=$?; \
+             {sb} run -- cat {beside}; echo twin=$?",
+            key = d(&key),
+            beside = d(&beside),
+            sb = sandbox_bin().display(),
+        );
+        let out = outer(nobody)
+            .args(["run", "-q", "--secret"])
+            .arg(format!("TOKEN=file:{}@api.example.com", d(&key)))
+            .args(["--allow-request", "GET https://api.example.com/**"])
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(!text(&out).contains("nested-secret-value-1"), "{ctx}");
+        assert!(text(&out).contains("outer=1"), "{ctx}");
+        assert!(text(&out).contains("inner=1"), "{ctx}");
+        assert!(text(&out).contains("beside\ntwin=0"), "{ctx}");
+    }
+}
+
+/// A nested write path inside a read denial of the outer run is refused
+/// before anything runs, as a run's own policy refuses it (it used to run,
+/// then its record failed to read back); twin: the outer's own write path,
+/// the denial beneath it, runs and keeps the denial.
+#[test]
+fn a_nested_write_path_inside_the_outer_read_denial_is_refused() {
+    for nobody in users() {
+        let w = shared(&["ws", "ws/secret"]);
+        let (ws, secret) = (w.path().join("ws"), w.path().join("ws/secret"));
+        std::fs::write(secret.join("f"), "hidden\n").unwrap();
+        std::fs::set_permissions(secret.join("f"), std::fs::Permissions::from_mode(0o644)).unwrap();
+        let run = |inner_write: &Path| {
+            let script = format!(
+                "{sb} run -w {iw} -- sh -c 'echo ran; cat {f}'; echo inner=$?",
+                sb = sandbox_bin().display(),
+                iw = d(inner_write),
+                f = d(&secret.join("f")),
+            );
+            outer(nobody)
+                .args(["run", "-w", &d(&ws), "--read-deny", &d(&secret)])
+                .args(["--", "sh", "-c", &script])
+                .output()
+                .unwrap()
+        };
+        let out = run(&secret);
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("inner=125"), "{ctx}");
+        assert!(
+            text(&out).contains("lies inside the read-denied path"),
+            "{ctx}"
+        );
+        assert!(
+            !text(&out).contains("ran\n"),
+            "refused before it runs: {ctx}"
+        );
+        assert!(!text(&out).contains("hidden"), "{ctx}");
+        let out = run(&ws);
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("ran\n"), "twin: {ctx}");
+        assert!(
+            text(&out).contains("inner=1"),
+            "twin keeps the denial: {ctx}"
+        );
+        assert!(!text(&out).contains("hidden"), "{ctx}");
+    }
+}
