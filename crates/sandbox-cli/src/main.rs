@@ -110,6 +110,12 @@ fn open_missing_standard_fds() {
 }
 
 fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
+    // The session's shared launch (`sandbox session --launch shared`): this
+    // binary, started confined, serves the session's commands. Hidden.
+    #[cfg(target_os = "linux")]
+    if args.len() == 2 && args[1] == "__zygote" {
+        return sandbox::zygote::serve();
+    }
     // SAFETY: setting dispositions before any thread exists. SIGCHLD
     // inherited ignored would have the kernel reap the run's processes
     // before the runner could wait for them (wait(2), "NOTES").

@@ -68,6 +68,21 @@ pub(crate) struct SessionArgs {
     /// denied).
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) approval_timeout: u64,
+    /// `shared`: one confined launch for the whole session forks each
+    /// command (Linux, landlock backend, Landlock ABI >= 6, no egress
+    /// proxy; otherwise per command, and `hello` says which and why);
+    /// `per-command`: each command gets a launch of its own.
+    #[arg(long, value_name = "shared|per-command", default_value = "per-command")]
+    pub(crate) launch: SessionLaunch,
+}
+
+/// How a session launches its commands.
+#[derive(Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub(crate) enum SessionLaunch {
+    /// One confined launch (the zygote) forks each command.
+    Shared,
+    /// A confined launch per command, as `sandbox run`.
+    PerCommand,
 }
 
 /// How a session answers what its policy refuses.
@@ -420,7 +435,20 @@ struct Session {
     _private_tmp: Option<tempfile::TempDir>,
     /// `--approval channel`: what the proxy holds is asked over the channel.
     approvals: Option<approvals::Approvals>,
+    /// The shared launch, when the session uses one.
+    shared: Option<Shared>,
+    /// Why the session launches per command although `shared` was asked.
+    per_command_why: Option<String>,
 }
+
+/// The shared launch's state: the zygote (started again after a failure).
+#[cfg(target_os = "linux")]
+struct Shared {
+    zygote: std::cell::RefCell<Option<sandbox::zygote::Zygote>>,
+    program: PathBuf,
+}
+#[cfg(not(target_os = "linux"))]
+struct Shared;
 
 impl Session {
     fn open(args: &SessionArgs, approvals: Option<approvals::Approvals>) -> Result<Self, Fatal> {
@@ -461,12 +489,21 @@ impl Session {
             .egress
             .options(&config.egress)
             .with_decider(approvals.as_ref().map(|a| a.decider()));
+        let (shared, per_command_why) = match args.launch {
+            SessionLaunch::PerCommand => (None, None),
+            SessionLaunch::Shared => match start_shared(&backend, &base) {
+                Ok(s) => (Some(s), None),
+                Err(why) => (None, Some(why)),
+            },
+        };
         Ok(Session {
             policy,
             backend,
             base,
             _private_tmp: private_tmp,
             approvals,
+            shared,
+            per_command_why,
         })
     }
 
@@ -488,6 +525,8 @@ impl Session {
             "approval": if self.approvals.is_some() { "channel" } else { "none" },
             "concurrency": 1,
             "output_cap": OUTPUT_CAP,
+            "launch": if self.shared.is_some() { "shared" } else { "per-command" },
+            "launch_note": self.per_command_why,
         })
     }
 
@@ -769,7 +808,19 @@ impl Session {
         req.echo_stderr = fields.output;
         let result = {
             let _stop = crate::stop_runs_on_signals()?;
-            sandbox::runner::run(self.backend.as_ref(), &req)
+            let stdio = [
+                0,
+                1,
+                if fields.output {
+                    2
+                } else {
+                    chan.null.as_raw_fd()
+                },
+            ];
+            match self.run_shared(&req, stdio) {
+                Some(result) => result,
+                None => sandbox::runner::run(self.backend.as_ref(), &req),
+            }
         };
         // Nothing the run started is alive: taking the fds back closes the
         // session's last write ends, and the drains see the end (or, when a
@@ -790,6 +841,107 @@ impl Session {
             })
         };
         Ok((result, join(out), join(err)))
+    }
+}
+
+/// Starts the shared launch for `base`, or says why it cannot serve.
+#[cfg(target_os = "linux")]
+fn start_shared(
+    backend: &Arc<dyn sandbox::backend::Backend>,
+    base: &RunRequest,
+) -> Result<Shared, String> {
+    let program = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
+    let zygote = sandbox::zygote::Zygote::start(Arc::clone(backend), base, &program)
+        .map_err(|e| e.to_string())?;
+    Ok(Shared {
+        zygote: std::cell::RefCell::new(Some(zygote)),
+        program,
+    })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn start_shared(_: &Arc<dyn sandbox::backend::Backend>, _: &RunRequest) -> Result<Shared, String> {
+    Err("the shared launch is Linux only".into())
+}
+
+impl Session {
+    /// Runs `req` by the shared launch; `None` when it cannot take this
+    /// request (the caller launches it on its own).
+    #[cfg(target_os = "linux")]
+    fn run_shared(
+        &self,
+        req: &RunRequest,
+        stdio: [RawFd; 3],
+    ) -> Option<Result<Outcome, sandbox::runner::RunError>> {
+        let shared = self.shared.as_ref()?;
+        let policy = req.policy.as_ref()?;
+        let started = Instant::now();
+        let program = req.argv.first()?;
+        let env = sandbox::zygote::command_env(req);
+        let cwd = match &req.cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().ok()?,
+        };
+        let path = match sandbox::zygote::locate_program(req, &env, &cwd) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        let cmd = sandbox::zygote::ZygoteCommand {
+            path: &path,
+            argv: &req.argv,
+            env: &env,
+            cwd: &cwd,
+            stdio,
+            deadline: started + policy.timeout(),
+            grace: req.grace,
+        };
+        let mut slot = shared.zygote.borrow_mut();
+        if slot.is_none() {
+            match sandbox::zygote::Zygote::start(
+                Arc::clone(&self.backend),
+                &self.base,
+                &shared.program,
+            ) {
+                Ok(z) => *slot = Some(z),
+                Err(e) => return Some(Err(zygote_failure(program, e))),
+            }
+        }
+        let zygote = slot.as_mut()?;
+        match zygote.run(&cmd) {
+            Ok(exit) => Some(Ok(sandbox::zygote::outcome(
+                &req.argv,
+                Some(policy),
+                &exit,
+                started,
+            ))),
+            // This request is beyond the zygote (too large): on its own.
+            Err(sandbox::zygote::ZygoteError::Unavailable(_)) => None,
+            Err(e) => {
+                *slot = None;
+                Some(Err(zygote_failure(program, e)))
+            }
+        }
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn run_shared(
+        &self,
+        _: &RunRequest,
+        _: [RawFd; 3],
+    ) -> Option<Result<Outcome, sandbox::runner::RunError>> {
+        None
+    }
+}
+
+/// A failed shared launch, as a runner failure of the command.
+#[cfg(target_os = "linux")]
+fn zygote_failure(
+    program: &std::ffi::OsStr,
+    e: sandbox::zygote::ZygoteError,
+) -> sandbox::runner::RunError {
+    sandbox::runner::RunError::Spawn {
+        program: program.to_owned(),
+        source: std::io::Error::other(e.to_string()),
     }
 }
 

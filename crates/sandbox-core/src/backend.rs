@@ -27,9 +27,23 @@ pub struct LaunchOptions {
     /// The run's limits: what the runner spends on the run's behalf (a
     /// supervisor's CPU time and threads) is held to them too.
     pub limits: crate::limits::ResourceLimits,
+    /// A Landlock ruleset fd the command holds under this number: the
+    /// filter admits `landlock_restrict_self` with it (and no flags) so
+    /// the command can nest a signal-scoped domain for each child it forks
+    /// (the session's shared launch, `sandbox::zygote`); backends without
+    /// such a layer ignore it.
+    pub child_layer: Option<u32>,
 }
 
 impl LaunchOptions {
+    /// Options whose filter admits nesting the ruleset at fd `fd`.
+    pub fn with_child_layer(self, fd: Option<u32>) -> Self {
+        Self {
+            child_layer: fd,
+            ..self
+        }
+    }
+
     /// Options with the process group held (or not).
     pub fn with_process_group_held(self, hold: bool) -> Self {
         Self {

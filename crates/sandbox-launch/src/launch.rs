@@ -68,6 +68,12 @@ pub struct Launch<'a> {
     /// above 2 is closed on exec): a capability the runner hands it, such
     /// as the nest socket of `sandbox::nest`.
     pub inherit: Option<RawFd>,
+    /// A second fd the command inherits under its own number (the shared
+    /// launch's control socket, `sandbox::zygote`).
+    pub inherit_also: Option<RawFd>,
+    /// A Landlock ruleset fd the command inherits under its own number and
+    /// may nest beneath its domain ([`LaunchOptions::child_layer`]).
+    pub child_layer: Option<RawFd>,
     /// A socket whose bytes are signals passed on to the command's process
     /// group and whose end ends the run as on its deadline
     /// ([`Watch::with_cancel`]): how a runner relays a requester's stop
@@ -98,6 +104,8 @@ impl<'a> Launch<'a> {
             require_full: false,
             dns: None,
             inherit: None,
+            inherit_also: None,
+            child_layer: None,
             cancel: None,
             spawned: None,
         }
@@ -228,7 +236,8 @@ pub fn launch(
                 .with_process_group_held(containment.kind() == ContainmentKind::ProcessGroup)
                 .with_writes_observed(launch.observe_writes)
                 .with_limits(launch.limits)
-                .with_dns(launch.dns.clone());
+                .with_dns(launch.dns.clone())
+                .with_child_layer(launch.child_layer.and_then(|fd| u32::try_from(fd).ok()));
             let c = backend
                 .prepare_for_launch(policy, launch.argv, options)
                 .map_err(LaunchError::Unavailable)?;
@@ -277,6 +286,8 @@ pub fn launch(
         .into_iter()
         .chain(std::iter::once(spawn::session_hook(policy.is_some())))
         .chain(launch.inherit.map(spawn::inherit_hook))
+        .chain(launch.inherit_also.map(spawn::inherit_hook))
+        .chain(launch.child_layer.map(spawn::inherit_hook))
         .chain(hook)
         .collect();
     // A stop signal that came before the launch: nothing starts.

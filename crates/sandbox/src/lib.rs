@@ -52,6 +52,8 @@ mod outcome;
 mod running;
 pub mod trusted;
 mod verdict;
+#[cfg(target_os = "linux")]
+pub mod zygote;
 
 pub use builder::{Error, ErrorKind, Sandbox};
 

@@ -75,6 +75,12 @@ pub struct RunRequest {
     /// as on its timeout (how an outer runner relays a nested run's stop
     /// signals and ends it, [`crate::nest`]).
     pub cancel: Option<std::os::fd::RawFd>,
+    /// An fd the command inherits under its own number, besides the nest
+    /// socket (the shared launch's control socket, [`crate::zygote`]).
+    pub inherit: Option<std::os::fd::RawFd>,
+    /// A Landlock ruleset fd the command inherits and may nest beneath its
+    /// domain (`sandbox_core::LaunchOptions::child_layer`).
+    pub child_layer: Option<std::os::fd::RawFd>,
 }
 
 impl RunRequest {
@@ -97,6 +103,8 @@ impl RunRequest {
             egress: EgressOptions::default(),
             stdio: None,
             cancel: None,
+            inherit: None,
+            child_layer: None,
         }
     }
 }
@@ -366,6 +374,8 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     launch.cancel = req.cancel;
     launch.inherit = door.as_ref().map(|d| d.handed());
     launch.spawned = door.as_ref().map(|d| d.main());
+    launch.inherit_also = req.inherit;
+    launch.child_layer = req.child_layer;
     launch.deadline = req.policy.as_ref().map(|p| started + p.timeout());
     launch.grace = req.grace;
     launch.limits = req.limits;

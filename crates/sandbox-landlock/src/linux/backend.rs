@@ -67,6 +67,15 @@ impl LandlockBackend {
         self.abi
     }
 
+    /// A ruleset fd that handles no access and scopes signals only, for a
+    /// confined process to nest beneath its domain before each command it
+    /// forks (the session's shared launch); `None` below Landlock ABI 6
+    /// (in use, so lowered by [`ABI_CEILING_ENV`](crate::ABI_CEILING_ENV)),
+    /// where a nested domain cannot scope signals.
+    pub fn child_layer(&self) -> Result<Option<std::os::fd::OwnedFd>, SandboxUnavailable> {
+        super::ruleset::signal_scope_only(self.abi.effective).map_err(unavailable)
+    }
+
     /// A spawner for many commands under `policy`: the policy is prepared
     /// and applied once, to a thread that then spawns each command.
     ///
@@ -151,7 +160,8 @@ impl Backend for LandlockBackend {
                 "the command is empty; give the program to run",
             ));
         }
-        let (prepared, supervisor) = self.prepare_brokered(policy, options, None)?;
+        let layer = options.child_layer;
+        let (prepared, supervisor) = self.prepare_brokered(policy, options, layer)?;
         let report = prepared.report().clone();
         // With a broker, the child is spawned and the broker started from a
         // thread in the run's own Landlock domain (see `enter_domain`).

@@ -1,0 +1,823 @@
+//! The shared launch of a session's commands (issue #45): one confined run,
+//! the *zygote*, started once through [`crate::runner::run`] (the session's
+//! policy, domain, filter, broker, limits and containment), forks each
+//! command after nesting a Landlock layer that only scopes signals, and
+//! ends everything nested beneath its own domain when the command ends.
+//!
+//! * [`serve`] is the zygote's side: the program given to [`Zygote::start`]
+//!   calls it (the CLI's hidden `sandbox __zygote`).
+//! * [`Zygote`] is the runner's side: it keeps the zygote's run on a thread,
+//!   sends it one command at a time and keeps each command's deadline.
+//!
+//! The protocol runs on a `SOCK_SEQPACKET` socket pair (one message per
+//! request or answer, bounded). Runner to zygote: a spawn request
+//! ([`MAX_REQUEST`] bytes at most: the program's path, argv, environment and
+//! working directory, NUL-separated and counted, with the command's three
+//! stdio fds by `SCM_RIGHTS`), or one byte `e` (end the command now).
+//! Zygote to runner: fixed 9-byte answers (`p` + pid once the command
+//! executed, `x` + errno when it could not, `s` + wait status + how many
+//! other processes were ended). Every answer is checked by the runner and
+//! waited for with a bound: the zygote is inside the sandbox.
+//!
+//! Cleanup needs no cgroup: under Landlock ABI 6 signal scoping, `kill(-1,
+//! sig)` from the zygote reaches exactly the processes in domains nested
+//! beneath its own (Documentation/userspace-api/landlock.rst, "Scoped
+//! access"), that is its commands and their descendants, and the zygote, a
+//! child subreaper, reaps them (tests/tests/session_shared.rs checks that a
+//! command's background child is gone before the next command starts).
+
+use std::ffi::{CString, OsString};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::{OsStrExt, OsStringExt};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use sandbox_core::Backend;
+
+use crate::outcome::{Classification, Outcome, Termination};
+use crate::running::{RunError, RunRequest};
+
+/// The environment variable naming the zygote's control socket.
+pub const SOCKET_ENV: &str = "SANDBOX_ZYGOTE_FD";
+/// The environment variable naming the signal-scoping ruleset's fd.
+pub const LAYER_ENV: &str = "SANDBOX_ZYGOTE_LAYER";
+/// The largest spawn request (argv, environment, working directory).
+pub const MAX_REQUEST: usize = 128 * 1024;
+/// How long the runner waits for the zygote's answer to a spawn request,
+/// and, past the grace period, for its answer after an end.
+const ANSWER_WAIT: Duration = Duration::from_secs(10);
+
+/// Why the shared launch cannot serve (the caller falls back to a launch
+/// per command, or reports a runner failure).
+#[derive(Debug, thiserror::Error)]
+#[non_exhaustive]
+pub enum ZygoteError {
+    /// The shared launch is not possible here (which condition).
+    #[error("the shared launch is not available: {0}")]
+    Unavailable(String),
+    /// The zygote did not answer as it must (dead, unresponsive, or a
+    /// malformed answer); its run was ended.
+    #[error("the session's zygote failed: {0}")]
+    Failed(String),
+}
+
+/// One command for the zygote.
+#[derive(Debug, Clone)]
+pub struct ZygoteCommand<'a> {
+    /// The program's path (located by the caller).
+    pub path: &'a Path,
+    /// argv, `argv[0]` included.
+    pub argv: &'a [OsString],
+    /// The complete environment (the zygote adds only the nest socket's
+    /// variable, with its own value).
+    pub env: &'a [(OsString, OsString)],
+    /// The working directory.
+    pub cwd: &'a Path,
+    /// stdin, stdout and stderr (the caller's, open until the call returns).
+    pub stdio: [RawFd; 3],
+    /// When the command is ended if it has not exited.
+    pub deadline: Instant,
+    /// Time between SIGTERM and SIGKILL when ending it.
+    pub grace: Duration,
+}
+
+/// How a command of the zygote ended.
+#[derive(Debug, Clone, Copy)]
+pub struct ZygoteExit {
+    /// The wait status (as `waitpid` reports it).
+    pub status: i32,
+    /// Whether the deadline ended it.
+    pub timed_out: bool,
+    /// Processes besides the command that were still there and ended.
+    pub others: usize,
+}
+
+/// The runner's side of a shared launch: the zygote's run, on a thread.
+pub struct Zygote {
+    sock: OwnedFd,
+    /// Closing it ends the zygote's run (the launch's cancel socket).
+    cancel: Option<OwnedFd>,
+    run: Option<std::thread::JoinHandle<Result<Outcome, RunError>>>,
+    pid: Arc<std::sync::OnceLock<libc::pid_t>>,
+}
+
+impl std::fmt::Debug for Zygote {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Zygote").finish_non_exhaustive()
+    }
+}
+
+/// A close-on-exec `SOCK_SEQPACKET` pair.
+fn seqpacket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair writes two fds into `fds`.
+    let rc = unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    };
+    if rc != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just made and are owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+impl Zygote {
+    /// Whether a shared launch can serve `req` under `backend`: `Err` names
+    /// why not (the caller then launches per command).
+    pub fn check(backend: &dyn Backend, req: &RunRequest) -> Result<(), ZygoteError> {
+        let no = |why: &str| Err(ZygoteError::Unavailable(why.to_owned()));
+        let Some(policy) = &req.policy else {
+            return no("danger-full-access runs commands unconfined");
+        };
+        if backend.name() != "landlock" {
+            return no("the backend is not landlock");
+        }
+        if policy.deny_subprocess() {
+            return no("the policy denies subprocesses");
+        }
+        if policy.network_mode() == sandbox_core::NetworkMode::Allowlist
+            || req.egress.decider.is_some()
+            || !req.egress.secrets.is_empty()
+        {
+            return no("the run's egress (proxy) is per command");
+        }
+        Ok(())
+    }
+
+    /// Starts `program` (which calls [`serve`]) as a confined run of
+    /// `req` (argv, stdio and cwd replaced) on a thread of its own.
+    #[cfg(target_os = "linux")]
+    pub fn start(
+        backend: Arc<dyn Backend>,
+        req: &RunRequest,
+        program: &Path,
+    ) -> Result<Self, ZygoteError> {
+        Self::check(backend.as_ref(), req)?;
+        let failed =
+            |what: &str, e: &dyn std::fmt::Display| ZygoteError::Failed(format!("{what}: {e}"));
+        let layer = sandbox_landlock::LandlockBackend::new()
+            .and_then(|b| b.child_layer())
+            .map_err(|e| failed("the signal-scoping layer", &e))?
+            .ok_or_else(|| {
+                ZygoteError::Unavailable(
+                    "Landlock ABI below 6 (no signal scoping for each command)".into(),
+                )
+            })?;
+        let (ours, theirs) = seqpacket_pair().map_err(|e| failed("socketpair", &e))?;
+        let (cancel, cancel_theirs) = seqpacket_pair().map_err(|e| failed("socketpair", &e))?;
+        let mut zreq = req.clone();
+        zreq.argv = vec![program.as_os_str().to_owned(), "__zygote".into()];
+        zreq.cwd = Some(PathBuf::from("/"));
+        zreq.stdio = None;
+        zreq.echo_stderr = false;
+        zreq.inherit = Some(theirs.as_raw_fd());
+        zreq.child_layer = Some(layer.as_raw_fd());
+        zreq.cancel = Some(cancel_theirs.as_raw_fd());
+        let mut env = req
+            .env
+            .clone()
+            .unwrap_or_else(|| std::env::vars_os().collect());
+        env.retain(|(n, _)| n != SOCKET_ENV && n != LAYER_ENV);
+        env.push((SOCKET_ENV.into(), theirs.as_raw_fd().to_string().into()));
+        env.push((LAYER_ENV.into(), layer.as_raw_fd().to_string().into()));
+        zreq.env = Some(env);
+        // The zygote lives as long as the policy's ceiling allows (its own
+        // run's deadline); each command's deadline is kept here.
+        if let Some(policy) = &req.policy {
+            let mut raw = policy.to_policy();
+            raw.timeout_seconds = policy.max_timeout_seconds();
+            zreq.policy = Some(
+                raw.resolve(&sandbox_core::ExpandContext::default())
+                    .map_err(|e| failed("the zygote's policy", &e))?,
+            );
+        }
+        let pid = Arc::new(std::sync::OnceLock::new());
+        let run = std::thread::Builder::new()
+            .name("sandbox-zygote".into())
+            .spawn(move || {
+                let out = crate::running::run(backend.as_ref(), &zreq);
+                drop((theirs, cancel_theirs, layer));
+                out
+            })
+            .map_err(|e| failed("thread", &e))?;
+        let mut z = Zygote {
+            sock: ours,
+            cancel: Some(cancel),
+            run: Some(run),
+            pid,
+        };
+        // The zygote says it is ready (one byte `r`) once it serves.
+        match z.answer(Instant::now() + ANSWER_WAIT, 9) {
+            Ok(a) if a[0] == b'r' => Ok(z),
+            Ok(_) => Err(z.fail("the zygote's first answer is not `ready`".into())),
+            Err(why) => Err(z.fail(why)),
+        }
+    }
+
+    /// The zygote's pid (for tests: it must be out of each command's reach).
+    pub fn pid(&self) -> Option<libc::pid_t> {
+        self.pid.get().copied()
+    }
+
+    /// Ends the zygote's run and returns `Failed(why)` (with the run's
+    /// own error, when it failed to start).
+    fn fail(&mut self, why: String) -> ZygoteError {
+        let ended = self.end();
+        match ended {
+            Some(Err(e)) => ZygoteError::Failed(format!("{why} ({e})")),
+            _ => ZygoteError::Failed(why),
+        }
+    }
+
+    /// Ends the zygote's run (as at its deadline) and waits for it.
+    pub fn end(&mut self) -> Option<Result<Outcome, RunError>> {
+        self.cancel = None;
+        self.run.take().and_then(|h| h.join().ok())
+    }
+
+    /// Waits until `deadline` for one answer of `len` bytes.
+    fn answer(&self, deadline: Instant, len: usize) -> Result<[u8; 9], String> {
+        let mut buf = [0u8; 9];
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let mut p = libc::pollfd {
+                fd: self.sock.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ms = left.as_millis().min(100) as libc::c_int;
+            // SAFETY: one pollfd, valid for the call.
+            let rc = unsafe { libc::poll(&mut p, 1, ms) };
+            if rc > 0 {
+                // SAFETY: reads at most 9 bytes into `buf`.
+                let n = unsafe {
+                    libc::recv(
+                        self.sock.as_raw_fd(),
+                        buf.as_mut_ptr().cast(),
+                        buf.len(),
+                        libc::MSG_DONTWAIT,
+                    )
+                };
+                return match n {
+                    n if n as usize == len => Ok(buf),
+                    0 => Err("the zygote is gone".into()),
+                    n if n < 0 => Err(format!(
+                        "reading the zygote's answer: {}",
+                        std::io::Error::last_os_error()
+                    )),
+                    n => Err(format!("the zygote's answer has {n} bytes, not {len}")),
+                };
+            }
+            if left.is_zero() {
+                return Err("the zygote did not answer in time".into());
+            }
+            if self.run.as_ref().is_some_and(|h| h.is_finished()) {
+                return Err("the zygote's run ended".into());
+            }
+        }
+    }
+
+    /// Runs one command and waits for it and everything it left to end.
+    /// On `Err` the zygote's run has been ended: start a new one for the
+    /// next command.
+    pub fn run(&mut self, cmd: &ZygoteCommand<'_>) -> Result<ZygoteExit, ZygoteError> {
+        let msg = encode(cmd).map_err(ZygoteError::Unavailable)?;
+        if let Err(e) = send_with_fds(self.sock.as_raw_fd(), &msg, &cmd.stdio) {
+            return Err(self.fail(format!("sending the command: {e}")));
+        }
+        let started = match self.answer(Instant::now() + ANSWER_WAIT, 9) {
+            Ok(a) => a,
+            Err(why) => return Err(self.fail(why)),
+        };
+        let value = i32::from_ne_bytes([started[1], started[2], started[3], started[4]]);
+        match started[0] {
+            b'p' if value > 0 => {}
+            b'x' => {
+                // The command never ran; its status says why.
+                return Ok(ZygoteExit {
+                    status: exec_failure_status(value),
+                    timed_out: false,
+                    others: 0,
+                });
+            }
+            _ => return Err(self.fail("the zygote's spawn answer is malformed".into())),
+        }
+        let mut timed_out = false;
+        let mut ended_at = None;
+        loop {
+            let now = Instant::now();
+            let stop = sandbox_launch::stop_requested().is_some();
+            if ended_at.is_none() && (now >= cmd.deadline || stop) {
+                timed_out = !stop;
+                // SAFETY: sends one byte from a local.
+                let sent = unsafe {
+                    libc::send(
+                        self.sock.as_raw_fd(),
+                        b"e".as_ptr().cast(),
+                        1,
+                        libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                    )
+                };
+                if sent != 1 {
+                    return Err(self.fail("the zygote does not take the end".into()));
+                }
+                ended_at = Some(now);
+            }
+            let limit = match ended_at {
+                Some(at) => at + cmd.grace + ANSWER_WAIT,
+                None => cmd.deadline.min(now + Duration::from_millis(100)),
+            };
+            match self.answer(limit, 9) {
+                Ok(a) if a[0] == b's' => {
+                    let status = i32::from_ne_bytes([a[1], a[2], a[3], a[4]]);
+                    let others = u32::from_ne_bytes([a[5], a[6], a[7], a[8]]) as usize;
+                    return Ok(ZygoteExit {
+                        status,
+                        timed_out,
+                        others,
+                    });
+                }
+                Ok(_) => return Err(self.fail("the zygote's exit answer is malformed".into())),
+                Err(_) if ended_at.is_none() && !self.run_finished() => continue,
+                Err(why) => return Err(self.fail(why)),
+            }
+        }
+    }
+
+    fn run_finished(&self) -> bool {
+        self.run.as_ref().map_or(true, |h| h.is_finished())
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        let _ = self.end();
+    }
+}
+
+/// The wait status a shell-like runner reports for a program that could
+/// not be executed (errno `e`): 127 when not found, else 126.
+fn exec_failure_status(e: i32) -> i32 {
+    let code = if e == libc::ENOENT { 127 } else { 126 };
+    code << 8
+}
+
+/// The outcome record of one command of the zygote.
+pub fn outcome(
+    argv: &[OsString],
+    policy: Option<&sandbox_core::ResolvedPolicy>,
+    exit: &ZygoteExit,
+    started: Instant,
+) -> Outcome {
+    let termination = if libc::WIFEXITED(exit.status) {
+        Termination::Exited {
+            code: libc::WEXITSTATUS(exit.status),
+        }
+    } else if libc::WIFSIGNALED(exit.status) {
+        Termination::Signaled {
+            signal: libc::WTERMSIG(exit.status),
+        }
+    } else {
+        Termination::Exited { code: -1 }
+    };
+    let classification = Classification::of(&termination, exit.timed_out, true);
+    Outcome {
+        schema: crate::outcome::SCHEMA_VERSION,
+        argv: argv
+            .iter()
+            .map(|a| a.to_string_lossy().into_owned())
+            .collect(),
+        policy: policy.cloned(),
+        backend: "landlock".to_owned(),
+        report: None,
+        termination,
+        timed_out: exit.timed_out,
+        leftover_processes_ended: exit.others,
+        containment: None,
+        mediation: None,
+        limits: Vec::new(),
+        duration_ms: started.elapsed().as_secs_f64() * 1000.0,
+        classification,
+        nested: Vec::new(),
+    }
+}
+
+/// The spawn request: `path\0argc argv...\0 envc env...\0 cwd\0`, counts as
+/// decimal strings; `Err` when it is larger than [`MAX_REQUEST`] or holds
+/// a NUL inside a string.
+fn encode(cmd: &ZygoteCommand<'_>) -> Result<Vec<u8>, String> {
+    let mut out = Vec::new();
+    let mut push = |bytes: &[u8]| -> Result<(), String> {
+        if bytes.contains(&0) {
+            return Err("a NUL byte in the command".into());
+        }
+        out.extend_from_slice(bytes);
+        out.push(0);
+        Ok(())
+    };
+    push(cmd.path.as_os_str().as_bytes())?;
+    push(cmd.argv.len().to_string().as_bytes())?;
+    for a in cmd.argv {
+        push(a.as_bytes())?;
+    }
+    push(cmd.env.len().to_string().as_bytes())?;
+    for (n, v) in cmd.env {
+        let mut kv = n.as_bytes().to_vec();
+        kv.push(b'=');
+        kv.extend_from_slice(v.as_bytes());
+        push(&kv)?;
+    }
+    push(cmd.cwd.as_os_str().as_bytes())?;
+    if out.len() > MAX_REQUEST {
+        return Err(format!(
+            "the command's argv and environment exceed {MAX_REQUEST} bytes"
+        ));
+    }
+    Ok(out)
+}
+
+/// What [`decode`] reads.
+struct Spawn {
+    path: CString,
+    argv: Vec<CString>,
+    env: Vec<CString>,
+    cwd: CString,
+}
+
+fn decode(msg: &[u8]) -> Option<Spawn> {
+    let mut parts = msg.strip_suffix(&[0])?.split(|&b| b == 0);
+    let mut next = || parts.next().and_then(|p| CString::new(p).ok());
+    let count = |c: CString| -> Option<usize> { c.to_str().ok()?.parse().ok() };
+    let path = next()?;
+    let argc = count(next()?)?;
+    let argv: Vec<CString> = (0..argc).map(|_| next()).collect::<Option<_>>()?;
+    let envc = count(next()?)?;
+    let env: Vec<CString> = (0..envc).map(|_| next()).collect::<Option<_>>()?;
+    let cwd = next()?;
+    if argv.is_empty() || next().is_some() {
+        return None;
+    }
+    Some(Spawn {
+        path,
+        argv,
+        env,
+        cwd,
+    })
+}
+
+/// Sends `msg` with three fds.
+fn send_with_fds(sock: RawFd, msg: &[u8], fds: &[RawFd; 3]) -> std::io::Result<()> {
+    let mut cbuf = [0u64; 8];
+    // SAFETY: msghdr is plain data; every pointer set below points into
+    // locals that outlive the call, and the control buffer holds one
+    // SCM_RIGHTS message of three fds (CMSG_SPACE(12) <= 64 bytes).
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: msg.as_ptr() as *mut libc::c_void,
+            iov_len: msg.len(),
+        };
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = cbuf.as_mut_ptr().cast();
+        m.msg_controllen = libc::CMSG_SPACE(12) as _;
+        let c = libc::CMSG_FIRSTHDR(&m);
+        (*c).cmsg_level = libc::SOL_SOCKET;
+        (*c).cmsg_type = libc::SCM_RIGHTS;
+        (*c).cmsg_len = libc::CMSG_LEN(12) as _;
+        std::ptr::copy_nonoverlapping(fds.as_ptr(), libc::CMSG_DATA(c).cast(), 3);
+        if libc::sendmsg(sock, &m, libc::MSG_NOSIGNAL) != msg.len() as isize {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// One message from the runner: its bytes and the fds it carried.
+enum Received {
+    Gone,
+    Message(Vec<u8>, Vec<OwnedFd>),
+}
+
+fn recv_with_fds(sock: RawFd, buf: &mut [u8]) -> Received {
+    let mut cbuf = [0u64; 16];
+    // SAFETY: as in send_with_fds; the kernel writes at most msg_controllen
+    // bytes of control data and `buf.len()` bytes of data.
+    unsafe {
+        let mut iov = libc::iovec {
+            iov_base: buf.as_mut_ptr().cast(),
+            iov_len: buf.len(),
+        };
+        let mut m: libc::msghdr = std::mem::zeroed();
+        m.msg_iov = &mut iov;
+        m.msg_iovlen = 1;
+        m.msg_control = cbuf.as_mut_ptr().cast();
+        m.msg_controllen = std::mem::size_of_val(&cbuf) as _;
+        let n = loop {
+            let n = libc::recvmsg(sock, &mut m, libc::MSG_CMSG_CLOEXEC);
+            if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            break n;
+        };
+        if n <= 0 {
+            return Received::Gone;
+        }
+        let mut fds = Vec::new();
+        let mut c = libc::CMSG_FIRSTHDR(&m);
+        while !c.is_null() {
+            if (*c).cmsg_level == libc::SOL_SOCKET && (*c).cmsg_type == libc::SCM_RIGHTS {
+                let bytes = (*c).cmsg_len as usize - libc::CMSG_LEN(0) as usize;
+                let data = libc::CMSG_DATA(c).cast::<RawFd>();
+                for i in 0..bytes / 4 {
+                    fds.push(OwnedFd::from_raw_fd(std::ptr::read_unaligned(data.add(i))));
+                }
+            }
+            c = libc::CMSG_NXTHDR(&m, c);
+        }
+        let truncated = m.msg_flags & (libc::MSG_TRUNC | libc::MSG_CTRUNC) != 0;
+        if truncated {
+            return Received::Message(Vec::new(), fds);
+        }
+        Received::Message(buf[..n as usize].to_vec(), fds)
+    }
+}
+
+fn reply(sock: RawFd, tag: u8, a: i32, b: u32) {
+    let mut out = [0u8; 9];
+    out[0] = tag;
+    out[1..5].copy_from_slice(&a.to_ne_bytes());
+    out[5..9].copy_from_slice(&b.to_ne_bytes());
+    // SAFETY: sends 9 bytes from a local.
+    unsafe { libc::send(sock, out.as_ptr().cast(), 9, libc::MSG_NOSIGNAL) };
+}
+
+fn env_fd(name: &str) -> Option<RawFd> {
+    std::env::var(name).ok()?.parse().ok().filter(|&fd| fd > 2)
+}
+
+/// The zygote: serves spawn requests on the socket [`SOCKET_ENV`] names
+/// until the runner closes it; returns the exit code for the zygote's
+/// process. Called by the program [`Zygote::start`] runs, at its start,
+/// single-threaded.
+#[cfg(target_os = "linux")]
+pub fn serve() -> i32 {
+    let (Some(sock), Some(layer)) = (env_fd(SOCKET_ENV), env_fd(LAYER_ENV)) else {
+        return 2;
+    };
+    // SAFETY: fcntl and prctl with integer arguments; marks the two fds
+    // this process owns close-on-exec so no command inherits them.
+    unsafe {
+        libc::fcntl(sock, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::fcntl(layer, libc::F_SETFD, libc::FD_CLOEXEC);
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
+        libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+    }
+    // The nest capability's variable: the command gets the zygote's own.
+    let nest = std::env::var_os(crate::nest::NEST_FD_ENV).and_then(|v| {
+        let mut kv = OsString::from(crate::nest::NEST_FD_ENV);
+        kv.push("=");
+        kv.push(v);
+        CString::new(kv.into_vec()).ok()
+    });
+    let grace = Duration::from_secs(2);
+    reply(sock, b'r', 0, 0);
+    let mut buf = vec![0u8; MAX_REQUEST + 1];
+    loop {
+        let (msg, fds) = match recv_with_fds(sock, &mut buf) {
+            Received::Gone => return 0,
+            Received::Message(m, f) => (m, f),
+        };
+        if msg == b"e" {
+            continue; // an end for a command that has already ended
+        }
+        let spawn = match (decode(&msg), fds.len()) {
+            (Some(s), 3) => s,
+            _ => {
+                reply(sock, b'x', libc::EINVAL, 0);
+                continue;
+            }
+        };
+        let mut envp: Vec<*const libc::c_char> = spawn
+            .env
+            .iter()
+            .filter(|kv| {
+                !kv.as_bytes()
+                    .starts_with(crate::nest::NEST_FD_ENV.as_bytes())
+            })
+            .map(|c| c.as_ptr())
+            .collect();
+        if let Some(n) = &nest {
+            envp.push(n.as_ptr());
+        }
+        envp.push(std::ptr::null());
+        let mut argv: Vec<*const libc::c_char> = spawn.argv.iter().map(|c| c.as_ptr()).collect();
+        argv.push(std::ptr::null());
+        let stdio = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()];
+        let mut errpipe = [0; 2];
+        // SAFETY: pipe2 writes two fds.
+        if unsafe { libc::pipe2(errpipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            reply(sock, b'x', libc::EMFILE, 0);
+            continue;
+        }
+        // SAFETY: this process is single-threaded; the child makes only
+        // async-signal-safe syscalls on data prepared above, then execs
+        // or exits.
+        let pid = unsafe { libc::fork() };
+        if pid == 0 {
+            // SAFETY: in the fresh child, see above.
+            unsafe { child(&stdio, &spawn, layer, &argv, &envp, errpipe[1]) }
+        }
+        // SAFETY: closes the write end this process owns.
+        unsafe { libc::close(errpipe[1]) };
+        drop(fds);
+        if pid < 0 {
+            // SAFETY: closes the read end.
+            unsafe { libc::close(errpipe[0]) };
+            reply(sock, b'x', libc::EAGAIN, 0);
+            continue;
+        }
+        let mut errno = 0i32;
+        // SAFETY: reads at most 4 bytes into a local; EOF means exec.
+        let got = unsafe { libc::read(errpipe[0], (&mut errno as *mut i32).cast(), 4) };
+        // SAFETY: closes the read end.
+        unsafe { libc::close(errpipe[0]) };
+        if got == 4 {
+            let mut st = 0;
+            // SAFETY: reaps our own child.
+            unsafe { libc::waitpid(pid, &mut st, 0) };
+            reply(sock, b'x', errno, 0);
+            continue;
+        }
+        reply(sock, b'p', pid, 0);
+        let (status, others) = supervise(sock, pid, grace);
+        reply(sock, b's', status, others);
+    }
+}
+
+/// The fork child: stdio, working directory, the signal-scoping layer,
+/// exec; on failure the errno goes to `errfd` and the child exits 127.
+///
+/// # Safety
+/// Called in a fresh child of a single-threaded process; only
+/// async-signal-safe syscalls.
+#[cfg(target_os = "linux")]
+unsafe fn child(
+    stdio: &[RawFd; 3],
+    spawn: &Spawn,
+    layer: RawFd,
+    argv: &[*const libc::c_char],
+    envp: &[*const libc::c_char],
+    errfd: RawFd,
+) -> ! {
+    // SAFETY: the function's contract; every pointer is valid (prepared
+    // before the fork).
+    unsafe {
+        let fail = |e: i32| -> ! {
+            libc::write(errfd, (&e as *const i32).cast(), 4);
+            libc::_exit(127)
+        };
+        let errno = || *libc::__errno_location();
+        // The received fds are above 2 (0-2 are open in the zygote).
+        for (to, from) in stdio.iter().enumerate() {
+            if libc::dup2(*from, to as RawFd) < 0 {
+                fail(errno());
+            }
+        }
+        if libc::chdir(spawn.cwd.as_ptr()) != 0 {
+            fail(errno());
+        }
+        if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
+            fail(errno());
+        }
+        libc::execve(spawn.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        fail(errno())
+    }
+}
+
+/// Waits for `pid` (or an end from the runner), then ends everything
+/// nested beneath this process's domain and reaps it: the wait status and
+/// how many other processes were reaped.
+#[cfg(target_os = "linux")]
+fn supervise(sock: RawFd, pid: libc::pid_t, grace: Duration) -> (i32, u32) {
+    let mut status = None;
+    let mut others = 0u32;
+    let mut reap = |block: bool, status: &mut Option<i32>| -> bool {
+        let mut st = 0;
+        // SAFETY: reaps a child of this process.
+        let got = unsafe { libc::waitpid(-1, &mut st, if block { 0 } else { libc::WNOHANG }) };
+        if got == pid {
+            *status = Some(st);
+        } else if got > 0 {
+            others += 1;
+        }
+        got > 0
+    };
+    // SAFETY: pidfd_open on our own child.
+    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
+    let mut end = false;
+    while status.is_none() && !end {
+        let mut p = [
+            libc::pollfd {
+                fd: pidfd,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: sock,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+        ];
+        // Without a pidfd, look every 5 ms.
+        let timeout = if pidfd < 0 { 5 } else { -1 };
+        // SAFETY: two pollfds, valid for the call (a negative fd is ignored).
+        unsafe { libc::poll(p.as_mut_ptr(), 2, timeout) };
+        if p[1].revents != 0 {
+            let mut b = [0u8; 16];
+            // SAFETY: reads into a local.
+            let n = unsafe { libc::recv(sock, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
+            if n == 0 || (n == 1 && b[0] == b'e') || n > 1 {
+                end = true;
+            }
+        }
+        while status.is_none() && reap(false, &mut status) {}
+    }
+    if pidfd >= 0 {
+        // SAFETY: closes the pidfd this function opened.
+        unsafe { libc::close(pidfd) };
+    }
+    // Everything left: SIGTERM (to the command too when the runner ended
+    // it), the grace period, then SIGKILL, and reap all. This process is a
+    // child subreaper, so every process left beneath it is a child of it
+    // (orphans are reparented here): none is left once `waitpid` says
+    // ECHILD. (`kill(-1, 0)` cannot tell: it succeeds whenever any process
+    // exists, the scoped ones refused with EPERM included, kill(2).)
+    let none_left = |status: &mut Option<i32>,
+                     reap: &mut dyn FnMut(bool, &mut Option<i32>) -> bool| {
+        while reap(false, status) {}
+        let mut st = 0;
+        // SAFETY: only asks whether this process has children.
+        let got = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG | libc::__WALL) };
+        got < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)
+    };
+    if !none_left(&mut status, &mut reap) {
+        // SAFETY: kill(-1) reaches only the domains nested beneath this one
+        // (Landlock signal scoping, see the module doc).
+        unsafe { libc::kill(-1, libc::SIGTERM) };
+        let until = Instant::now() + grace;
+        while !none_left(&mut status, &mut reap) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
+    }
+    while reap(true, &mut status) {}
+    (status.unwrap_or(libc::SIGKILL), others)
+}
+
+/// A command's environment as [`crate::runner::run`] would give it, but
+/// for the nest socket's variable, which the zygote sets: `req.env` (or
+/// this process's), scrubbed by the policy, with `req.env_overrides`.
+pub fn command_env(req: &RunRequest) -> Vec<(OsString, OsString)> {
+    let env: Vec<(OsString, OsString)> = req
+        .env
+        .clone()
+        .unwrap_or_else(|| std::env::vars_os().collect());
+    let mut env = match &req.policy {
+        Some(p) => sandbox_core::scrub_env(env, p.env_deny_names()),
+        None => env,
+    };
+    for (name, value) in req.env_overrides.iter().cloned() {
+        env.retain(|(n, _)| *n != name);
+        env.push((name, value));
+    }
+    env.retain(|(n, _)| n != crate::nest::NEST_FD_ENV && n != SOCKET_ENV && n != LAYER_ENV);
+    env
+}
+
+/// The program of `req`, located as [`crate::runner::run`] locates it (by
+/// the `PATH` of `env`, relative to `cwd`).
+pub fn locate_program(
+    req: &RunRequest,
+    env: &[(OsString, OsString)],
+    cwd: &Path,
+) -> Result<PathBuf, RunError> {
+    let program = req.argv.first().ok_or(RunError::EmptyArgv)?;
+    let search = env
+        .iter()
+        .find(|(k, _)| k == "PATH")
+        .map(|(_, v)| v.as_os_str());
+    sandbox_launch::locate(program, search, Some(cwd)).map_err(|e| match e {
+        sandbox_launch::LocateError::NotExecutable { path, reason } => {
+            RunError::NotExecutable { path, reason }
+        }
+        _ => RunError::NotFound(program.clone()),
+    })
+}
