@@ -632,3 +632,75 @@ fn nested_runs_are_bounded() {
         assert!(stdout(&out).contains("after=0"), "{ctx}");
     }
 }
+
+/// A `sandbox run` outside any run (no seccomp filter) never uses
+/// `SANDBOX_NEST_FD`: with the variable naming a `SOCK_SEQPACKET` socket
+/// whose peer answers as a runner would, the run confines itself (its write
+/// outside the write path is refused, the one inside works) and the peer
+/// receives nothing. Twin: the same peer answers a hello sent by hand, so
+/// it would have been trusted.
+#[test]
+fn an_unconfined_run_ignores_a_forged_capability() {
+    for nobody in users() {
+        let (w, elsewhere) = (shared(&[]), shared(&[]));
+        let (inside, outside) = (w.path().join("in"), elsewhere.path().join("out"));
+        let fake = r#"
+import array, os, socket, subprocess, sys, threading
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+got = []
+def serve():
+    while True:
+        msg, anc, _, _ = a.recvmsg(64, socket.CMSG_SPACE(16))
+        if not msg and not anc:
+            return
+        got.append(msg)
+        for level, kind, data in anc:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds = array.array("i")
+                fds.frombytes(data[: len(data) - len(data) % 4])
+                for fd in fds:
+                    c = socket.socket(fileno=fd)
+                    c.sendall(b"sandbox-nest 1\n")
+                    got.append(c.recv(1 << 20))
+                    c.close()
+t = threading.Thread(target=serve)
+t.start()
+env = dict(os.environ, SANDBOX_NEST_FD=str(b.fileno()))
+code = subprocess.run(sys.argv[1:], env=env, pass_fds=[b.fileno()]).returncode
+print("received=%d" % len(got), flush=True)
+# The twin: a hello by hand is answered.
+x, y = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+b.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [y.fileno()]))])
+y.close()
+print("answered=%s" % (x.recv(15) == b"sandbox-nest 1\n"), flush=True)
+x.close()
+b.close()
+t.join()
+print("code=%d" % code, flush=True)
+"#;
+        let script = format!("echo i > {}; echo o > {}", d(&inside), d(&outside));
+        let mut cmd = if nobody {
+            let mut c = Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"]);
+            c.arg("/usr/bin/python3");
+            c
+        } else {
+            Command::new("python3")
+        };
+        let out = cmd
+            .current_dir(std::env::temp_dir())
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .args(["-c", fake])
+            .arg(sandbox_bin())
+            .args(["run", "-w", &d(w.path()), "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {} {}", stdout(&out), stderr(&out));
+        assert!(stdout(&out).contains("received=0\n"), "{ctx}");
+        assert!(stdout(&out).contains("answered=True\n"), "twin: {ctx}");
+        assert!(inside.exists(), "positive control: {ctx}");
+        assert!(!outside.exists(), "the run confined itself: {ctx}");
+        assert!(!stdout(&out).contains("code=0\n"), "{ctx}");
+    }
+}

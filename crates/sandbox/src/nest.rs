@@ -35,7 +35,7 @@
 //! | the inner policy | every field of the request, a policy with no write bound or none at all | resolved as it is read (paths canonical: `..` and symlinks resolved by the runner), then [`ResolvedPolicy::nested_within`]: at most the outer's on every field (proptest in sandbox-core); an inner write path or destination outside the outer's refused, as is a write path inside a read denial; no policy refused | `a_nested_write_path_inside_the_outer_read_denial_is_refused`, `a_nested_run_narrows_the_outer_policy`, `a_nested_run_cannot_widen_the_write_paths`, `a_nested_run_cannot_widen_the_network`, `the_capability_cannot_run_anything_unconfined` |
 //! | an inner write path after its check | every directory beneath the outer's write paths: one on the way to the inner write path turned into a symlink out of the run (or renamed) between the runner's check and the launch's open of it | the Landlock rules are opened one component at a time from `/`, no symlink followed (`ELOOP`: the run does not start), a split rule's entries beneath their directory's fd; a rename can put there only a directory the outer command writes already | `a_write_path_swapped_for_a_symlink_after_its_check_grants_nothing_outside` |
 //! | what the outer run keeps beyond its policy | the nested run's reads | the bound is the outer's policy (its trusted state protected) with its secrets' files read-denied, as its egress denies them; the nested run's egress gets no secrets and no approvals (its proxy refuses what its own list lacks); the outer's trusted files are checked against the nested policy | `a_nested_run_cannot_read_the_outer_runs_secret_file` |
-//! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `a_process_outside_the_run_cannot_use_the_socket` |
+//! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
 //! | the runner's threads and memory | many requests, requests never finished, replies never read | at most [`MAX_NESTED`] served at once (more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s | `nested_runs_are_bounded` |
@@ -97,13 +97,22 @@ pub struct Capability {
 }
 
 impl Capability {
-    /// The capability this process inherited, if [`NEST_FD_ENV`] names a
-    /// `SOCK_SEQPACKET` UNIX socket whose peer answers as an outer runner
-    /// (`None` otherwise: the variable alone changes nothing). The named fd
-    /// is made close-on-exec.
+    /// The capability this process inherited, if it runs confined (under
+    /// a seccomp filter with `no_new_privs`, as every process of a confined
+    /// run does) and [`NEST_FD_ENV`] names a `SOCK_SEQPACKET` UNIX socket
+    /// whose peer answers as an outer runner (`None` otherwise: the variable
+    /// alone changes nothing). The named fd is made close-on-exec.
+    ///
+    /// An unconfined process never looks at the variable, so no hello (and
+    /// no request) goes to whatever socket it names: a peer that answered
+    /// as a runner would otherwise get the request and could run it
+    /// unconfined while the user is told it ran confined.
     pub fn find() -> Option<Capability> {
         #[cfg(target_os = "linux")]
         {
+            if !imp::confined() {
+                return None;
+            }
             let fd: i32 = std::env::var(NEST_FD_ENV).ok()?.trim().parse().ok()?;
             imp::connect(fd).map(|conn| Capability { conn })
         }
@@ -514,6 +523,34 @@ mod imp {
     }
 
     // ---- the nested run's side ----
+
+    /// Whether this process runs as a confined run's processes do: under
+    /// a seccomp filter (`Seccomp: 2` with at least one filter in
+    /// `/proc/self/status`, proc(5)) with `no_new_privs` set. Neither can be
+    /// undone (seccomp(2), prctl(2) `PR_SET_NO_NEW_PRIVS`), so a process a
+    /// run started cannot appear unconfined; a process outside any run that
+    /// is filtered (a container's profile) still needs the real socket.
+    /// An unreadable status reads as unconfined: the nested run confines
+    /// itself.
+    pub(super) fn confined() -> bool {
+        let Ok(status) = std::fs::read_to_string("/proc/self/status") else {
+            return false;
+        };
+        let field = |name: &str| {
+            status.lines().find_map(|l| {
+                l.strip_prefix(name)
+                    .and_then(|v| v.strip_prefix(':'))
+                    .map(str::trim)
+            })
+        };
+        // `Seccomp_filters` is shown since Linux 5.9.
+        let filters = match field("Seccomp_filters") {
+            Some(n) => n.parse::<u32>().is_ok_and(|n| n > 0),
+            None => true,
+        };
+        field("Seccomp") == Some("2") && filters && field("NoNewPrivs") == Some("1")
+    }
+
 
     /// The hello exchange on the fd `door` names: a connection the outer
     /// runner accepted, or `None`.
