@@ -236,3 +236,38 @@ fn a_nested_write_path_inside_the_outer_read_denial_is_refused() {
         assert!(!text(&out).contains("hidden"), "{ctx}");
     }
 }
+
+/// Nested runs that nest again are served by the same outer runner: with a
+/// count per level, a command holding 8 nested runs that each hold 8 more
+/// (and so on) had the runner serve 8, 64, 512... at once. The count is
+/// the whole tree's: a nested run holding one slot, its own nested runs get
+/// the other 7 and the 8th of them is refused, saying so. Before the fix
+/// all 8 ran. Twin: once they have ended, another nested run of a nested
+/// run runs.
+#[test]
+fn nested_runs_of_nested_runs_count_with_them() {
+    for nobody in users() {
+        let w = shared(&[]);
+        let dir = d(w.path());
+        let sb = sandbox_bin().display().to_string();
+        let inner = format!(
+            "for i in 1 2 3 4 5 6 7 8; do \
+               ( {sb} run -w {dir} -- sh -c \"touch {dir}/ready.\\$0; while [ ! -e {dir}/go ]; do sleep 0.05; done\" $i \
+                 || touch {dir}/refused.$i ) & \
+             done; \
+             while [ $(ls {dir} | grep -c -e ready -e refused) -lt 8 ]; do sleep 0.05; done; \
+             echo ready=$(ls {dir} | grep -c ready) refused=$(ls {dir} | grep -c refused); \
+             touch {dir}/go; wait; \
+             {sb} run -- true; echo after=$?"
+        );
+        let out = outer(nobody)
+            .args(["run", "-w", &dir, "--", &sb, "run", "-w", &dir, "--"])
+            .args(["sh", "-c", &inner])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("ready=7 refused=1"), "{ctx}");
+        assert!(text(&out).contains("already serves 8 nested runs"), "{ctx}");
+        assert!(text(&out).contains("after=0"), "twin: {ctx}");
+    }
+}

@@ -21,7 +21,8 @@
 //!    back, and into the outer run's record (`nested`).
 //!
 //! A nested run never runs unconfined, at most [`MAX_NESTED`] are alive at
-//! once per outer run, and a request above [`MAX_REQUEST`] bytes is refused.
+//! once per outer run (its nested runs' own nested runs, at any depth,
+//! counted with them), and a request above [`MAX_REQUEST`] bytes is refused.
 //!
 //! # Threat table
 //! The nest socket is a trusted entry point of the runner (unconfined, often
@@ -38,7 +39,7 @@
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
-//! | the runner's threads and memory | many requests, requests never finished, replies never read | at most [`MAX_NESTED`] served at once (more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s | `nested_runs_are_bounded` |
+//! | the runner's threads and memory | many requests, requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them` |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
 
 use std::ffi::OsString;
@@ -52,7 +53,8 @@ use crate::running::{RunError, RunRequest};
 
 /// The environment variable naming the inherited nest socket's fd.
 pub const NEST_FD_ENV: &str = "SANDBOX_NEST_FD";
-/// Nested runs one outer run serves at once; more are refused.
+/// Nested runs one outer run serves at once, its nested runs' own (at any
+/// depth) counted with them; more are refused.
 pub const MAX_NESTED: usize = 8;
 /// The largest request a nested run may send, in bytes.
 pub const MAX_REQUEST: usize = 4 << 20;
@@ -271,7 +273,7 @@ mod imp {
     use std::os::unix::ffi::OsStringExt;
     use std::path::PathBuf;
     use std::sync::atomic::{AtomicUsize, Ordering};
-    use std::sync::{Mutex, OnceLock};
+    use std::sync::{Arc, Mutex, OnceLock};
     use std::time::{Duration, Instant};
 
     use super::{Outer, Reply, Wire, HELLO, MAX_NESTED, MAX_REQUEST};
@@ -638,8 +640,18 @@ mod imp {
         stop_write: OwnedFd,
         /// The run's main process, once started.
         main: OnceLock<libc::pid_t>,
-        alive: AtomicUsize,
+        /// Nested runs alive in the whole tree this run belongs to: shared
+        /// with the doors of its nested runs (and theirs), so nesting
+        /// deeper serves no more at once than [`MAX_NESTED`].
+        alive: Arc<AtomicUsize>,
         nested: Mutex<Vec<Outcome>>,
+    }
+
+    thread_local! {
+        /// The tree's count of nested runs, while this thread runs a nested
+        /// run ([`Door::run`]): the door that run opens shares it.
+        static TREE: std::cell::RefCell<Option<Arc<AtomicUsize>>> =
+            const { std::cell::RefCell::new(None) };
     }
 
     impl Door {
@@ -658,7 +670,7 @@ mod imp {
                 stop_read,
                 stop_write,
                 main: OnceLock::new(),
-                alive: AtomicUsize::new(0),
+                alive: TREE.with(|tree| tree.borrow().clone()).unwrap_or_default(),
                 nested: Mutex::new(Vec::new()),
             })
         }
@@ -972,8 +984,11 @@ mod imp {
             };
             let ran = std::thread::scope(|scope| {
                 let req = &req;
+                let tree = Arc::clone(&self.alive);
                 let running = scope.spawn(move || {
+                    TREE.with(|t| *t.borrow_mut() = Some(tree));
                     let ran = crate::running::run(outer.backend, req);
+                    TREE.with(|t| *t.borrow_mut() = None);
                     drop(done_write);
                     ran
                 });
