@@ -31,6 +31,86 @@ use sandbox_seccomp::{Handler, MetaForm, AUDIT_ARCH};
 pub struct Broker {
     stop: OwnedFd,
     thread: Option<JoinHandle<BrokerLog>>,
+    between: Between,
+}
+
+/// Ends one command's share of a broker serving many commands in turn (a
+/// session's shared launch): the broker's thread takes it between its
+/// requests. Cloned freely; see [`Between::take`].
+#[derive(Clone)]
+pub struct Between(Arc<BetweenShared>);
+
+struct BetweenShared {
+    /// Written to ask the thread (an eventfd).
+    ask: OwnedFd,
+    /// How many times the thread answered, and what it handed over.
+    done: std::sync::Mutex<(u64, BrokerLog)>,
+    cv: std::sync::Condvar,
+}
+
+impl std::fmt::Debug for Between {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Between").finish_non_exhaustive()
+    }
+}
+
+impl Between {
+    fn new() -> Result<Self, BrokerError> {
+        // SAFETY: eventfd returns a fresh fd or -1.
+        let raw = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+        if raw < 0 {
+            return Err(BrokerError::Notify {
+                what: "eventfd for the between-commands signal",
+                source: io::Error::last_os_error(),
+            });
+        }
+        Ok(Between(Arc::new(BetweenShared {
+            // SAFETY: fresh fd.
+            ask: unsafe { OwnedFd::from_raw_fd(raw) },
+            done: std::sync::Mutex::new((0, BrokerLog::default())),
+            cv: std::sync::Condvar::new(),
+        })))
+    }
+
+    /// Asks the broker's thread to close the command that just ended (all
+    /// of whose processes are gone): what it left waiting (FIFO openers)
+    /// is dropped, the shared memory it left removed, the CPU budget
+    /// refilled; returns what the broker answered for it since the last
+    /// call (capped at [`BrokerLog::MAX_RECORDS`]), or `None` when the
+    /// thread did not answer within `wait` (stopped, or held).
+    pub fn take(&self, wait: Duration) -> Option<BrokerLog> {
+        let shared = &self.0;
+        let before = shared.done.lock().ok()?.0;
+        let one: u64 = 1;
+        // SAFETY: writes 8 bytes to our eventfd.
+        unsafe { libc::write(shared.ask.as_raw_fd(), (&one as *const u64).cast(), 8) };
+        let guard = shared.done.lock().ok()?;
+        let (mut guard, _) = shared
+            .cv
+            .wait_timeout_while(guard, wait, |(n, _)| *n == before)
+            .ok()?;
+        if guard.0 == before {
+            return None;
+        }
+        Some(std::mem::take(&mut guard.1))
+    }
+
+    /// Called on the broker's thread: hands `log`'s records over.
+    fn answer(&self, log: &mut BrokerLog) {
+        let mut ask = 0u64;
+        // SAFETY: reads the eventfd's 8-byte counter into a local.
+        unsafe { libc::read(self.0.ask.as_raw_fd(), (&mut ask as *mut u64).cast(), 8) };
+        if let Ok(mut done) = self.0.done.lock() {
+            let handed = &mut done.1;
+            for r in log.records.drain(..) {
+                handed.push(r);
+            }
+            handed.omitted += std::mem::take(&mut log.omitted);
+            handed.shm_removed.append(&mut log.shm_removed);
+            done.0 += 1;
+            self.0.cv.notify_all();
+        }
+    }
 }
 
 impl Broker {
@@ -104,6 +184,8 @@ impl Broker {
         // SAFETY: fresh fd.
         let stop = unsafe { OwnedFd::from_raw_fd(raw) };
         let stop_for_thread = stop.try_clone().map_err(BrokerError::Thread)?;
+        let between = Between::new()?;
+        let between_for_thread = between.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::sync_channel(1);
         let thread = std::thread::Builder::new()
             .name("sandbox-broker".into())
@@ -118,7 +200,14 @@ impl Broker {
                 match set_up {
                     Ok((listener, rules, own)) => {
                         let _ = ready_tx.send(Ok(()));
-                        serve(&listener, &rules, &own, &stop_for_thread, &budget)
+                        serve(
+                            &listener,
+                            &rules,
+                            &own,
+                            &stop_for_thread,
+                            &budget,
+                            &between_for_thread,
+                        )
                     }
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
@@ -131,9 +220,15 @@ impl Broker {
             Broker {
                 stop,
                 thread: Some(thread),
+                between,
             },
             ready_rx,
         ))
+    }
+
+    /// What ends one command's share of this broker ([`Between::take`]).
+    pub fn between(&self) -> Between {
+        self.between.clone()
     }
 
     /// Stops the broker (call it after the confined process tree ended) and
@@ -229,9 +324,11 @@ fn serve(
     own: &Own,
     stop: &OwnedFd,
     budget: &RunBudget,
+    between: &Between,
 ) -> BrokerLog {
     let mut log = BrokerLog::default();
     let spent = Spent::default();
+    let spent_again = spent.clone();
     let workers = budget.workers(MAX_CONNECTS);
     let pool = Pool::new(
         Arc::clone(listener),
@@ -265,12 +362,17 @@ fn serve(
                 events: libc::POLLIN,
                 revents: 0,
             },
+            libc::pollfd {
+                fd: between.0.ask.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         let timeout = held.or(fifo_due).map_or(-1, |d| {
             i32::try_from(d.as_millis().max(1)).unwrap_or(i32::MAX)
         });
-        // SAFETY: two live pollfds.
-        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 2, timeout) };
+        // SAFETY: three live pollfds.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), 3, timeout) };
         if rc < 0 {
             let err = io::Error::last_os_error();
             if err.kind() == io::ErrorKind::Interrupted {
@@ -278,6 +380,18 @@ fn serve(
             }
             log.stopped_by_error = Some(format!("poll on the seccomp listener: {err}"));
             break;
+        }
+        if fds[2].revents & libc::POLLIN != 0 {
+            // Between two commands of a shared launch: every process of the
+            // one that ended is gone.
+            pool.drain_into(&mut log);
+            std::mem::take(&mut fifos).finish(&mut log);
+            if let Some(shm) = &rules.shm {
+                log.shm_removed.extend(shm.remove_left());
+            }
+            cpu = CpuBudget::new(budget, spent_again.clone());
+            between.answer(&mut log);
+            continue;
         }
         if fds[0].revents & libc::POLLIN != 0 {
             match listener.recv() {

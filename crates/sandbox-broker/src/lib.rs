@@ -224,7 +224,7 @@ mod syscalls;
 mod umasks;
 
 #[cfg(target_os = "linux")]
-pub use broker::{Broker, PendingBroker};
+pub use broker::{Between, Broker, PendingBroker};
 #[cfg(target_os = "linux")]
 pub use budget::RunBudget;
 #[cfg(target_os = "linux")]

@@ -908,12 +908,27 @@ impl Session {
         }
         let zygote = slot.as_mut()?;
         match zygote.run(&cmd) {
-            Ok(exit) => Some(Ok(sandbox::zygote::outcome(
-                &req.argv,
-                Some(policy),
-                &exit,
-                started,
-            ))),
+            Ok(exit) => {
+                let mut outcome = sandbox::zygote::outcome(&req.argv, Some(policy), &exit, started);
+                // What the broker refused for this command, taken (and its
+                // per-command state reset) now that all of it is gone.
+                match zygote.take_mediation() {
+                    Some(m) => {
+                        outcome.classification = outcome.classification.with_refusals(&m);
+                        outcome.mediation = Some(m);
+                    }
+                    None => {
+                        *slot = None;
+                        return Some(Err(zygote_failure(
+                            program,
+                            sandbox::zygote::ZygoteError::Failed(
+                                "the broker did not close the command".into(),
+                            ),
+                        )));
+                    }
+                }
+                Some(Ok(outcome))
+            }
             // This request is beyond the zygote (too large): on its own.
             Err(sandbox::zygote::ZygoteError::Unavailable(_)) => None,
             Err(e) => {

@@ -335,6 +335,39 @@ pub trait RunningSupervisor: Send + std::fmt::Debug {
 
     /// Stops supervising and returns what was mediated.
     fn finish(self: Box<Self>) -> Mediation;
+
+    /// After [`RunningSupervisor::confirm`]: what closes one command's share
+    /// of this supervisor when a process of the run forks many commands in
+    /// turn (a session's shared launch), if the supervisor has per-command
+    /// state; see [`MediationTap`].
+    fn tap(&self) -> Option<MediationTap> {
+        None
+    }
+}
+
+/// Called between two commands of a run that forks many in turn (every
+/// process of the one that ended gone): resets what the supervisor keeps
+/// per command and returns what it mediated for that command since the
+/// last call, or `None` when the supervisor did not answer in time.
+#[derive(Clone)]
+pub struct MediationTap(std::sync::Arc<dyn Fn() -> Option<Mediation> + Send + Sync>);
+
+impl MediationTap {
+    /// A tap that calls `take`.
+    pub fn new(take: impl Fn() -> Option<Mediation> + Send + Sync + 'static) -> Self {
+        Self(std::sync::Arc::new(take))
+    }
+
+    /// Closes the command that ended; what was mediated for it.
+    pub fn take(&self) -> Option<Mediation> {
+        (self.0)()
+    }
+}
+
+impl std::fmt::Debug for MediationTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("MediationTap").finish_non_exhaustive()
+    }
 }
 
 /// What a supervisor mediated during one run.

@@ -51,8 +51,8 @@ pub mod text;
 pub use axis::Axis;
 pub use backend::{
     decode_pre_exec_error, encode_pre_exec_error, Backend, Confinement, LaunchDomain,
-    LaunchOptions, MediatedCall, Mediation, PreExecHook, RunningSupervisor, Supervisor,
-    WrappedArgv, PRE_EXEC_ERROR_TAG,
+    LaunchOptions, MediatedCall, Mediation, MediationTap, PreExecHook, RunningSupervisor,
+    Supervisor, WrappedArgv, PRE_EXEC_ERROR_TAG,
 };
 pub use caches::{ToolCache, TOOL_CACHES};
 #[cfg(feature = "toml")]

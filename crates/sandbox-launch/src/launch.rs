@@ -82,6 +82,10 @@ pub struct Launch<'a> {
     /// Set to the main process's pid once it is started (it is a child of
     /// the launching thread until the launch returns).
     pub spawned: Option<&'a std::sync::OnceLock<libc::pid_t>>,
+    /// Set, once the supervisor is confirmed, to what closes one command's
+    /// share of it ([`RunningSupervisor::tap`]): for a command that forks
+    /// many commands in turn (a session's shared launch).
+    pub tap: Option<&'a std::sync::OnceLock<sandbox_core::MediationTap>>,
 }
 
 impl<'a> Launch<'a> {
@@ -108,6 +112,7 @@ impl<'a> Launch<'a> {
             child_layer: None,
             cancel: None,
             spawned: None,
+            tap: None,
         }
     }
 }
@@ -360,6 +365,7 @@ fn run(
     // it gets ready while the child execs. The hooks (and the fds they hold
     // for the child) are gone once `spawn` returns, so a supervisor's
     // channel then sees only the child's end.
+    let tap = launch.tap;
     let start = move || {
         let mut running = supervisor
             .map(|s| s.start())
@@ -370,6 +376,9 @@ fn run(
             running
                 .confirm()
                 .map_err(|e| (Some(child.pid), LaunchError::Supervisor(e)))?;
+            if let (Some(slot), Some(t)) = (tap, running.tap()) {
+                let _ = slot.set(t);
+            }
         }
         Ok((child.pid, running))
     };

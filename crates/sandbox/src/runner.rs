@@ -81,6 +81,10 @@ pub struct RunRequest {
     /// A Landlock ruleset fd the command inherits and may nest beneath its
     /// domain (`sandbox_core::LaunchOptions::child_layer`).
     pub child_layer: Option<std::os::fd::RawFd>,
+    /// Set, once the run's supervisor is confirmed, to what closes one
+    /// command's share of it (`sandbox_core::RunningSupervisor::tap`; the
+    /// shared launch, [`crate::zygote`]).
+    pub tap: Option<std::sync::Arc<std::sync::OnceLock<sandbox_core::MediationTap>>>,
 }
 
 impl RunRequest {
@@ -105,6 +109,7 @@ impl RunRequest {
             cancel: None,
             inherit: None,
             child_layer: None,
+            tap: None,
         }
     }
 }
@@ -376,6 +381,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     launch.spawned = door.as_ref().map(|d| d.main());
     launch.inherit_also = req.inherit;
     launch.child_layer = req.child_layer;
+    launch.tap = req.tap.as_deref();
     launch.deadline = req.policy.as_ref().map(|p| started + p.timeout());
     launch.grace = req.grace;
     launch.limits = req.limits;

@@ -99,7 +99,9 @@ pub struct Zygote {
     /// Closing it ends the zygote's run (the launch's cancel socket).
     cancel: Option<OwnedFd>,
     run: Option<std::thread::JoinHandle<Result<Outcome, RunError>>>,
-    pid: Arc<std::sync::OnceLock<libc::pid_t>>,
+    /// The pid the zygote reported (untrusted: for tests and logs only).
+    pid: Option<libc::pid_t>,
+    tap: Arc<std::sync::OnceLock<sandbox_core::MediationTap>>,
 }
 
 impl std::fmt::Debug for Zygote {
@@ -197,7 +199,8 @@ impl Zygote {
                     .map_err(|e| failed("the zygote's policy", &e))?,
             );
         }
-        let pid = Arc::new(std::sync::OnceLock::new());
+        let tap = Arc::new(std::sync::OnceLock::new());
+        zreq.tap = Some(Arc::clone(&tap));
         let run = std::thread::Builder::new()
             .name("sandbox-zygote".into())
             .spawn(move || {
@@ -210,19 +213,32 @@ impl Zygote {
             sock: ours,
             cancel: Some(cancel),
             run: Some(run),
-            pid,
+            pid: None,
+            tap,
         };
         // The zygote says it is ready (one byte `r`) once it serves.
         match z.answer(Instant::now() + ANSWER_WAIT, 9) {
-            Ok(a) if a[0] == b'r' => Ok(z),
+            Ok(a) if a[0] == b'r' => {
+                let pid = i32::from_ne_bytes([a[1], a[2], a[3], a[4]]);
+                z.pid = (pid > 0).then_some(pid);
+                Ok(z)
+            }
             Ok(_) => Err(z.fail("the zygote's first answer is not `ready`".into())),
             Err(why) => Err(z.fail(why)),
         }
     }
 
+    /// Closes the command that just ended in the run's supervisor (the
+    /// broker): what it left waiting is dropped, its shared memory
+    /// removed, and what it refused returned (`None`: the supervisor did
+    /// not answer, or there is none).
+    pub fn take_mediation(&self) -> Option<sandbox_core::Mediation> {
+        self.tap.get().and_then(|t| t.take())
+    }
+
     /// The zygote's pid (for tests: it must be out of each command's reach).
     pub fn pid(&self) -> Option<libc::pid_t> {
-        self.pid.get().copied()
+        self.pid
     }
 
     /// Ends the zygote's run and returns `Failed(why)` (with the run's
@@ -587,7 +603,7 @@ pub fn serve() -> i32 {
         CString::new(kv.into_vec()).ok()
     });
     let grace = Duration::from_secs(2);
-    reply(sock, b'r', 0, 0);
+    reply(sock, b'r', std::process::id() as i32, 0);
     let mut buf = vec![0u8; MAX_REQUEST + 1];
     loop {
         let (msg, fds) = match recv_with_fds(sock, &mut buf) {

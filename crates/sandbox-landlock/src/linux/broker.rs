@@ -128,6 +128,9 @@ pub(crate) fn install_in_child(
     }
 }
 
+/// How long closing one command of a shared launch waits for the broker.
+const BETWEEN_WAIT: std::time::Duration = std::time::Duration::from_secs(5);
+
 /// Starts the broker once the confined child is spawned.
 #[derive(Debug)]
 pub(crate) struct BrokerSupervisor {
@@ -193,6 +196,19 @@ impl RunningSupervisor for RunningBroker {
             BrokerState::Failed(why) => Err(fail(why.clone())),
             _ => Ok(()),
         }
+    }
+
+    fn tap(&self) -> Option<sandbox_core::MediationTap> {
+        let BrokerState::Serving(broker) = &self.broker else {
+            return None;
+        };
+        let between = broker.between();
+        let names = self.names.clone();
+        Some(sandbox_core::MediationTap::new(move || {
+            between
+                .take(BETWEEN_WAIT)
+                .map(|log| mediation(log, names.as_ref()))
+        }))
     }
 
     fn finish(mut self: Box<Self>) -> Mediation {
