@@ -17,7 +17,12 @@
 // "deny"; without it, or when it throws or returns anything else, "deny".
 //
 //   const s = await Session.open(["--no-network", "--approval", "channel"], undefined,
-//     (p) => (p.host.endsWith(".example.com") ? "once" : "deny"));
+//     (p) => (!p.local && p.host.endsWith(".example.com") ? "once" : "deny"));
+//
+// A name is asked about by name alone first (`addresses` and `local` null:
+// nothing is looked up before it is admitted); when it then resolves to a
+// local address it is asked about again (`resolution` true, with the
+// addresses and `local` true).
 
 import { spawn, ChildProcessWithoutNullStreams } from "node:child_process";
 import { createInterface, Interface } from "node:readline";
