@@ -107,6 +107,8 @@ impl Between {
             }
             handed.omitted += std::mem::take(&mut log.omitted);
             handed.shm_removed.append(&mut log.shm_removed);
+            handed.git_dirs_made.append(&mut log.git_dirs_made);
+            handed.git_dirs_unnamed += std::mem::take(&mut log.git_dirs_unnamed);
             done.0 += 1;
             self.0.cv.notify_all();
         }
@@ -329,6 +331,9 @@ fn serve(
     let mut log = BrokerLog::default();
     let spent = Spent::default();
     let spent_again = spent.clone();
+    // Between commands (a shared launch): the git directories named so far.
+    let mut git_named = std::collections::HashSet::new();
+    let mut git_unnamed = 0usize;
     let workers = budget.workers(MAX_CONNECTS);
     let pool = Pool::new(
         Arc::clone(listener),
@@ -390,6 +395,17 @@ fn serve(
                 log.shm_removed.extend(shm.remove_left());
             }
             cpu = CpuBudget::new(budget, spent_again.clone());
+            // The repositories made so far stay the session's; each is
+            // named once, in the command that made it.
+            if let Some(git) = &rules.git {
+                let (made, unnamed) = git.made_git_dirs();
+                log.git_dirs_made = made
+                    .into_iter()
+                    .filter(|p| git_named.insert(p.clone()))
+                    .collect();
+                log.git_dirs_unnamed = unnamed.saturating_sub(git_unnamed);
+                git_unnamed = unnamed;
+            }
             between.answer(&mut log);
             continue;
         }

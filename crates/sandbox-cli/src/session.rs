@@ -72,7 +72,7 @@ pub(crate) struct SessionArgs {
     /// command (Linux, landlock backend, Landlock ABI >= 6, no egress
     /// proxy; otherwise per command, and `hello` says which and why);
     /// `per-command`: each command gets a launch of its own.
-    #[arg(long, value_name = "shared|per-command", default_value = "per-command")]
+    #[arg(long, value_name = "shared|per-command", default_value = "shared")]
     pub(crate) launch: SessionLaunch,
 }
 
