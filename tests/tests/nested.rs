@@ -704,3 +704,95 @@ print("code=%d" % code, flush=True)
         assert!(!stdout(&out).contains("code=0\n"), "{ctx}");
     }
 }
+
+/// A nested run is charged to the outer run's limits: under an outer
+/// `--pids 40` whose command holds 25 processes, a nested run cannot start
+/// 25 more (its own limit, the outer's 40, would admit them alone); its
+/// cgroups are inside the outer run's. Twin: 5 held and 10 more fit. Root
+/// only: as nobody no cgroup can be made here, so no limit is held (the
+/// refusal is tested in limits.rs).
+#[test]
+fn a_nested_run_is_charged_to_the_outer_runs_limits() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        sandbox_tests::cannot_do_its_job(
+            "a_nested_run_is_charged_to_the_outer_runs_limits",
+            "per-run cgroups need root here",
+        );
+        return;
+    }
+    let w = shared(&[]);
+    let forker = w.path().join("fork.py");
+    std::fs::write(
+        &forker,
+        "import os, sys, time\n\
+         made = 0\n\
+         for _ in range(int(sys.argv[1])):\n\
+         \x20   try:\n\
+         \x20       pid = os.fork()\n\
+         \x20   except OSError:\n\
+         \x20       break\n\
+         \x20   if pid == 0:\n\
+         \x20       time.sleep(20)\n\
+         \x20       os._exit(0)\n\
+         \x20   made += 1\n\
+         print(made, flush=True)\n\
+         print(open('/proc/self/cgroup').read(), file=sys.stderr, flush=True)\n",
+    )
+    .unwrap();
+    for (held, more, all_made) in [(25, 25, false), (5, 10, true)] {
+        let (outer_out, inner_out) = (w.path().join("outer"), w.path().join("inner"));
+        let script = format!(
+            "/usr/bin/python3 {f} {held} > {oo} 2>{oo}.cg; \
+             {sb} run -w {w} -- /usr/bin/python3 {f} {more} > {io} 2>{io}.cg",
+            f = d(&forker),
+            oo = d(&outer_out),
+            io = d(&inner_out),
+            sb = sb(),
+            w = d(w.path()),
+        );
+        let out = sandbox()
+            .args(["run", "--pids", "40", "-w", &d(w.path()), "--"])
+            .args(["sh", "-c", &script])
+            .output()
+            .unwrap();
+        let read = |p: &Path| std::fs::read_to_string(p).unwrap_or_default();
+        let count = |p: &Path| read(p).trim().parse::<u32>().unwrap_or(0);
+        let ctx = format!(
+            "held={held} more={more}: outer {} inner {} {}",
+            read(&outer_out),
+            read(&inner_out),
+            stderr(&out)
+        );
+        assert_eq!(count(&outer_out), held, "{ctx}");
+        if all_made {
+            assert_eq!(count(&inner_out), more, "twin: {ctx}");
+        } else {
+            assert!(
+                count(&inner_out) < more,
+                "the nested run's processes are not charged to the outer's limit: {ctx}"
+            );
+        }
+        // The nested run's cgroups (v2 and the v1 pids group) are inside
+        // the outer run's.
+        let groups = |p: &Path| -> Vec<(String, String)> {
+            read(&PathBuf::from(format!("{}.cg", d(p))))
+                .lines()
+                .filter_map(|l| {
+                    let mut f = l.splitn(3, ':');
+                    let (_, c, path) = (f.next()?, f.next()?, f.next()?);
+                    (c.is_empty() || c == "pids").then(|| (c.to_owned(), path.to_owned()))
+                })
+                .collect()
+        };
+        let (og, ig) = (groups(&outer_out), groups(&inner_out));
+        assert!(!og.is_empty(), "{ctx}");
+        for (c, path) in &og {
+            let inner = ig.iter().find(|(k, _)| k == c).map(|(_, p)| p.as_str());
+            assert!(
+                inner.is_some_and(|i| i.starts_with(&format!("{path}/"))),
+                "{c}: outer {path}, inner {inner:?}"
+            );
+        }
+    }
+}

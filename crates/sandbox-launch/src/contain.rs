@@ -97,8 +97,17 @@ impl Default for Containment {
 impl Containment {
     /// The best containment this host offers the calling process.
     pub fn new() -> Self {
+        Self::within(None)
+    }
+
+    /// As [`Containment::new`], the run's cgroup v2 made beneath `parent`
+    /// (another run's cgroup, [`Containment::cgroup_dir`]) when given: the
+    /// kernel charges what this run's processes use to that run's limits
+    /// too (Documentation/admin-guide/cgroup-v2.rst, "Resource
+    /// Distribution Models": a limit holds for the whole subtree).
+    pub fn within(parent: Option<&Path>) -> Self {
         if cfg!(target_os = "linux") {
-            match CgroupRun::create() {
+            match CgroupRun::create(parent) {
                 Ok(run) => return Containment(Inner::Cgroup(run)),
                 Err(err) => {
                     tracing::debug!(%err, "no cgroup for the run; holding its process group")
@@ -184,11 +193,12 @@ struct CgroupRun {
 }
 
 impl CgroupRun {
-    fn create() -> io::Result<Self> {
-        let base = own_cgroup_dir()?;
+    fn create(parent: Option<&Path>) -> io::Result<Self> {
+        let own = own_cgroup_dir()?;
         if sweep_due() {
-            sweep_stale(&base);
+            sweep_stale(&own);
         }
+        let base = parent.map_or_else(|| own.clone(), Path::to_path_buf);
         let mut tries = 0;
         let dir = loop {
             let dir = base.join(fresh_name()?);
@@ -206,7 +216,7 @@ impl CgroupRun {
             // Moving a process needs write access to the source cgroup's
             // cgroup.procs too (the common ancestor rule): check it here, so
             // a host that lets us create but not move falls back cleanly.
-            access_w(&base.join("cgroup.procs"))?;
+            access_w(&own.join("cgroup.procs"))?;
             Ok::<_, io::Error>(CgroupRun {
                 dirfd: open(&dir, libc::O_RDONLY | libc::O_DIRECTORY)?,
                 // Read too: the run is ended from the launching thread, whose

@@ -86,6 +86,38 @@ pub struct Launch<'a> {
     /// share of it ([`RunningSupervisor::tap`]): for a command that forks
     /// many commands in turn (a session's shared launch).
     pub tap: Option<&'a std::sync::OnceLock<sandbox_core::MediationTap>>,
+    /// Set, before the command starts, to where the run's processes and
+    /// limits are held: a run launched [`Launch::within`] them is charged to
+    /// this run's limits too.
+    pub groups: Option<&'a std::sync::OnceLock<RunGroups>>,
+    /// Another run's groups ([`Launch::groups`]) this run is held beneath:
+    /// its cgroups are made inside that run's, so that run's memory,
+    /// process and CPU limits bound this one too (a nested run that can
+    /// only narrow).
+    pub within: Option<&'a RunGroups>,
+    /// Called on the launching thread once every process of the run has
+    /// ended, before the run's cgroups are removed: a runner ends there the
+    /// runs it launched [`Launch::within`] this one (their cgroups are
+    /// inside this run's).
+    pub before_removal: Option<BeforeRemoval<'a>>,
+}
+
+/// Where one run's processes and limits are held (its cgroups), for a run
+/// launched [`Launch::within`] them.
+#[derive(Debug, Clone, Default)]
+pub struct RunGroups {
+    v2: Option<PathBuf>,
+    v1: Vec<PathBuf>,
+}
+
+/// What [`Launch::before_removal`] calls.
+#[derive(Clone, Copy)]
+pub struct BeforeRemoval<'a>(pub &'a (dyn Fn() + Sync));
+
+impl std::fmt::Debug for BeforeRemoval<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("BeforeRemoval")
+    }
 }
 
 impl<'a> Launch<'a> {
@@ -113,6 +145,9 @@ impl<'a> Launch<'a> {
             cancel: None,
             spawned: None,
             tap: None,
+            groups: None,
+            within: None,
+            before_removal: None,
         }
     }
 }
@@ -221,13 +256,20 @@ pub fn launch(
     let located = locate(program, launch.search_path, launch.cwd)?;
     // Prepared before anything starts, so ending the run needs nothing the
     // command could exhaust or change.
-    let containment = Containment::new();
+    let containment = Containment::within(launch.within.and_then(|g| g.v2.as_deref()));
     let limits = if launch.limits.is_empty() {
         RunLimits::default()
     } else {
         let name = containment.run_name().map_err(LaunchError::Cgroup)?;
-        RunLimits::set(&launch.limits, containment.cgroup_dir(), &name)
+        let parents = launch.within.map_or(&[][..], |g| &g.v1[..]);
+        RunLimits::set_beneath(&launch.limits, containment.cgroup_dir(), &name, parents)
     };
+    if let Some(groups) = launch.groups {
+        let _ = groups.set(RunGroups {
+            v2: containment.cgroup_dir().map(Path::to_path_buf),
+            v1: limits.v1_groups(),
+        });
+    }
     let unheld = limits.unheld();
     if !unheld.is_empty() {
         if !launch.allow_unlimited {
@@ -299,7 +341,11 @@ pub fn launch(
     if let Some(signal) = crate::wait::stop_requested() {
         return Err(LaunchError::Stopped(signal));
     }
-    let ended = run(&plan, hooks, &containment, supervisor, domain, launch)?;
+    let ended = run(&plan, hooks, &containment, supervisor, domain, launch);
+    if let Some(BeforeRemoval(f)) = launch.before_removal {
+        f();
+    }
+    let ended = ended?;
     let records = limits.records();
     // The run's cgroups go before the caller reads the outcome.
     drop(limits);

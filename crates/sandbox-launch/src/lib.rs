@@ -38,7 +38,7 @@ pub mod spawn;
 mod wait;
 
 pub use contain::{Containment, ContainmentKind};
-pub use launch::{launch, Launch, LaunchError, Launched};
+pub use launch::{launch, BeforeRemoval, Launch, LaunchError, Launched, RunGroups};
 pub use limit::{LimitKind, LimitRecord, RunLimits};
 pub use locate::{locate, LocateError};
 pub use wait::{stop_requested, stop_runs_on, StopSignals, Waited, Watch};

@@ -113,6 +113,8 @@ struct V1Group {
 pub struct RunLimits {
     set: Vec<Set>,
     v1: Vec<V1Group>,
+    /// The v1 groups of the run this one is nested in.
+    parents: Vec<PathBuf>,
 }
 
 /// Period for CPU quotas, in microseconds (the kernel's default).
@@ -124,7 +126,26 @@ impl RunLimits {
     /// Sets each of `limits`: in `v2` (the run's own cgroup v2, if it has
     /// one) where that cgroup has the controller, else in a v1 hierarchy.
     pub fn set(limits: &ResourceLimits, v2: Option<&Path>, name: &str) -> Self {
-        let mut run = RunLimits::default();
+        Self::set_beneath(limits, v2, name, &[])
+    }
+
+    /// As [`RunLimits::set`], each v1 group made beneath the one of
+    /// `parents` in the same hierarchy ([`RunLimits::v1_groups`] of another
+    /// run), where there is one: the kernel charges what this run uses to
+    /// that run's limits too (pids and memory are hierarchical in v1:
+    /// Documentation/admin-guide/cgroup-v1/pids.rst, and memory.rst
+    /// "Hierarchy support", `memory.use_hierarchy` always 1 since Linux
+    /// 5.16; CFS quotas bound a group's subtree, sched-bwc.rst).
+    pub fn set_beneath(
+        limits: &ResourceLimits,
+        v2: Option<&Path>,
+        name: &str,
+        parents: &[PathBuf],
+    ) -> Self {
+        let mut run = RunLimits {
+            parents: parents.to_vec(),
+            ..RunLimits::default()
+        };
         for (kind, requested) in wanted(limits) {
             let values = values(kind, limits);
             let placed = match v2.filter(|dir| has_controller(dir, kind)) {
@@ -203,6 +224,11 @@ impl RunLimits {
         })
     }
 
+    /// The run's v1 groups (for a run nested in it, [`RunLimits::set_beneath`]).
+    pub fn v1_groups(&self) -> Vec<PathBuf> {
+        self.v1.iter().map(|g| g.dir.clone()).collect()
+    }
+
     /// How each limit fared, read after the run.
     pub fn records(&self) -> Vec<LimitRecord> {
         self.set
@@ -227,7 +253,14 @@ impl RunLimits {
     /// The run's group in `kind`'s v1 hierarchy, made on first use (`cpu`
     /// may share a hierarchy with `cpuacct`, so groups are per directory).
     fn v1_group(&mut self, kind: LimitKind, name: &str) -> io::Result<usize> {
-        let base = v1_dir(kind.controller())?;
+        let own = v1_dir(kind.controller())?;
+        // Beneath the enclosing run's group in this hierarchy, if it has one.
+        let base = self
+            .parents
+            .iter()
+            .find(|p| p.parent() == Some(own.as_path()))
+            .cloned()
+            .unwrap_or(own);
         let dir = base.join(name);
         if let Some(i) = self.v1.iter().position(|g| g.dir == dir) {
             return Ok(i);

@@ -40,6 +40,7 @@
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
 //! | the runner's threads and memory | many requests, requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them` |
+//! | the outer run's limits | the nested commands' processes, memory and CPU, alongside the outer command's | the nested run's cgroups (v2, and the v1 groups that hold limits) are made inside the outer run's, so the kernel charges them to the outer run's limits; the outer run removes its cgroups only after every nested run has ended | `a_nested_run_is_charged_to_the_outer_runs_limits` |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
 
 use std::ffi::OsString;
@@ -202,6 +203,15 @@ impl Door {
     pub(crate) fn main(&self) -> &std::sync::OnceLock<libc::pid_t> {
         match *self {}
     }
+    pub(crate) fn groups(&self) -> &std::sync::OnceLock<sandbox_launch::RunGroups> {
+        match *self {}
+    }
+    pub(crate) fn end_nested(&self) {
+        match *self {}
+    }
+    fn finished(&self) {
+        match *self {}
+    }
     fn stop(&self) {
         match *self {}
     }
@@ -225,6 +235,18 @@ pub(crate) struct Outer<'a> {
     pub(crate) deadline: std::time::Instant,
     /// The outer run's request (limits, grace, trusted files, egress).
     pub(crate) request: &'a RunRequest,
+}
+
+/// The groups of the run this thread runs a nested run of (set while the
+/// outer runner's thread runs it): the nested run's cgroups are made inside
+/// them, so the outer run's limits bound it too.
+pub(crate) fn within() -> Option<sandbox_launch::RunGroups> {
+    #[cfg(target_os = "linux")]
+    {
+        imp::WITHIN.with(|w| w.borrow().clone())
+    }
+    #[cfg(not(target_os = "linux"))]
+    None
 }
 
 /// The nest socket for a run confined by `backend` under `policy` (Linux,
@@ -257,7 +279,10 @@ pub(crate) fn serving<R: Send>(
     };
     let ran = std::thread::scope(|scope| {
         let outer = &outer;
-        scope.spawn(move || door.serve(outer));
+        scope.spawn(move || {
+            door.serve(outer);
+            door.finished();
+        });
         let ran = launch();
         door.stop();
         ran
@@ -553,7 +578,6 @@ mod imp {
         field("Seccomp") == Some("2") && filters && field("NoNewPrivs") == Some("1")
     }
 
-
     /// The hello exchange on the fd `door` names: a connection the outer
     /// runner accepted, or `None`.
     pub(super) fn connect(door: RawFd) -> Option<OwnedFd> {
@@ -645,9 +669,17 @@ mod imp {
         /// deeper serves no more at once than [`MAX_NESTED`].
         alive: Arc<AtomicUsize>,
         nested: Mutex<Vec<Outcome>>,
+        /// Where the run's processes and limits are held, once made.
+        groups: OnceLock<sandbox_launch::RunGroups>,
+        /// Whether [`Door::serve`] has returned (every nested run ended).
+        ended: (Mutex<bool>, std::sync::Condvar),
     }
 
     thread_local! {
+        /// The outer run's groups, while this thread runs a nested run
+        /// ([`Door::run`]): its launch makes its cgroups inside them.
+        pub(super) static WITHIN: std::cell::RefCell<Option<sandbox_launch::RunGroups>> =
+            const { std::cell::RefCell::new(None) };
         /// The tree's count of nested runs, while this thread runs a nested
         /// run ([`Door::run`]): the door that run opens shares it.
         static TREE: std::cell::RefCell<Option<Arc<AtomicUsize>>> =
@@ -672,6 +704,8 @@ mod imp {
                 main: OnceLock::new(),
                 alive: TREE.with(|tree| tree.borrow().clone()).unwrap_or_default(),
                 nested: Mutex::new(Vec::new()),
+                groups: OnceLock::new(),
+                ended: (Mutex::new(false), std::sync::Condvar::new()),
             })
         }
 
@@ -683,6 +717,29 @@ mod imp {
         /// Where the launch puts the run's main pid.
         pub(crate) fn main(&self) -> &OnceLock<libc::pid_t> {
             &self.main
+        }
+
+        /// Where the launch puts the run's groups.
+        pub(crate) fn groups(&self) -> &OnceLock<sandbox_launch::RunGroups> {
+            &self.groups
+        }
+
+        /// Ends every nested run and waits until they have ended: their
+        /// cgroups are inside the run's, which go next.
+        pub(crate) fn end_nested(&self) {
+            self.stop();
+            let (done, changed) = &self.ended;
+            let mut done = done.lock().unwrap_or_else(|p| p.into_inner());
+            while !*done {
+                done = changed.wait(done).unwrap_or_else(|p| p.into_inner());
+            }
+        }
+
+        /// [`Door::serve`] has returned.
+        pub(super) fn finished(&self) {
+            let (done, changed) = &self.ended;
+            *done.lock().unwrap_or_else(|p| p.into_inner()) = true;
+            changed.notify_all();
         }
 
         /// Ends the service: nested runs still going end (as on a timeout),
@@ -985,10 +1042,13 @@ mod imp {
             let ran = std::thread::scope(|scope| {
                 let req = &req;
                 let tree = Arc::clone(&self.alive);
+                let groups = self.groups.get().cloned();
                 let running = scope.spawn(move || {
                     TREE.with(|t| *t.borrow_mut() = Some(tree));
+                    WITHIN.with(|w| *w.borrow_mut() = groups);
                     let ran = crate::running::run(outer.backend, req);
                     TREE.with(|t| *t.borrow_mut() = None);
+                    WITHIN.with(|w| *w.borrow_mut() = None);
                     drop(done_write);
                     ran
                 });

@@ -379,6 +379,15 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     launch.cancel = req.cancel;
     launch.inherit = door.as_ref().map(|d| d.handed());
     launch.spawned = door.as_ref().map(|d| d.main());
+    // The run's cgroups hold its nested runs' (inside them, so its limits
+    // bound them too), and a nested run's are inside its outer run's.
+    launch.groups = door.as_ref().map(|d| d.groups());
+    let within = crate::nest::within();
+    launch.within = within.as_ref();
+    let end_nested = door.as_ref().map(|d| move || d.end_nested());
+    launch.before_removal = end_nested
+        .as_ref()
+        .map(|f| sandbox_launch::BeforeRemoval(f));
     launch.inherit_also = req.inherit;
     launch.child_layer = req.child_layer;
     launch.tap = req.tap.as_deref();
