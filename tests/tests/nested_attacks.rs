@@ -271,3 +271,84 @@ fn nested_runs_of_nested_runs_count_with_them() {
         assert!(text(&out).contains("after=0"), "twin: {ctx}");
     }
 }
+
+/// Asks for `sys.argv[2:]` run in the working directory `sys.argv[1]` by a
+/// request made by hand (the CLI sends its own working directory); prints
+/// the outer command's own read of `f` there, then the runner's answer.
+const CWD: &str = r#"
+import array, json, os, socket, struct, sys
+door = socket.socket(fileno=int(os.environ["SANDBOX_NEST_FD"]))
+def recv_all(a, n):
+    got = b""
+    while len(got) < n:
+        more = a.recv(n - len(got))
+        if not more:
+            raise EOFError
+        got += more
+    return got
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
+b.close()
+assert recv_all(a, 15) == b"sandbox-nest 1\n"
+req = dict(argv=[list(x.encode()) for x in sys.argv[2:]], cwd=list(sys.argv[1].encode()),
+           env=[], env_overrides=[], policy={}, limits={}, allow_unlimited=True,
+           observe_writes=False, require_full=False, echo_stderr=True, trusted_files=[])
+body = json.dumps(req).encode()
+try:
+    print("outer read", open(sys.argv[1] + "/f").read().strip(), flush=True)
+except OSError as e:
+    print("outer refused", e.strerror, flush=True)
+a.sendmsg([struct.pack("<I", len(body)) + body], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [0, 1, 2]))])
+r = json.loads(recv_all(a, struct.unpack("<I", recv_all(a, 4))[0]))
+print("answer", r.get("reason") or r["outcome"]["termination"], flush=True)
+"#;
+
+/// The runner enters the nested run's working directory for it before the
+/// launch drops its capabilities: a command that is root (without
+/// capabilities) named a directory beneath one its own permissions close
+/// (mode 0700, another owner) and its nested command read a file there
+/// (before the fix: `privy`). The directory is now entered as the command
+/// would enter it (no capability), by the fd the launch then uses. Twin:
+/// the same beneath an open directory works. Run as root (the owner change
+/// needs it); as nobody the runner holds no capability either way.
+#[test]
+fn a_nested_run_enters_no_directory_its_command_cannot() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    for nobody in users() {
+        let w = shared(&["closed", "closed/sub", "open", "open/sub"]);
+        for dir in ["closed", "open"] {
+            let f = w.path().join(dir).join("sub/f");
+            std::fs::write(&f, format!("{dir}-privy\n")).unwrap();
+            std::fs::set_permissions(&f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let closed = w.path().join("closed");
+        std::os::unix::fs::chown(&closed, Some(1234), Some(1234)).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let ask = |dir: &str| {
+            outer(nobody)
+                .args(["run", "--", "python3", "-c", CWD])
+                .arg(w.path().join(dir).join("sub"))
+                .args(["cat", "f"])
+                .output()
+                .unwrap()
+        };
+        let out = ask("closed");
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(
+            text(&out).contains("outer refused Permission denied"),
+            "{ctx}"
+        );
+        assert!(!text(&out).contains("closed-privy"), "{ctx}");
+        assert!(text(&out).contains("cannot be entered"), "{ctx}");
+        let out = ask("open");
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("outer read open-privy"), "twin: {ctx}");
+        assert!(
+            text(&out).contains("open-privy\nanswer {'kind': 'exited', 'code': 0}"),
+            "twin: {ctx}"
+        );
+    }
+}

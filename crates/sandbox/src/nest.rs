@@ -36,6 +36,7 @@
 //! | the inner policy | every field of the request, a policy with no write bound or none at all | resolved as it is read (paths canonical: `..` and symlinks resolved by the runner), then [`ResolvedPolicy::nested_within`]: at most the outer's on every field (proptest in sandbox-core); an inner write path or destination outside the outer's refused, as is a write path inside a read denial; no policy refused | `a_nested_write_path_inside_the_outer_read_denial_is_refused`, `a_nested_run_narrows_the_outer_policy`, `a_nested_run_cannot_widen_the_write_paths`, `a_nested_run_cannot_widen_the_network`, `the_capability_cannot_run_anything_unconfined` |
 //! | an inner write path after its check | every directory beneath the outer's write paths: one on the way to the inner write path turned into a symlink out of the run (or renamed) between the runner's check and the launch's open of it | the Landlock rules are opened one component at a time from `/`, no symlink followed (`ELOOP`: the run does not start), a split rule's entries beneath their directory's fd; a rename can put there only a directory the outer command writes already | `a_write_path_swapped_for_a_symlink_after_its_check_grants_nothing_outside` |
 //! | what the outer run keeps beyond its policy | the nested run's reads | the bound is the outer's policy (its trusted state protected) with its secrets' files read-denied, as its egress denies them; the nested run's egress gets no secrets and no approvals (its proxy refuses what its own list lacks); the outer's trusted files are checked against the nested policy | `a_nested_run_cannot_read_the_outer_runs_secret_file` |
+//! | the working directory | a path the runner would enter for it where the command cannot (the launch's child changes directory before it drops the runner's capabilities): beneath a directory its own permissions close, a process's `/proc/PID/cwd`; the path changed after the check | entered first by a thread of the runner holding no capability, as the command would (`fchdir`), and the launch enters the directory so opened (`/proc/self/fd/N`), not the path | `a_nested_run_enters_no_directory_its_command_cannot` |
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
@@ -886,11 +887,13 @@ mod imp {
             let _ = reply_with(&conn, &reply);
         }
 
-        /// The nested run's request, validated, with the outer run's bounds.
+        /// The nested run's request, validated, with the outer run's bounds,
+        /// and the fds it holds: its stdin, stdout and stderr, then its
+        /// working directory's (when it names one).
         fn request(
             &self,
             body: &[u8],
-            stdio: Vec<OwnedFd>,
+            mut stdio: Vec<OwnedFd>,
             outer: &Outer<'_>,
         ) -> Result<(RunRequest, Vec<OwnedFd>), Reply> {
             let refused = |reason: String, exit_code| Reply::Refused { reason, exit_code };
@@ -973,16 +976,30 @@ mod imp {
                         return Err(r);
                     }
                     let c = PathBuf::from(os(c));
-                    if !c.is_absolute() || !c.is_dir() {
-                        return Err(refused(
-                            format!(
-                                "the working directory {} is not a directory",
-                                crate::runner::terminal_safe(&c.to_string_lossy())
-                            ),
-                            EXIT_SANDBOX,
-                        ));
+                    let opened = if c.is_absolute() {
+                        open_cwd(&c)
+                    } else {
+                        Err(io::Error::from_raw_os_error(libc::EINVAL))
+                    };
+                    match opened {
+                        // The launch enters the directory opened here, not
+                        // the path (which the command may have changed).
+                        Ok(dir) => {
+                            let at = PathBuf::from(format!("/proc/self/fd/{}", dir.as_raw_fd()));
+                            stdio.push(dir);
+                            Some(at)
+                        }
+                        Err(e) => {
+                            return Err(refused(
+                                format!(
+                                    "the working directory {} cannot be entered by the nested \
+                                     run's command: {e}",
+                                    crate::runner::terminal_safe(&c.to_string_lossy())
+                                ),
+                                EXIT_SANDBOX,
+                            ))
+                        }
                     }
-                    Some(c)
                 }
                 None => None,
             };
@@ -1109,6 +1126,77 @@ mod imp {
                 },
             }
         }
+    }
+
+    /// The directory `path` opened (`O_PATH`) as the nested run's command
+    /// would enter it: by a thread of its own holding no capability (as the
+    /// command holds none) with a working directory of its own, which
+    /// enters it (`fchdir(2)`: search permission on it and every directory
+    /// on the way, as the command's own `chdir` needs). The launch's child
+    /// changes directory before it drops the runner's capabilities, so a
+    /// path would let a command that is root reach through a directory
+    /// its own permissions close (`CAP_DAC_OVERRIDE`, or a process's
+    /// `/proc/PID/cwd` by `CAP_SYS_PTRACE`).
+    fn open_cwd(path: &std::path::Path) -> io::Result<OwnedFd> {
+        use std::os::unix::ffi::OsStrExt;
+        let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
+            .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        std::thread::scope(|scope| {
+            scope
+                .spawn(|| {
+                    // SAFETY: unshare(CLONE_FS) affects this thread alone.
+                    cvt(unsafe { libc::unshare(libc::CLONE_FS) })?;
+                    drop_thread_capabilities()?;
+                    // SAFETY: a NUL-terminated path; flags without a mode.
+                    let raw = cvt(unsafe {
+                        libc::open(
+                            c_path.as_ptr(),
+                            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                        )
+                    })?;
+                    // SAFETY: a fresh fd owned here alone.
+                    let dir = unsafe { OwnedFd::from_raw_fd(raw) };
+                    // SAFETY: fchdir on a live fd; this thread's own cwd.
+                    cvt(unsafe { libc::fchdir(dir.as_raw_fd()) })?;
+                    Ok(dir)
+                })
+                .join()
+                .unwrap_or_else(|_| Err(io::Error::other("the check failed")))
+        })
+    }
+
+    /// Empties the calling thread's effective, permitted and inheritable
+    /// capability sets (capset(2) acts on the calling thread only).
+    fn drop_thread_capabilities() -> io::Result<()> {
+        #[repr(C)]
+        struct Header {
+            version: u32,
+            pid: libc::c_int,
+        }
+        #[repr(C)]
+        #[derive(Clone, Copy)]
+        struct Data {
+            effective: u32,
+            permitted: u32,
+            inheritable: u32,
+        }
+        // _LINUX_CAPABILITY_VERSION_3: two data words.
+        let mut header = Header {
+            version: 0x2008_0522,
+            pid: 0,
+        };
+        let data = [Data {
+            effective: 0,
+            permitted: 0,
+            inheritable: 0,
+        }; 2];
+        // SAFETY: capset(header, data) with a v3 header and two data words.
+        let rc =
+            unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
     }
 
     /// Whether `fd` polls readable (or hung up) now.
