@@ -51,11 +51,17 @@ struct Harness {
 
 impl Harness {
     fn open(nobody: bool, flags: &[&str]) -> Self {
+        Self::open_with(nobody, flags, &[])
+    }
+
+    /// [`Harness::open`] with variables set in the session's environment.
+    fn open_with(nobody: bool, flags: &[&str], env: &[(&str, &str)]) -> Self {
         let mut cmd = if nobody {
             sandbox_as_nobody()
         } else {
             sandbox()
         };
+        cmd.envs(env.iter().copied());
         cmd.arg("session")
             .args(BACKEND)
             .args(flags)
@@ -318,6 +324,9 @@ fn a_hundred_commands_each_contained() {
         let (_dir, dir) = shared_dir();
         let w = dir.to_str().unwrap();
         let mut h = Harness::open(nobody, &["-w", w]);
+        if landlock_abi() >= 6 {
+            assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        }
         for i in 0..100 {
             let id = format!("c{i}");
             let script =
@@ -649,14 +658,20 @@ fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
     }
 }
 
-/// The host's Landlock ABI (0 without Landlock).
+/// The Landlock ABI the session uses (0 without Landlock): the host's,
+/// lowered by `SANDBOX_TEST_LANDLOCK_ABI` when the tests run with it (the
+/// session inherits it).
 fn landlock_abi() -> i64 {
     #[cfg(target_os = "linux")]
     {
         // SAFETY: landlock_create_ruleset(NULL, 0,
         // LANDLOCK_CREATE_RULESET_VERSION) only returns the ABI version.
         let v = unsafe { libc::syscall(444, std::ptr::null::<u8>(), 0usize, 1u32) };
-        v.max(0)
+        let ceiling = std::env::var("SANDBOX_TEST_LANDLOCK_ABI")
+            .ok()
+            .and_then(|c| c.parse().ok())
+            .unwrap_or(i64::MAX);
+        v.max(0).min(ceiling)
     }
     #[cfg(not(target_os = "linux"))]
     0
@@ -961,5 +976,215 @@ fn a_command_cannot_signal_or_read_any_thread_of_the_session() {
             assert_eq!(exit["status"], 0, "{exit}");
             h.close();
         }
+    }
+}
+
+/// The session launches its commands from one shared, confined launch (the
+/// zygote) where Landlock ABI >= 6 scopes signals, and per command below
+/// (`SANDBOX_TEST_LANDLOCK_ABI=5`), `hello` saying which and why. Either
+/// way a write outside the write paths is refused and listed in that
+/// command's exit event only (the next command's lists nothing), beside
+/// the allowed twin inside. Root and nobody.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_session_says_how_it_launches_and_confines_each_command_either_way() {
+    for nobody in users() {
+        for abi5 in [false, true] {
+            let (_dir, dir) = shared_dir();
+            let w = dir.to_str().unwrap();
+            let env: &[(&str, &str)] = if abi5 {
+                &[("SANDBOX_TEST_LANDLOCK_ABI", "5")]
+            } else {
+                &[]
+            };
+            let mut h = Harness::open_with(nobody, &["-w", w], env);
+            if abi5 || landlock_abi() < 6 {
+                assert_eq!(h.hello["launch"], "per-command", "{}", h.hello);
+                let note = h.hello["launch_note"].as_str().unwrap_or_default();
+                assert!(note.contains("ABI"), "{}", h.hello);
+            } else {
+                assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+            }
+            let outside = "/etc/sandbox-session-shared-test";
+            let script = format!("touch {outside}; echo $?; echo in > {w}/inside && echo ok");
+            let (_, exit) = h.run(
+                "write",
+                &["/bin/sh", "-c", &script],
+                json!({"output": true}),
+            );
+            assert_eq!(exit["stdout"], "1\nok\n", "{exit}");
+            assert!(!Path::new(outside).exists());
+            assert!(dir.join("inside").is_file());
+            let refused = exit["refusals"].to_string();
+            assert!(refused.contains(outside), "{exit}");
+            let (_, next) = h.run("next", &["true"], json!({}));
+            assert_eq!(next["status"], 0, "{next}");
+            assert_eq!(next["refusals"], json!([]), "{next}");
+            h.close();
+        }
+    }
+}
+
+/// A command of a shared session holds fds 0-2 and the nested-run
+/// capability `SANDBOX_NEST_FD` names, nothing else (not the zygote's
+/// control socket, not the signal-scoping ruleset); a nested `sandbox run`
+/// through that capability works. Root and nobody.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_shared_commands_descriptors_are_its_stdio_and_the_nest_socket() {
+    if landlock_abi() < 6 {
+        eprintln!("Landlock ABI below 6: no shared launch");
+        return;
+    }
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        let script = "echo $SANDBOX_NEST_FD; ls /proc/$$/fd";
+        let (_, exit) = h.run("fds", &["/bin/sh", "-c", script], json!({"output": true}));
+        assert_eq!(exit["status"], 0, "{exit}");
+        let out = exit["stdout"].as_str().unwrap();
+        let mut lines = out.lines();
+        let nest: i32 = lines.next().and_then(|l| l.parse().ok()).expect("nest fd");
+        let mut fds: Vec<i32> = lines.filter_map(|l| l.parse().ok()).collect();
+        fds.sort();
+        let mut want = vec![0, 1, 2, nest];
+        want.sort();
+        assert_eq!(fds, want, "{exit}");
+        let nested = sandbox_bin();
+        let nested = nested.to_str().unwrap();
+        let (_, exit) = h.run(
+            "nested",
+            &[nested, "run", "--", "/bin/echo", "nested"],
+            json!({"output": true}),
+        );
+        assert_eq!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["stdout"], "nested\n", "{exit}");
+        h.close();
+    }
+}
+
+/// A command cannot stop, kill, ptrace or read the zygote that forked it
+/// (its parent): each command nests a signal-scoped Landlock domain beneath
+/// the zygote's, and ptrace-class access reaches only nested domains. The
+/// thread attack of the test above, then `PTRACE_ATTACH` and
+/// `PTRACE_SEIZE`. Controls: the parent named is the zygote (its cmdline),
+/// the attacker signalled and read itself, and the next command runs (the
+/// same zygote: same parent). Root and nobody, with and without a write
+/// path.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_command_cannot_signal_ptrace_or_read_the_zygote() {
+    if landlock_abi() < 6 {
+        eprintln!("Landlock ABI below 6: no shared launch");
+        return;
+    }
+    let ptrace = r#"
+        my $pid = $ARGV[0] + 0; my $hits = 0;
+        $hits++ if syscall(101, 16, $pid, 0, 0) == 0;
+        $hits++ if syscall(101, 0x4206, $pid, 0, 0) == 0;
+        print "ptrace=$hits\n";
+    "#;
+    for nobody in users() {
+        for write in [false, true] {
+            let (_dir, dir) = shared_dir();
+            let flags: Vec<&str> = if write {
+                vec!["-w", dir.to_str().unwrap()]
+            } else {
+                vec![]
+            };
+            let mut h = Harness::open(nobody, &flags);
+            assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+            let script = r#"z=$PPID; tr '\0' ' ' < /proc/$z/cmdline; echo; echo "zygote=$z"
+                /usr/bin/perl -e "$1" $z; /usr/bin/perl -e "$2" $z"#;
+            let (_, exit) = h.run(
+                "attack",
+                &["/bin/sh", "-c", script, "sh", THREAD_ATTACK, ptrace],
+                json!({"output": true}),
+            );
+            assert_eq!(exit["status"], 0, "{exit}");
+            let out = exit["stdout"].as_str().unwrap();
+            assert!(
+                out.contains("__zygote"),
+                "the parent is not the zygote: {exit}"
+            );
+            assert!(out.contains(" hits=0 "), "an attack got through: {exit}");
+            assert!(out.contains("own=ok ownmem=8"), "{exit}");
+            assert!(out.contains("ptrace=0"), "{exit}");
+            let zygote = out
+                .lines()
+                .find_map(|l| l.strip_prefix("zygote="))
+                .unwrap()
+                .to_owned();
+            let (_, exit) = h.run(
+                "after",
+                &["/bin/sh", "-c", "echo $PPID"],
+                json!({"output": true}),
+            );
+            assert_eq!(exit["status"], 0, "{exit}");
+            assert_eq!(exit["stdout"], format!("{zygote}\n"), "{exit}");
+            h.close();
+        }
+    }
+}
+
+/// The zygote killed from outside (SIGKILL, as root) while a command runs:
+/// that command's exit event is a runner failure, nothing it started
+/// outlives it, and the next command runs (a new zygote). Root only (the
+/// test must be able to kill the session's processes).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_zygote_killed_from_outside_fails_its_command_and_the_next_runs() {
+    if landlock_abi() < 6 || !is_root() {
+        eprintln!("needs root and Landlock ABI 6");
+        return;
+    }
+    for nobody in users() {
+        let (_dir, dir) = shared_dir();
+        let w = dir.to_str().unwrap();
+        let mut h = Harness::open(nobody, &["-w", w]);
+        assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        let script = format!(
+            "sleep 1000 & echo $! > {w}/child; echo $PPID > {w}/zygote.tmp; mv {w}/zygote.tmp {w}/zygote; wait"
+        );
+        h.send(&json!({"id": "victim", "op": "run", "argv": ["/bin/sh", "-c", script]}));
+        let started = h.next();
+        assert_eq!(started["event"], "started", "{started}");
+        let file = dir.join("zygote");
+        let begun = Instant::now();
+        while !file.exists() {
+            assert!(begun.elapsed() < EVENT_WAIT, "the command never ran");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+        let zygote: i32 = std::fs::read_to_string(&file)
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let child: i32 = std::fs::read_to_string(dir.join("child"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let cmdline = std::fs::read(format!("/proc/{zygote}/cmdline")).unwrap();
+        assert!(
+            String::from_utf8_lossy(&cmdline).contains("__zygote"),
+            "{zygote} is not the zygote"
+        );
+        assert!(pid_alive(child), "the command's child is not running");
+        // SAFETY: kill with a pid and a signal.
+        assert_eq!(unsafe { libc::kill(zygote, libc::SIGKILL) }, 0);
+        let exit = h.next();
+        assert_eq!(exit["id"], "victim", "{exit}");
+        assert_eq!(exit["event"], "exit", "{exit}");
+        assert_eq!(exit["classification"], "runner_failure", "{exit}");
+        assert!(!pid_alive(child), "the command's child outlived the zygote");
+        let (_, exit) = h.run(
+            "next",
+            &["/bin/sh", "-c", "echo ok"],
+            json!({"output": true}),
+        );
+        assert_eq!(exit["status"], 0, "{exit}");
+        assert_eq!(exit["stdout"], "ok\n", "{exit}");
+        h.close();
     }
 }

@@ -4,10 +4,12 @@
 //!
 //! Version 1 resolves the policy, the config, the backend (and its
 //! self-test), the private TMPDIR and the tool caches once, at session
-//! start, and then runs each request through [`sandbox::runner::run`], exactly as
-//! `sandbox run` does: each command gets its own confined launch, its own
-//! containment (nothing it started outlives it), its own timeout and its own
-//! refusals. Commands run one at a time; a request that arrives while one
+//! start. Each command then keeps its own containment (nothing it started
+//! outlives it), its own timeout and its own refusals: by default forked
+//! by the session's zygote, one confined launch shared by all commands
+//! (`sandbox::zygote`), or, where that cannot hold (`--launch
+//! per-command`, Landlock ABI < 6, another backend, an egress proxy), run
+//! through [`sandbox::runner::run`] exactly as `sandbox run` does. Commands run one at a time; a request that arrives while one
 //! runs waits until its exit event has been written. Requests are read on a
 //! thread of their own ([`approvals::spawn_reader`]): with `--approval
 //! channel`, `approve` answers reach the proxy's held connections while the
@@ -896,6 +898,14 @@ impl Session {
             grace: req.grace,
         };
         let mut slot = shared.zygote.borrow_mut();
+        // A zygote whose own run could end before this command may: a new one.
+        let margin = req.grace + std::time::Duration::from_secs(15);
+        if slot
+            .as_ref()
+            .is_some_and(|z| z.expires() < cmd.deadline + margin)
+        {
+            *slot = None;
+        }
         if slot.is_none() {
             match sandbox::zygote::Zygote::start(
                 Arc::clone(&self.backend),

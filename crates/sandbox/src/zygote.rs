@@ -23,8 +23,22 @@
 //! sig)` from the zygote reaches exactly the processes in domains nested
 //! beneath its own (Documentation/userspace-api/landlock.rst, "Scoped
 //! access"), that is its commands and their descendants, and the zygote, a
-//! child subreaper, reaps them (tests/tests/session_shared.rs checks that a
-//! command's background child is gone before the next command starts).
+//! child subreaper, reaps them until `waitpid` says `ECHILD` (orphans are
+//! reparented to it) before it answers.
+//!
+//! # Threat table
+//! The command is hostile (perhaps root, capabilities dropped); the zygote
+//! runs under the session's policy, so it is treated as taken over too.
+//! Tests in `tests/tests/session.rs`:
+//!
+//! | part | who controls what | held by | attacked by |
+//! |---|---|---|---|
+//! | the zygote process | the command: signals (`kill`, `tgkill`, pidfd), `ptrace` attach or seize, `/proc/<zygote>/mem`, knowing its pid (its parent) | each command nests a Landlock domain that scopes signals beneath the zygote's (no shared launch below ABI 6); ptrace-class access reaches only nested domains; the zygote is non-dumpable and ignores the stop signals its launch passes on; the filter admits `landlock_restrict_self` only with the layer's fd number and no flags, and that fd is closed in each command | `a_command_cannot_signal_ptrace_or_read_the_zygote` |
+//! | the zygote's answers | a zygote taken over or killed: any bytes, none, late | fixed 9-byte answers, tag and values checked; every wait bounded (10 s; the deadline plus grace plus 10 s after an end); anything else ends the zygote's run (its launch ends every process of it, cgroup or process group), that command gets a runner failure and the next a new zygote | `a_zygote_killed_from_outside_fails_its_command_and_the_next_runs` |
+//! | the spawn request | the harness's argv, env, cwd (the runner's own checks first) | at most [`MAX_REQUEST`] bytes of counted NUL-free strings and exactly 3 fds, else refused (`EINVAL`); a larger request takes a launch of its own | `a_requests_inputs_reach_only_its_command` |
+//! | the zygote's descriptors | the command's fds | the control socket and the layer are close-on-exec in the zygote, the stdio received close-on-exec: a command holds 0-2 and the nest socket only | `a_shared_commands_descriptors_are_its_stdio_and_the_nest_socket` |
+//! | what a command leaves | background processes, double forks, processes ignoring SIGTERM; the broker's per-command state (refusal log, FIFO openers waiting, `/dev/shm` objects, CPU budget, repositories made) | `kill(-1)` SIGTERM, grace, SIGKILL from the zygote (reaching only the domains nested beneath it), reaped until `ECHILD` before the answer; then the broker closes the command (`sandbox_broker::Between`) before the next starts | `a_hundred_commands_each_contained`, `a_session_says_how_it_launches_and_confines_each_command_either_way`, `a_repository_the_command_made_cannot_hang_the_audit_after_it` |
+//! | a command's lifetime | never ending, a stop signal to the session | the runner keeps the deadline and the stop signals and sends the end; the zygote's own run ends at the policy's ceiling, so a command that could outlast it gets a new zygote | `a_requests_timeout_is_honoured`, `a_stop_signal_ends_the_command_and_the_session` |
 
 use std::ffi::{CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -37,6 +51,10 @@ use sandbox_core::Backend;
 
 use crate::outcome::{Classification, Outcome, Termination};
 use crate::running::{RunError, RunRequest};
+
+/// The signals a launch passes on to its command's process group.
+#[cfg(target_os = "linux")]
+const STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTERM, libc::SIGHUP];
 
 /// The environment variable naming the zygote's control socket.
 pub const SOCKET_ENV: &str = "SANDBOX_ZYGOTE_FD";
@@ -102,6 +120,8 @@ pub struct Zygote {
     /// The pid the zygote reported (untrusted: for tests and logs only).
     pid: Option<libc::pid_t>,
     tap: Arc<std::sync::OnceLock<sandbox_core::MediationTap>>,
+    /// When the zygote's own run reaches its deadline.
+    expires: Instant,
 }
 
 impl std::fmt::Debug for Zygote {
@@ -199,6 +219,7 @@ impl Zygote {
                     .map_err(|e| failed("the zygote's policy", &e))?,
             );
         }
+        let expires = Instant::now() + zreq.policy.as_ref().map_or(Duration::ZERO, |p| p.timeout());
         let tap = Arc::new(std::sync::OnceLock::new());
         zreq.tap = Some(Arc::clone(&tap));
         let run = std::thread::Builder::new()
@@ -215,6 +236,7 @@ impl Zygote {
             run: Some(run),
             pid: None,
             tap,
+            expires,
         };
         // The zygote says it is ready (one byte `r`) once it serves.
         match z.answer(Instant::now() + ANSWER_WAIT, 9) {
@@ -236,6 +258,12 @@ impl Zygote {
         self.tap.get().and_then(|t| t.take())
     }
 
+    /// When the zygote's own run reaches its deadline (the policy's
+    /// ceiling): a command that could outlast it needs a new zygote.
+    pub fn expires(&self) -> Instant {
+        self.expires
+    }
+
     /// The zygote's pid (for tests: it must be out of each command's reach).
     pub fn pid(&self) -> Option<libc::pid_t> {
         self.pid
@@ -253,6 +281,10 @@ impl Zygote {
 
     /// Ends the zygote's run (as at its deadline) and waits for it.
     pub fn end(&mut self) -> Option<Result<Outcome, RunError>> {
+        // The zygote sees the end of its socket and exits (it ignores stop
+        // signals), then the run's end ends whatever is left.
+        // SAFETY: shutdown on a socket this value owns.
+        unsafe { libc::shutdown(self.sock.as_raw_fd(), libc::SHUT_RDWR) };
         self.cancel = None;
         self.run.take().and_then(|h| h.join().ok())
     }
@@ -594,6 +626,13 @@ pub fn serve() -> i32 {
         libc::fcntl(layer, libc::F_SETFD, libc::FD_CLOEXEC);
         libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0);
         libc::prctl(libc::PR_SET_DUMPABLE, 0, 0, 0, 0);
+        // A stop signal the zygote's launch passes on to its process group
+        // is for the command (as from a terminal); the zygote ends on the
+        // runner's word (its socket, its run's end) only. Each child sets
+        // them back to the default before exec.
+        for sig in STOP_SIGNALS {
+            libc::signal(sig, libc::SIG_IGN);
+        }
     }
     // The nest capability's variable: the command gets the zygote's own.
     let nest = std::env::var_os(crate::nest::NEST_FD_ENV).and_then(|v| {
@@ -700,6 +739,9 @@ unsafe fn child(
             libc::_exit(127)
         };
         let errno = || *libc::__errno_location();
+        for sig in STOP_SIGNALS {
+            libc::signal(sig, libc::SIG_DFL);
+        }
         // The received fds are above 2 (0-2 are open in the zygote).
         for (to, from) in stdio.iter().enumerate() {
             if libc::dup2(*from, to as RawFd) < 0 {
