@@ -352,3 +352,36 @@ fn a_nested_run_enters_no_directory_its_command_cannot() {
         );
     }
 }
+
+/// The outer run kept every nested run's record in memory until it ended:
+/// a command running nested runs one after another (about 70 a second
+/// here) grew the runner by each record (up to tens of KiB with refusals)
+/// for its whole timeout. The tree's first 256 are kept; every nested run
+/// still gets its own record. Twin: those 256 are there, in order of
+/// their end.
+#[test]
+fn the_outer_record_keeps_a_bounded_number_of_nested_records() {
+    for nobody in users() {
+        let w = shared(&[]);
+        let report = w.path().join("report.json");
+        let script = format!(
+            "i=0; ok=0; while [ $i -lt 260 ]; do \
+               {sb} run -q --report - -- true | grep -q '\"code\": 0' && ok=$((ok+1)); \
+               i=$((i+1)); \
+             done; echo ok=$ok",
+            sb = sandbox_bin().display(),
+        );
+        let out = outer(nobody)
+            .args(["run", "-q", "--report", &d(&report), "-w", &d(w.path())])
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("ok=260"), "each its own record: {ctx}");
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let nested = record["nested"].as_array().unwrap();
+        assert_eq!(nested.len(), 256, "{ctx}");
+        assert!(nested.iter().all(|n| n["argv"][0] == "true"), "{ctx}");
+    }
+}

@@ -40,7 +40,7 @@
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
-//! | the runner's threads and memory | many requests, requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them` |
+//! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s; the records kept for the outer record are the tree's first 256 (each requester still gets its own) | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records` |
 //! | the outer run's limits | the nested commands' processes, memory and CPU, alongside the outer command's | the nested run's cgroups (v2, and the v1 groups that hold limits) are made inside the outer run's, so the kernel charges them to the outer run's limits; the outer run removes its cgroups only after every nested run has ended | `a_nested_run_is_charged_to_the_outer_runs_limits` |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
 
@@ -665,15 +665,30 @@ mod imp {
         stop_write: OwnedFd,
         /// The run's main process, once started.
         main: OnceLock<libc::pid_t>,
-        /// Nested runs alive in the whole tree this run belongs to: shared
-        /// with the doors of its nested runs (and theirs), so nesting
-        /// deeper serves no more at once than [`MAX_NESTED`].
-        alive: Arc<AtomicUsize>,
+        /// The counts of the whole tree this run belongs to: shared with
+        /// the doors of its nested runs (and theirs), so nesting deeper
+        /// serves no more at once than [`MAX_NESTED`] and keeps no more
+        /// records than [`MAX_RECORDS`].
+        tree: Arc<Tree>,
         nested: Mutex<Vec<Outcome>>,
         /// Where the run's processes and limits are held, once made.
         groups: OnceLock<sandbox_launch::RunGroups>,
         /// Whether [`Door::serve`] has returned (every nested run ended).
         ended: (Mutex<bool>, std::sync::Condvar),
+    }
+
+    /// Nested runs kept in the records of one tree of runs (the outermost
+    /// run's `nested`, and theirs); the nested run's own record still goes
+    /// to its requester.
+    const MAX_RECORDS: usize = 256;
+
+    /// What one tree of nested runs counts.
+    #[derive(Default)]
+    struct Tree {
+        /// Nested runs alive.
+        alive: AtomicUsize,
+        /// Nested runs' records kept.
+        records: AtomicUsize,
     }
 
     thread_local! {
@@ -683,7 +698,7 @@ mod imp {
             const { std::cell::RefCell::new(None) };
         /// The tree's count of nested runs, while this thread runs a nested
         /// run ([`Door::run`]): the door that run opens shares it.
-        static TREE: std::cell::RefCell<Option<Arc<AtomicUsize>>> =
+        static TREE: std::cell::RefCell<Option<Arc<Tree>>> =
             const { std::cell::RefCell::new(None) };
     }
 
@@ -703,7 +718,7 @@ mod imp {
                 stop_read,
                 stop_write,
                 main: OnceLock::new(),
-                alive: TREE.with(|tree| tree.borrow().clone()).unwrap_or_default(),
+                tree: TREE.with(|tree| tree.borrow().clone()).unwrap_or_default(),
                 nested: Mutex::new(Vec::new()),
                 groups: OnceLock::new(),
                 ended: (Mutex::new(false), std::sync::Condvar::new()),
@@ -785,8 +800,8 @@ mod imp {
                     tracing::debug!("a nest request from outside the run was ignored");
                     continue;
                 }
-                if self.alive.fetch_add(1, Ordering::AcqRel) >= MAX_NESTED {
-                    self.alive.fetch_sub(1, Ordering::AcqRel);
+                if self.tree.alive.fetch_add(1, Ordering::AcqRel) >= MAX_NESTED {
+                    self.tree.alive.fetch_sub(1, Ordering::AcqRel);
                     let _ = send(conn.as_raw_fd(), HELLO, &[]);
                     let reply = Reply::Refused {
                         reason: format!(
@@ -800,7 +815,7 @@ mod imp {
                 }
                 scope.spawn(move || {
                     self.handle(conn, outer);
-                    self.alive.fetch_sub(1, Ordering::AcqRel);
+                    self.tree.alive.fetch_sub(1, Ordering::AcqRel);
                 });
             })
         }
@@ -1058,7 +1073,7 @@ mod imp {
             };
             let ran = std::thread::scope(|scope| {
                 let req = &req;
-                let tree = Arc::clone(&self.alive);
+                let tree = Arc::clone(&self.tree);
                 let groups = self.groups.get().cloned();
                 let running = scope.spawn(move || {
                     TREE.with(|t| *t.borrow_mut() = Some(tree));
@@ -1109,8 +1124,18 @@ mod imp {
             drop(stdio);
             match ran {
                 Ok(Ok(outcome)) => {
-                    if let Ok(mut nested) = self.nested.lock() {
-                        nested.push(outcome.clone());
+                    // The requester gets its record whole; the outer record
+                    // keeps the tree's first MAX_RECORDS.
+                    let kept = self.tree.records.fetch_add(1, Ordering::AcqRel);
+                    if kept < MAX_RECORDS {
+                        if let Ok(mut nested) = self.nested.lock() {
+                            nested.push(outcome.clone());
+                        }
+                    } else if kept == MAX_RECORDS {
+                        tracing::warn!(
+                            "the outer run's record keeps the first {MAX_RECORDS} nested runs' \
+                             records, not those after them"
+                        );
                     }
                     Reply::Outcome {
                         outcome: Box::new(outcome),
