@@ -796,3 +796,57 @@ fn a_nested_run_is_charged_to_the_outer_runs_limits() {
         }
     }
 }
+
+/// A nested run ended because its requester died is recorded as
+/// `cancelled` (its requester ended), one still going when the outer
+/// command exits as `cancelled` (the outer run ended), neither as a
+/// timeout; twin: one that ends on its own is `ok`.
+#[test]
+fn a_nested_run_ended_from_outside_is_recorded_as_cancelled() {
+    for nobody in users() {
+        let w = shared(&[]);
+        let report = w.path().join("report.json");
+        let p = |n: &str| d(&w.path().join(n));
+        let script = format!(
+            "{sb} run -w {w} -- sh -c 'echo $$ > {a}; exec sleep 1000' & echo $! > {ca}; \
+             {sb} run -w {w} -- true; \
+             {sb} run -w {w} -- sh -c 'echo $$ > {b}; exec sleep 1000' & \
+             while [ ! -s {a} ] || [ ! -s {b} ]; do sleep 0.05; done; \
+             kill -9 $(cat {ca}); \
+             while [ -e /proc/$(cat {a}) ]; do sleep 0.05; done; exit 0",
+            sb = sb(),
+            w = d(w.path()),
+            a = p("a"),
+            b = p("b"),
+            ca = p("ca"),
+        );
+        let out = outer(nobody)
+            .args(["run", "--report", &d(&report), "-w", &d(w.path()), "--"])
+            .args(["sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", stderr(&out));
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let nested = record["nested"].as_array().expect("nested records");
+        let find = |needle: &str| {
+            nested
+                .iter()
+                .find(|n| n["argv"].to_string().contains(needle))
+                .unwrap_or_else(|| panic!("no nested record for {needle}: {record}"))
+        };
+        let (a, b, t) = (find(&p("a")), find(&p("b")), find("\"true\""));
+        assert_eq!(t["classification"]["class"], "ok", "twin: {t}");
+        for (n, why) in [(a, "its requester"), (b, "the outer run ended")] {
+            assert_eq!(n["classification"]["class"], "cancelled", "{n} {ctx}");
+            assert!(
+                n["classification"]["reason"]
+                    .as_str()
+                    .is_some_and(|r| r.starts_with(why)),
+                "{n}"
+            );
+            assert_eq!(n["timed_out"], false, "{n}");
+        }
+    }
+}

@@ -101,6 +101,9 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
         sandbox::runner::Classification::LimitExceeded { detail, .. } => {
             out.push(format!("{head}stopped by a limit: {detail}"))
         }
+        sandbox::runner::Classification::Cancelled { reason } => {
+            out.push(format!("{head}cancelled: {reason}"))
+        }
         _ => out.push(head + "unclassified"),
     }
     for l in &outcome.limits {

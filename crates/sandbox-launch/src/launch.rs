@@ -95,10 +95,11 @@ pub struct Launch<'a> {
     /// process and CPU limits bound this one too (a nested run that can
     /// only narrow).
     pub within: Option<&'a RunGroups>,
-    /// Called on the launching thread once every process of the run has
-    /// ended, before the run's cgroups are removed: a runner ends there the
+    /// Called once the main process has exited or the run is being ended
+    /// (its timeout, a stop signal, a cancel), before the rest of the run's
+    /// processes are ended and its cgroups removed: a runner ends there the
     /// runs it launched [`Launch::within`] this one (their cgroups are
-    /// inside this run's).
+    /// inside this run's, and their requesters among its processes).
     pub before_removal: Option<BeforeRemoval<'a>>,
 }
 
@@ -160,6 +161,9 @@ pub struct Launched {
     pub status: ExitStatus,
     /// Whether the deadline passed before the main process exited.
     pub timed_out: bool,
+    /// Whether the cancel socket ([`Launch::cancel`]) ended the run before
+    /// its main process exited.
+    pub cancelled: bool,
     /// The stop signal ([`crate::wait::stop_runs_on`]) that ended the run
     /// before its main process exited, if one did.
     pub stopped_by: Option<i32>,
@@ -342,6 +346,8 @@ pub fn launch(
         return Err(LaunchError::Stopped(signal));
     }
     let ended = run(&plan, hooks, &containment, supervisor, domain, launch);
+    // Again (it does nothing the second time) for a run that failed after
+    // its main process started.
     if let Some(BeforeRemoval(f)) = launch.before_removal {
         f();
     }
@@ -354,6 +360,7 @@ pub fn launch(
     Ok(Launched {
         status: ended.status,
         timed_out: ended.timed_out,
+        cancelled: ended.cancelled,
         stopped_by: ended.stopped_by,
         others: ended.others,
         mediation: ended.mediation,
@@ -386,6 +393,7 @@ fn require_full(
 struct Ended {
     status: ExitStatus,
     timed_out: bool,
+    cancelled: bool,
     stopped_by: Option<i32>,
     others: usize,
     mediation: Option<Mediation>,
@@ -465,6 +473,11 @@ fn run(
             watch.wait_exit_forwarding(until, &mut forward);
             grace_left = until.saturating_duration_since(Instant::now());
         }
+        // The runs held within this one end first (their cgroups are inside
+        // its, their requesters among its processes).
+        if let Some(BeforeRemoval(f)) = launch.before_removal {
+            f();
+        }
         // Every process of the run ends here, the main one too on a timeout
         // or a stop signal it outlived the grace for.
         let ended = containment.end(pid, grace_left);
@@ -475,6 +488,7 @@ fn run(
         Ok(Ended {
             status,
             timed_out: waited == Waited::TimedOut,
+            cancelled: waited == Waited::Cancelled,
             stopped_by: match waited {
                 Waited::Stopped(sig) => Some(sig),
                 _ => None,

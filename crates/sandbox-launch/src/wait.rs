@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 
 /// How a wait ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum Waited {
     /// The child exited.
     Exited,
@@ -20,6 +21,8 @@ pub enum Waited {
     TimedOut,
     /// This process got a signal [`stop_runs_on`] names (the signal).
     Stopped(i32),
+    /// The cancel socket ([`Watch::with_cancel`]) ended first.
+    Cancelled,
 }
 
 /// The pipe the stop handler writes each signal's number to (-1: none).
@@ -192,8 +195,8 @@ impl Watch {
     /// A socket the wait reads while it lasts (the caller keeps it open):
     /// each byte is a signal passed on to the child's process group, as a
     /// stop signal is (only SIGINT, SIGQUIT, SIGTERM, SIGHUP; others are
-    /// dropped); its end of file (or an error) ends the wait as if its
-    /// deadline had passed.
+    /// dropped); its end of file (or an error) ends the wait
+    /// ([`Waited::Cancelled`]), and the run then ends as on its deadline.
     pub fn with_cancel(mut self, fd: Option<std::os::fd::RawFd>) -> Self {
         self.cancel = fd;
         self
@@ -291,7 +294,7 @@ impl Watch {
                 return Waited::Stopped(sig);
             }
             if self.cancelled() {
-                return Waited::TimedOut;
+                return Waited::Cancelled;
             }
             match self.exited() {
                 Ok(true) => return Waited::Exited,
@@ -368,7 +371,7 @@ fn wait_pidfd(
             return Some(Waited::Exited);
         }
         if n > 0 && pfds[2].revents != 0 && watch.cancelled() {
-            return Some(Waited::TimedOut);
+            return Some(Waited::Cancelled);
         }
         if n < 0 && std::io::Error::last_os_error().kind() != std::io::ErrorKind::Interrupted {
             return None;

@@ -1071,6 +1071,8 @@ mod imp {
                     exit_code: EXIT_SANDBOX,
                 };
             };
+            // Who ended the run, if it did not end on its own.
+            let mut cancelled_by = "its caller ended it";
             let ran = std::thread::scope(|scope| {
                 let req = &req;
                 let tree = Arc::clone(&self.tree);
@@ -1107,7 +1109,11 @@ mod imp {
                         }
                         break;
                     }
-                    if pfds[1].revents != 0 || pfds[2].revents != 0 {
+                    if pfds[2].revents != 0 {
+                        break;
+                    }
+                    if pfds[1].revents != 0 {
+                        cancelled_by = "the outer run ended";
                         break;
                     }
                     let mut signals = [0u8; 16];
@@ -1115,7 +1121,10 @@ mod imp {
                         Ok((n, _)) if n > 0 => {
                             let _ = send(cancel_write.as_raw_fd(), &signals[..n], &[]);
                         }
-                        _ => break,
+                        _ => {
+                            cancelled_by = "its requester (the nested sandbox run) ended";
+                            break;
+                        }
                     }
                 }
                 drop(cancel_write);
@@ -1123,7 +1132,12 @@ mod imp {
             });
             drop(stdio);
             match ran {
-                Ok(Ok(outcome)) => {
+                Ok(Ok(mut outcome)) => {
+                    if let crate::runner::Classification::Cancelled { reason } =
+                        &mut outcome.classification
+                    {
+                        cancelled_by.clone_into(reason);
+                    }
                     // The requester gets its record whole; the outer record
                     // keeps the tree's first MAX_RECORDS.
                     let kept = self.tree.records.fetch_add(1, Ordering::AcqRel);

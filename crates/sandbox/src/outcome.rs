@@ -48,6 +48,14 @@ pub enum Classification {
     },
     /// The timeout ended the command.
     Timeout,
+    /// The run was ended before its command exited by whoever started it
+    /// ([`RunRequest::cancel`](crate::runner::RunRequest::cancel)): for a
+    /// nested run, its requester (the inner `sandbox run`) or the outer run
+    /// ended.
+    Cancelled {
+        /// Who ended it.
+        reason: String,
+    },
     /// A resource limit of the run ended processes of it or refused them
     /// (`--memory`, `--pids`), and the command failed.
     LimitExceeded {

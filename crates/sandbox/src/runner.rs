@@ -430,7 +430,13 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     };
     let report = launched.report;
     let confined = report.is_some() && backend.enforces();
-    let mut classification = Classification::of(&termination, launched.timed_out, confined);
+    let mut classification = if launched.cancelled {
+        Classification::Cancelled {
+            reason: "its caller ended it".into(),
+        }
+    } else {
+        Classification::of(&termination, launched.timed_out, confined)
+    };
     if let Some(m) = &mediation {
         classification = classification.with_refusals(m);
     }
