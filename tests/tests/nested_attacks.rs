@@ -272,9 +272,10 @@ fn nested_runs_of_nested_runs_count_with_them() {
     }
 }
 
-/// Asks for `sys.argv[2:]` run in the working directory `sys.argv[1]` by a
-/// request made by hand (the CLI sends its own working directory); prints
-/// the outer command's own read of `f` there, then the runner's answer.
+/// Asks for `sys.argv[2:]` run in the working directory `sys.argv[1]` (with
+/// the trusted file `$TRUSTED`, if set) by a request made by hand (the CLI
+/// sends its own working directory); prints the outer command's own read
+/// of `f` there, then the runner's answer.
 const CWD: &str = r#"
 import array, json, os, socket, struct, sys
 door = socket.socket(fileno=int(os.environ["SANDBOX_NEST_FD"]))
@@ -290,9 +291,10 @@ a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
 door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
 b.close()
 assert recv_all(a, 15) == b"sandbox-nest 1\n"
+trusted = [os.environ["TRUSTED"]] if os.environ.get("TRUSTED") else []
 req = dict(argv=[list(x.encode()) for x in sys.argv[2:]], cwd=list(sys.argv[1].encode()),
            env=[], env_overrides=[], policy={}, limits={}, allow_unlimited=True,
-           observe_writes=False, require_full=False, echo_stderr=True, trusted_files=[])
+           observe_writes=False, require_full=False, echo_stderr=True, trusted_files=trusted)
 body = json.dumps(req).encode()
 try:
     print("outer read", open(sys.argv[1] + "/f").read().strip(), flush=True)
@@ -383,5 +385,50 @@ fn the_outer_record_keeps_a_bounded_number_of_nested_records() {
         let nested = record["nested"].as_array().unwrap();
         assert_eq!(nested.len(), 256, "{ctx}");
         assert!(nested.iter().all(|n| n["argv"][0] == "true"), "{ctx}");
+    }
+}
+
+/// The trusted files a nested run names are checked by the runner with
+/// its capabilities: one beneath a directory the command cannot search
+/// (mode 0700, another owner) told it that file's number of names (before
+/// the fix: "has 2 hard links", and the run refused). Such a file, which the
+/// command can neither reach nor write, is no longer checked; twin: the
+/// same hard-linked file where the command can reach it is refused, as for
+/// any run.
+#[test]
+fn a_nested_runs_trusted_files_reveal_nothing_its_command_cannot_reach() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    for nobody in users() {
+        let w = shared(&["closed", "closed/sub", "open", "open/sub", "cwd"]);
+        for dir in ["closed", "open"] {
+            let f = w.path().join(dir).join("sub/f");
+            std::fs::write(&f, "config\n").unwrap();
+            std::fs::hard_link(&f, w.path().join(dir).join("sub/g")).unwrap();
+        }
+        let closed = w.path().join("closed");
+        std::os::unix::fs::chown(&closed, Some(1234), Some(1234)).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let ask = |dir: &str| {
+            outer(nobody)
+                .env("TRUSTED", w.path().join(dir).join("sub/f"))
+                .args(["run", "--", "python3", "-c", CWD])
+                .arg(w.path().join("cwd"))
+                .arg("true")
+                .output()
+                .unwrap()
+        };
+        let out = ask("closed");
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(!text(&out).contains("hard links"), "{ctx}");
+        assert!(
+            text(&out).contains("answer {'kind': 'exited', 'code': 0}"),
+            "{ctx}"
+        );
+        let out = ask("open");
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("has 2 hard links"), "twin: {ctx}");
     }
 }

@@ -37,6 +37,7 @@
 //! | an inner write path after its check | every directory beneath the outer's write paths: one on the way to the inner write path turned into a symlink out of the run (or renamed) between the runner's check and the launch's open of it | the Landlock rules are opened one component at a time from `/`, no symlink followed (`ELOOP`: the run does not start), a split rule's entries beneath their directory's fd; a rename can put there only a directory the outer command writes already | `a_write_path_swapped_for_a_symlink_after_its_check_grants_nothing_outside` |
 //! | what the outer run keeps beyond its policy | the nested run's reads | the bound is the outer's policy (its trusted state protected) with its secrets' files read-denied, as its egress denies them; the nested run's egress gets no secrets and no approvals (its proxy refuses what its own list lacks); the outer's trusted files are checked against the nested policy | `a_nested_run_cannot_read_the_outer_runs_secret_file` |
 //! | the working directory | a path the runner would enter for it where the command cannot (the launch's child changes directory before it drops the runner's capabilities): beneath a directory its own permissions close, a process's `/proc/PID/cwd`; the path changed after the check | entered first by a thread of the runner holding no capability, as the command would (`fchdir`), and the launch enters the directory so opened (`/proc/self/fd/N`), not the path | `a_nested_run_enters_no_directory_its_command_cannot` |
+//! | the nested run's trusted files | paths the runner checks with its capabilities (its answer would tell what lies beneath a directory the command cannot search) | only those the command could look up itself (a thread without capabilities) are checked; the outer run's trusted files always are | `a_nested_runs_trusted_files_reveal_nothing_its_command_cannot_reach` |
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command` |
@@ -1038,6 +1039,7 @@ mod imp {
             req.trusted_files.extend(
                 wire.trusted_files
                     .into_iter()
+                    .filter(|p| reachable(p))
                     .map(|p| ("the nested run's trusted file", p)),
             );
             req.egress = crate::runner::EgressOptions::default()
@@ -1180,24 +1182,43 @@ mod imp {
         use std::os::unix::ffi::OsStrExt;
         let c_path = std::ffi::CString::new(path.as_os_str().as_bytes())
             .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+        as_the_command(|| {
+            // SAFETY: a NUL-terminated path; flags without a mode.
+            let raw = cvt(unsafe {
+                libc::open(
+                    c_path.as_ptr(),
+                    libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+                )
+            })?;
+            // SAFETY: a fresh fd owned here alone.
+            let dir = unsafe { OwnedFd::from_raw_fd(raw) };
+            // SAFETY: fchdir on a live fd; this thread's own cwd.
+            cvt(unsafe { libc::fchdir(dir.as_raw_fd()) })?;
+            Ok(dir)
+        })
+    }
+
+    /// Whether the nested run's command could look up `path` (its
+    /// directories searchable without a capability): only then is it
+    /// checked as a trusted file, which the runner does with its own
+    /// capabilities (what it found would tell the command about a file it
+    /// cannot reach, which it cannot write either).
+    fn reachable(path: &std::path::Path) -> bool {
+        as_the_command(|| std::fs::symlink_metadata(path))
+            .map_or_else(|e| e.kind() != io::ErrorKind::PermissionDenied, |_| true)
+    }
+
+    /// Runs `f` on a thread of its own holding no capability (as the
+    /// nested run's command holds none), with a working directory of its
+    /// own (`unshare(CLONE_FS)`).
+    fn as_the_command<T: Send>(f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
         std::thread::scope(|scope| {
             scope
                 .spawn(|| {
                     // SAFETY: unshare(CLONE_FS) affects this thread alone.
                     cvt(unsafe { libc::unshare(libc::CLONE_FS) })?;
                     drop_thread_capabilities()?;
-                    // SAFETY: a NUL-terminated path; flags without a mode.
-                    let raw = cvt(unsafe {
-                        libc::open(
-                            c_path.as_ptr(),
-                            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
-                        )
-                    })?;
-                    // SAFETY: a fresh fd owned here alone.
-                    let dir = unsafe { OwnedFd::from_raw_fd(raw) };
-                    // SAFETY: fchdir on a live fd; this thread's own cwd.
-                    cvt(unsafe { libc::fchdir(dir.as_raw_fd()) })?;
-                    Ok(dir)
+                    f()
                 })
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("the check failed")))
