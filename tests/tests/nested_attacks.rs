@@ -432,3 +432,33 @@ fn a_nested_runs_trusted_files_reveal_nothing_its_command_cannot_reach() {
         assert!(text(&out).contains("has 2 hard links"), "twin: {ctx}");
     }
 }
+
+/// The outer command hands its nest socket to a nested run's command (as
+/// its stdin): that command's processes are not the outer run's (another
+/// cgroup or process group), so a hello it sends gets its connection closed
+/// unanswered. Twin: the same hello from the outer command is answered.
+#[test]
+fn a_nest_socket_handed_to_a_nested_run_is_not_served() {
+    let hello = r#"
+import array, socket
+door = socket.socket(fileno=0)
+a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i", [b.fileno()]))])
+b.close()
+print("answered" if a.recv(15) == b"sandbox-nest 1\n" else "closed", flush=True)
+"#;
+    for nobody in users() {
+        let script = format!(
+            "{sb} run -q -- python3 -c '{hello}' <&$SANDBOX_NEST_FD | sed 's/^/inner /'; \
+             python3 -c '{hello}' <&$SANDBOX_NEST_FD | sed 's/^/outer /'",
+            sb = sandbox_bin().display(),
+        );
+        let out = outer(nobody)
+            .args(["run", "-q", "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("inner closed\n"), "{ctx}");
+        assert!(text(&out).contains("outer answered\n"), "twin: {ctx}");
+    }
+}
