@@ -158,9 +158,11 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ));
     }
     // One command in a `sandbox session` (#45), from request to exit event,
-    // vs bare and vs `sandbox run`, as root and (when root) nobody. Version 1
-    // launches each command fully, as `sandbox run` (and observes writes, as
-    // --explain), so this measures the channel, not a cheaper launch.
+    // vs bare and vs `sandbox run`, as root and (when root) nobody. The
+    // session's shared launch (one confined zygote forks each command, its
+    // refusals taken from the broker between commands; writes observed, as
+    // --explain), and beside it `--launch per-command` (a full launch per
+    // command, as `sandbox run`).
     {
         let session_argv = |w: &str| -> Vec<String> {
             [
@@ -199,6 +201,24 @@ pub fn main(args: &[String]) -> Result<(), String> {
             command: shown,
             ..row(
                 "launch /bin/true: one command in a session vs `sandbox run`",
+                &[],
+                &a,
+                &b,
+            )
+        });
+        drop(s);
+        let mut per = argv.clone();
+        per.extend(["--launch".to_owned(), "per-command".to_owned()]);
+        let mut s = session::Session::open(Command::new(&per[0]).args(&per[1..]))?;
+        let (a, b) = interleave(
+            settings.launches / 2,
+            || wall(&bare),
+            || s.run(&["/bin/true"]),
+        )?;
+        rows.push(Row {
+            command: format!("{} {request}", per.join(" ")),
+            ..row(
+                "launch /bin/true: one command in a session launched per command vs bare",
                 &[],
                 &a,
                 &b,

@@ -45,6 +45,11 @@ struct BetweenShared {
     ask: OwnedFd,
     /// How many times the thread answered, and what it handed over.
     done: std::sync::Mutex<(u64, BrokerLog)>,
+    /// How many times the listener was readable (counted by the thread
+    /// before it receives), and the count when it last answered: equal,
+    /// nothing reached the broker since, so there is nothing to close.
+    seen: std::sync::atomic::AtomicU64,
+    closed_at: std::sync::atomic::AtomicU64,
     cv: std::sync::Condvar,
 }
 
@@ -68,6 +73,8 @@ impl Between {
             // SAFETY: fresh fd.
             ask: unsafe { OwnedFd::from_raw_fd(raw) },
             done: std::sync::Mutex::new((0, BrokerLog::default())),
+            seen: std::sync::atomic::AtomicU64::new(0),
+            closed_at: std::sync::atomic::AtomicU64::new(0),
             cv: std::sync::Condvar::new(),
         })))
     }
@@ -79,7 +86,15 @@ impl Between {
     /// call (capped at [`BrokerLog::MAX_RECORDS`]), or `None` when the
     /// thread did not answer within `wait` (stopped, or held).
     pub fn take(&self, wait: Duration) -> Option<BrokerLog> {
+        use std::sync::atomic::Ordering::SeqCst;
         let shared = &self.0;
+        // Nothing reached the broker since it last closed a command: every
+        // per-command state is as it left it (a notification of a caller
+        // that is gone is removed from the listener's queue, seccomp_unotify(2),
+        // so none can arrive for the command that ended).
+        if shared.seen.load(SeqCst) == shared.closed_at.load(SeqCst) {
+            return Some(BrokerLog::default());
+        }
         let before = shared.done.lock().ok()?.0;
         let one: u64 = 1;
         // SAFETY: writes 8 bytes to our eventfd.
@@ -100,7 +115,11 @@ impl Between {
         let mut ask = 0u64;
         // SAFETY: reads the eventfd's 8-byte counter into a local.
         unsafe { libc::read(self.0.ask.as_raw_fd(), (&mut ask as *mut u64).cast(), 8) };
+        let seen = self.0.seen.load(std::sync::atomic::Ordering::SeqCst);
         if let Ok(mut done) = self.0.done.lock() {
+            self.0
+                .closed_at
+                .store(seen, std::sync::atomic::Ordering::SeqCst);
             let handed = &mut done.1;
             for r in log.records.drain(..) {
                 handed.push(r);
@@ -410,6 +429,11 @@ fn serve(
             continue;
         }
         if fds[0].revents & libc::POLLIN != 0 {
+            // Counted before the receive (see `Between::take`).
+            between
+                .0
+                .seen
+                .fetch_add(1, std::sync::atomic::Ordering::SeqCst);
             match listener.recv() {
                 Ok(Received::Notification(n)) => {
                     let (record, fatal) = handle(listener, rules, own, &pool, &mut fifos, &n);

@@ -178,6 +178,12 @@ impl Channel {
         }
     }
 
+    /// Queues one event without waiting for it to be written (the next
+    /// [`Channel::send`] waits for both, in order).
+    fn queue(&mut self, event: &Value) {
+        self.output.send(event);
+    }
+
     /// Reads requests on a thread from now on: `approve` answers go to
     /// `approvals` as they come, the rest wait for [`Channel::next_line`].
     fn start_reading(&mut self, approvals: Option<approvals::Approvals>) {
@@ -633,7 +639,7 @@ impl Session {
                 return Ok(None);
             }
         };
-        chan.send(&with_id(
+        chan.queue(&with_id(
             id,
             json!({
                 "event": "started",

@@ -14,9 +14,9 @@
 //! ([`MAX_REQUEST`] bytes at most: the program's path, argv, environment and
 //! working directory, NUL-separated and counted, with the command's three
 //! stdio fds by `SCM_RIGHTS`), or one byte `e` (end the command now).
-//! Zygote to runner: fixed 9-byte answers (`p` + pid once the command
-//! executed, `x` + errno when it could not, `s` + wait status + how many
-//! other processes were ended). Every answer is checked by the runner and
+//! Zygote to runner: fixed 9-byte answers, one per request (`x` + errno
+//! when the command could not be executed, else `s` + its wait status +
+//! how many other processes were ended, once nothing of it is left). Every answer is checked by the runner and
 //! waited for with a bound: the zygote is inside the sandbox.
 //!
 //! Cleanup needs no cgroup: under Landlock ABI 6 signal scoping, `kill(-1,
@@ -339,23 +339,6 @@ impl Zygote {
         if let Err(e) = send_with_fds(self.sock.as_raw_fd(), &msg, &cmd.stdio) {
             return Err(self.fail(format!("sending the command: {e}")));
         }
-        let started = match self.answer(Instant::now() + ANSWER_WAIT, 9) {
-            Ok(a) => a,
-            Err(why) => return Err(self.fail(why)),
-        };
-        let value = i32::from_ne_bytes([started[1], started[2], started[3], started[4]]);
-        match started[0] {
-            b'p' if value > 0 => {}
-            b'x' => {
-                // The command never ran; its status says why.
-                return Ok(ZygoteExit {
-                    status: exec_failure_status(value),
-                    timed_out: false,
-                    others: 0,
-                });
-            }
-            _ => return Err(self.fail("the zygote's spawn answer is malformed".into())),
-        }
         let mut timed_out = false;
         let mut ended_at = None;
         loop {
@@ -391,7 +374,16 @@ impl Zygote {
                         others,
                     });
                 }
-                Ok(_) => return Err(self.fail("the zygote's exit answer is malformed".into())),
+                Ok(a) if a[0] == b'x' => {
+                    // The command never ran; its status says why.
+                    let errno = i32::from_ne_bytes([a[1], a[2], a[3], a[4]]);
+                    return Ok(ZygoteExit {
+                        status: exec_failure_status(errno),
+                        timed_out,
+                        others: 0,
+                    });
+                }
+                Ok(_) => return Err(self.fail("the zygote's answer is malformed".into())),
                 Err(_) if ended_at.is_none() && !self.run_finished() => continue,
                 Err(why) => return Err(self.fail(why)),
             }
@@ -663,8 +655,8 @@ pub fn serve() -> i32 {
             .env
             .iter()
             .filter(|kv| {
-                !kv.as_bytes()
-                    .starts_with(crate::nest::NEST_FD_ENV.as_bytes())
+                let name = kv.as_bytes().split(|&b| b == b'=').next();
+                name != Some(crate::nest::NEST_FD_ENV.as_bytes())
             })
             .map(|c| c.as_ptr())
             .collect();
@@ -710,7 +702,6 @@ pub fn serve() -> i32 {
             reply(sock, b'x', errno, 0);
             continue;
         }
-        reply(sock, b'p', pid, 0);
         let (status, others) = supervise(sock, pid, grace);
         reply(sock, b's', status, others);
     }
@@ -878,4 +869,51 @@ pub fn locate_program(
         }
         _ => RunError::NotFound(program.clone()),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn cmd<'a>(argv: &'a [OsString], env: &'a [(OsString, OsString)]) -> ZygoteCommand<'a> {
+        ZygoteCommand {
+            path: Path::new("/bin/echo"),
+            argv,
+            env,
+            cwd: Path::new("/tmp"),
+            stdio: [0, 1, 2],
+            deadline: Instant::now(),
+            grace: Duration::ZERO,
+        }
+    }
+
+    #[test]
+    fn a_request_round_trips_and_a_malformed_one_is_refused() {
+        let argv = vec![
+            OsString::from("echo"),
+            OsString::from("a b"),
+            OsString::new(),
+        ];
+        let env = vec![(OsString::from("A"), OsString::from("x=y"))];
+        let msg = encode(&cmd(&argv, &env)).unwrap();
+        let got = decode(&msg).unwrap();
+        assert_eq!(got.path.as_bytes(), b"/bin/echo");
+        assert_eq!(got.argv.len(), 3);
+        assert_eq!(got.argv[2].as_bytes(), b"");
+        assert_eq!(got.env[0].as_bytes(), b"A=x=y");
+        assert_eq!(got.cwd.as_bytes(), b"/tmp");
+        // A missing terminator, trailing fields, counts that lie, no argv.
+        assert!(decode(&msg[..msg.len() - 1]).is_none());
+        let mut more = msg.clone();
+        more.extend_from_slice(b"extra\0");
+        assert!(decode(&more).is_none());
+        assert!(decode(b"/bin/echo\x0099999999999\0").is_none());
+        assert!(decode(b"/bin/echo\x000\x000\x00/\0").is_none());
+        assert!(decode(b"").is_none());
+        // A NUL inside a string, or a request past the bound, is not sent.
+        let bad = vec![OsString::from("a\0b")];
+        assert!(encode(&cmd(&bad, &[])).is_err());
+        let big = vec![OsString::from("x".repeat(MAX_REQUEST))];
+        assert!(encode(&cmd(&big, &[])).is_err());
+    }
 }
