@@ -378,7 +378,11 @@ enum Kind {
 /// directory on the way (a nested run's write path beneath the outer run's,
 /// [`ResolvedPolicy::nested_within`]) cannot make the rule land elsewhere by
 /// turning that directory into a symlink afterwards. What it can still put
-/// there by `rename(2)` is a directory it could already write to.
+/// there by `rename(2)` is a directory it could already write to: moving an
+/// entry out of a directory needs the remove right there, which its
+/// Landlock domain grants beneath its write paths only
+/// (`LANDLOCK_ACCESS_FS_REMOVE_DIR`, `_REFER`, Documentation/userspace-api/
+/// landlock.rst; tests/tests/nested_attacks.rs has the swap refused).
 fn open_path(path: &Path) -> std::io::Result<(OwnedFd, Kind)> {
     use std::path::Component;
     let invalid = || std::io::Error::from_raw_os_error(libc::EINVAL);
