@@ -462,3 +462,31 @@ print("answered" if a.recv(15) == b"sandbox-nest 1\n" else "closed", flush=True)
         assert!(text(&out).contains("outer answered\n"), "twin: {ctx}");
     }
 }
+
+/// What a command can put on the way to a nested write path after its
+/// check, with symlinks not followed, is a directory it moves there: never
+/// one from outside its write paths (moving an entry out of a directory
+/// needs the remove right there). Twin: a move within the write path works.
+#[test]
+fn a_directory_from_outside_cannot_be_moved_beneath_the_write_path() {
+    for nobody in users() {
+        let w = shared(&["ws", "ws/a", "outside", "outside/d"]);
+        let (ws, outside) = (w.path().join("ws"), w.path().join("outside"));
+        let script = format!(
+            "mv {o}/d {ws}/d; echo moved-in=$?; mv {ws}/a {ws}/b; echo moved-within=$?",
+            o = d(&outside),
+            ws = d(&ws),
+        );
+        let out = outer(nobody)
+            .args(["run", "-q", "-w", &d(&ws), "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(!text(&out).contains("moved-in=0"), "{ctx}");
+        assert!(
+            outside.join("d").is_dir() && !ws.join("d").exists(),
+            "{ctx}"
+        );
+        assert!(text(&out).contains("moved-within=0"), "twin: {ctx}");
+    }
+}
