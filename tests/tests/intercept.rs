@@ -34,6 +34,8 @@ class H(http.server.BaseHTTPRequestHandler):
             return self.reflect()
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
+        if len(body) < n:
+            return
         if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
             while True:
                 size = int(self.rfile.readline().split(b";")[0], 16)
@@ -790,4 +792,213 @@ CMD="$SANDBOX run --approval ask --upstream-ca $D/ca.pem --allow-request 'GET ht
     assert!(!l.iter().any(|x| x.starts_with("no origin saw")), "{l:#?}");
     let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
     assert_eq!(log.matches("POST /upload").count(), 1, "{log}");
+}
+
+/// A client inside the run that sends a POST whose body carries `$TOKEN`
+/// split across two writes (and so across reads, and across chunks when
+/// chunked), after 100 kB of filler: `tls HOST:PORT` through `CONNECT`, or
+/// `plain HOST:PORT` as an absolute-form request to the proxy. `twin` sends
+/// the token with its last character changed. Prints the tag, the status
+/// line and the body's first line.
+const BODY: &str = r#"
+import os, socket, ssl, sys, time
+mode, authority, framing, path, tag = sys.argv[1:6]
+tok = os.environ["TOKEN"].encode()
+if "twin" in tag:
+    tok = tok[:-1] + (b"0" if tok[-1:] != b"0" else b"1")
+parts = [b"a" * 100000 + b"&x=" + tok[:20], tok[20:] + b"&y=1"]
+proxy = os.environ["HTTP_PROXY"].rsplit("/", 1)[1]
+host, port = proxy.rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+if mode == "tls":
+    s.sendall(("CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (authority, authority)).encode())
+    head = b""
+    while b"\r\n\r\n" not in head:
+        head += s.recv(1)
+    ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+    s = ctx.wrap_socket(s, server_hostname=authority.split(":")[0])
+    target = path
+else:
+    target = "http://%s%s" % (authority, path)
+if framing == "cl":
+    s.sendall(("POST %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nContent-Length: %d\r\n\r\n" % (target, authority, sum(map(len, parts)))).encode())
+else:
+    s.sendall(("POST %s HTTP/1.1\r\nHost: %s\r\nConnection: close\r\nTransfer-Encoding: chunked\r\n\r\n" % (target, authority)).encode())
+try:
+    for p in parts:
+        s.sendall(("%x\r\n" % len(p)).encode() + p + b"\r\n" if framing == "chunked" else p)
+        time.sleep(0.3)
+    if framing == "chunked":
+        s.sendall(b"0\r\n\r\n")
+except OSError:
+    pass
+out = b""
+while True:
+    try:
+        b = s.recv(65536)
+    except (ssl.SSLError, OSError):
+        break
+    if not b:
+        break
+    out += b
+lines = out.split(b"\r\n")
+print(tag, lines[0].decode(), "|", out.split(b"\r\n\r\n", 1)[-1].split(b"\n")[0].decode()[:300])
+"#;
+
+/// A plain HTTP origin on 127.0.0.1:8080: logs each POST it got whole.
+const PLAIN_ORIGIN: &str = r#"
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_POST(self):
+        n = int(self.headers.get("Content-Length") or 0)
+        body = self.rfile.read(n) if n else b""
+        if len(body) < n:
+            return
+        if self.headers.get("Transfer-Encoding", "").lower() == "chunked":
+            while True:
+                size = int(self.rfile.readline().split(b";")[0], 16)
+                if size == 0:
+                    self.rfile.readline()
+                    break
+                body += self.rfile.read(size)
+                self.rfile.readline()
+        out = ("plain origin saw POST %s len=%d\n" % (self.path, len(body))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+        print(out.decode().strip(), "tail=%r" % body[-60:], flush=True)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H).serve_forever()
+"#;
+
+/// A secret's placeholder in the BODY of a request to a host the secret is
+/// not for (an intercepted one, Content-Length and chunked; a plain HTTP
+/// one), split across reads and chunks after 100 kB, is refused (403 to the
+/// command), recorded as an attempted exfiltration, and the origin never
+/// gets the request whole; the twins (the token one character off; the
+/// placeholder to the secret's own host) reach the origin; root and nobody.
+#[test]
+fn a_placeholder_in_a_body_is_refused_beside_its_twins() {
+    std::fs::write(std::env::temp_dir().join("sandbox-body-client.py"), BODY).unwrap();
+    let script = r#"
+cp "$TMPDIR_BODY/sandbox-body-client.py" "$D/body.py"
+printf '%s' "$PLAIN_ORIGIN" > "$D/plain.py"
+python3 "$D/plain.py" > "$D/plain.log" 2>&1 < /dev/null &
+plain=$!
+for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8080))' 2>/dev/null && break; sleep 0.05; done
+T="real-secret-valu""e-42"
+RULES="--allow-request 'POST https://pkgs.example.com:8443/simple/**' --allow-request 'POST https://api.example.com:8443/**' --allow-net other.example.com:8080"
+INNER='for f in cl chunked; do
+python3 "$D/body.py" tls pkgs.example.com:8443 $f /simple/$f-$W "$W $f refused"
+python3 "$D/body.py" tls pkgs.example.com:8443 $f /simple/$f-twin-$W "$W $f twin"
+python3 "$D/body.py" tls api.example.com:8443 $f /v1/$f-own-$W "$W $f own host"
+python3 "$D/body.py" plain other.example.com:8080 $f /p/$f-$W "$W $f plain refused"
+python3 "$D/body.py" plain other.example.com:8080 $f /p/$f-twin-$W "$W $f plain twin"
+done'
+eval "TOKEN=$T W=root \"$SANDBOX\" run -q --report \"$D/r.json\" --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\""
+cd "$D" && eval "TOKEN=$T W=nobody $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\""
+kill $plain 2>/dev/null
+"#;
+    let script = script
+        .replace("$TMPDIR_BODY", &std::env::temp_dir().display().to_string())
+        .replace("\"$PLAIN_ORIGIN\"", &format!("'{PLAIN_ORIGIN}'"));
+    let (out, d) = in_private_net(&script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    let plain = std::fs::read_to_string(d.path().join("plain.log")).unwrap_or_default();
+    for who in ["root", "nobody"] {
+        for f in ["cl", "chunked"] {
+            has(&l, &format!("{who} {f} refused HTTP/1.1 403 Forbidden | sandbox egress proxy: refused POST https://pkgs.example.com:8443/simple/{f}-{who}: the request body carries the placeholder of the secret TOKEN, which goes only to api.example.com (attempted exfiltration"));
+            has(&l, &format!("{who} {f} plain refused HTTP/1.1 403 Forbidden | sandbox egress proxy: refused POST http://other.example.com:8080/p/{f}-{who}: the request body carries the placeholder of the secret TOKEN"));
+            // The twins reach their origins whole.
+            has(
+                &l,
+                &format!("{who} {f} twin HTTP/1.1 200 OK | origin saw POST /simple/{f}-twin-{who}"),
+            );
+            has(
+                &l,
+                &format!("{who} {f} own host HTTP/1.1 200 OK | origin saw POST /v1/{f}-own-{who}"),
+            );
+            has(&l, &format!("{who} {f} plain twin HTTP/1.1 200 OK | plain origin saw POST /p/{f}-twin-{who} len=100054"));
+            assert!(!log.contains(&format!("/simple/{f}-{who} ")), "{log}");
+            assert!(!plain.contains(&format!("/p/{f}-{who} ")), "{plain}");
+        }
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("r.json")).unwrap()).unwrap();
+    let refused = record["mediation"]["refused"].as_array().unwrap();
+    for target in [
+        "POST https://pkgs.example.com:8443/simple/cl-root",
+        "POST https://pkgs.example.com:8443/simple/chunked-root",
+    ] {
+        assert!(
+            refused.iter().any(|r| r["target"] == target
+                && r["reason"]
+                    .as_str()
+                    .unwrap()
+                    .contains("attempted exfiltration")),
+            "{target}: {record:#}"
+        );
+    }
+    assert!(
+        refused
+            .iter()
+            .filter(|r| r["target"]
+                .as_str()
+                .unwrap_or("")
+                .contains("other.example.com")
+                && r["reason"].as_str().unwrap().contains("request body"))
+            .count()
+            == 2,
+        "{record:#}"
+    );
+}
+
+/// A secret given with a port goes only to that port of its host: the
+/// value reaches the origin on 8443, the placeholder sent to the same host
+/// on another intercepted port (9443) is refused and recorded before any
+/// connection; a secret bound to a port no rule intercepts refuses the run;
+/// root and nobody.
+#[test]
+fn a_secret_given_with_a_port_goes_to_that_port_only() {
+    let script = r#"
+T="real-secret-valu""e-42"
+RULES="--allow-request 'GET https://api.example.com:8443/**' --allow-request 'GET https://api.example.com:9443/**'"
+INNER='curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/port | sed "s/^/$W bound port /"
+curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:9443/v1/port | sed "s/^/$W other port /"'
+eval "TOKEN=$T W=root \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com:8443 $RULES -- sh -c \"\$INNER\""
+cd "$D" && eval "TOKEN=$T W=nobody $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com:8443 $RULES -- sh -c \"\$INNER\""
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com:9443 --allow-request 'GET https://api.example.com:8443/**' -- true 2>&1 | sed 's/^/unbound /'
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    for who in ["root", "nobody"] {
+        has(
+            &l,
+            &format!(
+                "{who} bound port origin saw GET /v1/port host=api.example.com:8443 auth=Bearer {}",
+                "*".repeat(20)
+            ),
+        );
+        has(&l, &format!("{who} other port sandbox egress proxy: refused GET https://api.example.com:9443/v1/port: the request carries the placeholder of the secret TOKEN, which goes only to api.example.com:8443 (attempted exfiltration)"));
+    }
+    has(&l, "unbound sandbox: ");
+    has(
+        &l,
+        "is for api.example.com:9443, which no request rule names",
+    );
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert_eq!(
+        log.matches(
+            "origin saw GET /v1/port host=api.example.com:8443 auth=Bearer real-secret-value-42"
+        )
+        .count(),
+        2,
+        "{log}"
+    );
 }

@@ -727,12 +727,23 @@ impl SecretSpec {
             let (h, port) = match host.rsplit_once(':') {
                 Some((h, p)) => (
                     h,
-                    p.parse::<u16>()
-                        .map_err(|_| bad(format!("bad port in {host:?}")))?,
+                    Some(
+                        p.parse::<u16>()
+                            .ok()
+                            .filter(|p| *p != 0)
+                            .ok_or_else(|| bad(format!("bad port in {host:?}")))?,
+                    ),
                 ),
-                None => (host, 443),
+                None => (host, None),
             };
-            let h = parse_host_name(h, port).map_err(|why| bad(format!("{host:?}: {why}")))?;
+            let name = parse_host_name(h, port.unwrap_or(443))
+                .map_err(|why| bad(format!("{host:?}: {why}")))?;
+            // A port given binds the secret to that port of the host; none,
+            // to every intercepted port of it.
+            let h = match port {
+                Some(port) => format!("{name}:{port}"),
+                None => name,
+            };
             if !list.contains(&h) {
                 list.push(h);
             }
@@ -754,7 +765,8 @@ impl SecretSpec {
         &self.source
     }
 
-    /// The hosts (lower case) whose requests may carry it.
+    /// The hosts (lower case) whose requests may carry it: `HOST` (every
+    /// intercepted port of it) or `HOST:PORT` (that port only).
     pub fn hosts(&self) -> &[String] {
         &self.hosts
     }
@@ -1008,6 +1020,12 @@ mod tests {
         let s: SecretSpec = "GH_TOKEN@github.example,API.example.com".parse().unwrap();
         assert_eq!(s.name(), "GH_TOKEN");
         assert_eq!(s.hosts(), ["github.example", "api.example.com"]);
+        // A port binds: kept, beside the same host without one.
+        let s: SecretSpec = "T@API.example.com:8443,api.example.com".parse().unwrap();
+        assert_eq!(s.hosts(), ["api.example.com:8443", "api.example.com"]);
+        assert_eq!(s.to_string(), "T@api.example.com:8443,api.example.com");
+        assert!("T@api.example.com:0".parse::<SecretSpec>().is_err());
+        assert!("T@api.example.com:x".parse::<SecretSpec>().is_err());
         assert_eq!(s.source(), &SecretSource::Env);
         let s: SecretSpec = "T=file:/run/keys/t@x@h.example".parse().unwrap();
         assert_eq!(s.source(), &SecretSource::File("/run/keys/t@x".into()));

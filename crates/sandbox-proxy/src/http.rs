@@ -355,10 +355,245 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
     if upstream.write_all(&first).is_err() {
         return;
     }
+    // With secrets, no placeholder goes in the body either (no secret
+    // goes over plain HTTP).
+    #[cfg(target_os = "linux")]
+    if let Some(interception) = &slot.shared.opts.interception {
+        if let Some(guard) = crate::intercept::BodyGuard::new(interception.inner.secrets().iter()) {
+            // A chunked body is also watched as the origin reads it (the
+            // chunks joined), where a placeholder split by a chunk's
+            // framing stands whole.
+            let chunked = head.headers.iter().any(|(n, v)| {
+                n.eq_ignore_ascii_case("transfer-encoding")
+                    && String::from_utf8_lossy(v)
+                        .to_ascii_lowercase()
+                        .contains("chunked")
+            });
+            let mut watch = Watch {
+                raw: guard,
+                joined: chunked
+                    .then(|| crate::intercept::BodyGuard::new(interception.inner.secrets().iter()))
+                    .flatten()
+                    .map(|g| (Dechunk::Size(Vec::new()), g)),
+            };
+            // The head was checked with the bytes after it: they start the body.
+            let _ = watch.check(&head.rest);
+            let shown = format!("{} http://{authority}{path}", head.method);
+            return relay_guarded(slot, client, upstream, watch, &target, &head.method, &shown);
+        }
+    }
     // The body (framed by the client's Content-Length or chunking) and
     // the response are relayed as bytes: everything goes to the one
     // destination admitted, and the origin closes after its response.
     relay(slot, client, upstream);
+}
+
+/// What a plain HTTP relay watches: the client's bytes as sent, and, for a
+/// chunked body, its data joined.
+#[cfg(target_os = "linux")]
+struct Watch<'a> {
+    raw: crate::intercept::BodyGuard<'a>,
+    joined: Option<(Dechunk, crate::intercept::BodyGuard<'a>)>,
+}
+
+#[cfg(target_os = "linux")]
+impl<'a> Watch<'a> {
+    fn check(&mut self, bytes: &[u8]) -> Result<(), &'a crate::Secret> {
+        self.raw.check(bytes)?;
+        if let Some((dechunk, guard)) = &mut self.joined {
+            dechunk.feed(bytes, &mut |data| guard.check(data))?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a chunked body stands, read as bytes arrive.
+#[cfg(target_os = "linux")]
+enum Dechunk {
+    /// In a chunk-size line (read so far).
+    Size(Vec<u8>),
+    /// In a chunk's data: bytes left.
+    Data(u64),
+    /// In the CRLF after a chunk's data: bytes left.
+    DataEnd(u8),
+    /// After the last chunk, or framing not understood: bytes as they are.
+    Raw,
+}
+
+#[cfg(target_os = "linux")]
+impl Dechunk {
+    /// Gives `data` each run of body data in `bytes` (everything after the
+    /// last chunk, or once the framing is not understood, as it is).
+    fn feed<E>(
+        &mut self,
+        mut bytes: &[u8],
+        data: &mut impl FnMut(&[u8]) -> Result<(), E>,
+    ) -> Result<(), E> {
+        while !bytes.is_empty() {
+            match self {
+                Dechunk::Raw => return data(bytes),
+                Dechunk::Data(left) => {
+                    let take = usize::try_from(*left)
+                        .unwrap_or(usize::MAX)
+                        .min(bytes.len());
+                    data(&bytes[..take])?;
+                    bytes = &bytes[take..];
+                    *left -= take as u64;
+                    if *left == 0 {
+                        *self = Dechunk::DataEnd(2);
+                    }
+                }
+                Dechunk::DataEnd(left) => {
+                    let take = usize::from(*left).min(bytes.len());
+                    bytes = &bytes[take..];
+                    *left -= take as u8;
+                    if *left == 0 {
+                        *self = Dechunk::Size(Vec::new());
+                    }
+                }
+                Dechunk::Size(line) => {
+                    let end = bytes.iter().position(|&b| b == b'\n');
+                    let take = end.map_or(bytes.len(), |i| i + 1);
+                    line.extend_from_slice(&bytes[..take]);
+                    bytes = &bytes[take..];
+                    if line.len() > 4096 {
+                        *self = Dechunk::Raw;
+                    } else if end.is_some() {
+                        let digits: Vec<u8> = line
+                            .iter()
+                            .copied()
+                            .take_while(u8::is_ascii_hexdigit)
+                            .collect();
+                        let size = std::str::from_utf8(&digits)
+                            .ok()
+                            .and_then(|d| u64::from_str_radix(d, 16).ok());
+                        *self = match size {
+                            Some(0) | None => Dechunk::Raw,
+                            Some(n) => Dechunk::Data(n),
+                        };
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// [`relay`], the client's bytes watched for a secret's placeholder: the
+/// read that completes one is not sent; the origin's connection is cut
+/// there (the request never completes), the refusal recorded, and the
+/// client answered 403 when no response byte reached it yet.
+#[cfg(target_os = "linux")]
+fn relay_guarded(
+    slot: &Slot,
+    client: TcpStream,
+    upstream: TcpStream,
+    mut guard: Watch<'_>,
+    target: &Target,
+    method: &str,
+    shown: &str,
+) {
+    use std::io::Read;
+    slot.track(&upstream);
+    let _ = client.set_read_timeout(None);
+    let (Ok(mut from_client), Ok(mut to_upstream)) = (client.try_clone(), upstream.try_clone())
+    else {
+        return;
+    };
+    let caught = std::sync::atomic::AtomicBool::new(false);
+    let (found, relayed) = std::thread::scope(|scope| {
+        let caught = &caught;
+        let up = std::thread::Builder::new()
+            .name("sandbox-proxy-relay".into())
+            .stack_size(128 * 1024)
+            .spawn_scoped(scope, move || {
+                let mut buf = vec![0u8; 64 * 1024];
+                loop {
+                    let n = match from_client.read(&mut buf) {
+                        Ok(0) => {
+                            let _ = to_upstream.shutdown(Shutdown::Write);
+                            return None;
+                        }
+                        Ok(n) => n,
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                        Err(_) => break,
+                    };
+                    if let Err(secret) = guard.check(&buf[..n]) {
+                        caught.store(true, std::sync::atomic::Ordering::SeqCst);
+                        let _ = to_upstream.shutdown(Shutdown::Both);
+                        return Some((secret.name().to_string(), secret.hosts().join(", ")));
+                    }
+                    if to_upstream.write_all(&buf[..n]).is_err() {
+                        break;
+                    }
+                }
+                let _ = from_client.shutdown(Shutdown::Both);
+                let _ = to_upstream.shutdown(Shutdown::Both);
+                None
+            });
+        let Ok(up) = up else {
+            return (None, 1);
+        };
+        // The origin's answer, on this thread.
+        let (mut upstream, mut client) = (&upstream, &client);
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut relayed = 0u64;
+        let ended: io::Result<()> = loop {
+            match upstream.read(&mut buf) {
+                Ok(0) => break Ok(()),
+                Ok(n) => {
+                    if let Err(e) = client.write_all(&buf[..n]) {
+                        break Err(e);
+                    }
+                    relayed += n as u64;
+                }
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => break Err(e),
+            }
+        };
+        // As `relay` does, unless the client is to be answered 403.
+        if !caught.load(std::sync::atomic::Ordering::SeqCst) {
+            if ended.is_ok() {
+                let _ = client.shutdown(Shutdown::Write);
+            } else {
+                let _ = client.shutdown(Shutdown::Both);
+                let _ = upstream.shutdown(Shutdown::Both);
+            }
+        }
+        let found = up.join().unwrap_or_default();
+        (found, relayed)
+    });
+    let Some((name, hosts)) = found else {
+        return;
+    };
+    let why = format!(
+        "the request body carries the placeholder of the secret {name}, which goes only to \
+         {hosts} (attempted exfiltration; the request was cut off before it)"
+    );
+    let (host, port) = match &target.host {
+        crate::target::Host::Name(name) => (name.clone(), target.port),
+        crate::target::Host::Ip(ip) => (ip.to_string(), target.port),
+    };
+    slot.shared.refuse(crate::Refused {
+        host,
+        port,
+        reason: crate::RefusalReason::Request {
+            method: method.to_string(),
+            path: String::new(),
+            why: why.clone(),
+            admit_with: None,
+        },
+    });
+    if relayed == 0 {
+        answer(
+            client,
+            403,
+            "Forbidden",
+            &format!("sandbox egress proxy: refused {shown}: {why}"),
+        );
+    } else {
+        let _ = client.shutdown(Shutdown::Both);
+    }
 }
 
 #[cfg(test)]
@@ -382,6 +617,24 @@ mod tests {
                 .map(|h| (h.name.into(), h.value.to_vec()))
                 .collect(),
             rest: raw.as_bytes()[n..].to_vec(),
+        }
+    }
+
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn chunked_bodies_are_joined_as_the_origin_reads_them() {
+        let raw = b"5;ext=1\r\nhello\r\n3\r\n wo\r\n2\r\nrl\r\n1\r\nd\r\n0\r\nT: x\r\n\r\n";
+        for cut in 0..=raw.len() {
+            let mut d = Dechunk::Size(Vec::new());
+            let mut out = Vec::new();
+            let mut take = |b: &[u8]| -> Result<(), ()> {
+                out.extend_from_slice(b);
+                Ok(())
+            };
+            d.feed(&raw[..cut], &mut take).unwrap();
+            d.feed(&raw[cut..], &mut take).unwrap();
+            // After the last chunk, the trailers as they are.
+            assert_eq!(out, b"hello worldT: x\r\n\r\n", "cut at {cut}");
         }
     }
 

@@ -489,7 +489,7 @@ fn exchange(
             return false;
         }
     };
-    if let Some(refused) = placeholder_refusal(&head, interceptor, &host) {
+    if let Some(refused) = placeholder_refusal(&head, interceptor, &host, port) {
         let path = head.target.split('?').next().unwrap_or("");
         let shown = format!("{} {}", head.method, url(&host, port, path));
         record(slot, &host, port, &head.method, path, &refused);
@@ -546,7 +546,12 @@ fn approved_rule(
 
 /// A request that carries a secret's placeholder where it may not go: in
 /// its target, or in a header to a host the secret is not for.
-fn placeholder_refusal(head: &Head, interceptor: &Interceptor, host: &str) -> Option<Refusal> {
+fn placeholder_refusal(
+    head: &Head,
+    interceptor: &Interceptor,
+    host: &str,
+    port: u16,
+) -> Option<Refusal> {
     if let Some(secret) = interceptor.placeholder_in(head.target.as_bytes()) {
         return Some(refusal(
             403,
@@ -565,7 +570,7 @@ fn placeholder_refusal(head: &Head, interceptor: &Interceptor, host: &str) -> Op
         else {
             continue;
         };
-        if !secret.hosts().iter().any(|h| h == host)
+        if !super::goes_to(secret, host, port)
             || interceptor.placeholder_in(name.as_bytes()).is_some()
         {
             return Some(refusal(
@@ -629,7 +634,7 @@ fn origin_head(head: &Head, host: &str, port: u16, target: &str, secrets: &[Secr
         }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
-        out.extend_from_slice(&super::inject(value, secrets, host));
+        out.extend_from_slice(&super::inject(value, secrets, host, port));
         out.extend_from_slice(b"\r\n");
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
@@ -660,20 +665,99 @@ fn connect_origin(
     Ok(tls)
 }
 
-/// Copies exactly `n` bytes of the client's body to the origin.
+/// Why a request body was not sent whole.
+enum BodyStop {
+    /// The client or the origin failed (the connection ends).
+    Io,
+    /// It carried this secret's placeholder, which may not go to the origin.
+    Placeholder(String, Vec<String>),
+}
+
+impl From<io::Error> for BodyStop {
+    fn from(_: io::Error) -> Self {
+        BodyStop::Io
+    }
+}
+
+/// Where a request body goes: the origin, framed as the client framed it
+/// (`Content-Length` bytes as they are, or re-encoded chunks), through the
+/// placeholder guard when some secret may not go there.
+struct BodySink<'a> {
+    origin: &'a mut OriginTls,
+    chunked: bool,
+    guard: Option<super::BodyGuard<'a>>,
+    /// What the guard passes on (reused).
+    out: Vec<u8>,
+}
+
+impl BodySink<'_> {
+    fn data(&mut self, bytes: &[u8]) -> Result<(), BodyStop> {
+        match &mut self.guard {
+            None => write_piece(self.origin, self.chunked, bytes)?,
+            Some(guard) => {
+                guard.pass(bytes, &mut self.out).map_err(|secret| {
+                    BodyStop::Placeholder(secret.name().to_string(), secret.hosts().to_vec())
+                })?;
+                write_piece(self.origin, self.chunked, &self.out)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn end(&mut self) -> Result<(), BodyStop> {
+        if let Some(guard) = &mut self.guard {
+            let rest = guard.finish();
+            write_piece(self.origin, self.chunked, &rest)?;
+        }
+        if self.chunked {
+            self.origin.write_all(b"0\r\n\r\n")?;
+        }
+        Ok(())
+    }
+}
+
+/// Writes body bytes to the origin (as one chunk when `chunked`).
+fn write_piece(origin: &mut OriginTls, chunked: bool, bytes: &[u8]) -> io::Result<()> {
+    if bytes.is_empty() {
+        return Ok(());
+    }
+    if chunked {
+        let mut framed = Vec::with_capacity(bytes.len() + 20);
+        framed.extend_from_slice(format!("{:x}\r\n", bytes.len()).as_bytes());
+        framed.extend_from_slice(bytes);
+        framed.extend_from_slice(b"\r\n");
+        origin.write_all(&framed)
+    } else {
+        origin.write_all(bytes)
+    }
+}
+
+/// Copies exactly `n` bytes of the client's body to `sink`.
 fn copy_length(
     client: &mut Buffered<ClientTls>,
-    origin: &mut OriginTls,
+    sink: &mut BodySink<'_>,
     mut n: u64,
-) -> io::Result<()> {
+) -> Result<(), BodyStop> {
     while n > 0 {
-        if client.buf.is_empty() && client.fill()? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+        if client.buf.is_empty() {
+            // Straight from the read buffer, no copy into `buf`.
+            let got = client.read_chunk()?;
+            if got == 0 {
+                return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
+            }
+            let take = usize::try_from(n).unwrap_or(usize::MAX).min(got);
+            sink.data(&client.chunk[..take])?;
+            if take < got {
+                let rest = client.chunk[take..got].to_vec();
+                client.buf.extend_from_slice(&rest);
+            }
+            n -= take as u64;
+            continue;
         }
         let take = usize::try_from(n)
             .unwrap_or(usize::MAX)
             .min(client.buf.len());
-        origin.write_all(&client.buf[..take])?;
+        sink.data(&client.buf[..take])?;
         client.buf.drain(..take);
         n -= take as u64;
     }
@@ -691,7 +775,7 @@ fn need(client: &mut Buffered<ClientTls>, len: usize) -> io::Result<()> {
 
 /// Copies a chunked body, re-encoding each chunk's size line (extensions
 /// dropped); trailers are refused.
-fn copy_chunked(client: &mut Buffered<ClientTls>, origin: &mut OriginTls) -> io::Result<()> {
+fn copy_chunked(client: &mut Buffered<ClientTls>, sink: &mut BodySink<'_>) -> Result<(), BodyStop> {
     let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
     loop {
         let (used, size) = loop {
@@ -699,13 +783,13 @@ fn copy_chunked(client: &mut Buffered<ClientTls>, origin: &mut OriginTls) -> io:
                 Ok(httparse::Status::Complete(parsed)) => break parsed,
                 Ok(httparse::Status::Partial) => {
                     if client.buf.len() > 1024 {
-                        return Err(bad("a chunk size line too long"));
+                        return Err(bad("a chunk size line too long").into());
                     }
                     if client.fill()? == 0 {
-                        return Err(io::ErrorKind::UnexpectedEof.into());
+                        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
                     }
                 }
-                Err(_) => return Err(bad("a malformed chunk size")),
+                Err(_) => return Err(bad("a malformed chunk size").into()),
             }
         };
         plain_crlf(&client.buf[..used]).map_err(|e| bad(&e))?;
@@ -713,19 +797,17 @@ fn copy_chunked(client: &mut Buffered<ClientTls>, origin: &mut OriginTls) -> io:
         if size == 0 {
             need(client, 2)?;
             if &client.buf[..2] != b"\r\n" {
-                return Err(bad("chunked trailers are not forwarded"));
+                return Err(bad("chunked trailers are not forwarded").into());
             }
             client.buf.drain(..2);
-            return origin.write_all(b"0\r\n\r\n");
+            return Ok(());
         }
-        origin.write_all(format!("{size:x}\r\n").as_bytes())?;
-        copy_length(client, origin, size)?;
+        copy_length(client, sink, size)?;
         need(client, 2)?;
         if &client.buf[..2] != b"\r\n" {
-            return Err(bad("a chunk not followed by CRLF"));
+            return Err(bad("a chunk not followed by CRLF").into());
         }
         client.buf.drain(..2);
-        origin.write_all(b"\r\n")?;
     }
 }
 
@@ -889,12 +971,51 @@ fn forward(
     {
         return false;
     }
+    // A secret's placeholder may not go in the body to a host the secret
+    // is not for. The head left already: on finding one the origin's
+    // connection is dropped mid-body (the request never completes there)
+    // and the client answered 403.
+    let guard = super::BodyGuard::new(
+        interceptor
+            .secrets()
+            .iter()
+            .filter(|s| !super::goes_to(s, host, port)),
+    );
+    let mut sink = BodySink {
+        origin: &mut origin,
+        chunked: matches!(body, Body::Chunked),
+        guard,
+        out: Vec::new(),
+    };
     let sent = match body {
         Body::None => Ok(()),
-        Body::Length(n) => copy_length(client, &mut origin, n),
-        Body::Chunked => copy_chunked(client, &mut origin),
-    };
-    if sent.and_then(|()| origin.flush()).is_err() {
+        Body::Length(n) => copy_length(client, &mut sink, n),
+        Body::Chunked => copy_chunked(client, &mut sink),
+    }
+    .and_then(|()| sink.end());
+    match sent {
+        Ok(()) => {}
+        Err(BodyStop::Io) => return false,
+        Err(BodyStop::Placeholder(name, hosts)) => {
+            let _ = origin.sock.shutdown(std::net::Shutdown::Both);
+            drop(origin);
+            let refused = refusal(
+                403,
+                "Forbidden",
+                format!(
+                    "the request body carries the placeholder of the secret {name}, which goes \
+                     only to {} (attempted exfiltration; the request was cut off before it)",
+                    hosts.join(", ")
+                ),
+            );
+            let path = head.target.split('?').next().unwrap_or("");
+            let shown = format!("{} {}", head.method, url(host, port, path));
+            record(slot, host, port, &head.method, path, &refused);
+            answer(&mut client.stream, &refused, &shown);
+            return false;
+        }
+    }
+    if origin.flush().is_err() {
         return false;
     }
     let mut origin = Buffered::new(origin);
@@ -906,9 +1027,12 @@ fn forward(
     });
     let mut scrub = super::Scrub::new(
         interceptor.secrets(),
-        head.headers
-            .iter()
-            .map(|(_, v)| (v.as_slice(), super::inject(v, interceptor.secrets(), host))),
+        head.headers.iter().map(|(_, v)| {
+            (
+                v.as_slice(),
+                super::inject(v, interceptor.secrets(), host, port),
+            )
+        }),
     );
     relay_response(
         &mut origin,
@@ -1060,16 +1184,16 @@ mod tests {
         let secrets = vec![secret];
         let bearer = format!("Bearer {p}");
         assert_eq!(
-            super::super::inject(bearer.as_bytes(), &secrets, "api.example.com"),
+            super::super::inject(bearer.as_bytes(), &secrets, "api.example.com", 443),
             b"Bearer s3cret"
         );
         assert_eq!(
-            super::super::inject(bearer.as_bytes(), &secrets, "pkgs.example.com"),
+            super::super::inject(bearer.as_bytes(), &secrets, "pkgs.example.com", 443),
             bearer.as_bytes()
         );
         let b64 = base64::engine::general_purpose::STANDARD;
         let basic = format!("Basic {}", b64.encode(format!("user:{p}")));
-        let injected = super::super::inject(basic.as_bytes(), &secrets, "api.example.com");
+        let injected = super::super::inject(basic.as_bytes(), &secrets, "api.example.com", 443);
         assert_eq!(
             injected,
             format!("Basic {}", b64.encode("user:s3cret")).into_bytes()

@@ -131,6 +131,97 @@ impl Interceptor {
     }
 }
 
+/// Whether `secret` may go to `host:port`: a host the secret names with a
+/// port means that port only; one named without a port, every intercepted
+/// port of that host.
+pub(crate) fn goes_to(secret: &Secret, host: &str, port: u16) -> bool {
+    secret.hosts().iter().any(|h| match h.rsplit_once(':') {
+        Some((name, p)) => name == host && p.parse::<u16>().ok() == Some(port),
+        None => h == host,
+    })
+}
+
+/// Watches a request body streamed to an origin for the placeholders of
+/// the secrets that may not go there, across reads and chunks: the last
+/// bytes that could begin a placeholder are held back until the next read
+/// shows they do not, so no whole placeholder ever leaves. At the body's
+/// end those bytes go (they are not a whole placeholder).
+pub(crate) struct BodyGuard<'a> {
+    finders: Vec<(memchr::memmem::Finder<'a>, &'a Secret)>,
+    /// How many bytes may begin a placeholder (the longest, less one).
+    hold: usize,
+    /// Bytes read and not yet passed on.
+    carry: Vec<u8>,
+}
+
+impl<'a> BodyGuard<'a> {
+    /// A guard for `watched` (the secrets that may not go where the body
+    /// goes); `None` when there is none, and the body passes untouched.
+    pub(crate) fn new(watched: impl Iterator<Item = &'a Secret>) -> Option<BodyGuard<'a>> {
+        let finders: Vec<_> = watched
+            .filter(|s| !s.placeholder().is_empty())
+            .map(|s| (memchr::memmem::Finder::new(s.placeholder().as_bytes()), s))
+            .collect();
+        let hold = finders.iter().map(|(f, _)| f.needle().len()).max()? - 1;
+        Some(BodyGuard {
+            finders,
+            hold,
+            carry: Vec::with_capacity(64 * 1024 + hold),
+        })
+    }
+
+    /// Takes `more` body bytes: `out` gets those that may go now (the ones
+    /// held back before first), or the secret whose placeholder they carry.
+    pub(crate) fn pass(&mut self, more: &[u8], out: &mut Vec<u8>) -> Result<(), &'a Secret> {
+        self.carry.extend_from_slice(more);
+        if let Some((_, secret)) = self
+            .finders
+            .iter()
+            .find(|(f, _)| f.find(&self.carry).is_some())
+        {
+            return Err(secret);
+        }
+        let emit = self.carry.len() - self.hold.min(self.carry.len());
+        out.clear();
+        out.extend_from_slice(&self.carry[emit..]);
+        self.carry.truncate(emit);
+        std::mem::swap(out, &mut self.carry);
+        Ok(())
+    }
+
+    /// The bytes still held back, at the body's end.
+    pub(crate) fn finish(&mut self) -> Vec<u8> {
+        std::mem::take(&mut self.carry)
+    }
+
+    /// For a stream whose end the proxy does not know (a plain HTTP
+    /// relay): whether `more`, after what went before, completes a
+    /// placeholder. Nothing is held back (holding could stall a request
+    /// whose body ends there), so the bytes before `more`, which may begin
+    /// the placeholder, may have gone; the read that completes it never
+    /// does.
+    pub(crate) fn check(&mut self, more: &[u8]) -> Result<(), &'a Secret> {
+        let head = &more[..self.hold.min(more.len())];
+        self.carry.extend_from_slice(head);
+        let found = self
+            .finders
+            .iter()
+            .find(|(f, _)| f.find(&self.carry).is_some() || f.find(more).is_some());
+        if let Some((_, secret)) = found {
+            return Err(secret);
+        }
+        if more.len() >= self.hold {
+            self.carry.clear();
+            self.carry
+                .extend_from_slice(&more[more.len() - self.hold..]);
+        } else {
+            let drop = self.carry.len().saturating_sub(self.hold);
+            self.carry.drain(..drop);
+        }
+        Ok(())
+    }
+}
+
 /// Whether `hay` holds `needle`, as is or in a `Basic` credential (base64).
 pub(crate) fn carries(hay: &[u8], needle: &[u8]) -> bool {
     contains(hay, needle) || basic(hay).is_some_and(|decoded| contains(&decoded, needle))
@@ -153,14 +244,11 @@ pub(crate) fn basic(value: &[u8]) -> Option<Vec<u8>> {
         .ok()
 }
 
-/// `value` with every placeholder of `secrets` for `host` replaced by its
+/// `value` with every placeholder of `secrets` for `host:port` replaced by its
 /// value (inside a `Basic` credential too).
-pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str) -> Vec<u8> {
+pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str, port: u16) -> Vec<u8> {
     use base64::Engine;
-    let ours: Vec<&Secret> = secrets
-        .iter()
-        .filter(|s| s.hosts().iter().any(|h| h == host))
-        .collect();
+    let ours: Vec<&Secret> = secrets.iter().filter(|s| goes_to(s, host, port)).collect();
     let replace = |bytes: &[u8]| -> Vec<u8> {
         let mut out = bytes.to_vec();
         for s in &ours {
@@ -298,7 +386,7 @@ mod tests {
         let b64 = base64::engine::general_purpose::STANDARD;
         let basic = format!("Basic {}", b64.encode(format!("me:{p}")));
         let secrets = vec![secret];
-        let injected = inject(basic.as_bytes(), &secrets, "api.example.com");
+        let injected = inject(basic.as_bytes(), &secrets, "api.example.com", 443);
         let sent = [(basic.as_bytes(), injected.clone())];
         let scrub = Scrub::new(&secrets, sent.iter().map(|(o, i)| (*o, i.clone())));
         assert_eq!(
@@ -335,5 +423,69 @@ mod tests {
         let mut none = Scrub::new(&[], std::iter::empty());
         assert!(none.is_empty());
         assert_eq!(none.body(b"s3cret-value"), b"s3cret-value");
+    }
+
+    #[test]
+    fn body_placeholders_are_found_across_reads_and_none_leaves_whole() {
+        let api: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secret = Secret::new(&api, b"v".to_vec()).unwrap();
+        let p = secret.placeholder().to_string();
+        let secrets = [secret];
+        let body = format!("a=1&token={p}&b=2");
+        for cut in 0..=body.len() {
+            let mut guard = BodyGuard::new(secrets.iter()).unwrap();
+            let mut sent = Vec::new();
+            let mut out = Vec::new();
+            let first = guard.pass(&body.as_bytes()[..cut], &mut out);
+            sent.extend_from_slice(&out);
+            let found = first.is_err() || guard.pass(&body.as_bytes()[cut..], &mut out).is_err();
+            assert!(found, "cut at {cut}");
+            if first.is_ok() {
+                // What went before it: never the whole placeholder.
+                assert!(!String::from_utf8_lossy(&sent).contains(&p), "cut at {cut}");
+                assert!(body.as_bytes().starts_with(&sent));
+            }
+        }
+        // One byte at a time.
+        let mut guard = BodyGuard::new(secrets.iter()).unwrap();
+        let mut out = Vec::new();
+        let mut sent = Vec::new();
+        let mut found = false;
+        for b in body.as_bytes() {
+            if guard.pass(std::slice::from_ref(b), &mut out).is_err() {
+                found = true;
+                break;
+            }
+            sent.extend_from_slice(&out);
+        }
+        assert!(found && !String::from_utf8_lossy(&sent).contains(&p));
+        // The twin: a body without it passes whole, in order, split anywhere.
+        let plain = format!("a=1&token={}&b=2", &p[..p.len() - 1]);
+        for cut in 0..=plain.len() {
+            let mut guard = BodyGuard::new(secrets.iter()).unwrap();
+            let mut sent = Vec::new();
+            let mut out = Vec::new();
+            guard.pass(&plain.as_bytes()[..cut], &mut out).unwrap();
+            sent.extend_from_slice(&out);
+            guard.pass(&plain.as_bytes()[cut..], &mut out).unwrap();
+            sent.extend_from_slice(&out);
+            sent.extend(guard.finish());
+            assert_eq!(sent, plain.as_bytes());
+        }
+        // Nothing watched: no guard.
+        assert!(BodyGuard::new(std::iter::empty()).is_none());
+    }
+
+    #[test]
+    fn a_secret_named_with_a_port_goes_to_that_port_only() {
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com:8443,pkgs.example.com"
+            .parse()
+            .unwrap();
+        let secret = Secret::new(&spec, b"v".to_vec()).unwrap();
+        assert!(goes_to(&secret, "api.example.com", 8443));
+        assert!(!goes_to(&secret, "api.example.com", 443));
+        assert!(goes_to(&secret, "pkgs.example.com", 443));
+        assert!(goes_to(&secret, "pkgs.example.com", 8443));
+        assert!(!goes_to(&secret, "other.example.com", 8443));
     }
 }
