@@ -490,3 +490,32 @@ fn a_directory_from_outside_cannot_be_moved_beneath_the_write_path() {
         assert!(text(&out).contains("moved-within=0"), "twin: {ctx}");
     }
 }
+
+/// The working directory is entered through the fd the runner opened, and
+/// a relative program with a slash (`./s.sh`, a script) still runs from it
+/// (named through `/proc/self/fd`, its interpreter could not open it once
+/// the fd is closed on exec); `pwd -P` there shows the real directory.
+#[test]
+fn a_nested_run_runs_a_relative_script_in_its_working_directory() {
+    for nobody in users() {
+        let w = shared(&["dir"]);
+        let dir = w.path().join("dir");
+        let script = dir.join("s.sh");
+        std::fs::write(&script, "#!/bin/sh\necho script-ran \"$(pwd -P)\"\n").unwrap();
+        std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let out = outer(nobody)
+            .current_dir(&dir)
+            .args(["run", "-q", "--"])
+            .arg(sandbox_bin())
+            .args(["run", "-q", "--", "./s.sh"])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        let real = std::fs::canonicalize(&dir).unwrap();
+        assert!(
+            text(&out).contains(&format!("script-ran {}\n", real.display())),
+            "{ctx}"
+        );
+        assert_eq!(out.status.code(), Some(0), "{ctx}");
+    }
+}

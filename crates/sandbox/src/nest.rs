@@ -1019,7 +1019,21 @@ mod imp {
                 }
                 None => None,
             };
-            let argv: Vec<OsString> = wire.argv.into_iter().map(os).collect();
+            let mut argv: Vec<OsString> = wire.argv.into_iter().map(os).collect();
+            // A relative program with a slash is looked up beneath the
+            // working directory: through the directory opened above, by the
+            // path it has now (the launch would name it through
+            // `/proc/self/fd`, which is closed when the program runs, and a
+            // script's interpreter could not open it). Run by that path
+            // without capabilities, it reaches only what the command can.
+            if let (Some(at), Some(program)) = (&cwd, argv.first_mut()) {
+                let relative = !std::path::Path::new(program).is_absolute();
+                if relative && program.as_encoded_bytes().contains(&b'/') {
+                    if let Ok(dir) = std::fs::read_link(at) {
+                        *program = dir.join(&*program).into_os_string();
+                    }
+                }
+            }
             let mut req = RunRequest::new(argv, Some(policy));
             req.cwd = cwd;
             req.env = Some(wire.env.into_iter().map(|(k, v)| (os(k), os(v))).collect());
