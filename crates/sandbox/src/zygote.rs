@@ -690,20 +690,20 @@ pub fn serve() -> i32 {
             reply(sock, b'x', libc::EAGAIN, 0);
             continue;
         }
+        let (status, others) = supervise(sock, pid, grace);
+        // Read once the command and all it left are reaped, so without
+        // waiting: every copy of the write end is closed (at exec, or at
+        // the child's exit); 4 bytes mean the exec failed.
         let mut errno = 0i32;
-        // SAFETY: reads at most 4 bytes into a local; EOF means exec.
+        // SAFETY: reads at most 4 bytes into a local.
         let got = unsafe { libc::read(errpipe[0], (&mut errno as *mut i32).cast(), 4) };
         // SAFETY: closes the read end.
         unsafe { libc::close(errpipe[0]) };
         if got == 4 {
-            let mut st = 0;
-            // SAFETY: reaps our own child.
-            unsafe { libc::waitpid(pid, &mut st, 0) };
             reply(sock, b'x', errno, 0);
-            continue;
+        } else {
+            reply(sock, b's', status, others);
         }
-        let (status, others) = supervise(sock, pid, grace);
-        reply(sock, b's', status, others);
     }
 }
 
