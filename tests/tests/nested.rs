@@ -850,3 +850,44 @@ fn a_nested_run_ended_from_outside_is_recorded_as_cancelled() {
         }
     }
 }
+
+/// A stop signal to the outer `sandbox run` reaches a nested command once:
+/// through the nested run's own `sandbox run` (in the outer command's
+/// process group), which passes it on, and not a second time from the
+/// outer runner's own stop handling. Shown with a nested `sandbox run`
+/// that ignores SIGINT: its command gets none (pre-fix: the outer runner
+/// sent it one); twin: one that does not ignore it passes it on.
+#[test]
+fn a_stop_signal_to_the_outer_run_reaches_the_nested_command_once() {
+    for nobody in users() {
+        for ignored in [false, true] {
+            let w = shared(&[]);
+            let (ready, got) = (w.path().join("ready"), w.path().join("got"));
+            let script = format!(
+                "{trap}{sb} run -w {w} -- sh -c 'trap \"echo int >> {got}\" INT; \
+                 echo $$ > {ready}; while :; do sleep 0.05; done'",
+                trap = if ignored { "trap '' INT; " } else { "" },
+                sb = sb(),
+                w = d(w.path()),
+                got = d(&got),
+                ready = d(&ready),
+            );
+            let mut child = outer(nobody)
+                .args(["run", "-w", &d(w.path()), "--", "sh", "-c", &script])
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap();
+            wait_for_file(&ready, &mut child);
+            // SAFETY: kill has no memory effects; the outer sandbox run, alive.
+            assert_eq!(unsafe { libc::kill(child.id() as i32, libc::SIGINT) }, 0);
+            let out = child.wait_with_output().unwrap();
+            let ctx = format!("nobody={nobody} ignored={ignored}: {}", stderr(&out));
+            let got = std::fs::read_to_string(&got).unwrap_or_default();
+            if ignored {
+                assert_eq!(got, "", "only the requester passes signals on: {ctx}");
+            } else {
+                assert_eq!(got, "int\n", "twin: passed on by the requester: {ctx}");
+            }
+        }
+    }
+}

@@ -79,6 +79,11 @@ pub struct Launch<'a> {
     /// ([`Watch::with_cancel`]): how a runner relays a requester's stop
     /// signals and ends a run whose requester or enclosing run is gone.
     pub cancel: Option<RawFd>,
+    /// With [`Launch::cancel`]: the run's stop signals are those relayed
+    /// through it alone, not this process's own ([`crate::stop_runs_on`]):
+    /// a nested run, whose requester relays them (and gets the outer run's
+    /// by its process group), would otherwise get each twice.
+    pub relayed_signals_only: bool,
     /// Set to the main process's pid once it is started (it is a child of
     /// the launching thread until the launch returns).
     pub spawned: Option<&'a std::sync::OnceLock<libc::pid_t>>,
@@ -144,6 +149,7 @@ impl<'a> Launch<'a> {
             inherit_also: None,
             child_layer: None,
             cancel: None,
+            relayed_signals_only: false,
             spawned: None,
             tap: None,
             groups: None,
@@ -456,7 +462,9 @@ fn run(
         if let Some(spawned) = launch.spawned {
             let _ = spawned.set(pid);
         }
-        let watch = Watch::new(pid).with_cancel(launch.cancel);
+        let watch = Watch::new(pid)
+            .with_cancel(launch.cancel)
+            .with_relayed_signals_only(launch.relayed_signals_only);
         let waited = watch.wait_exit(deadline);
         let mut grace_left = grace;
         if let Waited::Stopped(sig) = waited {

@@ -180,6 +180,7 @@ pub struct Watch {
     pid: libc::pid_t,
     pidfd: Option<OwnedFd>,
     cancel: Option<std::os::fd::RawFd>,
+    relayed_only: bool,
 }
 
 impl Watch {
@@ -189,6 +190,7 @@ impl Watch {
             pid,
             pidfd: pidfd_open(pid),
             cancel: None,
+            relayed_only: false,
         }
     }
 
@@ -199,6 +201,15 @@ impl Watch {
     /// ([`Waited::Cancelled`]), and the run then ends as on its deadline.
     pub fn with_cancel(mut self, fd: Option<std::os::fd::RawFd>) -> Self {
         self.cancel = fd;
+        self
+    }
+
+    /// With a cancel socket ([`Watch::with_cancel`]) and `only`: the wait
+    /// takes its stop signals from the socket alone, not from this
+    /// process's ([`stop_runs_on`]). For a runner that relays a requester's
+    /// signals there, which would otherwise reach the child a second time.
+    pub fn with_relayed_signals_only(mut self, only: bool) -> Self {
+        self.relayed_only = only;
         self
     }
 
@@ -263,6 +274,20 @@ impl Watch {
         self.wait_polling(deadline, &mut forward)
     }
 
+    /// Whether this wait leaves this process's stop signals alone.
+    fn relayed_only(&self) -> bool {
+        self.relayed_only && self.cancel.is_some()
+    }
+
+    /// The stop signal that ends this wait ([`stopped`]); never for a wait
+    /// whose stop signals come through its cancel socket alone.
+    fn stopped(&self, forward: &mut Forward<'_>) -> Option<i32> {
+        if self.relayed_only() {
+            return None;
+        }
+        stopped(forward)
+    }
+
     /// One `waitid(WEXITED | WNOWAIT | WNOHANG)` for the child: whether it
     /// has exited (the child stays unreaped), or the errno.
     fn exited(&self) -> Result<bool, i32> {
@@ -290,7 +315,7 @@ impl Watch {
     /// Checks with `waitid(WNOWAIT)` on a short tick.
     fn wait_polling(&self, deadline: Option<Instant>, forward: &mut Forward<'_>) -> Waited {
         loop {
-            if let Some(sig) = stopped(forward) {
+            if let Some(sig) = self.stopped(forward) {
                 return Waited::Stopped(sig);
             }
             if self.cancelled() {
@@ -334,7 +359,7 @@ fn wait_pidfd(
     forward: &mut Forward<'_>,
 ) -> Option<Waited> {
     loop {
-        if let Some(sig) = stopped(forward) {
+        if let Some(sig) = watch.stopped(forward) {
             return Some(Waited::Stopped(sig));
         }
         let ms = match deadline {
@@ -355,7 +380,12 @@ fn wait_pidfd(
                 revents: 0,
             },
             libc::pollfd {
-                fd: STOP_READ.load(Ordering::Acquire),
+                // A wait taking relayed signals only leaves the pipe alone.
+                fd: if watch.relayed_only() {
+                    -1
+                } else {
+                    STOP_READ.load(Ordering::Acquire)
+                },
                 events: libc::POLLIN,
                 revents: 0,
             },

@@ -384,6 +384,8 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     launch.groups = door.as_ref().map(|d| d.groups());
     let within = crate::nest::within();
     launch.within = within.as_ref();
+    // A nested run's stop signals come from its requester, relayed.
+    launch.relayed_signals_only = within.is_some();
     let end_nested = door.as_ref().map(|d| move || d.end_nested());
     launch.before_removal = end_nested
         .as_ref()
