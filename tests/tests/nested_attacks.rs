@@ -273,7 +273,7 @@ fn nested_runs_of_nested_runs_count_with_them() {
 }
 
 /// Asks for `sys.argv[2:]` run in the working directory `sys.argv[1]` (with
-/// the trusted file `$TRUSTED`, if set) by a request made by hand (the CLI
+/// the trusted file `$TRUSTED` and the `PATH` `$NESTED_PATH`, if set) by a request made by hand (the CLI
 /// sends its own working directory); prints the outer command's own read
 /// of `f` there, then the runner's answer.
 const CWD: &str = r#"
@@ -292,8 +292,9 @@ door.sendmsg([b"hello"], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, array.array("i"
 b.close()
 assert recv_all(a, 15) == b"sandbox-nest 1\n"
 trusted = [os.environ["TRUSTED"]] if os.environ.get("TRUSTED") else []
+env = [[list(b"PATH"), list(os.environ["NESTED_PATH"].encode())]] if os.environ.get("NESTED_PATH") else []
 req = dict(argv=[list(x.encode()) for x in sys.argv[2:]], cwd=list(sys.argv[1].encode()),
-           env=[], env_overrides=[], policy={}, limits={}, allow_unlimited=True,
+           env=env, env_overrides=[], policy={}, limits={}, allow_unlimited=True,
            observe_writes=False, require_full=False, echo_stderr=True, trusted_files=trusted)
 body = json.dumps(req).encode()
 try:
@@ -517,5 +518,67 @@ fn a_nested_run_runs_a_relative_script_in_its_working_directory() {
             "{ctx}"
         );
         assert_eq!(out.status.code(), Some(0), "{ctx}");
+    }
+}
+
+/// The program is looked up as the command would: the launch's lookup with
+/// the runner's capabilities told a command that is root whether a program
+/// exists beneath a directory it cannot search (before the fix: "not
+/// found" for a missing one, a refused exec for one that is there), and a
+/// `PATH` entry there shadowed the one the command's own exec would find.
+/// Now both are "not found", and the `PATH` search finds the command's
+/// program. Twin: the reachable program runs by its path.
+#[test]
+fn a_nested_runs_program_is_looked_up_as_its_command_would() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        return;
+    }
+    for nobody in users() {
+        let w = shared(&["closed", "closed/bin", "open", "open/bin", "cwd"]);
+        for dir in ["closed", "open"] {
+            let prog = w.path().join(dir).join("bin/prog");
+            std::fs::write(&prog, format!("#!/bin/sh\necho prog-{dir}\n")).unwrap();
+            std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
+        }
+        let closed = w.path().join("closed");
+        std::os::unix::fs::chown(&closed, Some(1234), Some(1234)).unwrap();
+        std::fs::set_permissions(&closed, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let ask = |program: &str, path: Option<String>| {
+            let mut cmd = outer(nobody);
+            if let Some(path) = path {
+                cmd.env("NESTED_PATH", path);
+            }
+            cmd.args(["run", "--", "python3", "-c", CWD])
+                .arg(w.path().join("cwd"))
+                .arg(program)
+                .output()
+                .unwrap()
+        };
+        let there = ask(&d(&closed.join("bin/prog")), None);
+        let missing = ask(&d(&closed.join("bin/none")), None);
+        let answer = |out: &Output| {
+            text(out)
+                .lines()
+                .find(|l| l.starts_with("answer"))
+                .unwrap_or_default()
+                .replace("prog", "PROGRAM")
+                .replace("none", "PROGRAM")
+        };
+        let ctx = format!("nobody={nobody}: {} / {}", text(&there), text(&missing));
+        assert!(!text(&there).contains("prog-closed"), "{ctx}");
+        assert!(answer(&there).contains("not found"), "{ctx}");
+        assert_eq!(answer(&there), answer(&missing), "{ctx}");
+        let path = format!(
+            "{}:{}",
+            d(&closed.join("bin")),
+            d(&w.path().join("open/bin"))
+        );
+        let out = ask("prog", Some(path));
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("prog-open\n"), "{ctx}");
+        let out = ask(&d(&w.path().join("open/bin/prog")), None);
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("prog-open\n"), "twin: {ctx}");
     }
 }

@@ -38,7 +38,7 @@
 //! | what the outer run keeps beyond its policy | the nested run's reads | the bound is the outer's policy (its trusted state protected) with its secrets' files read-denied, as its egress denies them; the nested run's egress gets no secrets and no approvals (its proxy refuses what its own list lacks); the outer's trusted files are checked against the nested policy | `a_nested_run_cannot_read_the_outer_runs_secret_file` |
 //! | the working directory | a path the runner would enter for it where the command cannot (the launch's child changes directory before it drops the runner's capabilities): beneath a directory its own permissions close, a process's `/proc/PID/cwd`; the path changed after the check | entered first by a thread of the runner holding no capability, as the command would (`fchdir`), and the launch enters the directory so opened (`/proc/self/fd/N`), not the path | `a_nested_run_enters_no_directory_its_command_cannot` |
 //! | the nested run's trusted files | paths the runner checks with its capabilities (its answer would tell what lies beneath a directory the command cannot search) | only those the command could look up itself (a thread without capabilities) are checked; the outer run's trusted files always are | `a_nested_runs_trusted_files_reveal_nothing_its_command_cannot_reach` |
-//! | the program's lookup | `argv[0]`, the `PATH` of its environment | known gap: the launch looks the program up with the runner's capabilities, so whether a file exists beneath a directory the command cannot search shows in the answer (root only); the program then runs without them, so nothing there is run or read | (none) |
+//! | the program's lookup | `argv[0]`, the `PATH` of its environment | looked up first as the command would (a thread without capabilities): one it cannot find is refused as not found, whatever lies where it cannot search; where the launch's lookup (with the runner's capabilities) would pick another file, the command's is named | `a_nested_runs_program_is_looked_up_as_its_command_would`, `a_nested_run_runs_a_relative_script_in_its_working_directory` |
 //! | the outer's secret placeholders | the nested command's requests carrying them | known gap: the nested run's proxy does not know them, so a placeholder sent where the outer's proxy would refuse it and record an attempted exfiltration passes (a tripwire only: the value stays in the runner) | (none) |
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket`, `a_nest_socket_handed_to_a_nested_run_is_not_served` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
@@ -1033,6 +1033,47 @@ mod imp {
                 if relative && program.as_encoded_bytes().contains(&b'/') {
                     if let Ok(dir) = std::fs::read_link(at) {
                         *program = dir.join(&*program).into_os_string();
+                    }
+                }
+            }
+            // The program is looked up as the command would look it up (no
+            // capabilities): one it cannot find is refused as not found,
+            // whatever lies where it cannot search; where the launch's own
+            // lookup (with the runner's capabilities) would pick another
+            // file, the command's is named.
+            if let Some(program) = argv.first_mut() {
+                let path_var = wire
+                    .env
+                    .iter()
+                    .find(|(k, _)| k == b"PATH")
+                    .map(|(_, v)| OsString::from_vec(v.clone()));
+                let located = |dir: Option<&std::path::Path>| {
+                    sandbox_launch::locate(program, path_var.as_deref(), dir)
+                };
+                let real = cwd.as_deref().and_then(|at| std::fs::read_link(at).ok());
+                match as_the_command(|| Ok(located(real.as_deref()))) {
+                    Ok(Ok(found)) => {
+                        if located(cwd.as_deref()).ok().as_ref() != Some(&found) {
+                            *program = found.into_os_string();
+                        }
+                    }
+                    Ok(Err(e)) => {
+                        let err = match e {
+                            sandbox_launch::LocateError::NotExecutable { path, reason } => {
+                                RunError::NotExecutable { path, reason }
+                            }
+                            _ => RunError::NotFound(program.clone()),
+                        };
+                        return Err(refused(
+                            crate::runner::terminal_safe(&err.to_string()).into_owned(),
+                            err.exit_code(),
+                        ));
+                    }
+                    Err(e) => {
+                        return Err(refused(
+                            format!("the nested run's program cannot be looked up: {e}"),
+                            EXIT_SANDBOX,
+                        ))
                     }
                 }
             }
