@@ -891,3 +891,50 @@ fn a_stop_signal_to_the_outer_run_reaches_the_nested_command_once() {
         }
     }
 }
+
+/// The outer run's summary has one line per nested run that did not end
+/// `ok`, and `--explain` one per nested run; the nested command's text in
+/// them is escaped (no raw ESC, BEL or line break). Twin: the nested run
+/// that ends `ok` has no summary line.
+#[test]
+fn nested_runs_are_listed_in_the_outer_runs_summary_and_explain() {
+    for nobody in users() {
+        let w = shared(&[]);
+        let script = format!(
+            "{sb} run -w {w} -- true; \
+             {sb} run -w {w} -- sh -c 'exit 3' \"$(printf 'x\\033]0;t\\007\\nnext')\"; exit 0",
+            sb = sb(),
+            w = d(w.path()),
+        );
+        for explain in [false, true] {
+            let mut cmd = outer(nobody);
+            cmd.args(["run", "-w", &d(w.path())]);
+            if explain {
+                cmd.arg("--explain");
+            }
+            let out = cmd.args(["--", "sh", "-c", &script]).output().unwrap();
+            let err = stderr(&out);
+            let ctx = format!("nobody={nobody} explain={explain}: {err}");
+            assert_eq!(out.status.code(), Some(0), "{ctx}");
+            assert!(
+                !err.contains('\u{1b}') && !err.contains('\u{7}'),
+                "raw control bytes: {ctx}"
+            );
+            let failed = err
+                .lines()
+                .find(|l| l.contains("nested run `sh -c exit 3 x"))
+                .unwrap_or_else(|| panic!("no line for the failed nested run: {ctx}"));
+            assert!(
+                failed.contains("next") && failed.contains("the command failed, exit 3"),
+                "one escaped line: {ctx}"
+            );
+            let ok = err.lines().find(|l| l.contains("nested run `true`"));
+            if explain {
+                assert!(ok.is_some_and(|l| l.contains(": ok, exit 0")), "{ctx}");
+            } else {
+                assert!(failed.starts_with("sandbox: nested run"), "{ctx}");
+                assert!(ok.is_none(), "twin: an ok nested run has no line: {ctx}");
+            }
+        }
+    }
+}

@@ -1188,3 +1188,31 @@ fn a_zygote_killed_from_outside_fails_its_command_and_the_next_runs() {
         h.close();
     }
 }
+
+/// A command's nested runs are in its exit event (`nested`, the records as
+/// `--report` has them), with a full launch per command (the shared
+/// launch's commands share one run, whose nested runs are not yet told
+/// apart); twin: a command without any has no `nested`.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_commands_nested_runs_are_in_its_exit_event() {
+    for nobody in users() {
+        let (_dir, dir) = shared_dir();
+        let mut h = Harness::open(
+            nobody,
+            &["-w", dir.to_str().unwrap(), "--launch", "per-command"],
+        );
+        let sb = sandbox_tests::sandbox_bin().display().to_string();
+        let inner = format!("{sb} run -w {} -- sh -c 'exit 3'", dir.display());
+        let (_, exit) = h.run("n", &["/bin/sh", "-c", &inner], json!({}));
+        let nested = exit["nested"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{exit}"));
+        assert_eq!(nested.len(), 1, "{exit}");
+        assert_eq!(nested[0]["argv"], json!(["sh", "-c", "exit 3"]), "{exit}");
+        assert_eq!(nested[0]["classification"]["class"], "task_failure");
+        let (_, exit) = h.run("plain", &["/bin/true"], json!({}));
+        assert!(exit.get("nested").is_none(), "twin: {exit}");
+        h.close();
+    }
+}

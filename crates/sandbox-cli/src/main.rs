@@ -643,6 +643,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         ]
         .into_iter()
         .flatten()
+        .chain(show::nested_summary(&outcome))
         {
             show::say(&line);
         }

@@ -1010,6 +1010,10 @@ fn exit_event(outcome: &Outcome) -> Map<String, Value> {
         "leftover_processes_ended".into(),
         outcome.leftover_processes_ended.into(),
     );
+    // The records of the runs nested in the command, as `--report` has them.
+    if !outcome.nested.is_empty() {
+        e.insert("nested".into(), json!(outcome.nested));
+    }
     let made = outcome
         .mediation
         .as_ref()

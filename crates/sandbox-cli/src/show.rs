@@ -117,6 +117,9 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
             }
         ));
     }
+    for n in &outcome.nested {
+        out.push(format!("  {}", nested_line(n)));
+    }
     if let Some(m) = &outcome.mediation {
         out.push(format!(
             "  broker: {} call(s) performed for the command, {} refused{}",
@@ -273,6 +276,45 @@ fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal
 /// One line saying what the sandbox refused during the run, in the user's
 /// terms, or `None` when it refused nothing or the command succeeded (a
 /// refusal the command got past is noise after success: the record under
+/// One line for a nested run's record ([`nested_summary`], `--explain`):
+/// its command, classification, exit status and refusals. The command is
+/// the nested run's own text: the caller prints the line escaped.
+pub(crate) fn nested_line(n: &Outcome) -> String {
+    let class = match &n.classification {
+        sandbox::runner::Classification::Ok => "ok".to_owned(),
+        sandbox::runner::Classification::TaskFailure => "the command failed".to_owned(),
+        sandbox::runner::Classification::Timeout => "ended by the timeout".to_owned(),
+        sandbox::runner::Classification::SandboxDenial { .. } => {
+            "the sandbox refused something".to_owned()
+        }
+        sandbox::runner::Classification::RunnerFailure { reason } => {
+            format!("runner failure: {reason}")
+        }
+        sandbox::runner::Classification::LimitExceeded { detail, .. } => {
+            format!("stopped by a limit: {detail}")
+        }
+        sandbox::runner::Classification::Cancelled { reason } => format!("cancelled: {reason}"),
+        _ => "unclassified".to_owned(),
+    };
+    let refused = n.mediation.as_ref().map_or(0, |m| m.refused.len());
+    format!(
+        "nested run `{}`: {class}, exit {}, {refused} refusal(s)",
+        n.argv.join(" "),
+        n.exit_code()
+    )
+}
+
+/// One `sandbox:` line per nested run that did not end `ok` (its own
+/// `sandbox run` printed its details; `--explain` lists every one).
+pub(crate) fn nested_summary(outcome: &Outcome) -> Vec<String> {
+    outcome
+        .nested
+        .iter()
+        .filter(|n| n.classification != sandbox::runner::Classification::Ok)
+        .map(|n| format!("sandbox: {}", nested_line(n)))
+        .collect()
+}
+
 /// `--report` holds it, `--explain` lists it): printed on stderr after a
 /// failed run or one the sandbox ended (never among the command's own
 /// output), `--quiet` to leave it out. Probes of the controlling terminal
