@@ -1067,7 +1067,9 @@ fn a_shared_commands_descriptors_are_its_stdio_and_the_nest_socket() {
 /// (its parent): each command nests a signal-scoped Landlock domain beneath
 /// the zygote's, and ptrace-class access reaches only nested domains. The
 /// thread attack of the test above, then `PTRACE_ATTACH` and
-/// `PTRACE_SEIZE`. Controls: the parent named is the zygote (its cmdline),
+/// `PTRACE_SEIZE`, and opening `/proc/<zygote>/fd/N` (its control socket
+/// among them) for reading or writing (twin: its own `/proc/$$/fd/0`
+/// opens). Controls: the parent named is the zygote (its cmdline),
 /// the attacker signalled and read itself, and the next command runs (the
 /// same zygote: same parent). Root and nobody, with and without a write
 /// path.
@@ -1095,6 +1097,11 @@ fn a_command_cannot_signal_ptrace_or_read_the_zygote() {
             let mut h = Harness::open(nobody, &flags);
             assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
             let script = r#"z=$PPID; tr '\0' ' ' < /proc/$z/cmdline; echo; echo "zygote=$z"
+                for n in 0 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15; do
+                    (: > /proc/$z/fd/$n) 2>/dev/null && echo "wrote zygote fd $n"
+                    (: < /proc/$z/fd/$n) 2>/dev/null && echo "read zygote fd $n"
+                done
+                (: < /proc/$$/fd/0) && echo "own fd opened"
                 /usr/bin/perl -e "$1" $z; /usr/bin/perl -e "$2" $z"#;
             let (_, exit) = h.run(
                 "attack",
@@ -1110,6 +1117,8 @@ fn a_command_cannot_signal_ptrace_or_read_the_zygote() {
             assert!(out.contains(" hits=0 "), "an attack got through: {exit}");
             assert!(out.contains("own=ok ownmem=8"), "{exit}");
             assert!(out.contains("ptrace=0"), "{exit}");
+            assert!(!out.contains("zygote fd"), "a zygote fd was opened: {exit}");
+            assert!(out.contains("own fd opened"), "{exit}");
             let zygote = out
                 .lines()
                 .find_map(|l| l.strip_prefix("zygote="))
