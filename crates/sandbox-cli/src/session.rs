@@ -919,7 +919,9 @@ impl Session {
                 &shared.program,
             ) {
                 Ok(z) => *slot = Some(z),
-                Err(e) => return Some(Err(zygote_failure(program, e))),
+                // No new zygote: this command gets a launch of its own (which
+                // fails as a run would if the cause is the run's).
+                Err(_) => return None,
             }
         }
         let zygote = slot.as_mut()?;
