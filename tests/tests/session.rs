@@ -1225,3 +1225,35 @@ fn a_commands_nested_runs_are_in_its_exit_event() {
         h.close();
     }
 }
+
+/// A command that ignores SIGTERM, with a background child that ignores it
+/// too, is ended at its timeout (SIGTERM, the grace period, SIGKILL): 124,
+/// the child is gone before the exit event, and the next command runs.
+/// Root and nobody, on whichever launch the host gives.
+#[test]
+fn a_command_deaf_to_sigterm_is_ended_at_its_timeout() {
+    for nobody in users() {
+        let (_dir, dir) = shared_dir();
+        let w = dir.to_str().unwrap();
+        let mut h = Harness::open(nobody, &["-w", w]);
+        let script = format!(
+            "trap '' TERM; sh -c \"trap '' TERM; exec sleep 1000\" & echo $! > {w}/child; while :; do sleep 1; done"
+        );
+        let (_, exit) = h.run("deaf", &["/bin/sh", "-c", &script], json!({"timeout": 1}));
+        assert_eq!(exit["status"], 124, "{exit}");
+        assert_eq!(exit["timed_out"], true, "{exit}");
+        let child: i32 = std::fs::read_to_string(dir.join("child"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!pid_alive(child), "the deaf child outlived its command");
+        let (_, exit) = h.run(
+            "next",
+            &["/bin/sh", "-c", "echo ok"],
+            json!({"output": true}),
+        );
+        assert_eq!(exit["stdout"], "ok\n", "{exit}");
+        h.close();
+    }
+}
