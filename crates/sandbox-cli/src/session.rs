@@ -449,12 +449,9 @@ struct Session {
     per_command_why: Option<String>,
 }
 
-/// The shared launch's state: the zygote (started again after a failure).
+/// The shared launch (`sandbox::zygote::Shared`).
 #[cfg(target_os = "linux")]
-struct Shared {
-    zygote: std::cell::RefCell<Option<sandbox::zygote::Zygote>>,
-    program: PathBuf,
-}
+type Shared = std::cell::RefCell<sandbox::zygote::Shared>;
 #[cfg(not(target_os = "linux"))]
 struct Shared;
 
@@ -859,12 +856,9 @@ fn start_shared(
     base: &RunRequest,
 ) -> Result<Shared, String> {
     let program = std::env::current_exe().map_err(|e| format!("this program's path: {e}"))?;
-    let zygote = sandbox::zygote::Zygote::start(Arc::clone(backend), base, &program)
-        .map_err(|e| e.to_string())?;
-    Ok(Shared {
-        zygote: std::cell::RefCell::new(Some(zygote)),
-        program,
-    })
+    sandbox::zygote::Shared::start(Arc::clone(backend), base.clone(), program)
+        .map(std::cell::RefCell::new)
+        .map_err(|e| e.to_string())
 }
 
 #[cfg(not(target_os = "linux"))]
@@ -881,79 +875,7 @@ impl Session {
         req: &RunRequest,
         stdio: [RawFd; 3],
     ) -> Option<Result<Outcome, sandbox::runner::RunError>> {
-        let shared = self.shared.as_ref()?;
-        let policy = req.policy.as_ref()?;
-        let started = Instant::now();
-        let program = req.argv.first()?;
-        let env = sandbox::zygote::command_env(req);
-        let cwd = match &req.cwd {
-            Some(c) => c.clone(),
-            None => std::env::current_dir().ok()?,
-        };
-        let path = match sandbox::zygote::locate_program(req, &env, &cwd) {
-            Ok(p) => p,
-            Err(e) => return Some(Err(e)),
-        };
-        let cmd = sandbox::zygote::ZygoteCommand {
-            path: &path,
-            argv: &req.argv,
-            env: &env,
-            cwd: &cwd,
-            stdio,
-            deadline: started + policy.timeout(),
-            grace: req.grace,
-        };
-        let mut slot = shared.zygote.borrow_mut();
-        // A zygote whose own run could end before this command may: a new one.
-        let margin = req.grace + std::time::Duration::from_secs(15);
-        if slot
-            .as_ref()
-            .is_some_and(|z| z.expires() < cmd.deadline + margin)
-        {
-            *slot = None;
-        }
-        if slot.is_none() {
-            match sandbox::zygote::Zygote::start(
-                Arc::clone(&self.backend),
-                &self.base,
-                &shared.program,
-            ) {
-                Ok(z) => *slot = Some(z),
-                // No new zygote: this command gets a launch of its own (which
-                // fails as a run would if the cause is the run's).
-                Err(_) => return None,
-            }
-        }
-        let zygote = slot.as_mut()?;
-        match zygote.run(&cmd) {
-            Ok(exit) => {
-                let mut outcome = sandbox::zygote::outcome(&req.argv, Some(policy), &exit, started);
-                // What the broker refused for this command, taken (and its
-                // per-command state reset) now that all of it is gone.
-                match zygote.take_mediation() {
-                    Some(m) => {
-                        outcome.classification = outcome.classification.with_refusals(&m);
-                        outcome.mediation = Some(m);
-                    }
-                    None => {
-                        *slot = None;
-                        return Some(Err(zygote_failure(
-                            program,
-                            sandbox::zygote::ZygoteError::Failed(
-                                "the broker did not close the command".into(),
-                            ),
-                        )));
-                    }
-                }
-                Some(Ok(outcome))
-            }
-            // This request is beyond the zygote (too large): on its own.
-            Err(sandbox::zygote::ZygoteError::Unavailable(_)) => None,
-            Err(e) => {
-                *slot = None;
-                Some(Err(zygote_failure(program, e)))
-            }
-        }
+        self.shared.as_ref()?.borrow_mut().run(req, stdio)
     }
 
     #[cfg(not(target_os = "linux"))]
@@ -963,18 +885,6 @@ impl Session {
         _: [RawFd; 3],
     ) -> Option<Result<Outcome, sandbox::runner::RunError>> {
         None
-    }
-}
-
-/// A failed shared launch, as a runner failure of the command.
-#[cfg(target_os = "linux")]
-fn zygote_failure(
-    program: &std::ffi::OsStr,
-    e: sandbox::zygote::ZygoteError,
-) -> sandbox::runner::RunError {
-    sandbox::runner::RunError::Spawn {
-        program: program.to_owned(),
-        source: std::io::Error::other(e.to_string()),
     }
 }
 

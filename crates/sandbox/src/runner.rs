@@ -180,6 +180,10 @@ pub enum RunError {
         /// The exit code the nested run gives.
         exit_code: i32,
     },
+    /// A session's shared launch failed while it ran the command (its
+    /// zygote died or stopped answering; `sandbox::zygote`, Linux).
+    #[error("the session's shared launch failed: {0}")]
+    SharedLaunch(String),
     /// Spawning failed for another reason.
     #[error("could not start {}: {source}", program.to_string_lossy())]
     Spawn {

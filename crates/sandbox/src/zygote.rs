@@ -917,3 +917,109 @@ mod tests {
         assert!(encode(&cmd(&big, &[])).is_err());
     }
 }
+
+/// A session's shared launch as an embedder uses it: the zygote, started
+/// again when one fails, and each [`RunRequest`] run as its command.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+pub struct Shared {
+    backend: Arc<dyn Backend>,
+    base: RunRequest,
+    program: PathBuf,
+    zygote: Option<Zygote>,
+}
+
+#[cfg(target_os = "linux")]
+impl Shared {
+    /// Starts the zygote for requests like `base` (`program` calls
+    /// [`serve`]); `Err` says why the caller must launch per command.
+    pub fn start(
+        backend: Arc<dyn Backend>,
+        base: RunRequest,
+        program: PathBuf,
+    ) -> Result<Self, ZygoteError> {
+        let zygote = Zygote::start(Arc::clone(&backend), &base, &program)?;
+        Ok(Shared {
+            backend,
+            base,
+            program,
+            zygote: Some(zygote),
+        })
+    }
+
+    /// Runs `req` (a request like the base one, with its own argv, env,
+    /// cwd and timeout) with `stdio` as its fds 0-2; `None` when this
+    /// request is beyond the shared launch (the caller runs it with
+    /// [`crate::runner::run`]). A zygote that fails makes this command a
+    /// runner failure ([`RunError::SharedLaunch`]) and is replaced for the
+    /// next.
+    pub fn run(
+        &mut self,
+        req: &RunRequest,
+        stdio: [RawFd; 3],
+    ) -> Option<Result<Outcome, RunError>> {
+        let policy = req.policy.as_ref()?;
+        let started = Instant::now();
+        let env = command_env(req);
+        let cwd = match &req.cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().ok()?,
+        };
+        let path = match locate_program(req, &env, &cwd) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        let cmd = ZygoteCommand {
+            path: &path,
+            argv: &req.argv,
+            env: &env,
+            cwd: &cwd,
+            stdio,
+            deadline: started + policy.timeout(),
+            grace: req.grace,
+        };
+        // A zygote whose own run could end before this command may: a new one.
+        let margin = req.grace + Duration::from_secs(15);
+        if self
+            .zygote
+            .as_ref()
+            .is_some_and(|z| z.expires() < cmd.deadline + margin)
+        {
+            self.zygote = None;
+        }
+        if self.zygote.is_none() {
+            // None starts: this command gets a launch of its own (which
+            // fails as a run would if the cause is the run's).
+            self.zygote =
+                Some(Zygote::start(Arc::clone(&self.backend), &self.base, &self.program).ok()?);
+        }
+        let zygote = self.zygote.as_mut()?;
+        let failed = |e: ZygoteError| Some(Err(RunError::SharedLaunch(e.to_string())));
+        match zygote.run(&cmd) {
+            Ok(exit) => {
+                let mut outcome = outcome(&req.argv, Some(policy), &exit, started);
+                // What the broker refused for this command, taken (and its
+                // per-command state reset) now that all of it is gone.
+                match zygote.take_mediation() {
+                    Some(m) => {
+                        outcome.classification = outcome.classification.with_refusals(&m);
+                        outcome.mediation = Some(m);
+                        Some(Ok(outcome))
+                    }
+                    None => {
+                        self.zygote = None;
+                        failed(ZygoteError::Failed(
+                            "the broker did not close the command".into(),
+                        ))
+                    }
+                }
+            }
+            // This request is beyond the zygote (too large): on its own.
+            Err(ZygoteError::Unavailable(_)) => None,
+            Err(e) => {
+                self.zygote = None;
+                failed(e)
+            }
+        }
+    }
+}
