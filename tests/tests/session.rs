@@ -557,6 +557,85 @@ print("client ok")
     assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), "ok\n");
 }
 
+/// The TypeScript client (clients/typescript/session.ts) drives a session
+/// end to end, as the Python one does: statuses, output, a refusal, a
+/// timeout, a refused request. Node runs it after the `typescript` module
+/// (Debian's node-typescript, which .ci/run installs) strips its types.
+#[test]
+fn the_typescript_client_drives_a_session() {
+    let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/typescript/session.ts");
+    let (_dir, dir) = shared_dir();
+    let build = tempfile::tempdir().unwrap();
+    let transpile = r#"
+const ts = require("typescript"), fs = require("fs"), path = require("path");
+const out = ts.transpileModule(fs.readFileSync(process.argv[1], "utf8"), {
+  compilerOptions: { module: ts.ModuleKind.CommonJS, target: ts.ScriptTarget.ES2020 },
+  reportDiagnostics: true,
+});
+if (out.diagnostics.length) { console.error(out.diagnostics); process.exit(1); }
+fs.writeFileSync(path.join(process.argv[2], "session.js"), out.outputText);
+"#;
+    let node = |args: &[&std::ffi::OsStr]| {
+        std::process::Command::new("node")
+            .args(args)
+            .env("NODE_PATH", "/usr/share/nodejs")
+            .env("SANDBOX_BIN", sandbox_bin())
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .output()
+            .expect("node is not installed: .ci/run installs it")
+    };
+    let out = node(&[
+        "-e".as_ref(),
+        transpile.as_ref(),
+        client.as_os_str(),
+        build.path().as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "transpiling session.ts (needs Debian's node-typescript, which .ci/run installs): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let script = r#"
+const assert = require("assert");
+const { Session, SessionError } = require(process.argv[1] + "/session.js");
+const w = process.argv[2];
+(async () => {
+  const s = await Session.open(["--backend", "auto", "--on-unsupported", "error", "-w", w]);
+  assert.strictEqual(s.hello.v, 1);
+  let r = await s.run(["/bin/sh", "-c", "exit 3"]);
+  assert.ok(r.status === 3 && r.event === "exit", JSON.stringify(r));
+  r = await s.run(["/bin/echo", "hi"], { output: true });
+  assert.ok(r.status === 0 && r.stdout === "hi\n", JSON.stringify(r));
+  r = await s.run(["/bin/sh", "-c", "echo x > /etc/sandbox-session-ts-test"]);
+  assert.strictEqual(r.classification, "sandbox_denial", JSON.stringify(r));
+  assert.ok(r.refusals.some((x) => x.target === "/etc/sandbox-session-ts-test"), JSON.stringify(r));
+  r = await s.run(["/bin/sleep", "30"], { timeout: 1 });
+  assert.ok(r.status === 124 && r.classification === "timeout", JSON.stringify(r));
+  r = await s.run(["/bin/sh", "-c", "echo ok > " + w + "/f"]);
+  assert.strictEqual(r.status, 0, JSON.stringify(r));
+  await assert.rejects(s.run([]), (e) => e instanceof SessionError && /argv/.test(e.message));
+  assert.strictEqual(await s.close(), 0);
+  console.log("client ok");
+})().catch((e) => { console.error(e); process.exit(1); });
+"#;
+    let out = node(&[
+        "-e".as_ref(),
+        script.as_ref(),
+        build.path().as_os_str(),
+        dir.as_os_str(),
+    ]);
+    assert!(
+        out.status.success(),
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "client ok\n");
+    assert!(!Path::new("/etc/sandbox-session-ts-test").exists());
+    assert_eq!(std::fs::read_to_string(dir.join("f")).unwrap(), "ok\n");
+}
+
 /// A stop signal (SIGTERM here) while a command runs ends that command and
 /// its tree, its exit event says so (143), and the session ends with 143
 /// after a `closed` event.
