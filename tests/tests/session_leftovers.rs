@@ -1,0 +1,124 @@
+//! What one command of a `sandbox session` leaves for the next (#45): a
+//! nested run the command started (`sandbox run` inside it, served by the
+//! runner outside the zygote) must not outlive the command. Root and
+//! nobody.
+//!
+//! The nested command ignores SIGTERM and holds a FIFO open; the next
+//! command opens the FIFO for writing without blocking, which succeeds
+//! only while a reader lives (fifo(7): `ENXIO` otherwise).
+#![cfg(target_os = "linux")]
+
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin};
+use serde_json::{json, Value};
+
+fn users() -> Vec<bool> {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } == 0 {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+fn shared_dir() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, path)
+}
+
+/// Runs `commands` one after another in one session (`launch`); returns
+/// each command's exit event.
+fn session(nobody: bool, dir: &str, launch: &str, commands: &[String]) -> Vec<Value> {
+    let mut cmd = if nobody {
+        sandbox_as_nobody()
+    } else {
+        sandbox()
+    };
+    let mut child = cmd
+        .args(["session", "--backend", "auto", "--on-unsupported", "error"])
+        .args(["-w", dir, "--launch", launch])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .spawn()
+        .expect("spawn sandbox session");
+    let mut stdin = child.stdin.take().unwrap();
+    for (i, c) in commands.iter().enumerate() {
+        let req =
+            json!({"id": i.to_string(), "op": "run", "argv": ["/bin/sh", "-c", c], "output": true});
+        writeln!(stdin, "{req}").unwrap();
+    }
+    writeln!(stdin, "{}", json!({"op": "close"})).unwrap();
+    drop(stdin);
+    let mut exits = Vec::new();
+    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
+        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
+        if event["event"] == "exit" {
+            exits.push(event);
+        }
+    }
+    assert!(child.wait().unwrap().success());
+    assert_eq!(exits.len(), commands.len(), "{exits:?}");
+    exits
+}
+
+/// Command 0 starts a nested run that ignores SIGTERM and holds the FIFO
+/// open, and exits once it is up; command 1 asks whether a reader lives.
+fn nested_run_left_behind(launch: &str) {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        let sb = sandbox_bin().display().to_string();
+        let first = format!(
+            "mkfifo {d}/fifo && {{ {sb} run -w {d} -- sh -c 'trap \"\" TERM HUP INT; \
+             exec 3<>{d}/fifo; echo up > {d}/up; while :; do sleep 1; done' \
+             </dev/null >/dev/null 2>&1 & }}; \
+             while [ ! -e {d}/up ]; do sleep 0.05; done; exit 0"
+        );
+        let probe = format!(
+            "python3 -c 'import os,sys\ntry:\n os.open(sys.argv[1], os.O_WRONLY|os.O_NONBLOCK)\n \
+             print(\"reader alive\")\nexcept OSError as e:\n print(\"errno\", e.errno)' {d}/fifo"
+        );
+        // Twin: a reader in the same command is seen.
+        let twin = format!(
+            "exec 3<>{d}/fifo; python3 -c 'import os,sys; os.open(sys.argv[1], \
+             os.O_WRONLY|os.O_NONBLOCK); print(\"reader alive\")' {d}/fifo"
+        );
+        let exits = session(
+            nobody,
+            &dir.to_string_lossy(),
+            launch,
+            &[first, probe, twin],
+        );
+        assert_eq!(exits[0]["status"], 0, "{}", exits[0]);
+        assert_eq!(
+            exits[1]["stdout"],
+            format!("errno {}\n", libc::ENXIO),
+            "{launch}, nobody {nobody}: the first command's nested run outlived it: {}",
+            exits[1]
+        );
+        assert_eq!(exits[2]["stdout"], "reader alive\n", "twin: {}", exits[2]);
+    }
+}
+
+/// Per command: the nested run ends with its outer run, before the next.
+#[test]
+fn a_commands_nested_run_does_not_outlive_it_per_command() {
+    nested_run_left_behind("per-command");
+}
+
+/// Shared launch: the nested run is served by the session's runner for the
+/// zygote's run, not the command's: it is ended only when its connection
+/// closes (the command's processes gone), as the next command starts, and
+/// lives on through the grace period of its SIGTERM.
+#[test]
+#[ignore = "known gap (#45): a shared command's nested runs outlive it"]
+fn a_commands_nested_run_does_not_outlive_it_shared() {
+    nested_run_left_behind("shared");
+}
