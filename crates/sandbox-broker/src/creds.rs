@@ -20,16 +20,16 @@ use std::io;
 use crate::caller::{cvt, Identity};
 use crate::log::CredentialChange;
 
-pub(crate) use crate::caps::Caps;
+pub(crate) use sandbox_seccomp::caps::Caps;
 
 /// The calling thread's capability sets.
 fn capget() -> io::Result<Caps> {
-    crate::caps::get().map_err(io::Error::from_raw_os_error)
+    sandbox_seccomp::caps::get().map_err(io::Error::from_raw_os_error)
 }
 
 /// Sets the calling thread's capability sets (pid 0: this thread only).
 fn capset(caps: Caps) -> io::Result<()> {
-    crate::caps::set(caps).map_err(io::Error::from_raw_os_error)
+    sandbox_seccomp::caps::set(caps).map_err(io::Error::from_raw_os_error)
 }
 
 /// `setfsuid`/`setfsgid` on the calling thread; returns the previous value.
@@ -367,7 +367,7 @@ impl FixedCredentials {
         if buf.get(..n as usize) != Some(&self.groups[..]) {
             return Err(libc::EPERM);
         }
-        if !crate::caps::get()?.is_empty() {
+        if !sandbox_seccomp::caps::get()?.is_empty() {
             return Err(libc::EPERM);
         }
         Ok(())

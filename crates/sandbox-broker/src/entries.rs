@@ -412,7 +412,7 @@ pub(crate) fn act(
             if let Start::Object(fd) = &first {
                 if *empty_path
                     && from_arg.path.is_empty()
-                    && !crate::caps::get()
+                    && !sandbox_seccomp::caps::get()
                         .is_ok_and(|c| c.effective & (1 << CAP_DAC_READ_SEARCH) != 0)
                     && matches!(
                         rules.admit_change(fd),

@@ -152,7 +152,9 @@
 //!    `SECCOMP_RET_USER_NOTIF` fails with `ENOSYS`); its table routes the
 //!    calls each handler takes (see above).
 //! 3. Child, in the pre-exec hook after `NO_NEW_PRIVS` and Landlock: install the
-//!    filter with [`install_filter_with_listener`] on the child end of the
+//!    filter with
+//!    [`install_filter_with_listener`](sandbox_seccomp::listener::install_filter_with_listener)
+//!    (or `_checked`, after [`FixedCredentials::verify_in_child`]) on the child end of the
 //!    channel (the socket must still be open there: do not close it with the
 //!    other inherited fds before the hook runs).
 //! 4. Runner: [`Broker::start`] once the listener is received (after spawn,
@@ -185,8 +187,6 @@ mod broker;
 mod budget;
 #[cfg(target_os = "linux")]
 mod caller;
-#[cfg(target_os = "linux")]
-pub mod caps;
 #[cfg(target_os = "linux")]
 mod connect;
 #[cfg(target_os = "linux")]
@@ -233,9 +233,6 @@ pub use creds::FixedCredentials;
 #[cfg(target_os = "linux")]
 pub use error::BrokerError;
 #[cfg(target_os = "linux")]
-pub use fdpass::{
-    install_filter_with_listener, install_filter_with_listener_checked, listener_channel, recv_fd,
-    recv_listener, send_fd,
-};
+pub use fdpass::{listener_channel, recv_fd, recv_listener};
 #[cfg(target_os = "linux")]
 pub use resolve::BrokerRules;

@@ -292,7 +292,7 @@ fn spawn_without_killable_wait<F: FnOnce() -> i32>(
                 libc::SECCOMP_FILTER_FLAG_NEW_LISTENER,
                 &prog as *const libc::sock_fprog,
             );
-            if fd < 0 || sandbox_broker::send_fd(child.as_raw_fd(), fd as i32).is_err() {
+            if fd < 0 || sandbox_seccomp::listener::send_fd(child.as_raw_fd(), fd as i32).is_err() {
                 libc::_exit(121);
             }
             libc::close(fd as i32);

@@ -4,7 +4,8 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
 
-use sandbox_broker::{listener_channel, recv_fd, send_fd};
+use sandbox_broker::{listener_channel, recv_fd};
+use sandbox_seccomp::listener::send_fd;
 
 #[test]
 fn an_fd_crosses_the_channel_and_still_works() {

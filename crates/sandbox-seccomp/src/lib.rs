@@ -62,6 +62,14 @@
 //! behind a pointer a filter cannot read, and `ENOSYS` makes libc fall back
 //! to `clone` and `openat`, whose flags it can.
 //!
+//! # In the child
+//!
+//! What runs after `fork` in the confined child is here, async-signal-safe
+//! (stack only, raw errno on failure): [`Filter::apply`],
+//! [`install_with_listener`], [`listener`] (install with a listener and send
+//! it to the broker, which receives it) and [`caps`] (the capability sets,
+//! which the broker's credential switches use too).
+//!
 //! # Targets
 //!
 //! Linux on x86_64 and aarch64. Elsewhere the crate builds, and [`compile`]
@@ -69,8 +77,12 @@
 #![warn(missing_docs)]
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
+#[cfg(target_os = "linux")]
+pub mod caps;
 #[doc(hidden)]
 pub mod codegen;
+#[cfg(target_os = "linux")]
+pub mod listener;
 mod spec;
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -8,10 +8,9 @@ use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
-use sandbox_broker::{
-    install_filter_with_listener, listener_channel, recv_fd, Broker, BrokerLog, BrokerRules,
-};
+use sandbox_broker::{listener_channel, recv_fd, Broker, BrokerLog, BrokerRules};
 use sandbox_core::{ExpandContext, ResolvedPolicy, SandboxPolicy};
+use sandbox_seccomp::listener::install_filter_with_listener;
 use sandbox_seccomp::{EntryForm, Handler};
 
 #[cfg(target_arch = "x86_64")]

@@ -122,7 +122,8 @@ pub(crate) fn install_in_child(
     sock: RawFd,
     fixed: Option<&FixedCredentials>,
 ) -> Result<(), i32> {
-    match sandbox_broker::install_filter_with_listener_checked(program, sock, fixed) {
+    let verified = matches!(fixed.map(FixedCredentials::verify_in_child), Some(Ok(())));
+    match sandbox_seccomp::listener::install_filter_with_listener_checked(program, sock, verified) {
         Err(libc::EPIPE | libc::ECONNREFUSED | libc::ECONNRESET | libc::ENOTCONN) => Ok(()),
         other => other,
     }

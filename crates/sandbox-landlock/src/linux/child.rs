@@ -51,7 +51,7 @@ pub(crate) fn drop_capabilities() -> Result<(), i32> {
     if rc != 0 {
         return Err(errno());
     }
-    sandbox_broker::caps::set(sandbox_broker::caps::Caps::NONE)
+    sandbox_seccomp::caps::set(sandbox_seccomp::caps::Caps::NONE)
 }
 
 /// `landlock_restrict_self(ruleset_fd, 0)`.
@@ -92,7 +92,7 @@ pub(crate) fn forbid_core_dumps() -> Result<(), i32> {
 
 /// Whether the calling process holds any capability (read in the parent).
 pub(crate) fn holds_capabilities() -> std::io::Result<bool> {
-    sandbox_broker::caps::get()
+    sandbox_seccomp::caps::get()
         .map(|caps| !caps.is_empty())
         .map_err(std::io::Error::from_raw_os_error)
 }
