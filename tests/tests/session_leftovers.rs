@@ -113,12 +113,10 @@ fn a_commands_nested_run_does_not_outlive_it_per_command() {
     nested_run_left_behind("per-command");
 }
 
-/// Shared launch: the nested run is served by the session's runner for the
-/// zygote's run, not the command's: it is ended only when its connection
-/// closes (the command's processes gone), as the next command starts, and
-/// lives on through the grace period of its SIGTERM.
+/// Shared launch: the nested run is served for the zygote's run, outside
+/// the zygote's process tree; it is ended when its command ends, before the
+/// next command starts.
 #[test]
-#[ignore = "known gap (#45): a shared command's nested runs outlive it"]
 fn a_commands_nested_run_does_not_outlive_it_shared() {
     nested_run_left_behind("shared");
 }

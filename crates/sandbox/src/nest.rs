@@ -42,7 +42,7 @@
 //! | the outer's secret placeholders | the nested command's requests carrying them | known gap: the nested run's proxy does not know them, so a placeholder sent where the outer's proxy would refuse it and record an attempted exfiltration passes (a tripwire only: the value stays in the runner) | (none) |
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket`, `a_nest_socket_handed_to_a_nested_run_is_not_served` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
-//! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes or the outer run ends (before the outer run's other processes are ended), recorded `cancelled` naming which; its stop signals are those its requester relays, never the runner's own; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command`, `a_nested_run_ended_from_outside_is_recorded_as_cancelled`, `a_stop_signal_to_the_outer_run_reaches_the_nested_command_once` |
+//! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes, the outer run ends (before the outer run's other processes are ended) or, in a session's shared launch, the command that asked ends (before the next command starts), recorded `cancelled` naming which; its stop signals are those its requester relays, never the runner's own; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command`, `a_nested_run_ended_from_outside_is_recorded_as_cancelled`, `a_stop_signal_to_the_outer_run_reaches_the_nested_command_once`, `a_commands_nested_run_does_not_outlive_it_shared` |
 //! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s; the records kept for the outer record are the tree's first 256 (each requester still gets its own) | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records` |
 //! | the outer run's limits | the nested commands' processes, memory and CPU, alongside the outer command's | the nested run's cgroups (v2, and the v1 groups that hold limits) are made inside the outer run's, so the kernel charges them to the outer run's limits; the outer run removes its cgroups only after every nested run has ended | `a_nested_run_is_charged_to_the_outer_runs_limits` |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
@@ -191,6 +191,8 @@ fn nest_failed(reason: String) -> RunError {
 /// the nested runs served on it.
 #[cfg(target_os = "linux")]
 pub(crate) use imp::Door;
+#[cfg(target_os = "linux")]
+pub(crate) use imp::{publish_commands, Commands};
 
 /// No nested runs are served here.
 #[cfg(not(target_os = "linux"))]
@@ -678,6 +680,8 @@ mod imp {
         groups: OnceLock<sandbox_launch::RunGroups>,
         /// Whether [`Door::serve`] has returned (every nested run ended).
         ended: (Mutex<bool>, std::sync::Condvar),
+        /// The nested runs alive, to end them between commands.
+        commands: Arc<Commands>,
     }
 
     /// Nested runs kept in the records of one tree of runs (the outermost
@@ -703,6 +707,73 @@ mod imp {
         /// run ([`Door::run`]): the door that run opens shares it.
         static TREE: std::cell::RefCell<Option<Arc<Tree>>> =
             const { std::cell::RefCell::new(None) };
+        /// Where the next door opened on this thread puts its
+        /// [`Commands`] (a shared launch's zygote thread, #45).
+        static PUBLISH: std::cell::RefCell<Option<Arc<OnceLock<Arc<Commands>>>>> =
+            const { std::cell::RefCell::new(None) };
+    }
+
+    /// The next door opened on this thread (the run this thread starts)
+    /// puts its [`Commands`] in `slot`.
+    pub(crate) fn publish_commands(slot: Arc<OnceLock<Arc<Commands>>>) {
+        PUBLISH.with(|p| *p.borrow_mut() = Some(slot));
+    }
+
+    /// The nested runs a door serves now, for a run whose commands come one
+    /// after another (a session's shared launch, #45): [`Commands::end_all`]
+    /// ends those of the command that ended, as its outer run's end would.
+    #[derive(Default)]
+    pub(crate) struct Commands {
+        /// A pipe whose write end closes to end the runs that hold a copy
+        /// of its read end (made when a run starts and there is none), and
+        /// how many runs are alive.
+        state: Mutex<(Option<(OwnedFd, OwnedFd)>, usize)>,
+        changed: std::sync::Condvar,
+    }
+
+    impl Commands {
+        /// A nested run starts: a copy of the read end it polls (`None`:
+        /// no pipe could be made; the run then ends only as before).
+        fn enter(&self) -> Option<OwnedFd> {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.1 += 1;
+            if st.0.is_none() {
+                let mut p = [0; 2];
+                // SAFETY: pipe2 fills two fds on success.
+                if unsafe { libc::pipe2(p.as_mut_ptr(), libc::O_CLOEXEC) } == 0 {
+                    // SAFETY: fresh fds owned here alone.
+                    st.0 =
+                        Some(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) });
+                }
+            }
+            st.0.as_ref().and_then(|(r, _)| r.try_clone().ok())
+        }
+
+        /// A nested run has ended.
+        fn leave(&self) {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            st.1 = st.1.saturating_sub(1);
+            self.changed.notify_all();
+        }
+
+        /// Ends every nested run alive (as on a timeout: SIGTERM, grace,
+        /// SIGKILL) and waits until none is; a run that starts meanwhile
+        /// (a request sent just before its command ended) is ended too.
+        pub(crate) fn end_all(&self) {
+            let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
+            loop {
+                // Closing the write end: every copy of the read end polls
+                // POLLHUP (pipe(7)).
+                st.0 = None;
+                if st.1 == 0 {
+                    return;
+                }
+                st = match self.changed.wait_timeout(st, Duration::from_millis(100)) {
+                    Ok((g, _)) => g,
+                    Err(p) => p.into_inner().0,
+                };
+            }
+        }
     }
 
     impl Door {
@@ -715,7 +786,12 @@ mod imp {
             // SAFETY: fresh fds owned here alone.
             let (stop_read, stop_write) =
                 unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
+            let commands = Arc::new(Commands::default());
+            if let Some(slot) = PUBLISH.with(|p| p.borrow_mut().take()) {
+                let _ = slot.set(Arc::clone(&commands));
+            }
             Ok(Door {
+                commands,
                 served,
                 handed,
                 stop_read,
@@ -1132,6 +1208,8 @@ mod imp {
             };
             // Who ended the run, if it did not end on its own.
             let mut cancelled_by = "its caller ended it";
+            let between = self.commands.enter();
+            let between_fd = between.as_ref().map_or(-1, |f| f.as_raw_fd());
             let ran = std::thread::scope(|scope| {
                 let req = &req;
                 let tree = Arc::clone(&self.tree);
@@ -1153,6 +1231,7 @@ mod imp {
                     conn.as_raw_fd(),
                     self.stop_read.as_raw_fd(),
                     done_read.as_raw_fd(),
+                    between_fd,
                 ]
                 .map(|fd| libc::pollfd {
                     fd,
@@ -1160,8 +1239,9 @@ mod imp {
                     revents: 0,
                 });
                 loop {
-                    // SAFETY: three pollfds on the stack.
-                    let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, -1) };
+                    // SAFETY: four pollfds on the stack (a negative fd is
+                    // ignored).
+                    let n = unsafe { libc::poll(pfds.as_mut_ptr(), 4, -1) };
                     if n < 0 {
                         if io::Error::last_os_error().kind() == io::ErrorKind::Interrupted {
                             continue;
@@ -1173,6 +1253,10 @@ mod imp {
                     }
                     if pfds[1].revents != 0 {
                         cancelled_by = "the outer run ended";
+                        break;
+                    }
+                    if pfds[3].revents != 0 {
+                        cancelled_by = "the session command that started it ended";
                         break;
                     }
                     let mut signals = [0u8; 16];
@@ -1189,6 +1273,8 @@ mod imp {
                 drop(cancel_write);
                 running.join()
             });
+            drop(between);
+            self.commands.leave();
             drop(stdio);
             match ran {
                 Ok(Ok(mut outcome)) => {

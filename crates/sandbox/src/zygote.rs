@@ -38,7 +38,7 @@
 //! | the spawn request | the harness's argv, env, cwd (the runner's own checks first) | at most [`MAX_REQUEST`] bytes of counted NUL-free strings and exactly 3 fds, else refused (`EINVAL`); a larger request takes a launch of its own | `a_requests_inputs_reach_only_its_command` |
 //! | the zygote's descriptors | the command's fds | the control socket and the layer are close-on-exec in the zygote, the stdio received close-on-exec: a command holds 0-2 and the nest socket only | `a_shared_commands_descriptors_are_its_stdio_and_the_nest_socket` |
 //! | what a command leaves | background processes, double forks, processes ignoring SIGTERM; the broker's per-command state (refusal log, FIFO openers waiting, `/dev/shm` objects, CPU budget, repositories made) | `kill(-1)` SIGTERM, grace, SIGKILL from the zygote (reaching only the domains nested beneath it), reaped until `ECHILD` before the answer; then the broker closes the command (`sandbox_broker::Between`) before the next starts | `a_hundred_commands_each_contained`, `a_session_says_how_it_launches_and_confines_each_command_either_way`, `a_repository_the_command_made_cannot_hang_the_audit_after_it` |
-//! | a command's nested runs | `sandbox run` inside a command: the runner serves it for the zygote's run, outside the zygote's process tree, so `kill(-1)` does not reach it | known gap: it is ended only when its connection closes (the command's processes gone), while the next command already runs, and lives on through its grace period (a nested command deaf to SIGTERM holds a FIFO open into the next command); per command, it ends with its outer run first | `a_commands_nested_run_does_not_outlive_it_shared` (ignored until fixed), twin `a_commands_nested_run_does_not_outlive_it_per_command` |
+//! | a command's nested runs | `sandbox run` inside a command: the runner serves it for the zygote's run, outside the zygote's process tree, so `kill(-1)` does not reach it; a nested command deaf to SIGTERM; a request sent just before its command ends | once the zygote has answered, the runner ends every nested run alive (as on a timeout: SIGTERM, grace, SIGKILL) and waits until none is, before the command's answer and so before the next command; one that starts meanwhile is ended too | `a_commands_nested_run_does_not_outlive_it_shared`, twin `a_commands_nested_run_does_not_outlive_it_per_command` |
 //! | a command's lifetime | never ending, a stop signal to the session | the runner keeps the deadline and the stop signals and sends the end; the zygote's own run ends at the policy's ceiling, so a command that could outlast it gets a new zygote | `a_requests_timeout_is_honoured`, `a_stop_signal_ends_the_command_and_the_session` |
 
 use std::ffi::{CString, OsString};
@@ -123,6 +123,10 @@ pub struct Zygote {
     tap: Arc<std::sync::OnceLock<sandbox_core::MediationTap>>,
     /// When the zygote's own run reaches its deadline.
     expires: Instant,
+    /// The nested runs the zygote's run serves (its commands' `sandbox
+    /// run`s), ended when their command ends.
+    #[cfg(target_os = "linux")]
+    nested: Arc<std::sync::OnceLock<Arc<crate::nest::Commands>>>,
 }
 
 impl std::fmt::Debug for Zygote {
@@ -223,9 +227,12 @@ impl Zygote {
         let expires = Instant::now() + zreq.policy.as_ref().map_or(Duration::ZERO, |p| p.timeout());
         let tap = Arc::new(std::sync::OnceLock::new());
         zreq.tap = Some(Arc::clone(&tap));
+        let nested = Arc::new(std::sync::OnceLock::new());
+        let publish = Arc::clone(&nested);
         let run = std::thread::Builder::new()
             .name("sandbox-zygote".into())
             .spawn(move || {
+                crate::nest::publish_commands(publish);
                 let out = crate::running::run(backend.as_ref(), &zreq);
                 drop((theirs, cancel_theirs, layer));
                 out
@@ -238,6 +245,7 @@ impl Zygote {
             pid: None,
             tap,
             expires,
+            nested,
         };
         // The zygote says it is ready (one byte `r`) once it serves.
         match z.answer(Instant::now() + ANSWER_WAIT, 9) {
@@ -336,6 +344,17 @@ impl Zygote {
     /// On `Err` the zygote's run has been ended: start a new one for the
     /// next command.
     pub fn run(&mut self, cmd: &ZygoteCommand<'_>) -> Result<ZygoteExit, ZygoteError> {
+        let ran = self.run_command(cmd);
+        // The command's nested runs are served outside the zygote's process
+        // tree: they end with it, before the next command starts.
+        #[cfg(target_os = "linux")]
+        if let Some(nested) = self.nested.get() {
+            nested.end_all();
+        }
+        ran
+    }
+
+    fn run_command(&mut self, cmd: &ZygoteCommand<'_>) -> Result<ZygoteExit, ZygoteError> {
         let msg = encode(cmd).map_err(ZygoteError::Unavailable)?;
         if let Err(e) = send_with_fds(self.sock.as_raw_fd(), &msg, &cmd.stdio) {
             return Err(self.fail(format!("sending the command: {e}")));
