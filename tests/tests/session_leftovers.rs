@@ -120,3 +120,60 @@ fn a_commands_nested_run_does_not_outlive_it_per_command() {
 fn a_commands_nested_run_does_not_outlive_it_shared() {
     nested_run_left_behind("shared");
 }
+
+/// What a command leaves in the zygote's tree ends before the next command
+/// starts: a double-forked process deaf to SIGTERM, a stopped process, a
+/// stopped orphan of a process deaf to SIGTERM, a background sleeper; each
+/// holds a FIFO open, which the next command finds without a reader. Twin:
+/// a reader held by the probing command itself is seen. Root and nobody,
+/// on whichever launch the host gives.
+#[test]
+fn stopped_orphaned_and_deaf_processes_do_not_outlive_their_command() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        std::fs::write(
+            dir.join("probe.py"),
+            "import os,sys\nfor f in sys.argv[1:]:\n    try:\n        \
+             os.open(f, os.O_WRONLY|os.O_NONBLOCK); print(f[-2:], 'reader alive')\n    \
+             except OSError as e: print(f[-2:], 'errno', e.errno)\n",
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("stop.py"),
+            format!(
+                "import os,signal\nsignal.signal(signal.SIGTERM, signal.SIG_IGN)\n\
+                 fd=os.open('{d}/f3', os.O_RDWR)\nif os.fork()==0:\n    \
+                 os.kill(os.getpid(), signal.SIGSTOP)\nos._exit(0)\n"
+            ),
+        )
+        .unwrap();
+        let first = format!(
+            "mkfifo {d}/f1 {d}/f2 {d}/f3 {d}/f4; \
+             ( sh -c 'trap \"\" TERM; exec 3<>{d}/f1; while :; do sleep 1; done' & ); \
+             sh -c 'exec 3<>{d}/f2; kill -STOP $$' & \
+             python3 {d}/stop.py & \
+             (exec 3<>{d}/f4; exec sleep 1000) & \
+             until [ \"$(python3 {d}/probe.py {d}/f1 {d}/f2 {d}/f3 {d}/f4 | grep -c alive)\" = 4 ]; \
+             do sleep 0.05; done"
+        );
+        let probe = format!("python3 {d}/probe.py {d}/f1 {d}/f2 {d}/f3 {d}/f4");
+        let twin = format!("exec 3<>{d}/f1; python3 {d}/probe.py {d}/f1");
+        let exits = session(
+            nobody,
+            &dir.to_string_lossy(),
+            "shared",
+            &[first, probe, twin],
+        );
+        assert_eq!(exits[0]["status"], 0, "{}", exits[0]);
+        let none = (1..=4)
+            .map(|i| format!("f{i} errno {}\n", libc::ENXIO))
+            .collect::<String>();
+        assert_eq!(exits[1]["stdout"], none, "nobody {nobody}: {}", exits[1]);
+        assert_eq!(
+            exits[2]["stdout"], "f1 reader alive\n",
+            "twin: {}",
+            exits[2]
+        );
+    }
+}
