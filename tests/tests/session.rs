@@ -1279,8 +1279,8 @@ fn a_zygote_killed_from_outside_fails_its_command_and_the_next_runs() {
 
 /// A command's nested runs are in its exit event (`nested`, the records as
 /// `--report` has them), with a full launch per command (the shared
-/// launch's commands share one run, whose nested runs are not yet told
-/// apart); twin: a command without any has no `nested`.
+/// launch: `session_leftovers.rs`); twin: a command without any has no
+/// `nested`.
 #[cfg(target_os = "linux")]
 #[test]
 fn a_commands_nested_runs_are_in_its_exit_event() {

@@ -177,3 +177,33 @@ fn stopped_orphaned_and_deaf_processes_do_not_outlive_their_command() {
         );
     }
 }
+
+/// A shared command's nested runs are in its own exit event, not the next
+/// command's; twin: the next command, without any, has no `nested`. Root
+/// and nobody.
+#[test]
+fn a_shared_commands_nested_runs_are_in_its_own_exit_event() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let sb = sandbox_bin().display().to_string();
+        let inner = format!("{sb} run -w {} -- sh -c 'exit 3'", dir.display());
+        let exits = session(
+            nobody,
+            &dir.to_string_lossy(),
+            "shared",
+            &[inner, "true".into()],
+        );
+        let nested = exits[0]["nested"]
+            .as_array()
+            .unwrap_or_else(|| panic!("{}", exits[0]));
+        assert_eq!(nested.len(), 1, "{}", exits[0]);
+        assert_eq!(
+            nested[0]["argv"],
+            json!(["sh", "-c", "exit 3"]),
+            "{}",
+            exits[0]
+        );
+        assert_eq!(nested[0]["classification"]["class"], "task_failure");
+        assert!(exits[1].get("nested").is_none(), "twin: {}", exits[1]);
+    }
+}

@@ -45,7 +45,7 @@
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes, the outer run ends (before the outer run's other processes are ended) or, in a session's shared launch, the command that asked ends (before the next command starts), recorded `cancelled` naming which; its stop signals are those its requester relays, never the runner's own; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command`, `a_nested_run_ended_from_outside_is_recorded_as_cancelled`, `a_stop_signal_to_the_outer_run_reaches_the_nested_command_once`, `a_commands_nested_run_does_not_outlive_it_shared` |
 //! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s; the records kept for the outer record are the tree's first 256 (each requester still gets its own) | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records` |
 //! | the outer run's limits | the nested commands' processes, memory and CPU, alongside the outer command's | the nested run's cgroups (v2, and the v1 groups that hold limits) are made inside the outer run's, so the kernel charges them to the outer run's limits; the outer run removes its cgroups only after every nested run has ended | `a_nested_run_is_charged_to_the_outer_runs_limits` |
-//! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` | `the_inner_refusals_reach_the_outer_record` |
+//! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` (in a session's shared launch, under the exit event of the command that asked, at most 256 each) | `the_inner_refusals_reach_the_outer_record`, `a_shared_commands_nested_runs_are_in_its_own_exit_event` |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -729,6 +729,9 @@ mod imp {
         /// how many runs are alive.
         state: Mutex<(Option<(OwnedFd, OwnedFd)>, usize)>,
         changed: std::sync::Condvar,
+        /// The records of the nested runs ended since the last
+        /// [`Commands::take`] (at most [`MAX_RECORDS`]).
+        records: Mutex<Vec<Outcome>>,
     }
 
     impl Commands {
@@ -747,6 +750,11 @@ mod imp {
                 }
             }
             st.0.as_ref().and_then(|(r, _)| r.try_clone().ok())
+        }
+
+        /// The records of the nested runs ended since the last call.
+        pub(crate) fn take(&self) -> Vec<Outcome> {
+            std::mem::take(&mut *self.records.lock().unwrap_or_else(|p| p.into_inner()))
         }
 
         /// A nested run has ended.
@@ -1285,6 +1293,16 @@ mod imp {
                     }
                     // The requester gets its record whole; the outer record
                     // keeps the tree's first MAX_RECORDS.
+                    {
+                        let mut mine = self
+                            .commands
+                            .records
+                            .lock()
+                            .unwrap_or_else(|p| p.into_inner());
+                        if mine.len() < MAX_RECORDS {
+                            mine.push(outcome.clone());
+                        }
+                    }
                     let kept = self.tree.records.fetch_add(1, Ordering::AcqRel);
                     if kept < MAX_RECORDS {
                         if let Ok(mut nested) = self.nested.lock() {

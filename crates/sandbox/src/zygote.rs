@@ -1018,6 +1018,10 @@ impl Shared {
         match zygote.run(&cmd) {
             Ok(exit) => {
                 let mut outcome = outcome(&req.argv, Some(policy), &exit, started);
+                // Its nested runs, ended with it.
+                if let Some(nested) = zygote.nested.get() {
+                    outcome.nested = nested.take();
+                }
                 // What the broker refused for this command, taken (and its
                 // per-command state reset) now that all of it is gone.
                 match zygote.take_mediation() {
