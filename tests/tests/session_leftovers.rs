@@ -207,3 +207,55 @@ fn a_shared_commands_nested_runs_are_in_its_own_exit_event() {
         assert!(exits[1].get("nested").is_none(), "twin: {}", exits[1]);
     }
 }
+
+/// A sibling of the command (`clone(CLONE_PARENT)`: a child of the zygote
+/// itself, not of the command), deaf to SIGTERM and holding a FIFO open,
+/// is gone before the next command; the command saw its reader's parent
+/// was its own (the zygote). Root and nobody.
+#[test]
+fn a_sibling_made_with_clone_parent_does_not_outlive_its_command() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        std::fs::write(
+            dir.join("sibling.py"),
+            format!(
+                "import ctypes,os,signal,time\n\
+                 libc=ctypes.CDLL(None,use_errno=True)\nlibc.syscall.restype=ctypes.c_long\n\
+                 pid=libc.syscall({}, ctypes.c_ulong({}), ctypes.c_ulong(0), None, None, ctypes.c_ulong(0))\n\
+                 if pid==0:\n    signal.signal(signal.SIGTERM, signal.SIG_IGN)\n    \
+                 fd=os.open('{d}/f1', os.O_RDWR)\n    open('{d}/up','w').write(str(os.getppid()))\n    \
+                 while True: time.sleep(1)\n\
+                 while not os.path.exists('{d}/up') or not open('{d}/up').read(): time.sleep(0.05)\n\
+                 print(open('{d}/up').read() == str(os.getppid()))\n",
+                libc::SYS_clone,
+                libc::CLONE_PARENT | libc::SIGCHLD,
+            ),
+        )
+        .unwrap();
+        std::fs::write(
+            dir.join("probe.py"),
+            "import os,sys\ntry:\n    os.open(sys.argv[1], os.O_WRONLY|os.O_NONBLOCK); \
+             print('reader alive')\nexcept OSError as e: print('errno', e.errno)\n",
+        )
+        .unwrap();
+        let exits = session(
+            nobody,
+            &dir.to_string_lossy(),
+            "shared",
+            &[
+                format!("mkfifo {d}/f1 && exec python3 {d}/sibling.py"),
+                format!("python3 {d}/probe.py {d}/f1"),
+                format!("exec 3<>{d}/f1; python3 {d}/probe.py {d}/f1"),
+            ],
+        );
+        assert_eq!(exits[0]["stdout"], "True\n", "{}", exits[0]);
+        assert_eq!(
+            exits[1]["stdout"],
+            format!("errno {}\n", libc::ENXIO),
+            "nobody {nobody}: {}",
+            exits[1]
+        );
+        assert_eq!(exits[2]["stdout"], "reader alive\n", "twin: {}", exits[2]);
+    }
+}
