@@ -1299,7 +1299,10 @@ fn render(rows: &[Row], not_measured: &[&str], quick: bool) -> String {
          The library's one-off `Command` form pays, per launch, std's full `fork` (std forks \
          whenever a `pre_exec` hook is set), attaching the seccomp filter, and as root dropping \
          the capability bounding set one capability at a time; `ConfinedSpawner` pays those once, \
-         in a thread it confines, and then spawns each command with `posix_spawn`. The runner \
+         in a thread it confines, and then forks each command, which nests a signal-scoped \
+         Landlock domain beneath the thread's (one `landlock_restrict_self`) before exec: a child \
+         in the thread's own domain could kill the hosting process (see \
+         docs/benchmarks-history.md, \"The confined spawner's children\"). The runner \
          (`sandbox::run`) adds its session, pipe, broker and process-tree handling. At run time, \
          any seccomp filter sends every syscall through the kernel's slower entry path (with \
          `populate_seccomp_data` and the action-cache check: about 3% of a `stat` loop here), \
