@@ -37,6 +37,11 @@ answered::
     with Session(args=["--no-network", "--approval", "channel"], on_permission=ask) as s:
         r = s.run(["curl", "-s", "http://pkg.example.com/"], output=True)
         print(r["approvals"])
+
+`on_refused`, when given, is called with each `refused` event of the
+running command (a dict: the fields of an entry of the exit event's
+`refusals`); what it raises is ignored. Events this client does not know
+are skipped.
 """
 
 import itertools
@@ -62,10 +67,12 @@ class Session:
     `sandbox run` takes them, and `--config`); `sandbox` is the binary
     (default: `$SANDBOX_BIN`, else `sandbox` on `PATH`); `stderr` is passed
     to `subprocess.Popen` (default: this process's own); `on_permission`
-    answers the questions of `--approval channel` (see the module's doc)."""
+    answers the questions of `--approval channel` (see the module's doc);
+    `on_refused` is called with each `refused` event."""
 
-    def __init__(self, args=(), sandbox=None, stderr=None, on_permission=None):
+    def __init__(self, args=(), sandbox=None, stderr=None, on_permission=None, on_refused=None):
         self.on_permission = on_permission
+        self.on_refused = on_refused
         binary = sandbox or os.environ.get("SANDBOX_BIN") or "sandbox"
         self._proc = subprocess.Popen(
             [binary, "session", *args],
@@ -128,6 +135,11 @@ class Session:
             kind = event.get("event")
             if kind == "exit":
                 return event
+            if kind == "refused" and self.on_refused is not None:
+                try:
+                    self.on_refused(event)
+                except Exception:  # the exit event still has to be read
+                    pass
             if kind == "error":
                 raise SessionError(event.get("message", "error"))
 

@@ -23,6 +23,10 @@
 // nothing is looked up before it is admitted); when it then resolves to a
 // local address it is asked about again (`resolution` true, with the
 // addresses and `local` true).
+//
+// `onRefused`, when given, is called with each `refused` event of a running
+// command (the fields of an entry of the exit event's `refusals`); what it
+// throws is ignored. Events this client does not know are skipped.
 
 import { spawn, ChildProcessWithoutNullStreams } from "node:child_process";
 import { createInterface, Interface } from "node:readline";
@@ -89,6 +93,15 @@ export interface Approval {
   by: string;
 }
 
+/** A `refused` event: one refusal of a running command. */
+export interface RefusedEvent extends Refusal {
+  id: string;
+  event: "refused";
+  [field: string]: unknown;
+}
+
+export type OnRefused = (r: RefusedEvent) => void;
+
 export type OnPermission = (p: PermissionEvent) => Answer | Promise<Answer>;
 
 /** The `exit` event of one command. */
@@ -149,6 +162,7 @@ export class Session {
     /** The session's `hello` event. */
     public hello: Record<string, unknown>,
     private onPermission?: OnPermission,
+    private onRefused?: OnRefused,
   ) {
     this.ended = new Promise((resolve) => {
       child.on("close", (code) => {
@@ -163,12 +177,14 @@ export class Session {
 
   /**
    * Starts `sandbox session ARGS` (`sandbox`: $SANDBOX_BIN, else `sandbox` on
-   * PATH); `onPermission` answers the questions of `--approval channel`.
+   * PATH); `onPermission` answers the questions of `--approval channel`;
+   * `onRefused` is called with each `refused` event.
    */
   static open(
     args: string[] = [],
     sandbox?: string,
     onPermission?: OnPermission,
+    onRefused?: OnRefused,
   ): Promise<Session> {
     const bin = sandbox ?? process.env.SANDBOX_BIN ?? "sandbox";
     const child = spawn(bin, ["session", ...args], {
@@ -189,7 +205,7 @@ export class Session {
           child.stdin.end();
           reject(new SessionError(`unsupported session schema ${hello.v}`));
         } else {
-          resolve(new Session(child, lines, hello, onPermission));
+          resolve(new Session(child, lines, hello, onPermission, onRefused));
         }
       });
     });
@@ -224,6 +240,12 @@ export class Session {
     } else if (event.event === "error") {
       this.waiting.delete(id!);
       w.reject(new SessionError(String(event.message)));
+    } else if (event.event === "refused" && this.onRefused) {
+      try {
+        this.onRefused(event as unknown as RefusedEvent);
+      } catch {
+        // the exit event still resolves the run
+      }
     }
   }
 
