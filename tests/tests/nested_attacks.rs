@@ -101,7 +101,7 @@ for i in range(tries):
         ran += 1
     elif "outside the outer run's write paths" in r["reason"]:
         outside += 1
-    elif "symbolic links" in r["reason"]:
+    elif "symbolic link" in r["reason"].lower():
         unopened += 1
     else:
         print("other", r["reason"], flush=True)
