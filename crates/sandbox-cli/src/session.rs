@@ -1,6 +1,7 @@
 //! `sandbox session`: many commands under one policy, driven over
-//! newline-delimited JSON (requests on stdin, events on stdout; schema and
-//! examples in docs/session.md).
+//! newline-delimited JSON (requests on stdin, events on stdout, or both on
+//! the UNIX socket of `--channel-fd`; schema and examples in
+//! docs/session.md).
 //!
 //! Version 1 resolves the policy, the config, the backend (and its
 //! self-test), the private TMPDIR and the tool caches once, at session
@@ -76,6 +77,11 @@ pub(crate) struct SessionArgs {
     /// `per-command`: each command gets a launch of its own.
     #[arg(long, value_name = "shared|per-command", default_value = "shared")]
     pub(crate) launch: SessionLaunch,
+    /// Read requests from and write events to the inherited UNIX stream
+    /// socket FD (above 2) instead of stdin and stdout, which the session
+    /// then leaves alone. No command inherits it.
+    #[arg(long, value_name = "FD", value_parser = clap::value_parser!(i32).range(3..))]
+    pub(crate) channel_fd: Option<i32>,
 }
 
 /// How a session launches its commands.
@@ -102,7 +108,7 @@ pub(crate) fn cmd_session(args: SessionArgs) -> Result<i32, Fatal> {
     // that goes away must not kill the session while a command runs (its
     // tree must still be ended).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
-    let mut chan = Channel::take()?;
+    let mut chan = Channel::take(args.channel_fd)?;
     let approvals = match args.approval {
         SessionApproval::Channel => match approvals::Approvals::new(
             chan.output.clone(),
@@ -142,22 +148,37 @@ struct Channel {
     stderr: OwnedFd,
     /// Whether writing an event failed (the harness went away).
     broken: bool,
+    /// With `--channel-fd`, the session's own stdin and stdout, held (never
+    /// read or written) while `/dev/null` is on fds 0 and 1.
+    _own: Option<(OwnedFd, OwnedFd)>,
 }
 
 impl Channel {
-    /// Moves stdin and stdout above 2 and puts `/dev/null` on fds 0 and 1.
-    fn take() -> Result<Self, Fatal> {
+    /// Moves stdin and stdout above 2 and puts `/dev/null` on fds 0 and 1;
+    /// the channel is stdin and stdout, or the UNIX stream socket
+    /// `socket` (made close-on-exec at once).
+    fn take(socket: Option<RawFd>) -> Result<Self, Fatal> {
+        let socket = socket.map(channel_socket).transpose()?;
         let null = std::fs::OpenOptions::new()
             .read(true)
             .write(true)
             .open("/dev/null")
             .map_err(|e| Fatal(format!("session: cannot open /dev/null: {e}")))?;
         let null = OwnedFd::from(null);
-        let input = dup_high(0)?;
-        let output = dup_high(1)?;
+        let stdin = dup_high(0)?;
+        let stdout = dup_high(1)?;
         let stderr = dup_high(2)?;
         put(&null, 0)?;
         put(&null, 1)?;
+        let (input, output, own) = match socket {
+            Some(socket) => {
+                let output = socket
+                    .try_clone()
+                    .map_err(|e| Fatal(format!("session: cannot use the channel socket: {e}")))?;
+                (socket, output, Some((stdin, stdout)))
+            }
+            None => (stdin, stdout, None),
+        };
         Ok(Channel {
             input: Some(BufReader::new(std::fs::File::from(input))),
             lines: None,
@@ -165,6 +186,7 @@ impl Channel {
             null,
             stderr,
             broken: false,
+            _own: own,
         })
     }
 
@@ -227,6 +249,92 @@ fn read_line(input: &mut BufReader<std::fs::File>) -> approvals::Line {
         ))));
     }
     Ok(Some(Ok(line)))
+}
+
+/// Takes the inherited descriptor `fd` as the channel: it must be an open
+/// UNIX stream socket. It is made close-on-exec before anything else.
+fn channel_socket(fd: RawFd) -> Result<OwnedFd, Fatal> {
+    let refuse = |what: String| {
+        Fatal(format!(
+            "session: --channel-fd {fd}: {what}, not a UNIX stream socket"
+        ))
+    };
+    // SAFETY: F_SETFD on a descriptor number; no memory involved.
+    if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } < 0 {
+        return Err(refuse(format!(
+            "not an open descriptor ({})",
+            std::io::Error::last_os_error()
+        )));
+    }
+    // SAFETY: an all-zero `stat` is a valid value of a plain C struct.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: fstat fills `st` on success.
+    if unsafe { libc::fstat(fd, &mut st) } < 0 {
+        return Err(refuse(format!(
+            "cannot stat it ({})",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let kind = match st.st_mode & libc::S_IFMT {
+        libc::S_IFSOCK => None,
+        libc::S_IFREG => Some("a regular file"),
+        libc::S_IFIFO => Some("a pipe"),
+        libc::S_IFCHR => Some("a character device"),
+        libc::S_IFDIR => Some("a directory"),
+        libc::S_IFBLK => Some("a block device"),
+        _ => Some("an unknown kind of file"),
+    };
+    if let Some(kind) = kind {
+        return Err(refuse(kind.to_owned()));
+    }
+    // SAFETY: an all-zero `sockaddr_storage` is a valid plain C struct.
+    let mut addr: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    // SAFETY: getsockname fills at most `len` bytes of `addr`.
+    if unsafe { libc::getsockname(fd, std::ptr::addr_of_mut!(addr).cast(), &mut len) } < 0 {
+        return Err(refuse(format!(
+            "a socket whose address cannot be read ({})",
+            std::io::Error::last_os_error()
+        )));
+    }
+    let family = i32::from(addr.ss_family);
+    if family != libc::AF_UNIX {
+        let name = match family {
+            libc::AF_INET => "an IPv4 socket".to_owned(),
+            libc::AF_INET6 => "an IPv6 socket".to_owned(),
+            f => format!("a socket of address family {f}"),
+        };
+        return Err(refuse(name));
+    }
+    let mut ty: libc::c_int = 0;
+    let mut len = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: getsockopt fills at most `len` bytes of `ty`.
+    if unsafe {
+        libc::getsockopt(
+            fd,
+            libc::SOL_SOCKET,
+            libc::SO_TYPE,
+            std::ptr::addr_of_mut!(ty).cast(),
+            &mut len,
+        )
+    } < 0
+    {
+        return Err(refuse(format!(
+            "a UNIX socket whose type cannot be read ({})",
+            std::io::Error::last_os_error()
+        )));
+    }
+    if ty != libc::SOCK_STREAM {
+        let name = match ty {
+            libc::SOCK_DGRAM => "a UNIX datagram socket".to_owned(),
+            libc::SOCK_SEQPACKET => "a UNIX seqpacket socket".to_owned(),
+            t => format!("a UNIX socket of type {t}"),
+        };
+        return Err(refuse(name));
+    }
+    // SAFETY: `fd` is open and handed to the session by its parent; nothing
+    // else in the session owns it.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// `fd` duplicated to a descriptor above 2, close-on-exec.
