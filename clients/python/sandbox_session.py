@@ -42,14 +42,27 @@ answered::
 running command (a dict: the fields of an entry of the exit event's
 `refusals`); what it raises is ignored. Events this client does not know
 are skipped.
+
+`transport="socket"` talks to the session over a UNIX socketpair
+(`sandbox session --channel-fd N`) instead of its stdin and stdout, which
+are then `/dev/null`: a caller whose own stdin/stdout carry another
+protocol (or a terminal) is never written to or read by the session::
+
+    with Session(args=["-w", "./out"], transport="socket") as s:
+        print(s.run(["make"], output=True)["stdout"])
 """
 
+import fcntl
 import itertools
 import json
 import os
+import socket
 import subprocess
 
-__all__ = ["Session", "SessionError", "SCHEMA_VERSION", "ANSWERS"]
+__all__ = ["Session", "SessionError", "SCHEMA_VERSION", "ANSWERS", "TRANSPORTS"]
+
+#: How the client talks to the session: its stdin/stdout, or a socketpair.
+TRANSPORTS = ("stdio", "socket")
 
 #: The answers to a `permission` event.
 ANSWERS = ("once", "session", "deny")
@@ -68,20 +81,62 @@ class Session:
     (default: `$SANDBOX_BIN`, else `sandbox` on `PATH`); `stderr` is passed
     to `subprocess.Popen` (default: this process's own); `on_permission`
     answers the questions of `--approval channel` (see the module's doc);
-    `on_refused` is called with each `refused` event."""
+    `on_refused` is called with each `refused` event; `transport` is
+    `"stdio"` (the session's stdin/stdout) or `"socket"` (a socketpair
+    passed as `--channel-fd N`; the session's stdin/stdout are /dev/null)."""
 
-    def __init__(self, args=(), sandbox=None, stderr=None, on_permission=None, on_refused=None):
+    def __init__(
+        self,
+        args=(),
+        sandbox=None,
+        stderr=None,
+        on_permission=None,
+        on_refused=None,
+        transport="stdio",
+    ):
+        if transport not in TRANSPORTS:
+            raise ValueError("transport must be one of %r, not %r" % (TRANSPORTS, transport))
         self.on_permission = on_permission
         self.on_refused = on_refused
         binary = sandbox or os.environ.get("SANDBOX_BIN") or "sandbox"
-        self._proc = subprocess.Popen(
-            [binary, "session", *args],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=stderr,
-            encoding="utf-8",
-            bufsize=1,
-        )
+        self._sock = None
+        if transport == "stdio":
+            self._proc = subprocess.Popen(
+                [binary, "session", *args],
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                encoding="utf-8",
+                bufsize=1,
+            )
+            self._rfile, self._wfile = self._proc.stdout, self._proc.stdin
+        else:
+            mine, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+            try:
+                # With 0, 1 or 2 closed here, the pair may take one of them,
+                # which the child's /dev/null would replace: move it above 2.
+                fd = theirs.fileno()
+                if fd <= 2:
+                    fd = fcntl.fcntl(fd, fcntl.F_DUPFD_CLOEXEC, 3)
+                try:
+                    self._proc = subprocess.Popen(
+                        [binary, "session", "--channel-fd", str(fd), *args],
+                        stdin=subprocess.DEVNULL,
+                        stdout=subprocess.DEVNULL,
+                        stderr=stderr,
+                        pass_fds=(fd,),
+                    )
+                finally:
+                    if fd != theirs.fileno():
+                        os.close(fd)
+            except BaseException:
+                mine.close()
+                raise
+            finally:
+                theirs.close()  # the session holds the only other end
+            self._sock = mine
+            self._rfile = mine.makefile("r", encoding="utf-8", newline="\n")
+            self._wfile = mine.makefile("w", encoding="utf-8", newline="\n")
         self._ids = itertools.count(1)
         self.hello = self._read()
         if self.hello.get("event") != "hello":
@@ -94,7 +149,7 @@ class Session:
             raise SessionError("unsupported session schema %r" % self.hello.get("v"))
 
     def _read(self):
-        line = self._proc.stdout.readline()
+        line = self._rfile.readline()
         if not line:
             code = self._proc.wait()
             raise SessionError("the session ended (exit status %s)" % code)
@@ -102,9 +157,9 @@ class Session:
 
     def _send(self, request):
         try:
-            self._proc.stdin.write(json.dumps(request) + "\n")
-            self._proc.stdin.flush()
-        except BrokenPipeError:
+            self._wfile.write(json.dumps(request) + "\n")
+            self._wfile.flush()
+        except (BrokenPipeError, ConnectionResetError):
             raise SessionError("the session ended (exit status %s)" % self._proc.wait())
 
     def run(self, argv, timeout=None, output=False, cwd=None, env=None, stdin=None):
@@ -159,11 +214,18 @@ class Session:
         if self._proc.poll() is None:
             try:
                 self._send({"op": "close"})
-                self._proc.stdin.close()
+                self._wfile.close()
+                if self._sock is not None:
+                    self._sock.shutdown(socket.SHUT_WR)
             except (SessionError, OSError):
                 pass
         code = self._proc.wait()
-        self._proc.stdout.close()
+        for f in (self._wfile, self._rfile, self._sock):
+            if f is not None:
+                try:
+                    f.close()
+                except OSError:
+                    pass
         return code
 
     def __enter__(self):

@@ -27,9 +27,15 @@
 // `onRefused`, when given, is called with each `refused` event of a running
 // command (the fields of an entry of the exit event's `refusals`); what it
 // throws is ignored. Events this client does not know are skipped.
+//
+// With `transport` "socket" the channel is the child's fd 3, a UNIX stream
+// socketpair Node creates for an extra "pipe" (`sandbox session
+// --channel-fd 3`); the session's stdin and stdout are then /dev/null, so a
+// caller whose own stdio carries another protocol is never touched.
 
-import { spawn, ChildProcessWithoutNullStreams } from "node:child_process";
+import { spawn, ChildProcess } from "node:child_process";
 import { createInterface, Interface } from "node:readline";
+import type { Readable, Writable } from "node:stream";
 
 /** The version of the session schema this client speaks (`"v"` in `hello`). */
 export const SCHEMA_VERSION = 1;
@@ -143,6 +149,9 @@ export interface RunOptions {
   stdin?: string;
 }
 
+/** How the client talks to the session: its stdin/stdout, or a socketpair. */
+export type Transport = "stdio" | "socket";
+
 /** The session refused a request, or ended, or spoke another schema. */
 export class SessionError extends Error {}
 
@@ -157,7 +166,8 @@ export class Session {
   private ended: Promise<number>;
 
   private constructor(
-    private child: ChildProcessWithoutNullStreams,
+    private child: ChildProcess,
+    private channel: Writable,
     private lines: Interface,
     /** The session's `hello` event. */
     public hello: Record<string, unknown>,
@@ -178,19 +188,33 @@ export class Session {
   /**
    * Starts `sandbox session ARGS` (`sandbox`: $SANDBOX_BIN, else `sandbox` on
    * PATH); `onPermission` answers the questions of `--approval channel`;
-   * `onRefused` is called with each `refused` event.
+   * `onRefused` is called with each `refused` event; `transport` "socket"
+   * talks over a socketpair (`--channel-fd 3`) instead of stdin/stdout.
    */
   static open(
     args: string[] = [],
     sandbox?: string,
     onPermission?: OnPermission,
     onRefused?: OnRefused,
+    transport: Transport = "stdio",
   ): Promise<Session> {
     const bin = sandbox ?? process.env.SANDBOX_BIN ?? "sandbox";
-    const child = spawn(bin, ["session", ...args], {
-      stdio: ["pipe", "pipe", "inherit"],
-    }) as unknown as ChildProcessWithoutNullStreams;
-    const lines = createInterface({ input: child.stdout });
+    if (transport !== "stdio" && transport !== "socket") {
+      return Promise.reject(new TypeError(`unknown transport ${String(transport)}`));
+    }
+    const socket = transport === "socket";
+    // Node makes an extra "pipe" a UNIX stream socketpair, its child end a
+    // blocking fd 3 without close-on-exec (the session sets it at once).
+    const child = socket
+      ? spawn(bin, ["session", "--channel-fd", "3", ...args], {
+          stdio: ["ignore", "ignore", "inherit", "pipe"],
+        })
+      : spawn(bin, ["session", ...args], { stdio: ["pipe", "pipe", "inherit"] });
+    const input = (socket ? child.stdio[3] : child.stdout) as Readable;
+    const channel = (socket ? child.stdio[3] : child.stdin) as Writable;
+    // A write after the session ended fails here; its "close" reports it.
+    channel.on("error", () => {});
+    const lines = createInterface({ input });
     return new Promise((resolve, reject) => {
       const onClose = (code: number | null) =>
         reject(new SessionError(`the session did not start (exit status ${code})`));
@@ -202,10 +226,10 @@ export class Session {
         if (hello.event !== "hello") {
           reject(new SessionError(`the session did not start: ${hello.message ?? line}`));
         } else if (hello.v !== SCHEMA_VERSION) {
-          child.stdin.end();
+          channel.end();
           reject(new SessionError(`unsupported session schema ${hello.v}`));
         } else {
-          resolve(new Session(child, lines, hello, onPermission, onRefused));
+          resolve(new Session(child, channel, lines, hello, onPermission, onRefused));
         }
       });
     });
@@ -219,8 +243,8 @@ export class Session {
       answer = "deny"; // a failing callback denies, never admits
     }
     if (answer !== "once" && answer !== "session") answer = "deny";
-    if (this.child.stdin.writable) {
-      this.child.stdin.write(
+    if (this.channel.writable) {
+      this.channel.write(
         JSON.stringify({ op: "approve", permission: p.permission, answer }) + "\n",
       );
     }
@@ -260,15 +284,15 @@ export class Session {
     if (opts.stdin !== undefined) request.stdin = opts.stdin;
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
-      this.child.stdin.write(JSON.stringify(request) + "\n");
+      this.channel.write(JSON.stringify(request) + "\n");
     });
   }
 
   /** Ends the session (`close`); resolves to its exit status. */
   close(): Promise<number> {
-    if (this.child.exitCode === null && this.child.stdin.writable) {
-      this.child.stdin.write(JSON.stringify({ op: "close" }) + "\n");
-      this.child.stdin.end();
+    if (this.child.exitCode === null && this.channel.writable) {
+      this.channel.write(JSON.stringify({ op: "close" }) + "\n");
+      this.channel.end();
     }
     return this.ended;
   }
