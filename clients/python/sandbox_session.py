@@ -138,9 +138,15 @@ class Session:
             self._rfile = mine.makefile("r", encoding="utf-8", newline="\n")
             self._wfile = mine.makefile("w", encoding="utf-8", newline="\n")
         self._ids = itertools.count(1)
-        self.hello = self._read()
+        try:
+            self.hello = self._read()
+        except BaseException:
+            self._proc.wait()
+            self._release()
+            raise
         if self.hello.get("event") != "hello":
             self._proc.wait()
+            self._release()
             raise SessionError(
                 "the session did not start: %s" % self.hello.get("message", self.hello)
             )
@@ -220,13 +226,16 @@ class Session:
             except (SessionError, OSError):
                 pass
         code = self._proc.wait()
+        self._release()
+        return code
+
+    def _release(self):
         for f in (self._wfile, self._rfile, self._sock):
             if f is not None:
                 try:
                     f.close()
                 except OSError:
                     pass
-        return code
 
     def __enter__(self):
         return self

@@ -72,7 +72,7 @@ fn assert_client_ok(out: &Output) {
 fn the_python_client_drives_a_session_over_a_socket() {
     let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python");
     let script = r#"
-import os, sys
+import os, subprocess, sys
 from sandbox_session import Session, SessionError
 w, denied, forged = sys.argv[1], sys.argv[2], sys.argv[3]
 with Session(args=["--backend", "auto", "--on-unsupported", "error", "-w", w],
@@ -100,6 +100,13 @@ with Session(args=["--backend", "auto", "--on-unsupported", "error", "-w", w],
     except SessionError as e:
         assert "argv" in str(e), e
 assert s.close() == 0
+# A session that cannot start says why over the socket too.
+try:
+    Session(args=["-w", w + "/no-such-dir"], sandbox=os.environ["SANDBOX_BIN"],
+            transport="socket", stderr=subprocess.DEVNULL)
+    raise AssertionError("a missing write path was accepted")
+except SessionError as e:
+    assert "no-such-dir" in str(e) and "did not start" in str(e), e
 try:
     Session(transport="pipe")
     raise AssertionError("an unknown transport was accepted")
@@ -183,6 +190,10 @@ const [w, denied, forged] = process.argv.slice(2);
   await assert.rejects(s.run([]), (e) => e instanceof SessionError && /argv/.test(e.message));
   assert.strictEqual(await s.close(), 0);
   await assert.rejects(Session.open([], undefined, undefined, undefined, "pipe"), TypeError);
+  // A session that cannot start says why over the socket too.
+  await assert.rejects(
+    Session.open(["-w", w + "/no-such-dir"], undefined, undefined, undefined, "socket"),
+    (e) => e instanceof SessionError && /did not start.*no-such-dir/.test(e.message));
   console.log("client ok");
 })().catch((e) => { console.error(e); process.exit(1); });
 "#;
