@@ -51,6 +51,21 @@ struct BetweenShared {
     seen: std::sync::atomic::AtomicU64,
     closed_at: std::sync::atomic::AtomicU64,
     cv: std::sync::Condvar,
+    /// The current command's refusals as they are answered, for
+    /// [`Between::live`]: the first [`Between::LIVE_CAP`] kept, all counted.
+    live: std::sync::Mutex<Live>,
+}
+
+/// See [`BetweenShared::live`].
+#[derive(Default)]
+struct Live {
+    /// Not yet read by [`Between::live`].
+    records: Vec<BrokerRecord>,
+    /// The command's refusals so far.
+    count: u64,
+    /// The command was closed ([`Between::take`]): the next refusal or read
+    /// starts the next command.
+    closed: bool,
 }
 
 impl std::fmt::Debug for Between {
@@ -76,6 +91,7 @@ impl Between {
             seen: std::sync::atomic::AtomicU64::new(0),
             closed_at: std::sync::atomic::AtomicU64::new(0),
             cv: std::sync::Condvar::new(),
+            live: std::sync::Mutex::default(),
         })))
     }
 
@@ -111,7 +127,55 @@ impl Between {
     }
 
     /// Called on the broker's thread: hands `log`'s records over.
+    /// How many refusals of one command [`Between::live`] hands out at most
+    /// (the command sets the rate; the rest are only counted).
+    pub const LIVE_CAP: usize = 100;
+
+    /// The refusals of the current command answered since the last call
+    /// (at most [`Self::LIVE_CAP`] per command in all), and how many the
+    /// command had so far, those beyond the cap included. The command is
+    /// the one since the last [`Between::take`] (or the broker's start).
+    ///
+    /// What a command closed by [`Between::take`] left unread is returned
+    /// by the next call, unless the next command had a refusal first.
+    pub fn live(&self) -> (Vec<BrokerRecord>, u64) {
+        match self.0.live.lock() {
+            Ok(mut live) => {
+                let out = (std::mem::take(&mut live.records), live.count);
+                if live.closed {
+                    *live = Live::default();
+                }
+                out
+            }
+            Err(_) => (Vec::new(), 0),
+        }
+    }
+
+    /// Offers the refusals among `records` (just answered) to
+    /// [`Between::live`]. Never waits: when the reader holds the lock, they
+    /// are only lost to the live view (the log keeps them).
+    fn offer(&self, records: &[BrokerRecord]) {
+        let refused = records
+            .iter()
+            .filter(|r| matches!(r.decision, BrokerDecision::Refused { .. }));
+        let Ok(mut live) = self.0.live.try_lock() else {
+            return;
+        };
+        for r in refused {
+            if live.closed {
+                *live = Live::default();
+            }
+            live.count += 1;
+            if usize::try_from(live.count).is_ok_and(|n| n <= Self::LIVE_CAP) {
+                live.records.push(r.clone());
+            }
+        }
+    }
+
     fn answer(&self, log: &mut BrokerLog) {
+        if let Ok(mut live) = self.0.live.lock() {
+            live.closed = true;
+        }
         let mut ask = 0u64;
         // SAFETY: reads the eventfd's 8-byte counter into a local.
         unsafe { libc::read(self.0.ask.as_raw_fd(), (&mut ask as *mut u64).cast(), 8) };
@@ -437,10 +501,12 @@ fn serve(
             match listener.recv() {
                 Ok(Received::Notification(n)) => {
                     let (record, fatal) = handle(listener, rules, own, &pool, &mut fifos, &n);
+                    let mark = log.records.len();
                     pool.drain_into(&mut log);
                     if let Some(record) = record {
                         log.push(record);
                     }
+                    between.offer(log.records.get(mark..).unwrap_or_default());
                     if let Some(fatal) = fatal {
                         // The thread's credentials are no longer known: stop
                         // (closing the listener fails every later call).

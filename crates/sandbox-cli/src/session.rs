@@ -756,7 +756,25 @@ impl Session {
         if let Some(approvals) = &self.approvals {
             approvals.begin(id);
         }
+        // The command's refusals, as they are answered (`refused` events).
+        let slot = Arc::new(std::sync::OnceLock::new());
+        let mut req = req;
+        req.tap = Some(Arc::clone(&slot));
+        let shared_live = self.shared_live();
+        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+        let watch = watch_refusals(
+            chan.output.clone(),
+            id.clone(),
+            move || {
+                slot.get()
+                    .and_then(|tap| tap.live())
+                    .or_else(|| shared_live.as_ref().and_then(|live| live()))
+            },
+            Arc::clone(&stop),
+        );
         let launched = self.launch(chan, &req, &fields);
+        stop.store(true, std::sync::atomic::Ordering::Release);
+        let (had, sent) = watch.and_then(|w| w.join().ok()).unwrap_or((0, 0));
         let asked = self.approvals.as_ref().map(|a| a.end(id));
         let (result, stdout, stderr) = match launched {
             Ok(launched) => launched,
@@ -806,6 +824,9 @@ impl Session {
         }
         if let Some(asked) = asked {
             event.insert("approvals".into(), asked.into());
+        }
+        if had > sent {
+            event.insert("refused_events_dropped".into(), (had - sent).into());
         }
         let mut exit = Map::new();
         exit.insert("id".into(), id.clone());
@@ -986,6 +1007,18 @@ impl Session {
         self.shared.as_ref()?.borrow_mut().run(req, stdio)
     }
 
+    /// What [`sandbox::zygote::Shared::live`] says, with a shared launch.
+    #[cfg(target_os = "linux")]
+    fn shared_live(&self) -> Option<Box<LiveRefusals>> {
+        let live = self.shared.as_ref()?.borrow().live();
+        Some(Box::new(live))
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    fn shared_live(&self) -> Option<Box<LiveRefusals>> {
+        None
+    }
+
     #[cfg(not(target_os = "linux"))]
     fn run_shared(
         &self,
@@ -994,6 +1027,55 @@ impl Session {
     ) -> Option<Result<Outcome, sandbox::runner::RunError>> {
         None
     }
+}
+
+/// A command's refusals so far (`sandbox_core::MediationTap::live`).
+type LiveRefusals =
+    dyn Fn() -> Option<(Vec<sandbox::runner::MediatedCall>, u64)> + Send + Sync + 'static;
+
+/// How often a running command's refusals are looked for.
+const LIVE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
+
+/// Sends the refusals `live` returns as `refused` events for `id` until
+/// `stop` (and once more after it), never waiting for the harness (an
+/// event that finds the queue full is dropped); returns how many
+/// refusals the command had and how many events were sent. The broker
+/// hands out the first 100 of a command at most (`Between::LIVE_CAP` in
+/// `sandbox-broker`), so the command's rate bounds neither this thread's work nor
+/// the queue.
+fn watch_refusals(
+    events: approvals::Events,
+    id: Value,
+    live: impl Fn() -> Option<(Vec<sandbox::runner::MediatedCall>, u64)> + Send + 'static,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) -> Option<std::thread::JoinHandle<(u64, u64)>> {
+    std::thread::Builder::new()
+        .name("session-refused".into())
+        .spawn(move || {
+            let (mut had, mut sent) = (0u64, 0u64);
+            loop {
+                let last = stop.load(std::sync::atomic::Ordering::Acquire);
+                if let Some((calls, count)) = live() {
+                    had = had.max(count);
+                    for call in calls {
+                        let mut e = Map::new();
+                        e.insert("id".into(), id.clone());
+                        e.insert("event".into(), "refused".into());
+                        if let Ok(Value::Object(fields)) = serde_json::to_value(&call) {
+                            e.extend(fields);
+                        }
+                        if events.try_send(&Value::Object(e)) {
+                            sent += 1;
+                        }
+                    }
+                }
+                if last {
+                    return (had, sent);
+                }
+                std::thread::sleep(LIVE_POLL);
+            }
+        })
+        .ok()
 }
 
 /// The exit event's fields for a command that ran: the record's status,

@@ -350,17 +350,43 @@ pub trait RunningSupervisor: Send + std::fmt::Debug {
 /// per command and returns what it mediated for that command since the
 /// last call, or `None` when the supervisor did not answer in time.
 #[derive(Clone)]
-pub struct MediationTap(std::sync::Arc<dyn Fn() -> Option<Mediation> + Send + Sync>);
+pub struct MediationTap {
+    take: std::sync::Arc<dyn Fn() -> Option<Mediation> + Send + Sync>,
+    live: Option<LiveRefusals>,
+}
+
+/// What [`MediationTap::live`] calls.
+type LiveRefusals = std::sync::Arc<dyn Fn() -> (Vec<MediatedCall>, u64) + Send + Sync>;
 
 impl MediationTap {
     /// A tap that calls `take`.
     pub fn new(take: impl Fn() -> Option<Mediation> + Send + Sync + 'static) -> Self {
-        Self(std::sync::Arc::new(take))
+        Self {
+            take: std::sync::Arc::new(take),
+            live: None,
+        }
+    }
+
+    /// This tap, with `live` answering [`MediationTap::live`].
+    pub fn with_live(
+        mut self,
+        live: impl Fn() -> (Vec<MediatedCall>, u64) + Send + Sync + 'static,
+    ) -> Self {
+        self.live = Some(std::sync::Arc::new(live));
+        self
     }
 
     /// Closes the command that ended; what was mediated for it.
     pub fn take(&self) -> Option<Mediation> {
-        (self.0)()
+        (self.take)()
+    }
+
+    /// The current command's refusals since the last call, as its
+    /// [`Mediation::refused`] will list them (the first few of the command
+    /// only), and how many it had so far; `None` when the supervisor
+    /// cannot tell while the command runs. Never waits for the supervisor.
+    pub fn live(&self) -> Option<(Vec<MediatedCall>, u64)> {
+        self.live.as_ref().map(|live| live())
     }
 }
 

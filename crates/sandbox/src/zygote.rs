@@ -947,6 +947,9 @@ pub struct Shared {
     base: RunRequest,
     program: PathBuf,
     zygote: Option<Zygote>,
+    /// The tap of the zygote running the current command, for [`Shared::live`].
+    #[allow(clippy::type_complexity)]
+    current: Arc<std::sync::Mutex<Option<Arc<std::sync::OnceLock<sandbox_core::MediationTap>>>>>,
 }
 
 #[cfg(target_os = "linux")]
@@ -964,7 +967,24 @@ impl Shared {
             base,
             program,
             zygote: Some(zygote),
+            current: Arc::default(),
         })
+    }
+
+    /// The refusals of the command [`Shared::run`] runs, as they are
+    /// answered: what [`sandbox_core::MediationTap::live`] says for the
+    /// zygote running it (`None` while there is none). Called from any
+    /// thread; never waits for the run.
+    pub fn live(
+        &self,
+    ) -> impl Fn() -> Option<(Vec<sandbox_core::MediatedCall>, u64)> + Send + Sync + 'static {
+        let current = Arc::clone(&self.current);
+        move || {
+            // The zygote's tap is set once its supervisor is confirmed,
+            // which may follow its first answer.
+            let tap = current.lock().ok()?.clone()?;
+            tap.get()?.live()
+        }
     }
 
     /// Runs `req` (a request like the base one, with its own argv, env,
@@ -1014,6 +1034,9 @@ impl Shared {
                 Some(Zygote::start(Arc::clone(&self.backend), &self.base, &self.program).ok()?);
         }
         let zygote = self.zygote.as_mut()?;
+        if let Ok(mut current) = self.current.lock() {
+            *current = Some(Arc::clone(&zygote.tap));
+        }
         let failed = |e: ZygoteError| Some(Err(RunError::SharedLaunch(e.to_string())));
         match zygote.run(&cmd) {
             Ok(exit) => {

@@ -205,11 +205,22 @@ impl RunningSupervisor for RunningBroker {
         };
         let between = broker.between();
         let names = self.names.clone();
-        Some(sandbox_core::MediationTap::new(move || {
-            between
-                .take(BETWEEN_WAIT)
-                .map(|log| mediation(log, names.as_ref()))
-        }))
+        let (live, live_names) = (between.clone(), names.clone());
+        Some(
+            sandbox_core::MediationTap::new(move || {
+                between
+                    .take(BETWEEN_WAIT)
+                    .map(|log| mediation(log, names.as_ref()))
+            })
+            .with_live(move || {
+                let (records, count) = live.live();
+                let refused = records
+                    .iter()
+                    .map(|r| refusal(r, live_names.as_ref()))
+                    .collect();
+                (refused, count)
+            }),
+        )
     }
 
     fn finish(mut self: Box<Self>) -> Mediation {
@@ -226,44 +237,7 @@ impl RunningSupervisor for RunningBroker {
 }
 
 fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
-    let refused = log
-        .refusals()
-        .map(|r| match &r.decision {
-            // A call the filter refused and sent here only to be recorded.
-            BrokerDecision::Refused {
-                reason: sandbox_broker::Refusal::UnknownSyscall { nr },
-            } => MediatedCall {
-                syscall: u32::try_from(*nr)
-                    .ok()
-                    .and_then(|n| names.and_then(|f| f.syscall_name(n)))
-                    .map_or_else(|| format!("syscall {nr}"), str::to_owned),
-                target: String::new(),
-                reason: "refused by the seccomp filter".into(),
-                outside_write_paths: false,
-            },
-            _ => MediatedCall {
-                syscall: r.syscall.clone(),
-                target: r
-                    .target
-                    .resolved
-                    .as_ref()
-                    .map(|p| p.display().to_string())
-                    .or_else(|| r.target.path.clone())
-                    .or_else(|| r.target.fd.map(|fd| format!("fd {fd}")))
-                    .unwrap_or_else(|| "?".into()),
-                outside_write_paths: matches!(
-                    r.decision,
-                    BrokerDecision::Refused {
-                        reason: sandbox_broker::Refusal::OutsideWritePaths
-                    }
-                ),
-                reason: match &r.decision {
-                    BrokerDecision::Refused { reason } => reason.to_string(),
-                    other => format!("{other:?}"),
-                },
-            },
-        })
-        .collect();
+    let refused = log.refusals().map(|r| refusal(r, names)).collect();
     Mediation {
         performed: log.performed().count(),
         refused,
@@ -271,5 +245,45 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
         error: log.stopped_by_error,
         git_dirs_made: log.git_dirs_made,
         git_dirs_unnamed: log.git_dirs_unnamed,
+    }
+}
+
+/// A refused record as the run's [`Mediation`] lists it (also for the live
+/// view, [`sandbox_core::MediationTap::live`]).
+fn refusal(r: &sandbox_broker::BrokerRecord, names: Option<&Filter>) -> MediatedCall {
+    match &r.decision {
+        // A call the filter refused and sent here only to be recorded.
+        BrokerDecision::Refused {
+            reason: sandbox_broker::Refusal::UnknownSyscall { nr },
+        } => MediatedCall {
+            syscall: u32::try_from(*nr)
+                .ok()
+                .and_then(|n| names.and_then(|f| f.syscall_name(n)))
+                .map_or_else(|| format!("syscall {nr}"), str::to_owned),
+            target: String::new(),
+            reason: "refused by the seccomp filter".into(),
+            outside_write_paths: false,
+        },
+        _ => MediatedCall {
+            syscall: r.syscall.clone(),
+            target: r
+                .target
+                .resolved
+                .as_ref()
+                .map(|p| p.display().to_string())
+                .or_else(|| r.target.path.clone())
+                .or_else(|| r.target.fd.map(|fd| format!("fd {fd}")))
+                .unwrap_or_else(|| "?".into()),
+            outside_write_paths: matches!(
+                r.decision,
+                BrokerDecision::Refused {
+                    reason: sandbox_broker::Refusal::OutsideWritePaths
+                }
+            ),
+            reason: match &r.decision {
+                BrokerDecision::Refused { reason } => reason.to_string(),
+                other => format!("{other:?}"),
+            },
+        },
     }
 }
