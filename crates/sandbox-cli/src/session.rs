@@ -825,6 +825,17 @@ impl Session {
         if let Some(asked) = asked {
             event.insert("approvals".into(), asked.into());
         }
+        // The live count stops where the log's cap does: the exit event's
+        // count goes on.
+        let listed = event
+            .get("refusals")
+            .and_then(Value::as_array)
+            .map_or(0, Vec::len) as u64
+            + event
+                .get("refusals_omitted")
+                .and_then(Value::as_u64)
+                .unwrap_or(0);
+        let had = had.max(listed);
         if had > sent {
             event.insert("refused_events_dropped".into(), (had - sent).into());
         }
