@@ -135,7 +135,15 @@ impl Harness {
         let started = self.next();
         assert_eq!(started["id"], id, "{started}");
         assert_eq!(started["event"], "started", "{started}");
-        let exit = self.next();
+        // The command's live `refused` events come first (see
+        // session_refused.rs); its exit event lists them all.
+        let exit = loop {
+            let e = self.next();
+            if e["event"] != "refused" {
+                break e;
+            }
+            assert_eq!(e["id"], id, "{e}");
+        };
         assert_eq!(exit["id"], id, "{exit}");
         assert_eq!(exit["event"], "exit", "{exit}");
         (started, exit)
