@@ -269,3 +269,56 @@ fn a_flood_of_refusals_sends_at_most_the_cap_and_the_exit_counts_them_all() {
         h.close();
     }
 }
+
+/// The Python client's `on_refused` sees a refusal while the command runs:
+/// the callback makes the file the command waits for.
+#[test]
+fn the_python_clients_on_refused_sees_a_refusal_while_the_command_runs() {
+    let clients = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python");
+    for launch in ["shared", "per-command"] {
+        let (_w, write) = shared_dir();
+        let (_o, outside) = shared_dir();
+        let refused_file = file_in(&outside, "f");
+        let go = write.join("go");
+        let argv = chmod_then_wait(&refused_file, &go);
+        let script = r#"
+import json, os, sys
+from sandbox_session import Session
+w, launch, go, argv = sys.argv[1], sys.argv[2], sys.argv[3], json.loads(sys.argv[4])
+seen = []
+def on_refused(e):
+    seen.append(e)
+    open(go, "w").close()
+with Session(args=["--backend", "auto", "--on-unsupported", "error", "--launch", launch, "-w", w],
+             sandbox=os.environ["SANDBOX_BIN"], on_refused=on_refused) as s:
+    r = s.run(argv, output=True)
+    assert r["stdout"] == "came\n", r
+    assert len(seen) == 1, seen
+    assert seen[0]["syscall"] == "fchmodat", seen
+    assert [dict((k, v) for k, v in seen[0].items() if k not in ("id", "event"))] == r["refusals"], (seen, r)
+    r = s.run(["true"])
+    assert r["status"] == 0 and len(seen) == 1, (seen, r)
+print("client ok")
+"#;
+        let out = std::process::Command::new("python3")
+            .arg("-c")
+            .arg(script)
+            .arg(&write)
+            .arg(launch)
+            .arg(&go)
+            .arg(serde_json::to_string(&argv).unwrap())
+            .env("PYTHONPATH", &clients)
+            .env("SANDBOX_BIN", sandbox_tests::sandbox_bin())
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .output()
+            .expect("python3");
+        assert!(
+            out.status.success(),
+            "{launch}: {}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(String::from_utf8_lossy(&out.stdout).contains("client ok"));
+    }
+}
