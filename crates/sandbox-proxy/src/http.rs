@@ -77,6 +77,13 @@ fn read_head(client: &mut TcpStream, max: usize, deadline: Instant) -> Result<He
 /// Answers `code` with a one-line plain-text `body` and closes the
 /// connection, reading a little of what the client still sends so that the
 /// answer is not lost to a reset.
+/// How much of what a client still sends after a refusal (the body of a
+/// refused request) is read and dropped, within half a second, before the
+/// connection is closed: closing with unread data resets the connection
+/// (RFC 9112 section 9.6), and a client still sending (a 3 MB upload) could
+/// then lose the answer it was sent.
+pub(crate) const REFUSED_BODY_DRAIN: usize = 16 << 20;
+
 fn answer(mut client: TcpStream, code: u16, reason: &str, body: &str) {
     let _ = client.set_write_timeout(Some(Duration::from_secs(5)));
     let text = format!(
@@ -90,7 +97,7 @@ fn answer(mut client: TcpStream, code: u16, reason: &str, body: &str) {
     let deadline = Instant::now() + Duration::from_millis(500);
     let mut sink = [0u8; 4096];
     let mut drained = 0usize;
-    while drained < 256 * 1024 {
+    while drained < REFUSED_BODY_DRAIN {
         match read_by(&mut client, &mut sink, deadline) {
             Ok(0) | Err(_) => break,
             Ok(n) => drained += n,

@@ -387,7 +387,7 @@ fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
     let deadline = std::time::Instant::now() + Duration::from_millis(500);
     let mut sink = [0u8; 16 * 1024];
     let mut drained = 0usize;
-    while drained < 256 * 1024 {
+    while drained < crate::http::REFUSED_BODY_DRAIN {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
         if left.is_zero() || client.sock.set_read_timeout(Some(left)).is_err() {
             break;
