@@ -8,8 +8,8 @@ use std::path::{Path, PathBuf};
 use sandbox_core::{BackendChoice, OnUnsupported, SandboxConfig, SandboxedExecOp};
 
 /// The reference page that holds the example config and op envelope.
-const CONFIG_DOC: &str = include_str!("../../../docs/config.md");
-const README: &str = include_str!("../../../README.md");
+const CONFIG_DOC: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../docs/config.md"));
+const README: &str = include_str!(concat!(env!("CARGO_MANIFEST_DIR"), "/../../README.md"));
 
 fn fenced(doc: &str, lang: &str) -> Vec<String> {
     let open = format!("```{lang}\n");
