@@ -1,13 +1,11 @@
 //! The production gate against working and deliberately broken backends, on the real kernel.
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 
-mod support;
-
+use crate::support::{Kind, TestBackend};
 use sandbox_core::{NoopBackend, SandboxUnavailable};
 use sandbox_probe::{
     enforcement_self_test, gate, CheckRole, GateReport, ProbeKind, ProbeReport, ProbeResult,
 };
-use support::{Kind, TestBackend};
 
 fn unwitnessed_why(p: &ProbeReport) -> &str {
     match &p.result {
