@@ -3,7 +3,7 @@
 //!
 //! These are [`WitnessStrength::ProfileText`]: they show the profile says the
 //! right thing, not that `sandbox-exec` enforces it. The behavioral legs run
-//! only on macOS (`tests/macos_behavior.rs`).
+//! only on macOS (`tests/it/macos_behavior.rs`).
 
 use std::path::Path;
 

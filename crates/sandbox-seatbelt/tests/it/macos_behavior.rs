@@ -148,7 +148,7 @@ fn helper(policy: &SandboxPolicy, action: &str) -> String {
         &[
             exe.to_str().unwrap(),
             "--exact",
-            "helper_entry",
+            "macos_behavior::helper_entry",
             "--nocapture",
             "--test-threads=1",
         ],
