@@ -145,7 +145,9 @@ fn ci_steps(t: &mut Timings) -> Result<(), String> {
             "--features",
             "libseccomp",
             "--test",
-            "differential",
+            "it",
+            "--",
+            "differential::",
         ])
     })?;
     // The end-to-end tests again, against the binary `dist` ships (static,

@@ -13,7 +13,7 @@
 //! compile to a plain allow or a plain deny: today every row with argument
 //! checks in some policy (`open`, `openat`, `creat`, `mknod`, `ioctl`,
 //! `clone`, `personality`, `prctl`, the scheduling and limit rows, the socket
-//! rows, `seccomp`; `KNOWN_GAPS` in `tests/differential.rs` pins the list,
+//! rows, `seccomp`; `KNOWN_GAPS` in `tests/it/differential.rs` pins the list,
 //! and fails when a row starts to agree). Expressing the fallback
 //! needs the complement of each condition set as masked compares. Until then
 //! this backend is not fit for enforcement; the seccompiler one is.

@@ -115,7 +115,7 @@ pub(crate) fn plan_with(
     // read-only open with O_TRUNC does truncate on Linux (open(2) leaves
     // O_TRUNC with O_RDONLY unspecified), so the seccomp filter refuses
     // O_TRUNC without write access
-    // (sandbox-seccomp tests/kernel.rs,
+    // (sandbox-seccomp tests/it/kernel.rs,
     // read_only_open_with_o_trunc_is_refused_and_truncates_nothing; the
     // self-test's write probe witnesses it on every host); truncate(2) by path
     // is brokered (tests/write.rs, truncate_by_path_outside_is_refused).

@@ -9,9 +9,7 @@
 //! libseccomp-dev (and pkg-config) fails that build rather than skipping it.
 #![cfg(all(feature = "libseccomp", target_os = "linux", target_arch = "x86_64"))]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sandbox_seccomp::{compile_spec, libseccomp_backend, Filter, FilterSpec, HIGHEST_KNOWN};
 

@@ -3,9 +3,7 @@
 #![cfg(all(target_os = "linux", target_arch = "x86_64"))]
 #![allow(non_upper_case_globals)]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use proptest::prelude::*;
 use sandbox_seccomp::{compile_spec, Filter, FilterSpec, HIGHEST_KNOWN};
 
