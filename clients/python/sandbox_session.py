@@ -168,11 +168,15 @@ class Session:
         except (BrokenPipeError, ConnectionResetError):
             raise SessionError("the session ended (exit status %s)" % self._proc.wait())
 
-    def run(self, argv, timeout=None, output=False, cwd=None, env=None, stdin=None):
+    def run(self, argv, timeout=None, output=False, cwd=None, env=None, stdin=None,
+            keep=False):
         """Runs `argv` confined by the session's policy and returns its exit
         event. `timeout` (seconds) replaces the session's, bounded by the
         operator's ceiling; `env` maps names to values (None unsets);
-        `stdin` is text given to the command (else it reads nothing)."""
+        `stdin` is text given to the command (else it reads nothing);
+        `keep=True` keeps its background processes alive until the session
+        ends (a dev server a later command uses; the exit event's `kept`
+        counts them; needs the shared launch, else SessionError)."""
         rid = str(next(self._ids))
         request = {"id": rid, "op": "run", "argv": list(argv)}
         if timeout is not None:
@@ -185,6 +189,8 @@ class Session:
             request["env"] = dict(env)
         if stdin is not None:
             request["stdin"] = stdin
+        if keep:
+            request["keep"] = True
         self._send(request)
         while True:
             event = self._read()

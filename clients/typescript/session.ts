@@ -128,6 +128,8 @@ export interface ExitEvent {
   refusals: Refusal[];
   refusals_omitted?: number;
   leftover_processes_ended?: number;
+  /** With `keep`: how many of its processes live on until the session ends. */
+  kept?: number;
   summary?: string[];
   stdout?: string;
   stderr?: string;
@@ -147,6 +149,12 @@ export interface RunOptions {
   env?: Record<string, string | null>;
   /** Text the command reads on stdin (else it reads nothing). */
   stdin?: string;
+  /**
+   * Keep its background processes alive until the session ends (a dev
+   * server a later command uses; the exit event's `kept` counts them).
+   * Needs the shared launch, else the run rejects with a SessionError.
+   */
+  keep?: boolean;
 }
 
 /** How the client talks to the session: its stdin/stdout, or a socketpair. */
@@ -282,6 +290,7 @@ export class Session {
     if (opts.cwd !== undefined) request.cwd = opts.cwd;
     if (opts.env !== undefined) request.env = opts.env;
     if (opts.stdin !== undefined) request.stdin = opts.stdin;
+    if (opts.keep) request.keep = true;
     return new Promise((resolve, reject) => {
       this.waiting.set(id, { resolve, reject });
       this.channel.write(JSON.stringify(request) + "\n");

@@ -222,6 +222,27 @@ impl Channel {
             None => Ok(None),
         }
     }
+
+    /// [`Channel::next_line`]; with `watch`, looks for a stop signal
+    /// while it waits (`Err` with the signal's number).
+    fn next_line_or_stop(&mut self, watch: bool) -> Result<approvals::Line, i32> {
+        if !watch {
+            return Ok(self.next_line());
+        }
+        let Some(lines) = &self.lines else {
+            return Ok(Ok(None));
+        };
+        loop {
+            if let Some(sig) = sandbox::runner::stop_requested() {
+                return Err(sig);
+            }
+            match lines.recv_timeout(std::time::Duration::from_millis(50)) {
+                Ok(line) => return Ok(line),
+                Err(std::sync::mpsc::RecvTimeoutError::Timeout) => {}
+                Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => return Ok(Ok(None)),
+            }
+        }
+    }
 }
 
 /// Reads one request line from `input` (see [`Channel::next_line`]).
@@ -436,45 +457,109 @@ fn wait_ready(fd: RawFd, events: libc::c_short) {
 /// never blocks, keeping the first [`OUTPUT_CAP`] bytes; once the run has
 /// ended, to the end of what the pipe holds.
 fn drain(read: OwnedFd, ended: Ended) -> std::thread::JoinHandle<Captured> {
-    std::thread::spawn(move || {
-        let fd = read.as_raw_fd();
-        let mut file = std::fs::File::from(read);
-        let mut kept = Vec::new();
-        let mut dropped = 0u64;
-        let mut buf = [0u8; 16 * 1024];
-        let mut after_end = 0usize;
-        loop {
-            // Read before looking at `ended`: what the command wrote before
-            // it ended is in the pipe.
-            let done = has_ended(&ended);
-            match file.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => {
-                    let room = OUTPUT_CAP.saturating_sub(kept.len()).min(n);
-                    kept.extend_from_slice(&buf[..room]);
-                    dropped += (n - room) as u64;
+    std::thread::spawn(move || capture(&read, &ended))
+}
+
+/// What [`drain`] does, on the calling thread.
+fn capture(read: &OwnedFd, ended: &Ended) -> Captured {
+    let fd = read.as_raw_fd();
+    let mut kept = Vec::new();
+    let mut dropped = 0u64;
+    let mut buf = [0u8; 16 * 1024];
+    let mut after_end = 0usize;
+    loop {
+        // Read before looking at `ended`: what the command wrote before
+        // it ended is in the pipe.
+        let done = has_ended(ended);
+        match read_some(fd, &mut buf) {
+            Ok(0) => break,
+            Ok(n) => {
+                let room = OUTPUT_CAP.saturating_sub(kept.len()).min(n);
+                kept.extend_from_slice(&buf[..room]);
+                dropped += (n - room) as u64;
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                if done {
+                    break;
                 }
+                wait_ready(fd, libc::POLLIN);
+            }
+            Err(_) => break,
+        }
+        // A process outside the run writing without pause: stop after
+        // more than any pipe holds (`F_SETPIPE_SZ` is bounded by
+        // `pipe-max-size`, 1 MiB by default).
+        if done {
+            after_end += 1;
+            if after_end > 2 * OUTPUT_CAP / buf.len() {
+                break;
+            }
+        }
+    }
+    Captured { kept, dropped }
+}
+
+/// One `read(2)` of `fd` into `buf`.
+fn read_some(fd: RawFd, buf: &mut [u8]) -> std::io::Result<usize> {
+    // SAFETY: reads at most `buf.len()` bytes into `buf`.
+    let n = unsafe { libc::read(fd, buf.as_mut_ptr().cast(), buf.len()) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(n as usize)
+}
+
+/// A kept command's output pipe ([`drain_kept`]): what the exit event
+/// returns, and the thread that goes on reading.
+// Off Linux nothing is kept (no shared launch): never read there.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+struct KeptDrain {
+    captured: std::sync::mpsc::Receiver<Captured>,
+    /// Bytes read and discarded after the exit event.
+    discarded: std::thread::JoinHandle<u64>,
+}
+
+/// [`drain`] for a kept command: once the main process's run has ended and
+/// what the pipe held is taken, the same thread keeps reading and
+/// discarding what the command's background processes write (so none
+/// blocks or gets `SIGPIPE`) until every writer is gone, or, once `over`
+/// is set (the session ends, its kept runs ended), the pipe is empty.
+fn drain_kept(read: OwnedFd, ended: Ended, over: Ended) -> KeptDrain {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let handle = std::thread::spawn(move || {
+        let _ = tx.send(capture(&read, &ended));
+        let fd = read.as_raw_fd();
+        let mut buf = [0u8; 16 * 1024];
+        let mut discarded = 0u64;
+        let mut after_over = 0usize;
+        loop {
+            let last = has_ended(&over);
+            match read_some(fd, &mut buf) {
+                Ok(0) => break,
+                Ok(n) => discarded += n as u64,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
                 Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
-                    if done {
+                    if last {
                         break;
                     }
                     wait_ready(fd, libc::POLLIN);
                 }
                 Err(_) => break,
             }
-            // A process outside the run writing without pause: stop after
-            // more than any pipe holds (`F_SETPIPE_SZ` is bounded by
-            // `pipe-max-size`, 1 MiB by default).
-            if done {
-                after_end += 1;
-                if after_end > 2 * OUTPUT_CAP / buf.len() {
+            if last {
+                after_over += 1;
+                if after_over > 2 * OUTPUT_CAP / buf.len() {
                     break;
                 }
             }
         }
-        Captured { kept, dropped }
-    })
+        discarded
+    });
+    KeptDrain {
+        captured: rx,
+        discarded: handle,
+    }
 }
 
 /// Writes `bytes` to `write` (non-blocking) until all is written, the
@@ -509,6 +594,8 @@ struct RunFields {
     timeout: Option<u64>,
     stdin: Option<String>,
     output: bool,
+    /// The command's background processes live until the session ends.
+    keep: bool,
 }
 
 impl RunFields {
@@ -528,10 +615,11 @@ impl RunFields {
                 "timeout" => f.timeout = get(&name, v)?,
                 "stdin" => f.stdin = get(&name, v)?,
                 "output" => f.output = get::<Option<bool>>(&name, v)?.unwrap_or(false),
+                "keep" => f.keep = get::<Option<bool>>(&name, v)?.unwrap_or(false),
                 _ => {
                     return Err(format!(
                         "unknown field {name:?} (a run takes argv, cwd, env, timeout, stdin, \
-                         output)"
+                         output, keep)"
                     ))
                 }
             }
@@ -547,14 +635,44 @@ struct Session {
     backend: Arc<dyn sandbox::backend::Backend>,
     /// Every command's request, but for its argv and what it asks.
     base: RunRequest,
+    /// The kept commands (`"keep": true`) whose processes live until the
+    /// session ends (dropped before the private TMPDIR: dropping one ends
+    /// its run).
+    kept: std::cell::RefCell<Vec<KeptRun>>,
     /// The private TMPDIR, removed when the session ends.
     _private_tmp: Option<tempfile::TempDir>,
     /// `--approval channel`: what the proxy holds is asked over the channel.
     approvals: Option<approvals::Approvals>,
+    /// Held while a command is kept: a stop signal between commands ends
+    /// the session's kept runs and the session (the serving loop looks).
+    kept_stop: std::cell::RefCell<Option<sandbox::runner::StopSignals>>,
     /// The shared launch, when the session uses one.
     shared: Option<Shared>,
     /// Why the session launches per command although `shared` was asked.
     per_command_why: Option<String>,
+}
+
+/// At most this many kept commands' runs are alive in one session.
+const MAX_KEPT: usize = 8;
+
+/// A kept command's run (`sandbox::zygote::Kept`).
+#[cfg(target_os = "linux")]
+type Kept = sandbox::zygote::Kept;
+/// None off Linux (keep needs the shared launch).
+#[cfg(not(target_os = "linux"))]
+enum Kept {}
+
+/// A kept command, until the session ends.
+// Off Linux nothing is kept (no shared launch): never read there.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+struct KeptRun {
+    /// Its request's id.
+    id: Value,
+    run: Kept,
+    /// Its output pipes, still read (and discarded), with `"output": true`.
+    drains: Vec<(&'static str, KeptDrain)>,
+    /// Set when the session ends: the drains stop once their pipe is empty.
+    over: Ended,
 }
 
 /// The shared launch (`sandbox::zygote::Shared`).
@@ -613,6 +731,8 @@ impl Session {
             policy,
             backend,
             base,
+            kept: std::cell::RefCell::default(),
+            kept_stop: std::cell::RefCell::default(),
             _private_tmp: private_tmp,
             approvals,
             shared,
@@ -640,6 +760,7 @@ impl Session {
             "output_cap": OUTPUT_CAP,
             "launch": if self.shared.is_some() { "shared" } else { "per-command" },
             "launch_note": self.per_command_why,
+            "max_kept": if self.shared.is_some() { MAX_KEPT } else { 0 },
         })
     }
 
@@ -649,8 +770,18 @@ impl Session {
             if chan.broken {
                 return Ok(0);
             }
-            let line = match chan.next_line() {
+            let watch = self.kept_stop.borrow().is_some();
+            let line = match chan.next_line_or_stop(watch) {
+                Err(sig) => {
+                    self.end_kept(chan);
+                    chan.send(&json!({"event": "closed", "why": "stopped by a signal"}));
+                    return Ok(128 + sig);
+                }
+                Ok(line) => line,
+            };
+            let line = match line {
                 Ok(None) => {
+                    self.end_kept(chan);
                     chan.send(&json!({"event": "closed", "why": "end of input"}));
                     return Ok(0);
                 }
@@ -700,6 +831,7 @@ impl Session {
                         chan.send(&error(&id, &format!("close takes no field {field:?}")));
                         continue;
                     }
+                    self.end_kept(chan);
                     chan.send(&with_id(&id, json!({"event": "closed", "why": "close"})));
                     return Ok(0);
                 }
@@ -715,6 +847,7 @@ impl Session {
                         }
                     };
                     if let Some(code) = self.run(chan, &id, fields)? {
+                        self.end_kept(chan);
                         chan.send(&json!({"event": "closed", "why": "stopped by a signal"}));
                         return Ok(code);
                     }
@@ -737,6 +870,12 @@ impl Session {
     /// Runs one command and writes its events; `Some(code)` when a stop
     /// signal ended it and the session must end with `code`.
     fn run(&self, chan: &mut Channel, id: &Value, fields: RunFields) -> Result<Option<i32>, Fatal> {
+        if fields.keep {
+            if let Err(why) = self.may_keep() {
+                chan.send(&error(id, &why));
+                return Ok(None);
+            }
+        }
         let req = match self.request(&fields) {
             Ok(req) => req,
             Err(why) => {
@@ -772,11 +911,25 @@ impl Session {
             },
             Arc::clone(&stop),
         );
+        if fields.keep && self.kept_stop.borrow().is_none() {
+            // From now on a stop signal between commands is caught: the
+            // serving loop ends the kept runs and the session.
+            *self.kept_stop.borrow_mut() = Some(crate::stop_runs_on_signals()?);
+        }
         let launched = self.launch(chan, &req, &fields);
         stop.store(true, std::sync::atomic::Ordering::Release);
-        let (had, sent) = watch.and_then(|w| w.join().ok()).unwrap_or((0, 0));
+        let (had, sent, seen) = watch
+            .and_then(|w| w.join().ok())
+            .unwrap_or((0, 0, Vec::new()));
         let asked = self.approvals.as_ref().map(|a| a.end(id));
-        let (result, stdout, stderr) = match launched {
+        let Launched {
+            result,
+            kept,
+            stdout,
+            stderr,
+            drains,
+            over,
+        } = match launched {
             Ok(launched) => launched,
             // The session cannot lend or take back the standard fds (or
             // catch the stop signals): the request still gets its answer,
@@ -798,7 +951,23 @@ impl Session {
             }
         };
         let mut event = match result {
-            Ok(outcome) => exit_event(&outcome),
+            Ok(mut outcome) => {
+                if kept.is_some() {
+                    // Its run goes on: the refusals so far are those the
+                    // live view handed out (the run's record comes with
+                    // `kept_ended`).
+                    let m = sandbox::runner::Mediation {
+                        omitted: usize::try_from(had)
+                            .unwrap_or(usize::MAX)
+                            .saturating_sub(seen.len()),
+                        refused: seen,
+                        ..Default::default()
+                    };
+                    outcome.classification = outcome.classification.with_refusals(&m);
+                    outcome.mediation = Some(m);
+                }
+                exit_event(&outcome)
+            }
             Err(err) => {
                 let mut e = Map::new();
                 e.insert("status".into(), err.exit_code().into());
@@ -839,12 +1008,61 @@ impl Session {
         if had > sent {
             event.insert("refused_events_dropped".into(), (had - sent).into());
         }
+        if fields.keep {
+            event.insert("kept".into(), kept.as_ref().map_or(0, alive_at_exit).into());
+        }
         let mut exit = Map::new();
         exit.insert("id".into(), id.clone());
         exit.insert("event".into(), "exit".into());
         exit.extend(event);
         chan.send(&Value::Object(exit));
+        match kept {
+            Some(run) => self.kept.borrow_mut().push(KeptRun {
+                id: id.clone(),
+                run,
+                drains,
+                over,
+            }),
+            None => over.store(true, std::sync::atomic::Ordering::Release),
+        }
         Ok(sandbox::runner::stop_requested().map(|sig| 128 + sig))
+    }
+
+    /// Whether a command may be kept now: `Err` says why not (the session
+    /// launches per command, or [`MAX_KEPT`] kept runs are alive).
+    fn may_keep(&self) -> Result<(), String> {
+        if self.shared.is_none() {
+            let why = self
+                .per_command_why
+                .as_deref()
+                .unwrap_or("--launch per-command was asked");
+            return Err(format!(
+                "keep needs the shared launch; this session launches each command on its \
+                 own because {why}: nothing was run (start the session with --launch shared \
+                 on Linux, the landlock backend with Landlock ABI >= 6 and no egress proxy, or \
+                 run the background process and what uses it in one command)"
+            ));
+        }
+        let alive = self.kept.borrow().iter().filter(|k| k.running()).count();
+        if alive >= MAX_KEPT {
+            return Err(format!(
+                "keep: at most {MAX_KEPT} kept commands live in one session, and {alive} do \
+                 (they end when the session ends): nothing was run; run it without keep"
+            ));
+        }
+        Ok(())
+    }
+
+    /// Ends every kept command's run (all at once: SIGTERM, the grace
+    /// period, SIGKILL) and writes a `kept_ended` event for each, in the
+    /// order they were kept.
+    fn end_kept(&self, chan: &mut Channel) {
+        let kept = std::mem::take(&mut *self.kept.borrow_mut());
+        let ended = end_kept_runs(kept);
+        for e in ended {
+            chan.queue(&Value::Object(e));
+        }
+        *self.kept_stop.borrow_mut() = None;
     }
 
     /// The run request for `fields`: the session's, with the command, its
@@ -907,22 +1125,15 @@ impl Session {
     }
 
     /// Lends the command fds 0-2, runs it, takes them back.
-    #[allow(clippy::type_complexity)]
     fn launch(
         &self,
         chan: &mut Channel,
         req: &RunRequest,
         fields: &RunFields,
-    ) -> Result<
-        (
-            Result<Outcome, sandbox::runner::RunError>,
-            Option<Captured>,
-            Option<Captured>,
-        ),
-        Fatal,
-    > {
+    ) -> Result<Launched, Fatal> {
         let mut req = req.clone();
         let ended = Ended::default();
+        let over = Ended::default();
         let feeder = match &fields.stdin {
             Some(text) => {
                 let (read, write) = pipe()?;
@@ -933,7 +1144,8 @@ impl Session {
             }
             None => None,
         };
-        let (out, err) = if fields.output {
+        let mut drainers = Vec::new();
+        if fields.output {
             let (out_read, out_write) = pipe()?;
             let (err_read, err_write) = pipe()?;
             set_nonblocking(&out_read)?;
@@ -942,16 +1154,20 @@ impl Session {
             put(&err_write, 2)?;
             // Only fds 1 and 2 hold the write ends now.
             drop((out_write, err_write));
-            (
-                Some(drain(out_read, ended.clone())),
-                Some(drain(err_read, ended.clone())),
-            )
-        } else {
-            (None, None)
-        };
+            for (name, read) in [("stdout", out_read), ("stderr", err_read)] {
+                drainers.push((
+                    name,
+                    if fields.keep {
+                        Drainer::Kept(drain_kept(read, ended.clone(), over.clone()))
+                    } else {
+                        Drainer::Plain(drain(read, ended.clone()))
+                    },
+                ));
+            }
+        }
         // Without output, the runner gives the command /dev/null as stderr.
         req.echo_stderr = fields.output;
-        let result = {
+        let (result, kept) = {
             let _stop = crate::stop_runs_on_signals()?;
             let stdio = [
                 0,
@@ -962,14 +1178,31 @@ impl Session {
                     chan.null.as_raw_fd()
                 },
             ];
-            match self.run_shared(&req, stdio) {
-                Some(result) => result,
-                None => sandbox::runner::run(self.backend.as_ref(), &req),
+            if fields.keep {
+                match self.run_kept(&req, stdio) {
+                    Some(Ok((outcome, kept))) => (Ok(outcome), kept),
+                    Some(Err(e)) => (Err(e), None),
+                    None => (
+                        Err(sandbox::runner::RunError::SharedLaunch(format!(
+                            "keep needs the shared launch, and this request's argv and \
+                             environment exceed its {} bytes: nothing was run",
+                            sandbox_max_request()
+                        ))),
+                        None,
+                    ),
+                }
+            } else {
+                let result = match self.run_shared(&req, stdio) {
+                    Some(result) => result,
+                    None => sandbox::runner::run(self.backend.as_ref(), &req),
+                };
+                (result, None)
             }
         };
-        // Nothing the run started is alive: taking the fds back closes the
-        // session's last write ends, and the drains see the end (or, when a
-        // process outside the run holds a copy, take what the pipe holds).
+        // Nothing the run started is alive (but a kept command's
+        // processes): taking the fds back closes the session's last write
+        // ends, and the drains see the end (or, when a process outside the
+        // run or a kept process holds a copy, take what the pipe holds).
         put(&chan.null, 0)?;
         put(&chan.null, 1)?;
         put(&chan.stderr, 2)?;
@@ -977,16 +1210,133 @@ impl Session {
         if let Some(feeder) = feeder {
             let _ = feeder.join();
         }
-        let join = |h: Option<std::thread::JoinHandle<Captured>>| {
-            h.map(|h| {
-                h.join().unwrap_or(Captured {
-                    kept: Vec::new(),
-                    dropped: 0,
-                })
-            })
+        let none = || Captured {
+            kept: Vec::new(),
+            dropped: 0,
         };
-        Ok((result, join(out), join(err)))
+        let mut captured = Vec::new();
+        let mut drains = Vec::new();
+        for (name, drainer) in drainers {
+            match drainer {
+                Drainer::Plain(h) => captured.push(h.join().unwrap_or_else(|_| none())),
+                Drainer::Kept(d) => {
+                    captured.push(d.captured.recv().unwrap_or_else(|_| none()));
+                    drains.push((name, d));
+                }
+            }
+        }
+        let mut captured = captured.into_iter();
+        Ok(Launched {
+            result,
+            kept,
+            stdout: captured.next(),
+            stderr: captured.next(),
+            drains,
+            over,
+        })
     }
+}
+
+/// What [`Session::launch`] returns.
+struct Launched {
+    result: Result<Outcome, sandbox::runner::RunError>,
+    /// A kept command whose processes are alive.
+    kept: Option<Kept>,
+    stdout: Option<Captured>,
+    stderr: Option<Captured>,
+    /// A kept command's output pipes, still read.
+    drains: Vec<(&'static str, KeptDrain)>,
+    /// Stops them once set.
+    over: Ended,
+}
+
+/// A command's output pipe's reader.
+enum Drainer {
+    Plain(std::thread::JoinHandle<Captured>),
+    Kept(KeptDrain),
+}
+
+/// The largest request the shared launch takes.
+#[cfg(target_os = "linux")]
+fn sandbox_max_request() -> usize {
+    sandbox::zygote::MAX_REQUEST
+}
+
+#[cfg(not(target_os = "linux"))]
+fn sandbox_max_request() -> usize {
+    128 * 1024
+}
+
+impl KeptRun {
+    /// Whether its run still lives.
+    fn running(&self) -> bool {
+        #[cfg(target_os = "linux")]
+        return self.run.running();
+        #[cfg(not(target_os = "linux"))]
+        match self.run {}
+    }
+}
+
+/// How many processes of a kept command were alive when its main process
+/// exited.
+fn alive_at_exit(kept: &Kept) -> usize {
+    #[cfg(target_os = "linux")]
+    return kept.alive_at_exit();
+    #[cfg(not(target_os = "linux"))]
+    match *kept {}
+}
+
+/// Ends `kept` (all at once) and returns each one's `kept_ended` event.
+#[cfg(target_os = "linux")]
+fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
+    for k in &mut kept {
+        k.run.begin_end();
+    }
+    let mut events = Vec::new();
+    for k in kept {
+        let end = k.run.end();
+        k.over.store(true, std::sync::atomic::Ordering::Release);
+        let mut e = Map::new();
+        e.insert("id".into(), k.id);
+        e.insert("event".into(), "kept_ended".into());
+        let mut ended = end.ended.unwrap_or(0);
+        let mut timed_out = false;
+        let mut refused = Vec::new();
+        let mut omitted = 0;
+        match &end.run {
+            Some(Ok(run)) => {
+                ended += run.leftover_processes_ended;
+                timed_out = run.timed_out;
+                if let Some(m) = &run.mediation {
+                    refused.clone_from(&m.refused);
+                    omitted = m.omitted;
+                }
+            }
+            Some(Err(err)) => {
+                e.insert("reason".into(), error_chain::error_chain(err).into());
+            }
+            None => {
+                e.insert("reason".into(), "its run's thread failed".into());
+            }
+        }
+        e.insert("processes_ended".into(), ended.into());
+        e.insert("timed_out".into(), timed_out.into());
+        e.insert("refusals".into(), json!(refused));
+        if omitted > 0 {
+            e.insert("refusals_omitted".into(), omitted.into());
+        }
+        for (name, d) in k.drains {
+            let discarded = d.discarded.join().unwrap_or(0);
+            e.insert(format!("{name}_discarded"), discarded.into());
+        }
+        events.push(e);
+    }
+    events
+}
+
+#[cfg(not(target_os = "linux"))]
+fn end_kept_runs(kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
+    kept.into_iter().map(|k| match k.run {}).collect()
 }
 
 /// Starts the shared launch for `base`, or says why it cannot serve.
@@ -1030,6 +1380,28 @@ impl Session {
         None
     }
 
+    /// Runs `req` as a kept command by the shared launch (a zygote of its
+    /// own); `None` when the request is beyond it.
+    #[cfg(target_os = "linux")]
+    #[allow(clippy::type_complexity)]
+    fn run_kept(
+        &self,
+        req: &RunRequest,
+        stdio: [RawFd; 3],
+    ) -> Option<Result<(Outcome, Option<Kept>), sandbox::runner::RunError>> {
+        self.shared.as_ref()?.borrow_mut().run_kept(req, stdio)
+    }
+
+    #[cfg(not(target_os = "linux"))]
+    #[allow(clippy::type_complexity)]
+    fn run_kept(
+        &self,
+        _: &RunRequest,
+        _: [RawFd; 3],
+    ) -> Option<Result<(Outcome, Option<Kept>), sandbox::runner::RunError>> {
+        None
+    }
+
     #[cfg(not(target_os = "linux"))]
     fn run_shared(
         &self,
@@ -1050,7 +1422,8 @@ const LIVE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 /// Sends the refusals `live` returns as `refused` events for `id` until
 /// `stop` (and once more after it), never waiting for the harness (an
 /// event that finds the queue full is dropped); returns how many
-/// refusals the command had and how many events were sent. The broker
+/// refusals the command had, how many events were sent, and the refusals
+/// `live` returned (a kept command's exit event lists them). The broker
 /// hands out the first 100 of a command at most (`Between::LIVE_CAP` in
 /// `sandbox-broker`), so the command's rate bounds neither this thread's work nor
 /// the queue.
@@ -1059,11 +1432,12 @@ fn watch_refusals(
     id: Value,
     live: impl Fn() -> Option<(Vec<sandbox::runner::MediatedCall>, u64)> + Send + 'static,
     stop: Arc<std::sync::atomic::AtomicBool>,
-) -> Option<std::thread::JoinHandle<(u64, u64)>> {
+) -> Option<std::thread::JoinHandle<(u64, u64, Vec<sandbox::runner::MediatedCall>)>> {
     std::thread::Builder::new()
         .name("session-refused".into())
         .spawn(move || {
             let (mut had, mut sent) = (0u64, 0u64);
+            let mut seen = Vec::new();
             loop {
                 let last = stop.load(std::sync::atomic::Ordering::Acquire);
                 if let Some((calls, count)) = live() {
@@ -1078,10 +1452,11 @@ fn watch_refusals(
                         if events.try_send(&Value::Object(e)) {
                             sent += 1;
                         }
+                        seen.push(call);
                     }
                 }
                 if last {
-                    return (had, sent);
+                    return (had, sent, seen);
                 }
                 std::thread::sleep(LIVE_POLL);
             }

@@ -39,6 +39,7 @@
 //! | the zygote's descriptors | the command's fds | the control socket and the layer are close-on-exec in the zygote, the stdio received close-on-exec: a command holds 0-2 and the nest socket only | `a_shared_commands_descriptors_are_its_stdio_and_the_nest_socket` |
 //! | what a command leaves | background processes, double forks, processes ignoring SIGTERM, stopped processes and orphans, siblings made with `CLONE_PARENT` (children of the zygote itself); the broker's per-command state (refusal log, FIFO openers waiting, `/dev/shm` objects, CPU budget, repositories made) | `kill(-1)` SIGTERM, grace, SIGKILL from the zygote (reaching only the domains nested beneath it), reaped until `ECHILD` before the answer; then the broker closes the command (`sandbox_broker::Between`) before the next starts | `a_hundred_commands_each_contained`, `a_session_says_how_it_launches_and_confines_each_command_either_way`, `a_repository_the_command_made_cannot_hang_the_audit_after_it`, `stopped_orphaned_and_deaf_processes_do_not_outlive_their_command`, `a_sibling_made_with_clone_parent_does_not_outlive_its_command` |
 //! | a command's nested runs | `sandbox run` inside a command: the runner serves it for the zygote's run, outside the zygote's process tree, so `kill(-1)` does not reach it; a nested command deaf to SIGTERM; a request sent just before its command ends | once the zygote has answered, the runner ends every nested run alive (as on a timeout: SIGTERM, grace, SIGKILL) and waits until none is, before the command's answer and so before the next command; one that starts meanwhile is ended too | `a_commands_nested_run_does_not_outlive_it_shared`, twin `a_commands_nested_run_does_not_outlive_it_per_command` |
+//! | a kept command (`"keep": true`, [`Shared::run_kept`]) | background processes that outlive its main process, until the session ends; signals to later commands; the count of its processes and its answers (its zygote is inside the sandbox) | a zygote run of its own (own Landlock domain, filter, broker, containment, limits), beside the shared zygote's domain, not beneath it: the shared zygote's `kill(-1)` does not reach it, and scoping keeps it and later commands from signalling each other; its zygote waits for the main process only and ends nothing then (reaping what exits: `SIGCHLD` ignored), and ends all of it on the runner's `e` or the socket's end (SIGTERM, grace, SIGKILL), then the run's own end ends what is left; its deadline is the policy's ceiling; the count it reports is only reported | `tests/tests/session_keep.rs` |
 //! | a command's lifetime | never ending, a stop signal to the session | the runner keeps the deadline and the stop signals and sends the end; the zygote's own run ends at the policy's ceiling, so a command that could outlast it gets a new zygote | `a_requests_timeout_is_honoured`, `a_stop_signal_ends_the_command_and_the_session` |
 
 use std::ffi::{CString, OsString};
@@ -61,6 +62,9 @@ const STOP_SIGNALS: [libc::c_int; 4] = [libc::SIGINT, libc::SIGQUIT, libc::SIGTE
 pub const SOCKET_ENV: &str = "SANDBOX_ZYGOTE_FD";
 /// The environment variable naming the signal-scoping ruleset's fd.
 pub const LAYER_ENV: &str = "SANDBOX_ZYGOTE_LAYER";
+/// The environment variable that makes a zygote serve one kept command
+/// (its background processes outlive it until the runner ends the run).
+const KEEP_ENV: &str = "SANDBOX_ZYGOTE_KEEP";
 /// The largest spawn request (argv, environment, working directory).
 pub const MAX_REQUEST: usize = 128 * 1024;
 /// How long the runner waits for the zygote's answer to a spawn request,
@@ -185,6 +189,18 @@ impl Zygote {
         req: &RunRequest,
         program: &Path,
     ) -> Result<Self, ZygoteError> {
+        Self::start_for(backend, req, program, false)
+    }
+
+    /// [`Zygote::start`]; with `keep`, the zygote serves one command whose
+    /// background processes outlive it (see [`Kept`]).
+    #[cfg(target_os = "linux")]
+    fn start_for(
+        backend: Arc<dyn Backend>,
+        req: &RunRequest,
+        program: &Path,
+        keep: bool,
+    ) -> Result<Self, ZygoteError> {
         Self::check(backend.as_ref(), req)?;
         let failed =
             |what: &str, e: &dyn std::fmt::Display| ZygoteError::Failed(format!("{what}: {e}"));
@@ -210,9 +226,12 @@ impl Zygote {
             .env
             .clone()
             .unwrap_or_else(|| std::env::vars_os().collect());
-        env.retain(|(n, _)| n != SOCKET_ENV && n != LAYER_ENV);
+        env.retain(|(n, _)| n != SOCKET_ENV && n != LAYER_ENV && n != KEEP_ENV);
         env.push((SOCKET_ENV.into(), theirs.as_raw_fd().to_string().into()));
         env.push((LAYER_ENV.into(), layer.as_raw_fd().to_string().into()));
+        if keep {
+            env.push((KEEP_ENV.into(), "1".into()));
+        }
         zreq.env = Some(env);
         // The zygote lives as long as the policy's ceiling allows (its own
         // run's deadline); each command's deadline is kept here.
@@ -654,6 +673,7 @@ pub fn serve() -> i32 {
         CString::new(kv.into_vec()).ok()
     });
     let grace = Duration::from_secs(2);
+    let keep = std::env::var_os(KEEP_ENV).is_some();
     reply(sock, b'r', std::process::id() as i32, 0);
     let mut buf = vec![0u8; MAX_REQUEST + 1];
     loop {
@@ -709,6 +729,10 @@ pub fn serve() -> i32 {
             unsafe { libc::close(errpipe[0]) };
             reply(sock, b'x', libc::EAGAIN, 0);
             continue;
+        }
+        if keep {
+            serve_kept(sock, pid, grace, errpipe[0]);
+            return 0;
         }
         let (status, others) = supervise(sock, pid, grace);
         // Read once the command and all it left are reaped, so without
@@ -770,85 +794,218 @@ unsafe fn child(
     }
 }
 
+/// Reaps the children of the zygote (the command, and every process of it
+/// reparented here: the zygote is a child subreaper).
+#[cfg(target_os = "linux")]
+struct Reaper {
+    /// The command's main process.
+    pid: libc::pid_t,
+    /// Its wait status, once reaped.
+    status: Option<i32>,
+    /// How many other processes were reaped.
+    others: u32,
+}
+
+#[cfg(target_os = "linux")]
+impl Reaper {
+    fn new(pid: libc::pid_t) -> Self {
+        Reaper {
+            pid,
+            status: None,
+            others: 0,
+        }
+    }
+
+    /// Reaps one child (waiting for one when `block`); whether one was.
+    fn reap(&mut self, block: bool) -> bool {
+        let mut st = 0;
+        // SAFETY: reaps a child of this process.
+        let got = unsafe { libc::waitpid(-1, &mut st, if block { 0 } else { libc::WNOHANG }) };
+        if got == self.pid {
+            self.status = Some(st);
+        } else if got > 0 {
+            self.others += 1;
+        }
+        got > 0
+    }
+
+    /// Whether no child is left (every zombie reaped first).
+    fn none_left(&mut self) -> bool {
+        while self.reap(false) {}
+        let mut st = 0;
+        // SAFETY: only asks whether this process has children.
+        let got = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG | libc::__WALL) };
+        got < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)
+    }
+
+    /// Waits until the main process has exited (then `false`) or the
+    /// runner asks for the end or goes away (`true`).
+    fn wait_main(&mut self, sock: RawFd) -> bool {
+        // SAFETY: pidfd_open on our own child.
+        let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, self.pid, 0) } as RawFd;
+        let mut end = false;
+        while self.status.is_none() && !end {
+            let mut p = [
+                libc::pollfd {
+                    fd: pidfd,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: sock,
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+            ];
+            // Without a pidfd, look every 5 ms.
+            let timeout = if pidfd < 0 { 5 } else { -1 };
+            // SAFETY: two pollfds, valid for the call (a negative fd is ignored).
+            unsafe { libc::poll(p.as_mut_ptr(), 2, timeout) };
+            if p[1].revents != 0 {
+                let mut b = [0u8; 16];
+                // SAFETY: reads into a local.
+                let n =
+                    unsafe { libc::recv(sock, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
+                if n == 0 || (n == 1 && b[0] == b'e') || n > 1 {
+                    end = true;
+                }
+            }
+            while self.status.is_none() && self.reap(false) {}
+        }
+        if pidfd >= 0 {
+            // SAFETY: closes the pidfd this function opened.
+            unsafe { libc::close(pidfd) };
+        }
+        end
+    }
+
+    /// Ends everything left: SIGTERM (to the command too when the runner
+    /// ended it), the grace period, then SIGKILL, and reaps all. This
+    /// process is a child subreaper, so every process left beneath it is a
+    /// child of it (orphans are reparented here): none is left once
+    /// `waitpid` says ECHILD. (`kill(-1, 0)` cannot tell: it succeeds
+    /// whenever any process exists, the scoped ones refused with EPERM
+    /// included, kill(2).)
+    fn end_all(&mut self, grace: Duration) {
+        if !self.none_left() {
+            // SAFETY: kill(-1) reaches only the domains nested beneath this one
+            // (Landlock signal scoping, see the module doc).
+            unsafe { libc::kill(-1, libc::SIGTERM) };
+            let until = Instant::now() + grace;
+            while !self.none_left() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+            // SAFETY: as above.
+            unsafe { libc::kill(-1, libc::SIGKILL) };
+        }
+        while self.reap(true) {}
+    }
+}
+
 /// Waits for `pid` (or an end from the runner), then ends everything
 /// nested beneath this process's domain and reaps it: the wait status and
 /// how many other processes were reaped.
 #[cfg(target_os = "linux")]
 fn supervise(sock: RawFd, pid: libc::pid_t, grace: Duration) -> (i32, u32) {
-    let mut status = None;
-    let mut others = 0u32;
-    let mut reap = |block: bool, status: &mut Option<i32>| -> bool {
-        let mut st = 0;
-        // SAFETY: reaps a child of this process.
-        let got = unsafe { libc::waitpid(-1, &mut st, if block { 0 } else { libc::WNOHANG }) };
-        if got == pid {
-            *status = Some(st);
-        } else if got > 0 {
-            others += 1;
+    let mut r = Reaper::new(pid);
+    r.wait_main(sock);
+    r.end_all(grace);
+    (r.status.unwrap_or(libc::SIGKILL), r.others)
+}
+
+/// The exec's errno from `errfd` (closed here), read once the command's
+/// main process is reaped, so without waiting: every copy of the write end
+/// is closed (at exec, or at the child's exit).
+#[cfg(target_os = "linux")]
+fn exec_errno(errfd: RawFd) -> Option<i32> {
+    let mut errno = 0i32;
+    // SAFETY: reads at most 4 bytes into a local.
+    let got = unsafe { libc::read(errfd, (&mut errno as *mut i32).cast(), 4) };
+    // SAFETY: closes the read end.
+    unsafe { libc::close(errfd) };
+    (got == 4).then_some(errno)
+}
+
+/// A kept command (its zygote serves no other): waits for its main
+/// process only and answers (`s`, its wait status, how many of its
+/// processes are alive), ending nothing; then reaps what exits on its own
+/// while it waits for the runner's end (`e`, or the socket's end), ends
+/// everything left as [`supervise`] does and answers again (`s`, 0, how
+/// many were ended). An end before the main process exited (the timeout,
+/// a stop signal) ends all of it at once, as [`supervise`].
+#[cfg(target_os = "linux")]
+fn serve_kept(sock: RawFd, pid: libc::pid_t, grace: Duration, errfd: RawFd) {
+    let mut r = Reaper::new(pid);
+    if r.wait_main(sock) {
+        r.end_all(grace);
+        match exec_errno(errfd) {
+            Some(errno) => reply(sock, b'x', errno, 0),
+            None => reply(sock, b's', r.status.unwrap_or(libc::SIGKILL), r.others),
         }
-        got > 0
+        return;
+    }
+    let status = r.status.unwrap_or(libc::SIGKILL);
+    if let Some(errno) = exec_errno(errfd) {
+        r.end_all(grace);
+        reply(sock, b'x', errno, 0);
+        return;
+    }
+    while r.reap(false) {}
+    let alive = match count_descendants() {
+        0 if !r.none_left() => 1,
+        n => n,
     };
-    // SAFETY: pidfd_open on our own child.
-    let pidfd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) } as RawFd;
-    let mut end = false;
-    while status.is_none() && !end {
-        let mut p = [
-            libc::pollfd {
-                fd: pidfd,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-            libc::pollfd {
-                fd: sock,
-                events: libc::POLLIN,
-                revents: 0,
-            },
-        ];
-        // Without a pidfd, look every 5 ms.
-        let timeout = if pidfd < 0 { 5 } else { -1 };
-        // SAFETY: two pollfds, valid for the call (a negative fd is ignored).
-        unsafe { libc::poll(p.as_mut_ptr(), 2, timeout) };
-        if p[1].revents != 0 {
-            let mut b = [0u8; 16];
-            // SAFETY: reads into a local.
-            let n = unsafe { libc::recv(sock, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
-            if n == 0 || (n == 1 && b[0] == b'e') || n > 1 {
-                end = true;
+    reply(sock, b's', status, alive);
+    // What exits from now on is reaped by the kernel (orphans reparented
+    // here too); the zombies already there are reaped here.
+    // SAFETY: a disposition for SIGCHLD; this process is single-threaded.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
+    while r.reap(false) {}
+    loop {
+        let mut b = [0u8; 16];
+        // SAFETY: reads into a local.
+        let n = unsafe { libc::recv(sock, b.as_mut_ptr().cast(), b.len(), 0) };
+        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if n <= 0 || (n == 1 && b[0] == b'e') {
+            break;
+        }
+    }
+    // SAFETY: as above: back to the default, so `waitpid` reports each.
+    unsafe { libc::signal(libc::SIGCHLD, libc::SIG_DFL) };
+    r.others = 0;
+    r.end_all(grace);
+    reply(sock, b's', 0, r.others);
+}
+
+/// How many processes are beneath this one (its children, theirs, ...), by
+/// the `children` lists of `/proc/<pid>/task/<tid>/` (0 when they cannot be
+/// read); at most 65,536 are counted.
+#[cfg(target_os = "linux")]
+fn count_descendants() -> u32 {
+    const MAX: usize = 1 << 16;
+    let mut seen = std::collections::BTreeSet::new();
+    let mut queue = vec![std::process::id()];
+    while let Some(pid) = queue.pop() {
+        let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+            continue;
+        };
+        for task in tasks.flatten() {
+            let Ok(list) = std::fs::read_to_string(task.path().join("children")) else {
+                continue;
+            };
+            for child in list
+                .split_whitespace()
+                .filter_map(|c| c.parse::<u32>().ok())
+            {
+                if seen.len() < MAX && seen.insert(child) {
+                    queue.push(child);
+                }
             }
         }
-        while status.is_none() && reap(false, &mut status) {}
     }
-    if pidfd >= 0 {
-        // SAFETY: closes the pidfd this function opened.
-        unsafe { libc::close(pidfd) };
-    }
-    // Everything left: SIGTERM (to the command too when the runner ended
-    // it), the grace period, then SIGKILL, and reap all. This process is a
-    // child subreaper, so every process left beneath it is a child of it
-    // (orphans are reparented here): none is left once `waitpid` says
-    // ECHILD. (`kill(-1, 0)` cannot tell: it succeeds whenever any process
-    // exists, the scoped ones refused with EPERM included, kill(2).)
-    let none_left = |status: &mut Option<i32>,
-                     reap: &mut dyn FnMut(bool, &mut Option<i32>) -> bool| {
-        while reap(false, status) {}
-        let mut st = 0;
-        // SAFETY: only asks whether this process has children.
-        let got = unsafe { libc::waitpid(-1, &mut st, libc::WNOHANG | libc::__WALL) };
-        got < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)
-    };
-    if !none_left(&mut status, &mut reap) {
-        // SAFETY: kill(-1) reaches only the domains nested beneath this one
-        // (Landlock signal scoping, see the module doc).
-        unsafe { libc::kill(-1, libc::SIGTERM) };
-        let until = Instant::now() + grace;
-        while !none_left(&mut status, &mut reap) && Instant::now() < until {
-            std::thread::sleep(Duration::from_millis(5));
-        }
-        // SAFETY: as above.
-        unsafe { libc::kill(-1, libc::SIGKILL) };
-    }
-    while reap(true, &mut status) {}
-    (status.unwrap_or(libc::SIGKILL), others)
+    seen.len() as u32
 }
 
 /// A command's environment as [`crate::runner::run`] would give it, but
@@ -867,7 +1024,9 @@ pub fn command_env(req: &RunRequest) -> Vec<(OsString, OsString)> {
         env.retain(|(n, _)| *n != name);
         env.push((name, value));
     }
-    env.retain(|(n, _)| n != crate::nest::NEST_FD_ENV && n != SOCKET_ENV && n != LAYER_ENV);
+    env.retain(|(n, _)| {
+        n != crate::nest::NEST_FD_ENV && n != SOCKET_ENV && n != LAYER_ENV && n != KEEP_ENV
+    });
     env
 }
 
@@ -1068,5 +1227,183 @@ impl Shared {
                 failed(e)
             }
         }
+    }
+
+    /// Runs `req` as [`Shared::run`] does, but as a kept command: on a
+    /// zygote run of its own (started as the shared one is: the same
+    /// request, policy, library call, its own Landlock domain, filter,
+    /// broker, containment and limits), never on the shared zygote. Its
+    /// zygote waits for the command's main process only and ends nothing
+    /// when it exits: the outcome is the main process's (status,
+    /// classification, duration; no `mediation`, the refusals so far being
+    /// what [`Shared::live`] handed out), with the [`Kept`] run whose
+    /// background processes live until [`Kept::end`]. `None` beside the
+    /// outcome: nothing of it is alive (it left nothing, could not be
+    /// executed, or its timeout or a stop signal ended all of it), and the
+    /// outcome is final (its run's `mediation` and nested runs included).
+    /// `None` instead of a result: the request is beyond the shared launch
+    /// (too large), and nothing was run.
+    #[allow(clippy::type_complexity)]
+    pub fn run_kept(
+        &mut self,
+        req: &RunRequest,
+        stdio: [RawFd; 3],
+    ) -> Option<Result<(Outcome, Option<Kept>), RunError>> {
+        let policy = req.policy.as_ref()?;
+        let started = Instant::now();
+        let env = command_env(req);
+        let cwd = match &req.cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().ok()?,
+        };
+        let path = match locate_program(req, &env, &cwd) {
+            Ok(p) => p,
+            Err(e) => return Some(Err(e)),
+        };
+        let cmd = ZygoteCommand {
+            path: &path,
+            argv: &req.argv,
+            env: &env,
+            cwd: &cwd,
+            stdio,
+            deadline: started + policy.timeout(),
+            grace: req.grace,
+        };
+        if encode(&cmd).is_err() {
+            return None;
+        }
+        let failed = |e: ZygoteError| Some(Err(RunError::SharedLaunch(e.to_string())));
+        let mut zygote =
+            match Zygote::start_for(Arc::clone(&self.backend), &self.base, &self.program, true) {
+                Ok(z) => z,
+                Err(e) => return failed(e),
+            };
+        if let Ok(mut current) = self.current.lock() {
+            *current = Some(Arc::clone(&zygote.tap));
+        }
+        let exit = match zygote.run_command(&cmd) {
+            Ok(exit) => exit,
+            Err(e) => return failed(e),
+        };
+        let mut outcome = outcome(&req.argv, Some(policy), &exit, started);
+        let ended_all = exit.timed_out || sandbox_launch::stop_requested().is_some();
+        if !ended_all && exit.others > 0 {
+            outcome.leftover_processes_ended = 0;
+            let kept = Kept {
+                zygote,
+                grace: req.grace,
+                alive: exit.others,
+                ending: false,
+            };
+            return Some(Ok((outcome, Some(kept))));
+        }
+        // Nothing of it is alive: its run ends now, and its record is final.
+        if let Some(nested) = zygote.nested.get() {
+            nested.end_all();
+            outcome.nested = nested.take();
+        }
+        match zygote.end() {
+            Some(Ok(run)) => {
+                if let Some(m) = run.mediation {
+                    outcome.classification = outcome.classification.with_refusals(&m);
+                    outcome.mediation = Some(m);
+                }
+                Some(Ok((outcome, None)))
+            }
+            Some(Err(e)) => failed(ZygoteError::Failed(format!("its run: {e}"))),
+            None => failed(ZygoteError::Failed("its run's thread failed".into())),
+        }
+    }
+}
+
+/// A command run with [`Shared::run_kept`] whose background processes
+/// outlived its main process: its zygote run, kept until [`Kept::end`]
+/// (or dropped, which ends it too). The run is a Landlock domain of its
+/// own, beside the shared zygote's and not beneath it: the shared
+/// zygote's `kill(-1)` after later commands does not reach these
+/// processes, and they cannot signal later commands. It still ends at its
+/// own deadline, the policy's ceiling (`max_timeout_seconds`) after it
+/// started.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+pub struct Kept {
+    zygote: Zygote,
+    grace: Duration,
+    alive: usize,
+    ending: bool,
+}
+
+/// How a kept command's run ended ([`Kept::end`]).
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+#[non_exhaustive]
+pub struct KeptEnd {
+    /// Processes of the command still alive at the end, which its zygote
+    /// ended (SIGTERM, the grace period, SIGKILL); `None` when the zygote
+    /// did not answer (gone at its run's deadline, or taken over): its
+    /// run's end ended what was left.
+    pub ended: Option<usize>,
+    /// The kept run's own record: its `mediation` lists every refusal of
+    /// the command and of its processes, from its start to its end;
+    /// `leftover_processes_ended` what the run's containment ended beyond
+    /// its zygote; `timed_out` when its deadline came first.
+    pub run: Option<Result<Outcome, RunError>>,
+}
+
+#[cfg(target_os = "linux")]
+impl Kept {
+    /// How many processes of the command were alive when its main process
+    /// exited, as its zygote counted them (from `/proc`; at least 1).
+    pub fn alive_at_exit(&self) -> usize {
+        self.alive
+    }
+
+    /// Whether its run still lives (it ends at its deadline on its own).
+    pub fn running(&self) -> bool {
+        !self.zygote.run_finished()
+    }
+
+    /// The refusals of its processes since the last call (and since the
+    /// command's main process exited, those [`Shared::live`] did not
+    /// hand out), as [`Shared::live`] says them.
+    pub fn live(&self) -> Option<(Vec<sandbox_core::MediatedCall>, u64)> {
+        self.zygote.tap.get()?.live()
+    }
+
+    /// Asks its zygote to end what is left, without waiting: a caller
+    /// ending many calls this on each, then [`Kept::end`] on each, so
+    /// their grace periods run at once.
+    pub fn begin_end(&mut self) {
+        if !self.ending {
+            self.ending = true;
+            // SAFETY: sends one byte from a static.
+            unsafe {
+                libc::send(
+                    self.zygote.sock.as_raw_fd(),
+                    b"e".as_ptr().cast(),
+                    1,
+                    libc::MSG_NOSIGNAL | libc::MSG_DONTWAIT,
+                )
+            };
+        }
+    }
+
+    /// Ends every process of it (its zygote: SIGTERM, grace, SIGKILL,
+    /// within its domain; then its run's end, as any run's) and waits for
+    /// its run; its nested runs are ended too.
+    pub fn end(mut self) -> KeptEnd {
+        self.begin_end();
+        let ended = match self
+            .zygote
+            .answer(Instant::now() + self.grace + ANSWER_WAIT, 9)
+        {
+            Ok(a) if a[0] == b's' => Some(u32::from_ne_bytes([a[5], a[6], a[7], a[8]]) as usize),
+            _ => None,
+        };
+        if let Some(nested) = self.zygote.nested.get() {
+            nested.end_all();
+        }
+        let run = self.zygote.end();
+        KeptEnd { ended, run }
     }
 }
