@@ -22,7 +22,7 @@
 //!   leader's pidfd then refers to it. That is harmless only because every
 //!   thread of a group shares one umask: the filter refuses
 //!   `clone(CLONE_THREAD)` without `CLONE_FS` whenever it routes `umask`
-//!   (and `unshare`), see sandbox-landlock's `tests/umask_threads.rs`.
+//!   (and `unshare`), see sandbox-landlock's `tests/it/umask_threads.rs`.
 
 use std::collections::HashMap;
 use std::os::fd::{AsRawFd, OwnedFd};

@@ -9,7 +9,7 @@
 //! Documentation/userspace-api/landlock.rst (`landlock_restrict_self`
 //! confines the calling thread and its future children) and seccomp(2)
 //! (without `SECCOMP_FILTER_FLAG_TSYNC` a filter applies to the calling
-//! thread). `tests/spawner.rs`,
+//! thread). `tests/it/spawner.rs`,
 //! `children_are_confined_and_the_rest_of_the_process_is_not`, shows it.
 //! So the thread applies the
 //! same [`PreparedLandlock::apply_in_child`] a forked child would, and from
@@ -25,7 +25,7 @@
 //! SIGKILL or SIGSTOP to one thread kills or stops the whole hosting
 //! process; it could also read that process's memory through
 //! `/proc/<pid>/task/<tid>/mem` (ptrace-class access is admitted into the
-//! same domain, "Ptrace restrictions"). `tests/spawner.rs`,
+//! same domain, "Ptrace restrictions"). `tests/it/spawner.rs`,
 //! `children_cannot_signal_the_spawner`, attacks every thread. The filter,
 //! inherited from the thread, admits `landlock_restrict_self` only with
 //! that ruleset's fd number and no flags (`FilterSpec::child_layer`); the

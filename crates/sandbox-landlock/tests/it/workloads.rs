@@ -2,9 +2,7 @@
 //! tar and make. TMPDIR and HOME point inside the write path.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::process::Output;
 

@@ -9,14 +9,12 @@
 //! child plays the attack.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicU32, Ordering};
 
-use common::*;
+use crate::common::*;
 use sandbox_core::SandboxPolicy;
 
 /// Set to `FLAGS:DIR` in the confined helper run.
@@ -143,13 +141,14 @@ fn attack(extra: i32) -> (i32, Option<u32>, Option<u32>) {
     });
     let exe = std::env::current_exe().unwrap();
     let exe = path_str(&exe);
+    let helper = test_path(module_path!(), "umask_thread_helper");
     let (mut cmd, supervisor) = confined(
         &policy,
         &[
             &exe,
             "--exact",
             "--ignored",
-            "umask_thread_helper",
+            &helper,
             "--nocapture",
             "--test-threads=1",
         ],

@@ -3,9 +3,7 @@
 //! system stay readable.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sandbox_core::{ExpandContext, SandboxPolicy};
 use std::fs;
 use std::path::PathBuf;

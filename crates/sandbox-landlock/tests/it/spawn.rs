@@ -2,9 +2,7 @@
 //! (Python and Rust).
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sandbox_core::SandboxPolicy;
 
 fn policy(deny: bool) -> (Temp, sandbox_core::ResolvedPolicy) {
@@ -69,11 +67,12 @@ fn rust_threads_work() {
     let (_t, closed) = policy(true);
     let exe = std::env::current_exe().unwrap();
     let exe = path_str(&exe);
+    let helper = test_path(module_path!(), "rust_thread_helper");
     let mut cmd = confined_cmd(
         &closed,
         &[
             &exe,
-            "rust_thread_helper",
+            &helper,
             "--exact",
             "--ignored",
             "--nocapture",

@@ -2,9 +2,7 @@
 //! the target unchanged, by every route the issue names.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::fs;
 use std::path::PathBuf;
 

@@ -2,9 +2,7 @@
 //! hook's failures are reported as pre-exec errors.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 fn status_field(status: &str, name: &str) -> String {
     status

@@ -3,9 +3,7 @@
 //! command from signalling the process that launched it.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use std::net::TcpListener;
 
 fn connect_script(host: &str, port: u16) -> String {

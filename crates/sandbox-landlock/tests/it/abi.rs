@@ -5,9 +5,7 @@
 //! named gap in the report.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sandbox_core::{Axis, Backend, Level};
 use sandbox_landlock::LandlockBackend;
 use std::net::TcpListener;

@@ -156,3 +156,45 @@ pub const PYTHON: &str = "/usr/bin/python3";
 pub fn confined_cmd(policy: &ResolvedPolicy, argv: &[&str]) -> Command {
     confined(policy, argv).0
 }
+
+/// The libtest name of test `name` in module `module` (`module_path!()`, which
+/// starts with this binary's crate name, `it`): what `--exact` matches.
+pub fn test_path(module: &str, name: &str) -> String {
+    let module = module.split_once("::").map_or("", |(_, rest)| rest);
+    if module.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{module}::{name}")
+    }
+}
+
+/// Set in the process [`isolated`] starts for one test.
+pub const ISOLATED_ENV: &str = "IT_ISOLATED";
+
+/// Runs test `name` of `module` (`module_path!()`) in a process of its own,
+/// for a test that changes process-wide state (environment, umask, ...)
+/// while the other tests of this binary run in parallel threads. Returns
+/// `true` in that process (the caller runs its body), `false` in the caller's
+/// (after asserting the process passed and ran exactly that one test, so a
+/// wrong name never reads as success).
+pub fn isolated(module: &str, name: &str) -> bool {
+    if std::env::var_os(ISOLATED_ENV).is_some() {
+        return true;
+    }
+    let path = test_path(module, name);
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = Command::new(exe)
+        .args([path.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+        .env(ISOLATED_ENV, "1")
+        .stdin(Stdio::null())
+        .output()
+        .expect("run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed;"),
+        "{path} in a process of its own: {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}

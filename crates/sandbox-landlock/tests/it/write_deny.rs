@@ -3,9 +3,7 @@
 //! writable; a denied path that does not exist yet cannot be created.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 use sandbox_core::SandboxPolicy;
 use std::fs;
 use std::path::{Path, PathBuf};

@@ -1,17 +1,21 @@
 //! The argv form: `wrap_argv` starts the `sandbox` binary with the policy.
-//! Alone in its own test binary because it changes the environment.
+//! In a process of its own (`isolated`) because it changes the environment.
 #![cfg(target_os = "linux")]
-
-mod common;
 
 use std::ffi::OsString;
 
-use common::*;
+use crate::common::*;
 use sandbox_core::{Backend, SandboxPolicy};
 use sandbox_landlock::{LandlockBackend, SANDBOX_BIN_ENV};
 
 #[test]
 fn wrap_argv_starts_the_sandbox_binary_with_the_policy() {
+    if !isolated(
+        module_path!(),
+        "wrap_argv_starts_the_sandbox_binary_with_the_policy",
+    ) {
+        return;
+    }
     let t = temp();
     let bin = t.path.join("sandbox");
     std::fs::write(&bin, "#!/bin/sh\n").unwrap();
@@ -23,7 +27,7 @@ fn wrap_argv_starts_the_sandbox_binary_with_the_policy() {
     let b = LandlockBackend::new().unwrap();
     let argv = [OsString::from("echo"), OsString::from("hi")];
 
-    // The only test in this binary: nothing else reads the environment.
+    // The only test in this process: nothing else reads the environment.
     std::env::set_var(SANDBOX_BIN_ENV, &bin);
     let wrapped = b.wrap_argv(&policy, &argv).unwrap();
     assert_eq!(wrapped.argv[0], bin.as_os_str());

@@ -2,12 +2,10 @@
 //! confined like the Command form's, and the rest of the process untouched.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::process::{Command, Output, Stdio};
 
-use common::*;
+use crate::common::*;
 use sandbox_core::SandboxPolicy;
 use sandbox_landlock::{ConfinedSpawner, LandlockBackend};
 
@@ -163,8 +161,9 @@ fn children_cannot_signal_the_spawner() {
         return;
     }
     let exe = std::env::current_exe().unwrap();
+    let victim_test = test_path(module_path!(), "spawner_victim");
     let victim = [
-        "spawner_victim",
+        victim_test.as_str(),
         "--exact",
         "--nocapture",
         "--test-threads=1",

@@ -1,30 +1,44 @@
 //! `apply_in_child` allocates nothing: a counting global allocator in this
-//! test binary, read before and after the call in a forked child.
+//! test binary, read before and after the call in a forked child. The count
+//! is per thread (the other tests of the binary allocate in parallel; the
+//! forked child has only the thread that forked).
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::alloc::{GlobalAlloc, Layout, System};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::cell::Cell;
 
-use common::*;
+use crate::common::*;
 use sandbox_core::SandboxPolicy;
 
 struct Counting;
 
-static ALLOCATIONS: AtomicUsize = AtomicUsize::new(0);
+thread_local! {
+    /// Allocations, deallocations and reallocations by this thread.
+    static ALLOCATIONS: Cell<usize> = const { Cell::new(0) };
+}
+
+/// This thread's count so far.
+fn allocations() -> usize {
+    ALLOCATIONS.with(Cell::get)
+}
+
+fn count() {
+    // A const-initialised Cell without a destructor: no allocation, and
+    // `try_with` cannot fail before the thread's locals are torn down.
+    let _ = ALLOCATIONS.try_with(|n| n.set(n.get() + 1));
+}
 
 unsafe impl GlobalAlloc for Counting {
     unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        count();
         System.alloc(layout)
     }
     unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        count();
         System.dealloc(ptr, layout)
     }
     unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        ALLOCATIONS.fetch_add(1, Ordering::SeqCst);
+        count();
         System.realloc(ptr, layout, new_size)
     }
 }
@@ -40,14 +54,14 @@ const APPLY_FAILED: i32 = 2;
 /// Forks; the child applies `prepared` and exits with a code saying whether
 /// it allocated or failed. Returns the child's exit code.
 fn apply_in_forked_child(prepared: &sandbox_landlock::PreparedLandlock) -> i32 {
-    // SAFETY: the child only reads an atomic, calls apply_in_child (which
+    // SAFETY: the child only reads a thread-local, calls apply_in_child (which
     // is async-signal-safe) and _exits.
     let pid = unsafe { libc::fork() };
     assert!(pid >= 0, "fork failed");
     if pid == 0 {
-        let before = ALLOCATIONS.load(Ordering::SeqCst);
+        let before = allocations();
         let result = prepared.apply_in_child();
-        let after = ALLOCATIONS.load(Ordering::SeqCst);
+        let after = allocations();
         let code = match (result, after == before) {
             (Err(_), _) => APPLY_FAILED,
             (Ok(()), false) => ALLOCATED,
@@ -82,11 +96,11 @@ fn apply_in_child_allocates_nothing() {
     });
     let prepared = sandbox_landlock::prepare(&policy).expect("prepare");
 
-    // Positive control: the counter sees an allocation.
-    let before = ALLOCATIONS.load(Ordering::SeqCst);
+    // Positive control: the counter sees this thread's allocation.
+    let before = allocations();
     let boxed = std::hint::black_box(Box::new(7u64));
     drop(boxed);
-    assert!(ALLOCATIONS.load(Ordering::SeqCst) > before);
+    assert!(allocations() > before);
 
     assert_eq!(apply_in_forked_child(&prepared), CLEAN);
 }

@@ -1,11 +1,9 @@
 //! The `Backend` contract: availability, argv form, report and hook errors.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::OsString;
 
-use common::*;
+use crate::common::*;
 use sandbox_core::{decode_pre_exec_error, Axis, Backend, Enforcement, Level, SandboxPolicy};
 use sandbox_landlock::LandlockBackend;
 
