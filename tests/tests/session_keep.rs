@@ -289,8 +289,9 @@ fn a_kept_server_serves_later_commands_and_ends_with_the_session() {
 
 /// A later command's cleanup (the shared zygote's `kill(-1)`) does not end
 /// a kept process; a later command cannot signal it (`EPERM`) while a
-/// process of its own command can; a refusal a kept process makes after
-/// its command's exit event is in `kept_ended` (not in the exit event).
+/// process of its own command can, nor can it signal a later command; a
+/// refusal a kept process makes after its command's exit event is in
+/// `kept_ended` (not in the exit event).
 #[test]
 fn later_commands_neither_end_nor_signal_a_kept_process() {
     for nobody in users() {
@@ -304,7 +305,10 @@ fn later_commands_neither_end_nor_signal_a_kept_process() {
             "sleep 1000 & echo $! > {d}/pid; t=$!; \
              ( until [ -e {d}/go ]; do sleep 0.05; done; \
                kill -0 $t 2>/dev/null; echo $? > {d}/same.tmp; mv {d}/same.tmp {d}/same; \
-               echo x > {outside} 2>/dev/null; echo done > {d}/wrote ) </dev/null >/dev/null 2>&1 & \
+               echo x > {outside} 2>/dev/null; echo done > {d}/wrote; \
+               until [ -e {d}/victim ]; do sleep 0.05; done; \
+               kill -0 $(cat {d}/victim) 2> {d}/tried.tmp; mv {d}/tried.tmp {d}/tried ) \
+               </dev/null >/dev/null 2>&1 & \
              exit 0"
         );
         let up = s.run("k", &kept, json!({"keep": true}));
@@ -347,6 +351,23 @@ fn later_commands_neither_end_nor_signal_a_kept_process() {
             "positive control: the kept command's own process could not signal it: {same}"
         );
         assert!(!Path::new(&outside).exists(), "{outside} was written");
+        // Nor can the kept command's process signal a later command's.
+        let later = s.run(
+            "v",
+            &format!(
+                "echo $$ > {d}/victim.tmp; mv {d}/victim.tmp {d}/victim; \
+                 until [ -e {d}/tried ]; do sleep 0.05; done; cat {d}/tried"
+            ),
+            json!({"output": true}),
+        );
+        assert!(
+            later["stdout"]
+                .as_str()
+                .unwrap()
+                .contains("Operation not permitted"),
+            "nobody {nobody}: the kept process signalled a later command: {later}"
+        );
+        assert_eq!(later["status"], 0, "{later}");
         assert_eq!(
             same["refusals"],
             json!([]),
@@ -696,5 +717,102 @@ const args = ["--backend", "auto", "--on-unsupported", "error", "-w", w];
             eventually(|| !alive(pid, "sleep")),
             "nobody {nobody}: {pid} outlived the TypeScript client's session"
         );
+    }
+}
+
+/// The request's timeout bounds a kept command's main process: at the
+/// timeout all of it is ended, as for any command, and nothing is kept
+/// (gone before the next command, no `kept_ended`).
+#[test]
+fn a_kept_commands_timeout_ends_all_of_it() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        let mut s = Session::open(nobody, &dir, "shared");
+        let got = s.run(
+            "k",
+            &format!("sleep 1000 & echo $! > {d}/pid; sleep 60"),
+            json!({"keep": true, "timeout": 1}),
+        );
+        assert_eq!(got["status"], 124, "{got}");
+        assert_eq!(got["timed_out"], true, "{got}");
+        assert_eq!(got["kept"], 0, "{got}");
+        let pid = pid_in(&dir.join("pid"));
+        assert!(
+            !alive(pid, "sleep"),
+            "nobody {nobody}: a kept command's process outlived its timeout"
+        );
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        assert!(tail.iter().all(|e| e["event"] != "kept_ended"), "{tail:?}");
+    }
+}
+
+/// A kept run lives at most the operator's ceiling (`max_timeout_seconds`)
+/// from its start: then its processes are ended, and its `kept_ended`
+/// says `timed_out`. Twin: within the ceiling it is alive.
+#[test]
+fn a_kept_run_ends_at_the_operators_ceiling() {
+    use std::os::unix::fs::PermissionsExt;
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        // Outside the write paths (a trusted file), readable by nobody.
+        let conf = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(conf.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let file = conf.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[sandbox.policy]\ntimeout_seconds = 2\nmax_timeout_seconds = 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut cmd = if nobody {
+            sandbox_as_nobody()
+        } else {
+            sandbox()
+        };
+        let mut child = cmd
+            .args(["session", "--backend", "auto", "--on-unsupported", "error"])
+            .arg("--config")
+            .arg(&file)
+            .arg("-w")
+            .arg(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+        let mut next =
+            || -> Value { serde_json::from_str(&lines.next().unwrap().unwrap()).unwrap() };
+        assert_eq!(next()["launch"], "shared");
+        let req = json!({"id": "k", "op": "run", "keep": true,
+            "argv": ["/bin/sh", "-c", format!("sleep 1000 & echo $! > {d}/pid")]});
+        writeln!(stdin, "{req}").unwrap();
+        let exit = loop {
+            let e = next();
+            if e["event"] == "exit" {
+                break e;
+            }
+        };
+        assert!(exit["kept"].as_u64().unwrap() >= 1, "{exit}");
+        let pid = pid_in(&dir.join("pid"));
+        assert!(alive(pid, "sleep"), "twin: within the ceiling");
+        let until = Instant::now() + Duration::from_secs(10);
+        while alive(pid, "sleep") && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        assert!(
+            !alive(pid, "sleep"),
+            "nobody {nobody}: the kept process outlived the ceiling"
+        );
+        writeln!(stdin, "{}", json!({"op": "close"})).unwrap();
+        let ended = next();
+        assert_eq!(ended["event"], "kept_ended", "{ended}");
+        assert_eq!(ended["timed_out"], true, "{ended}");
+        assert_eq!(next()["event"], "closed");
+        assert!(child.wait().unwrap().success());
     }
 }
