@@ -10,7 +10,11 @@
 //! by the session's zygote, one confined launch shared by all commands
 //! (`sandbox::zygote`), or, where that cannot hold (`--launch
 //! per-command`, Landlock ABI < 6, another backend, an egress proxy), run
-//! through [`sandbox::runner::run`] exactly as `sandbox run` does. Commands run one at a time; a request that arrives while one
+//! through [`sandbox::runner::run`] exactly as `sandbox run` does. A
+//! command run with `"keep": true` (shared launch only) runs on a zygote
+//! of its own (`sandbox::zygote::Shared::run_kept`) whose background
+//! processes live until the session ends, when they are ended and a
+//! `kept_ended` event says so. Commands run one at a time; a request that arrives while one
 //! runs waits until its exit event has been written. Requests are read on a
 //! thread of their own ([`approvals::spawn_reader`]): with `--approval
 //! channel`, `approve` answers reach the proxy's held connections while the
