@@ -816,3 +816,56 @@ fn a_kept_run_ends_at_the_operators_ceiling() {
         assert!(child.wait().unwrap().success());
     }
 }
+
+/// A kept command's exit event lists the refusals of its main process so
+/// far (and its `refused` event came before it); a command without one
+/// has none (twin).
+#[test]
+fn a_kept_commands_exit_event_lists_its_refusals_so_far() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        let outside = format!("/var/tmp/sandbox-kept-main-{}", std::process::id());
+        let mut s = Session::open(nobody, &dir, "shared");
+        let got = s.run(
+            "k",
+            &format!("echo x > {outside}; sleep 1000 & echo $! > {d}/pid; exit 0"),
+            json!({"keep": true}),
+        );
+        assert!(got["kept"].as_u64().unwrap() >= 1, "{got}");
+        let listed = |e: &Value| {
+            e["refusals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|r| r["target"].as_str().unwrap_or("").contains(&outside))
+        };
+        assert!(listed(&got), "nobody {nobody}: {got}");
+        assert!(
+            s.seen
+                .iter()
+                .any(|e| e["event"] == "refused" && e["id"] == "k"),
+            "{:?}",
+            s.seen
+        );
+        assert!(!Path::new(&outside).exists());
+        let twin = s.run(
+            "t",
+            &format!("sleep 1000 & echo $! > {d}/pid2"),
+            json!({"keep": true}),
+        );
+        assert!(twin["kept"].as_u64().unwrap() >= 1, "{twin}");
+        assert_eq!(twin["refusals"], json!([]), "{twin}");
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        for (id, pid) in [("k", "pid"), ("t", "pid2")] {
+            assert!(
+                tail.iter()
+                    .any(|e| e["event"] == "kept_ended" && e["id"] == id),
+                "{tail:?}"
+            );
+            let pid = pid_in(&dir.join(pid));
+            assert!(eventually(|| !alive(pid, "sleep")), "{pid}");
+        }
+    }
+}

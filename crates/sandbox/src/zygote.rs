@@ -16,7 +16,12 @@
 //! stdio fds by `SCM_RIGHTS`), or one byte `e` (end the command now).
 //! Zygote to runner: fixed 9-byte answers, one per request (`x` + errno
 //! when the command could not be executed, else `s` + its wait status +
-//! how many other processes were ended, once nothing of it is left). Every answer is checked by the runner and
+//! how many other processes were ended, once nothing of it is left). A
+//! zygote started for a kept command ([`Shared::run_kept`], the environment
+//! variable `SANDBOX_ZYGOTE_KEEP`) serves that one command only: its first
+//! `s` comes when the command's main process exits and carries how many of
+//! its processes are alive (nothing is ended), and a second `s`, after the
+//! runner's `e` or its socket's end, how many it then ended. Every answer is checked by the runner and
 //! waited for with a bound: the zygote is inside the sandbox.
 //!
 //! Cleanup needs no cgroup: under Landlock ABI 6 signal scoping, `kill(-1,
