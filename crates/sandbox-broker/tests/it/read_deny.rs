@@ -2,13 +2,11 @@
 //! change: an object beneath one is refused, its sibling is changed.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, Refusal};
 
 /// The four families, by path, on `path`; 0 or errno (async-signal-safe).

@@ -2,11 +2,9 @@
 //! with `--nocapture`). Not a timed assertion: it only checks the calls worked.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use common::*;
+use crate::common::*;
 
 const CALLS: u32 = 5000;
 

@@ -5,13 +5,11 @@
 //! harness may not start threads.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{Broker, BrokerDecision, Refusal};
 
 const THREADS: usize = 16;
@@ -71,7 +69,7 @@ impl Worker {
         let mut strings: Vec<CString> = [
             exe.display().to_string(),
             "--exact".into(),
-            "worker_entry".into(),
+            test_path(module_path!(), "worker_entry"),
             "--nocapture".into(),
             "--test-threads=1".into(),
             "-q".into(),

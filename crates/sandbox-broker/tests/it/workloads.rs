@@ -3,11 +3,9 @@
 //! the backend's business).
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 
-use common::*;
+use crate::common::*;
 
 fn run_ok(fx: &Fixture, cmd: &str) -> sandbox_broker::BrokerLog {
     let run = sh(fx.rules(&[]), cmd);

@@ -9,14 +9,12 @@
 //! `BROKER_ENTRY_WORKER` set): a forked child of the harness may not start threads.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU8, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::BrokerDecision;
 
 const MAX_OPENS: u32 = 100_000;
@@ -134,7 +132,7 @@ impl Worker {
         let strings: Vec<CString> = [
             exe.display().to_string(),
             "--exact".into(),
-            "worker_entry".into(),
+            test_path(module_path!(), "worker_entry"),
             "--nocapture".into(),
             "--test-threads=1".into(),
             "-q".into(),

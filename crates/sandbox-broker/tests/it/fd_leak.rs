@@ -1,11 +1,9 @@
 //! No fd leaks in the runner after thousands of brokered requests of every
-//! outcome. Its own test binary with a single test, so no other test opens fds
+//! outcome. In a process of its own (`isolated`), so no other test opens fds
 //! while it counts.
 #![cfg(target_os = "linux")]
 
-mod common;
-
-use common::*;
+use crate::common::*;
 
 const ROUNDS: u32 = 1000;
 
@@ -15,6 +13,9 @@ fn open_fds() -> usize {
 
 #[test]
 fn thousands_of_requests_leak_no_fd() {
+    if !isolated(module_path!(), "thousands_of_requests_leak_no_fd") {
+        return;
+    }
     let fx = Fixture::new();
     let inside = cstr(&fx.file(&fx.w.join("f"), 0o644));
     let outside = cstr(&fx.file(&fx.o.join("f"), 0o644));

@@ -3,14 +3,12 @@
 //! caller's umask and credentials, and refuses what lies beneath a deny path.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, BrokerLog, BrokerRules, Refusal};
 
 const DENY: &[&str] = &[".git/hooks", ".git/config", ".bashrc"];
@@ -43,14 +41,6 @@ fn fd_result(fd: libc::c_int) -> i32 {
 fn open(path: &CString, flags: i32, mode: u32) -> i32 {
     // SAFETY (child): one syscall with a live path.
     fd_result(unsafe { libc::open(path.as_ptr(), flags, mode) })
-}
-
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fds.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: fresh fds.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
 }
 
 /// Runs `setup` then every case in order in one confined child; panics naming
@@ -89,10 +79,6 @@ fn check(rules: BrokerRules, setup: impl Fn() -> i32, cases: &[Case<'_>]) -> Bro
     }
     assert_eq!(run.code, 0, "setup failed\n{}", run.log.explain(10));
     run.log
-}
-
-fn nothing() -> i32 {
-    0
 }
 
 struct Tree {

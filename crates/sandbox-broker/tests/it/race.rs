@@ -3,14 +3,12 @@
 //! file's mode never changes.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::BrokerDecision;
 
 /// Upper bound on iterations; the child stops as soon as it has seen both outcomes often.

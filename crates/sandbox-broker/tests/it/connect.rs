@@ -4,14 +4,12 @@
 //! kernel's answers; the connect runs with the caller's credentials.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::net::{SocketAddr, TcpListener};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, Refusal};
 
 fn un(path: &Path) -> Vec<u8> {

@@ -13,14 +13,12 @@
 //!   CPU mask is back before its call returns.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, BrokerRules, FixedCredentials, Refusal};
 
 fn fixed() -> FixedCredentials {

@@ -4,12 +4,10 @@
 //! reach; the rest refused with `ECONNREFUSED` and recorded with host:port.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::net::{Ipv6Addr, SocketAddr, SocketAddrV6, TcpListener};
 use std::os::unix::ffi::OsStrExt;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, BrokerRules, NetRule, Refusal};
 
 fn rules(fx: &Fixture, allow: &[String]) -> BrokerRules {

@@ -4,20 +4,14 @@
 //! cannot take them on. Every refusal sits beside its allowed twin.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{Broker, BrokerDecision, BrokerLog, CredentialChange, Refusal};
 
 fn decisions(log: &BrokerLog) -> Vec<BrokerDecision> {
     log.records.iter().map(|r| r.decision.clone()).collect()
-}
-
-fn meta(path: &Path) -> std::fs::Metadata {
-    std::fs::symlink_metadata(path).expect("stat")
 }
 
 fn full_mode(path: &Path) -> u32 {

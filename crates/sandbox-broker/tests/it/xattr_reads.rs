@@ -2,13 +2,11 @@
 //! answered like the kernel elsewhere, with the caller's credentials.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, BrokerLog, BrokerRules, Refusal};
 
 /// What one xattr call returned: its value, errno, and the caller's buffer after it.
@@ -83,10 +81,6 @@ fn brokered(rules: BrokerRules, setup: fn() -> i32, call: Call<'_>) -> (Got, Bro
         buf: out[12..].to_vec(),
     };
     (got, run.log)
-}
-
-fn nothing() -> i32 {
-    0
 }
 
 fn untouched() -> Vec<u8> {

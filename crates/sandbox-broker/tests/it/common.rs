@@ -669,9 +669,10 @@ pub fn drain_in_thread(
     })
 }
 
-/// A prepared `execve` of this test binary running only test `name`, with
-/// `env` as its whole environment: how a test gets a confined process with
-/// threads (a forked child of the harness may not start any).
+/// A prepared `execve` of this test binary running only test `name` (its full
+/// path, [`test_path`]), with `env` as its whole environment: how a test gets
+/// a confined process with threads (a forked child of the harness may not
+/// start any).
 pub struct Reexec {
     _strings: Vec<CString>,
     argv: Vec<*const libc::c_char>,
@@ -712,4 +713,77 @@ impl Reexec {
         unsafe { libc::execve(self.argv[0], self.argv.as_ptr(), self.envp.as_ptr()) };
         127
     }
+}
+
+/// The libtest name of test `name` in module `module` (`module_path!()`, which
+/// starts with this binary's crate name, `it`): what `--exact` matches.
+pub fn test_path(module: &str, name: &str) -> String {
+    let module = module.split_once("::").map_or("", |(_, rest)| rest);
+    if module.is_empty() {
+        name.to_owned()
+    } else {
+        format!("{module}::{name}")
+    }
+}
+
+/// Set in the process [`isolated`] starts for one test.
+pub const ISOLATED_ENV: &str = "IT_ISOLATED";
+
+/// Runs test `name` of `module` (`module_path!()`) in a process of its own,
+/// for a test that counts the process's own fds or threads or changes
+/// process-wide state while the other tests of this binary run in parallel
+/// threads. Returns `true` in that process (the caller runs its body),
+/// `false` in the caller's (after asserting the process passed and ran
+/// exactly that one test, so a wrong name never reads as success).
+pub fn isolated(module: &str, name: &str) -> bool {
+    if std::env::var_os(ISOLATED_ENV).is_some() {
+        return true;
+    }
+    let path = test_path(module, name);
+    let exe = std::env::current_exe().expect("the test binary's path");
+    let out = std::process::Command::new(exe)
+        .args([path.as_str(), "--exact", "--test-threads=1", "--nocapture"])
+        .env(ISOLATED_ENV, "1")
+        .stdin(std::process::Stdio::null())
+        .output()
+        .expect("run the test binary");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed;"),
+        "{path} in a process of its own: {:?}\nstdout: {stdout}\nstderr: {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    false
+}
+
+/// The reasons of the refused requests in `log`, in order.
+pub fn refusals(log: &BrokerLog) -> Vec<sandbox_broker::Refusal> {
+    log.records
+        .iter()
+        .filter_map(|r| match &r.decision {
+            sandbox_broker::BrokerDecision::Refused { reason } => Some(reason.clone()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// `lstat` by the test process itself.
+pub fn meta(path: &Path) -> std::fs::Metadata {
+    std::fs::symlink_metadata(path).expect("stat")
+}
+
+/// A pipe (read end, write end), both `O_CLOEXEC`.
+pub fn pipe() -> (OwnedFd, OwnedFd) {
+    use std::os::fd::FromRawFd;
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: fresh fds.
+    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
+}
+
+/// A child action or setup that does nothing (exit code 0).
+pub fn nothing() -> i32 {
+    0
 }

@@ -2,30 +2,14 @@
 //! its escape attempts (refused, target unchanged), on the real kernel.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::os::unix::fs::MetadataExt;
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, BrokerLog, Refusal};
-
-fn refusals(log: &BrokerLog) -> Vec<Refusal> {
-    log.records
-        .iter()
-        .filter_map(|r| match &r.decision {
-            BrokerDecision::Refused { reason } => Some(reason.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 fn performed(log: &BrokerLog) -> usize {
     log.performed().count()
-}
-
-fn meta(path: &Path) -> std::fs::Metadata {
-    std::fs::symlink_metadata(path).expect("stat")
 }
 
 #[test]

@@ -5,24 +5,12 @@
 //! twin. The filter routes what the production one does (`entry_filter`).
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::path::Path;
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, BrokerLog, BrokerRules, Refusal};
 
 const DENY: &[&str] = &[".git/hooks", ".git/config", ".bashrc"];
-
-fn refusals(log: &BrokerLog) -> Vec<Refusal> {
-    log.records
-        .iter()
-        .filter_map(|r| match &r.decision {
-            BrokerDecision::Refused { reason } => Some(reason.clone()),
-            _ => None,
-        })
-        .collect()
-}
 
 /// W with an existing `.git` (config and hooks present), `.bashrc` absent.
 fn fixture() -> Fixture {

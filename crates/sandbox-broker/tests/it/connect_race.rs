@@ -7,18 +7,16 @@
 //! `BROKER_CONNECT_WORKER` set): a forked child of the harness may not start threads.
 #![cfg(target_os = "linux")]
 
-mod common;
-
 use std::ffi::CString;
 use std::net::TcpListener;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU8, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use common::*;
+use crate::common::*;
 use sandbox_broker::{BrokerDecision, Refusal};
 
 const WANT_EACH: u32 = 300;
@@ -286,14 +284,6 @@ fn limit_worker() -> i32 {
     }
 }
 
-fn pipe() -> (OwnedFd, OwnedFd) {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fds.
-    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
-    // SAFETY: fresh fds.
-    unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) }
-}
-
 /// Waits up to `secs` for the worker's report byte.
 fn wait_report(r: &OwnedFd, secs: i32) -> bool {
     let mut p = libc::pollfd {
@@ -315,7 +305,7 @@ fn run_worker(
 ) -> Run {
     let mut env = env.to_vec();
     env.push(("BROKER_CONNECT_WORKER", mode.into()));
-    let worker = Reexec::new("worker_entry", &env);
+    let worker = Reexec::new(&test_path(module_path!(), "worker_entry"), &env);
     let w = report_w.map(|w| w.as_raw_fd());
     confined_connect(rules, || {
         if let Some(w) = w {
