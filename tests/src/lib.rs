@@ -1,5 +1,6 @@
-//! Helpers for the end-to-end tests in `tests/tests/`: they run the real
-//! `sandbox` binary on the real kernel.
+//! Helpers for the end-to-end tests in `tests/tests/it/` (one test binary,
+//! `it`, a module per subject): they run the real `sandbox` binary on the
+//! real kernel.
 
 use std::path::PathBuf;
 use std::process::{Command, Output};
@@ -45,6 +46,95 @@ pub fn sandbox_as_nobody() -> Command {
         .env_remove("SANDBOX_CONFIG")
         .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config");
     cmd
+}
+
+/// Whether this process runs as root.
+pub fn is_root() -> bool {
+    // SAFETY: geteuid has no preconditions.
+    unsafe { libc::geteuid() == 0 }
+}
+
+/// The users a test runs as, `true` for nobody (through `setpriv`): root
+/// and nobody when root, else this user alone.
+pub fn users() -> Vec<bool> {
+    if is_root() {
+        vec![false, true]
+    } else {
+        vec![false]
+    }
+}
+
+/// A directory anyone may write to (by mode, 0777; the policy decides),
+/// and its canonical path.
+pub fn shared_dir() -> (tempfile::TempDir, PathBuf) {
+    use std::os::unix::fs::PermissionsExt;
+    let dir = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let path = std::fs::canonicalize(dir.path()).unwrap();
+    (dir, path)
+}
+
+/// A run's stderr as text.
+pub fn stderr(out: &Output) -> String {
+    String::from_utf8_lossy(&out.stderr).into_owned()
+}
+
+/// Set in the test binary [`isolated`] starts for one test.
+pub const ISOLATED_ENV: &str = "IT_ISOLATED";
+
+/// The name the test harness gives test `test` of the module whose
+/// `module_path!()` is `module_path`: the path without the crate's name
+/// (`it::lifetime`, `serial` -> `lifetime::serial`).
+pub fn test_name(module_path: &str, test: &str) -> String {
+    match module_path.split_once("::") {
+        Some((_, module)) => format!("{module}::{test}"),
+        None => test.to_owned(),
+    }
+}
+
+/// Runs test `test` of the module at `module_path` (`module_path!()`) in a
+/// process of its own, for a test that counts this process's threads or
+/// fds, changes its environment, or makes it a subreaper: every module's
+/// tests share one binary and run in parallel in it.
+///
+/// In the test binary's own run this starts the binary again with only
+/// that test (`--exact`, one thread, [`ISOLATED_ENV`] set), asserts it
+/// passed and ran exactly one test (so a wrong name never reads as
+/// success), and returns `false`: the caller returns. In the process it
+/// started it returns `true`: the caller runs the test's body.
+/// `if !isolated(module_path!(), "the_test") { return; }` first thing in
+/// the test.
+#[must_use]
+#[track_caller]
+pub fn isolated(module_path: &str, test: &str) -> bool {
+    if std::env::var_os(ISOLATED_ENV).is_some() {
+        return true;
+    }
+    let name = test_name(module_path, test);
+    let exe = std::env::current_exe().expect("current_exe");
+    let out = Command::new(&exe)
+        .args([
+            name.as_str(),
+            "--exact",
+            "--include-ignored",
+            "--test-threads=1",
+            "--nocapture",
+        ])
+        .env(ISOLATED_ENV, "1")
+        .output()
+        .expect("start the test binary again");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    // What the test printed, with this test's (shown on failure or with
+    // --nocapture).
+    eprint!("{stderr}");
+    assert!(
+        out.status.success() && stdout.contains("test result: ok. 1 passed;"),
+        "{name} in a process of its own ({}): {}\n{stdout}\n{stderr}",
+        exe.display(),
+        out.status
+    );
+    false
 }
 
 /// Output of `sandbox <args>`.

@@ -125,7 +125,7 @@ fn ensure_system_packages() -> Result<(), String> {
         ("tar", "tar", "tar"),
         ("curl", "curl", "curl"),
         ("python3", "python3", "python3"),
-        // Real-tool workloads (tests/tests/real_tools.rs) run npm.
+        // Real-tool workloads (tests/tests/it/real_tools.rs) run npm.
         ("npm", "npm", "npm"),
         // setpriv and unshare: util-linux.
         ("setpriv", "util-linux", "util-linux"),
@@ -140,7 +140,7 @@ fn ensure_system_packages() -> Result<(), String> {
     if on_path("python3") && !runs("python3", &["-c", "import venv"]) {
         missing.push(("python3-venv", "python3-libs"));
     }
-    // A pytest suite with a fixture server (tests/tests/own_listeners.rs).
+    // A pytest suite with a fixture server (tests/tests/it/own_listeners.rs).
     if on_path("python3")
         && !["python3", "/usr/bin/python3"]
             .iter()

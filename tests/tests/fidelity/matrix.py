@@ -1,4 +1,4 @@
-"""The syscall matrix of `tests/fidelity.rs`.
+"""The syscall matrix of `tests/tests/it/fidelity.rs`.
 
 `matrix.py setup ROOT` makes, for every (call, object) pair and every region
 (`w`: inside the write path, `o`: outside it, `d`: under a deny path inside

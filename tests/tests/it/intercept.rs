@@ -12,12 +12,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use sandbox_tests::sandbox_bin;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use sandbox_tests::{is_root, sandbox_bin};
 
 /// The origin: answers every request with what it saw (method, target,
 /// Host, body), one line.

@@ -7,15 +7,11 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 #[cfg(target_os = "linux")]
-use sandbox_tests::{cannot_do_its_job, with_private_mounts};
+use sandbox_tests::{cannot_do_its_job, is_root, stderr, with_private_mounts};
 use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_lines};
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// Exactly one `sandbox:` line, containing `needle`.
@@ -30,11 +26,6 @@ fn canonical_tmp() -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let p = std::fs::canonicalize(t.path()).unwrap();
     (t, p)
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 fn sh(script: &str) -> Vec<String> {

@@ -11,8 +11,12 @@ use sandbox::{
 };
 use sandbox_tests::sandbox_bin;
 
+/// In a process of its own: it sets `SANDBOX_BIN` in its environment.
 #[test]
 fn wrapped_argv_confines_writes() {
+    if !sandbox_tests::isolated(module_path!(), "wrapped_argv_confines_writes") {
+        return;
+    }
     let dir = tempfile::tempdir().unwrap();
     let root = std::fs::canonicalize(dir.path()).unwrap();
     let (inside, outside) = (root.join("in"), root.join("out"));
@@ -25,7 +29,7 @@ fn wrapped_argv_confines_writes() {
     }
     .resolve(&ExpandContext::default())
     .unwrap();
-    // SANDBOX_BIN names the binary; set it for this process (no other test here reads it).
+    // SANDBOX_BIN names the binary; set it for this process (this test's alone).
     std::env::set_var("SANDBOX_BIN", sandbox_bin());
     let script = format!(
         "echo ok > {0}/a && echo no > {1}/b",

@@ -6,28 +6,10 @@
 //! same text comes back in its exit event. Root and nobody.
 #![cfg(target_os = "linux")]
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Output};
 
-use sandbox_tests::sandbox_bin;
-
-fn users() -> Vec<bool> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
-}
-
-/// A directory nobody may write to (by mode; the policy decides).
-fn shared_dir() -> (tempfile::TempDir, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let path = std::fs::canonicalize(dir.path()).unwrap();
-    (dir, path)
-}
+use sandbox_tests::{sandbox_bin, shared_dir, users};
 
 /// `program` (an absolute path nobody can run too) as this user or nobody,
 /// with the clean config environment the other tests use.
@@ -134,7 +116,7 @@ print("client ok")
 
 /// The TypeScript client with transport "socket" (Node's extra "pipe" is a
 /// UNIX stream socketpair), after Debian's `typescript` module strips its
-/// types as in tests/tests/session.rs.
+/// types as in tests/tests/it/session.rs.
 #[test]
 fn the_typescript_client_drives_a_session_over_a_socket() {
     use std::os::unix::fs::PermissionsExt;

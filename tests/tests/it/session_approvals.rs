@@ -16,16 +16,11 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use sandbox_tests::sandbox_bin;
+use sandbox_tests::{is_root, sandbox_bin};
 use serde_json::{json, Value};
 
 /// How long any one event may take before the test fails (not hangs).
 const EVENT_WAIT: Duration = Duration::from_secs(90);
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// The namespace's `/etc/hosts`.
 const HOSTS: &str =

@@ -11,7 +11,7 @@ use std::io::{BufRead, BufReader, Write};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{sandbox, sandbox_as_nobody};
+use sandbox_tests::{is_root, sandbox, sandbox_as_nobody};
 use serde_json::Value;
 
 #[derive(Clone, Copy, Debug, PartialEq)]
@@ -51,11 +51,6 @@ fn bare(who: Who, argv: &[&str]) -> Command {
     };
     c.args(&argv[1..]).current_dir("/");
     c
-}
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
 }
 
 /// The host's Landlock ABI (0 without Landlock).

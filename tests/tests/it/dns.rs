@@ -12,14 +12,9 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sandbox_tests::{assert_exit, sandbox_bin};
+use sandbox_tests::{assert_exit, is_root, sandbox_bin};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dns");
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// Runs `script` in a new network and mount namespace (root only), with
 /// loopback up, `/etc/resolv.conf` naming 127.0.0.1, a stand-in DNS server

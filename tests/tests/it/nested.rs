@@ -9,17 +9,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin};
-
-/// The users a test runs as: root and nobody when root, else this user.
-fn users() -> Vec<bool> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
-}
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin, stderr, users};
 
 fn outer(nobody: bool) -> Command {
     if nobody {
@@ -38,10 +28,6 @@ fn shared(dirs: &[&str]) -> tempfile::TempDir {
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(0o777)).unwrap();
     }
     dir
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn stdout(out: &Output) -> String {

@@ -3,7 +3,7 @@
 //! `on_refused`/`onRefused` before the run returns, and events a client
 //! does not know (a future kind, one without an id) are skipped, with or
 //! without the callback. No sandbox is involved: the real session's events
-//! are tested in tests/session.rs.
+//! are tested in tests/tests/it/session.rs.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -83,7 +83,7 @@ print("client ok")
 }
 
 /// TypeScript: as the Python test (Debian's node-typescript strips the
-/// types, as in tests/session.rs).
+/// types, as in tests/tests/it/session.rs).
 #[test]
 fn the_typescript_client_hands_refused_events_over_and_skips_unknown_ones() {
     let client = Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/typescript/session.ts");

@@ -5,6 +5,8 @@ use std::path::Path;
 use std::os::unix::fs::PermissionsExt;
 
 #[cfg(target_os = "linux")]
+use sandbox_tests::is_root;
+#[cfg(target_os = "linux")]
 use sandbox_tests::{cannot_do_its_job, sandbox_as_nobody, with_private_mounts};
 use sandbox_tests::{run, sandbox, sandbox_lines};
 
@@ -360,12 +362,6 @@ fn owner(p: &Path) -> u32 {
     std::fs::metadata(p).unwrap().uid()
 }
 
-#[cfg(target_os = "linux")]
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// Without a runtime directory (CI containers, no login session) nothing is
 /// cached in the `$HOME` a run names (a run may write it): only the passwd
 /// home's `.cache` would hold it, and nobody's is `/nonexistent`.
@@ -443,7 +439,7 @@ fn a_run_cannot_create_the_config_of_the_next_run() {
 }
 
 /// A run inside a run without the nest capability (its variable removed:
-/// `tests/tests/nested.rs` has the runs that use it) is refused, closed,
+/// `tests/tests/it/nested.rs` has the runs that use it) is refused, closed,
 /// with the real cause (the outer run's seccomp filter answers Landlock's
 /// calls), not "disabled at boot"; as root and as nobody. Twin: the same
 /// inner command outside the run works and confines.

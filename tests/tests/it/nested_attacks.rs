@@ -8,17 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin};
-
-/// The users a test runs as: root and nobody when root, else this user.
-fn users() -> Vec<bool> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
-}
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin, users};
 
 fn outer(nobody: bool) -> Command {
     if nobody {

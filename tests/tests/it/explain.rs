@@ -9,16 +9,12 @@ use std::net::TcpListener;
 use std::path::{Path, PathBuf};
 use std::process::Output;
 
-use sandbox_tests::sandbox;
+use sandbox_tests::{sandbox, stderr};
 
 fn canonical_tmp() -> (tempfile::TempDir, PathBuf) {
     let t = tempfile::tempdir().unwrap();
     let p = std::fs::canonicalize(t.path()).unwrap();
     (t, p)
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 /// `sandbox run --explain ARGS -- sh -c SCRIPT` in `cwd`.

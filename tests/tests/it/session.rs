@@ -4,42 +4,18 @@
 //! Root and nobody where the guarantee depends on who runs it.
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin};
+use sandbox_tests::{is_root, sandbox, sandbox_as_nobody, sandbox_bin, shared_dir, users};
 use serde_json::{json, Value};
 
 /// The real backend for this host, failing if absent.
 const BACKEND: &[&str] = &["--backend", "auto", "--on-unsupported", "error"];
 /// How long any one event may take before the test fails (not hangs).
 const EVENT_WAIT: Duration = Duration::from_secs(60);
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
-/// The users a test runs the session as: root and nobody when root, else
-/// this user.
-fn users() -> Vec<bool> {
-    if is_root() {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
-}
-
-/// A directory nobody may write too.
-fn shared_dir() -> (tempfile::TempDir, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let path = std::fs::canonicalize(dir.path()).unwrap();
-    (dir, path)
-}
 
 /// A session as the harness sees it: every line it reads must be an event.
 struct Harness {

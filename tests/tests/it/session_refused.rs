@@ -10,7 +10,7 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use sandbox_tests::{sandbox, sandbox_as_nobody};
+use sandbox_tests::{is_root, sandbox, sandbox_as_nobody, shared_dir};
 use serde_json::{json, Value};
 
 /// The real backend for this host, failing if absent.
@@ -19,11 +19,6 @@ const BACKEND: &[&str] = &["--backend", "auto", "--on-unsupported", "error"];
 const EVENT_WAIT: Duration = Duration::from_secs(60);
 /// The broker's live cap (`sandbox_broker::Between::LIVE_CAP`).
 const LIVE_CAP: usize = 100;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
 
 /// (nobody, launch) pairs: root and nobody when root, both launch modes.
 fn cases() -> Vec<(bool, &'static str)> {
@@ -36,15 +31,6 @@ fn cases() -> Vec<(bool, &'static str)> {
         .into_iter()
         .flat_map(|nobody| [(nobody, "shared"), (nobody, "per-command")])
         .collect()
-}
-
-/// A directory anyone may write to, and its canonical path.
-fn shared_dir() -> (tempfile::TempDir, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let path = std::fs::canonicalize(dir.path()).unwrap();
-    (dir, path)
 }
 
 /// A file anyone may change, in `dir`.

@@ -18,7 +18,9 @@ use sandbox::{
     runner::{RunError, RunRequest},
 };
 
-/// The tests count this process's threads and fds: one at a time.
+/// The tests count this process's threads and fds: one at a time, each in
+/// a process of its own ([`sandbox_tests::isolated`]; the other modules'
+/// tests run beside them in this binary).
 static ALONE: Mutex<()> = Mutex::new(());
 
 /// A policy whose runs have a broker: one write path.
@@ -69,6 +71,9 @@ fn eventually(done: impl Fn() -> bool) -> bool {
 
 #[test]
 fn runs_leave_no_thread_and_no_fd_behind() {
+    if !sandbox_tests::isolated(module_path!(), "runs_leave_no_thread_and_no_fd_behind") {
+        return;
+    }
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     let backend = LandlockBackend::new().unwrap();
     let dir = tempfile::tempdir().unwrap();
@@ -111,6 +116,12 @@ fn runs_leave_no_thread_and_no_fd_behind() {
 
 #[test]
 fn a_child_that_cannot_exec_fails_at_once_with_the_kernels_error() {
+    if !sandbox_tests::isolated(
+        module_path!(),
+        "a_child_that_cannot_exec_fails_at_once_with_the_kernels_error",
+    ) {
+        return;
+    }
     let _alone = ALONE.lock().unwrap_or_else(|e| e.into_inner());
     use std::os::unix::fs::PermissionsExt;
     let backend = LandlockBackend::new().unwrap();
@@ -196,12 +207,11 @@ fn a_child_that_fails_before_its_listener_fails_at_once_while_the_caller_forks()
             "--",
         ])
         .arg(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
+        .arg(sandbox_tests::test_name(
+            module_path!(),
             "a_child_that_fails_before_its_listener_fails_at_once_while_the_caller_forks",
-            "--nocapture",
-            "--test-threads=1",
-        ])
+        ))
+        .args(["--exact", "--nocapture", "--test-threads=1"])
         .env(HOLDER_SCENE, dir.path())
         .output()
         .expect("timeout and setpriv run the scene as nobody");

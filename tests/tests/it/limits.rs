@@ -10,12 +10,7 @@
 use std::path::Path;
 use std::process::{Command, Output};
 
-use sandbox_tests::{sandbox, sandbox_bin, sandbox_lines};
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use sandbox_tests::{is_root, sandbox, sandbox_bin, sandbox_lines, stderr};
 
 #[track_caller]
 fn require_root() {
@@ -24,10 +19,6 @@ fn require_root() {
         "limits are held by cgroups only root may create on this kind of host: run this suite as \
          root (CI does); the unprivileged refusal is tested as nobody from root"
     );
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn stdout(out: &Output) -> String {

@@ -12,7 +12,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_lines};
+use sandbox_tests::{is_root, sandbox, sandbox_as_nobody, sandbox_lines, stderr};
 
 /// Opens each case's path (relative to DIR, the working directory) with its
 /// flags (a Python expression) and prints the errno (or `ok`), one line;
@@ -140,11 +140,6 @@ fn scene() -> Scene {
     }
 }
 
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
-
 /// The cases a run as `who` makes: the denied reads then the kernel's
 /// answers (`denied`), or the answers alone.
 fn cases(who: As, denied: bool) -> Vec<&'static Case> {
@@ -194,10 +189,6 @@ fn answers(cases: &[&Case]) -> String {
 
 fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).trim().to_owned()
-}
-
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
 fn record(path: &Path) -> serde_json::Value {

@@ -71,7 +71,7 @@ fn run(flags: &[String], script: &str) -> (Output, serde_json::Value) {
 
 /// Loopback stands in for a remote host in these tests, but the runner's
 /// `NO_PROXY` sends loopback around the proxy (the broker decides it, see
-/// `tests/tests/own_listeners.rs`): scripts that test the proxy clear it.
+/// `tests/tests/it/own_listeners.rs`): scripts that test the proxy clear it.
 const VIA_PROXY: &str = "export NO_PROXY= no_proxy=; ";
 
 fn stdout(out: &Output) -> String {
@@ -243,7 +243,7 @@ for name, f in [("udp", udp), ("udplite", udplite), ("tcp", tcp), ("netlink_rout
 "#;
 
 /// UDP sockets are made (in the run's datagram namespace, from which
-/// nothing but the runner's resolver is reached: `tests/tests/dns.rs`);
+/// nothing but the runner's resolver is reached: `tests/tests/it/dns.rs`);
 /// UDP-Lite and `NETLINK_USERSOCK` sockets, listening off loopback and
 /// `MSG_FASTOPEN` are refused, and the summary line (after a failed run)
 /// names them as socket calls.

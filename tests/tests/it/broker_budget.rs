@@ -21,12 +21,7 @@ use std::path::Path;
 use std::process::{Child, Command, Stdio};
 use std::time::Instant;
 
-use sandbox_tests::sandbox_bin;
-
-fn is_root() -> bool {
-    // SAFETY: geteuid has no preconditions.
-    unsafe { libc::geteuid() == 0 }
-}
+use sandbox_tests::{is_root, sandbox_bin};
 
 #[track_caller]
 fn require_root() {

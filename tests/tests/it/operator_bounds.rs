@@ -8,7 +8,7 @@ use std::os::unix::fs::PermissionsExt;
 use std::path::PathBuf;
 use std::process::{Command, Output};
 
-use sandbox_tests::{assert_exit, sandbox_bin};
+use sandbox_tests::{assert_exit, sandbox_bin, stderr};
 
 /// Who runs the CLI.
 #[derive(Clone, Copy, Debug)]
@@ -67,13 +67,9 @@ fn run(who: As, s: &Scene, args: &[&str]) -> Output {
         .expect("run the CLI")
 }
 
-fn stderr(out: &Output) -> String {
-    String::from_utf8_lossy(&out.stderr).into_owned()
-}
-
 /// The documented example config (the one TOML block of docs/config.md).
 fn documented_config() -> String {
-    let doc = include_str!("../../docs/config.md");
+    let doc = include_str!("../../../docs/config.md");
     doc.split("```toml\n")
         .nth(1)
         .and_then(|rest| rest.split("```").next())

@@ -13,20 +13,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
-use sandbox_tests::{sandbox, sandbox_as_nobody};
+use sandbox_tests::{sandbox, sandbox_as_nobody, users};
 use serde_json::{json, Value};
 
 const BACKEND: &[&str] = &["--backend", "auto", "--on-unsupported", "error"];
 const EVENT_WAIT: Duration = Duration::from_secs(60);
-
-fn users() -> Vec<bool> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
-}
 
 fn command(nobody: bool) -> Command {
     if nobody {

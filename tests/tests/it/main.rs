@@ -1,0 +1,51 @@
+//! The end-to-end tests, in one binary (issue #43: each test binary links
+//! the whole workspace). Each module was a test file of its own; helpers
+//! they share are in the `sandbox_tests` library (`tests/src/lib.rs`).
+//!
+//! Run one module with a filter: `cargo test -p sandbox-tests --test it --
+//! session::`. Tests that count this process's threads or fds, or change
+//! its environment, run in a process of their own
+//! ([`sandbox_tests::isolated`]).
+
+mod approval;
+mod argv_form;
+mod broker_budget;
+mod broker_domain;
+mod default_caches;
+mod dns;
+mod egress;
+mod explain;
+mod fail_closed;
+mod fidelity;
+mod gate_witness;
+mod harness;
+mod intercept;
+mod launch_threads;
+mod lifetime;
+mod limits;
+mod native;
+mod nested;
+mod nested_attacks;
+mod operator_bounds;
+mod other_processes;
+mod outcomes;
+mod own_listeners;
+mod profile;
+mod public_api;
+mod read_refusals;
+mod real_tools;
+mod runner;
+mod session;
+mod session_approvals;
+mod session_client_socket;
+mod session_clients;
+mod session_leftovers;
+mod session_refused;
+mod session_socket;
+mod shm;
+mod tool_caches;
+mod trusted_state;
+mod unix_sockets;
+mod unlinked_handed;
+mod workloads;
+mod workspace;
