@@ -276,6 +276,16 @@ impl Zygote {
             Ok(a) if a[0] == b'r' => {
                 let pid = i32::from_ne_bytes([a[1], a[2], a[3], a[4]]);
                 z.pid = (pid > 0).then_some(pid);
+                // The zygote can say `ready` before the launching thread has
+                // confirmed the supervisor and published its tap; a command
+                // closed before then would find no broker to close it.
+                let deadline = Instant::now() + ANSWER_WAIT;
+                while z.tap.get().is_none() {
+                    if z.run_finished() || Instant::now() > deadline {
+                        return Err(z.fail("the run's supervisor was not ready".into()));
+                    }
+                    std::thread::sleep(Duration::from_millis(1));
+                }
                 Ok(z)
             }
             Ok(_) => Err(z.fail("the zygote's first answer is not `ready`".into())),
