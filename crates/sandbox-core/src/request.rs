@@ -15,6 +15,12 @@
 //! UTF-8, a NUL, a bad escape, a raw `\`), is refused whatever the rules say: the origin might read it
 //! differently from the proxy.
 //!
+//! A flag the sandbox proposes (`--allow-request 'GET https://...'`,
+//! `--allow-net HOST:PORT`, `-w PATH`) is written by [`flag`]: its value is
+//! one shell word ([`shell_word`], POSIX single quotes), so pasting it runs
+//! nothing the command chose; a value no pasted word can carry safely (a
+//! control or invisible character) is not proposed at all.
+//!
 //! A [`SecretSpec`] (`NAME@HOST[,HOST...]` or `NAME=file:PATH@HOST[,...]`)
 //! names a credential the runner reads and the proxy writes into request
 //! headers for those hosts only; the command sees a placeholder.
@@ -309,7 +315,9 @@ enum Methods {
 /// One segment of a path pattern.
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum PatternSegment {
-    /// Exactly this (normalised) segment.
+    /// Exactly this (normalised) segment, kept with `*` for `%2A`
+    /// ([`star_canonical`]); written with `%2A` for each `*`, so that a
+    /// literal `*` or `**` is never read back as a wildcard.
     Literal(String),
     /// `*`: any one segment.
     One,
@@ -323,7 +331,10 @@ enum PatternSegment {
 /// case) or `*` for any. In the path pattern a segment `*` matches any one
 /// segment and `**` any number of segments (none included); other segments
 /// match the request's normalised segment exactly (escapes of unreserved
-/// characters decoded on both sides). The query string is not matched. A
+/// characters decoded on both sides). A literal `*` is written `%2A` (a
+/// segment that is `*` or `**` is a wildcard, and `*` within a segment is
+/// refused); it matches a request's `*` and `%2A` alike, and a rule prints
+/// every literal `*` so, so that the printed rule parses back to itself. The query string is not matched. A
 /// pattern ending in `/` matches only paths ending in `/`; one ending in
 /// `/**` matches the directory itself and everything beneath it.
 ///
@@ -412,7 +423,7 @@ fn parse_pattern(path: &str) -> Result<(Vec<PatternSegment>, bool), RequestRuleE
                 if decoded && (norm == "." || norm == "..") {
                     return Err(bad("'.' and '..' segments are not allowed".into()));
                 }
-                segments.push(PatternSegment::Literal(norm));
+                segments.push(PatternSegment::Literal(star_canonical(&norm).into_owned()));
             }
         }
     }
@@ -420,6 +431,26 @@ fn parse_pattern(path: &str) -> Result<(Vec<PatternSegment>, bool), RequestRuleE
         return Err(bad("'**/' is written '**'".into()));
     }
     Ok((segments, trailing_slash))
+}
+
+/// A normalised segment with each `%2A` (an escaped `*`) written `*`:
+/// the form literal pattern segments are kept and compared in, so that a
+/// rule's `%2A` (how a literal `*` is written in a pattern) matches a
+/// request's `*` and `%2A` alike. In a normalised segment every `%` begins
+/// a three-byte escape with upper-case hex, so `%2A` is never part of
+/// another escape (`%252A` is `%25` then `2A`).
+fn star_canonical(seg: &str) -> std::borrow::Cow<'_, str> {
+    if seg.contains("%2A") {
+        std::borrow::Cow::Owned(seg.replace("%2A", "*"))
+    } else {
+        std::borrow::Cow::Borrowed(seg)
+    }
+}
+
+/// Whether the literal `lit` (canonical, [`star_canonical`]) is the
+/// request's normalised segment `seg`.
+fn literal_is(lit: &str, seg: &str) -> bool {
+    lit == seg || (seg.contains("%2A") && lit == star_canonical(seg))
 }
 
 /// Whether `pattern` matches `segs` entirely: wildcard matching with
@@ -440,7 +471,7 @@ fn matches(pattern: &[PatternSegment], segs: &[String]) -> bool {
                 s += 1;
                 continue;
             }
-            Some(PatternSegment::Literal(l)) if *l == segs[s] => {
+            Some(PatternSegment::Literal(l)) if literal_is(l, &segs[s]) => {
                 p += 1;
                 s += 1;
                 continue;
@@ -472,7 +503,7 @@ impl RequestRule {
             pattern: path
                 .segments
                 .iter()
-                .map(|s| PatternSegment::Literal(s.clone()))
+                .map(|s| PatternSegment::Literal(star_canonical(s).into_owned()))
                 .collect(),
             trailing_slash: path.trailing_slash,
         })
@@ -535,7 +566,9 @@ impl fmt::Display for RequestRule {
         }
         for seg in &self.pattern {
             match seg {
-                PatternSegment::Literal(s) => write!(f, "/{s}")?,
+                // A literal `*` is written `%2A`: `*` and `**` standing
+                // alone are wildcards, and `*` within a segment is refused.
+                PatternSegment::Literal(s) => write!(f, "/{}", s.replace('*', "%2A"))?,
                 PatternSegment::One => f.write_str("/*")?,
                 PatternSegment::Any => f.write_str("/**")?,
             }
@@ -806,6 +839,90 @@ impl fmt::Display for SecretSpec {
     }
 }
 
+/// Why [`shell_word`] gives no word for a value: it holds a character no
+/// pasted flag carries safely (a control character, or one that reorders
+/// or hides text, as [`crate::terminal_safe`] escapes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("it holds {0:?}, a control or invisible character that a pasted flag cannot carry safely")]
+pub struct Unquotable(pub char);
+
+/// Characters a word may hold bare: none of them means anything to a POSIX
+/// shell anywhere in a word (no `~`, `*`, `?`, `[`, `#`, `!`, `$`, quote,
+/// space or separator).
+fn bare(c: char) -> bool {
+    c.is_ascii_alphanumeric()
+        || matches!(c, '.' | '_' | '/' | ':' | ',' | '@' | '%' | '+' | '=' | '-')
+}
+
+/// `text` as exactly one POSIX shell word that reads back as `text`: bare
+/// when every character is one no shell acts on, else in single quotes,
+/// each `'` written `'\''` (inside single quotes nothing else is special,
+/// to `sh`, `bash`, `zsh` and `dash` alike, history expansion included).
+/// The one quoting of every flag the sandbox proposes ([`flag`]). A value
+/// holding a control character (a newline would end the pasted command
+/// there) or a character that reorders or hides text is not quoted: it
+/// cannot be shown as what it is ([`Unquotable`]).
+///
+/// ```
+/// use sandbox_core::request::shell_word;
+/// assert_eq!(shell_word("example.com:443").unwrap(), "example.com:443");
+/// assert_eq!(shell_word("GET https://h.example/a'b").unwrap(), "'GET https://h.example/a'\\''b'");
+/// assert!(shell_word("a\nb").is_err());
+/// ```
+pub fn shell_word(text: &str) -> Result<String, Unquotable> {
+    let mut buf = [0u8; 4];
+    if let Some(c) = text
+        .chars()
+        .find(|&c| c != '\\' && crate::terminal_safe(c.encode_utf8(&mut buf)).len() != c.len_utf8())
+    {
+        return Err(Unquotable(c));
+    }
+    if !text.is_empty() && text.chars().all(bare) {
+        return Ok(text.to_owned());
+    }
+    let mut out = String::with_capacity(text.len() + 2);
+    out.push('\'');
+    for c in text.chars() {
+        if c == '\'' {
+            out.push_str("'\\''");
+        } else {
+            out.push(c);
+        }
+    }
+    out.push('\'');
+    Ok(out)
+}
+
+/// The flag `name` with the value `value` as one shell word
+/// ([`shell_word`]): `--allow-request 'GET https://h.example/x'`,
+/// `--allow-net example.com:443`.
+pub fn flag(name: &str, value: &str) -> Result<String, Unquotable> {
+    Ok(format!("{name} {}", shell_word(value)?))
+}
+
+/// The value of a word [`shell_word`] wrote (bare characters, single-quoted
+/// runs and `\'`); `None` for any other text.
+pub fn shell_unword(word: &str) -> Option<String> {
+    let mut out = String::with_capacity(word.len());
+    let mut rest = word;
+    while let Some(c) = rest.chars().next() {
+        if let Some(quoted) = rest.strip_prefix('\'') {
+            let end = quoted.find('\'')?;
+            out.push_str(&quoted[..end]);
+            rest = &quoted[end + 1..];
+        } else if let Some(after) = rest.strip_prefix("\\'") {
+            out.push('\'');
+            rest = after;
+        } else if bare(c) {
+            out.push(c);
+            rest = &rest[c.len_utf8()..];
+        } else {
+            return None;
+        }
+    }
+    (!word.is_empty()).then_some(out)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -985,6 +1102,105 @@ mod tests {
         assert_eq!(reparsed, r);
     }
 
+    /// F2: the exact rule for a request whose segment is a literal `*` or
+    /// `**` (or holds `*`) prints it `%2A`, parses back to itself, and
+    /// admits that request alone; its twin, the wildcard written as such,
+    /// admits the subtree.
+    #[test]
+    fn an_exact_rule_for_a_literal_star_is_no_wildcard() {
+        for raw in [
+            "/v1/**",
+            "/v1/*",
+            "/v1/*/x",
+            "/a*b/**c",
+            "/v1/%2a",
+            "/v1/%2A%2A",
+        ] {
+            let path = normalize_path(raw).unwrap();
+            let r = RequestRule::exact("GET", "h.example", 443, &path).unwrap();
+            let text = r.to_string();
+            assert!(!text.contains('*'), "{raw}: {text}");
+            let back: RequestRule = text.parse().unwrap();
+            assert_eq!(back, r, "{raw}: {text}");
+            assert!(back.admits("GET", "h.example", 443, raw).unwrap(), "{raw}");
+            assert!(
+                !back
+                    .admits("GET", "h.example", 443, "/v1/admin/delete")
+                    .unwrap(),
+                "{raw}"
+            );
+            assert!(
+                !back.admits("GET", "h.example", 443, "/v1/x").unwrap(),
+                "{raw}"
+            );
+        }
+        let r = RequestRule::exact("GET", "h.example", 443, &normalize_path("/v1/**").unwrap());
+        assert_eq!(r.unwrap().to_string(), "GET https://h.example/v1/%2A%2A");
+        // `%2A` in a pattern is a literal `*`: it matches `*` and `%2A`.
+        let lit = rule("GET https://h.example/v1/%2a");
+        assert!(lit.admits("GET", "h.example", 443, "/v1/*").unwrap());
+        assert!(lit.admits("GET", "h.example", 443, "/v1/%2A").unwrap());
+        assert!(!lit.admits("GET", "h.example", 443, "/v1/x").unwrap());
+        // The twin: a wildcard written as one admits the subtree.
+        let glob = rule("GET https://h.example/v1/**");
+        assert!(glob
+            .admits("GET", "h.example", 443, "/v1/admin/delete")
+            .unwrap());
+    }
+
+    /// F1: every value becomes one word that `sh` reads back as the value,
+    /// whatever it holds; a value with a control or invisible character is
+    /// not quoted at all. Twin: a plain value stays bare.
+    #[test]
+    fn shell_words_read_back_as_one_word_in_sh() {
+        let hostile = [
+            "GET https://api.example.com/v1/x';touch$IFS/tmp/PWNED;''",
+            "x;touch$IFS/tmp/PWNED;#.example.com:443",
+            "a$(touch${IFS}/tmp/PWNED2).example.com:443",
+            "`id` \\ \"q\" !! ~root *.rs ?[a] {a,b} & | < > #",
+            "'",
+            "''",
+            "-n",
+            "",
+            "/home/me/ünï côdé",
+        ];
+        for v in hostile {
+            let word = shell_word(v).unwrap();
+            assert_eq!(shell_unword(&word).as_deref(), Some(v), "{word}");
+            for sh in ["sh", "bash"] {
+                let Ok(out) = std::process::Command::new(sh)
+                    .arg("-c")
+                    .arg(format!("printf '%s\\0' {word}"))
+                    .output()
+                else {
+                    assert_ne!(sh, "sh", "no sh");
+                    continue;
+                };
+                assert!(out.status.success(), "{sh} {word}");
+                assert_eq!(out.stdout, format!("{v}\0").as_bytes(), "{sh} {word}");
+            }
+        }
+        assert_eq!(shell_word("example.com:443").unwrap(), "example.com:443");
+        assert_eq!(
+            flag("--allow-request", "GET https://h.example/x").unwrap(),
+            "--allow-request 'GET https://h.example/x'"
+        );
+        for bad in [
+            "a\nb",
+            "a\rb",
+            "a\x1b]0;t\x07",
+            "a\u{202e}b",
+            "a\u{9b}b",
+            "\x7f",
+            "a\0",
+        ] {
+            assert!(shell_word(bad).is_err(), "{bad:?}");
+            assert!(flag("--allow-net", bad).is_err(), "{bad:?}");
+        }
+        assert_eq!(shell_unword("a b"), None);
+        assert_eq!(shell_unword("'a"), None);
+    }
+
     #[test]
     fn config_tables_deny_unknown_fields() {
         let r: RequestRule =
@@ -1058,7 +1274,58 @@ mod tests {
         proptest::collection::vec(seg, 0..8).prop_map(|segs| format!("/{}", segs.join("/")))
     }
 
+    fn literal_strategy() -> impl Strategy<Value = String> {
+        prop_oneof![
+            Just("*".to_string()),
+            Just("**".to_string()),
+            Just("%2A".to_string()),
+            Just("%2a%2A".to_string()),
+            Just("a*b".to_string()),
+            Just("'".to_string()),
+            Just("%25".to_string()),
+            Just("%".to_string()),
+            Just(";$`!".to_string()),
+            "[a-zA-Z0-9._~%*'!$&()+,;=:@-]{1,6}",
+        ]
+    }
+
     proptest! {
+        /// F2: parse(display(rule)) == rule, for the exact rule of any
+        /// path (literal `*`, `**`, quotes, escapes) and for patterns.
+        #[test]
+        fn rules_print_as_text_that_parses_back_to_them(
+            segs in proptest::collection::vec(literal_strategy(), 0..6),
+            slash in any::<bool>(),
+            pat in proptest::collection::vec(prop_oneof![Just("a"), Just("*"), Just("**"), Just("%2A"), Just("x%2ay")], 0..5),
+        ) {
+            let raw = format!("/{}{}", segs.join("/"), if slash { "/" } else { "" });
+            if let Ok(path) = normalize_path(&raw) {
+                let r = RequestRule::exact("GET", "h.example", 8443, &path).unwrap();
+                let text = r.to_string();
+                let back: RequestRule = text.parse().unwrap();
+                prop_assert_eq!(&back, &r);
+                prop_assert!(back.admits_normal("GET", "h.example", 8443, &path));
+                // No wildcard: the rule admits no other segment count.
+                let mut longer = path.segments().to_vec();
+                longer.push("zz".into());
+                prop_assert!(!matches(&back.pattern, &longer));
+                // Shell-quoted, it is one word that reads back.
+                let word = shell_word(&text).unwrap();
+                prop_assert_eq!(shell_unword(&word), Some(text));
+            }
+            if let Ok(r) = format!("* https://h.example/{}", pat.join("/")).parse::<RequestRule>() {
+                let back: RequestRule = r.to_string().parse().unwrap();
+                prop_assert_eq!(back, r);
+            }
+        }
+
+        #[test]
+        fn shell_words_round_trip(text in "\\PC{0,24}") {
+            if let Ok(word) = shell_word(&text) {
+                prop_assert_eq!(shell_unword(&word), Some(text));
+            }
+        }
+
         #[test]
         fn normalising_is_idempotent_and_never_climbs(path in path_strategy()) {
             if let Ok(normal) = normalize_path(&path) {
