@@ -39,6 +39,7 @@ mod session;
 mod session_approvals;
 mod session_client_socket;
 mod session_clients;
+mod session_keep;
 mod session_leftovers;
 mod session_refused;
 mod session_socket;

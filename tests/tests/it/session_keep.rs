@@ -7,29 +7,12 @@
 #![cfg(target_os = "linux")]
 
 use std::io::{BufRead, BufReader, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Child, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{sandbox, sandbox_as_nobody};
+use sandbox_tests::{sandbox, sandbox_as_nobody, shared_dir, users};
 use serde_json::{json, Value};
-
-fn users() -> Vec<bool> {
-    // SAFETY: geteuid has no preconditions.
-    if unsafe { libc::geteuid() } == 0 {
-        vec![false, true]
-    } else {
-        vec![false]
-    }
-}
-
-fn shared_dir() -> (tempfile::TempDir, PathBuf) {
-    use std::os::unix::fs::PermissionsExt;
-    let dir = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let path = std::fs::canonicalize(dir.path()).unwrap();
-    (dir, path)
-}
 
 /// One session, driven a request at a time.
 struct Session {
