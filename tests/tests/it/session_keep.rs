@@ -506,7 +506,8 @@ fn a_kept_writer_is_drained_until_the_session_ends() {
         let got = s.run(
             "w",
             &format!(
-                "echo first; ( echo $$ > /dev/null; while :; do echo line; echo err >&2; done ) & \
+                "echo first; ( while :; do yes line | head -c 65536; yes err | head -c 65536 >&2; \
+                 done ) & \
                  echo $! > {d}/pid; exit 0"
             ),
             json!({"keep": true, "output": true}),
