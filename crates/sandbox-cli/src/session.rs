@@ -879,6 +879,17 @@ impl Session {
                 chan.send(&error(id, &why));
                 return Ok(None);
             }
+            if self.kept_stop.borrow().is_none() {
+                // From now on a stop signal between commands is caught: the
+                // serving loop ends the kept runs and the session.
+                match crate::stop_runs_on_signals() {
+                    Ok(guard) => *self.kept_stop.borrow_mut() = Some(guard),
+                    Err(Fatal(why)) => {
+                        chan.send(&error(id, &format!("keep: {why}; nothing was run")));
+                        return Ok(None);
+                    }
+                }
+            }
         }
         let req = match self.request(&fields) {
             Ok(req) => req,
@@ -915,11 +926,6 @@ impl Session {
             },
             Arc::clone(&stop),
         );
-        if fields.keep && self.kept_stop.borrow().is_none() {
-            // From now on a stop signal between commands is caught: the
-            // serving loop ends the kept runs and the session.
-            *self.kept_stop.borrow_mut() = Some(crate::stop_runs_on_signals()?);
-        }
         let launched = self.launch(chan, &req, &fields);
         stop.store(true, std::sync::atomic::Ordering::Release);
         let (had, sent, seen) = watch
