@@ -41,8 +41,8 @@
 //! | the program's lookup | `argv[0]`, the `PATH` of its environment | looked up first as the command would (a thread without capabilities): one it cannot find is refused as not found, whatever lies where it cannot search; where the launch's lookup (with the runner's capabilities) would pick another file, the command's is named | `a_nested_runs_program_is_looked_up_as_its_command_would`, `a_nested_run_runs_a_relative_script_in_its_working_directory` |
 //! | the outer's secret placeholders | the nested command's requests carrying them | known gap: the nested run's proxy does not know them, so a placeholder sent where the outer's proxy would refuse it and record an attempted exfiltration passes (a tripwire only: the value stays in the runner) | (none) |
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket`, `a_nest_socket_handed_to_a_nested_run_is_not_served` |
-//! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run | `the_capability_cannot_run_anything_unconfined` (a request by hand) |
-//! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes, the outer run ends (before the outer run's other processes are ended) or, in a session's shared launch, the command that asked ends (before the next command starts), recorded `cancelled` naming which; its stop signals are those its requester relays, never the runner's own; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command`, `a_nested_run_ended_from_outside_is_recorded_as_cancelled`, `a_stop_signal_to_the_outer_run_reaches_the_nested_command_once`, `a_commands_nested_run_does_not_outlive_it_shared` |
+//! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run; the lists whose checking touches the file system bounded before anything is resolved or looked up (at most [`MAX_TRUSTED_FILES`] trusted files, looked up on one thread; [`MAX_LIST`] entries per policy list and `PATH` directories; paths of at most [`MAX_PATH`] bytes, [`MAX_POLICY_PATHS`] in all), more refused naming the bound | `the_capability_cannot_run_anything_unconfined` (a request by hand), `a_huge_nested_request_holds_no_run_past_its_timeout_or_a_stop_signal` |
+//! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes, the outer run ends (before the outer run's other processes are ended) or, in a session's shared launch, the command that asked ends (before the next command starts), recorded `cancelled` naming which; a connection counts from the moment the door takes it, in the generation of the command it came in: the end-of-command sweep ([`Commands::end_all`]) closes that generation, closes the connections still queued, and waits for every connection of it, so a request read or checked when its command ended is refused, never started (nor one when the outer run ended); its stop signals are those its requester relays, never the runner's own; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command`, `a_nested_run_ended_from_outside_is_recorded_as_cancelled`, `a_stop_signal_to_the_outer_run_reaches_the_nested_command_once`, `a_commands_nested_run_does_not_outlive_it_shared`, `a_commands_nested_request_never_starts_in_the_next_command` |
 //! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s; the records kept for the outer record are the tree's first 256 (each requester still gets its own) | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records` |
 //! | the outer run's limits | the nested commands' processes, memory and CPU, alongside the outer command's | the nested run's cgroups (v2, and the v1 groups that hold limits) are made inside the outer run's, so the kernel charges them to the outer run's limits; the outer run removes its cgroups only after every nested run has ended | `a_nested_run_is_charged_to_the_outer_runs_limits` |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` (in a session's shared launch, under the exit event of the command that asked, at most 256 each) | `the_inner_refusals_reach_the_outer_record`, `a_shared_commands_nested_runs_are_in_its_own_exit_event` |
@@ -68,15 +68,32 @@ pub const MAX_REQUEST: usize = 4 << 20;
 #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const HELLO: &[u8; 15] = b"sandbox-nest 1\n";
 
-/// A nested run's request, as sent over the connection.
+/// The most trusted files a nested request names.
+pub const MAX_TRUSTED_FILES: usize = 256;
+/// The most entries of each list of a nested request's policy (write
+/// paths, read and write denials, network rules, request rules, unix
+/// sockets, environment names), and of the directories of its `PATH`.
+pub const MAX_LIST: usize = 256;
+/// The most bytes of one path a nested request names (`PATH_MAX`), and of
+/// all its policy's paths together: resolving a path walks it, and the
+/// runner's work checking a request stays bounded.
+pub const MAX_PATH: usize = 4096;
+/// See [`MAX_PATH`].
+pub const MAX_POLICY_PATHS: usize = 64 << 10;
+
+/// A nested run's request, as sent over the connection (the policy a
+/// [`ResolvedPolicy`]; the runner reads it as the [`SandboxPolicy`] it
+/// serialises to and resolves it only once its lists are within bounds).
+///
+/// [`SandboxPolicy`]: sandbox_core::SandboxPolicy
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
-struct Wire {
+struct Wire<P> {
     argv: Vec<Vec<u8>>,
     cwd: Option<Vec<u8>>,
     env: Vec<(Vec<u8>, Vec<u8>)>,
     env_overrides: Vec<(Vec<u8>, Vec<u8>)>,
-    policy: Option<ResolvedPolicy>,
+    policy: Option<P>,
     limits: ResourceLimits,
     allow_unlimited: bool,
     observe_writes: bool,
@@ -307,8 +324,12 @@ mod imp {
     use std::sync::{Arc, Mutex, OnceLock};
     use std::time::{Duration, Instant};
 
-    use super::{Outer, Reply, Wire, HELLO, MAX_NESTED, MAX_REQUEST};
+    use super::{
+        Outer, Reply, Wire, HELLO, MAX_LIST, MAX_NESTED, MAX_PATH, MAX_POLICY_PATHS, MAX_REQUEST,
+        MAX_TRUSTED_FILES,
+    };
     use crate::outcome::Outcome;
+    use crate::policy::ResolvedPolicy;
     use crate::running::{RunError, RunRequest, EXIT_SANDBOX};
 
     /// How long a nested run waits for the outer runner's hello.
@@ -407,6 +428,16 @@ mod imp {
     /// One `recvmsg` into `buf`, taking up to `max_fds` fds (more, or a
     /// truncated control message, is an error; the fds are closed).
     fn recv(sock: RawFd, buf: &mut [u8], max_fds: usize) -> io::Result<(usize, Vec<OwnedFd>)> {
+        recv_with(sock, buf, max_fds, 0)
+    }
+
+    /// [`recv`] with `flags` added to `recvmsg`'s (`MSG_DONTWAIT`).
+    fn recv_with(
+        sock: RawFd,
+        buf: &mut [u8],
+        max_fds: usize,
+        flags: libc::c_int,
+    ) -> io::Result<(usize, Vec<OwnedFd>)> {
         let mut iov = libc::iovec {
             iov_base: buf.as_mut_ptr().cast(),
             iov_len: buf.len(),
@@ -422,7 +453,7 @@ mod imp {
             msg.msg_control = control.as_mut_ptr().cast();
             msg.msg_controllen = control.len() as _;
             // SAFETY: msg points at live buffers for the call.
-            let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC) };
+            let n = unsafe { libc::recvmsg(sock, &mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
             if n < 0 {
                 let err = io::Error::last_os_error();
                 if err.kind() == io::ErrorKind::Interrupted {
@@ -459,8 +490,9 @@ mod imp {
     }
 
     /// Waits until `fd` polls readable (or hung up): `Ok(true)`; `Ok(false)`
-    /// when `until` passes or `stop` (if any) polls readable first.
-    fn readable(fd: RawFd, stop: Option<RawFd>, until: Option<Instant>) -> io::Result<bool> {
+    /// when `until` passes or one of `stops` (at most two) polls readable
+    /// or hung up first.
+    fn readable(fd: RawFd, stops: &[RawFd], until: Option<Instant>) -> io::Result<bool> {
         loop {
             let ms = match until {
                 Some(d) => {
@@ -472,20 +504,14 @@ mod imp {
                 }
                 None => -1,
             };
-            let mut pfds = [
-                libc::pollfd {
-                    fd,
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-                libc::pollfd {
-                    fd: stop.unwrap_or(-1),
-                    events: libc::POLLIN,
-                    revents: 0,
-                },
-            ];
-            // SAFETY: two pollfds on the stack.
-            let n = unsafe { libc::poll(pfds.as_mut_ptr(), 2, ms) };
+            let at = |i: usize| stops.get(i).copied().unwrap_or(-1);
+            let mut pfds = [fd, at(0), at(1)].map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            });
+            // SAFETY: three pollfds on the stack (a negative fd is ignored).
+            let n = unsafe { libc::poll(pfds.as_mut_ptr(), 3, ms) };
             if n < 0 {
                 let err = io::Error::last_os_error();
                 if err.kind() == io::ErrorKind::Interrupted {
@@ -493,7 +519,7 @@ mod imp {
                 }
                 return Err(err);
             }
-            if pfds[1].revents != 0 {
+            if pfds[1].revents != 0 || pfds[2].revents != 0 {
                 return Ok(false);
             }
             if pfds[0].revents != 0 {
@@ -506,7 +532,7 @@ mod imp {
     /// with up to `max_fds` fds on its first bytes.
     fn read_frame(
         sock: RawFd,
-        stop: Option<RawFd>,
+        stops: &[RawFd],
         max_fds: usize,
     ) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         let eof = || io::Error::new(io::ErrorKind::UnexpectedEof, "the connection closed");
@@ -514,7 +540,7 @@ mod imp {
         let mut got = 0;
         let mut fds = Vec::new();
         while got < 4 {
-            if !readable(sock, stop, None)? {
+            if !readable(sock, stops, None)? {
                 return Err(eof());
             }
             let (n, more) = recv(sock, &mut head[got..], max_fds - fds.len().min(max_fds))?;
@@ -534,7 +560,7 @@ mod imp {
         let mut body = vec![0u8; len];
         let mut got = 0;
         while got < len {
-            if !readable(sock, stop, None)? {
+            if !readable(sock, stops, None)? {
                 return Err(eof());
             }
             let (n, more) = recv(sock, &mut body[got..], 0)?;
@@ -602,7 +628,7 @@ mod imp {
         let mut got = Vec::new();
         let until = Instant::now() + HELLO_WAIT;
         while got.len() < HELLO.len() {
-            if !readable(mine.as_raw_fd(), None, Some(until)).ok()? {
+            if !readable(mine.as_raw_fd(), &[], Some(until)).ok()? {
                 return None;
             }
             let mut buf = [0u8; 16];
@@ -630,7 +656,7 @@ mod imp {
             if !matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
                 return Err(failed(e));
             }
-            return read_frame(conn.as_raw_fd(), None, 0)
+            return read_frame(conn.as_raw_fd(), &[], 0)
                 .map(|(reply, _)| reply)
                 .map_err(|_| failed(e));
         }
@@ -652,11 +678,11 @@ mod imp {
                 }
             }
             let until = Instant::now() + Duration::from_millis(100);
-            if readable(conn.as_raw_fd(), None, Some(until)).map_err(failed)? {
+            if readable(conn.as_raw_fd(), &[], Some(until)).map_err(failed)? {
                 break;
             }
         }
-        let (reply, _) = read_frame(conn.as_raw_fd(), None, 0).map_err(failed)?;
+        let (reply, _) = read_frame(conn.as_raw_fd(), &[], 0).map_err(failed)?;
         Ok(reply)
     }
 
@@ -722,24 +748,74 @@ mod imp {
     /// The nested runs a door serves now, for a run whose commands come one
     /// after another (a session's shared launch, #45): [`Commands::end_all`]
     /// ends those of the command that ended, as its outer run's end would.
-    #[derive(Default)]
+    ///
+    /// A connection counts from the moment the door accepts it (before its
+    /// hello, its request's reading and checking), and holds the read end
+    /// of the pipe of the command it came in (its generation): the sweep
+    /// closes that pipe's write end, takes in (and closes) the connections
+    /// still queued on the nest socket, and waits until no connection is
+    /// left, so a request of the command that ended is refused wherever it
+    /// is (never started), and one that started is ended.
     pub(crate) struct Commands {
-        /// A pipe whose write end closes to end the runs that hold a copy
-        /// of its read end (made when a run starts and there is none), and
-        /// how many runs are alive.
+        /// A pipe whose write end closes to end the connections that hold
+        /// a copy of its read end (made when a connection is accepted and
+        /// there is none), and how many connections are alive.
         state: Mutex<(Option<(OwnedFd, OwnedFd)>, usize)>,
         changed: std::sync::Condvar,
+        /// The door's end of the nest socket (a copy): the sweep takes the
+        /// connections queued on it, under `state`'s lock, which the door
+        /// also holds to take one.
+        served: Option<OwnedFd>,
         /// The records of the nested runs ended since the last
         /// [`Commands::take`] (at most [`MAX_RECORDS`]).
         records: Mutex<Vec<Outcome>>,
     }
 
+    /// One accepted connection, counted until dropped: the read end of
+    /// its generation's pipe, which polls hung up once the command it came
+    /// in has ended ([`Commands::end_all`]).
+    pub(super) struct Admitted<'a> {
+        commands: &'a Commands,
+        between: OwnedFd,
+    }
+
+    impl Admitted<'_> {
+        /// The fd that polls hung up when the connection's command ended.
+        fn between(&self) -> RawFd {
+            self.between.as_raw_fd()
+        }
+
+        /// Whether the command this connection came in has ended.
+        fn ended(&self) -> bool {
+            polls(self.between.as_raw_fd())
+        }
+    }
+
+    impl Drop for Admitted<'_> {
+        fn drop(&mut self) {
+            self.commands.leave();
+        }
+    }
+
     impl Commands {
-        /// A nested run starts: a copy of the read end it polls (`None`:
-        /// no pipe could be made; the run then ends only as before).
-        fn enter(&self) -> Option<OwnedFd> {
+        fn new(served: Option<OwnedFd>) -> Commands {
+            Commands {
+                state: Mutex::new((None, 0)),
+                changed: std::sync::Condvar::new(),
+                served,
+                records: Mutex::new(Vec::new()),
+            }
+        }
+
+        /// Takes one connection queued on `served` (never waiting), and
+        /// counts it in the current generation: `None` when none is queued
+        /// or no pipe could be made (the connection is then closed: a run
+        /// that could not be ended between commands is not started).
+        fn accept(&self, served: RawFd) -> Option<(Admitted<'_>, OwnedFd)> {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            st.1 += 1;
+            let mut buf = [0u8; 16];
+            let (_, mut fds) = recv_with(served, &mut buf, 1, libc::MSG_DONTWAIT).ok()?;
+            let conn = fds.pop()?;
             if st.0.is_none() {
                 let mut p = [0; 2];
                 // SAFETY: pipe2 fills two fds on success.
@@ -749,7 +825,15 @@ mod imp {
                         Some(unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) });
                 }
             }
-            st.0.as_ref().and_then(|(r, _)| r.try_clone().ok())
+            let between = st.0.as_ref().and_then(|(r, _)| r.try_clone().ok())?;
+            st.1 += 1;
+            Some((
+                Admitted {
+                    commands: self,
+                    between,
+                },
+                conn,
+            ))
         }
 
         /// The records of the nested runs ended since the last call.
@@ -757,29 +841,47 @@ mod imp {
             std::mem::take(&mut *self.records.lock().unwrap_or_else(|p| p.into_inner()))
         }
 
-        /// A nested run has ended.
+        /// A connection has ended.
         fn leave(&self) {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
             st.1 = st.1.saturating_sub(1);
             self.changed.notify_all();
         }
 
-        /// Ends every nested run alive (as on a timeout: SIGTERM, grace,
-        /// SIGKILL) and waits until none is; a run that starts meanwhile
-        /// (a request sent just before its command ended) is ended too.
+        /// Ends every nested run of the command that ended (as on a
+        /// timeout: SIGTERM, grace, SIGKILL), refuses every request of it
+        /// not yet started (accepted, being read or checked, or still
+        /// queued on the nest socket), and waits until no connection is
+        /// left: nothing the command asked for runs after this returns.
         pub(crate) fn end_all(&self) {
             let mut st = self.state.lock().unwrap_or_else(|p| p.into_inner());
-            loop {
-                // Closing the write end: every copy of the read end polls
-                // POLLHUP (pipe(7)).
-                st.0 = None;
-                if st.1 == 0 {
-                    return;
+            // Closing the write end: every copy of the read end polls
+            // POLLHUP (pipe(7)).
+            st.0 = None;
+            // Connections sent before the command ended and not yet taken:
+            // closed unanswered (the door takes one only under this lock).
+            if let Some(served) = &self.served {
+                let mut buf = [0u8; 16];
+                let mut budget = 4096;
+                while budget > 0 {
+                    budget -= 1;
+                    match recv_with(served.as_raw_fd(), &mut buf, 1, libc::MSG_DONTWAIT) {
+                        // Each datagram's fds are closed as they go.
+                        Ok(_) => {}
+                        Err(e) if e.kind() == io::ErrorKind::InvalidData => {}
+                        Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                        Err(_) => break,
+                    }
                 }
+            }
+            while st.1 > 0 {
                 st = match self.changed.wait_timeout(st, Duration::from_millis(100)) {
                     Ok((g, _)) => g,
                     Err(p) => p.into_inner().0,
                 };
+                // A connection accepted meanwhile is of the next generation
+                // only if it came after this sweep; close its pipe too.
+                st.0 = None;
             }
         }
     }
@@ -794,7 +896,7 @@ mod imp {
             // SAFETY: fresh fds owned here alone.
             let (stop_read, stop_write) =
                 unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
-            let commands = Arc::new(Commands::default());
+            let commands = Arc::new(Commands::new(Some(served.try_clone()?)));
             if let Some(slot) = PUBLISH.with(|p| p.borrow_mut().take()) {
                 let _ = slot.set(Arc::clone(&commands));
             }
@@ -865,19 +967,15 @@ mod imp {
         /// it started has ended.
         pub(super) fn serve(&self, outer: &Outer<'_>) {
             std::thread::scope(|scope| loop {
-                match readable(
-                    self.served.as_raw_fd(),
-                    Some(self.stop_read.as_raw_fd()),
-                    None,
-                ) {
+                match readable(self.served.as_raw_fd(), &[self.stop_read.as_raw_fd()], None) {
                     Ok(true) => {}
                     _ => return,
                 }
-                let mut buf = [0u8; 16];
-                let Ok((_, mut fds)) = recv(self.served.as_raw_fd(), &mut buf, 1) else {
+                // Counted from here, in the generation of the command that
+                // sent it (taken under the lock the sweep holds).
+                let Some((admitted, conn)) = self.commands.accept(self.served.as_raw_fd()) else {
                     continue;
                 };
-                let Some(conn) = fds.pop() else { continue };
                 if sockopt(conn.as_raw_fd(), libc::SO_DOMAIN) != Some(libc::AF_UNIX)
                     || sockopt(conn.as_raw_fd(), libc::SO_TYPE) != Some(libc::SOCK_STREAM)
                 {
@@ -901,7 +999,7 @@ mod imp {
                     continue;
                 }
                 scope.spawn(move || {
-                    self.handle(conn, outer);
+                    self.handle(admitted, conn, outer);
                     self.tree.alive.fetch_sub(1, Ordering::AcqRel);
                 });
             })
@@ -958,7 +1056,7 @@ mod imp {
         }
 
         /// One connection: hello, the request, the nested run, its record.
-        fn handle(&self, conn: OwnedFd, outer: &Outer<'_>) {
+        fn handle(&self, admitted: Admitted<'_>, conn: OwnedFd, outer: &Outer<'_>) {
             // A requester that stops reading cannot hold this thread (and
             // so the end of the outer run) past a bounded send.
             let limit = libc::timeval {
@@ -978,14 +1076,34 @@ mod imp {
             if send(conn.as_raw_fd(), HELLO, &[]).is_err() {
                 return;
             }
-            let stop = Some(self.stop_read.as_raw_fd());
-            let Ok((body, stdio)) = read_frame(conn.as_raw_fd(), stop, 3) else {
+            // The request is read and checked only while the outer run and
+            // the command it came in go on; it starts only if both still do.
+            let stops = [self.stop_read.as_raw_fd(), admitted.between()];
+            let Ok((body, stdio)) = read_frame(conn.as_raw_fd(), &stops, 3) else {
                 return;
             };
-            let reply = match self.request(&body, stdio, outer) {
-                Ok(req) => self.run(&conn, req, outer),
-                Err(refused) => refused,
+            let checked = self.request(&body, stdio, outer);
+            let reply = if polls(self.stop_read.as_raw_fd()) {
+                Reply::Refused {
+                    reason: "the nested run was not started: the outer run ended".into(),
+                    exit_code: EXIT_SANDBOX,
+                }
+            } else if admitted.ended() {
+                Reply::Refused {
+                    reason: "the nested run was not started: the session command that asked for \
+                             it ended"
+                        .into(),
+                    exit_code: EXIT_SANDBOX,
+                }
+            } else {
+                match checked {
+                    Ok(req) => self.run(&conn, req, &admitted, outer),
+                    Err(refused) => refused,
+                }
             };
+            // Its record is in (`Commands::take`); the reply, which may wait
+            // on a requester that does not read, holds no sweep.
+            drop(admitted);
             let _ = reply_with(&conn, &reply);
         }
 
@@ -999,12 +1117,13 @@ mod imp {
             outer: &Outer<'_>,
         ) -> Result<(RunRequest, Vec<OwnedFd>), Reply> {
             let refused = |reason: String, exit_code| Reply::Refused { reason, exit_code };
-            let wire: Wire = serde_json::from_slice(body).map_err(|e| {
-                refused(
-                    format!("the nested run's request is not valid: {e}"),
-                    EXIT_SANDBOX,
-                )
-            })?;
+            let wire: Wire<sandbox_core::SandboxPolicy> =
+                serde_json::from_slice(body).map_err(|e| {
+                    refused(
+                        format!("the nested run's request is not valid: {e}"),
+                        EXIT_SANDBOX,
+                    )
+                })?;
             if stdio.len() != 3 {
                 return Err(refused(
                     "the nested run's request carries no stdin, stdout and stderr".into(),
@@ -1019,6 +1138,20 @@ mod imp {
                     EXIT_SANDBOX,
                 ));
             };
+            // Bounded before anything is resolved or looked up: the checks
+            // below touch the file system per entry.
+            if let Err(why) = within_bounds(&wire, policy) {
+                return Err(refused(
+                    format!("the nested run's request is refused: {why}"),
+                    EXIT_SANDBOX,
+                ));
+            }
+            let policy = &ResolvedPolicy::try_from(policy.clone()).map_err(|e| {
+                refused(
+                    format!("the nested run's policy is not valid: {e}"),
+                    EXIT_SANDBOX,
+                )
+            })?;
             // The outer run keeps its secrets' files from its command by its
             // egress's policy, not by `outer.policy`: the bound keeps them
             // too (reads are broad).
@@ -1178,9 +1311,8 @@ mod imp {
             req.grace = base.grace;
             req.trusted_files = base.trusted_files.clone();
             req.trusted_files.extend(
-                wire.trusted_files
+                reachable(wire.trusted_files)
                     .into_iter()
-                    .filter(|p| reachable(p))
                     .map(|p| ("the nested run's trusted file", p)),
             );
             req.egress = crate::runner::EgressOptions::default()
@@ -1194,6 +1326,7 @@ mod imp {
             &self,
             conn: &OwnedFd,
             (mut req, stdio): (RunRequest, Vec<OwnedFd>),
+            admitted: &Admitted<'_>,
             outer: &Outer<'_>,
         ) -> Reply {
             let Ok((cancel_read, cancel_write)) = pair(libc::SOCK_STREAM) else {
@@ -1216,8 +1349,7 @@ mod imp {
             };
             // Who ended the run, if it did not end on its own.
             let mut cancelled_by = "its caller ended it";
-            let between = self.commands.enter();
-            let between_fd = between.as_ref().map_or(-1, |f| f.as_raw_fd());
+            let between_fd = admitted.between();
             let ran = std::thread::scope(|scope| {
                 let req = &req;
                 let tree = Arc::clone(&self.tree);
@@ -1281,8 +1413,6 @@ mod imp {
                 drop(cancel_write);
                 running.join()
             });
-            drop(between);
-            self.commands.leave();
             drop(stdio);
             match ran {
                 Ok(Ok(mut outcome)) => {
@@ -1359,14 +1489,102 @@ mod imp {
         })
     }
 
-    /// Whether the nested run's command could look up `path` (its
-    /// directories searchable without a capability): only then is it
-    /// checked as a trusted file, which the runner does with its own
-    /// capabilities (what it found would tell the command about a file it
-    /// cannot reach, which it cannot write either).
-    fn reachable(path: &std::path::Path) -> bool {
-        as_the_command(|| std::fs::symlink_metadata(path))
-            .map_or_else(|e| e.kind() != io::ErrorKind::PermissionDenied, |_| true)
+    /// The paths of `paths` the nested run's command could look up (their
+    /// directories searchable without a capability), all looked up on one
+    /// thread: only those are checked as trusted files, which the runner
+    /// does with its own capabilities (what it found would tell the command
+    /// about a file it cannot reach, which it cannot write either). None
+    /// when the thread cannot be made.
+    fn reachable(paths: Vec<PathBuf>) -> Vec<PathBuf> {
+        if paths.is_empty() {
+            return paths;
+        }
+        as_the_command(|| {
+            Ok(paths
+                .into_iter()
+                .filter(|p| {
+                    std::fs::symlink_metadata(p)
+                        .map_or_else(|e| e.kind() != io::ErrorKind::PermissionDenied, |_| true)
+                })
+                .collect())
+        })
+        .unwrap_or_default()
+    }
+
+    /// Whether a nested request's lists are within the bounds that keep
+    /// the runner's work checking it small ([`MAX_TRUSTED_FILES`],
+    /// [`MAX_LIST`], [`MAX_PATH`], [`MAX_POLICY_PATHS`]); why not.
+    fn within_bounds(
+        wire: &Wire<sandbox_core::SandboxPolicy>,
+        policy: &sandbox_core::SandboxPolicy,
+    ) -> Result<(), String> {
+        let n = wire.trusted_files.len();
+        if n > MAX_TRUSTED_FILES {
+            return Err(format!(
+                "it names {n} trusted files, more than the {MAX_TRUSTED_FILES} a nested run may"
+            ));
+        }
+        let lists = [
+            ("write paths", policy.write_paths.len()),
+            ("read-deny paths", policy.read_deny_paths.len()),
+            ("write-deny paths", policy.write_deny_paths.len()),
+            ("network rules", policy.allow_net.len()),
+            ("request rules", policy.requests.len()),
+            ("unix sockets", policy.allow_unix_sockets.len()),
+            ("environment names to deny", policy.env_deny_names.len()),
+        ];
+        for (what, n) in lists {
+            if n > MAX_LIST {
+                return Err(format!(
+                    "its policy names {n} {what}, more than the {MAX_LIST} a nested run may"
+                ));
+            }
+        }
+        let paths = policy
+            .write_paths
+            .iter()
+            .chain(&policy.read_deny_paths)
+            .chain(&policy.write_deny_paths)
+            .chain(&policy.allow_unix_sockets)
+            .map(String::len);
+        let mut total = 0usize;
+        for len in paths {
+            if len > MAX_PATH {
+                return Err(format!(
+                    "its policy names a path of {len} bytes, longer than {MAX_PATH}"
+                ));
+            }
+            total += len;
+        }
+        if total > MAX_POLICY_PATHS {
+            return Err(format!(
+                "its policy's paths are {total} bytes in all, more than {MAX_POLICY_PATHS}"
+            ));
+        }
+        let long = wire
+            .trusted_files
+            .iter()
+            .map(|p| p.as_os_str().len())
+            .chain(wire.cwd.as_ref().map(Vec::len))
+            .find(|&len| len > MAX_PATH);
+        if let Some(len) = long {
+            return Err(format!(
+                "it names a path of {len} bytes, longer than {MAX_PATH}"
+            ));
+        }
+        let dirs = wire
+            .env
+            .iter()
+            .filter(|(k, _)| k == b"PATH")
+            .map(|(_, v)| v.split(|&b| b == b':').count())
+            .max()
+            .unwrap_or(0);
+        if dirs > MAX_LIST {
+            return Err(format!(
+                "its PATH names {dirs} directories, more than the {MAX_LIST} a nested run may"
+            ));
+        }
+        Ok(())
     }
 
     /// Runs `f` on a thread of its own holding no capability (as the

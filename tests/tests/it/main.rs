@@ -26,6 +26,7 @@ mod limits;
 mod native;
 mod nested;
 mod nested_attacks;
+mod nested_late;
 mod operator_bounds;
 mod other_processes;
 mod outcomes;
