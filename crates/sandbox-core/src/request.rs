@@ -840,40 +840,61 @@ impl fmt::Display for SecretSpec {
 }
 
 /// Why [`shell_word`] gives no word for a value: it holds a character no
-/// pasted flag carries safely (a control character, or one that reorders
-/// or hides text, as [`crate::terminal_safe`] escapes).
+/// pasted flag carries safely: a control character (a newline would end
+/// the pasted command there), one that reorders or hides text (as
+/// [`crate::terminal_safe`] escapes), or a backslash (printed output shows
+/// it escaped, doubled, so the flag pasted from it would name another
+/// value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-#[error("it holds {0:?}, a control or invisible character that a pasted flag cannot carry safely")]
 pub struct Unquotable(pub char);
 
+impl fmt::Display for Unquotable {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0 == '\\' {
+            f.write_str(
+                "it holds a backslash, which printed output shows escaped (doubled), so a pasted \
+                 flag would name another value",
+            )
+        } else {
+            write!(
+                f,
+                "it holds {:?}, a control or invisible character that a pasted flag cannot carry \
+                 safely",
+                self.0
+            )
+        }
+    }
+}
+
 /// Characters a word may hold bare: none of them means anything to a POSIX
-/// shell anywhere in a word (no `~`, `*`, `?`, `[`, `#`, `!`, `$`, quote,
-/// space or separator).
+/// shell (or zsh) anywhere in a word (no `~`, `*`, `?`, `[`, `#`, `!`, `$`,
+/// `=`, quote, space or separator).
 fn bare(c: char) -> bool {
-    c.is_ascii_alphanumeric()
-        || matches!(c, '.' | '_' | '/' | ':' | ',' | '@' | '%' | '+' | '=' | '-')
+    c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '/' | ':' | ',' | '@' | '%' | '+' | '-')
 }
 
 /// `text` as exactly one POSIX shell word that reads back as `text`: bare
-/// when every character is one no shell acts on, else in single quotes,
-/// each `'` written `'\''` (inside single quotes nothing else is special,
-/// to `sh`, `bash`, `zsh` and `dash` alike, history expansion included).
-/// The one quoting of every flag the sandbox proposes ([`flag`]). A value
-/// holding a control character (a newline would end the pasted command
-/// there) or a character that reorders or hides text is not quoted: it
-/// cannot be shown as what it is ([`Unquotable`]).
+/// when every character is one no shell acts on, else in single quotes
+/// (inside which nothing is special to `sh`, `bash`, `zsh` or `dash`,
+/// history expansion included), each `'` written `'"'"'` (closed, a `'`
+/// in double quotes, reopened). The one quoting of every flag the sandbox
+/// proposes ([`flag`]). Its words hold no backslash and nothing
+/// [`crate::terminal_safe`] escapes, so they print as they paste. A value
+/// holding a control character, one that reorders or hides text, or a
+/// backslash is not quoted: no printed word shows it as it is
+/// ([`Unquotable`]).
 ///
 /// ```
 /// use sandbox_core::request::shell_word;
 /// assert_eq!(shell_word("example.com:443").unwrap(), "example.com:443");
-/// assert_eq!(shell_word("GET https://h.example/a'b").unwrap(), "'GET https://h.example/a'\\''b'");
+/// assert_eq!(shell_word("GET https://h.example/a'b").unwrap(), r#"'GET https://h.example/a'"'"'b'"#);
 /// assert!(shell_word("a\nb").is_err());
 /// ```
 pub fn shell_word(text: &str) -> Result<String, Unquotable> {
     let mut buf = [0u8; 4];
     if let Some(c) = text
         .chars()
-        .find(|&c| c != '\\' && crate::terminal_safe(c.encode_utf8(&mut buf)).len() != c.len_utf8())
+        .find(|&c| crate::terminal_safe(c.encode_utf8(&mut buf)).len() != c.len_utf8())
     {
         return Err(Unquotable(c));
     }
@@ -884,7 +905,7 @@ pub fn shell_word(text: &str) -> Result<String, Unquotable> {
     out.push('\'');
     for c in text.chars() {
         if c == '\'' {
-            out.push_str("'\\''");
+            out.push_str(r#"'"'"'"#);
         } else {
             out.push(c);
         }
@@ -901,7 +922,7 @@ pub fn flag(name: &str, value: &str) -> Result<String, Unquotable> {
 }
 
 /// The value of a word [`shell_word`] wrote (bare characters, single-quoted
-/// runs and `\'`); `None` for any other text.
+/// runs and `"'"`); `None` for any other text.
 pub fn shell_unword(word: &str) -> Option<String> {
     let mut out = String::with_capacity(word.len());
     let mut rest = word;
@@ -910,7 +931,7 @@ pub fn shell_unword(word: &str) -> Option<String> {
             let end = quoted.find('\'')?;
             out.push_str(&quoted[..end]);
             rest = &quoted[end + 1..];
-        } else if let Some(after) = rest.strip_prefix("\\'") {
+        } else if let Some(after) = rest.strip_prefix(r#""'""#) {
             out.push('\'');
             rest = after;
         } else if bare(c) {
@@ -1157,7 +1178,7 @@ mod tests {
             "GET https://api.example.com/v1/x';touch$IFS/tmp/PWNED;''",
             "x;touch$IFS/tmp/PWNED;#.example.com:443",
             "a$(touch${IFS}/tmp/PWNED2).example.com:443",
-            "`id` \\ \"q\" !! ~root *.rs ?[a] {a,b} & | < > #",
+            "`id` \"q\" !! ~root *.rs ?[a] {a,b} & | < > # '\"'\"'",
             "'",
             "''",
             "-n",
@@ -1167,7 +1188,9 @@ mod tests {
         for v in hostile {
             let word = shell_word(v).unwrap();
             assert_eq!(shell_unword(&word).as_deref(), Some(v), "{word}");
-            for sh in ["sh", "bash"] {
+            // Printed (escaped for the terminal), it is the same word.
+            assert_eq!(crate::terminal_safe(&word), word);
+            for sh in ["sh", "bash", "zsh"] {
                 let Ok(out) = std::process::Command::new(sh)
                     .arg("-c")
                     .arg(format!("printf '%s\\0' {word}"))
@@ -1193,6 +1216,7 @@ mod tests {
             "a\u{9b}b",
             "\x7f",
             "a\0",
+            "a\\b",
         ] {
             assert!(shell_word(bad).is_err(), "{bad:?}");
             assert!(flag("--allow-net", bad).is_err(), "{bad:?}");
@@ -1311,6 +1335,7 @@ mod tests {
                 prop_assert!(!matches(&back.pattern, &longer));
                 // Shell-quoted, it is one word that reads back.
                 let word = shell_word(&text).unwrap();
+                prop_assert_eq!(crate::terminal_safe(&word), word.as_str());
                 prop_assert_eq!(shell_unword(&word), Some(text));
             }
             if let Ok(r) = format!("* https://h.example/{}", pat.join("/")).parse::<RequestRule>() {
