@@ -618,7 +618,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         (None, Some(m)) => m.git_dirs_made.clone(),
         (None, None) => Vec::new(),
     };
-    for line in git_audit::warnings(&made) {
+    for line in git_audit::warnings(&made, &git_audit::Scope::of(outcome.policy.as_ref())) {
         show::say(&line);
     }
     if let Some(n) = outcome

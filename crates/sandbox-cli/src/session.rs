@@ -1525,7 +1525,10 @@ fn exit_event(outcome: &Outcome) -> Map<String, Value> {
     ]
     .into_iter()
     .flatten()
-    .chain(git_audit::warnings(&made))
+    .chain(git_audit::warnings(
+        &made,
+        &git_audit::Scope::of(outcome.policy.as_ref()),
+    ))
     .collect();
     if !summary.is_empty() {
         e.insert("summary".into(), json!(summary));

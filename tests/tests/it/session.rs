@@ -666,8 +666,10 @@ fn a_stop_signal_ends_the_command_and_the_session() {
 /// ended, so a blocking open never returns) or an `include.path` naming
 /// `/dev/zero` (a read that never ends) must not hang or starve the
 /// session: the exit event still comes, naming the file it did not read,
-/// and the next request is answered. Twin: a regular config that runs a
-/// program is read and named.
+/// and the next request is answered. An include naming a file outside the
+/// write paths is named "not read", its keys not read (the audit reads only
+/// what the run could). Twin: a regular config that runs a program is read
+/// and named.
 #[test]
 fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
     for nobody in users() {
@@ -681,6 +683,14 @@ fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
             .status()
             .unwrap();
         assert!(old.success());
+        let elsewhere = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(
+            elsewhere.path(),
+            std::os::unix::fs::PermissionsExt::from_mode(0o755),
+        )
+        .unwrap();
+        let away = elsewhere.path().join("inc");
+        std::fs::write(&away, "[core]\n\tfsmonitor = x\n").unwrap();
         let mut h = Harness::open(nobody, &["-w", dir.to_str().unwrap()]);
         let made = |name: &str, then: &str| {
             format!(
@@ -700,7 +710,20 @@ fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
                     "zero",
                     "printf '[include]\\n\\tpath = /dev/zero\\n' > config",
                 ),
-                "/dev/zero (not a regular file: not read)",
+                "/dev/zero: not read (outside the write paths)",
+            ),
+            // The audit reads nothing outside the write paths: an include
+            // naming a file elsewhere is named, its keys not read.
+            (
+                "outside",
+                made(
+                    "outside",
+                    &format!(
+                        "printf '[include]\\n\\tpath = {}\\n' > config",
+                        away.display()
+                    ),
+                ),
+                ": not read (outside the write paths)",
             ),
             (
                 "twin",
@@ -714,6 +737,9 @@ fn a_repository_the_command_made_cannot_hang_the_audit_after_it() {
             assert_eq!(exit["stdout"], "made\n", "{exit}");
             let summary = exit["summary"].to_string();
             assert!(summary.contains(named), "{id}: {exit}");
+            if id == "outside" {
+                assert!(!summary.contains("core.fsmonitor"), "{id}: {exit}");
+            }
         }
         let (_, exit) = h.run("after", &["true"], json!({}));
         assert_eq!(exit["status"], 0, "{exit}");
