@@ -2,7 +2,7 @@
 //! `it`, a module per subject): they run the real `sandbox` binary on the
 //! real kernel.
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 /// Path of the `sandbox` binary built by this workspace (`SANDBOX_BIN` overrides).
@@ -79,6 +79,44 @@ pub fn stderr(out: &Output) -> String {
     String::from_utf8_lossy(&out.stderr).into_owned()
 }
 
+/// Makes `path` a new file holding `contents`, written by a child process
+/// (`sh`), for a file something execs: a descriptor this process holds open
+/// for writing is copied into every process another test forks meanwhile,
+/// until that one execs, and an exec of the file then fails with `ETXTBSY`
+/// ("Text file busy"). The caller sets the mode.
+#[track_caller]
+pub fn write_for_exec(path: &Path, contents: &str) {
+    use std::io::Write;
+    let mut child = Command::new("sh")
+        .args(["-c", "cat > \"$1\"", "sh"])
+        .arg(path)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .expect("spawn sh");
+    let mut stdin = child.stdin.take().expect("piped stdin");
+    stdin.write_all(contents.as_bytes()).expect("write to sh");
+    drop(stdin);
+    let status = child.wait().expect("wait for sh");
+    assert!(status.success(), "writing {}: {status}", path.display());
+}
+
+/// Copies `from` to a new file `to` through `cp`, for a file something
+/// execs (see [`write_for_exec`]). The caller sets the mode.
+#[track_caller]
+pub fn copy_for_exec(from: &Path, to: &Path) {
+    let status = Command::new("cp")
+        .arg(from)
+        .arg(to)
+        .status()
+        .expect("spawn cp");
+    assert!(
+        status.success(),
+        "cp {} {}: {status}",
+        from.display(),
+        to.display()
+    );
+}
+
 /// Set in the test binary [`isolated`] starts for one test.
 pub const ISOLATED_ENV: &str = "IT_ISOLATED";
 
@@ -111,7 +149,12 @@ pub fn isolated(module_path: &str, test: &str) -> bool {
         return true;
     }
     let name = test_name(module_path, test);
-    let exe = std::env::current_exe().expect("current_exe");
+    // This very binary, even when a build replaced the file meanwhile.
+    let exe = if cfg!(target_os = "linux") {
+        PathBuf::from("/proc/self/exe")
+    } else {
+        std::env::current_exe().expect("current_exe")
+    };
     let out = Command::new(&exe)
         .args([
             name.as_str(),

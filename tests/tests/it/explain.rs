@@ -337,12 +337,11 @@ fn kernel_refusals_without_a_record_are_named_after_a_failure() {
     let (_t, dir) = canonical_tmp();
     let secret = dir.join("secret");
     std::fs::create_dir(&secret).unwrap();
-    std::fs::copy("/bin/sh", secret.join("sh")).unwrap();
-    std::fs::write(
-        dir.join("script"),
-        format!("#!{}\nexit 0\n", secret.join("sh").display()),
-    )
-    .unwrap();
+    sandbox_tests::copy_for_exec(Path::new("/bin/sh"), &secret.join("sh"));
+    sandbox_tests::write_for_exec(
+        &dir.join("script"),
+        &format!("#!{}\nexit 0\n", secret.join("sh").display()),
+    );
     std::fs::set_permissions(
         dir.join("script"),
         std::os::unix::fs::PermissionsExt::from_mode(0o755),

@@ -196,6 +196,13 @@ fn a_child_that_fails_before_its_listener_fails_at_once_while_the_caller_forks()
         std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
     }
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // This very binary, for nobody to run (root's `/proc/self/exe` is not
+    // nobody's to follow), even when a build replaces the file meanwhile.
+    let exe = dir.path().join("it");
+    sandbox_tests::copy_for_exec(
+        Path::new(&format!("/proc/{}/exe", std::process::id())),
+        &exe,
+    );
     // Bounded: a failed run that waits for the channel would wait forever.
     let out = std::process::Command::new("timeout")
         .args([
@@ -206,7 +213,7 @@ fn a_child_that_fails_before_its_listener_fails_at_once_while_the_caller_forks()
             "--clear-groups",
             "--",
         ])
-        .arg(std::env::current_exe().unwrap())
+        .arg(&exe)
         .arg(sandbox_tests::test_name(
             module_path!(),
             "a_child_that_fails_before_its_listener_fails_at_once_while_the_caller_forks",

@@ -492,7 +492,7 @@ fn a_nested_run_runs_a_relative_script_in_its_working_directory() {
         let w = shared(&["dir"]);
         let dir = w.path().join("dir");
         let script = dir.join("s.sh");
-        std::fs::write(&script, "#!/bin/sh\necho script-ran \"$(pwd -P)\"\n").unwrap();
+        sandbox_tests::write_for_exec(&script, "#!/bin/sh\necho script-ran \"$(pwd -P)\"\n");
         std::fs::set_permissions(&script, std::fs::Permissions::from_mode(0o755)).unwrap();
         let out = outer(nobody)
             .current_dir(&dir)
@@ -528,7 +528,7 @@ fn a_nested_runs_program_is_looked_up_as_its_command_would() {
         let w = shared(&["closed", "closed/bin", "open", "open/bin", "cwd"]);
         for dir in ["closed", "open"] {
             let prog = w.path().join(dir).join("bin/prog");
-            std::fs::write(&prog, format!("#!/bin/sh\necho prog-{dir}\n")).unwrap();
+            sandbox_tests::write_for_exec(&prog, &format!("#!/bin/sh\necho prog-{dir}\n"));
             std::fs::set_permissions(&prog, std::fs::Permissions::from_mode(0o755)).unwrap();
         }
         let closed = w.path().join("closed");

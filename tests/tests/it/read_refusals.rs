@@ -365,7 +365,7 @@ fn made_beside(who: As) {
 /// missing one, the directory. Unobserved: the same answers, nothing said.
 fn exec_denied(who: As) {
     let s = scene();
-    std::fs::copy("/bin/true", s.dir.join("secret/t")).unwrap();
+    sandbox_tests::copy_for_exec(Path::new("/bin/true"), &s.dir.join("secret/t"));
     std::fs::set_permissions(s.dir.join("secret/t"), PermissionsExt::from_mode(0o755)).unwrap();
     let report = s.w.join("e.json");
     let d = s.dir.display();

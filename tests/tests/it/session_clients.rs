@@ -33,7 +33,7 @@ for line in sys.stdin:
 
 fn fake_session(dir: &Path) -> PathBuf {
     let bin = dir.join("sandbox");
-    std::fs::write(&bin, FAKE_SESSION).unwrap();
+    sandbox_tests::write_for_exec(&bin, FAKE_SESSION);
     std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
     bin
 }

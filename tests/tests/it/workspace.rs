@@ -436,7 +436,7 @@ fn the_commands_credentials_cannot_change_during_the_run() {
         fs::create_dir_all(w.root.join(".git/hooks")).unwrap();
         // Set-uid to the other user: root for nobody, nobody for root.
         let suid = w.root.join("suid-id");
-        fs::copy("/usr/bin/id", &suid).unwrap();
+        sandbox_tests::copy_for_exec(Path::new("/usr/bin/id"), &suid);
         let owner = if nobody { 0 } else { 65534 };
         std::os::unix::fs::chown(&suid, Some(owner), Some(owner)).unwrap();
         fs::set_permissions(&suid, std::os::unix::fs::PermissionsExt::from_mode(0o4755)).unwrap();
