@@ -47,10 +47,18 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
     }) else {
         return Ok(None);
     };
-    let flag = match &escalation {
-        Escalation::UseToolCache(tool) => format!("--cache {tool}"),
-        Escalation::AddRequestRule(rule) => format!("--allow-request '{rule}'"),
-        _ => format!("-w {}", refused.target),
+    // The flag, its value one shell word (`crate::show::propose`, the one
+    // quoting of every proposal): this line goes to CI logs, where it is
+    // copied.
+    let proposed = match &escalation {
+        Escalation::UseToolCache(tool) => crate::show::propose("--cache", &tool.to_string()),
+        Escalation::AddRequestRule(rule) => crate::show::propose("--allow-request", rule),
+        _ => crate::show::propose("-w", &refused.target),
+    };
+    let flag = match proposed {
+        crate::show::Proposal::Flag(flag) => format!("to allow it: {flag}"),
+        crate::show::Proposal::Unquotable(why) => format!("no flag proposed: {why}"),
+        _ => "no flag proposed".to_owned(),
     };
     let request = EscalationRequest {
         argv: outcome.argv.clone(),
@@ -77,7 +85,7 @@ pub(crate) fn escalate(args: &RunArgs, outcome: &Outcome) -> Result<Option<Polic
         // Asked for, so said: nobody was there to answer.
         crate::show::say(&format!(
             "sandbox: --approval ask: no terminal to ask (stdin and stderr are not both \
-             terminals), so nothing was escalated; {} stays {} (to allow it: {flag})",
+             terminals), so nothing was escalated; {} stays {} ({flag})",
             refused.target,
             if refused.syscall == "request" {
                 "refused"
@@ -110,8 +118,12 @@ pub(crate) fn request_offer(
     if call.syscall != "request" {
         return None;
     }
-    let (_, flag) = call.reason.split_once("(to admit it: --allow-request '")?;
-    flag.strip_suffix("')")?.parse().ok()
+    // The proxy wrote the flag's value as one shell word
+    // (`sandbox_core::request::flag`).
+    let (_, flag) = call.reason.split_once("(to admit it: --allow-request ")?;
+    sandbox_core::request::shell_unword(flag.strip_suffix(')')?)?
+        .parse()
+        .ok()
 }
 
 /// Directories whose contents an approval never offers to make writable.

@@ -178,6 +178,7 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
                     }
                 }
                 Proposal::Withheld(why) => out.push(format!("      not proposed: {why}")),
+                Proposal::Unquotable(why) => out.push(format!("      not proposed: {why}")),
                 Proposal::None => {}
             }
         }
@@ -200,9 +201,13 @@ const CARGO_NOTE: &str = "      note: a private CARGO_HOME starts empty: cargo d
      fails until then) and does not read ~/.cargo/config.toml or its credentials";
 
 /// What `--explain` offers for one refusal.
-enum Proposal {
-    /// The flag that would admit it.
+pub(crate) enum Proposal {
+    /// The flag that would admit it, its value one shell word
+    /// ([`propose`]).
     Flag(String),
+    /// Why no flag is offered: its value cannot be written as a shell word
+    /// that pastes safely (a control or invisible character).
+    Unquotable(String),
     /// Why no flag is offered: the approval rules forbid widening this.
     Withheld(&'static str),
     /// Nothing to say (the refusal is not one a flag changes).
@@ -216,16 +221,40 @@ enum Proposal {
 /// own cache gets `--cache TOOL`, never `-w` on the user's real cache, and
 /// a new file directly in `/tmp` `--private-tmp` (`-w` of it only when the
 /// run had a private `$TMPDIR` already, `private_tmp`).
+/// The flag `name VALUE`, the value one shell word
+/// ([`sandbox_core::request::flag`], the one quoting of every proposal):
+/// pasted, it runs nothing the command chose (a host name, a path, a
+/// request path are the command's). A value no word carries safely is
+/// not proposed: the proposal says why.
+pub(crate) fn propose(name: &str, value: &str) -> Proposal {
+    match sandbox_core::request::flag(name, value) {
+        Ok(flag) => Proposal::Flag(flag),
+        Err(why) => Proposal::Unquotable(why.to_string()),
+    }
+}
+
+/// [`propose`] for a path: one that is not UTF-8 is not proposed (its
+/// text would name another path).
+fn propose_path(name: &str, path: &std::path::Path) -> Proposal {
+    match path.to_str() {
+        Some(text) => propose(name, text),
+        None => Proposal::Unquotable(format!(
+            "{} is not UTF-8 text, which a pasted flag cannot carry exactly",
+            path.display()
+        )),
+    }
+}
+
 fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal {
     let reason = call.reason.as_str();
     if call.outside_write_paths {
         use crate::approval::Offer;
         return match crate::approval::offer(std::path::Path::new(&call.target)) {
-            Some(Offer::Write(path)) => Proposal::Flag(format!("-w {}", path.display())),
+            Some(Offer::Write(path)) => propose_path("-w", &path),
             Some(Offer::Cache(tool)) => Proposal::Flag(format!("--cache {tool}")),
             Some(Offer::PrivateTmp) if !private_tmp => Proposal::Flag("--private-tmp".into()),
             Some(Offer::PrivateTmp) => match std::path::Path::new(&call.target).parent() {
-                Some(dir) => Proposal::Flag(format!("-w {}", dir.display())),
+                Some(dir) => propose_path("-w", dir),
                 None => Proposal::None,
             },
             Some(Offer::Withheld(why)) => Proposal::Withheld(why),
@@ -246,7 +275,7 @@ fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal
         "proxy"
             if reason.starts_with("no egress rule") || reason.starts_with("only a wildcard") =>
         {
-            Proposal::Flag(format!("--allow-net {}", call.target))
+            propose("--allow-net", &call.target)
         }
         "connect"
             if reason.starts_with("no egress rule")
@@ -254,20 +283,22 @@ fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal
         {
             // The address, without the note on the name it was answered for.
             let addr = call.target.split(' ').next().unwrap_or(&call.target);
-            Proposal::Flag(format!("--allow-net {addr}"))
+            propose("--allow-net", addr)
         }
         // A name refused at resolution: listed at any port (narrow it with
         // `:PORT`).
-        "dns" if reason.starts_with("no egress rule") => {
-            Proposal::Flag(format!("--allow-net {}", call.target))
-        }
+        "dns" if reason.starts_with("no egress rule") => propose("--allow-net", &call.target),
         "connect" if reason.starts_with("the UNIX socket lies outside") => {
-            Proposal::Flag(format!("--allow-unix {}", call.target))
+            propose("--allow-unix", &call.target)
         }
-        // An intercepted request: the rule the proxy proposed.
-        "request" => match reason.split_once("(to admit it: ") {
-            Some((_, flag)) => Proposal::Flag(flag.trim_end_matches(')').to_string()),
-            None => Proposal::None,
+        // An intercepted request: the rule the proxy proposed, read back
+        // and quoted again here.
+        "request" => match crate::approval::request_offer(call) {
+            Some(rule) => propose("--allow-request", &rule.to_string()),
+            None => match reason.split_once("(no flag proposed: ") {
+                Some((_, why)) => Proposal::Unquotable(why.trim_end_matches(')').to_string()),
+                None => Proposal::None,
+            },
         },
         _ => Proposal::None,
     }
@@ -679,6 +710,124 @@ mod tests {
                 "{t:?} is shown (escaped at the sink)"
             );
         }
+    }
+
+    /// What `sh` makes of `line`'s text after `to admit it: `, pasted: its
+    /// words (NUL-separated by printf).
+    fn pasted(line: &str) -> Vec<String> {
+        let (_, flag) = line.split_once("to admit it: ").expect(line);
+        let out = std::process::Command::new("sh")
+            .arg("-c")
+            .arg(format!("printf '%s\\0' {flag}"))
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{line}");
+        String::from_utf8(out.stdout)
+            .unwrap()
+            .split_terminator('\0')
+            .map(str::to_owned)
+            .collect()
+    }
+
+    /// F1: every flag `--explain` proposes for a command-chosen host name,
+    /// address, socket path or request path is one shell word: printed (as
+    /// `say` escapes it) and pasted, it is the flag and exactly the value,
+    /// and runs nothing; a value with a control character, a bidirectional
+    /// override or a backslash is not proposed (the line says why). The
+    /// twin: a plain name is proposed as is.
+    #[test]
+    fn proposed_flags_paste_as_one_word_and_run_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let pwned = dir.path().join("PWNED");
+        let p = pwned.display();
+        let hostile = [
+            format!("x;touch$IFS{p};#.example.com:443"),
+            format!("a$(touch${{IFS}}{p}).example.com:443"),
+            format!("a`touch {p}`'b'\"c\"!!*~:443"),
+            "plain.example.org:443".to_owned(),
+        ];
+        let rule = |path: &str| format!("GET https://api.example.com/v1/{path}");
+        let request_paths = [
+            format!("x';touch$IFS{p};''"),
+            format!("x'$(touch$IFS{p})'"),
+            "plain".to_owned(),
+        ];
+        let call = |syscall: &str, target: &str, reason: String| sandbox::runner::MediatedCall {
+            syscall: syscall.into(),
+            target: target.into(),
+            reason,
+            outside_write_paths: false,
+        };
+        let mut calls = Vec::new();
+        let mut want = Vec::new();
+        for t in &hostile {
+            for (syscall, reason, flag) in [
+                (
+                    "proxy",
+                    "no egress rule lists this host name and port",
+                    "--allow-net",
+                ),
+                ("dns", "no egress rule lists this name", "--allow-net"),
+                (
+                    "connect",
+                    "the UNIX socket lies outside the allowed ones",
+                    "--allow-unix",
+                ),
+            ] {
+                calls.push(call(syscall, t, reason.into()));
+                want.push(vec![flag.to_owned(), t.clone()]);
+            }
+        }
+        for path in &request_paths {
+            let flag = sandbox_core::request::flag("--allow-request", &rule(path)).unwrap();
+            calls.push(call(
+                "request",
+                &rule(path),
+                format!("no request rule admits it (to admit it: {flag})"),
+            ));
+            want.push(vec!["--allow-request".into(), rule(path)]);
+        }
+        let unsafe_targets = ["a\nb.example.com:443", "a\u{202e}b:443", "a\\x1bb:443"];
+        for t in unsafe_targets {
+            calls.push(call(
+                "proxy",
+                t,
+                "no egress rule lists this host name".into(),
+            ));
+        }
+        let record = serde_json::json!({
+            "argv": ["sh"], "policy": null, "backend": "landlock", "report": null,
+            "termination": {"kind": "exited", "code": 1}, "timed_out": false,
+            "leftover_processes_ended": 0, "duration_ms": 1.0,
+            "classification": {"class": "sandbox_denial", "evidence": []},
+            "mediation": {"performed": 1, "refused": calls, "omitted": 0},
+        });
+        let outcome: Outcome = serde_json::from_value(record).unwrap();
+        let printed: Vec<String> = explain(&outcome)
+            .iter()
+            .map(|l| sandbox::runner::terminal_safe(l).into_owned())
+            .collect();
+        let proposals: Vec<&String> = printed
+            .iter()
+            .filter(|l| l.trim_start().starts_with("to admit it: "))
+            .collect();
+        assert_eq!(proposals.len(), want.len(), "{printed:#?}");
+        for (line, want) in proposals.iter().zip(&want) {
+            assert_eq!(&pasted(line), want, "{line}");
+        }
+        assert!(!pwned.exists(), "pasting a proposal ran the command's code");
+        let refused_not_proposed = printed
+            .iter()
+            .filter(|l| l.trim_start().starts_with("not proposed: it holds"))
+            .count();
+        assert_eq!(refused_not_proposed, unsafe_targets.len(), "{printed:#?}");
+        // The twin: a plain name is proposed bare.
+        assert!(
+            printed
+                .iter()
+                .any(|l| l.trim_end() == "      to admit it: --allow-net plain.example.org:443"),
+            "{printed:#?}"
+        );
     }
 
     #[test]

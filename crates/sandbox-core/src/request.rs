@@ -858,9 +858,9 @@ impl fmt::Display for Unquotable {
         } else {
             write!(
                 f,
-                "it holds {:?}, a control or invisible character that a pasted flag cannot carry \
-                 safely",
-                self.0
+                "it holds U+{:04X}, a control or invisible character that a pasted flag cannot \
+                 carry safely",
+                u32::from(self.0)
             )
         }
     }

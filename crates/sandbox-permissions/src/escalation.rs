@@ -35,11 +35,19 @@ impl Escalation {
             Self::UseToolCache(t) => {
                 format!("give the run a private {t} cache (--cache {t}), not the user's own")
             }
+            // The flag's value is one shell word (`sandbox_core::request::flag`,
+            // the one quoting of every proposal); none when it cannot be.
             Self::AddRequestRule(rule) => {
-                format!("admit the requests {rule} (--allow-request '{rule}')")
+                match sandbox_core::request::flag("--allow-request", rule) {
+                    Ok(flag) => format!("admit the requests {rule} ({flag})"),
+                    Err(why) => format!("admit the requests {rule} (no flag: {why})"),
+                }
             }
             Self::AdmitDestination(target) => {
-                format!("admit a connection to {target} (--allow-net {target})")
+                match sandbox_core::request::flag("--allow-net", target) {
+                    Ok(flag) => format!("admit a connection to {target} ({flag})"),
+                    Err(why) => format!("admit a connection to {target} (no flag: {why})"),
+                }
             }
         }
     }

@@ -572,8 +572,15 @@ impl fmt::Display for RefusalReason {
                 why, admit_with, ..
             } => {
                 f.write_str(why)?;
-                if let Some(rule) = admit_with {
-                    write!(f, " (to admit it: --allow-request '{rule}')")?;
+                // One shell word (`sandbox_core::request::flag`): pasted,
+                // the proposal runs nothing the command chose.
+                match admit_with
+                    .as_deref()
+                    .map(|rule| sandbox_core::request::flag("--allow-request", rule))
+                {
+                    Some(Ok(flag)) => write!(f, " (to admit it: {flag})")?,
+                    Some(Err(why)) => write!(f, " (no flag proposed: {why})")?,
+                    None => {}
                 }
                 Ok(())
             }

@@ -27,6 +27,21 @@ class H(http.server.BaseHTTPRequestHandler):
             return self.smart()
         if self.path.startswith("/v1/reflect"):
             return self.reflect()
+        if self.path.startswith("/v1/store"):
+            # Keeps the request's headers (an audit log, a request bin).
+            H.stored = "".join("%s: %s\n" % (k, v) for k, v in self.headers.items())
+            print("origin stored %r" % H.stored, flush=True)
+            return self.text(200, "OK", [], b"stored\n")
+        if self.path.startswith("/v1/fetch"):
+            # Serves what was stored, to any later request.
+            out = getattr(H, "stored", "").encode()
+            auth = [l for l in out.decode().split("\n") if l.startswith("Authorization")]
+            return self.text(200, "OK", [("X-Stored", auth[0] if auth else "-")], out)
+        if self.path.startswith("/v1/reason"):
+            # Reflects headers in the reason phrase and a header name.
+            print("origin reason %s" % self.headers.get("Authorization"), flush=True)
+            return self.text(401, "bad credentials: %s" % self.headers.get("Authorization"),
+                             [("X-" + self.headers.get("X-Api-Key", "none"), "1")], b"no\n")
         n = int(self.headers.get("Content-Length") or 0)
         body = self.rfile.read(n) if n else b""
         if len(body) < n:
@@ -45,6 +60,13 @@ class H(http.server.BaseHTTPRequestHandler):
         self.end_headers()
         self.wfile.write(out)
         print(out.decode().strip(), flush=True)
+    def text(self, code, reason, headers, out):
+        self.send_response(code, reason)
+        for k, v in headers:
+            self.send_header(k, v)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
     def reflect(self):
         # Every request header back, in response headers and the body (as
         # echo endpoints, CORS and error pages do), the body split in two
@@ -180,6 +202,7 @@ fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
     .unwrap();
     std::fs::write(d.join("origin.py"), ORIGIN).unwrap();
     std::fs::write(d.join("raw.py"), RAW).unwrap();
+    std::fs::write(d.join("path_client.py"), PATH_CLIENT).unwrap();
     let setup = format!(
         r#"set -e
 mount --bind "$D/hosts" /etc/hosts
@@ -205,6 +228,7 @@ kill $origin 2>/dev/null
         .env("SANDBOX", sandbox_bin())
         .env("D", &d)
         .env("RAW", d.join("raw.py"))
+        .env("PATH_CLIENT", d.join("path_client.py"))
         .env(
             "NOBODY",
             "setpriv --reuid=65534 --regid=65534 --clear-groups --",
@@ -691,6 +715,209 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
         log.contains("Authorization: Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI="),
         "{log}"
     );
+}
+
+/// Whether `text` holds `value` once read as base64 (either alphabet,
+/// `*` read as `A`, trailing bits ignored) at any offset of any token.
+fn decodes_to(text: &str, value: &[u8]) -> bool {
+    fn sextet(c: u8) -> Option<u32> {
+        Some(u32::from(match c {
+            b'A'..=b'Z' => c - b'A',
+            b'a'..=b'z' => c - b'a' + 26,
+            b'0'..=b'9' => c - b'0' + 52,
+            b'+' | b'-' => 62,
+            b'/' | b'_' => 63,
+            b'*' => 0,
+            _ => return None,
+        }))
+    }
+    text.split(|c: char| !(c.is_ascii_alphanumeric() || "+/-_*".contains(c)))
+        .any(|token| {
+            (0..4).any(|skip| {
+                let mut out = Vec::new();
+                let (mut acc, mut bits) = (0u32, 0);
+                for &c in token.as_bytes().iter().skip(skip) {
+                    let Some(v) = sextet(c) else { break };
+                    acc = (acc << 6) | v;
+                    bits += 6;
+                    if bits >= 8 {
+                        bits -= 8;
+                        out.push((acc >> bits) as u8);
+                        acc &= (1 << bits) - 1;
+                    }
+                }
+                out.windows(value.len()).any(|w| w == value)
+            })
+        })
+}
+
+/// F4: an origin that stores a request's headers and serves them to a
+/// later request (of the same run, or of another run) does not hand the
+/// command the value: neither raw (Bearer) nor in the `Basic` credential the
+/// proxy re-encoded, nor in another alignment (`ab:`); the twin: the origin
+/// stored the real value.
+#[test]
+fn a_stored_credential_served_to_a_later_request_is_masked() {
+    let script = r#"
+T="real-secret-valu""e-42"
+INNER='curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch basic /"
+curl -sS -u "ab:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch ab /"
+curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch bearer /"
+curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null'
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/later /"
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let value = b"real-secret-value-42";
+    // The twin: the origin stored the real value, each form.
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        log.contains("Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI="),
+        "{log}"
+    );
+    assert!(
+        log.contains("Authorization: Bearer real-secret-value-42"),
+        "{log}"
+    );
+    assert!(decodes_to(&log, b"ab:real-secret-value-42"), "{log}");
+    // Served back, in the head and the body: masked.
+    has(
+        &l,
+        "fetch basic Authorization: Basic ********************************",
+    );
+    has(
+        &l,
+        "fetch basic X-Stored: Authorization: Basic bWU6U0FOREJPWF9TRUNSRVRf",
+    );
+    has(&l, "fetch ab Authorization: Basic ");
+    has(
+        &l,
+        &format!("fetch bearer Authorization: Bearer {}", "*".repeat(20)),
+    );
+    has(
+        &l,
+        "fetch bearer X-Stored: Authorization: Bearer SANDBOX_SECRET_",
+    );
+    // A later run, which sent no credential: its value still masked.
+    has(&l, "later Authorization: Basic bWU6*");
+    has(&l, "later X-Stored: Authorization: Basic bWU6*");
+    for line in &l {
+        assert!(
+            !line.contains("real-secret-value") && !decodes_to(line, value),
+            "the value reached the command: {line}"
+        );
+    }
+}
+
+/// F5: an origin reflecting the injected header in its status line's
+/// reason phrase and in a header's name: both reach the command with the
+/// placeholder; the twin: the origin got the real value.
+#[test]
+fn a_value_reflected_in_the_reason_phrase_or_a_header_name_is_replaced() {
+    let script = r#"
+T="real-secret-valu""e-42"
+INNER='curl -sS -i -H "Authorization: Bearer $TOKEN" -H "X-Api-Key: $TOKEN" https://api.example.com:8443/v1/reason | sed "s/^/reason /"'
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        log.contains("origin reason Bearer real-secret-value-42"),
+        "{log}"
+    );
+    has(
+        &l,
+        "reason HTTP/1.1 401 bad credentials: Bearer SANDBOX_SECRET_",
+    );
+    has(&l, "reason X-SANDBOX_SECRET_");
+    assert!(!l.iter().any(|x| x.contains("real-secret-value")), "{l:#?}");
+}
+
+/// A client inside the run that sends `GET PATH` to pkgs.example.com:8443
+/// through `CONNECT`, the path's bytes as given; prints the status, the
+/// `Sandbox-Admit-With` header and the body.
+const PATH_CLIENT: &str = r#"
+import http.client, os, ssl, sys
+p = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]
+c = http.client.HTTPSConnection(p.rsplit(":", 1)[0], int(p.rsplit(":", 1)[1]),
+    context=ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"]))
+c.set_tunnel("pkgs.example.com", 8443)
+c.request("GET", sys.argv[1])
+r = c.getresponse()
+print("status", r.status)
+print("admit", r.getheader("Sandbox-Admit-With"))
+print("body", r.read().decode().strip())
+sys.exit(0 if r.status < 400 else 1)
+"#;
+
+/// F1 and F2, through the real proxy and CLI: the rule proposed for a
+/// refused request whose path holds `'`, `;` and `$(...)` (in the 403's
+/// header, `--explain`'s proposal, `--approval ask`'s no-terminal line) is
+/// one shell word: pasted, it is the flag and the rule, and runs nothing.
+/// The rule proposed for a literal `/v1/**`, pasted, admits that path and
+/// not `/v1/admin/delete`; the twin: the wildcard rule admits it.
+#[test]
+fn a_proposed_rule_pastes_as_one_word_and_admits_only_what_was_refused() {
+    let (out, d) = in_private_net(
+        r#"
+export XDG_STATE_HOME="$D/state"
+cp "$PATH_CLIENT" "$D/path.py"
+R() { "$SANDBOX" run --upstream-ca "$D/ca.pem" --allow-request 'GET,HEAD https://pkgs.example.com:8443/simple/**' "$@"; }
+words() { tag=$1; eval "set -- $2"; echo "$tag words $#"; for w in "$@"; do echo "$tag word $w"; done; }
+BAD="/v1/x';touch\$IFS$D/PWNED;'',\$(touch\$IFS$D/PWNED2)"
+R --explain -- python3 "$D/path.py" "$BAD" 2>"$D/explain" > "$D/out"
+cat "$D/out" | sed 's/^/client /'
+words header "$(sed -n 's/^admit //p' "$D/out")"
+words explain "$(grep -m1 '^      to admit it: ' "$D/explain" | sed 's/^      to admit it: //')"
+R --approval ask -- python3 "$D/path.py" "$BAD" 2>"$D/ask" </dev/null >/dev/null
+words ask "$(grep -m1 'to allow it: ' "$D/ask" | sed 's/.*(to allow it: //; s/)$//')"
+if [ -e "$D/PWNED" ] || [ -e "$D/PWNED2" ]; then echo PWNED; fi
+R -- python3 "$D/path.py" '/v1/**' > "$D/star"
+STAR="$(sed -n 's/^admit //p' "$D/star")"
+echo "star proposal $STAR"
+eval "set -- $STAR"
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" "$@" -- python3 "$D/path.py" '/v1/**' | sed 's/^/pasted star /'
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" "$@" -- python3 "$D/path.py" /v1/admin/delete | sed 's/^/pasted other /'
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://pkgs.example.com:8443/v1/**' -- python3 "$D/path.py" /v1/admin/delete | sed 's/^/glob other /'
+"#,
+    );
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    for f in ["explain", "ask"] {
+        eprintln!(
+            "{f}: {}",
+            std::fs::read_to_string(d.path().join(f)).unwrap_or_default()
+        );
+    }
+    let rule = format!(
+        "GET https://pkgs.example.com:8443/v1/x';touch$IFS{0}/PWNED;'',$(touch$IFS{0}/PWNED2)",
+        std::fs::canonicalize(d.path()).unwrap().display()
+    );
+    has(&l, "client status 403");
+    for place in ["header", "explain", "ask"] {
+        has(&l, &format!("{place} words 2"));
+        has(&l, &format!("{place} word --allow-request"));
+        assert!(
+            l.iter().any(|x| *x == format!("{place} word {rule}")),
+            "{place}: {l:#?}"
+        );
+    }
+    assert!(!l.iter().any(|x| x == "PWNED"), "{l:#?}");
+    has(
+        &l,
+        "star proposal --allow-request 'GET https://pkgs.example.com:8443/v1/%2A%2A'",
+    );
+    has(&l, "pasted star status 200");
+    has(&l, "pasted star body origin saw GET /v1/**");
+    has(&l, "pasted other status 403");
+    has(&l, "glob other status 200");
 }
 
 /// Node (a CONNECT of its own, trusting `NODE_EXTRA_CA_CERTS`), `git

@@ -359,7 +359,7 @@ fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
     let admit = refused
         .admit_with
         .as_ref()
-        .map(|r| format!("--allow-request '{r}'"));
+        .and_then(|r| sandbox_core::request::flag("--allow-request", r).ok());
     let mut body = format!("sandbox egress proxy: refused {shown}: {}", refused.why);
     if let Some(flag) = &admit {
         body.push_str(&format!("; to admit it: {flag}"));
@@ -855,8 +855,12 @@ fn relay_response(
                             _ => None,
                         }
                     };
-                    let mut out =
-                        format!("HTTP/1.1 {code} {}\r\n", resp.reason.unwrap_or("")).into_bytes();
+                    // The reason phrase and header names are the origin's
+                    // text as much as the values: an origin may reflect a
+                    // request header there (`401 bad credentials: ...`).
+                    let mut out = format!("HTTP/1.1 {code} ").into_bytes();
+                    out.extend_from_slice(&scrub.head_value(resp.reason.unwrap_or("").as_bytes()));
+                    out.extend_from_slice(b"\r\n");
                     for h in resp.headers.iter() {
                         if ["connection", "keep-alive", "proxy-connection"]
                             .iter()
@@ -864,7 +868,7 @@ fn relay_response(
                         {
                             continue;
                         }
-                        out.extend_from_slice(h.name.as_bytes());
+                        out.extend_from_slice(&scrub.head_value(h.name.as_bytes()));
                         out.extend_from_slice(b": ");
                         out.extend_from_slice(&scrub.head_value(h.value));
                         out.extend_from_slice(b"\r\n");
@@ -1025,15 +1029,15 @@ fn forward(
             .split(',')
             .any(|t| t.trim().eq_ignore_ascii_case("close"))
     });
-    let mut scrub = super::Scrub::new(
-        interceptor.secrets(),
-        head.headers.iter().map(|(_, v)| {
-            (
-                v.as_slice(),
-                super::inject(v, interceptor.secrets(), host, port),
-            )
-        }),
-    );
+    // Every secret's value in each form, and every credential re-encoded
+    // in the run (an origin may serve one stored earlier), not only this
+    // request's.
+    let mut scrub = interceptor.scrub(head.headers.iter().map(|(_, v)| {
+        (
+            v.as_slice(),
+            super::inject(v, interceptor.secrets(), host, port),
+        )
+    }));
     relay_response(
         &mut origin,
         &mut client.stream,

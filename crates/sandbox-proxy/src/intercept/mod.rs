@@ -9,7 +9,7 @@ pub(crate) mod ca;
 mod exchange;
 
 use std::path::Path;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use rustls::crypto::CryptoProvider;
 use rustls::{ClientConfig, RootCertStore};
@@ -28,7 +28,25 @@ pub(crate) struct Interceptor {
     ca: ca::RunCa,
     upstream: Arc<ClientConfig>,
     secrets: Vec<Secret>,
+    /// Every form of the secrets' values kept out of responses, and what a
+    /// response head gets instead ([`value_forms`]).
+    forms: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The `Basic` credentials the proxy re-encoded in this run (each with
+    /// what the command sent), at most [`MAX_SENT_CREDENTIALS`]: kept out
+    /// of every later response too, as an origin may store a request's
+    /// headers and serve them back to a later request.
+    sent: Mutex<Vec<(Vec<u8>, Vec<u8>)>>,
 }
+
+/// How many re-encoded `Basic` credentials a run remembers
+/// ([`Interceptor::scrub`]); past them, the value inside each is still
+/// masked in every base64 alignment ([`value_forms`]).
+const MAX_SENT_CREDENTIALS: usize = 256;
+
+/// Base64 forms shorter than this are not masked (too short to tell from
+/// other text: masking them would garble responses); the raw value is
+/// masked whatever its length.
+const MIN_BASE64_FORM: usize = 6;
 
 impl std::fmt::Debug for Interceptor {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -91,11 +109,14 @@ impl Interceptor {
             .with_root_certificates(roots)
             .with_no_client_auth();
         client.alpn_protocols = vec![b"http/1.1".to_vec()];
+        let forms = secrets.iter().flat_map(value_forms).collect();
         Ok(Interceptor {
             rules,
             ca,
             upstream: Arc::new(client),
             secrets,
+            forms,
+            sent: Mutex::new(Vec::new()),
         })
     }
 
@@ -120,6 +141,27 @@ impl Interceptor {
     /// The secrets.
     pub(crate) fn secrets(&self) -> &[Secret] {
         &self.secrets
+    }
+
+    /// The [`Scrub`] of the response to a request whose header values were
+    /// `sent` (as the command wrote them, each with its value as
+    /// injected): every form of every secret's value, and every `Basic`
+    /// credential the proxy re-encoded in this run (this request's first).
+    pub(crate) fn scrub<'a>(&self, sent: impl Iterator<Item = (&'a [u8], Vec<u8>)>) -> Scrub {
+        let own = sent_credentials(sent);
+        let mut kept = self.sent.lock().unwrap_or_else(|p| p.into_inner());
+        for pair in &own {
+            if kept.len() < MAX_SENT_CREDENTIALS && !kept.contains(pair) {
+                kept.push(pair.clone());
+            }
+        }
+        let needles = own
+            .into_iter()
+            .chain(kept.iter().cloned())
+            .chain(self.forms.iter().cloned())
+            .collect();
+        drop(kept);
+        Scrub::from_needles(needles)
     }
 
     /// The first secret whose placeholder `bytes` carry (also inside a
@@ -268,45 +310,133 @@ pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str, port: u16) ->
     replace(value)
 }
 
-/// Keeps the values injected into a request out of its response (an
-/// origin that reflects a request header, in a CORS header, a cookie, an
-/// error page, an echo endpoint, would hand the command the real value):
-/// every secret's value, and each `Basic` credential the proxy re-encoded,
-/// is replaced in the response head (by what the command sent) and masked
-/// in the body (the same number of `*`, so its framing holds), also across
-/// reads. What an origin encodes otherwise (compressed, escaped, hashed) it
-/// cannot see: docs/enforcement.md, Known gaps.
+/// The forms of `secret`'s value an origin may give back, each with what a
+/// response head gets instead: the value itself, percent-encoded (upper-
+/// and lower-case hex) and JSON-escaped (with and without `\/`), each
+/// replaced by the placeholder; and its base64 (standard and URL-safe
+/// alphabets) at each of the three alignments a prefix may give it, the
+/// characters that depend on the value alone (so `b64(user:VALUE)`, and
+/// any other base64 of text holding the value, whatever the prefix the
+/// command chose), replaced by `*`. What an origin encodes otherwise
+/// (compressed, hashed, encrypted) the proxy cannot see:
+/// docs/enforcement.md, Known gaps.
+pub(crate) fn value_forms(secret: &Secret) -> Vec<(Vec<u8>, Vec<u8>)> {
+    use base64::Engine;
+    let value = secret.value();
+    let placeholder = secret.placeholder().as_bytes().to_vec();
+    let mut forms = vec![(value.to_vec(), placeholder.clone())];
+    if value.is_empty() {
+        return forms;
+    }
+    for hex in [b"0123456789ABCDEF", b"0123456789abcdef"] {
+        let mut pct = Vec::with_capacity(value.len() * 3);
+        for &b in value {
+            if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'.' | b'_' | b'~') {
+                pct.push(b);
+            } else {
+                pct.extend_from_slice(&[b'%', hex[usize::from(b >> 4)], hex[usize::from(b & 15)]]);
+            }
+        }
+        forms.push((pct, placeholder.clone()));
+    }
+    for slash in [false, true] {
+        let mut json = Vec::with_capacity(value.len() + 8);
+        for &b in value {
+            match b {
+                b'"' | b'\\' => json.extend_from_slice(&[b'\\', b]),
+                b'/' if slash => json.extend_from_slice(b"\\/"),
+                _ => json.push(b),
+            }
+        }
+        forms.push((json, placeholder.clone()));
+    }
+    for engine in [
+        base64::engine::general_purpose::STANDARD_NO_PAD,
+        base64::engine::general_purpose::URL_SAFE_NO_PAD,
+    ] {
+        for k in 0..3usize {
+            // `k` bytes before the value: the characters from the first
+            // whose bits are all the value's to the last such one.
+            let mut framed = vec![0u8; k];
+            framed.extend_from_slice(value);
+            let text = engine.encode(&framed);
+            let first = (8 * k).div_ceil(6);
+            let last = 8 * (k + value.len()) / 6;
+            if let Some(inner) = text.as_bytes().get(first..last) {
+                if inner.len() >= MIN_BASE64_FORM {
+                    forms.push((inner.to_vec(), vec![b'*'; inner.len()]));
+                }
+            }
+        }
+    }
+    forms
+}
+
+/// The `Basic` credentials the proxy re-encoded among `sent` (header values
+/// as the command wrote them, each with its value as injected): each with
+/// what the command sent.
+fn sent_credentials<'a>(
+    sent: impl Iterator<Item = (&'a [u8], Vec<u8>)>,
+) -> Vec<(Vec<u8>, Vec<u8>)> {
+    let mut out = Vec::new();
+    for (original, injected) in sent {
+        if injected.as_slice() == original {
+            continue;
+        }
+        if let (Some(cred), Some(was)) = (basic_cred(&injected), basic_cred(original)) {
+            out.push((cred.to_vec(), was.to_vec()));
+        }
+    }
+    out
+}
+
+/// Keeps the secrets' values out of every intercepted response (an origin
+/// that reflects a request header, in a CORS header, a cookie, an error
+/// page, an echo endpoint, or that stores it and serves it to a later
+/// request, would hand the command the real value): every form of every
+/// value ([`value_forms`]) and each `Basic` credential the proxy re-encoded
+/// in the run ([`Interceptor::scrub`]) is replaced in the response head
+/// (status line, header names and values: by what the command sent, or
+/// `*`) and masked in the body (the same number of `*`, so its framing
+/// holds), also across reads.
 /// No `Debug`: it holds the values.
 pub(crate) struct Scrub {
-    /// What must not reach the command, and what the head gets instead.
+    /// What must not reach the command, and what the head gets instead;
+    /// longest first (a credential before the value inside it).
     needles: Vec<(Vec<u8>, Vec<u8>)>,
     /// Body bytes held back: the start of a needle may end a read.
     carry: Vec<u8>,
 }
 
 impl Scrub {
-    /// For a request whose header values were `sent` (as the command wrote
-    /// them, each with its value as injected). Every secret's value is kept
-    /// out, whichever host it is for: what one host stored (a header
-    /// written into a record) another listed host may serve.
+    /// For a request whose header values were `sent`, with `secrets`
+    /// ([`Interceptor::scrub`] without the run's earlier credentials).
+    #[cfg(test)]
     pub(crate) fn new<'a>(
         secrets: &[Secret],
         sent: impl Iterator<Item = (&'a [u8], Vec<u8>)>,
     ) -> Scrub {
-        let mut needles: Vec<(Vec<u8>, Vec<u8>)> = secrets
-            .iter()
-            .map(|s| (s.value().to_vec(), s.placeholder().as_bytes().to_vec()))
+        let needles = sent_credentials(sent)
+            .into_iter()
+            .chain(secrets.iter().flat_map(value_forms))
             .collect();
-        for (original, injected) in sent {
-            if injected.as_slice() == original {
-                continue;
-            }
-            if let (Some(cred), Some(was)) = (basic_cred(&injected), basic_cred(original)) {
-                needles.push((cred.to_vec(), was.to_vec()));
-            }
-        }
+        Scrub::from_needles(needles)
+    }
+
+    /// The needles, empty ones dropped, longest first, each once.
+    fn from_needles(mut needles: Vec<(Vec<u8>, Vec<u8>)>) -> Scrub {
         needles.retain(|(n, _)| !n.is_empty());
-        needles.dedup();
+        // Stable: of two equal needles the first (the more specific head
+        // replacement) stays.
+        needles.sort_by_key(|(n, _)| std::cmp::Reverse(n.len()));
+        let mut seen: Vec<Vec<u8>> = Vec::with_capacity(needles.len());
+        needles.retain(|(n, _)| {
+            let new = !seen.contains(n);
+            if new {
+                seen.push(n.clone());
+            }
+            new
+        });
         Scrub {
             needles,
             carry: Vec::new(),
@@ -318,7 +448,8 @@ impl Scrub {
         self.needles.is_empty()
     }
 
-    /// A response header value, every needle replaced.
+    /// A response head's text (a header value or name, the reason phrase),
+    /// every needle replaced.
     pub(crate) fn head_value(&self, value: &[u8]) -> Vec<u8> {
         let mut out = value.to_vec();
         for (needle, with) in &self.needles {
@@ -328,31 +459,39 @@ impl Scrub {
     }
 
     /// The body bytes that may go to the client now, of `more` read (every
-    /// needle masked); [`Scrub::finish`] gives the rest.
+    /// needle masked); [`Scrub::finish`] gives the rest. The last
+    /// `longest - 1` bytes are held back, and only needles that begin
+    /// before them are masked now (each then lies whole in what was read,
+    /// longer ones first): a shorter needle inside a longer one not yet
+    /// complete waits for it.
     pub(crate) fn body(&mut self, more: &[u8]) -> Vec<u8> {
         if self.needles.is_empty() {
             return more.to_vec();
         }
         self.carry.extend_from_slice(more);
-        for (needle, _) in &self.needles {
-            mask(&mut self.carry, needle);
-        }
-        let longest = self.needles.iter().map(|(n, _)| n.len()).max().unwrap_or(1);
+        let longest = self.needles.first().map_or(1, |(n, _)| n.len());
         let keep = (longest - 1).min(self.carry.len());
-        let out: Vec<u8> = self.carry.drain(..self.carry.len() - keep).collect();
-        out
+        let emit = self.carry.len() - keep;
+        for (needle, _) in &self.needles {
+            mask(&mut self.carry, needle, emit);
+        }
+        self.carry.drain(..emit).collect()
     }
 
-    /// The bytes held back, at the body's end.
+    /// The bytes held back, at the body's end, every needle masked.
     pub(crate) fn finish(&mut self) -> Vec<u8> {
+        let end = self.carry.len();
+        for (needle, _) in &self.needles {
+            mask(&mut self.carry, needle, end);
+        }
         std::mem::take(&mut self.carry)
     }
 }
 
-/// Every `needle` in `hay` overwritten with `*`.
-fn mask(hay: &mut [u8], needle: &[u8]) {
+/// Every `needle` in `hay` that begins before `before` overwritten with `*`.
+fn mask(hay: &mut [u8], needle: &[u8], before: usize) {
     let mut i = 0;
-    while i + needle.len() <= hay.len() {
+    while i < before && i + needle.len() <= hay.len() {
         if hay[i..].starts_with(needle) {
             hay[i..i + needle.len()].fill(b'*');
             i += needle.len();
@@ -423,6 +562,87 @@ mod tests {
         let mut none = Scrub::new(&[], std::iter::empty());
         assert!(none.is_empty());
         assert_eq!(none.body(b"s3cret-value"), b"s3cret-value");
+    }
+
+    /// F4: the value is kept out in every base64 alignment (whatever
+    /// prefix the command chose for `user:`, whatever follows), in both
+    /// alphabets, percent-encoded and JSON-escaped, in heads and bodies
+    /// split anywhere; the twin: another value's forms pass untouched.
+    #[test]
+    fn every_encoding_of_the_value_is_kept_out() {
+        use base64::Engine;
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let value = b"real/secret+value?42\"";
+        let secret = Secret::new(&spec, value.to_vec()).unwrap();
+        let secrets = vec![secret];
+        let std = &base64::engine::general_purpose::STANDARD;
+        let url = &base64::engine::general_purpose::URL_SAFE;
+        let decoded_holds_value = |text: &str| {
+            // Whatever survived, read back as base64 (masks as 'A') in
+            // every alignment: never the value.
+            let cleaned: String = text
+                .chars()
+                .map(|c| if c == '*' { 'A' } else { c })
+                .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '-' | '_'))
+                .collect();
+            let lax = base64::engine::GeneralPurposeConfig::new()
+                .with_decode_allow_trailing_bits(true)
+                .with_decode_padding_mode(base64::engine::DecodePaddingMode::Indifferent);
+            (0..4).any(|skip| {
+                let t = cleaned.get(skip..).unwrap_or("");
+                let t = if t.len() % 4 == 1 {
+                    &t[..t.len() - 1]
+                } else {
+                    t
+                };
+                [&base64::alphabet::STANDARD, &base64::alphabet::URL_SAFE]
+                    .into_iter()
+                    .any(|a| {
+                        base64::engine::GeneralPurpose::new(a, lax)
+                            .decode(t)
+                            .is_ok_and(|d| d.windows(value.len()).any(|w| w == value))
+                    })
+            })
+        };
+        for prefix in ["", "m", "me", "me:", "user:", "ab:cd"] {
+            for suffix in ["", "x", "xy", ":z"] {
+                let framed = [prefix.as_bytes(), value, suffix.as_bytes()].concat();
+                for text in [std.encode(&framed), url.encode(&framed)] {
+                    assert!(decoded_holds_value(&text), "the test reads it: {text}");
+                    let scrub = Scrub::new(&secrets, std::iter::empty());
+                    let head = String::from_utf8(scrub.head_value(text.as_bytes())).unwrap();
+                    assert!(!decoded_holds_value(&head), "{prefix:?} {suffix:?}: {head}");
+                    let body = format!("{{\"auth\": \"Basic {text}\"}}");
+                    for cut in 0..body.len() {
+                        let mut scrub = Scrub::new(&secrets, std::iter::empty());
+                        let mut out = scrub.body(&body.as_bytes()[..cut]);
+                        out.extend(scrub.body(&body.as_bytes()[cut..]));
+                        out.extend(scrub.finish());
+                        assert_eq!(out.len(), body.len());
+                        let out = String::from_utf8(out).unwrap();
+                        assert!(!decoded_holds_value(&out), "{cut}: {out}");
+                    }
+                }
+            }
+        }
+        let scrub = Scrub::new(&secrets, std::iter::empty());
+        let p = secrets[0].placeholder().to_string();
+        for echoed in [
+            "real%2Fsecret%2Bvalue%3F42%22",
+            "real%2fsecret%2bvalue%3f42%22",
+            "real/secret+value?42\\\"",
+            "real\\/secret+value?42\\\"",
+        ] {
+            let out = scrub.head_value(format!("a {echoed} b").as_bytes());
+            assert_eq!(out, format!("a {p} b").as_bytes(), "{echoed}");
+        }
+        // The twin: another value's encodings, and ordinary text, pass.
+        let other = std.encode(b"me:another-value-of-the-same-size");
+        assert_eq!(scrub.head_value(other.as_bytes()), other.as_bytes());
+        let mut body = Scrub::new(&secrets, std::iter::empty());
+        let mut out = body.body(other.as_bytes());
+        out.extend(body.finish());
+        assert_eq!(out, other.as_bytes());
     }
 
     #[test]
