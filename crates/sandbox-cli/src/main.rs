@@ -36,6 +36,7 @@ mod egress_flags;
 mod error_chain;
 mod git_audit;
 mod log;
+mod private_tmp;
 mod report;
 mod session;
 mod show;
@@ -851,7 +852,7 @@ fn write_report(target: Option<&report::Target>, outcome: &Outcome) -> Result<()
 
 /// The run's private temporary directory: workspace-write's, or asked for
 /// with `--private-tmp`.
-fn private_tmp_for(flags: &PolicyFlags) -> Result<Option<tempfile::TempDir>, Fatal> {
+fn private_tmp_for(flags: &PolicyFlags) -> Result<Option<private_tmp::PrivateTmp>, Fatal> {
     match flags.mode {
         Some(SandboxMode::WorkspaceWrite) => private_tmp_dir().map(Some),
         Some(SandboxMode::DangerFullAccess) => Ok(None),
@@ -860,19 +861,12 @@ fn private_tmp_for(flags: &PolicyFlags) -> Result<Option<tempfile::TempDir>, Fat
     }
 }
 
-fn private_tmp_dir() -> Result<tempfile::TempDir, Fatal> {
-    use std::os::unix::fs::PermissionsExt;
-    // Made 0700 from the start (tempfile's own default follows the umask):
-    // what the run keeps there is no other user's to read.
-    tempfile::Builder::new()
-        .prefix("sandbox-tmp-")
-        .permissions(std::fs::Permissions::from_mode(0o700))
-        .tempdir()
-        .map_err(|e| {
-            Fatal(format!(
-                "cannot create the private temporary directory: {e}"
-            ))
-        })
+fn private_tmp_dir() -> Result<private_tmp::PrivateTmp, Fatal> {
+    private_tmp::PrivateTmp::new().map_err(|e| {
+        Fatal(format!(
+            "cannot create the private temporary directory: {e}"
+        ))
+    })
 }
 
 fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {

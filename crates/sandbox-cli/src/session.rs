@@ -644,7 +644,7 @@ struct Session {
     /// its run).
     kept: std::cell::RefCell<Vec<KeptRun>>,
     /// The private TMPDIR, removed when the session ends.
-    _private_tmp: Option<tempfile::TempDir>,
+    _private_tmp: Option<crate::private_tmp::PrivateTmp>,
     /// `--approval channel`: what the proxy holds is asked over the channel.
     approvals: Option<approvals::Approvals>,
     /// Held while a command is kept: a stop signal between commands ends

@@ -31,6 +31,7 @@ mod operator_bounds;
 mod other_processes;
 mod outcomes;
 mod own_listeners;
+mod private_tmp;
 mod profile;
 mod public_api;
 mod read_refusals;

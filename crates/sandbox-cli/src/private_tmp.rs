@@ -1,0 +1,269 @@
+//! The run's (or session's) private `TMPDIR`, removed when dropped.
+//!
+//! The command owns everything in it and may close it to its owner
+//! (`chmod 000` a directory, `chmod 500` the directory itself): as the same
+//! non-root user, without `CAP_DAC_OVERRIDE`, a plain `remove_dir_all`
+//! then fails and the directory, with what the run put there, stays in
+//! `/tmp`. So the removal walks it by fds (`openat` beneath the parent's
+//! fd, `O_NOFOLLOW`, never a path string a surviving process could swap),
+//! gives each directory the runner's user owns back its owner's `rwx`
+//! (`fchmod` on the opened fd; `fchmodat(AT_SYMLINK_NOFOLLOW)` beneath the
+//! parent's fd for one that cannot be opened), and says on stderr, escaped,
+//! what it could not remove.
+
+use std::ffi::{CStr, CString};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+/// How deep the removal descends (one fd held per level).
+const DEPTH: usize = 256;
+
+/// A private temporary directory, removed (as above) when dropped.
+pub(crate) struct PrivateTmp {
+    path: PathBuf,
+}
+
+impl PrivateTmp {
+    /// A new directory `sandbox-tmp-XXXXXX` in the system's temporary
+    /// directory, mode 0700 from the start (tempfile's own default follows
+    /// the umask): what the run keeps there is no other user's to read.
+    pub(crate) fn new() -> io::Result<PrivateTmp> {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::Builder::new()
+            .prefix("sandbox-tmp-")
+            .permissions(std::fs::Permissions::from_mode(0o700))
+            .tempdir()?;
+        Ok(PrivateTmp { path: dir.keep() })
+    }
+
+    pub(crate) fn path(&self) -> &Path {
+        &self.path
+    }
+}
+
+impl Drop for PrivateTmp {
+    fn drop(&mut self) {
+        if let Err(e) = remove(&self.path) {
+            crate::show::say(&format!(
+                "sandbox: the private temporary directory {} could not be removed: {e}",
+                self.path.display()
+            ));
+        }
+    }
+}
+
+fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
+    if rc < 0 {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(rc)
+    }
+}
+
+/// Removes the directory `path` and everything beneath it (see the module
+/// doc); the first error met, after removing all else it could.
+pub(crate) fn remove(path: &Path) -> io::Result<()> {
+    let parent = path.parent().unwrap_or(Path::new("/"));
+    let name = path
+        .file_name()
+        .ok_or_else(|| io::Error::from_raw_os_error(libc::EINVAL))?;
+    let c_parent = CString::new(parent.as_os_str().as_bytes())
+        .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    // SAFETY: a NUL-terminated path; flags without O_CREAT take no mode.
+    let fd = cvt(unsafe {
+        libc::open(
+            c_parent.as_ptr(),
+            libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    })?;
+    // SAFETY: a fresh fd owned here alone.
+    let parent = unsafe { OwnedFd::from_raw_fd(fd) };
+    let name =
+        CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+    match remove_dir(parent.as_raw_fd(), &name, 0) {
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
+        other => other,
+    }
+}
+
+/// Removes the entry `name` beneath the directory `parent`: a file, link
+/// or other non-directory by `unlinkat`, a directory by [`remove_dir`].
+fn remove_entry(parent: RawFd, name: &CStr, depth: usize) -> io::Result<()> {
+    // SAFETY: a live dirfd and a NUL-terminated name.
+    if unsafe { libc::unlinkat(parent, name.as_ptr(), 0) } == 0 {
+        return Ok(());
+    }
+    let err = io::Error::last_os_error();
+    match err.raw_os_error() {
+        Some(libc::ENOENT) => Ok(()),
+        // A directory (EISDIR on Linux, EPERM as POSIX allows).
+        Some(libc::EISDIR | libc::EPERM) => remove_dir(parent, name, depth),
+        _ => Err(err),
+    }
+}
+
+/// The directory `name` beneath `parent` opened without following a
+/// symlink; one its owner closed to itself (the runner's user) is given
+/// back its owner's `rwx` first (`fchmodat` with `AT_SYMLINK_NOFOLLOW`:
+/// on the entry itself, never a link's target).
+fn open_dir(parent: RawFd, name: &CStr) -> io::Result<OwnedFd> {
+    let flags = libc::O_RDONLY | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // SAFETY: a live dirfd and a NUL-terminated name.
+    let fd = match cvt(unsafe { libc::openat(parent, name.as_ptr(), flags) }) {
+        Ok(fd) => fd,
+        Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
+            // SAFETY: as above; the mode a constant.
+            cvt(unsafe {
+                libc::fchmodat(
+                    parent,
+                    name.as_ptr(),
+                    libc::S_IRWXU,
+                    libc::AT_SYMLINK_NOFOLLOW,
+                )
+            })
+            .map_err(|_| e)?;
+            // SAFETY: as above.
+            cvt(unsafe { libc::openat(parent, name.as_ptr(), flags) })?
+        }
+        Err(e) => return Err(e),
+    };
+    // SAFETY: a fresh fd owned here alone.
+    let dir = unsafe { OwnedFd::from_raw_fd(fd) };
+    // Entries can be removed only with write and search permission on it.
+    // SAFETY: stat is plain data, all-zero valid; fstat fills it.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: a live fd and a stat to fill.
+    cvt(unsafe { libc::fstat(dir.as_raw_fd(), &mut st) })?;
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let owner = (libc::S_IRWXU) as libc::mode_t;
+    if st.st_uid == me && (st.st_mode as libc::mode_t) & owner != owner {
+        // SAFETY: fchmod on a live fd.
+        unsafe {
+            libc::fchmod(
+                dir.as_raw_fd(),
+                (st.st_mode as libc::mode_t & 0o7777) | owner,
+            )
+        };
+    }
+    Ok(dir)
+}
+
+/// Removes the directory `name` beneath `parent` and all beneath it.
+fn remove_dir(parent: RawFd, name: &CStr, depth: usize) -> io::Result<()> {
+    let dir = match open_dir(parent, name) {
+        Ok(dir) => dir,
+        // Not a directory now (replaced meanwhile): an entry to unlink.
+        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+            // SAFETY: a live dirfd and a NUL-terminated name.
+            return cvt(unsafe { libc::unlinkat(parent, name.as_ptr(), 0) }).map(drop);
+        }
+        Err(e) => return Err(e),
+    };
+    if depth >= DEPTH {
+        return Err(io::Error::other(format!(
+            "more than {DEPTH} directories deep"
+        )));
+    }
+    let mut first = None;
+    for entry in names(&dir)? {
+        if let Err(e) = remove_entry(dir.as_raw_fd(), &entry, depth + 1) {
+            first.get_or_insert(e);
+        }
+    }
+    drop(dir);
+    // SAFETY: a live dirfd and a NUL-terminated name.
+    if let Err(e) = cvt(unsafe { libc::unlinkat(parent, name.as_ptr(), libc::AT_REMOVEDIR) }) {
+        first.get_or_insert(e);
+    }
+    match first {
+        None => Ok(()),
+        Some(e) => Err(e),
+    }
+}
+
+/// The names in the open directory `dir`, but `.` and `..`.
+fn names(dir: &OwnedFd) -> io::Result<Vec<CString>> {
+    // SAFETY: dup of a live fd.
+    let fd = cvt(unsafe { libc::fcntl(dir.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 0) })?;
+    // SAFETY: fdopendir takes the fd (closed by closedir).
+    let stream = unsafe { libc::fdopendir(fd) };
+    if stream.is_null() {
+        let e = io::Error::last_os_error();
+        // SAFETY: the fd is still ours when fdopendir fails.
+        unsafe { libc::close(fd) };
+        return Err(e);
+    }
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: a live DIR stream.
+        let e = unsafe { libc::readdir(stream) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: d_name is NUL-terminated in the entry readdir returned.
+        let name = unsafe { CStr::from_ptr((*e).d_name.as_ptr()) };
+        let bytes = name.to_bytes();
+        if bytes != b"." && bytes != b".." {
+            out.push(name.to_owned());
+        }
+    }
+    // SAFETY: the stream opened above, closed once.
+    unsafe { libc::closedir(stream) };
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    fn mode(p: &Path, m: u32) {
+        std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap();
+    }
+
+    /// Closed directories (mode 000 and 0500, the directory itself 0500)
+    /// and a mode-000 file are removed; a symlink to a directory outside is
+    /// removed, not followed (its target and the target's mode intact).
+    /// Root or not (as nobody the tests run this again: see the report).
+    #[test]
+    fn closed_directories_are_removed_and_links_not_followed() {
+        let outside = tempfile::tempdir().unwrap();
+        std::fs::write(outside.path().join("keep"), "x").unwrap();
+        mode(outside.path(), 0o500);
+        let tmp = PrivateTmp::new().unwrap();
+        let p = tmp.path().to_path_buf();
+        std::fs::create_dir_all(p.join("a/b/c")).unwrap();
+        std::fs::write(p.join("a/b/c/f"), "x").unwrap();
+        std::fs::write(p.join("a/f0"), "x").unwrap();
+        mode(&p.join("a/f0"), 0o000);
+        mode(&p.join("a/b/c"), 0o000);
+        mode(&p.join("a/b"), 0o500);
+        std::os::unix::fs::symlink(outside.path(), p.join("out")).unwrap();
+        mode(&p, 0o500);
+        drop(tmp);
+        assert!(!p.exists(), "{} survived", p.display());
+        assert!(outside.path().join("keep").exists());
+        assert_eq!(
+            std::fs::metadata(outside.path())
+                .unwrap()
+                .permissions()
+                .mode()
+                & 0o777,
+            0o500
+        );
+        mode(outside.path(), 0o700);
+    }
+
+    /// Twin: a plain directory with files is removed.
+    #[test]
+    fn a_plain_directory_is_removed() {
+        let tmp = PrivateTmp::new().unwrap();
+        let p = tmp.path().to_path_buf();
+        std::fs::write(p.join("f"), "x").unwrap();
+        drop(tmp);
+        assert!(!p.exists());
+    }
+}

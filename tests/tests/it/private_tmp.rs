@@ -1,0 +1,129 @@
+//! The private `TMPDIR` goes with its run or session (red team F7): as a
+//! non-root user, a directory the command closed (`chmod 000`), a mode-000
+//! file and the `TMPDIR` itself made 0500 do not keep it (nor what the run
+//! put there) in `/tmp`; what cannot be removed is said on stderr. Beside
+//! the positive control (a plain file goes with it); root and nobody.
+#![cfg(target_os = "linux")]
+
+use std::io::Write;
+use std::process::Stdio;
+
+use sandbox_tests::{sandbox, sandbox_as_nobody, shared_dir, users};
+
+const CLOSE: &str = "mkdir -p $TMPDIR/d/e; echo data > $TMPDIR/d/e/f; echo x > $TMPDIR/g; \
+                     chmod 000 $TMPDIR/g $TMPDIR/d/e; chmod 500 $TMPDIR/d; \
+                     ln -s / $TMPDIR/root; chmod 500 $TMPDIR; echo $TMPDIR";
+const PLAIN: &str = "echo data > $TMPDIR/f; echo $TMPDIR";
+
+/// `sandbox run --private-tmp`: the closed TMPDIR is removed, nothing said;
+/// the control too.
+#[test]
+fn a_closed_private_tmpdir_is_removed_after_a_run() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        for script in [CLOSE, PLAIN] {
+            let mut cmd = if nobody {
+                sandbox_as_nobody()
+            } else {
+                sandbox()
+            };
+            let out = cmd
+                .args(["run", "--private-tmp", "-w"])
+                .arg(&dir)
+                .args(["--", "/bin/sh", "-c", script])
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{out:?}");
+            let tmpdir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+            assert!(tmpdir.contains("sandbox-tmp-"), "{out:?}");
+            assert!(
+                std::fs::symlink_metadata(&tmpdir).is_err(),
+                "nobody {nobody}: {tmpdir} survived the run ({script})"
+            );
+            let err = String::from_utf8_lossy(&out.stderr);
+            assert!(!err.contains("could not be removed"), "{err}");
+        }
+        // The link's target, `/`, is intact (not followed).
+        assert!(std::path::Path::new("/tmp").is_dir());
+    }
+}
+
+/// A session's TMPDIR closed by a command is removed at the session's end.
+#[test]
+fn a_closed_private_tmpdir_is_removed_after_a_session() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let mut cmd = if nobody {
+            sandbox_as_nobody()
+        } else {
+            sandbox()
+        };
+        let mut child = cmd
+            .args(["session", "--private-tmp", "-w"])
+            .arg(&dir)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        let req = serde_json::json!({"id": "1", "op": "run", "argv": ["/bin/sh", "-c", CLOSE], "output": true});
+        writeln!(stdin, "{req}").unwrap();
+        writeln!(stdin, "{}", serde_json::json!({"op": "close"})).unwrap();
+        drop(stdin);
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let events = String::from_utf8_lossy(&out.stdout);
+        let exit: serde_json::Value = events
+            .lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .find(|e| e["event"] == "exit")
+            .unwrap();
+        let tmpdir = exit["stdout"].as_str().unwrap().trim().to_owned();
+        assert!(tmpdir.contains("sandbox-tmp-"), "{exit}");
+        assert!(
+            std::fs::symlink_metadata(&tmpdir).is_err(),
+            "nobody {nobody}: {tmpdir} survived the session"
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stderr).contains("could not be removed"),
+            "{out:?}"
+        );
+    }
+}
+
+/// What cannot be removed is said: a tree deeper than the removal descends
+/// (256 directories) leaves the TMPDIR, and the run says so on stderr,
+/// naming it. (The directory is then removed here.)
+#[test]
+fn a_private_tmpdir_that_cannot_be_removed_is_named() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let mut cmd = if nobody {
+            sandbox_as_nobody()
+        } else {
+            sandbox()
+        };
+        let script = "cd $TMPDIR; i=0; while [ $i -lt 300 ]; do mkdir d; cd d; i=$((i+1)); done; \
+                      echo $TMPDIR";
+        let out = cmd
+            .args(["run", "--private-tmp", "-w"])
+            .arg(&dir)
+            .args(["--", "/bin/sh", "-c", script])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let tmpdir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains(&format!(
+                "sandbox: the private temporary directory {tmpdir} could not be removed"
+            )),
+            "nobody {nobody}: {err}"
+        );
+        assert!(std::path::Path::new(&tmpdir).exists());
+        let _ = std::process::Command::new("rm")
+            .args(["-rf", &tmpdir])
+            .status();
+    }
+}
