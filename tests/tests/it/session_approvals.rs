@@ -414,6 +414,44 @@ fn once_session_and_deny_decide_held_connections() {
     }
 }
 
+/// F6: however many connections one `session` answer admits, the exit
+/// event books them as one entry with their count (300 connections: the
+/// answered question and one `session grant`, count 299), not one entry
+/// each; the twin: the question the harness answered is listed as it was.
+/// Root and nobody.
+#[test]
+fn session_granted_connections_are_booked_once_with_their_count() {
+    for nobody in users() {
+        let mut h = Harness::open(nobody, &[]);
+        h.start(
+            "1",
+            "curl -s -m 120 -o /dev/null -w '%{http_code}\\n' 'http://svc.example.com:8080/f[1-300]' | sort | uniq -c",
+        );
+        let p = h.question("1");
+        h.approve(&p, "session");
+        let exit = h.exit("1");
+        // What a failure shows: the event's first 2000 bytes.
+        let shown = format!("{:.2000}", exit.to_string());
+        assert!(
+            exit["stdout"].as_str().unwrap().contains("300 200"),
+            "{shown}"
+        );
+        assert_eq!(
+            answers(&exit),
+            [
+                ("session".into(), "channel".into()),
+                ("session".into(), "session grant".into())
+            ],
+            "{shown}"
+        );
+        assert_eq!(exit["approvals"][0]["permission"], p.as_str(), "{shown}");
+        assert_eq!(exit["approvals"][1]["count"], 299, "{shown}");
+        assert!(exit.to_string().len() < 8192, "{shown}");
+        assert_eq!(h.served().len(), 300);
+        h.close();
+    }
+}
+
 /// Silence: the held connection is refused when the hold limit passes
 /// (`--approval-timeout`), recorded as "timeout"; a late answer admits
 /// nothing. A malformed answer denies at once. Twin: the same session

@@ -246,13 +246,68 @@ struct Asked {
     fields: Map<String, Value>,
 }
 
+/// How many entries a command's exit event lists in `approvals` at most
+/// ([`Booked`]); the rest are counted in a last entry.
+pub(super) const MAX_BOOKED: usize = 256;
+
+/// What a command's exit event lists: at most [`MAX_BOOKED`] entries. An
+/// entry the proxy settled unasked (a `session grant`, a denial because
+/// the channel was full or the session closed) is booked once per distinct
+/// entry, with how many times (`count`): a command that opens 100,000
+/// connections under one grant adds one entry, not 100,000. Past the cap,
+/// entries are counted (`omitted`), as refusals are.
+#[derive(Default)]
+struct Booked {
+    entries: Vec<Value>,
+    /// Each unasked entry's text (without `count`) and its index.
+    unasked: HashMap<String, usize>,
+    omitted: u64,
+}
+
+impl Booked {
+    fn book(&mut self, entry: Value) {
+        let Value::Object(mut fields) = entry else {
+            return;
+        };
+        if !fields.contains_key("permission") {
+            let text = Value::Object(fields.clone()).to_string();
+            if let Some(&i) = self.unasked.get(&text) {
+                if let Some(Value::Object(same)) = self.entries.get_mut(i) {
+                    let n = same.get("count").and_then(Value::as_u64).unwrap_or(1);
+                    same.insert("count".into(), n.saturating_add(1).into());
+                }
+                return;
+            }
+            if self.entries.len() < MAX_BOOKED {
+                self.unasked.insert(text, self.entries.len());
+            }
+            fields.insert("count".into(), 1.into());
+        }
+        if self.entries.len() >= MAX_BOOKED {
+            self.omitted = self.omitted.saturating_add(1);
+            return;
+        }
+        self.entries.push(Value::Object(fields));
+    }
+
+    /// The exit event's `approvals`: the entries, then, when some were
+    /// left out, `{"kind": "omitted", "count": N}`.
+    fn into_list(self) -> Vec<Value> {
+        let mut list = self.entries;
+        if self.omitted > 0 {
+            list.push(serde_json::json!({"kind": "omitted", "count": self.omitted}));
+        }
+        list
+    }
+}
+
 #[derive(Default)]
 struct State {
     /// The run request whose command runs now.
     run: Value,
     asked: HashMap<String, Asked>,
     /// What each run's exit event lists, by run id (as JSON text).
-    log: HashMap<String, Vec<Value>>,
+    log: HashMap<String, Booked>,
     /// `session` answers: each grant with the addresses shown when it was
     /// given (a later question is admitted unasked only when its addresses
     /// are among them).
@@ -443,9 +498,9 @@ impl Approvals {
         });
     }
 
-    /// Books an entry for the exit event of `run`.
+    /// Books an entry for the exit event of `run` ([`Booked`]: bounded).
     fn book(state: &mut State, run: &Value, entry: Value) {
-        state.log.entry(key(run)).or_default().push(entry);
+        state.log.entry(key(run)).or_default().book(entry);
     }
 
     fn ask(&self, pending: Pending, reply: Reply) {
@@ -616,7 +671,11 @@ impl Approvals {
             }
         }
         state.run = Value::Null;
-        let log = state.log.remove(&key(id)).unwrap_or_default();
+        let log = state
+            .log
+            .remove(&key(id))
+            .map(Booked::into_list)
+            .unwrap_or_default();
         drop(state);
         for (permission, by) in decided {
             self.audit_decided(&permission, "deny", by);
@@ -689,6 +748,64 @@ fn now_ms() -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn granted(host: &str) -> Value {
+        serde_json::json!({"kind": "connect", "host": host, "port": 443, "addresses": null,
+            "local": null, "resolution": false, "answer": "session", "by": "session grant"})
+    }
+
+    /// F6: 10,000 connections admitted by one `session` grant are one
+    /// entry with their count; 10,000 distinct unasked entries (a command
+    /// choosing host names while the channel is full) and 10,000 asked
+    /// ones are capped at [`MAX_BOOKED`], the rest counted. The twin: a
+    /// few entries are listed as they came, nothing omitted.
+    #[test]
+    fn a_commands_approvals_are_bounded_and_counted() {
+        let run = Value::from("r1");
+        let mut state = State::default();
+        let asked = |i: usize| {
+            let mut e = granted("a.example.com");
+            e["permission"] = format!("p{i:016x}").into();
+            e["by"] = "channel".into();
+            e
+        };
+        Approvals::book(&mut state, &run, asked(0));
+        for _ in 0..10_000 {
+            Approvals::book(&mut state, &run, granted("a.example.com"));
+        }
+        let list = state.log.remove(&key(&run)).unwrap().into_list();
+        assert_eq!(list.len(), 2, "{list:?}");
+        assert_eq!(list[0]["by"], "channel");
+        assert!(list[0].get("count").is_none(), "{}", list[0]);
+        assert_eq!(list[1]["by"], "session grant");
+        assert_eq!(list[1]["count"], 10_000);
+
+        for i in 0..10_000 {
+            let mut e = granted(&format!("h{i}.example.com"));
+            e["answer"] = "deny".into();
+            e["by"] = "channel full".into();
+            Approvals::book(&mut state, &run, e);
+            Approvals::book(&mut state, &run, asked(i + 1));
+        }
+        let list = state.log.remove(&key(&run)).unwrap().into_list();
+        assert_eq!(list.len(), MAX_BOOKED + 1, "at most the cap, and the count");
+        let last = list.last().unwrap();
+        assert_eq!(last["kind"], "omitted");
+        assert_eq!(last["count"], (20_000 - MAX_BOOKED) as u64);
+        assert!(Value::from(list.clone()).to_string().len() < 100_000);
+
+        // The twin: a few, each listed once, in order.
+        for host in ["a.example.com", "b.example.com", "a.example.com"] {
+            Approvals::book(&mut state, &run, granted(host));
+        }
+        Approvals::book(&mut state, &run, asked(1));
+        let list = state.log.remove(&key(&run)).unwrap().into_list();
+        let hosts: Vec<&str> = list.iter().map(|e| e["host"].as_str().unwrap()).collect();
+        assert_eq!(hosts, ["a.example.com", "b.example.com", "a.example.com"]);
+        assert_eq!(list[0]["count"], 2);
+        assert_eq!(list[1]["count"], 1);
+        assert_eq!(list[2]["by"], "channel");
+    }
 
     /// A harness that reads nothing: sends wait for room, a question
     /// (`try_send`) beyond [`QUEUED_CAP`] unread bytes is refused at once
