@@ -1654,4 +1654,60 @@ mod imp {
             .map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.to_string()))?;
         write_frame(conn.as_raw_fd(), &json, &[])
     }
+
+    #[cfg(test)]
+    mod tests {
+        use super::*;
+
+        /// A connection sent to the door.
+        fn hello(handed: &OwnedFd) -> OwnedFd {
+            let (mine, theirs) = pair(libc::SOCK_STREAM).unwrap();
+            send(handed.as_raw_fd(), b"hello", &[theirs.as_raw_fd()]).unwrap();
+            mine
+        }
+
+        /// The sweep between commands: a connection accepted before it
+        /// (being read or checked) sees its command ended and holds the
+        /// sweep until it is dropped; one still queued is taken and closed
+        /// (its requester reads EOF), never accepted after the sweep. Twin:
+        /// a connection sent after the sweep is accepted, in a generation
+        /// not ended.
+        #[test]
+        fn the_sweep_ends_accepted_and_queued_connections_of_its_command() {
+            let (served, handed) = pair(libc::SOCK_SEQPACKET).unwrap();
+            let commands = Commands::new(Some(served.try_clone().unwrap()));
+            let _first = hello(&handed);
+            let (admitted, _conn) = commands.accept(served.as_raw_fd()).unwrap();
+            assert!(!admitted.ended());
+            let queued = hello(&handed);
+            std::thread::scope(|scope| {
+                let sweep = scope.spawn(|| commands.end_all());
+                let until = Instant::now() + Duration::from_secs(5);
+                while !admitted.ended() && Instant::now() < until {
+                    std::thread::sleep(Duration::from_millis(5));
+                }
+                assert!(admitted.ended(), "the sweep did not end the accepted one");
+                std::thread::sleep(Duration::from_millis(100));
+                assert!(!sweep.is_finished(), "the sweep did not wait for it");
+                drop(admitted);
+                sweep.join().unwrap();
+            });
+            assert!(commands.accept(served.as_raw_fd()).is_none());
+            let mut buf = [0u8; 1];
+            // SAFETY: recv on a live socket into a one-byte buffer.
+            let n = unsafe {
+                libc::recv(
+                    queued.as_raw_fd(),
+                    buf.as_mut_ptr().cast(),
+                    1,
+                    libc::MSG_DONTWAIT,
+                )
+            };
+            assert_eq!(n, 0, "the queued connection was not closed");
+            // Twin: the next command's connection.
+            let _next = hello(&handed);
+            let (admitted, _conn) = commands.accept(served.as_raw_fd()).unwrap();
+            assert!(!admitted.ended());
+        }
+    }
 }
