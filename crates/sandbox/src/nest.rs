@@ -43,7 +43,7 @@
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket`, `a_nest_socket_handed_to_a_nested_run_is_not_served` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run; the lists whose checking touches the file system bounded before anything is resolved or looked up (at most [`MAX_TRUSTED_FILES`] trusted files, looked up on one thread; [`MAX_LIST`] entries per policy list and `PATH` directories; paths of at most [`MAX_PATH`] bytes, [`MAX_POLICY_PATHS`] in all), more refused naming the bound | `the_capability_cannot_run_anything_unconfined` (a request by hand), `a_huge_nested_request_holds_no_run_past_its_timeout_or_a_stop_signal` |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes, the outer run ends (before the outer run's other processes are ended) or, in a session's shared launch, the command that asked ends (before the next command starts), recorded `cancelled` naming which; a connection counts from the moment the door takes it, in the generation of the command it came in: the end-of-command sweep (`Commands::end_all`) closes that generation, closes the connections still queued, and waits for every connection of it, so a request read or checked when its command ended is refused, never started (nor one when the outer run ended); its stop signals are those its requester relays, never the runner's own; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command`, `a_nested_run_ended_from_outside_is_recorded_as_cancelled`, `a_stop_signal_to_the_outer_run_reaches_the_nested_command_once`, `a_commands_nested_run_does_not_outlive_it_shared`, `a_commands_nested_request_never_starts_in_the_next_command` |
-//! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s; the records kept for the outer record are the tree's first 256 (each requester still gets its own) | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records` |
+//! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s (100 ms once the outer run has ended); the records kept for the outer record are the tree's first 256 (each requester still gets its own) | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records` |
 //! | the outer run's limits | the nested commands' processes, memory and CPU, alongside the outer command's | the nested run's cgroups (v2, and the v1 groups that hold limits) are made inside the outer run's, so the kernel charges them to the outer run's limits; the outer run removes its cgroups only after every nested run has ended | `a_nested_run_is_charged_to_the_outer_runs_limits` |
 //! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` (in a session's shared launch, under the exit event of the command that asked, at most 256 each) | `the_inner_refusals_reach_the_outer_record`, `a_shared_commands_nested_runs_are_in_its_own_exit_event` |
 
@@ -1059,20 +1059,7 @@ mod imp {
         fn handle(&self, admitted: Admitted<'_>, conn: OwnedFd, outer: &Outer<'_>) {
             // A requester that stops reading cannot hold this thread (and
             // so the end of the outer run) past a bounded send.
-            let limit = libc::timeval {
-                tv_sec: SEND_WAIT.as_secs() as libc::time_t,
-                tv_usec: 0,
-            };
-            // SAFETY: a timeval on the stack, its size given.
-            unsafe {
-                libc::setsockopt(
-                    conn.as_raw_fd(),
-                    libc::SOL_SOCKET,
-                    libc::SO_SNDTIMEO,
-                    (&limit as *const libc::timeval).cast(),
-                    std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-                )
-            };
+            send_wait(&conn, SEND_WAIT);
             if send(conn.as_raw_fd(), HELLO, &[]).is_err() {
                 return;
             }
@@ -1102,8 +1089,13 @@ mod imp {
                 }
             };
             // Its record is in (`Commands::take`); the reply, which may wait
-            // on a requester that does not read, holds no sweep.
+            // on a requester that does not read, holds no sweep, and once
+            // the outer run has ended, not its end either (its requester,
+            // a process of the outer run, is gone or going).
             drop(admitted);
+            if polls(self.stop_read.as_raw_fd()) {
+                send_wait(&conn, Duration::from_millis(100));
+            }
             let _ = reply_with(&conn, &reply);
         }
 
@@ -1636,6 +1628,24 @@ mod imp {
             return Err(io::Error::last_os_error());
         }
         Ok(())
+    }
+
+    /// Bounds each send on `conn` to `wait` (`SO_SNDTIMEO`).
+    fn send_wait(conn: &OwnedFd, wait: Duration) {
+        let limit = libc::timeval {
+            tv_sec: wait.as_secs() as libc::time_t,
+            tv_usec: wait.subsec_micros() as libc::suseconds_t,
+        };
+        // SAFETY: a timeval on the stack, its size given.
+        unsafe {
+            libc::setsockopt(
+                conn.as_raw_fd(),
+                libc::SOL_SOCKET,
+                libc::SO_SNDTIMEO,
+                (&limit as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
     }
 
     /// Whether `fd` polls readable (or hung up) now.
