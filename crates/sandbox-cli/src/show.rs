@@ -397,7 +397,9 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
             "{} ({})",
             plural(nets.len(), "connection"),
             first_targets(&nets, |c| {
-                if c.syscall == "proxy" {
+                if c.syscall == "proxy" && c.reason.starts_with("not a host name") {
+                    format!("{} is not a host name", c.target)
+                } else if c.syscall == "proxy" {
                     format!("{} not in --allow-net", c.target)
                 } else {
                     c.target.clone()
@@ -795,6 +797,14 @@ mod tests {
                 "no egress rule lists this host name".into(),
             ));
         }
+        // A host the proxy refused as no host name: nothing proposed.
+        calls.push(call(
+            "proxy",
+            "x;id.example.com:443",
+            "not a host name (only letters, digits, '-', '_' and '.', labels of 1 to 63 bytes): \
+             refused before any rule or lookup"
+                .into(),
+        ));
         let record = serde_json::json!({
             "argv": ["sh"], "policy": null, "backend": "landlock", "report": null,
             "termination": {"kind": "exited", "code": 1}, "timed_out": false,
@@ -821,6 +831,14 @@ mod tests {
             .filter(|l| l.trim_start().starts_with("not proposed: it holds"))
             .count();
         assert_eq!(refused_not_proposed, unsafe_targets.len(), "{printed:#?}");
+        let mut lone = serde_json::to_value(&outcome).unwrap();
+        lone["mediation"]["refused"] = serde_json::json!([calls.last().unwrap()]);
+        let lone: Outcome = serde_json::from_value(lone).unwrap();
+        let summary = refusal_summary(&lone).unwrap();
+        assert!(
+            summary.contains("x;id.example.com:443 is not a host name"),
+            "{summary}"
+        );
         // The twin: a plain name is proposed bare.
         assert!(
             printed

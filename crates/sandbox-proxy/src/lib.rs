@@ -81,6 +81,10 @@
 //! `502`.
 //!
 //! # How a destination is admitted
+//! A host that is neither an IP literal nor a host name (a byte other than
+//! a letter, digit, `-`, `_` or `.`, an empty label, a label past 63 bytes)
+//! is refused first ([`RefusalReason::NotAHostName`]): no rule, question,
+//! lookup or proposal is made of it.
 //! As [`EgressRule`] describes: an IP literal by IP rules only; a name only
 //! by a name rule (a name no rule lists is refused before it is resolved);
 //! the addresses a listed name resolves to (system resolver, `getaddrinfo`)
@@ -493,6 +497,10 @@ pub enum RefusalReason {
     /// No name rule lists the host name at this port (IP rules admit no
     /// names).
     NameNotListed,
+    /// The host asked for is neither an IP literal nor a host name (a
+    /// byte other than a letter, digit, `-`, `_` or `.`, an empty label,
+    /// too long): refused before any rule, question or lookup.
+    NotAHostName,
     /// No IP rule admits the IP literal at this port (name rules admit no IP
     /// literals).
     AddressNotAllowed,
@@ -542,6 +550,10 @@ impl fmt::Display for RefusalReason {
         match self {
             RefusalReason::NameNotListed => f.write_str(
                 "no egress rule lists this host name and port (IP rules do not admit names)",
+            ),
+            RefusalReason::NotAHostName => f.write_str(
+                "not a host name (only letters, digits, '-', '_' and '.', labels of 1 to 63 \
+                 bytes): refused before any rule or lookup",
             ),
             RefusalReason::AddressNotAllowed => f.write_str(
                 "no IP egress rule admits this address and port (name rules do not admit IP \

@@ -130,6 +130,22 @@ fn resolve(shared: &Shared, name: &str, port: u16) -> io::Result<Vec<SocketAddr>
 }
 
 /// The addresses `target` may be connected to, in the resolver's order.
+/// Whether `name` (not an IP literal) is a host name: dot-separated
+/// labels of 1 to 63 letters, digits, `-` and `_` (which real names
+/// hold), 253 bytes in all, one final dot allowed.
+pub(crate) fn is_host_name(name: &str) -> bool {
+    let name = name.strip_suffix('.').unwrap_or(name);
+    !name.is_empty()
+        && name.len() <= 253
+        && name.split('.').all(|label| {
+            !label.is_empty()
+                && label.len() <= 63
+                && label
+                    .bytes()
+                    .all(|b| b.is_ascii_alphanumeric() || b == b'-' || b == b'_')
+        })
+}
+
 fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure> {
     let rules = &shared.rules;
     let candidates = match &target.host {
@@ -141,6 +157,12 @@ fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure
             vec![addr]
         }
         Host::Name(name) => {
+            // Refused before any rule, question or lookup: such text is no
+            // name a rule could list, and a proposal built from it would be
+            // the command's text.
+            if !is_host_name(name) {
+                return Err(target.refused(RefusalReason::NotAHostName));
+            }
             if rules.name_match(name, target.port).is_none() {
                 return Err(target.refused(RefusalReason::NameNotListed));
             }

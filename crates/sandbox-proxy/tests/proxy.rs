@@ -250,6 +250,69 @@ fn connect_refuses_an_unlisted_name_without_resolving_it() {
     assert_eq!(proxy.refusals()[0].reason, RefusalReason::NameNotListed);
 }
 
+/// Red team F1(b): a `CONNECT` or SOCKS5 host that is no host name (shell
+/// code ending in a wildcard's suffix, an empty label, a label past 63
+/// bytes, a control character) is refused as such before any rule or
+/// lookup, so no proposal is built from it; the twins: a name the wildcard
+/// lists reaches the resolver, an unlisted one is `NameNotListed`.
+#[test]
+fn a_host_that_is_no_host_name_is_refused_before_any_rule_or_lookup() {
+    let o = origin();
+    let (proxy, asked) = start_with_resolver(&[
+        &format!("localhost:{}", o.port()),
+        &format!("*.example.com:{}", o.port()),
+    ]);
+    let long = format!("{}.example.com", "a".repeat(64));
+    let bad = [
+        "x;touch$IFS/tmp/PWNED;#.example.com",
+        "a$(touch${IFS}/tmp/PWNED2).example.com",
+        "a..example.com",
+        long.as_str(),
+    ];
+    for host in bad {
+        let (status, body) = refused(
+            &proxy,
+            &format!("CONNECT {host}:{} HTTP/1.1\r\n\r\n", o.port()),
+        );
+        assert!(status.starts_with("HTTP/1.1 403 "), "{host}: {status}");
+        assert!(body.contains("not a host name"), "{host}: {body}");
+    }
+    let (code, _, _) = socks(&proxy, 1, 3, &name("a`id`.example.com"), o.port());
+    assert_eq!(code, 2);
+    let (code, _, _) = socks(&proxy, 1, 3, &name("local\x1b[31mhost"), o.port());
+    assert_eq!(code, 2);
+    let r = proxy.refusals();
+    assert_eq!(r.len(), bad.len() + 2, "{r:?}");
+    assert!(
+        r.iter().all(|r| r.reason == RefusalReason::NotAHostName),
+        "{r:?}"
+    );
+    assert!(asked.lock().unwrap().is_empty(), "nothing looked up");
+    // The twins.
+    assert_eq!(
+        get_through_tunnel(&proxy, &format!("localhost:{}", o.port())),
+        BODY
+    );
+    let (status, _) = refused(
+        &proxy,
+        &format!("CONNECT ok1.example.com:{} HTTP/1.1\r\n\r\n", o.port()),
+    );
+    assert!(!status.starts_with("HTTP/1.1 200 "), "{status}");
+    assert!(asked
+        .lock()
+        .unwrap()
+        .contains(&"ok1.example.com".to_string()));
+    let (status, _) = refused(
+        &proxy,
+        &format!("CONNECT unlisted.example:{} HTTP/1.1\r\n\r\n", o.port()),
+    );
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status}");
+    assert_eq!(
+        proxy.refusals().last().unwrap().reason,
+        RefusalReason::NameNotListed
+    );
+}
+
 #[test]
 fn ip_literals_need_ip_rules() {
     let o = origin();
