@@ -386,7 +386,19 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
             // The head was checked with the bytes after it: they start the body.
             let _ = watch.check(&head.rest);
             let shown = format!("{} http://{authority}{path}", head.method);
-            return relay_guarded(slot, client, upstream, watch, &target, &head.method, &shown);
+            // The response passes the proxy in clear: the secrets' values
+            // are masked in it as in an intercepted one (an origin that
+            // serves what an intercepted host stored).
+            let scrub = interception.inner.scrub(std::iter::empty());
+            return relay_guarded(
+                slot,
+                client,
+                upstream,
+                (watch, scrub),
+                &target,
+                &head.method,
+                &shown,
+            );
         }
     }
     // The body (framed by the client's Content-Length or chunking) and
@@ -495,7 +507,7 @@ fn relay_guarded(
     slot: &Slot,
     client: TcpStream,
     upstream: TcpStream,
-    mut guard: Watch<'_>,
+    (mut guard, mut scrub): (Watch<'_>, crate::intercept::Scrub),
     target: &Target,
     method: &str,
     shown: &str,
@@ -549,15 +561,22 @@ fn relay_guarded(
             match upstream.read(&mut buf) {
                 Ok(0) => break Ok(()),
                 Ok(n) => {
-                    if let Err(e) = client.write_all(&buf[..n]) {
+                    let out = scrub.body(&buf[..n]);
+                    if let Err(e) = client.write_all(&out) {
                         break Err(e);
                     }
-                    relayed += n as u64;
+                    relayed += out.len() as u64;
                 }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(e) => break Err(e),
             }
         };
+        // The bytes held back (the start of a value may end a read), masked.
+        let ended = ended.and_then(|()| {
+            let rest = scrub.finish();
+            relayed += rest.len() as u64;
+            client.write_all(&rest)
+        });
         // As `relay` does, unless the client is to be answered 403.
         if !caught.load(std::sync::atomic::Ordering::SeqCst) {
             if ended.is_ok() {

@@ -30,6 +30,7 @@ class H(http.server.BaseHTTPRequestHandler):
         if self.path.startswith("/v1/store"):
             # Keeps the request's headers (an audit log, a request bin).
             H.stored = "".join("%s: %s\n" % (k, v) for k, v in self.headers.items())
+            open(sys.argv[1] + "/stored", "w").write(H.stored)
             print("origin stored %r" % H.stored, flush=True)
             return self.text(200, "OK", [], b"stored\n")
         if self.path.startswith("/v1/fetch"):
@@ -752,13 +753,31 @@ fn decodes_to(text: &str, value: &[u8]) -> bool {
 }
 
 /// F4: an origin that stores a request's headers and serves them to a
-/// later request (of the same run, or of another run) does not hand the
-/// command the value: neither raw (Bearer) nor in the `Basic` credential the
-/// proxy re-encoded, nor in another alignment (`ab:`); the twin: the origin
+/// later request (of the same run, or of another run, or over plain
+/// `http://` through the proxy) does not hand the command the value:
+/// neither raw (Bearer) nor in the `Basic` credential the proxy
+/// re-encoded, nor in another alignment (`ab:`); the twin: the origin
 /// stored the real value.
 #[test]
 fn a_stored_credential_served_to_a_later_request_is_masked() {
     let script = r#"
+cat > "$D/plainfetch.py" <<'PY'
+import http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        out = open(sys.argv[1] + "/stored", "rb").read()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H).serve_forever()
+PY
+python3 "$D/plainfetch.py" "$D" > /dev/null 2>&1 < /dev/null &
+plain=$!
+for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8080))' 2>/dev/null && break; sleep 0.05; done
 T="real-secret-valu""e-42"
 INNER='curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
 curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch basic /"
@@ -766,9 +785,11 @@ curl -sS -u "ab:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
 curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch ab /"
 curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/store >/dev/null
 curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch bearer /"
-curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null'
-TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
+curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl -sS -i http://other.example.com:8080/fetch | sed "s/^/plain /"'
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' --allow-net other.example.com:8080 -- sh -c "$INNER"
 TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/later /"
+kill $plain 2>/dev/null
 "#;
     let (out, d) = in_private_net(script);
     let l = lines(&out);
@@ -802,6 +823,18 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
     has(
         &l,
         "fetch bearer X-Stored: Authorization: Bearer SANDBOX_SECRET_",
+    );
+    // Over plain HTTP through the proxy: masked too (the twin: the file
+    // the plain origin serves holds the real credential).
+    let stored = std::fs::read_to_string(d.path().join("stored")).unwrap_or_default();
+    assert!(
+        stored.contains("Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI="),
+        "{stored}"
+    );
+    has(&l, "plain HTTP/1.1 200 OK");
+    has(
+        &l,
+        "plain Authorization: Basic ********************************",
     );
     // A later run, which sent no credential: its value still masked.
     has(&l, "later Authorization: Basic bWU6*");
