@@ -8,8 +8,10 @@
 //! fd, `O_NOFOLLOW`, never a path string a surviving process could swap),
 //! gives each directory the runner's user owns back its owner's `rwx`
 //! (`fchmod` on the opened fd; `fchmodat(AT_SYMLINK_NOFOLLOW)` beneath the
-//! parent's fd for one that cannot be opened), and says on stderr, escaped,
-//! what it could not remove.
+//! parent's fd for one that cannot be opened), moves what lies deeper than
+//! the fds it holds up into the top directory (`renameat` between fds) to
+//! remove it in a later round, and says on stderr, escaped, what it could
+//! not remove.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -64,6 +66,11 @@ fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
 
 /// Removes the directory `path` and everything beneath it (see the module
 /// doc); the first error met, after removing all else it could.
+///
+/// One fd is held per level, at most [`DEPTH`] levels: a directory deeper
+/// is moved up (`renameat` between the fds) into the top directory under a
+/// fresh name and removed from there in a later round, so a tree of any
+/// depth goes, its fds bounded.
 pub(crate) fn remove(path: &Path) -> io::Result<()> {
     let parent = path.parent().unwrap_or(Path::new("/"));
     let name = path
@@ -82,25 +89,120 @@ pub(crate) fn remove(path: &Path) -> io::Result<()> {
     let parent = unsafe { OwnedFd::from_raw_fd(fd) };
     let name =
         CString::new(name.as_bytes()).map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-    match remove_dir(parent.as_raw_fd(), &name, 0) {
-        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => Ok(()),
-        other => other,
+    let top = match open_dir(parent.as_raw_fd(), &name) {
+        Ok(top) => top,
+        Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return Ok(()),
+        Err(e) => return Err(e),
+    };
+    let mut walk = Walk {
+        top: top.as_raw_fd(),
+        moved: 0,
+    };
+    let mut first = None;
+    for _ in 0..ROUNDS {
+        let before = walk.moved;
+        first = None;
+        for entry in names(&top)? {
+            if let Err(e) = walk.entry(top.as_raw_fd(), &entry, 1) {
+                first.get_or_insert(e);
+            }
+        }
+        // Nothing moved up this round: nothing is left for another.
+        if walk.moved == before {
+            break;
+        }
+    }
+    drop(top);
+    // SAFETY: a live dirfd and a NUL-terminated name.
+    let rmdir = unsafe { libc::unlinkat(parent.as_raw_fd(), name.as_ptr(), libc::AT_REMOVEDIR) };
+    if let Err(e) = cvt(rmdir) {
+        if e.raw_os_error() != Some(libc::ENOENT) {
+            first.get_or_insert(e);
+        }
+    }
+    match first {
+        None => Ok(()),
+        Some(e) => Err(e),
     }
 }
 
-/// Removes the entry `name` beneath the directory `parent`: a file, link
-/// or other non-directory by `unlinkat`, a directory by [`remove_dir`].
-fn remove_entry(parent: RawFd, name: &CStr, depth: usize) -> io::Result<()> {
-    // SAFETY: a live dirfd and a NUL-terminated name.
-    if unsafe { libc::unlinkat(parent, name.as_ptr(), 0) } == 0 {
-        return Ok(());
+/// Rounds of [`remove`] at most (each moves up what lies deeper than
+/// [`DEPTH`]): a tree a million directories deep.
+const ROUNDS: usize = 4096;
+
+/// One removal: the top directory's fd, where what lies too deep is moved.
+struct Walk {
+    top: RawFd,
+    moved: u64,
+}
+
+impl Walk {
+    /// Removes the entry `name` beneath the directory `parent`: a file,
+    /// link or other non-directory by `unlinkat`, a directory by
+    /// [`Walk::dir`].
+    fn entry(&mut self, parent: RawFd, name: &CStr, depth: usize) -> io::Result<()> {
+        // SAFETY: a live dirfd and a NUL-terminated name.
+        if unsafe { libc::unlinkat(parent, name.as_ptr(), 0) } == 0 {
+            return Ok(());
+        }
+        let err = io::Error::last_os_error();
+        match err.raw_os_error() {
+            Some(libc::ENOENT) => Ok(()),
+            // A directory (EISDIR on Linux, EPERM as POSIX allows).
+            Some(libc::EISDIR | libc::EPERM) => self.dir(parent, name, depth),
+            _ => Err(err),
+        }
     }
-    let err = io::Error::last_os_error();
-    match err.raw_os_error() {
-        Some(libc::ENOENT) => Ok(()),
-        // A directory (EISDIR on Linux, EPERM as POSIX allows).
-        Some(libc::EISDIR | libc::EPERM) => remove_dir(parent, name, depth),
-        _ => Err(err),
+
+    /// Removes the directory `name` beneath `parent` and all beneath it;
+    /// past [`DEPTH`], moves it up into the top directory instead.
+    fn dir(&mut self, parent: RawFd, name: &CStr, depth: usize) -> io::Result<()> {
+        if depth >= DEPTH {
+            return self.move_up(parent, name);
+        }
+        let dir = match open_dir(parent, name) {
+            Ok(dir) => dir,
+            // Not a directory now (replaced meanwhile): an entry to unlink.
+            Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
+                // SAFETY: a live dirfd and a NUL-terminated name.
+                return cvt(unsafe { libc::unlinkat(parent, name.as_ptr(), 0) }).map(drop);
+            }
+            Err(e) => return Err(e),
+        };
+        let mut first = None;
+        for entry in names(&dir)? {
+            if let Err(e) = self.entry(dir.as_raw_fd(), &entry, depth + 1) {
+                first.get_or_insert(e);
+            }
+        }
+        drop(dir);
+        // SAFETY: a live dirfd and a NUL-terminated name.
+        if let Err(e) = cvt(unsafe { libc::unlinkat(parent, name.as_ptr(), libc::AT_REMOVEDIR) }) {
+            first.get_or_insert(e);
+        }
+        match first {
+            None => Ok(()),
+            Some(e) => Err(e),
+        }
+    }
+
+    /// Moves the directory `name` beneath `parent` into the top directory
+    /// under a name not in use there (`renameat` between the two fds).
+    fn move_up(&mut self, parent: RawFd, name: &CStr) -> io::Result<()> {
+        for _ in 0..64 {
+            self.moved += 1;
+            let fresh = CString::new(format!(".sandbox-rm-{}", self.moved))
+                .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
+            // SAFETY: live dirfds and NUL-terminated names. An empty
+            // directory of that name would be replaced: it is one of the
+            // run's, and goes anyway.
+            match cvt(unsafe { libc::renameat(parent, name.as_ptr(), self.top, fresh.as_ptr()) }) {
+                Ok(_) => return Ok(()),
+                Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Err(io::Error::from_raw_os_error(libc::EEXIST))
     }
 }
 
@@ -151,39 +253,6 @@ fn open_dir(parent: RawFd, name: &CStr) -> io::Result<OwnedFd> {
     Ok(dir)
 }
 
-/// Removes the directory `name` beneath `parent` and all beneath it.
-fn remove_dir(parent: RawFd, name: &CStr, depth: usize) -> io::Result<()> {
-    let dir = match open_dir(parent, name) {
-        Ok(dir) => dir,
-        // Not a directory now (replaced meanwhile): an entry to unlink.
-        Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTDIR | libc::ELOOP)) => {
-            // SAFETY: a live dirfd and a NUL-terminated name.
-            return cvt(unsafe { libc::unlinkat(parent, name.as_ptr(), 0) }).map(drop);
-        }
-        Err(e) => return Err(e),
-    };
-    if depth >= DEPTH {
-        return Err(io::Error::other(format!(
-            "more than {DEPTH} directories deep"
-        )));
-    }
-    let mut first = None;
-    for entry in names(&dir)? {
-        if let Err(e) = remove_entry(dir.as_raw_fd(), &entry, depth + 1) {
-            first.get_or_insert(e);
-        }
-    }
-    drop(dir);
-    // SAFETY: a live dirfd and a NUL-terminated name.
-    if let Err(e) = cvt(unsafe { libc::unlinkat(parent, name.as_ptr(), libc::AT_REMOVEDIR) }) {
-        first.get_or_insert(e);
-    }
-    match first {
-        None => Ok(()),
-        Some(e) => Err(e),
-    }
-}
-
 /// The names in the open directory `dir`, but `.` and `..`.
 fn names(dir: &OwnedFd) -> io::Result<Vec<CString>> {
     // SAFETY: dup of a live fd.
@@ -196,6 +265,9 @@ fn names(dir: &OwnedFd) -> io::Result<Vec<CString>> {
         unsafe { libc::close(fd) };
         return Err(e);
     }
+    // The copy shares the fd's offset: from the start, each time.
+    // SAFETY: a live DIR stream.
+    unsafe { libc::rewinddir(stream) };
     let mut out = Vec::new();
     loop {
         // SAFETY: a live DIR stream.
@@ -227,7 +299,8 @@ mod tests {
     /// Closed directories (mode 000 and 0500, the directory itself 0500)
     /// and a mode-000 file are removed; a symlink to a directory outside is
     /// removed, not followed (its target and the target's mode intact).
-    /// Root or not (as nobody the tests run this again: see the report).
+    /// Root or not (the e2e tests in `tests/tests/it/private_tmp.rs` run the
+    /// runner as nobody too).
     #[test]
     fn closed_directories_are_removed_and_links_not_followed() {
         let outside = tempfile::tempdir().unwrap();
@@ -255,6 +328,23 @@ mod tests {
             0o500
         );
         mode(outside.path(), 0o700);
+    }
+
+    /// A tree deeper than the fds held (`DEPTH`), closed at the bottom,
+    /// is removed too.
+    #[test]
+    fn a_deep_tree_is_removed() {
+        let tmp = PrivateTmp::new().unwrap();
+        let p = tmp.path().to_path_buf();
+        let mut d = p.clone();
+        for _ in 0..(DEPTH * 2 + 10) {
+            d.push("d");
+        }
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("f"), "x").unwrap();
+        mode(&d, 0o000);
+        drop(tmp);
+        assert!(!p.exists(), "{} survived", p.display());
     }
 
     /// Twin: a plain directory with files is removed.
