@@ -119,9 +119,9 @@ pub(crate) fn request_offer(
         return None;
     }
     // The proxy wrote the flag's value as one shell word
-    // (`sandbox_core::request::flag`).
+    // (`sandbox::policy::flag`).
     let (_, flag) = call.reason.split_once("(to admit it: --allow-request ")?;
-    sandbox_core::request::shell_unword(flag.strip_suffix(')')?)?
+    sandbox::policy::shell_unword(flag.strip_suffix(')')?)?
         .parse()
         .ok()
 }

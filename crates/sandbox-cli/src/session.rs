@@ -1422,7 +1422,7 @@ impl Session {
     }
 }
 
-/// A command's refusals so far (`sandbox_core::MediationTap::live`).
+/// A command's refusals so far (`sandbox::runner` tap, `MediationTap::live`).
 type LiveRefusals =
     dyn Fn() -> Option<(Vec<sandbox::runner::MediatedCall>, u64)> + Send + Sync + 'static;
 

@@ -222,12 +222,12 @@ pub(crate) enum Proposal {
 /// a new file directly in `/tmp` `--private-tmp` (`-w` of it only when the
 /// run had a private `$TMPDIR` already, `private_tmp`).
 /// The flag `name VALUE`, the value one shell word
-/// ([`sandbox_core::request::flag`], the one quoting of every proposal):
+/// ([`sandbox::policy::flag`], the one quoting of every proposal):
 /// pasted, it runs nothing the command chose (a host name, a path, a
 /// request path are the command's). A value no word carries safely is
 /// not proposed: the proposal says why.
 pub(crate) fn propose(name: &str, value: &str) -> Proposal {
-    match sandbox_core::request::flag(name, value) {
+    match sandbox::policy::flag(name, value) {
         Ok(flag) => Proposal::Flag(flag),
         Err(why) => Proposal::Unquotable(why.to_string()),
     }
@@ -781,7 +781,7 @@ mod tests {
             }
         }
         for path in &request_paths {
-            let flag = sandbox_core::request::flag("--allow-request", &rule(path)).unwrap();
+            let flag = sandbox::policy::flag("--allow-request", &rule(path)).unwrap();
             calls.push(call(
                 "request",
                 &rule(path),

@@ -68,7 +68,9 @@ pub mod policy {
     pub use sandbox_core::net::{
         EgressRule, EgressRuleError, EgressRules, NameMatch, NameRule, NetRule, NetRuleError,
     };
-    pub use sandbox_core::request::{RequestRule, RequestRuleError, SecretSpec};
+    pub use sandbox_core::request::{
+        flag, shell_unword, shell_word, RequestRule, RequestRuleError, SecretSpec,
+    };
     pub use sandbox_core::{
         builtin_op_bound, config_candidates, ConfigError, ConfigSource, CpuLimit, EgressConfig,
         ExpandContext, LimitError, MemoryLimit, NetworkMode, OperatorPolicy, PidsLimit,
