@@ -9,7 +9,9 @@ use std::process::{Child, ChildStdin, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{is_root, sandbox, sandbox_as_nobody, sandbox_bin, shared_dir, users};
+#[cfg(target_os = "linux")]
+use sandbox_tests::is_root;
+use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin, shared_dir, users};
 use serde_json::{json, Value};
 
 /// The real backend for this host, failing if absent.

@@ -7,8 +7,8 @@ use std::path::{Path, PathBuf};
 use std::process::Output;
 
 #[cfg(target_os = "linux")]
-use sandbox_tests::{cannot_do_its_job, is_root, stderr, with_private_mounts};
-use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_lines};
+use sandbox_tests::{cannot_do_its_job, with_private_mounts};
+use sandbox_tests::{is_root, sandbox, sandbox_as_nobody, sandbox_lines, stderr};
 
 fn code(out: &Output) -> Option<i32> {
     out.status.code()
