@@ -11,7 +11,7 @@
 //!   `cpu` there), which the command joins before it execs by writing `0`
 //!   to the group's `cgroup.procs` (a pid of 0 names the writer, in v1 as
 //!   in v2: `cgroup_procs_write_start` in kernel/cgroup/cgroup.c; the
-//!   memory and pids tests in tests/tests/limits.rs show the join holds).
+//!   memory and pids tests in tests/tests/it/limits.rs show the join holds).
 //!
 //! A command cannot leave or raise its limits: both need writes to files
 //! under `/sys/fs/cgroup`, which Landlock refuses outside the write paths.

@@ -28,7 +28,7 @@
 //! The nest socket is a trusted entry point of the runner (unconfined, often
 //! root) that the confined command (hostile, perhaps root with its
 //! capabilities dropped) reaches. What the command controls, what holds,
-//! and the tests in `tests/tests/nested.rs` and `nested_attacks.rs` that
+//! and the tests in `tests/tests/it/nested.rs` and `nested_attacks.rs` that
 //! attack it:
 //!
 //! | part | the command controls | held by | attacked by |

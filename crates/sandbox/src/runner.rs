@@ -198,7 +198,7 @@ pub enum RunError {
 /// the command inherits it, and an addressed send on it reaches any host
 /// datagram socket (`/dev/log`, ...) past the confinement, which refuses
 /// such sockets only at creation (unix(7): an unconnected datagram socket
-/// names its peer in each `sendto`/`sendmsg`; `tests/tests/unix_sockets.rs`
+/// names its peer in each `sendto`/`sendmsg`; `tests/tests/it/unix_sockets.rs`
 /// attacks it with an inherited socket). The same holds with the network
 /// off: the filter refuses an addressed `sendto`, but `sendmsg`'s `msg_name`
 /// lies behind a pointer seccomp cannot read, so an inherited datagram socket

@@ -34,7 +34,7 @@
 //! # Threat table
 //! The command is hostile (perhaps root, capabilities dropped); the zygote
 //! runs under the session's policy, so it is treated as taken over too.
-//! Tests in `tests/tests/session.rs`:
+//! Tests in `tests/tests/it/session.rs`:
 //!
 //! | part | who controls what | held by | attacked by |
 //! |---|---|---|---|

@@ -326,7 +326,7 @@ fn hard_linking_a_denied_file_is_refused_and_its_sibling_linked() {
     );
     assert!(!fx.w.join("x").exists());
     // From outside the write path: refused as Landlock refuses it (EXDEV,
-    // tests/tests/explain.rs compares the two).
+    // tests/tests/it/explain.rs compares the two).
     let outside = fx.file(&fx.o.join("f"), 0o644);
     let run = sh_entries(rules(&fx), &format!("ln {} {w}/x", q(&outside)));
     assert_ne!(run.code, 0);

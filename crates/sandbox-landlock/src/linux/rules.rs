@@ -382,7 +382,7 @@ enum Kind {
 /// entry out of a directory needs the remove right there, which its
 /// Landlock domain grants beneath its write paths only
 /// (`LANDLOCK_ACCESS_FS_REMOVE_DIR`, `_REFER`, Documentation/userspace-api/
-/// landlock.rst; tests/tests/nested_attacks.rs,
+/// landlock.rst; tests/tests/it/nested_attacks.rs,
 /// `a_directory_from_outside_cannot_be_moved_beneath_the_write_path`).
 fn open_path(path: &Path) -> std::io::Result<(OwnedFd, Kind)> {
     use std::path::Component;
