@@ -12,6 +12,14 @@
 //! the fds it holds up into the top directory (`renameat` between fds) to
 //! remove it in a later round, and says on stderr, escaped, what it could
 //! not remove.
+//!
+//! The runner is no deputy (red team G3): the walk runs on a thread of its
+//! own that first empties its capability sets (`capset(2)` acts on the
+//! calling thread only, capabilities(7)), so a root runner removes only
+//! what its uid could remove without `CAP_DAC_OVERRIDE` or `CAP_FOWNER`,
+//! as the confined command (which has no capabilities) could: another
+//! user's files the command carried in (by moving a directory of its own
+//! above them into the `TMPDIR`) stay, and are named.
 
 use std::ffi::{CStr, CString};
 use std::io;
@@ -47,13 +55,70 @@ impl PrivateTmp {
 
 impl Drop for PrivateTmp {
     fn drop(&mut self) {
-        if let Err(e) = remove(&self.path) {
+        if let Err(e) = without_capabilities(|| remove(&self.path)) {
             crate::show::say(&format!(
                 "sandbox: the private temporary directory {} could not be removed: {e}",
                 self.path.display()
             ));
         }
     }
+}
+
+/// Runs `f` on a thread of its own whose effective, permitted and
+/// inheritable capability sets are emptied first (`capset(2)` on that
+/// thread: the runner's other threads keep theirs); `Err` without calling
+/// `f` when they cannot be.
+fn without_capabilities<T: Send>(f: impl FnOnce() -> io::Result<T> + Send) -> io::Result<T> {
+    std::thread::scope(|scope| {
+        std::thread::Builder::new()
+            .name("sandbox-tmp-rm".into())
+            .spawn_scoped(scope, || {
+                drop_thread_capabilities()?;
+                f()
+            })?
+            .join()
+            .unwrap_or_else(|_| Err(io::Error::other("the removal's thread failed")))
+    })
+}
+
+/// Empties the calling thread's effective, permitted and inheritable
+/// capability sets (capset(2) with pid 0 acts on the calling thread only).
+#[cfg(target_os = "linux")]
+fn drop_thread_capabilities() -> io::Result<()> {
+    #[repr(C)]
+    struct Header {
+        version: u32,
+        pid: libc::c_int,
+    }
+    #[repr(C)]
+    #[derive(Clone, Copy)]
+    struct Data {
+        effective: u32,
+        permitted: u32,
+        inheritable: u32,
+    }
+    // _LINUX_CAPABILITY_VERSION_3: two data words.
+    let mut header = Header {
+        version: 0x2008_0522,
+        pid: 0,
+    };
+    let data = [Data {
+        effective: 0,
+        permitted: 0,
+        inheritable: 0,
+    }; 2];
+    // SAFETY: capset(header, data) with a v3 header and two data words.
+    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(())
+}
+
+/// No capabilities to drop off Linux (a root runner there removes as root).
+#[cfg(not(target_os = "linux"))]
+fn drop_thread_capabilities() -> io::Result<()> {
+    Ok(())
 }
 
 fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
@@ -71,7 +136,7 @@ fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {
 /// is moved up (`renameat` between the fds) into the top directory under a
 /// fresh name and removed from there in a later round, so a tree of any
 /// depth goes, its fds bounded.
-pub(crate) fn remove(path: &Path) -> io::Result<()> {
+fn remove(path: &Path) -> io::Result<()> {
     let parent = path.parent().unwrap_or(Path::new("/"));
     let name = path
         .file_name()
@@ -345,6 +410,44 @@ mod tests {
         mode(&d, 0o000);
         drop(tmp);
         assert!(!p.exists(), "{} survived", p.display());
+    }
+
+    /// The removal's thread has no capability left (`CapEff` 0 in its
+    /// `/proc/thread-self/status`), root or not; as root it really cannot
+    /// override DAC: a 0700 directory of another user (nobody) is not
+    /// opened there (EACCES), while the runner's other threads still open
+    /// it (the positive control: the sets are per thread).
+    #[test]
+    #[cfg(target_os = "linux")]
+    fn the_removal_thread_cannot_override_dac() {
+        let eff = without_capabilities(|| {
+            let status = std::fs::read_to_string("/proc/thread-self/status")?;
+            Ok(status
+                .lines()
+                .find_map(|l| l.strip_prefix("CapEff:"))
+                .map(|v| v.trim().to_owned()))
+        })
+        .unwrap();
+        assert_eq!(eff.as_deref(), Some("0000000000000000"));
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let theirs = dir.path().join("theirs");
+        std::fs::create_dir(&theirs).unwrap();
+        std::fs::write(theirs.join("f"), "x").unwrap();
+        std::os::unix::fs::chown(&theirs, Some(65534), Some(65534)).unwrap();
+        mode(&theirs, 0o700);
+        // Control: this thread (root, with its capabilities) reads it.
+        assert!(std::fs::read_dir(&theirs).is_ok());
+        let denied = without_capabilities(|| Ok(std::fs::read_dir(&theirs).map(drop))).unwrap();
+        assert_eq!(
+            denied.map_err(|e| e.raw_os_error()),
+            Err(Some(libc::EACCES))
+        );
+        // And the control once more after it: the runner's thread kept its.
+        assert!(std::fs::read_dir(&theirs).is_ok());
     }
 
     /// Twin: a plain directory with files is removed.

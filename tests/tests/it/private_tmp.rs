@@ -201,3 +201,72 @@ fn a_private_tmpdir_that_cannot_be_removed_is_named_escaped() {
         assert!(err.contains("sandbox-tmp-"), "{err}");
     }
 }
+
+/// The removal is no deputy (red team G3): a root command that cannot
+/// remove another user's files in its write path (nobody's directory, 755)
+/// moves the root-owned directory above them into `$TMPDIR`; the root
+/// runner, removing the TMPDIR without capabilities, leaves nobody's files
+/// (and so the TMPDIR, named on stderr). Twin (the positive control): the
+/// command's own tree moved in the same way goes with the TMPDIR. Root
+/// only (the files of another user; as nobody the runner has no
+/// capabilities to lend).
+#[test]
+fn the_removal_deletes_nothing_the_command_could_not() {
+    assert!(
+        sandbox_tests::is_root(),
+        "another user's files need root: run this test as root"
+    );
+    for theirs in [true, false] {
+        let (_tmp, dir) = shared_dir();
+        let p = dir.join("p");
+        std::fs::create_dir_all(p.join("a/sub")).unwrap();
+        std::fs::write(p.join("a/f"), "precious").unwrap();
+        std::fs::write(p.join("a/sub/g"), "precious2").unwrap();
+        if theirs {
+            for q in ["a", "a/f", "a/sub", "a/sub/g"] {
+                std::os::unix::fs::chown(p.join(q), Some(65534), Some(65534)).unwrap();
+            }
+        }
+        let out = sandbox()
+            .args(["run", "--private-tmp", "-w"])
+            .arg(&dir)
+            .current_dir(&dir)
+            .args([
+                "--",
+                "/bin/sh",
+                "-c",
+                "rm -rf p/a 2>/dev/null; echo mine > $TMPDIR/own; mv p \"$TMPDIR/\"; \
+                 echo \"$TMPDIR\"",
+            ])
+            .output()
+            .unwrap();
+        assert!(out.status.success(), "{out:?}");
+        let tmpdir = String::from_utf8_lossy(&out.stdout).trim().to_owned();
+        assert!(tmpdir.contains("sandbox-tmp-"), "{out:?}");
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let moved = std::path::Path::new(&tmpdir).join("p/a");
+        let kept = (
+            moved.join("f").exists(),
+            moved.join("sub/g").exists(),
+            std::path::Path::new(&tmpdir).join("own").exists(),
+            std::path::Path::new(&tmpdir).exists(),
+        );
+        let _ = std::fs::remove_dir_all(&tmpdir);
+        if theirs {
+            assert!(
+                kept.0 && kept.1,
+                "nobody's files were deleted by the runner: {err}"
+            );
+            // What was the command's own went.
+            assert!(!kept.2, "the command's own file stayed");
+            assert!(
+                err.contains("sandbox: the private temporary directory ")
+                    && err.contains("could not be removed"),
+                "{err}"
+            );
+        } else {
+            assert!(!kept.3, "{tmpdir} survived: {err}");
+            assert!(!err.contains("could not be removed"), "{err}");
+        }
+    }
+}
