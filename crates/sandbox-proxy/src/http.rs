@@ -314,7 +314,10 @@ fn hop_by_hop(name: &str, named: &[String]) -> bool {
 
 /// The request head to send the origin: origin-form request line, `Host`
 /// from the URI, hop-by-hop headers dropped, `Connection: close`.
-fn origin_head(head: &Head, authority: &str, path: &str) -> Vec<u8> {
+/// With `secrets` (the run has some), the origin is asked only for content
+/// codings the proxy decodes (`Accept-Encoding` rewritten), as the
+/// response is masked as the client will read it.
+fn origin_head(head: &Head, authority: &str, path: &str, secrets: bool) -> Vec<u8> {
     let named: Vec<String> = head
         .headers
         .iter()
@@ -336,13 +339,23 @@ fn origin_head(head: &Head, authority: &str, path: &str) -> Vec<u8> {
         .as_bytes(),
     );
     for (name, value) in &head.headers {
-        if hop_by_hop(name, &named) {
+        if hop_by_hop(name, &named) || (secrets && name.eq_ignore_ascii_case("accept-encoding")) {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(value);
         out.extend_from_slice(b"\r\n");
+    }
+    #[cfg(target_os = "linux")]
+    if secrets {
+        let asked = crate::intercept::body::accept_encoding(
+            head.headers
+                .iter()
+                .filter(|(n, _)| n.eq_ignore_ascii_case("accept-encoding"))
+                .map(|(_, v)| v.as_slice()),
+        );
+        out.extend_from_slice(format!("Accept-Encoding: {asked}\r\n").as_bytes());
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
     out
@@ -357,7 +370,17 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
         Ok(upstream) => upstream,
         Err(failure) => return answer_failure(client, &target, &failure),
     };
-    let mut first = origin_head(&head, authority, &path);
+    // The same condition as the masked relay below.
+    #[cfg(target_os = "linux")]
+    let secrets = slot.shared.opts.interception.as_ref().is_some_and(|i| {
+        i.inner
+            .secrets()
+            .iter()
+            .any(|s| !s.placeholder().is_empty())
+    });
+    #[cfg(not(target_os = "linux"))]
+    let secrets = false;
+    let mut first = origin_head(&head, authority, &path, secrets);
     first.extend_from_slice(&head.rest);
     if upstream.write_all(&first).is_err() {
         return;
@@ -390,11 +413,16 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
             // are masked in it as in an intercepted one (an origin that
             // serves what an intercepted host stored).
             let scrub = interception.inner.scrub(std::iter::empty());
+            let response = crate::intercept::body::PlainResponse::new(
+                scrub,
+                head.method.eq_ignore_ascii_case("HEAD"),
+                head.minor == 1,
+            );
             return relay_guarded(
                 slot,
                 client,
                 upstream,
-                (watch, scrub),
+                (watch, response),
                 &target,
                 &head.method,
                 &shown,
@@ -507,7 +535,7 @@ fn relay_guarded(
     slot: &Slot,
     client: TcpStream,
     upstream: TcpStream,
-    (mut guard, mut scrub): (Watch<'_>, crate::intercept::Scrub),
+    (mut guard, mut response): (Watch<'_>, crate::intercept::body::PlainResponse),
     target: &Target,
     method: &str,
     shown: &str,
@@ -520,7 +548,7 @@ fn relay_guarded(
         return;
     };
     let caught = std::sync::atomic::AtomicBool::new(false);
-    let (found, relayed) = std::thread::scope(|scope| {
+    let (found, relayed, refused) = std::thread::scope(|scope| {
         let caught = &caught;
         let up = std::thread::Builder::new()
             .name("sandbox-proxy-relay".into())
@@ -551,34 +579,40 @@ fn relay_guarded(
                 None
             });
         let Ok(up) = up else {
-            return (None, 1);
+            return (None, 1, None);
         };
-        // The origin's answer, on this thread.
+        // The origin's answer, on this thread: masked as the client will
+        // read it (de-chunked, decoded), or refused.
         let (mut upstream, mut client) = (&upstream, &client);
         let mut buf = vec![0u8; 64 * 1024];
-        let mut relayed = 0u64;
-        let ended: io::Result<()> = loop {
+        let mut refused: Option<(String, bool)> = None;
+        let ended: Result<(), ()> = loop {
             match upstream.read(&mut buf) {
                 Ok(0) => break Ok(()),
-                Ok(n) => {
-                    let out = scrub.body(&buf[..n]);
-                    if let Err(e) = client.write_all(&out) {
-                        break Err(e);
+                Ok(n) => match response.feed(&buf[..n], &mut client) {
+                    Ok(()) => {}
+                    Err(Ok(why)) => {
+                        refused = Some((why, true));
+                        break Err(());
                     }
-                    relayed += out.len() as u64;
-                }
+                    Err(Err(e @ crate::intercept::body::BodyError::TooLarge(_))) => {
+                        refused = Some((e.to_string(), false));
+                        break Err(());
+                    }
+                    Err(Err(_)) => break Err(()),
+                },
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => break Err(e),
+                Err(_) => break Err(()),
             }
         };
         // The bytes held back (the start of a value may end a read), masked.
-        let ended = ended.and_then(|()| {
-            let rest = scrub.finish();
-            relayed += rest.len() as u64;
-            client.write_all(&rest)
-        });
-        // As `relay` does, unless the client is to be answered 403.
-        if !caught.load(std::sync::atomic::Ordering::SeqCst) {
+        let ended = ended.and_then(|()| response.finish(&mut client).map_err(|_| ()));
+        let relayed = response.written();
+        // As `relay` does, unless the client is to be answered 403 or 502.
+        let answers = refused
+            .as_ref()
+            .is_some_and(|(_, unsent)| *unsent && relayed == 0);
+        if !caught.load(std::sync::atomic::Ordering::SeqCst) && !answers {
             if ended.is_ok() {
                 let _ = client.shutdown(Shutdown::Write);
             } else {
@@ -586,9 +620,40 @@ fn relay_guarded(
                 let _ = upstream.shutdown(Shutdown::Both);
             }
         }
+        if answers {
+            let _ = upstream.shutdown(Shutdown::Both);
+        }
         let found = up.join().unwrap_or_default();
-        (found, relayed)
+        (found, relayed, refused)
     });
+    let (host, port) = match &target.host {
+        crate::target::Host::Name(name) => (name.clone(), target.port),
+        crate::target::Host::Ip(ip) => (ip.to_string(), target.port),
+    };
+    if let (None, Some((why, _))) = (&found, refused) {
+        // A response the proxy could not mask: 502 when none of it went.
+        slot.shared.refuse(crate::Refused {
+            host,
+            port,
+            reason: crate::RefusalReason::Request {
+                method: method.to_string(),
+                path: String::new(),
+                why: why.clone(),
+                admit_with: None,
+            },
+        });
+        if relayed == 0 {
+            answer(
+                client,
+                502,
+                "Bad Gateway",
+                &format!("sandbox egress proxy: refused the response to {shown}: {why}"),
+            );
+        } else {
+            let _ = client.shutdown(Shutdown::Both);
+        }
+        return;
+    }
     let Some((name, hosts)) = found else {
         return;
     };
@@ -596,10 +661,6 @@ fn relay_guarded(
         "the request body carries the placeholder of the secret {name}, which goes only to \
          {hosts} (attempted exfiltration; the request was cut off before it)"
     );
-    let (host, port) = match &target.host {
-        crate::target::Host::Name(name) => (name.clone(), target.port),
-        crate::target::Host::Ip(ip) => (ip.to_string(), target.port),
-    };
     slot.shared.refuse(crate::Refused {
         host,
         port,
@@ -700,7 +761,7 @@ mod tests {
              Proxy-Authorization: Basic eA==\r\nConnection: keep-alive, X-Hop\r\nX-Hop: 1\r\nKeep-Alive: 5\r\n\
              Content-Length: 3\r\nX-Keep: yes\r\n\r\nabc",
         );
-        let out = String::from_utf8(origin_head(&h, "localhost:8080", "/p")).unwrap();
+        let out = String::from_utf8(origin_head(&h, "localhost:8080", "/p", false)).unwrap();
         assert_eq!(
             out,
             "POST /p HTTP/1.1\r\nHost: localhost:8080\r\nContent-Length: 3\r\nX-Keep: yes\r\nConnection: close\r\n\r\n"
@@ -708,7 +769,7 @@ mod tests {
         assert_eq!(h.rest, b"abc");
         let h = head("GET http://h/ HTTP/1.0\r\n\r\n");
         assert_eq!(
-            String::from_utf8(origin_head(&h, "h", "/")).unwrap(),
+            String::from_utf8(origin_head(&h, "h", "/", false)).unwrap(),
             "GET / HTTP/1.0\r\nHost: h\r\nConnection: close\r\n\r\n"
         );
     }

@@ -629,13 +629,21 @@ fn origin_head(head: &Head, host: &str, port: u16, target: &str, secrets: &[Secr
     let mut out =
         format!("{} {target} HTTP/1.1\r\nHost: {authority}\r\n", head.method).into_bytes();
     for (name, value) in &head.headers {
-        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d)) {
+        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
+            || (!secrets.is_empty() && name.eq_ignore_ascii_case("accept-encoding"))
+        {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
         out.extend_from_slice(b": ");
         out.extend_from_slice(&super::inject(value, secrets, host, port));
         out.extend_from_slice(b"\r\n");
+    }
+    // With secrets, the response is masked as the client will read it:
+    // the origin is asked only for codings the proxy decodes.
+    if !secrets.is_empty() {
+        let asked = super::body::accept_encoding(values(head, "accept-encoding"));
+        out.extend_from_slice(format!("Accept-Encoding: {asked}\r\n").as_bytes());
     }
     out.extend_from_slice(b"Connection: close\r\n\r\n");
     out
@@ -811,40 +819,55 @@ fn copy_chunked(client: &mut Buffered<ClientTls>, sink: &mut BodySink<'_>) -> Re
     }
 }
 
+/// How a response was relayed.
+enum Relayed {
+    /// Whether the client's connection may carry another request.
+    Done(bool),
+    /// Refused (recorded): `answer` when nothing of it reached the client
+    /// yet (it is answered 502), else the connection is cut.
+    Refused { why: String, answer: bool },
+}
+
 /// Reads the origin's response heads (1xx ones passed on) and writes them
 /// to the client, then relays the rest until the origin closes; whether the
 /// client's connection may carry another request (`keep`, and the final
 /// response framed and relayed whole; otherwise it says `Connection:
-/// close` and the proxy ends the connection).
+/// close` and the proxy ends the connection). While something is to be
+/// masked, a chunked or `gzip`/`deflate` body is de-chunked, decoded and
+/// masked, and relayed in chunks without `Content-Encoding`
+/// ([`super::body`]); another content coding is refused.
 fn relay_response(
     origin: &mut Buffered<OriginTls>,
     client: &mut ClientTls,
     head_request: bool,
     keep: bool,
-    scrub: &mut super::Scrub,
-) -> io::Result<bool> {
+    mut scrub: super::Scrub,
+) -> io::Result<Relayed> {
+    use super::body::{self, Coding, Framing};
     let bad = |why: String| io::Error::new(io::ErrorKind::InvalidData, why);
     // The final response's body length, when the client can frame it
     // without the connection's end: no body, or one Content-Length.
     let mut framed: Option<u64>;
+    // The final response's body when it is decoded: its framing, coding.
+    let mut decoded: Option<(Framing, Coding)>;
     loop {
-        let (len, code, out, length) = loop {
+        let (len, code, out, length, plan) = loop {
             let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
             let mut resp = httparse::Response::new(&mut slots);
             match resp.parse(&origin.buf) {
                 Ok(httparse::Status::Complete(len)) => {
                     let code = resp.code.unwrap_or(502);
-                    let lengths: Vec<&[u8]> = resp
-                        .headers
-                        .iter()
-                        .filter(|h| h.name.eq_ignore_ascii_case("content-length"))
-                        .map(|h| h.value)
-                        .collect();
-                    let chunked = resp
-                        .headers
-                        .iter()
-                        .any(|h| h.name.eq_ignore_ascii_case("transfer-encoding"));
-                    let length = if head_request || code == 204 || code == 304 {
+                    let header = |name: &'static str| {
+                        resp.headers
+                            .iter()
+                            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+                            .map(|h| h.value)
+                    };
+                    let lengths: Vec<&[u8]> = header("content-length").collect();
+                    let encodings: Vec<&[u8]> = header("transfer-encoding").collect();
+                    let chunked = !encodings.is_empty();
+                    let no_body = head_request || code == 204 || code == 304 || code < 200;
+                    let length = if no_body {
                         Some(0)
                     } else {
                         match (chunked, lengths.as_slice()) {
@@ -855,6 +878,32 @@ fn relay_response(
                             _ => None,
                         }
                     };
+                    // With something to mask, the body the client reads
+                    // is what is masked: a chunked one de-chunked, a
+                    // compressed one decoded.
+                    let mut plan = None;
+                    if !scrub.is_empty() && !no_body {
+                        let coding = match body::coding(header("content-encoding")) {
+                            Ok(coding) => coding,
+                            Err(why) => return Ok(Relayed::Refused { why, answer: true }),
+                        };
+                        let framing = match encodings.as_slice() {
+                            [] => length.map_or(Framing::Close, Framing::Length),
+                            [one] if one.eq_ignore_ascii_case(b"chunked") => Framing::Chunked,
+                            _ => {
+                                return Ok(Relayed::Refused {
+                                    why: "the response's Transfer-Encoding is not exactly \
+                                          'chunked' while the run has secrets: its body could \
+                                          carry a secret's value in a form the proxy cannot mask"
+                                        .into(),
+                                    answer: true,
+                                })
+                            }
+                        };
+                        if framing == Framing::Chunked || coding != Coding::Identity {
+                            plan = Some((framing, coding));
+                        }
+                    }
                     // The reason phrase and header names are the origin's
                     // text as much as the values: an origin may reflect a
                     // request header there (`401 bad credentials: ...`).
@@ -862,10 +911,14 @@ fn relay_response(
                     out.extend_from_slice(&scrub.head_value(resp.reason.unwrap_or("").as_bytes()));
                     out.extend_from_slice(b"\r\n");
                     for h in resp.headers.iter() {
-                        if ["connection", "keep-alive", "proxy-connection"]
-                            .iter()
-                            .any(|d| h.name.eq_ignore_ascii_case(d))
-                        {
+                        let mut dropped = vec!["connection", "keep-alive", "proxy-connection"];
+                        if let Some((_, coding)) = plan {
+                            dropped.extend(["content-length", "transfer-encoding"]);
+                            if coding != Coding::Identity {
+                                dropped.push("content-encoding");
+                            }
+                        }
+                        if dropped.iter().any(|d| h.name.eq_ignore_ascii_case(d)) {
                             continue;
                         }
                         out.extend_from_slice(&scrub.head_value(h.name.as_bytes()));
@@ -873,11 +926,14 @@ fn relay_response(
                         out.extend_from_slice(&scrub.head_value(h.value));
                         out.extend_from_slice(b"\r\n");
                     }
-                    if code >= 200 && !(keep && length.is_some()) {
+                    if plan.is_some() {
+                        out.extend_from_slice(b"Transfer-Encoding: chunked\r\n");
+                    }
+                    if code >= 200 && !(keep && (length.is_some() || plan.is_some())) {
                         out.extend_from_slice(b"Connection: close\r\n");
                     }
                     out.extend_from_slice(b"\r\n");
-                    break (len, code, out, length);
+                    break (len, code, out, length, plan);
                 }
                 Ok(httparse::Status::Partial) => {
                     if origin.buf.len() > 64 * 1024 {
@@ -893,9 +949,38 @@ fn relay_response(
         origin.buf.drain(..len);
         client.write_all(&out)?;
         framed = length;
+        decoded = plan;
         if code >= 200 {
             break;
         }
+    }
+    if let Some((framing, coding)) = decoded {
+        let mut masked = body::Masked::new(scrub, framing, coding, true, body::MAX_DECODED);
+        let first = std::mem::take(&mut origin.buf);
+        let mut result = masked.feed(&first, client);
+        while result.is_ok() && !masked.done() {
+            match origin.read_chunk() {
+                Ok(0) => result = masked.finish(client),
+                Ok(n) => result = masked.feed(&origin.chunk[..n], client),
+                Err(e) => result = Err(body::BodyError::Io(e)),
+            }
+        }
+        client.flush()?;
+        return match result {
+            Ok(()) if keep => Ok(Relayed::Done(true)),
+            Ok(()) => {
+                client.conn.send_close_notify();
+                client.flush()?;
+                Ok(Relayed::Done(false))
+            }
+            // The client's framing is not ended: it sees the body cut.
+            Err(e @ body::BodyError::TooLarge(_)) => Ok(Relayed::Refused {
+                why: e.to_string(),
+                answer: false,
+            }),
+            Err(body::BodyError::Io(e)) => Err(e),
+            Err(body::BodyError::Malformed(_)) => Ok(Relayed::Done(false)),
+        };
     }
     // The origin closes after its response (the proxy asked it to). The
     // values injected into the request are masked in what it returns.
@@ -924,11 +1009,11 @@ fn relay_response(
     // Another request may follow only after a body of exactly the length
     // announced: anything else ends the connection.
     if keep && framed == Some(relayed) {
-        return Ok(true);
+        return Ok(Relayed::Done(true));
     }
     client.conn.send_close_notify();
     client.flush()?;
-    Ok(false)
+    Ok(Relayed::Done(false))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -1032,20 +1117,37 @@ fn forward(
     // Every secret's value in each form, and every credential re-encoded
     // in the run (an origin may serve one stored earlier), not only this
     // request's.
-    let mut scrub = interceptor.scrub(head.headers.iter().map(|(_, v)| {
+    let scrub = interceptor.scrub(head.headers.iter().map(|(_, v)| {
         (
             v.as_slice(),
             super::inject(v, interceptor.secrets(), host, port),
         )
     }));
-    relay_response(
+    match relay_response(
         &mut origin,
         &mut client.stream,
         head.method == "HEAD",
         keep,
-        &mut scrub,
-    )
-    .unwrap_or(false)
+        scrub,
+    ) {
+        Ok(Relayed::Done(keep)) => keep,
+        Ok(Relayed::Refused {
+            why,
+            answer: unsent,
+        }) => {
+            let refused = refusal(502, "Bad Gateway", why);
+            let path = head.target.split('?').next().unwrap_or("");
+            record(slot, host, port, &head.method, path, &refused);
+            if unsent {
+                let shown = format!("the response to {} {}", head.method, url(host, port, path));
+                answer(&mut client.stream, &refused, &shown);
+            } else {
+                let _ = client.stream.sock.shutdown(std::net::Shutdown::Both);
+            }
+            false
+        }
+        Err(_) => false,
+    }
 }
 
 #[cfg(test)]

@@ -5,6 +5,7 @@
 //! TLS connection to the origin, verified against the system roots or the
 //! operator's upstream CA file.
 
+pub(crate) mod body;
 pub(crate) mod ca;
 mod exchange;
 
@@ -339,17 +340,10 @@ pub(crate) fn value_forms(secret: &Secret) -> Vec<(Vec<u8>, Vec<u8>)> {
         }
         forms.push((pct, placeholder.clone()));
     }
-    for slash in [false, true] {
-        let mut json = Vec::with_capacity(value.len() + 8);
-        for &b in value {
-            match b {
-                b'"' | b'\\' => json.extend_from_slice(&[b'\\', b]),
-                b'/' if slash => json.extend_from_slice(b"\\/"),
-                _ => json.push(b),
-            }
-        }
-        forms.push((json, placeholder.clone()));
+    for form in json_forms(value).into_iter().chain(html_forms(value)) {
+        forms.push((form, placeholder.clone()));
     }
+    let mut base64_forms = Vec::new();
     for engine in [
         base64::engine::general_purpose::STANDARD_NO_PAD,
         base64::engine::general_purpose::URL_SAFE_NO_PAD,
@@ -364,10 +358,136 @@ pub(crate) fn value_forms(secret: &Secret) -> Vec<(Vec<u8>, Vec<u8>)> {
             let last = 8 * (k + value.len()) / 6;
             if let Some(inner) = text.as_bytes().get(first..last) {
                 if inner.len() >= MIN_BASE64_FORM {
-                    forms.push((inner.to_vec(), vec![b'*'; inner.len()]));
+                    base64_forms.push(inner.to_vec());
                 }
             }
         }
+    }
+    for form in base64_forms {
+        // Inside JSON whose encoder escapes '/' (PHP's default) too.
+        if form.contains(&b'/') {
+            let escaped = crate::replace_bytes(&form, b"/", b"\\/");
+            forms.push((escaped.clone(), vec![b'*'; escaped.len()]));
+        }
+        forms.push((form.clone(), vec![b'*'; form.len()]));
+    }
+    forms
+}
+
+/// The value as common JSON encoders write it in a string: `"` and `\`
+/// escaped (with `/` as `\/` or not), controls as `\n`-style or `\u00xx`
+/// escapes; each then also with `<`, `>`, `&` (and `'`) as `\u003c`-style
+/// escapes (Go's `encoding/json`, Gson, PHP's `JSON_HEX_*`, in lower- and
+/// upper-case hex), with non-ASCII characters (and U+2028, U+2029) as
+/// `\uXXXX` (Python's `ensure_ascii`, Go), and every character other than
+/// a letter or digit as `\u00XX` (both cases). A value that is not UTF-8
+/// gets its bytes escaped alike.
+fn json_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    let text = String::from_utf8_lossy(value);
+    let utf8 = std::str::from_utf8(value).is_ok();
+    let mut forms = Vec::new();
+    let u = |out: &mut String, c: char, upper: bool| {
+        let mut units = [0u16; 2];
+        for unit in c.encode_utf16(&mut units) {
+            if upper {
+                out.push_str(&format!("\\u{unit:04X}"));
+            } else {
+                out.push_str(&format!("\\u{unit:04x}"));
+            }
+        }
+    };
+    // Which characters besides `"` and `\` are `\u`-escaped, and in
+    // which case: none; `<>&` (Go); `<>&='` (Gson); `<>&'"` upper case
+    // (PHP's JSON_HEX_*); `<>&` upper case.
+    let sets: [(&str, bool); 5] = [
+        ("", false),
+        ("<>&", false),
+        ("<>&='", false),
+        ("<>&'\"", true),
+        ("<>&", true),
+    ];
+    // (slash escaped, the set, non-ASCII escaped: 0 no / 1 lower / 2
+    // upper, every non-alphanumeric escaped)
+    let mut styles = Vec::new();
+    for slash in [false, true] {
+        for set in sets {
+            for wide in 0..3u8 {
+                styles.push((slash, set, wide, false));
+            }
+        }
+    }
+    styles.push((false, sets[0], 1, true));
+    styles.push((false, sets[0], 2, true));
+    for (slash, (set, upper), wide, every) in styles {
+        let mut out = String::with_capacity(value.len() * 2);
+        for c in text.chars() {
+            match c {
+                c if c.is_ascii_alphanumeric() => out.push(c),
+                c if every => u(&mut out, c, wide == 2),
+                c if set.contains(c) => u(&mut out, c, upper),
+                '"' => out.push_str("\\\""),
+                '\\' => out.push_str("\\\\"),
+                '/' if slash => out.push_str("\\/"),
+                '\n' => out.push_str("\\n"),
+                '\r' => out.push_str("\\r"),
+                '\t' => out.push_str("\\t"),
+                '\u{8}' => out.push_str("\\b"),
+                '\u{c}' => out.push_str("\\f"),
+                c if (c as u32) < 0x20 => u(&mut out, c, upper),
+                '\u{2028}' | '\u{2029}' if !set.is_empty() || wide > 0 => {
+                    u(&mut out, c, upper || wide == 2)
+                }
+                c if !c.is_ascii() && wide > 0 => u(&mut out, c, wide == 2),
+                c => out.push(c),
+            }
+        }
+        if utf8 {
+            forms.push(out.into_bytes());
+        }
+    }
+    if !utf8 {
+        // Bytes: each non-alphanumeric one as \u00XX.
+        for upper in [false, true] {
+            let mut out = String::new();
+            for &b in value {
+                if b.is_ascii_alphanumeric() {
+                    out.push(char::from(b));
+                } else {
+                    u(&mut out, char::from(b), upper);
+                }
+            }
+            forms.push(out.into_bytes());
+        }
+    }
+    forms
+}
+
+/// The value as common HTML (and XML) escapers write it: `&`, `<`, `>` as
+/// `&amp;`, `&lt;`, `&gt;`, and `"` and `'` as `&quot;` / `&#x27;`
+/// (Python's `html.escape`), `&#34;` / `&#39;` (Go's `html.EscapeString`),
+/// `&quot;` / `&#039;` (PHP's `htmlspecialchars`), `&quot;` / `&#39;`, or
+/// `&quot;` / `&apos;` (XML).
+fn html_forms(value: &[u8]) -> Vec<Vec<u8>> {
+    let mut forms = Vec::new();
+    for (quot, apos) in [
+        ("&quot;", "&#x27;"),
+        ("&#34;", "&#39;"),
+        ("&quot;", "&#039;"),
+        ("&quot;", "&#39;"),
+        ("&quot;", "&apos;"),
+    ] {
+        let mut out = Vec::with_capacity(value.len() + 16);
+        for &b in value {
+            match b {
+                b'&' => out.extend_from_slice(b"&amp;"),
+                b'<' => out.extend_from_slice(b"&lt;"),
+                b'>' => out.extend_from_slice(b"&gt;"),
+                b'"' => out.extend_from_slice(quot.as_bytes()),
+                b'\'' => out.extend_from_slice(apos.as_bytes()),
+                _ => out.push(b),
+            }
+        }
+        forms.push(out);
     }
     forms
 }
@@ -643,6 +763,55 @@ mod tests {
         let mut out = body.body(other.as_bytes());
         out.extend(body.finish());
         assert_eq!(out, other.as_bytes());
+    }
+
+    /// G8: the value as Go's encoding/json, Gson, PHP (JSON_HEX_*),
+    /// Python (ensure_ascii), an every-character `\u` escaper and HTML
+    /// escapers write it is masked in heads and bodies; the twin: the
+    /// same escapes of another value pass.
+    #[test]
+    fn json_unicode_escapes_and_html_entities_of_the_value_are_kept_out() {
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let value = "sk&ab<cd>ef-'q\"/\u{e9}\u{2028}-0123456789";
+        let secrets = vec![Secret::new(&spec, value.as_bytes().to_vec()).unwrap()];
+        let p = secrets[0].placeholder().to_string();
+        let echoed = [
+            // Go: <>& and U+2028 as \u, lower case; é raw.
+            r#"sk\u0026ab\u003ccd\u003eef-'q\"/é\u2028-0123456789"#,
+            // Gson: ' too.
+            r#"sk\u0026ab\u003ccd\u003eef-\u0027q\"/é\u2028-0123456789"#,
+            // PHP with every JSON_HEX_* flag: upper case, \/ and é escaped.
+            r#"sk\u0026ab\u003Ccd\u003Eef-\u0027q\u0022\/\u00e9\u2028-0123456789"#,
+            // Python ensure_ascii.
+            r#"sk&ab<cd>ef-'q\"/\u00e9\u2028-0123456789"#,
+            // Every character other than a letter or digit.
+            r#"sk\u0026ab\u003ccd\u003eef\u002d\u0027q\u0022\u002f\u00e9\u2028\u002d0123456789"#,
+            r#"sk\u0026ab\u003Ccd\u003Eef\u002D\u0027q\u0022\u002F\u00E9\u2028\u002D0123456789"#,
+            // HTML: Python, Go, PHP.
+            "sk&amp;ab&lt;cd&gt;ef-&#x27;q&quot;/\u{e9}\u{2028}-0123456789",
+            "sk&amp;ab&lt;cd&gt;ef-&#39;q&#34;/\u{e9}\u{2028}-0123456789",
+            "sk&amp;ab&lt;cd&gt;ef-&#039;q&quot;/\u{e9}\u{2028}-0123456789",
+        ];
+        for form in echoed {
+            let scrub = Scrub::new(&secrets, std::iter::empty());
+            assert_eq!(
+                String::from_utf8_lossy(&scrub.head_value(format!("a {form} b").as_bytes())),
+                format!("a {p} b"),
+                "{form}"
+            );
+            let body = format!("{{\"auth\": \"{form}\"}}");
+            for cut in 0..body.len() {
+                let mut scrub = Scrub::new(&secrets, std::iter::empty());
+                let mut out = scrub.body(&body.as_bytes()[..cut]);
+                out.extend(scrub.body(&body.as_bytes()[cut..]));
+                out.extend(scrub.finish());
+                let out = String::from_utf8_lossy(&out);
+                assert!(!out.contains("0123456789"), "{form} {cut}: {out}");
+            }
+        }
+        let other = r#"sk\u0026ab\u003ccd\u003eef-other-0123456789"#;
+        let scrub = Scrub::new(&secrets, std::iter::empty());
+        assert_eq!(scrub.head_value(other.as_bytes()), other.as_bytes());
     }
 
     #[test]
