@@ -38,6 +38,8 @@ class H(http.server.BaseHTTPRequestHandler):
             out = getattr(H, "stored", "").encode()
             auth = [l for l in out.decode().split("\n") if l.startswith("Authorization")]
             return self.text(200, "OK", [("X-Stored", auth[0] if auth else "-")], out)
+        if self.path.startswith("/v1/enc/"):
+            return self.encoded()
         if self.path.startswith("/v1/reason"):
             # Reflects headers in the reason phrase and a header name.
             print("origin reason %s" % self.headers.get("Authorization"), flush=True)
@@ -68,6 +70,40 @@ class H(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(out)))
         self.end_headers()
         self.wfile.write(out)
+    def encoded(self):
+        # /v1/enc/<coding>/<chunk size>/<what>: the Authorization header
+        # (or, for "unrelated", a fixed text) in the coding given, whatever
+        # the client accepts, chunked in pieces of that size (0: one
+        # Content-Length body); the Accept-Encoding the origin got logged.
+        import gzip, zlib
+        _, _, _, coding, size, what = self.path.split("/")[:6]
+        print("origin accept-encoding %s" % self.headers.get("Accept-Encoding"), flush=True)
+        if what == "unrelated":
+            out = b"the-unrelated-body-0123456789\n" * 40
+        else:
+            out = ("auth=%s\n" % self.headers.get("Authorization")).encode()
+        if coding == "gzip":
+            out = gzip.compress(out)
+        elif coding == "deflate":
+            out = zlib.compress(out)
+        elif coding == "br":
+            out = b"\x0b\x02\x80" + out + b"\x03"
+        self.send_response(200)
+        if coding != "identity":
+            self.send_header("Content-Encoding", coding)
+        size = int(size)
+        if size == 0:
+            self.send_header("Content-Length", str(len(out)))
+            self.end_headers()
+            self.wfile.write(out)
+            return
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        for i in range(0, len(out), size):
+            piece = out[i:i + size]
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(piece), piece))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
     def reflect(self):
         # Every request header back, in response headers and the body (as
         # echo endpoints, CORS and error pages do), the body split in two
@@ -1254,6 +1290,72 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
         )
         .count(),
         2,
+        "{log}"
+    );
+}
+
+/// G1, G2 (red team round 2), through the real CLI and proxy: an origin
+/// reflecting the injected value in a chunked response (chunks of 20, 3,
+/// 1 bytes: the value split across them), gzipped or deflated whatever the
+/// client accepts (read by `curl --compressed`, or raw bytes gunzipped by
+/// the command), chunked and gzipped at once, gives the command the value
+/// masked; a `br` response is answered 502 saying why, and recorded; the
+/// origin is asked only for `gzip, deflate`. The twins: one chunk is
+/// masked as before; an unrelated chunked, gzipped body arrives byte for
+/// byte, with and without secrets; without secrets the client's own
+/// `Accept-Encoding` goes to the origin and the gzip is relayed as it is.
+#[test]
+fn a_value_in_chunks_or_compressed_is_masked_and_other_codings_refused() {
+    let script = r#"
+T="real-secret-valu""e-42"
+A='https://api.example.com:8443/v1/enc'
+INNER='for n in 1000 20 3 1; do curl -sS --compressed -H "Authorization: Bearer $TOKEN" '$A'/identity/$n/auth | sed "s/^/chunks $n /"; done
+for c in gzip deflate; do for n in 0 7; do curl -sS --compressed -H "Authorization: Bearer $TOKEN" '$A'/$c/$n/auth | sed "s/^/$c $n /"; done; done
+curl -sS -H "Authorization: Bearer $TOKEN" '$A'/gzip/5/auth | gzip -dcf | sed "s/^/raw gzip /"
+curl -sS --compressed '$A'/gzip/9/unrelated | sha256sum | sed "s/^/unrelated /"
+curl -sS -w " %{http_code}\n" -H "Authorization: Bearer $TOKEN" '$A'/br/0/auth | sed "s/^/br /"'
+TOKEN=$T "$SANDBOX" run -q --report "$D/r.json" --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
+grep -o "Content-Encoding (br)[^\"]*" "$D/r.json" | head -1 | sed "s/^/recorded /"
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://api.example.com:8443/**' -- sh -c "curl -sS --compressed $A/gzip/9/unrelated | sha256sum | sed 's/^/no secrets unrelated /'; curl -sS $A/gzip/9/unrelated | gzip -t && echo no secrets still gzip"
+printf 'the-unrelated-body-0123456789\n%.0s' $(seq 40) | sha256sum | sed "s/^/expected /"
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}\n{l:#?}", String::from_utf8_lossy(&out.stderr));
+    let stars = "*".repeat(20);
+    for n in [1000, 20, 3, 1] {
+        has(&l, &format!("chunks {n} auth=Bearer {stars}"));
+    }
+    for c in ["gzip 0", "gzip 7", "deflate 0", "deflate 7", "raw gzip"] {
+        has(&l, &format!("{c} auth=Bearer {stars}"));
+    }
+    has(
+        &l,
+        "br sandbox egress proxy: refused the response to GET https://api.example.com:8443/v1/enc/br/0/auth: the response's Content-Encoding (br) is not one the proxy decodes",
+    );
+    has(&l, "br  502");
+    has(&l, "recorded Content-Encoding (br)");
+    assert!(!l.iter().any(|x| x.contains("real-secret-value")), "{l:#?}");
+    let sum = |prefix: &str| {
+        l.iter()
+            .find_map(|x| x.strip_prefix(prefix))
+            .map(|x| x.split_whitespace().next().unwrap_or("").to_string())
+            .unwrap_or_else(|| panic!("no {prefix:?} in {l:#?}"))
+    };
+    let expected = sum("expected ");
+    assert_eq!(sum("unrelated "), expected, "{l:#?}");
+    assert_eq!(sum("no secrets unrelated "), expected, "{l:#?}");
+    has(&l, "no secrets still gzip");
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        log.contains("origin accept-encoding gzip, deflate"),
+        "{log}"
+    );
+    // Without secrets, what curl asked for (it lists more than these).
+    assert!(
+        log.lines().any(|x| x.starts_with("origin accept-encoding ")
+            && x != "origin accept-encoding gzip, deflate"
+            && x.contains("gzip")),
         "{log}"
     );
 }
