@@ -313,14 +313,15 @@ pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str, port: u16) ->
 
 /// The forms of `secret`'s value an origin may give back, each with what a
 /// response head gets instead: the value itself, percent-encoded (upper-
-/// and lower-case hex) and JSON-escaped (with and without `\/`), each
-/// replaced by the placeholder; and its base64 (standard and URL-safe
+/// and lower-case hex), JSON-escaped ([`json_forms`]) and HTML-escaped
+/// ([`html_forms`]), each replaced by the placeholder; and its base64 (standard and URL-safe
 /// alphabets) at each of the three alignments a prefix may give it, the
 /// characters that depend on the value alone (so `b64(user:VALUE)`, and
 /// any other base64 of text holding the value, whatever the prefix the
-/// command chose), replaced by `*`. What an origin encodes otherwise
-/// (compressed, hashed, encrypted) the proxy cannot see:
-/// docs/enforcement.md, Known gaps.
+/// command chose; with `\/` for `/` too), replaced by `*`. Best effort:
+/// what an origin encodes otherwise (hex, hashed, encrypted) the proxy
+/// cannot see (docs/enforcement.md, Known gaps); compressed and chunked
+/// bodies are decoded first ([`body`]).
 pub(crate) fn value_forms(secret: &Secret) -> Vec<(Vec<u8>, Vec<u8>)> {
     use base64::Engine;
     let value = secret.value();
