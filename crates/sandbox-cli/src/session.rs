@@ -875,6 +875,9 @@ impl Session {
     /// signal ended it and the session must end with `code`.
     fn run(&self, chan: &mut Channel, id: &Value, fields: RunFields) -> Result<Option<i32>, Fatal> {
         if fields.keep {
+            // A kept run none of whose processes is left frees its slot
+            // now: it is ended and its `kept_ended` sent.
+            self.end_finished_kept(chan);
             if let Err(why) = self.may_keep() {
                 chan.send(&error(id, &why));
                 return Ok(None);
@@ -1057,10 +1060,25 @@ impl Session {
         if alive >= MAX_KEPT {
             return Err(format!(
                 "keep: at most {MAX_KEPT} kept commands live in one session, and {alive} do \
-                 (they end when the session ends): nothing was run; run it without keep"
+                 (each has processes alive; they end when the session ends): nothing was run; \
+                 run it without keep"
             ));
         }
         Ok(())
+    }
+
+    /// Ends the kept commands' runs that have ended on their own (none of
+    /// their processes left, or their deadline) and writes a `kept_ended`
+    /// event for each, in the order they were kept; the others go on.
+    fn end_finished_kept(&self, chan: &mut Channel) {
+        let (ended, live): (Vec<KeptRun>, Vec<KeptRun>) =
+            std::mem::take(&mut *self.kept.borrow_mut())
+                .into_iter()
+                .partition(|k| !k.running());
+        *self.kept.borrow_mut() = live;
+        for e in end_kept_runs(ended) {
+            chan.queue(&Value::Object(e));
+        }
     }
 
     /// Ends every kept command's run (all at once: SIGTERM, the grace
@@ -1313,6 +1331,7 @@ fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
         let mut timed_out = false;
         let mut refused = Vec::new();
         let mut omitted = 0;
+        let mut summary = Vec::new();
         match &end.run {
             Some(Ok(run)) => {
                 ended += run.leftover_processes_ended;
@@ -1320,6 +1339,13 @@ fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
                 if let Some(m) = &run.mediation {
                     refused.clone_from(&m.refused);
                     omitted = m.omitted;
+                    // The git audit over every repository its processes
+                    // made, from its start to its end (its broker saw all
+                    // of them; no later command's did).
+                    summary = git_audit::warnings(
+                        &m.git_dirs_made,
+                        &git_audit::Scope::of(run.policy.as_ref()),
+                    );
                 }
             }
             Some(Err(err)) => {
@@ -1334,6 +1360,13 @@ fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
         e.insert("refusals".into(), json!(refused));
         if omitted > 0 {
             e.insert("refusals_omitted".into(), omitted.into());
+        }
+        // The records of the runs nested in it, as an exit event has them.
+        if !end.nested.is_empty() {
+            e.insert("nested".into(), json!(end.nested));
+        }
+        if !summary.is_empty() {
+            e.insert("summary".into(), json!(summary));
         }
         for (name, d) in k.drains {
             let discarded = d.discarded.join().unwrap_or(0);

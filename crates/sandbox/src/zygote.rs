@@ -43,8 +43,8 @@
 //! | the spawn request | the harness's argv, env, cwd (the runner's own checks first) | at most [`MAX_REQUEST`] bytes of counted NUL-free strings and exactly 3 fds, else refused (`EINVAL`); a larger request takes a launch of its own | `a_requests_inputs_reach_only_its_command` |
 //! | the zygote's descriptors | the command's fds | the control socket and the layer are close-on-exec in the zygote, the stdio received close-on-exec: a command holds 0-2 and the nest socket only | `a_shared_commands_descriptors_are_its_stdio_and_the_nest_socket` |
 //! | what a command leaves | background processes, double forks, processes ignoring SIGTERM, stopped processes and orphans, siblings made with `CLONE_PARENT` (children of the zygote itself); the broker's per-command state (refusal log, FIFO openers waiting, `/dev/shm` objects, CPU budget, repositories made) | `kill(-1)` SIGTERM, grace, SIGKILL from the zygote (reaching only the domains nested beneath it), reaped until `ECHILD` before the answer; then the broker closes the command (`sandbox_broker::Between`) before the next starts | `a_hundred_commands_each_contained`, `a_session_says_how_it_launches_and_confines_each_command_either_way`, `a_repository_the_command_made_cannot_hang_the_audit_after_it`, `stopped_orphaned_and_deaf_processes_do_not_outlive_their_command`, `a_sibling_made_with_clone_parent_does_not_outlive_its_command` |
-//! | a command's nested runs | `sandbox run` inside a command: the runner serves it for the zygote's run, outside the zygote's process tree, so `kill(-1)` does not reach it; a nested command deaf to SIGTERM; a request sent just before its command ends | once the zygote has answered, the runner ends every nested run alive (as on a timeout: SIGTERM, grace, SIGKILL) and waits until none is, before the command's answer and so before the next command; one that starts meanwhile is ended too | `a_commands_nested_run_does_not_outlive_it_shared`, twin `a_commands_nested_run_does_not_outlive_it_per_command` |
-//! | a kept command (`"keep": true`, [`Shared::run_kept`]) | background processes that outlive its main process, until the session ends; signals to later commands; the count of its processes and its answers (its zygote is inside the sandbox) | a zygote run of its own (own Landlock domain, filter, broker, containment, limits), beside the shared zygote's domain, not beneath it: the shared zygote's `kill(-1)` does not reach it, and scoping keeps it and later commands from signalling each other; its zygote waits for the main process only and ends nothing then (reaping what exits: `SIGCHLD` ignored), and ends all of it on the runner's `e` or the socket's end (SIGTERM, grace, SIGKILL), then the run's own end ends what is left; its deadline is the policy's ceiling; the count it reports is only reported | `tests/tests/it/session_keep.rs` |
+//! | a command's nested runs | `sandbox run` inside a command: the runner serves it for the zygote's run, outside the zygote's process tree, so `kill(-1)` does not reach it; a nested command deaf to SIGTERM; a request sent just before its command ends | once the zygote has answered, the runner ends every nested run alive (as on a timeout: SIGTERM, grace, SIGKILL) and waits until none is, before the command's answer and so before the next command; one that starts meanwhile is ended too; a request still being read or checked when its command ends is refused, never started (`nest::Commands::end_all` closes the command's generation) | `a_commands_nested_run_does_not_outlive_it_shared`, twin `a_commands_nested_run_does_not_outlive_it_per_command`, `a_commands_nested_request_never_starts_in_the_next_command` |
+//! | a kept command (`"keep": true`, [`Shared::run_kept`]) | background processes that outlive its main process, until the session ends; signals to later commands; the count of its processes and its answers (its zygote is inside the sandbox) | a zygote run of its own (own Landlock domain, filter, broker, containment, limits), beside the shared zygote's domain, not beneath it: the shared zygote's `kill(-1)` does not reach it, and scoping keeps it and later commands from signalling each other; its zygote waits for the main process only and ends nothing then (reaping what exits: `SIGCHLD` ignored), and ends all of it on the runner's `e` or the socket's end (SIGTERM, grace, SIGKILL), then the run's own end ends what is left; its deadline is the policy's ceiling; the count it reports is only reported. Once none of its processes is left its zygote answers and exits, so its run ends and its slot is free for the next keep (the runner ends it then, with its record). Its nested runs (started by its processes, also while later commands run) are served for its run, ended with it and recorded with it ([`KeptEnd::nested`]); every refusal is in its run's record ([`KeptEnd::run`]), and [`Shared::live`] for a later command never reads its tap | `tests/tests/it/session_keep.rs`: `a_kept_commands_nested_runs_are_recorded_when_it_ends`, `the_command_after_a_kept_one_reports_only_its_own_refusals`, `a_kept_slot_is_freed_when_its_processes_are_gone`, `a_kept_commands_repositories_are_audited` |
 //! | a command's lifetime | never ending, a stop signal to the session | the runner keeps the deadline and the stop signals and sends the end; the zygote's own run ends at the policy's ceiling, so a command that could outlast it gets a new zygote | `a_requests_timeout_is_honoured`, `a_stop_signal_ends_the_command_and_the_session` |
 
 use std::ffi::{CString, OsString};
@@ -946,7 +946,9 @@ fn exec_errno(errfd: RawFd) -> Option<i32> {
 /// processes are alive), ending nothing; then reaps what exits on its own
 /// while it waits for the runner's end (`e`, or the socket's end), ends
 /// everything left as [`supervise`] does and answers again (`s`, 0, how
-/// many were ended). An end before the main process exited (the timeout,
+/// many were ended). When none of its processes is left before that, it
+/// answers (`s`, 0, 0) at once and returns: its run ends, and so its
+/// kept slot. An end before the main process exited (the timeout,
 /// a stop signal) ends all of it at once, as [`supervise`].
 #[cfg(target_os = "linux")]
 fn serve_kept(sock: RawFd, pid: libc::pid_t, grace: Duration, errfd: RawFd) {
@@ -977,10 +979,32 @@ fn serve_kept(sock: RawFd, pid: libc::pid_t, grace: Duration, errfd: RawFd) {
     unsafe { libc::signal(libc::SIGCHLD, libc::SIG_IGN) };
     while r.reap(false) {}
     loop {
+        // Every 100 ms: is anything of it left? (With SIGCHLD ignored,
+        // `waitpid` says ECHILD once every child, orphans reparented here
+        // included, has exited.)
+        let mut p = libc::pollfd {
+            fd: sock,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd, valid for the call.
+        let rc = unsafe { libc::poll(&mut p, 1, 100) };
+        if rc == 0 {
+            if r.none_left() {
+                reply(sock, b's', 0, 0);
+                return;
+            }
+            continue;
+        }
         let mut b = [0u8; 16];
-        // SAFETY: reads into a local.
-        let n = unsafe { libc::recv(sock, b.as_mut_ptr().cast(), b.len(), 0) };
-        if n < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+        // SAFETY: reads into a local, never waiting.
+        let n = unsafe { libc::recv(sock, b.as_mut_ptr().cast(), b.len(), libc::MSG_DONTWAIT) };
+        if n < 0
+            && matches!(
+                std::io::Error::last_os_error().raw_os_error(),
+                Some(libc::EINTR | libc::EAGAIN)
+            )
+        {
             continue;
         }
         if n <= 0 || (n == 1 && b[0] == b'e') {
@@ -1145,13 +1169,20 @@ impl Shared {
         })
     }
 
-    /// The refusals of the command [`Shared::run`] runs, as they are
-    /// answered: what [`sandbox_core::MediationTap::live`] says for the
-    /// zygote running it (`None` while there is none). Called from any
-    /// thread; never waits for the run.
+    /// The refusals of the next command [`Shared::run`] or
+    /// [`Shared::run_kept`] runs, as they are answered: what
+    /// [`sandbox_core::MediationTap::live`] says for the zygote running it
+    /// (`None` while there is none). Call it before that command starts:
+    /// until the command's zygote is published it says `None`, never a
+    /// previous command's (a kept run's tap goes on counting its
+    /// processes' refusals after its exit). Called from any thread; never
+    /// waits for the run.
     pub fn live(
         &self,
     ) -> impl Fn() -> Option<(Vec<sandbox_core::MediatedCall>, u64)> + Send + Sync + 'static {
+        if let Ok(mut current) = self.current.lock() {
+            *current = None;
+        }
         let current = Arc::clone(&self.current);
         move || {
             // The zygote's tap is set once its supervisor is confirmed,
@@ -1363,6 +1394,10 @@ pub struct KeptEnd {
     /// `leftover_processes_ended` what the run's containment ended beyond
     /// its zygote; `timed_out` when its deadline came first.
     pub run: Option<Result<Outcome, RunError>>,
+    /// The records of the nested runs its processes started (`sandbox
+    /// run` inside it), from its start to its end, their refusals
+    /// included (at most 256, as for any run's tree).
+    pub nested: Vec<Outcome>,
 }
 
 #[cfg(target_os = "linux")]
@@ -1373,7 +1408,9 @@ impl Kept {
         self.alive
     }
 
-    /// Whether its run still lives (it ends at its deadline on its own).
+    /// Whether its run still lives (it ends at its deadline on its own,
+    /// and once none of its processes is left: its zygote then answers
+    /// and exits).
     pub fn running(&self) -> bool {
         !self.zygote.run_finished()
     }
@@ -1415,10 +1452,19 @@ impl Kept {
             Ok(a) if a[0] == b's' => Some(u32::from_ne_bytes([a[5], a[6], a[7], a[8]]) as usize),
             _ => None,
         };
+        let mut records = Vec::new();
         if let Some(nested) = self.zygote.nested.get() {
             nested.end_all();
+            records = nested.take();
         }
         let run = self.zygote.end();
-        KeptEnd { ended, run }
+        if let Some(nested) = self.zygote.nested.get() {
+            records.extend(nested.take());
+        }
+        KeptEnd {
+            ended,
+            run,
+            nested: records,
+        }
     }
 }

@@ -25,6 +25,11 @@ struct Session {
 
 impl Session {
     fn open(nobody: bool, dir: &Path, launch: &str) -> Self {
+        Self::open_with(nobody, &["-w".as_ref(), dir.as_os_str()], launch)
+    }
+
+    /// A session with `policy` (its policy flags) and `--launch launch`.
+    fn open_with(nobody: bool, policy: &[&std::ffi::OsStr], launch: &str) -> Self {
         let mut cmd = if nobody {
             sandbox_as_nobody()
         } else {
@@ -32,8 +37,7 @@ impl Session {
         };
         let mut child = cmd
             .args(["session", "--backend", "auto", "--on-unsupported", "error"])
-            .arg("-w")
-            .arg(dir)
+            .args(policy)
             .args(["--launch", launch])
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
@@ -851,5 +855,284 @@ fn a_kept_commands_exit_event_lists_its_refusals_so_far() {
             let pid = pid_in(&dir.join(pid));
             assert!(eventually(|| !alive(pid, "sleep")), "{pid}");
         }
+    }
+}
+
+/// Whether the event `e` lists a refusal whose target contains `what`.
+fn refuses(e: &Value, what: &str) -> bool {
+    refused_in(&e["refusals"], what)
+}
+
+/// Whether a nested run's record (`--report`'s form) lists a refusal whose
+/// target contains `what`.
+fn record_refuses(r: &Value, what: &str) -> bool {
+    refused_in(&r["mediation"]["refused"], what)
+}
+
+/// Whether the refusals `list` have one whose target contains `what`.
+fn refused_in(list: &Value, what: &str) -> bool {
+    list.as_array().is_some_and(|r| {
+        r.iter()
+            .any(|r| r["target"].as_str().unwrap_or("").contains(what))
+    })
+}
+
+/// A kept command's nested runs (red team G4), the one its background
+/// process starts while a later command runs included, are recorded in its
+/// `kept_ended` (`nested`, with the nested command's refusal). Twin (the
+/// positive control): a command without keep has the same nested run in
+/// its exit event.
+#[test]
+fn a_kept_commands_nested_runs_are_recorded_when_it_ends() {
+    let bin = sandbox_tests::sandbox_bin();
+    let bin = bin.display();
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        let outside = format!("/var/tmp/sandbox-kept-nested-{}", std::process::id());
+        let nested = format!(
+            "{bin} run -w {d} -- /bin/sh -c 'echo x > {outside}; echo nested-ran > {d}/ran'"
+        );
+        let mut s = Session::open(nobody, &dir, "shared");
+        let plain = s.run("plain", &nested, json!({}));
+        assert_eq!(plain["event"], "exit", "{plain}");
+        let records = plain["nested"].as_array().cloned().unwrap_or_default();
+        assert!(
+            records.iter().any(|r| record_refuses(r, &outside)),
+            "nobody {nobody}: {plain}"
+        );
+        std::fs::remove_file(dir.join("ran")).unwrap();
+        let kept = s.run(
+            "k",
+            &format!("(sleep 0.3; {nested}; sleep 1000) >/dev/null 2>&1 & exit 0"),
+            json!({"keep": true}),
+        );
+        assert!(kept["kept"].as_u64().unwrap() >= 1, "{kept}");
+        // The nested run happens while a later command runs.
+        let later = s.run(
+            "later",
+            &format!(
+                "i=0; while [ ! -e {d}/ran ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done"
+            ),
+            json!({}),
+        );
+        assert_eq!(later["status"], 0, "{later}");
+        assert!(dir.join("ran").exists(), "the nested run did not run");
+        assert!(later.get("nested").is_none(), "{later}");
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        let ended = tail
+            .iter()
+            .find(|e| e["event"] == "kept_ended" && e["id"] == "k")
+            .unwrap_or_else(|| panic!("{tail:?}"));
+        let records = ended["nested"].as_array().cloned().unwrap_or_default();
+        assert_eq!(records.len(), 1, "nobody {nobody}: {ended}");
+        assert!(
+            record_refuses(&records[0], &outside),
+            "nobody {nobody}: {ended}"
+        );
+        assert!(!Path::new(&outside).exists());
+    }
+}
+
+/// The command after a kept command whose processes go on refusing (a
+/// loop writing outside the write paths every 10 ms) reports only its own
+/// refusals (red team G5): no `refused_events_dropped` and no refusal, six
+/// times over; the kept commands' refusals are in their `kept_ended`
+/// (control), and a later command that refuses has its own (twin).
+#[test]
+fn the_command_after_a_kept_one_reports_only_its_own_refusals() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let outside = format!("/var/tmp/sandbox-kept-loop-{}", std::process::id());
+        let mine = format!("/var/tmp/sandbox-kept-mine-{}", std::process::id());
+        let mut s = Session::open(nobody, &dir, "shared");
+        for i in 0..6 {
+            let kept = s.run(
+                &format!("k{i}"),
+                &format!("(while :; do echo x > {outside} 2>/dev/null; sleep 0.01; done) & exit 0"),
+                json!({"keep": true}),
+            );
+            assert!(kept["kept"].as_u64().unwrap() >= 1, "{kept}");
+            let next = s.run(&format!("b{i}"), "sleep 0.3", json!({}));
+            assert_eq!(next["status"], 0, "{next}");
+            assert!(
+                next.get("refused_events_dropped").is_none(),
+                "nobody {nobody}: {next}"
+            );
+            assert_eq!(next["refusals"], json!([]), "nobody {nobody}: {next}");
+            assert!(
+                !s.seen
+                    .iter()
+                    .any(|e| e["event"] == "refused" && e["id"] == format!("b{i}")),
+                "{:?}",
+                s.seen
+            );
+        }
+        let twin = s.run("t", &format!("echo x > {mine}; exit 0"), json!({}));
+        assert!(refuses(&twin, &mine), "nobody {nobody}: {twin}");
+        assert!(!refuses(&twin, &outside), "nobody {nobody}: {twin}");
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        let ended: Vec<&Value> = tail.iter().filter(|e| e["event"] == "kept_ended").collect();
+        assert_eq!(ended.len(), 6, "{tail:?}");
+        for e in ended {
+            assert!(refuses(e, &outside), "nobody {nobody}: {e}");
+        }
+    }
+}
+
+/// A kept command none of whose processes is left frees its slot (red
+/// team G7): eight kept commands whose background process exits after
+/// 0.2 s, then a ninth is kept, and the eight got their `kept_ended`
+/// before its exit event. Twin (the positive control): with eight alive,
+/// the ninth is refused, the message saying that 8 have processes alive.
+#[test]
+fn a_kept_slot_is_freed_when_its_processes_are_gone() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        let mut s = Session::open(nobody, &dir, "shared");
+        for i in 0..8 {
+            let got = s.run(
+                &format!("k{i}"),
+                "(sleep 0.2) & exit 0",
+                json!({"keep": true}),
+            );
+            assert!(got["kept"].as_u64().unwrap() >= 1, "{got}");
+        }
+        std::thread::sleep(Duration::from_millis(1200));
+        let ninth = s.run(
+            "k8",
+            &format!("sleep 1000 & echo $! > {d}/pid8"),
+            json!({"keep": true}),
+        );
+        assert_eq!(ninth["event"], "exit", "nobody {nobody}: {ninth}");
+        assert!(ninth["kept"].as_u64().unwrap() >= 1, "{ninth}");
+        let ended: Vec<&Value> = s
+            .seen
+            .iter()
+            .filter(|e| e["event"] == "kept_ended")
+            .collect();
+        assert_eq!(ended.len(), 8, "nobody {nobody}: {:?}", s.seen);
+        for e in &ended {
+            assert_eq!(e["processes_ended"], 0, "{e}");
+        }
+        // Twin: eight alive (k8 and seven more), the next one is refused.
+        for i in 9..16 {
+            let got = s.run(
+                &format!("k{i}"),
+                &format!("sleep 1000 & echo $! > {d}/pid{i}"),
+                json!({"keep": true}),
+            );
+            assert!(got["kept"].as_u64().unwrap() >= 1, "{got}");
+        }
+        let refused = s.run(
+            "k16",
+            &format!("touch {d}/ran; sleep 1000 &"),
+            json!({"keep": true}),
+        );
+        assert_eq!(refused["event"], "error", "{refused}");
+        assert!(
+            refused["message"].as_str().unwrap().contains("and 8 do"),
+            "{refused}"
+        );
+        assert!(!dir.join("ran").exists(), "the refused one ran");
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        let ended = tail.iter().filter(|e| e["event"] == "kept_ended").count();
+        assert_eq!(ended, 8, "{tail:?}");
+        for i in 8..16 {
+            let pid = pid_in(&dir.join(format!("pid{i}")));
+            assert!(eventually(|| !alive(pid, "sleep")), "{pid}");
+        }
+    }
+}
+
+/// The git audit looks at kept commands (red team G6): in workspace-write,
+/// the repositories with `core.fsmonitor` a kept command's main process
+/// and its background process (while a later command runs) made are each
+/// named once in its `kept_ended` `summary`. Twin (the positive control
+/// of the other side): a kept command that makes a repository without
+/// code-running config gets no summary.
+#[test]
+fn a_kept_commands_repositories_are_audited() {
+    for nobody in users() {
+        let (_tmp, dir) = shared_dir();
+        let d = dir.display();
+        let mk = |name: &str, evil: bool| {
+            let config = if evil {
+                format!(" && git -C {d}/{name} config core.fsmonitor 'touch {d}/PWNED'")
+            } else {
+                String::new()
+            };
+            format!("git init -q {d}/{name}{config}")
+        };
+        let mut s = Session::open_with(
+            nobody,
+            &[
+                "--mode".as_ref(),
+                "workspace-write".as_ref(),
+                "--workspace".as_ref(),
+                dir.as_os_str(),
+            ],
+            "shared",
+        );
+        let kept = s.run(
+            "k",
+            &format!(
+                "{} && ({{ sleep 0.3; {}; touch {d}/made; sleep 1000; }} >/dev/null 2>&1 &) ; exit 0",
+                mk("evil_main", true),
+                mk("evil_bg", true)
+            ),
+            json!({"keep": true}),
+        );
+        assert_eq!(kept["status"], 0, "{kept}");
+        assert!(kept["kept"].as_u64().unwrap() >= 1, "{kept}");
+        let twin = s.run(
+            "t",
+            &format!("{} && (sleep 1000 &) ; exit 0", mk("fine", false)),
+            json!({"keep": true}),
+        );
+        assert!(twin["kept"].as_u64().unwrap() >= 1, "{twin}");
+        let later = s.run(
+            "later",
+            &format!(
+                "i=0; while [ ! -e {d}/made ] && [ $i -lt 200 ]; do sleep 0.05; i=$((i+1)); done"
+            ),
+            json!({}),
+        );
+        assert_eq!(later["status"], 0, "{later}");
+        assert!(
+            dir.join("made").exists(),
+            "the background repository was not made"
+        );
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        let ended = |id: &str| {
+            tail.iter()
+                .find(|e| e["event"] == "kept_ended" && e["id"] == id)
+                .cloned()
+                .unwrap_or_else(|| panic!("{tail:?}"))
+        };
+        let k = ended("k");
+        let summary: Vec<String> = k["summary"]
+            .as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|l| l.as_str().unwrap_or("").to_owned())
+                    .collect()
+            })
+            .unwrap_or_default();
+        for name in ["evil_main", "evil_bg"] {
+            let path = format!("{d}/{name} ");
+            let named = summary
+                .iter()
+                .filter(|l| l.contains(&path) && l.contains("core.fsmonitor"))
+                .count();
+            assert_eq!(named, 1, "nobody {nobody}: {name} in {k}");
+        }
+        assert!(ended("t").get("summary").is_none(), "{}", ended("t"));
+        assert!(!dir.join("PWNED").exists());
     }
 }
