@@ -621,7 +621,10 @@ fn relay_guarded(
             }
         }
         if answers {
+            // The client's reader stops (it reads the end) so the join
+            // does not wait on a client that waits for the answer.
             let _ = upstream.shutdown(Shutdown::Both);
+            let _ = client.shutdown(Shutdown::Read);
         }
         let found = up.join().unwrap_or_default();
         (found, relayed, refused)

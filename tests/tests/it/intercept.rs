@@ -1307,17 +1307,50 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
 #[test]
 fn a_value_in_chunks_or_compressed_is_masked_and_other_codings_refused() {
     let script = r#"
+cat > "$D/plainenc.py" <<'PY'
+import gzip, http.server, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def do_GET(self):
+        # /<coding>/<chunk size>: a value it stored, as the TLS origin does.
+        _, coding, size = self.path.split("/")[:3]
+        out = b"stored=Bearer real-secret-valu" + b"e-42\n"
+        if coding == "gzip":
+            out = gzip.compress(out)
+        elif coding == "br":
+            out = b"\x0b\x02\x80" + out + b"\x03"
+        self.send_response(200)
+        if coding != "identity":
+            self.send_header("Content-Encoding", coding)
+        self.send_header("Transfer-Encoding", "chunked")
+        self.end_headers()
+        size = int(size)
+        for i in range(0, len(out), size):
+            self.wfile.write(b"%x\r\n%s\r\n" % (size if i + size <= len(out) else len(out) - i, out[i:i + size]))
+            self.wfile.flush()
+        self.wfile.write(b"0\r\n\r\n")
+    def log_message(self, *a):
+        pass
+http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H).serve_forever()
+PY
+python3 "$D/plainenc.py" > /dev/null 2>&1 < /dev/null &
+plain=$!
+for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8080))' 2>/dev/null && break; sleep 0.05; done
 T="real-secret-valu""e-42"
 A='https://api.example.com:8443/v1/enc'
 INNER='for n in 1000 20 3 1; do curl -sS --compressed -H "Authorization: Bearer $TOKEN" '$A'/identity/$n/auth | sed "s/^/chunks $n /"; done
 for c in gzip deflate; do for n in 0 7; do curl -sS --compressed -H "Authorization: Bearer $TOKEN" '$A'/$c/$n/auth | sed "s/^/$c $n /"; done; done
 curl -sS -H "Authorization: Bearer $TOKEN" '$A'/gzip/5/auth | gzip -dcf | sed "s/^/raw gzip /"
 curl -sS --compressed '$A'/gzip/9/unrelated | sha256sum | sed "s/^/unrelated /"
-curl -sS -w " %{http_code}\n" -H "Authorization: Bearer $TOKEN" '$A'/br/0/auth | sed "s/^/br /"'
-TOKEN=$T "$SANDBOX" run -q --report "$D/r.json" --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
+curl -sS -w " %{http_code}\n" -H "Authorization: Bearer $TOKEN" '$A'/br/0/auth | sed "s/^/br /"
+for n in 1000 3; do curl -sS http://other.example.com:8080/identity/$n | sed "s/^/plain chunks $n /"; done
+curl -sS --compressed http://other.example.com:8080/gzip/4 | sed "s/^/plain gzip /"
+curl -sS -w " %{http_code}\n" http://other.example.com:8080/br/1000 | sed "s/^/plain br /"'
+TOKEN=$T "$SANDBOX" run -q --report "$D/r.json" --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' --allow-net other.example.com:8080 -- sh -c "$INNER"
 grep -o "Content-Encoding (br)[^\"]*" "$D/r.json" | head -1 | sed "s/^/recorded /"
 "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://api.example.com:8443/**' -- sh -c "curl -sS --compressed $A/gzip/9/unrelated | sha256sum | sed 's/^/no secrets unrelated /'; curl -sS $A/gzip/9/unrelated | gzip -t && echo no secrets still gzip"
 printf 'the-unrelated-body-0123456789\n%.0s' $(seq 40) | sha256sum | sed "s/^/expected /"
+kill $plain 2>/dev/null
 "#;
     let (out, d) = in_private_net(script);
     let l = lines(&out);
@@ -1335,6 +1368,15 @@ printf 'the-unrelated-body-0123456789\n%.0s' $(seq 40) | sha256sum | sed "s/^/ex
     );
     has(&l, "br  502");
     has(&l, "recorded Content-Encoding (br)");
+    // The plain http:// relay alike.
+    for c in ["chunks 1000", "chunks 3", "gzip"] {
+        has(&l, &format!("plain {c} stored=Bearer {stars}"));
+    }
+    has(
+        &l,
+        "plain br sandbox egress proxy: refused the response to GET http://other.example.com:8080/br/1000: the response's Content-Encoding (br)",
+    );
+    has(&l, "plain br  502");
     assert!(!l.iter().any(|x| x.contains("real-secret-value")), "{l:#?}");
     let sum = |prefix: &str| {
         l.iter()
