@@ -3,8 +3,10 @@
 //! (httparse) and checked one by one, each admitted one forwarded over a
 //! new TLS connection of the proxy's own to that host (`Connection: close`
 //! there), the response relayed back. The client's connection carries the
-//! next request only when that response was framed for it (no body, or one
-//! `Content-Length` and exactly that many bytes relayed) and the client did
+//! next request only when that response was framed for it (no body, one
+//! `Content-Length` and exactly that many bytes relayed, or, while the run
+//! has secrets, a chunked or compressed body relayed de-chunked, decoded,
+//! masked and re-chunked to its end: [`super::body`]) and the client did
 //! not ask to close; otherwise, or after any refusal, it is closed. Every
 //! request on it goes through the same checks: nothing follows unchecked.
 //!
