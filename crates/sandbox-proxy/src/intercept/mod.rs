@@ -611,13 +611,15 @@ impl Scrub {
 
 /// Every `needle` in `hay` that begins before `before` overwritten with `*`.
 fn mask(hay: &mut [u8], needle: &[u8], before: usize) {
+    let finder = memchr::memmem::Finder::new(needle);
     let mut i = 0;
-    while i < before && i + needle.len() <= hay.len() {
-        if hay[i..].starts_with(needle) {
-            hay[i..i + needle.len()].fill(b'*');
-            i += needle.len();
-        } else {
-            i += 1;
+    while i < before {
+        match finder.find(&hay[i..]) {
+            Some(at) if i + at < before => {
+                hay[i + at..i + at + needle.len()].fill(b'*');
+                i += at + needle.len();
+            }
+            _ => break,
         }
     }
 }
