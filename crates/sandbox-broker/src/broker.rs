@@ -54,6 +54,9 @@ struct BetweenShared {
     /// The current command's refusals as they are answered, for
     /// [`Between::live`]: the first [`Between::LIVE_CAP`] kept, all counted.
     live: std::sync::Mutex<Live>,
+    /// The run's git directory guard (set by the thread once it has its
+    /// rules), for [`Between::git_dirs_made`].
+    git: std::sync::OnceLock<Arc<crate::gitdirs::GitGuard>>,
 }
 
 /// See [`BetweenShared::live`].
@@ -92,6 +95,7 @@ impl Between {
             closed_at: std::sync::atomic::AtomicU64::new(0),
             cv: std::sync::Condvar::new(),
             live: std::sync::Mutex::default(),
+            git: std::sync::OnceLock::new(),
         })))
     }
 
@@ -126,7 +130,20 @@ impl Between {
         Some(std::mem::take(&mut guard.1))
     }
 
-    /// Called on the broker's thread: hands `log`'s records over.
+    /// The git directories the run made so far, where they are now (see
+    /// [`BrokerLog::git_dirs_made`]), without closing the command (unlike
+    /// [`Between::take`]) and without the thread: every one since the
+    /// broker started, those named by an earlier [`Between::take`]
+    /// included. Empty when the policy does not protect git directories,
+    /// or before the thread has its rules.
+    pub fn git_dirs_made(&self) -> Vec<std::path::PathBuf> {
+        self.0
+            .git
+            .get()
+            .map(|git| git.made_git_dirs().0)
+            .unwrap_or_default()
+    }
+
     /// How many refusals of one command [`Between::live`] hands out at most
     /// (the command sets the rate; the rest are only counted).
     pub const LIVE_CAP: usize = 100;
@@ -284,6 +301,9 @@ impl Broker {
                 });
                 match set_up {
                     Ok((listener, rules, own)) => {
+                        if let Some(git) = &rules.git {
+                            let _ = between_for_thread.0.git.set(Arc::clone(git));
+                        }
                         let _ = ready_tx.send(Ok(()));
                         serve(
                             &listener,

@@ -5,6 +5,7 @@ use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 use sandbox_core::ResolvedPolicy;
 
@@ -72,7 +73,7 @@ pub struct BrokerRules {
     pub(crate) umask_routed: bool,
     /// Git directories that existed before the run stay protected
     /// ([`crate::gitdirs`]), when the policy asks for it.
-    pub(crate) git: Option<crate::gitdirs::GitGuard>,
+    pub(crate) git: Option<Arc<crate::gitdirs::GitGuard>>,
     /// The run's own shared memory and semaphores ([`BrokerRules::with_private_shm`]).
     pub(crate) shm: Option<crate::shm::SharedMemory>,
     /// Under egress rules, the sockets the run made listen on loopback
@@ -245,7 +246,7 @@ impl BrokerRules {
             umask_routed: false,
             git: policy
                 .protects_git_dirs()
-                .then(crate::gitdirs::GitGuard::default),
+                .then(|| Arc::new(crate::gitdirs::GitGuard::default())),
             shm: None,
             own_listeners: Default::default(),
         })

@@ -677,6 +677,9 @@ struct KeptRun {
     drains: Vec<(&'static str, KeptDrain)>,
     /// Set when the session ends: the drains stop once their pipe is empty.
     over: Ended,
+    /// The git audit's warnings its exit event gave: `kept_ended` names
+    /// only the others.
+    audited: Vec<String>,
 }
 
 /// The shared launch (`sandbox::zygote::Shared`).
@@ -963,17 +966,25 @@ impl Session {
                 return Err(Fatal(why));
             }
         };
+        let mut audited = Vec::new();
         let mut event = match result {
             Ok(mut outcome) => {
-                if kept.is_some() {
+                if let Some(run) = &kept {
                     // Its run goes on: the refusals so far are those the
-                    // live view handed out (the run's record comes with
-                    // `kept_ended`).
+                    // live view handed out, the repositories those its
+                    // broker saw made so far (the run's record comes with
+                    // `kept_ended`, which audits those made later).
+                    let git_dirs_made = kept_git_dirs_made(run);
+                    audited = git_audit::warnings(
+                        &git_dirs_made,
+                        &git_audit::Scope::of(outcome.policy.as_ref()),
+                    );
                     let m = sandbox::runner::Mediation {
                         omitted: usize::try_from(had)
                             .unwrap_or(usize::MAX)
                             .saturating_sub(seen.len()),
                         refused: seen,
+                        git_dirs_made,
                         ..Default::default()
                     };
                     outcome.classification = outcome.classification.with_refusals(&m);
@@ -1035,6 +1046,7 @@ impl Session {
                 run,
                 drains,
                 over,
+                audited,
             }),
             None => over.store(true, std::sync::atomic::Ordering::Release),
         }
@@ -1314,6 +1326,15 @@ fn alive_at_exit(kept: &Kept) -> usize {
     match *kept {}
 }
 
+/// The git directories a kept command's processes made so far (none when
+/// its broker cannot tell).
+fn kept_git_dirs_made(kept: &Kept) -> Vec<std::path::PathBuf> {
+    #[cfg(target_os = "linux")]
+    return kept.git_dirs_made().unwrap_or_default();
+    #[cfg(not(target_os = "linux"))]
+    match *kept {}
+}
+
 /// Ends `kept` (all at once) and returns each one's `kept_ended` event.
 #[cfg(target_os = "linux")]
 fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
@@ -1341,11 +1362,15 @@ fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
                     omitted = m.omitted;
                     // The git audit over every repository its processes
                     // made, from its start to its end (its broker saw all
-                    // of them; no later command's did).
+                    // of them; no later command's did), but for what its
+                    // exit event said already: each warning once (one
+                    // given code-running config after the exit event is
+                    // a new warning).
                     summary = git_audit::warnings(
                         &m.git_dirs_made,
                         &git_audit::Scope::of(run.policy.as_ref()),
                     );
+                    summary.retain(|w| !k.audited.contains(w));
                 }
             }
             Some(Err(err)) => {

@@ -353,7 +353,11 @@ pub trait RunningSupervisor: Send + std::fmt::Debug {
 pub struct MediationTap {
     take: std::sync::Arc<dyn Fn() -> Option<Mediation> + Send + Sync>,
     live: Option<LiveRefusals>,
+    git_dirs_made: Option<GitDirsMade>,
 }
+
+/// What [`MediationTap::git_dirs_made`] calls.
+type GitDirsMade = std::sync::Arc<dyn Fn() -> Vec<std::path::PathBuf> + Send + Sync>;
 
 /// What [`MediationTap::live`] calls.
 type LiveRefusals = std::sync::Arc<dyn Fn() -> (Vec<MediatedCall>, u64) + Send + Sync>;
@@ -364,6 +368,7 @@ impl MediationTap {
         Self {
             take: std::sync::Arc::new(take),
             live: None,
+            git_dirs_made: None,
         }
     }
 
@@ -373,6 +378,15 @@ impl MediationTap {
         live: impl Fn() -> (Vec<MediatedCall>, u64) + Send + Sync + 'static,
     ) -> Self {
         self.live = Some(std::sync::Arc::new(live));
+        self
+    }
+
+    /// This tap, with `made` answering [`MediationTap::git_dirs_made`].
+    pub fn with_git_dirs_made(
+        mut self,
+        made: impl Fn() -> Vec<std::path::PathBuf> + Send + Sync + 'static,
+    ) -> Self {
+        self.git_dirs_made = Some(std::sync::Arc::new(made));
         self
     }
 
@@ -387,6 +401,15 @@ impl MediationTap {
     /// cannot tell while the command runs. Never waits for the supervisor.
     pub fn live(&self) -> Option<(Vec<MediatedCall>, u64)> {
         self.live.as_ref().map(|live| live())
+    }
+
+    /// The git directories the run made so far, where they are now (as
+    /// [`Mediation::git_dirs_made`] names them), without closing the
+    /// command (unlike [`MediationTap::take`]): every one since the run
+    /// started. `None` when the supervisor cannot tell while the run
+    /// goes on. Never waits for the supervisor.
+    pub fn git_dirs_made(&self) -> Option<Vec<std::path::PathBuf>> {
+        self.git_dirs_made.as_ref().map(|made| made())
     }
 }
 

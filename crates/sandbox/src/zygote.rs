@@ -1422,6 +1422,15 @@ impl Kept {
         self.zygote.tap.get()?.live()
     }
 
+    /// The git directories its processes made so far, where they are now
+    /// (what [`sandbox_core::MediationTap::git_dirs_made`] says for its
+    /// run), without closing anything: its [`KeptEnd`]'s record names
+    /// them again, with those made later. `None` while its supervisor
+    /// cannot tell.
+    pub fn git_dirs_made(&self) -> Option<Vec<std::path::PathBuf>> {
+        self.zygote.tap.get()?.git_dirs_made()
+    }
+
     /// Asks its zygote to end what is left, without waiting: a caller
     /// ending many calls this on each, then [`Kept::end`] on each, so
     /// their grace periods run at once.

@@ -205,7 +205,7 @@ impl RunningSupervisor for RunningBroker {
         };
         let between = broker.between();
         let names = self.names.clone();
-        let (live, live_names) = (between.clone(), names.clone());
+        let (live, live_names, made) = (between.clone(), names.clone(), between.clone());
         Some(
             sandbox_core::MediationTap::new(move || {
                 between
@@ -219,7 +219,8 @@ impl RunningSupervisor for RunningBroker {
                     .map(|r| refusal(r, live_names.as_ref()))
                     .collect();
                 (refused, count)
-            }),
+            })
+            .with_git_dirs_made(move || made.git_dirs_made()),
         )
     }
 
