@@ -45,11 +45,28 @@ pub(crate) struct Scope {
 }
 
 impl Scope {
-    /// The scope of a run under `policy` (none: nothing is read).
-    pub(crate) fn of(policy: Option<&sandbox::policy::ResolvedPolicy>) -> Scope {
+    /// The scope of a run under `policy` (none: nothing is read) with
+    /// `secrets` (`--secret`): a secret's file is read-denied to the
+    /// command by its egress (`sandbox::egress`), not by `policy`, so it is
+    /// out of the scope too, wherever it is (beneath a write path as well).
+    pub(crate) fn of(
+        policy: Option<&sandbox::policy::ResolvedPolicy>,
+        secrets: &[sandbox::policy::SecretSpec],
+    ) -> Scope {
+        let files = secrets.iter().filter_map(|s| match s.source() {
+            sandbox::policy::SecretSource::File(path) => Some(path),
+            _ => None,
+        });
+        // As the policy's paths are: canonical (the file as given too, in
+        // case it cannot be resolved now).
+        let files = files.flat_map(|p| [std::fs::canonicalize(p).ok(), Some(p.clone())]);
         Scope {
             write: policy.map_or_else(Vec::new, |p| p.write_paths().to_vec()),
-            deny: policy.map_or_else(Vec::new, |p| p.read_deny_paths().to_vec()),
+            deny: policy
+                .map_or_else(Vec::new, |p| p.read_deny_paths().to_vec())
+                .into_iter()
+                .chain(files.flatten())
+                .collect(),
         }
     }
 
@@ -760,6 +777,41 @@ mod tests {
         );
     }
 
+    /// A `--secret NAME=file:PATH@HOST` file is out of the scope even
+    /// beneath a write path (the egress read-denies it to the command, not
+    /// the policy): an include naming it is named, never read. Twin: the
+    /// same include with the secret from the environment is read.
+    #[test]
+    fn a_secret_file_beneath_a_write_path_is_not_read() {
+        let dir = tempfile::tempdir().unwrap();
+        let w = std::fs::canonicalize(dir.path()).unwrap();
+        let policy = sandbox::policy::ResolvedPolicy::try_from(sandbox::policy::SandboxPolicy {
+            write_paths: vec![w.display().to_string()],
+            ..Default::default()
+        })
+        .unwrap();
+        std::fs::write(w.join("token"), "[core]\n\tfsmonitor = x\n").unwrap();
+        let git = w.join(".git");
+        std::fs::create_dir_all(&git).unwrap();
+        std::fs::write(git.join("config"), "[include]\n\tpath = ../token\n").unwrap();
+        let secret = |spec: &str| spec.parse::<sandbox::policy::SecretSpec>().unwrap();
+        let file = secret(&format!(
+            "TOKEN=file:{}@api.example.com",
+            w.join("token").display()
+        ));
+        let runs = runs_code(&git, &Scope::of(Some(&policy), &[file]));
+        let not_read = format!(
+            "{}: not read (outside the write paths)",
+            git.join("../token").display()
+        );
+        assert!(runs.contains(&not_read), "{runs:?}");
+        assert!(!runs.iter().any(|r| r == "core.fsmonitor"), "{runs:?}");
+        // Twin: the secret from the environment; the file is the command's.
+        let env = secret("TOKEN@api.example.com");
+        let runs = runs_code(&git, &Scope::of(Some(&policy), &[env]));
+        assert!(runs.contains(&"core.fsmonitor".to_owned()), "{runs:?}");
+    }
+
     /// A file on procfs is refused on the opened file even where the scope
     /// would admit its path (a write path of `/proc`): `/proc/self/status`
     /// is a regular file of size 0 there. Twin: a file on a real file
@@ -792,7 +844,7 @@ mod tests {
         let git = dir.path().join(".git");
         std::fs::create_dir_all(&git).unwrap();
         std::fs::write(git.join("config"), "[core]\n\tfsmonitor = x\n").unwrap();
-        let runs = runs_code(&git, &Scope::of(None));
+        let runs = runs_code(&git, &Scope::of(None, &[]));
         assert_eq!(
             runs,
             [format!(

@@ -619,7 +619,9 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         (None, Some(m)) => m.git_dirs_made.clone(),
         (None, None) => Vec::new(),
     };
-    for line in git_audit::warnings(&made, &git_audit::Scope::of(outcome.policy.as_ref())) {
+    let secrets = args.policy.egress.options(&config.egress).secrets;
+    let scope = git_audit::Scope::of(outcome.policy.as_ref(), &secrets);
+    for line in git_audit::warnings(&made, &scope) {
         show::say(&line);
     }
     if let Some(n) = outcome

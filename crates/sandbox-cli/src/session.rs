@@ -977,7 +977,7 @@ impl Session {
                     let git_dirs_made = kept_git_dirs_made(run);
                     audited = git_audit::warnings(
                         &git_dirs_made,
-                        &git_audit::Scope::of(outcome.policy.as_ref()),
+                        &git_audit::Scope::of(outcome.policy.as_ref(), &self.base.egress.secrets),
                     );
                     let m = sandbox::runner::Mediation {
                         omitted: usize::try_from(had)
@@ -990,7 +990,7 @@ impl Session {
                     outcome.classification = outcome.classification.with_refusals(&m);
                     outcome.mediation = Some(m);
                 }
-                exit_event(&outcome)
+                exit_event(&outcome, &self.base.egress.secrets)
             }
             Err(err) => {
                 let mut e = Map::new();
@@ -1088,7 +1088,7 @@ impl Session {
                 .into_iter()
                 .partition(|k| !k.running());
         *self.kept.borrow_mut() = live;
-        for e in end_kept_runs(ended) {
+        for e in end_kept_runs(ended, &self.base.egress.secrets) {
             chan.queue(&Value::Object(e));
         }
     }
@@ -1098,7 +1098,7 @@ impl Session {
     /// order they were kept.
     fn end_kept(&self, chan: &mut Channel) {
         let kept = std::mem::take(&mut *self.kept.borrow_mut());
-        let ended = end_kept_runs(kept);
+        let ended = end_kept_runs(kept, &self.base.egress.secrets);
         for e in ended {
             chan.queue(&Value::Object(e));
         }
@@ -1335,9 +1335,13 @@ fn kept_git_dirs_made(kept: &Kept) -> Vec<std::path::PathBuf> {
     match *kept {}
 }
 
-/// Ends `kept` (all at once) and returns each one's `kept_ended` event.
+/// Ends `kept` (all at once) and returns each one's `kept_ended` event
+/// (`secrets`: the session's, whose files the git audit does not read).
 #[cfg(target_os = "linux")]
-fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
+fn end_kept_runs(
+    mut kept: Vec<KeptRun>,
+    secrets: &[sandbox::policy::SecretSpec],
+) -> Vec<Map<String, Value>> {
     for k in &mut kept {
         k.run.begin_end();
     }
@@ -1368,7 +1372,7 @@ fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
                     // a new warning).
                     summary = git_audit::warnings(
                         &m.git_dirs_made,
-                        &git_audit::Scope::of(run.policy.as_ref()),
+                        &git_audit::Scope::of(run.policy.as_ref(), secrets),
                     );
                     summary.retain(|w| !k.audited.contains(w));
                 }
@@ -1403,7 +1407,7 @@ fn end_kept_runs(mut kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
 }
 
 #[cfg(not(target_os = "linux"))]
-fn end_kept_runs(kept: Vec<KeptRun>) -> Vec<Map<String, Value>> {
+fn end_kept_runs(kept: Vec<KeptRun>, _: &[sandbox::policy::SecretSpec]) -> Vec<Map<String, Value>> {
     kept.into_iter().map(|k| match k.run {}).collect()
 }
 
@@ -1534,7 +1538,9 @@ fn watch_refusals(
 
 /// The exit event's fields for a command that ran: the record's status,
 /// classification and refusals, in the words `sandbox run` uses.
-fn exit_event(outcome: &Outcome) -> Map<String, Value> {
+/// `secrets`: the session's (`--secret`), whose files the git audit does
+/// not read.
+fn exit_event(outcome: &Outcome, secrets: &[sandbox::policy::SecretSpec]) -> Map<String, Value> {
     let mut e = Map::new();
     e.insert("status".into(), outcome.exit_code().into());
     // The record's classification, flattened: `class` as `classification`,
@@ -1585,7 +1591,7 @@ fn exit_event(outcome: &Outcome) -> Map<String, Value> {
     .flatten()
     .chain(git_audit::warnings(
         &made,
-        &git_audit::Scope::of(outcome.policy.as_ref()),
+        &git_audit::Scope::of(outcome.policy.as_ref(), secrets),
     ))
     .collect();
     if !summary.is_empty() {

@@ -69,7 +69,7 @@ pub mod policy {
         EgressRule, EgressRuleError, EgressRules, NameMatch, NameRule, NetRule, NetRuleError,
     };
     pub use sandbox_core::request::{
-        flag, shell_unword, shell_word, RequestRule, RequestRuleError, SecretSpec,
+        flag, shell_unword, shell_word, RequestRule, RequestRuleError, SecretSource, SecretSpec,
     };
     pub use sandbox_core::{
         builtin_op_bound, config_candidates, ConfigError, ConfigSource, CpuLimit, EgressConfig,

@@ -355,6 +355,59 @@ fn a_nested_repository_that_runs_code_is_named_after_the_run() {
     assert!(lines[0].contains("core.fsmonitor"), "{err}");
 }
 
+/// A `--secret NAME=file:PATH@HOST` file in the workspace is read-denied
+/// to the command by its egress, and the git audit after the run (which
+/// runs unconfined) does not read it either: a repository the command made
+/// whose config includes it gets the include named "not read", never the
+/// file's keys. Twin: the same include of a plain workspace file is read
+/// (its `core.fsmonitor` named).
+#[test]
+fn the_git_audit_does_not_read_a_secret_file() {
+    let w = ws();
+    fs::write(w.root.join("token"), "[core] fsmonitor = x\n").unwrap();
+    fs::write(w.root.join("plain"), "[core] fsmonitor = x\n").unwrap();
+    let secret = format!(
+        "TOKEN=file:{}@api.example.com",
+        w.root.join("token").display()
+    );
+    let audit = |file: &str| {
+        let out = run(
+            &w.root,
+            &[
+                "--secret",
+                &secret,
+                "--allow-request",
+                "GET https://api.example.com/**",
+            ],
+            // Made by hand: `git init` with a read denial in the workspace
+            // fails on its `config.lock` (EEXIST), a separate matter.
+            &format!(
+                "cat token; echo cat=$?; g=sub_{file}/.git; \
+                 mkdir -p $g/objects $g/refs/heads && \
+                 echo 'ref: refs/heads/main' > $g/HEAD && \
+                 printf '[include]\\n\\tpath = ../../{file}\\n' > $g/config"
+            ),
+        );
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let stdout = ok(&out);
+        (stdout, err)
+    };
+    let (stdout, err) = audit("token");
+    assert!(stdout.contains("cat=1"), "{stdout}");
+    let line = err
+        .lines()
+        .find(|l| l.contains(&format!("{}/sub_token ", w.root.display())))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("not read (outside the write paths)"), "{err}");
+    assert!(!line.contains("core.fsmonitor"), "{err}");
+    let (_, err) = audit("plain");
+    let line = err
+        .lines()
+        .find(|l| l.contains(&format!("{}/sub_plain ", w.root.display())))
+        .unwrap_or_else(|| panic!("{err}"));
+    assert!(line.contains("core.fsmonitor"), "{err}");
+}
+
 #[test]
 fn the_secrets_preset_hides_credentials_and_nothing_else() {
     let home = ws();
