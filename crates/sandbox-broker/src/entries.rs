@@ -1063,7 +1063,7 @@ fn open(
                 }
                 if let Some(created) = create_new(rules, base.as_ref(), &path, flags, mode, target)
                 {
-                    return Ok(created);
+                    return created;
                 }
             }
             let nofollow = if follow { 0 } else { libc::O_NOFOLLOW };
@@ -1255,9 +1255,14 @@ pub(crate) fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved
 /// `O_CREAT` tried first as the creation of a new file, without probing the
 /// whole path: the parent is resolved and admitted, and the name checked, as
 /// for every new entry ([`new_entry`]), then created with `O_EXCL` added, so
-/// that only a file that did not exist can come of it. `None`: nothing was
-/// created (the name exists, a symlink included, or anything failed or was
-/// refused); the general path then decides the call from the start.
+/// that only a file that did not exist can come of it. `None`: the open was
+/// not made (anything failed or was refused before it) or found the name
+/// (`EEXIST`, a symlink included), so nothing was created; the general path
+/// then decides the call from the start. Any other failure of the open is
+/// the answer: an open can fail after it made the file (Landlock refusing
+/// the new file's READ_FILE, as beneath the parent of a read-deny path), so
+/// deciding it again would find that file and answer `EEXIST` (or open it),
+/// what the kernel never does: a call's side effect is made once.
 ///
 /// When it creates a file, the general path would have done the same: its
 /// probe finds no name, and [`create`] resolves the same parent, finds no
@@ -1274,7 +1279,7 @@ fn create_new(
     flags: i32,
     mode: u32,
     target: &mut BrokerTarget,
-) -> Option<Outcome> {
+) -> Option<Result<Outcome, Unresolved>> {
     // A trailing slash, ".", ".." or "/": the general path's errors.
     let (_, Last::Name { slash: false, .. }) = split(path.to_bytes())? else {
         return None;
@@ -1288,15 +1293,31 @@ fn create_new(
     let how = (flags & !libc::O_CLOEXEC) | libc::O_EXCL | libc::O_CLOEXEC | libc::O_NOCTTY;
     // SAFETY: openat on our admitted parent fd with a NUL-terminated name.
     let rc = unsafe { libc::openat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), how, mode) };
-    let fd = owned(rc).ok()?;
+    let fd = match owned(rc) {
+        Ok(fd) => fd,
+        // The name exists: this open made nothing, the general path decides.
+        Err(Unresolved::Errno(libc::EEXIST)) => return None,
+        // Any other failure is the kernel's answer to this very open, and
+        // may come after the file was made (Landlock's file_open hook
+        // refuses READ_FILE or WRITE_FILE on the new file, `do_open` in
+        // fs/namei.c): never decided again, which would find the file just
+        // made and answer EEXIST, or open it.
+        Err(failed) => {
+            if let Some(git) = &rules.git {
+                git.noted(&e.parent.fd, e.at_name.to_bytes());
+            }
+            target.resolved = found.resolved;
+            return Some(Err(failed));
+        }
+    };
     if let Some(git) = &rules.git {
         git.noted(&e.parent.fd, e.at_name.to_bytes());
     }
     target.resolved = found.resolved;
-    Some(Outcome::Fd {
+    Some(Ok(Outcome::Fd {
         fd,
         cloexec: flags & libc::O_CLOEXEC != 0,
-    })
+    }))
 }
 
 /// `O_CREAT` of a name that does not exist yet: beneath an admitted parent,

@@ -472,3 +472,140 @@ fn denied_reads_are_recorded_in_observed_runs_as_nobody() {
     exec_denied(As::Nobody);
     refused_forms(As::Nobody);
 }
+
+/// Creates each path (relative to the working directory) with
+/// `O_RDWR|O_CREAT|O_EXCL` as git's lock files are, after making its
+/// directory, and prints the errno (or `ok`) and whether the name exists
+/// after (`+`, `-`); then `git init -q` of each repository argument, `ok`
+/// or git's first error's reason; then reads each file of the third list.
+const EXCL_SCRIPT: &str = r#"
+import errno, os, subprocess, sys
+got = []
+for p in sys.argv[1].split():
+    os.makedirs(os.path.dirname(p) or ".", exist_ok=True)
+    try:
+        os.close(os.open(p, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o644))
+        r = "ok"
+    except OSError as e:
+        r = errno.errorcode[e.errno]
+    got.append(r + ("+" if os.path.lexists(p) else "-"))
+for repo in sys.argv[2].split():
+    out = subprocess.run(["git", "init", "-q", repo], capture_output=True, text=True)
+    errs = [l for l in out.stderr.splitlines() if l.startswith(("error:", "fatal:"))]
+    got.append("ok" if out.returncode == 0 else (errs or ["?: ?"])[0].split(": ")[-1].replace(" ", "_"))
+for p in sys.argv[3].split():
+    try:
+        os.close(os.open(p, os.O_RDONLY))
+        got.append("ok")
+    except OSError as e:
+        got.append(errno.errorcode[e.errno])
+print(" ".join(got))
+"#;
+
+/// The exclusive creates of the first list, then the repositories.
+const EXCL_PATHS: &str = "kept/.git/x.lock kept/y.lock fresh/.git/x.lock top.lock";
+const EXCL_REPOS: &str = "kept/repo made";
+const EXCL_READS: &str = "secret/f";
+
+/// A brokered exclusive create is made once (the broker never performs a
+/// call's side effect and then decides it again): with a read denial
+/// beneath the workspace, an `O_RDWR|O_CREAT|O_EXCL` open, as git's lock
+/// files are made, answers as the kernel does. Beneath a directory that
+/// existed (a fresh `.git` included) it opens, as bare, and `git init`
+/// works; a new entry directly in the workspace, an ancestor of the deny
+/// path, has no READ_FILE (rule splitting): the kernel makes the file and
+/// answers `EACCES`, and so does the broker, where it answered `EEXIST`
+/// (`could not lock config file: File exists`) before. Twins: the same
+/// calls bare, and in the same runs without the read denial, all open;
+/// plain and observed (`--report`), as root and as nobody.
+#[test]
+fn an_exclusive_create_is_made_once_beside_a_read_denial() {
+    let bare_answer = "ok+ ok+ ok+ ok+ ok ok ok";
+    // The denial holds (its positive control): the secret is not read.
+    let denied_answer = "ok+ ok+ EACCES+ EACCES+ ok Permission_denied EACCES";
+    let whos: &[As] = if is_root() {
+        &[As::Root, As::Nobody]
+    } else {
+        &[As::Nobody]
+    };
+    for &who in whos {
+        for observed in [false, true] {
+            for denial in [false, true] {
+                let t = tempfile::tempdir().unwrap();
+                let ws = std::fs::canonicalize(t.path()).unwrap();
+                let mode = |p: &Path| {
+                    std::fs::set_permissions(p, PermissionsExt::from_mode(0o777)).unwrap()
+                };
+                mode(&ws);
+                for d in ["kept", "kept/repo", "secret"] {
+                    std::fs::create_dir(ws.join(d)).unwrap();
+                    mode(&ws.join(d));
+                }
+                std::fs::write(ws.join("secret/f"), "x").unwrap();
+                let r = tempfile::tempdir().unwrap();
+                mode(r.path());
+                let report = r.path().join("report.json");
+                // The same calls bare, in a copy of the scene.
+                let b = tempfile::tempdir().unwrap();
+                let bare_ws = std::fs::canonicalize(b.path()).unwrap();
+                mode(&bare_ws);
+                for d in ["kept", "kept/repo", "secret"] {
+                    std::fs::create_dir(bare_ws.join(d)).unwrap();
+                    mode(&bare_ws.join(d));
+                }
+                std::fs::write(bare_ws.join("secret/f"), "x").unwrap();
+                let mut bare = match who {
+                    As::Root => Command::new("/usr/bin/python3"),
+                    As::Nobody => {
+                        let mut c = Command::new("setpriv");
+                        c.args([
+                            "--reuid=65534",
+                            "--regid=65534",
+                            "--clear-groups",
+                            "--",
+                            "/usr/bin/python3",
+                        ]);
+                        c
+                    }
+                };
+                let out = bare
+                    .args(["-c", EXCL_SCRIPT, EXCL_PATHS, EXCL_REPOS, EXCL_READS])
+                    .env("HOME", "/nonexistent/sandbox-tests-home")
+                    .current_dir(&bare_ws)
+                    .output()
+                    .unwrap();
+                assert_eq!(stdout(&out), bare_answer, "bare {who:?}: {}", stderr(&out));
+
+                let mut cmd: Command = match who {
+                    As::Root => sandbox(),
+                    As::Nobody => sandbox_as_nobody(),
+                };
+                cmd.args(["run", "--mode", "workspace-write", "--workspace"])
+                    .arg(&ws);
+                if observed {
+                    cmd.arg("--report").arg(&report);
+                }
+                if denial {
+                    cmd.arg("--read-deny").arg(ws.join("secret"));
+                }
+                let out = cmd
+                    .args(["--", "/usr/bin/python3", "-c", EXCL_SCRIPT, EXCL_PATHS])
+                    .args([EXCL_REPOS, EXCL_READS])
+                    .env("HOME", "/nonexistent/sandbox-tests-home")
+                    .current_dir(&ws)
+                    .output()
+                    .unwrap();
+                let want = if denial { denied_answer } else { bare_answer };
+                assert_eq!(
+                    stdout(&out),
+                    want,
+                    "{who:?} observed {observed} denial {denial}: {}",
+                    stderr(&out)
+                );
+                // Never the broker's second look at a file it just made.
+                assert!(!stdout(&out).contains("EEXIST"));
+                assert!(!stderr(&out).contains("File exists"), "{}", stderr(&out));
+            }
+        }
+    }
+}

@@ -455,3 +455,126 @@ fn a_create_leaves_the_callers_cpu_mask_as_it_was() {
         .count();
     assert_eq!(opened, masks.len(), "{}", run.log.explain(5));
 }
+
+/// Confines the calling thread (and the threads and children it starts) to a
+/// Landlock domain that handles READ_FILE and grants it beneath `readable`
+/// only, as the run's domain leaves a new entry directly in an ancestor of a
+/// read-deny path; `None` when the kernel has no Landlock.
+fn read_file_only_beneath(readable: &[&str]) -> Option<()> {
+    const READ_FILE: u64 = 1 << 2;
+    #[repr(C)]
+    struct RulesetAttr {
+        handled_access_fs: u64,
+    }
+    #[repr(C, packed)]
+    struct PathBeneath {
+        allowed_access: u64,
+        parent_fd: i32,
+    }
+    let attr = RulesetAttr {
+        handled_access_fs: READ_FILE,
+    };
+    // SAFETY: a valid attribute of the size given.
+    let ruleset = unsafe {
+        libc::syscall(
+            libc::SYS_landlock_create_ruleset,
+            &attr as *const RulesetAttr,
+            std::mem::size_of::<RulesetAttr>(),
+            0u32,
+        )
+    };
+    if ruleset < 0 {
+        return None;
+    }
+    let ruleset = ruleset as i32;
+    for path in readable {
+        let Ok(dir) = std::fs::File::open(path) else {
+            continue;
+        };
+        let rule = PathBeneath {
+            allowed_access: READ_FILE,
+            parent_fd: std::os::fd::AsRawFd::as_raw_fd(&dir),
+        };
+        // SAFETY: a live ruleset fd and a valid rule.
+        let rc = unsafe {
+            libc::syscall(
+                libc::SYS_landlock_add_rule,
+                ruleset,
+                1u32, // LANDLOCK_RULE_PATH_BENEATH
+                &rule as *const PathBeneath,
+                0u32,
+            )
+        };
+        assert_eq!(rc, 0, "landlock_add_rule {path}");
+    }
+    // SAFETY: this thread's own no_new_privs and domain.
+    unsafe {
+        assert_eq!(libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0), 0);
+        assert_eq!(
+            libc::syscall(libc::SYS_landlock_restrict_self, ruleset, 0u32),
+            0
+        );
+        libc::close(ruleset);
+    }
+    Some(())
+}
+
+/// An exclusive create the kernel makes and then refuses (Landlock's
+/// file_open hook: no READ_FILE for an `O_RDWR` open of the new file) is
+/// the answer: the broker, in the same domain, answers `EACCES` with the
+/// file made, as the kernel does, and never decides it again (which found
+/// the file it had just made and answered `EEXIST`, so `git init` could not
+/// lock its config). Twins: the write-only create opens; an `O_RDWR` create
+/// where READ_FILE is granted opens; an existing name is `EEXIST`.
+#[test]
+fn an_exclusive_create_refused_after_it_is_made_is_answered_once() {
+    let fx = Fixture::new();
+    let readable = fx.w.join("readable");
+    std::fs::create_dir(&readable).unwrap();
+    std::fs::write(fx.w.join("there"), "x").unwrap();
+    let [rdwr, wronly, granted, there] =
+        ["rdwr.lock", "wronly.lock", "readable/rdwr.lock", "there"].map(|n| cstr(&fx.w.join(n)));
+    let rules = fx.rules(&[]);
+    let readable_s = readable.display().to_string();
+    // On a thread of its own: the domain is the broker's and the child's.
+    let run = std::thread::scope(|s| {
+        s.spawn(|| {
+            read_file_only_beneath(&["/proc", "/sys", "/etc", "/usr", "/dev", &readable_s])
+                .expect("Landlock (the tests run on a kernel with it)");
+            confined_entries(rules, || {
+                let excl = |p: &std::ffi::CStr, access: i32| {
+                    // SAFETY (child): raw syscalls on a live NUL-terminated path.
+                    let fd = unsafe {
+                        libc::open(p.as_ptr(), access | libc::O_CREAT | libc::O_EXCL, 0o644)
+                    };
+                    let r = result(fd);
+                    if fd >= 0 {
+                        // SAFETY (child): our own fd.
+                        unsafe { libc::close(fd) };
+                    }
+                    r
+                };
+                if excl(&rdwr, libc::O_RDWR) != libc::EACCES {
+                    return 1;
+                }
+                if excl(&wronly, libc::O_WRONLY) != 0 {
+                    return 2;
+                }
+                if excl(&granted, libc::O_RDWR) != 0 {
+                    return 3;
+                }
+                if excl(&there, libc::O_RDWR) != libc::EEXIST {
+                    return 4;
+                }
+                0
+            })
+        })
+        .join()
+        .unwrap()
+    });
+    assert_eq!(run.code, 0, "{}", run.log.explain(10));
+    // Made once, by the one open: left as the kernel leaves it.
+    for made in ["rdwr.lock", "wronly.lock", "readable/rdwr.lock"] {
+        assert!(fx.w.join(made).exists(), "{made}");
+    }
+}
