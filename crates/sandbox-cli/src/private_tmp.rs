@@ -73,52 +73,12 @@ fn without_capabilities<T: Send>(f: impl FnOnce() -> io::Result<T> + Send) -> io
         std::thread::Builder::new()
             .name("sandbox-tmp-rm".into())
             .spawn_scoped(scope, || {
-                drop_thread_capabilities()?;
+                sandbox::runner::drop_thread_capabilities()?;
                 f()
             })?
             .join()
             .unwrap_or_else(|_| Err(io::Error::other("the removal's thread failed")))
     })
-}
-
-/// Empties the calling thread's effective, permitted and inheritable
-/// capability sets (capset(2) with pid 0 acts on the calling thread only).
-#[cfg(target_os = "linux")]
-fn drop_thread_capabilities() -> io::Result<()> {
-    #[repr(C)]
-    struct Header {
-        version: u32,
-        pid: libc::c_int,
-    }
-    #[repr(C)]
-    #[derive(Clone, Copy)]
-    struct Data {
-        effective: u32,
-        permitted: u32,
-        inheritable: u32,
-    }
-    // _LINUX_CAPABILITY_VERSION_3: two data words.
-    let mut header = Header {
-        version: 0x2008_0522,
-        pid: 0,
-    };
-    let data = [Data {
-        effective: 0,
-        permitted: 0,
-        inheritable: 0,
-    }; 2];
-    // SAFETY: capset(header, data) with a v3 header and two data words.
-    let rc = unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
-    if rc != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// No capabilities to drop off Linux (a root runner there removes as root).
-#[cfg(not(target_os = "linux"))]
-fn drop_thread_capabilities() -> io::Result<()> {
-    Ok(())
 }
 
 fn cvt(rc: libc::c_int) -> io::Result<libc::c_int> {

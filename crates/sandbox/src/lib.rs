@@ -88,7 +88,9 @@ pub mod runner {
     //! ([`containment`], [`limit_support`], [`datagram_namespace`]); the
     //! tool caches' directories; stopping runs on a signal.
     pub use crate::caches::{tool_cache_dir, tools_root, ToolCacheError};
-    pub use crate::host::{containment, datagram_namespace, limit_support};
+    pub use crate::host::{
+        containment, datagram_namespace, drop_thread_capabilities, limit_support,
+    };
     pub use crate::outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
     pub use crate::running::{
         run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
@@ -185,6 +187,23 @@ mod host {
         #[cfg(not(target_os = "linux"))]
         {
             Err("not on this platform".into())
+        }
+    }
+
+    /// Empties the calling thread's effective, permitted and inheritable
+    /// capability sets (capset(2) with pid 0 changes the calling thread
+    /// only, so the process's other threads keep theirs): for work a
+    /// trusted component does on a command's behalf with no more power
+    /// than the command. Nothing to drop off Linux.
+    pub fn drop_thread_capabilities() -> std::io::Result<()> {
+        #[cfg(target_os = "linux")]
+        {
+            sandbox_seccomp::caps::set(sandbox_seccomp::caps::Caps::NONE)
+                .map_err(std::io::Error::from_raw_os_error)
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            Ok(())
         }
     }
 }

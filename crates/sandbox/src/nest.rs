@@ -1588,46 +1588,12 @@ mod imp {
                 .spawn(|| {
                     // SAFETY: unshare(CLONE_FS) affects this thread alone.
                     cvt(unsafe { libc::unshare(libc::CLONE_FS) })?;
-                    drop_thread_capabilities()?;
+                    crate::runner::drop_thread_capabilities()?;
                     f()
                 })
                 .join()
                 .unwrap_or_else(|_| Err(io::Error::other("the check failed")))
         })
-    }
-
-    /// Empties the calling thread's effective, permitted and inheritable
-    /// capability sets (capset(2) acts on the calling thread only).
-    fn drop_thread_capabilities() -> io::Result<()> {
-        #[repr(C)]
-        struct Header {
-            version: u32,
-            pid: libc::c_int,
-        }
-        #[repr(C)]
-        #[derive(Clone, Copy)]
-        struct Data {
-            effective: u32,
-            permitted: u32,
-            inheritable: u32,
-        }
-        // _LINUX_CAPABILITY_VERSION_3: two data words.
-        let mut header = Header {
-            version: 0x2008_0522,
-            pid: 0,
-        };
-        let data = [Data {
-            effective: 0,
-            permitted: 0,
-            inheritable: 0,
-        }; 2];
-        // SAFETY: capset(header, data) with a v3 header and two data words.
-        let rc =
-            unsafe { libc::syscall(libc::SYS_capset, &mut header as *mut Header, data.as_ptr()) };
-        if rc != 0 {
-            return Err(io::Error::last_os_error());
-        }
-        Ok(())
     }
 
     /// Bounds each send on `conn` to `wait` (`SO_SNDTIMEO`).
