@@ -1089,6 +1089,21 @@ pub fn locate_program(
     })
 }
 
+/// What the zygote needs of `req` besides its argv: its environment, its
+/// working directory (the request's, else this process's) and its program,
+/// located; `None` when this process's working directory is gone.
+#[allow(clippy::type_complexity)]
+fn command_parts(
+    req: &RunRequest,
+) -> Option<Result<(Vec<(OsString, OsString)>, PathBuf, PathBuf), RunError>> {
+    let env = command_env(req);
+    let cwd = match &req.cwd {
+        Some(c) => c.clone(),
+        None => std::env::current_dir().ok()?,
+    };
+    Some(locate_program(req, &env, &cwd).map(|path| (env, cwd, path)))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1205,13 +1220,8 @@ impl Shared {
     ) -> Option<Result<Outcome, RunError>> {
         let policy = req.policy.as_ref()?;
         let started = Instant::now();
-        let env = command_env(req);
-        let cwd = match &req.cwd {
-            Some(c) => c.clone(),
-            None => std::env::current_dir().ok()?,
-        };
-        let path = match locate_program(req, &env, &cwd) {
-            Ok(p) => p,
+        let (env, cwd, path) = match command_parts(req)? {
+            Ok(parts) => parts,
             Err(e) => return Some(Err(e)),
         };
         let cmd = ZygoteCommand {
@@ -1297,13 +1307,8 @@ impl Shared {
     ) -> Option<Result<(Outcome, Option<Kept>), RunError>> {
         let policy = req.policy.as_ref()?;
         let started = Instant::now();
-        let env = command_env(req);
-        let cwd = match &req.cwd {
-            Some(c) => c.clone(),
-            None => std::env::current_dir().ok()?,
-        };
-        let path = match locate_program(req, &env, &cwd) {
-            Ok(p) => p,
+        let (env, cwd, path) = match command_parts(req)? {
+            Ok(parts) => parts,
             Err(e) => return Some(Err(e)),
         };
         let cmd = ZygoteCommand {
