@@ -633,29 +633,28 @@ fn relay_guarded(
         crate::target::Host::Name(name) => (name.clone(), target.port),
         crate::target::Host::Ip(ip) => (ip.to_string(), target.port),
     };
-    if let (None, Some((why, _))) = (&found, refused) {
-        // A response the proxy could not mask: 502 when none of it went.
+    // Recorded; answered when none of the response went, else cut off.
+    let refuse = |why: String, status: u16, reason: &str, text: String| {
         slot.shared.refuse(crate::Refused {
             host,
             port,
             reason: crate::RefusalReason::Request {
                 method: method.to_string(),
                 path: String::new(),
-                why: why.clone(),
+                why,
                 admit_with: None,
             },
         });
         if relayed == 0 {
-            answer(
-                client,
-                502,
-                "Bad Gateway",
-                &format!("sandbox egress proxy: refused the response to {shown}: {why}"),
-            );
+            answer(client, status, reason, &text);
         } else {
             let _ = client.shutdown(Shutdown::Both);
         }
-        return;
+    };
+    if let (None, Some((why, _))) = (&found, refused) {
+        // A response the proxy could not mask: 502 when none of it went.
+        let text = format!("sandbox egress proxy: refused the response to {shown}: {why}");
+        return refuse(why, 502, "Bad Gateway", text);
     }
     let Some((name, hosts)) = found else {
         return;
@@ -664,26 +663,8 @@ fn relay_guarded(
         "the request body carries the placeholder of the secret {name}, which goes only to \
          {hosts} (attempted exfiltration; the request was cut off before it)"
     );
-    slot.shared.refuse(crate::Refused {
-        host,
-        port,
-        reason: crate::RefusalReason::Request {
-            method: method.to_string(),
-            path: String::new(),
-            why: why.clone(),
-            admit_with: None,
-        },
-    });
-    if relayed == 0 {
-        answer(
-            client,
-            403,
-            "Forbidden",
-            &format!("sandbox egress proxy: refused {shown}: {why}"),
-        );
-    } else {
-        let _ = client.shutdown(Shutdown::Both);
-    }
+    let text = format!("sandbox egress proxy: refused {shown}: {why}");
+    refuse(why, 403, "Forbidden", text);
 }
 
 #[cfg(test)]
