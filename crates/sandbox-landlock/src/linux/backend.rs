@@ -110,6 +110,43 @@ impl LandlockBackend {
         };
         super::prepare_with(policy, self.abi, channel, options, child_layer).map_err(unavailable)
     }
+
+    /// The confinement of `argv` under `policy` with `options` (what both
+    /// [`Backend::prepare`] and [`Backend::prepare_for_launch`] give).
+    fn confinement(
+        &self,
+        policy: &ResolvedPolicy,
+        argv: &[OsString],
+        options: LaunchOptions,
+    ) -> Result<Confinement, SandboxUnavailable> {
+        if argv.is_empty() {
+            return Err(SandboxUnavailable::new(
+                NAME,
+                "the command is empty; give the program to run",
+            ));
+        }
+        let layer = options.child_layer;
+        let (prepared, supervisor) = self.prepare_brokered(policy, options, layer)?;
+        let report = prepared.report().clone();
+        // With a broker, the child is spawned and the broker started from a
+        // thread in the run's own Landlock domain (see `enter_domain`).
+        let companion = match supervisor {
+            Some(s) => Some((s, prepared.launch_domain().map_err(unavailable)?)),
+            None => None,
+        };
+        let hook = move || prepared.apply_in_child().map_err(encode_pre_exec_error);
+        // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,
+        // landlock_restrict_self, seccomp) on data prepared above: no
+        // allocation, no locks, no panics; failures go through
+        // `encode_pre_exec_error`, which builds an `io::Error` from a raw
+        // code without allocating.
+        let hook = unsafe { PreExecHook::new(hook) };
+        let confinement = Confinement::new(argv.to_vec(), Some(hook), report);
+        Ok(match companion {
+            Some((s, d)) => confinement.with_supervisor(Box::new(s)).with_domain(d),
+            None => confinement,
+        })
+    }
 }
 
 fn unavailable(err: LandlockError) -> SandboxUnavailable {
@@ -143,7 +180,7 @@ impl Backend for LandlockBackend {
         policy: &ResolvedPolicy,
         argv: &[OsString],
     ) -> Result<Confinement, SandboxUnavailable> {
-        self.prepare_for_launch(policy, argv, LaunchOptions::default())
+        self.confinement(policy, argv, LaunchOptions::default())
     }
 
     /// Honours [`LaunchOptions::hold_process_group`]: the filter then refuses
@@ -154,33 +191,7 @@ impl Backend for LandlockBackend {
         argv: &[OsString],
         options: LaunchOptions,
     ) -> Result<Confinement, SandboxUnavailable> {
-        if argv.is_empty() {
-            return Err(SandboxUnavailable::new(
-                NAME,
-                "the command is empty; give the program to run",
-            ));
-        }
-        let layer = options.child_layer;
-        let (prepared, supervisor) = self.prepare_brokered(policy, options, layer)?;
-        let report = prepared.report().clone();
-        // With a broker, the child is spawned and the broker started from a
-        // thread in the run's own Landlock domain (see `enter_domain`).
-        let companion = match supervisor {
-            Some(s) => Some((s, prepared.launch_domain().map_err(unavailable)?)),
-            None => None,
-        };
-        let hook = move || prepared.apply_in_child().map_err(encode_pre_exec_error);
-        // SAFETY: `apply_in_child` makes raw syscalls only (prctl, capset,
-        // landlock_restrict_self, seccomp) on data prepared above: no
-        // allocation, no locks, no panics; failures go through
-        // `encode_pre_exec_error`, which builds an `io::Error` from a raw
-        // code without allocating.
-        let hook = unsafe { PreExecHook::new(hook) };
-        let confinement = Confinement::new(argv.to_vec(), Some(hook), report);
-        Ok(match companion {
-            Some((s, d)) => confinement.with_supervisor(Box::new(s)).with_domain(d),
-            None => confinement,
-        })
+        self.confinement(policy, argv, options)
     }
 
     fn wrap_argv(
