@@ -118,7 +118,7 @@ pub(crate) fn plan_with(
     // (sandbox-seccomp tests/it/kernel.rs,
     // read_only_open_with_o_trunc_is_refused_and_truncates_nothing; the
     // self-test's write probe witnesses it on every host); truncate(2) by path
-    // is brokered (tests/write.rs, truncate_by_path_outside_is_refused).
+    // is brokered (tests/it/write.rs, truncate_by_path_outside_is_refused).
     let write = AccessFs::from_write(abi) & !AccessFs::Truncate;
     let reads_handled = !policy.read_deny_paths().is_empty();
     // READ_DIR is left unhandled so the ancestors of a denied path stay
