@@ -634,17 +634,19 @@ fn a_stop_signal_ends_the_command_and_the_session() {
     h.send(&json!({"id": "s", "op": "run", "argv": ["/bin/sh", "-c", script]}));
     assert_eq!(h.next()["event"], "started");
     let begun = Instant::now();
+    // The pid is written when the shell has forked, maybe before the child
+    // has exec'd sleep (pid_alive checks the program): wait for both.
     let pid: i32 = loop {
         if let Some(pid) = std::fs::read_to_string(&pidfile)
             .ok()
             .and_then(|s| s.trim().parse().ok())
+            .filter(|&pid| pid_alive(pid))
         {
             break pid;
         }
         assert!(begun.elapsed() < EVENT_WAIT, "the command never started");
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(pid_alive(pid));
     // SAFETY: a signal to the session this test started.
     assert_eq!(unsafe { libc::kill(h.child.id() as i32, libc::SIGTERM) }, 0);
     let exit = h.next();
@@ -1270,7 +1272,14 @@ fn a_zygote_killed_from_outside_fails_its_command_and_the_next_runs() {
             String::from_utf8_lossy(&cmdline).contains("__zygote"),
             "{zygote} is not the zygote"
         );
-        assert!(pid_alive(child), "the command's child is not running");
+        // Forked before the pid was written, maybe not yet exec'd sleep.
+        while !pid_alive(child) {
+            assert!(
+                begun.elapsed() < EVENT_WAIT,
+                "the command's child is not running"
+            );
+            std::thread::sleep(Duration::from_millis(10));
+        }
         // SAFETY: kill with a pid and a signal.
         assert_eq!(unsafe { libc::kill(zygote, libc::SIGKILL) }, 0);
         let exit = h.next();

@@ -480,7 +480,8 @@ fn a_stop_signal_between_commands_ends_the_kept_processes() {
         );
         assert!(got["kept"].as_u64().unwrap() >= 1, "{got}");
         let pid = pid_in(&dir.join("pid"));
-        assert!(alive(pid, "sleep"));
+        // Forked before its pid was written, maybe not yet exec'd sleep.
+        assert!(eventually(|| alive(pid, "sleep")));
         // SAFETY: signals the session this test started.
         assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
         let (tail, status) = s.rest();
@@ -787,7 +788,10 @@ fn a_kept_run_ends_at_the_operators_ceiling() {
         };
         assert!(exit["kept"].as_u64().unwrap() >= 1, "{exit}");
         let pid = pid_in(&dir.join("pid"));
-        assert!(alive(pid, "sleep"), "twin: within the ceiling");
+        assert!(
+            eventually(|| alive(pid, "sleep")),
+            "twin: within the ceiling"
+        );
         let until = Instant::now() + Duration::from_secs(10);
         while alive(pid, "sleep") && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(50));
