@@ -12,12 +12,11 @@
 //! requester is gone); then it exits, sleeps, or waits for the answer.
 #![cfg(target_os = "linux")]
 
-use std::io::{BufRead, BufReader, Write};
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use sandbox_tests::{sandbox, sandbox_as_nobody, sandbox_bin, shared_dir, users};
-use serde_json::{json, Value};
+use serde_json::Value;
 
 const LATE: &str = r#"
 import array, json, os, socket, struct, subprocess, sys, time
@@ -63,37 +62,7 @@ os._exit(0)
 /// Runs `commands` (shell lines) in one shared-launch session; each
 /// command's exit event.
 fn session(nobody: bool, dir: &str, commands: &[String]) -> Vec<Value> {
-    let mut cmd = if nobody {
-        sandbox_as_nobody()
-    } else {
-        sandbox()
-    };
-    let mut child = cmd
-        .args(["session", "--backend", "auto", "--on-unsupported", "error"])
-        .args(["-w", dir, "--launch", "shared"])
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::inherit())
-        .spawn()
-        .expect("spawn sandbox session");
-    let mut stdin = child.stdin.take().unwrap();
-    for (i, c) in commands.iter().enumerate() {
-        let req =
-            json!({"id": i.to_string(), "op": "run", "argv": ["/bin/sh", "-c", c], "output": true});
-        writeln!(stdin, "{req}").unwrap();
-    }
-    writeln!(stdin, "{}", json!({"op": "close"})).unwrap();
-    drop(stdin);
-    let mut exits = Vec::new();
-    for line in BufReader::new(child.stdout.take().unwrap()).lines() {
-        let event: Value = serde_json::from_str(&line.unwrap()).unwrap();
-        if event["event"] == "exit" {
-            exits.push(event);
-        }
-    }
-    assert!(child.wait().unwrap().success());
-    assert_eq!(exits.len(), commands.len(), "{exits:?}");
-    exits
+    crate::session_leftovers::session(nobody, dir, "shared", commands)
 }
 
 /// `late.py` in `dir` sending a request padded with `pad` trusted files,

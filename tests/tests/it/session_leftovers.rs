@@ -16,7 +16,7 @@ use serde_json::{json, Value};
 
 /// Runs `commands` one after another in one session (`launch`); returns
 /// each command's exit event.
-fn session(nobody: bool, dir: &str, launch: &str, commands: &[String]) -> Vec<Value> {
+pub(crate) fn session(nobody: bool, dir: &str, launch: &str, commands: &[String]) -> Vec<Value> {
     let mut cmd = if nobody {
         sandbox_as_nobody()
     } else {
