@@ -934,6 +934,9 @@ impl Session {
         );
         let launched = self.launch(chan, &req, &fields);
         stop.store(true, std::sync::atomic::Ordering::Release);
+        if let Some(w) = &watch {
+            w.thread().unpark();
+        }
         let (had, sent, seen) = watch
             .and_then(|w| w.join().ok())
             .unwrap_or((0, 0, Vec::new()));
@@ -1492,7 +1495,8 @@ type LiveRefusals =
 const LIVE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
 
 /// Sends the refusals `live` returns as `refused` events for `id` until
-/// `stop` (and once more after it), never waiting for the harness (an
+/// `stop` (and once more after it; set it, then unpark the thread, which
+/// otherwise looks again only after [`LIVE_POLL`]), never waiting for the harness (an
 /// event that finds the queue full is dropped); returns how many
 /// refusals the command had, how many events were sent, and the refusals
 /// `live` returned (a kept command's exit event lists them). The broker
@@ -1530,7 +1534,9 @@ fn watch_refusals(
                 if last {
                     return (had, sent, seen);
                 }
-                std::thread::sleep(LIVE_POLL);
+                // Woken at once when the command has ended (`unpark` after
+                // `stop`), so its exit event never waits out a poll.
+                std::thread::park_timeout(LIVE_POLL);
             }
         })
         .ok()
