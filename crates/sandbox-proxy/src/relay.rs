@@ -11,18 +11,18 @@ const BUF: usize = 64 * 1024;
 
 /// Copies `from` to `to` until end of stream, then shuts `to`'s write side
 /// (the half-close travels on). On an error both sockets are shut down
-/// entirely, so the other direction ends too.
+/// entirely, so the other direction ends too. On Linux the bytes move
+/// through a pipe with splice(2), never copied into the proxy's memory
+/// ([`splice_pump`]); elsewhere, or when the kernel refuses splice, through
+/// a buffer.
 fn pump(mut from: TcpStream, mut to: TcpStream) {
-    let mut buf = vec![0u8; BUF];
-    let result: io::Result<()> = (|| loop {
-        let n = match from.read(&mut buf) {
-            Ok(0) => return Ok(()),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        to.write_all(&buf[..n])?;
-    })();
+    #[cfg(target_os = "linux")]
+    let result = match splice_pump(&from, &to) {
+        Spliced::Done(result) => result,
+        Spliced::Unsupported => copy(&mut from, &mut to),
+    };
+    #[cfg(not(target_os = "linux"))]
+    let result = copy(&mut from, &mut to);
     match result {
         Ok(()) => {
             let _ = to.shutdown(Shutdown::Write);
@@ -30,6 +30,141 @@ fn pump(mut from: TcpStream, mut to: TcpStream) {
         Err(_) => {
             let _ = from.shutdown(Shutdown::Both);
             let _ = to.shutdown(Shutdown::Both);
+        }
+    }
+}
+
+/// Copies through a buffer until end of stream.
+fn copy(from: &mut TcpStream, to: &mut TcpStream) -> io::Result<()> {
+    let mut buf = vec![0u8; BUF];
+    loop {
+        let n = match from.read(&mut buf) {
+            Ok(0) => return Ok(()),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+    }
+}
+
+/// How a splice relay went.
+#[cfg(target_os = "linux")]
+enum Spliced {
+    /// It ran to the end of the stream, or to an error.
+    Done(io::Result<()>),
+    /// No byte moved: the kernel cannot splice these (the caller copies).
+    Unsupported,
+}
+
+/// The pipe a splice relay asks for (the default is 64 KiB; an
+/// unprivileged process may grow it to `/proc/sys/fs/pipe-max-size`, 1 MiB
+/// by default; when refused it stays as it is).
+#[cfg(target_os = "linux")]
+const PIPE: usize = 1 << 20;
+
+/// Copies `from` to `to` through a pipe with splice(2): socket to pipe,
+/// pipe to socket, the pages moved in the kernel.
+#[cfg(target_os = "linux")]
+fn splice_pump(from: &TcpStream, to: &TcpStream) -> Spliced {
+    // splice(2) to a socket whose peer is gone raises SIGPIPE (it has no
+    // MSG_NOSIGNAL): blocked on this thread while it runs, and one raised
+    // taken before the mask is restored, so a process that keeps the
+    // default action is not ended by a closed connection.
+    // SAFETY: sigset operations on local sets; pthread_sigmask changes
+    // only this thread's mask.
+    let old = unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
+        old
+    };
+    let spliced = splice_loop(from, to);
+    // SAFETY: as above; sigtimedwait with a zero timeout only takes a
+    // pending SIGPIPE, it never waits.
+    unsafe {
+        let mut pipe: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut pipe);
+        libc::sigaddset(&mut pipe, libc::SIGPIPE);
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        while libc::sigtimedwait(&pipe, std::ptr::null_mut(), &zero) == libc::SIGPIPE {}
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    }
+    spliced
+}
+
+#[cfg(target_os = "linux")]
+fn splice_loop(from: &TcpStream, to: &TcpStream) -> Spliced {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let mut fds = [0 as libc::c_int; 2];
+    // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Spliced::Unsupported;
+    }
+    // SAFETY: both were just created and are owned by nothing else.
+    let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // SAFETY: fcntl on a descriptor we own; a refusal leaves the default size.
+    let size = unsafe { libc::fcntl(wr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE as libc::c_int) };
+    let chunk = usize::try_from(size)
+        .ok()
+        .filter(|&s| s > 0)
+        .unwrap_or(64 * 1024);
+    let mut moved = false;
+    loop {
+        // SAFETY: splice between descriptors we hold, no memory passed.
+        let n = unsafe {
+            libc::splice(
+                from.as_raw_fd(),
+                std::ptr::null_mut(),
+                wr.as_raw_fd(),
+                std::ptr::null_mut(),
+                chunk,
+                libc::SPLICE_F_MOVE,
+            )
+        };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            match e.raw_os_error() {
+                Some(libc::EINTR) => continue,
+                Some(libc::EINVAL | libc::ENOSYS | libc::EPERM) if !moved => {
+                    return Spliced::Unsupported
+                }
+                _ => return Spliced::Done(Err(e)),
+            }
+        }
+        if n == 0 {
+            return Spliced::Done(Ok(()));
+        }
+        moved = true;
+        let mut left = n as usize;
+        while left > 0 {
+            // SAFETY: as above.
+            let m = unsafe {
+                libc::splice(
+                    rd.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    to.as_raw_fd(),
+                    std::ptr::null_mut(),
+                    left,
+                    libc::SPLICE_F_MOVE,
+                )
+            };
+            if m < 0 {
+                let e = io::Error::last_os_error();
+                if e.raw_os_error() == Some(libc::EINTR) {
+                    continue;
+                }
+                return Spliced::Done(Err(e));
+            }
+            if m == 0 {
+                return Spliced::Done(Err(io::ErrorKind::WriteZero.into()));
+            }
+            left -= m as usize;
         }
     }
 }
