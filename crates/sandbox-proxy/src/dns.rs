@@ -71,6 +71,12 @@ pub struct RefusedName {
 struct Record {
     refused: Vec<RefusedName>,
     omitted: usize,
+    /// The names refused since the window opened (one command of a shared
+    /// launch; [`RefusalWindow::take_window`]), each once.
+    window: Vec<RefusedName>,
+    window_omitted: usize,
+    /// How many of `window` [`RefusalWindow::live_window`] handed out.
+    handed: usize,
 }
 
 struct Shared {
@@ -148,6 +154,12 @@ impl DnsServer {
             .lock()
             .unwrap_or_else(PoisonError::into_inner);
         (r.refused.clone(), r.omitted)
+    }
+
+    /// A handle on the resolver's current window of refusals (one
+    /// command of a shared launch), from any thread.
+    pub fn window(&self) -> RefusalWindow {
+        RefusalWindow(Arc::clone(&self.shared))
     }
 
     /// How many queries were answered with addresses.
@@ -677,8 +689,48 @@ mod datagram {
     }
 }
 
+/// The resolver's window of refusals ([`DnsServer::window`]).
+#[derive(Clone)]
+pub struct RefusalWindow(Arc<Shared>);
+
+impl std::fmt::Debug for RefusalWindow {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RefusalWindow").finish_non_exhaustive()
+    }
+}
+
+impl RefusalWindow {
+    /// Closes the current window of refusals and opens the next: the names
+    /// refused in it (at most 64, each once), and how many more were.
+    pub fn take_window(&self) -> (Vec<RefusedName>, usize) {
+        let mut r = self.0.record.lock().unwrap_or_else(PoisonError::into_inner);
+        r.handed = 0;
+        let omitted = std::mem::take(&mut r.window_omitted);
+        (std::mem::take(&mut r.window), omitted)
+    }
+
+    /// The current window's refused names since the last call, and how
+    /// many names it refused so far.
+    pub fn live_window(&self) -> (Vec<RefusedName>, usize) {
+        let mut r = self.0.record.lock().unwrap_or_else(PoisonError::into_inner);
+        let new = r.window[r.handed..].to_vec();
+        r.handed = r.window.len();
+        (new, r.window.len() + r.window_omitted)
+    }
+}
+
 fn refuse(shared: &Shared, name: &str, reason: &'static str) {
     let mut r = shared.record.lock().unwrap_or_else(PoisonError::into_inner);
+    if !r.window.iter().any(|n| n.name == name) {
+        if r.window.len() < MAX_REFUSALS {
+            r.window.push(RefusedName {
+                name: name.to_owned(),
+                reason,
+            });
+        } else {
+            r.window_omitted += 1;
+        }
+    }
     if r.refused.iter().any(|n| n.name == name) {
         return;
     }

@@ -322,50 +322,30 @@ impl Egress {
     /// needs no datagram namespace, which then is made only for a resolver
     /// of a program's own (musl's, Go's), and where the host allows one.
     pub fn set_env(&self, env: &mut Vec<(OsString, OsString)>) {
-        if self.dns.is_some() {
-            let opts = match env.iter().find(|(k, _)| k == "RES_OPTIONS") {
-                Some((_, v)) => format!("{} use-vc", v.to_string_lossy()),
-                None => "use-vc".to_owned(),
-            };
-            env.retain(|(k, _)| k != "RES_OPTIONS");
-            env.push(("RES_OPTIONS".into(), opts.into()));
+        self.env_for_commands().apply(env);
+    }
+
+    /// What [`Egress::set_env`] sets, kept apart from the egress.
+    fn env_for_commands(&self) -> EgressEnv {
+        EgressEnv {
+            resolver: self.dns.is_some(),
+            proxy: self.proxy.env(),
+            secrets: self.secrets.clone(),
+            ca_files: self
+                .ca_files()
+                .map(|(bundle, ca)| (bundle.to_path_buf(), ca.to_path_buf())),
         }
-        for (name, value) in self.proxy.env() {
-            env.retain(|(n, _)| *n != *name);
-            env.push((name.into(), value.into()));
-        }
-        // The command gets each secret's placeholder, and no variable keeps
-        // a secret's value.
-        for secret in &self.secrets {
-            for (_, value) in env.iter_mut() {
-                let bytes = value.as_encoded_bytes();
-                if bytes
-                    .windows(secret.value().len())
-                    .any(|w| w == secret.value())
-                {
-                    let replaced = crate::replace_bytes(
-                        bytes,
-                        secret.value(),
-                        secret.placeholder().as_bytes(),
-                    );
-                    // SAFETY: replacing whole byte strings (a value, a
-                    // placeholder of ASCII) keeps the encoding valid.
-                    *value = unsafe { OsString::from_encoded_bytes_unchecked(replaced) };
-                }
-            }
-            env.retain(|(n, _)| n != secret.name());
-            env.push((secret.name().into(), secret.placeholder().into()));
-        }
-        if let Some((bundle, ca)) = self.ca_files() {
-            for name in CA_BUNDLE_VARS {
-                let file = if *name == "NODE_EXTRA_CA_CERTS" {
-                    ca
-                } else {
-                    bundle
-                };
-                env.retain(|(n, _)| n != name);
-                env.push(((*name).into(), file.as_os_str().to_owned()));
-            }
+    }
+
+    /// A handle for a runner that starts many commands under this egress
+    /// (a session's shared launch): each command's environment, and the
+    /// refusals of each, live and at its end ([`EgressTap`]).
+    pub fn tap(&self) -> EgressTap {
+        EgressTap {
+            env: Arc::new(self.env_for_commands()),
+            proxy: Arc::clone(&self.proxy.shared),
+            dns: self.dns.as_ref().map(|(server, _)| server.window()),
+            closed: Arc::default(),
         }
     }
 
@@ -392,30 +372,211 @@ impl Egress {
             server.shutdown();
             let (refused, omitted) = server.refused();
             m.omitted += omitted;
-            m.refused.extend(refused.into_iter().map(|r| MediatedCall {
-                syscall: "dns".into(),
-                target: r.name,
-                reason: r.reason.to_string(),
-                outside_write_paths: false,
-            }));
+            m.refused.extend(refused.into_iter().map(dns_call));
         }
         self.proxy.shutdown();
         let kept = self.proxy.refusals();
         m.omitted += usize::try_from(self.proxy.refusal_count())
             .unwrap_or(usize::MAX)
             .saturating_sub(kept.len());
-        m.refused.extend(kept.into_iter().map(|r| MediatedCall {
-            syscall: match r.reason {
-                crate::RefusalReason::Request { .. } => "request".into(),
-                _ => "proxy".into(),
-            },
-            target: r.what(),
-            reason: r.reason.to_string(),
-            outside_write_paths: false,
-        }));
+        m.refused.extend(kept.into_iter().map(proxy_call));
         #[cfg(target_os = "linux")]
         drop(self.ca_files.take());
         m
+    }
+}
+
+/// What a command's environment needs to use the egress
+/// ([`Egress::set_env`]).
+#[derive(Clone)]
+struct EgressEnv {
+    /// Whether the run has a resolver (`RES_OPTIONS` gets `use-vc`).
+    resolver: bool,
+    /// The proxy's variables ([`Proxy::env`]).
+    proxy: Vec<(String, String)>,
+    /// The secrets whose placeholders the command gets.
+    secrets: Vec<Secret>,
+    /// The bundle and the run CA's own file, when hosts are intercepted.
+    ca_files: Option<(PathBuf, PathBuf)>,
+}
+
+impl EgressEnv {
+    fn apply(&self, env: &mut Vec<(OsString, OsString)>) {
+        if self.resolver {
+            let opts = match env.iter().find(|(k, _)| k == "RES_OPTIONS") {
+                Some((_, v)) => format!("{} use-vc", v.to_string_lossy()),
+                None => "use-vc".to_owned(),
+            };
+            env.retain(|(k, _)| k != "RES_OPTIONS");
+            env.push(("RES_OPTIONS".into(), opts.into()));
+        }
+        for (name, value) in &self.proxy {
+            env.retain(|(n, _)| *n != **name);
+            env.push((name.into(), value.into()));
+        }
+        // The command gets each secret's placeholder, and no variable keeps
+        // a secret's value.
+        for secret in &self.secrets {
+            for (_, value) in env.iter_mut() {
+                let bytes = value.as_encoded_bytes();
+                if bytes
+                    .windows(secret.value().len())
+                    .any(|w| w == secret.value())
+                {
+                    let replaced = crate::replace_bytes(
+                        bytes,
+                        secret.value(),
+                        secret.placeholder().as_bytes(),
+                    );
+                    // SAFETY: replacing whole byte strings (a value, a
+                    // placeholder of ASCII) keeps the encoding valid.
+                    *value = unsafe { OsString::from_encoded_bytes_unchecked(replaced) };
+                }
+            }
+            env.retain(|(n, _)| n != secret.name());
+            env.push((secret.name().into(), secret.placeholder().into()));
+        }
+        if let Some((bundle, ca)) = &self.ca_files {
+            for name in CA_BUNDLE_VARS {
+                let file = if *name == "NODE_EXTRA_CA_CERTS" {
+                    ca
+                } else {
+                    bundle
+                };
+                env.retain(|(n, _)| n != name);
+                env.push(((*name).into(), file.as_os_str().to_owned()));
+            }
+        }
+    }
+}
+
+/// A run's egress as a runner starting many commands under it sees it
+/// ([`Egress::tap`]; a session's shared launch): the environment each
+/// command gets, and the refusals of the current command, one *window*
+/// per command. Cloned freely; it does not keep the egress running.
+///
+/// A window holds the proxy's refusals for the connections accepted while
+/// it was open, and the resolver's refusals made while it was open (each
+/// name once). [`EgressTap::take`] first waits, a bounded time, until the
+/// proxy has no connection open: the command's processes are gone then, so
+/// their connections end at once, but for a question held for a decider,
+/// which waits for its answer. A refusal a connection of a closed window
+/// makes later (after that bound) is in the run's record
+/// ([`Egress::finish`]) only: never in a later command's window.
+#[derive(Clone)]
+pub struct EgressTap {
+    env: Arc<EgressEnv>,
+    proxy: Arc<crate::state::Shared>,
+    dns: Option<crate::dns::RefusalWindow>,
+    /// The refusals of the window [`EgressTap::take`] closed that
+    /// [`EgressTap::live`] had not handed out yet: the next call hands
+    /// them out, unless [`EgressTap::forget_closed`] came first.
+    closed: Arc<std::sync::Mutex<Vec<MediatedCall>>>,
+}
+
+impl std::fmt::Debug for EgressTap {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("EgressTap").finish_non_exhaustive()
+    }
+}
+
+impl EgressTap {
+    /// Sets what a command's environment needs, as [`Egress::set_env`]
+    /// does (the same variables and values: a secret's placeholder is the
+    /// egress's, the same for every command).
+    pub fn set_env(&self, env: &mut Vec<(OsString, OsString)>) {
+        self.env.apply(env);
+    }
+
+    /// Closes the current command's window once the proxy has no open
+    /// connection (or `wait` has passed) and opens the next: what the
+    /// proxy and the resolver refused in it, as [`Egress::finish`] says
+    /// them.
+    pub fn take(&self, wait: Duration) -> Mediation {
+        self.proxy.wait_idle(wait);
+        // What the last look did not see yet is the closed window's.
+        let (unseen, _) = self.live_window();
+        self.closed_calls().extend(unseen);
+        let mut m = Mediation::default();
+        if let Some(dns) = &self.dns {
+            let (refused, omitted) = dns.take_window();
+            m.omitted += omitted;
+            m.refused.extend(refused.into_iter().map(dns_call));
+        }
+        let (kept, total) = self.proxy.take_window();
+        m.omitted += usize::try_from(total)
+            .unwrap_or(usize::MAX)
+            .saturating_sub(kept.len());
+        m.refused.extend(kept.into_iter().map(proxy_call));
+        m
+    }
+
+    /// The refusals since the last call, and how many the current window
+    /// had so far (those of the window [`EgressTap::take`] just closed
+    /// first, which the last call had not seen: a command's last refusals
+    /// come after its end); never waits for a connection.
+    pub fn live(&self) -> (Vec<MediatedCall>, u64) {
+        let (mut calls, mut count) = {
+            let closed = std::mem::take(&mut *self.closed_calls());
+            let n = closed.len() as u64;
+            (closed, n)
+        };
+        let (more, total) = self.live_window();
+        calls.extend(more);
+        count += total;
+        (calls, count)
+    }
+
+    /// Drops what [`EgressTap::live`] would still hand out of the closed
+    /// window: call it before the next command starts, whose refusals
+    /// they are not.
+    pub fn forget_closed(&self) {
+        self.closed_calls().clear();
+    }
+
+    fn closed_calls(&self) -> std::sync::MutexGuard<'_, Vec<MediatedCall>> {
+        self.closed
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The current window's refusals since the last call, and how many it
+    /// had so far.
+    fn live_window(&self) -> (Vec<MediatedCall>, u64) {
+        let mut calls = Vec::new();
+        let mut count = 0u64;
+        if let Some(dns) = &self.dns {
+            let (refused, total) = dns.live_window();
+            count += total as u64;
+            calls.extend(refused.into_iter().map(dns_call));
+        }
+        let (refused, total) = self.proxy.live_window();
+        count += total;
+        calls.extend(refused.into_iter().map(proxy_call));
+        (calls, count)
+    }
+}
+
+/// A name the resolver refused, as a record lists it.
+fn dns_call(r: crate::dns::RefusedName) -> MediatedCall {
+    MediatedCall {
+        syscall: "dns".into(),
+        target: r.name,
+        reason: r.reason.to_string(),
+        outside_write_paths: false,
+    }
+}
+
+/// A destination or request the proxy refused, as a record lists it.
+fn proxy_call(r: crate::Refused) -> MediatedCall {
+    MediatedCall {
+        syscall: match r.reason {
+            crate::RefusalReason::Request { .. } => "request".into(),
+            _ => "proxy".into(),
+        },
+        target: r.what(),
+        reason: r.reason.to_string(),
+        outside_write_paths: false,
     }
 }
 

@@ -206,7 +206,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-pub use egress::{Egress, EgressError, EgressOptions};
+pub use egress::{Egress, EgressError, EgressOptions, EgressTap};
 pub use hold::{Decider, Decision, Pending, Reply, Settled, DEFAULT_HOLD_LIMIT, DEFAULT_MAX_HELD};
 pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
 

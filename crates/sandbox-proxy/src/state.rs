@@ -24,6 +24,9 @@ pub(crate) struct Shared {
     pub(crate) addr: SocketAddr,
     pub(crate) stopping: AtomicBool,
     log: Mutex<RefusalLog>,
+    /// The refusals of the current window (one command of a shared
+    /// launch), which [`Shared::take_window`] closes.
+    window: Mutex<Window>,
     live: Mutex<Live>,
     idle: Condvar,
     /// The questions connections wait on, settled as stopped on shutdown.
@@ -40,6 +43,23 @@ struct Held {
 struct RefusalLog {
     first: Vec<Refused>,
     total: u64,
+}
+
+/// The refusals since the window opened, of connections accepted in it.
+#[derive(Default)]
+struct Window {
+    /// Which window is open (counts the closed ones).
+    generation: u64,
+    first: Vec<Refused>,
+    total: u64,
+    /// How many of `first` [`Shared::live_window`] handed out.
+    handed: usize,
+}
+
+std::thread_local! {
+    /// The window the connection this thread serves was accepted in
+    /// (set when the thread tracks its client, [`Slot::track`]).
+    static CONNECTION_WINDOW: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
 }
 
 /// Open connections: their count and clones of their sockets.
@@ -70,6 +90,7 @@ impl Shared {
             addr,
             stopping: AtomicBool::new(false),
             log: Mutex::default(),
+            window: Mutex::default(),
             live: Mutex::default(),
             idle: Condvar::new(),
             held: Mutex::default(),
@@ -80,8 +101,39 @@ impl Shared {
         let mut log = lock(&self.log);
         log.total += 1;
         if log.first.len() < MAX_REFUSALS_KEPT {
-            log.first.push(refused);
+            log.first.push(refused.clone());
         }
+        drop(log);
+        // A connection of a closed window (its command has ended) is not
+        // the current command's: its refusal is in the run's log only.
+        let mut window = lock(&self.window);
+        let of = CONNECTION_WINDOW.with(std::cell::Cell::get);
+        if of.is_some_and(|g| g != window.generation) {
+            return;
+        }
+        window.total += 1;
+        if window.first.len() < MAX_REFUSALS_KEPT {
+            window.first.push(refused);
+        }
+    }
+
+    /// Closes the current window and opens the next: the refusals recorded
+    /// in it (the first [`MAX_REFUSALS_KEPT`]) and how many there were.
+    pub(crate) fn take_window(&self) -> (Vec<Refused>, u64) {
+        let mut window = lock(&self.window);
+        window.generation += 1;
+        window.handed = 0;
+        let total = std::mem::take(&mut window.total);
+        (std::mem::take(&mut window.first), total)
+    }
+
+    /// The current window's refusals since the last call, and how many it
+    /// had so far.
+    pub(crate) fn live_window(&self) -> (Vec<Refused>, u64) {
+        let mut window = lock(&self.window);
+        let new = window.first[window.handed..].to_vec();
+        window.handed = window.first.len();
+        (new, window.total)
     }
 
     pub(crate) fn refusals(&self) -> Vec<Refused> {
@@ -103,6 +155,7 @@ impl Shared {
         Some(Slot {
             shared: Arc::clone(self),
             id: live.next_id,
+            window: lock(&self.window).generation,
         })
     }
 
@@ -165,12 +218,17 @@ impl Shared {
 pub(crate) struct Slot {
     pub(crate) shared: Arc<Shared>,
     id: u64,
+    /// The refusal window it was accepted in.
+    window: u64,
 }
 
 impl Slot {
     /// Registers a clone of `socket` so that shutdown can close it; when
     /// the proxy is already stopping, closes it at once.
     pub(crate) fn track(&self, socket: &TcpStream) {
+        // Its refusals, on this thread, belong to the window it was
+        // accepted in ([`Shared::refuse`]).
+        CONNECTION_WINDOW.with(|w| w.set(Some(self.window)));
         let clone = socket.try_clone();
         let mut live = lock(&self.shared.live);
         if self.shared.stopping.load(Ordering::SeqCst) {

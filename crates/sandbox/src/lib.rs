@@ -100,8 +100,8 @@ pub mod runner {
     pub use sandbox_launch::{
         stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord, StopSignals,
     };
-    pub use sandbox_proxy::EgressOptions;
     pub use sandbox_proxy::{Decider, Decision, Pending, Reply, Settled};
+    pub use sandbox_proxy::{EgressOptions, EgressTap};
 }
 
 pub mod backend {

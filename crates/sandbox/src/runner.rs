@@ -85,6 +85,11 @@ pub struct RunRequest {
     /// command's share of it (`sandbox_core::RunningSupervisor::tap`; the
     /// shared launch, [`crate::zygote`]).
     pub tap: Option<std::sync::Arc<std::sync::OnceLock<sandbox_core::MediationTap>>>,
+    /// Set, once the run's egress (proxy, resolver) has started, to what
+    /// gives each command of the run its environment for it and its
+    /// refusals (`sandbox_proxy::EgressTap`; the shared launch,
+    /// [`crate::zygote`]); left unset when the run has no egress.
+    pub egress_tap: Option<std::sync::Arc<std::sync::OnceLock<sandbox_proxy::EgressTap>>>,
 }
 
 impl RunRequest {
@@ -110,6 +115,7 @@ impl RunRequest {
             inherit: None,
             child_layer: None,
             tap: None,
+            egress_tap: None,
         }
     }
 }
@@ -336,6 +342,9 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         }
         None => None,
     };
+    if let (Some(egress), Some(slot)) = (&egress, &req.egress_tap) {
+        let _ = slot.set(egress.tap());
+    }
     let confined_by = egress.as_ref().map(Egress::policy).or(policy.as_deref());
     if let Some(policy) = confined_by {
         refuse_stdio_datagram(backend, policy, req.echo_stderr, req.stdio)?;

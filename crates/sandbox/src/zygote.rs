@@ -45,6 +45,7 @@
 //! | what a command leaves | background processes, double forks, processes ignoring SIGTERM, stopped processes and orphans, siblings made with `CLONE_PARENT` (children of the zygote itself); the broker's per-command state (refusal log, FIFO openers waiting, `/dev/shm` objects, CPU budget, repositories made) | `kill(-1)` SIGTERM, grace, SIGKILL from the zygote (reaching only the domains nested beneath it), reaped until `ECHILD` before the answer; then the broker closes the command (`sandbox_broker::Between`) before the next starts | `a_hundred_commands_each_contained`, `a_session_says_how_it_launches_and_confines_each_command_either_way`, `a_repository_the_command_made_cannot_hang_the_audit_after_it`, `stopped_orphaned_and_deaf_processes_do_not_outlive_their_command`, `a_sibling_made_with_clone_parent_does_not_outlive_its_command` |
 //! | a command's nested runs | `sandbox run` inside a command: the runner serves it for the zygote's run, outside the zygote's process tree, so `kill(-1)` does not reach it; a nested command deaf to SIGTERM; a request sent just before its command ends | once the zygote has answered, the runner ends every nested run alive (as on a timeout: SIGTERM, grace, SIGKILL) and waits until none is, before the command's answer and so before the next command; one that starts meanwhile is ended too; a request still being read or checked when its command ends is refused, never started (`nest::Commands::end_all` closes the command's generation) | `a_commands_nested_run_does_not_outlive_it_shared`, twin `a_commands_nested_run_does_not_outlive_it_per_command`, `a_commands_nested_request_never_starts_in_the_next_command` |
 //! | a kept command (`"keep": true`, [`Shared::run_kept`]) | background processes that outlive its main process, until the session ends; signals to later commands; the count of its processes and its answers (its zygote is inside the sandbox) | a zygote run of its own (own Landlock domain, filter, broker, containment, limits), beside the shared zygote's domain, not beneath it: the shared zygote's `kill(-1)` does not reach it, and scoping keeps it and later commands from signalling each other; its zygote waits for the main process only and ends nothing then (reaping what exits: `SIGCHLD` ignored), and ends all of it on the runner's `e` or the socket's end (SIGTERM, grace, SIGKILL), then the run's own end ends what is left; its deadline is the policy's ceiling; the count it reports is only reported. Once none of its processes is left its zygote answers and exits, so its run ends and its slot is free for the next keep (the runner ends it then, with its record). Its nested runs (started by its processes, also while later commands run) are served for its run, ended with it and recorded with it ([`KeptEnd::nested`]); every refusal is in its run's record ([`KeptEnd::run`]), and [`Shared::live`] for a later command never reads its tap | `tests/tests/it/session_keep.rs`: `a_kept_commands_nested_runs_are_recorded_when_it_ends`, `the_command_after_a_kept_one_reports_only_its_own_refusals`, `a_kept_slot_is_freed_when_its_processes_are_gone`, `a_kept_commands_repositories_are_audited` |
+//! | a command's egress (an allowlist, `--approval channel`, secrets) | the proxy and the resolver, which are the zygote run's (started once by [`crate::runner::run`], its CA files and secrets' placeholders with it); connections a command leaves open; refusals made after it ended | each command gets the variables a run of its own gets ([`sandbox_proxy::EgressTap::set_env`]); its processes, and so its proxy connections, are gone before its answer; its refusals are a window of their own, closed once the proxy has no connection open (at most 1 s): a refusal a closed window's connection makes later goes to the zygote run's record only, never to a later command | `tests/tests/it/session_egress.rs` |
 //! | a command's lifetime | never ending, a stop signal to the session | the runner keeps the deadline and the stop signals and sends the end; the zygote's own run ends at the policy's ceiling, so a command that could outlast it gets a new zygote | `a_requests_timeout_is_honoured`, `a_stop_signal_ends_the_command_and_the_session` |
 
 use std::ffi::{CString, OsString};
@@ -75,6 +76,10 @@ pub const MAX_REQUEST: usize = 128 * 1024;
 /// How long the runner waits for the zygote's answer to a spawn request,
 /// and, past the grace period, for its answer after an end.
 const ANSWER_WAIT: Duration = Duration::from_secs(10);
+/// How long a command's refusals by the egress wait for its proxy
+/// connections to end once its processes are gone
+/// ([`sandbox_proxy::EgressTap::take`]).
+const EGRESS_SETTLE: Duration = Duration::from_secs(1);
 
 /// Why the shared launch cannot serve (the caller falls back to a launch
 /// per command, or reports a runner failure).
@@ -130,6 +135,9 @@ pub struct Zygote {
     /// The pid the zygote reported (untrusted: for tests and logs only).
     pid: Option<libc::pid_t>,
     tap: Arc<std::sync::OnceLock<sandbox_core::MediationTap>>,
+    /// The zygote run's egress (proxy, resolver), when its policy has one:
+    /// each command's environment for it and its refusals.
+    egress: Arc<std::sync::OnceLock<sandbox_proxy::EgressTap>>,
     /// When the zygote's own run reaches its deadline.
     expires: Instant,
     /// The nested runs the zygote's run serves (its commands' `sandbox
@@ -176,12 +184,6 @@ impl Zygote {
         }
         if policy.deny_subprocess() {
             return no("the policy denies subprocesses");
-        }
-        if policy.network_mode() == sandbox_core::NetworkMode::Allowlist
-            || req.egress.decider.is_some()
-            || !req.egress.secrets.is_empty()
-        {
-            return no("the run's egress (proxy) is per command");
         }
         Ok(())
     }
@@ -251,6 +253,8 @@ impl Zygote {
         let expires = Instant::now() + zreq.policy.as_ref().map_or(Duration::ZERO, |p| p.timeout());
         let tap = Arc::new(std::sync::OnceLock::new());
         zreq.tap = Some(Arc::clone(&tap));
+        let egress = Arc::new(std::sync::OnceLock::new());
+        zreq.egress_tap = Some(Arc::clone(&egress));
         let nested = Arc::new(std::sync::OnceLock::new());
         let publish = Arc::clone(&nested);
         let run = std::thread::Builder::new()
@@ -268,6 +272,7 @@ impl Zygote {
             run: Some(run),
             pid: None,
             tap,
+            egress,
             expires,
             nested,
         };
@@ -286,6 +291,11 @@ impl Zygote {
                     }
                     std::thread::sleep(Duration::from_millis(1));
                 }
+                // The egress starts before the launch: a run with secrets
+                // and no egress tap would give its commands their values.
+                if !req.egress.secrets.is_empty() && z.egress.get().is_none() {
+                    return Err(z.fail("the run's egress gave no tap".into()));
+                }
                 Ok(z)
             }
             Ok(_) => Err(z.fail("the zygote's first answer is not `ready`".into())),
@@ -298,7 +308,30 @@ impl Zygote {
     /// removed, and what it refused returned (`None`: the supervisor did
     /// not answer, or there is none).
     pub fn take_mediation(&self) -> Option<sandbox_core::Mediation> {
-        self.tap.get().and_then(|t| t.take())
+        let mut m = self.tap.get().and_then(|t| t.take())?;
+        // The proxy's and the resolver's, once the command's connections
+        // have ended (bounded: a question held for a decider waits).
+        if let Some(egress) = self.egress.get() {
+            let e = egress.take(EGRESS_SETTLE);
+            m.omitted += e.omitted;
+            m.refused.extend(e.refused);
+        }
+        Some(m)
+    }
+
+    /// The refusals of the running command since the last call, and how
+    /// many it had so far ([`live_of`]).
+    fn live(&self) -> Option<(Vec<sandbox_core::MediatedCall>, u64)> {
+        live_of(&self.tap, &self.egress)
+    }
+
+    /// Sets what a command needs in `env` to use the run's egress (proxy,
+    /// resolver, CA files, secrets' placeholders), as a run of its own
+    /// gets it ([`sandbox_proxy::Egress::set_env`]).
+    fn set_egress_env(&self, env: &mut Vec<(OsString, OsString)>) {
+        if let Some(egress) = self.egress.get() {
+            egress.set_env(env);
+        }
     }
 
     /// When the zygote's own run reaches its deadline (the policy's
@@ -452,6 +485,28 @@ impl Zygote {
 impl Drop for Zygote {
     fn drop(&mut self) {
         let _ = self.end();
+    }
+}
+
+/// A command's refusals since the last call, the broker's (`tap`) then
+/// the egress's, and how many it had so far; `None` until the broker's
+/// tap is published.
+fn live_of(
+    tap: &std::sync::OnceLock<sandbox_core::MediationTap>,
+    egress: &std::sync::OnceLock<sandbox_proxy::EgressTap>,
+) -> Option<(Vec<sandbox_core::MediatedCall>, u64)> {
+    let tap = tap.get()?;
+    let egress = egress.get().map(|e| e.live());
+    match (tap.live(), egress) {
+        (None, None) => None,
+        (b, e) => {
+            let (mut calls, mut count) = b.unwrap_or_default();
+            if let Some((more, n)) = e {
+                calls.extend(more);
+                count += n;
+            }
+            Some((calls, count))
+        }
     }
 }
 
@@ -689,6 +744,9 @@ pub fn serve() -> i32 {
     });
     let grace = Duration::from_secs(2);
     let keep = std::env::var_os(KEEP_ENV).is_some();
+    let Some(mut stack) = ChildStack::new() else {
+        return 2;
+    };
     reply(sock, b'r', std::process::id() as i32, 0);
     let mut buf = vec![0u8; MAX_REQUEST + 1];
     loop {
@@ -721,90 +779,173 @@ pub fn serve() -> i32 {
         envp.push(std::ptr::null());
         let mut argv: Vec<*const libc::c_char> = spawn.argv.iter().map(|c| c.as_ptr()).collect();
         argv.push(std::ptr::null());
-        let stdio = [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()];
-        let mut errpipe = [0; 2];
-        // SAFETY: pipe2 writes two fds.
-        if unsafe { libc::pipe2(errpipe.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            reply(sock, b'x', libc::EMFILE, 0);
-            continue;
-        }
-        // SAFETY: this process is single-threaded; the child makes only
-        // async-signal-safe syscalls on data prepared above, then execs
-        // or exits.
-        let pid = unsafe { libc::fork() };
-        if pid == 0 {
-            // SAFETY: in the fresh child, see above.
-            unsafe { child(&stdio, &spawn, layer, &argv, &envp, errpipe[1]) }
-        }
-        // SAFETY: closes the write end this process owns.
-        unsafe { libc::close(errpipe[1]) };
+        let mut args = ChildArgs {
+            stdio: [fds[0].as_raw_fd(), fds[1].as_raw_fd(), fds[2].as_raw_fd()],
+            path: spawn.path.as_ptr(),
+            cwd: spawn.cwd.as_ptr(),
+            layer,
+            argv: argv.as_ptr(),
+            envp: envp.as_ptr(),
+            mask: None,
+            errno: 0,
+        };
+        let pid = spawn_child(&mut stack, &mut args);
         drop(fds);
-        if pid < 0 {
-            // SAFETY: closes the read end.
-            unsafe { libc::close(errpipe[0]) };
+        let Some(pid) = pid else {
             reply(sock, b'x', libc::EAGAIN, 0);
             continue;
-        }
+        };
+        // The child has exec'd or exited (CLONE_VFORK): a failure is known.
+        let failed = (args.errno != 0).then_some(args.errno);
         if keep {
-            serve_kept(sock, pid, grace, errpipe[0]);
+            serve_kept(sock, pid, grace, failed);
             return 0;
         }
         let (status, others) = supervise(sock, pid, grace);
-        // Read once the command and all it left are reaped, so without
-        // waiting: every copy of the write end is closed (at exec, or at
-        // the child's exit); 4 bytes mean the exec failed.
-        let mut errno = 0i32;
-        // SAFETY: reads at most 4 bytes into a local.
-        let got = unsafe { libc::read(errpipe[0], (&mut errno as *mut i32).cast(), 4) };
-        // SAFETY: closes the read end.
-        unsafe { libc::close(errpipe[0]) };
-        if got == 4 {
-            reply(sock, b'x', errno, 0);
-        } else {
-            reply(sock, b's', status, others);
+        match failed {
+            Some(errno) => reply(sock, b'x', errno, 0),
+            None => reply(sock, b's', status, others),
         }
     }
 }
 
-/// The fork child: stdio, working directory, the signal-scoping layer,
-/// exec; on failure the errno goes to `errfd` and the child exits 127.
-///
-/// # Safety
-/// Called in a fresh child of a single-threaded process; only
-/// async-signal-safe syscalls.
+/// The stack a command's child runs on until its exec (see
+/// [`spawn_child`]): [`CHILD_STACK`] bytes above a guard page.
 #[cfg(target_os = "linux")]
-unsafe fn child(
-    stdio: &[RawFd; 3],
-    spawn: &Spawn,
+struct ChildStack {
+    base: *mut libc::c_void,
+    len: usize,
+}
+
+/// The usable size of [`ChildStack`] (the child calls a few wrappers).
+#[cfg(target_os = "linux")]
+const CHILD_STACK: usize = 64 * 1024;
+
+#[cfg(target_os = "linux")]
+impl ChildStack {
+    fn new() -> Option<Self> {
+        let page = 4096;
+        let len = CHILD_STACK + page;
+        // SAFETY: a fresh private anonymous mapping; its lowest page is
+        // made inaccessible (an overflow faults instead of writing below).
+        unsafe {
+            let base = libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            );
+            if base == libc::MAP_FAILED {
+                return None;
+            }
+            if libc::mprotect(base, page, libc::PROT_NONE) != 0 {
+                libc::munmap(base, len);
+                return None;
+            }
+            Some(ChildStack { base, len })
+        }
+    }
+
+    /// Its top (stacks grow down), 16-byte aligned.
+    fn top(&mut self) -> *mut libc::c_void {
+        // SAFETY: one past the mapping's end, which is page-aligned.
+        unsafe { self.base.cast::<u8>().add(self.len).cast() }
+    }
+}
+
+/// What a command's child needs, prepared before the clone: the child
+/// only reads it, but for `errno`.
+#[cfg(target_os = "linux")]
+struct ChildArgs {
+    /// The fds that become its 0, 1 and 2 (above 2: 0-2 are open in the
+    /// zygote).
+    stdio: [RawFd; 3],
+    path: *const libc::c_char,
+    cwd: *const libc::c_char,
+    /// The signal-scoping ruleset.
     layer: RawFd,
-    argv: &[*const libc::c_char],
-    envp: &[*const libc::c_char],
-    errfd: RawFd,
-) -> ! {
-    // SAFETY: the function's contract; every pointer is valid (prepared
-    // before the fork).
+    /// NULL-terminated.
+    argv: *const *const libc::c_char,
+    /// NULL-terminated.
+    envp: *const *const libc::c_char,
+    /// The zygote's signal mask, which the child restores just before its
+    /// exec (set by [`spawn_child`]).
+    mask: Option<libc::sigset_t>,
+    /// Set by the child when it could not exec (why); 0 when it did.
+    errno: i32,
+}
+
+/// Starts the command's child, as `posix_spawn` does: `clone` with
+/// `CLONE_VM | CLONE_VFORK` on `stack`, every signal blocked meanwhile,
+/// so the child shares this process's memory (nothing is copied) and this
+/// process waits until it has exec'd or exited; `None` when it could not
+/// be started. The child sets `args.errno` when its exec failed.
+#[cfg(target_os = "linux")]
+fn spawn_child(stack: &mut ChildStack, args: &mut ChildArgs) -> Option<libc::pid_t> {
+    // SAFETY: sigset_t is plain data that sigfillset and sigprocmask fill.
     unsafe {
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        // No handler of this process runs in the child, which shares its
+        // memory, before its dispositions are reset or it execs.
+        if libc::sigprocmask(libc::SIG_SETMASK, &all, &mut old) != 0 {
+            return None;
+        }
+        args.mask = Some(old);
+        // SAFETY: `child` runs on `stack` (mapped, writable, unused by
+        // anything else: this process is single-threaded and waits until
+        // the child execs or exits), reads `args`, which outlives the
+        // call, and makes only async-signal-safe calls.
+        let pid = libc::clone(
+            child,
+            stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            (args as *mut ChildArgs).cast(),
+        );
+        libc::sigprocmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        // The child wrote `errno` through another pointer.
+        args.errno = std::ptr::read_volatile(&args.errno);
+        (pid > 0).then_some(pid)
+    }
+}
+
+/// The command's child: stdio, working directory, the signal-scoping
+/// layer, exec; on failure the errno goes to `args.errno` and the child
+/// exits 127. It runs on [`spawn_child`]'s stack, in the zygote's memory,
+/// until its exec: it writes nothing but `args.errno` and its own stack.
+#[cfg(target_os = "linux")]
+extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildArgs` spawn_child passed, valid while
+    // the zygote waits for this child's exec or exit; every pointer in it
+    // is valid (prepared before the clone). Only async-signal-safe calls.
+    unsafe {
+        let args = arg.cast::<ChildArgs>();
         let fail = |e: i32| -> ! {
-            libc::write(errfd, (&e as *const i32).cast(), 4);
+            std::ptr::write_volatile(&mut (*args).errno, if e == 0 { libc::EINVAL } else { e });
             libc::_exit(127)
         };
         let errno = || *libc::__errno_location();
         for sig in STOP_SIGNALS {
             libc::signal(sig, libc::SIG_DFL);
         }
-        // The received fds are above 2 (0-2 are open in the zygote).
-        for (to, from) in stdio.iter().enumerate() {
+        for (to, from) in (*args).stdio.iter().enumerate() {
             if libc::dup2(*from, to as RawFd) < 0 {
                 fail(errno());
             }
         }
-        if libc::chdir(spawn.cwd.as_ptr()) != 0 {
+        if libc::chdir((*args).cwd) != 0 {
             fail(errno());
         }
-        if libc::syscall(libc::SYS_landlock_restrict_self, layer, 0) != 0 {
+        if libc::syscall(libc::SYS_landlock_restrict_self, (*args).layer, 0) != 0 {
             fail(errno());
         }
-        libc::execve(spawn.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+        if let Some(mask) = &(*args).mask {
+            libc::sigprocmask(libc::SIG_SETMASK, mask, std::ptr::null_mut());
+        }
+        libc::execve((*args).path, (*args).argv, (*args).envp);
         fail(errno())
     }
 }
@@ -928,19 +1069,6 @@ fn supervise(sock: RawFd, pid: libc::pid_t, grace: Duration) -> (i32, u32) {
     (r.status.unwrap_or(libc::SIGKILL), r.others)
 }
 
-/// The exec's errno from `errfd` (closed here), read once the command's
-/// main process is reaped, so without waiting: every copy of the write end
-/// is closed (at exec, or at the child's exit).
-#[cfg(target_os = "linux")]
-fn exec_errno(errfd: RawFd) -> Option<i32> {
-    let mut errno = 0i32;
-    // SAFETY: reads at most 4 bytes into a local.
-    let got = unsafe { libc::read(errfd, (&mut errno as *mut i32).cast(), 4) };
-    // SAFETY: closes the read end.
-    unsafe { libc::close(errfd) };
-    (got == 4).then_some(errno)
-}
-
 /// A kept command (its zygote serves no other): waits for its main
 /// process only and answers (`s`, its wait status, how many of its
 /// processes are alive), ending nothing; then reaps what exits on its own
@@ -951,18 +1079,18 @@ fn exec_errno(errfd: RawFd) -> Option<i32> {
 /// kept slot. An end before the main process exited (the timeout,
 /// a stop signal) ends all of it at once, as [`supervise`].
 #[cfg(target_os = "linux")]
-fn serve_kept(sock: RawFd, pid: libc::pid_t, grace: Duration, errfd: RawFd) {
+fn serve_kept(sock: RawFd, pid: libc::pid_t, grace: Duration, failed: Option<i32>) {
     let mut r = Reaper::new(pid);
     if r.wait_main(sock) {
         r.end_all(grace);
-        match exec_errno(errfd) {
+        match failed {
             Some(errno) => reply(sock, b'x', errno, 0),
             None => reply(sock, b's', r.status.unwrap_or(libc::SIGKILL), r.others),
         }
         return;
     }
     let status = r.status.unwrap_or(libc::SIGKILL);
-    if let Some(errno) = exec_errno(errfd) {
+    if let Some(errno) = failed {
         r.end_all(grace);
         reply(sock, b'x', errno, 0);
         return;
@@ -1160,9 +1288,17 @@ pub struct Shared {
     base: RunRequest,
     program: PathBuf,
     zygote: Option<Zygote>,
-    /// The tap of the zygote running the current command, for [`Shared::live`].
+    /// The taps (broker, egress) of the zygote running the current
+    /// command, for [`Shared::live`].
     #[allow(clippy::type_complexity)]
-    current: Arc<std::sync::Mutex<Option<Arc<std::sync::OnceLock<sandbox_core::MediationTap>>>>>,
+    current: Arc<
+        std::sync::Mutex<
+            Option<(
+                Arc<std::sync::OnceLock<sandbox_core::MediationTap>>,
+                Arc<std::sync::OnceLock<sandbox_proxy::EgressTap>>,
+            )>,
+        >,
+    >,
 }
 
 #[cfg(target_os = "linux")]
@@ -1198,12 +1334,16 @@ impl Shared {
         if let Ok(mut current) = self.current.lock() {
             *current = None;
         }
+        // The last command's refusals it did not look at are not this one's.
+        if let Some(egress) = self.zygote.as_ref().and_then(|z| z.egress.get()) {
+            egress.forget_closed();
+        }
         let current = Arc::clone(&self.current);
         move || {
             // The zygote's tap is set once its supervisor is confirmed,
             // which may follow its first answer.
-            let tap = current.lock().ok()?.clone()?;
-            tap.get()?.live()
+            let (tap, egress) = current.lock().ok()?.clone()?;
+            live_of(&tap, &egress)
         }
     }
 
@@ -1220,25 +1360,17 @@ impl Shared {
     ) -> Option<Result<Outcome, RunError>> {
         let policy = req.policy.as_ref()?;
         let started = Instant::now();
-        let (env, cwd, path) = match command_parts(req)? {
+        let (mut env, cwd, path) = match command_parts(req)? {
             Ok(parts) => parts,
             Err(e) => return Some(Err(e)),
         };
-        let cmd = ZygoteCommand {
-            path: &path,
-            argv: &req.argv,
-            env: &env,
-            cwd: &cwd,
-            stdio,
-            deadline: started + policy.timeout(),
-            grace: req.grace,
-        };
+        let deadline = started + policy.timeout();
         // A zygote whose own run could end before this command may: a new one.
         let margin = req.grace + Duration::from_secs(15);
         if self
             .zygote
             .as_ref()
-            .is_some_and(|z| z.expires() < cmd.deadline + margin)
+            .is_some_and(|z| z.expires() < deadline + margin)
         {
             self.zygote = None;
         }
@@ -1249,8 +1381,18 @@ impl Shared {
                 Some(Zygote::start(Arc::clone(&self.backend), &self.base, &self.program).ok()?);
         }
         let zygote = self.zygote.as_mut()?;
+        zygote.set_egress_env(&mut env);
+        let cmd = ZygoteCommand {
+            path: &path,
+            argv: &req.argv,
+            env: &env,
+            cwd: &cwd,
+            stdio,
+            deadline,
+            grace: req.grace,
+        };
         if let Ok(mut current) = self.current.lock() {
-            *current = Some(Arc::clone(&zygote.tap));
+            *current = Some((Arc::clone(&zygote.tap), Arc::clone(&zygote.egress)));
         }
         let failed = |e: ZygoteError| Some(Err(RunError::SharedLaunch(e.to_string())));
         match zygote.run(&cmd) {
@@ -1307,10 +1449,31 @@ impl Shared {
     ) -> Option<Result<(Outcome, Option<Kept>), RunError>> {
         let policy = req.policy.as_ref()?;
         let started = Instant::now();
-        let (env, cwd, path) = match command_parts(req)? {
+        let (mut env, cwd, path) = match command_parts(req)? {
             Ok(parts) => parts,
             Err(e) => return Some(Err(e)),
         };
+        let fits = encode(&ZygoteCommand {
+            path: &path,
+            argv: &req.argv,
+            env: &env,
+            cwd: &cwd,
+            stdio,
+            deadline: started,
+            grace: req.grace,
+        });
+        if fits.is_err() {
+            return None;
+        }
+        let failed = |e: ZygoteError| Some(Err(RunError::SharedLaunch(e.to_string())));
+        let mut zygote =
+            match Zygote::start_for(Arc::clone(&self.backend), &self.base, &self.program, true) {
+                Ok(z) => z,
+                Err(e) => return failed(e),
+            };
+        // Its own run's egress (a request within the bound stays within it:
+        // the egress adds a few short variables).
+        zygote.set_egress_env(&mut env);
         let cmd = ZygoteCommand {
             path: &path,
             argv: &req.argv,
@@ -1320,17 +1483,8 @@ impl Shared {
             deadline: started + policy.timeout(),
             grace: req.grace,
         };
-        if encode(&cmd).is_err() {
-            return None;
-        }
-        let failed = |e: ZygoteError| Some(Err(RunError::SharedLaunch(e.to_string())));
-        let mut zygote =
-            match Zygote::start_for(Arc::clone(&self.backend), &self.base, &self.program, true) {
-                Ok(z) => z,
-                Err(e) => return failed(e),
-            };
         if let Ok(mut current) = self.current.lock() {
-            *current = Some(Arc::clone(&zygote.tap));
+            *current = Some((Arc::clone(&zygote.tap), Arc::clone(&zygote.egress)));
         }
         let exit = match zygote.run_command(&cmd) {
             Ok(exit) => exit,
@@ -1424,7 +1578,7 @@ impl Kept {
     /// command's main process exited, those [`Shared::live`] did not
     /// hand out), as [`Shared::live`] says them.
     pub fn live(&self) -> Option<(Vec<sandbox_core::MediatedCall>, u64)> {
-        self.zygote.tap.get()?.live()
+        self.zygote.live()
     }
 
     /// The git directories its processes made so far, where they are now

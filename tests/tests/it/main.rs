@@ -41,6 +41,7 @@ mod session;
 mod session_approvals;
 mod session_client_socket;
 mod session_clients;
+mod session_egress;
 mod session_keep;
 mod session_leftovers;
 mod session_refused;

@@ -238,11 +238,16 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
     }
 
     #[track_caller]
+    /// The next event but the live `refused` ones (each refusal is in its
+    /// command's exit event too).
     fn next(&self) -> Value {
-        match self.events.recv_timeout(EVENT_WAIT) {
-            Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
+        loop {
+            match self.events.recv_timeout(EVENT_WAIT) {
+                Ok(event) if event["event"] == "refused" => continue,
+                Ok(event) => return event,
+                Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
+                Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
+            }
         }
     }
 

@@ -1,0 +1,539 @@
+//! A session whose policy has an egress (an `--allow-net` allowlist,
+//! secrets, `--approval channel`) uses the shared launch (#45): the zygote
+//! run starts the proxy and the resolver once, every command it forks gets
+//! the variables a `sandbox run` gets, each command's exit event lists its
+//! own proxy refusals only, which also come live as `refused` events, a
+//! secret's placeholder is the session's, an approval asked during a
+//! command names that command, a background process holding a proxy
+//! connection is gone before the next command, and commands may be kept.
+//! Each session runs in a private network and mount namespace with local
+//! origins (`svc.example.com` is 93.184.215.34 there, routed to the
+//! namespace's loopback; `pkgs.example.com` a TLS origin on 127.0.0.1:8443
+//! that logs the `Authorization` it gets): nothing leaves the machine.
+//! Root and nobody.
+#![cfg(target_os = "linux")]
+
+use std::collections::BTreeSet;
+use std::io::{BufRead, BufReader, Write};
+use std::path::PathBuf;
+use std::process::{Child, ChildStdin, Command, Stdio};
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::time::{Duration, Instant};
+
+use sandbox_tests::{is_root, sandbox_bin};
+use serde_json::{json, Value};
+
+/// How long any one event may take before the test fails (not hangs).
+const EVENT_WAIT: Duration = Duration::from_secs(90);
+
+/// The namespace's `/etc/hosts`.
+const HOSTS: &str =
+    "127.0.0.1 localhost\n93.184.215.34 svc.example.com\n127.0.0.1 pkgs.example.com\n";
+
+/// `svc.example.com`'s address in the namespace.
+const SVC_IP: &str = "93.184.215.34";
+
+/// The session's own flags (after `sandbox session`).
+const SESSION: &str = r#""$SANDBOX" session --backend auto --on-unsupported error"#;
+
+struct Harness {
+    child: Child,
+    stdin: Option<ChildStdin>,
+    events: Receiver<Value>,
+    dir: tempfile::TempDir,
+    hello: Value,
+}
+
+/// The events read from `out`, one a line, on a thread.
+fn events_of(out: impl std::io::Read + Send + 'static) -> Receiver<Value> {
+    let (tx, events) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(out).lines() {
+            let Ok(line) = line else { break };
+            let event: Value = serde_json::from_str(&line)
+                .unwrap_or_else(|e| panic!("not an event on the channel ({e}): {line:?}"));
+            if tx.send(event).is_err() {
+                break;
+            }
+        }
+    });
+    events
+}
+
+impl Harness {
+    /// In a private network and mount namespace with the origins, runs
+    /// `tail` (`$WRAP` is the `setpriv` to nobody or nothing, `$SESSION`
+    /// the session command without its policy flags), whose last step is a
+    /// session; reads its `hello`. `env` is added to the namespace's
+    /// environment.
+    fn open(nobody: bool, tail: &str, env: &[(&str, &str)]) -> Self {
+        assert!(
+            is_root(),
+            "network namespaces need root here: run this suite as root (CI does)"
+        );
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let d = std::fs::canonicalize(dir.path()).unwrap();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::create_dir(d.join("state")).unwrap();
+        std::fs::set_permissions(d.join("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
+        std::fs::write(d.join("hosts"), HOSTS).unwrap();
+        certificates(&d);
+        let wrap = if nobody {
+            "setpriv --reuid=65534 --regid=65534 --clear-groups --"
+        } else {
+            ""
+        };
+        let setup = format!(
+            r#"set -e
+mount --bind "$D/hosts" /etc/hosts
+python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+ip route add local {SVC_IP}/32 dev lo
+python3 -c '
+import http.server, sys, threading, time
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(sys.argv[1], "a") as log: log.write(self.path + "\n")
+        if self.path.startswith("/slow"):
+            time.sleep(120)
+        body = b"hello"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 8080), H)
+svc = http.server.ThreadingHTTPServer((sys.argv[3], 8080), H)
+threading.Thread(target=svc.serve_forever, daemon=True).start()
+open(sys.argv[2], "w").close()
+s.serve_forever()
+' "$D/origin.log" "$D/listening" {SVC_IP} > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/origin.pid"
+python3 -c '
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        with open(sys.argv[1] + "/tls.log", "a") as log:
+            log.write(self.path + " auth=" + str(self.headers.get("Authorization")) + "\n")
+        body = b"secure"
+        self.send_response(200); self.send_header("Content-Length", str(len(body))); self.end_headers()
+        self.wfile.write(body)
+    def log_message(self, *a): pass
+s = http.server.ThreadingHTTPServer(("127.0.0.1", 8443), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1] + "/leaf.pem", sys.argv[1] + "/leaf.key")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+open(sys.argv[1] + "/tls-listening", "w").close()
+s.serve_forever()
+' "$D" > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/tls-origin.pid"
+for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && break; sleep 0.05; done
+{tail}
+"#,
+            tail = tail.replace("$SESSION", SESSION)
+        );
+        let mut child = Command::new("unshare")
+            .args(["--net", "--mount", "--propagation", "private"])
+            .args(["/bin/sh", "-c", &setup])
+            .env("SANDBOX", sandbox_bin())
+            .env("WRAP", wrap)
+            .env("D", &d)
+            .envs(env.iter().copied())
+            .env("XDG_STATE_HOME", d.join("state"))
+            .env_remove("SANDBOX_CONFIG")
+            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+            .current_dir(&d)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .expect("unshare (util-linux) makes the namespaces");
+        let stdin = child.stdin.take();
+        let events = events_of(child.stdout.take().unwrap());
+        let mut h = Harness {
+            child,
+            stdin,
+            events,
+            dir,
+            hello: Value::Null,
+        };
+        let hello = h.next();
+        assert_eq!(hello["event"], "hello", "{hello}");
+        h.hello = hello;
+        h
+    }
+
+    fn path(&self) -> PathBuf {
+        std::fs::canonicalize(self.dir.path()).unwrap()
+    }
+
+    fn send(&mut self, request: &Value) {
+        let stdin = self.stdin.as_mut().unwrap();
+        stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
+        stdin.flush().unwrap();
+    }
+
+    #[track_caller]
+    fn next(&self) -> Value {
+        match self.events.recv_timeout(EVENT_WAIT) {
+            Ok(event) => event,
+            Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
+            Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
+        }
+    }
+
+    /// Starts a shell script with its output captured; returns after its
+    /// `started` event.
+    #[track_caller]
+    fn start(&mut self, id: &str, script: &str, extra: Value) {
+        let mut request =
+            json!({"id": id, "op": "run", "argv": ["/bin/sh", "-c", script], "output": true});
+        if let (Some(r), Some(e)) = (request.as_object_mut(), extra.as_object()) {
+            r.extend(e.clone());
+        }
+        self.send(&request);
+        let started = self.next();
+        assert_eq!(
+            (started["id"].as_str(), started["event"].as_str()),
+            (Some(id), Some("started")),
+            "{started}"
+        );
+    }
+
+    /// The events up to command `id`'s exit: its `refused` events (each
+    /// checked to name `id`) and the exit event; any other event fails.
+    #[track_caller]
+    fn until_exit(&self, id: &str) -> (Vec<Value>, Value) {
+        let mut refused = Vec::new();
+        loop {
+            let e = self.next();
+            assert_eq!(e["id"].as_str(), Some(id), "{e}");
+            match e["event"].as_str() {
+                Some("refused") => refused.push(e),
+                Some("exit") => return (refused, e),
+                _ => panic!("unexpected event during {id}: {e}"),
+            }
+        }
+    }
+
+    /// Runs a script to its end: its `refused` events and its exit event.
+    #[track_caller]
+    fn run(&mut self, id: &str, script: &str) -> (Vec<Value>, Value) {
+        self.start(id, script, json!({}));
+        self.until_exit(id)
+    }
+
+    fn close(mut self) {
+        self.send(&json!({"op": "close"}));
+        let closed = loop {
+            let e = self.next();
+            if e["event"] != "kept_ended" {
+                break e;
+            }
+        };
+        assert_eq!(closed["event"], "closed", "{closed}");
+        drop(self.stdin.take());
+        assert_eq!(self.child.wait().unwrap().code(), Some(0));
+    }
+}
+
+impl Drop for Harness {
+    fn drop(&mut self) {
+        for file in ["origin.pid", "tls-origin.pid"] {
+            if let Ok(pid) = std::fs::read_to_string(self.path().join(file)) {
+                if let Ok(pid) = pid.trim().parse::<i32>() {
+                    // SAFETY: kill has no memory preconditions; the pid is
+                    // an origin this test started.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+        }
+        if std::thread::panicking() {
+            let _ = self.child.kill();
+            let _ = self.child.wait();
+        }
+    }
+}
+
+/// Writes a test CA (`ca.pem`) and the HTTPS origin's certificate and key
+/// for `pkgs.example.com` into `dir`.
+fn certificates(dir: &std::path::Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let leaf = CertificateParams::new(vec!["pkgs.example.com".to_string()])
+        .unwrap()
+        .signed_by(&key, &ca)
+        .unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
+}
+
+fn users() -> [bool; 2] {
+    [false, true]
+}
+
+/// `curl` through the run's proxy to `http://HOST:8080PATH`, printing
+/// `<body> <status>`.
+fn curl_to(host: &str, path: &str) -> String {
+    format!("curl -s -m 60 -w ' %{{http_code}}\\n' http://{host}:8080{path}")
+}
+
+/// The targets of a list of refusals (an exit event's `refusals`, or
+/// `refused` events).
+fn targets(refusals: &[Value]) -> Vec<String> {
+    refusals
+        .iter()
+        .map(|r| r["target"].as_str().unwrap_or_default().to_owned())
+        .collect()
+}
+
+/// Under `--allow-net svc.example.com:8080` the session launches shared and
+/// keeps commands; each command reaches the listed host through the proxy,
+/// and its exit event lists only its own refusals, the first command's
+/// refusal also coming live as a `refused` event with its id (twin: the
+/// second command, admitted only, has none of either).
+#[test]
+fn an_allowlist_session_is_shared_and_each_command_has_its_own_refusals() {
+    for nobody in users() {
+        let tail = r#"exec $WRAP $SESSION --allow-net svc.example.com:8080"#;
+        let mut h = Harness::open(nobody, tail, &[]);
+        assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        assert_eq!(h.hello["launch_note"], Value::Null, "{}", h.hello);
+        assert!(h.hello["max_kept"].as_u64() > Some(0), "{}", h.hello);
+
+        let script = format!(
+            "{}; {}",
+            curl_to("other.example.com", "/refused"),
+            curl_to("svc.example.com", "/one")
+        );
+        let (live, exit) = h.run("1", &script);
+        let out = exit["stdout"].as_str().unwrap();
+        assert!(
+            out.contains(" 403\n"),
+            "the unlisted host is refused: {exit}"
+        );
+        assert!(
+            out.ends_with("hello 200\n"),
+            "the listed host is reached: {exit}"
+        );
+        let listed = targets(exit["refusals"].as_array().unwrap());
+        assert!(
+            listed.iter().any(|t| t == "other.example.com:8080"),
+            "{exit}"
+        );
+        assert!(
+            targets(&live).iter().any(|t| t == "other.example.com:8080"),
+            "the refusal came live too: {live:?}"
+        );
+        for e in &live {
+            assert_eq!(e["syscall"], "proxy", "{e}");
+        }
+
+        let (live, exit) = h.run("2", &curl_to("svc.example.com", "/two"));
+        assert_eq!(exit["stdout"], "hello 200\n", "{exit}");
+        assert_eq!(
+            exit["refusals"],
+            json!([]),
+            "the first command's refusal is not the second's: {exit}"
+        );
+        assert!(live.is_empty(), "{live:?}");
+
+        // And a third refused again: its own refusal, once.
+        let (live, exit) = h.run("3", &curl_to("third.example.com", "/x"));
+        assert!(exit["stdout"].as_str().unwrap().contains(" 403"), "{exit}");
+        assert_eq!(
+            targets(exit["refusals"].as_array().unwrap()),
+            ["third.example.com:8080"],
+            "{exit}"
+        );
+        assert_eq!(targets(&live), ["third.example.com:8080"], "{live:?}");
+        let served = std::fs::read_to_string(h.path().join("origin.log")).unwrap();
+        assert_eq!(served, "/one\n/two\n");
+        h.close();
+    }
+}
+
+/// The names of the variables in `env` output.
+fn names(env: &str) -> BTreeSet<String> {
+    env.lines()
+        .filter_map(|l| l.split_once('=').map(|(n, _)| n.to_owned()))
+        .filter(|n| !n.is_empty() && n.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .collect()
+}
+
+/// A command of an allowlist session gets the same set of variables as
+/// `sandbox run` under the same policy gives its command (the proxy's,
+/// `RES_OPTIONS`, the run CA's bundle variables, the secret's placeholder,
+/// the nest socket), values aside; and the same placeholder in every
+/// command, which the proxy replaces with the value in each command's
+/// intercepted request (the origin gets the value twice).
+#[test]
+fn commands_get_the_runs_egress_variables_and_one_placeholder() {
+    for nobody in users() {
+        let flags = r#"--upstream-ca "$D/ca.pem" --secret TOKEN@pkgs.example.com --allow-request 'GET https://pkgs.example.com:8443/**' --allow-net svc.example.com:8080"#;
+        let tail = format!(
+            r#"$WRAP "$SANDBOX" run -q --backend auto --on-unsupported error {flags} -- env > "$D/run.env"
+exec $WRAP $SESSION {flags}"#
+        );
+        let mut h = Harness::open(nobody, &tail, &[("TOKEN", "real-token-value-77")]);
+        assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        let (_, exit) = h.run("env", "exec env");
+        let session_env = exit["stdout"].as_str().unwrap().to_owned();
+        let run_env = std::fs::read_to_string(h.path().join("run.env")).unwrap();
+        let (session_names, run_names) = (names(&session_env), names(&run_env));
+        for must in [
+            "HTTPS_PROXY",
+            "https_proxy",
+            "HTTP_PROXY",
+            "ALL_PROXY",
+            "NO_PROXY",
+            "RES_OPTIONS",
+            "SSL_CERT_FILE",
+            "NODE_EXTRA_CA_CERTS",
+            "CURL_CA_BUNDLE",
+            "TOKEN",
+            "SANDBOX_NEST_FD",
+        ] {
+            assert!(
+                run_names.contains(must),
+                "control: run has {must}: {run_env}"
+            );
+        }
+        // `env` run by the shell of `sh -c` sees the shell's own three.
+        let shell_own = ["PWD", "SHLVL", "_", "OLDPWD"];
+        let differ: Vec<_> = session_names
+            .symmetric_difference(&run_names)
+            .filter(|n| !shell_own.contains(&n.as_str()))
+            .collect();
+        assert!(
+            differ.is_empty(),
+            "variables only one of them has: {differ:?}\nsession: {session_env}\nrun: {run_env}"
+        );
+        assert!(
+            !session_env.contains("real-token-value-77"),
+            "{session_env}"
+        );
+
+        let curl = r#"echo "sees $TOKEN"; curl -sS -m 60 -H "Authorization: Bearer $TOKEN" https://pkgs.example.com:8443/"#;
+        let (_, one) = h.run("a", &format!("{curl}a"));
+        let (_, two) = h.run("b", &format!("{curl}b"));
+        let seen = |e: &Value| {
+            let out = e["stdout"].as_str().unwrap().to_owned();
+            assert!(out.ends_with("secure"), "{e}");
+            out.lines().next().unwrap().to_owned()
+        };
+        let (p1, p2) = (seen(&one), seen(&two));
+        assert!(p1.starts_with("sees SANDBOX_SECRET_"), "{p1}");
+        assert_eq!(p1, p2, "one placeholder for the session's commands");
+        let log = std::fs::read_to_string(h.path().join("tls.log")).unwrap();
+        assert_eq!(
+            log, "/a auth=Bearer real-token-value-77\n/b auth=Bearer real-token-value-77\n",
+            "the origin got the value in both commands' requests"
+        );
+        h.close();
+    }
+}
+
+/// With `--approval channel`, a connection held during the second command
+/// is asked about with the second command's id, and its denial is that
+/// command's refusal (live and in its exit event), not the first's or the
+/// third's.
+#[test]
+fn an_approval_in_the_second_command_names_it() {
+    for nobody in users() {
+        let tail = r#"exec $WRAP $SESSION --approval channel --no-network"#;
+        let mut h = Harness::open(nobody, tail, &[]);
+        assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        let (_, first) = h.run("first", "true");
+        assert_eq!(first["status"], 0, "{first}");
+        h.start("second", &curl_to("svc.example.com", "/asked"), json!({}));
+        let p = h.next();
+        assert_eq!(p["event"], "permission", "{p}");
+        assert_eq!(p["id"], "second", "{p}");
+        assert_eq!(p["host"], "svc.example.com", "{p}");
+        let permission = p["permission"].as_str().unwrap().to_owned();
+        h.send(&json!({"op": "approve", "permission": permission, "answer": "deny"}));
+        let (live, exit) = h.until_exit("second");
+        assert!(exit["stdout"].as_str().unwrap().contains(" 403"), "{exit}");
+        assert_eq!(
+            targets(exit["refusals"].as_array().unwrap()),
+            ["svc.example.com:8080"],
+            "{exit}"
+        );
+        assert_eq!(targets(&live), ["svc.example.com:8080"], "{live:?}");
+        let (live, third) = h.run("third", "true");
+        assert_eq!(third["refusals"], json!([]), "{third}");
+        assert!(live.is_empty(), "{live:?}");
+        h.close();
+    }
+}
+
+/// A command's background process holding a proxy connection (to an
+/// origin that answers after 120 s) is gone before the next command
+/// starts, and its exit event does not wait for the origin; a kept
+/// command is allowed under an allowlist, and its background process lives
+/// on until the session ends.
+#[test]
+fn a_background_proxy_connection_ends_with_its_command_and_keep_works() {
+    for nobody in users() {
+        let tail = r#"exec $WRAP $SESSION -w "$D" --allow-net svc.example.com:8080"#;
+        let mut h = Harness::open(nobody, tail, &[]);
+        assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        let d = h.path();
+        let script = format!(
+            "{} > /dev/null & echo $! > {}/bg.pid; \
+             for i in $(seq 200); do grep -q /slow {}/origin.log 2>/dev/null && break; sleep 0.05; done; \
+             echo started",
+            curl_to("svc.example.com", "/slow"),
+            d.display(),
+            d.display()
+        );
+        let began = Instant::now();
+        let (_, exit) = h.run("bg", &script);
+        assert_eq!(exit["stdout"], "started\n", "{exit}");
+        assert!(
+            began.elapsed() < Duration::from_secs(30),
+            "the exit event waited for the origin: {:?}",
+            began.elapsed()
+        );
+        let pid: i32 = std::fs::read_to_string(d.join("bg.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        // Control: the request reached the origin, so the connection was open.
+        let served = std::fs::read_to_string(d.join("origin.log")).unwrap();
+        assert!(served.contains("/slow"), "{served}");
+        assert!(gone(pid), "the background curl outlived its command");
+        let (_, next) = h.run("next", &curl_to("svc.example.com", "/next"));
+        assert_eq!(next["stdout"], "hello 200\n", "{next}");
+        assert_eq!(next["refusals"], json!([]), "{next}");
+
+        // Kept: allowed now, its background process alive after its exit.
+        h.start(
+            "kept",
+            &format!("sleep 60 & echo $! > {}/kept.pid", d.display()),
+            json!({"keep": true}),
+        );
+        let (_, kept) = h.until_exit("kept");
+        assert!(kept.get("reason").is_none(), "{kept}");
+        assert_eq!(kept["kept"], 1, "{kept}");
+        let pid: i32 = std::fs::read_to_string(d.join("kept.pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        assert!(!gone(pid), "the kept process lives on");
+        let (_, after) = h.run("after", &curl_to("svc.example.com", "/after"));
+        assert_eq!(after["stdout"], "hello 200\n", "{after}");
+        h.close();
+        assert!(gone(pid), "the kept process ended with the session");
+    }
+}
+
+/// Whether `pid` has exited (gone, or a zombie).
+fn gone(pid: i32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+}
