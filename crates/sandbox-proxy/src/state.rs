@@ -253,3 +253,65 @@ impl Drop for Slot {
         self.shared.idle.notify_all();
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::RefusalReason;
+
+    fn refused(host: &str) -> Refused {
+        Refused {
+            host: host.to_owned(),
+            port: 80,
+            reason: RefusalReason::NameNotListed,
+        }
+    }
+
+    fn hosts(list: &[Refused]) -> Vec<&str> {
+        list.iter().map(|r| r.host.as_str()).collect()
+    }
+
+    /// Each window holds the refusals of the connections accepted in it;
+    /// one a connection of a closed window makes later is in the run's log
+    /// only, not in the next window (twin: the next window's own
+    /// connection's refusal is in it), and the live view hands each out
+    /// once.
+    #[test]
+    fn a_late_refusal_of_a_closed_window_is_not_the_next_ones() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let shared = Arc::new(Shared::new(
+            EgressRules::new(Vec::new()),
+            HostAddrs::new([]),
+            ProxyOptions::default(),
+            addr,
+        ));
+        let serve = |slot: Slot, host: &'static str| {
+            let client = TcpStream::connect(addr).unwrap();
+            std::thread::spawn(move || {
+                slot.track(&client);
+                slot.shared.refuse(refused(host));
+            })
+            .join()
+            .unwrap();
+        };
+        let first = shared.claim().unwrap();
+        serve(first, "one.example");
+        assert_eq!(hosts(&shared.live_window().0), ["one.example"]);
+        assert!(shared.live_window().0.is_empty(), "handed out once");
+        let late = shared.claim().unwrap();
+        let (closed, total) = shared.take_window();
+        assert_eq!((hosts(&closed), total), (vec!["one.example"], 1));
+        // A connection of the closed window refuses after it closed.
+        serve(late, "late.example");
+        let next = shared.claim().unwrap();
+        serve(next, "two.example");
+        let (window, total) = shared.take_window();
+        assert_eq!((hosts(&window), total), (vec!["two.example"], 1));
+        assert_eq!(
+            hosts(&shared.refusals()),
+            ["one.example", "late.example", "two.example"],
+            "the run's log has all of them"
+        );
+    }
+}
