@@ -48,6 +48,7 @@ use crate::args::{ConfigFlags, LimitFlags, PolicyFlags};
 use crate::{error_chain, git_audit, show, Fatal};
 
 mod approvals;
+mod refusals;
 
 /// The version of the session's request and event schema (`"v"` in `hello`).
 pub(crate) const SESSION_SCHEMA: u32 = 1;
@@ -654,6 +655,8 @@ struct Session {
     shared: Option<Shared>,
     /// Why the session launches per command although `shared` was asked.
     per_command_why: Option<String>,
+    /// Sends each command's refusals as `refused` events while it runs.
+    watcher: refusals::Watcher,
 }
 
 /// At most this many kept commands' runs are alive in one session.
@@ -744,6 +747,7 @@ impl Session {
             approvals,
             shared,
             per_command_why,
+            watcher: refusals::Watcher::start(),
         })
     }
 
@@ -921,25 +925,14 @@ impl Session {
         let mut req = req;
         req.tap = Some(Arc::clone(&slot));
         let shared_live = self.shared_live();
-        let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
-        let watch = watch_refusals(
-            chan.output.clone(),
-            id.clone(),
-            move || {
+        self.watcher
+            .begin(chan.output.clone(), id.clone(), move || {
                 slot.get()
                     .and_then(|tap| tap.live())
                     .or_else(|| shared_live.as_ref().and_then(|live| live()))
-            },
-            Arc::clone(&stop),
-        );
+            });
         let launched = self.launch(chan, &req, &fields);
-        stop.store(true, std::sync::atomic::Ordering::Release);
-        if let Some(w) = &watch {
-            w.thread().unpark();
-        }
-        let (had, sent, seen) = watch
-            .and_then(|w| w.join().ok())
-            .unwrap_or((0, 0, Vec::new()));
+        let (had, sent, seen) = self.watcher.end();
         let asked = self.approvals.as_ref().map(|a| a.end(id));
         let Launched {
             result,
@@ -1490,57 +1483,6 @@ impl Session {
 /// A command's refusals so far (`sandbox::runner` tap, `MediationTap::live`).
 type LiveRefusals =
     dyn Fn() -> Option<(Vec<sandbox::runner::MediatedCall>, u64)> + Send + Sync + 'static;
-
-/// How often a running command's refusals are looked for.
-const LIVE_POLL: std::time::Duration = std::time::Duration::from_millis(5);
-
-/// Sends the refusals `live` returns as `refused` events for `id` until
-/// `stop` (and once more after it; set it, then unpark the thread, which
-/// otherwise looks again only after [`LIVE_POLL`]), never waiting for the harness (an
-/// event that finds the queue full is dropped); returns how many
-/// refusals the command had, how many events were sent, and the refusals
-/// `live` returned (a kept command's exit event lists them). The broker
-/// hands out the first 100 of a command at most (`Between::LIVE_CAP` in
-/// `sandbox-broker`), so the command's rate bounds neither this thread's work nor
-/// the queue.
-fn watch_refusals(
-    events: approvals::Events,
-    id: Value,
-    live: impl Fn() -> Option<(Vec<sandbox::runner::MediatedCall>, u64)> + Send + 'static,
-    stop: Arc<std::sync::atomic::AtomicBool>,
-) -> Option<std::thread::JoinHandle<(u64, u64, Vec<sandbox::runner::MediatedCall>)>> {
-    std::thread::Builder::new()
-        .name("session-refused".into())
-        .spawn(move || {
-            let (mut had, mut sent) = (0u64, 0u64);
-            let mut seen = Vec::new();
-            loop {
-                let last = stop.load(std::sync::atomic::Ordering::Acquire);
-                if let Some((calls, count)) = live() {
-                    had = had.max(count);
-                    for call in calls {
-                        let mut e = Map::new();
-                        e.insert("id".into(), id.clone());
-                        e.insert("event".into(), "refused".into());
-                        if let Ok(Value::Object(fields)) = serde_json::to_value(&call) {
-                            e.extend(fields);
-                        }
-                        if events.try_send(&Value::Object(e)) {
-                            sent += 1;
-                        }
-                        seen.push(call);
-                    }
-                }
-                if last {
-                    return (had, sent, seen);
-                }
-                // Woken at once when the command has ended (`unpark` after
-                // `stop`), so its exit event never waits out a poll.
-                std::thread::park_timeout(LIVE_POLL);
-            }
-        })
-        .ok()
-}
 
 /// The exit event's fields for a command that ran: the record's status,
 /// classification and refusals, in the words `sandbox run` uses.
