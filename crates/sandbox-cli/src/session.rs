@@ -9,7 +9,7 @@
 //! outlives it), its own timeout and its own refusals: by default forked
 //! by the session's zygote, one confined launch shared by all commands
 //! (`sandbox::zygote`), or, where that cannot hold (`--launch
-//! per-command`, Landlock ABI < 6, another backend, an egress proxy), run
+//! per-command`, Landlock ABI < 6, another backend), run
 //! through [`sandbox::runner::run`] exactly as `sandbox run` does. A
 //! command run with `"keep": true` (shared launch only) runs on a zygote
 //! of its own (`sandbox::zygote::Shared::run_kept`) whose background
@@ -77,8 +77,8 @@ pub(crate) struct SessionArgs {
     #[arg(long, value_name = "SECS", default_value_t = 30, value_parser = clap::value_parser!(u64).range(1..=3600))]
     pub(crate) approval_timeout: u64,
     /// `shared`: one confined launch for the whole session forks each
-    /// command (Linux, landlock backend, Landlock ABI >= 6, no egress
-    /// proxy; otherwise per command, and `hello` says which and why);
+    /// command (Linux, landlock backend, Landlock ABI >= 6; otherwise per
+    /// command, and `hello` says which and why);
     /// `per-command`: each command gets a launch of its own.
     #[arg(long, value_name = "shared|per-command", default_value = "shared")]
     pub(crate) launch: SessionLaunch,
@@ -1060,7 +1060,7 @@ impl Session {
             return Err(format!(
                 "keep needs the shared launch; this session launches each command on its \
                  own because {why}: nothing was run (start the session with --launch shared \
-                 on Linux, the landlock backend with Landlock ABI >= 6 and no egress proxy, or \
+                 on Linux, the landlock backend with Landlock ABI >= 6, or \
                  run the background process and what uses it in one command)"
             ));
         }
