@@ -404,7 +404,7 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
                 joined: chunked
                     .then(|| crate::intercept::BodyGuard::new(interception.inner.secrets().iter()))
                     .flatten()
-                    .map(|g| (Dechunk::Size(Vec::new()), g)),
+                    .map(|g| (Joined::Chunks(crate::chunked::Decoder::new()), g)),
             };
             // The head was checked with the bytes after it: they start the body.
             let _ = watch.check(&head.rest);
@@ -440,87 +440,42 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
 #[cfg(target_os = "linux")]
 struct Watch<'a> {
     raw: crate::intercept::BodyGuard<'a>,
-    joined: Option<(Dechunk, crate::intercept::BodyGuard<'a>)>,
+    joined: Option<(Joined, crate::intercept::BodyGuard<'a>)>,
+}
+
+/// How a chunked request body is read for its joined view.
+#[cfg(target_os = "linux")]
+enum Joined {
+    /// De-chunked by the proxy's one decoder ([`crate::chunked`]).
+    Chunks(crate::chunked::Decoder),
+    /// After the body's end, or once its framing does not read (an origin
+    /// may read it otherwise): the bytes as they are.
+    Raw,
 }
 
 #[cfg(target_os = "linux")]
 impl<'a> Watch<'a> {
     fn check(&mut self, bytes: &[u8]) -> Result<(), &'a crate::Secret> {
         self.raw.check(bytes)?;
-        if let Some((dechunk, guard)) = &mut self.joined {
-            dechunk.feed(bytes, &mut |data| guard.check(data))?;
-        }
-        Ok(())
-    }
-}
-
-/// Where a chunked body stands, read as bytes arrive.
-#[cfg(target_os = "linux")]
-enum Dechunk {
-    /// In a chunk-size line (read so far).
-    Size(Vec<u8>),
-    /// In a chunk's data: bytes left.
-    Data(u64),
-    /// In the CRLF after a chunk's data: bytes left.
-    DataEnd(u8),
-    /// After the last chunk, or framing not understood: bytes as they are.
-    Raw,
-}
-
-#[cfg(target_os = "linux")]
-impl Dechunk {
-    /// Gives `data` each run of body data in `bytes` (everything after the
-    /// last chunk, or once the framing is not understood, as it is).
-    fn feed<E>(
-        &mut self,
-        mut bytes: &[u8],
-        data: &mut impl FnMut(&[u8]) -> Result<(), E>,
-    ) -> Result<(), E> {
-        while !bytes.is_empty() {
-            match self {
-                Dechunk::Raw => return data(bytes),
-                Dechunk::Data(left) => {
-                    let take = usize::try_from(*left)
-                        .unwrap_or(usize::MAX)
-                        .min(bytes.len());
-                    data(&bytes[..take])?;
-                    bytes = &bytes[take..];
-                    *left -= take as u64;
-                    if *left == 0 {
-                        *self = Dechunk::DataEnd(2);
+        let Some((view, guard)) = &mut self.joined else {
+            return Ok(());
+        };
+        let mut rest = bytes;
+        if let Joined::Chunks(decoder) = view {
+            match decoder.feed(bytes, &mut |data| guard.check(data)) {
+                Ok(used) => {
+                    rest = &bytes[used..];
+                    if decoder.done() {
+                        *view = Joined::Raw;
                     }
                 }
-                Dechunk::DataEnd(left) => {
-                    let take = usize::from(*left).min(bytes.len());
-                    bytes = &bytes[take..];
-                    *left -= take as u8;
-                    if *left == 0 {
-                        *self = Dechunk::Size(Vec::new());
-                    }
-                }
-                Dechunk::Size(line) => {
-                    let end = bytes.iter().position(|&b| b == b'\n');
-                    let take = end.map_or(bytes.len(), |i| i + 1);
-                    line.extend_from_slice(&bytes[..take]);
-                    bytes = &bytes[take..];
-                    if line.len() > 4096 {
-                        *self = Dechunk::Raw;
-                    } else if end.is_some() {
-                        let digits: Vec<u8> = line
-                            .iter()
-                            .copied()
-                            .take_while(u8::is_ascii_hexdigit)
-                            .collect();
-                        let size = std::str::from_utf8(&digits)
-                            .ok()
-                            .and_then(|d| u64::from_str_radix(d, 16).ok());
-                        *self = match size {
-                            Some(0) | None => Dechunk::Raw,
-                            Some(n) => Dechunk::Data(n),
-                        };
-                    }
-                }
+                Err(crate::chunked::Error::Sink(secret)) => return Err(secret),
+                // All of this read, as it is, from here on.
+                Err(crate::chunked::Error::Malformed(_)) => *view = Joined::Raw,
             }
+        }
+        if matches!(view, Joined::Raw) && !rest.is_empty() {
+            guard.check(rest)?;
         }
         Ok(())
     }
@@ -691,22 +646,53 @@ mod tests {
         }
     }
 
+    /// A placeholder split by a chunk's framing is found in the joined
+    /// view, the body cut anywhere; the twin: a body without it passes;
+    /// a framing the decoder refuses is watched as it is (a whole
+    /// placeholder after it still found).
     #[cfg(target_os = "linux")]
     #[test]
     fn chunked_bodies_are_joined_as_the_origin_reads_them() {
-        let raw = b"5;ext=1\r\nhello\r\n3\r\n wo\r\n2\r\nrl\r\n1\r\nd\r\n0\r\nT: x\r\n\r\n";
-        for cut in 0..=raw.len() {
-            let mut d = Dechunk::Size(Vec::new());
-            let mut out = Vec::new();
-            let mut take = |b: &[u8]| -> Result<(), ()> {
-                out.extend_from_slice(b);
-                Ok(())
-            };
-            d.feed(&raw[..cut], &mut take).unwrap();
-            d.feed(&raw[cut..], &mut take).unwrap();
-            // After the last chunk, the trailers as they are.
-            assert_eq!(out, b"hello worldT: x\r\n\r\n", "cut at {cut}");
-        }
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secret = crate::Secret::new(&spec, b"v".to_vec()).unwrap();
+        let p = secret.placeholder().to_string();
+        let secrets = [secret];
+        let watch = |chunked: bool| Watch {
+            raw: crate::intercept::BodyGuard::new(secrets.iter()).unwrap(),
+            joined: chunked.then(|| {
+                (
+                    Joined::Chunks(crate::chunked::Decoder::new()),
+                    crate::intercept::BodyGuard::new(secrets.iter()).unwrap(),
+                )
+            }),
+        };
+        let found = |raw: &[u8], chunked: bool| {
+            (0..=raw.len()).all(|cut| {
+                let mut w = watch(chunked);
+                w.check(&raw[..cut]).is_err() || w.check(&raw[cut..]).is_err()
+            })
+        };
+        let (a, b) = p.split_at(p.len() / 2);
+        let split = format!(
+            "3;ext=1\r\nx=1\r\n{:x}\r\n{a}\r\n{:x}\r\n{b}\r\n0\r\nT: x\r\n\r\n",
+            a.len(),
+            b.len()
+        );
+        assert!(found(split.as_bytes(), true));
+        // The raw bytes alone do not hold it whole: the joined view found it.
+        assert!(!(0..=split.len()).any(|cut| {
+            let mut w = watch(false);
+            w.check(&split.as_bytes()[..cut]).is_err() || w.check(&split.as_bytes()[cut..]).is_err()
+        }));
+        // The twin: the same framing without the placeholder passes.
+        let plain = split.replace(b, &"y".repeat(b.len()));
+        assert!((0..=plain.len()).all(|cut| {
+            let mut w = watch(true);
+            w.check(&plain.as_bytes()[..cut]).is_ok() && w.check(&plain.as_bytes()[cut..]).is_ok()
+        }));
+        // A framing the decoder refuses (a signed size): the rest watched raw.
+        let bad = format!("-3\r\nx=1\r\n{:x}\r\n{p}\r\n0\r\n\r\n", p.len());
+        assert!(found(bad.as_bytes(), true));
     }
 
     #[test]

@@ -4,8 +4,10 @@
 //! `deflate` content coding decoded (bounded: at most [`MAX_DECODED`]
 //! bytes), every form of every value masked in that stream ([`Scrub`],
 //! which holds back the last bytes that could begin a form across reads),
-//! and the result framed again for the client (chunked, or up to the
-//! connection's end) without `Content-Encoding`. Any other content coding
+//! and the result framed again for the client (chunked, the origin's
+//! trailers after it masked as a head is; or up to the connection's end,
+//! without them) without `Content-Encoding`. The chunked framing is read
+//! by the proxy's one decoder, [`crate::chunked`]. Any other content coding
 //! is refused ([`coding`]): its body could carry a value in a form the
 //! proxy cannot see. Without secrets none of this runs: responses pass as
 //! they are.
@@ -15,6 +17,7 @@ use std::io::{self, Write};
 use flate2::write::{DeflateDecoder, MultiGzDecoder, ZlibDecoder};
 
 use super::Scrub;
+use crate::chunked::{self, Decoder};
 
 /// How many decoded bytes one response body may have: past them the
 /// response is cut off and the refusal recorded (a decompression bomb
@@ -115,104 +118,22 @@ impl std::fmt::Display for BodyError {
     }
 }
 
-/// Where a chunked body's reading stands.
-enum Chunks {
-    /// In a chunk-size line (read so far).
-    Size(Vec<u8>),
-    /// In a chunk's data: bytes left.
-    Data(u64),
-    /// In the CRLF after a chunk's data: bytes of it seen.
-    DataEnd(Vec<u8>),
-    /// In the trailer section (the current line so far); trailers are
-    /// not relayed.
-    Trailer(Vec<u8>),
-    /// After the last chunk and the trailers.
-    Done,
-}
-
-/// The longest chunk-size or trailer line read.
-const MAX_LINE: usize = 4096;
-
-impl Chunks {
-    /// Gives `data` each run of chunk data in `bytes`; whether the body
-    /// ended (what follows it is ignored).
-    fn feed(
-        &mut self,
-        mut bytes: &[u8],
-        data: &mut impl FnMut(&[u8]) -> Result<(), BodyError>,
-    ) -> Result<bool, BodyError> {
-        let bad = |why: &str| BodyError::Malformed(format!("the origin's chunked body: {why}"));
-        while !bytes.is_empty() {
-            let trailer = matches!(self, Chunks::Trailer(_));
-            match self {
-                Chunks::Done => return Ok(true),
-                Chunks::Data(left) => {
-                    let take = usize::try_from(*left)
-                        .unwrap_or(usize::MAX)
-                        .min(bytes.len());
-                    data(&bytes[..take])?;
-                    bytes = &bytes[take..];
-                    *left -= take as u64;
-                    if *left == 0 {
-                        *self = Chunks::DataEnd(Vec::new());
-                    }
-                }
-                Chunks::DataEnd(seen) => {
-                    let take = (2 - seen.len()).min(bytes.len());
-                    seen.extend_from_slice(&bytes[..take]);
-                    bytes = &bytes[take..];
-                    if seen.len() == 2 {
-                        if seen.as_slice() != b"\r\n" {
-                            return Err(bad("a chunk not followed by CRLF"));
-                        }
-                        *self = Chunks::Size(Vec::new());
-                    }
-                }
-                Chunks::Size(line) | Chunks::Trailer(line) => {
-                    let end = bytes.iter().position(|&b| b == b'\n');
-                    let take = end.map_or(bytes.len(), |i| i + 1);
-                    line.extend_from_slice(&bytes[..take]);
-                    bytes = &bytes[take..];
-                    if line.len() > MAX_LINE {
-                        return Err(bad("a line too long"));
-                    }
-                    if end.is_none() {
-                        continue;
-                    }
-                    let Some(text) = line.strip_suffix(b"\r\n") else {
-                        return Err(bad("a line not ended by CRLF"));
-                    };
-                    if trailer {
-                        if text.is_empty() {
-                            *self = Chunks::Done;
-                        } else {
-                            *self = Chunks::Trailer(Vec::new());
-                        }
-                        continue;
-                    }
-                    let digits = text
-                        .iter()
-                        .position(|b| !b.is_ascii_hexdigit())
-                        .unwrap_or(text.len());
-                    if digits == 0 || !matches!(text.get(digits), None | Some(b';' | b' ' | b'\t'))
-                    {
-                        return Err(bad("a malformed chunk size"));
-                    }
-                    let size = std::str::from_utf8(&text[..digits])
-                        .ok()
-                        .and_then(|d| u64::from_str_radix(d, 16).ok())
-                        .ok_or_else(|| bad("a chunk size out of range"))?;
-                    *self = if size == 0 {
-                        Chunks::Trailer(Vec::new())
-                    } else {
-                        Chunks::Data(size)
-                    };
-                }
-            }
-        }
-        Ok(matches!(self, Chunks::Done))
-    }
-}
+/// Trailer fields never relayed to the client: framing, routing and
+/// hop-by-hop fields, which RFC 9110 (section 6.5.1) keeps out of
+/// trailers, and the coding of a body the proxy decoded.
+const DROPPED_TRAILERS: &[&str] = &[
+    "transfer-encoding",
+    "content-length",
+    "content-encoding",
+    "content-range",
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "te",
+    "trailer",
+    "upgrade",
+    "host",
+];
 
 /// The decoded output, counted and capped.
 struct Capped {
@@ -373,7 +294,7 @@ impl Inflate {
 /// One response body on its way to the client, masked ([`body`](self)).
 pub(crate) struct Masked {
     scrub: Scrub,
-    chunks: Option<Chunks>,
+    chunks: Option<Decoder>,
     /// Bytes left of a `Content-Length` body.
     left: Option<u64>,
     inflate: Option<Inflate>,
@@ -398,7 +319,7 @@ impl Masked {
     ) -> Masked {
         Masked {
             scrub,
-            chunks: (framing == Framing::Chunked).then(|| Chunks::Size(Vec::new())),
+            chunks: (framing == Framing::Chunked).then(Decoder::new),
             left: match framing {
                 Framing::Length(n) => Some(n),
                 _ => None,
@@ -445,7 +366,13 @@ impl Masked {
             }
         };
         let ended = if let Some(chunks) = &mut self.chunks {
-            chunks.feed(raw, &mut data)?
+            chunks.feed(raw, &mut data).map_err(|e| match e {
+                chunked::Error::Malformed(why) => {
+                    BodyError::Malformed(format!("the origin's chunked body: {why}"))
+                }
+                chunked::Error::Sink(e) => e,
+            })?;
+            chunks.done()
         } else if let Some(left) = &mut self.left {
             let take = usize::try_from(*left).unwrap_or(usize::MAX).min(raw.len());
             data(&raw[..take])?;
@@ -487,8 +414,24 @@ impl Masked {
         let rest = self.scrub.finish();
         emit(client, &rest, self.chunked_out, &mut self.written)?;
         if self.chunked_out {
-            client.write_all(b"0\r\n\r\n").map_err(BodyError::Io)?;
-            self.written += 5;
+            // The origin's trailers go on, masked as a head is (framing
+            // and hop-by-hop fields dropped).
+            let mut last = b"0\r\n".to_vec();
+            for (name, value) in self.chunks.iter().flat_map(Decoder::trailers) {
+                if DROPPED_TRAILERS
+                    .iter()
+                    .any(|d| d.as_bytes().eq_ignore_ascii_case(name))
+                {
+                    continue;
+                }
+                last.extend_from_slice(&self.scrub.head_value(name));
+                last.extend_from_slice(b": ");
+                last.extend_from_slice(&self.scrub.head_value(value));
+                last.extend_from_slice(b"\r\n");
+            }
+            last.extend_from_slice(b"\r\n");
+            client.write_all(&last).map_err(BodyError::Io)?;
+            self.written += last.len() as u64;
         }
         Ok(())
     }
@@ -750,15 +693,15 @@ mod tests {
 
     /// The data of a chunked body, and whether it was ended.
     fn dechunk(raw: &[u8]) -> (Vec<u8>, bool) {
-        let mut chunks = Chunks::Size(Vec::new());
+        let mut chunks = Decoder::new();
         let mut out = Vec::new();
-        let ended = chunks
-            .feed(raw, &mut |d| {
+        chunks
+            .feed(raw, &mut |d: &[u8]| {
                 out.extend_from_slice(d);
-                Ok(())
+                Ok::<(), ()>(())
             })
             .unwrap();
-        (out, ended)
+        (out, chunks.done())
     }
 
     /// `raw` through a [`Masked`] of `framing` and `coding`, fed in reads
@@ -782,6 +725,61 @@ mod tests {
         let mut e = GzEncoder::new(Vec::new(), Compression::default());
         e.write_all(body).unwrap();
         e.finish().unwrap()
+    }
+
+    /// The origin's trailers reach an HTTP/1.1 client after the body,
+    /// masked as a head is (the value replaced by the placeholder), split
+    /// anywhere; framing fields among them are dropped; the twin: a
+    /// client read up to the connection's end gets none (it has no place
+    /// for them), and a trailer without the value passes as it is.
+    #[test]
+    fn trailers_are_relayed_masked() {
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secret = Secret::new(&spec, VALUE.to_vec()).unwrap();
+        let placeholder = secret.placeholder().as_bytes().to_vec();
+        let secrets = [secret];
+        let raw = b"4\r\nbody\r\n0\r\nX-Sig: real-secret-value-42\r\nContent-Length: 9\r\n\
+                    X-Ok:  fine \r\n\r\n";
+        for cut in 0..=raw.len() {
+            let scrub = Scrub::new(&secrets, std::iter::empty());
+            let mut masked =
+                Masked::new(scrub, Framing::Chunked, Coding::Identity, true, MAX_DECODED);
+            let mut client = Vec::new();
+            masked.feed(&raw[..cut], &mut client).unwrap();
+            masked.feed(&raw[cut..], &mut client).unwrap();
+            assert!(masked.done(), "{cut}");
+            let mut decoder = Decoder::new();
+            let mut data = Vec::new();
+            let used = decoder
+                .feed(&client, &mut |d: &[u8]| {
+                    data.extend_from_slice(d);
+                    Ok::<(), ()>(())
+                })
+                .unwrap();
+            assert!(decoder.done() && used == client.len(), "{cut}");
+            assert_eq!(data, b"body");
+            assert_eq!(
+                decoder.trailers(),
+                &[
+                    (b"X-Sig".to_vec(), placeholder.clone()),
+                    (b"X-Ok".to_vec(), b"fine".to_vec())
+                ],
+                "{cut}"
+            );
+            assert_eq!(masked.written, client.len() as u64);
+        }
+        let scrub = Scrub::new(&secrets, std::iter::empty());
+        let mut masked = Masked::new(
+            scrub,
+            Framing::Chunked,
+            Coding::Identity,
+            false,
+            MAX_DECODED,
+        );
+        let mut client = Vec::new();
+        masked.feed(raw, &mut client).unwrap();
+        assert!(masked.done());
+        assert_eq!(client, b"body");
     }
 
     /// G1: a value split across chunk boundaries (two chunks, at every

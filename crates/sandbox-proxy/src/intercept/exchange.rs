@@ -17,7 +17,9 @@
 //! `Content-Length` or other than exactly `chunked`, a `Host` naming another
 //! authority than the one `CONNECT` named, a target not in origin form.
 //! The body is framed by the proxy (exactly `Content-Length` bytes, or the
-//! chunks re-encoded, no trailers), so bytes after it never reach the origin.
+//! chunks re-encoded by the proxy's one strict decoder, [`crate::chunked`];
+//! a body with trailers is refused), so bytes after it never reach the
+//! origin.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -867,51 +869,41 @@ fn copy_length(
     Ok(())
 }
 
-fn need(client: &mut Buffered<ClientTls>, len: usize) -> io::Result<()> {
-    while client.buf.len() < len {
-        if client.fill()? == 0 {
-            return Err(io::ErrorKind::UnexpectedEof.into());
+/// Copies a chunked body's data to `sink` (which frames it in chunks of
+/// its own, extensions dropped), read by the proxy's one chunked decoder
+/// ([`crate::chunked`]); a body with trailers is refused (they are not
+/// forwarded). What follows the body stays in the client's buffer.
+fn copy_chunked(client: &mut Buffered<ClientTls>, sink: &mut BodySink<'_>) -> Result<(), BodyStop> {
+    use crate::chunked::{Decoder, Error};
+    let mut decoder = Decoder::new();
+    let mut data = |bytes: &[u8]| sink.data(bytes);
+    let mut feed = |decoder: &mut Decoder, bytes: &[u8]| -> Result<usize, BodyStop> {
+        decoder.feed(bytes, &mut data).map_err(|e| match e {
+            Error::Sink(stop) => stop,
+            Error::Malformed(_) => BodyStop::Io,
+        })
+    };
+    if !client.buf.is_empty() {
+        let buffered = std::mem::take(&mut client.buf);
+        let used = feed(&mut decoder, &buffered)?;
+        client.buf = buffered;
+        client.buf.drain(..used);
+    }
+    while !decoder.done() {
+        let n = client.read_chunk()?;
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
         }
+        let used = feed(&mut decoder, &client.chunk[..n])?;
+        if used < n {
+            let rest = client.chunk[used..n].to_vec();
+            client.buf.extend_from_slice(&rest);
+        }
+    }
+    if !decoder.trailers().is_empty() {
+        return Err(BodyStop::Io);
     }
     Ok(())
-}
-
-/// Copies a chunked body, re-encoding each chunk's size line (extensions
-/// dropped); trailers are refused.
-fn copy_chunked(client: &mut Buffered<ClientTls>, sink: &mut BodySink<'_>) -> Result<(), BodyStop> {
-    let bad = |why: &str| io::Error::new(io::ErrorKind::InvalidData, why.to_string());
-    loop {
-        let (used, size) = loop {
-            match httparse::parse_chunk_size(&client.buf) {
-                Ok(httparse::Status::Complete(parsed)) => break parsed,
-                Ok(httparse::Status::Partial) => {
-                    if client.buf.len() > 1024 {
-                        return Err(bad("a chunk size line too long").into());
-                    }
-                    if client.fill()? == 0 {
-                        return Err(io::Error::from(io::ErrorKind::UnexpectedEof).into());
-                    }
-                }
-                Err(_) => return Err(bad("a malformed chunk size").into()),
-            }
-        };
-        plain_crlf(&client.buf[..used]).map_err(|e| bad(&e))?;
-        client.buf.drain(..used);
-        if size == 0 {
-            need(client, 2)?;
-            if &client.buf[..2] != b"\r\n" {
-                return Err(bad("chunked trailers are not forwarded").into());
-            }
-            client.buf.drain(..2);
-            return Ok(());
-        }
-        copy_length(client, sink, size)?;
-        need(client, 2)?;
-        if &client.buf[..2] != b"\r\n" {
-            return Err(bad("a chunk not followed by CRLF").into());
-        }
-        client.buf.drain(..2);
-    }
 }
 
 /// How a response was relayed.
