@@ -359,6 +359,21 @@ fn is_tchar(b: u8) -> bool {
     b.is_ascii_alphanumeric() || b"!#$%&'*+-.^_`|~".contains(&b)
 }
 
+/// Whether `method` is a plain request method: upper-case ASCII letters
+/// and `-` (`GET`, `M-SEARCH`, `VERSION-CONTROL`), starting with a letter,
+/// at most 32 bytes. Every method real clients send is one; the egress
+/// proxy refuses a request with any other on an intercepted host (`*`
+/// would read as "any method" in a rule, a comma as a list) and proposes
+/// no rule for one ([`RequestRule::exact`]).
+pub fn plain_method(method: &str) -> bool {
+    method.len() <= 32
+        && method
+            .as_bytes()
+            .first()
+            .is_some_and(u8::is_ascii_uppercase)
+        && method.bytes().all(|b| b.is_ascii_uppercase() || b == b'-')
+}
+
 fn parse_methods(text: &str) -> Result<Methods, RequestRuleError> {
     if text == "*" {
         return Ok(Methods::Any);
@@ -492,9 +507,15 @@ fn matches(pattern: &[PatternSegment], segs: &[String]) -> bool {
 
 impl RequestRule {
     /// The rule admitting exactly `method` on `host:port` at `path` (a
-    /// normalised path): what a refusal proposes.
+    /// normalised path): what a refusal proposes. `None` for a method that
+    /// is not [`plain_method`]: `*` reads as any method in a rule, a comma
+    /// as a list, a lower-case one as its upper case (a rule admitting
+    /// other methods than the one refused, or not that one).
     pub fn exact(method: &str, host: &str, port: u16, path: &NormalPath) -> Option<RequestRule> {
-        let methods = parse_methods(method).ok()?;
+        if !plain_method(method) {
+            return None;
+        }
+        let methods = Methods::Listed(vec![method.to_string()]);
         let host = parse_host_name(host, port).ok()?;
         Some(RequestRule {
             methods,
@@ -1114,6 +1135,31 @@ mod tests {
     }
 
     #[test]
+    fn only_plain_methods_get_a_proposal() {
+        let path = normalize_path("/upload").unwrap();
+        for method in ["GET", "PUT", "M-SEARCH", "VERSION-CONTROL"] {
+            assert!(plain_method(method), "{method}");
+            let r = RequestRule::exact(method, "h.example", 443, &path).unwrap();
+            assert_eq!(r.to_string(), format!("{method} https://h.example/upload"));
+        }
+        for method in [
+            "*",
+            "",
+            "get",
+            "Get",
+            "GET,POST",
+            "-X",
+            "G*T",
+            "A1",
+            "SANDBOX_SECRET_00",
+        ] {
+            assert!(!plain_method(method), "{method}");
+            assert!(RequestRule::exact(method, "h.example", 443, &path).is_none());
+        }
+        assert!(!plain_method(&"A".repeat(33)));
+    }
+
+    #[test]
     fn an_exact_rule_admits_what_was_refused() {
         let path = normalize_path("/a/./b%41/").unwrap();
         let r = RequestRule::exact("PUT", "h.example", 8443, &path).unwrap();
@@ -1341,6 +1387,48 @@ mod tests {
             if let Ok(r) = format!("* https://h.example/{}", pat.join("/")).parse::<RequestRule>() {
                 let back: RequestRule = r.to_string().parse().unwrap();
                 prop_assert_eq!(back, r);
+            }
+        }
+
+        /// Finding 4: the rule a refusal proposes admits the refused
+        /// method and no other (any token, `*`, lists, lower case): for a
+        /// method that is not plain there is no proposal at all.
+        #[test]
+        fn an_exact_rule_admits_only_its_method(
+            method in prop_oneof![
+                Just("*".to_string()),
+                Just("GET,POST".to_string()),
+                Just("get".to_string()),
+                Just("M-SEARCH".to_string()),
+                "[A-Z]{1,8}",
+                "[!#$%&'*+.^_`|~0-9A-Za-z,-]{1,6}",
+            ],
+            other in prop_oneof![
+                Just("GET".to_string()),
+                Just("POST".to_string()),
+                Just("DELETE".to_string()),
+                Just("get".to_string()),
+                "[!#$%&'*+.^_`|~0-9A-Za-z-]{1,6}",
+            ],
+        ) {
+            let path = normalize_path("/upload").unwrap();
+            match RequestRule::exact(&method, "h.example", 8443, &path) {
+                Some(r) => {
+                    prop_assert!(plain_method(&method));
+                    prop_assert!(r.admits_normal(&method, "h.example", 8443, &path));
+                    prop_assert_eq!(
+                        r.admits_normal(&other, "h.example", 8443, &path),
+                        other == method
+                    );
+                    // As text (what is proposed and stored), the same.
+                    let back: RequestRule = r.to_string().parse().unwrap();
+                    prop_assert_eq!(&back, &r);
+                    prop_assert_eq!(
+                        back.admits_normal(&other, "h.example", 8443, &path),
+                        other == method
+                    );
+                }
+                None => prop_assert!(!plain_method(&method)),
             }
         }
 
