@@ -77,6 +77,23 @@ struct Record {
     window_omitted: usize,
     /// How many of `window` [`RefusalWindow::live_window`] handed out.
     handed: usize,
+    /// Which window is open (counts the closed ones).
+    generation: u64,
+}
+
+std::thread_local! {
+    /// The window the connection or datagram this thread answers came in
+    /// (a refusal for a closed window's is not the current one's).
+    static QUERY_WINDOW: std::cell::Cell<Option<u64>> = const { std::cell::Cell::new(None) };
+}
+
+/// The window open now.
+fn window_now(shared: &Shared) -> u64 {
+    shared
+        .record
+        .lock()
+        .unwrap_or_else(PoisonError::into_inner)
+        .generation
 }
 
 struct Shared {
@@ -248,9 +265,11 @@ fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
             continue;
         }
         let shared = Arc::clone(shared);
+        let window = window_now(&shared);
         let spawned = std::thread::Builder::new()
             .name("sandbox-dns-conn".into())
             .spawn(move || {
+                QUERY_WINDOW.with(|w| w.set(Some(window)));
                 serve(&shared, conn);
                 shared.active.fetch_sub(1, Ordering::AcqRel);
             });
@@ -315,9 +334,11 @@ fn serve_datagram_socket(shared: &Arc<Shared>, sock: &Arc<OwnedFd>) {
         }
         let query = buf[..n].to_vec();
         let (shared, sock) = (Arc::clone(shared), Arc::clone(sock));
+        let window = window_now(&shared);
         let spawned = std::thread::Builder::new()
             .name("sandbox-dns-query".into())
             .spawn(move || {
+                QUERY_WINDOW.with(|w| w.set(Some(window)));
                 if let Some(answer) = answer(&shared, &query) {
                     let _ = datagram::send(&sock, &fit_datagram(answer), from, to);
                 }
@@ -705,6 +726,7 @@ impl RefusalWindow {
     pub fn take_window(&self) -> (Vec<RefusedName>, usize) {
         let mut r = self.0.record.lock().unwrap_or_else(PoisonError::into_inner);
         r.handed = 0;
+        r.generation += 1;
         let omitted = std::mem::take(&mut r.window_omitted);
         (std::mem::take(&mut r.window), omitted)
     }
@@ -721,7 +743,10 @@ impl RefusalWindow {
 
 fn refuse(shared: &Shared, name: &str, reason: &'static str) {
     let mut r = shared.record.lock().unwrap_or_else(PoisonError::into_inner);
-    if !r.window.iter().any(|n| n.name == name) {
+    let current = QUERY_WINDOW
+        .with(std::cell::Cell::get)
+        .map_or(true, |w| w == r.generation);
+    if current && !r.window.iter().any(|n| n.name == name) {
         if r.window.len() < MAX_REFUSALS {
             r.window.push(RefusedName {
                 name: name.to_owned(),
@@ -836,6 +861,49 @@ mod tests {
         let (refused, _) = s.refused();
         let names: Vec<&str> = refused.iter().map(|r| r.name.as_str()).collect();
         assert_eq!(names, ["other.example.net", "a.example.org"]);
+    }
+
+    /// Asks `name` (type A) on the open connection `c`; the answer's rcode.
+    fn ask_on(c: &mut TcpStream, name: &str) -> u8 {
+        let q = query(name, TYPE_A);
+        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&q);
+        c.write_all(&framed).unwrap();
+        let mut len = [0u8; 2];
+        c.read_exact(&mut len).unwrap();
+        let mut r = vec![0u8; usize::from(u16::from_be_bytes(len))];
+        c.read_exact(&mut r).unwrap();
+        r[3] & 0xf
+    }
+
+    /// Each window has the names refused on the connections accepted in
+    /// it, each once, handed out live once; a connection of a closed window
+    /// that asks later adds to the run's record only (twin: a new
+    /// connection's refusal is the new window's).
+    #[test]
+    fn a_closed_windows_connection_refuses_into_the_record_only() {
+        let (s, _pins) = server(&["svc.example.com:22"]);
+        let window = s.window();
+        let mut old = TcpStream::connect(s.addr()).unwrap();
+        assert_eq!(ask_on(&mut old, "one.example.net"), RCODE_NXDOMAIN);
+        assert_eq!(ask_on(&mut old, "one.example.net"), RCODE_NXDOMAIN);
+        let (live, count) = window.live_window();
+        assert_eq!((live.len(), count), (1, 1), "once: {live:?}");
+        assert!(window.live_window().0.is_empty(), "handed out once");
+        let (closed, omitted) = window.take_window();
+        assert_eq!((closed.len(), omitted), (1, 0));
+        assert_eq!(closed[0].name, "one.example.net");
+        assert_eq!(ask_on(&mut old, "late.example.net"), RCODE_NXDOMAIN);
+        assert_eq!(ask(&s, "two.example.net", TYPE_A).0, RCODE_NXDOMAIN);
+        let (now, _) = window.take_window();
+        let names: Vec<&str> = now.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(names, ["two.example.net"]);
+        let (all, _) = s.refused();
+        let names: Vec<&str> = all.iter().map(|r| r.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["one.example.net", "late.example.net", "two.example.net"]
+        );
     }
 
     /// A question whose labels are not a host name's is answered FORMERR

@@ -456,8 +456,8 @@ impl EgressEnv {
 /// per command. Cloned freely; it does not keep the egress running.
 ///
 /// A window holds the proxy's refusals for the connections accepted while
-/// it was open, and the resolver's refusals made while it was open (each
-/// name once). [`EgressTap::take`] first waits, a bounded time, until the
+/// it was open, and the resolver's for the connections and datagrams it
+/// received while it was open (each name once). [`EgressTap::take`] first waits, a bounded time, until the
 /// proxy has no connection open: the command's processes are gone then, so
 /// their connections end at once, but for a question held for a decider,
 /// which waits for its answer. A refusal a connection of a closed window
