@@ -541,7 +541,7 @@ mod tests {
     fn extensions_and_trailers_are_bounded() {
         let ext = |n: usize| {
             let mut raw = b"1;".to_vec();
-            raw.extend(std::iter::repeat_n(b'x', n - 1));
+            raw.extend(std::iter::repeat(b'x').take(n - 1));
             raw.extend_from_slice(b"\r\na\r\n0\r\n\r\n");
             raw
         };
@@ -567,7 +567,7 @@ mod tests {
         let trailers = |n: usize| {
             // "0\r\n", then "X: " + pad + CRLF, then CRLF: n bytes of trailers.
             let mut raw = b"0\r\nX: ".to_vec();
-            raw.extend(std::iter::repeat_n(b'v', n - 3 - 2 - 2));
+            raw.extend(std::iter::repeat(b'v').take(n - 3 - 2 - 2));
             raw.extend_from_slice(b"\r\n\r\n");
             raw
         };
