@@ -189,3 +189,62 @@ pub(crate) fn relay(slot: &Slot, client: TcpStream, upstream: TcpStream) {
     pump(upstream, client);
     let _ = up.join();
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Two ends of a loopback TCP connection.
+    fn pair() -> (TcpStream, TcpStream) {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (b, _) = listener.accept().unwrap();
+        (a, b)
+    }
+
+    /// The bytes arrive whole and in order, the half-close travels on;
+    /// and a peer gone mid-stream ends the pump with an error, not the
+    /// process: with SIGPIPE at its default action (as a program
+    /// embedding the proxy may keep it), splice(2) to the closed socket
+    /// would raise it.
+    #[test]
+    fn pumps_bytes_whole_and_survive_a_closed_peer() {
+        let data: Vec<u8> = (0..(3 << 20) + 7).map(|i| (i * 7 % 251) as u8).collect();
+        let (mut src, from) = pair();
+        let (to, mut dst) = pair();
+        let pumping = std::thread::spawn(move || pump(from, to));
+        let writer = {
+            let data = data.clone();
+            std::thread::spawn(move || {
+                src.write_all(&data).unwrap();
+                src.shutdown(Shutdown::Write).unwrap();
+            })
+        };
+        let mut got = Vec::new();
+        dst.read_to_end(&mut got).unwrap();
+        writer.join().unwrap();
+        pumping.join().unwrap();
+        assert!(got == data, "{} bytes of {}", got.len(), data.len());
+
+        #[cfg(target_os = "linux")]
+        {
+            // SAFETY: the disposition is restored below; other tests'
+            // sockets write with MSG_NOSIGNAL (std).
+            let before = unsafe { libc::signal(libc::SIGPIPE, libc::SIG_DFL) };
+            let (mut src, from) = pair();
+            let (to, dst) = pair();
+            drop(dst);
+            let pumping = std::thread::spawn(move || pump(from, to));
+            let chunk = vec![b'x'; 1 << 16];
+            // The pump ends (its error shuts `from`): writes then fail.
+            for _ in 0..4096 {
+                if src.write_all(&chunk).is_err() {
+                    break;
+                }
+            }
+            pumping.join().unwrap();
+            // SAFETY: as above.
+            unsafe { libc::signal(libc::SIGPIPE, before) };
+        }
+    }
+}
