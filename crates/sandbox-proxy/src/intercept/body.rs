@@ -567,6 +567,10 @@ impl PlainResponse {
                 self.state = Plain::Head(buf[len..].to_vec(), scrub);
                 continue;
             }
+            // No range was asked for (dropped while the run has secrets).
+            if code == 206 {
+                return Err(Ok(super::partial_refused()));
+            }
             let no_body = self.head_request || code == 204 || code == 304;
             let encodings: Vec<&[u8]> = header("transfer-encoding").collect();
             let lengths: Vec<&[u8]> = header("content-length").collect();
@@ -1006,6 +1010,18 @@ mod tests {
             plain(secret, &[50]).unwrap(),
             b"HTTP/1.1 200 OK\r\nContent-Length: 20\r\n\r\n********************"
         );
+        // Finding 2: a 206 (after a 1xx) is refused before any of it went;
+        // the twin above (200) passes.
+        let partial = b"HTTP/1.1 100 Continue\r\n\r\nHTTP/1.1 206 Partial Content\r\nContent-Range: bytes 0-3/20\r\nContent-Length: 4\r\n\r\nreal";
+        for cut in [0, 30, partial.len()] {
+            let why = plain(partial, &[cut]).unwrap_err();
+            assert!(why.contains("206 Partial Content"), "{why}");
+        }
+        let mut out = Vec::new();
+        assert!(PlainResponse::new(scrub(), false, true)
+            .feed(partial, &mut out)
+            .is_err());
+        assert!(!out.windows(4).any(|w| w == b"real"));
         // An HTTP/1.0 client gets the body up to the connection's end.
         let mut old = PlainResponse::new(scrub(), false, false);
         let mut out = Vec::new();

@@ -20,6 +20,16 @@
 //! chunks re-encoded by the proxy's one strict decoder, [`crate::chunked`];
 //! a body with trailers is refused), so bytes after it never reach the
 //! origin.
+//!
+//! A method that is not a plain upper-case token is refused (400) before
+//! the rules too: `*` would read as any method in a proposed rule. So is a
+//! request whose method or URL override header (`X-HTTP-Method-Override`,
+//! `X-Original-URL`, ...) names a method or path the rules do not admit
+//! there (403, [`OVERRIDES`]); forwarding headers the client wrote
+//! (`Forwarded`, `X-Forwarded-*`, `X-Host`) are dropped: the proxy is the
+//! client's only hop. While the run has secrets, `Range` and `If-Range` are
+//! dropped and a `206` response refused: parts of an echo, each masked
+//! alone, would carry a value in pieces.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -28,7 +38,7 @@ use std::time::Duration;
 
 use rustls::pki_types::ServerName;
 use rustls::{ClientConnection, ServerConnection, StreamOwned};
-use sandbox_core::request::{normalize_path, RequestRule};
+use sandbox_core::request::{normalize_path, plain_method, NormalPath, RequestRule};
 
 use super::Interceptor;
 use crate::state::Slot;
@@ -59,7 +69,50 @@ const DROPPED: &[&str] = &[
     "trailer",
     "expect",
     "http2-settings",
+    // Forwarding headers: the proxy is the client's only hop, and an
+    // origin (or a server behind it) may read them as the host or scheme
+    // asked for.
+    "forwarded",
+    "x-host",
 ];
+
+/// Header name prefixes never forwarded (forwarding headers, as above).
+const DROPPED_PREFIXES: &[&str] = &["x-forwarded-"];
+
+/// Headers dropped while the run has secrets: an origin that echoes a
+/// request would give a value back in parts (each masked alone).
+const DROPPED_WITH_SECRETS: &[&str] = &["range", "if-range"];
+
+/// Headers some servers and frameworks read as the request's method, or as
+/// its path, instead of the request line's: each value must be one the
+/// rules admit for the request ([`overrides`]).
+const OVERRIDES: &[(&str, Override)] = &[
+    ("x-http-method-override", Override::Method),
+    ("x-method-override", Override::Method),
+    ("x-http-method", Override::Method),
+    ("x-original-url", Override::Path),
+    ("x-rewrite-url", Override::Path),
+];
+
+#[derive(Clone, Copy, PartialEq)]
+enum Override {
+    Method,
+    Path,
+}
+
+/// Whether the header `name` is never forwarded to the origin.
+fn dropped(name: &str, secrets: bool) -> bool {
+    DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
+        || DROPPED_PREFIXES.iter().any(|p| {
+            name.get(..p.len())
+                .is_some_and(|head| head.eq_ignore_ascii_case(p))
+        })
+        || (secrets
+            && (name.eq_ignore_ascii_case("accept-encoding")
+                || DROPPED_WITH_SECRETS
+                    .iter()
+                    .any(|d| name.eq_ignore_ascii_case(d))))
+}
 
 type ClientTls = StreamOwned<ServerConnection, TcpStream>;
 type OriginTls = StreamOwned<ClientConnection, ReadAhead>;
@@ -384,6 +437,17 @@ fn admit(
     host: &str,
     port: u16,
 ) -> Result<(String, Body), Refusal> {
+    if !plain_method(&head.method) {
+        return Err(refusal(
+            400,
+            "Bad Request",
+            format!(
+                "the method {:?} is not a plain one (upper-case letters and '-'): no rule \
+                 names it",
+                head.method
+            ),
+        ));
+    }
     let body = framing(head)?;
     let hosts: Vec<&[u8]> = values(head, "host").collect();
     if hosts.len() > 1 {
@@ -433,12 +497,79 @@ fn admit(
                 .map(|r| r.to_string()),
         });
     }
+    overrides(head, rules, host, port, &normal)?;
     let mut target = normal.to_string();
     if let Some(q) = query {
         target.push('?');
         target.push_str(q);
     }
     Ok((target, body))
+}
+
+/// Refuses a request (admitted by its request line) whose method or URL
+/// override headers ([`OVERRIDES`]) name a method or path the rules do not
+/// admit: every method it names (the request line's and each override's)
+/// on every path it names must be admitted.
+fn overrides(
+    head: &Head,
+    rules: &[RequestRule],
+    host: &str,
+    port: u16,
+    normal: &NormalPath,
+) -> Result<(), Refusal> {
+    // Each with the header that names it (`None`: the request line).
+    let mut methods: Vec<(&str, Option<&str>)> = vec![(head.method.as_str(), None)];
+    let mut paths: Vec<(NormalPath, Option<&str>)> = vec![(normal.clone(), None)];
+    for (name, value) in &head.headers {
+        let Some((_, kind)) = OVERRIDES.iter().find(|(o, _)| name.eq_ignore_ascii_case(o)) else {
+            continue;
+        };
+        let forbidden = |why: String| {
+            refusal(
+                403,
+                "Forbidden",
+                format!(
+                    "its {name} header {why} (a server may read it instead of the request line)"
+                ),
+            )
+        };
+        let text = std::str::from_utf8(value).unwrap_or("").trim();
+        match kind {
+            Override::Method if plain_method(text) => methods.push((text, Some(name))),
+            Override::Method => {
+                return Err(forbidden(format!("names no plain method ({text:?})")));
+            }
+            Override::Path => {
+                let path = text.split('?').next().unwrap_or("");
+                if !path.starts_with('/') {
+                    return Err(forbidden(format!("is no origin-form path ({text:?})")));
+                }
+                let other = normalize_path(path)
+                    .map_err(|problem| forbidden(format!("names a refused path: {problem}")))?;
+                paths.push((other, Some(name)));
+            }
+        }
+    }
+    for (method, by_method) in &methods {
+        for (path, by_path) in &paths {
+            if !rules
+                .iter()
+                .any(|r| r.admits_normal(method, host, port, path))
+            {
+                let name = by_method.or(*by_path).unwrap_or("override");
+                return Err(refusal(
+                    403,
+                    "Forbidden",
+                    format!(
+                        "its {name} header asks for {method} {}, which no request rule admits \
+                         (a server may read it instead of the request line)",
+                        url(host, port, &path.to_string())
+                    ),
+                ));
+            }
+        }
+    }
+    Ok(())
 }
 
 /// The URL of a request to `host:port` at `path`, for messages.
@@ -649,13 +780,16 @@ fn placeholder_refusal(
     host: &str,
     port: u16,
 ) -> Option<Refusal> {
-    if let Some(secret) = interceptor.placeholder_in(head.target.as_bytes()) {
+    if let Some(secret) = interceptor
+        .placeholder_in(head.target.as_bytes())
+        .or_else(|| interceptor.placeholder_in(head.method.as_bytes()))
+    {
         return Some(refusal(
             403,
             "Forbidden",
             format!(
-                "the request carries the placeholder of the secret {} in its target, where no \
-                 secret goes (attempted exfiltration)",
+                "the request carries the placeholder of the secret {} in its target or method, \
+                 where no secret goes (attempted exfiltration)",
                 secret.name()
             ),
         ));
@@ -726,9 +860,7 @@ fn origin_head(head: &Head, host: &str, port: u16, target: &str, secrets: &[Secr
     let mut out =
         format!("{} {target} HTTP/1.1\r\nHost: {authority}\r\n", head.method).into_bytes();
     for (name, value) in &head.headers {
-        if DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
-            || (!secrets.is_empty() && name.eq_ignore_ascii_case("accept-encoding"))
-        {
+        if dropped(name, !secrets.is_empty()) {
             continue;
         }
         out.extend_from_slice(name.as_bytes());
@@ -922,12 +1054,13 @@ enum Relayed {
 /// close` and the proxy ends the connection). While something is to be
 /// masked, a chunked or `gzip`/`deflate` body is de-chunked, decoded and
 /// masked, and relayed in chunks without `Content-Encoding`
-/// ([`super::body`]); another content coding is refused.
+/// ([`super::body`]); another content coding is refused. While the run has
+/// `secrets`, a `206 Partial Content` is refused (the proxy asked for no
+/// range: [`DROPPED_WITH_SECRETS`]).
 fn relay_response(
     origin: &mut Buffered<OriginTls>,
     client: &mut ClientTls,
-    head_request: bool,
-    keep: bool,
+    (head_request, keep, secrets): (bool, bool, bool),
     mut scrub: super::Scrub,
 ) -> io::Result<Relayed> {
     use super::body::{self, Coding, Framing};
@@ -944,6 +1077,12 @@ fn relay_response(
             match resp.parse(&origin.buf) {
                 Ok(httparse::Status::Complete(len)) => {
                     let code = resp.code.unwrap_or(502);
+                    if secrets && code == 206 {
+                        return Ok(Relayed::Refused {
+                            why: partial_refused(),
+                            answer: true,
+                        });
+                    }
                     let header = |name: &'static str| {
                         resp.headers
                             .iter()
@@ -1125,6 +1264,15 @@ fn relay_response(
     Ok(Relayed::Done(false))
 }
 
+/// Why a `206 Partial Content` response is refused while the run has
+/// secrets (also on the plain `http://` relay).
+pub(crate) fn partial_refused() -> String {
+    "the origin answered 206 Partial Content while the run has secrets: parts of a response, \
+     each masked alone, could carry a secret's value in pieces (the proxy drops Range and \
+     If-Range from requests)"
+        .into()
+}
+
 #[allow(clippy::too_many_arguments)]
 fn forward(
     slot: &Slot,
@@ -1235,8 +1383,11 @@ fn forward(
     match relay_response(
         &mut origin,
         &mut client.stream,
-        head.method == "HEAD",
-        keep,
+        (
+            head.method == "HEAD",
+            keep,
+            !interceptor.secrets().is_empty(),
+        ),
         scrub,
     ) {
         Ok(Relayed::Done(keep)) => keep,
@@ -1332,6 +1483,113 @@ mod tests {
             .starts_with("403"));
     }
 
+    /// Finding 4: a method that is not plain is refused before the rules,
+    /// with no rule proposed (`*` as a rule admits every method), even
+    /// where a `*` rule would admit it; the twin: a plain method refused by
+    /// the rules gets its exact rule.
+    #[test]
+    fn a_method_that_is_not_plain_is_refused_with_no_proposal() {
+        let any: Vec<RequestRule> = vec!["* https://pkgs.example.com/**".parse().unwrap()];
+        for method in ["*", "get", "G*T", "SANDBOX_SECRET_0a"] {
+            let raw = format!("{method} /upload HTTP/1.1\r\n\r\n");
+            for rules in [rules(), any.clone()] {
+                let refused = admit(&head(&raw), &rules, "pkgs.example.com", 443)
+                    .err()
+                    .unwrap();
+                assert_eq!(refused.code, 400, "{method}");
+                assert!(refused.why.contains("not a plain one"), "{}", refused.why);
+                assert!(refused.admit_with.is_none());
+            }
+        }
+        let refused = admit(
+            &head("M-SEARCH /upload HTTP/1.1\r\n\r\n"),
+            &rules(),
+            "pkgs.example.com",
+            443,
+        )
+        .err()
+        .unwrap();
+        assert_eq!(refused.code, 403);
+        assert_eq!(
+            refused.admit_with.as_deref(),
+            Some("M-SEARCH https://pkgs.example.com/upload")
+        );
+        assert!(admit(
+            &head("DELETE /upload HTTP/1.1\r\n\r\n"),
+            &any,
+            "pkgs.example.com",
+            443
+        )
+        .is_ok());
+    }
+
+    /// Finding 5: a method or URL override header must name what the rules
+    /// admit there; the twins: one naming an admitted method or path, and
+    /// the request without it, pass.
+    #[test]
+    fn override_headers_must_name_what_the_rules_admit() {
+        let ok = "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com\r\n";
+        assert!(check(&format!("{ok}\r\n")).is_ok());
+        for admitted in [
+            "X-HTTP-Method-Override: HEAD",
+            "x-method-override:  GET ",
+            "X-HTTP-Method: HEAD",
+            "X-Original-URL: /simple/b?q=1",
+            "X-Rewrite-URL: /simple/./c/",
+        ] {
+            assert_eq!(
+                check(&format!("{ok}{admitted}\r\n\r\n")).unwrap(),
+                "/simple/a",
+                "{admitted}"
+            );
+        }
+        for (refused, why) in [
+            (
+                "X-HTTP-Method-Override: DELETE",
+                "asks for DELETE https://pkgs.example.com/simple/a",
+            ),
+            (
+                "X-Method-Override: PUT",
+                "X-Method-Override header asks for PUT",
+            ),
+            ("X-HTTP-Method: POST", "X-HTTP-Method header asks for POST"),
+            ("X-HTTP-Method-Override: *", "names no plain method"),
+            (
+                "X-HTTP-Method-Override: GET, DELETE",
+                "names no plain method",
+            ),
+            ("X-HTTP-Method-Override: delete", "names no plain method"),
+            (
+                "X-Original-URL: /private",
+                "asks for GET https://pkgs.example.com/private",
+            ),
+            (
+                "X-Rewrite-URL: /simple/../admin",
+                "asks for GET https://pkgs.example.com/admin",
+            ),
+            (
+                "X-Original-URL: /simple/%2e%2e/%2e%2e/x",
+                "names a refused path",
+            ),
+            (
+                "X-Original-URL: https://pkgs.example.com/simple/a",
+                "no origin-form path",
+            ),
+        ] {
+            let err = check(&format!("{ok}{refused}\r\n\r\n")).unwrap_err();
+            assert!(
+                err.starts_with("403") && err.contains(why),
+                "{refused}: {err}"
+            );
+        }
+        // Method and path together: HEAD admitted, on a refused path not.
+        let err = check(&format!(
+            "{ok}X-HTTP-Method-Override: HEAD\r\nX-Original-URL: /private\r\n\r\n"
+        ))
+        .unwrap_err();
+        assert!(err.contains("/private"), "{err}");
+    }
+
     #[test]
     fn smuggling_shapes_are_refused_beside_their_plain_twins() {
         let ok = "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com\r\nContent-Length: 0\r\n\r\n";
@@ -1388,6 +1646,35 @@ mod tests {
                 .unwrap()
                 .contains("Host: pkgs.example.com:8443\r\n")
         );
+    }
+
+    /// Findings 2 and 5: forwarding headers never reach the origin; while
+    /// the run has secrets neither do `Range` and `If-Range` (the twin:
+    /// without secrets they do).
+    #[test]
+    fn forwarding_headers_are_dropped_and_ranges_while_there_are_secrets() {
+        let h = head(
+            "GET /simple/ HTTP/1.1\r\nForwarded: host=evil\r\nX-Forwarded-Host: evil\r\nx-forwarded-proto: http\r\nX-Forwarded-For: 1.2.3.4\r\nX-Host: evil\r\nRange: bytes=0-4\r\nIf-Range: \"e\"\r\nAccept: */*\r\n\r\n",
+        );
+        assert_eq!(
+            String::from_utf8(origin_head(&h, "pkgs.example.com", 443, "/simple/", &[])).unwrap(),
+            "GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nRange: bytes=0-4\r\nIf-Range: \"e\"\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+        );
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secrets = vec![Secret::new(&spec, b"s3cret".to_vec()).unwrap()];
+        let sent = String::from_utf8(origin_head(
+            &h,
+            "pkgs.example.com",
+            443,
+            "/simple/",
+            &secrets,
+        ))
+        .unwrap();
+        assert!(
+            sent.starts_with("GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nAccept: */*\r\n"),
+            "{sent}"
+        );
+        assert!(!sent.to_ascii_lowercase().contains("range"), "{sent}");
     }
 
     #[test]

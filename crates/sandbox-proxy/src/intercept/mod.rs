@@ -633,7 +633,7 @@ fn basic_cred(value: &[u8]) -> Option<&[u8]> {
         .then(|| cred.trim().as_bytes())
 }
 
-pub(crate) use exchange::serve;
+pub(crate) use exchange::{partial_refused, serve};
 
 #[cfg(test)]
 mod tests {
