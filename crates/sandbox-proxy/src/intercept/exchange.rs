@@ -189,6 +189,10 @@ impl Write for ReadAhead {
 fn send_batched(client: &mut ClientTls, mut bytes: &[u8]) -> io::Result<()> {
     while !bytes.is_empty() {
         let n = client.conn.writer().write(bytes)?;
+        if n == 0 && !client.conn.wants_write() {
+            // Nothing taken with nothing to send: it takes no more.
+            return Err(io::ErrorKind::WriteZero.into());
+        }
         bytes = &bytes[n..];
         if !bytes.is_empty() {
             send_now(client)?;
@@ -1702,5 +1706,121 @@ mod tests {
         );
         assert!(super::super::carries(basic.as_bytes(), p.as_bytes()));
         assert!(!super::super::carries(b"Basic dXNlcjpwYXNz", p.as_bytes()));
+    }
+}
+
+#[cfg(test)]
+mod relay_tests {
+    use super::*;
+    use rustls::{ClientConfig, RootCertStore};
+    use std::net::TcpListener;
+
+    /// Finishes a handshake on a blocking stream.
+    macro_rules! handshake {
+        ($tls:expr) => {
+            while $tls.conn.is_handshaking() {
+                $tls.conn.complete_io(&mut $tls.sock).unwrap();
+            }
+        };
+    }
+
+    /// A response of several MiB without secrets goes through the
+    /// read-ahead and batched path whole and in order, its head as the
+    /// origin sent it, and the client's connection may carry another
+    /// request (its Content-Length relayed exactly); the twin: a response
+    /// a byte short of its Content-Length ends the connection.
+    #[test]
+    fn a_large_response_without_secrets_passes_whole() {
+        let ca = super::super::ca::RunCa::new(&["origin.test".to_string()]).unwrap();
+        let mut roots = RootCertStore::empty();
+        for cert in super::super::ca::parse_pem_certs(ca.cert_pem().as_bytes()).unwrap() {
+            roots.add(cert).unwrap();
+        }
+        let client_config = Arc::new(
+            ClientConfig::builder_with_provider(super::super::provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        );
+        let server_config = ca.server_config("origin.test").unwrap();
+        let name = || ServerName::try_from("origin.test".to_string()).unwrap();
+        let body: Vec<u8> = (0..5_000_003u32).map(|i| (i % 251) as u8).collect();
+        for short in [false, true] {
+            let origin_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let origin_addr = origin_listener.local_addr().unwrap();
+            let origin = {
+                let (config, body) = (Arc::clone(&server_config), body.clone());
+                std::thread::spawn(move || {
+                    let (tcp, _) = origin_listener.accept().unwrap();
+                    let mut tls = StreamOwned::new(ServerConnection::new(config).unwrap(), tcp);
+                    let sent = if short { &body[1..] } else { &body[..] };
+                    let head = format!(
+                        "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nX-Origin: yes\r\n\r\n",
+                        body.len()
+                    );
+                    tls.write_all(head.as_bytes()).unwrap();
+                    // In uneven writes, as an origin may send.
+                    for piece in sent.chunks(70_001) {
+                        tls.write_all(piece).unwrap();
+                    }
+                    tls.conn.send_close_notify();
+                    tls.flush().unwrap();
+                })
+            };
+            let tcp = TcpStream::connect(origin_addr).unwrap();
+            let conn = ClientConnection::new(Arc::clone(&client_config), name()).unwrap();
+            let mut origin_tls = StreamOwned::new(conn, ReadAhead::new(tcp));
+            handshake!(origin_tls);
+
+            let client_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let client_addr = client_listener.local_addr().unwrap();
+            let reader = {
+                let config = Arc::clone(&client_config);
+                std::thread::spawn(move || {
+                    let tcp = TcpStream::connect(client_addr).unwrap();
+                    let conn = ClientConnection::new(config, name()).unwrap();
+                    let mut tls = StreamOwned::new(conn, tcp);
+                    let mut out = Vec::new();
+                    let _ = tls.read_to_end(&mut out);
+                    out
+                })
+            };
+            let (tcp, _) = client_listener.accept().unwrap();
+            let conn = ServerConnection::new(Arc::clone(&server_config)).unwrap();
+            let mut client = StreamOwned::new(conn, tcp);
+            handshake!(client);
+
+            let mut origin_side = Buffered::new(origin_tls);
+            let relayed = relay_response(
+                &mut origin_side,
+                &mut client,
+                (false, true, false),
+                super::super::Scrub::new(&[], std::iter::empty()),
+            )
+            .unwrap();
+            assert!(
+                matches!(relayed, Relayed::Done(keep) if keep != short),
+                "short: {short}"
+            );
+            client.conn.send_close_notify();
+            client.flush().unwrap();
+            drop(client);
+            origin.join().unwrap();
+            let out = reader.join().unwrap();
+            let at = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+            let head = String::from_utf8_lossy(&out[..at]);
+            assert!(
+                head.starts_with("HTTP/1.1 200 OK\r\n") && head.contains("X-Origin: yes\r\n"),
+                "{head}"
+            );
+            let want = if short { &body[1..] } else { &body[..] };
+            assert!(
+                out[at..] == *want,
+                "{} bytes of {}",
+                out.len() - at,
+                want.len()
+            );
+        }
     }
 }
