@@ -32,6 +32,9 @@ pub(crate) struct Interceptor {
     /// Every form of the secrets' values kept out of responses, and what a
     /// response head gets instead ([`value_forms`]).
     forms: Vec<(Vec<u8>, Vec<u8>)>,
+    /// Each value as [`decode_view`] reads its encodings back, with the
+    /// placeholder ([`decoded_form`]).
+    decoded: Vec<(Vec<u8>, Vec<u8>)>,
     /// The `Basic` credentials the proxy re-encoded in this run (each with
     /// what the command sent), at most [`MAX_SENT_CREDENTIALS`]: kept out
     /// of every later response too, as an origin may store a request's
@@ -111,12 +114,14 @@ impl Interceptor {
             .with_no_client_auth();
         client.alpn_protocols = vec![b"http/1.1".to_vec()];
         let forms = secrets.iter().flat_map(value_forms).collect();
+        let decoded = secrets.iter().filter_map(decoded_form).collect();
         Ok(Interceptor {
             rules,
             ca,
             upstream: Arc::new(client),
             secrets,
             forms,
+            decoded,
             sent: Mutex::new(Vec::new()),
         })
     }
@@ -162,7 +167,7 @@ impl Interceptor {
             .chain(self.forms.iter().cloned())
             .collect();
         drop(kept);
-        Scrub::from_needles(needles)
+        Scrub::from_needles(needles, self.decoded.clone())
     }
 
     /// The first secret whose placeholder `bytes` carry (also inside a
@@ -318,7 +323,9 @@ pub(crate) fn inject(value: &[u8], secrets: &[Secret], host: &str, port: u16) ->
 /// alphabets) at each of the three alignments a prefix may give it, the
 /// characters that depend on the value alone (so `b64(user:VALUE)`, and
 /// any other base64 of text holding the value, whatever the prefix the
-/// command chose; with `\/` for `/` too), replaced by `*`. Best effort:
+/// command chose; with `\/` for `/` too), replaced by `*`. Percent and
+/// HTML forms with another set of characters escaped, or mixed, are read
+/// back by [`decode_view`] ([`Scrub`]'s decoded forms). Best effort:
 /// what an origin encodes otherwise (hex, hashed, encrypted) the proxy
 /// cannot see (docs/enforcement.md, Known gaps); compressed and chunked
 /// bodies are decoded first ([`body`]).
@@ -493,6 +500,110 @@ fn html_forms(value: &[u8]) -> Vec<Vec<u8>> {
     forms
 }
 
+/// The longest text [`decode_view`] reads as one character (`&#1114111;`,
+/// `&#x10FFFF;`).
+const MAX_FORM: usize = 10;
+
+/// `secret`'s value as [`decode_view`] reads back any of its encodings
+/// (every `+` a space), with its placeholder; `None` for an empty value.
+fn decoded_form(secret: &Secret) -> Option<(Vec<u8>, Vec<u8>)> {
+    let value = secret.value();
+    if value.is_empty() {
+        return None;
+    }
+    let canonical = value.iter().copied().map(plus_as_space).collect();
+    Some((canonical, secret.placeholder().as_bytes().to_vec()))
+}
+
+/// `+` read as a space (whether form encoding wrote it for one or not),
+/// on both sides of the comparison.
+fn plus_as_space(b: u8) -> u8 {
+    if b == b'+' {
+        b' '
+    } else {
+        b
+    }
+}
+
+/// `text` read back as percent-encoding (either hex case, whichever
+/// characters the encoder escaped: Python's `quote` and `quote_plus`, JS
+/// `encodeURIComponent`, form encoding, ...), HTML character references
+/// (`&amp;` `&lt;` `&gt;` `&quot;` `&apos;`, decimal `&#N;` and hex
+/// `&#xN;` of any character, whichever characters the escaper chose: Go's
+/// html/template `&#43;` `&#61;`, OWASP's `&#x2F;`, ...) and form encoding
+/// (every `+`, escaped or not, read as a space), in one pass: `out`
+/// gets the bytes, `spans` for each the range of `text` its form covers.
+/// Forms mixed in one text are read alike. A form is at most
+/// [`MAX_FORM`] bytes.
+fn decode_view(text: &[u8], out: &mut Vec<u8>, spans: &mut Vec<(usize, usize)>) {
+    fn hex(b: u8) -> Option<u32> {
+        char::from(b).to_digit(16)
+    }
+    /// A character reference at the start of `t`: the character and the
+    /// reference's length.
+    fn reference(t: &[u8]) -> Option<(char, usize)> {
+        for (name, c) in [
+            (&b"&amp;"[..], '&'),
+            (b"&lt;", '<'),
+            (b"&gt;", '>'),
+            (b"&quot;", '"'),
+            (b"&apos;", '\''),
+        ] {
+            if t.starts_with(name) {
+                return Some((c, name.len()));
+            }
+        }
+        let rest = t.strip_prefix(b"&#")?;
+        let (radix, digits, max) = match rest.first() {
+            Some(b'x' | b'X') => (16, &rest[1..], 6),
+            _ => (10, rest, 7),
+        };
+        let n = digits
+            .iter()
+            .take(max + 1)
+            .take_while(|b| char::from(**b).is_digit(radix))
+            .count();
+        if n == 0 || n > max || digits.get(n) != Some(&b';') {
+            return None;
+        }
+        let code = digits[..n].iter().fold(0u32, |acc, &b| {
+            acc * radix + char::from(b).to_digit(radix).unwrap_or(0)
+        });
+        let len = t.len() - digits.len() + n + 1;
+        char::from_u32(code).map(|c| (c, len))
+    }
+    out.clear();
+    spans.clear();
+    let mut i = 0;
+    while i < text.len() {
+        let b = text[i];
+        if b == b'%' {
+            if let (Some(h), Some(l)) = (
+                text.get(i + 1).copied().and_then(hex),
+                text.get(i + 2).copied().and_then(hex),
+            ) {
+                out.push(plus_as_space((h * 16 + l) as u8));
+                spans.push((i, i + 3));
+                i += 3;
+                continue;
+            }
+        } else if b == b'&' {
+            if let Some((c, len)) = reference(&text[i..]) {
+                let mut utf8 = [0u8; 4];
+                for &byte in c.encode_utf8(&mut utf8).as_bytes() {
+                    out.push(plus_as_space(byte));
+                    spans.push((i, i + len));
+                }
+                i += len;
+                continue;
+            }
+        }
+        out.push(plus_as_space(b));
+        spans.push((i, i + 1));
+        i += 1;
+    }
+}
+
 /// The `Basic` credentials the proxy re-encoded among `sent` (header values
 /// as the command wrote them, each with its value as injected): each with
 /// what the command sent.
@@ -525,8 +636,17 @@ pub(crate) struct Scrub {
     /// What must not reach the command, and what the head gets instead;
     /// longest first (a credential before the value inside it).
     needles: Vec<(Vec<u8>, Vec<u8>)>,
+    /// The values as [`decode_view`] reads their encodings back, each with
+    /// what the head gets instead ([`decoded_form`]).
+    decoded: Vec<(Vec<u8>, Vec<u8>)>,
+    /// How many bytes a body holds back: the longest needle or decoded
+    /// form, less one.
+    hold: usize,
     /// Body bytes held back: the start of a needle may end a read.
     carry: Vec<u8>,
+    /// [`decode_view`]'s output and spans (reused).
+    view: Vec<u8>,
+    spans: Vec<(usize, usize)>,
 }
 
 impl Scrub {
@@ -541,11 +661,15 @@ impl Scrub {
             .into_iter()
             .chain(secrets.iter().flat_map(value_forms))
             .collect();
-        Scrub::from_needles(needles)
+        Scrub::from_needles(needles, secrets.iter().filter_map(decoded_form).collect())
     }
 
-    /// The needles, empty ones dropped, longest first, each once.
-    fn from_needles(mut needles: Vec<(Vec<u8>, Vec<u8>)>) -> Scrub {
+    /// The needles, empty ones dropped, longest first, each once; and the
+    /// decoded forms.
+    fn from_needles(
+        mut needles: Vec<(Vec<u8>, Vec<u8>)>,
+        decoded: Vec<(Vec<u8>, Vec<u8>)>,
+    ) -> Scrub {
         needles.retain(|(n, _)| !n.is_empty());
         // Stable: of two equal needles the first (the more specific head
         // replacement) stays.
@@ -558,25 +682,81 @@ impl Scrub {
             }
             new
         });
+        let longest = needles.first().map_or(0, |(n, _)| n.len());
+        let widest = decoded
+            .iter()
+            .map(|(d, _)| d.len().saturating_mul(MAX_FORM))
+            .max()
+            .unwrap_or(0);
         Scrub {
             needles,
+            decoded,
+            hold: longest.max(widest).saturating_sub(1),
             carry: Vec::new(),
+            view: Vec::new(),
+            spans: Vec::new(),
         }
     }
 
     /// Whether there is anything to keep out.
     pub(crate) fn is_empty(&self) -> bool {
-        self.needles.is_empty()
+        self.needles.is_empty() && self.decoded.is_empty()
     }
 
     /// A response head's text (a header value or name, the reason phrase),
-    /// every needle replaced.
+    /// every needle replaced, then every decoded form.
     pub(crate) fn head_value(&self, value: &[u8]) -> Vec<u8> {
         let mut out = value.to_vec();
         for (needle, with) in &self.needles {
             out = crate::replace_bytes(&out, needle, with);
         }
+        if self.decoded.is_empty() || memchr::memchr3(b'%', b'&', b'+', &out).is_none() {
+            return out;
+        }
+        let (mut view, mut spans) = (Vec::new(), Vec::new());
+        for (form, with) in &self.decoded {
+            decode_view(&out, &mut view, &mut spans);
+            let mut replaced = Vec::with_capacity(out.len());
+            let mut at = 0;
+            for s in memchr::memmem::find_iter(&view, form) {
+                let (from, _) = spans[s];
+                if from < at {
+                    continue;
+                }
+                let to = spans[s + form.len() - 1].1;
+                replaced.extend_from_slice(&out[at..from]);
+                replaced.extend_from_slice(with);
+                at = to;
+            }
+            replaced.extend_from_slice(&out[at..]);
+            out = replaced;
+        }
         out
+    }
+
+    /// Masks every decoded form in the carry whose text begins before
+    /// `before` (each then lies whole in the carry: the hold covers the widest).
+    fn mask_decoded(&mut self, before: usize) {
+        if self.decoded.is_empty() || memchr::memchr3(b'%', b'&', b'+', &self.carry).is_none() {
+            // Nothing encoded: the raw value is a needle.
+            return;
+        }
+        for (form, _) in &self.decoded {
+            decode_view(&self.carry, &mut self.view, &mut self.spans);
+            let mut masked_to = 0;
+            for s in memchr::memmem::find_iter(&self.view, form) {
+                let (from, _) = self.spans[s];
+                if from >= before {
+                    break;
+                }
+                if from < masked_to {
+                    continue;
+                }
+                let to = self.spans[s + form.len() - 1].1;
+                self.carry[from..to].fill(b'*');
+                masked_to = to;
+            }
+        }
     }
 
     /// The body bytes that may go to the client now, of `more` read (every
@@ -586,16 +766,16 @@ impl Scrub {
     /// longer ones first): a shorter needle inside a longer one not yet
     /// complete waits for it.
     pub(crate) fn body(&mut self, more: &[u8]) -> Vec<u8> {
-        if self.needles.is_empty() {
+        if self.is_empty() {
             return more.to_vec();
         }
         self.carry.extend_from_slice(more);
-        let longest = self.needles.first().map_or(1, |(n, _)| n.len());
-        let keep = (longest - 1).min(self.carry.len());
+        let keep = self.hold.min(self.carry.len());
         let emit = self.carry.len() - keep;
         for (needle, _) in &self.needles {
             mask(&mut self.carry, needle, emit);
         }
+        self.mask_decoded(emit);
         self.carry.drain(..emit).collect()
     }
 
@@ -605,6 +785,7 @@ impl Scrub {
         for (needle, _) in &self.needles {
             mask(&mut self.carry, needle, end);
         }
+        self.mask_decoded(end);
         std::mem::take(&mut self.carry)
     }
 }
@@ -815,6 +996,113 @@ mod tests {
         let other = r#"sk\u0026ab\u003ccd\u003eef-other-0123456789"#;
         let scrub = Scrub::new(&secrets, std::iter::empty());
         assert_eq!(scrub.head_value(other.as_bytes()), other.as_bytes());
+    }
+
+    /// Finding 6: the value percent-encoded with any set of characters
+    /// escaped (Python's `quote`, `/` kept; `quote_plus`, space as `+`;
+    /// either hex case), as HTML character references of any style
+    /// (Go html/template `&#43;` `&#61;`, `&#x2F;`, `&#47;`, an escaper
+    /// that escapes only some characters) or mixed, is masked in heads and
+    /// in bodies split anywhere; the twins: the same encodings of another
+    /// value, and text with `+`, `%` and `&` around, pass untouched.
+    #[test]
+    fn percent_and_html_encodings_with_any_escaped_set_are_kept_out() {
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let value = "abc/def+ghi=jk&l<m>\"q'r 12\u{e9}";
+        let secrets = vec![Secret::new(&spec, value.as_bytes().to_vec()).unwrap()];
+        let p = secrets[0].placeholder().to_string();
+        let echoed = [
+            // urllib.parse.quote (safe='/'), quote_plus, lower-case hex.
+            "abc/def%2Bghi%3Djk%26l%3Cm%3E%22q%27r%2012%C3%A9",
+            "abc%2Fdef%2Bghi%3Djk%26l%3Cm%3E%22q%27r+12%C3%A9",
+            "abc%2fdef%2bghi%3djk%26l%3cm%3e%22q%27r%2012%c3%a9",
+            // encodeURIComponent (' kept), encodeURI (/+=& kept).
+            "abc%2Fdef%2Bghi%3Djk%26l%3Cm%3E%22q'r%2012%C3%A9",
+            "abc/def+ghi=jk&l%3Cm%3E%22q'r%2012%C3%A9",
+            // Go html/template (text and unquoted attribute).
+            "abc/def&#43;ghi=jk&amp;l&lt;m&gt;&#34;q&#39;r 12\u{e9}",
+            "abc/def&#43;ghi&#61;jk&amp;l&lt;m&gt;&#34;q&#39;r&#32;12\u{e9}",
+            // OWASP-style, every character decimal, hex, as rt2's origin.
+            "abc&#x2F;def+ghi=jk&amp;l&lt;m&gt;&quot;q&#x27;r 12\u{e9}",
+            "abc&#47;def&#43;ghi&#61;jk&#38;l&#60;m&#62;&#34;q&#39;r&#32;12&#233;",
+            "abc&#x2f;def&#X2B;ghi&#x3D;jk&#x26;l&#x3c;m&#x3E;&#x22;q&#x27;r&#x20;12&#xE9;",
+            "abc/def&#43;ghi=jk&amp;l&lt;m>\"q'r 12\u{e9}",
+            // Mixed.
+            "abc%2Fdef&#43;ghi=jk&amp;l%3cm&gt;\"q&apos;r+12%C3%A9",
+        ];
+        for form in echoed {
+            let scrub = Scrub::new(&secrets, std::iter::empty());
+            assert_eq!(
+                String::from_utf8_lossy(&scrub.head_value(format!("a={form}; b").as_bytes())),
+                format!("a={p}; b"),
+                "{form}"
+            );
+            let body = format!("x+1&y=%41 {form} z&amp;+");
+            for cut in 0..body.len() {
+                let mut scrub = Scrub::new(&secrets, std::iter::empty());
+                let mut out = scrub.body(&body.as_bytes()[..cut]);
+                out.extend(scrub.body(&body.as_bytes()[cut..]));
+                out.extend(scrub.finish());
+                assert_eq!(out.len(), body.len());
+                let out = String::from_utf8_lossy(&out);
+                assert!(
+                    out.starts_with("x+1&y=%41 ") && out.ends_with(" z&amp;+"),
+                    "{form} {cut}: {out}"
+                );
+                assert!(
+                    !out.contains("ghi") && !out.contains("12"),
+                    "{form} {cut}: {out}"
+                );
+            }
+        }
+        // The twins: another value's encodings, and encoded text, pass.
+        for other in [
+            "abc/def%2Bghi%3Djk%26l%3Cm%3E%22q%27r%2013%C3%A9",
+            "abc/def&#43;ghi=jk&amp;l&lt;m&gt;&#34;q&#39;r 13\u{e9}",
+            "a+b%20c&amp;d&#x2F;&#47;%zz&#;&#x;&#99999999;&",
+        ] {
+            let scrub = Scrub::new(&secrets, std::iter::empty());
+            assert_eq!(scrub.head_value(other.as_bytes()), other.as_bytes());
+            let mut body = Scrub::new(&secrets, std::iter::empty());
+            let mut out = body.body(other.as_bytes());
+            out.extend(body.finish());
+            assert_eq!(out, other.as_bytes());
+        }
+    }
+
+    proptest::proptest! {
+        /// Any bytes, split anywhere: the masked body keeps its length and
+        /// holds no encoding of the value that decode_view reads back.
+        #[test]
+        fn decoded_masking_keeps_lengths_on_any_bytes(
+            parts in proptest::collection::vec(
+                proptest::prop_oneof![
+                    proptest::strategy::Just(b"%2B".to_vec()),
+                    proptest::strategy::Just(b"&#43;".to_vec()),
+                    proptest::strategy::Just(b"k+v".to_vec()),
+                    proptest::strategy::Just(b"&amp;".to_vec()),
+                    proptest::collection::vec(proptest::prelude::any::<u8>(), 0..6),
+                ],
+                0..12,
+            ),
+            cut in 0usize..80,
+        ) {
+            let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+            let secrets = vec![Secret::new(&spec, b"k+v&".to_vec()).unwrap()];
+            let body = parts.concat();
+            let cut = cut.min(body.len());
+            let mut scrub = Scrub::new(&secrets, std::iter::empty());
+            let mut out = scrub.body(&body[..cut]);
+            out.extend(scrub.body(&body[cut..]));
+            out.extend(scrub.finish());
+            proptest::prop_assert_eq!(out.len(), body.len());
+            let (mut view, mut spans) = (Vec::new(), Vec::new());
+            decode_view(&out, &mut view, &mut spans);
+            proptest::prop_assert!(memchr::memmem::find(&view, b"k v&").is_none());
+            let head = scrub.head_value(&body);
+            decode_view(&head, &mut view, &mut spans);
+            proptest::prop_assert!(memchr::memmem::find(&view, b"k v&").is_none());
+        }
     }
 
     #[test]
