@@ -15,10 +15,12 @@
 //! of its own (`sandbox::zygote::Shared::run_kept`) whose background
 //! processes live until the session ends, when they are ended and a
 //! `kept_ended` event says so. Commands run one at a time; a request that arrives while one
-//! runs waits until its exit event has been written. Requests are read on a
-//! thread of their own ([`approvals::spawn_reader`]): with `--approval
-//! channel`, `approve` answers reach the proxy's held connections while the
-//! command runs (session/approvals.rs).
+//! runs waits until its exit event has been written. With `--approval
+//! channel`, requests are read on a thread of their own
+//! ([`approvals::spawn_reader`]), so `approve` answers reach the proxy's
+//! held connections while the command runs (session/approvals.rs);
+//! otherwise the session's loop reads them (a thread again once a kept
+//! command lives, so a stop signal is seen while it waits).
 //!
 //! The channel is never a command's: at start the session moves its stdin
 //! and stdout to descriptors above 2 (close-on-exec; the launch closes every
@@ -142,7 +144,8 @@ pub(crate) fn cmd_session(args: SessionArgs) -> Result<i32, Fatal> {
 /// The harness's side: requests in, events out, on descriptors no command
 /// gets.
 struct Channel {
-    /// Until [`Channel::start_reading`] hands it to the reading thread.
+    /// Read by the session's loop, until [`Channel::read_on_a_thread`]
+    /// hands it to the reading thread.
     input: Option<BufReader<std::fs::File>>,
     /// The lines that thread read.
     lines: Option<std::sync::mpsc::Receiver<approvals::Line>>,
@@ -198,8 +201,7 @@ impl Channel {
     /// Writes one event as one line, and waits until it (and every event
     /// before it) is written.
     fn send(&mut self, event: &Value) {
-        self.output.send(event);
-        self.output.flush();
+        self.output.send_now(event);
         if self.output.broken() {
             self.broken = true;
         }
@@ -211,9 +213,20 @@ impl Channel {
         self.output.send(event);
     }
 
-    /// Reads requests on a thread from now on: `approve` answers go to
-    /// `approvals` as they come, the rest wait for [`Channel::next_line`].
+    /// With `approvals`, reads requests on a thread from now on: `approve`
+    /// answers go to `approvals` as they come (while a command runs), the
+    /// rest wait for [`Channel::next_line`]. Without, the session's loop
+    /// reads each request itself when it is ready for it (no hand-off
+    /// between threads per request), until it must also look for stop
+    /// signals while it waits ([`Channel::next_line_or_stop`]).
     fn start_reading(&mut self, approvals: Option<approvals::Approvals>) {
+        if approvals.is_some() {
+            self.read_on_a_thread(approvals);
+        }
+    }
+
+    fn read_on_a_thread(&mut self, approvals: Option<approvals::Approvals>) {
+        // The reader takes what was read ahead with it (its buffer).
         if let Some(input) = self.input.take() {
             self.lines = Some(approvals::spawn_reader(input, approvals, read_line));
         }
@@ -222,9 +235,10 @@ impl Channel {
     /// The next request line (`Ok(None)` at end of input); a line longer
     /// than [`LINE_CAP`] is skipped and `Err` names it.
     fn next_line(&mut self) -> approvals::Line {
-        match &self.lines {
-            Some(lines) => lines.recv().unwrap_or(Ok(None)),
-            None => Ok(None),
+        match (&self.lines, &mut self.input) {
+            (Some(lines), _) => lines.recv().unwrap_or(Ok(None)),
+            (None, Some(input)) => read_line(input),
+            (None, None) => Ok(None),
         }
     }
 
@@ -233,6 +247,11 @@ impl Channel {
     fn next_line_or_stop(&mut self, watch: bool) -> Result<approvals::Line, i32> {
         if !watch {
             return Ok(self.next_line());
+        }
+        // A read could wait for the rest of a line past a stop signal: the
+        // requests are read on a thread from now on.
+        if self.lines.is_none() {
+            self.read_on_a_thread(None);
         }
         let Some(lines) = &self.lines else {
             return Ok(Ok(None));
@@ -908,7 +927,9 @@ impl Session {
                 return Ok(None);
             }
         };
-        chan.queue(&with_id(
+        // Written before the command starts, by this thread (the exit
+        // event waits for it anyway).
+        chan.send(&with_id(
             id,
             json!({
                 "event": "started",

@@ -41,10 +41,15 @@ const QUEUED_CAP: usize = 1 << 20;
 /// and the decider: events are queued and written in order by a thread of
 /// their own, so a harness that stops reading stdout blocks that thread
 /// alone, never a proxy thread asking a question (whose hold limit then
-/// runs out: denied).
+/// runs out: denied). The session's loop, which waits for its events to
+/// be written anyway, writes them itself when nothing is queued before
+/// them ([`Events::send_now`]).
 #[derive(Clone)]
 pub(super) struct Events {
     queue: Arc<(Mutex<Queue>, Condvar)>,
+    /// The channel's output, written by the thread or by
+    /// [`Events::send_now`] (whoever set [`Queue::writing`]).
+    out: Arc<File>,
 }
 
 #[derive(Default)]
@@ -52,8 +57,12 @@ struct Queue {
     lines: VecDeque<Vec<u8>>,
     /// Bytes in `lines`.
     bytes: usize,
-    /// Whether the writer holds a line it has not finished writing.
+    /// Whether a line is being written (by the thread, or by
+    /// [`Events::send_now`]): no other write starts meanwhile.
     writing: bool,
+    /// Callers waiting on the condition variable besides the thread (for
+    /// room, or for the queue to be written).
+    waiting: usize,
     /// Whether a write failed (the harness went away): later events are
     /// dropped.
     broken: bool,
@@ -61,10 +70,12 @@ struct Queue {
 
 impl Events {
     /// Events written to `out` by a new thread.
-    pub(super) fn new(mut out: File) -> Self {
+    pub(super) fn new(out: File) -> Self {
         let queue = Arc::new((Mutex::new(Queue::default()), Condvar::new()));
+        let out = Arc::new(out);
         let events = Events {
             queue: Arc::clone(&queue),
+            out: Arc::clone(&out),
         };
         let spawned = std::thread::Builder::new()
             .name("session-events".into())
@@ -72,15 +83,17 @@ impl Events {
                 let (m, ready) = &*queue;
                 let mut q = lock(m);
                 let line = loop {
-                    if let Some(line) = q.lines.pop_front() {
-                        break line;
+                    if !q.writing {
+                        if let Some(line) = q.lines.pop_front() {
+                            break line;
+                        }
                     }
                     q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
                 };
                 q.bytes -= line.len();
                 q.writing = true;
                 drop(q);
-                let failed = out.write_all(&line).is_err();
+                let failed = (&*out).write_all(&line).is_err();
                 let mut q = lock(m);
                 q.writing = false;
                 if failed {
@@ -118,7 +131,9 @@ impl Events {
             if !wait {
                 return false;
             }
+            q.waiting += 1;
             q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.waiting -= 1;
         }
         q.bytes += line.len();
         q.lines.push_back(line);
@@ -139,11 +154,48 @@ impl Events {
     }
 
     /// Waits until every queued event is written (or the channel broke).
+    #[cfg(test)]
     pub(super) fn flush(&self) {
         let (m, ready) = &*self.queue;
         let mut q = lock(m);
         while !q.broken && (q.writing || !q.lines.is_empty()) {
+            q.waiting += 1;
             q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.waiting -= 1;
+        }
+    }
+
+    /// Writes one event as one line after every event queued before it,
+    /// on the calling thread, and returns once it is written (or the
+    /// channel broke): [`Events::send`] then [`Events::flush`], without
+    /// the hand-off to the writing thread and back (one wake-up fewer
+    /// before the harness reads it).
+    pub(super) fn send_now(&self, event: &Value) {
+        let line = Self::line(event);
+        let (m, ready) = &*self.queue;
+        let mut q = lock(m);
+        while !q.broken && (q.writing || !q.lines.is_empty()) {
+            q.waiting += 1;
+            q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
+            q.waiting -= 1;
+        }
+        if q.broken {
+            return;
+        }
+        q.writing = true;
+        drop(q);
+        let failed = (&*self.out).write_all(&line).is_err();
+        let mut q = lock(m);
+        q.writing = false;
+        if failed {
+            q.broken = true;
+            q.lines.clear();
+            q.bytes = 0;
+        }
+        // The thread waits for `writing` to end only when lines came
+        // meanwhile; others wait for room or the end of the queue.
+        if failed || q.waiting > 0 || !q.lines.is_empty() {
+            ready.notify_all();
         }
     }
 
