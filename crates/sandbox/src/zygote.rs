@@ -31,6 +31,17 @@
 //! child subreaper, reaps them until `waitpid` says `ECHILD` (orphans are
 //! reparented to it) before it answers.
 //!
+//! Each command is started as `posix_spawn` starts one: `clone` with
+//! `CLONE_VM | CLONE_VFORK` on a stack of its own, every signal blocked
+//! meanwhile, so nothing of the zygote is copied and the zygote waits
+//! until the child has exec'd (or failed, its errno written to memory the
+//! zygote reads then). Until its exec the child runs only the zygote's
+//! code (stdio, working directory, the nested layer, the signal mask put
+//! back); every process of the previous command is gone by then, so no
+//! command's process shares the zygote's memory. A fork copied the
+//! zygote's page tables for each command, about 100 µs of a 0.9 ms
+//! `/bin/true` on the 2-core VM.
+//!
 //! # Threat table
 //! The command is hostile (perhaps root, capabilities dropped); the zygote
 //! runs under the session's policy, so it is treated as taken over too.
