@@ -93,6 +93,20 @@ pub enum PolicyError {
         /// The requested rule.
         rule: String,
     },
+    /// An exact destination rule names a host and port a request rule
+    /// intercepts: whether that host:port is to be reached whole or request
+    /// by request is ambiguous.
+    #[error("allow_net / --allow-net {net} and requests / --allow-request '{request}' both name {host}:{port}: an intercepted host is reached only through the proxy, request by request, never directly; drop the --allow-net rule to have only the requests the request rules admit, or the request rules for {host}:{port} to reach the whole host")]
+    AllowNetIntercepted {
+        /// The destination rule, as written.
+        net: String,
+        /// The request rule.
+        request: String,
+        /// The host both name.
+        host: String,
+        /// The port both name.
+        port: u16,
+    },
     /// A requested per-request rule is not among the operator's `requests`,
     /// or (the operator listing none) its host is not within the operator's
     /// `allow_net`.

@@ -28,7 +28,15 @@ struct Pin {
 struct Table {
     rules: EgressRules,
     own: HostAddrs,
+    /// Names a request rule intercepts (lowercase, no trailing dot): never
+    /// listed, so never answered or pinned, whatever rule would list them.
+    intercepted: Vec<String>,
     pins: Vec<Pin>,
+}
+
+/// `name` lowercase, without a trailing dot.
+fn normal(name: &str) -> String {
+    name.strip_suffix('.').unwrap_or(name).to_ascii_lowercase()
 }
 
 /// The pinned answers of one run, shared by the runner's resolver (which
@@ -43,8 +51,34 @@ impl Pins {
         Self(Arc::new(Mutex::new(Table {
             rules,
             own,
+            intercepted: Vec::new(),
             pins: Vec::new(),
         })))
+    }
+
+    /// The same table with `names` (the hosts request rules intercept) left
+    /// out at every port, whatever rule lists them: the run reaches those
+    /// only through the runner's proxy, which checks each request, so the
+    /// run's resolver never answers them and no pin admits a direct
+    /// connect to them (an `--allow-net` rule, exact or wildcard, listing
+    /// one does not open a way around the proxy).
+    pub fn except_intercepted<S: AsRef<str>>(self, names: impl IntoIterator<Item = S>) -> Self {
+        {
+            let mut table = self.table();
+            for name in names {
+                let name = normal(name.as_ref());
+                if !table.intercepted.contains(&name) {
+                    table.intercepted.push(name);
+                }
+            }
+        }
+        self
+    }
+
+    /// Whether a request rule intercepts `name` ([`Pins::except_intercepted`]).
+    pub fn intercepted(&self, name: &str) -> bool {
+        let name = normal(name);
+        self.table().intercepted.contains(&name)
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -52,9 +86,14 @@ impl Pins {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// How a name rule lists `name` at any port (`None`: not listed).
+    /// How a name rule lists `name` at any port (`None`: not listed, or
+    /// intercepted: [`Pins::except_intercepted`]).
     pub fn lists(&self, name: &str) -> Option<NameMatch> {
         let table = self.table();
+        let normal = normal(name);
+        if table.intercepted.contains(&normal) {
+            return None;
+        }
         let mut found = None;
         for rule in table.rules.as_slice() {
             if let EgressRule::Name(r) = rule {
@@ -122,6 +161,7 @@ impl Pins {
             .pins
             .iter()
             .filter(|p| p.expires > now && canonical_ip(p.ip) == ip)
+            .filter(|p| !table.intercepted.contains(&normal(&p.name)))
             .find(|p| {
                 table
                     .rules
@@ -228,5 +268,35 @@ mod tests {
         ));
         assert_eq!(p.lists("x.example.org"), Some(NameMatch::Wildcard));
         assert_eq!(p.lists("example.org"), None);
+    }
+
+    #[test]
+    fn an_intercepted_name_is_never_listed_answered_or_pinned_whatever_rule_lists_it() {
+        let p = pins(&["pkgs.example.com:8443", "*.example.org", "svc.example.com"])
+            .except_intercepted(["pkgs.example.com", "API.example.org."]);
+        let ip: IpAddr = "203.0.113.7".parse().unwrap();
+        let ttl = Duration::from_secs(60);
+        for name in ["pkgs.example.com", "PKGS.example.com.", "api.example.org"] {
+            assert!(p.intercepted(name), "{name}");
+            assert_eq!(p.lists(name), None, "{name}");
+            assert!(!p.answerable(name, ip), "{name}");
+            assert!(!p.pin(name, ip, ttl), "{name}");
+        }
+        assert!(p.admits(SocketAddr::new(ip, 8443)).is_none());
+        assert!(p.admits(SocketAddr::new(ip, 443)).is_none());
+        // Positive controls: the other names of the same rules still pin.
+        assert!(!p.intercepted("svc.example.com"));
+        let public: IpAddr = "93.184.215.14".parse().unwrap();
+        assert_eq!(p.lists("www.example.org"), Some(NameMatch::Wildcard));
+        assert!(p.pin("www.example.org", public, ttl));
+        assert_eq!(
+            p.admits(SocketAddr::new(public, 443)).as_deref(),
+            Some("www.example.org")
+        );
+        assert!(p.pin("svc.example.com", ip, ttl));
+        assert_eq!(
+            p.admits(SocketAddr::new(ip, 22)).as_deref(),
+            Some("svc.example.com")
+        );
     }
 }

@@ -385,6 +385,14 @@ impl SandboxPolicy {
                 requests.push(rule.clone());
             }
         }
+        if let Some((net, request)) = exact_intercepted(&allow_net, &requests).next() {
+            return Err(PolicyError::AllowNetIntercepted {
+                net: net.to_string(),
+                request: request.to_string(),
+                host: request.host().to_owned(),
+                port: request.port(),
+            });
+        }
         let mut write_paths = BTreeSet::new();
         for raw in &self.write_paths {
             let path = ctx.expand("write_paths", raw)?;
@@ -665,6 +673,30 @@ impl DenyWalk {
     }
 }
 
+/// The exact destination rules of `allow_net` that name the host and port
+/// of a request rule of `requests` (with that rule): ambiguous in one
+/// policy, as the host is intercepted, request by request, and listed
+/// whole. A wildcard rule, or an exact one for another port or for every
+/// port, is no conflict: interception wins for the intercepted host:port
+/// (the run's resolver never answers an intercepted name).
+fn exact_intercepted<'a>(
+    allow_net: &'a [EgressRule],
+    requests: &'a [RequestRule],
+) -> impl Iterator<Item = (&'a EgressRule, &'a RequestRule)> + 'a {
+    allow_net.iter().flat_map(move |net| {
+        requests.iter().filter_map(move |request| match net {
+            EgressRule::Name(rule)
+                if !rule.is_wildcard()
+                    && rule.port() == Some(request.port())
+                    && rule.name() == request.host() =>
+            {
+                Some((net, request))
+            }
+            _ => None,
+        })
+    })
+}
+
 /// Deserialising a `ResolvedPolicy` resolves it again (absolute paths only, no
 /// templates), so a serialised policy can never smuggle in an unchecked one.
 impl TryFrom<SandboxPolicy> for ResolvedPolicy {
@@ -926,6 +958,16 @@ impl ResolvedPolicy {
             }
             self.requests.clone()
         };
+        // One party's exact rule for a host:port the other's request rules
+        // intercept (the operator allows pkgs.example.com:443, the run
+        // narrows it to some requests): interception wins, the exact rule
+        // goes (a policy of one party's own that lists both is refused by
+        // `resolve`). What is left resolves again as it is.
+        let mut allow_net = allow_net;
+        let dropped: Vec<EgressRule> = exact_intercepted(&allow_net, &requests)
+            .map(|(net, _)| net.clone())
+            .collect();
+        allow_net.retain(|r| !dropped.contains(r));
         Ok(ResolvedPolicy {
             network,
             allow_net,
@@ -1158,6 +1200,65 @@ mod tests {
         assert!(!serde_json::to_string(&SandboxPolicy::default())
             .unwrap()
             .contains("requests"));
+    }
+
+    #[test]
+    fn an_exact_allow_net_rule_for_an_intercepted_host_port_is_refused_or_loses() {
+        let with = |requests: &[&str], allow_net: &[&str]| SandboxPolicy {
+            network: true,
+            requests: requests.iter().map(|r| r.parse().unwrap()).collect(),
+            allow_net: allow_net.iter().map(|r| r.parse().unwrap()).collect(),
+            ..SandboxPolicy::default()
+        };
+        let resolve = |p: SandboxPolicy| p.resolve(&ExpandContext::default());
+        let get = "GET https://pkgs.example.com:8443/simple/**";
+        // One policy listing both: ambiguous, refused naming both rules.
+        for exact in ["pkgs.example.com:8443", "PKGS.example.com.:8443"] {
+            let err = resolve(with(&[get], &[exact])).unwrap_err();
+            assert!(
+                matches!(&err, PolicyError::AllowNetIntercepted { host, port: 8443, .. } if host == "pkgs.example.com"),
+                "{err}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("--allow-net pkgs.example.com:8443")
+                    && text
+                        .contains("--allow-request 'GET https://pkgs.example.com:8443/simple/**'"),
+                "{text}"
+            );
+        }
+        // Positive controls: another port, every port, a wildcard, another
+        // host: no conflict (interception wins at the intercepted port).
+        for fine in [
+            "pkgs.example.com:443",
+            "pkgs.example.com",
+            "*.example.com:8443",
+            "other.example.com:8443",
+        ] {
+            let p = resolve(with(&[get], &[fine])).unwrap();
+            assert_eq!(p.allow_net().len(), 1, "{fine}");
+        }
+        // The operator allows the host whole; the run narrows it to requests:
+        // interception wins, the operator's exact rule is left out (and the
+        // result resolves again as it is).
+        let operator =
+            resolve(with(&[], &["pkgs.example.com:8443", "api.example.com:443"])).unwrap();
+        let run = resolve(with(&[get], &[])).unwrap();
+        let bounded = run.bounded_by(&operator).unwrap();
+        assert_eq!(bounded.requests().len(), 1);
+        assert_eq!(
+            bounded.allow_net(),
+            &["api.example.com:443".parse::<EgressRule>().unwrap()]
+        );
+        assert_eq!(bounded.network_mode(), NetworkMode::Allowlist);
+        let again = resolve(bounded.to_policy()).unwrap();
+        assert_eq!(again.allow_net(), bounded.allow_net());
+        // The operator intercepts; the run lists the host exactly: the same.
+        let operator = resolve(with(&[get], &["*.example.com:8443"])).unwrap();
+        let run = resolve(with(&[], &["pkgs.example.com:8443"])).unwrap();
+        let bounded = run.bounded_by(&operator).unwrap();
+        assert!(bounded.allow_net().is_empty());
+        assert_eq!(bounded.requests().len(), 1);
     }
 
     #[test]

@@ -480,6 +480,14 @@ fn answer(shared: &Shared, query: &[u8]) -> Option<Vec<u8>> {
         );
         return Some(reply(RCODE_FORMERR, None, &[]));
     }
+    if shared.pins.intercepted(&q.name) {
+        refuse(
+            shared,
+            &q.name,
+            "a request rule intercepts this name: it is reached only through the proxy (HTTPS_PROXY), never resolved for the command",
+        );
+        return Some(reply(RCODE_NXDOMAIN, Some(&q), &[]));
+    }
     if shared.pins.lists(&q.name).is_none() {
         refuse(shared, &q.name, "no egress rule lists this name");
         return Some(reply(RCODE_NXDOMAIN, Some(&q), &[]));

@@ -589,7 +589,10 @@ fn proxy_call(r: crate::Refused) -> MediatedCall {
 /// asks for a datagram socket.
 fn start_dns(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<(DnsServer, DnsRoute)> {
     let own = crate::host_addrs()?;
-    let pins = Pins::new(EgressRules::new(policy.allow_net().to_vec()), own);
+    // The hosts request rules intercept are left out, whatever rule lists
+    // them: reached only through the proxy, which checks each request.
+    let pins = Pins::new(EgressRules::new(policy.allow_net().to_vec()), own)
+        .except_intercepted(policy.requests().iter().map(|r| r.host()));
     if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
         for (ip, name) in hosts_entries(&hosts) {
             if pins.lists(&name) == Some(NameMatch::Exact) {
