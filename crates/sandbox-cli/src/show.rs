@@ -399,6 +399,10 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
             first_targets(&nets, |c| {
                 if c.syscall == "proxy" && c.reason.starts_with("not a host name") {
                     format!("{} is not a host name", c.target)
+                } else if c.syscall == "proxy" && c.reason.starts_with("its TLS ClientHello") {
+                    // A tunnel to a port a request rule intercepts on some
+                    // host (sandbox-proxy's sni module).
+                    format!("{} whose TLS asked for another host", c.target)
                 } else if c.syscall == "proxy" {
                     format!("{} not in --allow-net", c.target)
                 } else {
@@ -409,7 +413,12 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
     }
     if !names.is_empty() {
         let malformed = |c: &sandbox::runner::MediatedCall| c.reason.starts_with("not a host name");
-        let why = if names.len() == 1 && malformed(names[0]) {
+        let intercepted = |c: &sandbox::runner::MediatedCall| {
+            c.reason.starts_with("a request rule intercepts this name")
+        };
+        let why = if names.iter().all(|c| intercepted(c)) {
+            "intercepted: reached only through the proxy"
+        } else if names.len() == 1 && malformed(names[0]) {
             "is not a host name"
         } else if names.iter().all(|c| malformed(c)) {
             "are not host names"

@@ -262,8 +262,18 @@ fn connect(slot: &Slot, mut client: TcpStream, head: Head) {
     if client
         .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
         .is_err()
-        || (!head.rest.is_empty() && upstream.write_all(&head.rest).is_err())
     {
+        return;
+    }
+    // On a port a request rule intercepts, a TLS ClientHello must ask for
+    // the tunnel's own host (crate::sni).
+    #[cfg(target_os = "linux")]
+    let Some(rest) = crate::sni::gate(slot, &mut client, &upstream, &target, head.rest) else {
+        return;
+    };
+    #[cfg(not(target_os = "linux"))]
+    let rest = head.rest;
+    if !rest.is_empty() && upstream.write_all(&rest).is_err() {
         return;
     }
     relay(slot, client, upstream);

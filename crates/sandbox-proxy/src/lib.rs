@@ -196,6 +196,8 @@ mod intercept;
 pub mod island;
 mod relay;
 mod serve;
+#[cfg(target_os = "linux")]
+mod sni;
 mod socks;
 mod state;
 mod target;
@@ -531,6 +533,14 @@ pub enum RefusalReason {
         /// How many were held.
         held: usize,
     },
+    /// A tunnel (`CONNECT`, SOCKS) to a port a request rule intercepts on
+    /// some host, whose TLS ClientHello asks for another host than the
+    /// tunnel's (SNI), or for an intercepted one, or hides the name, or
+    /// cannot be read one way (Linux).
+    TunnelServerName {
+        /// Why.
+        why: String,
+    },
     /// An intercepted request that no request rule admits, or whose shape
     /// the proxy refuses (one a parser could read two ways, a path that
     /// climbs or is ambiguous).
@@ -580,6 +590,7 @@ impl fmt::Display for RefusalReason {
                 f.write_str("), which need an exact name rule or an IP rule")
             }
             RefusalReason::ProxyItself => f.write_str("it is the proxy itself"),
+            RefusalReason::TunnelServerName { why } => f.write_str(why),
             RefusalReason::HeldLimit { held } => write!(
                 f,
                 "{held} connections already waited for an approval, so this one was refused \

@@ -150,7 +150,7 @@ pub(crate) fn serve(slot: &Slot, mut client: TcpStream, deadline: Instant) {
             );
         }
     }
-    let upstream = match open(&slot.shared, &target) {
+    let mut upstream = match open(&slot.shared, &target) {
         Ok(upstream) => upstream,
         Err(failure) => {
             let _ = reply(&mut client, failure_code(&failure), None);
@@ -160,5 +160,19 @@ pub(crate) fn serve(slot: &Slot, mut client: TcpStream, deadline: Instant) {
     if reply(&mut client, rep::SUCCEEDED, upstream.local_addr().ok()).is_err() {
         return;
     }
+    // On a port a request rule intercepts, a TLS ClientHello must ask for
+    // the tunnel's own host (crate::sni).
+    #[cfg(target_os = "linux")]
+    {
+        let Some(first) = crate::sni::gate(slot, &mut client, &upstream, &target, Vec::new())
+        else {
+            return;
+        };
+        if !first.is_empty() && upstream.write_all(&first).is_err() {
+            return;
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = &mut upstream;
     relay(slot, client, upstream);
 }

@@ -20,6 +20,7 @@ mod fidelity;
 mod gate_witness;
 mod harness;
 mod intercept;
+mod intercept_routes;
 mod launch_threads;
 mod lifetime;
 mod limits;

@@ -1,0 +1,349 @@
+//! Routes around interception (#44, red-team findings 1 and 3): an
+//! `--allow-net` rule that covers an intercepted host (exact, wildcard, the
+//! operator's) never lets the command reach it directly (the run's
+//! resolver never answers its name; an exact rule for the same host and
+//! port is refused as ambiguous), and a proxy tunnel to another host on an
+//! intercepted port whose TLS asks for the intercepted host (SNI) is
+//! refused. Each beside its positive control (the admitted request still
+//! passes, a non-intercepted `--allow-net` host still resolves and is
+//! reached directly and through a tunnel).
+//!
+//! Each in a private network and mount namespace the test makes (root):
+//! the origin in a second namespace at 1.2.3.4 and 1.2.3.6 over a veth
+//! pair (addresses no wildcard rule refuses: neither special nor this
+//! host's own), `pkgs.example.com` and `shared.example.com` at 1.2.3.4 and
+//! `other.example.com` at 1.2.3.6 in a private `/etc/hosts`, its
+//! certificate signed by a test CA (rcgen).
+#![cfg(target_os = "linux")]
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use sandbox_tests::{is_root, sandbox_bin};
+
+/// The origin: answers every request with what it saw, one line, also
+/// printed to its log.
+const ORIGIN: &str = r#"
+import http.server, ssl, sys
+class H(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def reply(self):
+        out = ("origin saw %s %s host=%s\n" % (self.command, self.path, self.headers.get("Host"))).encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(out)))
+        self.end_headers()
+        self.wfile.write(out)
+        print(out.decode().strip(), flush=True)
+    do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = reply
+    def log_message(self, *a):
+        pass
+s = http.server.ThreadingHTTPServer(("0.0.0.0", 8443), H)
+ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+ctx.load_cert_chain(sys.argv[1] + "/leaf.pem", sys.argv[1] + "/leaf.key")
+s.socket = ctx.wrap_socket(s.socket, server_side=True)
+open(sys.argv[1] + "/ready", "w").close()
+s.serve_forever()
+"#;
+
+/// Asks the run's resolver (over TCP, port 53 of the first nameserver,
+/// which the broker sends to the runner's resolver) for `argv[1]`'s A
+/// record; prints the response code and the last answer's address.
+const DNSQ: &str = r#"
+import socket, struct, sys
+name = sys.argv[1]
+ns = [l.split()[1] for l in open("/etc/resolv.conf") if l.startswith("nameserver")][0]
+q = struct.pack(">HHHHHH", 0x1234, 0x0100, 1, 0, 0, 0) + b"".join(bytes([len(p)]) + p.encode() for p in name.split(".")) + b"\0" + struct.pack(">HH", 1, 1)
+s = socket.create_connection((ns, 53), timeout=5)
+s.sendall(struct.pack(">H", len(q)) + q)
+r = s.recv(4096)[2:]
+an = struct.unpack(">H", r[6:8])[0]
+print("dns", name, "rcode", r[3] & 15, "answer", ".".join(str(b) for b in r[-4:]) if an else "none")
+"#;
+
+/// Inside a run (`sh direct.sh DNSQ CASE CA`): asks the run's resolver for
+/// both names, then connects without the proxy (curl `--noproxy '*'`,
+/// which finds the address in `/etc/hosts`) to each.
+const DIRECT: &str = r#"
+python3 "$1" pkgs.example.com
+python3 "$1" other.example.com
+curl -sS --max-time 5 --noproxy '*' --cacert "$3" -X DELETE https://pkgs.example.com:8443/direct-$2 2>&1
+echo "curl rc=$?"
+curl -sS --max-time 5 --noproxy '*' --cacert "$3" https://other.example.com:8443/other-$2 2>&1
+"#;
+
+/// Writes the test CA (`ca.pem`) and the origin's certificate and key for
+/// `pkgs.example.com`, `other.example.com` and `shared.example.com` into
+/// `dir`.
+fn certificates(dir: &Path) {
+    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
+    // Names of their own: OpenSSL (curl reaching the origin directly)
+    // takes a leaf whose subject is its issuer for a self-signed one.
+    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    params
+        .distinguished_name
+        .push(DnType::CommonName, "intercept_routes test CA");
+    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
+    let key = KeyPair::generate().unwrap();
+    let mut leaf = CertificateParams::new(vec![
+        "pkgs.example.com".to_string(),
+        "other.example.com".to_string(),
+        "shared.example.com".to_string(),
+    ])
+    .unwrap();
+    leaf.distinguished_name
+        .push(DnType::CommonName, "pkgs.example.com");
+    let leaf = leaf.signed_by(&key, &ca).unwrap();
+    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
+    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
+    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
+}
+
+/// Runs `script` in a new network and mount namespace, the origin at
+/// 1.2.3.4:8443 and 1.2.3.6:8443 in a namespace of its own behind a veth
+/// pair (this side 1.2.3.5), `/etc/hosts` naming `pkgs.example.com` and
+/// `shared.example.com` at 1.2.3.4, `other.example.com` at 1.2.3.6. `$SANDBOX`, `$D` (scratch, with
+/// `ca.pem` and `op.toml`, readable by all), `$DNSQ` and `$NOBODY` are set.
+fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
+    assert!(
+        is_root(),
+        "network namespaces need root here: run this suite as root (CI does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    certificates(&d);
+    std::fs::write(
+        d.join("hosts"),
+        "127.0.0.1 localhost\n1.2.3.4 pkgs.example.com shared.example.com\n1.2.3.6 other.example.com\n",
+    )
+    .unwrap();
+    std::fs::write(d.join("origin.py"), ORIGIN).unwrap();
+    std::fs::write(d.join("dnsq.py"), DNSQ).unwrap();
+    std::fs::write(d.join("direct.sh"), DIRECT).unwrap();
+    std::fs::write(
+        d.join("op.toml"),
+        "[sandbox.policy]\nallow_net = [\"*.example.com:8443\"]\n",
+    )
+    .unwrap();
+    let setup = format!(
+        r#"set -e
+mount --bind "$D/hosts" /etc/hosts
+mkdir -p /run/netns
+mount -t tmpfs tmpfs /run/netns
+ip link set lo up
+ip netns add origin
+ip link add v0 type veth peer name v1
+ip link set v1 netns origin
+ip addr add 1.2.3.5/24 dev v0
+ip link set v0 up
+ip netns exec origin ip addr add 1.2.3.4/24 dev v1
+ip netns exec origin ip addr add 1.2.3.6/24 dev v1
+ip netns exec origin ip link set v1 up
+ip netns exec origin ip link set lo up
+ip netns exec origin python3 "$D/origin.py" "$D" > "$D/origin.log" 2>&1 < /dev/null &
+origin=$!
+for i in $(seq 100); do [ -e "$D/ready" ] && break; sleep 0.05; done
+set +e
+{script}
+kill $origin 2>/dev/null
+ip netns del origin
+"#
+    );
+    let out = Command::new("unshare")
+        .args([
+            "--net",
+            "--mount",
+            "--propagation",
+            "private",
+            "/bin/sh",
+            "-c",
+            &setup,
+        ])
+        .env("SANDBOX", sandbox_bin())
+        .env("D", &d)
+        .env("DNSQ", d.join("dnsq.py"))
+        .env(
+            "NOBODY",
+            "setpriv --reuid=65534 --regid=65534 --clear-groups --",
+        )
+        .env_remove("SANDBOX_CONFIG")
+        .env_remove("HTTPS_PROXY")
+        .env_remove("https_proxy")
+        .output()
+        .expect("unshare (util-linux) and ip (iproute2) make the namespaces");
+    (out, dir)
+}
+
+fn lines(out: &Output) -> Vec<String> {
+    String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .map(str::to_owned)
+        .collect()
+}
+
+#[track_caller]
+fn has(lines: &[String], want: &str) {
+    assert!(
+        lines.iter().any(|l| l.contains(want)),
+        "no line containing {want:?} in {lines:#?}"
+    );
+}
+
+#[track_caller]
+fn lacks(lines: &[String], prefix: &str, unwanted: &str) {
+    assert!(
+        !lines
+            .iter()
+            .any(|l| l.starts_with(prefix) && l.contains(unwanted)),
+        "a line {prefix:?} contains {unwanted:?} in {lines:#?}"
+    );
+}
+
+const RULE: &str = "--allow-request 'GET https://pkgs.example.com:8443/simple/**'";
+
+/// Finding 1: with an `--allow-net` rule covering the intercepted host
+/// (its name at every port, a wildcard, the operator's wildcard), the
+/// run's resolver answers `NXDOMAIN` for it and a direct connection (curl
+/// `--noproxy '*'`, the address from `/etc/hosts`) is refused, as root and
+/// as nobody; the summary says why. An exact rule for the same host and
+/// port is refused (125) naming both flags. Twins: the admitted request
+/// still passes through the proxy (and a refused one is refused there),
+/// and `other.example.com`, which the same rules list, still resolves and
+/// is reached directly.
+#[test]
+fn an_allow_net_rule_never_opens_a_direct_way_to_an_intercepted_host() {
+    let (out, d) = in_private_net(&format!(
+        r#"
+U=https://pkgs.example.com:8443
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} --allow-net pkgs.example.com:8443 -- true > "$D/exact" 2>&1
+echo "exact exit $?"
+sed 's/^/exact /' "$D/exact"
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} --allow-net pkgs.example.com:9443 -- true; echo "other port exit $?"
+for case in every-port wildcard operator nobody; do
+  case $case in
+    every-port) set -- --allow-net pkgs.example.com --allow-net other.example.com:8443 ;;
+    wildcard|nobody) set -- --allow-net '*.example.com:8443' ;;
+    operator) set -- --config "$D/op.toml" ;;
+  esac
+  as=""; [ $case = nobody ] && as="$NOBODY" && cd "$D"
+  $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@" -- sh "$D/direct.sh" "$DNSQ" $case "$D/ca.pem" | sed "s/^/$case /"
+  $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@" -- curl -sS $U/simple/$case | sed "s/^/$case proxied /"
+  $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@" -- curl -sS -i $U/admin-$case | grep -E '^HTTP/1.1 [0-9]' | sed "s/^/$case refused /"
+done
+"$SANDBOX" run --upstream-ca "$D/ca.pem" {RULE} --allow-net '*.example.com:8443' -- sh -c 'python3 "$DNSQ" pkgs.example.com; exit 3' 2>&1 | grep '^sandbox:' | sed 's/^/summary /'
+"#
+    ));
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    // One policy listing the host and port both ways: refused, naming both.
+    has(&l, "exact exit 125");
+    has(
+        &l,
+        "exact sandbox: allow_net / --allow-net pkgs.example.com:8443 and requests / --allow-request 'GET https://pkgs.example.com:8443/simple/**' both name pkgs.example.com:8443",
+    );
+    has(&l, "other port exit 0");
+    for case in ["every-port", "wildcard", "operator", "nobody"] {
+        has(
+            &l,
+            &format!("{case} dns pkgs.example.com rcode 3 answer none"),
+        );
+        has(&l, &format!("{case} curl: (7)"));
+        lacks(&l, case, &format!("origin saw DELETE /direct-{case}"));
+        // The twins: a name the same rules list resolves and is reached
+        // directly; the admitted request passes the proxy, the other not.
+        has(
+            &l,
+            &format!("{case} dns other.example.com rcode 0 answer 1.2.3.6"),
+        );
+        has(
+            &l,
+            &format!("{case} origin saw GET /other-{case} host=other.example.com:8443"),
+        );
+        has(
+            &l,
+            &format!("{case} proxied origin saw GET /simple/{case} host=pkgs.example.com:8443"),
+        );
+        has(&l, &format!("{case} refused HTTP/1.1 403"));
+    }
+    has(
+        &l,
+        "summary sandbox: refused 1 name lookup (pkgs.example.com intercepted: reached only through the proxy)",
+    );
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        !log.contains("/direct-") && !log.contains("/admin-"),
+        "a request reached the origin past interception: {log}"
+    );
+    assert!(log.contains("GET /simple/wildcard"), "{log}");
+}
+
+/// Finding 3: a tunnel through the proxy (HTTP `CONNECT`, SOCKS5) to
+/// `shared.example.com:8443`, which `--allow-net` admits and which shares
+/// the intercepted host's address, whose TLS asks for `pkgs.example.com`
+/// (curl `--connect-to`), is refused with a TLS alert and recorded, as is
+/// an IP-literal tunnel whose TLS asks for it; root and nobody. Twins: the
+/// same tunnels asking for their own host pass, and so does an IP-literal
+/// tunnel without a server name.
+#[test]
+fn a_tunnel_whose_tls_asks_for_an_intercepted_host_is_refused() {
+    let (out, d) = in_private_net(&format!(
+        r#"
+R() {{ "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com:8443 --allow-net 1.2.3.4:8443 "$@"; }}
+C="curl -sS --max-time 5 --cacert $D/ca.pem"
+TO="--connect-to pkgs.example.com:8443:shared.example.com:8443"
+R -- sh -c "$C $TO -X DELETE https://pkgs.example.com:8443/admin-connect 2>&1; echo rc=\$?" | sed 's/^/connect /'
+R -- sh -c "$C $TO --proxy \"\$ALL_PROXY\" -X DELETE https://pkgs.example.com:8443/admin-socks 2>&1; echo rc=\$?" | sed 's/^/socks /'
+R -- sh -c "$C --connect-to pkgs.example.com:8443:1.2.3.4:8443 -X DELETE https://pkgs.example.com:8443/admin-ip 2>&1; echo rc=\$?" | sed 's/^/ip /'
+cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com:8443 -- sh -c "$C $TO -X DELETE https://pkgs.example.com:8443/admin-nobody 2>&1; echo rc=\$?" | sed 's/^/nobody /'
+R -- $C https://shared.example.com:8443/fine-connect | sed 's/^/connect twin /'
+R -- sh -c "$C --proxy \"\$ALL_PROXY\" https://shared.example.com:8443/fine-socks" | sed 's/^/socks twin /'
+R -- sh -c "curl -sS --max-time 5 -k --proxy \"\$HTTPS_PROXY\" https://1.2.3.4:8443/fine-ip" | sed 's/^/ip twin /'
+R -- curl -sS https://pkgs.example.com:8443/simple/intercepted | sed 's/^/intercepted /'
+"$SANDBOX" run --report "$D/r.json" --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com:8443 -- $C $TO https://pkgs.example.com:8443/simple/x 2>&1 | grep '^sandbox:' | sed 's/^/summary /'
+"#
+    ));
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    for case in ["connect", "socks", "ip", "nobody"] {
+        has(&l, &format!("{case} curl: (35)"));
+        has(&l, &format!("{case} rc=35"));
+        lacks(&l, &format!("{case} "), &format!("admin-{case}"));
+    }
+    has(&l, "connect curl: (35) OpenSSL");
+    has(&l, "alert access denied");
+    has(
+        &l,
+        "connect twin origin saw GET /fine-connect host=shared.example.com:8443",
+    );
+    has(
+        &l,
+        "socks twin origin saw GET /fine-socks host=shared.example.com:8443",
+    );
+    has(&l, "ip twin origin saw GET /fine-ip host=1.2.3.4:8443");
+    has(
+        &l,
+        "intercepted origin saw GET /simple/intercepted host=pkgs.example.com:8443",
+    );
+    has(
+        &l,
+        "summary sandbox: refused 1 connection (shared.example.com:8443 whose TLS asked for another host)",
+    );
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(
+        !log.contains("admin") && !log.contains("/simple/x"),
+        "a tunnel reached the intercepted host: {log}"
+    );
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("r.json")).unwrap()).unwrap();
+    let refused = &record["mediation"]["refused"][0];
+    assert_eq!(refused["syscall"], "proxy", "{record:#}");
+    assert_eq!(refused["target"], "shared.example.com:8443", "{record:#}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("its TLS ClientHello asks for pkgs.example.com (SNI)"),
+        "{record:#}"
+    );
+}
