@@ -351,10 +351,15 @@ fn origin_head(head: &Head, authority: &str, path: &str, secrets: bool) -> Vec<u
     );
     for (name, value) in &head.headers {
         // With secrets, no range either: parts of an echo, each masked
-        // alone, would carry a value in pieces (a 206 is refused).
-        let with_secrets = ["accept-encoding", "range", "if-range"];
+        // alone, would carry a value in pieces (a 206 is refused);
+        // `Request-Range` is the old name Apache httpd still reads, and CGI
+        // servers read `_` as `-`.
+        let with_secrets = ["accept-encoding", "range", "if-range", "request-range"];
         if hop_by_hop(name, &named)
-            || (secrets && with_secrets.iter().any(|h| name.eq_ignore_ascii_case(h)))
+            || (secrets
+                && with_secrets
+                    .iter()
+                    .any(|h| name.replace('_', "-").eq_ignore_ascii_case(h)))
         {
             continue;
         }
@@ -767,7 +772,7 @@ mod tests {
     #[test]
     fn ranges_are_dropped_while_there_are_secrets() {
         let h = head(
-            "GET http://h/x HTTP/1.1\r\nRange: bytes=0-4,9-12\r\nIf-Range: \"e\"\r\nX-A: 1\r\n\r\n",
+            "GET http://h/x HTTP/1.1\r\nRange: bytes=0-4,9-12\r\nIf-Range: \"e\"\r\nRequest-Range: bytes=1-2\r\nIf_Range: x\r\nX-A: 1\r\n\r\n",
         );
         let plain = String::from_utf8(origin_head(&h, "h", "/x", false)).unwrap();
         assert!(

@@ -81,7 +81,19 @@ const DROPPED_PREFIXES: &[&str] = &["x-forwarded-"];
 
 /// Headers dropped while the run has secrets: an origin that echoes a
 /// request would give a value back in parts (each masked alone).
-const DROPPED_WITH_SECRETS: &[&str] = &["range", "if-range"];
+/// `Request-Range` is the old name Apache httpd still reads.
+pub(crate) const DROPPED_WITH_SECRETS: &[&str] = &["range", "if-range", "request-range"];
+
+/// Whether the header `name` is `wanted` (lower case): ASCII case ignored,
+/// and `_` read as `-` (CGI, PHP, WSGI and Rack servers name both
+/// `HTTP_X_FORWARDED_HOST`, and some pass a field written with `_` on).
+pub(crate) fn is_header(name: &str, wanted: &str) -> bool {
+    name.len() == wanted.len()
+        && name
+            .bytes()
+            .zip(wanted.bytes())
+            .all(|(a, b)| a.to_ascii_lowercase() == b || (a == b'_' && b == b'-'))
+}
 
 /// Headers some servers and frameworks read as the request's method, or as
 /// its path, instead of the request line's: each value must be one the
@@ -102,16 +114,13 @@ enum Override {
 
 /// Whether the header `name` is never forwarded to the origin.
 fn dropped(name: &str, secrets: bool) -> bool {
-    DROPPED.iter().any(|d| name.eq_ignore_ascii_case(d))
-        || DROPPED_PREFIXES.iter().any(|p| {
-            name.get(..p.len())
-                .is_some_and(|head| head.eq_ignore_ascii_case(p))
-        })
+    DROPPED.iter().any(|d| is_header(name, d))
+        || DROPPED_PREFIXES
+            .iter()
+            .any(|p| name.get(..p.len()).is_some_and(|head| is_header(head, p)))
         || (secrets
-            && (name.eq_ignore_ascii_case("accept-encoding")
-                || DROPPED_WITH_SECRETS
-                    .iter()
-                    .any(|d| name.eq_ignore_ascii_case(d))))
+            && (is_header(name, "accept-encoding")
+                || DROPPED_WITH_SECRETS.iter().any(|d| is_header(name, d))))
 }
 
 type ClientTls = StreamOwned<ServerConnection, TcpStream>;
@@ -525,7 +534,7 @@ fn overrides(
     let mut methods: Vec<(&str, Option<&str>)> = vec![(head.method.as_str(), None)];
     let mut paths: Vec<(NormalPath, Option<&str>)> = vec![(normal.clone(), None)];
     for (name, value) in &head.headers {
-        let Some((_, kind)) = OVERRIDES.iter().find(|(o, _)| name.eq_ignore_ascii_case(o)) else {
+        let Some((_, kind)) = OVERRIDES.iter().find(|(o, _)| is_header(name, o)) else {
             continue;
         };
         let forbidden = |why: String| {
@@ -1540,6 +1549,7 @@ mod tests {
             "X-HTTP-Method: HEAD",
             "X-Original-URL: /simple/b?q=1",
             "X-Rewrite-URL: /simple/./c/",
+            "X_HTTP_Method_Override: HEAD",
         ] {
             assert_eq!(
                 check(&format!("{ok}{admitted}\r\n\r\n")).unwrap(),
@@ -1563,6 +1573,11 @@ mod tests {
                 "names no plain method",
             ),
             ("X-HTTP-Method-Override: delete", "names no plain method"),
+            ("X_HTTP_METHOD_OVERRIDE: DELETE", "asks for DELETE"),
+            (
+                "X_Original_URL: /private",
+                "asks for GET https://pkgs.example.com/private",
+            ),
             (
                 "X-Original-URL: /private",
                 "asks for GET https://pkgs.example.com/private",
@@ -1658,11 +1673,11 @@ mod tests {
     #[test]
     fn forwarding_headers_are_dropped_and_ranges_while_there_are_secrets() {
         let h = head(
-            "GET /simple/ HTTP/1.1\r\nForwarded: host=evil\r\nX-Forwarded-Host: evil\r\nx-forwarded-proto: http\r\nX-Forwarded-For: 1.2.3.4\r\nX-Host: evil\r\nRange: bytes=0-4\r\nIf-Range: \"e\"\r\nAccept: */*\r\n\r\n",
+            "GET /simple/ HTTP/1.1\r\nForwarded: host=evil\r\nX-Forwarded-Host: evil\r\nx-forwarded-proto: http\r\nX_Forwarded_Host: evil\r\nX-Forwarded-For: 1.2.3.4\r\nX-Host: evil\r\nRange: bytes=0-4\r\nIf-Range: \"e\"\r\nRequest-Range: bytes=1-2\r\nAccept: */*\r\n\r\n",
         );
         assert_eq!(
             String::from_utf8(origin_head(&h, "pkgs.example.com", 443, "/simple/", &[])).unwrap(),
-            "GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nRange: bytes=0-4\r\nIf-Range: \"e\"\r\nAccept: */*\r\nConnection: close\r\n\r\n"
+            "GET /simple/ HTTP/1.1\r\nHost: pkgs.example.com\r\nRange: bytes=0-4\r\nIf-Range: \"e\"\r\nRequest-Range: bytes=1-2\r\nAccept: */*\r\nConnection: close\r\n\r\n"
         );
         let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
         let secrets = vec![Secret::new(&spec, b"s3cret".to_vec()).unwrap()];
