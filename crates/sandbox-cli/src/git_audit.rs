@@ -12,8 +12,10 @@
 //! it), wherever they are; without a broker (no record of the run's entries)
 //! the workspace is walked before and after, within bounds.
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::os::unix::fs::MetadataExt;
 use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
 
 /// How deep beneath the workspace repositories are looked for (walk only).
 const DEPTH: usize = 6;
@@ -26,6 +28,21 @@ const INCLUDE_DEPTH: usize = 10;
 /// made these files, and the runner reading them must stay bounded.
 const FILE_CAP: u64 = 1 << 20;
 const HOOKS_CAP: usize = 1000;
+/// What one audit (every repository of one run, or of one command of a
+/// session and those before it) may do at most, whatever the command made
+/// (F1: a config including itself many ways, a hooks directory named many
+/// times, huge files): files read, bytes read, hook directories listed,
+/// directory entries read, wall time. Past any of them the audit stops
+/// and says so: what it did not check is named, never taken as clean.
+const MAX_FILES: usize = 512;
+const MAX_BYTES: u64 = 8 << 20;
+const MAX_DIRS: usize = 128;
+const MAX_ENTRIES: usize = 20_000;
+const MAX_TIME: Duration = Duration::from_secs(2);
+/// The most programs, hooks or files one warning names (then how many
+/// more), and the most characters of each.
+const MAX_NAMED: usize = 20;
+const MAX_NAME_LEN: usize = 300;
 /// The value beside a config file the audit did not read ([`Read::Refused`]).
 const NOT_READ: &str = "\0not read";
 
@@ -39,6 +56,7 @@ const OUTSIDE: &str = "outside the write paths";
 /// command's config names anywhere else (another user's file, a read-denied
 /// secret, `/proc/kmsg`, whose read has side effects) is named, never read:
 /// the deputy does no more than the sandbox let the command do.
+#[derive(Clone)]
 pub(crate) struct Scope {
     write: Vec<PathBuf>,
     deny: Vec<PathBuf>,
@@ -211,6 +229,103 @@ fn pseudo_fs(file: &std::fs::File) -> bool {
     }
 }
 
+/// What is left of one audit's budget ([`MAX_FILES`], [`MAX_BYTES`],
+/// [`MAX_DIRS`], [`MAX_ENTRIES`], [`MAX_TIME`]), and which limit stopped
+/// it, once one did (from then on nothing more is read).
+struct Budget {
+    deadline: Instant,
+    files: u64,
+    bytes: u64,
+    dirs: u64,
+    entries: u64,
+    stopped: Option<String>,
+    /// What it did: files and bytes read, directories and entries listed.
+    spent: [u64; 4],
+}
+
+impl Budget {
+    fn new(time: Duration) -> Budget {
+        Budget {
+            deadline: Instant::now() + time,
+            files: MAX_FILES as u64,
+            bytes: MAX_BYTES,
+            dirs: MAX_DIRS as u64,
+            entries: MAX_ENTRIES as u64,
+            stopped: None,
+            spent: [0; 4],
+        }
+    }
+
+    /// Whether the audit may go on (its time is checked here).
+    fn ok(&mut self) -> bool {
+        if self.stopped.is_none() && Instant::now() >= self.deadline {
+            self.stopped = Some(format!("its time limit, {} s", MAX_TIME.as_secs()));
+        }
+        self.stopped.is_none()
+    }
+
+    /// Takes `n` from what `left` picks if the audit may go on and that
+    /// much is left; else the audit stops, for `limit`.
+    fn take(
+        &mut self,
+        n: u64,
+        left: fn(&mut Budget) -> &mut u64,
+        limit: &dyn Fn() -> String,
+    ) -> bool {
+        if !self.ok() {
+            return false;
+        }
+        let left = left(self);
+        if *left < n {
+            self.stopped = Some(limit());
+            return false;
+        }
+        *left -= n;
+        true
+    }
+
+    /// One file of `len` bytes read.
+    fn file(&mut self, len: u64) -> bool {
+        let took = self.take(1, |b| &mut b.files, &|| {
+            format!("its limit of {MAX_FILES} files")
+        }) && self.take(len, |b| &mut b.bytes, &|| {
+            format!("its limit of {} MiB read", MAX_BYTES >> 20)
+        });
+        if took {
+            self.spent[0] += 1;
+            self.spent[1] += len;
+        }
+        took
+    }
+
+    /// One hook directory listed.
+    fn dir(&mut self) -> bool {
+        let took = self.take(1, |b| &mut b.dirs, &|| {
+            format!("its limit of {MAX_DIRS} hook directories")
+        });
+        self.spent[2] += u64::from(took);
+        took
+    }
+
+    /// One directory entry read.
+    fn entry(&mut self) -> bool {
+        let took = self.take(1, |b| &mut b.entries, &|| {
+            format!("its limit of {MAX_ENTRIES} directory entries")
+        });
+        self.spent[3] += u64::from(took);
+        took
+    }
+
+    /// What the audit did, for the warning that says it stopped.
+    fn spent(&self) -> String {
+        let [files, bytes, dirs, entries] = self.spent;
+        format!(
+            "{files} files ({bytes} bytes) read and {dirs} hook directories ({entries} \
+             entries) listed"
+        )
+    }
+}
+
 /// What the audit read of a file the command could have made.
 enum Read {
     /// Missing or unreadable: git would see nothing either.
@@ -221,14 +336,15 @@ enum Read {
     /// of the run is left to write it), a device (`/dev/zero` never ends),
     /// or a file over [`FILE_CAP`].
     Refused(&'static str),
+    /// Not read: the audit's budget is spent ([`Budget::stopped`] says).
+    Stopped,
 }
 
-/// `path` read without ever blocking or growing without bound, and only
-/// if `scope` admits it ([`Scope::open`]): only a regular file (checked
-/// before the open, which is non-blocking and takes no terminal, and again
-/// on the open file), at most [`FILE_CAP`] bytes.
-fn read_bounded(path: &Path, scope: &Scope) -> Read {
-    use std::io::Read as _;
+/// `path` opened if `scope` admits it ([`Scope::open`]) and it is a
+/// regular file of at most [`FILE_CAP`] bytes (checked before the open,
+/// which is non-blocking and takes no terminal, and again on the open
+/// file), with its metadata.
+fn open_regular(path: &Path, scope: &Scope) -> Result<(std::fs::File, std::fs::Metadata), Read> {
     let regular = |m: &std::fs::Metadata| {
         if !m.is_file() {
             Err("not a regular file")
@@ -240,30 +356,32 @@ fn read_bounded(path: &Path, scope: &Scope) -> Read {
     };
     // Nothing outside the scope is looked at further (not even its kind).
     let Ok(real) = std::fs::canonicalize(path) else {
-        return Read::Nothing;
+        return Err(Read::Nothing);
     };
     if !scope.admits(&real) {
-        return Read::Refused(OUTSIDE);
+        return Err(Read::Refused(OUTSIDE));
     }
     let Ok(meta) = std::fs::metadata(&real) else {
-        return Read::Nothing;
+        return Err(Read::Nothing);
     };
-    if let Err(why) = regular(&meta) {
-        // A special file or a huge one is named without an open.
-        return Read::Refused(why);
-    }
+    // A special file or a huge one is named without an open.
+    regular(&meta).map_err(Read::Refused)?;
     let file = match scope.open(&real, false) {
         Ok(file) => file,
-        Err(None) => return Read::Nothing,
-        Err(Some(why)) => return Read::Refused(why),
+        Err(None) => return Err(Read::Nothing),
+        Err(Some(why)) => return Err(Read::Refused(why)),
     };
-    match file.metadata() {
-        Ok(meta) => {
-            if let Err(why) = regular(&meta) {
-                return Read::Refused(why);
-            }
-        }
-        Err(_) => return Read::Nothing,
+    let meta = file.metadata().map_err(|_| Read::Nothing)?;
+    regular(&meta).map_err(Read::Refused)?;
+    Ok((file, meta))
+}
+
+/// The text of `file` ([`open_regular`]), at most [`FILE_CAP`] bytes, if
+/// `budget` has room for it.
+fn read_opened(file: std::fs::File, meta: &std::fs::Metadata, budget: &mut Budget) -> Read {
+    use std::io::Read as _;
+    if !budget.file(meta.len()) {
+        return Read::Stopped;
     }
     let mut bytes = Vec::new();
     if file.take(FILE_CAP).read_to_end(&mut bytes).is_err() {
@@ -275,20 +393,40 @@ fn read_bounded(path: &Path, scope: &Scope) -> Read {
     }
 }
 
-/// The text of `path` when it is a small regular file ([`read_bounded`]).
-fn read_text(path: &Path, scope: &Scope) -> Option<String> {
-    match read_bounded(path, scope) {
-        Read::Text(text) => Some(text),
-        Read::Nothing | Read::Refused(_) => None,
+/// `path` read without ever blocking or growing without bound, and only
+/// if `scope` admits it ([`open_regular`]) and `budget` has room.
+fn read_bounded(path: &Path, scope: &Scope, budget: &mut Budget) -> Read {
+    match open_regular(path, scope) {
+        Ok((file, meta)) => read_opened(file, &meta, budget),
+        Err(read) => read,
     }
 }
 
-/// The names in the directory `dir` (at most [`HOOKS_CAP`]), if `scope`
-/// admits it ([`Scope::open`]), read from the opened directory.
-fn list_dir(dir: &Path, scope: &Scope) -> Result<Vec<std::ffi::OsString>, Option<&'static str>> {
+/// The text of `path` when it is a small regular file ([`read_bounded`]).
+fn read_text(path: &Path, scope: &Scope, budget: &mut Budget) -> Option<String> {
+    match read_bounded(path, scope, budget) {
+        Read::Text(text) => Some(text),
+        Read::Nothing | Read::Refused(_) | Read::Stopped => None,
+    }
+}
+
+/// The names in the directory `dir` (at most [`HOOKS_CAP`], within
+/// `budget`), if `scope` admits it ([`Scope::open`]), read from the opened
+/// directory; `Ok(None)` when that directory (device and inode) is in
+/// `seen` already (listed once however many names it has).
+fn list_dir(
+    dir: &Path,
+    scope: &Scope,
+    budget: &mut Budget,
+    seen: &mut HashSet<(u64, u64)>,
+) -> Result<Option<Vec<std::ffi::OsString>>, Option<&'static str>> {
     use std::os::fd::IntoRawFd;
     use std::os::unix::ffi::OsStrExt;
     let file = scope.open(dir, true)?;
+    let meta = file.metadata().map_err(|_| None)?;
+    if !seen.insert((meta.dev(), meta.ino())) || !budget.dir() {
+        return Ok(None);
+    }
     let fd = file.into_raw_fd();
     // SAFETY: fdopendir takes the fd (closed by closedir).
     let d = unsafe { libc::fdopendir(fd) };
@@ -298,7 +436,7 @@ fn list_dir(dir: &Path, scope: &Scope) -> Result<Vec<std::ffi::OsString>, Option
         return Err(None);
     }
     let mut names = Vec::new();
-    while names.len() < HOOKS_CAP {
+    while names.len() < HOOKS_CAP && budget.entry() {
         // SAFETY: a live DIR stream.
         let e = unsafe { libc::readdir(d) };
         if e.is_null() {
@@ -313,7 +451,7 @@ fn list_dir(dir: &Path, scope: &Scope) -> Result<Vec<std::ffi::OsString>, Option
     }
     // SAFETY: the stream opened above, closed once.
     unsafe { libc::closedir(d) };
-    Ok(names)
+    Ok(Some(names))
 }
 
 /// Config keys whose value git runs as a program (git-config(1)).
@@ -384,11 +522,11 @@ pub(crate) fn in_git_dir(dir: &Path) -> bool {
 }
 
 /// The git directory `dot_git` names: itself, or what a `.git` file points to.
-fn git_dir_of(dot_git: &Path, scope: &Scope) -> Option<PathBuf> {
+fn git_dir_of(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Option<PathBuf> {
     if dot_git.is_dir() {
         return Some(dot_git.to_path_buf());
     }
-    let text = read_text(dot_git, scope)?;
+    let text = read_text(dot_git, scope, budget)?;
     let p = PathBuf::from(text.lines().find_map(|l| l.strip_prefix("gitdir:"))?.trim());
     Some(if p.is_absolute() {
         p
@@ -405,48 +543,78 @@ fn git_dir_of(dot_git: &Path, scope: &Scope) -> Option<PathBuf> {
 ///
 /// Only what `scope` admits is read or listed (what the run could read
 /// and made); a config, include or hooks directory elsewhere is named
-/// "not read (outside the write paths)".
-pub(crate) fn runs_code(dot_git: &Path, scope: &Scope) -> Vec<String> {
-    let Some(gitdir) = git_dir_of(dot_git, scope) else {
+/// "not read (outside the write paths)". Within a budget of its own
+/// ([`warnings`] shares one between repositories).
+#[cfg(test)]
+fn runs_code(dot_git: &Path, scope: &Scope) -> Vec<String> {
+    runs_code_within(dot_git, scope, &mut Budget::new(MAX_TIME))
+}
+
+/// [`runs_code`] within `budget`: what it found before the budget was
+/// spent, if it was ([`Budget::stopped`]).
+fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Vec<String> {
+    let Some(gitdir) = git_dir_of(dot_git, scope, budget) else {
         return Vec::new();
     };
     let mut configs = vec![gitdir.join("config"), gitdir.join("config.worktree")];
-    if let Some(common) = read_text(&gitdir.join("commondir"), scope) {
+    if let Some(common) = read_text(&gitdir.join("commondir"), scope, budget) {
         configs.push(gitdir.join(common.trim()).join("config"));
     }
-    let mut entries = Vec::new();
-    let mut seen = BTreeSet::new();
+    let mut found = Found::default();
+    let mut seen = HashMap::new();
     for config in configs {
-        read_config(&config, scope, 0, &mut seen, &mut entries);
+        read_config(&config, scope, budget, 0, &mut seen, &mut found);
     }
-    let mut out: Vec<String> = entries
+    let mut named = HashSet::new();
+    let mut out: Vec<String> = found
+        .entries
         .iter()
         .filter(|(k, v)| runs(k) || v == NOT_READ)
+        .filter(|(k, _)| named.insert(k.clone()))
         .map(|(k, _)| k.clone())
         .collect();
-    out.dedup();
     let worktree = dot_git.parent().unwrap_or(Path::new("/"));
     let mut hook_dirs = vec![gitdir.join("hooks")];
+    let mut values = HashSet::new();
     hook_dirs.extend(
-        entries
+        found
+            .entries
             .iter()
-            .filter(|(k, _)| k == "core.hookspath")
+            .filter(|(k, v)| k == "core.hookspath" && values.insert(v.clone()))
             .map(|(_, v)| expand(v, worktree)),
     );
+    // Each directory once, however many names lead to it.
+    let mut listed = HashSet::new();
     for dir in hook_dirs {
-        match list_dir(&dir, scope) {
-            Ok(hooks) => out.extend(
+        match list_dir(&dir, scope, budget, &mut listed) {
+            Ok(Some(hooks)) => out.extend(
                 hooks
                     .into_iter()
                     .map(|h| h.to_string_lossy().into_owned())
                     .filter(|n| !n.ends_with(".sample"))
                     .map(|n| format!("{}/{n}", dir.display())),
             ),
+            Ok(None) | Err(None) => {}
             Err(Some(why)) => out.push(not_read(&dir, why)),
-            Err(None) => {}
         }
     }
     out
+}
+
+/// The config entries an audit keeps of one repository: those that run
+/// programs or name a file not read, each (key, value) once.
+#[derive(Default)]
+struct Found {
+    entries: Vec<(String, String)>,
+    had: HashSet<(String, String)>,
+}
+
+impl Found {
+    fn push(&mut self, key: String, value: String) {
+        if (runs(&key) || value == NOT_READ) && self.had.insert((key.clone(), value.clone())) {
+            self.entries.push((key, value));
+        }
+    }
 }
 
 /// Whether git runs the value of the config key `key` as a program.
@@ -467,36 +635,52 @@ fn expand(path: &str, base: &Path) -> PathBuf {
     }
 }
 
-/// The entries of the git config file `path` and of every file it includes,
-/// as `(section[.subsection].key, value)`.
+/// The entries of the git config file `path` and of every file it includes
+/// that run programs ([`Found`]), within `budget`. A file is read once per
+/// directory its includes resolve from (`seen`: its device and inode and
+/// that directory, however the include spelled its path), again only when
+/// reached at a lesser include depth (its includes then go deeper).
 fn read_config(
     path: &Path,
     scope: &Scope,
+    budget: &mut Budget,
     depth: usize,
-    seen: &mut BTreeSet<PathBuf>,
-    out: &mut Vec<(String, String)>,
+    seen: &mut HashMap<(u64, u64, PathBuf), usize>,
+    out: &mut Found,
 ) {
-    if depth > INCLUDE_DEPTH || !seen.insert(path.to_path_buf()) {
+    if depth > INCLUDE_DEPTH || !budget.ok() {
         return;
     }
-    let text = match read_bounded(path, scope) {
-        Read::Text(text) => text,
-        Read::Nothing => return,
-        // Named in the warning: git reading it would block or never end,
-        // or read what the audit did not.
-        Read::Refused(why) => {
-            out.push((not_read(path, why), NOT_READ.to_owned()));
+    let base = path.parent().unwrap_or(Path::new("/"));
+    let (file, meta) = match open_regular(path, scope) {
+        Ok(opened) => opened,
+        Err(Read::Refused(why)) => {
+            // Named in the warning: git reading it would block or never
+            // end, or read what the audit did not.
+            out.push(not_read(path, why), NOT_READ.to_owned());
             return;
         }
+        Err(_) => return,
     };
-    let base = path.parent().unwrap_or(Path::new("/"));
+    let key = (
+        meta.dev(),
+        meta.ino(),
+        std::fs::canonicalize(base).unwrap_or_else(|_| base.to_path_buf()),
+    );
+    if seen.get(&key).is_some_and(|&d| d <= depth) {
+        return;
+    }
+    seen.insert(key, depth);
+    let Read::Text(text) = read_opened(file, &meta, budget) else {
+        return;
+    };
     for (key, value) in config_entries(&text) {
         let include =
             key == "include.path" || (key.starts_with("includeif.") && key.ends_with(".path"));
         if include {
-            read_config(&expand(&value, base), scope, depth + 1, seen, out);
+            read_config(&expand(&value, base), scope, budget, depth + 1, seen, out);
         }
-        out.push((key, value));
+        out.push(key, value);
     }
 }
 
@@ -552,31 +736,187 @@ fn config_entries(text: &str) -> Vec<(String, String)> {
     entries
 }
 
+/// Where a warning says the repository at `dot_git` is.
+fn repo_at(dot_git: &Path) -> &Path {
+    if dot_git.file_name() == Some(std::ffi::OsStr::new(".git")) {
+        dot_git.parent().unwrap_or(dot_git)
+    } else {
+        dot_git
+    }
+}
+
+/// `items` as a warning names them: at most [`MAX_NAMED`], each cut at
+/// [`MAX_NAME_LEN`] characters, then how many more there are.
+fn listed<S: AsRef<str>>(items: &[S]) -> String {
+    let mut named: Vec<String> = items
+        .iter()
+        .take(MAX_NAMED)
+        .map(|i| {
+            let i = i.as_ref();
+            match i.char_indices().nth(MAX_NAME_LEN) {
+                Some((at, _)) => format!("{}...", &i[..at]),
+                None => i.to_owned(),
+            }
+        })
+        .collect();
+    if items.len() > MAX_NAMED {
+        named.push(format!("{} more", items.len() - MAX_NAMED));
+    }
+    named.join(", ")
+}
+
 /// One `sandbox:` line per repository in `made` (git directories or `.git`
-/// files the run made) that runs code, reading only what `scope` admits.
+/// files the run made) that runs code, reading only what `scope` admits,
+/// within one budget for all of them: a repository the budget did not
+/// cover is named as not (fully) checked. The audit runs on a thread of
+/// its own without capabilities (F5): a root runner reads only what a
+/// process of its uid without `CAP_DAC_OVERRIDE` or `CAP_DAC_READ_SEARCH`
+/// could (not another user's 0700 directory the command could not list).
 pub(crate) fn warnings<'a>(
     made: impl IntoIterator<Item = &'a PathBuf>,
     scope: &Scope,
 ) -> Vec<String> {
-    made.into_iter()
-        .filter_map(|dot_git| {
-            let runs = runs_code(dot_git, scope);
-            let at = if dot_git.file_name() == Some(std::ffi::OsStr::new(".git")) {
-                dot_git.parent().unwrap_or(dot_git)
-            } else {
-                dot_git
-            };
-            (!runs.is_empty()).then(|| {
-                format!(
-                    "sandbox: the run made a git repository at {} whose {} run programs; git in \
-                     the workspace would run them (a submodule's fsmonitor runs at `git status`): \
-                     review it before running git there",
-                    at.display(),
-                    runs.join(", ")
-                )
-            })
-        })
-        .collect()
+    let made: Vec<PathBuf> = made.into_iter().cloned().collect();
+    if made.is_empty() {
+        return Vec::new();
+    }
+    warnings_within(made, scope.clone(), MAX_TIME)
+}
+
+fn warnings_within(made: Vec<PathBuf>, scope: Scope, time: Duration) -> Vec<String> {
+    let (tx, rx) = std::sync::mpsc::channel();
+    let repos: Vec<String> = made
+        .iter()
+        .map(|d| repo_at(d).display().to_string())
+        .collect();
+    let spawned = std::thread::Builder::new()
+        .name("sandbox-git-audit".into())
+        .spawn(move || {
+            let lines = sandbox::runner::drop_thread_capabilities()
+                .map(|()| audit(&made, &scope, &mut Budget::new(time)));
+            // The runner may have given up waiting: nothing to tell.
+            let _ = tx.send(lines);
+        });
+    // The thread is bounded by its budget; a file system that hangs it
+    // (a stuck FUSE mount the run made) is not waited for past the limit.
+    let why = match spawned {
+        Err(e) => format!("its thread did not start: {e}"),
+        Ok(_) => match rx.recv_timeout(time + Duration::from_secs(1)) {
+            Ok(Ok(lines)) => return lines,
+            Ok(Err(e)) => format!("its thread could not drop its capabilities: {e}"),
+            Err(_) => "it did not end in time".to_owned(),
+        },
+    };
+    vec![format!(
+        "sandbox: the git audit did not run ({why}): the {} repositories the run made at {} \
+         were not checked; treat them as suspicious and review them before running git there",
+        repos.len(),
+        listed(&repos)
+    )]
+}
+
+/// [`warnings`] on this thread, within `budget`.
+fn audit(made: &[PathBuf], scope: &Scope, budget: &mut Budget) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut unchecked = Vec::new();
+    for dot_git in made {
+        let at = repo_at(dot_git);
+        if !budget.ok() {
+            unchecked.push(at.display().to_string());
+            continue;
+        }
+        let runs = runs_code_within(dot_git, scope, budget);
+        let stopped = budget.stopped.as_deref();
+        match (runs.is_empty(), stopped) {
+            (true, None) => {}
+            (false, _) => lines.push(format!(
+                "sandbox: the run made a git repository at {} whose {} run programs; git in \
+                 the workspace would run them (a submodule's fsmonitor runs at `git status`): \
+                 review it before running git there{}",
+                at.display(),
+                listed(&runs),
+                stopped.map_or_else(String::new, |why| format!(
+                    " (the git audit stopped in it at {why}: it may run more)"
+                ))
+            )),
+            (true, Some(why)) => lines.push(format!(
+                "sandbox: the run made a git repository at {} that the git audit did not \
+                 fully check (it stopped at {why}): treat it as suspicious and review it \
+                 before running git there",
+                at.display()
+            )),
+        }
+    }
+    if !unchecked.is_empty() {
+        lines.push(format!(
+            "sandbox: the git audit stopped after {} ({}): the {} repositories the run made at \
+             {} were not checked; treat them as suspicious and review them before running git \
+             there",
+            budget.spent(),
+            budget.stopped.as_deref().unwrap_or("its limits"),
+            unchecked.len(),
+            listed(&unchecked)
+        ));
+    }
+    lines
+}
+
+/// The git directories the run of `outcome` made, and those of every run
+/// nested in it (F7: a `sandbox run` inside the command has a broker of
+/// its own, whose record names what it saw made), each once. The nested
+/// records come from inside the sandbox: they may name anything, but the
+/// audit reads only what the outer run's scope admits, within its budget.
+pub(crate) fn made_in(outcome: &sandbox::runner::Outcome) -> Vec<PathBuf> {
+    let mut made = Vec::new();
+    let mut had = HashSet::new();
+    let mut runs = vec![outcome];
+    while let Some(run) = runs.pop() {
+        for dir in run.mediation.iter().flat_map(|m| &m.git_dirs_made) {
+            if had.insert(dir.clone()) {
+                made.push(dir.clone());
+            }
+        }
+        runs.extend(run.nested.iter().rev());
+    }
+    made
+}
+
+/// A session's git audit (F6): each command's audit covers the
+/// repositories every command so far made (a clean one made by one
+/// command may be given code-running config by the next, in a shared
+/// launch whose broker names each repository once, to the command that
+/// made it), and gives each warning once, with the first command after
+/// which it holds.
+#[derive(Default)]
+pub(crate) struct Memory {
+    made: std::cell::RefCell<(Vec<PathBuf>, HashSet<PathBuf>)>,
+    said: std::cell::RefCell<HashSet<String>>,
+}
+
+impl Memory {
+    /// The warnings over `now` (the repositories a command made: first in
+    /// the budget) and those earlier commands made, but for those given
+    /// already.
+    pub(crate) fn warnings(&self, now: Vec<PathBuf>, scope: &Scope) -> Vec<String> {
+        let all: Vec<PathBuf> = {
+            let mut made = self.made.borrow_mut();
+            let (order, had) = &mut *made;
+            let mut all = now.clone();
+            let now: HashSet<&PathBuf> = now.iter().collect();
+            all.extend(order.iter().filter(|d| !now.contains(d)).cloned());
+            for dir in now {
+                if had.insert(dir.clone()) {
+                    order.push(dir.clone());
+                }
+            }
+            all
+        };
+        let mut said = self.said.borrow_mut();
+        warnings(&all, scope)
+            .into_iter()
+            .filter(|w| said.insert(w.clone()))
+            .collect()
+    }
 }
 
 #[cfg(test)]
@@ -825,15 +1165,166 @@ mod tests {
         };
         let status = std::fs::canonicalize("/proc/self/status").unwrap();
         assert!(matches!(
-            read_bounded(&status, &proc_scope),
+            read_bounded(&status, &proc_scope, &mut Budget::new(MAX_TIME)),
             Read::Refused(OUTSIDE)
         ));
         let dir = tempfile::tempdir().unwrap();
         std::fs::write(dir.path().join("f"), "[a]\nb = c\n").unwrap();
         assert!(matches!(
-            read_bounded(&dir.path().join("f"), &scope(dir.path(), &[])),
+            read_bounded(
+                &dir.path().join("f"),
+                &scope(dir.path(), &[]),
+                &mut Budget::new(MAX_TIME)
+            ),
             Read::Text(t) if t.contains("b = c")
         ));
+    }
+
+    /// A config including itself many ways, each a different spelling
+    /// (`path = dK/../config`: B^11 reads when deduplicated on the path),
+    /// is read once (deduplicated on the file); a hooks directory named
+    /// 2000 times is listed once, and the warning names 20 hooks and how
+    /// many more. Both fast, both still warned of (the positive control).
+    #[test]
+    fn a_self_including_config_or_a_repeated_hooks_dir_is_read_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join("fan/.git");
+        let mut config = "[core]\n\tfsmonitor = x\n[include]\n".to_owned();
+        for i in 0..8 {
+            std::fs::create_dir_all(git.join(format!("d{i}"))).unwrap();
+            config.push_str(&format!("\tpath = d{i}/../config\n"));
+        }
+        std::fs::write(git.join("config"), config).unwrap();
+        let hooks = dir.path().join("hooks/.git");
+        std::fs::create_dir_all(dir.path().join("hooks/h")).unwrap();
+        std::fs::create_dir_all(&hooks).unwrap();
+        for i in 0..1000 {
+            std::fs::write(dir.path().join(format!("hooks/h/{i:0200}")), "").unwrap();
+        }
+        let mut config = "[core]\n".to_owned();
+        for _ in 0..2000 {
+            config.push_str("\thooksPath = ../h\n\thooksPath = h\n");
+        }
+        std::fs::write(hooks.join("config"), config).unwrap();
+        let scope = scope(dir.path(), &[]);
+        let begun = std::time::Instant::now();
+        let mut budget = Budget::new(MAX_TIME);
+        assert_eq!(
+            runs_code_within(&git, &scope, &mut budget),
+            ["core.fsmonitor"]
+        );
+        assert_eq!(budget.files, MAX_FILES as u64 - 1);
+        let lines = audit(&[git, hooks], &scope, &mut budget);
+        assert!(begun.elapsed() < Duration::from_secs(2));
+        assert!(budget.stopped.is_none(), "{:?}", budget.stopped);
+        assert_eq!(lines.len(), 2, "{lines:?}");
+        assert!(lines[0].contains("whose core.fsmonitor run"), "{lines:?}");
+        assert!(lines[1].contains("core.hookspath, "), "{}", lines[1]);
+        assert!(lines[1].ends_with(
+            "981 more run programs; git in the workspace would run them (a submodule's \
+             fsmonitor runs at `git status`): review it before running git there"
+        ));
+        assert!(lines[1].len() < 8 * 1024, "{}", lines[1].len());
+    }
+
+    /// A file first reached at the include depth limit (its includes not
+    /// followed) and again at a lesser depth is read again: what it
+    /// includes is found.
+    #[test]
+    fn a_file_reached_again_at_a_lesser_depth_is_followed() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        std::fs::create_dir_all(&git).unwrap();
+        // config -> c1 -> ... -> c9 -> x (depth 10, its includes not
+        // followed); and config -> x (depth 1); x -> y (fsmonitor).
+        let mut config = "[include]\n\tpath = c1\n\tpath = x\n".to_owned();
+        for i in 1..=9 {
+            let next = if i == 9 {
+                "x".to_owned()
+            } else {
+                format!("c{}", i + 1)
+            };
+            std::fs::write(
+                git.join(format!("c{i}")),
+                format!("[include]\n\tpath = {next}\n"),
+            )
+            .unwrap();
+        }
+        config.push('\n');
+        std::fs::write(git.join("config"), config).unwrap();
+        std::fs::write(git.join("x"), "[include]\n\tpath = y\n").unwrap();
+        std::fs::write(git.join("y"), "[core]\n\tfsmonitor = z\n").unwrap();
+        assert_eq!(runs_code(&git, &scope(dir.path(), &[])), ["core.fsmonitor"]);
+    }
+
+    /// Past its budget the audit stops and says so: a repository it was in
+    /// is named as not fully checked, those after as not checked. Positive
+    /// control: those before, within the budget, are warned of.
+    #[test]
+    fn past_its_budget_the_audit_says_what_it_did_not_check() {
+        let dir = tempfile::tempdir().unwrap();
+        let made: Vec<PathBuf> = (0..4)
+            .map(|i| {
+                let git = dir.path().join(format!("r{i}/.git"));
+                std::fs::create_dir_all(&git).unwrap();
+                std::fs::write(git.join("config"), "[core]\n\tfsmonitor = x\n").unwrap();
+                git
+            })
+            .collect();
+        let mut budget = Budget::new(MAX_TIME);
+        budget.files = 2;
+        let lines = audit(&made, &scope(dir.path(), &[]), &mut budget);
+        assert_eq!(lines.len(), 4, "{lines:?}");
+        for (i, line) in lines[..2].iter().enumerate() {
+            assert!(
+                line.contains(&format!("r{i} whose core.fsmonitor")),
+                "{line}"
+            );
+        }
+        assert!(
+            lines[2].contains(
+                "r2 that the git audit did not fully check (it stopped at its limit of 512 files)"
+            ),
+            "{}",
+            lines[2]
+        );
+        assert!(
+            lines[3].starts_with("sandbox: the git audit stopped after 2 files"),
+            "{}",
+            lines[3]
+        );
+        assert!(
+            lines[3].contains("the 1 repositories the run made at "),
+            "{}",
+            lines[3]
+        );
+        assert!(lines[3].contains("r3 were not checked"), "{}", lines[3]);
+        // Out of time: nothing is read, every repository is named.
+        let mut budget = Budget::new(Duration::ZERO);
+        let lines = audit(&made, &scope(dir.path(), &[]), &mut budget);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("(its time limit, 2 s): the 4 repositories"),
+            "{lines:?}"
+        );
+    }
+
+    /// A session's audit covers the repositories earlier commands made
+    /// and gives each warning once (F6).
+    #[test]
+    fn a_sessions_audit_covers_earlier_repositories_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join("r/.git");
+        std::fs::create_dir_all(&git).unwrap();
+        std::fs::write(git.join("config"), "[core]\n\tbare = false\n").unwrap();
+        let memory = Memory::default();
+        let scope = scope(dir.path(), &[]);
+        assert!(memory.warnings(vec![git.clone()], &scope).is_empty());
+        std::fs::write(git.join("config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        let lines = memory.warnings(Vec::new(), &scope);
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("core.fsmonitor"), "{lines:?}");
+        assert!(memory.warnings(Vec::new(), &scope).is_empty());
     }
 
     /// With no policy (nothing the run could read is known) nothing is

@@ -611,13 +611,13 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
         Ok(outcome) => outcome,
         Err(code) => return Ok(code),
     };
-    let made: Vec<PathBuf> = match (&walked, &outcome.mediation) {
-        (Some((before, ws)), _) => git_audit::git_dirs(ws)
+    let made: Vec<PathBuf> = match &walked {
+        Some((before, ws)) => git_audit::git_dirs(ws)
             .difference(before)
             .cloned()
             .collect(),
-        (None, Some(m)) => m.git_dirs_made.clone(),
-        (None, None) => Vec::new(),
+        // With those of the runs nested in it (F7).
+        None => git_audit::made_in(&outcome),
     };
     let secrets = args.policy.egress.options(&config.egress).secrets;
     let scope = git_audit::Scope::of(outcome.policy.as_ref(), &secrets);

@@ -676,6 +676,8 @@ struct Session {
     per_command_why: Option<String>,
     /// Sends each command's refusals as `refused` events while it runs.
     watcher: refusals::Watcher,
+    /// The repositories every command made, audited after each (F6).
+    git: git_audit::Memory,
 }
 
 /// At most this many kept commands' runs are alive in one session.
@@ -767,6 +769,7 @@ impl Session {
             shared,
             per_command_why,
             watcher: refusals::Watcher::start(),
+            git: git_audit::Memory::default(),
         })
     }
 
@@ -1007,7 +1010,7 @@ impl Session {
                     outcome.classification = outcome.classification.with_refusals(&m);
                     outcome.mediation = Some(m);
                 }
-                exit_event(&outcome, &self.base.egress.secrets)
+                exit_event(&outcome, &self.base.egress.secrets, &self.git)
             }
             Err(err) => {
                 let mut e = Map::new();
@@ -1509,7 +1512,11 @@ type LiveRefusals =
 /// classification and refusals, in the words `sandbox run` uses.
 /// `secrets`: the session's (`--secret`), whose files the git audit does
 /// not read.
-fn exit_event(outcome: &Outcome, secrets: &[sandbox::policy::SecretSpec]) -> Map<String, Value> {
+fn exit_event(
+    outcome: &Outcome,
+    secrets: &[sandbox::policy::SecretSpec],
+    git: &git_audit::Memory,
+) -> Map<String, Value> {
     let mut e = Map::new();
     e.insert("status".into(), outcome.exit_code().into());
     // The record's classification, flattened: `class` as `classification`,
@@ -1545,11 +1552,8 @@ fn exit_event(outcome: &Outcome, secrets: &[sandbox::policy::SecretSpec]) -> Map
     if !outcome.nested.is_empty() {
         e.insert("nested".into(), json!(outcome.nested));
     }
-    let made = outcome
-        .mediation
-        .as_ref()
-        .map(|m| m.git_dirs_made.clone())
-        .unwrap_or_default();
+    // With those of its nested runs (F7), and every earlier command's (F6).
+    let made = git_audit::made_in(outcome);
     let summary: Vec<String> = [
         show::refusal_summary(outcome),
         // The timeout's line when the timeout ended the run.
@@ -1558,8 +1562,8 @@ fn exit_event(outcome: &Outcome, secrets: &[sandbox::policy::SecretSpec]) -> Map
     ]
     .into_iter()
     .flatten()
-    .chain(git_audit::warnings(
-        &made,
+    .chain(git.warnings(
+        made,
         &git_audit::Scope::of(outcome.policy.as_ref(), secrets),
     ))
     .collect();

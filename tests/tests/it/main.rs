@@ -18,6 +18,7 @@ mod explain;
 mod fail_closed;
 mod fidelity;
 mod gate_witness;
+mod git_audit;
 mod harness;
 mod intercept;
 mod intercept_routes;
