@@ -510,7 +510,7 @@ fn admit(
                 .map(|r| r.to_string()),
         });
     }
-    overrides(head, rules, host, port, &normal)?;
+    overrides(head, query, rules, (host, port), &normal)?;
     let mut target = normal.to_string();
     if let Some(q) = query {
         target.push('?');
@@ -520,35 +520,46 @@ fn admit(
 }
 
 /// Refuses a request (admitted by its request line) whose method or URL
-/// override headers ([`OVERRIDES`]) name a method or path the rules do not
-/// admit: every method it names (the request line's and each override's)
-/// on every path it names must be admitted.
+/// override headers ([`OVERRIDES`]), or `_method` query parameter (Symfony,
+/// Laravel and others read it on a POST), name a method or path the rules
+/// do not admit: every method it names (the request line's and each
+/// override's) on every path it names must be admitted.
 fn overrides(
     head: &Head,
+    query: Option<&str>,
     rules: &[RequestRule],
-    host: &str,
-    port: u16,
+    (host, port): (&str, u16),
     normal: &NormalPath,
 ) -> Result<(), Refusal> {
-    // Each with the header that names it (`None`: the request line).
+    // What names a method or path besides the request line: where (for
+    // messages), what kind, the text.
+    let mut named: Vec<(String, Override, String)> = Vec::new();
+    for (name, value) in &head.headers {
+        if let Some((_, kind)) = OVERRIDES.iter().find(|(o, _)| is_header(name, o)) {
+            let text = String::from_utf8_lossy(value).trim().to_string();
+            named.push((format!("its {name} header"), *kind, text));
+        }
+    }
+    for pair in query.unwrap_or("").split('&') {
+        let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
+        if percent_decoded(key).eq_ignore_ascii_case("_method") {
+            let text = percent_decoded(value).trim().to_string();
+            named.push((format!("its {key} query parameter"), Override::Method, text));
+        }
+    }
+    // Each with what names it (`None`: the request line).
     let mut methods: Vec<(&str, Option<&str>)> = vec![(head.method.as_str(), None)];
     let mut paths: Vec<(NormalPath, Option<&str>)> = vec![(normal.clone(), None)];
-    for (name, value) in &head.headers {
-        let Some((_, kind)) = OVERRIDES.iter().find(|(o, _)| is_header(name, o)) else {
-            continue;
-        };
+    for (source, kind, text) in &named {
         let forbidden = |why: String| {
             refusal(
                 403,
                 "Forbidden",
-                format!(
-                    "its {name} header {why} (a server may read it instead of the request line)"
-                ),
+                format!("{source} {why} (a server may read it instead of the request line)"),
             )
         };
-        let text = std::str::from_utf8(value).unwrap_or("").trim();
         match kind {
-            Override::Method if plain_method(text) => methods.push((text, Some(name))),
+            Override::Method if plain_method(text) => methods.push((text, Some(source))),
             Override::Method => {
                 return Err(forbidden(format!("names no plain method ({text:?})")));
             }
@@ -559,7 +570,7 @@ fn overrides(
                 }
                 let other = normalize_path(path)
                     .map_err(|problem| forbidden(format!("names a refused path: {problem}")))?;
-                paths.push((other, Some(name)));
+                paths.push((other, Some(source)));
             }
         }
     }
@@ -569,12 +580,12 @@ fn overrides(
                 .iter()
                 .any(|r| r.admits_normal(method, host, port, path))
             {
-                let name = by_method.or(*by_path).unwrap_or("override");
+                let source = by_method.or(*by_path).unwrap_or("an override");
                 return Err(refusal(
                     403,
                     "Forbidden",
                     format!(
-                        "its {name} header asks for {method} {}, which no request rule admits \
+                        "{source} asks for {method} {}, which no request rule admits \
                          (a server may read it instead of the request line)",
                         url(host, port, &path.to_string())
                     ),
@@ -583,6 +594,26 @@ fn overrides(
         }
     }
     Ok(())
+}
+
+/// `text` with its `%XX` escapes decoded (`+` kept), lossily as UTF-8.
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = |at: usize| bytes.get(at).and_then(|b| char::from(*b).to_digit(16));
+        if bytes[i] == b'%' {
+            if let (Some(h), Some(l)) = (hex(i + 1), hex(i + 2)) {
+                out.push((h * 16 + l) as u8);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// The URL of a request to `host:port` at `path`, for messages.
@@ -1575,6 +1606,10 @@ mod tests {
             ("X-HTTP-Method-Override: delete", "names no plain method"),
             ("X_HTTP_METHOD_OVERRIDE: DELETE", "asks for DELETE"),
             (
+                "X-HTTP-Method-Override: DELETE",
+                "its X-HTTP-Method-Override header asks",
+            ),
+            (
                 "X_Original_URL: /private",
                 "asks for GET https://pkgs.example.com/private",
             ),
@@ -1596,6 +1631,36 @@ mod tests {
             ),
         ] {
             let err = check(&format!("{ok}{refused}\r\n\r\n")).unwrap_err();
+            assert!(
+                err.starts_with("403") && err.contains(why),
+                "{refused}: {err}"
+            );
+        }
+        // The `_method` query parameter (any escaping of its name), beside
+        // its twins: an admitted method, another parameter.
+        let req = |q: &str| check(&format!("GET /simple/a?{q} HTTP/1.1\r\n\r\n"));
+        for admitted in [
+            "_method=HEAD",
+            "a=1&_method=GET",
+            "method=DELETE",
+            "x_method=PUT",
+        ] {
+            assert!(req(admitted).is_ok(), "{admitted}");
+        }
+        for (refused, why) in [
+            (
+                "_method=DELETE",
+                "its _method query parameter asks for DELETE",
+            ),
+            (
+                "a=1&%5Fmethod=PUT",
+                "its %5Fmethod query parameter asks for PUT",
+            ),
+            ("_METHOD=%50UT", "asks for PUT"),
+            ("_method=delete", "names no plain method"),
+            ("_method", "names no plain method"),
+        ] {
+            let err = req(refused).unwrap_err();
             assert!(
                 err.starts_with("403") && err.contains(why),
                 "{refused}: {err}"
