@@ -25,7 +25,8 @@
 //! several records is fine, another record type inside it is not), a
 //! repeated extension, a server name list of other than one host name, a
 //! name that is not a host name, and an encrypted ClientHello (ECH, whose
-//! inner name no one but the origin reads).
+//! inner name no one but the origin reads). An SSLv2-format ClientHello
+//! counts as one without a server name.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -83,6 +84,20 @@ pub(crate) fn parse(bytes: &[u8]) -> Hello {
     match bytes.first() {
         None => return Hello::Incomplete,
         Some(&HANDSHAKE) => {}
+        // An SSLv2-format ClientHello (RFC 5246 appendix E.2: a two-byte
+        // length with the top bit set, then message type 1), which some
+        // servers still take to negotiate TLS: it carries no extensions,
+        // so no server name, which a tunnel to a name does not pass.
+        Some(b) if b & 0x80 != 0 => {
+            return match bytes.get(2) {
+                None => Hello::Incomplete,
+                Some(&CLIENT_HELLO) => Hello::Parsed {
+                    server_name: None,
+                    hidden_name: false,
+                },
+                Some(_) => Hello::NotTls,
+            }
+        }
         Some(_) => return Hello::NotTls,
     }
     // The handshake messages' bytes, gathered from the records.
@@ -550,7 +565,11 @@ mod tests {
         bare[4] -= 2;
         bare[8] -= 2;
         assert_eq!(parse(&bare), none);
+        // An SSLv2-format ClientHello: no name.
+        assert_eq!(parse(&[0x80]), Hello::Incomplete);
+        assert_eq!(parse(&[0x80, 0x2e, 1, 3, 1]), none);
         // Another protocol.
+        assert_eq!(parse(&[0x80, 0x2e, 7]), Hello::NotTls);
         assert_eq!(parse(b"SSH-2.0-x\r\n"), Hello::NotTls);
         assert_eq!(parse(b"GET / HTTP/1.1\r\n"), Hello::NotTls);
         // An encrypted ClientHello is seen.
@@ -626,6 +645,104 @@ mod tests {
         bad(long_session, "session id 33");
         // Positive control: the unchanged hello parses.
         assert_eq!(parse(&good), named("pkgs.example.com"));
+    }
+
+    /// Two connected TCP streams on loopback.
+    fn pair() -> (TcpStream, TcpStream) {
+        let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let a = TcpStream::connect(l.local_addr().unwrap()).unwrap();
+        let (b, _) = l.accept().unwrap();
+        (a, b)
+    }
+
+    /// `first_flight` between a client (whose peer end `feed` writes to)
+    /// and an upstream (whose peer end `serve` writes to), within `wait`,
+    /// the check admitting `other.example.com` alone.
+    fn flight(
+        feed: impl FnOnce(&mut TcpStream) + Send + 'static,
+        serve: impl FnOnce(&mut TcpStream) + Send + 'static,
+        wait: std::time::Duration,
+    ) -> Flight {
+        let (mut client_peer, mut client) = pair();
+        let (mut upstream_peer, upstream) = pair();
+        // Each peer stays open until the flight is over (its other end
+        // dropped).
+        let until_closed = |s: &mut TcpStream| {
+            let _ = s.set_read_timeout(Some(std::time::Duration::from_secs(20)));
+            let mut sink = [0u8; 64];
+            while matches!(s.read(&mut sink), Ok(n) if n > 0) {}
+        };
+        let feeder = std::thread::spawn(move || {
+            feed(&mut client_peer);
+            until_closed(&mut client_peer);
+        });
+        let server = std::thread::spawn(move || {
+            serve(&mut upstream_peer);
+            until_closed(&mut upstream_peer);
+        });
+        let got = first_flight(
+            &mut client,
+            &upstream,
+            Vec::new(),
+            Instant::now() + wait,
+            |sni, hidden| {
+                admits(sni, hidden, Some("other.example.com"), |n| {
+                    n == "pkgs.example.com"
+                })
+            },
+        );
+        drop((client, upstream));
+        let _ = (feeder.join(), server.join());
+        got
+    }
+
+    #[test]
+    fn the_first_flight_is_read_as_it_arrives_and_fails_closed() {
+        use std::time::Duration;
+        // What a flight that passes takes is far below it; those that wait
+        // it out end at it.
+        let short = Duration::from_millis(500);
+        let slow = |hello: Vec<u8>| {
+            move |s: &mut TcpStream| {
+                for piece in hello.chunks(7) {
+                    s.write_all(piece).unwrap();
+                    std::thread::sleep(Duration::from_millis(2));
+                }
+            }
+        };
+        let pkgs = hello(&[sni(b"pkgs.example.com")], Some(40));
+        let other = hello(&[sni(b"other.example.com")], Some(40));
+        // Arriving in pieces: the name is read whole, then judged.
+        match flight(slow(pkgs), |_| {}, short) {
+            Flight::Refuse(why) => assert!(why.contains("asks for pkgs.example.com"), "{why}"),
+            _ => panic!("a hello for the intercepted host passed"),
+        }
+        match flight(slow(other.clone()), |_| {}, short) {
+            Flight::Pass(bytes) => assert_eq!(bytes, other, "every byte read is forwarded"),
+            _ => panic!("a hello for the tunnel's own host was refused"),
+        }
+        // Half a hello, then silence: refused at the deadline.
+        let half = other[..other.len() / 2].to_vec();
+        match flight(move |s| s.write_all(&half).unwrap(), |_| {}, short) {
+            Flight::Refuse(why) => assert!(why.contains("did not arrive whole"), "{why}"),
+            _ => panic!("half a hello passed"),
+        }
+        // The server speaks first (SSH, SMTP): passed unread.
+        match flight(|_| {}, |s| s.write_all(b"SSH-2.0-x\r\n").unwrap(), short) {
+            Flight::Pass(bytes) => assert!(bytes.is_empty()),
+            _ => panic!("a server-first protocol was held"),
+        }
+        // Another protocol from the client: passed.
+        match flight(
+            |s| s.write_all(b"GET / HTTP/1.1\r\n").unwrap(),
+            |_| {},
+            short,
+        ) {
+            Flight::Pass(bytes) => assert_eq!(bytes, b"GET / HTTP/1.1\r\n"),
+            _ => panic!("plain text was held"),
+        }
+        // Nobody says anything: closed.
+        assert!(matches!(flight(|_| {}, |_| {}, short), Flight::Gone));
     }
 
     #[test]
