@@ -543,14 +543,8 @@ fn git_dir_of(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Option<Path
 ///
 /// Only what `scope` admits is read or listed (what the run could read
 /// and made); a config, include or hooks directory elsewhere is named
-/// "not read (outside the write paths)". Within a budget of its own
-/// ([`warnings`] shares one between repositories).
-#[cfg(test)]
-fn runs_code(dot_git: &Path, scope: &Scope) -> Vec<String> {
-    runs_code_within(dot_git, scope, &mut Budget::new(MAX_TIME))
-}
-
-/// [`runs_code`] within `budget`: what it found before the budget was
+/// "not read (outside the write paths)". Within `budget` ([`warnings`]
+/// shares one between repositories): what it found before the budget was
 /// spent, if it was ([`Budget::stopped`]).
 fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Vec<String> {
     let Some(gitdir) = git_dir_of(dot_git, scope, budget) else {
@@ -922,6 +916,11 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`runs_code_within`] with a budget of its own.
+    fn runs_code(dot_git: &Path, scope: &Scope) -> Vec<String> {
+        runs_code_within(dot_git, scope, &mut Budget::new(MAX_TIME))
+    }
 
     /// The scope of a run writing `dir` (canonical), denying reads of `deny`.
     fn scope(dir: &Path, deny: &[&Path]) -> Scope {

@@ -1390,8 +1390,9 @@ fn end_kept_runs(
                     // exit event said already: each warning once (one
                     // given code-running config after the exit event is
                     // a new warning).
+                    // With its nested runs' (F7).
                     summary = git_audit::warnings(
-                        &m.git_dirs_made,
+                        &git_audit::made_in(run),
                         &git_audit::Scope::of(run.policy.as_ref(), secrets),
                     );
                     summary.retain(|w| !k.audited.contains(w));
