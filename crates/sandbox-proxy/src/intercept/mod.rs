@@ -515,6 +515,12 @@ fn decoded_form(secret: &Secret) -> Option<(Vec<u8>, Vec<u8>)> {
     Some((canonical, secret.placeholder().as_bytes().to_vec()))
 }
 
+/// Whether `text` holds a byte that may begin a form [`decode_view`]
+/// reads (else its view is the text, and the raw value a needle).
+fn encoded(text: &[u8]) -> bool {
+    memchr::memchr3(b'%', b'&', b'+', text).is_some() || memchr::memchr(b'\\', text).is_some()
+}
+
 /// `+` read as a space (whether form encoding wrote it for one or not),
 /// on both sides of the comparison.
 fn plus_as_space(b: u8) -> u8 {
@@ -530,8 +536,10 @@ fn plus_as_space(b: u8) -> u8 {
 /// `encodeURIComponent`, form encoding, ...), HTML character references
 /// (`&amp;` `&lt;` `&gt;` `&quot;` `&apos;`, decimal `&#N;` and hex
 /// `&#xN;` of any character, whichever characters the escaper chose: Go's
-/// html/template `&#43;` `&#61;`, OWASP's `&#x2F;`, ...) and form encoding
-/// (every `+`, escaped or not, read as a space), in one pass: `out`
+/// html/template `&#43;` `&#61;`, OWASP's `&#x2F;`, ...), JSON string
+/// escapes (`\uXXXX` of any character, surrogate pairs, `\/`, `\"`,
+/// `\\`, `\n`-style, whichever characters the encoder escaped) and form
+/// encoding (every `+`, escaped or not, read as a space), in one pass: `out`
 /// gets the bytes, `spans` for each the range of `text` its form covers.
 /// Forms mixed in one text are read alike. A form is at most
 /// [`MAX_FORM`] bytes.
@@ -572,6 +580,39 @@ fn decode_view(text: &[u8], out: &mut Vec<u8>, spans: &mut Vec<(usize, usize)>) 
         let len = t.len() - digits.len() + n + 1;
         char::from_u32(code).map(|c| (c, len))
     }
+    /// A JSON string escape at the start of `t` (`\uXXXX`, a surrogate
+    /// pair of them, `\/`, `\"`, `\\`, `\n`-style): the character and the
+    /// escape's length.
+    fn json_escape(t: &[u8]) -> Option<(char, usize)> {
+        let unit = |at: usize| -> Option<u32> {
+            if t.get(at..at + 2)? != b"\\u" {
+                return None;
+            }
+            t.get(at + 2..at + 6)?
+                .iter()
+                .try_fold(0u32, |acc, &b| Some(acc * 16 + hex(b)?))
+        };
+        if let Some(high) = unit(0) {
+            if (0xD800..0xDC00).contains(&high) {
+                let low = unit(6).filter(|l| (0xDC00..0xE000).contains(l))?;
+                let c = char::from_u32(0x10000 + ((high - 0xD800) << 10) + (low - 0xDC00))?;
+                return Some((c, 12));
+            }
+            return char::from_u32(high).map(|c| (c, 6));
+        }
+        let c = match t.get(1)? {
+            b'/' => '/',
+            b'"' => '"',
+            b'\\' => '\\',
+            b'n' => '\n',
+            b'r' => '\r',
+            b't' => '\t',
+            b'b' => '\u{8}',
+            b'f' => '\u{c}',
+            _ => return None,
+        };
+        Some((c, 2))
+    }
     out.clear();
     spans.clear();
     let mut i = 0;
@@ -585,6 +626,16 @@ fn decode_view(text: &[u8], out: &mut Vec<u8>, spans: &mut Vec<(usize, usize)>) 
                 out.push(plus_as_space((h * 16 + l) as u8));
                 spans.push((i, i + 3));
                 i += 3;
+                continue;
+            }
+        } else if b == b'\\' {
+            if let Some((c, len)) = json_escape(&text[i..]) {
+                let mut utf8 = [0u8; 4];
+                for &byte in c.encode_utf8(&mut utf8).as_bytes() {
+                    out.push(plus_as_space(byte));
+                    spans.push((i, i + len));
+                }
+                i += len;
                 continue;
             }
         } else if b == b'&' {
@@ -710,7 +761,7 @@ impl Scrub {
         for (needle, with) in &self.needles {
             out = crate::replace_bytes(&out, needle, with);
         }
-        if self.decoded.is_empty() || memchr::memchr3(b'%', b'&', b'+', &out).is_none() {
+        if self.decoded.is_empty() || !encoded(&out) {
             return out;
         }
         let (mut view, mut spans) = (Vec::new(), Vec::new());
@@ -737,7 +788,7 @@ impl Scrub {
     /// Masks every decoded form in the carry whose text begins before
     /// `before` (each then lies whole in the carry: the hold covers the widest).
     fn mask_decoded(&mut self, before: usize) {
-        if self.decoded.is_empty() || memchr::memchr3(b'%', b'&', b'+', &self.carry).is_none() {
+        if self.decoded.is_empty() || !encoded(&self.carry) {
             // Nothing encoded: the raw value is a needle.
             return;
         }
@@ -1029,6 +1080,10 @@ mod tests {
             "abc/def&#43;ghi=jk&amp;l&lt;m>\"q'r 12\u{e9}",
             // Mixed.
             "abc%2Fdef&#43;ghi=jk&amp;l%3cm&gt;\"q&apos;r+12%C3%A9",
+            // JSON with any set escaped, mixed with the others.
+            r#"abc\/def\u002bghi\u003Djk\u0026l<m>\"q'r 12\u00e9"#,
+            r#"abc\u002Fdef+ghi=jk&l\u003cm\u003e\u0022q\u0027r\u002012\u00E9"#,
+            r#"abc/def%2Bghi\u003djk&amp;l<m>\"q&#39;r+12\u00e9"#,
         ];
         for form in echoed {
             let scrub = Scrub::new(&secrets, std::iter::empty());
@@ -1070,6 +1125,35 @@ mod tests {
         }
     }
 
+    /// A character outside the BMP as a JSON surrogate pair (either hex
+    /// case) is read back; the twins: a lone surrogate, or an escaped
+    /// backslash before `u`, is not the character.
+    #[test]
+    fn json_surrogate_pairs_are_read_back_and_lone_ones_not() {
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secrets = vec![Secret::new(&spec, "k\u{1F600}v-123456".as_bytes().to_vec()).unwrap()];
+        let p = secrets[0].placeholder().to_string();
+        let scrub = Scrub::new(&secrets, std::iter::empty());
+        for form in [r"k\uD83D\uDE00v-123456", r"k\ud83d\ude00v\u002d123456"] {
+            assert_eq!(
+                String::from_utf8_lossy(&scrub.head_value(form.as_bytes())),
+                p,
+                "{form}"
+            );
+        }
+        for other in [
+            r"k\uD83Dv-123456",
+            r"k\\uD83D\uDE00v-123456",
+            r"k\uDE00\uD83Dv-123456",
+        ] {
+            assert_eq!(
+                scrub.head_value(other.as_bytes()),
+                other.as_bytes(),
+                "{other}"
+            );
+        }
+    }
+
     proptest::proptest! {
         /// Any bytes, split anywhere: the masked body keeps its length and
         /// holds no encoding of the value that decode_view reads back.
@@ -1081,6 +1165,8 @@ mod tests {
                     proptest::strategy::Just(b"&#43;".to_vec()),
                     proptest::strategy::Just(b"k+v".to_vec()),
                     proptest::strategy::Just(b"&amp;".to_vec()),
+                    proptest::strategy::Just(br"\u002B".to_vec()),
+                    proptest::strategy::Just(br"\u0026".to_vec()),
                     proptest::collection::vec(proptest::prelude::any::<u8>(), 0..6),
                 ],
                 0..12,
