@@ -596,18 +596,39 @@ fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Vec<S
 }
 
 /// The config entries an audit keeps of one repository: those that run
-/// programs or name a file not read, each (key, value) once.
+/// programs or name a file not read, each once (the value kept only for
+/// `core.hooksPath`, whose directories are listed), at most
+/// [`MAX_FOUND`] (then the budget stops: the audit says so).
 #[derive(Default)]
 struct Found {
     entries: Vec<(String, String)>,
     had: HashSet<(String, String)>,
 }
 
+/// The most config entries [`Found`] keeps of one repository.
+const MAX_FOUND: usize = 10_000;
+
 impl Found {
-    fn push(&mut self, key: String, value: String) {
-        if (runs(&key) || value == NOT_READ) && self.had.insert((key.clone(), value.clone())) {
-            self.entries.push((key, value));
+    fn push(&mut self, key: String, value: String, budget: &mut Budget) {
+        if !(runs(&key) || value == NOT_READ) {
+            return;
         }
+        let value = if key == "core.hookspath" || value == NOT_READ {
+            value
+        } else {
+            String::new()
+        };
+        if self.had.contains(&(key.clone(), value.clone())) {
+            return;
+        }
+        if self.entries.len() >= MAX_FOUND {
+            if budget.stopped.is_none() {
+                budget.stopped = Some(format!("its limit of {MAX_FOUND} config entries"));
+            }
+            return;
+        }
+        self.had.insert((key.clone(), value.clone()));
+        self.entries.push((key, value));
     }
 }
 
@@ -651,7 +672,7 @@ fn read_config(
         Err(Read::Refused(why)) => {
             // Named in the warning: git reading it would block or never
             // end, or read what the audit did not.
-            out.push(not_read(path, why), NOT_READ.to_owned());
+            out.push(not_read(path, why), NOT_READ.to_owned(), budget);
             return;
         }
         Err(_) => return,
@@ -674,7 +695,7 @@ fn read_config(
         if include {
             read_config(&expand(&value, base), scope, budget, depth + 1, seen, out);
         }
-        out.push(key, value);
+        out.push(key, value, budget);
     }
 }
 
@@ -1305,6 +1326,38 @@ mod tests {
         assert!(
             lines[0].contains("(its time limit, 2 s): the 4 repositories"),
             "{lines:?}"
+        );
+    }
+
+    /// Config entries that run programs are kept at most [`MAX_FOUND`] of
+    /// a repository: past that the audit says it stopped; the first are
+    /// named (the positive control).
+    #[test]
+    fn config_entries_kept_are_bounded() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join("r/.git");
+        std::fs::create_dir_all(&git).unwrap();
+        let mut config = "[core]\n\tfsmonitor = x\n".to_owned();
+        for i in 0..MAX_FOUND + 10 {
+            config.push_str(&format!("[filter \"f{i}\"]\n\tclean = c\n"));
+        }
+        std::fs::write(git.join("config"), config).unwrap();
+        let lines = audit(&[git], &scope(dir.path(), &[]), &mut Budget::new(MAX_TIME));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(
+            lines[0].contains("whose core.fsmonitor, filter.f0.clean, "),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].contains(", 9980 more run programs"),
+            "{}",
+            lines[0]
+        );
+        assert!(
+            lines[0].ends_with("(the git audit stopped in it at its limit of 10000 config entries: it may run more)"),
+            "{}",
+            lines[0]
         );
     }
 
