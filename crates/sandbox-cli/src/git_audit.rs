@@ -819,7 +819,8 @@ fn warnings_within(made: Vec<PathBuf>, scope: Scope, time: Duration) -> Vec<Stri
         Ok(_) => match rx.recv_timeout(time + Duration::from_secs(1)) {
             Ok(Ok(lines)) => return lines,
             Ok(Err(e)) => format!("its thread could not drop its capabilities: {e}"),
-            Err(_) => "it did not end in time".to_owned(),
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => "it did not end in time".to_owned(),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => "its thread failed".to_owned(),
         },
     };
     vec![format!(
