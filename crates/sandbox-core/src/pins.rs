@@ -28,9 +28,15 @@ struct Pin {
 struct Table {
     rules: EgressRules,
     own: HostAddrs,
-    /// Names a request rule intercepts (lowercase, no trailing dot): never
-    /// listed, so never answered or pinned, whatever rule would list them.
-    intercepted: Vec<String>,
+    /// Names a request rule intercepts (lowercase, no trailing dot), each
+    /// with the ports it is intercepted at: never listed, so never answered
+    /// or pinned, whatever rule would list them.
+    intercepted: Vec<(String, Vec<u16>)>,
+    /// Addresses intercepted names were found at ([`Pins::shadow`]).
+    shadows: Vec<Pin>,
+    /// When the runner's resolver last looked the intercepted names up
+    /// ([`Pins::shadows_due`]).
+    looked: Option<Instant>,
     pins: Vec<Pin>,
 }
 
@@ -52,23 +58,31 @@ impl Pins {
             rules,
             own,
             intercepted: Vec::new(),
+            shadows: Vec::new(),
+            looked: None,
             pins: Vec::new(),
         })))
     }
 
-    /// The same table with `names` (the hosts request rules intercept) left
-    /// out at every port, whatever rule lists them: the run reaches those
-    /// only through the runner's proxy, which checks each request, so the
-    /// run's resolver never answers them and no pin admits a direct
-    /// connect to them (an `--allow-net` rule, exact or wildcard, listing
-    /// one does not open a way around the proxy).
-    pub fn except_intercepted<S: AsRef<str>>(self, names: impl IntoIterator<Item = S>) -> Self {
+    /// The same table with `hosts` (the names request rules intercept, each
+    /// with a port it is intercepted at) left out at every port, whatever
+    /// rule lists them: the run reaches those only through the runner's
+    /// proxy, which checks each request, so the run's resolver never
+    /// answers them and no pin admits a direct connect to them (an
+    /// `--allow-net` rule, exact or wildcard, listing one does not open a
+    /// way around the proxy).
+    pub fn except_intercepted<S: AsRef<str>>(
+        self,
+        hosts: impl IntoIterator<Item = (S, u16)>,
+    ) -> Self {
         {
             let mut table = self.table();
-            for name in names {
+            for (name, port) in hosts {
                 let name = normal(name.as_ref());
-                if !table.intercepted.contains(&name) {
-                    table.intercepted.push(name);
+                match table.intercepted.iter_mut().find(|(n, _)| *n == name) {
+                    Some((_, ports)) if !ports.contains(&port) => ports.push(port),
+                    Some(_) => {}
+                    None => table.intercepted.push((name, vec![port])),
                 }
             }
         }
@@ -78,7 +92,84 @@ impl Pins {
     /// Whether a request rule intercepts `name` ([`Pins::except_intercepted`]).
     pub fn intercepted(&self, name: &str) -> bool {
         let name = normal(name);
-        self.table().intercepted.contains(&name)
+        self.table().intercepted.iter().any(|(n, _)| *n == name)
+    }
+
+    /// The names request rules intercept.
+    pub fn intercepted_names(&self) -> Vec<String> {
+        self.table()
+            .intercepted
+            .iter()
+            .map(|(n, _)| n.clone())
+            .collect()
+    }
+
+    /// Notes that the intercepted `name` was found at `ip` (an `/etc/hosts`
+    /// entry, the runner's lookup), for `ttl` (at most [`MAX_PIN_TTL`]):
+    /// until then no pin admits a direct connect to `ip` at a port `name`
+    /// is intercepted at, whatever other name was answered with that
+    /// address (one address serving many names: a direct TLS connection
+    /// may ask it for any). False when `name` is not intercepted.
+    pub fn shadow(&self, name: &str, ip: IpAddr, ttl: Duration) -> bool {
+        let name = normal(name);
+        let now = Instant::now();
+        let expires = now + ttl.min(MAX_PIN_TTL);
+        let mut table = self.table();
+        if !table.intercepted.iter().any(|(n, _)| *n == name) {
+            return false;
+        }
+        table.shadows.retain(|p| p.expires > now);
+        let ip = canonical_ip(ip);
+        match table
+            .shadows
+            .iter_mut()
+            .find(|p| p.ip == ip && p.name == name)
+        {
+            Some(p) => p.expires = p.expires.max(expires),
+            None => {
+                if table.shadows.len() >= MAX_PINS {
+                    table.shadows.remove(0);
+                }
+                table.shadows.push(Pin { name, ip, expires });
+            }
+        }
+        true
+    }
+
+    /// Whether the intercepted names are due to be looked up again (for
+    /// [`Pins::shadow`]): never looked up, or last more than `every` ago.
+    /// True once per period: the caller looks them up.
+    pub fn shadows_due(&self, every: Duration) -> bool {
+        let now = Instant::now();
+        let mut table = self.table();
+        if table.intercepted.is_empty()
+            || table
+                .looked
+                .is_some_and(|at| now.saturating_duration_since(at) < every)
+        {
+            return false;
+        }
+        table.looked = Some(now);
+        true
+    }
+
+    /// The intercepted name whose live shadow ([`Pins::shadow`]) holds
+    /// `addr`'s address at a port that name is intercepted at, if any.
+    pub fn shared_with_intercepted(&self, addr: SocketAddr) -> Option<String> {
+        let now = Instant::now();
+        let ip = canonical_ip(addr.ip());
+        let table = self.table();
+        table
+            .shadows
+            .iter()
+            .filter(|p| p.expires > now && p.ip == ip)
+            .find(|p| {
+                table
+                    .intercepted
+                    .iter()
+                    .any(|(n, ports)| *n == p.name && ports.contains(&addr.port()))
+            })
+            .map(|p| p.name.clone())
     }
 
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
@@ -91,7 +182,7 @@ impl Pins {
     pub fn lists(&self, name: &str) -> Option<NameMatch> {
         let table = self.table();
         let normal = normal(name);
-        if table.intercepted.contains(&normal) {
+        if table.intercepted.iter().any(|(n, _)| *n == normal) {
             return None;
         }
         let mut found = None;
@@ -152,8 +243,13 @@ impl Pins {
     }
 
     /// The name a live pin admits `addr` for, if any: a name pinned to its
-    /// address that the rules admit at its port.
+    /// address that the rules admit at its port, unless an intercepted name
+    /// was found at that address and is intercepted at that port
+    /// ([`Pins::shadow`]).
     pub fn admits(&self, addr: SocketAddr) -> Option<String> {
+        if self.shared_with_intercepted(addr).is_some() {
+            return None;
+        }
         let now = Instant::now();
         let table = self.table();
         let ip = canonical_ip(addr.ip());
@@ -161,7 +257,10 @@ impl Pins {
             .pins
             .iter()
             .filter(|p| p.expires > now && canonical_ip(p.ip) == ip)
-            .filter(|p| !table.intercepted.contains(&normal(&p.name)))
+            .filter(|p| {
+                let name = normal(&p.name);
+                !table.intercepted.iter().any(|(n, _)| *n == name)
+            })
             .find(|p| {
                 table
                     .rules
@@ -273,7 +372,7 @@ mod tests {
     #[test]
     fn an_intercepted_name_is_never_listed_answered_or_pinned_whatever_rule_lists_it() {
         let p = pins(&["pkgs.example.com:8443", "*.example.org", "svc.example.com"])
-            .except_intercepted(["pkgs.example.com", "API.example.org."]);
+            .except_intercepted([("pkgs.example.com", 8443), ("API.example.org.", 443)]);
         let ip: IpAddr = "203.0.113.7".parse().unwrap();
         let ttl = Duration::from_secs(60);
         for name in ["pkgs.example.com", "PKGS.example.com.", "api.example.org"] {
@@ -298,5 +397,48 @@ mod tests {
             p.admits(SocketAddr::new(ip, 22)).as_deref(),
             Some("svc.example.com")
         );
+    }
+
+    #[test]
+    fn an_address_an_intercepted_name_was_found_at_admits_no_direct_connect_at_its_port() {
+        let p = pins(&["svc.example.com", "pkgs.example.com"])
+            .except_intercepted([("pkgs.example.com", 8443), ("pkgs.example.com", 443)]);
+        let shared: IpAddr = "203.0.113.7".parse().unwrap();
+        let apart: IpAddr = "203.0.113.8".parse().unwrap();
+        let ttl = Duration::from_secs(60);
+        assert!(p.pin("svc.example.com", shared, ttl));
+        assert!(p.pin("svc.example.com", apart, ttl));
+        assert!(p.admits(SocketAddr::new(shared, 8443)).is_some());
+        // Found at the shared address: no pin admits it at 8443 or 443.
+        assert!(p.shadow("PKGS.example.com.", shared, ttl));
+        assert!(!p.shadow("svc.example.com", apart, ttl), "not intercepted");
+        for port in [8443, 443] {
+            let addr = SocketAddr::new(shared, port);
+            assert_eq!(
+                p.shared_with_intercepted(addr).as_deref(),
+                Some("pkgs.example.com")
+            );
+            assert!(p.admits(addr).is_none(), "{addr}");
+            let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+            assert!(p.admits(SocketAddr::new(mapped, port)).is_none());
+        }
+        // Twins: another port of the shared address, the same port of
+        // another address.
+        assert_eq!(
+            p.admits(SocketAddr::new(shared, 22)).as_deref(),
+            Some("svc.example.com")
+        );
+        assert!(p.admits(SocketAddr::new(apart, 8443)).is_some());
+        // The shadow expires.
+        let q = pins(&["svc.example.com"]).except_intercepted([("pkgs.example.com", 443)]);
+        assert!(q.pin("svc.example.com", shared, ttl));
+        assert!(q.shadow("pkgs.example.com", shared, Duration::from_millis(1)));
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(q.admits(SocketAddr::new(shared, 443)).is_some());
+        // Looked up once a period.
+        assert!(q.shadows_due(Duration::from_secs(60)));
+        assert!(!q.shadows_due(Duration::from_secs(60)));
+        assert!(q.shadows_due(Duration::ZERO));
+        assert!(!pins(&["svc.example.com"]).shadows_due(Duration::ZERO));
     }
 }

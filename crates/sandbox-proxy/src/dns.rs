@@ -496,12 +496,17 @@ fn answer(shared: &Shared, query: &[u8]) -> Option<Vec<u8>> {
         // A listed name, another record type: no data (NOERROR, no answers).
         return Some(reply(0, Some(&q), &[]));
     }
-    let resolved = match &shared.lookup {
-        Some(lookup) => lookup(&q.name),
-        None => (q.name.as_str(), 0)
-            .to_socket_addrs()
-            .map(|a| a.map(|a| a.ip()).collect()),
-    };
+    // Where the intercepted names are now (looked up at most once a
+    // period): no pin admits a direct connect to such an address at an
+    // intercepted port, whichever name it is answered for.
+    if shared.pins.shadows_due(ANSWER_TTL) {
+        for name in shared.pins.intercepted_names() {
+            for ip in look_up(shared, &name).unwrap_or_default() {
+                shared.pins.shadow(&name, ip, 2 * ANSWER_TTL);
+            }
+        }
+    }
+    let resolved = look_up(shared, &q.name);
     let Ok(resolved) = resolved else {
         return Some(reply(RCODE_SERVFAIL, Some(&q), &[]));
     };
@@ -522,6 +527,17 @@ fn answer(shared: &Shared, query: &[u8]) -> Option<Vec<u8>> {
         shared.answered.fetch_add(1, Ordering::Relaxed);
     }
     Some(reply(0, Some(&q), &records))
+}
+
+/// The addresses `name` resolves to: by the resolver's own lookup when it
+/// has one (tests), else the system's.
+fn look_up(shared: &Shared, name: &str) -> io::Result<Vec<IpAddr>> {
+    match &shared.lookup {
+        Some(lookup) => lookup(name),
+        None => (name, 0)
+            .to_socket_addrs()
+            .map(|a| a.map(|a| a.ip()).collect()),
+    }
 }
 
 #[cfg(target_os = "linux")]
@@ -840,6 +856,53 @@ mod tests {
             })
         });
         (DnsServer::start(pins.clone(), Some(lookup)).unwrap(), pins)
+    }
+
+    #[test]
+    fn an_intercepted_name_is_nxdomain_and_its_address_admits_no_direct_connect_at_its_port() {
+        let rules = EgressRules::new(vec![
+            "*.example.com".parse().unwrap(),
+            "svc.example.com".parse().unwrap(),
+        ]);
+        let pins =
+            Pins::new(rules, HostAddrs::new([])).except_intercepted([("pkgs.example.com", 443)]);
+        let lookup: Lookup = Arc::new(|name: &str| {
+            Ok(match name {
+                // Co-hosted: the intercepted host and a listed one.
+                "pkgs.example.com" | "shared.example.com" => vec!["93.184.215.14".parse().unwrap()],
+                "svc.example.com" => vec!["93.184.215.15".parse().unwrap()],
+                _ => vec![],
+            })
+        });
+        let s = DnsServer::start(pins.clone(), Some(lookup)).unwrap();
+        assert_eq!(
+            ask(&s, "pkgs.example.com", TYPE_A),
+            (RCODE_NXDOMAIN, vec![])
+        );
+        assert_eq!(
+            ask(&s, "PKGS.example.com.", TYPE_A),
+            (RCODE_NXDOMAIN, vec![])
+        );
+        let shared: IpAddr = "93.184.215.14".parse().unwrap();
+        // The co-hosted name is answered, and its pin admits it at other
+        // ports, never at the intercepted one.
+        assert_eq!(ask(&s, "shared.example.com", TYPE_A), (0, vec![shared]));
+        assert_eq!(
+            pins.admits(SocketAddr::new(shared, 22)).as_deref(),
+            Some("shared.example.com")
+        );
+        assert!(pins.admits(SocketAddr::new(shared, 443)).is_none());
+        // Twin: a listed name at an address of its own.
+        assert_eq!(
+            ask(&s, "svc.example.com", TYPE_A),
+            (0, vec!["93.184.215.15".parse().unwrap()])
+        );
+        assert!(pins.admits("93.184.215.15:443".parse().unwrap()).is_some());
+        let (refused, _) = s.refused();
+        assert_eq!(refused.len(), 1, "{refused:?}");
+        assert!(refused[0]
+            .reason
+            .starts_with("a request rule intercepts this name"));
     }
 
     #[test]

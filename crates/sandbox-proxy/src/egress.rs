@@ -590,12 +590,16 @@ fn proxy_call(r: crate::Refused) -> MediatedCall {
 fn start_dns(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<(DnsServer, DnsRoute)> {
     let own = crate::host_addrs()?;
     // The hosts request rules intercept are left out, whatever rule lists
-    // them: reached only through the proxy, which checks each request.
+    // them: reached only through the proxy, which checks each request. Where
+    // `/etc/hosts` puts one, no pin admits a direct connect at its
+    // intercepted ports (another name listed at the same address).
     let pins = Pins::new(EgressRules::new(policy.allow_net().to_vec()), own)
-        .except_intercepted(policy.requests().iter().map(|r| r.host()));
+        .except_intercepted(policy.requests().iter().map(|r| (r.host(), r.port())));
     if let Ok(hosts) = std::fs::read_to_string("/etc/hosts") {
         for (ip, name) in hosts_entries(&hosts) {
-            if pins.lists(&name) == Some(NameMatch::Exact) {
+            if pins.intercepted(&name) {
+                pins.shadow(&name, ip, ttl);
+            } else if pins.lists(&name) == Some(NameMatch::Exact) {
                 pins.pin(&name, ip, ttl);
             }
         }

@@ -37,12 +37,17 @@ class H(http.server.BaseHTTPRequestHandler):
     do_GET = do_POST = do_PUT = do_HEAD = do_DELETE = reply
     def log_message(self, *a):
         pass
-s = http.server.ThreadingHTTPServer(("0.0.0.0", 8443), H)
+import threading
 ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
 ctx.load_cert_chain(sys.argv[1] + "/leaf.pem", sys.argv[1] + "/leaf.key")
-s.socket = ctx.wrap_socket(s.socket, server_side=True)
+def listen(port):
+    s = http.server.ThreadingHTTPServer(("0.0.0.0", port), H)
+    s.socket = ctx.wrap_socket(s.socket, server_side=True)
+    return s
+main, other = listen(8443), listen(9443)
+threading.Thread(target=other.serve_forever, daemon=True).start()
 open(sys.argv[1] + "/ready", "w").close()
-s.serve_forever()
+main.serve_forever()
 "#;
 
 /// Asks the run's resolver (over TCP, port 53 of the first nameserver,
@@ -284,7 +289,9 @@ done
 /// (curl `--connect-to`), is refused with a TLS alert and recorded, as is
 /// an IP-literal tunnel whose TLS asks for it; root and nobody. Twins: the
 /// same tunnels asking for their own host pass, and so does an IP-literal
-/// tunnel without a server name.
+/// tunnel without a server name. A direct connection (no proxy) to the
+/// shared address at the intercepted port is refused too (the run found
+/// the intercepted host there), at another port not.
 #[test]
 fn a_tunnel_whose_tls_asks_for_an_intercepted_host_is_refused() {
     let (out, d) = in_private_net(&format!(
@@ -296,6 +303,9 @@ R -- sh -c "$C $TO -X DELETE https://pkgs.example.com:8443/admin-connect 2>&1; e
 R -- sh -c "$C $TO --proxy \"\$ALL_PROXY\" -X DELETE https://pkgs.example.com:8443/admin-socks 2>&1; echo rc=\$?" | sed 's/^/socks /'
 R -- sh -c "$C --connect-to pkgs.example.com:8443:1.2.3.4:8443 -X DELETE https://pkgs.example.com:8443/admin-ip 2>&1; echo rc=\$?" | sed 's/^/ip /'
 cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com:8443 -- sh -c "$C $TO -X DELETE https://pkgs.example.com:8443/admin-nobody 2>&1; echo rc=\$?" | sed 's/^/nobody /'
+for q in "" "python3 $DNSQ shared.example.com;"; do
+  "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com -- sh -c "$q $C --noproxy '*' -X DELETE https://pkgs.example.com:8443/admin-direct 2>&1; echo rc=\$?; $C --noproxy '*' https://shared.example.com:9443/fine-direct" | sed 's/^/direct /'
+done
 R -- $C https://shared.example.com:8443/fine-connect | sed 's/^/connect twin /'
 R -- sh -c "$C --proxy \"\$ALL_PROXY\" https://shared.example.com:8443/fine-socks" | sed 's/^/socks twin /'
 R -- sh -c "curl -sS --max-time 5 -k --proxy \"\$HTTPS_PROXY\" https://1.2.3.4:8443/fine-ip" | sed 's/^/ip twin /'
@@ -311,6 +321,23 @@ R -- curl -sS https://pkgs.example.com:8443/simple/intercepted | sed 's/^/interc
         lacks(&l, &format!("{case} "), &format!("admin-{case}"));
     }
     has(&l, "connect curl: (35) OpenSSL");
+    // A direct connection to the shared address at the intercepted port
+    // (pinned for shared.example.com from /etc/hosts, or by the run's
+    // resolver) is refused; the same address at another port is reached.
+    assert_eq!(
+        l.iter().filter(|x| x.as_str() == "direct rc=7").count(),
+        2,
+        "{l:#?}"
+    );
+    assert_eq!(
+        l.iter()
+            .filter(
+                |x| x.as_str() == "direct origin saw GET /fine-direct host=shared.example.com:9443"
+            )
+            .count(),
+        2,
+        "{l:#?}"
+    );
     has(&l, "alert access denied");
     has(
         &l,
