@@ -223,6 +223,40 @@ fn the_outer_run_audits_what_nested_runs_made() {
             let line = line_for(&err, &ws.join("r")).unwrap_or_else(|| panic!("{how}: {err}"));
             assert!(line.contains("core.fsmonitor"), "{how}: {line}");
         }
+        // In a session, the nested run's repository is in the command's
+        // exit event, either launch.
+        for launch in ["shared", "per-command"] {
+            let _ = std::fs::remove_dir_all(ws.join("r"));
+            let w = ws.display().to_string();
+            let events = session(
+                nobody,
+                &[
+                    "--mode",
+                    "workspace-write",
+                    "--workspace",
+                    &w,
+                    "--launch",
+                    launch,
+                ],
+                &[json!({"id": "n", "op": "run", "cwd": w,
+                         "argv": ["/bin/sh", "-c", format!("cd {w}; {nested}"), make]})],
+            );
+            let exit = events
+                .iter()
+                .find(|e| e["id"] == "n" && e["event"] == "exit")
+                .unwrap_or_else(|| panic!("{launch}: {events:?}"));
+            assert_eq!(exit["status"], 0, "{launch}: {exit}");
+            let at = format!("repository at {w}/r ");
+            assert!(
+                exit["summary"]
+                    .as_array()
+                    .is_some_and(|s| s.iter().any(|l| {
+                        l.as_str()
+                            .is_some_and(|l| l.contains(&at) && l.contains("core.fsmonitor"))
+                    })),
+                "{launch}: {exit}"
+            );
+        }
     }
 }
 
