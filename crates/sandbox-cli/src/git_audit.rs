@@ -9,8 +9,15 @@
 //! that repository's `core.fsmonitor`. So the sandbox says which new ones
 //! carry code that git would run, once, after the run. The repositories are
 //! those the broker saw made (it made the directory and wrote a `HEAD` in
-//! it), wherever they are; without a broker (no record of the run's entries)
-//! the workspace is walked before and after, within bounds.
+//! it), wherever they are, and those the records of its nested runs name;
+//! without a broker (no record of the run's entries) the workspace is
+//! walked before and after, within bounds. In a session each command's
+//! audit covers every repository made so far ([`Memory`]).
+//!
+//! The command made what the audit reads, so the audit reads only beneath
+//! the write paths ([`Scope`]), on a thread without capabilities, each
+//! file and hooks directory once, within one budget ([`MAX_FILES`] ...
+//! [`MAX_TIME`]); past it, it names what it did not check.
 
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::os::unix::fs::MetadataExt;
