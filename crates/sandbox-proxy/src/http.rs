@@ -387,6 +387,57 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
         Ok(parts) => parts,
         Err(why) => return bad_request(client, &why),
     };
+    // With secrets, no placeholder goes in the body either (no secret
+    // goes over plain HTTP). A chunked body is also watched as the origin
+    // reads it (the chunks joined), where a placeholder split by a chunk's
+    // framing stands whole.
+    #[cfg(target_os = "linux")]
+    let mut watch = slot
+        .shared
+        .opts
+        .interception
+        .as_ref()
+        .and_then(|interception| {
+            let raw = crate::intercept::BodyGuard::new(interception.inner.secrets().iter())?;
+            let chunked = head.headers.iter().any(|(n, v)| {
+                n.eq_ignore_ascii_case("transfer-encoding")
+                    && String::from_utf8_lossy(v)
+                        .to_ascii_lowercase()
+                        .contains("chunked")
+            });
+            Some(Watch {
+                raw,
+                joined: chunked
+                    .then(|| crate::intercept::BodyGuard::new(interception.inner.secrets().iter()))
+                    .flatten()
+                    .map(|g| (Joined::Chunks(crate::chunked::Decoder::new()), g)),
+            })
+        });
+    // The bytes read with the head start the body: watched before any of
+    // it goes (or the origin is reached).
+    #[cfg(target_os = "linux")]
+    if let Some(Err(stop)) = watch.as_mut().map(|w| w.check(&head.rest)) {
+        let (status, reason, why) = stop.refusal();
+        let text = format!(
+            "sandbox egress proxy: refused {} http://{authority}{path}: {why}",
+            head.method
+        );
+        let (host, port) = match &target.host {
+            crate::target::Host::Name(name) => (name.clone(), target.port),
+            crate::target::Host::Ip(ip) => (ip.to_string(), target.port),
+        };
+        slot.shared.refuse(crate::Refused {
+            host,
+            port,
+            reason: crate::RefusalReason::Request {
+                method: head.method.clone(),
+                path: String::new(),
+                why,
+                admit_with: None,
+            },
+        });
+        return answer(client, status, reason, &text);
+    }
     let mut upstream = match open(&slot.shared, &target) {
         Ok(upstream) => upstream,
         Err(failure) => return answer_failure(client, &target, &failure),
@@ -406,49 +457,27 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
     if upstream.write_all(&first).is_err() {
         return;
     }
-    // With secrets, no placeholder goes in the body either (no secret
-    // goes over plain HTTP).
     #[cfg(target_os = "linux")]
-    if let Some(interception) = &slot.shared.opts.interception {
-        if let Some(guard) = crate::intercept::BodyGuard::new(interception.inner.secrets().iter()) {
-            // A chunked body is also watched as the origin reads it (the
-            // chunks joined), where a placeholder split by a chunk's
-            // framing stands whole.
-            let chunked = head.headers.iter().any(|(n, v)| {
-                n.eq_ignore_ascii_case("transfer-encoding")
-                    && String::from_utf8_lossy(v)
-                        .to_ascii_lowercase()
-                        .contains("chunked")
-            });
-            let mut watch = Watch {
-                raw: guard,
-                joined: chunked
-                    .then(|| crate::intercept::BodyGuard::new(interception.inner.secrets().iter()))
-                    .flatten()
-                    .map(|g| (Joined::Chunks(crate::chunked::Decoder::new()), g)),
-            };
-            // The head was checked with the bytes after it: they start the body.
-            let _ = watch.check(&head.rest);
-            let shown = format!("{} http://{authority}{path}", head.method);
-            // The response passes the proxy in clear: the secrets' values
-            // are masked in it as in an intercepted one (an origin that
-            // serves what an intercepted host stored).
-            let scrub = interception.inner.scrub(std::iter::empty());
-            let response = crate::intercept::body::PlainResponse::new(
-                scrub,
-                head.method.eq_ignore_ascii_case("HEAD"),
-                head.minor == 1,
-            );
-            return relay_guarded(
-                slot,
-                client,
-                upstream,
-                (watch, response),
-                &target,
-                &head.method,
-                &shown,
-            );
-        }
+    if let (Some(interception), Some(watch)) = (&slot.shared.opts.interception, watch) {
+        let shown = format!("{} http://{authority}{path}", head.method);
+        // The response passes the proxy in clear: the secrets' values
+        // are masked in it as in an intercepted one (an origin that
+        // serves what an intercepted host stored).
+        let scrub = interception.inner.scrub(std::iter::empty());
+        let response = crate::intercept::body::PlainResponse::new(
+            scrub,
+            head.method.eq_ignore_ascii_case("HEAD"),
+            head.minor == 1,
+        );
+        return relay_guarded(
+            slot,
+            client,
+            upstream,
+            (watch, response),
+            &target,
+            &head.method,
+            &shown,
+        );
     }
     // The body (framed by the client's Content-Length or chunking) and
     // the response are relayed as bytes: everything goes to the one
@@ -469,15 +498,52 @@ struct Watch<'a> {
 enum Joined {
     /// De-chunked by the proxy's one decoder ([`crate::chunked`]).
     Chunks(crate::chunked::Decoder),
-    /// After the body's end, or once its framing does not read (an origin
-    /// may read it otherwise): the bytes as they are.
+    /// After the body's end (bytes a client sends after it): as they are.
     Raw,
+}
+
+/// Why a watched plain request body is cut off.
+#[cfg(target_os = "linux")]
+enum Stop<'a> {
+    /// It carries this secret's placeholder.
+    Placeholder(&'a crate::Secret),
+    /// Its chunked framing does not read: the origin may read it
+    /// otherwise, joining what the proxy saw apart.
+    Framing(crate::chunked::Malformed),
+}
+
+#[cfg(target_os = "linux")]
+impl Stop<'_> {
+    /// The refusal's status, reason phrase and why.
+    fn refusal(&self) -> (u16, &'static str, String) {
+        match self {
+            Stop::Placeholder(secret) => (
+                403,
+                "Forbidden",
+                format!(
+                    "the request body carries the placeholder of the secret {}, which goes only \
+                     to {} (attempted exfiltration; the request was cut off before it)",
+                    secret.name(),
+                    secret.hosts().join(", ")
+                ),
+            ),
+            Stop::Framing(why) => (
+                400,
+                "Bad Request",
+                format!(
+                    "the request's chunked body is malformed ({why}) while the run has secrets: \
+                     the proxy could not read it as the origin may (a placeholder split by its \
+                     framing would pass unseen); the request was cut off there"
+                ),
+            ),
+        }
+    }
 }
 
 #[cfg(target_os = "linux")]
 impl<'a> Watch<'a> {
-    fn check(&mut self, bytes: &[u8]) -> Result<(), &'a crate::Secret> {
-        self.raw.check(bytes)?;
+    fn check(&mut self, bytes: &[u8]) -> Result<(), Stop<'a>> {
+        self.raw.check(bytes).map_err(Stop::Placeholder)?;
         let Some((view, guard)) = &mut self.joined else {
             return Ok(());
         };
@@ -490,13 +556,12 @@ impl<'a> Watch<'a> {
                         *view = Joined::Raw;
                     }
                 }
-                Err(crate::chunked::Error::Sink(secret)) => return Err(secret),
-                // All of this read, as it is, from here on.
-                Err(crate::chunked::Error::Malformed(_)) => *view = Joined::Raw,
+                Err(crate::chunked::Error::Sink(secret)) => return Err(Stop::Placeholder(secret)),
+                Err(crate::chunked::Error::Malformed(why)) => return Err(Stop::Framing(why)),
             }
         }
         if matches!(view, Joined::Raw) && !rest.is_empty() {
-            guard.check(rest)?;
+            guard.check(rest).map_err(Stop::Placeholder)?;
         }
         Ok(())
     }
@@ -541,10 +606,10 @@ fn relay_guarded(
                         Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                         Err(_) => break,
                     };
-                    if let Err(secret) = guard.check(&buf[..n]) {
+                    if let Err(stop) = guard.check(&buf[..n]) {
                         caught.store(true, std::sync::atomic::Ordering::SeqCst);
                         let _ = to_upstream.shutdown(Shutdown::Both);
-                        return Some((secret.name().to_string(), secret.hosts().join(", ")));
+                        return Some(stop.refusal());
                     }
                     if to_upstream.write_all(&buf[..n]).is_err() {
                         break;
@@ -632,15 +697,11 @@ fn relay_guarded(
         let text = format!("sandbox egress proxy: refused the response to {shown}: {why}");
         return refuse(why, 502, "Bad Gateway", text);
     }
-    let Some((name, hosts)) = found else {
+    let Some((status, reason, why)) = found else {
         return;
     };
-    let why = format!(
-        "the request body carries the placeholder of the secret {name}, which goes only to \
-         {hosts} (attempted exfiltration; the request was cut off before it)"
-    );
     let text = format!("sandbox egress proxy: refused {shown}: {why}");
-    refuse(why, 403, "Forbidden", text);
+    refuse(why, status, reason, text);
 }
 
 #[cfg(test)]
@@ -669,8 +730,8 @@ mod tests {
 
     /// A placeholder split by a chunk's framing is found in the joined
     /// view, the body cut anywhere; the twin: a body without it passes;
-    /// a framing the decoder refuses is watched as it is (a whole
-    /// placeholder after it still found).
+    /// a framing the decoder refuses is refused (an origin may join what
+    /// the proxy would see apart).
     #[cfg(target_os = "linux")]
     #[test]
     fn chunked_bodies_are_joined_as_the_origin_reads_them() {
@@ -711,9 +772,20 @@ mod tests {
             let mut w = watch(true);
             w.check(&plain.as_bytes()[..cut]).is_ok() && w.check(&plain.as_bytes()[cut..]).is_ok()
         }));
-        // A framing the decoder refuses (a signed size): the rest watched raw.
-        let bad = format!("-3\r\nx=1\r\n{:x}\r\n{p}\r\n0\r\n\r\n", p.len());
-        assert!(found(bad.as_bytes(), true));
+        // A framing the decoder refuses (a size with a trailing space, as
+        // a lenient origin may read it), no placeholder in it: refused as
+        // such, split anywhere (its well-formed twin is `plain` above).
+        let bad = plain.replacen("3;ext=1\r\n", "3 \r\n", 1);
+        for cut in 0..=bad.len() {
+            let mut w = watch(true);
+            let stop = w
+                .check(&bad.as_bytes()[..cut])
+                .and_then(|()| w.check(&bad.as_bytes()[cut..]));
+            assert!(
+                matches!(stop, Err(Stop::Framing(crate::chunked::Malformed::Size))),
+                "cut at {cut}"
+            );
+        }
     }
 
     #[test]

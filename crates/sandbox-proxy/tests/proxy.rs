@@ -1584,3 +1584,62 @@ fn a_name_is_looked_up_only_once_admitted() {
     assert!(head.starts_with("HTTP/1.1 403 "), "{head}");
     assert_eq!(keeper.asked.lock().unwrap().len(), 3);
 }
+
+/// While a run has secrets, a plain `http://` chunked body sent with its
+/// head in one write is watched before any of it goes: a placeholder
+/// split by the chunk framing is refused (403, the origin never reached),
+/// as is a framing the proxy's chunked decoder refuses (400: a lenient
+/// origin could join what the proxy saw apart); the twin: the same body
+/// with another value in place of the placeholder is forwarded.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_chunked_body_sent_with_its_head_is_watched_before_it_goes() {
+    let dir = std::env::temp_dir().join(format!("proxy-test-ca-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ca = dir.join("ca.pem");
+    let cert = rcgen::generate_simple_self_signed(vec!["upstream.test".to_string()]).unwrap();
+    std::fs::write(&ca, cert.cert.pem()).unwrap();
+    let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+    let secret = sandbox_proxy::Secret::new(&spec, b"the-value".to_vec()).unwrap();
+    let p = secret.placeholder().to_string();
+    let interception = sandbox_proxy::Interception::new(
+        vec!["GET https://api.example.com/**".parse().unwrap()],
+        Some(&ca),
+        vec![secret],
+    )
+    .unwrap();
+    let o = origin();
+    let proxy = Proxy::start(
+        rules(&[&format!("localhost:{}", o.port())]),
+        ProxyOptions::default().interception(interception),
+    )
+    .unwrap();
+    let (a, b) = p.split_at(p.len() / 2);
+    let request = |framing: &str, second: &str| {
+        format!(
+            "POST http://localhost:{port}/p HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n\
+             {framing}\r\nx=1\r\n{:x}\r\n{a}\r\n{:x}\r\n{second}\r\n0\r\n\r\n",
+            a.len(),
+            second.len(),
+            port = o.port()
+        )
+    };
+    let (status, body) = refused(&proxy, &request("3", b));
+    assert!(status.starts_with("HTTP/1.1 403 "), "{status} {body}");
+    assert!(body.contains("placeholder of the secret TOKEN"), "{body}");
+    let (status, body) = refused(&proxy, &request("3 ", &"y".repeat(b.len())));
+    assert!(status.starts_with("HTTP/1.1 400 "), "{status} {body}");
+    assert!(body.contains("chunked body is malformed"), "{body}");
+    assert!(o.seen().is_empty(), "{:?}", o.seen());
+    // The twin: another value where the placeholder's end was reaches
+    // the origin (which reads no chunked body: its answer may be cut by
+    // the reset its close sends, so only what it saw is checked).
+    let mut s = client(&proxy);
+    s.write_all(request("3", &"y".repeat(b.len())).as_bytes())
+        .unwrap();
+    let _ = read_all(&mut s);
+    let seen = o.seen();
+    assert_eq!(seen.len(), 1, "{seen:?}");
+    assert!(seen[0].starts_with("POST /p HTTP/1.1\r\n"), "{seen:?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}
