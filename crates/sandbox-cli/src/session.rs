@@ -1415,6 +1415,9 @@ fn end_kept_runs(
         if !end.nested.is_empty() {
             e.insert("nested".into(), json!(end.nested));
         }
+        if end.nested_omitted > 0 {
+            e.insert("nested_omitted".into(), end.nested_omitted.into());
+        }
         if !summary.is_empty() {
             e.insert("summary".into(), json!(summary));
         }
@@ -1552,6 +1555,9 @@ fn exit_event(
     // The records of the runs nested in the command, as `--report` has them.
     if !outcome.nested.is_empty() {
         e.insert("nested".into(), json!(outcome.nested));
+    }
+    if outcome.omitted.nested > 0 {
+        e.insert("nested_omitted".into(), outcome.omitted.nested.into());
     }
     // With those of its nested runs (F7), and every earlier command's (F6).
     let made = git_audit::made_in(outcome);

@@ -120,6 +120,12 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
     for n in &outcome.nested {
         out.push(format!("  {}", nested_line(n)));
     }
+    if outcome.omitted.nested > 0 {
+        out.push(format!(
+            "  {} more nested run(s) not recorded (the record keeps a bounded number of bytes)",
+            outcome.omitted.nested
+        ));
+    }
     if let Some(m) = &outcome.mediation {
         out.push(format!(
             "  broker: {} call(s) performed for the command, {} refused{}",

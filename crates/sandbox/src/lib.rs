@@ -91,7 +91,7 @@ pub mod runner {
     pub use crate::host::{
         containment, datagram_namespace, drop_thread_capabilities, limit_support,
     };
-    pub use crate::outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
+    pub use crate::outcome::{Classification, Omitted, Outcome, Termination, SCHEMA_VERSION};
     pub use crate::running::{
         run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
     };

@@ -43,9 +43,9 @@
 //! | who asks | the variable, fds it makes (socket pairs, files), fds it hands to others | the fd grants, not the variable; the client looks only when it runs under a seccomp filter with `no_new_privs` (so a forged variable at top level reaches no one), and needs a `SOCK_SEQPACKET` socket that answers the hello; the runner serves only stream pairs made (`SO_PEERCRED`) by a process in the run's cgroup (or process group), so a nested run's processes and processes outside the run cannot use it | `a_forged_capability_grants_nothing`, `an_unconfined_run_ignores_a_forged_capability`, `a_process_outside_the_run_cannot_use_the_socket`, `a_nest_socket_handed_to_a_nested_run_is_not_served` |
 //! | the request's contents | argv, env, cwd with NULs, `=`, bad paths; sizes; stdio fds | validated as a run's input (the errors a run gives, escaped); at most [`MAX_REQUEST`] bytes and 3 fds; datagram stdio refused as for any run; the lists whose checking touches the file system bounded before anything is resolved or looked up (at most [`MAX_TRUSTED_FILES`] trusted files, looked up on one thread; [`MAX_LIST`] entries per policy list and `PATH` directories; paths of at most [`MAX_PATH`] bytes, [`MAX_POLICY_PATHS`] in all), more refused naming the bound | `the_capability_cannot_run_anything_unconfined` (a request by hand), `a_huge_nested_request_holds_no_run_past_its_timeout_or_a_stop_signal` |
 //! | the nested run's lifetime | the requester dies or is stopped; the outer command exits or times out; bytes after the request | the nested launch ends (as on a timeout: SIGTERM, grace, SIGKILL, its cgroup or process group) when its connection closes, the outer run ends (before the outer run's other processes are ended) or, in a session's shared launch, the command that asked ends (before the next command starts), recorded `cancelled` naming which; a connection counts from the moment the door takes it, in the generation of the command it came in: the end-of-command sweep (`Commands::end_all`) closes that generation, closes the connections still queued, and waits for every connection of it, so a request read or checked when its command ended is refused, never started (nor one when the outer run ended); its stop signals are those its requester relays, never the runner's own; the outer run returns only after every nested run has; bytes after the request are stop signals passed on by the launch to the nested command's own process group (SIGINT, SIGQUIT, SIGTERM, SIGHUP only; the launching thread, which alone reaps it, sends them) | `nested_runs_end_with_the_outer_run`, `a_stop_signal_reaches_the_nested_command`, `a_nested_run_ended_from_outside_is_recorded_as_cancelled`, `a_stop_signal_to_the_outer_run_reaches_the_nested_command_once`, `a_commands_nested_run_does_not_outlive_it_shared`, `a_commands_nested_request_never_starts_in_the_next_command` |
-//! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s (100 ms once the outer run has ended); the records kept for the outer record are the tree's first 256 (each requester still gets its own) | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records` |
+//! | the runner's threads and memory | many requests (one after another too), requests never finished, replies never read, nested runs that nest again (each level's count would multiply) | at most [`MAX_NESTED`] served at once in the whole tree (a nested run's door shares its outer's count; more refused, saying so); a connection that sends nothing holds one thread until the outer run ends; a reply not read is dropped after 10 s (100 ms once the outer run has ended); each nested record is bounded by bytes ([`MAX_RECORD`], `bound_record`: argv, refusals, git directories, its own nested records cut, counted in `omitted` and `mediation`), kept once (per command in a shared launch, else for the outer record), and the records kept are the tree's first 256 within [`MAX_KEPT`] bytes (a shared launch's: 256 and [`MAX_KEPT`] per command), the rest counted (`omitted.nested`); the requester gets the same bounded record, which always fits the reply it reads ([`MAX_REPLY`]), and an answer it cannot read says the command may have run | `nested_runs_are_bounded`, `nested_runs_of_nested_runs_count_with_them`, `the_outer_record_keeps_a_bounded_number_of_nested_records`, `a_nested_runs_record_is_bounded_and_says_what_it_left_out`, unit `a_record_is_bounded_and_counts_what_it_left_out`, `kept_records_are_bounded_by_bytes_and_count` |
 //! | the outer run's limits | the nested commands' processes, memory and CPU, alongside the outer command's | the nested run's cgroups (v2, and the v1 groups that hold limits) are made inside the outer run's, so the kernel charges them to the outer run's limits; the outer run removes its cgroups only after every nested run has ended | `a_nested_run_is_charged_to_the_outer_runs_limits` |
-//! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` (in a session's shared launch, under the exit event of the command that asked, at most 256 each) | `the_inner_refusals_reach_the_outer_record`, `a_shared_commands_nested_runs_are_in_its_own_exit_event` |
+//! | the record | the nested command's refusals | recorded by the nested run's own broker and proxy, under the outer record's `nested` (in a session's shared launch, under the exit event of the command that asked, at most 256 and [`MAX_KEPT`] bytes each) | `the_inner_refusals_reach_the_outer_record`, `a_shared_commands_nested_runs_are_in_its_own_exit_event` |
 
 use std::ffi::OsString;
 use std::path::PathBuf;
@@ -80,6 +80,190 @@ pub const MAX_LIST: usize = 256;
 pub const MAX_PATH: usize = 4096;
 /// See [`MAX_PATH`].
 pub const MAX_POLICY_PATHS: usize = 64 << 10;
+
+/// The most bytes (as JSON) of one nested run's record as the outer runner
+/// keeps it and answers it, beyond its policy and enforcement report
+/// (which the request's bounds bound): its `argv`, refusals, git
+/// directories and own nested records are cut to fit (`bound_record`),
+/// saying how much was left out.
+pub const MAX_RECORD: usize = 256 << 10;
+/// The most bytes (as JSON) of the nested records one outer record keeps
+/// (and, in a session's shared launch, one command's exit event): records
+/// past it are counted (`omitted.nested`), not kept.
+pub const MAX_KEPT: usize = 4 << 20;
+/// The largest answer a nested run reads: a record bounded by
+/// [`MAX_RECORD`] plus a policy and report bounded by the request
+/// ([`MAX_REQUEST`]) fit with room to spare.
+pub const MAX_REPLY: usize = 16 << 20;
+
+/// The most bytes of `argv` a bounded record keeps.
+const KEPT_ARGV: usize = 16 << 10;
+/// The most bytes of refusals (targets, reasons) a bounded record keeps.
+const KEPT_REFUSALS: usize = 128 << 10;
+/// The most bytes of git directories' paths a bounded record keeps.
+const KEPT_GIT_DIRS: usize = 32 << 10;
+/// The most bytes of one text of the classification (a reason, a line of
+/// evidence) a bounded record keeps.
+const KEPT_TEXT: usize = 8 << 10;
+
+/// `s` cut to at most `max` bytes (at a character boundary); how many
+/// bytes were cut.
+fn cut(s: &mut String, max: usize) -> usize {
+    if s.len() <= max {
+        return 0;
+    }
+    let mut at = max;
+    while !s.is_char_boundary(at) {
+        at -= 1;
+    }
+    let cut = s.len() - at;
+    s.truncate(at);
+    cut
+}
+
+/// Bounds one nested run's record as its outer runner keeps and answers
+/// it (F2): `argv` keeps its first [`KEPT_ARGV`] bytes, the refusals and
+/// git directories those that fit their budget, each text of the
+/// classification its first [`KEPT_TEXT`] bytes, and its own nested
+/// records those that fit [`MAX_RECORD`]; what is left out is counted
+/// (`omitted`, `mediation.omitted`, `mediation.git_dirs_unnamed`). Returns
+/// the record's size as JSON.
+pub(crate) fn bound_record(outcome: &mut Outcome) -> usize {
+    // argv: the first arguments, the last one kept cut short.
+    let mut left = KEPT_ARGV;
+    let mut kept = 0;
+    for arg in &mut outcome.argv {
+        if left == 0 {
+            break;
+        }
+        let cut_off = cut(arg, left);
+        outcome.omitted.argv_bytes += cut_off;
+        left -= arg.len();
+        kept += 1;
+    }
+    if kept < outcome.argv.len() {
+        let dropped = outcome.argv.split_off(kept);
+        outcome.omitted.argv_args += dropped.len();
+        outcome.omitted.argv_bytes += dropped.iter().map(String::len).sum::<usize>();
+    }
+    if let Some(m) = &mut outcome.mediation {
+        // A refusal's JSON beyond its texts is under 100 bytes.
+        let cost = |c: &sandbox_core::MediatedCall| {
+            c.syscall.len() + c.target.len() + c.reason.len() + 100
+        };
+        let mut spent = 0;
+        let fit = m
+            .refused
+            .iter()
+            .take_while(|c| {
+                spent += cost(c);
+                spent <= KEPT_REFUSALS
+            })
+            .count();
+        let dropped = m.refused.len() - fit;
+        m.refused.truncate(fit);
+        m.omitted += dropped;
+        let mut spent = 0;
+        let fit = m
+            .git_dirs_made
+            .iter()
+            .take_while(|d| {
+                spent += d.as_os_str().len() + 8;
+                spent <= KEPT_GIT_DIRS
+            })
+            .count();
+        let dropped = m.git_dirs_made.len() - fit;
+        m.git_dirs_made.truncate(fit);
+        m.git_dirs_unnamed += dropped;
+        if let Some(error) = &mut m.error {
+            cut(error, KEPT_TEXT);
+        }
+    }
+    match &mut outcome.classification {
+        crate::outcome::Classification::SandboxDenial { evidence } => {
+            evidence.truncate(16);
+            for line in evidence {
+                cut(line, KEPT_TEXT);
+            }
+        }
+        crate::outcome::Classification::RunnerFailure { reason }
+        | crate::outcome::Classification::Cancelled { reason } => {
+            cut(reason, KEPT_TEXT);
+        }
+        crate::outcome::Classification::LimitExceeded { detail, .. } => {
+            cut(detail, KEPT_TEXT);
+        }
+        _ => {}
+    }
+    // Its own nested records (each bounded when its runner kept it):
+    // those that fit, in order.
+    let nested = std::mem::take(&mut outcome.nested);
+    let mut size = json_len(outcome);
+    for record in nested {
+        let len = json_len(&record) + 1;
+        if size + len <= MAX_RECORD {
+            size += len;
+            outcome.nested.push(record);
+        } else {
+            outcome.omitted.nested += 1;
+        }
+    }
+    json_len(outcome)
+}
+
+/// The size of `value` as JSON (0 when it cannot be written).
+fn json_len<T: Serialize>(value: &T) -> usize {
+    struct Count(usize);
+    impl std::io::Write for Count {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+    let mut count = Count(0);
+    match serde_json::to_writer(&mut count, value) {
+        Ok(()) => count.0,
+        Err(_) => 0,
+    }
+}
+
+/// Nested runs' records kept, within [`MAX_KEPT`] bytes, and how many were
+/// left out.
+#[derive(Debug, Default)]
+pub(crate) struct Kept {
+    /// The records kept, in the order their runs ended.
+    pub(crate) records: Vec<Outcome>,
+    /// Their size as JSON.
+    bytes: usize,
+    /// Records left out.
+    pub(crate) omitted: usize,
+}
+
+impl Kept {
+    /// Keeps `record` (`size` bytes as JSON) if it fits: at most `max`
+    /// records and [`MAX_KEPT`] bytes; counts it left out otherwise.
+    /// Whether it was kept.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    fn keep(&mut self, record: Outcome, size: usize, max: usize) -> bool {
+        if self.records.len() < max && self.bytes + size <= MAX_KEPT {
+            self.bytes += size;
+            self.records.push(record);
+            true
+        } else {
+            self.omitted += 1;
+            false
+        }
+    }
+
+    /// Puts these records in `outcome` (`nested`, `omitted.nested`).
+    pub(crate) fn into_outcome(self, outcome: &mut Outcome) {
+        outcome.nested = self.records;
+        outcome.omitted.nested += self.omitted;
+    }
+}
 
 /// A nested run's request, as sent over the connection (the policy a
 /// [`ResolvedPolicy`]; the runner reads it as the [`SandboxPolicy`] it
@@ -241,7 +425,7 @@ impl Door {
     fn serve(&self, _: &Outer<'_>) {
         match *self {}
     }
-    fn take(&self) -> Vec<Outcome> {
+    fn take(&self) -> Kept {
         match *self {}
     }
 }
@@ -296,9 +480,9 @@ pub(crate) fn door_for(
 pub(crate) fn serving<R: Send>(
     nest: Option<(&Door, Outer<'_>)>,
     launch: impl FnOnce() -> R + Send,
-) -> (R, Vec<Outcome>) {
+) -> (R, Kept) {
     let Some((door, outer)) = nest else {
-        return (launch(), Vec::new());
+        return (launch(), Kept::default());
     };
     let ran = std::thread::scope(|scope| {
         let outer = &outer;
@@ -325,10 +509,9 @@ mod imp {
     use std::time::{Duration, Instant};
 
     use super::{
-        Outer, Reply, Wire, HELLO, MAX_LIST, MAX_NESTED, MAX_PATH, MAX_POLICY_PATHS, MAX_REQUEST,
-        MAX_TRUSTED_FILES,
+        Kept, Outer, Reply, Wire, HELLO, MAX_LIST, MAX_NESTED, MAX_PATH, MAX_POLICY_PATHS,
+        MAX_REPLY, MAX_REQUEST, MAX_TRUSTED_FILES,
     };
-    use crate::outcome::Outcome;
     use crate::policy::ResolvedPolicy;
     use crate::running::{RunError, RunRequest, EXIT_SANDBOX};
 
@@ -528,12 +711,13 @@ mod imp {
         }
     }
 
-    /// Reads one frame (a little-endian u32 length, then that many bytes)
-    /// with up to `max_fds` fds on its first bytes.
+    /// Reads one frame (a little-endian u32 length, then that many bytes,
+    /// at most `max`) with up to `max_fds` fds on its first bytes.
     fn read_frame(
         sock: RawFd,
         stops: &[RawFd],
         max_fds: usize,
+        max: usize,
     ) -> io::Result<(Vec<u8>, Vec<OwnedFd>)> {
         let eof = || io::Error::new(io::ErrorKind::UnexpectedEof, "the connection closed");
         let mut head = [0u8; 4];
@@ -551,10 +735,10 @@ mod imp {
             got += n;
         }
         let len = u32::from_le_bytes(head) as usize;
-        if len > MAX_REQUEST {
+        if len > max {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
-                format!("the request is larger than {MAX_REQUEST} bytes"),
+                format!("the frame is larger than {max} bytes"),
             ));
         }
         let mut body = vec![0u8; len];
@@ -656,7 +840,7 @@ mod imp {
             if !matches!(e.raw_os_error(), Some(libc::EPIPE | libc::ECONNRESET)) {
                 return Err(failed(e));
             }
-            return read_frame(conn.as_raw_fd(), &[], 0)
+            return read_frame(conn.as_raw_fd(), &[], 0, MAX_REPLY)
                 .map(|(reply, _)| reply)
                 .map_err(|_| failed(e));
         }
@@ -682,7 +866,14 @@ mod imp {
                 break;
             }
         }
-        let (reply, _) = read_frame(conn.as_raw_fd(), &[], 0).map_err(failed)?;
+        // The request is in: the command may have run, whatever happens to
+        // the answer (F4).
+        let (reply, _) = read_frame(conn.as_raw_fd(), &[], 0, MAX_REPLY).map_err(|e| {
+            super::nest_failed(format!(
+                "its record could not be read from the outer runner ({e}); the command may \
+                 have run: the outer run's record says"
+            ))
+        })?;
         Ok(reply)
     }
 
@@ -701,7 +892,12 @@ mod imp {
         /// serves no more at once than [`MAX_NESTED`] and keeps no more
         /// records than [`MAX_RECORDS`].
         tree: Arc<Tree>,
-        nested: Mutex<Vec<Outcome>>,
+        /// The records kept for this run's own record; none when its
+        /// commands' records are taken one command at a time (a shared
+        /// launch's door: [`Commands::take`] has them, one copy only).
+        nested: Mutex<Kept>,
+        /// Whether [`Commands::take`] has this door's records.
+        per_command: bool,
         /// Where the run's processes and limits are held, once made.
         groups: OnceLock<sandbox_launch::RunGroups>,
         /// Whether [`Door::serve`] has returned (every nested run ended).
@@ -720,8 +916,10 @@ mod imp {
     struct Tree {
         /// Nested runs alive.
         alive: AtomicUsize,
-        /// Nested runs' records kept.
+        /// Nested runs' records kept (or left out).
         records: AtomicUsize,
+        /// The bytes (as JSON) of the records kept.
+        bytes: AtomicUsize,
     }
 
     thread_local! {
@@ -767,8 +965,9 @@ mod imp {
         /// also holds to take one.
         served: Option<OwnedFd>,
         /// The records of the nested runs ended since the last
-        /// [`Commands::take`] (at most [`MAX_RECORDS`]).
-        records: Mutex<Vec<Outcome>>,
+        /// [`Commands::take`] (at most [`MAX_RECORDS`] and
+        /// [`super::MAX_KEPT`] bytes), with a count of those left out.
+        records: Mutex<Kept>,
     }
 
     /// One accepted connection, counted until dropped: the read end of
@@ -803,7 +1002,7 @@ mod imp {
                 state: Mutex::new((None, 0)),
                 changed: std::sync::Condvar::new(),
                 served,
-                records: Mutex::new(Vec::new()),
+                records: Mutex::new(Kept::default()),
             }
         }
 
@@ -837,7 +1036,7 @@ mod imp {
         }
 
         /// The records of the nested runs ended since the last call.
-        pub(crate) fn take(&self) -> Vec<Outcome> {
+        pub(crate) fn take(&self) -> Kept {
             std::mem::take(&mut *self.records.lock().unwrap_or_else(|p| p.into_inner()))
         }
 
@@ -897,8 +1096,9 @@ mod imp {
             let (stop_read, stop_write) =
                 unsafe { (OwnedFd::from_raw_fd(p[0]), OwnedFd::from_raw_fd(p[1])) };
             let commands = Arc::new(Commands::new(Some(served.try_clone()?)));
+            let mut per_command = false;
             if let Some(slot) = PUBLISH.with(|p| p.borrow_mut().take()) {
-                let _ = slot.set(Arc::clone(&commands));
+                per_command = slot.set(Arc::clone(&commands)).is_ok();
             }
             Ok(Door {
                 commands,
@@ -908,7 +1108,8 @@ mod imp {
                 stop_write,
                 main: OnceLock::new(),
                 tree: TREE.with(|tree| tree.borrow().clone()).unwrap_or_default(),
-                nested: Mutex::new(Vec::new()),
+                nested: Mutex::new(Kept::default()),
+                per_command,
                 groups: OnceLock::new(),
                 ended: (Mutex::new(false), std::sync::Condvar::new()),
             })
@@ -956,7 +1157,7 @@ mod imp {
         }
 
         /// The records of the nested runs served.
-        pub(super) fn take(&self) -> Vec<Outcome> {
+        pub(super) fn take(&self) -> Kept {
             match self.nested.lock() {
                 Ok(mut nested) => std::mem::take(&mut *nested),
                 Err(poisoned) => std::mem::take(&mut *poisoned.into_inner()),
@@ -1066,7 +1267,7 @@ mod imp {
             // The request is read and checked only while the outer run and
             // the command it came in go on; it starts only if both still do.
             let stops = [self.stop_read.as_raw_fd(), admitted.between()];
-            let Ok((body, stdio)) = read_frame(conn.as_raw_fd(), &stops, 3) else {
+            let Ok((body, stdio)) = read_frame(conn.as_raw_fd(), &stops, 3, MAX_REQUEST) else {
                 return;
             };
             let checked = self.request(&body, stdio, outer);
@@ -1413,27 +1614,37 @@ mod imp {
                     {
                         cancelled_by.clone_into(reason);
                     }
-                    // The requester gets its record whole; the outer record
-                    // keeps the tree's first MAX_RECORDS.
-                    {
+                    // The record is bounded (F2): the requester gets it so
+                    // (it always fits its reply), and it is kept once: for
+                    // the command that asked (a shared launch's), at most
+                    // MAX_RECORDS and MAX_KEPT bytes a command, or for the
+                    // outer record, the tree's first MAX_RECORDS within
+                    // MAX_KEPT bytes; past those, counted as left out.
+                    let size = super::bound_record(&mut outcome);
+                    let first_left_out = if self.per_command {
                         let mut mine = self
                             .commands
                             .records
                             .lock()
                             .unwrap_or_else(|p| p.into_inner());
-                        if mine.len() < MAX_RECORDS {
-                            mine.push(outcome.clone());
+                        !mine.keep(outcome.clone(), size, MAX_RECORDS) && mine.omitted == 1
+                    } else {
+                        let n = self.tree.records.fetch_add(1, Ordering::AcqRel);
+                        let bytes = self.tree.bytes.fetch_add(size, Ordering::AcqRel);
+                        let mut nested = self.nested.lock().unwrap_or_else(|p| p.into_inner());
+                        if n < MAX_RECORDS && bytes + size <= super::MAX_KEPT {
+                            !nested.keep(outcome.clone(), size, usize::MAX) && nested.omitted == 1
+                        } else {
+                            self.tree.bytes.fetch_sub(size, Ordering::AcqRel);
+                            nested.omitted += 1;
+                            nested.omitted == 1
                         }
-                    }
-                    let kept = self.tree.records.fetch_add(1, Ordering::AcqRel);
-                    if kept < MAX_RECORDS {
-                        if let Ok(mut nested) = self.nested.lock() {
-                            nested.push(outcome.clone());
-                        }
-                    } else if kept == MAX_RECORDS {
+                    };
+                    if first_left_out {
                         tracing::warn!(
-                            "the outer run's record keeps the first {MAX_RECORDS} nested runs' \
-                             records, not those after them"
+                            "nested runs' records are left out of their outer record past \
+                             {MAX_RECORDS} records or {} bytes (counted in omitted.nested)",
+                            super::MAX_KEPT
                         );
                     }
                     Reply::Outcome {
@@ -1685,5 +1896,105 @@ mod imp {
             let (admitted, _conn) = commands.accept(served.as_raw_fd()).unwrap();
             assert!(!admitted.ended());
         }
+    }
+}
+
+#[cfg(test)]
+mod bound_tests {
+    use super::{bound_record, json_len, Kept, MAX_KEPT, MAX_RECORD};
+    use crate::outcome::{Classification, Outcome, Termination, SCHEMA_VERSION};
+
+    fn record(argv: Vec<String>, refused: usize, target: usize) -> Outcome {
+        Outcome {
+            schema: SCHEMA_VERSION,
+            argv,
+            policy: None,
+            backend: "landlock".into(),
+            report: None,
+            termination: Termination::Exited { code: 3 },
+            timed_out: false,
+            leftover_processes_ended: 0,
+            containment: None,
+            mediation: Some(sandbox_core::Mediation {
+                refused: (0..refused)
+                    .map(|i| sandbox_core::MediatedCall {
+                        syscall: "openat".into(),
+                        target: format!("/{i:05}{}", "d".repeat(target)),
+                        reason: "outside the write paths".into(),
+                        outside_write_paths: true,
+                    })
+                    .collect(),
+                omitted: 7,
+                ..Default::default()
+            }),
+            limits: Vec::new(),
+            duration_ms: 1.0,
+            classification: Classification::TaskFailure,
+            nested: Vec::new(),
+            omitted: Default::default(),
+        }
+    }
+
+    /// The red-team's shapes (F2): 4096 refusals of 3.8 KB paths, a 1.2 MB
+    /// argv, 300 records of 114 KB nested in it: bounded, with counts that
+    /// add up to what was there. Twin: a small record is left whole.
+    #[test]
+    fn a_record_is_bounded_and_counts_what_it_left_out() {
+        let argv: Vec<String> = std::iter::once("/bin/true".to_owned())
+            .chain((0..9).map(|_| "a".repeat(131_000)))
+            .collect();
+        let argv_bytes: usize = argv.iter().map(String::len).sum();
+        let mut big = record(argv, 4096, 3800);
+        // Nested records as their runners kept them (each bounded).
+        big.nested = (0..300)
+            .map(|_| record(vec!["x".into()], 30, 3800))
+            .collect();
+        let size = bound_record(&mut big);
+        assert_eq!(size, json_len(&big));
+        assert!(size <= MAX_RECORD + (4 << 10), "{size}");
+        let kept: usize = big.argv.iter().map(String::len).sum();
+        assert_eq!(kept + big.omitted.argv_bytes, argv_bytes);
+        assert_eq!(big.argv.len() + big.omitted.argv_args, 10);
+        let m = big.mediation.as_ref().unwrap();
+        assert!(!m.refused.is_empty());
+        assert_eq!(m.refused.len() + m.omitted, 4096 + 7);
+        assert_eq!(big.nested.len() + big.omitted.nested, 300);
+        // A record past the bound reads back with its counts.
+        let back: Outcome = serde_json::from_str(&serde_json::to_string(&big).unwrap()).unwrap();
+        assert_eq!(back.omitted, big.omitted);
+
+        let mut small = record(vec!["true".into(), "x".into()], 3, 20);
+        small.nested = vec![record(vec!["y".into()], 1, 5)];
+        let before = serde_json::to_value(&small).unwrap();
+        bound_record(&mut small);
+        assert_eq!(serde_json::to_value(&small).unwrap(), before);
+        assert!(small.omitted.is_empty());
+        assert!(!serde_json::to_string(&small)
+            .unwrap()
+            .contains("\"omitted\":{"));
+    }
+
+    /// The records kept for one outer record or command stay within
+    /// MAX_KEPT bytes and the count asked for; the rest are counted.
+    #[test]
+    fn kept_records_are_bounded_by_bytes_and_count() {
+        let mut kept = Kept::default();
+        let mut one = record(vec!["x".into()], 4096, 3800);
+        let size = bound_record(&mut one);
+        let mut n = 0;
+        while kept.keep(one.clone(), size, 256) {
+            n += 1;
+        }
+        assert_eq!(n, MAX_KEPT / size);
+        kept.keep(one.clone(), size, 256);
+        assert_eq!(kept.omitted, 2);
+        let mut small = Kept::default();
+        for _ in 0..3 {
+            assert!(small.keep(record(vec![], 0, 0), 100, 2) || small.omitted > 0);
+        }
+        assert_eq!((small.records.len(), small.omitted), (2, 1));
+        let mut outer = record(vec![], 0, 0);
+        kept.into_outcome(&mut outer);
+        assert_eq!((outer.nested.len(), outer.omitted.nested), (n, 2));
     }
 }

@@ -189,6 +189,38 @@ pub struct Outcome {
     /// it, [`crate::nest`]), their refusals included.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub nested: Vec<Outcome>,
+    /// What this record leaves out to stay bounded (a nested run's record
+    /// as its outer runner keeps it and answers it, [`crate::nest`]);
+    /// absent when nothing was left out. Refusals left out are counted in
+    /// `mediation.omitted`, git directories in `mediation.git_dirs_unnamed`.
+    #[serde(default, skip_serializing_if = "Omitted::is_empty")]
+    pub omitted: Omitted,
+}
+
+/// What a record leaves out ([`Outcome::omitted`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Omitted {
+    /// Arguments of `argv` left out whole (after the ones kept).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub argv_args: usize,
+    /// Bytes of `argv` left out (of the arguments cut short and of those
+    /// left out whole).
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub argv_bytes: usize,
+    /// Records of nested runs left out of `nested`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub nested: usize,
+}
+
+impl Omitted {
+    /// Nothing was left out.
+    pub fn is_empty(&self) -> bool {
+        *self == Omitted::default()
+    }
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
 }
 
 impl Outcome {
@@ -222,6 +254,7 @@ impl Outcome {
                 reason: reason.to_owned(),
             },
             nested: Vec::new(),
+            omitted: Omitted::default(),
         }
     }
 
@@ -267,6 +300,7 @@ mod tests {
                 evidence: vec!["x: Permission denied".into()],
             },
             nested: Vec::new(),
+            omitted: Omitted::default(),
         };
         let back: Outcome =
             serde_json::from_str(&serde_json::to_string(&outcome).unwrap()).unwrap();

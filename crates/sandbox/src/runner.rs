@@ -456,7 +456,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         classification = classification.with_refusals(m);
     }
     classification = classification.with_limits(&launched.limits);
-    Ok(Outcome {
+    let mut outcome = Outcome {
         schema: crate::outcome::SCHEMA_VERSION,
         argv: req
             .argv
@@ -478,8 +478,11 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
         limits: launched.limits,
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
-        nested,
-    })
+        nested: Vec::new(),
+        omitted: crate::outcome::Omitted::default(),
+    };
+    nested.into_outcome(&mut outcome);
+    Ok(outcome)
 }
 
 /// `policy` with the trusted state a write path reaches write-denied

@@ -565,6 +565,7 @@ pub fn outcome(
         duration_ms: started.elapsed().as_secs_f64() * 1000.0,
         classification,
         nested: Vec::new(),
+        omitted: crate::outcome::Omitted::default(),
     }
 }
 
@@ -1411,7 +1412,7 @@ impl Shared {
                 let mut outcome = outcome(&req.argv, Some(policy), &exit, started);
                 // Its nested runs, ended with it.
                 if let Some(nested) = zygote.nested.get() {
-                    outcome.nested = nested.take();
+                    nested.take().into_outcome(&mut outcome);
                 }
                 // What the broker refused for this command, taken (and its
                 // per-command state reset) now that all of it is gone.
@@ -1516,7 +1517,7 @@ impl Shared {
         // Nothing of it is alive: its run ends now, and its record is final.
         if let Some(nested) = zygote.nested.get() {
             nested.end_all();
-            outcome.nested = nested.take();
+            nested.take().into_outcome(&mut outcome);
         }
         match zygote.end() {
             Some(Ok(run)) => {
@@ -1566,8 +1567,12 @@ pub struct KeptEnd {
     pub run: Option<Result<Outcome, RunError>>,
     /// The records of the nested runs its processes started (`sandbox
     /// run` inside it), from its start to its end, their refusals
-    /// included (at most 256, as for any run's tree).
+    /// included (at most 256, as for any run's tree, and
+    /// [`crate::nest::MAX_KEPT`] bytes, each bounded as
+    /// [`crate::nest::MAX_RECORD`] says).
     pub nested: Vec<Outcome>,
+    /// How many nested runs' records were left out of `nested`.
+    pub nested_omitted: usize,
 }
 
 #[cfg(target_os = "linux")]
@@ -1631,19 +1636,22 @@ impl Kept {
             Ok(a) if a[0] == b's' => Some(u32::from_ne_bytes([a[5], a[6], a[7], a[8]]) as usize),
             _ => None,
         };
-        let mut records = Vec::new();
+        let mut records = crate::nest::Kept::default();
         if let Some(nested) = self.zygote.nested.get() {
             nested.end_all();
             records = nested.take();
         }
         let run = self.zygote.end();
         if let Some(nested) = self.zygote.nested.get() {
-            records.extend(nested.take());
+            let more = nested.take();
+            records.records.extend(more.records);
+            records.omitted += more.omitted;
         }
         KeptEnd {
             ended,
             run,
-            nested: records,
+            nested: records.records,
+            nested_omitted: records.omitted,
         }
     }
 }

@@ -572,3 +572,114 @@ fn a_nested_runs_program_is_looked_up_as_its_command_would() {
         assert!(text(&out).contains("prog-open\n"), "twin: {ctx}");
     }
 }
+
+/// Makes `sys.argv[1]`'s 15 levels of 250-byte names (a path near
+/// `PATH_MAX`), then tries to create `sys.argv[2]` files at its bottom (each
+/// refused in the nested run, whose write path is elsewhere).
+const REFUSE_DEEP: &str = r#"
+import os, sys
+d = sys.argv[1]
+for i in range(15):
+    d = os.path.join(d, chr(ord('a') + i) * 250)
+for i in range(int(sys.argv[2])):
+    try:
+        os.close(os.open(os.path.join(d, "x%05d" % i), os.O_WRONLY | os.O_CREAT, 0o644))
+    except OSError:
+        pass
+"#;
+
+/// Red-team F2 and F4: a nested run's record was kept whole, bounded by
+/// count only (256 a tree): 3000 refusals of paths near `PATH_MAX` and a
+/// 100 KB argument made one record of ~12 MB (24 such runs: a 380 MB exit
+/// event, 1.65 GB in the session), and a record past 4 MiB reached its
+/// requester as "the request is larger than 4194304 bytes", exit 125,
+/// although the command ran (and exited 3). Now the record is bounded
+/// (`nest::MAX_RECORD`, beside its policy and report), saying what it left
+/// out, the same for the requester, which exits as its command did.
+/// Twin: a small nested run's record is whole, nothing said left out.
+#[test]
+fn a_nested_runs_record_is_bounded_and_says_what_it_left_out() {
+    for nobody in users() {
+        let w = shared(&["sub"]);
+        let mut deep = w.path().join("deep");
+        for i in 0..15u8 {
+            deep.push(String::from(char::from(b'a' + i)).repeat(250));
+        }
+        std::fs::create_dir_all(&deep).unwrap();
+        let mut p = deep.as_path();
+        while p != w.path() {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(0o777)).unwrap();
+            p = p.parent().unwrap();
+        }
+        let report = w.path().join("report.json");
+        let (sb, dir) = (sandbox_bin().display().to_string(), d(w.path()));
+        let big = "y".repeat(100_000);
+        let script = format!(
+            "{sb} run -q -w {dir}/sub -- python3 -c \"$0\" {dir}/deep 3000 {big}; echo big-rc=$?; \
+             {sb} run -q -w {dir}/sub -- python3 -c \"$0\" {dir}/deep 2 small; echo small-rc=$?",
+        );
+        // Each exits 3 after its refusals.
+        let py = format!("{REFUSE_DEEP}\nsys.exit(3)");
+        let out = outer(nobody)
+            .args(["run", "-q", "--report", &d(&report), "-w", &dir])
+            .args(["--", "sh", "-c", &script, &py])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("big-rc=3"), "F4: it ran, exit 3: {ctx}");
+        assert!(!text(&out).contains("larger than"), "{ctx}");
+        assert!(text(&out).contains("small-rc=3"), "{ctx}");
+        let record: serde_json::Value =
+            serde_json::from_slice(&std::fs::read(&report).unwrap()).unwrap();
+        let nested = record["nested"].as_array().unwrap();
+        assert_eq!(nested.len(), 2, "{ctx}");
+        let (big_rec, small_rec) = (&nested[0], &nested[1]);
+        let size = |v: &serde_json::Value| serde_json::to_string(v).unwrap().len();
+        // Its policy and report are bounded by the request's bounds; the
+        // rest by MAX_RECORD.
+        let mut rest = big_rec.clone();
+        rest["policy"] = serde_json::Value::Null;
+        rest["report"] = serde_json::Value::Null;
+        assert!(
+            size(&rest) <= sandbox::nest::MAX_RECORD,
+            "{} bytes: {ctx}",
+            size(&rest)
+        );
+        assert!(size(big_rec) < 512 << 10, "{} bytes: {ctx}", size(big_rec));
+        // What it left out, counted: the refusals (kept + left out = all
+        // 3000), the argument's bytes.
+        let m = &big_rec["mediation"];
+        let kept = m["refused"].as_array().unwrap().len();
+        assert!(kept > 0 && kept < 3000, "{kept}: {ctx}");
+        assert_eq!(
+            kept + m["omitted"].as_u64().unwrap() as usize,
+            3000,
+            "{ctx}"
+        );
+        let argv: Vec<&str> = big_rec["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a.as_str().unwrap())
+            .collect();
+        let argv_bytes: usize = argv.iter().map(|a| a.len()).sum();
+        let left_out = big_rec["omitted"]["argv_bytes"].as_u64().unwrap() as usize;
+        let whole = ["python3", "-c", &py, &format!("{dir}/deep"), "3000", &big];
+        assert_eq!(
+            argv_bytes + left_out,
+            whole.iter().map(|a| a.len()).sum::<usize>(),
+            "{ctx}"
+        );
+        assert_eq!(big_rec["termination"]["code"], 3, "{ctx}");
+        // Twin: whole.
+        assert!(small_rec.get("omitted").is_none(), "{ctx}");
+        assert_eq!(small_rec["argv"].as_array().unwrap().len(), 6, "{ctx}");
+        assert_eq!(small_rec["argv"][5], "small", "{ctx}");
+        assert_eq!(small_rec["mediation"]["omitted"], 0, "{ctx}");
+        assert_eq!(
+            small_rec["mediation"]["refused"].as_array().unwrap().len(),
+            2,
+            "{ctx}"
+        );
+    }
+}
