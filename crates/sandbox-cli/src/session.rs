@@ -116,6 +116,17 @@ pub(crate) fn cmd_session(args: SessionArgs) -> Result<i32, Fatal> {
     // tree must still be ended).
     unsafe { libc::signal(libc::SIGPIPE, libc::SIG_IGN) };
     let mut chan = Channel::take(args.channel_fd)?;
+    // Caught from the start, for the whole session (F3): a stop signal
+    // between commands (or while one's events are made) ends the session as
+    // the end of input does (kept runs ended, `closed`, the private TMPDIR
+    // removed), never the process where it stands.
+    let _stop = match crate::stop_runs_on_signals() {
+        Ok(guard) => guard,
+        Err(Fatal(message)) => {
+            chan.send(&json!({"event": "error", "fatal": true, "message": message}));
+            return Err(Fatal(message));
+        }
+    };
     let approvals = match args.approval {
         SessionApproval::Channel => match approvals::Approvals::new(
             chan.output.clone(),
@@ -248,8 +259,39 @@ impl Channel {
         if !watch {
             return Ok(self.next_line());
         }
-        // A read could wait for the rest of a line past a stop signal: the
-        // requests are read on a thread from now on.
+        // Read here while each line comes whole, looking for a stop signal
+        // every 50 ms meanwhile; a read could wait for the rest of a line
+        // past a stop signal: from a part of a line on, the requests are
+        // read on a thread.
+        if let (None, Some(input)) = (&self.lines, &mut self.input) {
+            loop {
+                if input.buffer().contains(&b'\n') {
+                    return Ok(read_line(input));
+                }
+                if let Some(sig) = sandbox::runner::stop_requested() {
+                    return Err(sig);
+                }
+                if !input.buffer().is_empty() {
+                    break;
+                }
+                let mut p = libc::pollfd {
+                    fd: input.get_ref().as_raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                };
+                // SAFETY: one pollfd, valid for the call.
+                if unsafe { libc::poll(&mut p, 1, 50) } <= 0 {
+                    continue;
+                }
+                // Readable: one read(2), which does not wait.
+                match input.fill_buf() {
+                    Ok([]) => return Ok(Ok(None)),
+                    Ok(_) => {}
+                    Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(e) => return Ok(Err(e)),
+                }
+            }
+        }
         if self.lines.is_none() {
             self.read_on_a_thread(None);
         }
@@ -803,8 +845,9 @@ impl Session {
             if chan.broken {
                 return Ok(0);
             }
-            let watch = self.kept_stop.borrow().is_some();
-            let line = match chan.next_line_or_stop(watch) {
+            // The stop signals are caught for the whole session (F3): one
+            // between commands ends it as the end of input does.
+            let line = match chan.next_line_or_stop(true) {
                 Err(sig) => {
                     self.end_kept(chan);
                     chan.send(&json!({"event": "closed", "why": "stopped by a signal"}));

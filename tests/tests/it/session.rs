@@ -664,6 +664,61 @@ fn a_stop_signal_ends_the_command_and_the_session() {
     assert!(begun.elapsed() < Duration::from_secs(20));
 }
 
+/// Red-team F3: a stop signal between commands (SIGTERM, SIGINT, SIGHUP)
+/// killed the session where it stood (the signals were caught only while a
+/// command ran, or once one was kept): its private TMPDIR, with the files
+/// the commands left there, stayed in /tmp, and no `closed` event came. Now
+/// they are caught for the whole session: it ends as at the end of input,
+/// with a `closed` event, 128+N, and the TMPDIR removed. Also before any
+/// command. Twin: a session left alone keeps its TMPDIR between commands.
+#[test]
+fn a_stop_signal_between_commands_ends_the_session_cleanly() {
+    for nobody in users() {
+        for (sig, first) in [
+            (libc::SIGTERM, true),
+            (libc::SIGINT, true),
+            (libc::SIGHUP, true),
+            (libc::SIGTERM, false),
+        ] {
+            let ctx = format!("nobody={nobody} signal={sig} after a command={first}");
+            let (_dir, dir) = shared_dir();
+            let mut h = Harness::open(nobody, &["-w", dir.to_str().unwrap(), "--private-tmp"]);
+            let mut tmp = None;
+            if first {
+                let (_, exit) = h.run(
+                    "1",
+                    &[
+                        "/bin/sh",
+                        "-c",
+                        "echo secret > \"$TMPDIR/f\"; echo \"$TMPDIR\"",
+                    ],
+                    json!({"output": true}),
+                );
+                assert_eq!(exit["status"], 0, "{ctx}: {exit}");
+                let path = std::path::PathBuf::from(exit["stdout"].as_str().unwrap().trim());
+                assert!(path.starts_with("/tmp"), "{ctx}: {path:?}");
+                // Twin: between commands, the TMPDIR and its files stay.
+                std::thread::sleep(Duration::from_millis(300));
+                assert_eq!(
+                    std::fs::read_to_string(path.join("f")).unwrap(),
+                    "secret\n",
+                    "{ctx}"
+                );
+                tmp = Some(path);
+            }
+            // SAFETY: a signal to the session this test started.
+            assert_eq!(unsafe { libc::kill(h.child.id() as i32, sig) }, 0);
+            let closed = h.next();
+            assert_eq!(closed["event"], "closed", "{ctx}: {closed}");
+            assert_eq!(closed["why"], "stopped by a signal", "{ctx}: {closed}");
+            assert_eq!(h.child.wait().unwrap().code(), Some(128 + sig), "{ctx}");
+            if let Some(tmp) = tmp {
+                assert!(!tmp.exists(), "{ctx}: {tmp:?} left behind");
+            }
+        }
+    }
+}
+
 /// After each command the runner reads the config of every git repository
 /// the command made (to warn of programs git would run there). Those files
 /// are the command's: a FIFO as `config` (no writer is left once the run
