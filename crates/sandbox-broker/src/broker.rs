@@ -1236,9 +1236,15 @@ fn act(
         }
     }
     // The run's own shared memory (`private_shm`): truncated by path as by
-    // its fd, whatever its name now; the kernel's checks below still apply.
+    // its fd, and its mode, owner and times changed (red-team O1: `touch`
+    // or `fchmod` of the run's own segment was refused as outside the write
+    // paths), whatever its name now; the kernel's checks below still apply,
+    // and the policy's (set-id bits, giving it away).
     let own_shm = match (op, &rules.shm) {
-        (Op::Truncate { .. }, Some(shm)) => crate::resolve::fstat(&first)
+        (
+            Op::Truncate { .. } | Op::Chmod { .. } | Op::Chown { .. } | Op::Times { .. },
+            Some(shm),
+        ) => crate::resolve::fstat(&first)
             .ok()
             .filter(|st| shm.owns_stat(st)),
         _ => None,
@@ -1252,9 +1258,14 @@ fn act(
         target.resolved = Some(obj.path.clone());
         if let Err(reason) = ops::check(op, identity, &obj.stat) {
             if let Refusal::NotOwner = reason {
-                return Acted::Done(BrokerDecision::Failed {
-                    errno: libc::EACCES,
-                });
+                // The kernel's own answers: inode_permission's EACCES for a
+                // size, or "now" without write access; EPERM for what only
+                // the owner may do (fs/attr.c).
+                let errno = match op {
+                    Op::Truncate { .. } | Op::Times { times: None } => libc::EACCES,
+                    _ => libc::EPERM,
+                };
+                return Acted::Done(BrokerDecision::Failed { errno });
             }
             return Acted::Done(BrokerDecision::Refused { reason });
         }

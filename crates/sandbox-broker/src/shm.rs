@@ -1,7 +1,9 @@
 //! POSIX shared memory and named semaphores of the run's own, in `/dev/shm`
 //! (`private_shm`): the broker makes the run's new entries there and keeps
 //! the inodes it made; later writing opens, links, renames, unlinks and
-//! truncates there are performed only on those inodes. Everything else in
+//! truncates there, and changes of mode, owner and times (`broker::act`,
+//! with the kernel's checks and the policy's), are performed only on those
+//! inodes. Everything else in
 //! `/dev/shm` keeps the answer the kernel gives the command, whose Landlock
 //! domain has no write right there (the broker's own domain has: see
 //! `sandbox-landlock`, the launch ruleset).

@@ -696,3 +696,93 @@ fn the_memory_limit_holds_the_runs_shared_memory() {
     assert_eq!(out.status.code(), Some(0), "{}", text(&out));
     assert!(String::from_utf8_lossy(&out.stdout).contains("filled"));
 }
+
+/// The mode, owner and times of the run's own segment `sys.argv[1]` (made
+/// here), then of the foreign `sys.argv[2]`; results as JSON.
+const METADATA: &str = r#"
+import errno, json, os, subprocess, sys
+OWN, F = sys.argv[1], sys.argv[2]
+def err(f):
+    try:
+        f()
+        return "ok"
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+r = {}
+fd = os.open(OWN, os.O_RDWR | os.O_CREAT | os.O_EXCL, 0o600)
+r["fchmod"] = err(lambda: os.fchmod(fd, 0o640))
+r["chmod"] = err(lambda: os.chmod(OWN, 0o644))
+r["mode"] = oct(os.stat(OWN).st_mode & 0o7777)
+r["utime_now"] = err(lambda: os.utime(OWN))
+r["utime_set"] = err(lambda: os.utime(OWN, (1000, 2000)))
+r["futime"] = err(lambda: os.utime(fd, (3000, 4000)))
+r["mtime"] = os.stat(OWN).st_mtime
+r["fchown_self"] = err(lambda: os.fchown(fd, os.getuid(), os.getgid()))
+r["chown_self"] = err(lambda: os.chown(OWN, -1, os.getgid()))
+os.close(fd)
+r["touch_new"] = subprocess.run(["touch", OWN + "-touched"]).returncode
+r["touched"] = os.path.exists(OWN + "-touched")
+err(lambda: os.unlink(OWN + "-touched"))
+err(lambda: os.unlink(OWN))
+r["foreign_chmod"] = err(lambda: os.chmod(F, 0o600))
+r["foreign_utime"] = err(lambda: os.utime(F, (1, 1)))
+print(json.dumps(r))
+"#;
+
+/// Red-team O1 (deputy != kernel): `fchmod`, `chmod`, `utime` on the run's
+/// own segment were refused (EPERM, recorded outside the write paths),
+/// where the kernel allows them (`touch /dev/shm/x` made x, then failed).
+/// Differential: the same calls bare and confined give the same answers
+/// and the same mode and times, as root and as nobody. Twin (deny): on a
+/// foreign segment (the test's) the run is still refused, where bare the
+/// same user may.
+#[test]
+fn the_runs_own_segment_takes_mode_owner_and_times_as_bare() {
+    assert!(python(), "{PY} is needed");
+    let pid = std::process::id();
+    for nobody in [false, true] {
+        let w = workdir("meta");
+        let ws = w.path().to_str().unwrap().to_owned();
+        let script = w.path().join("meta.py");
+        fs::write(&script, METADATA).unwrap();
+        let own = format!("/dev/shm/sbx-meta-{pid}-{nobody}");
+        let foreign = Foreign::new(&format!("sbx-meta-foreign-{pid}-{nobody}"), nobody);
+        let run = |cmd: &mut Command| -> Value {
+            let out = cmd
+                .arg(PY)
+                .arg(&script)
+                .arg(&own)
+                .arg(&foreign.0)
+                .output()
+                .unwrap();
+            assert!(out.status.success(), "{}", text(&out));
+            serde_json::from_slice(&out.stdout).unwrap_or_else(|e| panic!("{e}: {}", text(&out)))
+        };
+        let bare = run(&mut bare(nobody));
+        let confined = run(as_who(nobody).args(["run", "-w", &ws, "--"]));
+        let ctx = format!("nobody={nobody}\nbare     {bare}\nconfined {confined}");
+        for key in [
+            "fchmod",
+            "chmod",
+            "mode",
+            "utime_now",
+            "utime_set",
+            "futime",
+            "mtime",
+            "fchown_self",
+            "chown_self",
+            "touch_new",
+            "touched",
+        ] {
+            assert_eq!(confined[key], bare[key], "{key}: {ctx}");
+        }
+        assert_eq!(bare["fchmod"], "ok", "{ctx}");
+        assert_eq!(bare["mtime"], 4000.0, "{ctx}");
+        assert_eq!(bare["touch_new"], 0, "{ctx}");
+        // Twin: the foreign segment, which bare the same user may change.
+        assert_eq!(bare["foreign_chmod"], "ok", "{ctx}");
+        assert_ne!(confined["foreign_chmod"], "ok", "{ctx}");
+        assert_ne!(confined["foreign_utime"], "ok", "{ctx}");
+        assert!(shm_entries(&format!("sbx-meta-{pid}")).is_empty(), "{ctx}");
+    }
+}
