@@ -97,17 +97,22 @@ pub const MAX_KEPT: usize = 4 << 20;
 pub const MAX_REPLY: usize = 16 << 20;
 
 /// The most bytes of `argv` a bounded record keeps.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const KEPT_ARGV: usize = 16 << 10;
 /// The most bytes of refusals (targets, reasons) a bounded record keeps.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const KEPT_REFUSALS: usize = 128 << 10;
 /// The most bytes of git directories' paths a bounded record keeps.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const KEPT_GIT_DIRS: usize = 32 << 10;
 /// The most bytes of one text of the classification (a reason, a line of
 /// evidence) a bounded record keeps.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 const KEPT_TEXT: usize = 8 << 10;
 
 /// `s` cut to at most `max` bytes (at a character boundary); how many
 /// bytes were cut.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn cut(s: &mut String, max: usize) -> usize {
     if s.len() <= max {
         return 0;
@@ -128,6 +133,7 @@ fn cut(s: &mut String, max: usize) -> usize {
 /// records those that fit [`MAX_RECORD`]; what is left out is counted
 /// (`omitted`, `mediation.omitted`, `mediation.git_dirs_unnamed`). Returns
 /// the record's size as JSON.
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 pub(crate) fn bound_record(outcome: &mut Outcome) -> usize {
     // argv: the first arguments, the last one kept cut short.
     let mut left = KEPT_ARGV;
@@ -212,6 +218,7 @@ pub(crate) fn bound_record(outcome: &mut Outcome) -> usize {
 }
 
 /// The size of `value` as JSON (0 when it cannot be written).
+#[cfg_attr(not(target_os = "linux"), allow(dead_code))]
 fn json_len<T: Serialize>(value: &T) -> usize {
     struct Count(usize);
     impl std::io::Write for Count {
