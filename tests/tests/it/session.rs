@@ -1381,6 +1381,88 @@ fn a_commands_nested_runs_are_in_its_exit_event() {
     }
 }
 
+/// Red-team F2: a command's nested runs' records were kept whole, 256 of
+/// them, so a command's exit event grew without a bound on bytes (24 nested
+/// runs of long refusals: a 380 MB line). Now each record is bounded and a
+/// command's `nested` keeps at most `nest::MAX_KEPT` bytes, counting the
+/// rest (`nested_omitted`): 34 nested runs of 40 refusals of 3.8 KB paths
+/// (each record cut to ~130 KB, its refusals counted in
+/// `mediation.omitted`). Twin: the next command's one small nested run is
+/// whole (the bound is per command). Both launch modes, root and nobody.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_commands_nested_records_are_bounded_in_its_exit_event() {
+    const REFUSE: &str = "import os, sys\n\
+        d = sys.argv[1]\n\
+        for i in range(15): d = os.path.join(d, chr(97 + i) * 250)\n\
+        for i in range(int(sys.argv[2])):\n\
+        \x20   try: os.close(os.open(os.path.join(d, 'x%05d' % i), os.O_WRONLY | os.O_CREAT))\n\
+        \x20   except OSError: pass\n";
+    for nobody in users() {
+        for launch in ["shared", "per-command"] {
+            let ctx = format!("nobody={nobody} launch={launch}");
+            let (_dir, dir) = shared_dir();
+            let mut deep = dir.join("deep");
+            for i in 0..15u8 {
+                deep.push(String::from(char::from(b'a' + i)).repeat(250));
+            }
+            std::fs::create_dir_all(&deep).unwrap();
+            let mut p = deep.as_path();
+            while p != dir {
+                std::fs::set_permissions(p, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                    .unwrap();
+                p = p.parent().unwrap();
+            }
+            std::fs::create_dir(dir.join("sub")).unwrap();
+            std::fs::set_permissions(
+                dir.join("sub"),
+                std::os::unix::fs::PermissionsExt::from_mode(0o777),
+            )
+            .unwrap();
+            let mut h = Harness::open(nobody, &["-w", dir.to_str().unwrap(), "--launch", launch]);
+            let sb = sandbox_tests::sandbox_bin().display().to_string();
+            let d = dir.display();
+            let many = format!(
+                "i=0; while [ $i -lt 34 ]; do \
+                   {sb} run -q -w {d}/sub -- python3 -c \"$0\" {d}/deep 40; i=$((i+1)); \
+                 done"
+            );
+            let (_, exit) = h.run("many", &["/bin/sh", "-c", &many, REFUSE], json!({}));
+            let line = serde_json::to_string(&exit).unwrap().len();
+            assert!(
+                line <= sandbox::nest::MAX_KEPT + (256 << 10),
+                "{ctx}: a {line}-byte exit event"
+            );
+            let nested = exit["nested"].as_array().unwrap_or_else(|| panic!("{ctx}"));
+            let omitted = exit["nested_omitted"].as_u64().unwrap_or(0) as usize;
+            assert!(omitted > 0, "{ctx}: {} kept", nested.len());
+            assert_eq!(nested.len() + omitted, 34, "{ctx}");
+            for n in nested {
+                let m = &n["mediation"];
+                let kept = m["refused"].as_array().unwrap().len();
+                assert!(kept < 40, "{ctx}: {kept} refusals kept");
+                assert_eq!(kept + m["omitted"].as_u64().unwrap() as usize, 40, "{ctx}");
+            }
+            // Twin: the next command's small nested run, whole.
+            let one = format!("{sb} run -q -w {d}/sub -- python3 -c \"$0\" {d}/deep 2");
+            let (_, exit) = h.run("one", &["/bin/sh", "-c", &one, REFUSE], json!({}));
+            assert!(exit.get("nested_omitted").is_none(), "{ctx}: {exit}");
+            let nested = exit["nested"]
+                .as_array()
+                .unwrap_or_else(|| panic!("{ctx}: {exit}"));
+            assert_eq!(nested.len(), 1, "{ctx}");
+            assert!(nested[0].get("omitted").is_none(), "{ctx}");
+            assert_eq!(
+                nested[0]["mediation"]["refused"].as_array().unwrap().len(),
+                2,
+                "{ctx}"
+            );
+            assert_eq!(nested[0]["mediation"]["omitted"], 0, "{ctx}");
+            h.close();
+        }
+    }
+}
+
 /// A command that ignores SIGTERM, with a background child that ignores it
 /// too, is ended at its timeout (SIGTERM, the grace period, SIGKILL): 124,
 /// the child is gone before the exit event, and the next command runs.
