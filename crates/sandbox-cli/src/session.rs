@@ -988,15 +988,28 @@ impl Session {
             approvals.begin(id);
         }
         // The command's refusals, as they are answered (`refused` events).
+        // Launched on its own, its run's broker and egress say them; by the
+        // shared launch, the zygote's.
         let slot = Arc::new(std::sync::OnceLock::new());
+        let egress = Arc::new(std::sync::OnceLock::<sandbox::runner::EgressTap>::new());
         let mut req = req;
         req.tap = Some(Arc::clone(&slot));
+        req.egress_tap = Some(Arc::clone(&egress));
         let shared_live = self.shared_live();
         self.watcher
             .begin(chan.output.clone(), id.clone(), move || {
-                slot.get()
-                    .and_then(|tap| tap.live())
-                    .or_else(|| shared_live.as_ref().and_then(|live| live()))
+                let broker = slot.get().and_then(|tap| tap.live());
+                match (broker, egress.get().map(|e| e.live())) {
+                    (None, None) => shared_live.as_ref().and_then(|live| live()),
+                    (broker, egress) => {
+                        let (mut calls, mut count) = broker.unwrap_or_default();
+                        if let Some((more, n)) = egress {
+                            calls.extend(more);
+                            count += n;
+                        }
+                        Some((calls, count))
+                    }
+                }
             });
         let launched = self.launch(chan, &req, &fields);
         let (had, sent, seen) = self.watcher.end();

@@ -2,7 +2,8 @@
 //! secrets, `--approval channel`) uses the shared launch (#45): the zygote
 //! run starts the proxy and the resolver once, every command it forks gets
 //! the variables a `sandbox run` gets, each command's exit event lists its
-//! own proxy refusals only, which also come live as `refused` events, a
+//! own proxy and resolver refusals only, which also come live as `refused`
+//! events (under `--launch per-command` too), a
 //! secret's placeholder is the session's, an approval asked during a
 //! command names that command, a background process holding a proxy
 //! connection is gone before the next command, and commands may be kept.
@@ -536,4 +537,58 @@ fn a_background_proxy_connection_ends_with_its_command_and_keep_works() {
 /// Whether `pid` has exited (gone, or a zombie).
 fn gone(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
+}
+
+/// In both launch modes a name the resolver refuses (`dns`) and a host the
+/// proxy refuses (`proxy`) come live as `refused` events and are in the
+/// command's exit event; the next command, which reaches only the listed
+/// host, has neither (twin).
+#[test]
+fn resolver_and_proxy_refusals_come_live_in_both_launch_modes() {
+    for nobody in users() {
+        for launch in ["shared", "per-command"] {
+            let tail =
+                format!("exec $WRAP $SESSION --launch {launch} --allow-net svc.example.com:8080");
+            let mut h = Harness::open(nobody, &tail, &[]);
+            assert_eq!(h.hello["launch"], launch, "{}", h.hello);
+            let script = format!(
+                "getent hosts unlisted.example.com || echo unresolved; {}; sleep 0.2",
+                curl_to("other.example.com", "/refused")
+            );
+            let (live, exit) = h.run("1", &script);
+            let out = exit["stdout"].as_str().unwrap();
+            assert!(out.starts_with("unresolved\n"), "{launch}: {exit}");
+            assert!(out.contains(" 403"), "{launch}: {exit}");
+            let listed: Vec<(String, String)> = exit["refusals"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|r| {
+                    (
+                        r["syscall"].as_str().unwrap().to_owned(),
+                        r["target"].as_str().unwrap().to_owned(),
+                    )
+                })
+                .collect();
+            for (syscall, target) in [
+                ("dns", "unlisted.example.com"),
+                ("proxy", "other.example.com:8080"),
+            ] {
+                assert!(
+                    listed.contains(&(syscall.to_owned(), target.to_owned())),
+                    "{launch}: {syscall} {target} in {exit}"
+                );
+                assert!(
+                    live.iter()
+                        .any(|e| e["syscall"] == syscall && e["target"] == target),
+                    "{launch}: {syscall} {target} live: {live:?}"
+                );
+            }
+            let (live, exit) = h.run("2", &curl_to("svc.example.com", "/two"));
+            assert_eq!(exit["stdout"], "hello 200\n", "{launch}: {exit}");
+            assert_eq!(exit["refusals"], json!([]), "{launch}: {exit}");
+            assert!(live.is_empty(), "{launch}: {live:?}");
+            h.close();
+        }
+    }
 }
