@@ -283,6 +283,21 @@ fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal
         {
             propose("--allow-net", &call.target)
         }
+        // The address of a host a request rule intercepts, at a port it is
+        // intercepted at (sandbox-broker connect.rs): an IP rule would
+        // reach it around the proxy's checks, so none is proposed. (A name
+        // holds no space: no command-chosen name writes these words.)
+        "connect"
+            if reason.starts_with("no egress rule")
+                && call.target.contains(" (where the intercepted host ") =>
+        {
+            Proposal::Withheld(
+                "it is the address of a host a request rule intercepts, at a port it is \
+                 intercepted at: an --allow-net rule for the address would reach that host \
+                 around the proxy's checks; send the requests through the proxy (HTTPS_PROXY), \
+                 and widen the request rules if a request was refused",
+            )
+        }
         "connect"
             if reason.starts_with("no egress rule")
                 || reason.starts_with("the policy allows no network") =>
@@ -669,6 +684,49 @@ mod tests {
             .map(str::to_owned),
         );
         texts
+    }
+
+    /// #44: a direct connect refused at an intercepted host's address (its
+    /// port intercepted) gets no `--allow-net` for the address, which would
+    /// route around the proxy; the twin, an address no rule lists, does.
+    /// A proxy refusal of an intercepted host at another port proposes the
+    /// exact `--allow-net HOST:PORT`.
+    #[test]
+    fn no_ip_rule_is_proposed_for_an_intercepted_hosts_address() {
+        let call = |syscall: &str, target: &str, reason: &str| sandbox::runner::MediatedCall {
+            syscall: syscall.into(),
+            target: target.into(),
+            reason: reason.into(),
+            outside_write_paths: false,
+        };
+        let shadowed = call(
+            "connect",
+            "1.2.3.4:8443 (where the intercepted host pkgs.example.com was found: a request \
+             rule intercepts it at port 8443, so it is reached only through the proxy)",
+            "no egress rule admits this destination",
+        );
+        match proposal(&shadowed, false) {
+            Proposal::Withheld(why) => assert!(why.contains("intercepts"), "{why}"),
+            _ => panic!("an IP rule was proposed for an intercepted host's address"),
+        }
+        let twin = call(
+            "connect",
+            "1.2.3.4:9443 (answered for other.example.com, whose rules do not list port 9443)",
+            "no egress rule admits this destination",
+        );
+        assert!(
+            matches!(proposal(&twin, false), Proposal::Flag(f) if f == "--allow-net 1.2.3.4:9443")
+        );
+        let elsewhere = call(
+            "proxy",
+            "pkgs.example.com:8080",
+            "no egress rule lists this host name and port exactly: a request rule intercepts \
+             this host at another port",
+        );
+        assert!(matches!(
+            proposal(&elsewhere, false),
+            Proposal::Flag(f) if f == "--allow-net pkgs.example.com:8080"
+        ));
     }
 
     fn outcome(texts: &[String]) -> Outcome {

@@ -820,6 +820,19 @@ impl EgressRules {
         found
     }
 
+    /// Whether an exact name rule for this very port lists `host` at `port`
+    /// (`--allow-net HOST:PORT`): neither a wildcard nor a rule for every
+    /// port. What a host a request rule intercepts needs at its other ports.
+    pub fn lists_exactly(&self, host: &str, port: u16) -> bool {
+        let Ok(host) = normal_name(host) else {
+            return false;
+        };
+        self.0.iter().any(|rule| {
+            matches!(rule, EgressRule::Name(r)
+                if !r.wildcard && r.port == Some(port) && r.matches_normal(&host, port))
+        })
+    }
+
     /// Whether the address `addr`, which the host name `host` resolved to,
     /// may be connected to: an exact rule lists `host` at `addr`'s port, or
     /// a wildcard rule does and `addr` is neither special ([`is_special`])
@@ -1346,6 +1359,30 @@ mod tests {
             msg.contains("\"10.0.0.256\"") && msg.contains("e.g."),
             "{msg}"
         );
+    }
+
+    #[test]
+    fn only_an_exact_rule_for_the_port_lists_exactly() {
+        let r = EgressRules::new(
+            [
+                "pkgs.example.com:8080",
+                "*.example.com",
+                "other.example.com",
+                "*.example.org:80",
+            ]
+            .iter()
+            .map(|t| t.parse().unwrap())
+            .collect(),
+        );
+        assert!(r.lists_exactly("pkgs.example.com", 8080));
+        assert!(r.lists_exactly("PKGS.example.com.", 8080));
+        // Listed, but by no exact rule for that port.
+        assert!(r.name_match("pkgs.example.com", 80).is_some());
+        assert!(!r.lists_exactly("pkgs.example.com", 80));
+        assert!(r.name_match("other.example.com", 80).is_some());
+        assert!(!r.lists_exactly("other.example.com", 80));
+        assert!(!r.lists_exactly("www.example.org", 80));
+        assert!(!r.lists_exactly("bad name", 8080));
     }
 
     #[test]

@@ -166,7 +166,7 @@
 //! | proxy request head (HTTP, SOCKS5) | host, port, head bytes, timing | a name no rule lists is refused before it is resolved; heads bounded in size and time; at most 256 connections | `tests/proxy.rs` (refusals, limits, slow heads) |
 //! | proxy destination resolution | the name's DNS answers (rebinding) | wildcard names never reach special or own addresses; each address checked before connect | `tests/proxy.rs` wildcard and host-address tests |
 //! | tunnel first flight (`sni.rs`): a `CONNECT` or SOCKS tunnel to a port a request rule intercepts on some host | every byte of the ClientHello, how it is split over records and reads, when it comes, whether the server speaks first | a TLS ClientHello must ask (SNI) for the tunnel's own host (an IP-literal tunnel: for no intercepted one) and not hide it (ECH, ESNI); a strict hand parser: whole within 32 KiB over any record split, only handshake records, no repeated extension, one `host_name` that is a host name; a handshake record that does not parse, grow whole within 192 KiB or arrive by the head timeout refused (TLS alert, recorded); not TLS, or a server speaking first, passes; what TLS carries (`Host`) is not seen (documented) | `sni::tests` (split at every byte and over records, each malformed shape beside its twin, real sockets: pieces, half a hello, server first, silence), `tests/tests/it/intercept_routes.rs` |
-//! | intercepted names and the addresses they share (`sandbox_core::Pins`) | any `--allow-net` rule covering an intercepted host (exact, wildcard, the operator's), the names it asks the resolver for, another name at the intercepted host's address | an intercepted name is never answered or pinned, on any port (`NXDOMAIN`, recorded); an exact rule for the same host and port refused at policy resolution; an address where the resolver found an intercepted host (`/etc/hosts`, its lookup at most a minute old) admits no direct connect at that host's intercepted ports (best effort: another resolver's answer is not seen) | `sandbox_core` `pins` and `policy` tests, `dns::tests`, `tests/tests/it/intercept_routes.rs` |
+//! | intercepted names and the addresses they share (`sandbox_core::Pins`) | any `--allow-net` rule covering an intercepted host (exact, wildcard, the operator's), the names it asks the resolver for, another name at the intercepted host's address | an intercepted name is never answered or pinned, on any port (`NXDOMAIN`, recorded); an exact rule for the same host and port refused at policy resolution; an address where the resolver found an intercepted host (`/etc/hosts`, its lookup at most a minute old) admits no direct connect at that host's intercepted ports (best effort: another resolver's answer is not seen), and its refusal names that host so `--explain` proposes no IP rule for the address; through the proxy, an intercepted host at a port no request rule names is reached only where an exact `--allow-net HOST:PORT` lists it (a wildcard, every-port or operator rule does not count: [`RefusalReason::InterceptedElsewhere`]) | `sandbox_core` `pins` and `policy` tests, `dns::tests`, `tests/tests/it/intercept_routes.rs` |
 //! | resolver query (`dns.rs`) | every byte of the message, how many connections, idling | one question, labels bounded, no compression followed; unlisted names `NXDOMAIN` before any lookup; 32 connections, 10 s idle | `dns::tests`, `tests/tests/it/dns.rs` |
 //! | pinned answers | which listed names it asks for, when | pins only addresses [`sandbox_core::Pins::answerable`] admits; expire after 60 s (at most 300 s); at most 4096; admitted only at the ports the name's rules list | `sandbox_core` `pins` tests, `tests/tests/it/dns.rs` |
 //! | the redirect of port 53 | the destination address, the socket | the broker reads the address once and connects the caller's socket itself; TCP only (UDP goes to the datagram namespace) | `tests/tests/it/dns.rs` |
@@ -504,6 +504,11 @@ pub enum RefusalReason {
     /// No name rule lists the host name at this port (IP rules admit no
     /// names).
     NameNotListed,
+    /// A request rule names the host, at another port: there it is reached
+    /// only where an exact `--allow-net HOST:PORT` lists it (that host, that
+    /// port), and no such rule does (a wildcard or every-port rule, the
+    /// operator's too, does not reach an intercepted host).
+    InterceptedElsewhere,
     /// The host asked for is neither an IP literal nor a host name (a
     /// byte other than a letter, digit, `-`, `_` or `.`, an empty label,
     /// too long): refused before any rule, question or lookup.
@@ -565,6 +570,12 @@ impl fmt::Display for RefusalReason {
         match self {
             RefusalReason::NameNotListed => f.write_str(
                 "no egress rule lists this host name and port (IP rules do not admit names)",
+            ),
+            RefusalReason::InterceptedElsewhere => f.write_str(
+                "no egress rule lists this host name and port exactly: a request rule \
+                 intercepts this host at another port, so it is reached here only where an \
+                 exact --allow-net HOST:PORT lists it (a wildcard or every-port rule does not \
+                 reach an intercepted host)",
             ),
             RefusalReason::NotAHostName => f.write_str(
                 "not a host name (only letters, digits, '-', '_' and '.', labels of 1 to 63 \

@@ -146,6 +146,23 @@ pub(crate) fn is_host_name(name: &str) -> bool {
         })
 }
 
+/// Whether a request rule names the host `name`, at whatever port.
+fn intercepted_host(shared: &Shared, name: &str) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        shared
+            .opts
+            .interception
+            .as_ref()
+            .is_some_and(|i| i.inner.names(name))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (shared, name);
+        false
+    }
+}
+
 fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure> {
     let rules = &shared.rules;
     let candidates = match &target.host {
@@ -165,6 +182,15 @@ fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure
             }
             if rules.name_match(name, target.port).is_none() {
                 return Err(target.refused(RefusalReason::NameNotListed));
+            }
+            // A host a request rule names is reached at its intercepted
+            // ports only through the interception (a tunnel there is
+            // served before this; a plain `http://` request there is
+            // refused here, as no exact rule may list such a port), and at
+            // another port only where an exact `--allow-net HOST:PORT`
+            // lists it: a wildcard or every-port rule does not reach it.
+            if intercepted_host(shared, name) && !rules.lists_exactly(name, target.port) {
+                return Err(target.refused(RefusalReason::InterceptedElsewhere));
             }
             let resolved = resolve(shared, name, target.port).map_err(Failure::Unresolvable)?;
             if resolved.is_empty() {
@@ -285,7 +311,9 @@ pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failur
             if shared.opts.decider.is_some()
                 && matches!(
                     refused.reason,
-                    RefusalReason::NameNotListed | RefusalReason::AddressNotAllowed
+                    RefusalReason::NameNotListed
+                        | RefusalReason::AddressNotAllowed
+                        | RefusalReason::InterceptedElsewhere
                 )
             {
                 match ask(shared, target, &refused.host) {

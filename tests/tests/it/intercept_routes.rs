@@ -46,6 +46,8 @@ def listen(port):
     return s
 main, other = listen(8443), listen(9443)
 threading.Thread(target=other.serve_forever, daemon=True).start()
+plain = http.server.ThreadingHTTPServer(("0.0.0.0", 8080), H)
+threading.Thread(target=plain.serve_forever, daemon=True).start()
 open(sys.argv[1] + "/ready", "w").close()
 main.serve_forever()
 "#;
@@ -105,7 +107,7 @@ fn certificates(dir: &Path) {
 }
 
 /// Runs `script` in a new network and mount namespace, the origin at
-/// 1.2.3.4:8443 and 1.2.3.6:8443 in a namespace of its own behind a veth
+/// 1.2.3.4 and 1.2.3.6, ports 8443 and 9443 (TLS) and 8080 (plain HTTP), in a namespace of its own behind a veth
 /// pair (this side 1.2.3.5), `/etc/hosts` naming `pkgs.example.com` and
 /// `shared.example.com` at 1.2.3.4, `other.example.com` at 1.2.3.6. `$SANDBOX`, `$D` (scratch, with
 /// `ca.pem` and `op.toml`, readable by all), `$DNSQ` and `$NOBODY` are set.
@@ -373,4 +375,146 @@ R -- curl -sS https://pkgs.example.com:8443/simple/intercepted | sed 's/^/interc
             .starts_with("its TLS ClientHello asks for pkgs.example.com (SNI)"),
         "{record:#}"
     );
+}
+
+/// #44 (a): through the proxy, the intercepted host at a port no request
+/// rule names is reached only where an exact `--allow-net HOST:PORT` lists
+/// it: with its name at every port, a wildcard (every port), the
+/// operator's wildcard, or as nobody, a `CONNECT` and a SOCKS tunnel to
+/// `pkgs.example.com:9443` and a plain `http://pkgs.example.com:8080`
+/// request (any method, any path) are refused, recorded, and the summary
+/// and `--explain` propose the exact `--allow-net HOST:PORT`. Twins: the
+/// same rules reach `other.example.com` at those ports, and with the exact
+/// rules added the intercepted host is reached there through the proxy
+/// (root and nobody), never directly; the admitted request on the
+/// intercepted port still passes.
+#[test]
+fn an_intercepted_host_at_another_port_takes_an_exact_allow_net_rule() {
+    let (out, d) = in_private_net(&format!(
+        r#"
+printf '[sandbox.policy]\nallow_net = ["*.example.com"]\n' > "$D/opany.toml"
+C="curl -sS --max-time 5 --cacert $D/ca.pem"
+for case in every-port wildcard operator nobody; do
+  case $case in
+    every-port) set -- --allow-net pkgs.example.com --allow-net other.example.com ;;
+    wildcard|nobody) set -- --allow-net '*.example.com' ;;
+    operator) set -- --config "$D/opany.toml" ;;
+  esac
+  as=""; [ $case = nobody ] && as="$NOBODY" && cd "$D"
+  R() {{ $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@"; }}
+  R "$@" -- sh -c "$C https://pkgs.example.com:9443/tunnel-$case 2>&1; echo rc=\$?" | sed "s/^/$case connect /"
+  R "$@" -- sh -c "$C --proxy \"\$ALL_PROXY\" https://pkgs.example.com:9443/socks-$case 2>&1; echo rc=\$?" | sed "s/^/$case socks /"
+  R "$@" -- sh -c "$C -i -X DELETE http://pkgs.example.com:8080/plain-$case 2>&1" | grep -E '^HTTP/1.1 [0-9]' | sed "s/^/$case plain /"
+  R "$@" -- sh -c "$C https://other.example.com:9443/twin-$case; $C http://other.example.com:8080/twin-$case" | sed "s/^/$case other /"
+  R "$@" --allow-net pkgs.example.com:9443 --allow-net pkgs.example.com:8080 -- sh -c "$C https://pkgs.example.com:9443/exact-$case; $C --proxy \"\$ALL_PROXY\" https://pkgs.example.com:9443/exact-socks-$case; $C -X DELETE http://pkgs.example.com:8080/exact-$case; curl -sS https://pkgs.example.com:8443/simple/$case; $C --noproxy '*' https://pkgs.example.com:9443/direct-$case 2>&1; echo direct rc=\$?" | sed "s/^/$case exact /"
+  cd /
+done
+"$SANDBOX" run --report "$D/r.json" --upstream-ca "$D/ca.pem" {RULE} --allow-net '*.example.com' -- $C https://pkgs.example.com:9443/x 2>&1 | grep '^sandbox:' | sed 's/^/summary /'
+"$SANDBOX" run --explain --upstream-ca "$D/ca.pem" {RULE} --allow-net '*.example.com' -- $C http://pkgs.example.com:8080/x 2>&1 | sed 's/^/explain /'
+"#
+    ));
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    for case in ["every-port", "wildcard", "operator", "nobody"] {
+        // curl: (56) CONNECT tunnel failed, response 403; (97) SOCKS refused.
+        has(&l, &format!("{case} connect curl: (56)"));
+        has(&l, &format!("{case} connect rc=56"));
+        has(&l, &format!("{case} socks rc=97"));
+        has(&l, &format!("{case} plain HTTP/1.1 403"));
+        lacks(&l, case, &format!("/tunnel-{case}"));
+        lacks(&l, case, &format!("/socks-{case}"));
+        lacks(&l, case, &format!("/plain-{case}"));
+        has(
+            &l,
+            &format!("{case} other origin saw GET /twin-{case} host=other.example.com:9443"),
+        );
+        has(
+            &l,
+            &format!("{case} other origin saw GET /twin-{case} host=other.example.com:8080"),
+        );
+        has(
+            &l,
+            &format!("{case} exact origin saw GET /exact-{case} host=pkgs.example.com:9443"),
+        );
+        has(
+            &l,
+            &format!("{case} exact origin saw GET /exact-socks-{case} host=pkgs.example.com:9443"),
+        );
+        has(
+            &l,
+            &format!("{case} exact origin saw DELETE /exact-{case} host=pkgs.example.com:8080"),
+        );
+        has(
+            &l,
+            &format!("{case} exact origin saw GET /simple/{case} host=pkgs.example.com:8443"),
+        );
+        // Directly (no proxy), not even the exact rule reaches it.
+        has(&l, &format!("{case} exact direct rc=7"));
+    }
+    has(
+        &l,
+        "summary sandbox: refused 1 connection (pkgs.example.com:9443 not in --allow-net)",
+    );
+    has(
+        &l,
+        "explain       to admit it: --allow-net pkgs.example.com:8080",
+    );
+    has(
+        &l,
+        "explain     refused proxy on pkgs.example.com:8080: no egress rule lists this host name and port exactly: a request rule intercepts this host at another port",
+    );
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    for gone in ["/tunnel-", "/socks-", "/plain-", "/direct-", " /x "] {
+        assert!(!log.contains(gone), "{gone} reached the origin: {log}");
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("r.json")).unwrap()).unwrap();
+    let refused = &record["mediation"]["refused"][0];
+    assert_eq!(refused["syscall"], "proxy", "{record:#}");
+    assert_eq!(refused["target"], "pkgs.example.com:9443", "{record:#}");
+    assert!(
+        refused["reason"]
+            .as_str()
+            .unwrap()
+            .starts_with("no egress rule lists this host name and port exactly"),
+        "{record:#}"
+    );
+}
+
+/// #44 (b): `--explain` proposes no `--allow-net ADDRESS:PORT` for a direct
+/// connect refused at the intercepted host's address and intercepted port
+/// (such a rule would reach it around the proxy) and says why; root and
+/// nobody. Twin: a direct connect to an address no rule lists gets the
+/// proposal.
+#[test]
+fn explain_proposes_no_ip_rule_for_an_intercepted_hosts_address() {
+    let (out, _d) = in_private_net(&format!(
+        r#"
+C="curl -sS --max-time 5 --noproxy '*' -k"
+for who in root nobody; do
+  as=""; [ $who = nobody ] && as="$NOBODY" && cd "$D"
+  $as "$SANDBOX" run --explain --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com -- sh -c "$C https://shared.example.com:8443/a; $C https://1.2.3.6:8443/b; exit 3" 2>&1 | sed "s/^/$who /"
+done
+"#
+    ));
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    for who in ["root", "nobody"] {
+        has(
+            &l,
+            &format!("{who}     refused connect on 1.2.3.4:8443 (where the intercepted host pkgs.example.com was found: a request rule intercepts it at port 8443, so it is reached only through the proxy)"),
+        );
+        has(
+            &l,
+            &format!(
+                "{who}       not proposed: it is the address of a host a request rule intercepts"
+            ),
+        );
+        lacks(&l, who, "--allow-net 1.2.3.4");
+        // The twin: an address no rule lists.
+        has(
+            &l,
+            &format!("{who}       to admit it: --allow-net 1.2.3.6:8443"),
+        );
+    }
 }

@@ -134,6 +134,16 @@ impl Interceptor {
             .any(|r| r.port() == port && r.host().eq_ignore_ascii_case(host))
     }
 
+    /// Whether some rule names `host`, at whatever port: such a host is
+    /// reached at its other ports only where an exact `--allow-net
+    /// HOST:PORT` lists it ([`crate::RefusalReason::InterceptedElsewhere`]).
+    pub(crate) fn names(&self, host: &str) -> bool {
+        let host = host.strip_suffix('.').unwrap_or(host);
+        self.rules
+            .iter()
+            .any(|r| r.host().eq_ignore_ascii_case(host))
+    }
+
     /// The run CA's certificate (PEM), which the command trusts.
     pub(crate) fn ca_pem(&self) -> String {
         self.ca.cert_pem()
