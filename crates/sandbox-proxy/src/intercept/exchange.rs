@@ -540,9 +540,10 @@ fn overrides(
             named.push((format!("its {name} header"), *kind, text));
         }
     }
-    for pair in query.unwrap_or("").split('&') {
+    // `;` too: some servers split on it (PHP's arg_separator.input).
+    for pair in query.unwrap_or("").split(['&', ';']) {
         let (key, value) = pair.split_once('=').unwrap_or((pair, ""));
-        if percent_decoded(key).eq_ignore_ascii_case("_method") {
+        if names_method_parameter(key) {
             let text = percent_decoded(value).trim().to_string();
             named.push((format!("its {key} query parameter"), Override::Method, text));
         }
@@ -594,6 +595,27 @@ fn overrides(
         }
     }
     Ok(())
+}
+
+/// Whether a query parameter's (raw) name is `_method` as a server may
+/// read it, case aside. PHP (which Symfony and Laravel run on) reads
+/// `+` as a space, decodes `%XX`, ends the name at a NUL, drops leading
+/// spaces, and maps `.` and space (and a `[` that no `]` closes) to `_`:
+/// `.method`, `%20_method`, `+_method` and `_method%00x` are all its
+/// `$_GET['_method']`; `_method[x]` is an array under that name. So the
+/// name is read that way, and both it whole and its part before a `[`
+/// are compared (with every `[` read as `_`, a bit wider than PHP).
+fn names_method_parameter(key: &str) -> bool {
+    let decoded = percent_decoded(&key.replace('+', " "));
+    let name = decoded.split('\0').next().unwrap_or("");
+    let name = name.trim_start_matches(' ');
+    let php = |text: &str| -> String {
+        text.chars()
+            .map(|c| if matches!(c, '.' | ' ' | '[') { '_' } else { c })
+            .collect()
+    };
+    let base = name.split('[').next().unwrap_or("");
+    php(name).eq_ignore_ascii_case("_method") || php(base).eq_ignore_ascii_case("_method")
 }
 
 /// `text` with its `%XX` escapes decoded (`+` kept), lossily as UTF-8.
@@ -1644,6 +1666,15 @@ mod tests {
             "a=1&_method=GET",
             "method=DELETE",
             "x_method=PUT",
+            // Twins of the PHP readings below: none of these is `_method`.
+            "+method=DELETE",
+            "%20method=DELETE",
+            "_+method=DELETE",
+            "x.method=DELETE",
+            "_method_=DELETE",
+            "a=_method;b=DELETE",
+            "+_method=GET",
+            ".method=HEAD",
         ] {
             assert!(req(admitted).is_ok(), "{admitted}");
         }
@@ -1659,6 +1690,22 @@ mod tests {
             ("_METHOD=%50UT", "asks for PUT"),
             ("_method=delete", "names no plain method"),
             ("_method", "names no plain method"),
+            // PHP's reading of a name: `+` and `%20` a space, leading
+            // spaces dropped, `.`, space and `[` read as `_`, the name
+            // ended at a NUL, `[...]` an array under it; `;` separates.
+            (
+                ".method=DELETE",
+                "its .method query parameter asks for DELETE",
+            ),
+            ("%2Emethod=DELETE", "asks for DELETE"),
+            ("+_method=DELETE", "asks for DELETE"),
+            ("%20_method=DELETE", "asks for DELETE"),
+            ("++.METHOD=PUT", "asks for PUT"),
+            ("%5Bmethod=DELETE", "asks for DELETE"),
+            ("_method%00x=DELETE", "asks for DELETE"),
+            ("_method[]=DELETE", "asks for DELETE"),
+            ("_method%5Bx%5D=DELETE", "asks for DELETE"),
+            ("a=1;_method=DELETE", "asks for DELETE"),
         ] {
             let err = req(refused).unwrap_err();
             assert!(
