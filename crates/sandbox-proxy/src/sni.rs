@@ -79,69 +79,107 @@ pub(crate) enum Hello {
     Malformed(&'static str),
 }
 
-/// Reads the first flight of a tunnel, `bytes` as received so far.
+/// Reads the first flight of a tunnel, `bytes` as received so far, from
+/// its start (a [`Parser`] of its own).
+#[cfg(test)]
 pub(crate) fn parse(bytes: &[u8]) -> Hello {
-    match bytes.first() {
-        None => return Hello::Incomplete,
-        Some(&HANDSHAKE) => {}
-        // An SSLv2-format ClientHello (RFC 5246 appendix E.2: a two-byte
-        // length with the top bit set, then message type 1), which some
-        // servers still take to negotiate TLS: it carries no extensions,
-        // so no server name, which a tunnel to a name does not pass.
-        Some(b) if b & 0x80 != 0 => {
-            return match bytes.get(2) {
-                None => Hello::Incomplete,
-                Some(&CLIENT_HELLO) => Hello::Parsed {
-                    server_name: None,
-                    hidden_name: false,
-                },
-                Some(_) => Hello::NotTls,
+    Parser::default().parse(bytes)
+}
+
+/// Reads a tunnel's first flight as it grows, each record once: the
+/// records read whole are kept (where they end, the handshake bytes they
+/// carried), so a hello dripped a byte a record costs work in proportion
+/// to its length, not its square (it was read again from the start on
+/// every read).
+#[derive(Debug, Default)]
+pub(crate) struct Parser {
+    /// How many bytes of the flight are whole records, read.
+    pos: usize,
+    /// The handshake messages' bytes those records carried.
+    handshake: Vec<u8>,
+    /// The flight's bytes looked at so far, over all calls (the work done,
+    /// for tests).
+    work: usize,
+}
+
+impl Parser {
+    /// Reads the first flight, `bytes` as received so far: each call's
+    /// `bytes` extend the previous call's (the same flight, grown).
+    pub(crate) fn parse(&mut self, bytes: &[u8]) -> Hello {
+        self.work += 1;
+        match bytes.first() {
+            None => return Hello::Incomplete,
+            Some(&HANDSHAKE) => {}
+            // An SSLv2-format ClientHello (RFC 5246 appendix E.2: a
+            // two-byte length with the top bit set, then message type 1
+            // and a version 3.x), which some servers still take to
+            // negotiate TLS: it carries no extensions, so no server name,
+            // which a tunnel to a name does not pass. Message type 1 with
+            // another version is a hello no one should read: refused.
+            Some(b) if b & 0x80 != 0 => {
+                return match (bytes.get(2), bytes.get(3)) {
+                    (None, _) => Hello::Incomplete,
+                    (Some(&CLIENT_HELLO), None) => Hello::Incomplete,
+                    (Some(&CLIENT_HELLO), Some(3)) => Hello::Parsed {
+                        server_name: None,
+                        hidden_name: false,
+                    },
+                    (Some(&CLIENT_HELLO), Some(_)) => {
+                        Hello::Malformed("an SSLv2-format ClientHello of a version other than 3.x")
+                    }
+                    (Some(_), _) => Hello::NotTls,
+                }
             }
+            Some(_) => return Hello::NotTls,
         }
-        Some(_) => return Hello::NotTls,
-    }
-    // The handshake messages' bytes, gathered from the records.
-    let mut handshake: Vec<u8> = Vec::new();
-    let mut rest = bytes;
-    loop {
-        if rest.len() < 5 {
-            return Hello::Incomplete;
-        }
-        if rest[0] != HANDSHAKE {
-            return Hello::Malformed("another record came before the ClientHello ended");
-        }
-        if rest[1] != 3 {
-            return Hello::Malformed("a record version other than 3.x");
-        }
-        let len = usize::from(u16::from_be_bytes([rest[3], rest[4]]));
-        if len == 0 || len > MAX_FRAGMENT {
-            return Hello::Malformed("a handshake record of length 0 or above 16 KiB");
-        }
-        if rest.len() < 5 + len {
-            return Hello::Incomplete;
-        }
-        handshake.extend_from_slice(&rest[5..5 + len]);
-        rest = &rest[5 + len..];
-        if handshake.len() < 4 {
-            continue;
-        }
-        if handshake[0] != CLIENT_HELLO {
-            return Hello::Malformed("the first handshake message is no ClientHello");
-        }
-        let body_len = usize::from(handshake[1]) << 16
-            | usize::from(handshake[2]) << 8
-            | usize::from(handshake[3]);
-        if body_len > MAX_HELLO {
-            return Hello::Malformed("a ClientHello above 32 KiB");
-        }
-        match handshake.len().cmp(&(4 + body_len)) {
-            std::cmp::Ordering::Less => continue,
-            // Nothing follows a ClientHello in its records: the client
-            // waits for the server's answer.
-            std::cmp::Ordering::Greater => {
-                return Hello::Malformed("more handshake bytes after the ClientHello")
+        loop {
+            let Some(rest) = bytes.get(self.pos..) else {
+                return Hello::Malformed("the flight shrank");
+            };
+            if rest.len() < 5 {
+                return Hello::Incomplete;
             }
-            std::cmp::Ordering::Equal => return client_hello(&handshake[4..]),
+            if rest[0] != HANDSHAKE {
+                return Hello::Malformed("another record came before the ClientHello ended");
+            }
+            if rest[1] != 3 {
+                return Hello::Malformed("a record version other than 3.x");
+            }
+            let len = usize::from(u16::from_be_bytes([rest[3], rest[4]]));
+            if len == 0 || len > MAX_FRAGMENT {
+                return Hello::Malformed("a handshake record of length 0 or above 16 KiB");
+            }
+            if rest.len() < 5 + len {
+                return Hello::Incomplete;
+            }
+            self.work += 5 + len;
+            self.handshake.extend_from_slice(&rest[5..5 + len]);
+            self.pos += 5 + len;
+            let handshake = &self.handshake;
+            if handshake.len() < 4 {
+                continue;
+            }
+            if handshake[0] != CLIENT_HELLO {
+                return Hello::Malformed("the first handshake message is no ClientHello");
+            }
+            let body_len = usize::from(handshake[1]) << 16
+                | usize::from(handshake[2]) << 8
+                | usize::from(handshake[3]);
+            if body_len > MAX_HELLO {
+                return Hello::Malformed("a ClientHello above 32 KiB");
+            }
+            match handshake.len().cmp(&(4 + body_len)) {
+                std::cmp::Ordering::Less => continue,
+                // Nothing follows a ClientHello in its records: the client
+                // waits for the server's answer.
+                std::cmp::Ordering::Greater => {
+                    return Hello::Malformed("more handshake bytes after the ClientHello")
+                }
+                std::cmp::Ordering::Equal => {
+                    self.work += body_len;
+                    return client_hello(&handshake[4..]);
+                }
+            }
         }
     }
 }
@@ -339,8 +377,12 @@ pub(crate) fn first_flight(
     check: impl Fn(Option<&str>, bool) -> Result<(), String>,
 ) -> Flight {
     let mut buf = first;
+    let mut parser = Parser::default();
+    // One read buffer for the whole flight (a hello may come a few bytes
+    // a read).
+    let mut chunk = vec![0u8; 16 * 1024];
     loop {
-        match parse(&buf) {
+        match parser.parse(&buf) {
             Hello::NotTls => return Flight::Pass(buf),
             Hello::Malformed(why) => {
                 return Flight::Refuse(format!(
@@ -379,8 +421,8 @@ pub(crate) fn first_flight(
             }
             Waited::Failed => return Flight::Gone,
         }
-        let mut chunk = vec![0u8; (MAX_FLIGHT - buf.len()).min(16 * 1024)];
-        match client.read(&mut chunk) {
+        let room = (MAX_FLIGHT - buf.len()).min(chunk.len());
+        match client.read(&mut chunk[..room]) {
             Ok(0) => return Flight::Gone,
             Ok(n) => buf.extend_from_slice(&chunk[..n]),
             Err(e)
@@ -568,6 +610,8 @@ mod tests {
         // An SSLv2-format ClientHello: no name.
         assert_eq!(parse(&[0x80]), Hello::Incomplete);
         assert_eq!(parse(&[0x80, 0x2e, 1, 3, 1]), none);
+        assert_eq!(parse(&[0x80, 0x2e, 1]), Hello::Incomplete);
+        assert!(matches!(parse(&[0x80, 0x2e, 1, 2, 0]), Hello::Malformed(_)));
         // Another protocol.
         assert_eq!(parse(&[0x80, 0x2e, 7]), Hello::NotTls);
         assert_eq!(parse(b"SSH-2.0-x\r\n"), Hello::NotTls);
@@ -645,6 +689,53 @@ mod tests {
         bad(long_session, "session id 33");
         // Positive control: the unchanged hello parses.
         assert_eq!(parse(&good), named("pkgs.example.com"));
+    }
+
+    #[test]
+    fn a_hello_dripped_a_byte_a_record_is_read_in_linear_work() {
+        // A 32 KiB hello (its padding extension), one handshake byte a
+        // record, fed a record at a time as the flight grows.
+        let big = hello(
+            &[sni(b"other.example.com"), (21, vec![0; 32 * 1024 - 200])],
+            Some(1),
+        );
+        assert_eq!(big.len() % 6, 0);
+        let records = big.len() / 6;
+        assert!(records > 32_000, "{records}");
+        let mut parser = Parser::default();
+        for end in (6..big.len()).step_by(6) {
+            assert_eq!(parser.parse(&big[..end]), Hello::Incomplete, "at {end}");
+        }
+        assert_eq!(parser.parse(&big), named("other.example.com"));
+        // Each byte looked at a bounded number of times, plus one step a
+        // call: read again from the start on each call it was
+        // records * flight / 2, some 3 * 10^9 here.
+        assert!(
+            parser.work <= 2 * big.len() + records,
+            "{} steps for {} bytes",
+            parser.work,
+            big.len()
+        );
+        // Fed a byte at a time, likewise; the verdict is the same as read
+        // whole (twin: records as large as may be).
+        let mut parser = Parser::default();
+        for end in 1..big.len() {
+            assert_eq!(parser.parse(&big[..end]), Hello::Incomplete, "at {end}");
+        }
+        assert_eq!(parser.parse(&big), named("other.example.com"));
+        assert!(parser.work <= 3 * big.len(), "{}", parser.work);
+        let whole = hello(
+            &[sni(b"other.example.com"), (21, vec![0; 32 * 1024 - 200])],
+            Some(MAX_FRAGMENT),
+        );
+        assert_eq!(parse(&whole), named("other.example.com"));
+        // A refusal met midway stays one: a record of another type after
+        // a few handshake ones.
+        let mut parser = Parser::default();
+        assert_eq!(parser.parse(&big[..60]), Hello::Incomplete);
+        let mut bad = big[..60].to_vec();
+        bad.extend_from_slice(&[0x17, 3, 3, 0, 1, 0]);
+        assert!(matches!(parser.parse(&bad), Hello::Malformed(_)));
     }
 
     /// Two connected TCP streams on loopback.
