@@ -344,16 +344,16 @@ pub(crate) fn decide(
                     .is_some_and(|d| own_listener(rules, kind, d, target, &mut job.own_listener))
             {
                 // Say which name the address was answered for, where known;
-                // an intercepted host's address first, in words `--explain`
-                // reads (sandbox-cli show.rs): it proposes no IP rule there,
-                // which would route around the proxy.
+                // an address an intercepted host was found at first (at any
+                // port), in words `--explain` reads (sandbox-cli show.rs): it
+                // proposes no IP rule there, which would route around the
+                // proxy.
                 if let Some((d, name)) =
-                    dest.and_then(|d| Some((d, rules.dns()?.pins.shared_with_intercepted(d)?)))
+                    dest.and_then(|d| Some((d, rules.dns()?.pins.intercepted_at(d.ip())?)))
                 {
                     target.resolved = Some(PathBuf::from(format!(
                         "{d} (where the intercepted host {name} was found: a request rule \
-                         intercepts it at port {}, so it is reached only through the proxy)",
-                        d.port()
+                         intercepts it, so it is reached only through the proxy)"
                     )));
                 } else if let Some((d, name)) =
                     dest.and_then(|d| Some((d, rules.dns()?.pins.name_of(d.ip())?)))

@@ -283,19 +283,19 @@ fn proposal(call: &sandbox::runner::MediatedCall, private_tmp: bool) -> Proposal
         {
             propose("--allow-net", &call.target)
         }
-        // The address of a host a request rule intercepts, at a port it is
-        // intercepted at (sandbox-broker connect.rs): an IP rule would
-        // reach it around the proxy's checks, so none is proposed. (A name
-        // holds no space: no command-chosen name writes these words.)
+        // An address where a host a request rule intercepts was found
+        // (sandbox-broker connect.rs): an IP rule would reach that host
+        // around the proxy's checks, so none is proposed. (A name holds no
+        // space: no command-chosen name writes these words.)
         "connect"
             if reason.starts_with("no egress rule")
                 && call.target.contains(" (where the intercepted host ") =>
         {
             Proposal::Withheld(
-                "it is the address of a host a request rule intercepts, at a port it is \
-                 intercepted at: an --allow-net rule for the address would reach that host \
-                 around the proxy's checks; send the requests through the proxy (HTTPS_PROXY), \
-                 and widen the request rules if a request was refused",
+                "it is the address of a host a request rule intercepts: an --allow-net rule \
+                 for the address would reach that host around the proxy's checks; send the \
+                 requests through the proxy (HTTPS_PROXY), and widen the request rules (or, at \
+                 a port no request rule names, add --allow-net HOST:PORT) if one was refused",
             )
         }
         "connect"
@@ -702,7 +702,7 @@ mod tests {
         let shadowed = call(
             "connect",
             "1.2.3.4:8443 (where the intercepted host pkgs.example.com was found: a request \
-             rule intercepts it at port 8443, so it is reached only through the proxy)",
+             rule intercepts it, so it is reached only through the proxy)",
             "no egress rule admits this destination",
         );
         match proposal(&shadowed, false) {

@@ -172,6 +172,19 @@ impl Pins {
             .map(|p| p.name.clone())
     }
 
+    /// The intercepted name whose live shadow ([`Pins::shadow`]) holds
+    /// `ip`, at whatever port: an IP rule for that address would reach the
+    /// intercepted host around the proxy, so none is proposed for it.
+    pub fn intercepted_at(&self, ip: IpAddr) -> Option<String> {
+        let now = Instant::now();
+        let ip = canonical_ip(ip);
+        self.table()
+            .shadows
+            .iter()
+            .find(|p| p.expires > now && p.ip == ip)
+            .map(|p| p.name.clone())
+    }
+
     fn table(&self) -> std::sync::MutexGuard<'_, Table> {
         // Nothing panics while the lock is held; a poisoned table is still valid.
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
@@ -429,12 +442,25 @@ mod tests {
             Some("svc.example.com")
         );
         assert!(p.admits(SocketAddr::new(apart, 8443)).is_some());
+        // Where it was found, at any port (no IP rule is proposed there);
+        // the other address not.
+        assert_eq!(
+            p.intercepted_at(shared).as_deref(),
+            Some("pkgs.example.com")
+        );
+        let mapped: IpAddr = "::ffff:203.0.113.7".parse().unwrap();
+        assert_eq!(
+            p.intercepted_at(mapped).as_deref(),
+            Some("pkgs.example.com")
+        );
+        assert_eq!(p.intercepted_at(apart), None);
         // The shadow expires.
         let q = pins(&["svc.example.com"]).except_intercepted([("pkgs.example.com", 443)]);
         assert!(q.pin("svc.example.com", shared, ttl));
         assert!(q.shadow("pkgs.example.com", shared, Duration::from_millis(1)));
         std::thread::sleep(Duration::from_millis(5));
         assert!(q.admits(SocketAddr::new(shared, 443)).is_some());
+        assert_eq!(q.intercepted_at(shared), None);
         // Looked up once a period.
         assert!(q.shadows_due(Duration::from_secs(60)));
         assert!(!q.shadows_due(Duration::from_secs(60)));

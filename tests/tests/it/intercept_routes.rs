@@ -482,10 +482,10 @@ done
 }
 
 /// #44 (b): `--explain` proposes no `--allow-net ADDRESS:PORT` for a direct
-/// connect refused at the intercepted host's address and intercepted port
-/// (such a rule would reach it around the proxy) and says why; root and
-/// nobody. Twin: a direct connect to an address no rule lists gets the
-/// proposal.
+/// connect refused at the intercepted host's address, at its intercepted
+/// port or another (such a rule would reach it around the proxy), and
+/// says why; root and nobody. Twin: a direct connect to an address no rule
+/// lists gets the proposal.
 #[test]
 fn explain_proposes_no_ip_rule_for_an_intercepted_hosts_address() {
     let (out, _d) = in_private_net(&format!(
@@ -493,16 +493,30 @@ fn explain_proposes_no_ip_rule_for_an_intercepted_hosts_address() {
 C="curl -sS --max-time 5 --noproxy '*' -k"
 for who in root nobody; do
   as=""; [ $who = nobody ] && as="$NOBODY" && cd "$D"
-  $as "$SANDBOX" run --explain --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com -- sh -c "$C https://shared.example.com:8443/a; $C https://1.2.3.6:8443/b; exit 3" 2>&1 | sed "s/^/$who /"
+  $as "$SANDBOX" run --explain --upstream-ca "$D/ca.pem" {RULE} --allow-net shared.example.com:8443 -- sh -c "$C https://shared.example.com:8443/a; $C https://1.2.3.4:9443/c; $C https://1.2.3.6:8443/b; exit 3" 2>&1 | sed "s/^/$who /"
 done
 "#
     ));
     let l = lines(&out);
     eprintln!("{}", String::from_utf8_lossy(&out.stderr));
     for who in ["root", "nobody"] {
-        has(
-            &l,
-            &format!("{who}     refused connect on 1.2.3.4:8443 (where the intercepted host pkgs.example.com was found: a request rule intercepts it at port 8443, so it is reached only through the proxy)"),
+        // At the intercepted port, and at another port (where no IP rule
+        // may reach the intercepted host either: it takes an exact
+        // `--allow-net HOST:PORT` through the proxy).
+        for port in [8443, 9443] {
+            has(
+                &l,
+                &format!("{who}     refused connect on 1.2.3.4:{port} (where the intercepted host pkgs.example.com was found: a request rule intercepts it, so it is reached only through the proxy)"),
+            );
+        }
+        assert_eq!(
+            l.iter()
+                .filter(|x| x.starts_with(&format!(
+                    "{who}       not proposed: it is the address of a host a request rule intercepts"
+                )))
+                .count(),
+            2,
+            "{l:#?}"
         );
         has(
             &l,
@@ -511,6 +525,7 @@ done
             ),
         );
         lacks(&l, who, "--allow-net 1.2.3.4");
+        lacks(&l, who, "origin saw");
         // The twin: an address no rule lists.
         has(
             &l,
