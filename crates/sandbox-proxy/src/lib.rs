@@ -254,7 +254,6 @@ pub struct ProxyOptions {
     interception: Option<Interception>,
     decider: Option<Arc<dyn Decider>>,
     max_held: usize,
-    shadows: Option<sandbox_core::Pins>,
 }
 
 /// The interception of the hosts per-request rules name
@@ -403,7 +402,6 @@ impl Default for ProxyOptions {
             interception: None,
             decider: None,
             max_held: DEFAULT_MAX_HELD,
-            shadows: None,
         }
     }
 }
@@ -419,7 +417,6 @@ impl fmt::Debug for ProxyOptions {
             .field("interception", &self.interception.is_some())
             .field("decider", &self.decider)
             .field("max_held", &self.max_held)
-            .field("shadows", &self.shadows.is_some())
             .finish()
     }
 }
@@ -470,16 +467,6 @@ impl ProxyOptions {
         self
     }
 
-    /// Where the run's resolver found the intercepted hosts
-    /// ([`sandbox_core::Pins::intercepted_at`]): an IP literal at such an
-    /// address that no rule admits is refused without asking a [`Decider`]
-    /// ([`RefusalReason::InterceptedAddress`]), as an approval of the
-    /// address would reach the intercepted host around its request rules.
-    pub fn shadows(mut self, pins: sandbox_core::Pins) -> Self {
-        self.shadows = Some(pins);
-        self
-    }
-
     /// Holds a connection to a destination no egress rule admits (a name
     /// not listed, an IP literal no rule admits), and an intercepted
     /// request no request rule admits, while `decider` is asked
@@ -522,14 +509,6 @@ pub enum RefusalReason {
     /// port), and no such rule does (a wildcard or every-port rule, the
     /// operator's too, does not reach an intercepted host).
     InterceptedElsewhere,
-    /// No IP rule admits the IP literal at this port, and it is an address
-    /// where the run's resolver found an intercepted host
-    /// ([`ProxyOptions::shadows`]): refused without asking a [`Decider`],
-    /// whose admission would reach that host around its request rules.
-    InterceptedAddress {
-        /// The intercepted host found there.
-        host: String,
-    },
     /// The host asked for is neither an IP literal nor a host name (a
     /// byte other than a letter, digit, `-`, `_` or `.`, an empty label,
     /// too long): refused before any rule, question or lookup.
@@ -597,13 +576,6 @@ impl fmt::Display for RefusalReason {
                  intercepts this host at another port, so it is reached here only where an \
                  exact --allow-net HOST:PORT lists it (a wildcard or every-port rule does not \
                  reach an intercepted host)",
-            ),
-            RefusalReason::InterceptedAddress { host } => write!(
-                f,
-                "no IP egress rule admits this address and port, and the intercepted host \
-                 {host} was found at it: an approval of the address would reach that host \
-                 around the proxy's checks, so none was asked for (send its requests by name \
-                 through the proxy)"
             ),
             RefusalReason::NotAHostName => f.write_str(
                 "not a host name (only letters, digits, '-', '_' and '.', labels of 1 to 63 \
