@@ -361,3 +361,87 @@ fn a_session_audits_repositories_earlier_commands_made() {
         }
     }
 }
+
+/// Red-team F1 (rt3): settings git runs as programs that the audit missed
+/// are named, each in a repository `git init` made in the run: a `\`
+/// continuation hiding `core.fsmonitor` behind `[user]` (b),
+/// `gpg.ssh.defaultKeyCommand` (c), an `ext::` remote with
+/// `protocol.ext.allow` (d), `interactive.diffFilter` and a `!` alias (e),
+/// a NUL cutting `[core "fsmonitor\0"]` into `core.fsmonitor` (f), and a
+/// setting the audit does not know (g: `trace2.eventTarget`, named apart).
+/// Positive controls: `a` (`core.fsmonitor`, as before) is named, and a
+/// repository `git clone` made, then given `git config user.*` and
+/// `pull.rebase`, and its source `git init` made are not.
+#[test]
+fn the_audit_names_what_git_runs_and_not_what_clone_writes() {
+    for nobody in users() {
+        let (_dir, ws) = shared_dir();
+        old_repo(&ws);
+        let script = "set -e; export GIT_CONFIG_NOSYSTEM=1; \
+            for r in a b c d e f g; do git init -q $r; done; \
+            printf '[core]\\n\\tfsmonitor = touch pwned-a\\n' >> a/.git/config; \
+            printf '[core]\\n\\tzzz = x \\\\\\n[user]\\n\\tfsmonitor = \"touch pwned-b; false\"\\n' \
+              >> b/.git/config; \
+            printf '[commit]\\n\\tgpgsign = true\\n[gpg]\\n\\tformat = ssh\\n[gpg \"ssh\"]\\n\\t\
+              defaultKeyCommand = touch pwned-c\\n' >> c/.git/config; \
+            printf '[protocol \"ext\"]\\n\\tallow = always\\n[remote \"origin\"]\\n\\t\
+              url = ext::sh -c touch%% pwned-d\\n' >> d/.git/config; \
+            printf '[interactive]\\n\\tdiffFilter = touch pwned-e\\n[alias]\\n\\tst = !touch x\\n' \
+              >> e/.git/config; \
+            printf '[core \"fsmonitor\\000\"]\\n\\tx = touch pwned-f\\n' >> f/.git/config; \
+            printf '[trace2]\\n\\teventTarget = /tmp/x\\n' >> g/.git/config; \
+            git init -q src; \
+            git -C src -c user.name=a -c user.email=a@b commit -q --allow-empty -m x; \
+            git clone -q src dst; git -C dst config user.name 'A U Thor'; \
+            git -C dst config user.email a@example.com; git -C dst config pull.rebase false; \
+            echo made";
+        let out = run(nobody, &ws, script);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "made\n", "{err}");
+        assert!(out.status.success(), "{err}");
+        // git itself reads the hidden ones as the audit names them.
+        for (repo, key, value) in [
+            ("b", "core.fsmonitor", "touch pwned-b; false"),
+            ("f", "core.fsmonitor", "touch pwned-f"),
+        ] {
+            let got = std::process::Command::new("git")
+                .args(["config", "--file"])
+                .arg(ws.join(repo).join(".git/config"))
+                .args(["--get", key])
+                .output()
+                .unwrap();
+            assert_eq!(String::from_utf8_lossy(&got.stdout).trim(), value, "{repo}");
+        }
+        for (repo, names) in [
+            ("a", &["core.fsmonitor"][..]),
+            ("b", &["core.fsmonitor"]),
+            ("c", &["gpg.ssh.defaultkeycommand"]),
+            ("d", &["protocol.ext.allow", "remote.origin.url"]),
+            ("e", &["interactive.difffilter", "alias.st"]),
+            ("f", &["core.fsmonitor"]),
+        ] {
+            let line = line_for(&err, &ws.join(repo)).unwrap_or_else(|| panic!("{repo}: {err}"));
+            for name in names {
+                assert!(line.contains(name), "{repo}: {name} in {line}");
+            }
+            assert!(line.contains(" run programs"), "{repo}: {line}");
+        }
+        let line = line_for(&err, &ws.join("g")).unwrap_or_else(|| panic!("g: {err}"));
+        assert!(
+            line.contains(
+                "whose config sets trace2.eventtarget, which the git audit does not know to be \
+                 harmless"
+            ),
+            "{line}"
+        );
+        for clean in ["src", "dst"] {
+            assert!(line_for(&err, &ws.join(clean)).is_none(), "{clean}: {err}");
+        }
+        assert!(
+            std::fs::read_to_string(ws.join("dst/.git/config"))
+                .unwrap()
+                .contains("A U Thor"),
+            "{err}"
+        );
+    }
+}
