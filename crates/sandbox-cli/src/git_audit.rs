@@ -623,16 +623,29 @@ const HARMLESS_SECTIONS: &[&str] = &[
 /// (git allows them always by default; `ext` runs a command).
 const SAFE_PROTOCOLS: &[&[u8]] = &[b"http", b"https", b"git", b"ssh", b"file"];
 
-/// Whether `url` names a transport helper (`<helper>::<address>`, as
-/// git's `transport_get` reads it): `ext::` runs its command, any other
-/// runs `git-remote-<helper>`.
+/// The URL schemes git serves itself (or with its own `git-remote-http`).
+const GIT_SCHEMES: &[&[u8]] = &[
+    b"file", b"git", b"ssh", b"git+ssh", b"ssh+git", b"http", b"https", b"ftp", b"ftps",
+];
+
+/// Whether `url` names a transport helper, as git's `transport_get`
+/// reads it: `<helper>::<address>` (`ext::` runs its command, `fd::`
+/// talks over inherited descriptors, any other runs `git-remote-<helper>`),
+/// or `<scheme>://` of a scheme git does not serve itself (it runs
+/// `git-remote-<scheme>`).
 fn transport_helper(url: &[u8]) -> bool {
     let scheme = url
         .iter()
         .enumerate()
         .take_while(|&(i, &c)| c.is_ascii_alphanumeric() || (i > 0 && b"+-.".contains(&c)))
         .count();
-    url[scheme..].starts_with(b"::")
+    let rest = &url[scheme..];
+    rest.starts_with(b"::")
+        || (scheme > 0
+            && rest.starts_with(b"://")
+            && !GIT_SCHEMES
+                .iter()
+                .any(|s| s.eq_ignore_ascii_case(&url[..scheme])))
 }
 
 /// What the config entry named `name` (as git gives it to its callbacks:
@@ -1662,6 +1675,10 @@ mod tests {
             ),
             (b"[submodule \"s\"]\n\turl = fd::3\n", "submodule.s.url"),
             (
+                b"[remote \"o\"]\n\tpushurl = evil://x/y\n",
+                "remote.o.pushurl",
+            ),
+            (
                 b"[core]\n\talternateRefsCommand = touch p\n",
                 "core.alternaterefscommand",
             ),
@@ -1766,6 +1783,40 @@ mod tests {
             ),
             "{lines:?}"
         );
+    }
+
+    /// Remote URLs git serves itself are harmless; a transport helper's
+    /// (`ext::`, `fd::`, `<x>::`, an unknown `<scheme>://`) run programs.
+    #[test]
+    fn remote_urls_are_told_apart() {
+        for url in [
+            &b"https://github.com/o/r.git"[..],
+            b"git@github.com:o/r.git",
+            b"ssh://[::1]/r",
+            b"git+ssh://h/r",
+            b"/abs/path",
+            b"../rel",
+            b"file:///x",
+            b"",
+        ] {
+            assert_eq!(
+                classify(b"remote.origin.url", Some(url)),
+                Kind::Harmless,
+                "{url:?}"
+            );
+        }
+        for url in [&b"ext::sh -c x"[..], b"fd::3", b"gcrypt::x", b"evil://h/r"] {
+            assert_eq!(
+                classify(b"remote.origin.url", Some(url)),
+                Kind::Runs,
+                "{url:?}"
+            );
+            assert_eq!(
+                classify(&[b"url.", url, b".insteadof"].concat(), Some(b"https://")),
+                Kind::Runs,
+                "{url:?}"
+            );
+        }
     }
 
     #[test]
