@@ -1011,7 +1011,7 @@ impl Session {
                     }
                 }
             });
-        let launched = self.launch(chan, &req, &fields);
+        let launched = self.launch(chan, req, &fields);
         let (had, sent, seen) = self.watcher.end();
         let asked = self.approvals.as_ref().map(|a| a.end(id));
         let Launched {
@@ -1244,10 +1244,9 @@ impl Session {
     fn launch(
         &self,
         chan: &mut Channel,
-        req: &RunRequest,
+        mut req: RunRequest,
         fields: &RunFields,
     ) -> Result<Launched, Fatal> {
-        let mut req = req.clone();
         let ended = Ended::default();
         let over = Ended::default();
         let feeder = match &fields.stdin {

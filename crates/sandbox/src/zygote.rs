@@ -59,7 +59,7 @@
 //! | a command's egress (an allowlist, `--approval channel`, secrets) | the proxy and the resolver, which are the zygote run's (started once by [`crate::runner::run`], its CA files and secrets' placeholders with it); connections a command leaves open; refusals made after it ended | each command gets the variables a run of its own gets ([`sandbox_proxy::EgressTap::set_env`]); its processes, and so its proxy connections, are gone before its answer; its refusals are a window of their own, closed once the proxy has no connection open (at most 1 s): a refusal a closed window's connection makes later goes to the zygote run's record only, never to a later command | `tests/tests/it/session_egress.rs` |
 //! | a command's lifetime | never ending, a stop signal to the session | the runner keeps the deadline and the stop signals and sends the end; the zygote's own run ends at the policy's ceiling, so a command that could outlast it gets a new zygote | `a_requests_timeout_is_honoured`, `a_stop_signal_ends_the_command_and_the_session` |
 
-use std::ffi::{CString, OsString};
+use std::ffi::{CStr, CString, OsString};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::{OsStrExt, OsStringExt};
 use std::path::{Path, PathBuf};
@@ -603,23 +603,28 @@ fn encode(cmd: &ZygoteCommand<'_>) -> Result<Vec<u8>, String> {
     Ok(out)
 }
 
-/// What [`decode`] reads.
-struct Spawn {
-    path: CString,
-    argv: Vec<CString>,
-    env: Vec<CString>,
-    cwd: CString,
+/// What [`decode`] reads: C strings borrowed from the message (each
+/// field is NUL-terminated there), nothing copied.
+struct Spawn<'a> {
+    path: &'a CStr,
+    argv: Vec<&'a CStr>,
+    env: Vec<&'a CStr>,
+    cwd: &'a CStr,
 }
 
-fn decode(msg: &[u8]) -> Option<Spawn> {
-    let mut parts = msg.strip_suffix(&[0])?.split(|&b| b == 0);
-    let mut next = || parts.next().and_then(|p| CString::new(p).ok());
-    let count = |c: CString| -> Option<usize> { c.to_str().ok()?.parse().ok() };
+fn decode(msg: &[u8]) -> Option<Spawn<'_>> {
+    // Every field ends with its NUL, the last one too.
+    if msg.last() != Some(&0) {
+        return None;
+    }
+    let mut parts = msg.split_inclusive(|&b| b == 0);
+    let mut next = || parts.next().and_then(|p| CStr::from_bytes_with_nul(p).ok());
+    let count = |c: &CStr| -> Option<usize> { c.to_str().ok()?.parse().ok() };
     let path = next()?;
     let argc = count(next()?)?;
-    let argv: Vec<CString> = (0..argc).map(|_| next()).collect::<Option<_>>()?;
+    let argv: Vec<&CStr> = (0..argc).map(|_| next()).collect::<Option<_>>()?;
     let envc = count(next()?)?;
-    let env: Vec<CString> = (0..envc).map(|_| next()).collect::<Option<_>>()?;
+    let env: Vec<&CStr> = (0..envc).map(|_| next()).collect::<Option<_>>()?;
     let cwd = next()?;
     if argv.is_empty() || next().is_some() {
         return None;
@@ -780,7 +785,7 @@ pub fn serve() -> i32 {
             .env
             .iter()
             .filter(|kv| {
-                let name = kv.as_bytes().split(|&b| b == b'=').next();
+                let name = kv.to_bytes().split(|&b| b == b'=').next();
                 name != Some(crate::nest::NEST_FD_ENV.as_bytes())
             })
             .map(|c| c.as_ptr())
@@ -1083,17 +1088,18 @@ impl Reaper {
     /// whenever any process exists, the scoped ones refused with EPERM
     /// included, kill(2).)
     fn end_all(&mut self, grace: Duration) {
-        if !self.none_left() {
-            // SAFETY: kill(-1) reaches only the domains nested beneath this one
-            // (Landlock signal scoping, see the module doc).
-            unsafe { libc::kill(-1, libc::SIGTERM) };
-            let until = Instant::now() + grace;
-            while !self.none_left() && Instant::now() < until {
-                std::thread::sleep(Duration::from_millis(5));
-            }
-            // SAFETY: as above.
-            unsafe { libc::kill(-1, libc::SIGKILL) };
+        if self.none_left() {
+            return;
         }
+        // SAFETY: kill(-1) reaches only the domains nested beneath this one
+        // (Landlock signal scoping, see the module doc).
+        unsafe { libc::kill(-1, libc::SIGTERM) };
+        let until = Instant::now() + grace;
+        while !self.none_left() && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(5));
+        }
+        // SAFETY: as above.
+        unsafe { libc::kill(-1, libc::SIGKILL) };
         while self.reap(true) {}
     }
 }
@@ -1298,11 +1304,11 @@ mod tests {
         let env = vec![(OsString::from("A"), OsString::from("x=y"))];
         let msg = encode(&cmd(&argv, &env)).unwrap();
         let got = decode(&msg).unwrap();
-        assert_eq!(got.path.as_bytes(), b"/bin/echo");
+        assert_eq!(got.path.to_bytes(), b"/bin/echo");
         assert_eq!(got.argv.len(), 3);
-        assert_eq!(got.argv[2].as_bytes(), b"");
-        assert_eq!(got.env[0].as_bytes(), b"A=x=y");
-        assert_eq!(got.cwd.as_bytes(), b"/tmp");
+        assert_eq!(got.argv[2].to_bytes(), b"");
+        assert_eq!(got.env[0].to_bytes(), b"A=x=y");
+        assert_eq!(got.cwd.to_bytes(), b"/tmp");
         // A missing terminator, trailing fields, counts that lie, no argv.
         assert!(decode(&msg[..msg.len() - 1]).is_none());
         let mut more = msg.clone();
