@@ -268,12 +268,22 @@ impl Egress {
         };
         #[cfg(not(target_os = "linux"))]
         let _ = ca_pem;
-        let proxy =
-            Proxy::start(policy.allow_net().to_vec(), proxy_opts).map_err(EgressError::Proxy)?;
-        let dns = if cfg!(target_os = "linux") {
-            Some(start_dns(policy, policy.timeout()).map_err(EgressError::Resolver)?)
+        // The resolver's pins, made first: where it finds the intercepted
+        // hosts, the proxy asks for no approval of an IP literal. (The
+        // resolver itself starts after the proxy, as it always did.)
+        let pins = if cfg!(target_os = "linux") {
+            Some(dns_pins(policy, policy.timeout()).map_err(EgressError::Resolver)?)
         } else {
             None
+        };
+        if let Some(pins) = &pins {
+            proxy_opts = proxy_opts.shadows(pins.clone());
+        }
+        let proxy =
+            Proxy::start(policy.allow_net().to_vec(), proxy_opts).map_err(EgressError::Proxy)?;
+        let dns = match pins {
+            Some(pins) => Some(start_dns(pins).map_err(EgressError::Resolver)?),
+            None => None,
         };
         let mut policy = if asks_for_all {
             policy.with_only_allowed(EgressRule::Ip(proxy.net_rule()))
@@ -580,14 +590,28 @@ fn proxy_call(r: crate::Refused) -> MediatedCall {
     }
 }
 
-/// Starts the run's resolver for `policy`'s egress rules, with the exact
-/// names `/etc/hosts` lists already pinned (for `ttl`, the run's timeout,
-/// at most [`sandbox_core::MAX_PIN_TTL`]): a program that finds a name there
+/// Starts the run's resolver answering by `pins` ([`dns_pins`]: the exact
+/// names `/etc/hosts` lists already pinned for the run's timeout, at most
+/// [`sandbox_core::MAX_PIN_TTL`]): a program that finds a name there
 /// sends no DNS query, and still meets a pinned address. It answers over
 /// TCP, and over UDP in the run's datagram namespace where one can be made
 /// (Linux; unprivileged, that takes user namespaces), when the run first
 /// asks for a datagram socket.
-fn start_dns(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<(DnsServer, DnsRoute)> {
+fn start_dns(pins: Pins) -> std::io::Result<(DnsServer, DnsRoute)> {
+    let server = DnsServer::start(pins.clone(), None)?;
+    let datagrams = datagram_namespace(&server)?;
+    let route = DnsRoute {
+        resolver: server.addr(),
+        pins,
+        datagrams,
+    };
+    Ok((server, route))
+}
+
+/// The pins of the run's resolver ([`start_dns`]) for `policy`'s egress
+/// rules, with the exact names `/etc/hosts` lists pinned and the
+/// intercepted ones it lists noted (for `ttl`).
+fn dns_pins(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<Pins> {
     let own = crate::host_addrs()?;
     // The hosts request rules intercept are left out, whatever rule lists
     // them: reached only through the proxy, which checks each request. Where
@@ -604,14 +628,7 @@ fn start_dns(policy: &ResolvedPolicy, ttl: Duration) -> std::io::Result<(DnsServ
             }
         }
     }
-    let server = DnsServer::start(pins.clone(), None)?;
-    let datagrams = datagram_namespace(&server)?;
-    let route = DnsRoute {
-        resolver: server.addr(),
-        pins,
-        datagrams,
-    };
-    Ok((server, route))
+    Ok(pins)
 }
 
 /// The run's datagram namespace, made at the first datagram socket the run

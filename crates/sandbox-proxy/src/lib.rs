@@ -166,7 +166,7 @@
 //! | proxy request head (HTTP, SOCKS5) | host, port, head bytes, timing | a name no rule lists is refused before it is resolved; heads bounded in size and time; at most 256 connections | `tests/proxy.rs` (refusals, limits, slow heads) |
 //! | proxy destination resolution | the name's DNS answers (rebinding) | wildcard names never reach special or own addresses; each address checked before connect | `tests/proxy.rs` wildcard and host-address tests |
 //! | tunnel first flight (`sni.rs`): a `CONNECT` or SOCKS tunnel to a port a request rule intercepts on some host | every byte of the ClientHello, how it is split over records and reads, when it comes, whether the server speaks first | a TLS ClientHello must ask (SNI) for the tunnel's own host (an IP-literal tunnel: for no intercepted one) and not hide it (ECH, ESNI); a strict hand parser reading each record once as the flight grows: whole within 32 KiB over any record split, only handshake records, no repeated extension, one `host_name` that is a host name; a handshake record that does not parse, grow whole within 192 KiB or arrive by the head timeout refused (TLS alert, recorded); an SSLv2-format hello counts as one without a name; not TLS, or a server speaking first, passes; what TLS carries (`Host`) is not seen (documented) | `sni::tests` (split at every byte and over records, a 1-byte-record 32 KiB hello in linear steps, each malformed shape beside its twin, real sockets: pieces, half a hello, server first, silence), `tests/tests/it/intercept_routes.rs` |
-//! | intercepted names and the addresses they share (`sandbox_core::Pins`) | any `--allow-net` rule covering an intercepted host (exact, wildcard, the operator's), the names it asks the resolver for, another name at the intercepted host's address | an intercepted name is never answered or pinned, on any port (`NXDOMAIN`, recorded); an exact rule for the same host and port refused at policy resolution; an address where the resolver found an intercepted host (`/etc/hosts`, its lookup at most a minute old) admits no direct connect at that host's intercepted ports (best effort: another resolver's answer is not seen), and a direct connect refused at such an address (any port) names that host so `--explain` proposes no IP rule for it; through the proxy, an intercepted host at a port no request rule names is reached only where an exact `--allow-net HOST:PORT` lists it (a wildcard, every-port or operator rule does not count: [`RefusalReason::InterceptedElsewhere`]) | `sandbox_core` `pins` and `policy` tests, `dns::tests`, `tests/tests/it/intercept_routes.rs` |
+//! | intercepted names and the addresses they share (`sandbox_core::Pins`) | any `--allow-net` rule covering an intercepted host (exact, wildcard, the operator's), the names it asks the resolver for, another name at the intercepted host's address | an intercepted name is never answered or pinned, on any port (`NXDOMAIN`, recorded); an exact rule for the same host and port refused at policy resolution; an address where the resolver found an intercepted host (`/etc/hosts`, its lookup at most a minute old) admits no direct connect at that host's intercepted ports (best effort: another resolver's answer is not seen), and a direct connect refused at such an address (any port) names that host so `--explain` proposes no IP rule for it, and the proxy asks no [`Decider`] about an IP literal there ([`RefusalReason::InterceptedAddress`]); through the proxy, an intercepted host at a port no request rule names is reached only where an exact `--allow-net HOST:PORT` lists it (a wildcard, every-port or operator rule does not count: [`RefusalReason::InterceptedElsewhere`]) | `sandbox_core` `pins` and `policy` tests, `dns::tests`, `tests/tests/it/intercept_routes.rs` |
 //! | resolver query (`dns.rs`) | every byte of the message, how many connections, idling | one question, labels bounded, no compression followed; unlisted names `NXDOMAIN` before any lookup; 32 connections, 10 s idle | `dns::tests`, `tests/tests/it/dns.rs` |
 //! | pinned answers | which listed names it asks for, when | pins only addresses [`sandbox_core::Pins::answerable`] admits; expire after 60 s (at most 300 s); at most 4096; admitted only at the ports the name's rules list | `sandbox_core` `pins` tests, `tests/tests/it/dns.rs` |
 //! | the redirect of port 53 | the destination address, the socket | the broker reads the address once and connects the caller's socket itself; TCP only (UDP goes to the datagram namespace) | `tests/tests/it/dns.rs` |
@@ -254,6 +254,7 @@ pub struct ProxyOptions {
     interception: Option<Interception>,
     decider: Option<Arc<dyn Decider>>,
     max_held: usize,
+    shadows: Option<sandbox_core::Pins>,
 }
 
 /// The interception of the hosts per-request rules name
@@ -402,6 +403,7 @@ impl Default for ProxyOptions {
             interception: None,
             decider: None,
             max_held: DEFAULT_MAX_HELD,
+            shadows: None,
         }
     }
 }
@@ -417,6 +419,7 @@ impl fmt::Debug for ProxyOptions {
             .field("interception", &self.interception.is_some())
             .field("decider", &self.decider)
             .field("max_held", &self.max_held)
+            .field("shadows", &self.shadows.is_some())
             .finish()
     }
 }
@@ -467,6 +470,16 @@ impl ProxyOptions {
         self
     }
 
+    /// Where the run's resolver found the intercepted hosts
+    /// ([`sandbox_core::Pins::intercepted_at`]): an IP literal at such an
+    /// address that no rule admits is refused without asking a [`Decider`]
+    /// ([`RefusalReason::InterceptedAddress`]), as an approval of the
+    /// address would reach the intercepted host around its request rules.
+    pub fn shadows(mut self, pins: sandbox_core::Pins) -> Self {
+        self.shadows = Some(pins);
+        self
+    }
+
     /// Holds a connection to a destination no egress rule admits (a name
     /// not listed, an IP literal no rule admits), and an intercepted
     /// request no request rule admits, while `decider` is asked
@@ -509,6 +522,14 @@ pub enum RefusalReason {
     /// port), and no such rule does (a wildcard or every-port rule, the
     /// operator's too, does not reach an intercepted host).
     InterceptedElsewhere,
+    /// No IP rule admits the IP literal at this port, and it is an address
+    /// where the run's resolver found an intercepted host
+    /// ([`ProxyOptions::shadows`]): refused without asking a [`Decider`],
+    /// whose admission would reach that host around its request rules.
+    InterceptedAddress {
+        /// The intercepted host found there.
+        host: String,
+    },
     /// The host asked for is neither an IP literal nor a host name (a
     /// byte other than a letter, digit, `-`, `_` or `.`, an empty label,
     /// too long): refused before any rule, question or lookup.
@@ -576,6 +597,13 @@ impl fmt::Display for RefusalReason {
                  intercepts this host at another port, so it is reached here only where an \
                  exact --allow-net HOST:PORT lists it (a wildcard or every-port rule does not \
                  reach an intercepted host)",
+            ),
+            RefusalReason::InterceptedAddress { host } => write!(
+                f,
+                "no IP egress rule admits this address and port, and the intercepted host \
+                 {host} was found at it: an approval of the address would reach that host \
+                 around the proxy's checks, so none was asked for (send its requests by name \
+                 through the proxy)"
             ),
             RefusalReason::NotAHostName => f.write_str(
                 "not a host name (only letters, digits, '-', '_' and '.', labels of 1 to 63 \

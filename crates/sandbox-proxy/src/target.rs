@@ -308,6 +308,15 @@ pub(crate) fn open(shared: &Shared, target: &Target) -> Result<TcpStream, Failur
     let addrs = match admitted(shared, target) {
         Ok(addrs) => addrs,
         Err(Failure::Refused(mut refused)) => {
+            // An address an intercepted host was found at: no approval of
+            // it is asked for (it would reach that host unchecked).
+            if let (RefusalReason::AddressNotAllowed, Host::Ip(ip), Some(pins)) =
+                (&refused.reason, &target.host, &shared.opts.shadows)
+            {
+                if let Some(host) = pins.intercepted_at(*ip) {
+                    refused.reason = RefusalReason::InterceptedAddress { host };
+                }
+            }
             if shared.opts.decider.is_some()
                 && matches!(
                     refused.reason,

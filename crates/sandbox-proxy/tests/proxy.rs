@@ -1643,3 +1643,56 @@ fn a_chunked_body_sent_with_its_head_is_watched_before_it_goes() {
     assert!(seen[0].starts_with("POST /p HTTP/1.1\r\n"), "{seen:?}");
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// #44: an IP literal at an address where the run's resolver found an
+/// intercepted host ([`ProxyOptions::shadows`]), which no rule admits, is
+/// refused without asking the decider (an approval would reach that host
+/// around its request rules), recorded with the host's name, at whatever
+/// port. The twin: another address no rule admits is asked about and, admitted,
+/// reached.
+#[test]
+fn an_intercepted_hosts_address_is_not_asked_about() {
+    let shadowed = Origin::start_at("127.0.0.3:0".parse().unwrap(), BODY.as_bytes().to_vec());
+    let twin = Origin::start_at("127.0.0.2:0".parse().unwrap(), BODY.as_bytes().to_vec());
+    let pins = sandbox_core::Pins::new(
+        sandbox_core::EgressRules::new(rules(&["localhost:1"])),
+        sandbox_core::HostAddrs::new([]),
+    )
+    .except_intercepted([("pkgs.example.com", 443)]);
+    assert!(pins.shadow(
+        "pkgs.example.com",
+        "127.0.0.3".parse().unwrap(),
+        Duration::from_secs(60)
+    ));
+    let keeper = Arc::new(Keeper {
+        auto: Some(sandbox_proxy::Decision::Once),
+        ..Keeper::default()
+    });
+    let opts = ProxyOptions::default()
+        .decider(keeper.clone())
+        .shadows(pins);
+    let proxy = Proxy::start(rules(&["localhost:1"]), opts).unwrap();
+    let target = format!("127.0.0.3:{}", shadowed.port());
+    let (status, body) = refused(
+        &proxy,
+        &format!("CONNECT {target} HTTP/1.1\r\nHost: {target}\r\n\r\n"),
+    );
+    assert!(status.contains(" 403 "), "{status}");
+    assert!(body.contains("pkgs.example.com was found at it"), "{body}");
+    assert!(
+        keeper.asked.lock().unwrap().is_empty(),
+        "it was asked about"
+    );
+    assert!(shadowed.seen().is_empty());
+    assert_eq!(
+        proxy.refusals()[0].reason,
+        RefusalReason::InterceptedAddress {
+            host: "pkgs.example.com".into()
+        }
+    );
+    // The twin: asked about, admitted, reached.
+    let target = format!("127.0.0.2:{}", twin.port());
+    assert_eq!(get_through_tunnel(&proxy, &target), BODY);
+    assert_eq!(keeper.asked.lock().unwrap().len(), 1);
+    assert_eq!(twin.seen().len(), 1);
+}
