@@ -420,6 +420,12 @@ pub(crate) fn refusal_summary(outcome: &Outcome) -> Option<String> {
             first_targets(&nets, |c| {
                 if c.syscall == "proxy" && c.reason.starts_with("not a host name") {
                     format!("{} is not a host name", c.target)
+                } else if c.syscall == "proxy"
+                    && c.reason
+                        .starts_with("a request rule intercepts this host and port")
+                {
+                    // A plain http:// request to an intercepted host and port.
+                    format!("{} intercepted: reached only over HTTPS", c.target)
                 } else if c.syscall == "proxy" && c.reason.starts_with("its TLS ClientHello") {
                     // A tunnel to a port a request rule intercepts on some
                     // host (sandbox-proxy's sni module).

@@ -522,6 +522,10 @@ pub enum RefusalReason {
     /// port), and no such rule does (a wildcard or every-port rule, the
     /// operator's too, does not reach an intercepted host).
     InterceptedElsewhere,
+    /// A plain `http://` request to a host and port a request rule
+    /// intercepts: reached only as HTTPS through the interception, so no
+    /// rule admits it (nothing is proposed).
+    InterceptedPlain,
     /// No IP rule admits the IP literal at this port, and it is an address
     /// where the run's resolver found an intercepted host
     /// ([`ProxyOptions::shadows`]): refused without asking a [`Decider`],
@@ -604,6 +608,10 @@ impl fmt::Display for RefusalReason {
                  {host} was found at it: an approval of the address would reach that host \
                  around the proxy's checks, so none was asked for (send its requests by name \
                  through the proxy)"
+            ),
+            RefusalReason::InterceptedPlain => f.write_str(
+                "a request rule intercepts this host and port: it is reached only over HTTPS \
+                 through the proxy's interception, never as a plain http:// request",
             ),
             RefusalReason::NotAHostName => f.write_str(
                 "not a host name (only letters, digits, '-', '_' and '.', labels of 1 to 63 \

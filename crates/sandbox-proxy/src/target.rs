@@ -146,6 +146,23 @@ pub(crate) fn is_host_name(name: &str) -> bool {
         })
 }
 
+/// Whether a request rule names the host `name` at `port`.
+fn intercepted_at(shared: &Shared, name: &str, port: u16) -> bool {
+    #[cfg(target_os = "linux")]
+    {
+        shared
+            .opts
+            .interception
+            .as_ref()
+            .is_some_and(|i| i.inner.intercepts(name, port))
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        let _ = (shared, name, port);
+        false
+    }
+}
+
 /// Whether a request rule names the host `name`, at whatever port.
 fn intercepted_host(shared: &Shared, name: &str) -> bool {
     #[cfg(target_os = "linux")]
@@ -180,15 +197,18 @@ fn admitted(shared: &Shared, target: &Target) -> Result<Vec<SocketAddr>, Failure
             if !is_host_name(name) {
                 return Err(target.refused(RefusalReason::NotAHostName));
             }
+            // A host a request rule names is reached at its intercepted
+            // ports only through the interception (a tunnel there is
+            // served before this: what gets here is a plain `http://`
+            // request, which no rule can admit), and at another port only
+            // where an exact `--allow-net HOST:PORT` lists it: a wildcard
+            // or every-port rule does not reach it.
+            if intercepted_at(shared, name, target.port) {
+                return Err(target.refused(RefusalReason::InterceptedPlain));
+            }
             if rules.name_match(name, target.port).is_none() {
                 return Err(target.refused(RefusalReason::NameNotListed));
             }
-            // A host a request rule names is reached at its intercepted
-            // ports only through the interception (a tunnel there is
-            // served before this; a plain `http://` request there is
-            // refused here, as no exact rule may list such a port), and at
-            // another port only where an exact `--allow-net HOST:PORT`
-            // lists it: a wildcard or every-port rule does not reach it.
             if intercepted_host(shared, name) && !rules.lists_exactly(name, target.port) {
                 return Err(target.refused(RefusalReason::InterceptedElsewhere));
             }

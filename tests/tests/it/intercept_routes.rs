@@ -411,6 +411,10 @@ for case in every-port wildcard operator nobody; do
 done
 "$SANDBOX" run --report "$D/r.json" --upstream-ca "$D/ca.pem" {RULE} --allow-net '*.example.com' -- $C https://pkgs.example.com:9443/x 2>&1 | grep '^sandbox:' | sed 's/^/summary /'
 "$SANDBOX" run --explain --upstream-ca "$D/ca.pem" {RULE} --allow-net '*.example.com' -- $C http://pkgs.example.com:8080/x 2>&1 | sed 's/^/explain /'
+for rules in "--allow-net *.example.com" ""; do
+  "$SANDBOX" run --explain --upstream-ca "$D/ca.pem" {RULE} $rules -- $C -i http://pkgs.example.com:8443/simple/plain 2>&1 | sed "s/^/plain at 8443 ${{rules:-alone}} /"
+  "$SANDBOX" run --upstream-ca "$D/ca.pem" {RULE} $rules -- $C -f http://pkgs.example.com:8443/simple/plain 2>&1 | grep '^sandbox:' | sed "s/^/plain at 8443 ${{rules:-alone}} /"
+done
 "#
     ));
     let l = lines(&out);
@@ -463,8 +467,31 @@ done
         &l,
         "explain     refused proxy on pkgs.example.com:8080: no egress rule lists this host name and port exactly: a request rule intercepts this host at another port",
     );
+    // A plain http:// request to the intercepted port itself: refused with
+    // or without a wider rule, nothing proposed (an exact rule for it is
+    // refused as ambiguous).
+    for rules in ["--allow-net *.example.com", "alone"] {
+        let p = format!("plain at 8443 {rules} ");
+        has(&l, &format!("{p}HTTP/1.1 403"));
+        has(
+            &l,
+            &format!("{p}    refused proxy on pkgs.example.com:8443: a request rule intercepts this host and port: it is reached only over HTTPS"),
+        );
+        has(
+            &l,
+            &format!("{p}sandbox: refused 1 connection (pkgs.example.com:8443 intercepted: reached only over HTTPS)"),
+        );
+        lacks(&l, &p, "to admit it");
+    }
     let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
-    for gone in ["/tunnel-", "/socks-", "/plain-", "/direct-", " /x "] {
+    for gone in [
+        "/tunnel-",
+        "/socks-",
+        "/plain-",
+        "/direct-",
+        " /x ",
+        "/simple/plain",
+    ] {
         assert!(!log.contains(gone), "{gone} reached the origin: {log}");
     }
     let record: serde_json::Value =
