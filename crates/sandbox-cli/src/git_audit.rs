@@ -462,7 +462,7 @@ fn list_dir(
 }
 
 /// What a config entry is to the audit ([`classify`]).
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Debug)]
 enum Kind {
     /// `include.path`, `includeIf.<cond>.path`: the file is read too.
     Include,
@@ -847,10 +847,11 @@ fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findi
             .map(|(_, name, _)| name.clone())
             .collect::<Vec<String>>()
     };
-    let mut out = Findings {
-        runs: named(Kind::Runs),
-        unknown: named(Kind::Unknown),
-    };
+    let runs = named(Kind::Runs);
+    let mut unknown = named(Kind::Unknown);
+    // A key set once to what runs and once to what is unknown: said once.
+    unknown.retain(|u| !runs.contains(u));
+    let mut out = Findings { runs, unknown };
     let worktree = dot_git.parent().unwrap_or(Path::new("/"));
     let mut hook_dirs = vec![gitdir.join("hooks")];
     let mut values = HashSet::new();
@@ -888,7 +889,7 @@ fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findi
 #[derive(Default)]
 struct Found {
     entries: Vec<(Kind, String, Vec<u8>)>,
-    had: HashSet<(String, Vec<u8>)>,
+    had: HashSet<(Kind, String, Vec<u8>)>,
 }
 
 /// The most config entries [`Found`] keeps of one repository.
@@ -904,7 +905,8 @@ impl Found {
         } else {
             Vec::new()
         };
-        if self.had.contains(&(name.clone(), value.clone())) {
+        // The kind too: `alias.x = status` then `alias.x = !cmd` is kept twice.
+        if self.had.contains(&(kind, name.clone(), value.clone())) {
             return;
         }
         if self.entries.len() >= MAX_FOUND {
@@ -913,7 +915,7 @@ impl Found {
             }
             return;
         }
-        self.had.insert((name.clone(), value.clone()));
+        self.had.insert((kind, name.clone(), value.clone()));
         self.entries.push((kind, name, value));
     }
 }
@@ -1660,6 +1662,7 @@ mod tests {
                 "interactive.difffilter",
             ),
             (b"[alias]\n\tst = !touch p\n", "alias.st"),
+            (b"[alias]\n\tst = status\n\tst = !touch p\n", "alias.st"),
             (b"[core \"fsmonitor\0\"]\n\tx = touch p\n", "core.fsmonitor"),
             (
                 b"# \xff\xfe\n[core]\n\tfsmonitor = touch p\n",
