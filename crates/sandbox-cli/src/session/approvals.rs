@@ -167,8 +167,8 @@ impl Events {
 
     /// Writes one event as one line after every event queued before it,
     /// on the calling thread, and returns once it is written (or the
-    /// channel broke): [`Events::send`] then [`Events::flush`], without
-    /// the hand-off to the writing thread and back (one wake-up fewer
+    /// channel broke): [`Events::send`] then waiting until it is written,
+    /// without the hand-off to the writing thread and back (one wake-up fewer
     /// before the harness reads it).
     pub(super) fn send_now(&self, event: &Value) {
         let line = Self::line(event);
