@@ -1350,12 +1350,27 @@ fn warnings_within(made: Vec<PathBuf>, scope: Scope, time: Duration) -> Vec<Stri
             Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => "its thread failed".to_owned(),
         },
     };
-    vec![format!(
+    vec![printable(&format!(
         "sandbox: the git audit did not run ({why}): the {} repositories the run made at {} \
          were not checked; treat them as suspicious and review them before running git there",
         repos.len(),
         listed(&repos)
-    )]
+    ))]
+}
+
+/// `line` with every control character (an escape sequence a name the
+/// command chose would send to the terminal, a newline that would forge a
+/// line) written as its Rust escape (`\u{1b}`).
+fn printable(line: &str) -> String {
+    line.chars()
+        .flat_map(|c| {
+            let escaped = c.is_control().then(|| c.escape_default());
+            escaped
+                .into_iter()
+                .flatten()
+                .chain((!c.is_control()).then_some(c))
+        })
+        .collect()
 }
 
 /// [`warnings`] on this thread, within `budget`.
@@ -1418,7 +1433,9 @@ fn audit(made: &[PathBuf], scope: &Scope, budget: &mut Budget) -> Vec<String> {
             listed(&unchecked)
         ));
     }
-    lines
+    // The names come from the command (directories, subsections, hooks):
+    // no control character of theirs reaches the user's terminal.
+    lines.iter().map(|l| printable(l)).collect()
 }
 
 /// The git directories the run of `outcome` made, and those of every run
@@ -1758,6 +1775,20 @@ mod tests {
                 "{repo}: {found:?}"
             );
         }
+        // A name with control characters is written escaped.
+        std::fs::write(
+            git.join("config"),
+            "[filter \"\x1b]0;x\x07\"]\n\tclean = y\n[filter \"\x1b[2J\"]\n\tclean = y\n",
+        )
+        .unwrap();
+        let lines = audit(
+            std::slice::from_ref(&git),
+            &scope,
+            &mut Budget::new(MAX_TIME),
+        );
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(!lines[0].chars().any(char::is_control), "{lines:?}");
+        assert!(lines[0].contains("filter.\\u{1b}[2J.clean"), "{lines:?}");
         // And the audit's line for each kind.
         std::fs::write(git.join("config"), "[trace2]\n\teventTarget = /x\n").unwrap();
         let lines = audit(
