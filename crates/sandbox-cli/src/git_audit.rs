@@ -1458,6 +1458,33 @@ pub(crate) fn made_in(outcome: &sandbox::runner::Outcome) -> Vec<PathBuf> {
     made
 }
 
+/// The warning for git directories the run of `outcome` (or a run nested
+/// in it) may have made that no record names: a broker that lost track of
+/// them (moved after they were made, or too many), a nested record cut to
+/// its bound, or nested records left out whole. `None` when every one made
+/// is named.
+pub(crate) fn unnamed_warning(outcome: &sandbox::runner::Outcome) -> Option<String> {
+    let mut unnamed = 0usize;
+    let mut records_left_out = 0usize;
+    let mut runs = vec![outcome];
+    while let Some(run) = runs.pop() {
+        unnamed = unnamed.saturating_add(run.mediation.as_ref().map_or(0, |m| m.git_dirs_unnamed));
+        records_left_out = records_left_out.saturating_add(run.omitted.nested);
+        runs.extend(run.nested.iter());
+    }
+    let what = match (unnamed, records_left_out) {
+        (0, 0) => return None,
+        (n, 0) => format!("may have made {n} more git repositories that cannot be named"),
+        (0, r) => format!("left out the records of {r} nested runs, whose git repositories were not checked"),
+        (n, r) => format!(
+            "may have made {n} more git repositories that cannot be named, and left out the records of {r} nested runs, whose git repositories were not checked"
+        ),
+    };
+    Some(format!(
+        "sandbox: the run {what} (moved after they were made, too many to follow, or beyond a record's bound); review the workspace (`find . -name HEAD`) before running git there"
+    ))
+}
+
 /// A session's git audit (F6): each command's audit covers the
 /// repositories every command so far made (a clean one made by one
 /// command may be given code-running config by the next, in a shared

@@ -624,15 +624,8 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     for line in git_audit::warnings(&made, &scope) {
         show::say(&line);
     }
-    if let Some(n) = outcome
-        .mediation
-        .as_ref()
-        .map(|m| m.git_dirs_unnamed)
-        .filter(|n| *n > 0)
-    {
-        show::say(&format!(
-            "sandbox: the run may have made {n} more git repositories that cannot be named              (moved after they were made, or too many to follow); review the workspace              (`find . -name HEAD`) before running git there"
-        ));
+    if let Some(line) = git_audit::unnamed_warning(&outcome) {
+        show::say(&line);
     }
     if args.explain {
         for line in show::explain(&outcome) {

@@ -1628,6 +1628,7 @@ fn exit_event(
         made,
         &git_audit::Scope::of(outcome.policy.as_ref(), secrets),
     ))
+    .chain(git_audit::unnamed_warning(outcome))
     .collect();
     if !summary.is_empty() {
         e.insert("summary".into(), json!(summary));

@@ -1437,6 +1437,12 @@ fn a_commands_nested_records_are_bounded_in_its_exit_event() {
             let omitted = exit["nested_omitted"].as_u64().unwrap_or(0) as usize;
             assert!(omitted > 0, "{ctx}: {} kept", nested.len());
             assert_eq!(nested.len() + omitted, 34, "{ctx}");
+            // Their repositories are unknown: the summary says so, with the count.
+            let said = exit["summary"].to_string();
+            assert!(
+                said.contains(&format!("left out the records of {omitted} nested runs")),
+                "{ctx}: {said}"
+            );
             for n in nested {
                 let m = &n["mediation"];
                 let kept = m["refused"].as_array().unwrap().len();
@@ -1447,6 +1453,10 @@ fn a_commands_nested_records_are_bounded_in_its_exit_event() {
             let one = format!("{sb} run -q -w {d}/sub -- python3 -c \"$0\" {d}/deep 2");
             let (_, exit) = h.run("one", &["/bin/sh", "-c", &one, REFUSE], json!({}));
             assert!(exit.get("nested_omitted").is_none(), "{ctx}: {exit}");
+            assert!(
+                !exit["summary"].to_string().contains("left out"),
+                "{ctx}: {exit}"
+            );
             let nested = exit["nested"]
                 .as_array()
                 .unwrap_or_else(|| panic!("{ctx}: {exit}"));
