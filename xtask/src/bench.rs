@@ -1,6 +1,14 @@
-//! `cargo xtask bench [--quick] [--write]`: launch, runtime, gate and prepare
-//! costs, as interleaved A/B pairs (A B A B ...) so machine drift cancels;
-//! ratios are taken pair by pair, then the median.
+//! `cargo xtask bench [--quick] [--write] [--only SUBSTR]...`: launch,
+//! runtime, gate and prepare costs, as interleaved A/B pairs (A B A B ...)
+//! so machine drift cancels; ratios are taken pair by pair, then the median.
+//!
+//! `--only SUBSTR` (repeatable, or a comma list: `--only session,nobody`)
+//! measures only the rows whose title contains one of them, and skips the
+//! set-up only the others need (the release build of the workload, the
+//! large workspace, the npm package, the HTTPS origin); the rows that
+//! subtract a launch median measure it unrecorded when its own row is not
+//! wanted. `--write` is refused with `--only`: BENCHMARKS.md is the whole
+//! table.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -53,14 +61,62 @@ impl Stats {
     }
 }
 
-pub fn main(args: &[String]) -> Result<(), String> {
-    let quick = args.iter().any(|a| a == "--quick");
-    let write = args.iter().any(|a| a == "--write");
-    if let Some(bad) = args.iter().find(|a| *a != "--quick" && *a != "--write") {
-        return Err(format!(
-            "unknown bench flag {bad:?}; expected --quick and/or --write"
-        ));
+/// The titles of [`intercept_rows`], so that its set-up (an HTTPS origin)
+/// is skipped when `--only` wants neither; its rows are filtered again.
+const INTERCEPT_TITLES: [&str; 2] = [
+    "100 MB HTTPS download: intercepted (--allow-request) vs direct unconfined",
+    "small HTTPS requests: intercepted vs tunnelled",
+];
+
+/// The parsed flags: `--quick`, `--write`, `--only SUBSTR` (or
+/// `--only=SUBSTR`; repeatable, each a comma list).
+fn parse_flags(args: &[String]) -> Result<(bool, bool, Vec<String>), String> {
+    let (mut quick, mut write, mut only) = (false, false, Vec::new());
+    let mut it = args.iter();
+    while let Some(a) = it.next() {
+        let list = match a.as_str() {
+            "--quick" => {
+                quick = true;
+                continue;
+            }
+            "--write" => {
+                write = true;
+                continue;
+            }
+            "--only" => it.next().ok_or("--only needs a SUBSTR")?.as_str(),
+            _ => match a.strip_prefix("--only=") {
+                Some(list) => list,
+                None => {
+                    return Err(format!(
+                        "unknown bench flag {a:?}; expected --quick, --write, --only SUBSTR"
+                    ))
+                }
+            },
+        };
+        let parts: Vec<String> = list
+            .split(',')
+            .filter(|p| !p.is_empty())
+            .map(str::to_owned)
+            .collect();
+        if parts.is_empty() {
+            return Err(format!("--only {list:?}: no title substring"));
+        }
+        only.extend(parts);
     }
+    if write && !only.is_empty() {
+        return Err(
+            "--write with --only: BENCHMARKS.md is the whole table; run without --only to write it"
+                .into(),
+        );
+    }
+    Ok((quick, write, only))
+}
+
+pub fn main(args: &[String]) -> Result<(), String> {
+    let (quick, write, only) = parse_flags(args)?;
+    // Whether a row is measured: its title contains one `--only` substring.
+    let want = |title: &str| only.is_empty() || only.iter().any(|s| title.contains(s.as_str()));
+    let want_any = |titles: &[&str]| titles.iter().any(|t| want(t));
     let settings = if quick {
         Settings {
             launches: 60,
@@ -78,15 +134,27 @@ pub fn main(args: &[String]) -> Result<(), String> {
             open_calls: 20_000,
         }
     };
-    crate::cargo(&[
-        "build",
-        "--release",
-        "--quiet",
-        "-p",
-        "sandbox-cli",
-        "-p",
-        "bench-workload",
-    ])?;
+    // The release build (the workload, and the CLI as `cargo build
+    // --release` links it), made before the first wanted row that needs it.
+    let release_built = std::cell::Cell::new(false);
+    let release = || -> Result<(), String> {
+        if !release_built.get() {
+            crate::cargo(&[
+                "build",
+                "--release",
+                "--quiet",
+                "-p",
+                "sandbox-cli",
+                "-p",
+                "bench-workload",
+            ])?;
+            release_built.set(true);
+        }
+        Ok(())
+    };
+    if only.is_empty() {
+        release()?;
+    }
     let root = crate::workspace_root();
     // The binary `cargo xtask dist` ships (static on Linux), and the plain
     // `cargo build --release` one beside it for comparison.
@@ -115,31 +183,43 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let deny = deny.display().to_string();
     let mut rows = Vec::new();
 
-    // Launch: bare /bin/true vs the CLI.
+    // Launch: bare /bin/true vs the CLI. Its medians are subtracted from
+    // whole-process times below ("launch removed"); without this row
+    // (`--only`), they are measured unrecorded when first needed.
     let bare = vec!["/bin/true".to_owned()];
     let cli = confine(&[], &["/bin/true"]);
-    let (a, b) = interleave(settings.launches, || wall(&bare), || wall(&cli))?;
-    let launch_bare = Stats::of(&a).median;
-    let launch_cli = Stats::of(&b).median;
-    rows.push(row("launch /bin/true: CLI vs bare", &cli, &a, &b));
-    // The runner's own cost: the noop backend confines nothing.
-    let noop = {
-        let mut v = cli.clone();
-        v.insert(2, "--backend".into());
-        v.insert(3, "noop".into());
-        v.retain(|a| a != "--no-network");
-        v
+    let launch = std::cell::Cell::new(None);
+    let title = "launch /bin/true: CLI vs bare";
+    if want(title) {
+        let (a, b) = interleave(settings.launches, || wall(&bare), || wall(&cli))?;
+        launch.set(Some((Stats::of(&a).median, Stats::of(&b).median)));
+        rows.push(row(title, &cli, &a, &b));
+    }
+    let launch_medians = || -> Result<(f64, f64), String> {
+        if let Some(m) = launch.get() {
+            return Ok(m);
+        }
+        let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&cli))?;
+        let m = (Stats::of(&a).median, Stats::of(&b).median);
+        launch.set(Some(m));
+        Ok(m)
     };
-    let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&noop))?;
-    rows.push(row(
-        "launch /bin/true: CLI with the noop backend (the runner alone) vs bare",
-        &noop,
-        &a,
-        &b,
-    ));
+    // The runner's own cost: the noop backend confines nothing.
+    let title = "launch /bin/true: CLI with the noop backend (the runner alone) vs bare";
+    if want(title) {
+        let noop = {
+            let mut v = cli.clone();
+            v.insert(2, "--backend".into());
+            v.insert(3, "noop".into());
+            v.retain(|a| a != "--no-network");
+            v
+        };
+        let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&noop))?;
+        rows.push(row(title, &noop, &a, &b));
+    }
     // Unprivileged, measured in the same run: both sides started as nobody
     // (uid and gid 65534, no groups) with a runtime directory of its own.
-    if is_root() {
+    if is_root() && want("launch /bin/true as nobody (its own runtime directory): CLI vs bare") {
         let (nobody_w, runtime) = nobody_dirs(&scratch)?;
         let cli = {
             let mut v = cli.clone();
@@ -163,7 +243,13 @@ pub fn main(args: &[String]) -> Result<(), String> {
     // refusals taken from the broker between commands; writes observed, as
     // --explain), and beside it `--launch per-command` (a full launch per
     // command, as `sandbox run`).
-    {
+    let session_titles = [
+        "launch /bin/true: one command in a session vs bare",
+        "launch /bin/true: one command in a session vs `sandbox run`",
+        "launch /bin/true: one command in a session launched per command vs bare",
+        "launch /bin/true as nobody: one command in a session vs bare",
+    ];
+    if want_any(&session_titles) {
         let session_argv = |w: &str| -> Vec<String> {
             [
                 &bin.display().to_string(),
@@ -179,53 +265,45 @@ pub fn main(args: &[String]) -> Result<(), String> {
             .collect()
         };
         let argv = session_argv(&w);
-        let mut s = session::Session::open(Command::new(&argv[0]).args(&argv[1..]))?;
         let request = r#"<<< '{"id":"1","op":"run","argv":["/bin/true"]}'"#;
         let shown = format!("{} {request}", argv.join(" "));
-        let (a, b) = interleave(settings.launches, || wall(&bare), || s.run(&["/bin/true"]))?;
-        rows.push(Row {
-            command: shown.clone(),
-            ..row(
-                "launch /bin/true: one command in a session vs bare",
-                &[],
-                &a,
-                &b,
-            )
-        });
-        let (a, b) = interleave(
-            settings.launches / 2,
-            || wall(&cli),
-            || s.run(&["/bin/true"]),
-        )?;
-        rows.push(Row {
-            command: shown,
-            ..row(
-                "launch /bin/true: one command in a session vs `sandbox run`",
-                &[],
-                &a,
-                &b,
-            )
-        });
-        drop(s);
-        let mut per = argv.clone();
-        per.extend(["--launch".to_owned(), "per-command".to_owned()]);
-        let mut s = session::Session::open(Command::new(&per[0]).args(&per[1..]))?;
-        let (a, b) = interleave(
-            settings.launches / 2,
-            || wall(&bare),
-            || s.run(&["/bin/true"]),
-        )?;
-        rows.push(Row {
-            command: format!("{} {request}", per.join(" ")),
-            ..row(
-                "launch /bin/true: one command in a session launched per command vs bare",
-                &[],
-                &a,
-                &b,
-            )
-        });
-        drop(s);
-        if is_root() {
+        if want_any(&session_titles[..2]) {
+            let mut s = session::Session::open(Command::new(&argv[0]).args(&argv[1..]))?;
+            if want(session_titles[0]) {
+                let (a, b) =
+                    interleave(settings.launches, || wall(&bare), || s.run(&["/bin/true"]))?;
+                rows.push(Row {
+                    command: shown.clone(),
+                    ..row(session_titles[0], &[], &a, &b)
+                });
+            }
+            if want(session_titles[1]) {
+                let (a, b) = interleave(
+                    settings.launches / 2,
+                    || wall(&cli),
+                    || s.run(&["/bin/true"]),
+                )?;
+                rows.push(Row {
+                    command: shown,
+                    ..row(session_titles[1], &[], &a, &b)
+                });
+            }
+        }
+        if want(session_titles[2]) {
+            let mut per = argv.clone();
+            per.extend(["--launch".to_owned(), "per-command".to_owned()]);
+            let mut s = session::Session::open(Command::new(&per[0]).args(&per[1..]))?;
+            let (a, b) = interleave(
+                settings.launches / 2,
+                || wall(&bare),
+                || s.run(&["/bin/true"]),
+            )?;
+            rows.push(Row {
+                command: format!("{} {request}", per.join(" ")),
+                ..row(session_titles[2], &[], &a, &b)
+            });
+        }
+        if is_root() && want(session_titles[3]) {
             use std::os::unix::process::CommandExt;
             let (nobody_w, runtime) = nobody_dirs(&scratch)?;
             let argv = session_argv(&nobody_w);
@@ -245,34 +323,20 @@ pub fn main(args: &[String]) -> Result<(), String> {
             )?;
             rows.push(Row {
                 command: format!("(as nobody) {} {request}", argv.join(" ")),
-                ..row(
-                    "launch /bin/true as nobody: one command in a session vs bare",
-                    &[],
-                    &a,
-                    &b,
-                )
+                ..row(session_titles[3], &[], &a, &b)
             });
         }
     }
-    let cli_dynamic = confine_with(&dynamic_bin, &[], &["/bin/true"]);
-    let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&cli_dynamic))?;
-    rows.push(row(
-        "launch /bin/true: CLI as `cargo build --release` links it vs bare",
-        &cli_dynamic,
-        &a,
-        &b,
-    ));
+    let title = "launch /bin/true: CLI as `cargo build --release` links it vs bare";
+    if want(title) {
+        release()?;
+        let cli_dynamic = confine_with(&dynamic_bin, &[], &["/bin/true"]);
+        let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&cli_dynamic))?;
+        rows.push(row(title, &cli_dynamic, &a, &b));
+    }
 
     // Library Command form vs plain std::process::Command, measured in-process.
-    let lib = [
-        workload.display().to_string(),
-        "launch".into(),
-        settings.launches.to_string(),
-        w.clone(),
-    ];
-    let v = json_of(&lib)?;
-    let plain = ns_list(&v["plain"]);
-    for (key, case) in [
+    let lib_rows = [
         (
             "confined",
             "launch /bin/true: library Command form (prepare + pre_exec hook, per launch) vs plain Command",
@@ -285,10 +349,22 @@ pub fn main(args: &[String]) -> Result<(), String> {
             "runner",
             "launch /bin/true: library runner (sandbox::run) vs plain Command",
         ),
-    ] {
-        let samples = ns_list(&v[key]);
-        if !samples.is_empty() {
-            rows.push(row(case, &lib, &plain, &samples));
+    ];
+    if lib_rows.iter().any(|(_, case)| want(case)) {
+        release()?;
+        let lib = [
+            workload.display().to_string(),
+            "launch".into(),
+            settings.launches.to_string(),
+            w.clone(),
+        ];
+        let v = json_of(&lib)?;
+        let plain = ns_list(&v["plain"]);
+        for (key, case) in lib_rows {
+            let samples = ns_list(&v[key]);
+            if want(case) && !samples.is_empty() {
+                rows.push(row(case, &lib, &plain, &samples));
+            }
         }
     }
 
@@ -319,18 +395,18 @@ pub fn main(args: &[String]) -> Result<(), String> {
             ("", vec![]),
             (" with a read denial", vec!["--read-deny", deny.as_str()]),
         ] {
+            let title = format!("{name}{label}: confined vs bare (loop time)");
+            if !want(&title) {
+                continue;
+            }
+            release()?;
             let confined = confine(&extra, &argv_ref);
             let (a, b) = interleave(
                 settings.loop_runs,
                 || inner_ms(&argv),
                 || inner_ms(&confined),
             )?;
-            rows.push(row(
-                &format!("{name}{label}: confined vs bare (loop time)"),
-                &confined,
-                &a,
-                &b,
-            ));
+            rows.push(row(&title, &confined, &a, &b));
         }
     }
     // find: whole-process time minus the launch medians.
@@ -344,6 +420,11 @@ pub fn main(args: &[String]) -> Result<(), String> {
         ("", vec![]),
         (" with a read denial", vec!["--read-deny", deny.as_str()]),
     ] {
+        let title = format!("find /usr -name '*.h'{label}: confined vs bare (launch removed)");
+        if !want(&title) {
+            continue;
+        }
+        let (launch_bare, launch_cli) = launch_medians()?;
         let confined = confine(&extra, &["find", "/usr", "-name", "*.h"]);
         let (a, b) = interleave(
             settings.workload_runs,
@@ -352,12 +433,7 @@ pub fn main(args: &[String]) -> Result<(), String> {
             || wall_allowing(&find, &[0, 1]).map(|t| t - launch_bare),
             || wall_allowing(&confined, &[0, 1]).map(|t| t - launch_cli),
         )?;
-        rows.push(row(
-            &format!("find /usr -name '*.h'{label}: confined vs bare (launch removed)"),
-            &confined,
-            &a,
-            &b,
-        ));
+        rows.push(row(&title, &confined, &a, &b));
     }
 
     // workspace-write with its default protections (.git/hooks, .git/config
@@ -398,14 +474,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
     ];
     // npm install of a local package of 200 files (a tarball, so they are
     // extracted, not linked), its cache in the fresh project directory.
-    if which("npm").is_some() {
+    let npm_title = "npm install of a local package with 200 files";
+    if !want(npm_title) {
+        // Not wanted (`--only`): neither measured nor said to be missing.
+    } else if which("npm").is_some() {
         let tarball = npm_package(&scratch.join("npm"))?;
         let npm = "d=$(mktemp -d -p \"$1\") && cd \"$d\" && \
                    printf '{\"name\":\"app\",\"version\":\"1.0.0\"}' > package.json && \
                    npm_config_cache=\"$d/.npm\" npm install --offline --no-audit --no-fund \
                    --loglevel=error \"$2\" >/dev/null";
         workloads.push((
-            "npm install of a local package with 200 files",
+            npm_title,
             vec![
                 "/bin/sh".to_owned(),
                 "-c".into(),
@@ -419,6 +498,12 @@ pub fn main(args: &[String]) -> Result<(), String> {
         not_measured.push("npm install (npm is not installed)");
     }
     for (name, argv) in workloads {
+        let title =
+            format!("{name}: workspace-write with its protections vs bare (launch removed)");
+        if !want(&title) {
+            continue;
+        }
+        let (launch_bare, launch_cli) = launch_medians()?;
         let mut confined = vec![
             bin.display().to_string(),
             "run".into(),
@@ -436,166 +521,166 @@ pub fn main(args: &[String]) -> Result<(), String> {
             || wall(&argv).map(|t| t - launch_bare),
             || wall(&confined).map(|t| t - launch_cli),
         )?;
-        rows.push(row(
-            &format!("{name}: workspace-write with its protections vs bare (launch removed)"),
-            &confined,
-            &a,
-            &b,
-        ));
+        rows.push(row(&title, &confined, &a, &b));
     }
 
     // Launch under workspace-write in a large workspace: 100,000 files in a
     // node_modules tree, with 200 nested repositories, against an empty
     // workspace. Git directories are protected as calls arrive (no walk at
     // launch), so the two should launch alike.
-    let large = scratch.join("large-ws");
-    if !large.join(".git").exists() {
-        let make = "import os, sys\n\
-                    root = sys.argv[1]\n\
-                    os.makedirs(os.path.join(root, '.git', 'objects'))\n\
-                    for p in range(1000):\n\
-                    \x20   d = os.path.join(root, 'node_modules', 'p%d' % p, 'lib')\n\
-                    \x20   os.makedirs(d)\n\
-                    \x20   for f in range(100):\n\
-                    \x20       open(os.path.join(d, 'f%d.js' % f), 'w').close()\n\
-                    \x20   if p % 5 == 0:\n\
-                    \x20       g = os.path.join(root, 'node_modules', 'p%d' % p, '.git')\n\
-                    \x20       for sub in ('objects', 'refs', 'hooks'):\n\
-                    \x20           os.makedirs(os.path.join(g, sub))\n\
-                    \x20       open(os.path.join(g, 'HEAD'), 'w').write('ref: refs/heads/main\\n')\n\
-                    \x20       open(os.path.join(g, 'config'), 'w').close()\n";
-        let made = std::process::Command::new("python3")
-            .args(["-c", make])
-            .arg(&large)
-            .status()
-            .map_err(|e| format!("python3: {e}"))?;
-        if !made.success() {
-            return Err(format!("making the large workspace in {}", large.display()));
+    let title = "workspace-write launch of /bin/true: 100,000 files and 200 nested repositories vs an empty workspace";
+    if want(title) {
+        let large = scratch.join("large-ws");
+        if !large.join(".git").exists() {
+            let make = "import os, sys\n\
+                        root = sys.argv[1]\n\
+                        os.makedirs(os.path.join(root, '.git', 'objects'))\n\
+                        for p in range(1000):\n\
+                        \x20   d = os.path.join(root, 'node_modules', 'p%d' % p, 'lib')\n\
+                        \x20   os.makedirs(d)\n\
+                        \x20   for f in range(100):\n\
+                        \x20       open(os.path.join(d, 'f%d.js' % f), 'w').close()\n\
+                        \x20   if p % 5 == 0:\n\
+                        \x20       g = os.path.join(root, 'node_modules', 'p%d' % p, '.git')\n\
+                        \x20       for sub in ('objects', 'refs', 'hooks'):\n\
+                        \x20           os.makedirs(os.path.join(g, sub))\n\
+                        \x20       open(os.path.join(g, 'HEAD'), 'w').write('ref: refs/heads/main\\n')\n\
+                        \x20       open(os.path.join(g, 'config'), 'w').close()\n";
+            let made = std::process::Command::new("python3")
+                .args(["-c", make])
+                .arg(&large)
+                .status()
+                .map_err(|e| format!("python3: {e}"))?;
+            if !made.success() {
+                return Err(format!("making the large workspace in {}", large.display()));
+            }
         }
+        let small = scratch.join("small-ws");
+        std::fs::create_dir_all(small.join(".git"))
+            .map_err(|e| format!("{}: {e}", small.display()))?;
+        let launch_in = |ws: &Path| {
+            vec![
+                bin.display().to_string(),
+                "run".into(),
+                "--mode".into(),
+                "workspace-write".into(),
+                "--workspace".into(),
+                ws.display().to_string(),
+                "--".into(),
+                "/bin/true".into(),
+            ]
+        };
+        let (in_small, in_large) = (launch_in(&small), launch_in(&large));
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || wall(&in_small),
+            || wall(&in_large),
+        )?;
+        rows.push(row(title, &in_large, &a, &b));
     }
-    let small = scratch.join("small-ws");
-    std::fs::create_dir_all(small.join(".git")).map_err(|e| format!("{}: {e}", small.display()))?;
-    let launch_in = |ws: &Path| {
-        vec![
-            bin.display().to_string(),
-            "run".into(),
-            "--mode".into(),
-            "workspace-write".into(),
-            "--workspace".into(),
-            ws.display().to_string(),
-            "--".into(),
-            "/bin/true".into(),
-        ]
-    };
-    let (in_small, in_large) = (launch_in(&small), launch_in(&large));
-    let (a, b) = interleave(
-        settings.workload_runs,
-        || wall(&in_small),
-        || wall(&in_large),
-    )?;
-    rows.push(row(
-        "workspace-write launch of /bin/true: 100,000 files and 200 nested repositories vs an empty workspace",
-        &in_large,
-        &a,
-        &b,
-    ));
 
     // What --explain adds to a plain -w run: its writing opens and entry
     // calls go to the broker, so Landlock's own refusals are recorded. The
     // 2,000-file workload, `-w` vs `-w --explain`.
-    let plain = |explain: bool| {
-        let mut v = vec![
-            bin.display().to_string(),
-            "run".into(),
-            "-w".into(),
-            ws_s.clone(),
+    let title = "2000 small files: -w --explain (writes observed) vs plain -w (launch removed)";
+    if want(title) {
+        let plain = |explain: bool| {
+            let mut v = vec![
+                bin.display().to_string(),
+                "run".into(),
+                "-w".into(),
+                ws_s.clone(),
+            ];
+            if explain {
+                v.push("--explain".into());
+            }
+            v.push("--".into());
+            v.extend([
+                "python3".to_owned(),
+                "-c".into(),
+                files.clone(),
+                ws_s.clone(),
+            ]);
+            v
+        };
+        let (without, with) = (plain(false), plain(true));
+        let (_, launch_cli) = launch_medians()?;
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || wall(&without).map(|t| t - launch_cli),
+            || wall(&with).map(|t| t - launch_cli),
+        )?;
+        rows.push(row(title, &with, &a, &b));
+    }
+
+    if want("prepare: 50 write paths + deep read denial") {
+        release()?;
+        // Prepare cost: 50 write paths and a read denial deep under a wide directory.
+        let prep = [
+            workload.display().to_string(),
+            "prepare".into(),
+            "50".into(),
+            "/usr/share".into(),
         ];
-        if explain {
-            v.push("--explain".into());
-        }
-        v.push("--".into());
-        v.extend([
-            "python3".to_owned(),
-            "-c".into(),
-            files.clone(),
-            ws_s.clone(),
-        ]);
-        v
-    };
-    let (without, with) = (plain(false), plain(true));
-    let (a, b) = interleave(
-        settings.workload_runs,
-        || wall(&without).map(|t| t - launch_cli),
-        || wall(&with).map(|t| t - launch_cli),
-    )?;
-    rows.push(row(
-        "2000 small files: -w --explain (writes observed) vs plain -w (launch removed)",
-        &with,
-        &a,
-        &b,
-    ));
-
-    // Prepare cost: 50 write paths and a read denial deep under a wide directory.
-    let prep = [
-        workload.display().to_string(),
-        "prepare".into(),
-        "50".into(),
-        "/usr/share".into(),
-    ];
-    let v = json_of(&prep)?;
-    let samples = ns_list(&v["samples"]);
-    rows.push(Row {
-        case: "prepare: 50 write paths + deep read denial".into(),
-        command: prep.join(" "),
-        baseline_ms: Stats::of(&[]),
-        measured_ms: Stats::of(&samples),
-        ratio: None,
-    });
-
-    // The self-test gate, cold (uncached, in-process).
-    let gate = [
-        workload.display().to_string(),
-        "gate".into(),
-        settings.workload_runs.to_string(),
-    ];
-    let v = json_of(&gate)?;
-    rows.push(Row {
-        case: "self-test gate, cold (both probes)".into(),
-        command: gate.join(" "),
-        baseline_ms: Stats::of(&[]),
-        measured_ms: Stats::of(&ns_list(&v["samples"])),
-        ratio: None,
-    });
-
+        let v = json_of(&prep)?;
+        let samples = ns_list(&v["samples"]);
+        rows.push(Row {
+            case: "prepare: 50 write paths + deep read denial".into(),
+            command: prep.join(" "),
+            baseline_ms: Stats::of(&[]),
+            measured_ms: Stats::of(&samples),
+            ratio: None,
+        });
+    }
+    if want("self-test gate, cold (both probes)") {
+        release()?;
+        // The self-test gate, cold (uncached, in-process).
+        let gate = [
+            workload.display().to_string(),
+            "gate".into(),
+            settings.workload_runs.to_string(),
+        ];
+        let v = json_of(&gate)?;
+        rows.push(Row {
+            case: "self-test gate, cold (both probes)".into(),
+            command: gate.join(" "),
+            baseline_ms: Stats::of(&[]),
+            measured_ms: Stats::of(&ns_list(&v["samples"])),
+            ratio: None,
+        });
+    }
     // A brokered metadata call: chmod inside the write path, per call.
     let calls = settings.open_calls / 10;
-    let chmod = vec![
-        workload.display().to_string(),
-        "chmod".into(),
-        calls.to_string(),
-        w.clone(),
-    ];
-    let chmod_ref: Vec<&str> = chmod.iter().map(String::as_str).collect();
-    let confined_chmod = confine(&[], &chmod_ref);
-    let (a, b) = interleave(
-        settings.workload_runs,
-        || inner_ms(&chmod),
-        || inner_ms(&confined_chmod),
-    )?;
-    let per_call = |v: &[f64]| {
-        v.iter()
-            .map(|ms| ms * 1000.0 / calls as f64)
-            .collect::<Vec<_>>()
-    };
-    let mut r = row(
-        "chmod per call (µs): brokered vs bare",
-        &confined_chmod,
-        &per_call(&a),
-        &per_call(&b),
-    );
-    r.case = format!("{} chmod calls: brokered vs bare (µs per call)", calls);
-    rows.push(r);
-
+    let title = format!("{calls} chmod calls: brokered vs bare (µs per call)");
+    if want(&title) {
+        release()?;
+        let chmod = vec![
+            workload.display().to_string(),
+            "chmod".into(),
+            calls.to_string(),
+            w.clone(),
+        ];
+        let chmod_ref: Vec<&str> = chmod.iter().map(String::as_str).collect();
+        let confined_chmod = confine(&[], &chmod_ref);
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || inner_ms(&chmod),
+            || inner_ms(&confined_chmod),
+        )?;
+        let per_call = |v: &[f64]| {
+            v.iter()
+                .map(|ms| ms * 1000.0 / calls as f64)
+                .collect::<Vec<_>>()
+        };
+        let mut r = row(
+            "chmod per call (µs): brokered vs bare",
+            &confined_chmod,
+            &per_call(&a),
+            &per_call(&b),
+        );
+        r.case = title;
+        rows.push(r);
+    }
     // Egress rules: a TCP connect to a listed address goes to the broker,
     // per call; and a 100 MB download through the runner's proxy (a listed
     // name) against the same download direct and unconfined.
@@ -617,39 +702,40 @@ pub fn main(args: &[String]) -> Result<(), String> {
         "--".into(),
     ];
     listed.extend(connect.iter().cloned());
-    let (a, b) = interleave(
-        settings.workload_runs,
-        || inner_ms(&connect),
-        || inner_ms(&listed),
-    )?;
     let per_connect = |v: &[f64]| {
         v.iter()
             .map(|ms| ms * 1000.0 / connects as f64)
             .collect::<Vec<_>>()
     };
-    rows.push(row(
-        &format!("{connects} TCP connects to a listed address: brokered vs bare (µs per call)"),
-        &listed,
-        &per_connect(&a),
-        &per_connect(&b),
-    ));
+    let title =
+        format!("{connects} TCP connects to a listed address: brokered vs bare (µs per call)");
+    if want(&title) {
+        release()?;
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || inner_ms(&connect),
+            || inner_ms(&listed),
+        )?;
+        rows.push(row(&title, &listed, &per_connect(&a), &per_connect(&b)));
+    }
     // A connect by IP admitted by a pinned answer: the exact name
     // `localhost` (pinned from /etc/hosts at start), the same connects.
     let mut pinned = listed.clone();
     if let Some(rule) = pinned.iter_mut().find(|a| **a == sink.to_string()) {
         *rule = format!("localhost:{}", sink.port());
     }
-    let (a, b) = interleave(
-        settings.workload_runs,
-        || inner_ms(&connect),
-        || inner_ms(&pinned),
-    )?;
-    rows.push(row(
-        &format!("{connects} TCP connects by IP pinned for a listed name: brokered vs bare (µs per call)"),
-        &pinned,
-        &per_connect(&a),
-        &per_connect(&b),
-    ));
+    let title = format!(
+        "{connects} TCP connects by IP pinned for a listed name: brokered vs bare (µs per call)"
+    );
+    if want(&title) {
+        release()?;
+        let (a, b) = interleave(
+            settings.workload_runs,
+            || inner_ms(&connect),
+            || inner_ms(&pinned),
+        )?;
+        rows.push(row(&title, &pinned, &per_connect(&a), &per_connect(&b)));
+    }
     // A DNS query answered by the runner's resolver (over TCP, routed there
     // by the broker), per query; no bare baseline: bare, it would leave the
     // machine.
@@ -661,6 +747,13 @@ pub fn main(args: &[String]) -> Result<(), String> {
             "UDP, a new socket each, made in the run's datagram namespace",
         ),
     ] {
+        let title = format!(
+            "{queries} DNS queries answered by the runner's resolver (µs per query, {how})"
+        );
+        if !want(&title) {
+            continue;
+        }
+        release()?;
         let dns = vec![
             bin.display().to_string(),
             "run".into(),
@@ -678,16 +771,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
             .map(|_| inner_ms(&dns).map(|ms| ms * 1000.0 / queries as f64))
             .collect::<Result<Vec<_>, _>>()?;
         rows.push(Row {
-            case: format!(
-                "{queries} DNS queries answered by the runner's resolver (µs per query, {how})"
-            ),
+            case: title,
             command: dns.join(" "),
             baseline_ms: Stats::of(&[]),
             measured_ms: Stats::of(&samples),
             ratio: None,
         });
     }
-    if which("curl").is_some() {
+    let title =
+        "100 MB download: through the proxy (listed name) vs direct unconfined (launch removed)";
+    if want(title) && which("curl").is_some() {
+        let (launch_bare, launch_cli) = launch_medians()?;
         const DOWNLOAD: usize = 100 << 20;
         let server = loopback_listener(Some(DOWNLOAD))?;
         let curl = |url: String| -> Vec<String> {
@@ -716,41 +810,42 @@ pub fn main(args: &[String]) -> Result<(), String> {
             || wall(&direct).map(|t| t - launch_bare),
             || wall(&proxied).map(|t| t - launch_cli),
         )?;
-        rows.push(row(
-            "100 MB download: through the proxy (listed name) vs direct unconfined (launch removed)",
-            &proxied,
-            &a,
-            &b,
-        ));
+        rows.push(row(title, &proxied, &a, &b));
     }
     // Interception (#44): an HTTPS origin on loopback (openssl s_server),
     // reached through a request rule, against the same direct and through
     // a tunnel.
-    if cfg!(target_os = "linux") && which("curl").is_some() && which("openssl").is_some() {
-        rows.extend(intercept_rows(
-            &bin,
-            scratch.as_path(),
-            settings.workload_runs,
-            launch_bare,
-            launch_cli,
-        )?);
+    if !want_any(&INTERCEPT_TITLES) {
+        // Not wanted (`--only`): neither measured nor said to be missing.
+    } else if cfg!(target_os = "linux") && which("curl").is_some() && which("openssl").is_some() {
+        let (launch_bare, launch_cli) = launch_medians()?;
+        rows.extend(
+            intercept_rows(
+                &bin,
+                scratch.as_path(),
+                settings.workload_runs,
+                launch_bare,
+                launch_cli,
+            )?
+            .into_iter()
+            .filter(|r| want(&r.case)),
+        );
     } else if cfg!(target_os = "linux") {
         not_measured.push("interception (curl and openssl)");
     }
 
     // Peers found on PATH, same policy.
     for (peer, argv) in peers(&w) {
+        let title = format!("launch /bin/true: {peer} vs bare");
+        if !want(&title) {
+            continue;
+        }
         if which(peer).is_none() {
             not_measured.push(peer);
             continue;
         }
         let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&argv))?;
-        rows.push(row(
-            &format!("launch /bin/true: {peer} vs bare"),
-            &argv,
-            &a,
-            &b,
-        ));
+        rows.push(row(&title, &argv, &a, &b));
     }
 
     let report = render(&rows, &not_measured, quick)

@@ -19,7 +19,7 @@ fn main() -> ExitCode {
         Some("dist") => dist().map(|bin| println!("{}", bin.display())),
         Some("codegen") => codegen(),
         _ => {
-            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] [--against noop] [--weaken AXIS] | bench [--quick] [--write] | stress [--quick] | dist | codegen>");
+            eprintln!("usage: cargo xtask <ci | conformance [--require BACKEND] [--json FILE] [--against noop] [--weaken AXIS] | bench [--quick] [--write] [--only SUBSTR] | stress [--quick] | dist | codegen>");
             return ExitCode::from(2);
         }
     };
