@@ -25,9 +25,11 @@ use sandbox::{
 
 /// The static build's allocator (see `Cargo.toml`: musl's returns memory
 /// to the kernel at every emptied group, dozens of syscalls per launch).
+/// The full `GlobalTlsf`, not `SmallGlobalTlsf`: its in-place reallocation
+/// and pooled system memory spare a copy at each growing `Vec`/`String`.
 #[cfg(target_env = "musl")]
 #[global_allocator]
-static ALLOCATOR: rlsf::SmallGlobalTlsf = rlsf::SmallGlobalTlsf::new();
+static ALLOCATOR: rlsf::GlobalTlsf = rlsf::GlobalTlsf::new();
 
 mod approval;
 mod args;
