@@ -467,10 +467,11 @@ impl EgressEnv {
 ///
 /// A window holds the proxy's refusals for the connections accepted while
 /// it was open, and the resolver's for the connections and datagrams it
-/// received while it was open (each name once). [`EgressTap::take`] first waits, a bounded time, until the
+/// received while it was open (each name once). [`EgressTap::take`] first
+/// denies the questions still held for a decider (their command has ended:
+/// their refusals are its window's), then waits, a bounded time, until the
 /// proxy has no connection open: the command's processes are gone then, so
-/// their connections end at once, but for a question held for a decider,
-/// which waits for its answer. A refusal a connection of a closed window
+/// their connections end at once. A refusal a connection of a closed window
 /// makes later (after that bound) is in the run's record
 /// ([`Egress::finish`]) only: never in a later command's window.
 #[derive(Clone)]
@@ -503,6 +504,10 @@ impl EgressTap {
     /// proxy and the resolver refused in it, as [`Egress::finish`] says
     /// them.
     pub fn take(&self, wait: Duration) -> Mediation {
+        // The command has ended: what it still waits to be asked about is
+        // denied now ("command ended"), so the refusal is its window's and
+        // its exit waits for no decider.
+        self.proxy.deny_held();
         self.proxy.wait_idle(wait);
         // What the last look did not see yet is the closed window's.
         let (unseen, _) = self.live_window();

@@ -197,6 +197,15 @@ impl Shared {
         }
     }
 
+    /// Denies every question held now (the command they were asked for
+    /// has ended: a shared launch's [`crate::EgressTap::take`]), so their
+    /// connections refuse and end before the command's window closes.
+    pub(crate) fn deny_held(&self) {
+        for reply in lock(&self.held).waiting.values() {
+            reply.stop();
+        }
+    }
+
     /// Waits until no connection is open, at most `grace`.
     pub(crate) fn wait_idle(&self, grace: Duration) {
         let deadline = Instant::now() + grace;

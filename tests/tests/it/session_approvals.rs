@@ -1125,3 +1125,50 @@ cat $o/[0-9]*"#,
         h.close();
     }
 }
+
+/// A question still held when its command ends is denied then ("command
+/// ended") and its refusal is in that command's exit event, under the
+/// shared launch as under a launch per command (twin), never in the next
+/// command's; and the exit does not wait out a settling bound for it.
+#[test]
+fn a_question_held_when_its_command_ends_is_refused_in_its_exit() {
+    for nobody in users() {
+        for launch in ["shared", "per-command"] {
+            let mut h = Harness::open_with(
+                nobody,
+                r#"exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel "$@""#,
+                &["--launch", launch, "--allow-net", "allowed.test"],
+                true,
+            );
+            h.start(
+                "ends",
+                "curl --noproxy '' -x \"$HTTP_PROXY\" -s -m 0.5 -o /dev/null http://127.0.0.1:8080/ended; true",
+            );
+            let p = h.next();
+            assert_eq!(
+                (p["event"].as_str(), p["id"].as_str()),
+                (Some("permission"), Some("ends")),
+                "{p}"
+            );
+            let exit = h.exit("ends");
+            assert_eq!(
+                answers(&exit),
+                [("deny".into(), "command ended".into())],
+                "{launch}: {exit}"
+            );
+            let refusals = exit["refusals"].as_array().unwrap();
+            assert!(
+                refusals
+                    .iter()
+                    .any(|r| r.to_string().contains("127.0.0.1:8080")),
+                "{launch}: no refusal in {exit}"
+            );
+            h.start("next", "true");
+            let next = h.exit("next");
+            assert_eq!(next["refusals"], json!([]), "{launch}: {next}");
+            assert_eq!(next["approvals"], json!([]), "{launch}: {next}");
+            assert!(h.served().is_empty(), "{:?}", h.served());
+            h.close();
+        }
+    }
+}
