@@ -25,8 +25,9 @@ use sandbox::{
 
 /// The static build's allocator (see `Cargo.toml`: musl's returns memory
 /// to the kernel at every emptied group, dozens of syscalls per launch).
-/// The full `GlobalTlsf`, not `SmallGlobalTlsf`: its in-place reallocation
-/// and pooled system memory spare a copy at each growing `Vec`/`String`.
+/// The full `GlobalTlsf`, not `SmallGlobalTlsf` (in-place reallocation,
+/// pooled system memory): a few µs less per session command, the same
+/// peak memory (docs/benchmarks-history.md).
 #[cfg(target_env = "musl")]
 #[global_allocator]
 static ALLOCATOR: rlsf::GlobalTlsf = rlsf::GlobalTlsf::new();

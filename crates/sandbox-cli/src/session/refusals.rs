@@ -1,12 +1,13 @@
 //! A running command's refusals as `refused` events, while it runs: one
 //! thread for the whole session ([`Watcher`]) looks every [`LIVE_POLL`]
 //! while a command runs and sleeps between commands, so a command costs
-//! no thread of its own and a short one no look before its end; the last
-//! look, once the command has ended, is made by the session's loop
-//! ([`Watcher::end`]), before its exit event.
+//! no thread of its own; the last look, once the command has ended, is
+//! made by the session's loop ([`Watcher::end`]), before its exit event.
+//! For [`LINGER`] after a command it keeps its pace instead of sleeping,
+//! so that a next command soon after is found without a wake-up.
 
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use sandbox::runner::MediatedCall;
 use serde_json::{Map, Value};
@@ -15,6 +16,11 @@ use super::approvals;
 
 /// How often a running command's refusals are looked for.
 pub(super) const LIVE_POLL: Duration = Duration::from_millis(5);
+
+/// How long after a command the watcher keeps looking every
+/// [`LIVE_POLL`] for the next before it sleeps until woken: a command
+/// begun meanwhile costs no wake-up of another thread on its way in.
+const LINGER: Duration = Duration::from_millis(100);
 
 /// A command's refusals so far (`sandbox::runner` tap, `MediationTap::live`):
 /// those not yet handed out and how many it had; `None` while the
@@ -66,6 +72,9 @@ impl Job {
 struct State {
     job: Option<Job>,
     quit: bool,
+    /// The thread waits at most [`LIVE_POLL`] (it finds a new job by
+    /// itself); when false it sleeps until [`Watcher::begin`] wakes it.
+    polling: bool,
 }
 
 /// The session's refusal watcher (one thread, started with the session,
@@ -90,14 +99,27 @@ impl Watcher {
             .spawn(move || {
                 let (m, cv) = &*theirs;
                 let mut s = lock(m);
+                let mut idle_since: Option<Instant> = None;
                 loop {
                     if s.quit {
                         return;
                     }
                     if s.job.is_none() {
-                        s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+                        let since = *idle_since.get_or_insert_with(Instant::now);
+                        if since.elapsed() >= LINGER {
+                            s.polling = false;
+                            s = cv.wait(s).unwrap_or_else(|p| p.into_inner());
+                        } else {
+                            s.polling = true;
+                            s = cv
+                                .wait_timeout(s, LIVE_POLL)
+                                .map(|(s, _)| s)
+                                .unwrap_or_else(|p| p.into_inner().0);
+                        }
                         continue;
                     }
+                    idle_since = None;
+                    s.polling = true;
                     // A command runs: look every LIVE_POLL (the lock is
                     // released while waiting; a look never waits).
                     s = cv
@@ -122,7 +144,8 @@ impl Watcher {
         live: impl Fn() -> Option<(Vec<MediatedCall>, u64)> + Send + 'static,
     ) {
         let (m, cv) = &*self.state;
-        lock(m).job = Some(Job {
+        let mut s = lock(m);
+        s.job = Some(Job {
             events,
             id,
             live: Box::new(live),
@@ -130,7 +153,10 @@ impl Watcher {
             sent: 0,
             seen: Vec::new(),
         });
-        cv.notify_all();
+        // A polling thread finds the job within LIVE_POLL by itself.
+        if !s.polling {
+            cv.notify_all();
+        }
     }
 
     /// Stops watching the command (which has ended), looks once more, and
