@@ -105,6 +105,12 @@ struct Shared {
     answered: AtomicUsize,
     /// The UDP sockets answered on, and their threads.
     datagrams: Mutex<Vec<(Arc<OwnedFd>, JoinHandle<()>)>>,
+    /// Held while a UDP thread takes a datagram off its socket and counts
+    /// it in `datagrams_active` (and while [`RefusalWindow::settle`] looks
+    /// at the sockets): a datagram is either still queued or counted.
+    receiving: Mutex<()>,
+    /// The datagram queries being answered.
+    datagrams_active: AtomicUsize,
 }
 
 /// The running resolver; stopped when dropped.
@@ -137,6 +143,8 @@ impl DnsServer {
             record: Mutex::new(Record::default()),
             answered: AtomicUsize::new(0),
             datagrams: Mutex::new(Vec::new()),
+            receiving: Mutex::new(()),
+            datagrams_active: AtomicUsize::new(0),
         });
         let accept = {
             let shared = Arc::clone(&shared);
@@ -320,7 +328,19 @@ const UDP_ANSWER_MAX: usize = 512;
 fn serve_datagram_socket(shared: &Arc<Shared>, sock: &Arc<OwnedFd>) {
     let mut buf = [0u8; 4096];
     loop {
-        let got = datagram::recv(sock, &mut buf);
+        // Waits for a datagram (or the shutdown, which makes the socket
+        // readable), then takes it off the queue and counts it under
+        // `receiving`, so that a window is never closed between the two
+        // ([`RefusalWindow::settle`]).
+        datagram::wait_readable(sock);
+        if shared.stop.load(Ordering::Relaxed) {
+            return;
+        }
+        let receiving = shared
+            .receiving
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner);
+        let got = datagram::recv(sock, &mut buf, libc::MSG_DONTWAIT);
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
@@ -332,9 +352,12 @@ fn serve_datagram_socket(shared: &Arc<Shared>, sock: &Arc<OwnedFd>) {
             shared.active.fetch_sub(1, Ordering::AcqRel);
             continue;
         }
+        shared.datagrams_active.fetch_add(1, Ordering::AcqRel);
+        let window = window_now(shared);
+        drop(receiving);
         let query = buf[..n].to_vec();
         let (shared, sock) = (Arc::clone(shared), Arc::clone(sock));
-        let window = window_now(&shared);
+        let counts = Arc::clone(&shared);
         let spawned = std::thread::Builder::new()
             .name("sandbox-dns-query".into())
             .spawn(move || {
@@ -342,11 +365,13 @@ fn serve_datagram_socket(shared: &Arc<Shared>, sock: &Arc<OwnedFd>) {
                 if let Some(answer) = answer(&shared, &query) {
                     let _ = datagram::send(&sock, &fit_datagram(answer), from, to);
                 }
+                shared.datagrams_active.fetch_sub(1, Ordering::AcqRel);
                 shared.active.fetch_sub(1, Ordering::AcqRel);
             });
         if spawned.is_err() {
-            // The closure (and its count) is gone with the failed spawn.
-            continue;
+            // The query was never answered: its counts are given back.
+            counts.datagrams_active.fetch_sub(1, Ordering::AcqRel);
+            counts.active.fetch_sub(1, Ordering::AcqRel);
         }
     }
 }
@@ -552,7 +577,38 @@ mod datagram {
     struct Cmsg([u8; 64]);
 
     /// One datagram into `buf`: its length, sender and destination address.
-    pub(super) fn recv(sock: &OwnedFd, buf: &mut [u8]) -> io::Result<(usize, SocketAddr, IpAddr)> {
+    /// Waits until `sock` has a datagram queued (or is shut down, or the
+    /// wait is interrupted).
+    pub(super) fn wait_readable(sock: &OwnedFd) {
+        let mut pfd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        unsafe { libc::poll(&mut pfd, 1, -1) };
+    }
+
+    /// Whether `sock` has a datagram queued (also an empty one), without
+    /// waiting.
+    pub(super) fn queued(sock: &OwnedFd) -> bool {
+        let mut pfd = libc::pollfd {
+            fd: sock.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one live pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, 0) };
+        n > 0 && pfd.revents & libc::POLLIN != 0
+    }
+
+    /// One datagram into `buf` (`flags` as recvmsg takes them): its length,
+    /// sender and destination address.
+    pub(super) fn recv(
+        sock: &OwnedFd,
+        buf: &mut [u8],
+        flags: libc::c_int,
+    ) -> io::Result<(usize, SocketAddr, IpAddr)> {
         // SAFETY: plain data; all-zero is valid.
         let mut from: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
         let mut iov = libc::iovec {
@@ -569,7 +625,7 @@ mod datagram {
         msg.msg_control = control.0.as_mut_ptr().cast();
         msg.msg_controllen = control.0.len() as _;
         // SAFETY: msg points at live buffers for the call.
-        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, 0) };
+        let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut msg, flags) };
         if n < 0 {
             return Err(io::Error::last_os_error());
         }
@@ -745,6 +801,74 @@ impl std::fmt::Debug for RefusalWindow {
 }
 
 impl RefusalWindow {
+    /// Waits, at most `wait`, until no datagram is queued on the resolver's
+    /// UDP sockets and none is being answered: the datagrams the closing
+    /// command sent are then all refused (or answered) in its window.
+    /// Those still queued after `wait` are taken off unanswered and counted
+    /// as omitted refusals of the closing window: never the next one's.
+    /// Call it only once the command's processes are gone.
+    pub(crate) fn settle(&self, wait: Duration) {
+        #[cfg(target_os = "linux")]
+        {
+            let deadline = std::time::Instant::now() + wait;
+            let shared = &self.0;
+            let sockets: Vec<Arc<OwnedFd>> = shared
+                .datagrams
+                .lock()
+                .unwrap_or_else(PoisonError::into_inner)
+                .iter()
+                .map(|(sock, _)| Arc::clone(sock))
+                .collect();
+            if sockets.is_empty() {
+                return;
+            }
+            loop {
+                {
+                    let _receiving = shared
+                        .receiving
+                        .lock()
+                        .unwrap_or_else(PoisonError::into_inner);
+                    let queued = sockets.iter().any(|s| datagram::queued(s));
+                    if !queued && shared.datagrams_active.load(Ordering::Acquire) == 0 {
+                        return;
+                    }
+                    if shared.stop.load(Ordering::Relaxed) {
+                        return;
+                    }
+                    if std::time::Instant::now() >= deadline {
+                        let mut buf = [0u8; 512];
+                        let mut left = 0usize;
+                        for sock in &sockets {
+                            // Bounded: the command's processes are gone,
+                            // so nothing refills the queue.
+                            for _ in 0..65_536 {
+                                // SAFETY: recv into a live buffer of its length.
+                                let n = unsafe {
+                                    libc::recv(
+                                        sock.as_raw_fd(),
+                                        buf.as_mut_ptr().cast(),
+                                        buf.len(),
+                                        libc::MSG_DONTWAIT,
+                                    )
+                                };
+                                if n < 0 {
+                                    break;
+                                }
+                                left += 1;
+                            }
+                        }
+                        let mut r = shared.record.lock().unwrap_or_else(PoisonError::into_inner);
+                        r.window_omitted += left;
+                        return;
+                    }
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        #[cfg(not(target_os = "linux"))]
+        let _ = wait;
+    }
+
     /// Closes the current window of refusals and opens the next: the names
     /// refused in it (at most 64, each once), and how many more were.
     pub fn take_window(&self) -> (Vec<RefusedName>, usize) {
@@ -975,6 +1099,85 @@ mod tests {
             names,
             ["one.example.net", "late.example.net", "two.example.net"]
         );
+    }
+
+    /// The datagrams a command leaves queued when its window closes are
+    /// that window's: settled (answered, or past the bound taken off and
+    /// counted as omitted), never the next window's. Served: 200 refused
+    /// names sent at once, then the window taken: they are all in it (kept
+    /// or omitted, those the resolver dropped past its bound aside) and the
+    /// next window is empty. Unserved (a socket no thread answers, filled):
+    /// past the bound all 50 are the closing window's omitted ones. Twin: a
+    /// name sent after the take is the next window's.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn queued_datagrams_are_the_closing_windows_never_the_next() {
+        use sandbox_core::DatagramSockets;
+        use std::net::UdpSocket;
+        let (s, _pins) = server(&["svc.example.com:22"]);
+        let window = s.window();
+        let service = s.datagram_service();
+        let island =
+            crate::island::Island::new(Box::new(move |socks| service.serve(socks))).unwrap();
+        let client = UdpSocket::from(island.socket(libc::AF_INET, libc::SOCK_DGRAM, 0).unwrap());
+        for i in 0..200 {
+            client
+                .send_to(&query(&format!("q{i}.one.test"), TYPE_A), "127.0.0.53:53")
+                .unwrap();
+        }
+        window.settle(Duration::from_secs(10));
+        let (kept, omitted) = window.take_window();
+        // (Some were dropped unanswered past the resolver's bound of
+        // queries at once: those refuse nothing.)
+        assert!(!kept.is_empty() && kept.len() <= MAX_REFUSALS, "{omitted}");
+        assert!(
+            kept.iter().all(|r| r.name.ends_with(".one.test")),
+            "{kept:?}"
+        );
+        let (next, next_omitted) = window.take_window();
+        assert_eq!((next.len(), next_omitted), (0, 0), "{next:?}");
+        // Twin: a name asked now is the open window's.
+        client
+            .send_to(&query("two.example.net", TYPE_A), "127.0.0.53:53")
+            .unwrap();
+        let mut buf = [0u8; 512];
+        client
+            .set_read_timeout(Some(Duration::from_secs(5)))
+            .unwrap();
+        while client.recv(&mut buf).is_ok() && buf[3] & 0xf == RCODE_NXDOMAIN {
+            let (now, _) = window.live_window();
+            if now.iter().any(|r| r.name == "two.example.net") {
+                break;
+            }
+        }
+        window.settle(Duration::from_secs(10));
+        let (two, _) = window.take_window();
+        assert!(two.iter().any(|r| r.name == "two.example.net"), "{two:?}");
+        assert!(
+            two.iter().all(|r| !r.name.ends_with(".one.test")),
+            "{two:?}"
+        );
+
+        // A socket nothing answers on: the bound passes with all queued.
+        let quiet = UdpSocket::bind("127.0.0.1:0").unwrap();
+        let to = quiet.local_addr().unwrap();
+        let idle = std::thread::spawn(|| ());
+        s.shared
+            .datagrams
+            .lock()
+            .unwrap()
+            .push((Arc::new(OwnedFd::from(quiet)), idle));
+        let sender = UdpSocket::bind("127.0.0.1:0").unwrap();
+        for i in 0..50 {
+            sender
+                .send_to(&query(&format!("q{i}.late.test"), TYPE_A), to)
+                .unwrap();
+        }
+        window.settle(Duration::from_millis(50));
+        let (kept, omitted) = window.take_window();
+        assert_eq!((kept.len(), omitted), (0, 50), "{kept:?}");
+        window.settle(Duration::ZERO);
+        assert_eq!(window.take_window(), (Vec::new(), 0), "the next window");
     }
 
     /// A question whose labels are not a host name's is answered FORMERR

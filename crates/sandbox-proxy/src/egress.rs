@@ -508,7 +508,12 @@ impl EgressTap {
         // denied now ("command ended"), so the refusal is its window's and
         // its exit waits for no decider.
         self.proxy.deny_held();
+        let deadline = std::time::Instant::now() + wait;
         self.proxy.wait_idle(wait);
+        if let Some(dns) = &self.dns {
+            // The datagrams the command left queued are its window's too.
+            dns.settle(deadline.saturating_duration_since(std::time::Instant::now()));
+        }
         // What the last look did not see yet is the closed window's.
         let (unseen, _) = self.live_window();
         self.closed_calls().extend(unseen);
