@@ -848,10 +848,20 @@ pub fn main(args: &[String]) -> Result<(), String> {
         rows.push(row(&title, &argv, &a, &b));
     }
 
+    if rows.is_empty() && !only.is_empty() {
+        let _ = std::fs::remove_dir_all(&scratch);
+        return Err(format!("--only {only:?}: no row's title contains it"));
+    }
     let report = render(&rows, &not_measured, quick)
         .replace(&format!("{}/", root.display()), "")
         .replace(&w, "$W");
     println!("{report}");
+    if !only.is_empty() {
+        eprintln!(
+            "xtask: {} rows, those whose title contains one of {only:?} (--only)",
+            rows.len()
+        );
+    }
     if write {
         std::fs::write(root.join("BENCHMARKS.md"), &report)
             .map_err(|e| format!("cannot write BENCHMARKS.md: {e}"))?;
