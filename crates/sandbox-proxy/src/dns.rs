@@ -108,8 +108,10 @@ struct Shared {
     /// Held while a UDP thread takes a datagram off its socket and counts
     /// it in `datagrams_active` (and while [`RefusalWindow::settle`] looks
     /// at the sockets): a datagram is either still queued or counted.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     receiving: Mutex<()>,
     /// The datagram queries being answered.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     datagrams_active: AtomicUsize,
 }
 
