@@ -1011,9 +1011,22 @@ impl Session {
                     }
                 }
             });
+        // A kept command's run has an egress of its own (`run_kept`): its
+        // questions, also those its processes ask after its exit, are its
+        // own, asked and booked under its id ("kept": true after its exit).
+        if fields.keep {
+            if let Some(approvals) = &self.approvals {
+                if req.egress.decider.is_some() {
+                    req.egress.decider = Some(approvals.decider_for(id));
+                }
+            }
+        }
         let launched = self.launch(chan, req, &fields);
         let (had, sent, seen) = self.watcher.end();
-        let asked = self.approvals.as_ref().map(|a| a.end(id));
+        // A command kept alive keeps its held questions (its processes
+        // wait on them); they are settled when its run ends.
+        let lives_on = matches!(&launched, Ok(l) if l.kept.is_some());
+        let asked = self.approvals.as_ref().map(|a| a.end(id, !lives_on));
         let Launched {
             result,
             kept,
@@ -1164,7 +1177,7 @@ impl Session {
                 .into_iter()
                 .partition(|k| !k.running());
         *self.kept.borrow_mut() = live;
-        for e in end_kept_runs(ended, &self.base.egress.secrets) {
+        for e in end_kept_runs(ended, &self.base.egress.secrets, self.approvals.as_ref()) {
             chan.queue(&Value::Object(e));
         }
     }
@@ -1174,7 +1187,7 @@ impl Session {
     /// order they were kept.
     fn end_kept(&self, chan: &mut Channel) {
         let kept = std::mem::take(&mut *self.kept.borrow_mut());
-        let ended = end_kept_runs(kept, &self.base.egress.secrets);
+        let ended = end_kept_runs(kept, &self.base.egress.secrets, self.approvals.as_ref());
         for e in ended {
             chan.queue(&Value::Object(e));
         }
@@ -1416,13 +1429,21 @@ fn kept_git_dirs_made(kept: &Kept) -> Vec<std::path::PathBuf> {
 fn end_kept_runs(
     mut kept: Vec<KeptRun>,
     secrets: &[sandbox::policy::SecretSpec],
+    approvals: Option<&approvals::Approvals>,
 ) -> Vec<Map<String, Value>> {
     for k in &mut kept {
+        // Its held questions are denied first ("command ended"): its
+        // processes then end without waiting on them.
+        if let Some(a) = approvals {
+            a.settle(&k.id);
+        }
         k.run.begin_end();
     }
     let mut events = Vec::new();
     for k in kept {
         let end = k.run.end();
+        // What it asked and was answered since its exit event.
+        let asked = approvals.map(|a| a.end(&k.id, true));
         k.over.store(true, std::sync::atomic::Ordering::Release);
         let mut e = Map::new();
         e.insert("id".into(), k.id);
@@ -1466,6 +1487,9 @@ fn end_kept_runs(
         if omitted > 0 {
             e.insert("refusals_omitted".into(), omitted.into());
         }
+        if let Some(asked) = asked {
+            e.insert("approvals".into(), Value::Array(asked));
+        }
         // The records of the runs nested in it, as an exit event has them.
         if !end.nested.is_empty() {
             e.insert("nested".into(), json!(end.nested));
@@ -1486,7 +1510,11 @@ fn end_kept_runs(
 }
 
 #[cfg(not(target_os = "linux"))]
-fn end_kept_runs(kept: Vec<KeptRun>, _: &[sandbox::policy::SecretSpec]) -> Vec<Map<String, Value>> {
+fn end_kept_runs(
+    kept: Vec<KeptRun>,
+    _: &[sandbox::policy::SecretSpec],
+    _: Option<&approvals::Approvals>,
+) -> Vec<Map<String, Value>> {
     kept.into_iter().map(|k| match k.run {}).collect()
 }
 

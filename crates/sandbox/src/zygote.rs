@@ -1512,8 +1512,14 @@ impl Shared {
             return None;
         }
         let failed = |e: ZygoteError| Some(Err(RunError::SharedLaunch(e.to_string())));
+        // Its run's egress asks the request's decider (a session's, bound
+        // to this command, whose processes alone use this egress).
+        let mut base = self.base.clone();
+        if base.egress.decider.is_some() && req.egress.decider.is_some() {
+            base.egress.decider.clone_from(&req.egress.decider);
+        }
         let mut zygote =
-            match Zygote::start_for(Arc::clone(&self.backend), &self.base, &self.program, true) {
+            match Zygote::start_for(Arc::clone(&self.backend), &base, &self.program, true) {
                 Ok(z) => z,
                 Err(e) => return failed(e),
             };

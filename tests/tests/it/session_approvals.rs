@@ -1172,3 +1172,78 @@ fn a_question_held_when_its_command_ends_is_refused_in_its_exit() {
         }
     }
 }
+
+/// A kept command's background process asks under the kept command's id
+/// (`"kept": true`), while another command runs; that command's end
+/// settles nothing of it: the harness answers after it, the connection is
+/// admitted, and the answer is in the kept command's `kept_ended` event,
+/// not in the running command's exit event. Twin: the running command's
+/// own question is asked under its id (no `kept`) and booked in its exit.
+#[test]
+fn a_kept_commands_question_is_its_own() {
+    for nobody in users() {
+        let mut h = Harness::open_with(
+            nobody,
+            r#"exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error --approval channel "$@""#,
+            &["--allow-net", "allowed.test"],
+            true,
+        );
+        let via = "curl --noproxy '' -x \"$HTTP_PROXY\" -s -m 60 -o /dev/null";
+        h.send(&json!({"id": "one", "op": "run", "argv": ["/bin/sh", "-c",
+            format!("(sleep 1; {via} http://127.0.0.1:8080/kept) >/dev/null 2>&1 &")],
+            "keep": true}));
+        let started = h.next();
+        assert_eq!(started["event"], "started", "{started}");
+        let one = h.exit("one");
+        assert!(one["kept"].as_u64().unwrap() >= 1, "{one}");
+        h.start("two", &format!("sleep 3; {via} http://127.0.0.1:8080/two"));
+        let kept_q = h.next();
+        assert_eq!(
+            (kept_q["event"].as_str(), kept_q["id"].as_str()),
+            (Some("permission"), Some("one")),
+            "{kept_q}"
+        );
+        assert_eq!(kept_q["kept"], true, "{kept_q}");
+        let own_q = h.next();
+        assert_eq!(
+            (own_q["event"].as_str(), own_q["id"].as_str()),
+            (Some("permission"), Some("two")),
+            "{own_q}"
+        );
+        assert!(own_q.get("kept").is_none(), "{own_q}");
+        h.approve(own_q["permission"].as_str().unwrap(), "once");
+        let two = h.exit("two");
+        let booked: Vec<&str> = two["approvals"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|a| a["permission"].as_str().unwrap())
+            .collect();
+        assert_eq!(booked, [own_q["permission"].as_str().unwrap()], "{two}");
+        // Answered after "two" ended: still held, and admitted.
+        h.approve(kept_q["permission"].as_str().unwrap(), "once");
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        while !h.served().iter().any(|p| p.contains("/kept")) {
+            assert!(std::time::Instant::now() < deadline, "{:?}", h.served());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        h.send(&json!({"op": "close"}));
+        let ended = h.next();
+        assert_eq!(
+            (ended["event"].as_str(), ended["id"].as_str()),
+            (Some("kept_ended"), Some("one")),
+            "{ended}"
+        );
+        assert_eq!(
+            answers(&ended),
+            [("once".into(), "channel".into())],
+            "{ended}"
+        );
+        assert_eq!(
+            ended["approvals"][0]["permission"], kept_q["permission"],
+            "{ended}"
+        );
+        let closed = h.next();
+        assert_eq!(closed["event"], "closed", "{closed}");
+    }
+}

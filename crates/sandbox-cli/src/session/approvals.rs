@@ -381,8 +381,10 @@ struct Inner {
     state: Mutex<State>,
 }
 
-/// The decider a run's egress asks ([`sandbox::runner::EgressOptions::decider`]).
-pub(crate) struct ChannelDecider(Approvals);
+/// The decider a run's egress asks ([`sandbox::runner::EgressOptions::decider`]):
+/// about the command running now, or, bound to a kept command's id
+/// ([`Approvals::decider_for`]), about that command alone.
+pub(crate) struct ChannelDecider(Approvals, Option<Value>);
 
 impl std::fmt::Debug for ChannelDecider {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -394,7 +396,7 @@ impl std::fmt::Debug for ChannelDecider {
 
 impl Decider for ChannelDecider {
     fn ask(&self, pending: Pending, reply: Reply) {
-        self.0.ask(pending, reply);
+        self.0.ask(pending, reply, self.1.as_ref());
     }
 
     fn hold_limit(&self) -> Duration {
@@ -512,7 +514,15 @@ impl Approvals {
 
     /// The decider for the runs' egress options.
     pub(crate) fn decider(&self) -> Arc<dyn Decider> {
-        Arc::new(ChannelDecider(self.clone()))
+        Arc::new(ChannelDecider(self.clone(), None))
+    }
+
+    /// The decider for the egress of the run of request `id` alone (a kept
+    /// command's run of its own): its questions are asked and booked under
+    /// `id`, also after its exit event (then with `"kept": true`, booked
+    /// for its `kept_ended` event), and only its end settles them.
+    pub(crate) fn decider_for(&self, id: &Value) -> Arc<dyn Decider> {
+        Arc::new(ChannelDecider(self.clone(), Some(id.clone())))
     }
 
     fn audit_asked(&self, permission: &str, run: &Value, fields: &Map<String, Value>) {
@@ -555,10 +565,12 @@ impl Approvals {
         state.log.entry(key(run)).or_default().book(entry);
     }
 
-    fn ask(&self, pending: Pending, reply: Reply) {
+    fn ask(&self, pending: Pending, reply: Reply, bound: Option<&Value>) {
         let mut fields = fields_of(&pending);
         let mut state = lock(&self.inner.state);
-        let run = state.run.clone();
+        let run = bound.cloned().unwrap_or_else(|| state.run.clone());
+        // Asked by a kept command's processes after its exit event.
+        let kept = bound.is_some_and(|id| *id != state.run);
         if state.closed {
             reply.answer(Decision::Deny);
             fields.insert("answer".into(), "deny".into());
@@ -590,6 +602,9 @@ impl Approvals {
         event.insert("event".into(), "permission".into());
         event.insert("permission".into(), permission.clone().into());
         event.insert("id".into(), run.clone());
+        if kept {
+            event.insert("kept".into(), true.into());
+        }
         event.extend(fields.clone());
         event.insert(
             "timeout_ms".into(),
@@ -695,10 +710,30 @@ impl Approvals {
         state.log.remove(&key(id));
     }
 
-    /// The command of run `id` ended: every question it left is denied,
-    /// and what was asked and answered during it is returned (for its exit
-    /// event).
-    pub(crate) fn end(&self, id: &Value) -> Vec<Value> {
+    /// The command of run `id` ended: every question it left is denied
+    /// (unless `settle` is false: a command kept alive keeps them until
+    /// its run ends), and what was asked and answered during it (since the
+    /// last call) is returned (for its exit or `kept_ended` event).
+    pub(crate) fn end(&self, id: &Value, settle: bool) -> Vec<Value> {
+        if settle {
+            self.settle(id);
+        }
+        let mut state = lock(&self.inner.state);
+        if state.run == *id {
+            state.run = Value::Null;
+        }
+        let log = state
+            .log
+            .remove(&key(id))
+            .map(Booked::into_list)
+            .unwrap_or_default();
+        drop(state);
+        log
+    }
+
+    /// Denies every question run `id` has waiting ("command ended"),
+    /// booked for it; another run's questions are left as they are.
+    pub(crate) fn settle(&self, id: &Value) {
         let mut state = lock(&self.inner.state);
         let left: Vec<String> = state
             .asked
@@ -722,17 +757,10 @@ impl Approvals {
                 decided.push((permission, by));
             }
         }
-        state.run = Value::Null;
-        let log = state
-            .log
-            .remove(&key(id))
-            .map(Booked::into_list)
-            .unwrap_or_default();
         drop(state);
         for (permission, by) in decided {
             self.audit_decided(&permission, "deny", by);
         }
-        log
     }
 
     /// The session ends: every held question is denied, and later ones are
