@@ -176,7 +176,25 @@ fn ci_steps(t: &mut Timings) -> Result<(), String> {
         })?;
     }
     // The short stress run: nothing a run starts outlives it.
-    t.step("stress --quick", || stress::main(&["--quick".to_owned()]))
+    t.step("stress --quick", || stress::main(&["--quick".to_owned()]))?;
+    // Nothing the tests ran replaced a device of the host (a `git config`
+    // whose file was /dev/null once renamed a regular file over it).
+    t.step("host devices intact", host_devices_intact)
+}
+
+/// Whether `/dev/null`, `/dev/zero` and `/dev/urandom` are still the
+/// character devices they were.
+fn host_devices_intact() -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    for dev in ["/dev/null", "/dev/zero", "/dev/urandom"] {
+        let meta = std::fs::symlink_metadata(dev).map_err(|e| format!("{dev}: {e}"))?;
+        if !meta.file_type().is_char_device() {
+            return Err(format!(
+                "{dev} is no longer a character device after the tests: something they ran replaced it"
+            ));
+        }
+    }
+    Ok(())
 }
 
 /// The wall time of each step `cargo xtask ci` ran.
@@ -337,6 +355,13 @@ pub(crate) fn workspace_root() -> PathBuf {
 #[cfg(test)]
 mod tests {
     use super::Timings;
+
+    /// The devices check passes on an intact host (it fails only when a
+    /// device was replaced, which no test may do to this host).
+    #[test]
+    fn the_devices_of_an_intact_host_pass() {
+        assert_eq!(super::host_devices_intact(), Ok(()));
+    }
 
     /// Every step is timed, a failed one is marked and ends the run, and the
     /// table lists each with the total.
