@@ -881,6 +881,26 @@ pub(crate) use exchange::{partial_refused, serve};
 mod tests {
     use super::*;
 
+    /// `body` scrubbed of `secrets` in two reads split at `cut`, and the end.
+    fn split_scrubbed(secrets: &[Secret], body: &[u8], cut: usize) -> Vec<u8> {
+        let mut scrub = Scrub::new(secrets, std::iter::empty());
+        let mut out = scrub.body(&body[..cut]);
+        out.extend(scrub.body(&body[cut..]));
+        out.extend(scrub.finish());
+        out
+    }
+
+    /// `text` passes a scrub of `secrets` untouched, as a head and a body.
+    #[track_caller]
+    fn passes_untouched(secrets: &[Secret], text: &str) {
+        let scrub = Scrub::new(secrets, std::iter::empty());
+        assert_eq!(scrub.head_value(text.as_bytes()), text.as_bytes());
+        let mut body = Scrub::new(secrets, std::iter::empty());
+        let mut out = body.body(text.as_bytes());
+        out.extend(body.finish());
+        assert_eq!(out, text.as_bytes());
+    }
+
     #[test]
     fn injected_values_are_kept_out_of_responses_also_across_reads() {
         use base64::Engine;
@@ -979,10 +999,7 @@ mod tests {
                     assert!(!decoded_holds_value(&head), "{prefix:?} {suffix:?}: {head}");
                     let body = format!("{{\"auth\": \"Basic {text}\"}}");
                     for cut in 0..body.len() {
-                        let mut scrub = Scrub::new(&secrets, std::iter::empty());
-                        let mut out = scrub.body(&body.as_bytes()[..cut]);
-                        out.extend(scrub.body(&body.as_bytes()[cut..]));
-                        out.extend(scrub.finish());
+                        let out = split_scrubbed(&secrets, body.as_bytes(), cut);
                         assert_eq!(out.len(), body.len());
                         let out = String::from_utf8(out).unwrap();
                         assert!(!decoded_holds_value(&out), "{cut}: {out}");
@@ -1003,11 +1020,7 @@ mod tests {
         }
         // The twin: another value's encodings, and ordinary text, pass.
         let other = std.encode(b"me:another-value-of-the-same-size");
-        assert_eq!(scrub.head_value(other.as_bytes()), other.as_bytes());
-        let mut body = Scrub::new(&secrets, std::iter::empty());
-        let mut out = body.body(other.as_bytes());
-        out.extend(body.finish());
-        assert_eq!(out, other.as_bytes());
+        passes_untouched(&secrets, &other);
     }
 
     /// G8: the value as Go's encoding/json, Gson, PHP (JSON_HEX_*),
@@ -1046,10 +1059,7 @@ mod tests {
             );
             let body = format!("{{\"auth\": \"{form}\"}}");
             for cut in 0..body.len() {
-                let mut scrub = Scrub::new(&secrets, std::iter::empty());
-                let mut out = scrub.body(&body.as_bytes()[..cut]);
-                out.extend(scrub.body(&body.as_bytes()[cut..]));
-                out.extend(scrub.finish());
+                let out = split_scrubbed(&secrets, body.as_bytes(), cut);
                 let out = String::from_utf8_lossy(&out);
                 assert!(!out.contains("0123456789"), "{form} {cut}: {out}");
             }
@@ -1104,10 +1114,7 @@ mod tests {
             );
             let body = format!("x+1&y=%41 {form} z&amp;+");
             for cut in 0..body.len() {
-                let mut scrub = Scrub::new(&secrets, std::iter::empty());
-                let mut out = scrub.body(&body.as_bytes()[..cut]);
-                out.extend(scrub.body(&body.as_bytes()[cut..]));
-                out.extend(scrub.finish());
+                let out = split_scrubbed(&secrets, body.as_bytes(), cut);
                 assert_eq!(out.len(), body.len());
                 let out = String::from_utf8_lossy(&out);
                 assert!(
@@ -1126,12 +1133,7 @@ mod tests {
             "abc/def&#43;ghi=jk&amp;l&lt;m&gt;&#34;q&#39;r 13\u{e9}",
             "a+b%20c&amp;d&#x2F;&#47;%zz&#;&#x;&#99999999;&",
         ] {
-            let scrub = Scrub::new(&secrets, std::iter::empty());
-            assert_eq!(scrub.head_value(other.as_bytes()), other.as_bytes());
-            let mut body = Scrub::new(&secrets, std::iter::empty());
-            let mut out = body.body(other.as_bytes());
-            out.extend(body.finish());
-            assert_eq!(out, other.as_bytes());
+            passes_untouched(&secrets, other);
         }
     }
 
