@@ -1504,6 +1504,17 @@ mod tests {
             .unwrap()]
     }
 
+    /// `raw` refused by [`rules`] at pkgs.example.com:443 with a 403; the
+    /// rule the refusal proposes.
+    #[track_caller]
+    fn proposed_on_403(raw: &str) -> Option<String> {
+        let refused = admit(&head(raw), &rules(), "pkgs.example.com", 443)
+            .err()
+            .unwrap();
+        assert_eq!(refused.code, 403);
+        refused.admit_with
+    }
+
     fn check(raw: &str) -> Result<String, String> {
         admit(&head(raw), &rules(), "pkgs.example.com", 443)
             .map(|(t, _)| t)
@@ -1520,17 +1531,8 @@ mod tests {
             check("HEAD /simple/ HTTP/1.1\r\nHost: pkgs.example.com:443\r\n\r\n").unwrap(),
             "/simple/"
         );
-        let refused = admit(
-            &head("POST /simple/x HTTP/1.1\r\n\r\n"),
-            &rules(),
-            "pkgs.example.com",
-            443,
-        )
-        .err()
-        .unwrap();
-        assert_eq!(refused.code, 403);
         assert_eq!(
-            refused.admit_with.unwrap(),
+            proposed_on_403("POST /simple/x HTTP/1.1\r\n\r\n").unwrap(),
             "POST https://pkgs.example.com/simple/x"
         );
         // Its twin: the path outside the pattern, also through dot segments
@@ -1567,17 +1569,8 @@ mod tests {
                 assert!(refused.admit_with.is_none());
             }
         }
-        let refused = admit(
-            &head("M-SEARCH /upload HTTP/1.1\r\n\r\n"),
-            &rules(),
-            "pkgs.example.com",
-            443,
-        )
-        .err()
-        .unwrap();
-        assert_eq!(refused.code, 403);
         assert_eq!(
-            refused.admit_with.as_deref(),
+            proposed_on_403("M-SEARCH /upload HTTP/1.1\r\n\r\n").as_deref(),
             Some("M-SEARCH https://pkgs.example.com/upload")
         );
         assert!(admit(
