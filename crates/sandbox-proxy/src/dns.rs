@@ -936,16 +936,22 @@ mod tests {
         q
     }
 
-    fn ask(server: &DnsServer, name: &str, qtype: u16) -> (u8, Vec<IpAddr>) {
-        let mut c = TcpStream::connect(server.addr()).unwrap();
-        let q = query(name, qtype);
+    /// Sends `q` framed on `c`; the reply.
+    fn exchange(c: &mut TcpStream, q: &[u8]) -> Vec<u8> {
         let mut framed = (q.len() as u16).to_be_bytes().to_vec();
-        framed.extend_from_slice(&q);
+        framed.extend_from_slice(q);
         c.write_all(&framed).unwrap();
         let mut len = [0u8; 2];
         c.read_exact(&mut len).unwrap();
         let mut r = vec![0u8; usize::from(u16::from_be_bytes(len))];
         c.read_exact(&mut r).unwrap();
+        r
+    }
+
+    fn ask(server: &DnsServer, name: &str, qtype: u16) -> (u8, Vec<IpAddr>) {
+        let mut c = TcpStream::connect(server.addr()).unwrap();
+        let q = query(name, qtype);
+        let r = exchange(&mut c, &q);
         assert_eq!(&r[..2], &[0x12, 0x34]);
         let rcode = r[3] & 0xf;
         let an = u16::from_be_bytes([r[6], r[7]]);
@@ -1062,15 +1068,7 @@ mod tests {
 
     /// Asks `name` (type A) on the open connection `c`; the answer's rcode.
     fn ask_on(c: &mut TcpStream, name: &str) -> u8 {
-        let q = query(name, TYPE_A);
-        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
-        framed.extend_from_slice(&q);
-        c.write_all(&framed).unwrap();
-        let mut len = [0u8; 2];
-        c.read_exact(&mut len).unwrap();
-        let mut r = vec![0u8; usize::from(u16::from_be_bytes(len))];
-        c.read_exact(&mut r).unwrap();
-        r[3] & 0xf
+        exchange(c, &query(name, TYPE_A))[3] & 0xf
     }
 
     /// Each window has the names refused on the connections accepted in
