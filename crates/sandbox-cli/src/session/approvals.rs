@@ -91,16 +91,7 @@ impl Events {
                     q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
                 };
                 q.bytes -= line.len();
-                q.writing = true;
-                drop(q);
-                let failed = (&*out).write_all(&line).is_err();
-                let mut q = lock(m);
-                q.writing = false;
-                if failed {
-                    q.broken = true;
-                    q.lines.clear();
-                    q.bytes = 0;
-                }
+                let (_q, _) = write_unlocked(m, &out, q, &line);
                 ready.notify_all();
             });
         if spawned.is_err() {
@@ -157,12 +148,7 @@ impl Events {
     #[cfg(test)]
     pub(super) fn flush(&self) {
         let (m, ready) = &*self.queue;
-        let mut q = lock(m);
-        while !q.broken && (q.writing || !q.lines.is_empty()) {
-            q.waiting += 1;
-            q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
-            q.waiting -= 1;
-        }
+        until_written(ready, lock(m));
     }
 
     /// Writes one event as one line after every event queued before it,
@@ -173,25 +159,11 @@ impl Events {
     pub(super) fn send_now(&self, event: &Value) {
         let line = Self::line(event);
         let (m, ready) = &*self.queue;
-        let mut q = lock(m);
-        while !q.broken && (q.writing || !q.lines.is_empty()) {
-            q.waiting += 1;
-            q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
-            q.waiting -= 1;
-        }
+        let q = until_written(ready, lock(m));
         if q.broken {
             return;
         }
-        q.writing = true;
-        drop(q);
-        let failed = (&*self.out).write_all(&line).is_err();
-        let mut q = lock(m);
-        q.writing = false;
-        if failed {
-            q.broken = true;
-            q.lines.clear();
-            q.bytes = 0;
-        }
+        let (q, failed) = write_unlocked(m, &self.out, q, &line);
         // The thread waits for `writing` to end only when lines came
         // meanwhile; others wait for room or the end of the queue.
         if failed || q.waiting > 0 || !q.lines.is_empty() {
@@ -203,6 +175,39 @@ impl Events {
     pub(super) fn broken(&self) -> bool {
         lock(&self.queue.0).broken
     }
+}
+
+/// Waits (counted in `waiting`) until every queued line is written or the
+/// channel broke.
+fn until_written<'a>(ready: &Condvar, mut q: MutexGuard<'a, Queue>) -> MutexGuard<'a, Queue> {
+    while !q.broken && (q.writing || !q.lines.is_empty()) {
+        q.waiting += 1;
+        q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
+        q.waiting -= 1;
+    }
+    q
+}
+
+/// Writes `line` to `out` with the queue unlocked, marked `writing`
+/// meanwhile (no other write starts); the queue locked again, and whether
+/// the write failed (then the channel is broken: its lines are dropped).
+fn write_unlocked<'a>(
+    m: &'a Mutex<Queue>,
+    mut out: &File,
+    mut q: MutexGuard<'a, Queue>,
+    line: &[u8],
+) -> (MutexGuard<'a, Queue>, bool) {
+    q.writing = true;
+    drop(q);
+    let failed = out.write_all(line).is_err();
+    let mut q = lock(m);
+    q.writing = false;
+    if failed {
+        q.broken = true;
+        q.lines.clear();
+        q.bytes = 0;
+    }
+    (q, failed)
 }
 
 fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
