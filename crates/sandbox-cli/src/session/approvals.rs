@@ -148,7 +148,7 @@ impl Events {
     #[cfg(test)]
     pub(super) fn flush(&self) {
         let (m, ready) = &*self.queue;
-        until_written(ready, lock(m));
+        drop(until_written(ready, lock(m)));
     }
 
     /// Writes one event as one line after every event queued before it,
