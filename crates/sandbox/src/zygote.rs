@@ -1278,6 +1278,27 @@ fn command_parts(
     Some(locate_program(req, &env, &cwd).map(|path| (env, cwd, path)))
 }
 
+/// `req`'s command for the zygote: its argv and grace, with the parts
+/// [`command_parts`] gave (`env` as the egress completed it).
+fn zygote_command<'a>(
+    req: &'a RunRequest,
+    env: &'a [(OsString, OsString)],
+    cwd: &'a Path,
+    path: &'a Path,
+    stdio: [RawFd; 3],
+    deadline: Instant,
+) -> ZygoteCommand<'a> {
+    ZygoteCommand {
+        path,
+        argv: &req.argv,
+        env,
+        cwd,
+        stdio,
+        deadline,
+        grace: req.grace,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1428,15 +1449,7 @@ impl Shared {
         }
         let zygote = self.zygote.as_mut()?;
         zygote.set_egress_env(&mut env);
-        let cmd = ZygoteCommand {
-            path: &path,
-            argv: &req.argv,
-            env: &env,
-            cwd: &cwd,
-            stdio,
-            deadline,
-            grace: req.grace,
-        };
+        let cmd = zygote_command(req, &env, &cwd, &path, stdio, deadline);
         if let Ok(mut current) = self.current.lock() {
             *current = Some((Arc::clone(&zygote.tap), Arc::clone(&zygote.egress)));
         }
@@ -1499,15 +1512,7 @@ impl Shared {
             Ok(parts) => parts,
             Err(e) => return Some(Err(e)),
         };
-        let fits = encode(&ZygoteCommand {
-            path: &path,
-            argv: &req.argv,
-            env: &env,
-            cwd: &cwd,
-            stdio,
-            deadline: started,
-            grace: req.grace,
-        });
+        let fits = encode(&zygote_command(req, &env, &cwd, &path, stdio, started));
         if fits.is_err() {
             return None;
         }
@@ -1526,15 +1531,8 @@ impl Shared {
         // Its own run's egress (a request within the bound stays within it:
         // the egress adds a few short variables).
         zygote.set_egress_env(&mut env);
-        let cmd = ZygoteCommand {
-            path: &path,
-            argv: &req.argv,
-            env: &env,
-            cwd: &cwd,
-            stdio,
-            deadline: started + policy.timeout(),
-            grace: req.grace,
-        };
+        let deadline = started + policy.timeout();
+        let cmd = zygote_command(req, &env, &cwd, &path, stdio, deadline);
         if let Ok(mut current) = self.current.lock() {
             *current = Some((Arc::clone(&zygote.tap), Arc::clone(&zygote.egress)));
         }
