@@ -46,6 +46,7 @@ mod session_clients;
 mod session_egress;
 mod session_keep;
 mod session_leftovers;
+mod session_ns;
 mod session_refused;
 mod session_socket;
 mod shm;

@@ -16,19 +16,12 @@ use std::process::{Child, ChildStdin, Command, Stdio};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
-use sandbox_tests::{is_root, sandbox_bin};
+use sandbox_tests::sandbox_bin;
 use serde_json::{json, Value};
 
-/// How long any one event may take before the test fails (not hangs).
-const EVENT_WAIT: Duration = Duration::from_secs(90);
-
-/// The namespace's `/etc/hosts`.
-const HOSTS: &str =
-    "127.0.0.1 localhost\n93.184.215.34 svc.example.com\n127.0.0.1 pkgs.example.com\n";
-
-/// `svc.example.com`'s address in the namespace (a `local` route to its
-/// loopback, on no interface: not local to the proxy).
-const SVC_IP: &str = "93.184.215.34";
+use crate::session_ns::{
+    events_of, kill_pids, namespace_dir, unshare, users, EVENT_WAIT, HOSTS, SVC_IP,
+};
 
 /// A curl through the run's proxy (the variables the egress sets) to the
 /// origin, printing `<body> <status>` on one line.
@@ -41,22 +34,6 @@ struct Harness {
     dir: tempfile::TempDir,
     /// The `hello` event, when [`Harness::open_with`] read it.
     hello: Value,
-}
-
-/// The events read from `out`, one a line, on a thread.
-fn events_of(out: impl std::io::Read + Send + 'static) -> Receiver<Value> {
-    let (tx, events) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            let event: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not an event on the channel ({e}): {line:?}"));
-            if tx.send(event).is_err() {
-                break;
-            }
-        }
-    });
-    events
 }
 
 impl Harness {
@@ -134,23 +111,7 @@ impl Harness {
         stdout: Stdio,
         env: &[(&str, &str)],
     ) -> (Child, tempfile::TempDir) {
-        assert!(
-            is_root(),
-            "network namespaces need root here: run this suite as root (CI does)"
-        );
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let d = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        std::fs::create_dir(d.join("state")).unwrap();
-        std::fs::set_permissions(d.join("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
-        std::fs::write(d.join("hosts"), HOSTS).unwrap();
-        certificates(&d);
-        let wrap = if nobody {
-            "setpriv --reuid=65534 --regid=65534 --clear-groups --"
-        } else {
-            ""
-        };
+        let (dir, d, wrap) = namespace_dir(nobody);
         let setup = format!(
             r#"set -e
 mount --bind "$D/hosts" /etc/hosts
@@ -194,27 +155,19 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 {tail}
 "#
         );
-        let child = Command::new("unshare")
-            .args(["--net", "--mount", "--propagation", "private"])
-            .args(["/bin/sh", "-c", &setup, "sh"])
-            .args(flags)
-            .env("SANDBOX", sandbox_bin())
-            .env("WRAP", wrap)
-            .env(
-                "PYTHONPATH",
-                std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python"),
-            )
-            .env("D", &d)
-            .envs(env.iter().copied())
-            .env("XDG_STATE_HOME", d.join("state"))
-            .env_remove("SANDBOX_CONFIG")
-            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
-            .current_dir(&d)
-            .stdin(Stdio::piped())
-            .stdout(stdout)
-            .stderr(Stdio::inherit())
-            .spawn()
-            .expect("unshare (util-linux) makes the namespaces");
+        let python = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../clients/python");
+        let args: Vec<&str> = std::iter::once("sh").chain(flags.iter().copied()).collect();
+        let child = unshare(
+            &setup,
+            &args,
+            wrap,
+            &d,
+            &[("PYTHONPATH", python.as_os_str())],
+            env,
+        )
+        .stdout(stdout)
+        .spawn()
+        .expect("unshare (util-linux) makes the namespaces");
         (child, dir)
     }
 
@@ -300,46 +253,20 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        for file in [
-            "origin.pid",
-            "tls-origin.pid",
-            "private-origin.pid",
-            "dns.pid",
-        ] {
-            if let Ok(pid) = std::fs::read_to_string(self.path().join(file)) {
-                if let Ok(pid) = pid.trim().parse::<i32>() {
-                    // SAFETY: kill has no memory preconditions; the pid is
-                    // an origin this test started.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-            }
-        }
+        kill_pids(
+            &self.path(),
+            &[
+                "origin.pid",
+                "tls-origin.pid",
+                "private-origin.pid",
+                "dns.pid",
+            ],
+        );
         if std::thread::panicking() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
     }
-}
-
-/// Writes a test CA (`ca.pem`) and the HTTPS origin's certificate and key
-/// for `pkgs.example.com` into `dir`.
-fn certificates(dir: &std::path::Path) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["pkgs.example.com".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
-    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
-}
-
-fn users() -> [bool; 2] {
-    [false, true]
 }
 
 /// The answers of an exit event: `(answer, by)` in order.

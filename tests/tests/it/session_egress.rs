@@ -15,24 +15,15 @@
 #![cfg(target_os = "linux")]
 
 use std::collections::BTreeSet;
-use std::io::{BufRead, BufReader, Write};
+use std::io::Write;
 use std::path::PathBuf;
-use std::process::{Child, ChildStdin, Command, Stdio};
+use std::process::{Child, ChildStdin};
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{is_root, sandbox_bin};
 use serde_json::{json, Value};
 
-/// How long any one event may take before the test fails (not hangs).
-const EVENT_WAIT: Duration = Duration::from_secs(90);
-
-/// The namespace's `/etc/hosts`.
-const HOSTS: &str =
-    "127.0.0.1 localhost\n93.184.215.34 svc.example.com\n127.0.0.1 pkgs.example.com\n";
-
-/// `svc.example.com`'s address in the namespace.
-const SVC_IP: &str = "93.184.215.34";
+use crate::session_ns::{events_of, kill_pids, namespace_dir, unshare, users, EVENT_WAIT, SVC_IP};
 
 /// The session's own flags (after `sandbox session`).
 const SESSION: &str = r#""$SANDBOX" session --backend auto --on-unsupported error"#;
@@ -45,22 +36,6 @@ struct Harness {
     hello: Value,
 }
 
-/// The events read from `out`, one a line, on a thread.
-fn events_of(out: impl std::io::Read + Send + 'static) -> Receiver<Value> {
-    let (tx, events) = std::sync::mpsc::channel();
-    std::thread::spawn(move || {
-        for line in BufReader::new(out).lines() {
-            let Ok(line) = line else { break };
-            let event: Value = serde_json::from_str(&line)
-                .unwrap_or_else(|e| panic!("not an event on the channel ({e}): {line:?}"));
-            if tx.send(event).is_err() {
-                break;
-            }
-        }
-    });
-    events
-}
-
 impl Harness {
     /// In a private network and mount namespace with the origins, runs
     /// `tail` (`$WRAP` is the `setpriv` to nobody or nothing, `$SESSION`
@@ -68,23 +43,7 @@ impl Harness {
     /// session; reads its `hello`. `env` is added to the namespace's
     /// environment.
     fn open(nobody: bool, tail: &str, env: &[(&str, &str)]) -> Self {
-        assert!(
-            is_root(),
-            "network namespaces need root here: run this suite as root (CI does)"
-        );
-        use std::os::unix::fs::PermissionsExt;
-        let dir = tempfile::tempdir().unwrap();
-        let d = std::fs::canonicalize(dir.path()).unwrap();
-        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o777)).unwrap();
-        std::fs::create_dir(d.join("state")).unwrap();
-        std::fs::set_permissions(d.join("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
-        std::fs::write(d.join("hosts"), HOSTS).unwrap();
-        certificates(&d);
-        let wrap = if nobody {
-            "setpriv --reuid=65534 --regid=65534 --clear-groups --"
-        } else {
-            ""
-        };
+        let (dir, d, wrap) = namespace_dir(nobody);
         let setup = format!(
             r#"set -e
 mount --bind "$D/hosts" /etc/hosts
@@ -131,20 +90,7 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 "#,
             tail = tail.replace("$SESSION", SESSION)
         );
-        let mut child = Command::new("unshare")
-            .args(["--net", "--mount", "--propagation", "private"])
-            .args(["/bin/sh", "-c", &setup])
-            .env("SANDBOX", sandbox_bin())
-            .env("WRAP", wrap)
-            .env("D", &d)
-            .envs(env.iter().copied())
-            .env("XDG_STATE_HOME", d.join("state"))
-            .env_remove("SANDBOX_CONFIG")
-            .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
-            .current_dir(&d)
-            .stdin(Stdio::piped())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
+        let mut child = unshare(&setup, &[], wrap, &d, &[], env)
             .spawn()
             .expect("unshare (util-linux) makes the namespaces");
         let stdin = child.stdin.take();
@@ -238,41 +184,12 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 
 impl Drop for Harness {
     fn drop(&mut self) {
-        for file in ["origin.pid", "tls-origin.pid"] {
-            if let Ok(pid) = std::fs::read_to_string(self.path().join(file)) {
-                if let Ok(pid) = pid.trim().parse::<i32>() {
-                    // SAFETY: kill has no memory preconditions; the pid is
-                    // an origin this test started.
-                    unsafe { libc::kill(pid, libc::SIGKILL) };
-                }
-            }
-        }
+        kill_pids(&self.path(), &["origin.pid", "tls-origin.pid"]);
         if std::thread::panicking() {
             let _ = self.child.kill();
             let _ = self.child.wait();
         }
     }
-}
-
-/// Writes a test CA (`ca.pem`) and the HTTPS origin's certificate and key
-/// for `pkgs.example.com` into `dir`.
-fn certificates(dir: &std::path::Path) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["pkgs.example.com".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
-    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
-}
-
-fn users() -> [bool; 2] {
-    [false, true]
 }
 
 /// `curl` through the run's proxy to `http://HOST:8080PATH`, printing
