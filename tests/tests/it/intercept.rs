@@ -9,10 +9,11 @@
 //! a test CA (rcgen) signed: nothing leaves the machine.
 #![cfg(target_os = "linux")]
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use sandbox_tests::{is_root, sandbox_bin};
+use sandbox_tests::is_root;
+
+use crate::private_net::{certificates, has, lines, unshare_output};
 
 /// The origin: answers every request with what it saw (method, target,
 /// Host, body), one line.
@@ -211,26 +212,6 @@ while b"\r\n" not in out:
 print(sys.argv[2], out.split(b"\r\n", 1)[0].decode())
 "#;
 
-/// Writes the test CA (`ca.pem`) and the origin's certificate and key for
-/// `pkgs.example.com` into `dir`.
-fn certificates(dir: &Path) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec![
-        "pkgs.example.com".to_string(),
-        "api.example.com".to_string(),
-    ])
-    .unwrap()
-    .signed_by(&key, &ca)
-    .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
-    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
-}
-
 /// Runs `script` in a new network and mount namespace with loopback up,
 /// `/etc/hosts` naming `pkgs.example.com` and `other.example.com` at
 /// 127.0.0.1, and the origin on 127.0.0.1:8443. `$SANDBOX`, `$D` (scratch,
@@ -244,7 +225,7 @@ fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(dir.path()).unwrap();
     std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    certificates(&d);
+    certificates(&d, &["pkgs.example.com", "api.example.com"], None);
     std::fs::write(
         d.join("hosts"),
         "127.0.0.1 localhost\n127.0.0.1 pkgs.example.com api.example.com other.example.com\n",
@@ -265,45 +246,17 @@ set +e
 kill $origin 2>/dev/null
 "#
     );
-    let out = Command::new("unshare")
-        .args([
-            "--net",
-            "--mount",
-            "--propagation",
-            "private",
-            "/bin/sh",
-            "-c",
-            &setup,
-        ])
-        .env("SANDBOX", sandbox_bin())
-        .env("D", &d)
-        .env("RAW", d.join("raw.py"))
-        .env("PATH_CLIENT", d.join("path_client.py"))
-        .env(
-            "NOBODY",
-            "setpriv --reuid=65534 --regid=65534 --clear-groups --",
-        )
-        .env_remove("SANDBOX_CONFIG")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .output()
-        .expect("unshare (util-linux) makes the namespaces");
-    (out, dir)
-}
-
-fn lines(out: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-#[track_caller]
-fn has(lines: &[String], want: &str) {
-    assert!(
-        lines.iter().any(|l| l.contains(want)),
-        "no line containing {want:?} in {lines:#?}"
+    let (raw, path_client) = (d.join("raw.py"), d.join("path_client.py"));
+    let out = unshare_output(
+        &setup,
+        &d,
+        &[
+            ("RAW", raw.as_os_str()),
+            ("PATH_CLIENT", path_client.as_os_str()),
+        ],
+        "unshare (util-linux) makes the namespaces",
     );
+    (out, dir)
 }
 
 const RULE: &str = "--allow-request 'GET,HEAD https://pkgs.example.com:8443/simple/**'";

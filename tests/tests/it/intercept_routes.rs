@@ -16,10 +16,11 @@
 //! certificate signed by a test CA (rcgen).
 #![cfg(target_os = "linux")]
 
-use std::path::Path;
-use std::process::{Command, Output};
+use std::process::Output;
 
-use sandbox_tests::{is_root, sandbox_bin};
+use sandbox_tests::is_root;
+
+use crate::private_net::{certificates, has, lines, unshare_output};
 
 /// The origin: answers every request with what it saw, one line, also
 /// printed to its log.
@@ -78,34 +79,6 @@ echo "curl rc=$?"
 curl -sS --max-time 5 --noproxy '*' --cacert "$3" https://other.example.com:8443/other-$2 2>&1
 "#;
 
-/// Writes the test CA (`ca.pem`) and the origin's certificate and key for
-/// `pkgs.example.com`, `other.example.com` and `shared.example.com` into
-/// `dir`.
-fn certificates(dir: &Path) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, DnType, IsCa, KeyPair};
-    // Names of their own: OpenSSL (curl reaching the origin directly)
-    // takes a leaf whose subject is its issuer for a self-signed one.
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    params
-        .distinguished_name
-        .push(DnType::CommonName, "intercept_routes test CA");
-    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let mut leaf = CertificateParams::new(vec![
-        "pkgs.example.com".to_string(),
-        "other.example.com".to_string(),
-        "shared.example.com".to_string(),
-    ])
-    .unwrap();
-    leaf.distinguished_name
-        .push(DnType::CommonName, "pkgs.example.com");
-    let leaf = leaf.signed_by(&key, &ca).unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
-    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
-}
-
 /// Runs `script` in a new network and mount namespace, the origin at
 /// 1.2.3.4 and 1.2.3.6, ports 8443 and 9443 (TLS) and 8080 (plain HTTP), in a namespace of its own behind a veth
 /// pair (this side 1.2.3.5), `/etc/hosts` naming `pkgs.example.com` and
@@ -119,7 +92,15 @@ fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
     let dir = tempfile::tempdir().unwrap();
     let d = std::fs::canonicalize(dir.path()).unwrap();
     std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
-    certificates(&d);
+    certificates(
+        &d,
+        &[
+            "pkgs.example.com",
+            "other.example.com",
+            "shared.example.com",
+        ],
+        Some(("intercept_routes test CA", "pkgs.example.com")),
+    );
     std::fs::write(
         d.join("hosts"),
         "127.0.0.1 localhost\n1.2.3.4 pkgs.example.com shared.example.com\n1.2.3.6 other.example.com\n",
@@ -157,44 +138,14 @@ kill $origin 2>/dev/null
 ip netns del origin
 "#
     );
-    let out = Command::new("unshare")
-        .args([
-            "--net",
-            "--mount",
-            "--propagation",
-            "private",
-            "/bin/sh",
-            "-c",
-            &setup,
-        ])
-        .env("SANDBOX", sandbox_bin())
-        .env("D", &d)
-        .env("DNSQ", d.join("dnsq.py"))
-        .env(
-            "NOBODY",
-            "setpriv --reuid=65534 --regid=65534 --clear-groups --",
-        )
-        .env_remove("SANDBOX_CONFIG")
-        .env_remove("HTTPS_PROXY")
-        .env_remove("https_proxy")
-        .output()
-        .expect("unshare (util-linux) and ip (iproute2) make the namespaces");
-    (out, dir)
-}
-
-fn lines(out: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
-}
-
-#[track_caller]
-fn has(lines: &[String], want: &str) {
-    assert!(
-        lines.iter().any(|l| l.contains(want)),
-        "no line containing {want:?} in {lines:#?}"
+    let dnsq = d.join("dnsq.py");
+    let out = unshare_output(
+        &setup,
+        &d,
+        &[("DNSQ", dnsq.as_os_str())],
+        "unshare (util-linux) and ip (iproute2) make the namespaces",
     );
+    (out, dir)
 }
 
 #[track_caller]

@@ -33,6 +33,7 @@ mod operator_bounds;
 mod other_processes;
 mod outcomes;
 mod own_listeners;
+mod private_net;
 mod private_tmp;
 mod profile;
 mod public_api;
