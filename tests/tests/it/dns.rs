@@ -14,6 +14,8 @@ use std::process::{Command, Output};
 
 use sandbox_tests::{assert_exit, is_root, sandbox_bin};
 
+use crate::private_net::lines;
+
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dns");
 
 /// Runs `script` in a new network and mount namespace (root only), with
@@ -78,13 +80,6 @@ kill $dns $listener 2>/dev/null
         .output()
         .expect("unshare (util-linux) makes the namespaces");
     (out, d, dir)
-}
-
-fn lines(out: &Output) -> Vec<String> {
-    String::from_utf8_lossy(&out.stdout)
-        .lines()
-        .map(str::to_owned)
-        .collect()
 }
 
 #[track_caller]

@@ -1,7 +1,7 @@
 //! What the tests that run a script in a private network and mount
 //! namespace with a TLS origin (`intercept`, `intercept_routes`) share:
-//! the test certificates, the `unshare` that runs the script, and reading
-//! its output.
+//! the test certificates (also `session_ns`'s), the `unshare` that runs
+//! the script, and reading its output (also `dns`'s).
 #![cfg(target_os = "linux")]
 
 use std::ffi::OsStr;

@@ -1,7 +1,8 @@
 //! What the session tests that run in a private network and mount
 //! namespace with local origins (`session_egress`, `session_approvals`)
-//! share: the namespace's `/etc/hosts` and directory, the `unshare`
-//! command, the test certificates and the reading of a session's events.
+//! share: the namespace's `/etc/hosts` and directory (with the test
+//! certificates), the `unshare` command and the reading of a session's
+//! events.
 #![cfg(target_os = "linux")]
 
 use std::io::{BufRead, BufReader};
@@ -12,6 +13,8 @@ use std::time::Duration;
 
 use sandbox_tests::{is_root, sandbox_bin};
 use serde_json::Value;
+
+use crate::private_net::certificates;
 
 /// How long any one event may take before the test fails (not hangs).
 pub(crate) const EVENT_WAIT: Duration = Duration::from_secs(90);
@@ -60,7 +63,7 @@ pub(crate) fn namespace_dir(nobody: bool) -> (tempfile::TempDir, PathBuf, &'stat
     std::fs::create_dir(d.join("state")).unwrap();
     std::fs::set_permissions(d.join("state"), std::fs::Permissions::from_mode(0o777)).unwrap();
     std::fs::write(d.join("hosts"), HOSTS).unwrap();
-    certificates(&d);
+    certificates(&d, &["pkgs.example.com"], None);
     let wrap = if nobody {
         "setpriv --reuid=65534 --regid=65534 --clear-groups --"
     } else {
@@ -113,21 +116,4 @@ pub(crate) fn kill_pids(d: &Path, files: &[&str]) {
             }
         }
     }
-}
-
-/// Writes a test CA (`ca.pem`) and the HTTPS origin's certificate and key
-/// for `pkgs.example.com` into `dir`.
-fn certificates(dir: &Path) {
-    use rcgen::{BasicConstraints, CertificateParams, CertifiedIssuer, IsCa, KeyPair};
-    let mut params = CertificateParams::new(Vec::<String>::new()).unwrap();
-    params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
-    let ca = CertifiedIssuer::self_signed(params, KeyPair::generate().unwrap()).unwrap();
-    let key = KeyPair::generate().unwrap();
-    let leaf = CertificateParams::new(vec!["pkgs.example.com".to_string()])
-        .unwrap()
-        .signed_by(&key, &ca)
-        .unwrap();
-    std::fs::write(dir.join("ca.pem"), ca.pem()).unwrap();
-    std::fs::write(dir.join("leaf.pem"), leaf.pem()).unwrap();
-    std::fs::write(dir.join("leaf.key"), key.serialize_pem()).unwrap();
 }
