@@ -58,6 +58,25 @@ const MAX_NAME_LEN: usize = 300;
 /// read ([`Scope`]).
 const OUTSIDE: &str = "outside the write paths";
 
+/// Why a file or directory is named "not read" when the audit (without
+/// capabilities) may not open it: git may (root's git, or after a
+/// `chmod`) and run what it holds (red-team round 4, F3).
+const DENIED: &str = "permission denied";
+/// Why one is named "not read" when opening or reading it failed otherwise
+/// than for being missing.
+const FAILED: &str = "could not be read";
+
+/// What an error opening or reading a file is to the audit: `None` when
+/// missing (`ENOENT`, `ENOTDIR`: git sees nothing either), else why it is
+/// named "not read" ([`DENIED`], [`FAILED`]).
+fn why_not(err: &std::io::Error) -> Option<&'static str> {
+    match err.raw_os_error() {
+        Some(libc::ENOENT | libc::ENOTDIR) => None,
+        Some(libc::EACCES | libc::EPERM) => Some(DENIED),
+        _ => Some(FAILED),
+    }
+}
+
 /// What the audit may read: files and directories beneath the run's write
 /// paths (the run made them) and not beneath its read-deny paths. The
 /// audit runs in the runner, unconfined, after the run; a path the
@@ -103,20 +122,21 @@ impl Scope {
     }
 
     /// `path` opened (read-only, non-blocking, no terminal, close-on-exec;
-    /// a directory when `dir`) if it is in the scope: checked on its
+    /// as [`Open`] says) if it is in the scope: checked on its
     /// canonical path before the open (no symlink followed from there, and
     /// no magic link anywhere: `openat2` where the kernel has it) and
     /// again on the opened file itself (the path the kernel gives for the
     /// fd; its file system not procfs, sysfs or another pseudo file
     /// system), so a process of the run that survives it cannot swap what
-    /// is opened. `Err(None)`: missing or unopenable (git would see nothing
-    /// either); `Err(Some(why))`: not opened or not read, and why.
-    fn open(&self, path: &Path, dir: bool) -> Result<std::fs::File, Option<&'static str>> {
-        let real = std::fs::canonicalize(path).map_err(|_| None)?;
+    /// is opened. `Err(None)`: missing (git would see nothing either);
+    /// `Err(Some(why))`: not opened, and why ([`why_not`]: unopenable for
+    /// the audit is not nothing, git may open it).
+    fn open(&self, path: &Path, how: Open) -> Result<std::fs::File, Option<&'static str>> {
+        let real = std::fs::canonicalize(path).map_err(|e| why_not(&e))?;
         if !self.admits(&real) {
             return Err(Some(OUTSIDE));
         }
-        let file = open_no_links(&real, dir).map_err(|_| None)?;
+        let file = open_no_links(&real, how).map_err(|e| why_not(&e))?;
         match fd_path(&file) {
             Some(at) if self.admits(&at) && !pseudo_fs(&file) => Ok(file),
             _ => Err(Some(OUTSIDE)),
@@ -124,9 +144,21 @@ impl Scope {
     }
 }
 
+/// What [`Scope::open`] opens.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Open {
+    /// A file, to read.
+    File,
+    /// A directory, to list.
+    Dir,
+    /// A directory, to look names up in only (`O_PATH` on Linux: a
+    /// directory the audit may search but not read; elsewhere as `Dir`).
+    Search,
+}
+
 /// `real` (a canonical path) opened without following a symlink (none is
 /// left in it: one there now was put there since) or a magic link.
-fn open_no_links(real: &Path, dir: bool) -> std::io::Result<std::fs::File> {
+fn open_no_links(real: &Path, how: Open) -> std::io::Result<std::fs::File> {
     use std::os::fd::FromRawFd;
     use std::os::unix::ffi::OsStrExt;
     let c = std::ffi::CString::new(real.as_os_str().as_bytes())
@@ -136,7 +168,18 @@ fn open_no_links(real: &Path, dir: bool) -> std::io::Result<std::fs::File> {
         | libc::O_NOCTTY
         | libc::O_CLOEXEC
         | libc::O_NOFOLLOW
-        | if dir { libc::O_DIRECTORY } else { 0 };
+        | if how == Open::File {
+            0
+        } else {
+            libc::O_DIRECTORY
+        };
+    // O_PATH takes no other flags but these (openat2 refuses the others).
+    #[cfg(target_os = "linux")]
+    let flags = if how == Open::Search {
+        libc::O_PATH | libc::O_DIRECTORY | libc::O_NOFOLLOW | libc::O_CLOEXEC
+    } else {
+        flags
+    };
     #[cfg(target_os = "linux")]
     {
         // SAFETY: open_how is plain data, all-zero valid.
@@ -336,14 +379,15 @@ impl Budget {
 
 /// What the audit read of a file the command could have made.
 enum Read {
-    /// Missing or unreadable: git would see nothing either.
+    /// Missing: git would see nothing either.
     Nothing,
     /// Its bytes, as git reads them (whatever their encoding).
     Text(Vec<u8>),
     /// Not read, and why: outside what the run could read ([`OUTSIDE`]),
     /// a FIFO (whose open or read would block the runner forever: nothing
     /// of the run is left to write it), a device (`/dev/zero` never ends),
-    /// or a file over [`FILE_CAP`].
+    /// a file over [`FILE_CAP`], or one the audit could not open or read
+    /// ([`DENIED`], [`FAILED`]: git may).
     Refused(&'static str),
     /// Not read: the audit's budget is spent ([`Budget::stopped`] says).
     Stopped,
@@ -364,23 +408,20 @@ fn open_regular(path: &Path, scope: &Scope) -> Result<(std::fs::File, std::fs::M
         }
     };
     // Nothing outside the scope is looked at further (not even its kind).
-    let Ok(real) = std::fs::canonicalize(path) else {
-        return Err(Read::Nothing);
-    };
+    let nothing = |e: std::io::Error| why_not(&e).map_or(Read::Nothing, Read::Refused);
+    let real = std::fs::canonicalize(path).map_err(nothing)?;
     if !scope.admits(&real) {
         return Err(Read::Refused(OUTSIDE));
     }
-    let Ok(meta) = std::fs::metadata(&real) else {
-        return Err(Read::Nothing);
-    };
+    let meta = std::fs::metadata(&real).map_err(nothing)?;
     // A special file or a huge one is named without an open.
     regular(&meta).map_err(Read::Refused)?;
-    let file = match scope.open(&real, false) {
+    let file = match scope.open(&real, Open::File) {
         Ok(file) => file,
         Err(None) => return Err(Read::Nothing),
         Err(Some(why)) => return Err(Read::Refused(why)),
     };
-    let meta = file.metadata().map_err(|_| Read::Nothing)?;
+    let meta = file.metadata().map_err(nothing)?;
     regular(&meta).map_err(Read::Refused)?;
     Ok((file, meta))
 }
@@ -393,8 +434,8 @@ fn read_opened(file: std::fs::File, meta: &std::fs::Metadata, budget: &mut Budge
         return Read::Stopped;
     }
     let mut bytes = Vec::new();
-    if file.take(FILE_CAP).read_to_end(&mut bytes).is_err() {
-        return Read::Nothing;
+    if let Err(e) = file.take(FILE_CAP).read_to_end(&mut bytes) {
+        return why_not(&e).map_or(Read::Nothing, Read::Refused);
     }
     // Not UTF-8 is no reason to skip it: git reads bytes.
     Read::Text(bytes)
@@ -409,41 +450,113 @@ fn read_bounded(path: &Path, scope: &Scope, budget: &mut Budget) -> Read {
     }
 }
 
-/// The bytes of `path` when it is a small regular file ([`read_bounded`]).
-fn read_text(path: &Path, scope: &Scope, budget: &mut Budget) -> Option<Vec<u8>> {
-    match read_bounded(path, scope, budget) {
-        Read::Text(text) => Some(text),
-        Read::Nothing | Read::Refused(_) | Read::Stopped => None,
-    }
+/// The hook names git knows: each is looked up in a hooks directory by
+/// name ([`list_dir`]), however many other names the directory holds.
+const HOOK_NAMES: &[&str] = &[
+    "applypatch-msg",
+    "pre-applypatch",
+    "post-applypatch",
+    "pre-commit",
+    "pre-merge-commit",
+    "prepare-commit-msg",
+    "commit-msg",
+    "post-commit",
+    "pre-rebase",
+    "post-checkout",
+    "post-merge",
+    "pre-push",
+    "pre-receive",
+    "update",
+    "proc-receive",
+    "post-receive",
+    "post-update",
+    "reference-transaction",
+    "push-to-checkout",
+    "pre-auto-gc",
+    "post-rewrite",
+    "sendemail-validate",
+    "fsmonitor-watchman",
+    "p4-changelist",
+    "p4-prepare-changelist",
+    "p4-post-changelist",
+    "p4-pre-submit",
+    "post-index-change",
+];
+
+/// A hooks directory as [`list_dir`] read it.
+struct Listed {
+    /// Whether it could only be searched, not listed ([`DENIED`]): only
+    /// the hook names git knows were looked up.
+    denied: bool,
+    /// The names in it not ending in `.sample`: each hook name git knows
+    /// that is there, then the others listed.
+    names: Vec<std::ffi::OsString>,
+    /// Whether the listing stopped at [`HOOKS_CAP`] names before its end.
+    partial: bool,
 }
 
-/// The names in the directory `dir` (at most [`HOOKS_CAP`], within
-/// `budget`), if `scope` admits it ([`Scope::open`]), read from the opened
-/// directory; `Ok(None)` when that directory (device and inode) is in
-/// `seen` already (listed once however many names it has).
+/// The names in the directory `dir` not ending in `.sample` (each hook
+/// name git knows looked up on the opened directory, then at most
+/// [`HOOKS_CAP`] listed, within `budget`), if `scope` admits it
+/// ([`Scope::open`]; one the audit may search but not read: the names git
+/// knows only, [`Listed::denied`]); `Ok(None)` when that directory (device and inode) is
+/// in `seen` already (listed once however many names it has).
 fn list_dir(
     dir: &Path,
     scope: &Scope,
     budget: &mut Budget,
     seen: &mut HashSet<(u64, u64)>,
-) -> Result<Option<Vec<std::ffi::OsString>>, Option<&'static str>> {
-    use std::os::fd::IntoRawFd;
+) -> Result<Option<Listed>, Option<&'static str>> {
+    use std::os::fd::{AsRawFd, IntoRawFd};
     use std::os::unix::ffi::OsStrExt;
-    let file = scope.open(dir, true)?;
-    let meta = file.metadata().map_err(|_| None)?;
+    let (file, denied) = match scope.open(dir, Open::Dir) {
+        Ok(file) => (file, false),
+        Err(Some(DENIED)) => (scope.open(dir, Open::Search)?, true),
+        Err(why) => return Err(why),
+    };
+    let meta = file.metadata().map_err(|e| why_not(&e))?;
     if !seen.insert((meta.dev(), meta.ino())) || !budget.dir() {
         return Ok(None);
+    }
+    let mut names: Vec<std::ffi::OsString> = Vec::new();
+    for hook in HOOK_NAMES {
+        let Ok(c) = std::ffi::CString::new(*hook) else {
+            continue;
+        };
+        // SAFETY: stat is plain data, all-zero valid; fstatat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a live directory fd, a NUL-terminated name, a stat to fill.
+        let r = unsafe {
+            libc::fstatat(
+                file.as_raw_fd(),
+                c.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
+        };
+        if r == 0 {
+            names.push(hook.into());
+        }
+    }
+    let known = names.len();
+    if denied {
+        return Ok(Some(Listed {
+            denied,
+            names,
+            partial: false,
+        }));
     }
     let fd = file.into_raw_fd();
     // SAFETY: fdopendir takes the fd (closed by closedir).
     let d = unsafe { libc::fdopendir(fd) };
     if d.is_null() {
+        let err = std::io::Error::last_os_error();
         // SAFETY: the fd is still ours when fdopendir fails.
         unsafe { libc::close(fd) };
-        return Err(None);
+        return Err(why_not(&err).or(Some(FAILED)));
     }
-    let mut names = Vec::new();
-    while names.len() < HOOKS_CAP && budget.entry() {
+    let mut partial = false;
+    while budget.entry() {
         // SAFETY: a live DIR stream.
         let e = unsafe { libc::readdir(d) };
         if e.is_null() {
@@ -452,13 +565,25 @@ fn list_dir(
         // SAFETY: d_name is NUL-terminated in the entry readdir returned.
         let name = unsafe { std::ffi::CStr::from_ptr((*e).d_name.as_ptr()) };
         let name = std::ffi::OsStr::from_bytes(name.to_bytes());
-        if name != "." && name != ".." {
-            names.push(name.to_os_string());
+        if name == "." || name == ".." || name.as_bytes().ends_with(b".sample") {
+            continue;
         }
+        if names[..known].iter().any(|k| k == name) {
+            continue;
+        }
+        if names.len() - known >= HOOKS_CAP {
+            partial = true;
+            break;
+        }
+        names.push(name.to_os_string());
     }
     // SAFETY: the stream opened above, closed once.
     unsafe { libc::closedir(d) };
-    Ok(Some(names))
+    Ok(Some(Listed {
+        denied,
+        names,
+        partial,
+    }))
 }
 
 /// What a config entry is to the audit ([`classify`]).
@@ -783,17 +908,26 @@ fn c_str(bytes: &[u8]) -> &[u8] {
 /// The git directory `dot_git` names: itself, or what a `.git` file points
 /// to (as git's `read_gitfile_gently` reads it: `gitdir: ` first, trailing
 /// newlines and carriage returns dropped, relative to the file's directory).
-fn git_dir_of(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Option<PathBuf> {
+/// `Err(Some(line))`: a `.git` file the audit did not read, named.
+fn git_dir_of(
+    dot_git: &Path,
+    scope: &Scope,
+    budget: &mut Budget,
+) -> Result<PathBuf, Option<String>> {
     if dot_git.is_dir() {
-        return Some(dot_git.to_path_buf());
+        return Ok(dot_git.to_path_buf());
     }
-    let text = read_text(dot_git, scope, budget)?;
-    let mut rest = text.strip_prefix(b"gitdir: ")?;
+    let text = match read_bounded(dot_git, scope, budget) {
+        Read::Text(text) => text,
+        Read::Refused(why) => return Err(Some(not_read(dot_git, why))),
+        Read::Nothing | Read::Stopped => return Err(None),
+    };
+    let mut rest = text.strip_prefix(b"gitdir: ").ok_or(None)?;
     while let [head @ .., b'\n' | b'\r'] = rest {
         rest = head;
     }
     let p = path_of(rest);
-    Some(if p.is_absolute() {
+    Ok(if p.is_absolute() {
         p
     } else {
         dot_git.parent().unwrap_or(Path::new("/")).join(p)
@@ -821,17 +955,33 @@ struct Findings {
 /// shares one between repositories): what it found before the budget was
 /// spent, if it was ([`Budget::stopped`]).
 fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findings {
-    let Some(gitdir) = git_dir_of(dot_git, scope, budget) else {
-        return Findings::default();
+    let gitdir = match git_dir_of(dot_git, scope, budget) {
+        Ok(gitdir) => gitdir,
+        Err(named) => {
+            return Findings {
+                runs: named.into_iter().collect(),
+                unknown: Vec::new(),
+            }
+        }
     };
     let mut configs = vec![gitdir.join("config"), gitdir.join("config.worktree")];
-    if let Some(common) = read_text(&gitdir.join("commondir"), scope, budget) {
-        // As git's `get_common_dir_noenv`: trailing newlines dropped.
-        let mut common = common.as_slice();
-        while let [head @ .., b'\n'] = common {
-            common = head;
+    let mut hook_dirs = vec![gitdir.join("hooks")];
+    let mut unread = Vec::new();
+    let commondir = gitdir.join("commondir");
+    match read_bounded(&commondir, scope, budget) {
+        Read::Text(common) => {
+            // As git's `get_common_dir_noenv`: trailing newlines dropped.
+            let mut common = common.as_slice();
+            while let [head @ .., b'\n'] = common {
+                common = head;
+            }
+            let common = gitdir.join(path_of(common));
+            configs.push(common.join("config"));
+            // Git keeps hooks in the common directory (red-team round 4, F1).
+            hook_dirs.push(common.join("hooks"));
         }
-        configs.push(gitdir.join(path_of(common)).join("config"));
+        Read::Refused(why) => unread.push(not_read(&commondir, why)),
+        Read::Nothing | Read::Stopped => {}
     }
     let mut found = Found::default();
     let mut seen = HashMap::new();
@@ -852,8 +1002,8 @@ fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findi
     // A key set once to what runs and once to what is unknown: said once.
     unknown.retain(|u| !runs.contains(u));
     let mut out = Findings { runs, unknown };
+    out.runs.extend(unread);
     let worktree = dot_git.parent().unwrap_or(Path::new("/"));
-    let mut hook_dirs = vec![gitdir.join("hooks")];
     let mut values = HashSet::new();
     for (_, name, value) in &found.entries {
         if name == "core.hookspath" && values.insert(value.clone()) {
@@ -867,13 +1017,23 @@ fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findi
     let mut listed = HashSet::new();
     for dir in hook_dirs {
         match list_dir(&dir, scope, budget, &mut listed) {
-            Ok(Some(hooks)) => out.runs.extend(
-                hooks
-                    .into_iter()
-                    .map(|h| h.to_string_lossy().into_owned())
-                    .filter(|n| !n.ends_with(".sample"))
-                    .map(|n| format!("{}/{n}", dir.display())),
-            ),
+            Ok(Some(listed)) => {
+                out.runs.extend(
+                    listed
+                        .names
+                        .iter()
+                        .map(|n| format!("{}/{}", dir.display(), n.to_string_lossy())),
+                );
+                if listed.denied {
+                    out.runs.push(not_read(&dir, DENIED));
+                }
+                if listed.partial {
+                    out.runs.push(format!(
+                        "{} (not fully listed: over {HOOKS_CAP} names; treat as suspicious)",
+                        dir.display()
+                    ));
+                }
+            }
             Ok(None) | Err(None) => {}
             Err(Some(why)) => out.runs.push(not_read(&dir, why)),
         }
@@ -1014,7 +1174,12 @@ fn read_config(
 
 /// How the warning names `path`, not read for `why`.
 fn not_read(path: &Path, why: &str) -> String {
-    if why == OUTSIDE {
+    if why == DENIED || why == FAILED {
+        format!(
+            "{}: not read ({why}): git may still run it; treat as suspicious",
+            path.display()
+        )
+    } else if why == OUTSIDE {
         format!("{}: not read ({why})", path.display())
     } else {
         format!("{} ({why}: not read)", path.display())
@@ -2202,6 +2367,112 @@ mod tests {
         std::fs::write(git.join("x"), "[include]\n\tpath = y\n").unwrap();
         std::fs::write(git.join("y"), "[core]\n\tfsmonitor = z\n").unwrap();
         assert_eq!(runs_code(&git, &scope(dir.path(), &[])), ["core.fsmonitor"]);
+    }
+
+    /// Hooks in the common directory a `commondir` names are named (git
+    /// keeps its hooks there: red-team round 4, F1). Positive control: the
+    /// same layout with only `.sample` hooks says nothing.
+    #[test]
+    fn hooks_in_the_common_directory_are_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join("wt/.git");
+        let common = dir.path().join("common");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::create_dir_all(common.join("hooks")).unwrap();
+        std::fs::write(git.join("commondir"), "../../common\n").unwrap();
+        std::fs::write(common.join("hooks/pre-commit.sample"), "").unwrap();
+        assert!(runs_code(&git, &scope(dir.path(), &[])).is_empty());
+        std::fs::write(common.join("hooks/pre-commit"), "").unwrap();
+        let runs = runs_code(&git, &scope(dir.path(), &[]));
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert!(runs[0].ends_with("common/hooks/pre-commit"), "{runs:?}");
+    }
+
+    /// A hook git knows is named however many `.sample` names come before
+    /// it in the listing (F2), and a directory of more names than the
+    /// audit lists is said to be not fully listed, with the hook git knows
+    /// still named. Positive control: `.sample` names alone say nothing.
+    #[test]
+    fn a_hook_behind_many_names_is_found_and_a_long_listing_is_said() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        let hooks = git.join("hooks");
+        std::fs::create_dir_all(&hooks).unwrap();
+        for i in 0..HOOKS_CAP + 100 {
+            std::fs::write(hooks.join(format!("h{i}.sample")), "").unwrap();
+        }
+        assert!(runs_code(&git, &scope(dir.path(), &[])).is_empty());
+        std::fs::write(hooks.join("post-checkout"), "").unwrap();
+        let runs = runs_code(&git, &scope(dir.path(), &[]));
+        assert_eq!(runs.len(), 1, "{runs:?}");
+        assert!(runs[0].ends_with("hooks/post-checkout"), "{runs:?}");
+        // Over HOOKS_CAP other names: the known hook first, then the cap.
+        for i in 0..=HOOKS_CAP {
+            std::fs::write(hooks.join(format!("x{i}")), "").unwrap();
+        }
+        let runs = runs_code(&git, &scope(dir.path(), &[]));
+        assert!(runs[0].ends_with("hooks/post-checkout"), "{:?}", &runs[..3]);
+        assert_eq!(runs.len(), HOOKS_CAP + 2);
+        assert!(
+            runs.last().is_some_and(|r| r.contains("not fully listed")),
+            "{:?}",
+            runs.last()
+        );
+    }
+
+    /// A config, `.git` file or hooks directory the audit may not open
+    /// (permission denied, F3) is named "not read": a thread without
+    /// capabilities, as the audit runs. Positive control: the same files
+    /// readable are read (the config's `core.fsmonitor` named).
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn what_the_audit_may_not_open_is_named() {
+        use std::os::unix::fs::PermissionsExt;
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join(".git");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::write(git.join("config"), "[core]\n\tfsmonitor = x\n").unwrap();
+        std::fs::write(git.join("hooks/pre-commit.sample"), "").unwrap();
+        let wt = dir.path().join("wt");
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(wt.join(".git"), format!("gitdir: {}\n", git.display())).unwrap();
+        let sc = scope(dir.path(), &[]);
+        let audit = |sc: Scope, dot_git: PathBuf| {
+            std::thread::spawn(move || {
+                sandbox::runner::drop_thread_capabilities().unwrap();
+                runs_code(&dot_git, &sc)
+            })
+            .join()
+            .unwrap()
+        };
+        assert_eq!(audit(sc.clone(), git.clone()), ["core.fsmonitor"]);
+        assert_eq!(audit(sc.clone(), wt.join(".git")), ["core.fsmonitor"]);
+        let mode = |p: &Path, m: u32| {
+            std::fs::set_permissions(p, std::fs::Permissions::from_mode(m)).unwrap()
+        };
+        let denied = |runs: &[String], p: &Path| {
+            let want = format!("{}: not read (permission denied)", p.display());
+            assert!(
+                runs.iter().any(|r| r.starts_with(&want)),
+                "{want} in {runs:?}"
+            );
+        };
+        mode(&git.join("config"), 0o000);
+        denied(&audit(sc.clone(), git.clone()), &git.join("config"));
+        mode(&git.join("config"), 0o644);
+        mode(&wt.join(".git"), 0o000);
+        denied(&audit(sc.clone(), wt.join(".git")), &wt.join(".git"));
+        mode(&wt.join(".git"), 0o644);
+        std::fs::write(git.join("hooks/pre-commit"), "").unwrap();
+        mode(&git.join("hooks"), 0o111);
+        let runs = audit(sc.clone(), git.clone());
+        denied(&runs, &git.join("hooks"));
+        // Searched still: the hook git knows is named.
+        assert!(
+            runs.iter().any(|r| r.ends_with("hooks/pre-commit")),
+            "{runs:?}"
+        );
+        mode(&git.join("hooks"), 0o755);
     }
 
     /// Past its budget the audit stops and says so: a repository it was in

@@ -445,3 +445,59 @@ fn the_audit_names_what_git_runs_and_not_what_clone_writes() {
         );
     }
 }
+
+/// The four shapes of red-team round 4, each warned of as root and as
+/// nobody: a hook in the common directory a `commondir` names (F1), a
+/// hook behind more `.sample` names than the audit lists (F2), a hooks
+/// directory the audit may search but not read (F3) and a config with
+/// `core.fsmonitor` it may not read (F3b: root's git reads both). Positive
+/// control: a plain `git init` repository (only `.sample` hooks) says
+/// nothing.
+#[test]
+fn hidden_or_unreadable_hooks_and_configs_are_named() {
+    for nobody in users() {
+        let (_dir, ws) = shared_dir();
+        old_repo(&ws);
+        let script = "set -e; export GIT_CONFIG_NOSYSTEM=1; \
+            for r in plain ch cap nr cn; do git init -q $r; done; \
+            mkdir -p common/hooks; echo ../../common > ch/.git/commondir; \
+            : > common/hooks/pre-commit; \
+            i=0; while [ $i -lt 1100 ]; do : > cap/.git/hooks/s$i.sample; i=$((i+1)); done; \
+            : > cap/.git/hooks/pre-commit; \
+            : > nr/.git/hooks/pre-commit; chmod 111 nr/.git/hooks; \
+            printf '[core]\\n\\tfsmonitor = touch pwned\\n' >> cn/.git/config; \
+            chmod 000 cn/.git/config; echo made";
+        let out = run(nobody, &ws, script);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        assert_eq!(String::from_utf8_lossy(&out.stdout), "made\n", "{err}");
+        for (repo, want) in [
+            ("ch", "common/hooks/pre-commit".to_owned()),
+            ("cap", "cap/.git/hooks/pre-commit".to_owned()),
+            (
+                "nr",
+                format!(
+                    "{}: not read (permission denied): git may still run it",
+                    ws.join("nr/.git/hooks").display()
+                ),
+            ),
+            (
+                "cn",
+                format!(
+                    "{}: not read (permission denied): git may still run it",
+                    ws.join("cn/.git/config").display()
+                ),
+            ),
+        ] {
+            let line = line_for(&err, &ws.join(repo)).unwrap_or_else(|| panic!("{repo}: {err}"));
+            assert!(line.contains(&want), "{repo}: {want} in {line}");
+        }
+        // Searched still: the hook in the unreadable directory is named.
+        let nr = line_for(&err, &ws.join("nr")).unwrap_or_default();
+        assert!(nr.contains("nr/.git/hooks/pre-commit"), "{nr}");
+        assert!(line_for(&err, &ws.join("plain")).is_none(), "{err}");
+        for (p, m) in [("nr/.git/hooks", 0o755), ("cn/.git/config", 0o644)] {
+            std::fs::set_permissions(ws.join(p), std::os::unix::fs::PermissionsExt::from_mode(m))
+                .unwrap();
+        }
+    }
+}
