@@ -13,14 +13,14 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin, Command, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use sandbox_tests::sandbox_bin;
 use serde_json::{json, Value};
 
 use crate::session_ns::{
-    events_of, kill_pids, namespace_dir, unshare, users, EVENT_WAIT, HOSTS, SVC_IP,
+    events_of, kill_pids, namespace_dir, next_event, unshare, users, EVENT_WAIT, HOSTS, SVC_IP,
 };
 
 /// A curl through the run's proxy (the variables the egress sets) to the
@@ -195,11 +195,9 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
     /// command's exit event too).
     fn next(&self) -> Value {
         loop {
-            match self.events.recv_timeout(EVENT_WAIT) {
-                Ok(event) if event["event"] == "refused" => continue,
-                Ok(event) => return event,
-                Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
-                Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
+            let event = next_event(&self.events, EVENT_WAIT);
+            if event["event"] != "refused" {
+                return event;
             }
         }
     }

@@ -18,12 +18,14 @@ use std::collections::BTreeSet;
 use std::io::Write;
 use std::path::PathBuf;
 use std::process::{Child, ChildStdin};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
-use crate::session_ns::{events_of, kill_pids, namespace_dir, unshare, users, EVENT_WAIT, SVC_IP};
+use crate::session_ns::{
+    events_of, kill_pids, namespace_dir, next_event, unshare, users, EVENT_WAIT, SVC_IP,
+};
 
 /// The session's own flags (after `sandbox session`).
 const SESSION: &str = r#""$SANDBOX" session --backend auto --on-unsupported error"#;
@@ -120,11 +122,7 @@ for i in $(seq 200); do [ -e "$D/listening" ] && [ -e "$D/tls-listening" ] && br
 
     #[track_caller]
     fn next(&self) -> Value {
-        match self.events.recv_timeout(EVENT_WAIT) {
-            Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
-        }
+        next_event(&self.events, EVENT_WAIT)
     }
 
     /// Starts a shell script with its output captured; returns after its

@@ -8,7 +8,7 @@
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
-use std::sync::mpsc::Receiver;
+use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::Duration;
 
 use sandbox_tests::{is_root, sandbox_bin};
@@ -46,6 +46,16 @@ pub(crate) fn events_of(out: impl std::io::Read + Send + 'static) -> Receiver<Va
         }
     });
     events
+}
+
+/// The next event of `events` (a session's), failing the test past `wait`.
+#[track_caller]
+pub(crate) fn next_event(events: &Receiver<Value>, wait: Duration) -> Value {
+    match events.recv_timeout(wait) {
+        Ok(event) => event,
+        Err(RecvTimeoutError::Timeout) => panic!("no event within {wait:?}"),
+        Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
+    }
 }
 
 /// The namespace's directory (anyone may write it and its `state/`; the

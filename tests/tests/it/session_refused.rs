@@ -7,11 +7,13 @@
 use std::io::{BufRead, BufReader, Write};
 use std::path::{Path, PathBuf};
 use std::process::{Child, ChildStdin, Stdio};
-use std::sync::mpsc::{Receiver, RecvTimeoutError};
+use std::sync::mpsc::Receiver;
 use std::time::Duration;
 
 use sandbox_tests::{is_root, sandbox, sandbox_as_nobody, shared_dir};
 use serde_json::{json, Value};
+
+use crate::session_ns::next_event;
 
 /// The real backend for this host, failing if absent.
 const BACKEND: &[&str] = &["--backend", "auto", "--on-unsupported", "error"];
@@ -96,11 +98,7 @@ impl Harness {
 
     #[track_caller]
     fn next(&self) -> Value {
-        match self.events.recv_timeout(EVENT_WAIT) {
-            Ok(event) => event,
-            Err(RecvTimeoutError::Timeout) => panic!("no event within {EVENT_WAIT:?}"),
-            Err(RecvTimeoutError::Disconnected) => panic!("the session ended its channel"),
-        }
+        next_event(&self.events, EVENT_WAIT)
     }
 
     /// Events of `id` up to and including its exit event.
