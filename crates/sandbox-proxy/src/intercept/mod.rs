@@ -638,18 +638,14 @@ fn decode_view(text: &[u8], out: &mut Vec<u8>, spans: &mut Vec<(usize, usize)>) 
                 i += 3;
                 continue;
             }
-        } else if b == b'\\' {
-            if let Some((c, len)) = json_escape(&text[i..]) {
-                let mut utf8 = [0u8; 4];
-                for &byte in c.encode_utf8(&mut utf8).as_bytes() {
-                    out.push(plus_as_space(byte));
-                    spans.push((i, i + len));
-                }
-                i += len;
-                continue;
-            }
-        } else if b == b'&' {
-            if let Some((c, len)) = reference(&text[i..]) {
+        } else if b == b'\\' || b == b'&' {
+            // A JSON escape, or an HTML character reference: one character.
+            let decoded = if b == b'\\' {
+                json_escape(&text[i..])
+            } else {
+                reference(&text[i..])
+            };
+            if let Some((c, len)) = decoded {
                 let mut utf8 = [0u8; 4];
                 for &byte in c.encode_utf8(&mut utf8).as_bytes() {
                     out.push(plus_as_space(byte));
