@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 
 use sandbox_tests::{assert_exit, is_root, sandbox_bin};
 
-use crate::private_net::lines;
+use crate::private_net::{lines, scratch_dir};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dns");
 
@@ -27,14 +27,8 @@ const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dns");
 /// stand-in server's log, one `query NAME` line per question, is
 /// `$D/dns.log`.
 fn in_private_net(script: &str) -> (Output, PathBuf, tempfile::TempDir) {
-    assert!(
-        is_root(),
-        "network namespaces need root here: run this suite as root (CI does)"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let d = std::fs::canonicalize(dir.path()).unwrap();
     // nobody's runs read and run what is here.
-    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (dir, d) = scratch_dir();
     std::fs::write(d.join("resolv.conf"), "nameserver 127.0.0.1\n").unwrap();
     let setup = format!(
         r#"set -e

@@ -11,9 +11,7 @@
 
 use std::process::Output;
 
-use sandbox_tests::is_root;
-
-use crate::private_net::{certificates, has, lines, unshare_output};
+use crate::private_net::{certificates, has, lines, scratch_dir, unshare_output};
 
 /// The origin: answers every request with what it saw (method, target,
 /// Host, body), one line.
@@ -218,13 +216,7 @@ print(sys.argv[2], out.split(b"\r\n", 1)[0].decode())
 /// with `ca.pem`, readable by all), `$RAW` (the raw client) and `$NOBODY`
 /// are set.
 fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
-    assert!(
-        is_root(),
-        "network namespaces need root here: run this suite as root (CI does)"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let d = std::fs::canonicalize(dir.path()).unwrap();
-    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (dir, d) = scratch_dir();
     certificates(&d, &["pkgs.example.com", "api.example.com"], None);
     std::fs::write(
         d.join("hosts"),

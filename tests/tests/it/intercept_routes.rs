@@ -18,9 +18,7 @@
 
 use std::process::Output;
 
-use sandbox_tests::is_root;
-
-use crate::private_net::{certificates, has, lines, unshare_output};
+use crate::private_net::{certificates, has, lines, scratch_dir, unshare_output};
 
 /// The origin: answers every request with what it saw, one line, also
 /// printed to its log.
@@ -85,13 +83,7 @@ curl -sS --max-time 5 --noproxy '*' --cacert "$3" https://other.example.com:8443
 /// `shared.example.com` at 1.2.3.4, `other.example.com` at 1.2.3.6. `$SANDBOX`, `$D` (scratch, with
 /// `ca.pem` and `op.toml`, readable by all), `$DNSQ` and `$NOBODY` are set.
 fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
-    assert!(
-        is_root(),
-        "network namespaces need root here: run this suite as root (CI does)"
-    );
-    let dir = tempfile::tempdir().unwrap();
-    let d = std::fs::canonicalize(dir.path()).unwrap();
-    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    let (dir, d) = scratch_dir();
     certificates(
         &d,
         &[

@@ -5,10 +5,23 @@
 #![cfg(target_os = "linux")]
 
 use std::ffi::OsStr;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
-use sandbox_tests::sandbox_bin;
+use sandbox_tests::{is_root, sandbox_bin};
+
+/// A scratch directory for the namespace (root only: asserted), readable
+/// by all; its canonical path.
+pub(crate) fn scratch_dir() -> (tempfile::TempDir, PathBuf) {
+    assert!(
+        is_root(),
+        "network namespaces need root here: run this suite as root (CI does)"
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let d = std::fs::canonicalize(dir.path()).unwrap();
+    std::fs::set_permissions(&d, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    (dir, d)
+}
 
 /// Writes a test CA (`ca.pem`) and the origin's certificate and key for
 /// `names` into `dir`; with `common_names` (the CA's, the leaf's), each
