@@ -53,28 +53,21 @@ impl Harness {
     /// As [`Harness::open_with`] (checking the hello), with `env` added to
     /// the namespace's environment.
     fn open_with_env(nobody: bool, tail: &str, env: &[(&str, &str)]) -> Self {
-        let (mut child, dir) = Self::spawn_env(nobody, tail, &[], Stdio::piped(), env);
-        let stdin = child.stdin.take();
-        let events = events_of(child.stdout.take().unwrap());
-        let mut h = Harness {
-            child,
-            stdin,
-            events,
-            dir,
-            hello: Value::Null,
-        };
-        let hello = h.next();
-        assert_eq!(hello["event"], "hello", "{hello}");
-        assert_eq!(hello["approval"], "channel", "{hello}");
-        h.hello = hello;
-        h
+        let (child, dir) = Self::spawn_env(nobody, tail, &[], Stdio::piped(), env);
+        Self::of(child, dir, true)
     }
 
     /// As [`Harness::open`], the namespace's last step `tail` (`$WRAP` is
     /// the `setpriv` to nobody or nothing); `hello` when `tail` is a session
     /// whose hello to check.
     fn open_with(nobody: bool, tail: &str, flags: &[&str], hello: bool) -> Self {
-        let (mut child, dir) = Self::spawn(nobody, tail, flags, Stdio::piped());
+        let (child, dir) = Self::spawn(nobody, tail, flags, Stdio::piped());
+        Self::of(child, dir, hello)
+    }
+
+    /// The harness of `child` (the namespace, in `dir`); `hello` when its
+    /// session's hello is to be read and checked.
+    fn of(mut child: Child, dir: tempfile::TempDir, hello: bool) -> Self {
         let stdin = child.stdin.take();
         let events = events_of(child.stdout.take().unwrap());
         let mut h = Harness {
