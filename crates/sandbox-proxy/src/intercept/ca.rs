@@ -110,6 +110,8 @@ impl RunCa {
             .map_err(|e| e.to_string())?;
         // HTTP/1.1 only: clients that offer h2 fall back to it.
         config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // The provider's suite order (AES-128-GCM first), not the client's.
+        config.ignore_client_order = true;
         let config = Arc::new(config);
         leaves.insert(host.to_string(), Arc::clone(&config));
         Ok(config)

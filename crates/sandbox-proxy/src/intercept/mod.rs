@@ -18,9 +18,33 @@ use sandbox_core::RequestRule;
 
 use crate::{ProxyError, Secret};
 
-/// The one crypto provider (ring) of both sides.
+/// The one crypto provider (ring) of both sides: ring's default suites,
+/// none added or removed, with AES-128-GCM before AES-256-GCM in each group
+/// (as BoringSSL and Go order them). The proxy decrypts and re-encrypts every
+/// intercepted byte, and AES-128 runs 10 rounds a block where AES-256 runs
+/// 14; the command's side honours this order over the client's
+/// ([`ca::RunCa::server_config`] sets `ignore_client_order`), the origin's
+/// side offers it first.
 pub(crate) fn provider() -> Arc<CryptoProvider> {
-    Arc::new(rustls::crypto::ring::default_provider())
+    let mut provider = rustls::crypto::ring::default_provider();
+    aes_128_first(&mut provider.cipher_suites);
+    Arc::new(provider)
+}
+
+/// Puts each AES-256-GCM suite after the AES-128-GCM suite that follows it
+/// (same protocol version and key exchange, as ring lists them).
+fn aes_128_first(suites: &mut [rustls::SupportedCipherSuite]) {
+    let name = |s: &rustls::SupportedCipherSuite| s.suite().as_str().unwrap_or("");
+    let mut i = 0;
+    while i + 1 < suites.len() {
+        let (a, b) = (name(&suites[i]), name(&suites[i + 1]));
+        if a.contains("AES_256_GCM") && a.replace("AES_256_GCM_SHA384", "AES_128_GCM_SHA256") == b {
+            suites.swap(i, i + 1);
+            i += 2;
+        } else {
+            i += 1;
+        }
+    }
 }
 
 /// What the proxy intercepts and how it reaches the origins.
@@ -876,6 +900,82 @@ pub(crate) use exchange::{partial_refused, serve};
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The proxy's suites are ring's default ones, no more, no fewer, with
+    /// AES-128-GCM first in each group; the command's side picks AES-128-GCM
+    /// for a client that prefers AES-256-GCM (rustls' and OpenSSL's order),
+    /// and a client offering only AES-256-GCM still gets it (twin).
+    #[test]
+    fn aes_128_gcm_is_preferred_on_both_sides_and_no_suite_is_added() {
+        use rustls::{CipherSuite as C, ClientConfig, ClientConnection, ServerConnection};
+        let ring = rustls::crypto::ring::default_provider();
+        let ours = provider();
+        let names = |s: &[rustls::SupportedCipherSuite]| s.iter().map(|s| s.suite()).collect();
+        let (mut want, mut have): (Vec<C>, Vec<C>) =
+            (names(&ring.cipher_suites), names(&ours.cipher_suites));
+        assert_eq!(
+            &have[..3],
+            [
+                C::TLS13_AES_128_GCM_SHA256,
+                C::TLS13_AES_256_GCM_SHA384,
+                C::TLS13_CHACHA20_POLY1305_SHA256
+            ]
+        );
+        for pair in have.windows(2) {
+            let [a, b] = [pair[0].as_str().unwrap(), pair[1].as_str().unwrap()];
+            assert!(
+                !(a.contains("AES_256_GCM") && b.contains("AES_128_GCM")),
+                "{have:?}"
+            );
+        }
+        want.sort_by_key(|s| u16::from(*s));
+        have.sort_by_key(|s| u16::from(*s));
+        assert_eq!(want, have);
+
+        let ca = ca::RunCa::new(&["origin.test".to_string()]).unwrap();
+        let server = ca.server_config("origin.test").unwrap();
+        let mut roots = RootCertStore::empty();
+        for cert in ca::parse_pem_certs(ca.cert_pem().as_bytes()).unwrap() {
+            roots.add(cert).unwrap();
+        }
+        for (offered, agreed) in [
+            (ring.cipher_suites.clone(), C::TLS13_AES_128_GCM_SHA256),
+            (
+                vec![rustls::crypto::ring::cipher_suite::TLS13_AES_256_GCM_SHA384],
+                C::TLS13_AES_256_GCM_SHA384,
+            ),
+        ] {
+            let client_provider = CryptoProvider {
+                cipher_suites: offered,
+                ..rustls::crypto::ring::default_provider()
+            };
+            let config = ClientConfig::builder_with_provider(Arc::new(client_provider))
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots.clone())
+                .with_no_client_auth();
+            let name = "origin.test".try_into().unwrap();
+            let mut client = ClientConnection::new(Arc::new(config), name).unwrap();
+            let mut server = ServerConnection::new(Arc::clone(&server)).unwrap();
+            while client.is_handshaking() || server.is_handshaking() {
+                let mut wire = Vec::new();
+                while client.wants_write() {
+                    client.write_tls(&mut wire).unwrap();
+                }
+                server.read_tls(&mut wire.as_slice()).unwrap();
+                server.process_new_packets().unwrap();
+                wire.clear();
+                while server.wants_write() {
+                    server.write_tls(&mut wire).unwrap();
+                }
+                client.read_tls(&mut wire.as_slice()).unwrap();
+                client.process_new_packets().unwrap();
+            }
+            let suite = |s: Option<rustls::SupportedCipherSuite>| s.map(|s| s.suite());
+            assert_eq!(suite(server.negotiated_cipher_suite()), Some(agreed));
+            assert_eq!(suite(client.negotiated_cipher_suite()), Some(agreed));
+        }
+    }
 
     /// `body` scrubbed of `secrets` in two reads split at `cut`, and the end.
     fn split_scrubbed(secrets: &[Secret], body: &[u8], cut: usize) -> Vec<u8> {
