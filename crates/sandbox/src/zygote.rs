@@ -573,28 +573,41 @@ pub fn outcome(
 /// decimal strings; `Err` when it is larger than [`MAX_REQUEST`] or holds
 /// a NUL inside a string.
 fn encode(cmd: &ZygoteCommand<'_>) -> Result<Vec<u8>, String> {
-    let mut out = Vec::new();
-    let mut push = |bytes: &[u8]| -> Result<(), String> {
-        if bytes.contains(&0) {
-            return Err("a NUL byte in the command".into());
+    // One allocation: every string and its NUL (`=` for a variable).
+    let size = cmd.path.as_os_str().len()
+        + cmd.cwd.as_os_str().len()
+        + cmd.argv.iter().map(|a| a.len() + 1).sum::<usize>()
+        + cmd
+            .env
+            .iter()
+            .map(|(n, v)| n.len() + v.len() + 2)
+            .sum::<usize>()
+        + 48;
+    let mut out = Vec::with_capacity(size.min(MAX_REQUEST + 1));
+    let nul = |bytes: &[u8]| -> Result<(), String> {
+        match bytes.contains(&0) {
+            true => Err("a NUL byte in the command".into()),
+            false => Ok(()),
         }
-        out.extend_from_slice(bytes);
+    };
+    let mut push = |parts: &[&[u8]]| -> Result<(), String> {
+        for part in parts {
+            nul(part)?;
+            out.extend_from_slice(part);
+        }
         out.push(0);
         Ok(())
     };
-    push(cmd.path.as_os_str().as_bytes())?;
-    push(cmd.argv.len().to_string().as_bytes())?;
+    push(&[cmd.path.as_os_str().as_bytes()])?;
+    push(&[cmd.argv.len().to_string().as_bytes()])?;
     for a in cmd.argv {
-        push(a.as_bytes())?;
+        push(&[a.as_bytes()])?;
     }
-    push(cmd.env.len().to_string().as_bytes())?;
+    push(&[cmd.env.len().to_string().as_bytes()])?;
     for (n, v) in cmd.env {
-        let mut kv = n.as_bytes().to_vec();
-        kv.push(b'=');
-        kv.extend_from_slice(v.as_bytes());
-        push(&kv)?;
+        push(&[n.as_bytes(), b"=", v.as_bytes()])?;
     }
-    push(cmd.cwd.as_os_str().as_bytes())?;
+    push(&[cmd.cwd.as_os_str().as_bytes()])?;
     if out.len() > MAX_REQUEST {
         return Err(format!(
             "the command's argv and environment exceed {MAX_REQUEST} bytes"
@@ -1346,6 +1359,20 @@ mod tests {
     }
 }
 
+/// The environment of a session's commands whose request changes nothing
+/// in it (`RunRequest::env` is `None`): [`command_env`]'s, made at the
+/// first such command (this process's environment, which a session never
+/// changes, scrubbed by the policy's deny names, with the overrides), and
+/// used as long as a request has the same deny names and overrides,
+/// instead of reading and scrubbing the environment per command.
+#[cfg(target_os = "linux")]
+#[derive(Debug)]
+struct BaseEnv {
+    deny: Vec<String>,
+    overrides: Vec<(OsString, OsString)>,
+    env: Arc<[(OsString, OsString)]>,
+}
+
 /// A session's shared launch as an embedder uses it: the zygote, started
 /// again when one fails, and each [`RunRequest`] run as its command.
 #[cfg(target_os = "linux")]
@@ -1355,6 +1382,9 @@ pub struct Shared {
     base: RunRequest,
     program: PathBuf,
     zygote: Option<Zygote>,
+    /// The environment of the commands that change nothing in it, made
+    /// once ([`BaseEnv`]).
+    base_env: Option<BaseEnv>,
     /// The taps (broker, egress) of the zygote running the current
     /// command, for [`Shared::live`].
     #[allow(clippy::type_complexity)]
@@ -1383,8 +1413,40 @@ impl Shared {
             base,
             program,
             zygote: Some(zygote),
+            base_env: None,
             current: Arc::default(),
         })
+    }
+
+    /// [`command_parts`] for `req`, its environment taken from
+    /// [`BaseEnv`] when `req` changes nothing in the session's (no `env`,
+    /// the same deny names and overrides), made once for those.
+    #[allow(clippy::type_complexity)]
+    fn parts(
+        &mut self,
+        req: &RunRequest,
+    ) -> Option<Result<(Arc<[(OsString, OsString)]>, PathBuf, PathBuf), RunError>> {
+        let deny = req.policy.as_ref().map(|p| p.env_deny_names());
+        let same =
+            |b: &BaseEnv| Some(b.deny.as_slice()) == deny && b.overrides == req.env_overrides;
+        let env = match (&req.env, &self.base_env) {
+            (Some(_), _) => Arc::from(command_env(req)),
+            (None, Some(b)) if same(b) => Arc::clone(&b.env),
+            (None, _) => {
+                let env: Arc<[(OsString, OsString)]> = Arc::from(command_env(req));
+                self.base_env = deny.map(|deny| BaseEnv {
+                    deny: deny.to_vec(),
+                    overrides: req.env_overrides.clone(),
+                    env: Arc::clone(&env),
+                });
+                env
+            }
+        };
+        let cwd = match &req.cwd {
+            Some(c) => c.clone(),
+            None => std::env::current_dir().ok()?,
+        };
+        Some(locate_program(req, &env, &cwd).map(|path| (env, cwd, path)))
     }
 
     /// The refusals of the next command [`Shared::run`] or
@@ -1427,7 +1489,7 @@ impl Shared {
     ) -> Option<Result<Outcome, RunError>> {
         let policy = req.policy.as_ref()?;
         let started = Instant::now();
-        let (mut env, cwd, path) = match command_parts(req)? {
+        let (base_env, cwd, path) = match self.parts(req)? {
             Ok(parts) => parts,
             Err(e) => return Some(Err(e)),
         };
@@ -1448,8 +1510,14 @@ impl Shared {
                 Some(Zygote::start(Arc::clone(&self.backend), &self.base, &self.program).ok()?);
         }
         let zygote = self.zygote.as_mut()?;
-        zygote.set_egress_env(&mut env);
-        let cmd = zygote_command(req, &env, &cwd, &path, stdio, deadline);
+        // The egress's variables, when the run has one, on a copy.
+        let egress_env = zygote.egress.get().map(|_| {
+            let mut env = base_env.to_vec();
+            zygote.set_egress_env(&mut env);
+            env
+        });
+        let env = egress_env.as_deref().unwrap_or(&base_env);
+        let cmd = zygote_command(req, env, &cwd, &path, stdio, deadline);
         if let Ok(mut current) = self.current.lock() {
             *current = Some((Arc::clone(&zygote.tap), Arc::clone(&zygote.egress)));
         }
