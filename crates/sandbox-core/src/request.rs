@@ -12,8 +12,9 @@
 //! before it. A path that climbs above `/`, or that is ambiguous (an encoded
 //! `/` or `\`, an encoded `.` in a dot segment, a dot segment with
 //! parameters (`..;`), an escaped `%` before a dot or separator, overlong
-//! UTF-8, a NUL, a bad escape, a raw `\`), is refused whatever the rules say: the origin might read it
-//! differently from the proxy.
+//! UTF-8 decoded once or twice, a NUL, a bad escape, a raw `\`), is refused whatever the rules say: the origin might read it
+//! differently from the proxy. These checks apply to the raw segment and to
+//! the normalised one the proxy sends (`%25%32%65` normalises to `%252e`).
 //!
 //! A flag the sandbox proposes (`--allow-request 'GET https://...'`,
 //! `--allow-net HOST:PORT`, `-w PATH`) is written by [`flag`]: its value is
@@ -103,8 +104,9 @@ pub enum PathProblem {
     Byte(u8),
     /// A segment some origins read as another: a dot segment with
     /// parameters (`..;x`, Tomcat and Spring drop the parameters), an
-    /// escaped `%` before a dot or separator (`%252e`, decoded twice), an
-    /// overlong UTF-8 form (`%C0%AE`).
+    /// escaped `%` before a dot or separator (`%252e`, decoded twice, or
+    /// `%25%32%65`, which normalises to it), an overlong UTF-8 form
+    /// (`%C0%AE`, or `%25C0%25AE` decoded twice).
     #[error("the path holds {0}, which origins read differently")]
     Ambiguous(String),
 }
@@ -225,6 +227,25 @@ fn normal_segment(raw: &str) -> Result<(String, bool), PathProblem> {
     Ok((out, decoded))
 }
 
+/// `bytes` with each `%` and two hex digits decoded once; anything else
+/// (a lone `%` included) kept as it is.
+fn percent_decode(bytes: &[u8]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        if bytes[i] == b'%' && i + 2 < bytes.len() {
+            if let (Some(hi), Some(lo)) = (hex(bytes[i + 1]), hex(bytes[i + 2])) {
+                out.push(hi * 16 + lo);
+                i += 3;
+                continue;
+            }
+        }
+        out.push(bytes[i]);
+        i += 1;
+    }
+    out
+}
+
 /// Refuses a raw segment an origin may read as another one than the proxy
 /// does: see [`PathProblem::Ambiguous`].
 fn ambiguous(raw: &str) -> Result<(), PathProblem> {
@@ -244,27 +265,19 @@ fn ambiguous(raw: &str) -> Result<(), PathProblem> {
         }
     }
     // Overlong UTF-8: a lead byte C0 or C1, or E0 / F0 followed by a
-    // continuation byte below the shortest form's range.
-    let mut bytes = Vec::new();
-    let hexes = lower.as_bytes();
-    let mut i = 0;
-    while i < hexes.len() {
-        if hexes[i] == b'%' && i + 2 < hexes.len() {
-            if let (Some(hi), Some(lo)) = (hex(hexes[i + 1]), hex(hexes[i + 2])) {
-                bytes.push(hi * 16 + lo);
-                i += 3;
-                continue;
-            }
-        }
-        bytes.push(hexes[i]);
-        i += 1;
-    }
-    let overlong = bytes.windows(2).any(|w| {
-        matches!(w[0], 0xc0 | 0xc1)
-            || (w[0] == 0xe0 && (0x80..0xa0).contains(&w[1]))
-            || (w[0] == 0xf0 && (0x80..0x90).contains(&w[1]))
-    }) || bytes.last().is_some_and(|b| matches!(b, 0xc0 | 0xc1));
-    if overlong {
+    // continuation byte below the shortest form's range; decoded once
+    // (`%C0%AE`) or, for an origin that decodes twice, twice
+    // (`%25C0%25AE`).
+    let once = percent_decode(lower.as_bytes());
+    let twice = percent_decode(&once);
+    let overlong = |bytes: &[u8]| {
+        bytes.windows(2).any(|w| {
+            matches!(w[0], 0xc0 | 0xc1)
+                || (w[0] == 0xe0 && (0x80..0xa0).contains(&w[1]))
+                || (w[0] == 0xf0 && (0x80..0x90).contains(&w[1]))
+        }) || bytes.last().is_some_and(|b| matches!(b, 0xc0 | 0xc1))
+    };
+    if overlong(&once) || overlong(&twice) {
         return Err(PathProblem::Ambiguous(format!(
             "an overlong UTF-8 form ({raw:?})"
         )));
@@ -284,6 +297,9 @@ pub fn normalize_path(path: &str) -> Result<NormalPath, PathProblem> {
     for raw in rest.split('/') {
         ambiguous(raw)?;
         let (seg, decoded) = normal_segment(raw)?;
+        // What is checked is what is sent: decoding the escapes of
+        // unreserved bytes may make one (`%25%32%65` is `%252e`).
+        ambiguous(&seg)?;
         trailing_slash = false;
         match seg.as_str() {
             "." | ".." if decoded => return Err(PathProblem::EncodedDot(raw.to_string())),
@@ -1047,6 +1063,29 @@ mod tests {
             );
         }
         assert_eq!(n("/100%25/a%2541").unwrap(), "/100%25/a%2541");
+        // The same forms with their hex digits escaped: normalising decodes
+        // the digits (unreserved) and would send the form refused above.
+        for raw in [
+            "/simple/%25%32%65%25%32%65/admin",
+            "/simple/%25%32%65%25%32%65/%25%32%65%25%32%65/admin",
+            "/simple/..%25%32%66admin",
+            "/simple/..%25%32%46admin",
+            "/simple/..%25%35%63admin",
+            "/simple/%25%32%35%32%65",
+            "/simple/%25%32%65%2e",
+        ] {
+            let e = n(raw).unwrap_err();
+            assert!(
+                matches!(&e, PathProblem::Ambiguous(w) if w.starts_with("an escaped '%'")),
+                "{raw}: {e}"
+            );
+        }
+        // Twins: an escaped '%' before other text stays admitted, its
+        // digits escaped or not, and normalises to itself.
+        assert_eq!(n("/simple/100%25/x").unwrap(), "/simple/100%25/x");
+        assert_eq!(n("/simple/100%25%34%31/x").unwrap(), "/simple/100%2541/x");
+        assert_eq!(n("/simple/100%2541/x").unwrap(), "/simple/100%2541/x");
+        assert_eq!(n("/simple/%25%33%30").unwrap(), "/simple/%2530");
         // Overlong UTF-8 (`%C0%AE` is '.' to a lax decoder).
         for raw in [
             "/v1/%c0%ae%c0%ae/v2",
@@ -1054,6 +1093,11 @@ mod tests {
             "/%e0%80%ae",
             "/%f0%80%80%ae",
             "/a%c0",
+            // Decoded twice by the origin: `%c0%ae` then '.'.
+            "/simple/%25c0%25ae%25c0%25ae/admin",
+            "/simple/%25C0%25AE",
+            "/simple/%25%63%30%25%61%65",
+            "/%25e0%2580%25ae",
         ] {
             let e = n(raw).unwrap_err();
             assert!(
@@ -1339,7 +1383,33 @@ mod tests {
             Just("%2F".to_string()),
             Just("%41".to_string()),
             Just("%c3%a9".to_string()),
+            Just("%25".to_string()),
+            Just("%25%32%65".to_string()),
+            Just("%25c0%25ae".to_string()),
             "[a-zA-Z0-9._~%-]{1,6}",
+            // Escapes of hex digits, of '%' and of dots, among plain bytes:
+            // what normalising decodes may build an escape.
+            proptest::collection::vec(
+                prop_oneof![
+                    Just("%25"),
+                    Just("%2e"),
+                    Just("%32"),
+                    Just("%35"),
+                    Just("%36"),
+                    Just("%43"),
+                    Just("%63"),
+                    Just("%65"),
+                    Just("%66"),
+                    Just("%46"),
+                    Just("2"),
+                    Just("e"),
+                    Just("c"),
+                    Just("."),
+                    Just("a"),
+                ],
+                1..6
+            )
+            .prop_map(|parts| parts.concat()),
         ];
         proptest::collection::vec(seg, 0..8).prop_map(|segs| format!("/{}", segs.join("/")))
     }
@@ -1450,6 +1520,8 @@ mod tests {
                 for seg in normal.segments() {
                     prop_assert!(seg != "." && seg != ".." && !seg.is_empty());
                     prop_assert!(!seg.to_ascii_lowercase().contains("%2f"));
+                    // What is sent passes the checks the raw path did.
+                    prop_assert!(ambiguous(seg).is_ok(), "{:?} from {:?}", seg, path);
                 }
                 // A rule for exactly the normal path admits the raw one.
                 let r = RequestRule::exact("GET", "h.example", 443, &normal).unwrap();
