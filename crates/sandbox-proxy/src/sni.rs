@@ -25,8 +25,11 @@
 //! several records is fine, another record type inside it is not), a
 //! repeated extension, a server name list of other than one host name, a
 //! name that is not a host name, and an encrypted ClientHello (ECH, whose
-//! inner name no one but the origin reads). An SSLv2-format ClientHello
-//! counts as one without a server name.
+//! inner name no one but the origin reads). A first record of another TLS
+//! type (change_cipher_spec, alert, application data, heartbeat; version
+//! 3.x) is refused too: rustls and Go servers skip a warning alert before
+//! the ClientHello, whose name would then go unread. An SSLv2-format
+//! ClientHello counts as one without a server name.
 
 use std::io::{self, Read, Write};
 use std::net::TcpStream;
@@ -48,6 +51,11 @@ const MAX_FLIGHT: usize = 6 * MAX_HELLO + 4;
 
 /// A TLS record's type: handshake.
 const HANDSHAKE: u8 = 0x16;
+/// The other TLS record types, change_cipher_spec (0x14), alert (0x15),
+/// handshake (0x16, above), application_data (0x17) and heartbeat (0x18),
+/// bound the range.
+const CHANGE_CIPHER_SPEC: u8 = 0x14;
+const HEARTBEAT: u8 = 0x18;
 /// A handshake message's type: ClientHello.
 const CLIENT_HELLO: u8 = 1;
 /// The largest plaintext record fragment (RFC 8446 section 5.1).
@@ -128,6 +136,18 @@ impl Parser {
                         Hello::Malformed("an SSLv2-format ClientHello of a version other than 3.x")
                     }
                     (Some(_), _) => Hello::NotTls,
+                }
+            }
+            // Another TLS record type first (change_cipher_spec, alert,
+            // application_data, heartbeat) with a version 3.x: rustls and
+            // Go servers skip a warning alert before the ClientHello, so
+            // the name asked for would come after bytes not read here.
+            // No client sends one first: refused.
+            Some(&(CHANGE_CIPHER_SPEC..=HEARTBEAT)) => {
+                return match bytes.get(1) {
+                    None => Hello::Incomplete,
+                    Some(3) => Hello::Malformed("another TLS record came before the ClientHello"),
+                    Some(_) => Hello::NotTls,
                 }
             }
             Some(_) => return Hello::NotTls,
@@ -612,6 +632,32 @@ mod tests {
         assert_eq!(parse(&[0x80, 0x2e, 1, 3, 1]), none);
         assert_eq!(parse(&[0x80, 0x2e, 1]), Hello::Incomplete);
         assert!(matches!(parse(&[0x80, 0x2e, 1, 2, 0]), Hello::Malformed(_)));
+        // Another TLS record first (a warning alert, change_cipher_spec,
+        // application data, heartbeat), then the hello: refused, whatever
+        // name follows; incomplete until its version is read.
+        for first in [
+            vec![0x15, 3, 1, 0, 2, 1, 0x5a],
+            vec![0x14, 3, 3, 0, 1, 1],
+            vec![0x17, 3, 3, 0, 1, 0],
+            vec![0x18, 3, 0, 0, 1, 0],
+        ] {
+            assert_eq!(parse(&first[..1]), Hello::Incomplete);
+            for name in [&b"pkgs.example.com"[..], b"other.example.com"] {
+                let mut flight = first.clone();
+                flight.extend_from_slice(&hello(&[sni(name)], None));
+                assert!(
+                    matches!(parse(&flight), Hello::Malformed(_)),
+                    "{first:02x?}: {:?}",
+                    parse(&flight)
+                );
+            }
+            assert!(matches!(parse(&first[..2]), Hello::Malformed(_)));
+        }
+        // Those bytes without a 3.x version are no TLS record: as before.
+        assert_eq!(parse(&[0x15, 0x41, 0x42]), Hello::NotTls);
+        assert_eq!(parse(&[0x17, 2, 0]), Hello::NotTls);
+        assert_eq!(parse(&[0x13, 3, 1]), Hello::NotTls);
+        assert_eq!(parse(&[0x19, 3, 1]), Hello::NotTls);
         // Another protocol.
         assert_eq!(parse(&[0x80, 0x2e, 7]), Hello::NotTls);
         assert_eq!(parse(b"SSH-2.0-x\r\n"), Hello::NotTls);
@@ -811,6 +857,16 @@ mod tests {
         match flight(slow(other.clone()), |_| {}, short) {
             Flight::Pass(bytes) => assert_eq!(bytes, other, "every byte read is forwarded"),
             _ => panic!("a hello for the tunnel's own host was refused"),
+        }
+        // The hello for the intercepted host after a warning alert record
+        // (which rustls and Go servers skip): refused.
+        let mut alert_first = vec![0x15, 3, 1, 0, 2, 1, 0x5a];
+        alert_first.extend_from_slice(&hello(&[sni(b"pkgs.example.com")], None));
+        match flight(slow(alert_first), |_| {}, short) {
+            Flight::Refuse(why) => {
+                assert!(why.contains("another TLS record came before"), "{why}")
+            }
+            _ => panic!("a hello after an alert record passed"),
         }
         // Half a hello, then silence: refused at the deadline.
         let half = other[..other.len() / 2].to_vec();
