@@ -76,8 +76,15 @@ pub fn stop_runs_on(signals: &[libc::c_int]) -> std::io::Result<StopSignals> {
             if old.sa_sigaction == libc::SIG_IGN {
                 continue;
             }
+            let ours = on_stop_signal as extern "C" fn(libc::c_int) as usize;
+            // Already caught by a guard that is still held (a session holds
+            // one between its commands): nothing to set, nothing to restore
+            // (that guard restores it).
+            if old.sa_sigaction == ours {
+                continue;
+            }
             let mut action: libc::sigaction = std::mem::zeroed();
-            action.sa_sigaction = on_stop_signal as extern "C" fn(libc::c_int) as usize;
+            action.sa_sigaction = ours;
             action.sa_flags = libc::SA_RESTART;
             libc::sigemptyset(&mut action.sa_mask);
             if libc::sigaction(sig, &action, std::ptr::null_mut()) != 0 {
