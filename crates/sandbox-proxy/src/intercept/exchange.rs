@@ -726,6 +726,7 @@ pub(crate) fn serve(
     let opts = &slot.shared.opts;
     let _ = client.set_read_timeout(Some(opts.head_timeout));
     let _ = client.set_write_timeout(Some(IDLE));
+    unpaced(&client);
     let mut tls = StreamOwned::new(conn, client);
     // A client that does not trust the run's CA (it pins certificates, or
     // reads no CA variable) fails the handshake: nothing was sent. When it
@@ -756,6 +757,28 @@ pub(crate) fn serve(
         if !exchange(slot, interceptor, &mut client, &host, port) {
             return;
         }
+    }
+}
+
+/// Sends on the command's connection (a local hop: loopback or the run's
+/// own namespace) with CUBIC, which does not pace, where the host's default
+/// congestion control may (BBR paces every flow, spreading a 256 KiB batch
+/// of records over timer ticks). Measured on a 100 MB download: the
+/// command's curl spent 4-7 ms less CPU per 100 MB (of about 70), the
+/// proxy the same. Best effort: a kernel without CUBIC keeps its default.
+fn unpaced(sock: &TcpStream) {
+    use std::os::fd::AsRawFd;
+    const CUBIC: &[u8] = b"cubic";
+    // SAFETY: setsockopt reads CUBIC.len() bytes from a live static slice;
+    // the descriptor is `sock`'s, open for the call.
+    unsafe {
+        libc::setsockopt(
+            sock.as_raw_fd(),
+            libc::IPPROTO_TCP,
+            libc::TCP_CONGESTION,
+            CUBIC.as_ptr().cast(),
+            CUBIC.len() as libc::socklen_t,
+        );
     }
 }
 
@@ -1842,6 +1865,46 @@ mod relay_tests {
                 $tls.conn.complete_io(&mut $tls.sock).unwrap();
             }
         };
+    }
+
+    /// The congestion control a socket sends with.
+    fn congestion(sock: &TcpStream) -> String {
+        use std::os::fd::AsRawFd;
+        let mut name = [0u8; 16];
+        let mut len = name.len() as libc::socklen_t;
+        // SAFETY: getsockopt writes at most `len` bytes into `name`.
+        let rc = unsafe {
+            libc::getsockopt(
+                sock.as_raw_fd(),
+                libc::IPPROTO_TCP,
+                libc::TCP_CONGESTION,
+                name.as_mut_ptr().cast(),
+                &mut len,
+            )
+        };
+        assert_eq!(rc, 0, "{}", io::Error::last_os_error());
+        let name = &name[..len as usize];
+        String::from_utf8_lossy(&name[..name.iter().position(|&b| b == 0).unwrap_or(name.len())])
+            .into_owned()
+    }
+
+    /// The command's connection sends with CUBIC where the kernel has it;
+    /// the twin, another socket, keeps the host's default.
+    #[test]
+    fn the_commands_connection_is_not_paced() {
+        let available =
+            std::fs::read_to_string("/proc/sys/net/ipv4/tcp_available_congestion_control")
+                .unwrap_or_default();
+        let default = std::fs::read_to_string("/proc/sys/net/ipv4/tcp_congestion_control")
+            .unwrap_or_default();
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let near = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+        let (far, _) = listener.accept().unwrap();
+        unpaced(&far);
+        if available.split_whitespace().any(|c| c == "cubic") {
+            assert_eq!(congestion(&far), "cubic");
+        }
+        assert_eq!(congestion(&near), default.trim());
     }
 
     /// A response of several MiB without secrets goes through the
