@@ -719,7 +719,8 @@ TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.
 /// writes it comes back masked; a method `*` is refused 400 with no rule
 /// proposed where `GET` passes; an override header naming a method the
 /// rules do not admit is refused 403 where one naming an admitted method
-/// passes; forwarding headers are dropped, another header kept; the
+/// passes; forwarding headers are dropped, and `SCRIPT_NAME` (a name with
+/// `_`), another header (`Script-Name`) kept; the
 /// placeholder as the method is refused as exfiltration, intercepted and on
 /// the plain relay.
 #[test]
@@ -735,7 +736,7 @@ python3 "$RAW" "* /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n" "$W
 python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n" "$W star twin"
 python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nX-HTTP-Method-Override: DELETE\r\n\r\n" "$W override"
 python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nX-Original-URL: /private\r\n\r\n" "$W original url"
-curl -sS -H "X-HTTP-Method-Override: HEAD" -H "X-Original-URL: /v1/b" -H "X-Forwarded-Host: evil.example.com" -H "Forwarded: host=evil.example.com" -H "X-Host: evil.example.com" -H "X-Keep: kept" $A/v1/reflect | sed "s/^/$W headers /"
+curl -sS -H "X-HTTP-Method-Override: HEAD" -H "X-Original-URL: /v1/b" -H "X-Forwarded-Host: evil.example.com" -H "Forwarded: host=evil.example.com" -H "X-Host: evil.example.com" -H "X-Keep: kept" -H "SCRIPT_NAME: /v1" -H "Script-Name: kept" $A/v1/reflect | sed "s/^/$W headers /"
 curl -sS -X "$TOKEN" $A/v1/method | sed "s/^/$W method /"
 curl -sS -X "$TOKEN" http://other.example.com:8080/p | sed "s/^/$W plain method /"
 curl -sS http://other.example.com:8080/p | sed "s/^/$W plain twin /"'
@@ -778,6 +779,13 @@ cd "$D" && eval "TOKEN=\"\$T\" W=nobody $NOBODY \"$SANDBOX\" run -q --upstream-c
         has(&l, &format!("{who} override HTTP/1.1 403 Forbidden"));
         has(&l, &format!("{who} original url HTTP/1.1 403 Forbidden"));
         has(&l, &format!("{who} headers X-Keep: kept"));
+        // G2: a name with `_` (SCRIPT_NAME) is dropped, its `-` twin kept.
+        has(&l, &format!("{who} headers Script-Name: kept"));
+        assert!(
+            !l.iter()
+                .any(|x| x.starts_with(&format!("{who} headers")) && x.contains('_')),
+            "{l:#?}"
+        );
         has(&l, &format!("{who} headers X-HTTP-Method-Override: HEAD"));
         assert!(
             !l.iter().any(|x| x.starts_with(&format!("{who} headers"))

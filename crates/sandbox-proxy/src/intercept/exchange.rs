@@ -112,9 +112,15 @@ enum Override {
     Path,
 }
 
-/// Whether the header `name` is never forwarded to the origin.
+/// Whether the header `name` is never forwarded to the origin: the lists
+/// above, and every name with a `_` (nginx's default
+/// `underscores_in_headers off`, gunicorn 22 and later): CGI-style servers
+/// read `SCRIPT_NAME: /simple/x` as the CGI variable (gunicorn 21.2 and
+/// older strip it from `PATH_INFO`, routing past the rules). A secret's
+/// placeholder in such a header is not written: the header is not sent.
 fn dropped(name: &str, secrets: bool) -> bool {
-    DROPPED.iter().any(|d| is_header(name, d))
+    name.contains('_')
+        || DROPPED.iter().any(|d| is_header(name, d))
         || DROPPED_PREFIXES
             .iter()
             .any(|p| name.get(..p.len()).is_some_and(|head| is_header(head, p)))
@@ -1822,6 +1828,32 @@ mod tests {
             "{sent}"
         );
         assert!(!sent.to_ascii_lowercase().contains("range"), "{sent}");
+    }
+
+    /// Finding G2: a header whose name holds a `_` (`SCRIPT_NAME`, which
+    /// gunicorn 21.2 reads as the CGI variable) never reaches the origin,
+    /// nor does a placeholder in one; the twin, `Script-Name`, is an
+    /// ordinary header and is sent.
+    #[test]
+    fn headers_with_an_underscore_are_dropped_beside_their_dashed_twin() {
+        let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+        let secret = Secret::new(&spec, b"s3cret".to_vec()).unwrap();
+        let p = secret.placeholder().to_string();
+        let secrets = [secret];
+        let h = head(&format!(
+            "GET /simple/x/admin HTTP/1.1\r\nSCRIPT_NAME: /simple/x\r\nscript_name: /simple\r\nX_Token: {p}\r\nScript-Name: /kept\r\nAccept: */*\r\n\r\n"
+        ));
+        for (host, with) in [
+            ("pkgs.example.com", &[][..]),
+            ("api.example.com", &secrets[..]),
+        ] {
+            let sent =
+                String::from_utf8(origin_head(&h, host, 443, "/simple/x/admin", with)).unwrap();
+            assert!(sent.contains("\r\nScript-Name: /kept\r\n"), "{sent}");
+            assert!(sent.contains("\r\nAccept: */*\r\n"), "{sent}");
+            assert!(!sent.contains('_'), "{sent}");
+            assert!(!sent.contains("s3cret") && !sent.contains(&p), "{sent}");
+        }
     }
 
     #[test]
