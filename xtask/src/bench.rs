@@ -1017,6 +1017,7 @@ fn intercept_rows(
         .stderr(Stdio::null())
         .spawn()
         .map_err(|e| format!("openssl s_server: {e}"))?;
+    let server_pid = server.id();
     let _server = Reap(server);
     let started = Instant::now();
     while std::net::TcpStream::connect(("127.0.0.1", port)).is_err() {
@@ -1057,24 +1058,54 @@ fn intercept_rows(
     let sh = |script: String| vec!["sh".to_string(), "-c".into(), script];
     let direct = sh(curl("big", &ca));
     let intercepted = sandbox(&rule, &sh(curl("big", "\"$NODE_EXTRA_CA_CERTS\"")));
-    // The intercepted run's own launch: the same flags, `/bin/true`.
-    let launch_rule = {
-        let bare = vec!["/bin/true".to_string()];
-        let (_, b) = interleave(runs, || wall(&bare), || wall(&sandbox(&rule, &bare)))?;
-        Stats::of(&b).median
+    // The CPU of a run of `argv`, in ms: the children this process waited
+    // for (curl; under interception also the runner and its proxy) and the
+    // origin's, whatever the host's load does to the wall time.
+    let cpu_of = |argv: &[String], cpu: &mut Vec<f64>| -> Result<f64, String> {
+        let before = children_cpu_ms()? + sched_cpu_ms(server_pid)?;
+        let t = wall(argv)?;
+        cpu.push(children_cpu_ms()? + sched_cpu_ms(server_pid)? - before);
+        Ok(t)
     };
+    // The intercepted run's own launch: the same flags, `/bin/true`.
+    let (launch_rule, launch_rule_cpu) = {
+        let bare = vec!["/bin/true".to_string()];
+        let mut cpu = Vec::new();
+        let (_, b) = interleave(
+            runs,
+            || wall(&bare),
+            || cpu_of(&sandbox(&rule, &bare), &mut cpu),
+        )?;
+        // interleave's warm-up pair is not recorded.
+        (Stats::of(&b).median, Stats::of(&cpu[1..]).median)
+    };
+    let (mut cpu_direct, mut cpu_intercepted) = (Vec::new(), Vec::new());
     let (a, b) = interleave(
         runs,
-        || wall(&direct).map(|t| t - launch_bare),
-        || wall(&intercepted).map(|t| t - launch_rule),
+        || cpu_of(&direct, &mut cpu_direct).map(|t| t - launch_bare),
+        || cpu_of(&intercepted, &mut cpu_intercepted).map(|t| t - launch_rule),
     )?;
-    let mut rows = vec![row(
-        "100 MB HTTPS download: intercepted (--allow-request) vs direct unconfined (launch removed; \
-         the intercepted run's: run CA and proxy start)",
-        &intercepted,
-        &a,
-        &b,
-    )];
+    let cpu_intercepted: Vec<f64> = cpu_intercepted[1..]
+        .iter()
+        .map(|ms| ms - launch_rule_cpu)
+        .collect();
+    let mut rows = vec![
+        row(
+            "100 MB HTTPS download: intercepted (--allow-request) vs direct unconfined (launch \
+             removed; the intercepted run's: run CA and proxy start)",
+            &intercepted,
+            &a,
+            &b,
+        ),
+        row(
+            "100 MB HTTPS download, CPU ms of curl, proxy and origin together: intercepted vs \
+             direct (the same runs; the intercepted run's launch CPU removed; curl's and the \
+             proxy's in 10 ms ticks)",
+            &intercepted,
+            &cpu_direct[1..],
+            &cpu_intercepted,
+        ),
+    ];
     const REQUESTS: usize = 20;
     let many = |flags: &[String], cafile: &str| -> Vec<String> {
         let one = curl("small", cafile);
@@ -1096,6 +1127,35 @@ fn intercept_rows(
         &per(&b),
     ));
     Ok(rows)
+}
+
+/// CPU time of the children this process has waited for, in ms (`cutime`
+/// and `cstime` of /proc/self/stat, in USER_HZ ticks: 100 a second).
+fn children_cpu_ms() -> Result<f64, String> {
+    let stat = std::fs::read_to_string("/proc/self/stat").map_err(|e| e.to_string())?;
+    // The fields after the command name's `)`: state is the first (3rd).
+    let fields: Vec<&str> = stat
+        .rsplit_once(')')
+        .map(|(_, rest)| rest.split_whitespace().collect())
+        .unwrap_or_default();
+    let ticks = |i: usize| {
+        fields
+            .get(i)
+            .and_then(|f| f.parse::<f64>().ok())
+            .ok_or_else(|| format!("/proc/self/stat: no field {}", i + 3))
+    };
+    Ok((ticks(13)? + ticks(14)?) * 10.0)
+}
+
+/// CPU time of process `pid` so far, in ms (/proc/PID/schedstat, in ns).
+fn sched_cpu_ms(pid: u32) -> Result<f64, String> {
+    let text = std::fs::read_to_string(format!("/proc/{pid}/schedstat"))
+        .map_err(|e| format!("/proc/{pid}/schedstat: {e}"))?;
+    text.split_whitespace()
+        .next()
+        .and_then(|ns| ns.parse::<f64>().ok())
+        .map(|ns| ns / 1e6)
+        .ok_or_else(|| format!("/proc/{pid}/schedstat: unreadable"))
 }
 
 /// Wall time of one run of `argv`, in ms; a failing run is an error.
