@@ -226,7 +226,7 @@ impl Egress {
         if policy.network_mode() != NetworkMode::Allowlist && !asks_for_all {
             return Ok(None);
         }
-        let mut proxy_opts = ProxyOptions::default();
+        let mut proxy_opts = ProxyOptions::default().max_connections(connection_budget());
         if let Some(decider) = &opts.decider {
             proxy_opts = proxy_opts.decider(Arc::clone(decider));
         }
@@ -471,9 +471,15 @@ impl EgressEnv {
 /// denies the questions still held for a decider (their command has ended:
 /// their refusals are its window's), then waits, a bounded time, until the
 /// proxy has no connection open: the command's processes are gone then, so
-/// their connections end at once. A refusal a connection of a closed window
-/// makes later (after that bound) is in the run's record
-/// ([`Egress::finish`]) only: never in a later command's window.
+/// their connections end at once. Those still open after that bound (a
+/// tunnel to an upstream that neither answers nor closes) are ended then:
+/// their sockets shut down both ways, their slots free for the next
+/// command (their threads are waited for at most half a second). A
+/// refusal a connection of a closed window makes later (after that bound)
+/// is in the run's record
+/// ([`Egress::finish`]) only: never in a later command's window. (A kept
+/// command has a run, and so an egress, of its own: its connections end
+/// with that run.)
 #[derive(Clone)]
 pub struct EgressTap {
     env: Arc<EgressEnv>,
@@ -510,6 +516,10 @@ impl EgressTap {
         self.proxy.deny_held();
         let deadline = std::time::Instant::now() + wait;
         self.proxy.wait_idle(wait);
+        // What is still open is ended: nothing of the command is left to
+        // use it, and it would hold a slot and the runner's descriptors.
+        self.proxy.end_window();
+        self.proxy.wait_idle(ENDED_WAIT);
         if let Some(dns) = &self.dns {
             // The datagrams the command left queued are its window's too.
             dns.settle(deadline.saturating_duration_since(std::time::Instant::now()));
@@ -576,6 +586,36 @@ impl EgressTap {
         (calls, count)
     }
 }
+
+/// The descriptors one proxy connection holds in the runner, at most: a
+/// tunnel's two sockets, the clones registered to end them
+/// ([`crate::state::Slot::track`]) and a splice pipe (two) per direction.
+const FDS_PER_CONNECTION: u64 = 8;
+/// The descriptors left to the rest of the runner (broker, resolver,
+/// launch, session) beside the proxy's connections.
+const FDS_KEPT: u64 = 256;
+
+/// How many connections the proxy serves at once: 256
+/// ([`ProxyOptions::default`]), or fewer when the runner's descriptor limit
+/// (its soft `RLIMIT_NOFILE`, which the CLI raises to the hard one) would
+/// run out first: [`FDS_PER_CONNECTION`] each, [`FDS_KEPT`] kept for the
+/// rest; at least 16.
+fn connection_budget() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct passed.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return 256;
+    }
+    let fit = limit.rlim_cur.saturating_sub(FDS_KEPT) / FDS_PER_CONNECTION;
+    usize::try_from(fit).unwrap_or(usize::MAX).clamp(16, 256)
+}
+
+/// How long [`EgressTap::take`] waits for the threads of the connections
+/// it ended (shut down) to finish and free their slots.
+const ENDED_WAIT: Duration = Duration::from_millis(500);
 
 /// A name the resolver refused, as a record lists it.
 fn dns_call(r: crate::dns::RefusedName) -> MediatedCall {

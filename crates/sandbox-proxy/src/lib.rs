@@ -123,9 +123,15 @@
 //! Request heads are bounded ([`ProxyOptions::max_head_bytes`], 16 KiB) and
 //! must arrive within [`ProxyOptions::head_timeout`] (30 s), so a stuck
 //! client cannot pin a thread; at most [`ProxyOptions::max_connections`]
-//! (256) connections are served at once, further ones are closed at once.
-//! An established tunnel has no idle timeout (long downloads are legitimate);
-//! [`Proxy::shutdown`] ends every tunnel.
+//! (256) connections are served at once, further ones are closed at once
+//! (a run's egress, [`Egress::start`], serves fewer when the runner's
+//! descriptor limit would run out first: 8 descriptors a connection, 256
+//! kept for the rest of the runner). An established tunnel has no idle
+//! timeout while its client's side is open (long downloads are
+//! legitimate); once the client has ended its side (end of stream, a
+//! half-close, its exit) the upstream may stay silent 30 s at most, then
+//! the tunnel is ended. [`Proxy::shutdown`] ends every tunnel, and a
+//! session's [`EgressTap::take`] those of the command that ended.
 //!
 //! # Wiring it into a run
 //! The proxy runs in the unconfined runner. The confined command must reach

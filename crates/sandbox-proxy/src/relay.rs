@@ -2,8 +2,17 @@
 
 use std::io::{self, Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Duration;
 
 use crate::state::Slot;
+
+/// How long an upstream may stay silent once its client has ended its
+/// side of a tunnel (end of stream, a half-close or the client's exit):
+/// after that long without a byte toward the client the tunnel is ended
+/// (both sockets shut down). An upstream still sending (a download after
+/// the request's half-close) is never cut.
+pub(crate) const HALF_CLOSED_IDLE: Duration = Duration::from_secs(30);
 
 /// Copy buffer per direction: large reads keep a bulk transfer to few
 /// syscalls (std's `io::copy` uses 8 KiB between two sockets).
@@ -14,28 +23,31 @@ const BUF: usize = 64 * 1024;
 /// entirely, so the other direction ends too. On Linux the bytes move
 /// through a pipe with splice(2), never copied into the proxy's memory
 /// ([`splice_pump`]); elsewhere, or when the kernel refuses splice, through
-/// a buffer.
-fn pump(mut from: TcpStream, mut to: TcpStream) {
+/// a buffer. Counts the bytes it moved in `moved`; true when it ended at
+/// the end of `from`'s stream.
+fn pump(from: &TcpStream, to: &TcpStream, moved: &AtomicU64) -> bool {
     #[cfg(target_os = "linux")]
-    let result = match splice_pump(&from, &to) {
+    let result = match splice_pump(from, to, moved) {
         Spliced::Done(result) => result,
-        Spliced::Unsupported => copy(&mut from, &mut to),
+        Spliced::Unsupported => copy(from, to, moved),
     };
     #[cfg(not(target_os = "linux"))]
-    let result = copy(&mut from, &mut to);
+    let result = copy(from, to, moved);
     match result {
         Ok(()) => {
             let _ = to.shutdown(Shutdown::Write);
+            true
         }
         Err(_) => {
             let _ = from.shutdown(Shutdown::Both);
             let _ = to.shutdown(Shutdown::Both);
+            false
         }
     }
 }
 
 /// Copies through a buffer until end of stream.
-fn copy(from: &mut TcpStream, to: &mut TcpStream) -> io::Result<()> {
+fn copy(mut from: &TcpStream, mut to: &TcpStream, moved: &AtomicU64) -> io::Result<()> {
     let mut buf = vec![0u8; BUF];
     loop {
         let n = match from.read(&mut buf) {
@@ -45,6 +57,7 @@ fn copy(from: &mut TcpStream, to: &mut TcpStream) -> io::Result<()> {
             Err(e) => return Err(e),
         };
         to.write_all(&buf[..n])?;
+        moved.fetch_add(n as u64, Ordering::Relaxed);
     }
 }
 
@@ -66,7 +79,7 @@ const PIPE: usize = 1 << 20;
 /// Copies `from` to `to` through a pipe with splice(2): socket to pipe,
 /// pipe to socket, the pages moved in the kernel.
 #[cfg(target_os = "linux")]
-fn splice_pump(from: &TcpStream, to: &TcpStream) -> Spliced {
+fn splice_pump(from: &TcpStream, to: &TcpStream, moved: &AtomicU64) -> Spliced {
     // splice(2) to a socket whose peer is gone raises SIGPIPE (it has no
     // MSG_NOSIGNAL): blocked on this thread while it runs, and one raised
     // taken before the mask is restored, so a process that keeps the
@@ -81,7 +94,7 @@ fn splice_pump(from: &TcpStream, to: &TcpStream) -> Spliced {
         libc::pthread_sigmask(libc::SIG_BLOCK, &pipe, &mut old);
         old
     };
-    let spliced = splice_loop(from, to);
+    let spliced = splice_loop(from, to, moved);
     // SAFETY: as above; sigtimedwait with a zero timeout only takes a
     // pending SIGPIPE, it never waits.
     unsafe {
@@ -99,7 +112,7 @@ fn splice_pump(from: &TcpStream, to: &TcpStream) -> Spliced {
 }
 
 #[cfg(target_os = "linux")]
-fn splice_loop(from: &TcpStream, to: &TcpStream) -> Spliced {
+fn splice_loop(from: &TcpStream, to: &TcpStream, counted: &AtomicU64) -> Spliced {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
@@ -165,29 +178,55 @@ fn splice_loop(from: &TcpStream, to: &TcpStream) -> Spliced {
                 return Spliced::Done(Err(io::ErrorKind::WriteZero.into()));
             }
             left -= m as usize;
+            counted.fetch_add(m as u64, Ordering::Relaxed);
         }
     }
 }
 
 /// Relays between `client` and `upstream` until both directions ended:
-/// client to upstream on a second thread, upstream to client on this one.
+/// client to upstream on a second thread, upstream to client on this one;
+/// once the client's side has ended, the upstream may stay silent
+/// [`HALF_CLOSED_IDLE`] at most.
 pub(crate) fn relay(slot: &Slot, client: TcpStream, upstream: TcpStream) {
+    relay_within(slot, client, upstream, HALF_CLOSED_IDLE);
+}
+
+/// [`relay`] with `idle` for [`HALF_CLOSED_IDLE`]. Both threads share the
+/// two sockets (no duplicate descriptors).
+fn relay_within(slot: &Slot, client: TcpStream, upstream: TcpStream, idle: Duration) {
     slot.track(&upstream);
     let _ = client.set_read_timeout(None);
-    let (client2, upstream2) = match (client.try_clone(), upstream.try_clone()) {
-        (Ok(c), Ok(u)) => (c, u),
-        _ => return,
-    };
-    let up = std::thread::Builder::new()
-        .name("sandbox-proxy-relay".into())
-        .stack_size(128 * 1024)
-        .spawn(move || pump(client2, upstream2));
-    let Ok(up) = up else {
-        // Dropping the clones and the originals closes both connections.
-        return;
-    };
-    pump(upstream, client);
-    let _ = up.join();
+    let down = AtomicU64::new(0);
+    let (done, ended) = std::sync::mpsc::channel::<()>();
+    std::thread::scope(|scope| {
+        let (client, upstream, down) = (&client, &upstream, &down);
+        let up = std::thread::Builder::new()
+            .name("sandbox-proxy-relay".into())
+            .stack_size(128 * 1024)
+            .spawn_scoped(scope, move || {
+                if !pump(client, upstream, &AtomicU64::new(0)) {
+                    return;
+                }
+                // The client has ended its side: the upstream must keep
+                // sending, or the tunnel ends.
+                let mut seen = down.load(Ordering::Relaxed);
+                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = ended.recv_timeout(idle)
+                {
+                    let now = down.load(Ordering::Relaxed);
+                    if now == seen {
+                        let _ = upstream.shutdown(Shutdown::Both);
+                        let _ = client.shutdown(Shutdown::Both);
+                        return;
+                    }
+                    seen = now;
+                }
+            });
+        // Without a second thread the sockets are dropped: closed.
+        if up.is_ok() {
+            pump(upstream, client, down);
+        }
+        drop(done);
+    });
 }
 
 #[cfg(test)]
@@ -212,7 +251,7 @@ mod tests {
         let data: Vec<u8> = (0..(3 << 20) + 7).map(|i| (i * 7 % 251) as u8).collect();
         let (mut src, from) = pair();
         let (to, mut dst) = pair();
-        let pumping = std::thread::spawn(move || pump(from, to));
+        let pumping = std::thread::spawn(move || pump(&from, &to, &AtomicU64::new(0)));
         let writer = {
             let data = data.clone();
             std::thread::spawn(move || {
@@ -234,7 +273,7 @@ mod tests {
             let (mut src, from) = pair();
             let (to, dst) = pair();
             drop(dst);
-            let pumping = std::thread::spawn(move || pump(from, to));
+            let pumping = std::thread::spawn(move || pump(&from, &to, &AtomicU64::new(0)));
             let chunk = vec![b'x'; 1 << 16];
             // The pump ends (its error shuts `from`): writes then fail.
             for _ in 0..4096 {
@@ -246,5 +285,68 @@ mod tests {
             // SAFETY: as above.
             unsafe { libc::signal(libc::SIGPIPE, before) };
         }
+    }
+
+    fn slot() -> Slot {
+        use std::sync::Arc;
+        let shared = Arc::new(crate::state::Shared::new(
+            sandbox_core::net::EgressRules::new(Vec::new()),
+            sandbox_core::net::HostAddrs::new([]),
+            crate::ProxyOptions::default(),
+            "127.0.0.1:9".parse().unwrap(),
+        ));
+        shared.claim().unwrap()
+    }
+
+    /// A tunnel whose client has ended its side (a half-close) and whose
+    /// upstream stays silent and open ends after the idle bound: the
+    /// client reads the end; twin: an upstream that keeps sending after
+    /// the half-close, each pause shorter than the bound, for several
+    /// bounds in all, is relayed whole.
+    #[test]
+    fn a_silent_upstream_after_the_clients_end_is_cut_a_sending_one_is_not() {
+        use std::time::{Duration, Instant};
+        let idle = Duration::from_millis(300);
+        // Silent upstream: `far` (its end) is held open, never written.
+        let (mut client, near_client) = pair();
+        let (near_up, far) = pair();
+        let started = Instant::now();
+        let relaying =
+            std::thread::spawn(move || relay_within(&slot(), near_client, near_up, idle));
+        client.write_all(b"hello").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let mut got = Vec::new();
+        client
+            .set_read_timeout(Some(Duration::from_secs(10)))
+            .unwrap();
+        client.read_to_end(&mut got).unwrap();
+        relaying.join().unwrap();
+        let took = started.elapsed();
+        assert!(got.is_empty());
+        assert!(took >= idle && took < Duration::from_secs(5), "{took:?}");
+        drop(far);
+
+        // Sending upstream: 10 pieces 100 ms apart (1 s, over 3 bounds).
+        let (mut client, near_client) = pair();
+        let (near_up, mut far) = pair();
+        let relaying =
+            std::thread::spawn(move || relay_within(&slot(), near_client, near_up, idle));
+        client.write_all(b"hello").unwrap();
+        client.shutdown(Shutdown::Write).unwrap();
+        let origin = std::thread::spawn(move || {
+            let mut request = Vec::new();
+            far.read_to_end(&mut request).unwrap();
+            assert_eq!(request, b"hello");
+            for i in 0..10u8 {
+                std::thread::sleep(Duration::from_millis(100));
+                far.write_all(&[b'0' + i]).unwrap();
+            }
+            far.shutdown(Shutdown::Write).unwrap();
+        });
+        let mut got = Vec::new();
+        client.read_to_end(&mut got).unwrap();
+        origin.join().unwrap();
+        relaying.join().unwrap();
+        assert_eq!(got, b"0123456789");
     }
 }

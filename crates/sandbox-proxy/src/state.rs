@@ -67,7 +67,12 @@ std::thread_local! {
 struct Live {
     next_id: u64,
     count: usize,
-    sockets: HashMap<u64, Vec<TcpStream>>,
+    /// Each open connection's window (see [`Slot::window`]) and sockets.
+    sockets: HashMap<u64, (u64, Vec<TcpStream>)>,
+    /// The connections of windows before this one are ended
+    /// ([`Shared::end_window`]): one that tracks a socket later is shut
+    /// down at once.
+    ended_before: u64,
 }
 
 /// Locks `m`, also when a thread panicked while holding it: the data is
@@ -192,8 +197,27 @@ impl Shared {
             reply.stop();
         }
         let live = lock(&self.live);
-        for socket in live.sockets.values().flatten() {
+        for socket in live.sockets.values().flat_map(|(_, s)| s) {
             let _ = socket.shutdown(Shutdown::Both);
+        }
+    }
+
+    /// Ends the connections accepted in the current window or before it
+    /// that are still open (a shared launch's command has ended:
+    /// [`crate::EgressTap::take`]): shuts their sockets down both ways, so
+    /// their threads end and free their slots, however their peers behave
+    /// (an upstream that never answers nor closes). One of them that
+    /// tracks a socket later is shut down then ([`Slot::track`]).
+    pub(crate) fn end_window(&self) {
+        let generation = lock(&self.window).generation;
+        let mut live = lock(&self.live);
+        live.ended_before = live.ended_before.max(generation + 1);
+        for (window, sockets) in live.sockets.values() {
+            if *window <= generation {
+                for socket in sockets {
+                    let _ = socket.shutdown(Shutdown::Both);
+                }
+            }
         }
     }
 
@@ -240,12 +264,17 @@ impl Slot {
         CONNECTION_WINDOW.with(|w| w.set(Some(self.window)));
         let clone = socket.try_clone();
         let mut live = lock(&self.shared.live);
-        if self.shared.stopping.load(Ordering::SeqCst) {
+        if self.shared.stopping.load(Ordering::SeqCst) || self.window < live.ended_before {
             let _ = socket.shutdown(Shutdown::Both);
             return;
         }
         match clone {
-            Ok(clone) => live.sockets.entry(self.id).or_default().push(clone),
+            Ok(clone) => live
+                .sockets
+                .entry(self.id)
+                .or_insert_with(|| (self.window, Vec::new()))
+                .1
+                .push(clone),
             // Without a clone shutdown could not reach it: do not serve it.
             Err(_) => {
                 let _ = socket.shutdown(Shutdown::Both);

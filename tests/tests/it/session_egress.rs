@@ -449,6 +449,108 @@ fn a_background_proxy_connection_ends_with_its_command_and_keep_works() {
     }
 }
 
+/// Opens CONNECT tunnels through the run's proxy to `argv[1]` until one
+/// is refused (at most `argv[2]`), writes a line into each, half-closes it
+/// when `HALF` is set; prints how many were established and whether one
+/// was refused, then exits (closing them). With `argv[3]`, a file: opens
+/// one tunnel, waits until that file exists, then sends a GET through it
+/// and prints the status line.
+const TUNNELS_PY: &str = r#"
+import os, socket, sys, time
+proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]; ph, pp = proxy.rsplit(":", 1)
+def tunnel():
+    s = socket.create_connection((ph, int(pp)), timeout=10)
+    s.sendall(b"CONNECT %s HTTP/1.1\r\nHost: %s\r\n\r\n" % (sys.argv[1].encode(), sys.argv[1].encode()))
+    r = s.recv(100)
+    return s if r.startswith(b"HTTP/1.1 200") else None
+if len(sys.argv) > 3:
+    s = tunnel()
+    while not os.path.exists(sys.argv[3]): time.sleep(0.05)
+    s.sendall(b"GET /kept HTTP/1.1\r\nHost: svc.example.com\r\nConnection: close\r\n\r\n")
+    print(s.recv(100).split(b"\r\n")[0].decode(), flush=True)
+    sys.exit(0)
+ok = 0; refused = False; held = []
+for i in range(int(sys.argv[2])):
+    try:
+        s = tunnel()
+    except OSError:
+        s = None
+    if s is None:
+        refused = True; break
+    ok += 1; s.sendall(b"hello\n"); held.append(s)
+    if os.environ.get("HALF"): s.shutdown(socket.SHUT_WR)
+print(ok, "refused" if refused else "all", flush=True)
+"#;
+
+/// A command that fills the proxy with tunnels to an upstream that accepts
+/// and stays silent (never answers, never closes), half-closed or not, and
+/// exits: its tunnels are ended with it, so the next command gets its own
+/// (#44/#45); twin: a kept command's tunnel (its run's own proxy) stays
+/// usable after later commands ended, until its own end.
+#[test]
+fn a_commands_tunnels_to_a_silent_upstream_end_with_it_a_kept_ones_live_on() {
+    for nobody in users() {
+        // The silent upstream, on svc.example.com:9000; gone after 300 s.
+        let tail = format!(
+            r#"python3 -c '
+import signal, socket
+signal.alarm(300)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("{SVC_IP}", 9000)); s.listen(1024); held = []
+open("'"$D"'/silent-listening", "w").close()
+while True: held.append(s.accept()[0])
+' > /dev/null 2>&1 < /dev/null &
+for i in $(seq 200); do [ -e "$D/silent-listening" ] && break; sleep 0.05; done
+exec $WRAP $SESSION -w "$D" --allow-net svc.example.com:9000 --allow-net svc.example.com:8080"#
+        );
+        let mut h = Harness::open(nobody, &tail, &[]);
+        assert_eq!(h.hello["launch"], "shared", "{}", h.hello);
+        let d = h.path();
+        std::fs::write(d.join("tunnels.py"), TUNNELS_PY).unwrap();
+        let py = format!("python3 {}/tunnels.py", d.display());
+        for (half, first) in [("", "fill"), ("HALF=1 ", "fill-half")] {
+            // Control: the proxy was full (a tunnel refused), so the next
+            // command's tunnels need the slots these held.
+            let (_, fill) = h.run(first, &format!("{half}{py} svc.example.com:9000 1000"));
+            let out = fill["stdout"].as_str().unwrap_or_default().to_owned();
+            let n: usize = out.split(' ').next().unwrap().parse().expect(&out);
+            assert!(n >= 16 && out.ends_with(" refused\n"), "{fill}");
+            let (_, next) = h.run(
+                &format!("{first}-next"),
+                &format!("{py} svc.example.com:9000 3"),
+            );
+            assert_eq!(next["stdout"], "3 all\n", "{next}");
+        }
+
+        // Kept: its tunnel lives on past a later command's end.
+        let go = d.join("go");
+        h.start(
+            "kept",
+            &format!(
+                "{py} svc.example.com:8080 1 {} > {}/kept.out & sleep 0.5",
+                go.display(),
+                d.display()
+            ),
+            json!({"keep": true}),
+        );
+        let (_, kept) = h.until_exit("kept");
+        assert_eq!(kept["kept"], 1, "{kept}");
+        let (_, after) = h.run("after", &format!("{py} svc.example.com:9000 3"));
+        assert_eq!(after["stdout"], "3 all\n", "{after}");
+        std::fs::write(&go, "").unwrap();
+        let out = d.join("kept.out");
+        let began = Instant::now();
+        while !std::fs::read_to_string(&out).is_ok_and(|s| s.ends_with('\n'))
+            && began.elapsed() < Duration::from_secs(30)
+        {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let got = std::fs::read_to_string(&out).unwrap_or_default();
+        assert_eq!(got, "HTTP/1.0 200 OK\n", "the kept command's tunnel");
+        h.close();
+    }
+}
+
 /// Whether `pid` has exited (gone, or a zombie).
 fn gone(pid: i32) -> bool {
     std::fs::read_to_string(format!("/proc/{pid}/stat")).map_or(true, |s| s.contains(") Z "))
