@@ -120,6 +120,11 @@ fn run_cli(args: Vec<std::ffi::OsString>) -> i32 {
     if args.len() == 2 && args[1] == "__zygote" {
         return sandbox::zygote::serve();
     }
+    // The runner's descriptors serve the run (proxy connections, broker,
+    // resolver): its soft limit goes up to the hard one before anything is
+    // opened; each command gets the one found here back
+    // (`sandbox_launch::fds`).
+    let _ = sandbox::runner::fds::raise_for_runner();
     // SAFETY: setting dispositions before any thread exists. SIGCHLD
     // inherited ignored would have the kernel reap the run's processes
     // before the runner could wait for them (wait(2), "NOTES").

@@ -31,6 +31,7 @@
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
 pub mod contain;
+pub mod fds;
 mod launch;
 pub mod limit;
 mod locate;

@@ -414,6 +414,11 @@ mod imp {
             if args.join >= 0 && libc::write(args.join, b"0".as_ptr().cast(), 1) != 1 {
                 return errno();
             }
+            // The soft descriptor limit the runner started with, which it
+            // raised for itself (`crate::fds`).
+            if let Err(e) = crate::fds::restore_in_child() {
+                return e;
+            }
             // Handlers belong to the parent's memory: none may run here. Ignored
             // signals stay ignored across exec, except SIGPIPE, which std ignores
             // and a command expects at its default.

@@ -98,7 +98,7 @@ pub mod runner {
     pub use sandbox_core::terminal_safe;
     pub use sandbox_core::{MediatedCall, Mediation};
     pub use sandbox_launch::{
-        stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord, StopSignals,
+        fds, stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord, StopSignals,
     };
     pub use sandbox_proxy::{Decider, Decision, Pending, Reply, Settled};
     pub use sandbox_proxy::{EgressOptions, EgressTap};

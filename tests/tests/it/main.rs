@@ -16,6 +16,7 @@ mod dns;
 mod egress;
 mod explain;
 mod fail_closed;
+mod fd_limit;
 mod fidelity;
 mod gate_witness;
 mod git_audit;

@@ -1,0 +1,122 @@
+//! The runner raises its own soft descriptor limit (`RLIMIT_NOFILE`) to the
+//! hard one (its proxy connections, broker and resolver need descriptors),
+//! and every command gets back the soft limit the runner started with: a
+//! run's command, a session's shared and kept commands, and per-command
+//! launches print with `ulimit -n` what the shell that started the runner
+//! set. Root and nobody.
+#![cfg(target_os = "linux")]
+
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sandbox_tests::sandbox_bin;
+
+/// This process's hard `RLIMIT_NOFILE`.
+fn hard_limit() -> u64 {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes into the struct passed.
+    assert_eq!(
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) },
+        0
+    );
+    limit.rlim_max
+}
+
+/// `sh -c` with the soft limit set to 1000 first, then `rest` (where
+/// `$RUNNER` is the CLI, as nobody when `nobody`).
+fn shell(nobody: bool, rest: &str) -> Command {
+    let wrap = if nobody {
+        "setpriv --reuid=65534 --regid=65534 --clear-groups --"
+    } else {
+        ""
+    };
+    let mut cmd = Command::new("/bin/sh");
+    cmd.arg("-c")
+        .arg(format!(
+            "ulimit -Sn 1000; RUNNER=\"{wrap} $SANDBOX\"; {rest}"
+        ))
+        .env("SANDBOX", sandbox_bin())
+        .current_dir("/tmp");
+    cmd
+}
+
+#[test]
+fn commands_get_the_soft_descriptor_limit_the_runner_started_with() {
+    let hard = hard_limit();
+    assert!(hard >= 1000, "the test sets a soft limit of 1000");
+    let want = format!("1000 {hard}\n");
+    let print = r#"echo $(ulimit -Sn) $(ulimit -Hn)"#;
+    for nobody in [false, true] {
+        // Control: the runner itself runs with the soft limit raised.
+        let mut runner = shell(nobody, "exec $RUNNER run -- sleep 3")
+            .stdout(Stdio::null())
+            .spawn()
+            .unwrap();
+        let limits = format!("/proc/{}/limits", runner.id());
+        let began = Instant::now();
+        let raised = loop {
+            let text = std::fs::read_to_string(&limits).unwrap_or_default();
+            let line = text
+                .lines()
+                .find(|l| l.starts_with("Max open files"))
+                .unwrap_or_default()
+                .to_owned();
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            if fields.get(3) == Some(&hard.to_string().as_str())
+                || began.elapsed() > Duration::from_secs(2)
+            {
+                break line;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        };
+        assert_eq!(runner.wait().unwrap().code(), Some(0));
+        assert!(
+            raised.split_whitespace().nth(3) == Some(hard.to_string().as_str()),
+            "the runner's soft limit: {raised}"
+        );
+
+        let out = shell(nobody, &format!("$RUNNER run -- sh -c '{print}'"))
+            .output()
+            .unwrap();
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            want,
+            "run, nobody={nobody}"
+        );
+
+        for launch in ["shared", "per-command"] {
+            let mut requests =
+                format!(r#"{{"id":"1","op":"run","argv":["sh","-c","{print}"],"output":true}}"#);
+            if launch == "shared" {
+                requests.push_str(&format!(
+                    "\n{{\"id\":\"2\",\"op\":\"run\",\"argv\":[\"sh\",\"-c\",\"{print}; sleep 1 &\"],\"output\":true,\"keep\":true}}"
+                ));
+            }
+            requests.push_str("\n{\"op\":\"close\"}");
+            let out = shell(
+                nobody,
+                &format!("printf '%s\\n' '{requests}' | $RUNNER session --launch {launch}"),
+            )
+            .output()
+            .unwrap();
+            let text = String::from_utf8_lossy(&out.stdout);
+            let exits: Vec<serde_json::Value> = text
+                .lines()
+                .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+                .filter(|e| e["event"] == "exit")
+                .collect();
+            let expected = if launch == "shared" { 2 } else { 1 };
+            assert_eq!(exits.len(), expected, "{launch}: {text}");
+            for exit in exits {
+                assert_eq!(
+                    exit["stdout"],
+                    want.as_str(),
+                    "{launch}, nobody={nobody}: {exit}"
+                );
+            }
+        }
+    }
+}
