@@ -986,11 +986,7 @@ fn decide(
     target: &mut BrokerTarget,
     fatal: &mut Option<String>,
 ) -> Answer {
-    let unreadable = |e: io::Error| BrokerDecision::Refused {
-        reason: Refusal::UnreadableCaller {
-            errno: errno_of(&e),
-        },
-    };
+    let unreadable = |e: io::Error| crate::connect::unreadable_caller(&e);
     let mut caller = Caller::unopened(n.pid as i32);
     let decoded = syscalls::decode(handler, n.data.args, &caller);
     // The run's shared memory: the names a call has in /dev/shm (all of
@@ -1129,14 +1125,7 @@ fn decide_entry(
     target.fd = (dirfd != libc::AT_FDCWD).then_some(dirfd);
     let identity = match caller_identity(caller, own, umask) {
         Ok(id) => id,
-        Err(e) => {
-            return BrokerDecision::Refused {
-                reason: Refusal::UnreadableCaller {
-                    errno: errno_of(&e),
-                },
-            }
-            .into()
-        }
+        Err(e) => return crate::connect::unreadable_caller(&e).into(),
     };
     let shm = rules.shm.as_ref().zip(shm_names.as_deref());
     // Only the shared memory's own calls, the rest in the kernel: no handles.
@@ -1339,13 +1328,7 @@ fn write_back(
         match listener.id_valid(id) {
             Ok(true) => {}
             Ok(false) => return BrokerDecision::CallerGone,
-            Err(e) => {
-                return BrokerDecision::Refused {
-                    reason: Refusal::UnreadableCaller {
-                        errno: errno_of(&e),
-                    },
-                }
-            }
+            Err(e) => return crate::connect::unreadable_caller(&e),
         }
         if let Err(e) = caller.write(back.buf, &back.bytes) {
             if errno_of(&e) == libc::ESRCH {

@@ -436,9 +436,18 @@ pub(crate) fn decide_listen(
     }
 }
 
-fn unreadable_caller(e: &io::Error) -> BrokerDecision {
-    BrokerDecision::Refused {
-        reason: Refusal::UnreadableCaller { errno: errno_of(e) },
+/// The answer when the caller's arguments or identity could not be read:
+/// a refusal ([`Refusal::UnreadableCaller`]), but when the runner is out of
+/// file descriptors (`EMFILE`, `ENFILE`: the broker opens the caller's
+/// memory or `/proc` entries to read them), which is the runner's failure
+/// and not the policy's: the call then fails with that errno
+/// ([`BrokerDecision::Failed`], no refusal, so no `sandbox_denial`).
+pub(crate) fn unreadable_caller(e: &io::Error) -> BrokerDecision {
+    match errno_of(e) {
+        errno @ (libc::EMFILE | libc::ENFILE) => BrokerDecision::Failed { errno },
+        errno => BrokerDecision::Refused {
+            reason: Refusal::UnreadableCaller { errno },
+        },
     }
 }
 
@@ -872,6 +881,27 @@ mod tests {
         let mut a = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
         a.extend_from_slice(path);
         a
+    }
+
+    /// The runner out of descriptors (`EMFILE`, `ENFILE`) while reading
+    /// the caller's arguments is the runner's failure: the call fails with
+    /// that errno, no refusal (so no `sandbox_denial`); twin: any other
+    /// errno (the caller's memory unreadable) stays a refusal.
+    #[test]
+    fn the_runner_out_of_descriptors_is_no_refusal() {
+        for errno in [libc::EMFILE, libc::ENFILE] {
+            let answer = unreadable_caller(&io::Error::from_raw_os_error(errno));
+            assert_eq!(answer, BrokerDecision::Failed { errno });
+        }
+        for errno in [libc::EFAULT, libc::ESRCH, libc::EACCES] {
+            let answer = unreadable_caller(&io::Error::from_raw_os_error(errno));
+            assert_eq!(
+                answer,
+                BrokerDecision::Refused {
+                    reason: Refusal::UnreadableCaller { errno }
+                }
+            );
+        }
     }
 
     #[test]

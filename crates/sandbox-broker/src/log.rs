@@ -242,7 +242,9 @@ pub enum Refusal {
     OwnershipChange,
     /// The extended attribute is outside the `user.` namespace.
     XattrNamespace,
-    /// The caller's arguments or identity could not be read.
+    /// The caller's arguments or identity could not be read (but for
+    /// `EMFILE`/`ENFILE`, the runner out of descriptors: that call fails,
+    /// [`BrokerDecision::Failed`], and is no refusal).
     UnreadableCaller {
         /// The errno of the failed read.
         errno: i32,
