@@ -598,8 +598,8 @@ const FDS_KEPT: u64 = 256;
 /// How many connections the proxy serves at once: 256
 /// ([`ProxyOptions::default`]), or fewer when the runner's descriptor limit
 /// (its soft `RLIMIT_NOFILE`, which the CLI raises to the hard one) would
-/// run out first: [`FDS_PER_CONNECTION`] each, [`FDS_KEPT`] kept for the
-/// rest; at least 16.
+/// run out first: [`FDS_PER_CONNECTION`] each, [`FDS_KEPT`] (at most half
+/// the limit) kept for the rest; at least 1.
 fn connection_budget() -> usize {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
@@ -609,8 +609,9 @@ fn connection_budget() -> usize {
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
         return 256;
     }
-    let fit = limit.rlim_cur.saturating_sub(FDS_KEPT) / FDS_PER_CONNECTION;
-    usize::try_from(fit).unwrap_or(usize::MAX).clamp(16, 256)
+    let kept = FDS_KEPT.min(limit.rlim_cur / 2);
+    let fit = limit.rlim_cur.saturating_sub(kept) / FDS_PER_CONNECTION;
+    usize::try_from(fit).unwrap_or(usize::MAX).clamp(1, 256)
 }
 
 /// How long [`EgressTap::take`] waits for the threads of the connections
