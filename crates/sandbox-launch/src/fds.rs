@@ -9,11 +9,14 @@
 //! `ulimit -n` in the command prints what it printed before the runner
 //! (the kernel passes resource limits across fork and exec).
 
+#[cfg(target_os = "linux")]
 use std::sync::atomic::{AtomicU64, Ordering};
 
 /// The soft limit the runner started with, [`NOT_SET`] when it did not
 /// change it.
+#[cfg(target_os = "linux")]
 static COMMAND_SOFT: AtomicU64 = AtomicU64::new(NOT_SET);
+#[cfg(target_os = "linux")]
 const NOT_SET: u64 = u64::MAX - 1;
 
 /// Raises this process's soft `RLIMIT_NOFILE` to its hard limit, recording
