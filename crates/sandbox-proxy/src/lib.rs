@@ -126,7 +126,7 @@
 //! (256) connections are served at once, further ones are closed at once
 //! (a run's egress, [`Egress::start`], serves fewer when the runner's
 //! descriptor limit would run out first: 8 descriptors a connection, 256
-//! kept for the rest of the runner). An established tunnel has no idle
+//! or half the limit kept for the rest of the runner). An established tunnel has no idle
 //! timeout while its client's side is open (long downloads are
 //! legitimate); once the client has ended its side (end of stream, a
 //! half-close, its exit) the upstream may stay silent 30 s at most, then
