@@ -162,6 +162,8 @@ pub fn main(args: &[String]) -> Result<(), String> {
     let dynamic_bin = root.join("target/release/sandbox");
     let workload = root.join("target/release/bench-workload");
     let scratch = tempdir()?;
+    // Removes the runtime directory made for nobody's rows, if one was.
+    let _runtime = NobodyRuntime;
     let w = scratch.to_str().ok_or("temp dir is not UTF-8")?.to_owned();
     let confine_with = |bin: &Path, extra: &[&str], argv: &[&str]| -> Vec<String> {
         let mut v: Vec<String> = vec![
@@ -217,8 +219,9 @@ pub fn main(args: &[String]) -> Result<(), String> {
         let (a, b) = interleave(settings.launches / 2, || wall(&bare), || wall(&noop))?;
         rows.push(row(title, &noop, &a, &b));
     }
-    // Unprivileged, measured in the same run: both sides started as nobody
-    // (uid and gid 65534, no groups) with a runtime directory of its own.
+    // Unprivileged, measured in the same run: both sides started by a
+    // process running as nobody (uid and gid 65534, no groups) with a
+    // runtime directory of its own, as a login session has.
     if is_root() && want("launch /bin/true as nobody (its own runtime directory): CLI vs bare") {
         let (nobody_w, runtime) = nobody_dirs(&scratch)?;
         let cli = {
@@ -228,8 +231,17 @@ pub fn main(args: &[String]) -> Result<(), String> {
             }
             v
         };
-        let as_nobody = |argv: &[String]| wall_as_nobody(argv, &runtime, &nobody_w);
-        let (a, b) = interleave(settings.launches, || as_nobody(&bare), || as_nobody(&cli))?;
+        let (a, b) = pairs_as_nobody(
+            &scratch,
+            &runtime,
+            &nobody_w,
+            &NobodyPairs {
+                n: settings.launches,
+                bare: bare.clone(),
+                other: cli.clone(),
+                session: false,
+            },
+        )?;
         rows.push(row(
             "launch /bin/true as nobody (its own runtime directory): CLI vs bare",
             &cli,
@@ -304,22 +316,18 @@ pub fn main(args: &[String]) -> Result<(), String> {
             });
         }
         if is_root() && want(session_titles[3]) {
-            use std::os::unix::process::CommandExt;
             let (nobody_w, runtime) = nobody_dirs(&scratch)?;
             let argv = session_argv(&nobody_w);
-            let mut cmd = Command::new(&argv[0]);
-            cmd.args(&argv[1..])
-                .uid(65534)
-                .gid(65534)
-                .env("XDG_RUNTIME_DIR", &runtime)
-                .env("HOME", &nobody_w)
-                .current_dir(&nobody_w);
-            let mut s = session::Session::open(&mut cmd)?;
-            let as_nobody = |argv: &[String]| wall_as_nobody(argv, &runtime, &nobody_w);
-            let (a, b) = interleave(
-                settings.launches,
-                || as_nobody(&bare),
-                || s.run(&["/bin/true"]),
+            let (a, b) = pairs_as_nobody(
+                &scratch,
+                &runtime,
+                &nobody_w,
+                &NobodyPairs {
+                    n: settings.launches,
+                    bare: bare.clone(),
+                    other: argv.clone(),
+                    session: true,
+                },
             )?;
             rows.push(Row {
                 command: format!("(as nobody) {} {request}", argv.join(" ")),
@@ -1175,44 +1183,119 @@ fn is_root() -> bool {
         .unwrap_or(false)
 }
 
-/// A write path and a runtime directory for nobody, beneath `scratch`.
-fn nobody_dirs(scratch: &Path) -> Result<(String, String), String> {
-    use std::os::unix::fs::PermissionsExt;
-    let (w, runtime) = (scratch.join("nobody-w"), scratch.join("nobody-run"));
-    for (dir, mode) in [(&w, 0o777), (&runtime, 0o700)] {
-        std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(mode))
-            .map_err(|e| e.to_string())?;
+/// nobody's runtime directory, `/run/user/65534`, as systemd-logind makes one
+/// at login: the CLI keeps its cached self-test verdict there (never where
+/// `$XDG_RUNTIME_DIR` points), so without it (or a home of nobody's own) every
+/// launch as nobody would run the self-test, which no user with a login
+/// session pays.
+const NOBODY_RUNTIME: &str = "/run/user/65534";
+
+/// A marker in the runtime directory the bench made, so that only that one
+/// is removed.
+const MADE_BY_BENCH: &str = ".made-by-xtask-bench";
+
+/// Removes [`NOBODY_RUNTIME`] when dropped if the bench made it.
+struct NobodyRuntime;
+
+impl Drop for NobodyRuntime {
+    fn drop(&mut self) {
+        let dir = Path::new(NOBODY_RUNTIME);
+        if dir.join(MADE_BY_BENCH).exists() {
+            let _ = std::fs::remove_dir_all(dir);
+        }
     }
-    std::os::unix::fs::chown(&runtime, Some(65534), Some(65534)).map_err(|e| e.to_string())?;
-    // nobody must reach both through the scratch directory.
-    std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o755))
-        .map_err(|e| e.to_string())?;
-    let s = |p: &Path| p.to_str().map(str::to_owned).ok_or("not UTF-8".to_owned());
-    Ok((s(&w)?, s(&runtime)?))
 }
 
-/// Wall time of one run of `argv` as nobody (uid, gid 65534; std drops the
-/// supplementary groups), in ms.
-fn wall_as_nobody(argv: &[String], runtime: &str, cwd: &str) -> Result<f64, String> {
+/// A write path for nobody beneath `scratch`, and nobody's runtime
+/// directory ([`NOBODY_RUNTIME`], made when missing).
+fn nobody_dirs(scratch: &Path) -> Result<(String, String), String> {
+    use std::os::unix::fs::PermissionsExt;
+    let w = scratch.join("nobody-w");
+    std::fs::create_dir_all(&w).map_err(|e| format!("{}: {e}", w.display()))?;
+    std::fs::set_permissions(&w, std::fs::Permissions::from_mode(0o777))
+        .map_err(|e| e.to_string())?;
+    let runtime = Path::new(NOBODY_RUNTIME);
+    if !runtime.exists() {
+        std::fs::create_dir_all(runtime).map_err(|e| format!("{NOBODY_RUNTIME}: {e}"))?;
+        std::fs::write(runtime.join(MADE_BY_BENCH), "").map_err(|e| e.to_string())?;
+        std::fs::set_permissions(runtime, std::fs::Permissions::from_mode(0o700))
+            .map_err(|e| e.to_string())?;
+        std::os::unix::fs::chown(runtime, Some(65534), Some(65534)).map_err(|e| e.to_string())?;
+    }
+    // nobody must reach the write path through the scratch directory.
+    std::fs::set_permissions(scratch, std::fs::Permissions::from_mode(0o755))
+        .map_err(|e| e.to_string())?;
+    let w = w.to_str().map(str::to_owned).ok_or("not UTF-8")?;
+    Ok((w, NOBODY_RUNTIME.to_owned()))
+}
+
+/// Interleaved pairs measured by a process already running as nobody: `bare`
+/// vs `other` (a command, or with `session` a `sandbox session` command
+/// whose `run` of `bare` is timed). Started from that process, both sides
+/// launch as a harness running as nobody would (std's posix_spawn); started
+/// from root, each would pay a fork to drop to nobody, which `bare` pays in
+/// full and so makes any ratio look better than it is.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct NobodyPairs {
+    n: usize,
+    bare: Vec<String>,
+    other: Vec<String>,
+    session: bool,
+}
+
+/// The hidden subcommand [`pairs_as_nobody`] runs as nobody.
+pub const AS_NOBODY: &str = "__bench-pairs-as-nobody";
+
+/// Runs `pairs` in a copy of this xtask started as nobody (uid and gid
+/// 65534, no groups) with `runtime` and `cwd`; its `(bare, other)` times.
+fn pairs_as_nobody(
+    scratch: &Path,
+    runtime: &str,
+    cwd: &str,
+    pairs: &NobodyPairs,
+) -> Result<(Vec<f64>, Vec<f64>), String> {
     use std::os::unix::process::CommandExt;
-    let t = Instant::now();
-    let status = Command::new(&argv[0])
-        .args(&argv[1..])
+    // A copy nobody may run: the build's own may sit in a directory only
+    // root reaches.
+    let exe = scratch.join("xtask-as-nobody");
+    if !exe.exists() {
+        let me = std::env::current_exe().map_err(|e| format!("xtask's own path: {e}"))?;
+        std::fs::copy(&me, &exe).map_err(|e| format!("{}: {e}", exe.display()))?;
+    }
+    let out = Command::new(&exe)
+        .arg(AS_NOBODY)
+        .arg(serde_json::to_string(pairs).map_err(|e| e.to_string())?)
         .uid(65534)
         .gid(65534)
         .env("XDG_RUNTIME_DIR", runtime)
         .env("HOME", cwd)
         .current_dir(cwd)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map_err(|e| format!("{}: {e}", argv[0]))?;
-    let ms = t.elapsed().as_secs_f64() * 1000.0;
-    if !status.success() {
-        return Err(format!("`{}` as nobody failed: {status}", argv.join(" ")));
+        .stderr(Stdio::inherit())
+        .output()
+        .map_err(|e| format!("{}: {e}", exe.display()))?;
+    if !out.status.success() {
+        return Err(format!("the pairs as nobody failed ({})", out.status));
     }
-    Ok(ms)
+    serde_json::from_slice(&out.stdout).map_err(|e| format!("the pairs as nobody: {e}"))
+}
+
+/// The [`AS_NOBODY`] subcommand: measures the pairs its argument names and
+/// prints their times as JSON.
+pub fn pairs_main(args: &[String]) -> Result<(), String> {
+    let pairs: NobodyPairs = serde_json::from_str(args.first().ok_or("no pairs given")?)
+        .map_err(|e| format!("pairs: {e}"))?;
+    let times = if pairs.session {
+        let mut s = session::Session::open(Command::new(&pairs.other[0]).args(&pairs.other[1..]))?;
+        let argv: Vec<&str> = pairs.bare.iter().map(String::as_str).collect();
+        interleave(pairs.n, || wall(&pairs.bare), || s.run(&argv))?
+    } else {
+        interleave(pairs.n, || wall(&pairs.bare), || wall(&pairs.other))?
+    };
+    println!(
+        "{}",
+        serde_json::to_string(&times).map_err(|e| e.to_string())?
+    );
+    Ok(())
 }
 
 /// Wall time of one run of `argv`, in ms, accepting the exit codes in `ok`.

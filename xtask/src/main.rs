@@ -15,6 +15,7 @@ fn main() -> ExitCode {
         Some("ci") => ci(),
         Some("conformance") => conformance::main(&args[1..]),
         Some("bench") => bench::main(&args[1..]),
+        Some(bench::AS_NOBODY) => bench::pairs_main(&args[1..]),
         Some("stress") => stress::main(&args[1..]),
         Some("dist") => dist().map(|bin| println!("{}", bin.display())),
         Some("codegen") => codegen(),
