@@ -7,7 +7,9 @@
 //!   (root, or a delegated subtree); the command starts in it
 //!   (`CLONE_INTO_CGROUP`, else it moves itself in before it execs), and the run ends with one write to `cgroup.kill`, which the
 //!   kernel applies atomically to every member, forks in flight included
-//!   (Documentation/admin-guide/cgroup-v2.rst, `cgroup.kill`). A command
+//!   (Documentation/admin-guide/cgroup-v2.rst, `cgroup.kill`), then, for
+//!   what that misses (a thread group whose leader exited before its other
+//!   threads), SIGKILL to each member's thread group by pidfd. A command
 //!   cannot leave: moving out needs write access to `cgroup.procs` files,
 //!   which Landlock refuses outside the write paths.
 //! * **process group**: the command starts a new session, the seccomp filter
@@ -88,6 +90,10 @@ const NAME_TRIES: usize = 4;
 /// How long ending a run waits for the kernel to report the cgroup empty.
 const EMPTY_WAIT: Duration = Duration::from_secs(10);
 
+/// How long ending a run waits for `cgroup.kill` (then each SIGKILL round)
+/// to empty the cgroup before it sends SIGKILL to each member again.
+const KILL_TICK: Duration = Duration::from_millis(20);
+
 impl Default for Containment {
     fn default() -> Self {
         Self::new()
@@ -161,13 +167,18 @@ impl Containment {
 
     /// Ends every process of the run whose main process is `pid` (its
     /// process group leader): SIGTERM, up to `grace` for them to go, then
-    /// SIGKILL to all at once.
+    /// SIGKILL to all at once, repeated for a bounded time while any is
+    /// left ([`Ended::all_ended`] says whether none is).
     pub fn end(&self, pid: i32, grace: Duration) -> Ended {
         match &self.0 {
-            Inner::Cgroup(run) => Ended {
-                others: run.end(pid, grace),
-                main: None,
-            },
+            Inner::Cgroup(run) => {
+                let (others, all_ended) = run.end(pid, grace);
+                Ended {
+                    others,
+                    main: None,
+                    all_ended,
+                }
+            }
             Inner::ProcessGroup => end_group(pid, grace),
         }
     }
@@ -180,6 +191,10 @@ pub struct Ended {
     pub others: usize,
     /// The main process's status, when ending the group reaped it.
     pub main: Option<ExitStatus>,
+    /// Whether no process of the run is left (`false`: some outlived
+    /// SIGKILL for the whole bound; the caller must not wait for the main
+    /// process without a bound then).
+    pub all_ended: bool,
 }
 
 /// A cgroup created for one run, removed when dropped.
@@ -233,54 +248,55 @@ impl CgroupRun {
         opened
     }
 
-    fn end(&self, pid: i32, grace: Duration) -> usize {
+    /// Ends the run: SIGTERM to each member, up to `grace`, then SIGKILL
+    /// ([`CgroupRun::kill_all`]). How many members besides `pid` there
+    /// were, and whether the cgroup is empty now.
+    fn end(&self, pid: i32, grace: Duration) -> (usize, bool) {
         // No live process left (cgroup-v2.rst, "populated": zombies, such
         // as the unreaped main process, do not count): nothing to end.
         if self.empty() {
-            return 0;
+            return (0, true);
         }
         let members = self.members();
         let others = members.iter().filter(|p| **p != pid).count();
-        for p in &members {
-            // SAFETY: kill has no memory effects; the pids are in our cgroup.
-            unsafe {
-                libc::kill(*p, libc::SIGTERM);
-                libc::kill(*p, libc::SIGCONT);
-            }
+        signal_members(self.procs.as_raw_fd(), &[libc::SIGTERM, libc::SIGCONT]);
+        if self.wait_empty(grace) {
+            return (others, true);
         }
-        if !self.wait_empty(grace) {
-            // SAFETY: write(2) of a static byte to our cgroup.kill fd.
-            unsafe { libc::write(self.kill.as_raw_fd(), b"1".as_ptr().cast(), 1) };
-            if !self.wait_empty(EMPTY_WAIT) {
-                tracing::warn!(dir = %self.dir.display(), "the run's cgroup did not empty after cgroup.kill");
+        (others, self.kill_all())
+    }
+
+    /// SIGKILL to every process of the cgroup until it is empty, for at
+    /// most [`EMPTY_WAIT`]: whether it is. One write to `cgroup.kill`
+    /// first, then, while the cgroup stays populated, SIGKILL to each
+    /// member's thread group through a pidfd ([`signal_members`]):
+    /// `cgroup.kill` does not reach a thread group whose leader has exited
+    /// (`SYS_exit`, not `exit_group`) while another of its threads runs (a
+    /// zombie leader with a live thread, seen on Linux 6.18), which a
+    /// signal to the thread group does end. In a domain cgroup (a run's is
+    /// one: making it threaded needs a write to its `cgroup.type`, which
+    /// the command's Landlock domain refuses) every thread of a process is
+    /// in the process's cgroup, so `cgroup.procs` names every thread group.
+    fn kill_all(&self) -> bool {
+        // SAFETY: write(2) of a static byte to our cgroup.kill fd.
+        unsafe { libc::write(self.kill.as_raw_fd(), b"1".as_ptr().cast(), 1) };
+        let deadline = Instant::now() + EMPTY_WAIT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if self.wait_empty(KILL_TICK.min(left)) {
+                return true;
             }
+            if left.is_zero() {
+                tracing::warn!(dir = %self.dir.display(), "the run's cgroup did not empty after cgroup.kill and SIGKILL to each member");
+                return false;
+            }
+            signal_members(self.procs.as_raw_fd(), &[libc::SIGKILL]);
         }
-        others
     }
 
     /// The pids in the cgroup now.
     fn members(&self) -> Vec<i32> {
-        let mut text = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            // SAFETY: pread into a local buffer from our own fd.
-            let n = unsafe {
-                libc::pread(
-                    self.procs.as_raw_fd(),
-                    buf.as_mut_ptr().cast(),
-                    buf.len(),
-                    text.len() as libc::off_t,
-                )
-            };
-            match usize::try_from(n) {
-                Ok(0) | Err(_) => break,
-                Ok(n) => text.extend_from_slice(&buf[..n]),
-            }
-        }
-        String::from_utf8_lossy(&text)
-            .lines()
-            .filter_map(|l| l.trim().parse().ok())
-            .collect()
+        read_pids(self.procs.as_raw_fd())
     }
 
     /// Whether `cgroup.events` says no process is left.
@@ -330,13 +346,112 @@ impl CgroupRun {
 impl Drop for CgroupRun {
     fn drop(&mut self) {
         if !self.empty() {
-            // SAFETY: write(2) of a static byte to our cgroup.kill fd.
-            unsafe { libc::write(self.kill.as_raw_fd(), b"1".as_ptr().cast(), 1) };
-            self.wait_empty(EMPTY_WAIT);
+            self.kill_all();
         }
         let _ = std::fs::remove_dir(&self.dir);
     }
 }
+
+/// The pids a `cgroup.procs` fd lists now (read from offset 0).
+fn read_pids(procs: RawFd) -> Vec<i32> {
+    let mut text = Vec::new();
+    let mut buf = [0u8; 4096];
+    loop {
+        // SAFETY: pread into a local buffer from the caller's fd.
+        let n = unsafe {
+            libc::pread(
+                procs,
+                buf.as_mut_ptr().cast(),
+                buf.len(),
+                text.len() as libc::off_t,
+            )
+        };
+        match usize::try_from(n) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => text.extend_from_slice(&buf[..n]),
+        }
+    }
+    String::from_utf8_lossy(&text)
+        .lines()
+        .filter_map(|l| l.trim().parse().ok())
+        .collect()
+}
+
+/// Sends `signals`, in order, to the thread group of each process the
+/// `cgroup.procs` fd `procs` lists, never to a process outside it: each
+/// listed pid is opened as a pidfd, the list read again, and only a pidfd
+/// whose pid is still listed gets the signals. The pidfd names the process
+/// that held the pid when it was opened; if the pid is listed afterwards,
+/// either that process still holds it (and so is a member) or it has been
+/// reaped (and the signal reaches no one): a pid reused by a process
+/// outside the run between the two reads is never signalled. Where the
+/// kernel has no pidfds (before 5.3), the pid itself gets them once it is
+/// still listed (a narrow window for reuse, on such kernels only).
+fn signal_members(procs: RawFd, signals: &[i32]) {
+    let listed = read_pids(procs);
+    if listed.is_empty() {
+        return;
+    }
+    let opened: Vec<(i32, Option<OwnedFd>)> = listed
+        .into_iter()
+        .filter_map(|pid| match pidfd_open(pid) {
+            Ok(fd) => Some((pid, Some(fd))),
+            Err(e) if e.raw_os_error() == Some(libc::ENOSYS) => Some((pid, None)),
+            // Gone already (ESRCH), or not a thread group leader.
+            Err(_) => None,
+        })
+        .collect();
+    let still = read_pids(procs);
+    for (pid, fd) in opened.iter().filter(|(pid, _)| still.contains(pid)) {
+        for &sig in signals {
+            match fd {
+                Some(fd) => pidfd_send_signal(fd, sig),
+                // SAFETY: kill has no memory effects; the pid is listed in
+                // the run's cgroup.
+                None => unsafe {
+                    libc::kill(*pid, sig);
+                },
+            }
+        }
+    }
+}
+
+/// `pidfd_open(pid, 0)` (Linux 5.3).
+#[cfg(target_os = "linux")]
+fn pidfd_open(pid: i32) -> io::Result<OwnedFd> {
+    // SAFETY: pidfd_open takes integer arguments and returns a new fd or -1.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    let fd = RawFd::try_from(fd).map_err(|_| io::Error::from_raw_os_error(libc::EBADF))?;
+    // SAFETY: a fresh fd (pidfds are close-on-exec) owned here alone.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pidfd_open(_pid: i32) -> io::Result<OwnedFd> {
+    Err(io::Error::from_raw_os_error(libc::ENOSYS))
+}
+
+/// `pidfd_send_signal(fd, sig, NULL, 0)`: to the whole thread group the
+/// pidfd names, as `kill(2)` sends (a reaped process gets nothing).
+#[cfg(target_os = "linux")]
+fn pidfd_send_signal(fd: &OwnedFd, sig: i32) {
+    // SAFETY: a pidfd we own, a null siginfo and no flags.
+    unsafe {
+        libc::syscall(
+            libc::SYS_pidfd_send_signal,
+            fd.as_raw_fd(),
+            sig,
+            std::ptr::null::<libc::siginfo_t>(),
+            0,
+        )
+    };
+}
+
+#[cfg(not(target_os = "linux"))]
+fn pidfd_send_signal(_fd: &OwnedFd, _sig: i32) {}
 
 /// Ends the run's process group: SIGTERM to all, up to `grace`, then SIGKILL
 /// until the group is gone, reaping the members that are our children (the
@@ -345,6 +460,7 @@ fn end_group(pgid: i32, grace: Duration) -> Ended {
     let mut ended = Ended {
         others: 0,
         main: None,
+        all_ended: true,
     };
     let gone = |ended: &mut Ended| {
         reap_group(pgid, ended);
@@ -371,9 +487,13 @@ fn end_group(pgid: i32, grace: Duration) -> Ended {
         // SAFETY: signals to our own run's process group.
         unsafe { libc::kill(-pgid, libc::SIGKILL) };
         if gone(&mut ended) {
-            break;
+            return ended;
         }
         std::thread::sleep(Duration::from_millis(2));
+    }
+    ended.all_ended = gone(&mut ended);
+    if !ended.all_ended {
+        tracing::warn!(pgid, "the run's process group did not end after SIGKILL");
     }
     ended
 }

@@ -232,6 +232,11 @@ pub enum LaunchError {
     /// Reaping the main process failed.
     #[error("waiting for the command failed: {0}")]
     Wait(#[source] std::io::Error),
+    /// The run could not be ended: some of its processes were still there
+    /// after SIGKILL for the whole bound, and the runner stopped waiting
+    /// for them (what it found).
+    #[error("the run's processes could not be ended ({0}); the runner stopped waiting for them")]
+    Unended(String),
 }
 
 /// Launches `launch.argv` under `policy` with `backend` (unconfined when
@@ -491,7 +496,18 @@ fn run(
         let ended = containment.end(pid, grace_left);
         let status = match ended.main {
             Some(status) => status,
-            None => spawn::wait(pid).map_err(LaunchError::Wait)?,
+            // Bounded: a main process that outlived every SIGKILL (or whose
+            // thread group cannot end) must not hold the runner forever.
+            None => match reap_within(pid, REAP_WAIT).map_err(LaunchError::Wait)? {
+                Some(status) => status,
+                None => {
+                    return Err(LaunchError::Unended(if ended.all_ended {
+                        "the main process could not be reaped".into()
+                    } else {
+                        "processes of the run outlived SIGKILL".into()
+                    }))
+                }
+            },
         };
         Ok(Ended {
             status,
@@ -506,6 +522,35 @@ fn run(
         })
     };
     LaunchDomain::launch(domain, start, body).map_err(LaunchError::Domain)?
+}
+
+/// How long the main process is waited for once every process of its run
+/// was ended (it is then a zombie, reaped at once).
+const REAP_WAIT: Duration = Duration::from_secs(2);
+
+/// Reaps `pid`, an unreaped child, if it exits within `limit`: its status,
+/// or `None` (still unreaped) when it did not.
+fn reap_within(pid: libc::pid_t, limit: Duration) -> std::io::Result<Option<ExitStatus>> {
+    use std::os::unix::process::ExitStatusExt;
+    let deadline = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: status is a valid out-pointer; WNOHANG never blocks.
+        match unsafe { libc::waitpid(pid, &mut status, libc::WNOHANG) } {
+            0 => {}
+            n if n > 0 => return Ok(Some(ExitStatus::from_raw(status))),
+            _ => {
+                let err = std::io::Error::last_os_error();
+                if err.kind() != std::io::ErrorKind::Interrupted {
+                    return Err(err);
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Ok(None);
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
 }
 
 /// A failed spawn: [`LaunchError::Apply`] when a confining hook reported

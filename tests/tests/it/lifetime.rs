@@ -496,6 +496,117 @@ fn the_timeout_ends_everything_promptly() {
     }
 }
 
+/// Python: SIGTERM ignored, a thread that appends to the beat file every
+/// 20 ms (`beats` times, or forever; through an fd opened before, so that
+/// it goes on once the run's broker is gone), the pid written to
+/// `BEAT.pid`; then
+/// the main thread either leaves by `SYS_exit` (not `exit_group`: a thread
+/// group whose leader is a zombie while its other thread runs, which
+/// `cgroup.kill` does not end on Linux 6.18) or joins the thread and
+/// returns.
+fn leader_exits_thread_lives(beats: Option<u32>, leader_exits: bool) -> String {
+    let beats = beats.map_or("None".to_owned(), |n| n.to_string());
+    let leader = if leader_exits {
+        "ctypes.CDLL(None).syscall(60 if platform.machine() == 'x86_64' else 93, 0)"
+    } else {
+        "t.join()"
+    };
+    format!(
+        r#"
+import os, sys, time, signal, threading, ctypes, platform
+beat = sys.argv[2]
+signal.signal(signal.SIGTERM, signal.SIG_IGN)
+fd = os.open(beat, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+def beats(n):
+    i = 0
+    while n is None or i < n:
+        os.write(fd, b"x")
+        i += 1
+        time.sleep(0.02)
+t = threading.Thread(target=beats, args=({beats},), daemon=False)
+t.start()
+while os.fstat(fd).st_size == 0:
+    time.sleep(0.01)
+with open(beat + ".pid", "w") as f:
+    f.write(str(os.getpid()))
+{leader}
+print("joined", flush=True)
+"#
+    )
+}
+
+/// Whether no thread of the thread group `pid` runs (it is reaped, or
+/// every task of it is a zombie).
+fn thread_group_gone(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| {
+            let state = st.rsplit(')').next().unwrap_or("").trim_start();
+            state.starts_with('Z') || state.starts_with('X')
+        })
+    })
+}
+
+/// A command whose main thread exits (`SYS_exit`) while another thread of
+/// it runs, SIGTERM ignored: the timeout ends it (124, in time) and the
+/// thread is gone (its beat stops, no task of it runs). Root's `cgroup.kill`
+/// alone left it running and the runner waiting forever. Twins: the same
+/// thread ending by itself after 10 beats ends the run (0), whether its
+/// leader joined it (an ordinary run) or had exited before it.
+#[test]
+fn a_thread_outliving_its_leader_ends_at_the_timeout() {
+    for who in [As::Root, As::Nobody] {
+        for leader_exits in [false, true] {
+            let s = scene();
+            let started = Instant::now();
+            let out = run(
+                who,
+                &s,
+                &["--timeout", "20"],
+                &leader_exits_thread_lives(Some(10), leader_exits),
+            );
+            let what = format!("{who:?} twin (leader exits: {leader_exits})");
+            let took = started.elapsed();
+            let printed = if leader_exits { "" } else { "joined" };
+            assert_ended(&out, 0, printed, &what);
+            assert!(took < Duration::from_secs(10), "{what}: took {took:?}");
+            assert_eq!(beat_len(&s), 10, "{what}: the thread beat 10 times");
+        }
+        let s = scene();
+        let started = Instant::now();
+        let out = run(
+            who,
+            &s,
+            &["--timeout", "2"],
+            &leader_exits_thread_lives(None, true),
+        );
+        let took = started.elapsed();
+        let what = format!("{who:?} leader exited, thread lives");
+        assert_eq!(
+            out.status.code(),
+            Some(124),
+            "{what}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        // 2 s timeout + 2 s grace for SIGTERM; generous for a loaded host.
+        assert!(took < Duration::from_secs(12), "{what}: took {took:?}");
+        let pid: i32 = std::fs::read_to_string(s.beat.with_extension("pid"))
+            .unwrap()
+            .trim()
+            .parse()
+            .unwrap();
+        let gone = thread_group_gone(pid);
+        if !gone {
+            // SAFETY: kill has no memory effects; cleanup of the escapee.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+        }
+        assert!(gone, "{what}: a thread of {pid} outlived the run");
+        nothing_survives(&s, &what);
+    }
+}
+
 /// A grandchild holding stdout open neither keeps the run going nor survives it.
 #[test]
 fn a_grandchild_holding_stdout_does_not_hold_the_run() {

@@ -1141,3 +1141,172 @@ fn a_kept_commands_repositories_are_audited() {
         assert!(!dir.join("PWNED").exists());
     }
 }
+
+/// A shell command that starts, in the background, Python with SIGTERM
+/// ignored whose thread appends to `dir/beat-<name>` every 20 ms (`beats`
+/// times, or forever; through an fd opened before, so that it goes on
+/// once the run's broker is gone), writes its pid to `dir/<name>.pid`, and
+/// whose main
+/// thread then leaves by `SYS_exit` (not `exit_group`): a thread group
+/// whose leader is a zombie while its other thread runs, which
+/// `cgroup.kill` does not end (Linux 6.18).
+fn leader_exits_thread_lives(dir: &Path, name: &str, beats: Option<u32>) -> String {
+    let d = dir.display();
+    let beats = beats.map_or("None".to_owned(), |n| n.to_string());
+    std::fs::write(
+        dir.join(format!("{name}.py")),
+        format!(
+            "import os, signal, threading, time, ctypes, platform\n\
+             signal.signal(signal.SIGTERM, signal.SIG_IGN)\n\
+             fd = os.open('{d}/beat-{name}', os.O_WRONLY | os.O_CREAT | os.O_APPEND)\n\
+             def beats(n):\n    i = 0\n    while n is None or i < n:\n        \
+             os.write(fd, b'x'); i += 1; time.sleep(0.02)\n\
+             threading.Thread(target=beats, args=({beats},), daemon=False).start()\n\
+             while os.fstat(fd).st_size == 0: time.sleep(0.01)\n\
+             open('{d}/{name}.tmp', 'w').write(str(os.getpid()))\n\
+             os.rename('{d}/{name}.tmp', '{d}/{name}.pid')\n\
+             ctypes.CDLL(None).syscall(60 if platform.machine() == 'x86_64' else 93, 0)\n"
+        ),
+    )
+    .unwrap();
+    format!(
+        "python3 {d}/{name}.py </dev/null >/dev/null 2>&1 & \
+         until [ -s {d}/{name}.pid ]; do sleep 0.02; done"
+    )
+}
+
+/// How many beats `dir/beat-<name>` holds.
+fn beats(dir: &Path, name: &str) -> u64 {
+    std::fs::metadata(dir.join(format!("beat-{name}"))).map_or(0, |m| m.len())
+}
+
+/// Whether `name`'s beat grows within 5 s.
+fn beating(dir: &Path, name: &str) -> bool {
+    let from = beats(dir, name);
+    eventually(|| beats(dir, name) > from)
+}
+
+/// Whether no thread of the thread group `pid` runs (reaped, or every task
+/// of it a zombie).
+fn thread_group_gone(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| {
+            let state = st.rsplit(')').next().unwrap_or("").trim_start();
+            state.starts_with('Z') || state.starts_with('X')
+        })
+    })
+}
+
+/// Asserts the thread group of `dir/<name>.pid` is gone (waiting up to
+/// 5 s) and its beat stopped; kills it if not, so that it does not outlive
+/// the test.
+#[track_caller]
+fn assert_thread_gone(dir: &Path, name: &str, what: &str) {
+    let pid = pid_in(&dir.join(format!("{name}.pid")));
+    let gone = eventually(|| thread_group_gone(pid));
+    if !gone {
+        // SAFETY: kill has no memory effects; cleanup of the escapee.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+    }
+    assert!(gone, "{what}: a thread of {pid} outlived its kept run");
+    assert!(!beating(dir, name), "{what}: its beat goes on");
+}
+
+/// A kept command's thread group whose leader exited while its thread
+/// runs (SIGTERM ignored) is gone once its kept run ended, at the
+/// session's close and at the operator's ceiling (there `cgroup.kill`
+/// alone left the thread running after the session, reparented to pid 1).
+/// Positive control: it beats after its command's exit event. Twin: the
+/// same shape whose thread ends by itself frees its slot (`kept_ended`
+/// with no process ended).
+#[test]
+fn a_kept_thread_outliving_its_leader_ends_with_its_kept_run() {
+    use std::os::unix::fs::PermissionsExt;
+    for nobody in users() {
+        // At the session's close.
+        let (_tmp, dir) = shared_dir();
+        let mut s = Session::open(nobody, &dir, "shared");
+        let got = s.run(
+            "ends",
+            &leader_exits_thread_lives(&dir, "ends", Some(10)),
+            json!({"keep": true}),
+        );
+        assert_eq!(got["status"], 0, "{got}");
+        let got = s.run(
+            "k",
+            &leader_exits_thread_lives(&dir, "k", None),
+            json!({"keep": true}),
+        );
+        assert_eq!(got["status"], 0, "{got}");
+        assert!(got["kept"].as_u64().unwrap() >= 1, "{got}");
+        assert!(
+            beating(&dir, "k"),
+            "nobody {nobody}: positive control: the kept thread beats"
+        );
+        assert!(eventually(|| beats(&dir, "ends") == 10), "twin: 10 beats");
+        std::thread::sleep(Duration::from_millis(1200));
+        let got = s.run("c", "true", json!({}));
+        assert_eq!(got["status"], 0, "{got}");
+        let mut all = s.seen.clone();
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        all.extend(tail);
+        let ended = |id: &str| {
+            all.iter()
+                .find(|e| e["event"] == "kept_ended" && e["id"] == id)
+                .unwrap_or_else(|| panic!("no kept_ended for {id}: {all:?}"))
+        };
+        assert_eq!(ended("ends")["processes_ended"], 0, "{all:?}");
+        assert!(
+            ended("k")["processes_ended"].as_u64().unwrap() >= 1,
+            "{all:?}"
+        );
+        assert_thread_gone(&dir, "k", &format!("nobody {nobody}, close"));
+        assert_thread_gone(&dir, "ends", &format!("nobody {nobody}, twin"));
+
+        // At the operator's ceiling.
+        let (_tmp, dir) = shared_dir();
+        let conf = tempfile::tempdir().unwrap();
+        std::fs::set_permissions(conf.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+        let file = conf.path().join("config.toml");
+        std::fs::write(
+            &file,
+            "[sandbox.policy]\ntimeout_seconds = 2\nmax_timeout_seconds = 3\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let mut s = Session::open_with(
+            nobody,
+            &[
+                "--config".as_ref(),
+                file.as_os_str(),
+                "-w".as_ref(),
+                dir.as_os_str(),
+            ],
+            "shared",
+        );
+        let got = s.run(
+            "k",
+            &leader_exits_thread_lives(&dir, "k", None),
+            json!({"keep": true}),
+        );
+        assert!(got["kept"].as_u64().unwrap() >= 1, "{got}");
+        assert!(beating(&dir, "k"), "positive control: within the ceiling");
+        let pid = pid_in(&dir.join("k.pid"));
+        let until = Instant::now() + Duration::from_secs(15);
+        while !thread_group_gone(pid) && Instant::now() < until {
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let (tail, status) = s.close();
+        assert_eq!(status, 0, "{tail:?}");
+        let k = tail
+            .iter()
+            .find(|e| e["event"] == "kept_ended" && e["id"] == "k")
+            .unwrap_or_else(|| panic!("{tail:?}"));
+        assert_eq!(k["timed_out"], true, "{k}");
+        assert_thread_gone(&dir, "k", &format!("nobody {nobody}, ceiling"));
+    }
+}
