@@ -75,6 +75,11 @@ pub struct RunRequest {
     /// as on its timeout (how an outer runner relays a nested run's stop
     /// signals and ends it, [`crate::nest`]).
     pub cancel: Option<std::os::fd::RawFd>,
+    /// With [`RunRequest::cancel`]: the run's stop signals are those relayed
+    /// through it alone, not this process's own (a run whose runner ends
+    /// its commands itself on a stop signal, such as the shared launch's
+    /// zygote, [`crate::zygote`]; a nested run's are relayed always).
+    pub relayed_signals_only: bool,
     /// An fd the command inherits under its own number, besides the nest
     /// socket (the shared launch's control socket, [`crate::zygote`]).
     pub inherit: Option<std::os::fd::RawFd>,
@@ -112,6 +117,7 @@ impl RunRequest {
             egress: EgressOptions::default(),
             stdio: None,
             cancel: None,
+            relayed_signals_only: false,
             inherit: None,
             child_layer: None,
             tap: None,
@@ -398,7 +404,7 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     let within = crate::nest::within();
     launch.within = within.as_ref();
     // A nested run's stop signals come from its requester, relayed.
-    launch.relayed_signals_only = within.is_some();
+    launch.relayed_signals_only = within.is_some() || req.relayed_signals_only;
     let end_nested = door.as_ref().map(|d| move || d.end_nested());
     launch.before_removal = end_nested
         .as_ref()

@@ -240,6 +240,10 @@ impl Zygote {
         zreq.inherit = Some(theirs.as_raw_fd());
         zreq.child_layer = Some(layer.as_raw_fd());
         zreq.cancel = Some(cancel_theirs.as_raw_fd());
+        // A stop signal ends the command the runner is waiting for (its
+        // `e`, then the zygote's answer), and the zygote's run with the
+        // session: the run must not end the zygote on it meanwhile.
+        zreq.relayed_signals_only = true;
         let mut env = req
             .env
             .clone()

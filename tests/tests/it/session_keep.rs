@@ -1310,3 +1310,40 @@ fn a_kept_thread_outliving_its_leader_ends_with_its_kept_run() {
         assert_thread_gone(&dir, "k", &format!("nobody {nobody}, ceiling"));
     }
 }
+
+/// Red team F2: a stop signal to a session while a SIGTERM-deaf command
+/// runs ends the command with its own status (137: SIGKILL after the
+/// grace) and class, not a runner failure (the zygote's own run obeyed the
+/// stop signal and ended the zygote before it answered: "the zygote is
+/// gone"). Twin: a plain `sleep` ends with 143. (Beside the kept commands'
+/// stop signal tests: the same zygote run.)
+#[test]
+fn a_stop_signal_during_a_sigterm_deaf_command_reports_the_command() {
+    for nobody in users() {
+        for (script, status) in [("sleep 30", 143), ("trap '' TERM; sleep 30", 137)] {
+            let what = format!("nobody {nobody}, {script}");
+            let (_tmp, dir) = shared_dir();
+            let d = dir.display();
+            let mut s = Session::open(nobody, &dir, "shared");
+            s.send(json!({"id": "s", "op": "run",
+                "argv": ["/bin/sh", "-c", format!("echo $$ > {d}/pid.tmp; mv {d}/pid.tmp {d}/pid; {script}")]}));
+            assert!(
+                eventually(|| dir.join("pid").exists()),
+                "{what}: never started"
+            );
+            let pid = pid_in(&dir.join("pid"));
+            // SAFETY: signals the session this test started.
+            assert_eq!(unsafe { libc::kill(s.child.id() as i32, libc::SIGTERM) }, 0);
+            let (tail, code) = s.rest();
+            let exit = tail
+                .iter()
+                .find(|e| e["event"] == "exit")
+                .unwrap_or_else(|| panic!("{what}: {tail:?}"));
+            assert_eq!(exit["status"], status, "{what}: {exit}");
+            assert_eq!(exit["classification"], "task_failure", "{what}: {exit}");
+            assert_eq!(code, 128 + libc::SIGTERM, "{what}: {tail:?}");
+            assert_eq!(tail.last().unwrap()["why"], "stopped by a signal");
+            assert!(!alive(pid, "sh"), "{what}: the command outlived the stop");
+        }
+    }
+}
