@@ -471,12 +471,12 @@ fn forward(slot: &Slot, client: TcpStream, head: Head) {
         );
         return relay_guarded(
             slot,
-            client,
-            upstream,
+            (client, upstream),
             (watch, response),
             &target,
             &head.method,
             &shown,
+            crate::relay::HALF_CLOSED_IDLE,
         );
     }
     // The body (framed by the client's Content-Length or chunking) and
@@ -570,36 +570,42 @@ impl<'a> Watch<'a> {
 /// [`relay`], the client's bytes watched for a secret's placeholder: the
 /// read that completes one is not sent; the origin's connection is cut
 /// there (the request never completes), the refusal recorded, and the
-/// client answered 403 when no response byte reached it yet.
+/// client answered 403 when no response byte reached it yet. As
+/// [`relay`], once the client has ended its side the origin may stay
+/// silent `idle` ([`crate::relay::HALF_CLOSED_IDLE`] but in tests) at most;
+/// both threads share the two sockets (no duplicate descriptors).
 #[cfg(target_os = "linux")]
 fn relay_guarded(
     slot: &Slot,
-    client: TcpStream,
-    upstream: TcpStream,
+    (client, upstream): (TcpStream, TcpStream),
     (mut guard, mut response): (Watch<'_>, crate::intercept::body::PlainResponse),
     target: &Target,
     method: &str,
     shown: &str,
+    idle: Duration,
 ) {
     use std::io::Read;
+    use std::sync::atomic::{AtomicU64, Ordering};
     slot.track(&upstream);
     let _ = client.set_read_timeout(None);
-    let (Ok(mut from_client), Ok(mut to_upstream)) = (client.try_clone(), upstream.try_clone())
-    else {
-        return;
-    };
     let caught = std::sync::atomic::AtomicBool::new(false);
+    // The origin's bytes read, for the bound on its silence.
+    let down = AtomicU64::new(0);
+    let (relay_done, relay_end) = std::sync::mpsc::channel::<()>();
     let (found, relayed, refused) = std::thread::scope(|scope| {
-        let caught = &caught;
+        let (caught, down) = (&caught, &down);
+        let (client, upstream) = (&client, &upstream);
         let up = std::thread::Builder::new()
             .name("sandbox-proxy-relay".into())
             .stack_size(128 * 1024)
             .spawn_scoped(scope, move || {
+                let (mut from_client, mut to_upstream) = (client, upstream);
                 let mut buf = vec![0u8; 64 * 1024];
                 loop {
                     let n = match from_client.read(&mut buf) {
                         Ok(0) => {
                             let _ = to_upstream.shutdown(Shutdown::Write);
+                            crate::relay::cut_when_silent(&relay_end, down, idle, client, upstream);
                             return None;
                         }
                         Ok(n) => n,
@@ -624,24 +630,27 @@ fn relay_guarded(
         };
         // The origin's answer, on this thread: masked as the client will
         // read it (de-chunked, decoded), or refused.
-        let (mut upstream, mut client) = (&upstream, &client);
+        let (mut upstream, mut client) = (upstream, client);
         let mut buf = vec![0u8; 64 * 1024];
         let mut refused: Option<(String, bool)> = None;
         let ended: Result<(), ()> = loop {
             match upstream.read(&mut buf) {
                 Ok(0) => break Ok(()),
-                Ok(n) => match response.feed(&buf[..n], &mut client) {
-                    Ok(()) => {}
-                    Err(Ok(why)) => {
-                        refused = Some((why, true));
-                        break Err(());
+                Ok(n) => {
+                    down.fetch_add(n as u64, Ordering::Relaxed);
+                    match response.feed(&buf[..n], &mut client) {
+                        Ok(()) => {}
+                        Err(Ok(why)) => {
+                            refused = Some((why, true));
+                            break Err(());
+                        }
+                        Err(Err(e @ crate::intercept::body::BodyError::TooLarge(_))) => {
+                            refused = Some((e.to_string(), false));
+                            break Err(());
+                        }
+                        Err(Err(_)) => break Err(()),
                     }
-                    Err(Err(e @ crate::intercept::body::BodyError::TooLarge(_))) => {
-                        refused = Some((e.to_string(), false));
-                        break Err(());
-                    }
-                    Err(Err(_)) => break Err(()),
-                },
+                }
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Err(_) => break Err(()),
             }
@@ -667,6 +676,8 @@ fn relay_guarded(
             let _ = upstream.shutdown(Shutdown::Both);
             let _ = client.shutdown(Shutdown::Read);
         }
+        // The client's reader no longer waits on the origin's silence.
+        drop(relay_done);
         let found = up.join().unwrap_or_default();
         (found, relayed, refused)
     });
@@ -707,6 +718,94 @@ fn relay_guarded(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// #44: a request-checked plain relay (a run with secrets) whose
+    /// client sent its request and half-closed, to an origin that reads it
+    /// and stays silent and open, is cut after the silence bound (`idle`,
+    /// 2 s here): the client reads the end and the relay returns (its slot
+    /// freed). Twin: an origin answering
+    /// 1 s after the half-close is relayed whole.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_silent_origin_after_the_clients_end_is_cut_an_answering_one_is_not() {
+        use std::io::Read;
+        use std::net::TcpListener;
+        use std::sync::Arc;
+        let idle = Duration::from_secs(2);
+        let pair = || {
+            let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let a = TcpStream::connect(listener.local_addr().unwrap()).unwrap();
+            (a, listener.accept().unwrap().0)
+        };
+        let relayed = move |answer: bool| {
+            let (mut client, near_client) = pair();
+            let (near_origin, mut origin) = pair();
+            let started = Instant::now();
+            let relaying = std::thread::spawn(move || {
+                let shared = Arc::new(crate::state::Shared::new(
+                    sandbox_core::net::EgressRules::new(Vec::new()),
+                    sandbox_core::net::HostAddrs::new([]),
+                    crate::ProxyOptions::default(),
+                    "127.0.0.1:9".parse().unwrap(),
+                ));
+                let slot = shared.claim().unwrap();
+                let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
+                let secrets = [crate::Secret::new(&spec, b"the-value".to_vec()).unwrap()];
+                let watch = Watch {
+                    raw: crate::intercept::BodyGuard::new(secrets.iter()).unwrap(),
+                    joined: None,
+                };
+                let scrub = crate::intercept::Scrub::new(&[], std::iter::empty());
+                let response = crate::intercept::body::PlainResponse::new(scrub, false, true);
+                let target = Target {
+                    host: crate::target::Host::Name("localhost".into()),
+                    port: 80,
+                };
+                relay_guarded(
+                    &slot,
+                    (near_client, near_origin),
+                    (watch, response),
+                    &target,
+                    "POST",
+                    "POST http://localhost/",
+                    idle,
+                );
+            });
+            client.write_all(b"x=1").unwrap();
+            client.shutdown(Shutdown::Write).unwrap();
+            let origin = std::thread::spawn(move || {
+                let mut request = Vec::new();
+                origin.read_to_end(&mut request).unwrap();
+                assert_eq!(request, b"x=1");
+                if answer {
+                    std::thread::sleep(Duration::from_secs(1));
+                    origin
+                        .write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                        .unwrap();
+                    origin.shutdown(Shutdown::Write).unwrap();
+                }
+                // Silent: open until the test ends.
+                origin
+            });
+            client
+                .set_read_timeout(Some(Duration::from_secs(20)))
+                .unwrap();
+            let mut got = Vec::new();
+            let _ = client.read_to_end(&mut got);
+            let took = started.elapsed();
+            relaying.join().unwrap();
+            drop(origin.join().unwrap());
+            (String::from_utf8_lossy(&got).into_owned(), took)
+        };
+        let answering = std::thread::spawn(move || relayed(true));
+        let (got, took) = relayed(false);
+        assert_eq!(got, "", "{took:?}");
+        assert!(took >= idle && took < idle * 2 + idle / 2, "{took:?}");
+        let (got, took) = answering.join().unwrap();
+        assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
+        assert!(got.ends_with("\r\n\r\nok"), "{got}");
+        assert!(took >= Duration::from_secs(1) && took < idle, "{took:?}");
+    }
 
     fn head(raw: &str) -> Head {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];

@@ -130,7 +130,9 @@
 //! timeout while its client's side is open (long downloads are
 //! legitimate); once the client has ended its side (end of stream, a
 //! half-close, its exit) the upstream may stay silent 30 s at most, then
-//! the tunnel is ended. [`Proxy::shutdown`] ends every tunnel, and a
+//! the tunnel is ended; the same holds for a plain `http://` request's
+//! relay and an intercepted request's response (whose origin is otherwise
+//! cut after 300 s of silence). [`Proxy::shutdown`] ends every tunnel, and a
 //! session's [`EgressTap::take`] those of the command that ended.
 //!
 //! # Wiring it into a run

@@ -183,6 +183,95 @@ fn splice_loop(from: &TcpStream, to: &TcpStream, counted: &AtomicU64) -> Spliced
     }
 }
 
+/// For a relay on two threads, called on the client-to-upstream one once
+/// the client has ended its side: returns when the relay ends (`relay_end`
+/// disconnected: the upstream-to-client direction is done) or, having shut
+/// both sockets down, after a whole `idle` ([`HALF_CLOSED_IDLE`] but in
+/// tests) in which `down`, the count of the upstream's bytes the other
+/// thread read, did not grow.
+pub(crate) fn cut_when_silent(
+    relay_end: &std::sync::mpsc::Receiver<()>,
+    down: &AtomicU64,
+    idle: Duration,
+    client: &TcpStream,
+    upstream: &TcpStream,
+) {
+    let mut seen = down.load(Ordering::Relaxed);
+    while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = relay_end.recv_timeout(idle) {
+        let now = down.load(Ordering::Relaxed);
+        if now == seen {
+            let _ = upstream.shutdown(Shutdown::Both);
+            let _ = client.shutdown(Shutdown::Both);
+            return;
+        }
+        seen = now;
+    }
+}
+
+/// For a relay on one thread: reads `upstream` into `buf` as
+/// [`Read::read`] does (within its read timeout, if any), but once
+/// `client` (the client's socket, open for the call) has ended its side
+/// (its end of stream, half-close or exit, seen by poll(2) as
+/// `POLLRDHUP`, whatever bytes it left unread) waits `idle`
+/// ([`HALF_CLOSED_IDLE`] but in tests) at most for the upstream's next
+/// byte: then fails with [`io::ErrorKind::TimedOut`].
+#[cfg(target_os = "linux")]
+pub(crate) fn read_while_heard(
+    mut upstream: &TcpStream,
+    client: std::os::fd::RawFd,
+    idle: Duration,
+    buf: &mut [u8],
+) -> io::Result<usize> {
+    use std::os::fd::AsRawFd;
+    use std::time::Instant;
+    // Rounded up: poll never returns before the bound.
+    let limit = |d: Duration| {
+        libc::c_int::try_from(d.as_micros().div_ceil(1000)).unwrap_or(libc::c_int::MAX)
+    };
+    let within = upstream.read_timeout()?;
+    let started = Instant::now();
+    let mut client_ended: Option<Instant> = None;
+    loop {
+        let left = match client_ended {
+            Some(at) => Some(idle.saturating_sub(at.elapsed())),
+            None => within.map(|t| t.saturating_sub(started.elapsed())),
+        };
+        let mut fds = [
+            libc::pollfd {
+                fd: upstream.as_raw_fd(),
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: client,
+                events: libc::POLLRDHUP,
+                revents: 0,
+            },
+        ];
+        let watched = if client_ended.is_some() { 1 } else { 2 };
+        // SAFETY: poll reads and writes `watched` (at most 2) entries of
+        // `fds`, a live array of 2.
+        let rc = unsafe { libc::poll(fds.as_mut_ptr(), watched, left.map_or(-1, limit)) };
+        if rc < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[0].revents != 0 {
+            // Readable, ended or failed: the read says which.
+            return upstream.read(buf);
+        }
+        if rc == 0 {
+            return Err(io::ErrorKind::TimedOut.into());
+        }
+        if fds[1].revents != 0 && client_ended.is_none() {
+            client_ended = Some(Instant::now());
+        }
+    }
+}
+
 /// Relays between `client` and `upstream` until both directions ended:
 /// client to upstream on a second thread, upstream to client on this one;
 /// once the client's side has ended, the upstream may stay silent
@@ -209,17 +298,7 @@ fn relay_within(slot: &Slot, client: TcpStream, upstream: TcpStream, idle: Durat
                 }
                 // The client has ended its side: the upstream must keep
                 // sending, or the tunnel ends.
-                let mut seen = down.load(Ordering::Relaxed);
-                while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = ended.recv_timeout(idle)
-                {
-                    let now = down.load(Ordering::Relaxed);
-                    if now == seen {
-                        let _ = upstream.shutdown(Shutdown::Both);
-                        let _ = client.shutdown(Shutdown::Both);
-                        return;
-                    }
-                    seen = now;
-                }
+                cut_when_silent(&ended, down, idle, client, upstream);
             });
         // Without a second thread the sockets are dropped: closed.
         if up.is_ok() {

@@ -148,6 +148,12 @@ struct ReadAhead {
     buf: Box<[u8]>,
     at: usize,
     end: usize,
+    /// The command's connection (its descriptor: the connection outlives
+    /// the origin's, which [`forward`] opens and drops) and the bound on
+    /// the origin's silence once the command has ended its side of it
+    /// ([`crate::relay::read_while_heard`]); none before
+    /// [`ReadAhead::heard_by`].
+    client: Option<(std::os::fd::RawFd, Duration)>,
 }
 
 impl ReadAhead {
@@ -157,7 +163,16 @@ impl ReadAhead {
             buf: vec![0u8; READ_AHEAD].into_boxed_slice(),
             at: 0,
             end: 0,
+            client: None,
         }
+    }
+
+    /// Reads bound the origin's silence once `client` has ended its side
+    /// (its end of stream, half-close or exit) to `idle`
+    /// ([`crate::relay::HALF_CLOSED_IDLE`] but in tests), as a tunnel's.
+    fn heard_by(&mut self, client: &TcpStream, idle: Duration) {
+        use std::os::fd::AsRawFd;
+        self.client = Some((client.as_raw_fd(), idle));
     }
 
     /// Whether a read would go to the socket (and might wait).
@@ -178,7 +193,12 @@ impl Read for ReadAhead {
         if self.at == self.end {
             self.at = 0;
             self.end = 0;
-            self.end = self.sock.read(&mut self.buf)?;
+            self.end = match self.client {
+                Some((client, idle)) => {
+                    crate::relay::read_while_heard(&self.sock, client, idle, &mut self.buf)?
+                }
+                None => self.sock.read(&mut self.buf)?,
+            };
         }
         let n = out.len().min(self.end - self.at);
         out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
@@ -1396,6 +1416,11 @@ fn forward(
         }
     };
     let _ = client.stream.sock.set_read_timeout(Some(IDLE));
+    // As a tunnel's: once the command has ended its side, the origin may
+    // stay silent HALF_CLOSED_IDLE at most (not IDLE).
+    origin
+        .sock
+        .heard_by(&client.stream.sock, crate::relay::HALF_CLOSED_IDLE);
     let sent = origin_head(head, host, port, target, interceptor.secrets());
     if origin.write_all(&sent).is_err() {
         return false;
@@ -2047,5 +2072,113 @@ mod relay_tests {
                 want.len()
             );
         }
+    }
+
+    /// #44: once the command has ended its side of the connection (a
+    /// half-close after its request), an origin that stays silent and open
+    /// is cut after the silence bound (`idle`, 2 s here; 30 s in a run,
+    /// not the 300 s of an origin's read): the relay fails timed out and
+    /// the command's connection is released. Twin: an origin answering 1 s
+    /// after the half-close is relayed whole.
+    #[test]
+    fn a_silent_origin_after_the_commands_end_is_cut_an_answering_one_is_not() {
+        let ca = super::super::ca::RunCa::new(&["origin.test".to_string()]).unwrap();
+        let mut roots = RootCertStore::empty();
+        for cert in super::super::ca::parse_pem_certs(ca.cert_pem().as_bytes()).unwrap() {
+            roots.add(cert).unwrap();
+        }
+        let client_config = Arc::new(
+            ClientConfig::builder_with_provider(super::super::provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        );
+        let server_config = ca.server_config("origin.test").unwrap();
+        let idle = Duration::from_secs(2);
+        let relayed = move |answer: bool| {
+            let name = || ServerName::try_from("origin.test".to_string()).unwrap();
+            let origin_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let origin_addr = origin_listener.local_addr().unwrap();
+            let (hold, held) = std::sync::mpsc::channel::<()>();
+            let origin = {
+                let config = Arc::clone(&server_config);
+                std::thread::spawn(move || {
+                    let (tcp, _) = origin_listener.accept().unwrap();
+                    let mut tls = StreamOwned::new(ServerConnection::new(config).unwrap(), tcp);
+                    handshake!(tls);
+                    if answer {
+                        std::thread::sleep(Duration::from_secs(1));
+                        tls.write_all(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+                            .unwrap();
+                        tls.conn.send_close_notify();
+                        tls.flush().unwrap();
+                    }
+                    // Open (silent) until the test ends.
+                    let _ = held.recv();
+                })
+            };
+            let tcp = TcpStream::connect(origin_addr).unwrap();
+            let conn = ClientConnection::new(Arc::clone(&client_config), name()).unwrap();
+            let mut origin_tls = StreamOwned::new(conn, ReadAhead::new(tcp));
+            handshake!(origin_tls);
+
+            let client_listener = TcpListener::bind("127.0.0.1:0").unwrap();
+            let client_addr = client_listener.local_addr().unwrap();
+            let reader = {
+                let config = Arc::clone(&client_config);
+                std::thread::spawn(move || {
+                    let tcp = TcpStream::connect(client_addr).unwrap();
+                    let conn = ClientConnection::new(config, name()).unwrap();
+                    let mut tls = StreamOwned::new(conn, tcp);
+                    handshake!(tls);
+                    // The request went; the command ends its side.
+                    tls.sock.shutdown(std::net::Shutdown::Write).unwrap();
+                    let mut out = Vec::new();
+                    let _ = tls.read_to_end(&mut out);
+                    out
+                })
+            };
+            let (tcp, _) = client_listener.accept().unwrap();
+            let conn = ServerConnection::new(Arc::clone(&server_config)).unwrap();
+            let mut client = StreamOwned::new(conn, tcp);
+            handshake!(client);
+
+            origin_tls.sock.heard_by(&client.sock, idle);
+            let mut origin_side = Buffered::new(origin_tls);
+            let started = std::time::Instant::now();
+            let relayed = relay_response(
+                &mut origin_side,
+                &mut client,
+                (false, true, false),
+                super::super::Scrub::new(&[], std::iter::empty()),
+            );
+            let took = started.elapsed();
+            drop(client);
+            let out = reader.join().unwrap();
+            drop(hold);
+            origin.join().unwrap();
+            (relayed, String::from_utf8_lossy(&out).into_owned(), took)
+        };
+        let answered = relayed.clone();
+        let answering = std::thread::spawn(move || {
+            let (relayed, out, took) = answered(true);
+            (relayed.map(|r| matches!(r, Relayed::Done(true))), out, took)
+        });
+        let (relayed, out, took) = relayed(false);
+        match relayed {
+            Err(e) => assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}"),
+            Ok(_) => panic!("relayed: {out} {took:?}"),
+        }
+        assert_eq!(out, "");
+        assert!(took >= idle && took < idle + idle / 2, "{took:?}");
+        let (relayed, out, took) = answering.join().unwrap();
+        assert!(relayed.unwrap(), "{out}");
+        assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
+        // The origin's pause started with its handshake, before the relay.
+        assert!(
+            took >= Duration::from_millis(900) && took < idle,
+            "{took:?}"
+        );
     }
 }
