@@ -596,8 +596,14 @@ fn sweep_stale(base: &Path) {
         }
         let dir = entry.path();
         let _ = std::fs::write(dir.join("cgroup.kill"), "1");
+        // What cgroup.kill misses (a thread group whose leader exited
+        // while a thread runs, see `CgroupRun::kill_all`).
+        let procs = open(&dir.join("cgroup.procs"), libc::O_RDONLY).ok();
         let deadline = Instant::now() + Duration::from_millis(500);
         while std::fs::remove_dir(&dir).is_err() && Instant::now() < deadline {
+            if let Some(procs) = &procs {
+                signal_members(procs.as_raw_fd(), &[libc::SIGKILL]);
+            }
             std::thread::sleep(Duration::from_millis(5));
         }
     }

@@ -283,7 +283,9 @@ fn beat_len(s: &Scene) -> u64 {
     std::fs::metadata(&s.beat).map(|m| m.len()).unwrap_or(0)
 }
 
-/// Processes whose command line carries the scene's token.
+/// Processes whose command line carries the scene's token (those with a
+/// live thread: a thread group whose leader exited while another thread
+/// runs counts).
 fn survivors(s: &Scene) -> Vec<i32> {
     let mut out = Vec::new();
     for entry in std::fs::read_dir("/proc").unwrap().flatten() {
@@ -297,16 +299,8 @@ fn survivors(s: &Scene) -> Vec<i32> {
         let Ok(cmdline) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
             continue;
         };
-        let zombie = std::fs::read_to_string(format!("/proc/{pid}/stat"))
-            .map(|st| {
-                st.rsplit(')')
-                    .next()
-                    .unwrap_or("")
-                    .trim_start()
-                    .starts_with('Z')
-            })
-            .unwrap_or(true);
-        if !zombie
+        // A zombie leader whose other thread runs is alive.
+        if !thread_group_gone(pid)
             && cmdline
                 .windows(s.token.len())
                 .any(|w| w == s.token.as_bytes())
@@ -774,6 +768,52 @@ fn a_killed_runner_leaves_nothing_past_the_next_run() {
     let out = next.args(["run", "--", "/bin/true"]).output().unwrap();
     assert_eq!(out.status.code(), Some(0));
     nothing_survives(&s, "after the runner was killed");
+}
+
+/// A process that leaves a thread group whose leader exited (`SYS_exit`)
+/// while its thread beats through an fd opened before, SIGTERM ignored.
+const THREAD_OUTLIVES_LEADER: &str = r#"
+if os.fork() == 0:
+    import threading, platform
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    fd = os.open(beat, os.O_WRONLY | os.O_APPEND | os.O_CREAT)
+    def beats():
+        while True:
+            os.write(fd, b"x")
+            time.sleep(0.02)
+    threading.Thread(target=beats, daemon=False).start()
+    ctypes.CDLL(None).syscall(60 if platform.machine() == "x86_64" else 93, 0)
+"#;
+
+/// As [`a_killed_runner_leaves_nothing_past_the_next_run`], the survivor a
+/// thread group whose leader exited while its thread runs, which the
+/// sweep's `cgroup.kill` alone does not end: the next run's sweep ends it
+/// too. Positive control: it beats after its runner died.
+#[test]
+fn a_killed_runners_thread_outliving_its_leader_ends_at_the_next_run() {
+    let s = scene();
+    let cgroup = PrivateCgroup::new(&s);
+    let code = attack(THREAD_OUTLIVES_LEADER) + "\nwhile True: time.sleep(1)\n";
+    let mut cmd = run_command(As::Root, &s, &[], &code);
+    cgroup.enter(&mut cmd);
+    let mut child = cmd.spawn().expect("run the CLI");
+    first_beat(&s);
+    child.kill().unwrap();
+    child.wait().unwrap();
+    let from = beat_len(&s);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while beat_len(&s) == from && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert!(
+        beat_len(&s) > from,
+        "positive control: the thread kept beating after its runner died"
+    );
+    let mut next = cli(As::Root);
+    cgroup.enter(&mut next);
+    let out = next.args(["run", "--", "/bin/true"]).output().unwrap();
+    assert_eq!(out.status.code(), Some(0));
+    nothing_survives(&s, "the thread after its runner was killed");
 }
 
 /// A process of a dead run that holds the dead runner's pid (as a survivor
