@@ -33,7 +33,9 @@ pub(crate) fn answer_with(
     let reply = match &decision {
         BrokerDecision::Performed => Some((0, 0)),
         BrokerDecision::Read { len } => Some((*len as i64, 0)),
-        BrokerDecision::Failed { errno } => Some((0, *errno)),
+        BrokerDecision::Failed { errno } | BrokerDecision::RunnerOutOfFds { errno } => {
+            Some((0, *errno))
+        }
         BrokerDecision::Refused { .. } => Some((0, refused)),
         // Already answered with the fd.
         BrokerDecision::Opened { .. } | BrokerDecision::CallerGone => None,

@@ -441,10 +441,11 @@ pub(crate) fn decide_listen(
 /// file descriptors (`EMFILE`, `ENFILE`: the broker opens the caller's
 /// memory or `/proc` entries to read them), which is the runner's failure
 /// and not the policy's: the call then fails with that errno
-/// ([`BrokerDecision::Failed`], no refusal, so no `sandbox_denial`).
+/// ([`BrokerDecision::RunnerOutOfFds`], no refusal, so no
+/// `sandbox_denial`; the run's record counts it).
 pub(crate) fn unreadable_caller(e: &io::Error) -> BrokerDecision {
     match errno_of(e) {
-        errno @ (libc::EMFILE | libc::ENFILE) => BrokerDecision::Failed { errno },
+        errno @ (libc::EMFILE | libc::ENFILE) => BrokerDecision::RunnerOutOfFds { errno },
         errno => BrokerDecision::Refused {
             reason: Refusal::UnreadableCaller { errno },
         },
@@ -891,7 +892,7 @@ mod tests {
     fn the_runner_out_of_descriptors_is_no_refusal() {
         for errno in [libc::EMFILE, libc::ENFILE] {
             let answer = unreadable_caller(&io::Error::from_raw_os_error(errno));
-            assert_eq!(answer, BrokerDecision::Failed { errno });
+            assert_eq!(answer, BrokerDecision::RunnerOutOfFds { errno });
         }
         for errno in [libc::EFAULT, libc::ESRCH, libc::EACCES] {
             let answer = unreadable_caller(&io::Error::from_raw_os_error(errno));

@@ -25,6 +25,11 @@ pub struct BrokerLog {
     /// there, removed when the broker stopped (`private_shm`).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub shm_removed: Vec<std::path::PathBuf>,
+    /// Calls answered [`BrokerDecision::RunnerOutOfFds`] (those past
+    /// [`BrokerLog::MAX_RECORDS`] included): the runner ran out of file
+    /// descriptors serving them.
+    #[serde(default)]
+    pub runner_out_of_fds: u64,
 }
 
 impl BrokerLog {
@@ -61,7 +66,12 @@ impl BrokerLog {
             refused.len(),
             self.records
                 .iter()
-                .filter(|r| matches!(r.decision, BrokerDecision::Failed { .. }))
+                .filter(|r| {
+                    matches!(
+                        r.decision,
+                        BrokerDecision::Failed { .. } | BrokerDecision::RunnerOutOfFds { .. }
+                    )
+                })
                 .count(),
             if self.omitted > 0 {
                 format!(" ({} more not recorded)", self.omitted)
@@ -83,6 +93,9 @@ impl BrokerLog {
 
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     pub(crate) fn push(&mut self, record: BrokerRecord) {
+        if let BrokerDecision::RunnerOutOfFds { .. } = record.decision {
+            self.runner_out_of_fds += 1;
+        }
         if self.records.len() < Self::MAX_RECORDS {
             self.records.push(record);
         } else {
@@ -125,6 +138,10 @@ impl std::fmt::Display for BrokerRecord {
             BrokerDecision::Read { len } => write!(f, ": read, {len} bytes"),
             BrokerDecision::Opened { fd } => write!(f, ": opened as fd {fd}"),
             BrokerDecision::Failed { errno } => write!(f, ": failed with errno {errno}"),
+            BrokerDecision::RunnerOutOfFds { errno } => write!(
+                f,
+                ": failed with errno {errno}, the runner out of file descriptors"
+            ),
             BrokerDecision::Refused { reason } => write!(f, ": refused, {reason}"),
             BrokerDecision::CallerGone => f.write_str(": caller gone"),
         }
@@ -169,6 +186,16 @@ pub enum BrokerDecision {
     /// Admitted or unresolvable, and the kernel returned this errno (e.g.
     /// `ENOENT` for a missing path); the caller got the same errno.
     Failed {
+        /// The errno the caller received.
+        errno: i32,
+    },
+    /// The runner could not serve the call, out of file descriptors
+    /// (`EMFILE`, `ENFILE`) while reading the caller's arguments or
+    /// identity (it opens the caller's memory, `/proc` entries or a
+    /// duplicate of its socket for them); the caller got that errno. The
+    /// runner's failure, not the policy's: no refusal, and counted in
+    /// [`BrokerLog::runner_out_of_fds`] for the run's record.
+    RunnerOutOfFds {
         /// The errno the caller received.
         errno: i32,
     },
@@ -244,7 +271,7 @@ pub enum Refusal {
     XattrNamespace,
     /// The caller's arguments or identity could not be read (but for
     /// `EMFILE`/`ENFILE`, the runner out of descriptors: that call fails,
-    /// [`BrokerDecision::Failed`], and is no refusal).
+    /// [`BrokerDecision::RunnerOutOfFds`], and is no refusal).
     UnreadableCaller {
         /// The errno of the failed read.
         errno: i32,

@@ -644,6 +644,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
             show::refusal_summary(&outcome),
             show::limit_summary(&outcome),
             show::unheld_summary(&outcome),
+            show::runner_summary(&outcome),
         ]
         .into_iter()
         .flatten()

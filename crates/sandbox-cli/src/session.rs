@@ -1649,6 +1649,7 @@ fn exit_event(
         // The timeout's line when the timeout ended the run.
         show::limit_summary(outcome),
         show::unheld_summary(outcome),
+        show::runner_summary(outcome),
     ]
     .into_iter()
     .flatten()

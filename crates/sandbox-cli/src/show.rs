@@ -137,6 +137,9 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
                 String::new()
             }
         ));
+        if let Some(line) = runner_summary(outcome) {
+            out.push(format!("  {}", line.trim_start_matches("sandbox: ")));
+        }
         // A shell's probe of /dev/tty in a run without a controlling
         // terminal is the kernel's ENXIO, never a refusal: every refusal
         // recorded is shown, each distinct one once (a tool retrying a
@@ -589,6 +592,21 @@ pub(crate) fn limit_summary(outcome: &Outcome) -> Option<String> {
             hit.requested,
             plural(hit.hits as usize, "fork")
         ),
+    })
+}
+
+/// One line saying the runner ran out of file descriptors serving the
+/// command's calls (they failed with `EMFILE`/`ENFILE`: the runner's
+/// failure, neither the policy's nor the command's), with how many.
+pub(crate) fn runner_summary(outcome: &Outcome) -> Option<String> {
+    let n = outcome.mediation.as_ref()?.runner_out_of_fds;
+    (n > 0).then(|| {
+        format!(
+            "sandbox: the runner ran out of file descriptors; {} of the command failed with \
+             EMFILE (a runner problem, not a refusal: raise the runner's open-file limit, \
+             ulimit -n)",
+            plural(n, "call")
+        )
     })
 }
 

@@ -439,6 +439,11 @@ pub struct Mediation {
     /// that cannot be named (moved after they were made, or too many).
     #[serde(default, skip_serializing_if = "is_zero")]
     pub git_dirs_unnamed: usize,
+    /// Calls of the command that failed because the runner ran out of file
+    /// descriptors serving them (`EMFILE`, `ENFILE`): the runner's failure,
+    /// not a refusal.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub runner_out_of_fds: usize,
 }
 
 fn is_zero(n: &usize) -> bool {

@@ -120,3 +120,81 @@ fn commands_get_the_soft_descriptor_limit_the_runner_started_with() {
         }
     }
 }
+
+/// #44: a runner out of file descriptors (its hard and soft
+/// `RLIMIT_NOFILE` 64, set before exec so the CLI cannot raise it) while
+/// 100 of the command's writers wait in brokered opens of a FIFO without a
+/// reader: the broker cannot read the callers' arguments (`EMFILE`), those
+/// calls fail with it, and the run says on stderr, and its record counts,
+/// that the runner ran out of file descriptors (no refusal: the policy
+/// refused nothing). Twin: the same run under the usual limit says nothing
+/// of it and its record has no count. Root and nobody.
+#[test]
+fn a_runner_out_of_descriptors_says_so() {
+    use std::os::unix::process::CommandExt;
+    for nobody in sandbox_tests::users() {
+        for low in [true, false] {
+            let (_dir, ws) = sandbox_tests::shared_dir();
+            let report = ws.join("report.json");
+            let mut cmd = if nobody {
+                sandbox_tests::sandbox_as_nobody()
+            } else {
+                sandbox_tests::sandbox()
+            };
+            cmd.args(["run", "--mode", "workspace-write", "--no-default-caches"])
+                .arg("--workspace")
+                .arg(&ws)
+                .arg("--report")
+                .arg(&report)
+                .args([
+                    "--",
+                    "sh",
+                    "-c",
+                    "cd \"$0\" && mkfifo p && i=0 && while [ $i -lt 100 ]; do \
+                     (echo x > p) & i=$((i+1)); done; sleep 1; echo done",
+                ])
+                .arg(&ws);
+            if low {
+                // SAFETY: setrlimit is async-signal-safe; it only sets this
+                // child's limit before exec.
+                unsafe {
+                    cmd.pre_exec(|| {
+                        let limit = libc::rlimit {
+                            rlim_cur: 64,
+                            rlim_max: 64,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_NOFILE, &limit) != 0 {
+                            return Err(std::io::Error::last_os_error());
+                        }
+                        Ok(())
+                    });
+                }
+            }
+            let out = cmd.output().unwrap();
+            let stderr = sandbox_tests::stderr(&out);
+            let what = format!("nobody={nobody} low={low}: {stderr}");
+            assert_eq!(String::from_utf8_lossy(&out.stdout), "done\n", "{what}");
+            let record: serde_json::Value =
+                serde_json::from_str(&std::fs::read_to_string(&report).unwrap()).unwrap();
+            let counted = &record["mediation"]["runner_out_of_fds"];
+            let said = stderr.lines().find(|l| {
+                l.starts_with("sandbox: the runner ran out of file descriptors; ")
+                    && l.contains(" of the command failed with EMFILE")
+            });
+            if low {
+                assert!(counted.as_u64().is_some_and(|n| n > 0), "{what} {record}");
+                let said = said.unwrap_or_else(|| panic!("not said: {what}"));
+                assert!(
+                    said.contains(&format!("; {counted} call")),
+                    "{said} vs {counted}"
+                );
+                // No refusal was recorded for it.
+                assert_eq!(record["classification"]["class"], "ok", "{record}");
+            } else {
+                assert!(counted.is_null(), "{what} {record}");
+                assert!(said.is_none(), "{what}");
+                assert!(!stderr.contains("file descriptors"), "{what}");
+            }
+        }
+    }
+}

@@ -246,6 +246,7 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
         error: log.stopped_by_error,
         git_dirs_made: log.git_dirs_made,
         git_dirs_unnamed: log.git_dirs_unnamed,
+        runner_out_of_fds: usize::try_from(log.runner_out_of_fds).unwrap_or(usize::MAX),
     }
 }
 
