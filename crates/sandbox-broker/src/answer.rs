@@ -2,7 +2,7 @@
 //! (the broker thread, the connect and entry handlers, the worker pool)
 //! ends with.
 
-use crate::log::{BrokerDecision, BrokerRecord, BrokerTarget};
+use crate::log::{BrokerDecision, BrokerRecord, BrokerTarget, Refusal};
 use crate::notif::Listener;
 use crate::resolve::Unresolved;
 
@@ -13,6 +13,14 @@ pub(crate) fn unresolved_decision(
 ) -> BrokerDecision {
     match unresolved {
         Unresolved::Errno(errno) => BrokerDecision::Failed { errno },
+        // The runner out of descriptors for the O_PATH opens of the walk
+        // (its own): its failure, not the policy's.
+        Unresolved::Refused(
+            Refusal::Unresolvable {
+                errno: errno @ (libc::EMFILE | libc::ENFILE),
+            },
+            _,
+        ) => BrokerDecision::RunnerOutOfFds { errno },
         Unresolved::Refused(reason, path) => {
             target.resolved = path;
             BrokerDecision::Refused { reason }

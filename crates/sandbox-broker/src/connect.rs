@@ -885,14 +885,29 @@ mod tests {
     }
 
     /// The runner out of descriptors (`EMFILE`, `ENFILE`) while reading
-    /// the caller's arguments is the runner's failure: the call fails with
-    /// that errno, no refusal (so no `sandbox_denial`); twin: any other
-    /// errno (the caller's memory unreadable) stays a refusal.
+    /// the caller's arguments, or while opening the pieces of its path, is
+    /// the runner's failure: the call fails with that errno, no refusal (so
+    /// no `sandbox_denial`); twin: any other errno (the caller's memory
+    /// unreadable, a path that cannot be resolved safely) stays a refusal.
     #[test]
     fn the_runner_out_of_descriptors_is_no_refusal() {
         for errno in [libc::EMFILE, libc::ENFILE] {
             let answer = unreadable_caller(&io::Error::from_raw_os_error(errno));
             assert_eq!(answer, BrokerDecision::RunnerOutOfFds { errno });
+            let unresolvable = Unresolved::Refused(Refusal::Unresolvable { errno }, None);
+            assert_eq!(
+                unresolved_decision(unresolvable, &mut BrokerTarget::default()),
+                BrokerDecision::RunnerOutOfFds { errno }
+            );
+        }
+        for errno in [libc::EXDEV, libc::EAGAIN] {
+            let unresolvable = Unresolved::Refused(Refusal::Unresolvable { errno }, None);
+            assert_eq!(
+                unresolved_decision(unresolvable, &mut BrokerTarget::default()),
+                BrokerDecision::Refused {
+                    reason: Refusal::Unresolvable { errno }
+                }
+            );
         }
         for errno in [libc::EFAULT, libc::ESRCH, libc::EACCES] {
             let answer = unreadable_caller(&io::Error::from_raw_os_error(errno));

@@ -188,8 +188,16 @@ fn a_runner_out_of_descriptors_says_so() {
                     said.contains(&format!("; {counted} call")),
                     "{said} vs {counted}"
                 );
-                // No refusal was recorded for it.
+                // No refusal was recorded for it (the callers' paths were
+                // not resolved either: the runner's EMFILE, no refusal).
                 assert_eq!(record["classification"]["class"], "ok", "{record}");
+                let refused = record["mediation"]["refused"].as_array().unwrap();
+                assert!(
+                    !refused.iter().any(|r| r["reason"]
+                        .as_str()
+                        .is_some_and(|why| why.contains("errno 24"))),
+                    "{what} {record}"
+                );
             } else {
                 assert!(counted.is_null(), "{what} {record}");
                 assert!(said.is_none(), "{what}");
