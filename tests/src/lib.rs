@@ -277,3 +277,17 @@ pub fn with_private_mounts<T: Send>(
             .unwrap_or_else(|e| std::panic::resume_unwind(e))
     })
 }
+
+/// Whether no thread of the thread group `pid` runs (it is reaped, or
+/// every task of it is a zombie).
+pub fn thread_group_gone(pid: i32) -> bool {
+    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return true;
+    };
+    tasks.flatten().all(|t| {
+        std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| {
+            let state = st.rsplit(')').next().unwrap_or("").trim_start();
+            state.starts_with('Z') || state.starts_with('X')
+        })
+    })
+}

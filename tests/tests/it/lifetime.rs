@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{assert_exit, sandbox_bin};
+use sandbox_tests::{assert_exit, sandbox_bin, thread_group_gone};
 
 /// Who runs the CLI: root (cgroup containment) or nobody (process group).
 #[derive(Clone, Copy, Debug)]
@@ -527,20 +527,6 @@ with open(beat + ".pid", "w") as f:
 print("joined", flush=True)
 "#
     )
-}
-
-/// Whether no thread of the thread group `pid` runs (it is reaped, or
-/// every task of it is a zombie).
-fn thread_group_gone(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return true;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| {
-            let state = st.rsplit(')').next().unwrap_or("").trim_start();
-            state.starts_with('Z') || state.starts_with('X')
-        })
-    })
 }
 
 /// A command whose main thread exits (`SYS_exit`) while another thread of

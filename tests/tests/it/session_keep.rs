@@ -11,7 +11,7 @@ use std::path::Path;
 use std::process::{Child, ChildStdin, Stdio};
 use std::time::{Duration, Instant};
 
-use sandbox_tests::{sandbox, sandbox_as_nobody, shared_dir, users};
+use sandbox_tests::{sandbox, sandbox_as_nobody, shared_dir, thread_group_gone, users};
 use serde_json::{json, Value};
 
 /// One session, driven a request at a time.
@@ -1184,20 +1184,6 @@ fn beats(dir: &Path, name: &str) -> u64 {
 fn beating(dir: &Path, name: &str) -> bool {
     let from = beats(dir, name);
     eventually(|| beats(dir, name) > from)
-}
-
-/// Whether no thread of the thread group `pid` runs (reaped, or every task
-/// of it a zombie).
-fn thread_group_gone(pid: i32) -> bool {
-    let Ok(tasks) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
-        return true;
-    };
-    tasks.flatten().all(|t| {
-        std::fs::read_to_string(t.path().join("stat")).map_or(true, |st| {
-            let state = st.rsplit(')').next().unwrap_or("").trim_start();
-            state.starts_with('Z') || state.starts_with('X')
-        })
-    })
 }
 
 /// Asserts the thread group of `dir/<name>.pid` is gone (waiting up to
