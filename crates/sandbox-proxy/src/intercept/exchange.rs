@@ -1912,6 +1912,24 @@ mod tests {
 #[cfg(test)]
 mod relay_tests {
     use super::*;
+
+    /// A client config trusting a fresh run CA, and that CA's server config
+    /// for `origin.test`.
+    fn origin_test_tls() -> (Arc<ClientConfig>, Arc<rustls::ServerConfig>) {
+        let ca = super::super::ca::RunCa::new(&["origin.test".to_string()]).unwrap();
+        let mut roots = RootCertStore::empty();
+        for cert in super::super::ca::parse_pem_certs(ca.cert_pem().as_bytes()).unwrap() {
+            roots.add(cert).unwrap();
+        }
+        let client_config = Arc::new(
+            ClientConfig::builder_with_provider(super::super::provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth(),
+        );
+        (client_config, ca.server_config("origin.test").unwrap())
+    }
     use rustls::{ClientConfig, RootCertStore};
     use std::net::TcpListener;
 
@@ -1981,19 +1999,7 @@ mod relay_tests {
     /// a byte short of its Content-Length ends the connection.
     #[test]
     fn a_large_response_without_secrets_passes_whole() {
-        let ca = super::super::ca::RunCa::new(&["origin.test".to_string()]).unwrap();
-        let mut roots = RootCertStore::empty();
-        for cert in super::super::ca::parse_pem_certs(ca.cert_pem().as_bytes()).unwrap() {
-            roots.add(cert).unwrap();
-        }
-        let client_config = Arc::new(
-            ClientConfig::builder_with_provider(super::super::provider())
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-        );
-        let server_config = ca.server_config("origin.test").unwrap();
+        let (client_config, server_config) = origin_test_tls();
         let name = || ServerName::try_from("origin.test".to_string()).unwrap();
         let body: Vec<u8> = (0..5_000_003u32).map(|i| (i % 251) as u8).collect();
         for short in [false, true] {
@@ -2082,19 +2088,7 @@ mod relay_tests {
     /// after the half-close is relayed whole.
     #[test]
     fn a_silent_origin_after_the_commands_end_is_cut_an_answering_one_is_not() {
-        let ca = super::super::ca::RunCa::new(&["origin.test".to_string()]).unwrap();
-        let mut roots = RootCertStore::empty();
-        for cert in super::super::ca::parse_pem_certs(ca.cert_pem().as_bytes()).unwrap() {
-            roots.add(cert).unwrap();
-        }
-        let client_config = Arc::new(
-            ClientConfig::builder_with_provider(super::super::provider())
-                .with_safe_default_protocol_versions()
-                .unwrap()
-                .with_root_certificates(roots)
-                .with_no_client_auth(),
-        );
-        let server_config = ca.server_config("origin.test").unwrap();
+        let (client_config, server_config) = origin_test_tls();
         let idle = Duration::from_secs(2);
         let relayed = move |answer: bool| {
             let name = || ServerName::try_from("origin.test".to_string()).unwrap();
