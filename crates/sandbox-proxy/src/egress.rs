@@ -6,7 +6,7 @@
 
 use std::ffi::OsString;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use sandbox_core::{
@@ -15,6 +15,7 @@ use sandbox_core::{
 };
 
 use crate::dns::DnsServer;
+use crate::state::Budget;
 use crate::{Decider, Interception, Proxy, ProxyError, ProxyOptions, Secret};
 use sandbox_core::request::{SecretSource, SecretSpec};
 
@@ -226,7 +227,9 @@ impl Egress {
         if policy.network_mode() != NetworkMode::Allowlist && !asks_for_all {
             return Ok(None);
         }
-        let mut proxy_opts = ProxyOptions::default().max_connections(connection_budget());
+        let mut proxy_opts = ProxyOptions::default()
+            .max_connections(MAX_CONNECTIONS_PER_EGRESS)
+            .budget(process_budget());
         if let Some(decider) = &opts.decider {
             proxy_opts = proxy_opts.decider(Arc::clone(decider));
         }
@@ -591,27 +594,50 @@ impl EgressTap {
 /// tunnel's two sockets, the clones registered to end them
 /// ([`crate::state::Slot::track`]) and a splice pipe (two) per direction.
 const FDS_PER_CONNECTION: u64 = 8;
-/// The descriptors left to the rest of the runner (broker, resolver,
-/// launch, session) beside the proxy's connections.
+/// The descriptors proxies never take, left to the rest of the runner: the
+/// broker (a call's notification, pidfd, the `openat2(2)` pieces of a path
+/// it walks, the descriptor it installs), each egress's resolver (its
+/// listener and up to 32 TCP connections of two descriptors), launches
+/// (pipes, the pidfd, the cgroup) and the session's own files. 256 is what
+/// the runner kept beside one egress's connections before, where its own
+/// work never ran short (the fd_limit tests); at most half the limit is kept
+/// when the limit is small, so that a proxy still serves.
 const FDS_KEPT: u64 = 256;
 
-/// How many connections the proxy serves at once: 256
-/// ([`ProxyOptions::default`]), or fewer when the runner's descriptor limit
-/// (its soft `RLIMIT_NOFILE`, which the CLI raises to the hard one) would
-/// run out first: [`FDS_PER_CONNECTION`] each, [`FDS_KEPT`] (at most half
-/// the limit) kept for the rest; at least 1.
-fn connection_budget() -> usize {
+/// Connections one egress serves at once, at most (its share of the
+/// process's [`process_budget`] is smaller when others hold theirs).
+const MAX_CONNECTIONS_PER_EGRESS: usize = 256;
+
+/// The connections ALL the egresses of this process serve at once: a
+/// runner hosts many (a session's shared run, each kept command's, each
+/// nested run's), whose connections hold descriptors of the one process.
+/// Sized once, at the first egress (after the CLI raised the soft
+/// `RLIMIT_NOFILE` to the hard one): the soft limit less [`FDS_KEPT`] (at
+/// most half of it), [`FDS_PER_CONNECTION`] each; at least 1. A connection
+/// over it is closed on accept, as one over an egress's own cap.
+fn process_budget() -> Arc<Budget> {
+    static BUDGET: OnceLock<Arc<Budget>> = OnceLock::new();
+    Arc::clone(BUDGET.get_or_init(|| Budget::new(budget_for(nofile_limit()))))
+}
+
+/// The soft `RLIMIT_NOFILE` (1024 when it cannot be read).
+fn nofile_limit() -> u64 {
     let mut limit = libc::rlimit {
         rlim_cur: 0,
         rlim_max: 0,
     };
     // SAFETY: getrlimit writes into the struct passed.
     if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
-        return 256;
+        return 1024;
     }
-    let kept = FDS_KEPT.min(limit.rlim_cur / 2);
-    let fit = limit.rlim_cur.saturating_sub(kept) / FDS_PER_CONNECTION;
-    usize::try_from(fit).unwrap_or(usize::MAX).clamp(1, 256)
+    limit.rlim_cur
+}
+
+/// The connections a descriptor limit of `limit` affords the proxies.
+fn budget_for(limit: u64) -> usize {
+    let kept = FDS_KEPT.min(limit / 2);
+    let fit = limit.saturating_sub(kept) / FDS_PER_CONNECTION;
+    usize::try_from(fit).unwrap_or(usize::MAX).max(1)
 }
 
 /// How long [`EgressTap::take`] waits for the threads of the connections
@@ -720,6 +746,18 @@ fn hosts_entries(text: &str) -> Vec<(std::net::IpAddr, String)> {
 
 #[cfg(test)]
 mod tests {
+    /// The process's budget: the limit less 256 kept (half a small limit),
+    /// 8 descriptors a connection, at least 1; a proxy still serves under
+    /// a tiny limit.
+    #[test]
+    fn the_process_budget_keeps_descriptors_for_the_runner() {
+        assert_eq!(super::budget_for(20_000), (20_000 - 256) / 8);
+        assert_eq!(super::budget_for(4096), (4096 - 256) / 8);
+        assert_eq!(super::budget_for(64), 32 / 8);
+        assert_eq!(super::budget_for(8), 1);
+        assert_eq!(super::budget_for(0), 1);
+    }
+
     #[test]
     fn hosts_entries_are_read_as_hosts5_says() {
         let text = "127.0.0.1 localhost Svc.Example.com. # a comment\n\

@@ -123,10 +123,13 @@
 //! Request heads are bounded ([`ProxyOptions::max_head_bytes`], 16 KiB) and
 //! must arrive within [`ProxyOptions::head_timeout`] (30 s), so a stuck
 //! client cannot pin a thread; at most [`ProxyOptions::max_connections`]
-//! (256) connections are served at once, further ones are closed at once
-//! (a run's egress, [`Egress::start`], serves fewer when the runner's
-//! descriptor limit would run out first: 8 descriptors a connection, 256
-//! or half the limit kept for the rest of the runner). An established tunnel has no idle
+//! (256) connections are served at once, further ones are closed at once.
+//! All the egresses of one process ([`Egress::start`]: a runner hosts a
+//! session's shared run's, each kept command's, each nested run's) also
+//! share one budget, sized once from the process's soft descriptor limit:
+//! 8 descriptors a connection, 256 (or half the limit) kept for the rest
+//! of the runner (broker, resolvers, launches), which no proxy takes; a
+//! connection over it is closed at once too. An established tunnel has no idle
 //! timeout while its client's side is open (long downloads are
 //! legitimate); once the client has ended its side (end of stream, a
 //! half-close, its exit) the upstream may stay silent 30 s at most, then
@@ -171,7 +174,7 @@
 //!
 //! | Entry point | What the caller controls | Kept safe by | Attacked by |
 //! |---|---|---|---|
-//! | proxy request head (HTTP, SOCKS5) | host, port, head bytes, timing | a name no rule lists is refused before it is resolved; heads bounded in size and time; at most 256 connections | `tests/proxy.rs` (refusals, limits, slow heads) |
+//! | proxy request head (HTTP, SOCKS5) | host, port, head bytes, timing | a name no rule lists is refused before it is resolved; heads bounded in size and time; at most 256 connections a proxy, and all of a process's egresses (a runner's shared, kept and nested runs) share one budget from its descriptor limit less 256 kept for the broker, resolvers and launches (8 a connection), so a run's connections cannot take the runner's descriptors | `tests/proxy.rs` (refusals, limits, slow heads), `state::tests::two_proxies_share_the_process_budget`, `tests/tests/it/fd_limit.rs` |
 //! | proxy destination resolution | the name's DNS answers (rebinding) | wildcard names never reach special or own addresses; each address checked before connect | `tests/proxy.rs` wildcard and host-address tests |
 //! | tunnel first flight (`sni.rs`): a `CONNECT` or SOCKS tunnel to a port a request rule intercepts on some host | every byte of the ClientHello, how it is split over records and reads, when it comes, whether the server speaks first | a TLS ClientHello must ask (SNI) for the tunnel's own host (an IP-literal tunnel: for no intercepted one) and not hide it (ECH, ESNI); a strict hand parser reading each record once as the flight grows: whole within 32 KiB over any record split, only handshake records, no repeated extension, one `host_name` that is a host name; a handshake record that does not parse, grow whole within 192 KiB or arrive by the head timeout refused (TLS alert, recorded); an SSLv2-format hello counts as one without a name; a first record of another TLS type (alert, change_cipher_spec, application data, heartbeat, version 3.x: rustls and Go skip a warning alert before the hello) refused; not TLS, or a server speaking first, passes; what TLS carries (`Host`) is not seen (documented) | `sni::tests` (split at every byte and over records, an alert or other record before the hello beside non-TLS bytes starting 0x14-0x18, a 1-byte-record 32 KiB hello in linear steps, each malformed shape beside its twin, real sockets: pieces, half a hello, server first, silence), `tests/tests/it/intercept_routes.rs` |
 //! | intercepted names and the addresses they share (`sandbox_core::Pins`) | any `--allow-net` rule covering an intercepted host (exact, wildcard, the operator's), the names it asks the resolver for, another name at the intercepted host's address | an intercepted name is never answered or pinned, on any port (`NXDOMAIN`, recorded); an exact rule for the same host and port refused at policy resolution; an address where the resolver found an intercepted host (`/etc/hosts`, its lookup at most a minute old) admits no direct connect at that host's intercepted ports (best effort: another resolver's answer is not seen), and a direct connect refused at such an address (any port) names that host so `--explain` proposes no IP rule for it, and the proxy asks no [`Decider`] about an IP literal there ([`RefusalReason::InterceptedAddress`]); through the proxy, an intercepted host at a port no request rule names is reached only where an exact `--allow-net HOST:PORT` lists it (a wildcard, every-port or operator rule does not count: [`RefusalReason::InterceptedElsewhere`]) | `sandbox_core` `pins` and `policy` tests, `dns::tests`, `tests/tests/it/intercept_routes.rs` |
@@ -263,6 +266,9 @@ pub struct ProxyOptions {
     decider: Option<Arc<dyn Decider>>,
     max_held: usize,
     shadows: Option<sandbox_core::Pins>,
+    /// The connections this proxy shares with the process's others (a
+    /// run's egress: [`Egress::start`]); none for a proxy of its own.
+    budget: Option<Arc<state::Budget>>,
 }
 
 /// The interception of the hosts per-request rules name
@@ -412,6 +418,7 @@ impl Default for ProxyOptions {
             decider: None,
             max_held: DEFAULT_MAX_HELD,
             shadows: None,
+            budget: None,
         }
     }
 }
@@ -436,6 +443,14 @@ impl ProxyOptions {
     /// Connections served at once (at least 1); more are closed on accept.
     pub fn max_connections(mut self, n: usize) -> Self {
         self.max_connections = n.max(1);
+        self
+    }
+
+    /// A budget of connections shared with the process's other proxies: a
+    /// connection is served only with a place in it too; one without is
+    /// closed on accept, as one over [`ProxyOptions::max_connections`].
+    pub(crate) fn budget(mut self, budget: Arc<state::Budget>) -> Self {
+        self.budget = Some(budget);
         self
     }
 

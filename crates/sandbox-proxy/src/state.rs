@@ -4,7 +4,7 @@
 
 use std::collections::HashMap;
 use std::net::{Shutdown, SocketAddr, TcpStream};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -73,6 +73,54 @@ struct Live {
     /// ([`Shared::end_window`]): one that tracks a socket later is shut
     /// down at once.
     ended_before: u64,
+}
+
+/// Connections several proxies of one process share: a runner hosts many
+/// egresses at once (a session's shared run, each kept command's, each
+/// nested run's), and all of their connections hold descriptors of the one
+/// process. A proxy given a budget ([`ProxyOptions::budget`]) serves a
+/// connection only with a place in it as well as under its own
+/// [`ProxyOptions::max_connections`].
+#[derive(Debug)]
+pub(crate) struct Budget {
+    size: usize,
+    used: AtomicUsize,
+}
+
+impl Budget {
+    /// A budget of `size` connections at once (at least 1).
+    pub(crate) fn new(size: usize) -> Arc<Self> {
+        Arc::new(Self {
+            size: size.max(1),
+            used: AtomicUsize::new(0),
+        })
+    }
+
+    /// One place, unless all `size` are taken; freed when the ticket drops.
+    fn take(self: &Arc<Self>) -> Option<Ticket> {
+        self.used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used < self.size).then_some(used + 1)
+            })
+            .ok()?;
+        Some(Ticket(Arc::clone(self)))
+    }
+
+    /// The places taken now.
+    #[cfg(test)]
+    pub(crate) fn used(&self) -> usize {
+        self.used.load(Ordering::Acquire)
+    }
+}
+
+/// One connection's place in a [`Budget`]; dropping it frees the place
+/// (on every path: the [`Slot`] holding it is dropped with the connection).
+struct Ticket(Arc<Budget>);
+
+impl Drop for Ticket {
+    fn drop(&mut self) {
+        self.0.used.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 /// Locks `m`, also when a thread panicked while holding it: the data is
@@ -149,18 +197,24 @@ impl Shared {
         lock(&self.log).total
     }
 
-    /// A slot for one more connection, unless `max_connections` are open.
+    /// A slot for one more connection, unless `max_connections` are open
+    /// or the process's [`Budget`] (when the proxy has one) is spent.
     pub(crate) fn claim(self: &Arc<Self>) -> Option<Slot> {
         let mut live = lock(&self.live);
         if live.count >= self.opts.max_connections {
             return None;
         }
+        let ticket = match &self.opts.budget {
+            Some(budget) => Some(budget.take()?),
+            None => None,
+        };
         live.count += 1;
         live.next_id += 1;
         Some(Slot {
             shared: Arc::clone(self),
             id: live.next_id,
             window: lock(&self.window).generation,
+            _ticket: ticket,
         })
     }
 
@@ -253,6 +307,8 @@ pub(crate) struct Slot {
     id: u64,
     /// The refusal window it was accepted in.
     window: u64,
+    /// Its place in the process's [`Budget`], freed with the slot.
+    _ticket: Option<Ticket>,
 }
 
 impl Slot {
@@ -351,5 +407,58 @@ mod tests {
             ["one.example", "late.example", "two.example"],
             "the run's log has all of them"
         );
+    }
+
+    /// Two proxies of one process share its budget: two connections held
+    /// through one fill a budget of 2, and the other's next connection is
+    /// closed at once, unserved (no refusal answered or recorded); twin:
+    /// once one of them closes, the other's next connection is served (its
+    /// refusal answered and recorded), and every place is freed at the end.
+    #[test]
+    fn two_proxies_share_the_process_budget() {
+        use std::io::{Read, Write};
+
+        let budget = Budget::new(2);
+        let start = || {
+            let opts = ProxyOptions::default().budget(Arc::clone(&budget));
+            crate::Proxy::start(EgressRules::new(Vec::new()), opts).unwrap()
+        };
+        let (mut a, mut b) = (start(), start());
+        let wait_used = |n: usize| {
+            let deadline = Instant::now() + Duration::from_secs(10);
+            while budget.used() != n {
+                assert!(Instant::now() < deadline, "{} used, not {n}", budget.used());
+                std::thread::sleep(Duration::from_millis(10));
+            }
+        };
+        // Served: answered 403 for a name no rule lists (empty: closed).
+        let ask = |proxy: &crate::Proxy| {
+            let mut s = TcpStream::connect(proxy.addr()).unwrap();
+            s.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+            let _ = s.write_all(b"CONNECT unlisted.example:443 HTTP/1.1\r\n\r\n");
+            let mut answer = Vec::new();
+            let _ = s.read_to_end(&mut answer);
+            String::from_utf8_lossy(&answer).into_owned()
+        };
+        // Positive control: a proxy with room serves.
+        assert!(ask(&b).starts_with("HTTP/1.1 403 "));
+        assert_eq!(b.refusals().len(), 1);
+        wait_used(0);
+        // Idle clients of `a` hold their places (waiting for a head).
+        let held1 = TcpStream::connect(a.addr()).unwrap();
+        let held2 = TcpStream::connect(a.addr()).unwrap();
+        wait_used(2);
+        assert_eq!(ask(&b), "", "closed unserved: the budget is spent");
+        assert_eq!(b.refusals().len(), 1, "nothing served, nothing recorded");
+        // One of `a`'s closes: its place is `b`'s next connection's.
+        drop(held1);
+        wait_used(1);
+        assert!(ask(&b).starts_with("HTTP/1.1 403 "));
+        assert_eq!(b.refusals().len(), 2);
+        drop(held2);
+        wait_used(0);
+        a.shutdown();
+        b.shutdown();
+        assert_eq!(budget.used(), 0, "no place leaked");
     }
 }
