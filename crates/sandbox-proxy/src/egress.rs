@@ -598,10 +598,13 @@ const FDS_PER_CONNECTION: u64 = 8;
 /// broker (a call's notification, pidfd, the `openat2(2)` pieces of a path
 /// it walks, the descriptor it installs), each egress's resolver (its
 /// listener and up to 32 TCP connections of two descriptors), launches
-/// (pipes, the pidfd, the cgroup) and the session's own files. 256 is what
-/// the runner kept beside one egress's connections before, where its own
-/// work never ran short (the fd_limit tests); at most half the limit is kept
-/// when the limit is small, so that a proxy still serves.
+/// (pipes, the pidfd, the cgroup) and the session's own files: 256, plus a
+/// quarter of the limit for the runs a runner hosts at once (a session's
+/// shared run, up to 8 kept commands', up to 8 nested runs each: about 30
+/// descriptors a run measured idle, more while their brokers serve); at
+/// most half the limit, so that a proxy still serves under a small one.
+/// (256 alone, all the runner kept before, ran out at a 20000 limit with 18
+/// runs' proxies full: red team finding A.)
 const FDS_KEPT: u64 = 256;
 
 /// Connections one egress serves at once, at most (its share of the
@@ -612,8 +615,9 @@ const MAX_CONNECTIONS_PER_EGRESS: usize = 256;
 /// runner hosts many (a session's shared run, each kept command's, each
 /// nested run's), whose connections hold descriptors of the one process.
 /// Sized once, at the first egress (after the CLI raised the soft
-/// `RLIMIT_NOFILE` to the hard one): the soft limit less [`FDS_KEPT`] (at
-/// most half of it), [`FDS_PER_CONNECTION`] each; at least 1. A connection
+/// `RLIMIT_NOFILE` to the hard one): the soft limit less [`FDS_KEPT`] and a
+/// quarter of it (at most half of it), [`FDS_PER_CONNECTION`] each; at
+/// least 1. A connection
 /// over it is closed on accept, as one over an egress's own cap.
 fn process_budget() -> Arc<Budget> {
     static BUDGET: OnceLock<Arc<Budget>> = OnceLock::new();
@@ -635,7 +639,7 @@ fn nofile_limit() -> u64 {
 
 /// The connections a descriptor limit of `limit` affords the proxies.
 fn budget_for(limit: u64) -> usize {
-    let kept = FDS_KEPT.min(limit / 2);
+    let kept = (FDS_KEPT + limit / 4).min(limit / 2);
     let fit = limit.saturating_sub(kept) / FDS_PER_CONNECTION;
     usize::try_from(fit).unwrap_or(usize::MAX).max(1)
 }
@@ -746,13 +750,14 @@ fn hosts_entries(text: &str) -> Vec<(std::net::IpAddr, String)> {
 
 #[cfg(test)]
 mod tests {
-    /// The process's budget: the limit less 256 kept (half a small limit),
-    /// 8 descriptors a connection, at least 1; a proxy still serves under
-    /// a tiny limit.
+    /// The process's budget: the limit less 256 and a quarter kept (half a
+    /// small limit), 8 descriptors a connection, at least 1; a proxy still
+    /// serves under a tiny limit.
     #[test]
     fn the_process_budget_keeps_descriptors_for_the_runner() {
-        assert_eq!(super::budget_for(20_000), (20_000 - 256) / 8);
-        assert_eq!(super::budget_for(4096), (4096 - 256) / 8);
+        assert_eq!(super::budget_for(20_000), (20_000 - 256 - 5000) / 8);
+        assert_eq!(super::budget_for(4096), (4096 - 256 - 1024) / 8);
+        assert_eq!(super::budget_for(1024), 512 / 8);
         assert_eq!(super::budget_for(64), 32 / 8);
         assert_eq!(super::budget_for(8), 1);
         assert_eq!(super::budget_for(0), 1);
