@@ -206,3 +206,136 @@ fn a_runner_out_of_descriptors_says_so() {
         }
     }
 }
+
+/// Fills the run's proxy with tunnels to `argv[1]` until one is refused,
+/// prints how many it held, and holds them until the file `argv[2]` exists
+/// (60 s at most).
+const HOLD_TUNNELS_PY: &str = r#"
+import os, socket, sys, time
+proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]; ph, pp = proxy.rsplit(":", 1)
+held = []
+for i in range(1000):
+    try:
+        s = socket.create_connection((ph, int(pp)), timeout=10)
+        s.sendall(b"CONNECT %s HTTP/1.1\r\n\r\n" % sys.argv[1].encode())
+        if not s.recv(100).startswith(b"HTTP/1.1 200"): break
+    except OSError:
+        break
+    held.append(s)
+print(len(held), flush=True)
+end = time.time() + 60
+while not os.path.exists(sys.argv[2]) and time.time() < end: time.sleep(0.05)
+"#;
+
+/// A direct connect the policy refuses: prints the errno's name.
+const REFUSED_CONNECT_PY: &str = r#"
+import errno, socket
+try:
+    socket.create_connection(("10.9.9.9", 80), timeout=10); print("connected")
+except OSError as e:
+    print(errno.errorcode.get(e.errno, e.errno))
+"#;
+
+/// A runner whose descriptor limit is 1024 (hard and soft, set before it
+/// starts) hosts a kept command holding as many tunnels to a silent
+/// upstream as its proxy serves, and the next command fills its own proxy
+/// too, then connects where the policy refuses: the connect fails
+/// `ECONNREFUSED` and is recorded as a refusal, and a write in the write
+/// path works (all the runner's proxies share one budget of connections,
+/// which leaves descriptors to its broker; before, each egress took up to
+/// 96 tunnels of 8 descriptors and the two ran the runner out: `EMFILE`,
+/// no refusal). Twin: the same command without the kept flood. Root and
+/// nobody.
+#[test]
+fn a_kept_commands_tunnels_leave_the_next_commands_refusal_recorded() {
+    use crate::session_ns::{events_of, namespace_dir, next_event, unshare, EVENT_WAIT, SVC_IP};
+    use serde_json::{json, Value};
+    use std::io::Write;
+    for nobody in sandbox_tests::users() {
+        for flood in [true, false] {
+            let what = format!("nobody={nobody} flood={flood}");
+            let (_dir, d, wrap) = namespace_dir(nobody);
+            std::fs::write(d.join("hold.py"), HOLD_TUNNELS_PY).unwrap();
+            std::fs::write(d.join("refused.py"), REFUSED_CONNECT_PY).unwrap();
+            let setup = format!(
+                r#"set -e
+mount --bind "$D/hosts" /etc/hosts
+python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+ip route add local {SVC_IP}/32 dev lo
+python3 -c '
+import signal, socket
+signal.alarm(120)
+s = socket.socket(); s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+s.bind(("{SVC_IP}", 9000)); s.listen(1024); held = []
+open("'"$D"'/silent-listening", "w").close()
+while True: held.append(s.accept()[0])
+' > /dev/null 2>&1 < /dev/null &
+echo $! > "$D/silent.pid"
+for i in $(seq 200); do [ -e "$D/silent-listening" ] && break; sleep 0.05; done
+ulimit -Sn 1024; ulimit -Hn 1024
+exec $WRAP "$SANDBOX" session --backend auto --on-unsupported error -w "$D" --allow-net svc.example.com:9000"#
+            );
+            let mut child = unshare(&setup, &[], wrap, &d, &[], &[]).spawn().unwrap();
+            let mut stdin = child.stdin.take().unwrap();
+            let events = events_of(child.stdout.take().unwrap());
+            let hello = next_event(&events, EVENT_WAIT);
+            assert_eq!(hello["event"], "hello", "{what} {hello}");
+            let mut send = |request: Value| {
+                stdin.write_all(format!("{request}\n").as_bytes()).unwrap();
+                stdin.flush().unwrap();
+            };
+            let until_exit = |id: &str| loop {
+                let e = next_event(&events, EVENT_WAIT);
+                if e["id"] == id && e["event"] == "exit" {
+                    break e;
+                }
+            };
+            let go = d.join("go");
+            let held = d.join("held.out");
+            if flood {
+                let script = format!(
+                    "python3 hold.py svc.example.com:9000 {} > {} & \
+                     while [ ! -s {} ]; do sleep 0.1; done",
+                    go.display(),
+                    held.display(),
+                    held.display()
+                );
+                send(
+                    json!({"id": "K", "op": "run", "argv": ["/bin/sh", "-c", script], "keep": true}),
+                );
+                let kept = until_exit("K");
+                assert_eq!(kept["kept"], 1, "{what} {kept}");
+                let n: usize = std::fs::read_to_string(&held)
+                    .unwrap()
+                    .trim()
+                    .parse()
+                    .unwrap();
+                // Control: the kept command held tunnels (as many as its
+                // share of the budget: the next command's proxy is full).
+                assert!(n >= 16, "{what}: {n} tunnels");
+            }
+            let script = format!(
+                "python3 hold.py svc.example.com:9000 {} > next.out & \
+                 while [ ! -s next.out ]; do sleep 0.1; done; \
+                 python3 refused.py; echo x > written; cat written",
+                go.display()
+            );
+            send(
+                json!({"id": "next", "op": "run", "argv": ["/bin/sh", "-c", script], "output": true}),
+            );
+            let next = until_exit("next");
+            std::fs::write(&go, "").unwrap();
+            assert_eq!(next["stdout"], "ECONNREFUSED\nx\n", "{what} {next}");
+            let refusals = next["refusals"].as_array().unwrap();
+            assert!(
+                refusals.iter().any(|r| r["target"] == "10.9.9.9:80"),
+                "{what} {next}"
+            );
+            assert!(next["summary"].is_null(), "no runner EMFILE: {what} {next}");
+            send(json!({"op": "close"}));
+            drop(stdin);
+            let _ = child.wait();
+            crate::session_ns::kill_pids(&d, &["silent.pid"]);
+        }
+    }
+}
