@@ -31,6 +31,8 @@ pub(crate) struct Shared {
     idle: Condvar,
     /// The questions connections wait on, settled as stopped on shutdown.
     held: Mutex<Held>,
+    /// Its own places in the process's [`Budget`] (when it has one).
+    reserved: Option<Arc<Reserved>>,
 }
 
 #[derive(Default)]
@@ -103,7 +105,7 @@ impl Budget {
                 (used < self.size).then_some(used + 1)
             })
             .ok()?;
-        Some(Ticket(Arc::clone(self)))
+        Some(Ticket::Shared(Arc::clone(self)))
     }
 
     /// The places taken now.
@@ -111,15 +113,79 @@ impl Budget {
     pub(crate) fn used(&self) -> usize {
         self.used.load(Ordering::Acquire)
     }
+
+    /// Sets aside places for one proxy, for as long as it lives: an
+    /// eighth of the budget, 1 to [`MAX_RESERVED`], as many of them as are
+    /// free now. A proxy started while others hold their connections (a
+    /// session's shared egress, started before any kept command's or
+    /// nested run's) so keeps that many however the others fill the rest.
+    pub(crate) fn reserve(self: &Arc<Self>) -> Arc<Reserved> {
+        let want = (self.size / 8).clamp(1, MAX_RESERVED);
+        let mut got = 0;
+        let _ = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                got = want.min(self.size.saturating_sub(used));
+                Some(used + got)
+            });
+        Arc::new(Reserved {
+            budget: Arc::clone(self),
+            size: got,
+            used: AtomicUsize::new(0),
+        })
+    }
+}
+
+/// The most places [`Budget::reserve`] sets aside for one proxy.
+const MAX_RESERVED: usize = 16;
+
+/// A proxy's own places in a [`Budget`] ([`Budget::reserve`]): its
+/// connections take these first, then the budget's free ones; they go back
+/// to the budget when the proxy and its last connection are gone.
+#[derive(Debug)]
+pub(crate) struct Reserved {
+    budget: Arc<Budget>,
+    size: usize,
+    used: AtomicUsize,
+}
+
+impl Reserved {
+    /// One of the proxy's own places, else one of the budget's.
+    fn take(self: &Arc<Self>) -> Option<Ticket> {
+        let own = self
+            .used
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |used| {
+                (used < self.size).then_some(used + 1)
+            })
+            .is_ok();
+        if own {
+            return Some(Ticket::Own(Arc::clone(self)));
+        }
+        self.budget.take()
+    }
+}
+
+impl Drop for Reserved {
+    fn drop(&mut self) {
+        self.budget.used.fetch_sub(self.size, Ordering::AcqRel);
+    }
 }
 
 /// One connection's place in a [`Budget`]; dropping it frees the place
 /// (on every path: the [`Slot`] holding it is dropped with the connection).
-struct Ticket(Arc<Budget>);
+enum Ticket {
+    /// One of the budget's shared places.
+    Shared(Arc<Budget>),
+    /// One of its proxy's own places ([`Reserved`]).
+    Own(Arc<Reserved>),
+}
 
 impl Drop for Ticket {
     fn drop(&mut self) {
-        self.0.used.fetch_sub(1, Ordering::AcqRel);
+        match self {
+            Ticket::Shared(budget) => budget.used.fetch_sub(1, Ordering::AcqRel),
+            Ticket::Own(reserved) => reserved.used.fetch_sub(1, Ordering::AcqRel),
+        };
     }
 }
 
@@ -136,6 +202,7 @@ impl Shared {
         opts: ProxyOptions,
         addr: SocketAddr,
     ) -> Self {
+        let reserved = opts.budget.as_ref().map(Budget::reserve);
         Self {
             rules,
             own,
@@ -147,6 +214,7 @@ impl Shared {
             live: Mutex::default(),
             idle: Condvar::new(),
             held: Mutex::default(),
+            reserved,
         }
     }
 
@@ -204,8 +272,8 @@ impl Shared {
         if live.count >= self.opts.max_connections {
             return None;
         }
-        let ticket = match &self.opts.budget {
-            Some(budget) => Some(budget.take()?),
+        let ticket = match &self.reserved {
+            Some(reserved) => Some(reserved.take()?),
             None => None,
         };
         live.count += 1;
@@ -409,21 +477,25 @@ mod tests {
         );
     }
 
-    /// Two proxies of one process share its budget: two connections held
-    /// through one fill a budget of 2, and the other's next connection is
-    /// closed at once, unserved (no refusal answered or recorded); twin:
-    /// once one of them closes, the other's next connection is served (its
-    /// refusal answered and recorded), and every place is freed at the end.
+    /// Two proxies of one process share its budget, each with places of
+    /// its own (an eighth: 2 of 16): connections held through one take its
+    /// own places and then every free one, and its next connection is
+    /// closed at once, unserved (no refusal answered or recorded); the
+    /// other still serves with its own places (a kept command's flood
+    /// leaves the session's egress its own), and once those are held too,
+    /// its next is closed; twin: once one of the first's closes, the other's
+    /// next connection is served (its refusal answered and recorded), and
+    /// every place is freed at the end.
     #[test]
     fn two_proxies_share_the_process_budget() {
         use std::io::{Read, Write};
 
-        let budget = Budget::new(2);
+        let budget = Budget::new(16);
         let start = || {
             let opts = ProxyOptions::default().budget(Arc::clone(&budget));
             crate::Proxy::start(EgressRules::new(Vec::new()), opts).unwrap()
         };
-        let (mut a, mut b) = (start(), start());
+        let (a, b) = (start(), start());
         let wait_used = |n: usize| {
             let deadline = Instant::now() + Duration::from_secs(10);
             while budget.used() != n {
@@ -431,6 +503,8 @@ mod tests {
                 std::thread::sleep(Duration::from_millis(10));
             }
         };
+        // Each proxy's own 2 are set aside.
+        wait_used(4);
         // Served: answered 403 for a name no rule lists (empty: closed).
         let ask = |proxy: &crate::Proxy| {
             let mut s = TcpStream::connect(proxy.addr()).unwrap();
@@ -443,22 +517,39 @@ mod tests {
         // Positive control: a proxy with room serves.
         assert!(ask(&b).starts_with("HTTP/1.1 403 "));
         assert_eq!(b.refusals().len(), 1);
-        wait_used(0);
-        // Idle clients of `a` hold their places (waiting for a head).
-        let held1 = TcpStream::connect(a.addr()).unwrap();
-        let held2 = TcpStream::connect(a.addr()).unwrap();
-        wait_used(2);
-        assert_eq!(ask(&b), "", "closed unserved: the budget is spent");
-        assert_eq!(b.refusals().len(), 1, "nothing served, nothing recorded");
-        // One of `a`'s closes: its place is `b`'s next connection's.
-        drop(held1);
-        wait_used(1);
+        // Idle clients of `a` hold places (waiting for a head): its own 2,
+        // then the 12 free ones.
+        let mut held_a = Vec::new();
+        for n in 1..=14 {
+            held_a.push(TcpStream::connect(a.addr()).unwrap());
+            wait_used(4 + n.max(2) - 2);
+        }
+        wait_used(16);
+        assert_eq!(ask(&a), "", "closed unserved: the budget is spent");
+        assert_eq!(a.refusals().len(), 0, "nothing served, nothing recorded");
+        // `b` still serves with its own places.
         assert!(ask(&b).starts_with("HTTP/1.1 403 "));
         assert_eq!(b.refusals().len(), 2);
-        drop(held2);
+        // (Its served connection's thread has ended and freed its place.)
+        std::thread::sleep(Duration::from_millis(300));
+        let held_b = [
+            TcpStream::connect(b.addr()).unwrap(),
+            TcpStream::connect(b.addr()).unwrap(),
+        ];
+        std::thread::sleep(Duration::from_millis(300));
+        assert_eq!(ask(&b), "", "closed unserved: its own places are held too");
+        assert_eq!(b.refusals().len(), 2);
+        // One of `a`'s closes: its place is `b`'s next connection's.
+        held_a.pop();
+        wait_used(15);
+        assert!(ask(&b).starts_with("HTTP/1.1 403 "));
+        assert_eq!(b.refusals().len(), 3);
+        drop(held_a);
+        drop(held_b);
+        wait_used(4);
+        drop(a);
+        drop(b);
         wait_used(0);
-        a.shutdown();
-        b.shutdown();
         assert_eq!(budget.used(), 0, "no place leaked");
     }
 }
