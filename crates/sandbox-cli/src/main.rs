@@ -645,6 +645,7 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
             show::limit_summary(&outcome),
             show::unheld_summary(&outcome),
             show::runner_summary(&outcome),
+            show::egress_summary(&outcome),
         ]
         .into_iter()
         .flatten()

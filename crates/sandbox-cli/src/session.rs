@@ -1650,6 +1650,7 @@ fn exit_event(
         show::limit_summary(outcome),
         show::unheld_summary(outcome),
         show::runner_summary(outcome),
+        show::egress_summary(outcome),
     ]
     .into_iter()
     .flatten()

@@ -137,7 +137,10 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
                 String::new()
             }
         ));
-        if let Some(line) = runner_summary(outcome) {
+        for line in [runner_summary(outcome), egress_summary(outcome)]
+            .into_iter()
+            .flatten()
+        {
             out.push(format!("  {}", line.trim_start_matches("sandbox: ")));
         }
         // A shell's probe of /dev/tty in a run without a controlling
@@ -606,6 +609,32 @@ pub(crate) fn runner_summary(outcome: &Outcome) -> Option<String> {
              EMFILE (a runner problem, not a refusal: raise the runner's open-file limit, \
              ulimit -n)",
             plural(n, "call")
+        )
+    })
+}
+
+/// One line saying the egress proxy ended connections for bounds of its
+/// own (neither a rule's refusal nor the command's doing), with how many.
+pub(crate) fn egress_summary(outcome: &Outcome) -> Option<String> {
+    let m = outcome.mediation.as_ref()?;
+    let mut parts = Vec::new();
+    if m.egress_closed_at_limit > 0 {
+        parts.push(format!(
+            "closed {} on accept (its connection limit or the runner's descriptor budget was \
+             reached: open fewer at once, or raise the runner's ulimit -n)",
+            plural(m.egress_closed_at_limit, "connection")
+        ));
+    }
+    if m.egress_cut_silent > 0 {
+        parts.push(format!(
+            "cut {} whose client had ended its side while the server then sent nothing for 30 s",
+            plural(m.egress_cut_silent, "connection")
+        ));
+    }
+    (!parts.is_empty()).then(|| {
+        format!(
+            "sandbox: the egress proxy {} (its own bounds, not refusals)",
+            parts.join("; ")
         )
     })
 }

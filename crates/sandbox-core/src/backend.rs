@@ -444,6 +444,41 @@ pub struct Mediation {
     /// not a refusal.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub runner_out_of_fds: usize,
+    /// Connections the egress proxy closed on accept because a connection
+    /// limit was reached (its own, or the runner's descriptor budget): a
+    /// runner limit, not a refusal.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_closed_at_limit: usize,
+    /// Connections the egress proxy cut after their client had ended its
+    /// side and the upstream then stayed silent for 30 s: the client got
+    /// what had come until then.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_cut_silent: usize,
+}
+
+impl Mediation {
+    /// Adds what another supervisor of the same run mediated (the egress's
+    /// to the broker's): counts add up, lists are joined, the first error
+    /// stays.
+    pub fn absorb(&mut self, other: Mediation) {
+        self.performed = self.performed.saturating_add(other.performed);
+        self.refused.extend(other.refused);
+        self.omitted = self.omitted.saturating_add(other.omitted);
+        if self.error.is_none() {
+            self.error = other.error;
+        }
+        self.git_dirs_made.extend(other.git_dirs_made);
+        self.git_dirs_unnamed = self.git_dirs_unnamed.saturating_add(other.git_dirs_unnamed);
+        self.runner_out_of_fds = self
+            .runner_out_of_fds
+            .saturating_add(other.runner_out_of_fds);
+        self.egress_closed_at_limit = self
+            .egress_closed_at_limit
+            .saturating_add(other.egress_closed_at_limit);
+        self.egress_cut_silent = self
+            .egress_cut_silent
+            .saturating_add(other.egress_cut_silent);
+    }
 }
 
 fn is_zero(n: &usize) -> bool {

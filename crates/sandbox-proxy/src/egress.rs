@@ -388,6 +388,7 @@ impl Egress {
             m.refused.extend(refused.into_iter().map(dns_call));
         }
         self.proxy.shutdown();
+        self.proxy.shared.ended().add_to(&mut m);
         let kept = self.proxy.refusals();
         m.omitted += usize::try_from(self.proxy.refusal_count())
             .unwrap_or(usize::MAX)
@@ -536,7 +537,8 @@ impl EgressTap {
             m.omitted += omitted;
             m.refused.extend(refused.into_iter().map(dns_call));
         }
-        let (kept, total) = self.proxy.take_window();
+        let (kept, total, ended) = self.proxy.take_window();
+        ended.add_to(&mut m);
         m.omitted += usize::try_from(total)
             .unwrap_or(usize::MAX)
             .saturating_sub(kept.len());

@@ -605,7 +605,13 @@ fn relay_guarded(
                     let n = match from_client.read(&mut buf) {
                         Ok(0) => {
                             let _ = to_upstream.shutdown(Shutdown::Write);
-                            crate::relay::cut_when_silent(&relay_end, down, idle, client, upstream);
+                            crate::relay::cut_when_silent(
+                                slot,
+                                &relay_end,
+                                down,
+                                idle,
+                                (client, upstream),
+                            );
                             return None;
                         }
                         Ok(n) => n,
@@ -730,7 +736,6 @@ mod tests {
     fn a_silent_origin_after_the_clients_end_is_cut_an_answering_one_is_not() {
         use std::io::Read;
         use std::net::TcpListener;
-        use std::sync::Arc;
         let idle = Duration::from_secs(2);
         let pair = || {
             let listener = TcpListener::bind("127.0.0.1:0").unwrap();
@@ -742,13 +747,7 @@ mod tests {
             let (near_origin, mut origin) = pair();
             let started = Instant::now();
             let relaying = std::thread::spawn(move || {
-                let shared = Arc::new(crate::state::Shared::new(
-                    sandbox_core::net::EgressRules::new(Vec::new()),
-                    sandbox_core::net::HostAddrs::new([]),
-                    crate::ProxyOptions::default(),
-                    "127.0.0.1:9".parse().unwrap(),
-                ));
-                let slot = shared.claim().unwrap();
+                let slot = crate::state::test_slot();
                 let spec: sandbox_core::SecretSpec = "TOKEN@api.example.com".parse().unwrap();
                 let secrets = [crate::Secret::new(&spec, b"the-value".to_vec()).unwrap()];
                 let watch = Watch {
@@ -770,6 +769,7 @@ mod tests {
                     "POST http://localhost/",
                     idle,
                 );
+                slot.shared.ended().silent()
             });
             client.write_all(b"x=1").unwrap();
             client.shutdown(Shutdown::Write).unwrap();
@@ -793,15 +793,18 @@ mod tests {
             let mut got = Vec::new();
             let _ = client.read_to_end(&mut got);
             let took = started.elapsed();
-            relaying.join().unwrap();
+            let cuts = relaying.join().unwrap();
             drop(origin.join().unwrap());
-            (String::from_utf8_lossy(&got).into_owned(), took)
+            (String::from_utf8_lossy(&got).into_owned(), took, cuts)
         };
         let answering = std::thread::spawn(move || relayed(true));
-        let (got, took) = relayed(false);
+        let (got, took, cuts) = relayed(false);
         assert_eq!(got, "", "{took:?}");
         assert!(took >= idle && took < idle * 2 + idle / 2, "{took:?}");
-        let (got, took) = answering.join().unwrap();
+        // Counted for the run's record; the answered twin is not.
+        assert_eq!(cuts, 1);
+        let (got, took, cuts) = answering.join().unwrap();
+        assert_eq!(cuts, 0);
         assert!(got.starts_with("HTTP/1.1 200 OK\r\n"), "{got}");
         assert!(got.ends_with("\r\n\r\nok"), "{got}");
         assert!(took >= Duration::from_secs(1) && took < idle, "{took:?}");

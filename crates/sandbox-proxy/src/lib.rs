@@ -133,13 +133,15 @@
 //! (at most 16) for its own connections when it starts, so one that
 //! fills the rest (a kept command's) leaves an earlier one (a session's
 //! shared run's) its own; a connection over the budget is closed at once
-//! too (not recorded). An established tunnel has no idle
+//! too. An established tunnel has no idle
 //! timeout while its client's side is open (long downloads are
 //! legitimate); once the client has ended its side (end of stream, a
 //! half-close, its exit) the upstream may stay silent 30 s at most, then
 //! the tunnel is ended; the same holds for a plain `http://` request's
 //! relay and an intercepted request's response (whose origin is otherwise
-//! cut after 300 s of silence). [`Proxy::shutdown`] ends every tunnel, and a
+//! cut after 300 s of silence). Neither is a refusal: the run's record
+//! counts both (`Mediation::egress_closed_at_limit`,
+//! `Mediation::egress_cut_silent`), and the CLI says them in one line. [`Proxy::shutdown`] ends every tunnel, and a
 //! session's [`EgressTap::take`] those of the command that ended.
 //!
 //! # Wiring it into a run
@@ -209,6 +211,8 @@ mod hold;
 mod http;
 #[cfg(target_os = "linux")]
 mod intercept;
+#[cfg(target_os = "linux")]
+mod pipes;
 #[cfg(target_os = "linux")]
 pub mod island;
 mod relay;

@@ -114,15 +114,35 @@ fn splice_pump(from: &TcpStream, to: &TcpStream, moved: &AtomicU64) -> Spliced {
 #[cfg(target_os = "linux")]
 fn splice_loop(from: &TcpStream, to: &TcpStream, counted: &AtomicU64) -> Spliced {
     use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    // A pipe only once there is something to move (a silent connection
+    // holds none), within the process's share of its user's pipe pages
+    // (crate::pipes); past it, or on an error here, the caller copies.
+    if !readable(from) {
+        return Spliced::Unsupported;
+    }
+    let Some(lease) = crate::pipes::take() else {
+        return Spliced::Unsupported;
+    };
     let mut fds = [0 as libc::c_int; 2];
     // SAFETY: pipe2 writes two descriptors into `fds`, which we then own.
     if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
         return Spliced::Unsupported;
     }
-    // SAFETY: both were just created and are owned by nothing else.
+    // SAFETY: both were just created and are owned by nothing else
+    // (dropped before `lease`, declared after it).
     let (rd, wr) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
-    // SAFETY: fcntl on a descriptor we own; a refusal leaves the default size.
-    let size = unsafe { libc::fcntl(wr.as_raw_fd(), libc::F_SETPIPE_SZ, PIPE as libc::c_int) };
+    let size = match lease.grow_to() {
+        // SAFETY: fcntl on a descriptor we own; a refusal leaves the default size.
+        Some(size) => unsafe {
+            libc::fcntl(
+                wr.as_raw_fd(),
+                libc::F_SETPIPE_SZ,
+                libc::c_int::try_from(size.min(PIPE)).unwrap_or(0),
+            )
+        },
+        // SAFETY: as above, a read of the pipe's size.
+        None => unsafe { libc::fcntl(wr.as_raw_fd(), libc::F_GETPIPE_SZ) },
+    };
     let chunk = usize::try_from(size)
         .ok()
         .filter(|&s| s > 0)
@@ -183,18 +203,39 @@ fn splice_loop(from: &TcpStream, to: &TcpStream, counted: &AtomicU64) -> Spliced
     }
 }
 
+/// Waits until `from` has bytes or its end to read (or an error to
+/// report): false only when poll(2) itself fails.
+#[cfg(target_os = "linux")]
+fn readable(from: &TcpStream) -> bool {
+    use std::os::fd::AsRawFd;
+    loop {
+        let mut pfd = libc::pollfd {
+            fd: from.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one pollfd for a socket we hold.
+        if unsafe { libc::poll(&mut pfd, 1, -1) } >= 0 {
+            return true;
+        }
+        if io::Error::last_os_error().raw_os_error() != Some(libc::EINTR) {
+            return false;
+        }
+    }
+}
+
 /// For a relay on two threads, called on the client-to-upstream one once
 /// the client has ended its side: returns when the relay ends (`relay_end`
 /// disconnected: the upstream-to-client direction is done) or, having shut
 /// both sockets down, after a whole `idle` ([`HALF_CLOSED_IDLE`] but in
 /// tests) in which `down`, the count of the upstream's bytes the other
-/// thread read, did not grow.
+/// thread read, did not grow (counted: [`Slot::cut_silent`]).
 pub(crate) fn cut_when_silent(
+    slot: &Slot,
     relay_end: &std::sync::mpsc::Receiver<()>,
     down: &AtomicU64,
     idle: Duration,
-    client: &TcpStream,
-    upstream: &TcpStream,
+    (client, upstream): (&TcpStream, &TcpStream),
 ) {
     let mut seen = down.load(Ordering::Relaxed);
     while let Err(std::sync::mpsc::RecvTimeoutError::Timeout) = relay_end.recv_timeout(idle) {
@@ -202,6 +243,7 @@ pub(crate) fn cut_when_silent(
         if now == seen {
             let _ = upstream.shutdown(Shutdown::Both);
             let _ = client.shutdown(Shutdown::Both);
+            slot.cut_silent();
             return;
         }
         seen = now;
@@ -214,12 +256,11 @@ pub(crate) fn cut_when_silent(
 /// (its end of stream, half-close or exit, seen by poll(2) as
 /// `POLLRDHUP`, whatever bytes it left unread) waits `idle`
 /// ([`HALF_CLOSED_IDLE`] but in tests) at most for the upstream's next
-/// byte: then fails with [`io::ErrorKind::TimedOut`].
+/// byte: then fails with [`io::ErrorKind::TimedOut`], counted by `cut`.
 #[cfg(target_os = "linux")]
 pub(crate) fn read_while_heard(
     mut upstream: &TcpStream,
-    client: std::os::fd::RawFd,
-    idle: Duration,
+    (client, idle, cut): (std::os::fd::RawFd, Duration, &crate::state::SilenceNote),
     buf: &mut [u8],
 ) -> io::Result<usize> {
     use std::os::fd::AsRawFd;
@@ -264,6 +305,9 @@ pub(crate) fn read_while_heard(
             return upstream.read(buf);
         }
         if rc == 0 {
+            if client_ended.is_some() {
+                cut.note();
+            }
             return Err(io::ErrorKind::TimedOut.into());
         }
         if fds[1].revents != 0 && client_ended.is_none() {
@@ -298,7 +342,7 @@ fn relay_within(slot: &Slot, client: TcpStream, upstream: TcpStream, idle: Durat
                 }
                 // The client has ended its side: the upstream must keep
                 // sending, or the tunnel ends.
-                cut_when_silent(&ended, down, idle, client, upstream);
+                cut_when_silent(slot, &ended, down, idle, (client, upstream));
             });
         // Without a second thread the sockets are dropped: closed.
         if up.is_ok() {
@@ -366,17 +410,6 @@ mod tests {
         }
     }
 
-    fn slot() -> Slot {
-        use std::sync::Arc;
-        let shared = Arc::new(crate::state::Shared::new(
-            sandbox_core::net::EgressRules::new(Vec::new()),
-            sandbox_core::net::HostAddrs::new([]),
-            crate::ProxyOptions::default(),
-            "127.0.0.1:9".parse().unwrap(),
-        ));
-        shared.claim().unwrap()
-    }
-
     /// A tunnel whose client has ended its side (a half-close) and whose
     /// upstream stays silent and open ends after the idle bound: the
     /// client reads the end; twin: an upstream that keeps sending after
@@ -390,8 +423,11 @@ mod tests {
         let (mut client, near_client) = pair();
         let (near_up, far) = pair();
         let started = Instant::now();
-        let relaying =
-            std::thread::spawn(move || relay_within(&slot(), near_client, near_up, idle));
+        let slot = std::sync::Arc::new(crate::state::test_slot());
+        let relaying = {
+            let slot = std::sync::Arc::clone(&slot);
+            std::thread::spawn(move || relay_within(&slot, near_client, near_up, idle))
+        };
         client.write_all(b"hello").unwrap();
         client.shutdown(Shutdown::Write).unwrap();
         let mut got = Vec::new();
@@ -403,13 +439,19 @@ mod tests {
         let took = started.elapsed();
         assert!(got.is_empty());
         assert!(took >= idle && took < Duration::from_secs(5), "{took:?}");
+        // The cut is counted for the run's record (not a refusal).
+        assert_eq!(slot.shared.ended().silent(), 1);
+        assert_eq!(slot.shared.refusal_count(), 0);
         drop(far);
 
         // Sending upstream: 10 pieces 100 ms apart (1 s, over 3 bounds).
         let (mut client, near_client) = pair();
         let (near_up, mut far) = pair();
-        let relaying =
-            std::thread::spawn(move || relay_within(&slot(), near_client, near_up, idle));
+        let slot = std::sync::Arc::new(crate::state::test_slot());
+        let relaying = {
+            let slot = std::sync::Arc::clone(&slot);
+            std::thread::spawn(move || relay_within(&slot, near_client, near_up, idle))
+        };
         client.write_all(b"hello").unwrap();
         client.shutdown(Shutdown::Write).unwrap();
         let origin = std::thread::spawn(move || {
@@ -427,5 +469,6 @@ mod tests {
         origin.join().unwrap();
         relaying.join().unwrap();
         assert_eq!(got, b"0123456789");
+        assert_eq!(slot.shared.ended().silent(), 0);
     }
 }

@@ -64,6 +64,7 @@ pub(crate) fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &
 /// full or no thread can be started.
 fn dispatch(shared: &Arc<Shared>, stream: TcpStream) {
     let Some(slot) = shared.claim() else {
+        shared.closed_at_limit();
         return;
     };
     let spawned = std::thread::Builder::new()
@@ -71,7 +72,9 @@ fn dispatch(shared: &Arc<Shared>, stream: TcpStream) {
         .stack_size(STACK)
         .spawn(move || serve(slot, stream));
     // On failure the closure, its slot and the stream are dropped: closed.
-    drop(spawned);
+    if spawned.is_err() {
+        shared.closed_at_limit();
+    }
 }
 
 /// One client connection: sniffs the protocol and hands over.

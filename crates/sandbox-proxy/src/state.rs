@@ -45,6 +45,34 @@ struct Held {
 struct RefusalLog {
     first: Vec<Refused>,
     total: u64,
+    ended: Ended,
+}
+
+/// Connections the proxy ended for a bound of its own, not for a rule:
+/// none is a refusal, each is counted in the run's record
+/// ([`Ended::add_to`]).
+#[derive(Default, Clone, Copy)]
+pub(crate) struct Ended {
+    /// Closed on accept: its `max_connections` or the process's
+    /// [`Budget`] was reached, or no thread could serve it.
+    at_limit: u64,
+    /// Cut after the client had ended its side and the upstream stayed
+    /// silent [`crate::relay::HALF_CLOSED_IDLE`].
+    silent: u64,
+}
+
+impl Ended {
+    /// Adds these counts to a run's (or a command's) record.
+    pub(crate) fn add_to(self, m: &mut sandbox_core::Mediation) {
+        let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+        m.egress_closed_at_limit = m.egress_closed_at_limit.saturating_add(n(self.at_limit));
+        m.egress_cut_silent = m.egress_cut_silent.saturating_add(n(self.silent));
+    }
+
+    #[cfg(test)]
+    pub(crate) fn silent(&self) -> u64 {
+        self.silent
+    }
 }
 
 /// The refusals since the window opened, of connections accepted in it.
@@ -54,6 +82,7 @@ struct Window {
     generation: u64,
     first: Vec<Refused>,
     total: u64,
+    ended: Ended,
     /// How many of `first` [`Shared::live_window`] handed out.
     handed: usize,
 }
@@ -239,13 +268,27 @@ impl Shared {
     }
 
     /// Closes the current window and opens the next: the refusals recorded
-    /// in it (the first [`MAX_REFUSALS_KEPT`]) and how many there were.
-    pub(crate) fn take_window(&self) -> (Vec<Refused>, u64) {
+    /// in it (the first [`MAX_REFUSALS_KEPT`]), how many there were, and
+    /// the connections ended for the proxy's own bounds.
+    pub(crate) fn take_window(&self) -> (Vec<Refused>, u64, Ended) {
         let mut window = lock(&self.window);
         window.generation += 1;
         window.handed = 0;
         let total = std::mem::take(&mut window.total);
-        (std::mem::take(&mut window.first), total)
+        let ended = std::mem::take(&mut window.ended);
+        (std::mem::take(&mut window.first), total, ended)
+    }
+
+    /// The connections ended for the proxy's own bounds, in all.
+    pub(crate) fn ended(&self) -> Ended {
+        lock(&self.log).ended
+    }
+
+    /// Counts a connection closed on accept (over a limit), for the
+    /// current window.
+    pub(crate) fn closed_at_limit(&self) {
+        lock(&self.log).ended.at_limit += 1;
+        lock(&self.window).ended.at_limit += 1;
     }
 
     /// The current window's refusals since the last call, and how many it
@@ -380,6 +423,21 @@ pub(crate) struct Slot {
 }
 
 impl Slot {
+    /// Counts this connection cut after its client had ended its side and
+    /// the upstream stayed silent (for the window it was accepted in).
+    pub(crate) fn cut_silent(&self) {
+        self.silence_note().note();
+    }
+
+    /// What counts this connection's silence cut where the slot is not at
+    /// hand ([`crate::relay::read_while_heard`]'s callers).
+    pub(crate) fn silence_note(&self) -> SilenceNote {
+        SilenceNote {
+            shared: Arc::clone(&self.shared),
+            window: self.window,
+        }
+    }
+
     /// Registers a clone of `socket` so that shutdown can close it; when
     /// the proxy is already stopping, closes it at once.
     pub(crate) fn track(&self, socket: &TcpStream) {
@@ -403,6 +461,34 @@ impl Slot {
             Err(_) => {
                 let _ = socket.shutdown(Shutdown::Both);
             }
+        }
+    }
+}
+
+/// A slot of a proxy of its own, with the default options (unit tests).
+#[cfg(test)]
+pub(crate) fn test_slot() -> Slot {
+    let shared = Arc::new(Shared::new(
+        EgressRules::new(Vec::new()),
+        HostAddrs::new([]),
+        ProxyOptions::default(),
+        "127.0.0.1:9".parse().expect("an address"),
+    ));
+    shared.claim().expect("a slot")
+}
+
+/// Counts one connection's silence cut ([`Slot::cut_silent`]).
+pub(crate) struct SilenceNote {
+    shared: Arc<Shared>,
+    window: u64,
+}
+
+impl SilenceNote {
+    pub(crate) fn note(&self) {
+        lock(&self.shared.log).ended.silent += 1;
+        let mut window = lock(&self.shared.window);
+        if window.generation == self.window {
+            window.ended.silent += 1;
         }
     }
 }
@@ -462,13 +548,13 @@ mod tests {
         assert_eq!(hosts(&shared.live_window().0), ["one.example"]);
         assert!(shared.live_window().0.is_empty(), "handed out once");
         let late = shared.claim().unwrap();
-        let (closed, total) = shared.take_window();
+        let (closed, total, _) = shared.take_window();
         assert_eq!((hosts(&closed), total), (vec!["one.example"], 1));
         // A connection of the closed window refuses after it closed.
         serve(late, "late.example");
         let next = shared.claim().unwrap();
         serve(next, "two.example");
-        let (window, total) = shared.take_window();
+        let (window, total, _) = shared.take_window();
         assert_eq!((hosts(&window), total), (vec!["two.example"], 1));
         assert_eq!(
             hosts(&shared.refusals()),

@@ -438,10 +438,9 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
 
     let mut mediation = launched.mediation;
     if let Some(egress) = egress {
-        let refused = egress.finish();
-        let m = mediation.get_or_insert_with(Mediation::default);
-        m.omitted += refused.omitted;
-        m.refused.extend(refused.refused);
+        mediation
+            .get_or_insert_with(Mediation::default)
+            .absorb(egress.finish());
     }
     let status = launched.status;
     let termination = match (status.code(), status.signal()) {

@@ -327,9 +327,7 @@ impl Zygote {
         // The proxy's and the resolver's, once the command's connections
         // have ended (bounded: a question held for a decider waits).
         if let Some(egress) = self.egress.get() {
-            let e = egress.take(EGRESS_SETTLE);
-            m.omitted += e.omitted;
-            m.refused.extend(e.refused);
+            m.absorb(egress.take(EGRESS_SETTLE));
         }
         Some(m)
     }

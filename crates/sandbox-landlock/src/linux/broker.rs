@@ -247,6 +247,7 @@ fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
         git_dirs_made: log.git_dirs_made,
         git_dirs_unnamed: log.git_dirs_unnamed,
         runner_out_of_fds: usize::try_from(log.runner_out_of_fds).unwrap_or(usize::MAX),
+        ..Mediation::default()
     }
 }
 

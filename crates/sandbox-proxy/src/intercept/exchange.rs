@@ -153,7 +153,7 @@ struct ReadAhead {
     /// the origin's silence once the command has ended its side of it
     /// ([`crate::relay::read_while_heard`]); none before
     /// [`ReadAhead::heard_by`].
-    client: Option<(std::os::fd::RawFd, Duration)>,
+    client: Option<(std::os::fd::RawFd, Duration, crate::state::SilenceNote)>,
 }
 
 impl ReadAhead {
@@ -170,9 +170,9 @@ impl ReadAhead {
     /// Reads bound the origin's silence once `client` has ended its side
     /// (its end of stream, half-close or exit) to `idle`
     /// ([`crate::relay::HALF_CLOSED_IDLE`] but in tests), as a tunnel's.
-    fn heard_by(&mut self, client: &TcpStream, idle: Duration) {
+    fn heard_by(&mut self, client: &TcpStream, idle: Duration, cut: crate::state::SilenceNote) {
         use std::os::fd::AsRawFd;
-        self.client = Some((client.as_raw_fd(), idle));
+        self.client = Some((client.as_raw_fd(), idle, cut));
     }
 
     /// Whether a read would go to the socket (and might wait).
@@ -193,10 +193,12 @@ impl Read for ReadAhead {
         if self.at == self.end {
             self.at = 0;
             self.end = 0;
-            self.end = match self.client {
-                Some((client, idle)) => {
-                    crate::relay::read_while_heard(&self.sock, client, idle, &mut self.buf)?
-                }
+            self.end = match &self.client {
+                Some((client, idle, cut)) => crate::relay::read_while_heard(
+                    &self.sock,
+                    (*client, *idle, cut),
+                    &mut self.buf,
+                )?,
                 None => self.sock.read(&mut self.buf)?,
             };
         }
@@ -1418,9 +1420,11 @@ fn forward(
     let _ = client.stream.sock.set_read_timeout(Some(IDLE));
     // As a tunnel's: once the command has ended its side, the origin may
     // stay silent HALF_CLOSED_IDLE at most (not IDLE).
-    origin
-        .sock
-        .heard_by(&client.stream.sock, crate::relay::HALF_CLOSED_IDLE);
+    origin.sock.heard_by(
+        &client.stream.sock,
+        crate::relay::HALF_CLOSED_IDLE,
+        slot.silence_note(),
+    );
     let sent = origin_head(head, host, port, target, interceptor.secrets());
     if origin.write_all(&sent).is_err() {
         return false;
@@ -2138,7 +2142,10 @@ mod relay_tests {
             let mut client = StreamOwned::new(conn, tcp);
             handshake!(client);
 
-            origin_tls.sock.heard_by(&client.sock, idle);
+            let slot = crate::state::test_slot();
+            origin_tls
+                .sock
+                .heard_by(&client.sock, idle, slot.silence_note());
             let mut origin_side = Buffered::new(origin_tls);
             let started = std::time::Instant::now();
             let relayed = relay_response(
@@ -2152,21 +2159,35 @@ mod relay_tests {
             let out = reader.join().unwrap();
             drop(hold);
             origin.join().unwrap();
-            (relayed, String::from_utf8_lossy(&out).into_owned(), took)
+            let cuts = slot.shared.ended().silent();
+            (
+                relayed,
+                String::from_utf8_lossy(&out).into_owned(),
+                took,
+                cuts,
+            )
         };
         let answered = relayed.clone();
         let answering = std::thread::spawn(move || {
-            let (relayed, out, took) = answered(true);
-            (relayed.map(|r| matches!(r, Relayed::Done(true))), out, took)
+            let (relayed, out, took, cuts) = answered(true);
+            (
+                relayed.map(|r| matches!(r, Relayed::Done(true))),
+                out,
+                took,
+                cuts,
+            )
         });
-        let (relayed, out, took) = relayed(false);
+        let (relayed, out, took, cuts) = relayed(false);
+        // Counted for the run's record; the answered twin is not.
+        assert_eq!(cuts, 1);
         match relayed {
             Err(e) => assert_eq!(e.kind(), io::ErrorKind::TimedOut, "{e}"),
             Ok(_) => panic!("relayed: {out} {took:?}"),
         }
         assert_eq!(out, "");
         assert!(took >= idle && took < idle + idle / 2, "{took:?}");
-        let (relayed, out, took) = answering.join().unwrap();
+        let (relayed, out, took, cuts) = answering.join().unwrap();
+        assert_eq!(cuts, 0);
         assert!(relayed.unwrap(), "{out}");
         assert_eq!(out, "HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok");
         // The origin's pause started with its handshake, before the relay.
