@@ -14,7 +14,7 @@ use std::process::{Command, Output};
 
 use sandbox_tests::{assert_exit, is_root, sandbox_bin};
 
-use crate::private_net::{lines, scratch_dir};
+use crate::private_net::{lines, scratch_dir, LOOPBACK_UP};
 
 const DIR: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/dns");
 
@@ -33,7 +33,7 @@ fn in_private_net(script: &str) -> (Output, PathBuf, tempfile::TempDir) {
     let setup = format!(
         r#"set -e
 mount --bind "$D/resolv.conf" /etc/resolv.conf
-python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+{LOOPBACK_UP}
 python3 {dir}/fake_dns.py svc.example.com=127.0.0.1 other.example.com=127.0.0.1 a.example.org=127.0.0.1 > "$D/dns.log" 2>&1 < /dev/null &
 dns=$!
 python3 -c '

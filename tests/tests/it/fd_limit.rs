@@ -249,6 +249,7 @@ except OSError as e:
 /// flood. Root and nobody.
 #[test]
 fn a_kept_commands_tunnels_leave_the_next_commands_refusal_recorded() {
+    use crate::private_net::LOOPBACK_UP;
     use crate::session_ns::{events_of, namespace_dir, next_event, unshare, EVENT_WAIT, SVC_IP};
     use serde_json::{json, Value};
     use std::io::Write;
@@ -261,7 +262,7 @@ fn a_kept_commands_tunnels_leave_the_next_commands_refusal_recorded() {
             let setup = format!(
                 r#"set -e
 mount --bind "$D/hosts" /etc/hosts
-python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+{LOOPBACK_UP}
 ip route add local {SVC_IP}/32 dev lo
 python3 -c '
 import signal, socket

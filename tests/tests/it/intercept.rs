@@ -11,7 +11,7 @@
 
 use std::process::Output;
 
-use crate::private_net::{certificates, has, lines, scratch_dir, unshare_output};
+use crate::private_net::{certificates, has, lines, scratch_dir, unshare_output, LOOPBACK_UP};
 
 /// The origin: answers every request with what it saw (method, target,
 /// Host, body), one line.
@@ -229,7 +229,7 @@ fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
     let setup = format!(
         r#"set -e
 mount --bind "$D/hosts" /etc/hosts
-python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+{LOOPBACK_UP}
 python3 "$D/origin.py" "$D" > "$D/origin.log" 2>&1 < /dev/null &
 origin=$!
 for i in $(seq 100); do [ -e "$D/ready" ] && break; sleep 0.05; done

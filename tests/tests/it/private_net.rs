@@ -1,7 +1,8 @@
 //! What the tests that run a script in a private network and mount
 //! namespace with a TLS origin (`intercept`, `intercept_routes`) share:
 //! the test certificates (also `session_ns`'s), the `unshare` that runs
-//! the script, and reading its output (also `dns`'s).
+//! the script, its loopback line (also the session tests'), and reading
+//! its output (also `dns`'s).
 #![cfg(target_os = "linux")]
 
 use std::ffi::OsStr;
@@ -9,6 +10,11 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
 use sandbox_tests::{is_root, sandbox_bin};
+
+/// A set-up script's line that brings the namespace's loopback up (`ip`
+/// may be missing: Python's `SIOCSIFFLAGS`, IFF_UP | IFF_LOOPBACK |
+/// IFF_RUNNING).
+pub(crate) const LOOPBACK_UP: &str = r#"python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'"#;
 
 /// A scratch directory for the namespace (root only: asserted), readable
 /// by all; its canonical path.

@@ -23,6 +23,8 @@ use std::time::{Duration, Instant};
 
 use serde_json::{json, Value};
 
+use crate::private_net::LOOPBACK_UP;
+
 use crate::session_ns::{
     events_of, kill_pids, namespace_dir, next_event, unshare, users, EVENT_WAIT, SVC_IP,
 };
@@ -49,7 +51,7 @@ impl Harness {
         let setup = format!(
             r#"set -e
 mount --bind "$D/hosts" /etc/hosts
-python3 -c 'import fcntl, socket, struct; s = socket.socket(); fcntl.ioctl(s, 0x8914, struct.pack("16sH", b"lo", 0x1 | 0x8 | 0x40))'
+{LOOPBACK_UP}
 ip route add local {SVC_IP}/32 dev lo
 python3 -c '
 import http.server, sys, threading, time
