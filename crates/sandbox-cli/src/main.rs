@@ -562,7 +562,7 @@ fn cmd_policy(args: PolicyCmd) -> Result<i32, Fatal> {
             .map(network_line),
         "policy": policy,
     });
-    println!("{}", serde_json::to_string_pretty(&json)?);
+    println!("{}", sandbox::runner::json_terminal_safe(&json, true)?);
     Ok(0)
 }
 
@@ -798,7 +798,7 @@ fn finish(
             // when the record cannot be written (its directory may be one the
             // command could write, and so spoil).
             let written = match report {
-                Some(target) => serde_json::to_string_pretty(&outcome)
+                Some(target) => sandbox::runner::json_terminal_safe(&outcome, true)
                     .map_err(Fatal::from)
                     .and_then(|json| {
                         target.write_after_run(json.as_bytes(), |dir| {
@@ -849,7 +849,7 @@ fn record_refusal(argv: &[OsString], report: Option<report::Asked>, why: Fatal) 
 
 fn write_report(target: Option<&report::Target>, outcome: &Outcome) -> Result<(), Fatal> {
     if let Some(target) = target {
-        let json = serde_json::to_string_pretty(outcome)?;
+        let json = sandbox::runner::json_terminal_safe(outcome, true)?;
         target.write(json.as_bytes())?;
     }
     Ok(())
@@ -892,7 +892,7 @@ fn cmd_profile(args: ProfileCmd) -> Result<i32, Fatal> {
             "text": profile.text,
             "params": profile.params,
         });
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        println!("{}", sandbox::runner::json_terminal_safe(&json, true)?);
     } else {
         print!("{}", profile.text);
         if !profile.text.ends_with('\n') {
@@ -939,7 +939,7 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
             "report": report,
             "enforcement": report.enforcement(),
         });
-        println!("{}", serde_json::to_string_pretty(&json)?);
+        println!("{}", sandbox::runner::json_terminal_safe(&json, true)?);
         return Ok(check_status(resolved.backend.enforces()));
     }
     show::out(&format!("backend: {}", resolved.backend.name()));

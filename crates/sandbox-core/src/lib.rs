@@ -81,4 +81,4 @@ pub use request::{
     normalize_path, NormalPath, PathProblem, RequestRule, RequestRuleError, SecretSource,
     SecretSpec,
 };
-pub use text::terminal_safe;
+pub use text::{json_terminal_safe, terminal_safe};

@@ -95,7 +95,7 @@ pub mod runner {
     pub use crate::running::{
         run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
     };
-    pub use sandbox_core::terminal_safe;
+    pub use sandbox_core::{json_terminal_safe, terminal_safe};
     pub use sandbox_core::{MediatedCall, Mediation};
     pub use sandbox_launch::{
         fds, stop_requested, stop_runs_on, ContainmentKind, LimitKind, LimitRecord, StopSignals,

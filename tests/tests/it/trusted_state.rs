@@ -671,6 +671,90 @@ fn refused_paths_reach_the_terminal_escaped() {
     }
 }
 
+/// The record on stdout (`--report -`) writes a refused path's C1
+/// control (CSI), DEL and bidirectional override as `\uXXXX` escapes (the
+/// JSON value is unchanged), so the raw bytes never reach a terminal;
+/// twin: a plain refused path is in the same record as it is. Also a
+/// session's events.
+#[test]
+fn records_on_stdout_carry_no_raw_terminal_controls() {
+    let (_w, w) = canonical_tmp();
+    let (_h, home) = canonical_tmp();
+    std::fs::create_dir_all(w.join(".git/hooks")).unwrap();
+    let script = r#"
+        for n in "$(printf 'a\302\2332J\177\342\200\256txt')" plain; do
+            { true > ".git/hooks/$n"; } 2>/dev/null
+        done
+        exit 1"#;
+    let raw = |out: &[u8]| {
+        out.windows(2).any(|w| w == [0xc2, 0x9b])
+            || out.windows(3).any(|w| w == [0xe2, 0x80, 0xae])
+            || out.contains(&0x7f)
+    };
+    let out = sandbox()
+        .current_dir(&w)
+        .env("HOME", &home)
+        .args([
+            "run",
+            "--report",
+            "-",
+            "--mode",
+            "workspace-write",
+            "--workspace",
+            ".",
+        ])
+        .args(sh(script))
+        .output()
+        .unwrap();
+    assert_eq!(code(&out), Some(1), "{}", stderr(&out));
+    assert!(
+        !raw(&out.stdout),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("\\u009b2J\\u007f\\u202etxt"), "{text}");
+    let record: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let refused = record["mediation"]["refused"].to_string();
+    assert!(refused.contains("/plain"), "{refused}");
+    let hooks = w.join(".git/hooks");
+    let wanted = format!("{}/a\u{9b}2J\u{7f}\u{202e}txt", hooks.display());
+    assert!(
+        record["mediation"]["refused"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|r| r["target"] == wanted.as_str()),
+        "{refused}"
+    );
+
+    // A session's exit event, the same.
+    let mut child = sandbox()
+        .current_dir(&w)
+        .env("HOME", &home)
+        .args(["session", "--mode", "workspace-write", "--workspace", "."])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let request = serde_json::json!({"id": "1", "op": "run", "argv": ["/bin/sh", "-c", script]});
+    {
+        use std::io::Write;
+        let mut stdin = child.stdin.take().unwrap();
+        writeln!(stdin, "{request}").unwrap();
+    }
+    let out = child.wait_with_output().unwrap();
+    assert!(
+        !raw(&out.stdout),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
+    let text = String::from_utf8(out.stdout).unwrap();
+    assert!(text.contains("\\u009b2J\\u007f\\u202etxt"), "{text}");
+    assert!(text.contains("/plain"), "{text}");
+}
+
 /// The run's private `$TMPDIR` (`--private-tmp`, and workspace-write's) is
 /// its user's alone (0700), whatever the umask. Twin: the run writes there.
 #[test]

@@ -102,7 +102,11 @@ impl Events {
     }
 
     fn line(event: &Value) -> Vec<u8> {
-        let mut line = event.to_string().into_bytes();
+        // C1 controls and reordering marks from the command (paths, hosts,
+        // output) as `\uXXXX`: a harness may show the stream on a terminal.
+        let mut line = sandbox::runner::json_terminal_safe(event, false)
+            .unwrap_or_else(|_| event.to_string())
+            .into_bytes();
         line.push(b'\n');
         line
     }
