@@ -103,7 +103,8 @@ impl Between {
     /// of whose processes are gone): what it left waiting (FIFO openers)
     /// is dropped, the shared memory it left removed, the CPU budget
     /// refilled; returns what the broker answered for it since the last
-    /// call (capped at [`BrokerLog::MAX_RECORDS`]), or `None` when the
+    /// call (capped at [`BrokerLog::MAX_REFUSALS`] refusals and
+    /// [`BrokerLog::MAX_RECORDS`] other answers, the rest counted), or `None` when the
     /// thread did not answer within `wait` (stopped, or held).
     pub fn take(&self, wait: Duration) -> Option<BrokerLog> {
         use std::sync::atomic::Ordering::SeqCst;
@@ -201,14 +202,7 @@ impl Between {
             self.0
                 .closed_at
                 .store(seen, std::sync::atomic::Ordering::SeqCst);
-            let handed = &mut done.1;
-            for r in log.records.drain(..) {
-                handed.push(r);
-            }
-            handed.omitted += std::mem::take(&mut log.omitted);
-            handed.shm_removed.append(&mut log.shm_removed);
-            handed.git_dirs_made.append(&mut log.git_dirs_made);
-            handed.git_dirs_unnamed += std::mem::take(&mut log.git_dirs_unnamed);
+            done.1.absorb(log);
             done.0 += 1;
             self.0.cv.notify_all();
         }
@@ -521,12 +515,14 @@ fn serve(
             match listener.recv() {
                 Ok(Received::Notification(n)) => {
                     let (record, fatal) = handle(listener, rules, own, &pool, &mut fifos, &n);
-                    let mark = log.records.len();
-                    pool.drain_into(&mut log);
-                    if let Some(record) = record {
+                    let mut answered = pool.take_done();
+                    answered.extend(record);
+                    // Offered before the log keeps them: a refusal past the
+                    // log's cap is still counted live.
+                    between.offer(&answered);
+                    for record in answered {
                         log.push(record);
                     }
-                    between.offer(log.records.get(mark..).unwrap_or_default());
                     if let Some(fatal) = fatal {
                         // The thread's credentials are no longer known: stop
                         // (closing the listener fails every later call).
@@ -1245,18 +1241,8 @@ fn act(
             stat,
         };
         target.resolved = Some(obj.path.clone());
-        if let Err(reason) = ops::check(op, identity, &obj.stat) {
-            if let Refusal::NotOwner = reason {
-                // The kernel's own answers: inode_permission's EACCES for a
-                // size, or "now" without write access; EPERM for what only
-                // the owner may do (fs/attr.c).
-                let errno = match op {
-                    Op::Truncate { .. } | Op::Times { times: None } => libc::EACCES,
-                    _ => libc::EPERM,
-                };
-                return Acted::Done(BrokerDecision::Failed { errno });
-            }
-            return Acted::Done(BrokerDecision::Refused { reason });
+        if let Err(denied) = ops::check(op, identity, &obj.stat) {
+            return Acted::Done(denied_decision(denied));
         }
         return Acted::Done(match ops::perform(op, &obj) {
             Ok(()) => BrokerDecision::Performed,
@@ -1286,15 +1272,8 @@ fn act(
         Err(unresolved) => return Acted::Done(unresolved_decision(unresolved, target)),
     };
     target.resolved = Some(PathBuf::from(&obj.path));
-    if let Err(reason) = ops::check(op, identity, &obj.stat) {
-        // vfs_truncate (fs/open.c): a file the caller may not write is the
-        // kernel's own EACCES (inode_permission), not a policy refusal.
-        if let (Op::Truncate { .. }, Refusal::NotOwner) = (op, &reason) {
-            return Acted::Done(BrokerDecision::Failed {
-                errno: libc::EACCES,
-            });
-        }
-        return Acted::Done(BrokerDecision::Refused { reason });
+    if let Err(denied) = ops::check(op, identity, &obj.stat) {
+        return Acted::Done(denied_decision(denied));
     }
     let failed = |e: io::Error| BrokerDecision::Failed {
         errno: errno_of(&e),
@@ -1309,6 +1288,16 @@ fn act(
         Ok(()) => BrokerDecision::Performed,
         Err(e) => failed(e),
     })
+}
+
+/// The answer to a call [`ops::check`] turned down: the kernel's own errno
+/// for a check that mirrors the kernel's (no refusal: the caller would get
+/// the same unconfined), a refusal for the policy's.
+fn denied_decision(denied: ops::Denied) -> BrokerDecision {
+    match denied {
+        ops::Denied::Kernel(errno) => BrokerDecision::Failed { errno },
+        ops::Denied::Policy(reason) => BrokerDecision::Refused { reason },
+    }
 }
 
 /// Whether `fd`'s object has no name left (`st_nlink` 0).

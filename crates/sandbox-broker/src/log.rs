@@ -6,12 +6,32 @@ use serde::{Deserialize, Serialize};
 
 /// Every request the broker answered, in the order answered (a connect is
 /// answered by a worker thread: its record may follow later requests').
+///
+/// Refusals and the other answers are kept within caps of their own, so no
+/// flood of performed calls can push a refusal out of the record (red-team
+/// R6b F4: 4200 performed chmods left a later refusal only counted, and the
+/// failed run read as the command's own failure): at most
+/// [`BrokerLog::MAX_REFUSALS`] refusals and [`BrokerLog::MAX_RECORDS`]
+/// other answers are kept; those past a cap are counted, refusals apart
+/// ([`BrokerLog::refusals_omitted`]).
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub struct BrokerLog {
-    /// The recorded requests (at most [`BrokerLog::MAX_RECORDS`]).
+    /// The recorded requests, in the order answered: at most
+    /// [`BrokerLog::MAX_REFUSALS`] refusals and [`BrokerLog::MAX_RECORDS`]
+    /// other answers.
     pub records: Vec<BrokerRecord>,
-    /// Requests answered but not recorded because the log was full.
+    /// Answers other than refusals that were not recorded because their
+    /// share of the log was full (only counted; of them,
+    /// [`BrokerLog::performed_omitted`] were performed).
     pub omitted: u64,
+    /// Refusals not recorded because their share of the log was full (only
+    /// counted): the record says how many refusals it does not list.
+    #[serde(default)]
+    pub refusals_omitted: u64,
+    /// Of [`BrokerLog::omitted`], the requests performed (those
+    /// [`BrokerLog::performed`] would have listed).
+    #[serde(default)]
+    pub performed_omitted: u64,
     /// Set when the broker stopped early; says why.
     pub stopped_by_error: Option<String>,
     /// Git directories the run made (or made of a directory from before
@@ -30,11 +50,19 @@ pub struct BrokerLog {
     /// descriptors serving them.
     #[serde(default)]
     pub runner_out_of_fds: u64,
+    /// How many of `records` are refusals (the caps are per kind).
+    #[serde(skip)]
+    pub(crate) kept_refusals: usize,
 }
 
 impl BrokerLog {
-    /// Records kept before further ones are only counted.
+    /// Answers other than refusals kept before further ones are only
+    /// counted ([`BrokerLog::omitted`]).
     pub const MAX_RECORDS: usize = 4096;
+
+    /// Refusals kept before further ones are only counted
+    /// ([`BrokerLog::refusals_omitted`]), whatever else the log holds.
+    pub const MAX_REFUSALS: usize = 4096;
 
     /// The refused requests.
     pub fn refusals(&self) -> impl Iterator<Item = &BrokerRecord> {
@@ -46,47 +74,59 @@ impl BrokerLog {
     /// The requests the broker performed successfully (metadata changes,
     /// xattr reads, entry calls and opens).
     pub fn performed(&self) -> impl Iterator<Item = &BrokerRecord> {
-        self.records.iter().filter(|r| {
-            matches!(
-                r.decision,
-                BrokerDecision::Performed
-                    | BrokerDecision::Read { .. }
-                    | BrokerDecision::Opened { .. }
-            )
-        })
+        self.records.iter().filter(|r| r.decision.is_performed())
+    }
+
+    /// How many requests the broker performed, those only counted
+    /// ([`BrokerLog::performed_omitted`]) included.
+    pub fn performed_count(&self) -> u64 {
+        (self.performed().count() as u64).saturating_add(self.performed_omitted)
+    }
+
+    /// How many refusals the broker answered, those only counted
+    /// ([`BrokerLog::refusals_omitted`]) included.
+    pub fn refusals_count(&self) -> u64 {
+        (self.refusals().count() as u64).saturating_add(self.refusals_omitted)
     }
 
     /// A short human summary for `--explain`: counts, then one line per refusal
     /// (at most `max_lines`).
     pub fn explain(&self, max_lines: usize) -> String {
         let refused: Vec<&BrokerRecord> = self.refusals().collect();
+        let failed = self
+            .records
+            .iter()
+            .filter(|r| {
+                matches!(
+                    r.decision,
+                    BrokerDecision::Failed { .. } | BrokerDecision::RunnerOutOfFds { .. }
+                )
+            })
+            .count();
+        let mut cut = Vec::new();
+        if self.refusals_omitted > 0 {
+            cut.push(format!("{} refusals", self.refusals_omitted));
+        }
+        if self.omitted > 0 {
+            cut.push(format!("{} other answers", self.omitted));
+        }
+        let cut = if cut.is_empty() {
+            String::new()
+        } else {
+            format!(" ({} counted, not recorded)", cut.join(" and "))
+        };
         let mut out = format!(
-            "broker: {} performed, {} refused, {} failed{}\n",
-            self.performed().count(),
-            refused.len(),
-            self.records
-                .iter()
-                .filter(|r| {
-                    matches!(
-                        r.decision,
-                        BrokerDecision::Failed { .. } | BrokerDecision::RunnerOutOfFds { .. }
-                    )
-                })
-                .count(),
-            if self.omitted > 0 {
-                format!(" ({} more not recorded)", self.omitted)
-            } else {
-                String::new()
-            }
+            "broker: {} performed, {} refused, {failed} failed{cut}\n",
+            self.performed_count(),
+            self.refusals_count(),
         );
         for r in refused.iter().take(max_lines) {
             out.push_str(&format!("  {r}\n"));
         }
-        if refused.len() > max_lines {
-            out.push_str(&format!(
-                "  ... {} more refusals\n",
-                refused.len() - max_lines
-            ));
+        let more =
+            (refused.len().saturating_sub(max_lines) as u64).saturating_add(self.refusals_omitted);
+        if more > 0 {
+            out.push_str(&format!("  ... {more} more refusals\n"));
         }
         out
     }
@@ -96,11 +136,57 @@ impl BrokerLog {
         if let BrokerDecision::RunnerOutOfFds { .. } = record.decision {
             self.runner_out_of_fds += 1;
         }
-        if self.records.len() < Self::MAX_RECORDS {
+        self.keep(record);
+    }
+
+    /// Keeps `record` within its kind's cap, or counts it.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    fn keep(&mut self, record: BrokerRecord) {
+        if let BrokerDecision::Refused { .. } = record.decision {
+            if self.kept_refusals < Self::MAX_REFUSALS {
+                self.kept_refusals += 1;
+                self.records.push(record);
+            } else {
+                self.refusals_omitted += 1;
+            }
+        } else if self.records.len() - self.kept_refusals < Self::MAX_RECORDS {
             self.records.push(record);
         } else {
             self.omitted += 1;
+            if record.decision.is_performed() {
+                self.performed_omitted += 1;
+            }
         }
+    }
+
+    /// Moves what `other` answered into this log (one command's answers
+    /// handed over to the runner, [`crate::Between::take`]): its records
+    /// within this log's caps (the rest counted), its counts added, its
+    /// lists joined. `other` keeps only its error.
+    #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
+    pub(crate) fn absorb(&mut self, other: &mut BrokerLog) {
+        for r in other.records.drain(..) {
+            self.keep(r);
+        }
+        other.kept_refusals = 0;
+        self.omitted += std::mem::take(&mut other.omitted);
+        self.refusals_omitted += std::mem::take(&mut other.refusals_omitted);
+        self.performed_omitted += std::mem::take(&mut other.performed_omitted);
+        self.runner_out_of_fds += std::mem::take(&mut other.runner_out_of_fds);
+        self.shm_removed.append(&mut other.shm_removed);
+        self.git_dirs_made.append(&mut other.git_dirs_made);
+        self.git_dirs_unnamed += std::mem::take(&mut other.git_dirs_unnamed);
+    }
+}
+
+impl BrokerDecision {
+    /// Admitted and performed: [`BrokerDecision::Performed`],
+    /// [`BrokerDecision::Read`] or [`BrokerDecision::Opened`].
+    pub fn is_performed(&self) -> bool {
+        matches!(
+            self,
+            BrokerDecision::Performed | BrokerDecision::Read { .. } | BrokerDecision::Opened { .. }
+        )
     }
 }
 
@@ -263,9 +349,15 @@ pub enum Refusal {
     /// chmod would add a set-user-ID or set-group-ID bit, or a creating call's
     /// mode has one.
     SetIdBits,
-    /// The caller neither owns the object nor holds the capability that would let it.
+    /// The caller neither owns the object nor holds the capability that
+    /// would let it. No longer given: that is the kernel's own check, and
+    /// the call is [`BrokerDecision::Failed`] with the kernel's errno
+    /// (`EPERM`, or `EACCES` where write permission would do), as
+    /// unconfined; kept so older records still read.
     NotOwner,
-    /// chown would give the object to another user or to a group the caller is not in.
+    /// chown by a caller holding `CAP_CHOWN` would give the object to
+    /// another user or to a group the caller is not in (without
+    /// `CAP_CHOWN` the kernel's own `EPERM`, no refusal).
     OwnershipChange,
     /// The extended attribute is outside the `user.` namespace.
     XattrNamespace,
@@ -426,5 +518,133 @@ impl std::fmt::Display for Refusal {
                 "the broker could not take on the caller's {change}, so it would act with more than the caller has"
             ),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn record(decision: BrokerDecision, i: usize) -> BrokerRecord {
+        BrokerRecord {
+            syscall: "fchmodat".into(),
+            pid: 1,
+            target: BrokerTarget {
+                path: Some(format!("/w/f{i}")),
+                ..BrokerTarget::default()
+            },
+            decision,
+        }
+    }
+
+    fn refused(i: usize) -> BrokerRecord {
+        record(
+            BrokerDecision::Refused {
+                reason: Refusal::OutsideWritePaths,
+            },
+            i,
+        )
+    }
+
+    /// R6b F4: a flood of performed calls fills their share of the log,
+    /// never the refusals'; the refusal after it is kept.
+    #[test]
+    fn a_flood_of_performed_calls_keeps_the_refusal_after_it() {
+        let mut log = BrokerLog::default();
+        for i in 0..4200 {
+            log.push(record(BrokerDecision::Performed, i));
+        }
+        log.push(refused(0));
+        assert_eq!(log.refusals().count(), 1);
+        assert_eq!(log.refusals_omitted, 0);
+        assert_eq!(log.refusals_count(), 1);
+        assert_eq!(log.omitted, 4200 - BrokerLog::MAX_RECORDS as u64);
+        assert_eq!(log.performed_omitted, log.omitted);
+        assert_eq!(log.performed_count(), 4200);
+        assert_eq!(log.records.len(), BrokerLog::MAX_RECORDS + 1);
+        let text = log.explain(5);
+        assert!(
+            text.starts_with("broker: 4200 performed, 1 refused"),
+            "{text}"
+        );
+        assert!(text.contains("104 other answers counted"), "{text}");
+        // Control: the same flood without the refusal has none to show.
+        let mut control = BrokerLog::default();
+        for i in 0..4200 {
+            control.push(record(BrokerDecision::Performed, i));
+        }
+        assert_eq!(control.refusals_count(), 0);
+    }
+
+    /// Refusals past their own cap are counted apart from other answers
+    /// past theirs, and the cap holds (the log stays bounded).
+    #[test]
+    fn refusals_past_their_cap_are_counted_apart() {
+        let mut log = BrokerLog::default();
+        let extra = 7;
+        for i in 0..BrokerLog::MAX_REFUSALS + extra {
+            log.push(refused(i));
+            log.push(record(
+                BrokerDecision::Failed {
+                    errno: libc::ENOENT,
+                },
+                i,
+            ));
+        }
+        assert_eq!(log.refusals().count(), BrokerLog::MAX_REFUSALS);
+        assert_eq!(log.refusals_omitted, extra as u64);
+        assert_eq!(log.omitted, extra as u64);
+        assert_eq!(log.performed_omitted, 0);
+        assert_eq!(
+            log.records.len(),
+            BrokerLog::MAX_REFUSALS + BrokerLog::MAX_RECORDS
+        );
+        // The first ones are kept, in the order answered.
+        assert_eq!(log.records[0], refused(0));
+        assert!(log.explain(2).contains(&format!(
+            "... {} more refusals",
+            BrokerLog::MAX_REFUSALS - 2 + extra
+        )));
+    }
+
+    /// One command's answers handed over ([`BrokerLog::absorb`]): counts
+    /// move, caps hold in the receiving log, the source starts afresh.
+    #[test]
+    fn absorb_moves_counts_and_keeps_the_caps() {
+        let mut source = BrokerLog::default();
+        for i in 0..BrokerLog::MAX_RECORDS + 3 {
+            source.push(record(BrokerDecision::Performed, i));
+        }
+        source.push(record(
+            BrokerDecision::RunnerOutOfFds {
+                errno: libc::EMFILE,
+            },
+            0,
+        ));
+        for i in 0..BrokerLog::MAX_REFUSALS + 2 {
+            source.push(refused(i));
+        }
+        let mut handed = BrokerLog::default();
+        handed.absorb(&mut source);
+        assert_eq!(handed.performed_count(), BrokerLog::MAX_RECORDS as u64 + 3);
+        assert_eq!(handed.refusals_count(), BrokerLog::MAX_REFUSALS as u64 + 2);
+        assert_eq!(handed.runner_out_of_fds, 1);
+        assert_eq!(handed.omitted, 4);
+        assert!(source.records.is_empty());
+        assert_eq!(
+            (
+                source.omitted,
+                source.refusals_omitted,
+                source.runner_out_of_fds
+            ),
+            (0, 0, 0)
+        );
+        // The source's caps start afresh for the next command.
+        source.push(refused(0));
+        assert_eq!(source.refusals().count(), 1);
+        // A second hand-over into the full log: only counted there.
+        handed.absorb(&mut source);
+        assert_eq!(handed.refusals_omitted, 3);
+        assert_eq!(handed.refusals().count(), BrokerLog::MAX_REFUSALS);
     }
 }

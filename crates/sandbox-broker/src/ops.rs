@@ -46,32 +46,61 @@ pub(crate) fn is_acl(name: &std::ffi::CStr) -> bool {
     )
 }
 
+/// Why [`check`] turned a call down.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub(crate) enum Denied {
+    /// A check that mirrors the kernel's own permission check (ownership,
+    /// `CAP_FOWNER`, `CAP_CHOWN`, write permission): the call fails with
+    /// the errno the kernel gives for it unconfined, and it is no refusal
+    /// of the policy's (red-team R6b F5: a non-owner's `chmod` was recorded
+    /// as a sandbox refusal although it fails `EPERM` bare too).
+    Kernel(i32),
+    /// The policy's own rule (set-id bits, giving a file away with
+    /// `CAP_CHOWN`, an xattr namespace): a refusal.
+    Policy(Refusal),
+}
+
 /// Applies the credential rules of the crate docs to `op` on `st`.
-pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Refusal> {
+///
+/// The errnos of [`Denied::Kernel`] are the kernel's (fs/attr.c,
+/// fs/xattr.c, fs/open.c): `EPERM` for what only the owner (or a holder of
+/// `CAP_FOWNER`/`CAP_CHOWN`) may do: a mode, an owner or group, explicit
+/// times; `EACCES` from `inode_permission` for what write permission
+/// suffices for: times set to "now", a size, a `user.` attribute of a
+/// regular file or directory. Mode bits only: an ACL granting write is not
+/// consulted (the call fails `EACCES` where the kernel would allow it).
+pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Denied> {
     match op {
         Op::Chmod { mode } => {
+            // setattr_prepare: chmod needs inode_owner_or_capable.
             if !owns(id, st, CAP_FOWNER) {
-                return Err(Refusal::NotOwner);
+                return Err(Denied::Kernel(libc::EPERM));
             }
             let added = mode & !(st.st_mode & 0o7777);
             if added & (libc::S_ISUID | libc::S_ISGID) != 0 {
-                return Err(Refusal::SetIdBits);
+                return Err(Denied::Policy(Refusal::SetIdBits));
             }
         }
         Op::Chown { uid, gid } => {
             let uid_change = uid.filter(|u| *u != st.st_uid);
             let gid_change = gid.filter(|g| *g != st.st_gid);
+            // chown_ok (fs/attr.c): changing the owner needs CAP_CHOWN.
             if let Some(u) = uid_change {
-                if !(id.has(CAP_CHOWN) && u == id.euid) {
-                    return Err(Refusal::OwnershipChange);
+                if !id.has(CAP_CHOWN) {
+                    return Err(Denied::Kernel(libc::EPERM));
+                }
+                if u != id.euid {
+                    return Err(Denied::Policy(Refusal::OwnershipChange));
                 }
             }
+            // chgrp_ok: the owner, to one of its groups, or CAP_CHOWN.
             if let Some(g) = gid_change {
-                if !owns(id, st, CAP_CHOWN) {
-                    return Err(Refusal::NotOwner);
-                }
-                if !id.in_group(g) {
-                    return Err(Refusal::OwnershipChange);
+                if !id.has(CAP_CHOWN) {
+                    if id.fsuid != st.st_uid || !id.in_group(g) {
+                        return Err(Denied::Kernel(libc::EPERM));
+                    }
+                } else if !id.in_group(g) {
+                    return Err(Denied::Policy(Refusal::OwnershipChange));
                 }
             }
         }
@@ -82,21 +111,39 @@ pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Refus
                 return Ok(());
             }
             if !name.as_bytes().starts_with(b"user.") {
-                return Err(Refusal::XattrNamespace);
+                return Err(Denied::Policy(Refusal::XattrNamespace));
             }
             if !may_write(id, st) && !owns(id, st, CAP_FOWNER) {
-                return Err(Refusal::NotOwner);
+                // xattr_permission (fs/xattr.c): user.* of anything but a
+                // regular file or directory, or of a sticky directory the
+                // caller does not own, is EPERM; else inode_permission's
+                // EACCES.
+                let kind = st.st_mode & libc::S_IFMT;
+                let sticky_dir = kind == libc::S_IFDIR && st.st_mode & libc::S_ISVTX != 0;
+                let errno = if (kind != libc::S_IFREG && kind != libc::S_IFDIR) || sticky_dir {
+                    libc::EPERM
+                } else {
+                    libc::EACCES
+                };
+                return Err(Denied::Kernel(errno));
             }
         }
         Op::Times { times } => {
-            let ok = owns(id, st, CAP_FOWNER) || (times.is_none() && may_write(id, st));
-            if !ok {
-                return Err(Refusal::NotOwner);
+            // may_setattr / setattr_prepare: explicit times need the owner
+            // (EPERM); "now" (NULL, or both UTIME_NOW) write permission
+            // (inode_permission's EACCES).
+            if !owns(id, st, CAP_FOWNER) {
+                match times {
+                    Some(_) => return Err(Denied::Kernel(libc::EPERM)),
+                    None if !may_write(id, st) => return Err(Denied::Kernel(libc::EACCES)),
+                    None => {}
+                }
             }
         }
         Op::Truncate { .. } => {
+            // vfs_truncate: inode_permission(MAY_WRITE).
             if !may_write(id, st) {
-                return Err(Refusal::NotOwner);
+                return Err(Denied::Kernel(libc::EACCES));
             }
         }
         // Reads are left to the kernel's own rules (read permission for

@@ -194,10 +194,14 @@ impl Pool {
 
     /// Moves the records of answered connects into `log`.
     pub(crate) fn drain_into(&self, log: &mut BrokerLog) {
-        let done = std::mem::take(&mut lock(&self.inner.state).done);
-        for record in done {
+        for record in self.take_done() {
             log.push(record);
         }
+    }
+
+    /// The records of the connects answered since the last call.
+    pub(crate) fn take_done(&self) -> Vec<BrokerRecord> {
+        std::mem::take(&mut lock(&self.inner.state).done)
     }
 
     /// Stops the workers: each ends within about a [`SLICE`] (a caller that

@@ -426,7 +426,10 @@ pub struct Mediation {
     pub performed: usize,
     /// Requests refused, with the reason for each.
     pub refused: Vec<MediatedCall>,
-    /// Records dropped because the log was full.
+    /// Refusals not listed in `refused`, only counted (past the
+    /// supervisor's cap for refusals, or cut to bound a nested run's
+    /// record): refusals all the same. Performed calls past a cap are
+    /// counted in `performed`.
     pub omitted: usize,
     /// Set when mediation stopped early because of an error.
     pub error: Option<String>,

@@ -500,15 +500,28 @@ fn unprivileged_caller_may_only_change_its_own_files() {
     };
     assert_eq!(confined(fx.rules(&[]), as_user(&m, 1000)).code, 0);
     assert_eq!(mode(&mine), 0o600);
+    // Another's file: the kernel's own EPERM (R6b F5), no refusal.
     let run = confined(fx.rules(&[]), as_user(&r, 1000));
     assert_eq!(run.code, libc::EPERM);
-    assert_eq!(refusals(&run.log), vec![Refusal::NotOwner]);
+    assert_eq!(refusals(&run.log), vec![]);
+    assert_eq!(
+        run.log.records[0].decision,
+        BrokerDecision::Failed { errno: libc::EPERM }
+    );
     assert_eq!(mode(&roots), 0o644);
-    // chown of its own file to a group it is not in.
+    // chown of its own file to a group it is not in, without CAP_CHOWN:
+    // the kernel's EPERM too.
     set_mode(&mine, 0o644);
     let run = confined(fx.rules(&[]), as_user(&m, 0));
     assert_eq!(run.code, libc::EPERM);
     assert_eq!(meta(&mine).gid(), 1000);
+    assert_eq!(refusals(&run.log), vec![]);
+    assert!(
+        run.log.records.iter().any(|r| r.syscall.contains("chown")
+            && r.decision == BrokerDecision::Failed { errno: libc::EPERM }),
+        "{}",
+        run.log.explain(5)
+    );
 }
 
 #[test]

@@ -21,6 +21,7 @@ mod entry_race;
 mod fast_paths;
 mod fd_leak;
 mod fdpass;
+mod kernel_parity;
 mod race;
 mod read_deny;
 mod robustness;

@@ -240,9 +240,12 @@ impl RunningSupervisor for RunningBroker {
 fn mediation(log: BrokerLog, names: Option<&Filter>) -> Mediation {
     let refused = log.refusals().map(|r| refusal(r, names)).collect();
     Mediation {
-        performed: log.performed().count(),
+        performed: usize::try_from(log.performed_count()).unwrap_or(usize::MAX),
         refused,
-        omitted: usize::try_from(log.omitted).unwrap_or(usize::MAX),
+        // The refusals only counted (past the log's cap for refusals); the
+        // other answers past their cap are counted in `performed` or are
+        // failures the kernel would give too.
+        omitted: usize::try_from(log.refusals_omitted).unwrap_or(usize::MAX),
         error: log.stopped_by_error,
         git_dirs_made: log.git_dirs_made,
         git_dirs_unnamed: log.git_dirs_unnamed,
