@@ -89,10 +89,13 @@ impl Classification {
 
 impl Classification {
     /// A failed run whose broker refused requests is a sandbox denial, with
-    /// the refusals as evidence (after any stderr evidence).
+    /// the refusals as evidence (after any stderr evidence): those the
+    /// record lists, and a line with how many more it only counted
+    /// (`mediation.omitted`; red-team R6b F4: refusals only counted are
+    /// refusals all the same).
     pub fn with_refusals(self, mediation: &Mediation) -> Self {
         let mut evidence = match self {
-            _ if mediation.refused.is_empty() => return self,
+            _ if mediation.refused.is_empty() && mediation.omitted == 0 => return self,
             Self::SandboxDenial { evidence } => evidence,
             Self::TaskFailure => Vec::new(),
             other => return other,
@@ -111,6 +114,12 @@ impl Classification {
             if !evidence.contains(&line) {
                 evidence.push(line);
             }
+        }
+        if mediation.omitted > 0 {
+            evidence.push(format!(
+                "the sandbox refused {} more call(s) the record does not list (only counted)",
+                mediation.omitted
+            ));
         }
         Self::SandboxDenial { evidence }
     }
@@ -342,6 +351,60 @@ mod tests {
         );
         assert_eq!(
             Classification::TaskFailure.with_refusals(&Mediation::default()),
+            Classification::TaskFailure
+        );
+    }
+
+    /// R6b F4: refusals only counted (past the record's cap, or cut from a
+    /// nested run's record) make a failed run a denial too, and the
+    /// evidence says how many the record does not list.
+    #[test]
+    fn refusals_only_counted_are_evidence_too() {
+        let counted = Mediation {
+            performed: 4200,
+            omitted: 3,
+            ..Default::default()
+        };
+        assert_eq!(
+            Classification::TaskFailure.with_refusals(&counted),
+            Classification::SandboxDenial {
+                evidence: vec![
+                    "the sandbox refused 3 more call(s) the record does not list (only counted)"
+                        .into()
+                ]
+            }
+        );
+        // With listed ones: those first, then the count.
+        let both = Mediation {
+            refused: vec![sandbox_core::MediatedCall {
+                syscall: "openat".into(),
+                target: "/etc/x".into(),
+                reason: "outside the write paths".into(),
+                outside_write_paths: true,
+            }],
+            omitted: 1,
+            ..Default::default()
+        };
+        let Classification::SandboxDenial { evidence } =
+            Classification::TaskFailure.with_refusals(&both)
+        else {
+            panic!("not a denial");
+        };
+        assert_eq!(evidence.len(), 2);
+        assert!(evidence[0].contains("/etc/x"));
+        assert!(evidence[1].contains("1 more call(s)"));
+        // Controls: a run that succeeded stays ok; a failure with many
+        // performed calls and no refusal at all stays the command's own.
+        assert_eq!(
+            Classification::Ok.with_refusals(&counted),
+            Classification::Ok
+        );
+        let performed_only = Mediation {
+            performed: 10_000,
+            ..Default::default()
+        };
+        assert_eq!(
+            Classification::TaskFailure.with_refusals(&performed_only),
             Classification::TaskFailure
         );
     }

@@ -11,6 +11,7 @@ mod approval;
 mod argv_form;
 mod broker_budget;
 mod broker_domain;
+mod broker_record;
 mod default_caches;
 mod dns;
 mod egress;
