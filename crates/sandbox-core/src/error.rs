@@ -170,6 +170,12 @@ pub enum UnavailableKind {
     LandlockDisabled,
     /// The backend did not pass its enforcement self-test.
     SelfTestFailed,
+    /// The enforcement self-test was interfered with: what its probe
+    /// launches reported and what its scratch directory showed disagree
+    /// (another process changed the scratch), again in fresh scratches. It
+    /// says nothing of the host, so it is never a reason to run unconfined:
+    /// `on_unsupported` does not apply, resolution fails closed.
+    SelfTestInterfered,
     /// Preparing the confinement failed (ruleset, seccomp program, broker,
     /// helper binary, ...).
     Setup,

@@ -2,6 +2,7 @@
 //! denies on this host, through its own wrap.
 
 use std::collections::HashMap;
+use std::path::Path;
 use std::sync::{Mutex, OnceLock, PoisonError};
 use std::time::Instant;
 
@@ -47,8 +48,21 @@ impl GateReport {
                 ProbeResult::Unwitnessed { why } => {
                     Some(format!("{} probe unwitnessed: {why}", p.probe.as_str()))
                 }
+                ProbeResult::Interfered { scratch, observed } => Some(format!(
+                    "{} probe interfered with: another process changed its scratch directory \
+                     {scratch}: {observed}",
+                    p.probe.as_str()
+                )),
             })
             .collect()
+    }
+
+    /// Whether a probe was interfered with ([`ProbeResult::Interfered`]):
+    /// the report then says nothing of the backend.
+    pub fn interfered(&self) -> bool {
+        self.probes()
+            .into_iter()
+            .any(|p| matches!(p.result, ProbeResult::Interfered { .. }))
     }
 }
 
@@ -66,17 +80,29 @@ pub struct GateFailure {
 
 impl GateFailure {
     /// The same failure as the error backend resolution reports.
+    ///
+    /// A self-test that was interfered with is
+    /// [`UnavailableKind::SelfTestInterfered`], which `on_unsupported`
+    /// never turns into an unconfined run.
     pub fn to_unavailable(&self) -> SandboxUnavailable {
-        SandboxUnavailable::new(
-            self.report.backend.clone(),
-            format!(
-                "enforcement self-test failed: {}",
-                self.report.problems().join("; ")
-            ),
-        )
+        let problems = self.report.problems().join("; ");
+        let (reason, kind) = if self.report.interfered() {
+            (
+                format!(
+                    "enforcement self-test interfered with (not run unconfined whatever \
+                     on_unsupported says): {problems}"
+                ),
+                UnavailableKind::SelfTestInterfered,
+            )
+        } else {
+            (
+                format!("enforcement self-test failed: {problems}"),
+                UnavailableKind::SelfTestFailed,
+            )
+        };
         // No source: the failure's text would repeat the reason, and the
         // report stays reachable through `cached(backend)`.
-        .with_kind(UnavailableKind::SelfTestFailed)
+        SandboxUnavailable::new(self.report.backend.clone(), reason).with_kind(kind)
     }
 }
 
@@ -89,10 +115,21 @@ impl From<GateFailure> for SandboxUnavailable {
 /// Runs the write and spawn probes against `backend`, uncached.
 ///
 /// Only two witnessed probes pass. Prefer [`gate`], which caches per backend
-/// name per process.
+/// name per process. The scratch lies in the runtime directory, else
+/// `$TMPDIR`; [`enforcement_self_test_in`] puts it in a trusted directory.
 pub fn enforcement_self_test(backend: &dyn Backend) -> GateReport {
+    enforcement_self_test_in(backend, None)
+}
+
+/// [`enforcement_self_test`] with its scratch in `trusted` when given: a
+/// directory of this user's trusted state that every confined run
+/// write-denies (`sandbox` passes its self-test cache directory), made
+/// mode 0700 if missing and used only when it is a real directory of this
+/// user that no one else may write; else where [`enforcement_self_test`]
+/// puts it.
+pub fn enforcement_self_test_in(backend: &dyn Backend, trusted: Option<&Path>) -> GateReport {
     let start = Instant::now();
-    let (write, spawn) = both_probes(backend);
+    let (write, spawn) = both_probes(backend, trusted);
     let elapsed_us = u64::try_from(start.elapsed().as_micros()).unwrap_or(u64::MAX);
     GateReport {
         backend: backend.name().to_owned(),
@@ -124,7 +161,41 @@ fn cell_for(name: &'static str) -> Cell {
 /// report when both probes were witnessed. Call it only when a real backend
 /// is resolved, never on paths that do not touch the sandbox.
 pub fn gate(backend: &dyn Backend) -> Result<&'static GateReport, GateFailure> {
-    let report = cell_for(backend.name()).get_or_init(|| enforcement_self_test(backend));
+    gate_in(backend, None)
+}
+
+/// [`gate`] with the self-test's scratch in `trusted` when given (see
+/// [`enforcement_self_test_in`]).
+///
+/// A report that was interfered with is not cached: the next call runs the
+/// self-test again (another process's interference says nothing of the
+/// backend, and must not fail every later run of a long-lived process).
+pub fn gate_in(
+    backend: &dyn Backend,
+    trusted: Option<&Path>,
+) -> Result<&'static GateReport, GateFailure> {
+    let cell = cell_for(backend.name());
+    let report = match cell.get() {
+        Some(report) => report,
+        None => {
+            // One self-test at a time: a second caller waits and takes the first's report.
+            static RUNNING: Mutex<()> = Mutex::new(());
+            let _one = RUNNING.lock().unwrap_or_else(PoisonError::into_inner);
+            match cell.get() {
+                Some(report) => report,
+                None => {
+                    let fresh = enforcement_self_test_in(backend, trusted);
+                    if fresh.interfered() {
+                        // Kept for the caller's error; one small report per
+                        // interfered self-test.
+                        let report: &'static GateReport = Box::leak(Box::new(fresh));
+                        return Err(GateFailure { report });
+                    }
+                    cell.get_or_init(|| fresh)
+                }
+            }
+        }
+    };
     if report.passed {
         Ok(report)
     } else {

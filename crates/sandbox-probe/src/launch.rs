@@ -61,18 +61,77 @@ fn describe_status(status: ExitStatus) -> String {
     }
 }
 
+/// Where one output stream of a launch goes.
+#[derive(Clone, Copy)]
+#[allow(dead_code)] // `Discard` and `File`: the launch tests and the conformance arms
+pub(crate) enum Sink<'a> {
+    /// Discarded (`/dev/null`).
+    Discard,
+    /// A file created (or truncated) at this path.
+    File(&'a Path),
+    /// A [`Capture`] only the launcher and the command hold.
+    Capture(&'a Capture),
+}
+
 /// What to launch and where its output goes.
 pub(crate) struct Launch<'a> {
     /// The command, unwrapped.
     pub argv: &'a [OsString],
     /// The complete environment of the command.
     pub env: &'a [(OsString, OsString)],
-    /// File that receives stdout (discarded when `None`).
-    pub stdout: Option<&'a Path>,
-    /// File that receives stderr (discarded when `None`).
-    pub stderr: Option<&'a Path>,
+    /// Where stdout goes.
+    pub stdout: Sink<'a>,
+    /// Where stderr goes.
+    pub stderr: Sink<'a>,
     /// Wall-clock bound.
     pub deadline: Duration,
+}
+
+/// An output stream no other process can reach: a file with no name on
+/// any file system (`memfd_create(2)` on Linux; elsewhere a temporary
+/// file unlinked at once), held by the launcher and given to the command
+/// as its stdout or stderr. What the probe's command reports there is its
+/// own word: no process outside the launch can write, replace or remove it.
+pub(crate) struct Capture(File);
+
+impl Capture {
+    pub(crate) fn new() -> Result<Capture, String> {
+        #[cfg(target_os = "linux")]
+        {
+            use std::os::fd::FromRawFd;
+            // SAFETY: a NUL-terminated name and a flag; returns a new fd or -1.
+            let fd = unsafe { libc::memfd_create(c"sandbox-probe".as_ptr(), libc::MFD_CLOEXEC) };
+            if fd < 0 {
+                return Err(format!(
+                    "cannot create the probe's output file: {}",
+                    std::io::Error::last_os_error()
+                ));
+            }
+            // SAFETY: a fresh fd owned here alone.
+            Ok(Capture(unsafe { File::from_raw_fd(fd) }))
+        }
+        #[cfg(not(target_os = "linux"))]
+        {
+            tempfile::tempfile()
+                .map(Capture)
+                .map_err(|e| format!("cannot create the probe's output file: {e}"))
+        }
+    }
+
+    /// What was written, from the start (at most 64 KiB), as text.
+    pub(crate) fn text(&self) -> String {
+        use std::os::unix::fs::FileExt;
+        let mut buf = vec![0u8; 64 * 1024];
+        let mut len = 0;
+        while len < buf.len() {
+            match self.0.read_at(&mut buf[len..], len as u64) {
+                Ok(0) | Err(_) => break,
+                Ok(n) => len += n,
+            }
+        }
+        buf.truncate(len);
+        String::from_utf8_lossy(&buf).into_owned()
+    }
 }
 
 /// The environment probes run with: enough for `/bin/sh` and `python3`.
@@ -115,11 +174,15 @@ pub(crate) fn launch_with_facts(
             .open("/dev/null")
             .map_err(|e| format!("cannot open /dev/null: {e}"))
     };
-    let sink = |path: Option<&Path>| -> Result<File, String> {
-        match path {
-            None => null(true),
-            Some(p) => File::create(p)
+    let sink = |sink: Sink<'_>| -> Result<File, String> {
+        match sink {
+            Sink::Discard => null(true),
+            Sink::File(p) => File::create(p)
                 .map_err(|e| format!("cannot create output file {}: {e}", p.display())),
+            Sink::Capture(c) => {
+                c.0.try_clone()
+                    .map_err(|e| format!("cannot share the probe's output file: {e}"))
+            }
         }
     };
     let (stdin, stdout, stderr) = match (null(false), sink(launch.stdout), sink(launch.stderr)) {
@@ -205,8 +268,8 @@ mod tests {
             &Launch {
                 argv: &argv,
                 env: &minimal_env(),
-                stdout: None,
-                stderr: None,
+                stdout: Sink::Discard,
+                stderr: Sink::Discard,
                 deadline: Duration::from_millis(300),
             },
         );
@@ -274,8 +337,8 @@ mod tests {
             &Launch {
                 argv: &argv,
                 env: &minimal_env(),
-                stdout: None,
-                stderr: None,
+                stdout: Sink::Discard,
+                stderr: Sink::Discard,
                 deadline: LAUNCH_DEADLINE_FOR_TESTS,
             },
         );
@@ -300,8 +363,8 @@ mod tests {
                 &Launch {
                     argv: &argv,
                     env: &minimal_env(),
-                    stdout: Some(&out),
-                    stderr: None,
+                    stdout: Sink::File(&out),
+                    stderr: Sink::Discard,
                     deadline: LAUNCH_DEADLINE_FOR_TESTS,
                 },
             )

@@ -21,7 +21,9 @@ pub struct ResolvedBackend {
 /// A real backend is handed out only after it passes the enforcement
 /// self-test on this host. A missing backend and one that fails its self-test
 /// are treated alike: `on_unsupported` decides between an error, a warning
-/// plus the noop backend, or the noop backend silently.
+/// plus the noop backend, or the noop backend silently. A self-test that was
+/// interfered with ([`UnavailableKind::SelfTestInterfered`]) is always an
+/// error: it says nothing of the host.
 pub fn resolve_backend(config: &SandboxConfig) -> Result<ResolvedBackend, SandboxUnavailable> {
     resolve(config, None)
 }
@@ -75,6 +77,9 @@ fn resolve_with(
             backend,
             fallback: None,
         }),
+        // A self-test another process interfered with says nothing of the
+        // host: never a reason to run unconfined, whatever on_unsupported says.
+        Err(err) if err.kind() == UnavailableKind::SelfTestInterfered => Err(err),
         Err(err) => match config.on_unsupported {
             OnUnsupported::Error => Err(err),
             OnUnsupported::Warn => {
@@ -197,5 +202,41 @@ mod tests {
             assert_eq!(r.backend.name(), "landlock");
             assert!(r.fallback.is_none());
         }
+    }
+
+    /// A self-test another process interfered with is an error under every
+    /// `on_unsupported`: never the noop backend (red team R6b F2). Twin: an
+    /// ordinary self-test failure under `warn` falls back (above).
+    #[test]
+    fn an_interfered_self_test_never_falls_back_to_noop() {
+        let make = || {
+            Err(
+                SandboxUnavailable::new("landlock", "enforcement self-test interfered with")
+                    .with_kind(UnavailableKind::SelfTestInterfered),
+            )
+        };
+        let mut config = SandboxConfig::default();
+        for choice in [
+            OnUnsupported::Error,
+            OnUnsupported::Warn,
+            OnUnsupported::Ignore,
+        ] {
+            config.on_unsupported = choice;
+            let err = resolve_with(&config, None, make).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                UnavailableKind::SelfTestInterfered,
+                "{choice:?}"
+            );
+        }
+        let failed = || {
+            Err(SandboxUnavailable::new("landlock", "self-test failed")
+                .with_kind(UnavailableKind::SelfTestFailed))
+        };
+        config.on_unsupported = OnUnsupported::Warn;
+        assert_eq!(
+            resolve_with(&config, None, failed).unwrap().backend.name(),
+            "noop"
+        );
     }
 }

@@ -80,6 +80,11 @@ pub enum ErrorKind {
     LandlockDisabled,
     /// The backend did not pass its enforcement self-test.
     SelfTestFailed,
+    /// The enforcement self-test was interfered with (another process
+    /// changed its scratch directory): nothing is known of the host, so this
+    /// is not [`is_unavailable`](Self::is_unavailable) and never a reason to
+    /// run unconfined.
+    SelfTestInterfered,
     /// The program was not found or is not executable.
     Program,
     /// The command could not be started (spawning failed, or the sandbox
@@ -109,6 +114,7 @@ impl Error {
             UnavailableKind::KernelLacksLandlock => ErrorKind::KernelLacksLandlock,
             UnavailableKind::LandlockDisabled => ErrorKind::LandlockDisabled,
             UnavailableKind::SelfTestFailed => ErrorKind::SelfTestFailed,
+            UnavailableKind::SelfTestInterfered => ErrorKind::SelfTestInterfered,
             _ => ErrorKind::Unavailable,
         };
         match self {

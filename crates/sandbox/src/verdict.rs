@@ -46,7 +46,10 @@ pub(crate) fn check(
     if cache.as_ref().is_some_and(VerdictCache::holds_pass) {
         return Ok(());
     }
-    sandbox_probe::gate(backend).map_err(|failure| failure.to_unavailable())?;
+    // The probes' scratch lies in the cache's directory, which every run
+    // write-denies (`crate::trusted`): no confined run can tamper with it.
+    sandbox_probe::gate_in(backend, cache_dir().as_deref())
+        .map_err(|failure| failure.to_unavailable())?;
     if let Some(cache) = cache {
         cache.record_pass();
     }

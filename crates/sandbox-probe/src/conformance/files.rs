@@ -44,6 +44,15 @@ pub(crate) fn from_probe(report: &crate::ProbeReport) -> Outcome {
             LegResult::Unwitnessed { why: why.clone() },
             format!("gate probe unwitnessed: {checks}"),
         ),
+        // Says nothing of the backend: proves nothing, never passes.
+        ProbeResult::Interfered { scratch, observed } => {
+            let why = format!("the probe's scratch {scratch} was interfered with: {observed}");
+            (
+                LegResult::Unwitnessed { why: why.clone() },
+                format!("gate probe interfered with: {why}"),
+            )
+        } // ProbeResult is non_exhaustive for other crates only; a new verdict
+          // is never taken for a pass.
     }
 }
 

@@ -108,8 +108,8 @@ impl<'a> Ctx<'a> {
             &Launch {
                 argv,
                 env,
-                stdout: Some(&stdout),
-                stderr: Some(&stderr),
+                stdout: crate::launch::Sink::File(&stdout),
+                stderr: crate::launch::Sink::File(&stderr),
                 deadline: DEADLINE,
             },
         );

@@ -4,5 +4,6 @@
 
 mod conformance;
 mod gate;
+mod interference;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod support;
