@@ -189,7 +189,8 @@ pub(crate) struct PolicyFlags {
     pub(crate) private_tmp: bool,
     /// Give the run a private, persistent cache for this package tool
     /// (npm, pip, cargo, go, yarn, pnpm, uv; repeatable): a directory of
-    /// its own in ~/.cache/sandbox-tools, made writable, and the tool's
+    /// its own in ~/.cache/sandbox-tools (shared only with runs of the
+    /// same write paths: the directory is keyed by them), made writable, and the tool's
     /// variable (npm_config_cache, PIP_CACHE_DIR, CARGO_HOME,
     /// GOMODCACHE/GOCACHE, YARN_CACHE_FOLDER, pnpm_config_store_dir,
     /// UV_CACHE_DIR) pointing at it. The user's own caches stay untouched.

@@ -283,7 +283,19 @@ fn effective_policy(
     config: &SandboxConfig,
     private_tmp: Option<&Path>,
 ) -> Result<Option<ResolvedPolicy>, Fatal> {
-    let caches = tool_caches(flags, config)?;
+    Ok(policy_and_caches(flags, config, private_tmp)?.0)
+}
+
+/// A tool and the directory of its cache for this run.
+type Caches = Vec<(sandbox::policy::ToolCache, PathBuf)>;
+
+/// [`effective_policy`] and the tool caches it gives write access to
+/// ([`tool_caches`], keyed by the policy's write roots).
+fn policy_and_caches(
+    flags: &PolicyFlags,
+    config: &SandboxConfig,
+    private_tmp: Option<&Path>,
+) -> Result<(Option<ResolvedPolicy>, Caches), Fatal> {
     let workspace = flags
         .workspace
         .as_deref()
@@ -300,7 +312,8 @@ fn effective_policy(
                     .into(),
             ));
         }
-        return Ok(None);
+        let key = sandbox::runner::CacheKey::unconfined();
+        return Ok((None, tool_caches(flags, config, &key)?));
     }
     let mut requested = match &flags.policy_json {
         Some(json) => serde_json::from_str::<SandboxPolicy>(json)
@@ -372,6 +385,31 @@ fn effective_policy(
         &protection,
     )
     .map_err(|e| Fatal(e.to_owned()))?;
+    let resolve = |policy: &SandboxPolicy| {
+        policy.resolve(&ctx).map_err(|e| match &flags.policy_json {
+            Some(_) => Fatal(format!("invalid --policy-json: {e}")),
+            None => flag_error(e),
+        })
+    };
+    // The caches' trust domain: the write roots the user's policy gives
+    // (not the private TMPDIR, not the caches), canonical as resolved.
+    let tmp = private_tmp.map(|t| std::fs::canonicalize(t).unwrap_or_else(|_| t.to_owned()));
+    let asked = resolve(&requested)?;
+    if let Some(operator) = &config.policy {
+        // A write path outside the operator's bound is said before a cache.
+        operator.bound(&asked, tmp.as_slice(), &ctx)?;
+    }
+    let roots = asked
+        .write_paths()
+        .iter()
+        .filter(|w| Some(*w) != tmp.as_ref())
+        .cloned()
+        .collect::<Vec<_>>();
+    let caches = tool_caches(
+        flags,
+        config,
+        &sandbox::runner::CacheKey::of_write_roots(roots),
+    )?;
     // The runner's own directories for this run (its private TMPDIR, the
     // tool caches): written, but asked for by no request, so an operator's
     // write bound does not refuse them.
@@ -400,12 +438,6 @@ fn effective_policy(
             );
         }
     }
-    let resolve = |policy: &SandboxPolicy| {
-        policy.resolve(&ctx).map_err(|e| match &flags.policy_json {
-            Some(_) => Fatal(format!("invalid --policy-json: {e}")),
-            None => flag_error(e),
-        })
-    };
     let mut resolved = resolve(&requested)?;
     if protect_write_paths(
         &mut requested,
@@ -417,10 +449,11 @@ fn effective_policy(
         resolved = resolve(&requested)?;
     }
     let requested = resolved;
-    Ok(Some(match &config.policy {
+    let policy = match &config.policy {
         Some(operator) => operator.bound(&requested, &own, &ctx)?,
         None => requested,
-    }))
+    };
+    Ok((Some(policy), caches))
 }
 
 /// Gives every requested write path that holds something worth protecting
@@ -465,11 +498,13 @@ fn protect_write_paths(
 /// config's `default_caches = false`), each with its directory, made when
 /// missing. A cache asked for that cannot be given refuses the run; a
 /// default one is left out (the tool then finds its own cache read-only,
-/// as without it) with one line saying why.
+/// as without it) with one line saying why. Each is the one of `key`'s runs
+/// ([`sandbox::runner::tool_cache_dir`]).
 fn tool_caches(
     flags: &PolicyFlags,
     config: &SandboxConfig,
-) -> Result<Vec<(sandbox::policy::ToolCache, PathBuf)>, Fatal> {
+    key: &sandbox::runner::CacheKey,
+) -> Result<Caches, Fatal> {
     let defaults = flags.mode == Some(SandboxMode::WorkspaceWrite)
         && !flags.no_default_caches
         && config.default_caches;
@@ -479,14 +514,14 @@ fn tool_caches(
     asked.dedup();
     let mut caches = asked
         .iter()
-        .map(|&t| Ok((t, sandbox::runner::tool_cache_dir(t)?)))
+        .map(|&t| Ok((t, sandbox::runner::tool_cache_dir(t, key)?)))
         .collect::<Result<Vec<_>, sandbox::runner::ToolCacheError>>()
         .map_err(|e| Fatal(format!("--cache: {e}")))?;
     for &tool in sandbox::policy::TOOL_CACHES
         .iter()
         .filter(|t| defaults && !asked.contains(t))
     {
-        match sandbox::runner::tool_cache_dir(tool) {
+        match sandbox::runner::tool_cache_dir(tool, key) {
             Ok(dir) => caches.push((tool, dir)),
             Err(e) => {
                 static SAID: std::sync::atomic::AtomicBool =
@@ -588,11 +623,11 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
     let private_tmp = private_tmp_for(&args.policy).map_err(recorded)?;
     let tmp = private_tmp.as_ref().map(|t| t.path());
     let run_once = |flags: &PolicyFlags| -> Result<Result<Outcome, i32>, Fatal> {
-        let policy = effective_policy(flags, config, tmp).map_err(recorded)?;
+        let (policy, caches) = policy_and_caches(flags, config, tmp).map_err(recorded)?;
         let mut req = RunRequest::new(args.argv.clone(), policy);
         req.trusted_files = operator.trusted_files();
         req.egress = flags.egress.options(&config.egress);
-        for (tool, dir) in tool_caches(flags, config).map_err(recorded)? {
+        for (tool, dir) in caches {
             req.env_overrides.extend(tool.env(&dir));
         }
         req.limits = args.limits.resources();

@@ -760,7 +760,7 @@ impl Session {
         let config = &operator.config;
         let private_tmp = crate::private_tmp_for(&args.policy)?;
         let tmp = private_tmp.as_ref().map(|t| t.path().to_path_buf());
-        let policy = crate::effective_policy(&args.policy, config, tmp.as_deref())?;
+        let (policy, caches) = crate::policy_and_caches(&args.policy, config, tmp.as_deref())?;
         let backend: Arc<dyn sandbox::backend::Backend> = match &policy {
             Some(policy) => {
                 sandbox::backend::resolve_backend_for(config, policy)
@@ -771,7 +771,7 @@ impl Session {
         };
         let mut base = RunRequest::new(Vec::new(), policy.clone());
         base.trusted_files = operator.trusted_files();
-        for (tool, dir) in crate::tool_caches(&args.policy, config)? {
+        for (tool, dir) in caches {
             base.env_overrides.extend(tool.env(&dir));
         }
         if let Some(tmp) = &tmp {

@@ -3,16 +3,38 @@
 //! given the user's own caches or `$HOME`.
 //!
 //! Each tool gets a directory of its own beneath `$XDG_CACHE_HOME` (else
-//! `~/.cache`) in `sandbox-tools/`, made writable for the run, and the
+//! `~/.cache`) in `sandbox-tools/<key>/`, made writable for the run, and the
 //! tool's own variable pointing at it. The user's real caches (`~/.npm`,
 //! `~/.cache/pip`, `~/.cargo`) stay as they are: a run could otherwise
 //! plant a package there that the user's next unconfined build would use.
-//! What one confined run leaves in a tool cache, later runs that ask for
-//! the same cache read; no one else does.
+//!
+//! A tool cache is code a later run executes: `$CARGO_HOME/config.toml`
+//! (a `rustc-wrapper`), `$CARGO_HOME/bin`, extracted crate sources, go's
+//! module and build caches, npm's tarballs are all trusted unverified. So a
+//! cache is shared only by runs of one trust domain: the `<key>`
+//! ([`CacheKey`]) is a hash of the run's write roots (the workspace and the
+//! `-w` paths, canonical, as the user's policy gives them, without the
+//! caches themselves and the run's private `TMPDIR`). Runs on the same
+//! workspace share a warm cache run after run; a run on another workspace
+//! (or with another set of write paths, a wider one included) gets another
+//! cache, so nothing one run leaves there reaches a run that may write
+//! elsewhere. Within one domain a cache adds no reach: a run that may write
+//! the workspace can already leave code there (a `build.rs`, a package
+//! script) that the next run on it executes. A run with no write path has
+//! a key of its own; an unconfined run another ([`CacheKey::unconfined`]).
+//! A run whose write paths hold the caches' directory is given none
+//! ([`tool_cache_dir`] refuses): it could make another domain's directory
+//! and plant code there.
+//!
+//! Caches made before the key (`sandbox-tools/<tool>`) are left as they
+//! are, unused: the first run of each domain starts cold.
 
 use std::io;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
 
 use sandbox_core::ToolCache;
 
@@ -55,22 +77,110 @@ pub fn tools_root() -> Option<PathBuf> {
 /// The name of the tool caches' directory.
 pub(crate) const TOOLS: &str = "sandbox-tools";
 
-/// The directory that holds `tool`'s cache for this user, made (mode 0700)
-/// when missing, canonical. Refused when the way to it goes through a
-/// symlink (an earlier run that could write `$HOME` could have planted one),
-/// when it, or `sandbox-tools` above it, is not a directory this user owns,
-/// or when it lies on a cgroup, sysfs or proc filesystem (where a directory
-/// made is a kernel object).
-pub fn tool_cache_dir(tool: ToolCache) -> Result<PathBuf, ToolCacheError> {
+/// The hex digits of a key: 128 bits of SHA-256.
+const KEY_HEX: usize = 32;
+
+/// Which runs share a tool cache: those whose write roots are the same.
+///
+/// The key is the first 128 bits of a SHA-256 (in hex) of the run's write
+/// roots, canonical (as a [`ResolvedPolicy`](sandbox_core::ResolvedPolicy)
+/// holds them), sorted, each given once, and without those inside another
+/// (they add nothing to what the run may write). The roots are those of the
+/// user's policy (workspace, `-w` paths): not the tool caches themselves,
+/// not the run's private `TMPDIR` or other paths the runner adds for the
+/// run alone. No roots at all is a key of its own, and so is an unconfined
+/// run.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CacheKey {
+    hex: String,
+    roots: Vec<PathBuf>,
+}
+
+impl CacheKey {
+    /// The key of a confined run that may write `roots` (canonical paths).
+    pub fn of_write_roots<I>(roots: I) -> Self
+    where
+        I: IntoIterator<Item = PathBuf>,
+    {
+        let mut roots: Vec<PathBuf> = roots.into_iter().collect();
+        roots.sort();
+        roots.dedup();
+        let all = roots.clone();
+        roots.retain(|r| !all.iter().any(|o| o != r && r.starts_with(o)));
+        let hex = Self::hash(b"confined", &roots);
+        Self { hex, roots }
+    }
+
+    /// The key of unconfined runs (danger-full-access): no confined run's.
+    pub fn unconfined() -> Self {
+        Self {
+            hex: Self::hash(b"unconfined", &[]),
+            roots: Vec::new(),
+        }
+    }
+
+    /// Each root length-prefixed, so no two lists of paths give one input.
+    fn hash(kind: &[u8], roots: &[PathBuf]) -> String {
+        let mut h = Sha256::new();
+        h.update(b"sandbox-tools key 1\0");
+        h.update(kind);
+        for root in roots {
+            let bytes = root.as_os_str().as_bytes();
+            h.update((bytes.len() as u64).to_le_bytes());
+            h.update(bytes);
+        }
+        h.finalize()[..KEY_HEX / 2]
+            .iter()
+            .map(|b| format!("{b:02x}"))
+            .collect()
+    }
+
+    /// The key as the directory's name (32 lowercase hex digits).
+    pub fn as_str(&self) -> &str {
+        &self.hex
+    }
+
+    /// The write roots it was made of (sorted, none inside another).
+    pub fn roots(&self) -> &[PathBuf] {
+        &self.roots
+    }
+}
+
+impl std::fmt::Display for CacheKey {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.hex)
+    }
+}
+
+/// Whether `name` could be a [`CacheKey`]'s directory.
+pub(crate) fn is_key_name(name: &str) -> bool {
+    name.len() == KEY_HEX && name.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'))
+}
+
+/// The directory that holds `tool`'s cache for this user and the runs of
+/// `key` (`sandbox-tools/<key>/<tool>`), made (mode 0700) when missing,
+/// canonical. Refused when one of the key's write roots holds the caches'
+/// directory (that run could make and fill another key's directory), when
+/// the way to it goes through a symlink (an earlier run that could write
+/// `$HOME` could have planted one), when it, the key's directory or
+/// `sandbox-tools` above them, is not a directory this user owns, or when
+/// it lies on a cgroup, sysfs or proc filesystem (where a directory made is
+/// a kernel object).
+pub fn tool_cache_dir(tool: ToolCache, key: &CacheKey) -> Result<PathBuf, ToolCacheError> {
     let tools = tools_root().ok_or(ToolCacheError::NoBase(tool))?;
     let unusable = |path: &Path, reason: String| ToolCacheError::Unusable {
         tool,
         path: path.to_owned(),
         reason,
     };
+    // `tools` is checked canonical below (no link on the way, `canonical`).
+    if let Some(root) = key.roots().iter().find(|r| tools.starts_with(r)) {
+        return Err(unusable(&tools, reach_reason(root)));
+    }
     let base = tools.parent().unwrap_or(Path::new("/")).to_owned();
     std::fs::create_dir_all(&base).map_err(|e| unusable(&base, e.to_string()))?;
-    let dir = tools.join(tool.name());
+    let keyed = tools.join(key.as_str());
+    let dir = keyed.join(tool.name());
     // No link anywhere on the way: each existing component is what it says.
     let mut walked = PathBuf::from("/");
     for part in dir.components().skip(1) {
@@ -89,7 +199,7 @@ pub fn tool_cache_dir(tool: ToolCache) -> Result<PathBuf, ToolCacheError> {
     }
     // SAFETY: geteuid has no preconditions.
     let me = unsafe { libc::geteuid() };
-    for path in [&tools, &dir] {
+    for path in [&tools, &keyed, &dir] {
         match std::fs::DirBuilder::new().mode(0o700).create(path) {
             Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {}
@@ -111,6 +221,7 @@ pub fn tool_cache_dir(tool: ToolCache) -> Result<PathBuf, ToolCacheError> {
     }
     if let Some(kind) = kernel_filesystem(&dir) {
         let _ = std::fs::remove_dir(&dir);
+        let _ = std::fs::remove_dir(&keyed);
         let _ = std::fs::remove_dir(&tools);
         return Err(unusable(
             &dir,
@@ -130,6 +241,15 @@ pub fn tool_cache_dir(tool: ToolCache) -> Result<PathBuf, ToolCacheError> {
     Ok(dir)
 }
 
+fn reach_reason(root: &Path) -> String {
+    format!(
+        "lies in the write path {}: a run that may write the caches' directory could plant \
+         a cache that runs on other workspaces execute, so it gets none (narrow the write \
+         paths, or set XDG_CACHE_HOME outside them)",
+        root.display()
+    )
+}
+
 /// The kind of kernel filesystem `path` lies on (cgroup, sysfs, proc), if any.
 fn kernel_filesystem(path: &Path) -> Option<&'static str> {
     use std::os::unix::ffi::OsStrExt;
@@ -147,5 +267,52 @@ fn kernel_filesystem(path: &Path) -> Option<&'static str> {
         0x6265_6572 => Some("sysfs"),
         0x9fa0 => Some("proc"),
         _ => None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn key(roots: &[&str]) -> CacheKey {
+        CacheKey::of_write_roots(roots.iter().map(PathBuf::from))
+    }
+
+    #[test]
+    fn a_key_is_its_write_roots_in_any_order_and_spelling() {
+        let k = key(&["/w/a", "/w/b"]);
+        assert_eq!(k.as_str().len(), KEY_HEX);
+        assert!(is_key_name(k.as_str()), "{k}");
+        assert_eq!(k, key(&["/w/b", "/w/a", "/w/a"]));
+        // A root inside another adds nothing to what the run may write.
+        assert_eq!(k, key(&["/w/a", "/w/b", "/w/a/target"]));
+        assert_eq!(k.roots(), [PathBuf::from("/w/a"), PathBuf::from("/w/b")]);
+    }
+
+    #[test]
+    fn other_write_roots_are_other_keys() {
+        let a = key(&["/w/a"]);
+        for other in [
+            key(&["/w/b"]),
+            key(&["/w/a", "/w/b"]),
+            key(&["/w"]),
+            key(&["/w/a/sub"]),
+            key(&[]),
+            CacheKey::unconfined(),
+            // No two lists of paths hash the same bytes.
+            key(&["/w/a/w/b"]),
+        ] {
+            assert_ne!(a, other);
+        }
+        assert_ne!(key(&[]), CacheKey::unconfined());
+        assert_ne!(key(&["/a", "/b"]).as_str(), key(&["/a/b"]).as_str());
+    }
+
+    #[test]
+    fn only_keys_are_key_names() {
+        assert!(is_key_name(&"0".repeat(32)));
+        for bad in ["npm", "", &"0".repeat(31), &"A".repeat(32), &"g".repeat(32)] {
+            assert!(!is_key_name(bad), "{bad}");
+        }
     }
 }

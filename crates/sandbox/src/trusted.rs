@@ -15,7 +15,7 @@
 //! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root; without a runtime directory `<passwd home>/.cache/sandbox`), places no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir`, `fail_closed::no_confined_run_can_forge_the_cached_verdict` |
 //! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
 //! | The run's cgroups under `/sys/fs/cgroup` (containment and `--memory`/`--pids`/`--cpu`) | hold every process of the run, to its limits | write-denied in every run whose write paths reach them (`-w /`), so no process moves out or raises a limit | `limits::a_command_cannot_raise_or_leave_its_limits`, `trusted_state::cgroups_stay_out_of_reach_under_write_root` |
-//! | The tool caches' directory (`~/.cache/sandbox-tools` for `$XDG_CACHE_HOME`/`$HOME` and each passwd home, see [`crate::runner::tools_root`]) | be given, one tool's directory at a time, as a write path | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<tool>` may be a write path inside it | `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused` |
+//! | The tool caches' directory (`~/.cache/sandbox-tools` for `$XDG_CACHE_HOME`/`$HOME` and each passwd home, see [`crate::runner::tools_root`]) | be given, one tool's directory at a time, as a write path, only to runs of the trust domain that filled it (`sandbox-tools/<key>/<tool>`, the key a hash of the run's write roots: [`crate::runner::CacheKey`]) | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link or makes another key's directory, and such a run gets no cache inside it; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<key>/<tool>` may be a write path inside it | `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused`, `a_cache_planted_in_one_workspace_is_not_seen_from_another`, `a_run_that_may_write_the_caches_directory_gets_no_cache` |
 //! | Every trusted directory above | hold what later runs read | a write path inside one is refused outright (one `sandbox:` line) | `trusted_state::a_write_path_inside_trusted_state_is_refused` |
 //! | The outcome record (`--report`) | say what the run did | written to a temporary file of unpredictable name, renamed over the record through a directory fd opened before the run; after the run the directory is looked up by name again, and one the command put in its place takes the record only where the run could write itself (else the record goes to the first directory, wherever it now is), with one line saying so; if it still cannot be written the CLI says so in one line and keeps the command's exit status | `trusted_state::report_tmp_name_unpredictable`, `a_replaced_report_directory_does_not_hide_the_record` |
 //! | The user's screen: every line the CLI prints after or around a run (the refusal summary, `--explain`, warnings, approval prompts, `check`, log events) | show what happened, in the sandbox's own words | text from the command or the file system is shown escaped ([`sandbox_core::terminal_safe`]: controls, escape sequences, line breaks, reordering marks), one printed line per line; the resolver answers a name that is no host name `FORMERR` and records it escaped | `trusted_state::refused_paths_reach_the_terminal_escaped`, `dns::a_name_that_is_no_host_name_is_malformed_and_shown_escaped`, the CLI's unit test `show::every_printer_shows_command_text_escaped_on_its_own_line` |
@@ -168,12 +168,22 @@ pub fn protect_trusted(
             });
         }
         let resolved = entries.last().map_or(dir.clone(), |e| e.path.clone());
-        // Inside trusted state no write path may lie, but a tool's own cache.
+        // Inside trusted state no write path may lie, but a tool's own
+        // cache (`sandbox-tools/<key>/<tool>`), and that only where the run
+        // may not write the caches' directory: a run that may could make
+        // another key's directory and plant a cache for other workspaces.
+        let reaches = policy.may_write(&resolved);
         let a_tool_cache = |w: &Path| {
-            dir.file_name() == Some(std::ffi::OsStr::new(crate::caches::TOOLS))
-                && w.parent() == Some(resolved.as_path())
+            let key = w.parent();
+            !reaches
+                && dir.file_name() == Some(OsStr::new(crate::caches::TOOLS))
+                && key.and_then(Path::parent) == Some(resolved.as_path())
+                && key
+                    .and_then(Path::file_name)
+                    .and_then(OsStr::to_str)
+                    .is_some_and(crate::caches::is_key_name)
                 && w.file_name()
-                    .and_then(|n| n.to_str())
+                    .and_then(OsStr::to_str)
                     .is_some_and(|n| n.parse::<sandbox_core::ToolCache>().is_ok())
         };
         if let Some(inside) = policy
@@ -186,26 +196,8 @@ pub fn protect_trusted(
                 dir: resolved,
             });
         }
-        if policy.may_write(&resolved) {
-            // A tool's own cache given inside the tool caches' directory
-            // stays writable: every other tool's cache is denied instead of
-            // the whole directory, which stays in place as an ancestor of
-            // deny paths (it cannot be removed, renamed or replaced).
-            let given: Vec<&PathBuf> = policy
-                .write_paths()
-                .iter()
-                .filter(|w| w.starts_with(&resolved) && a_tool_cache(w))
-                .collect();
-            if given.is_empty() {
-                reached.push(resolved);
-            } else {
-                reached.extend(
-                    sandbox_core::TOOL_CACHES
-                        .iter()
-                        .map(|t| resolved.join(t.name()))
-                        .filter(|d| !given.contains(&d)),
-                );
-            }
+        if reaches {
+            reached.push(resolved);
         }
     }
     if reached.is_empty() {

@@ -55,6 +55,18 @@ fn scene(user: User, setup: &dyn Fn(&Path)) -> Scene {
 /// `None`, else under workspace-write with these extra flags. `path` goes
 /// first on `$PATH` (a toolchain's `bin`).
 fn sh(s: &Scene, user: User, confined: Option<&[&str]>, path: &str, script: &str) -> Output {
+    sh_in(s, &s.w, user, confined, path, script)
+}
+
+/// [`sh`] with `w` as the workspace (and working directory) instead.
+fn sh_in(
+    s: &Scene,
+    w: &Path,
+    user: User,
+    confined: Option<&[&str]>,
+    path: &str,
+    script: &str,
+) -> Output {
     let mut cmd = match user {
         User::Root => Command::new("/bin/sh"),
         User::Nobody => {
@@ -85,13 +97,13 @@ fn sh(s: &Scene, user: User, confined: Option<&[&str]>, path: &str, script: &str
             }
         };
         cmd.args(["run", "--mode", "workspace-write", "--workspace"])
-            .arg(&s.w)
+            .arg(w)
             .args(extra)
             .args(["--", "/bin/sh"]);
     }
     let old = std::env::var("PATH").unwrap_or_default();
     cmd.args(["-c", script])
-        .current_dir(&s.w)
+        .current_dir(w)
         .env_remove("SANDBOX_CONFIG")
         .env_remove("XDG_CACHE_HOME")
         .env_remove("CARGO_HOME")
@@ -195,12 +207,19 @@ fn same(
     let Some(cache) = cache else {
         return;
     };
-    let private = s.home.join(".cache/sandbox-tools").join(cache);
+    let private = cache_dir(&s.home, &s.w).join(cache);
     assert!(
         std::fs::read_dir(&private).is_ok_and(|mut d| d.next().is_some()),
         "{name} {user:?}: nothing in {}",
         private.display()
     );
+}
+
+/// The directory of the tool caches of the runs whose one write root is
+/// `w` (the workspace): `sandbox-tools/<key>`.
+fn cache_dir(home: &Path, w: &Path) -> PathBuf {
+    let key = sandbox::runner::CacheKey::of_write_roots([w.to_path_buf()]);
+    home.join(".cache/sandbox-tools").join(key.as_str())
 }
 
 /// Whether the runs as nobody can be made here (setpriv and chown need
@@ -350,7 +369,7 @@ fn pip_install_into_a_venv(user: User) {
     );
     assert_eq!(
         String::from_utf8_lossy(&got.stdout).trim(),
-        s.home.join(".cache/sandbox-tools/pip").to_str().unwrap(),
+        cache_dir(&s.home, &s.w).join("pip").to_str().unwrap(),
         "{}",
         text(&got)
     );
@@ -510,5 +529,96 @@ fn cargo_build_with_a_registry_dependency_and_the_default_cargo_home_as_nobody()
             CARGO,
             Some("cargo"),
         );
+    });
+}
+
+/// Red-team R6b F1: a run on workspace A plants a `rustc-wrapper` in its
+/// `CARGO_HOME` (the default cargo cache, which cargo reads
+/// `config.toml` from); the user's later `cargo build` on workspace B does
+/// not run it: B's `CARGO_HOME` is another directory, where nothing of A's
+/// lies, and the build ends as bare. Positive control: a build on
+/// workspace A runs the planted wrapper (the cache persists within a
+/// workspace, so the plant would have worked had B shared it).
+fn a_cargo_config_planted_from_one_workspace(user: User, path: &str) {
+    let s = scene(user, &cargo_scene);
+    let a = s.w.parent().unwrap().join("a");
+    std::fs::create_dir(&a).unwrap();
+    cargo_scene(&a);
+    if user == User::Nobody {
+        let st = Command::new("chown")
+            .args(["-R", &format!("{NOBODY}:{NOBODY}")])
+            .arg(&a)
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let plant = "printf '#!/bin/sh\\necho planted > \"$(pwd)/PWNED\"\\nexec \"$@\"\\n' \
+                 > \"$CARGO_HOME/w.sh\" && chmod +x \"$CARGO_HOME/w.sh\" && \
+                 printf '[build]\\nrustc-wrapper = \"%s/w.sh\"\\n' \"$CARGO_HOME\" \
+                 > \"$CARGO_HOME/config.toml\" && echo \"$CARGO_HOME\"";
+    let planted = sh_in(&s, &a, user, Some(&[]), path, plant);
+    assert!(planted.status.success(), "{user:?}: {}", text(&planted));
+    let home_a = String::from_utf8_lossy(&planted.stdout).trim().to_owned();
+    assert_eq!(
+        Path::new(&home_a),
+        cache_dir(&s.home, &a).join("cargo"),
+        "{user:?}"
+    );
+    let pwned = |w: &Path| {
+        let out = Command::new("find")
+            .arg(w)
+            .args(["-name", "PWNED"])
+            .output()
+            .unwrap();
+        String::from_utf8_lossy(&out.stdout).trim().to_owned()
+    };
+    // Workspace B: its own CARGO_HOME, without A's config; the build runs
+    // as bare and nothing of A's ran.
+    let b = sh(
+        &s,
+        user,
+        Some(&[]),
+        path,
+        &format!("echo \"$CARGO_HOME\"; test -e \"$CARGO_HOME/config.toml\" && echo SEEN; {CARGO}"),
+    );
+    let out = String::from_utf8_lossy(&b.stdout).into_owned();
+    assert!(b.status.success(), "{user:?}: {}", text(&b));
+    assert!(
+        out.ends_with("dep ok\n") && !out.contains("SEEN"),
+        "{user:?}: {}",
+        text(&b)
+    );
+    let home_b = out.lines().next().unwrap_or_default();
+    assert_ne!(home_b, home_a, "{user:?}");
+    assert_eq!(Path::new(home_b), cache_dir(&s.home, &s.w).join("cargo"));
+    assert_eq!(pwned(&s.w), "", "{user:?}: A's wrapper ran in B");
+    // Positive control: on workspace A the planted wrapper runs.
+    let again = sh_in(&s, &a, user, Some(&[]), path, CARGO);
+    assert!(again.status.success(), "{user:?}: {}", text(&again));
+    assert!(
+        !pwned(&a).is_empty(),
+        "{user:?}: the wrapper did not run in A: {}",
+        text(&again)
+    );
+}
+
+#[test]
+fn a_cargo_config_planted_from_one_workspace_does_not_run_in_another_as_root() {
+    let Some(sysroot) = sysroot() else {
+        return cannot_do_its_job("cargo build", "no rustc on PATH");
+    };
+    a_cargo_config_planted_from_one_workspace(User::Root, sysroot.join("bin").to_str().unwrap());
+}
+
+#[test]
+fn a_cargo_config_planted_from_one_workspace_does_not_run_in_another_as_nobody() {
+    if !as_nobody_here("cargo as nobody") {
+        return;
+    }
+    let Some(sysroot) = sysroot() else {
+        return cannot_do_its_job("cargo build", "no rustc on PATH");
+    };
+    with_toolchain_for_nobody(&sysroot, |at| {
+        a_cargo_config_planted_from_one_workspace(User::Nobody, at.join("bin").to_str().unwrap());
     });
 }

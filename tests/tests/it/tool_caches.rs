@@ -1,6 +1,8 @@
 //! `--cache TOOL`: a private, persistent cache per package tool, kept
-//! between runs, while the user's own caches stay out of the run's reach;
-//! a cache directory replaced by a symlink is refused, never followed.
+//! between runs of one trust domain (the same write roots), while the
+//! user's own caches stay out of the run's reach; a cache directory
+//! replaced by a symlink is refused, never followed; what a run on one
+//! workspace leaves in its caches no run on another sees.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -29,6 +31,12 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// `sandbox-tools/<key>` of the runs that may write `roots`.
+fn keyed(home: &Path, roots: &[&Path]) -> PathBuf {
+    let key = sandbox::runner::CacheKey::of_write_roots(roots.iter().map(|r| r.to_path_buf()));
+    home.join(".cache/sandbox-tools").join(key.as_str())
+}
+
 /// What one run leaves in its npm cache the next run reads; the tool's
 /// variable names the cache; the user's own `~/.npm` stays unwritable.
 /// Twin: the write into the cache succeeds in the same run as the refused
@@ -37,7 +45,8 @@ fn stdout(out: &Output) -> String {
 fn a_tool_cache_persists_and_the_users_cache_stays_untouched() {
     let (_t, home) = home();
     std::fs::create_dir(home.join(".npm")).unwrap();
-    let cache = home.join(".cache/sandbox-tools/npm");
+    // A run with no write path: the key of no roots.
+    let cache = keyed(&home, &[]).join("npm");
     let out = run(
         &home,
         &["--cache", "npm"],
@@ -76,7 +85,7 @@ fn a_cache_replaced_by_a_symlink_is_refused() {
     let (_t, home) = home();
     let target = home.join("elsewhere");
     std::fs::create_dir(&target).unwrap();
-    let tools = home.join(".cache/sandbox-tools");
+    let tools = keyed(&home, &[]);
     std::fs::create_dir_all(&tools).unwrap();
     std::os::unix::fs::symlink(&target, tools.join("pip")).unwrap();
     let out = run(&home, &["--cache", "pip"], "echo x > \"$PIP_CACHE_DIR/f\"");
@@ -110,7 +119,7 @@ fn config_caches_apply_to_every_run() {
     );
     let text = stdout(&out);
     assert!(
-        text.contains(".cache/sandbox-tools/cargo") && text.contains("OK"),
+        text.contains(keyed(&home, &[]).join("cargo").to_str().unwrap()) && text.contains("OK"),
         "{text}"
     );
     let bad = home.join("bad.toml");
@@ -183,41 +192,168 @@ fn the_way_to_the_caches_cannot_be_redirected() {
         !text.contains("MOVED") && !text.contains("LINKED"),
         "{text}"
     );
-    assert!(cache.join("sandbox-tools/pip").is_dir());
+    assert!(keyed(&home, &[]).join("pip").is_dir());
 }
 
-/// `--cache npm` with `-w ~/.cache`: the npm cache stays writable (it is a
-/// write path of its own), while the caches' directory itself and every
-/// other tool's cache stay protected. Before the fix the whole
-/// `sandbox-tools` was write-denied, the npm cache with it.
+/// A run whose write paths hold the caches' directory (`-w ~/.cache`, a
+/// workspace that is the home directory) could make another domain's key
+/// directory and plant a cache there: `--cache npm` is refused naming the
+/// write path, the default caches are left out with one line, and the
+/// whole caches' directory stays write-denied (no key directory made, no
+/// cache written, nothing moved). Twin: the same run writes elsewhere in
+/// `~/.cache`, and without `-w ~/.cache` it is given the npm cache.
 #[test]
-fn a_tool_cache_stays_writable_beside_a_write_path_above_it() {
+fn a_run_that_may_write_the_caches_directory_gets_no_cache() {
     let (_t, home) = home();
     let cache = home.join(".cache");
-    std::fs::create_dir_all(cache.join("sandbox-tools/pip")).unwrap();
+    let pip = keyed(&home, &[]).join("pip");
+    std::fs::create_dir_all(&pip).unwrap();
     let out = run(
         &home,
         &["--cache", "npm", "-w", cache.to_str().unwrap()],
-        "echo v > \"$npm_config_cache/probe\" && echo NPM; \
-         echo x > \"$HOME/.cache/other\" && echo OTHER; \
-         echo x > \"$HOME/.cache/sandbox-tools/pip/planted\" && echo PIP; \
-         mkdir \"$HOME/.cache/sandbox-tools/cargo\" && echo CARGO; \
-         mv \"$HOME/.cache/sandbox-tools\" \"$HOME/.cache/moved\" && echo MOVED; \
-         true",
+        "echo ran",
     );
-    let text = stdout(&out);
-    assert!(text.contains("NPM") && text.contains("OTHER"), "{text}");
+    assert_eq!(out.status.code(), Some(125), "{}", stdout(&out));
+    let lines = sandbox_lines(&out);
+    assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(
-        !text.contains("PIP") && !text.contains("CARGO") && !text.contains("MOVED"),
+        lines[0].contains("--cache")
+            && lines[0].contains(&format!("write path {}", cache.display())),
+        "{lines:?}"
+    );
+    assert!(!stdout(&out).contains("ran"));
+    // The key a run on workspace `ws` would have: predictable, so a run that
+    // may write the caches' directory must not be able to make it.
+    let ws = home.join("ws");
+    std::fs::create_dir(&ws).unwrap();
+    let victim = keyed(&home, &[&ws]);
+    let out = sandbox()
+        .args(["run", "--mode", "workspace-write", "--workspace"])
+        .arg(&home)
+        .args(["--", "/bin/sh", "-c"])
+        .arg(format!(
+            "echo \"npm=$npm_config_cache\"; \
+             mkdir -p {v}/cargo && echo MADE; \
+             echo x > {pip}/planted && echo PIP; \
+             mv \"$HOME/.cache/sandbox-tools\" \"$HOME/.cache/moved\" && echo MOVED; \
+             echo x > \"$HOME/.cache/other\" && echo OTHER",
+            v = victim.display(),
+            pip = pip.display()
+        ))
+        .env("HOME", &home)
+        .env_remove("XDG_CACHE_HOME")
+        .env_remove("npm_config_cache")
+        .env_remove("SANDBOX_CONFIG")
+        .env("XDG_CONFIG_HOME", "/nonexistent/sandbox-tests-config")
+        .current_dir(&home)
+        .output()
+        .unwrap();
+    let text = stdout(&out);
+    let lines = sandbox_lines(&out);
+    assert!(
+        text.contains("npm=\n") && text.contains("OTHER"),
+        "{text}{lines:?}"
+    );
+    assert!(
+        !text.contains("MADE") && !text.contains("PIP") && !text.contains("MOVED"),
         "{text}"
     );
-    assert!(cache.join("sandbox-tools/npm/probe").exists());
-    assert!(!cache.join("sandbox-tools/pip/planted").exists());
-    // Twin: without --cache, the whole caches' directory stays protected.
+    assert!(!victim.exists() && !pip.join("planted").exists());
+    assert!(
+        lines.iter().any(|l| l.contains("no private tool caches")),
+        "{lines:?}"
+    );
+    // Twin: without the write path above it, the run is given its cache.
     let out = run(
         &home,
-        &["-w", cache.to_str().unwrap()],
-        "echo v > \"$HOME/.cache/sandbox-tools/npm/probe2\" && echo NPM; true",
+        &["--cache", "npm"],
+        "echo v > \"$npm_config_cache/probe\" && echo NPM",
     );
-    assert!(!stdout(&out).contains("NPM"), "{}", stdout(&out));
+    assert!(stdout(&out).contains("NPM"), "{}", stdout(&out));
+    assert!(keyed(&home, &[]).join("npm/probe").exists());
+}
+
+/// Red-team R6b F1: a run on workspace A plants a cargo config and a file
+/// in its caches; a run on workspace B is given other directories, where
+/// neither is. Positive control: a second run on A finds both (the caches
+/// persist within a workspace), and a run on A with one more write path
+/// (a wider domain) is given yet another.
+#[test]
+fn a_cache_planted_in_one_workspace_is_not_seen_from_another() {
+    let (_t, home) = home();
+    let (a, b) = (home.join("a"), home.join("b"));
+    std::fs::create_dir(&a).unwrap();
+    std::fs::create_dir(&b).unwrap();
+    let ws = |w: &Path, extra: &[&str], script: &str| {
+        let mut args = vec![
+            "--mode",
+            "workspace-write",
+            "--workspace",
+            w.to_str().unwrap(),
+        ];
+        args.extend_from_slice(extra);
+        run(&home, &args, script)
+    };
+    let plant = "printf '[build]\\nrustc-wrapper = \"%s/w.sh\"\\n' \"$CARGO_HOME\" \
+                 > \"$CARGO_HOME/config.toml\" && echo x > \"$npm_config_cache/planted\" && \
+                 echo \"$CARGO_HOME\"";
+    let out = ws(&a, &[], plant);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let cargo_a = stdout(&out).trim().to_owned();
+    assert_eq!(Path::new(&cargo_a), keyed(&home, &[&a]).join("cargo"));
+    let look = "echo \"$CARGO_HOME\"; test -e \"$CARGO_HOME/config.toml\" && echo CONFIG; \
+                test -e \"$npm_config_cache/planted\" && echo PLANTED; true";
+    let out = ws(&b, &[], look);
+    let text = stdout(&out);
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert_eq!(
+        text.lines().next(),
+        keyed(&home, &[&b]).join("cargo").to_str()
+    );
+    assert!(!text.contains(&cargo_a), "{text}");
+    assert!(
+        !text.contains("CONFIG") && !text.contains("PLANTED"),
+        "{text}"
+    );
+    // Run B cannot reach A's cache either.
+    let out = ws(
+        &b,
+        &[],
+        &format!("echo y > {cargo_a}/config.toml && echo WROTE; true"),
+    );
+    assert!(!stdout(&out).contains("WROTE"), "{}", stdout(&out));
+    // Positive control: A again sees what it left.
+    let out = ws(&a, &[], look);
+    let text = stdout(&out);
+    assert!(text.starts_with(&format!("{cargo_a}\n")), "{text}");
+    assert!(
+        text.contains("CONFIG") && text.contains("PLANTED"),
+        "{text}"
+    );
+    // A wider domain (A and B) is another key: it does not see A's plant.
+    let out = ws(&a, &["-w", b.to_str().unwrap()], look);
+    let text = stdout(&out);
+    assert_eq!(
+        text.lines().next(),
+        keyed(&home, &[&a, &b]).join("cargo").to_str()
+    );
+    assert!(
+        !text.contains("CONFIG") && !text.contains("PLANTED"),
+        "{text}"
+    );
+    // A write path inside the workspace adds nothing: the same key as A's.
+    let inner = a.join("sub");
+    std::fs::create_dir(&inner).unwrap();
+    let out = ws(&a, &["-w", inner.to_str().unwrap()], look);
+    assert!(stdout(&out).contains("CONFIG"), "{}", stdout(&out));
 }
