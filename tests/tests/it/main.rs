@@ -37,6 +37,7 @@ mod outcomes;
 mod own_listeners;
 mod private_net;
 mod private_tmp;
+mod probe_sabotage;
 mod profile;
 mod public_api;
 mod read_refusals;
