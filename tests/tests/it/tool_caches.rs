@@ -357,3 +357,69 @@ fn a_cache_planted_in_one_workspace_is_not_seen_from_another() {
     let out = ws(&a, &["-w", inner.to_str().unwrap()], look);
     assert!(stdout(&out).contains("CONFIG"), "{}", stdout(&out));
 }
+
+/// Nested runs key by their own policy: one on the outer run's workspace
+/// shares its caches (writes there, and the outer run sees it); a narrower
+/// one (a directory inside the workspace) is another domain, whose
+/// directory the outer run may not make: its default caches are left out
+/// with one line, it cannot write the outer's cache (its tools read it),
+/// and no directory of its key appears.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_nested_run_keys_its_caches_by_its_own_write_paths() {
+    let (_t, home) = home();
+    let ws = home.join("ws");
+    let sub = ws.join("sub");
+    std::fs::create_dir_all(&sub).unwrap();
+    let bin = sandbox_tests::sandbox_bin();
+    let nested = |w: &Path, script: &str| {
+        format!(
+            "{} run --mode workspace-write --workspace {} -- /bin/sh -c '{script}'",
+            bin.display(),
+            w.display()
+        )
+    };
+    let script = format!(
+        "echo \"outer=$CARGO_HOME\"; {}; {}; ls \"$CARGO_HOME\"",
+        nested(
+            &ws,
+            "echo \"same=$CARGO_HOME\"; touch \"$CARGO_HOME/same\" && echo SAME-WROTE"
+        ),
+        nested(
+            &sub,
+            "echo \"narrow=$CARGO_HOME\"; touch \"$CARGO_HOME/narrow\" && echo NARROW-WROTE"
+        ),
+    );
+    let out = run(
+        &home,
+        &[
+            "--mode",
+            "workspace-write",
+            "--workspace",
+            ws.to_str().unwrap(),
+        ],
+        &script,
+    );
+    let text = stdout(&out);
+    let err = String::from_utf8_lossy(&out.stderr);
+    let outer = keyed(&home, &[&ws]).join("cargo");
+    let o = outer.display();
+    assert!(text.contains(&format!("outer={o}\n")), "{text}{err}");
+    // Positive control: the same write roots, the same cache, written.
+    assert!(
+        text.contains(&format!("same={o}\n")) && text.contains("SAME-WROTE"),
+        "{text}{err}"
+    );
+    assert!(text.lines().any(|l| l == "same"), "{text}");
+    // Narrower: no cache of its own, the outer's not writable.
+    assert!(!text.contains("NARROW-WROTE"), "{text}{err}");
+    assert!(!outer.join("narrow").exists());
+    assert!(!keyed(&home, &[&sub]).exists());
+    assert_eq!(
+        err.lines()
+            .filter(|l| l.contains("no private tool caches"))
+            .count(),
+        1,
+        "{err}"
+    );
+}
