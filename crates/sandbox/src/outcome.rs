@@ -79,7 +79,14 @@ impl Classification {
             Termination::Exited { code: 0 } => Self::Ok,
             Termination::Signaled { signal } if confined && *signal == libc::SIGSYS => {
                 Self::SandboxDenial {
-                    evidence: vec!["killed by SIGSYS (seccomp)".into()],
+                    // Not witnessed: the filter's kill (a foreign-architecture
+                    // call) and a SIGSYS the process sent itself end alike.
+                    evidence: vec![
+                        "killed by SIGSYS: the seccomp filter ends a process this way for a \
+                         foreign-architecture (i386, x32) system call; a process can also \
+                         send itself SIGSYS"
+                            .into(),
+                    ],
                 }
             }
             _ => Self::TaskFailure,
