@@ -290,14 +290,30 @@ pub(crate) fn boundary(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
 const WORKLOAD: &str = r#"
 import asyncio, socket, threading
 def pipe():
+    # written from a thread while read here: a new pipe of a user whose
+    # pipes account more than fs.pipe-user-pages-soft holds 8 KiB, not
+    # 64 KiB (pipe(7)), and one write of it all would wait forever
     r, w = os.pipe()
     data = b"x" * 60000
-    os.write(w, data)
+    def put():
+        left = memoryview(data)
+        while left:
+            left = left[os.write(w, left):]
+    t = threading.Thread(target=put)
+    t.start()
     got = b""
     while len(got) < len(data):
         got += os.read(r, 65536)
+    t.join()
     return len(got)
 attempt("pipe", pipe)
+def capacity():
+    # F_GETPIPE_SZ of a new pipe, for the evidence (8192: the user is over
+    # its pipe pages' soft limit, a host state)
+    import fcntl
+    r, w = os.pipe()
+    return fcntl.fcntl(w, 1032)
+attempt("pipe_capacity", capacity)
 def pair():
     a, b = socket.socketpair()
     data = os.urandom(1 << 20)
@@ -326,7 +342,12 @@ pub(crate) fn workload(ctx: &Ctx<'_>) -> Result<Outcome, Outcome> {
         &[],
     )?;
     let values = run.started()?;
-    let keys = ["pipe", "socketpair_1mib", "asyncio_thread_wakeup"];
+    let keys = [
+        "pipe",
+        "pipe_capacity",
+        "socketpair_1mib",
+        "asyncio_thread_wakeup",
+    ];
     let evidence = format!(
         "network=false: {} (the child {})",
         show(&values, &keys),
