@@ -526,11 +526,17 @@ fn tool_caches(
             Err(e) => {
                 static SAID: std::sync::atomic::AtomicBool =
                     std::sync::atomic::AtomicBool::new(false);
+                // Their own caches are writable where a write path holds them.
+                let theirs = match e {
+                    sandbox::runner::ToolCacheError::WritableByRun { .. } => {
+                        "use their own caches, writable where the write paths hold them"
+                    }
+                    _ => "find their own caches read-only",
+                };
                 if !SAID.swap(true, std::sync::atomic::Ordering::Relaxed) {
                     show::say(&format!(
                         "sandbox: warning: no private tool caches for this run ({e}); the tools \
-                         find their own caches read-only (--no-default-caches leaves them out \
-                         without this line)"
+                         {theirs} (--no-default-caches leaves them out without this line)"
                     ));
                 }
                 caches.retain(|(t, _)| asked.contains(t));

@@ -55,6 +55,21 @@ pub enum ToolCacheError {
         /// What is wrong with it.
         reason: String,
     },
+    /// A write path of the run holds the tool caches' directory: the run
+    /// could make another key's directory and plant a cache there, so it
+    /// gets none (and the whole directory stays write-denied to it).
+    #[error(
+        "the write path {} holds the tool caches' directory {}: a run that may write it could \
+         plant caches that runs on other workspaces execute, so it gets none (narrow the write \
+         paths, or set XDG_CACHE_HOME outside them)",
+        .root.display(), .tools.display()
+    )]
+    WritableByRun {
+        /// The write path (a root of the key).
+        root: PathBuf,
+        /// The tool caches' directory.
+        tools: PathBuf,
+    },
 }
 
 /// Where every tool cache lives: `sandbox-tools` beneath `$XDG_CACHE_HOME`,
@@ -175,7 +190,10 @@ pub fn tool_cache_dir(tool: ToolCache, key: &CacheKey) -> Result<PathBuf, ToolCa
     };
     // `tools` is checked canonical below (no link on the way, `canonical`).
     if let Some(root) = key.roots().iter().find(|r| tools.starts_with(r)) {
-        return Err(unusable(&tools, reach_reason(root)));
+        return Err(ToolCacheError::WritableByRun {
+            root: root.clone(),
+            tools,
+        });
     }
     let base = tools.parent().unwrap_or(Path::new("/")).to_owned();
     std::fs::create_dir_all(&base).map_err(|e| unusable(&base, e.to_string()))?;
@@ -239,15 +257,6 @@ pub fn tool_cache_dir(tool: ToolCache, key: &CacheKey) -> Result<PathBuf, ToolCa
         ));
     }
     Ok(dir)
-}
-
-fn reach_reason(root: &Path) -> String {
-    format!(
-        "lies in the write path {}: a run that may write the caches' directory could plant \
-         a cache that runs on other workspaces execute, so it gets none (narrow the write \
-         paths, or set XDG_CACHE_HOME outside them)",
-        root.display()
-    )
 }
 
 /// The kind of kernel filesystem `path` lies on (cgroup, sysfs, proc), if any.
