@@ -186,10 +186,9 @@ pub fn gate_in(
                 None => {
                     let fresh = enforcement_self_test_in(backend, trusted);
                     if fresh.interfered() {
-                        // Kept for the caller's error; one small report per
-                        // interfered self-test.
-                        let report: &'static GateReport = Box::leak(Box::new(fresh));
-                        return Err(GateFailure { report });
+                        return Err(GateFailure {
+                            report: keep_interfered(fresh),
+                        });
                     }
                     cell.get_or_init(|| fresh)
                 }
@@ -202,6 +201,27 @@ pub fn gate_in(
         Err(GateFailure { report })
     }
 }
+
+/// Keeps an interfered report for the caller's error: each one is kept
+/// for the process (a [`GateFailure`] holds a `'static` report), at most
+/// [`KEPT_INTERFERED`] of them; past that the last kept one is returned
+/// again (an interference too), so a process interfered with forever does
+/// not grow without bound.
+fn keep_interfered(report: GateReport) -> &'static GateReport {
+    static KEPT: Mutex<Vec<&'static GateReport>> = Mutex::new(Vec::new());
+    let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
+    match kept.last() {
+        Some(last) if kept.len() >= KEPT_INTERFERED => last,
+        _ => {
+            let report: &'static GateReport = Box::leak(Box::new(report));
+            kept.push(report);
+            report
+        }
+    }
+}
+
+/// Interfered reports a process keeps at most ([`keep_interfered`]).
+const KEPT_INTERFERED: usize = 16;
 
 /// The cached report for `backend_name`, if the gate already ran in this process.
 pub fn cached(backend_name: &'static str) -> Option<&'static GateReport> {
