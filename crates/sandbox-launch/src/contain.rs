@@ -595,18 +595,38 @@ fn sweep_stale(base: &Path) {
             continue;
         }
         let dir = entry.path();
+        // The whole subtree: the nested runs' cgroups beneath it too.
         let _ = std::fs::write(dir.join("cgroup.kill"), "1");
-        // What cgroup.kill misses (a thread group whose leader exited
-        // while a thread runs, see `CgroupRun::kill_all`).
-        let procs = open(&dir.join("cgroup.procs"), libc::O_RDONLY).ok();
         let deadline = Instant::now() + Duration::from_millis(500);
-        while std::fs::remove_dir(&dir).is_err() && Instant::now() < deadline {
-            if let Some(procs) = &procs {
-                signal_members(procs.as_raw_fd(), &[libc::SIGKILL]);
-            }
+        while !end_tree(&dir) && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));
         }
     }
+}
+
+/// Removes a dead runner's cgroup `dir` and the cgroups beneath it (its
+/// nested runs', made within it), deepest first: a cgroup with a child
+/// cannot be removed (`EBUSY`), so removing the top alone never succeeded
+/// and every later sweep waited its whole bound on it again. A cgroup
+/// still populated gets SIGKILL to each member's thread group (what
+/// `cgroup.kill` misses, see `CgroupRun::kill_all`). True when none is
+/// left.
+fn end_tree(dir: &Path) -> bool {
+    let mut children_gone = true;
+    if let Ok(entries) = std::fs::read_dir(dir) {
+        for entry in entries.flatten() {
+            if entry.file_type().is_ok_and(|t| t.is_dir()) {
+                children_gone &= end_tree(&entry.path());
+            }
+        }
+    }
+    if children_gone && std::fs::remove_dir(dir).is_ok() {
+        return true;
+    }
+    if let Ok(procs) = open(&dir.join("cgroup.procs"), libc::O_RDONLY) {
+        signal_members(procs.as_raw_fd(), &[libc::SIGKILL]);
+    }
+    false
 }
 
 /// Removes the per-run groups in a cgroup v1 hierarchy whose runners died.
@@ -868,6 +888,53 @@ mod tests {
         }
         assert!(!runner_alive(&name), "a zombie runner is dead");
         child.wait().unwrap();
+    }
+
+    /// A dead runner's cgroup holding its nested runs' cgroups (two deep)
+    /// is removed with them by one sweep (before: never, each sweep
+    /// waiting 500 ms on it); beside it, a dead runner's plain cgroup
+    /// (positive control) is removed and a live runner's, with a child,
+    /// stays. As nobody (no delegated cgroup): cgroups cannot be made, so
+    /// there is nothing to sweep (runs are held by their process group).
+    #[test]
+    fn a_dead_runners_cgroup_with_nested_ones_is_swept_whole() {
+        let own = own_cgroup_dir().unwrap();
+        let base = own.join(format!("sandbox-sweep-test-{:016x}", token()));
+        if let Err(e) = std::fs::create_dir(&base) {
+            // SAFETY: geteuid has no preconditions.
+            let euid = unsafe { libc::geteuid() };
+            assert_ne!(euid, 0, "root cannot make a cgroup: {e}");
+            assert_eq!(e.kind(), io::ErrorKind::PermissionDenied, "{e}");
+            return;
+        }
+        let ns = own_namespaces();
+        let dead = |t: u64| base.join(format!("{PREFIX}{}-1-{ns}-{t:016x}", i32::MAX));
+        let nested = dead(1);
+        let inner = nested.join(format!("{PREFIX}{}-1-{ns}-{:016x}", i32::MAX, 2));
+        std::fs::create_dir_all(inner.join(format!("{PREFIX}{}-1-{ns}-{:016x}", i32::MAX, 3)))
+            .unwrap();
+        let plain = dead(4);
+        std::fs::create_dir(&plain).unwrap();
+        let live = base.join(fresh_name().unwrap());
+        let live_child = live.join(fresh_name().unwrap());
+        std::fs::create_dir_all(&live_child).unwrap();
+        // Without the children first, the top stays (EBUSY).
+        assert!(std::fs::remove_dir(&nested).is_err());
+
+        sweep_stale(&base);
+        let (nested_left, plain_left, live_left) =
+            (nested.exists(), plain.exists(), live_child.exists());
+        let _ = std::fs::remove_dir(&live_child);
+        let _ = std::fs::remove_dir(&live);
+        let _ = end_tree(&nested);
+        let _ = std::fs::remove_dir(&plain);
+        let _ = std::fs::remove_dir(&base);
+        assert!(
+            !nested_left,
+            "the dead runner's cgroup with nested ones is left"
+        );
+        assert!(!plain_left, "the dead runner's plain cgroup is left");
+        assert!(live_left, "a live runner's cgroup was swept");
     }
 
     #[test]
