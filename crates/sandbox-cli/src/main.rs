@@ -1025,6 +1025,9 @@ fn cmd_check(args: CheckArgs) -> Result<i32, Fatal> {
                     ProbeResult::Unwitnessed { why } => {
                         format!("UNWITNESSED: {why}")
                     }
+                    ProbeResult::Interfered { scratch, observed } => {
+                        format!("INTERFERED WITH (scratch {scratch}): {observed}")
+                    }
                     _ => "unknown".to_owned(),
                 };
                 show::out(&format!("  {:?} probe: {verdict}", probe.probe));
