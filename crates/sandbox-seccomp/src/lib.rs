@@ -37,7 +37,8 @@
 //! |---|---|---|
 //! | `open`, `openat` | access mode 0–2; `O_TRUNC` only with write access; no set-id bits in the mode with `O_CREAT`/`O_TMPFILE` | `EPERM` |
 //! | `creat`, `mknod`, `mknodat` | no set-id bits in the mode | `EPERM` |
-//! | `ioctl` | request (low 32 bits) is not in [`DENIED_IOCTLS`] (terminal state, inode flags, filesystem changes without a writable fd) | `EPERM` |
+//! | `ioctl` | request (low 32 bits) is not in [`DENIED_IOCTLS`] (terminal state, inode flags, filesystem changes without a writable fd), nor a request of [`DENIED_IOCTL_ARGS`] with an argument it lists (`TCXONC` with `TCOOFF` or `TCIOFF`: a stopped terminal outlives the run) | `EPERM` |
+//! | `fcntl` | not `F_SETLEASE` (a lease needs only ownership and a read-only fd, and blocks a host process opening the file for writing) | `EACCES`, the kernel's answer to a lease the caller may not take |
 //! | `personality` | persona (low 32 bits) is `0xffffffff` (query) or `PER_LINUX` | `EPERM` |
 //! | `seccomp` | no `SECCOMP_FILTER_FLAG_NEW_LISTENER` | `EPERM` |
 //! | `prctl` | not `PR_SCHED_CORE` | `EPERM` |
@@ -149,7 +150,7 @@ cfg_if::cfg_if! {
         pub mod libseccomp_backend;
         pub use arch::AUDIT_ARCH;
         pub use table::{
-            handler, handlers, table, DENIED_IOCTLS, HIGHEST_KNOWN, REFUSED_WITH_BROKER,
+            handler, handlers, table, DENIED_IOCTLS, DENIED_IOCTL_ARGS, HIGHEST_KNOWN, REFUSED_WITH_BROKER,
             SOCKET_IOCTLS_READ, SOCKET_IOCTLS_REFUSED, SOCKET_OPTIONS_REFUSED,
         };
         const SUPPORTED: bool = true;

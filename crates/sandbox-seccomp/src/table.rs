@@ -141,7 +141,6 @@ const FD_IO: &[Sys] = sys![
     SYS_close_range,
     SYS_dup,
     SYS_dup3,
-    SYS_fcntl,
     SYS_flock,
     SYS_fsync,
     SYS_fdatasync,
@@ -498,6 +497,36 @@ pub const TIOCSTI: u64 = 0x5412;
 /// `TIOCLINUX` (asm-generic value, shared by x86_64 and aarch64).
 pub const TIOCLINUX: u64 = 0x541c;
 
+/// `TCXONC` (asm-generic value, shared by x86_64 and aarch64): `tcflow`.
+pub(crate) const TCXONC: u64 = 0x540a;
+/// `TCOOFF`, `TCXONC`'s "suspend output".
+pub(crate) const TCOOFF: u64 = 0;
+/// `TCIOFF`, `TCXONC`'s "send STOP".
+pub(crate) const TCIOFF: u64 = 2;
+
+/// ioctl requests refused for some values of their third argument only, as
+/// `(name, request, refused arguments, reason)`; any other argument is
+/// allowed. The kernel reads that argument as an `unsigned long`
+/// (`n_tty_ioctl_helper`, drivers/tty/tty_ioctl.c), so all 64 bits are
+/// compared: a value with high bits set is none of the four actions, and
+/// the kernel answers `EINVAL` for it.
+///
+/// `TCXONC` with `TCOOFF` stops the terminal's output until a `TCOON`:
+/// nothing but that undoes it (a command that also clears `IXON` makes
+/// Ctrl-Q plain input), so every later writer to the terminal, the runner's
+/// own summary line and the user's shell after the run, blocks in
+/// `n_tty_write`. `TCIOFF` sends the terminal STOP, which on a serial line
+/// stops the device sending input. `TCOON` and `TCION`, which undo them,
+/// stay allowed. The runner also restores the terminal it passed on as it
+/// found it when the run ends (`sandbox_launch`'s terminal guard); this
+/// refusal keeps a stopped terminal from blocking anyone during the run.
+pub const DENIED_IOCTL_ARGS: &[(&str, u64, &[u64], &str)] = &[(
+    "TCXONC",
+    TCXONC,
+    &[TCOOFF, TCIOFF],
+    "TCOOFF stops the terminal's output (and TCIOFF sends it STOP), which outlives the run: every later writer to the terminal blocks; TCOON and TCION stay allowed",
+)];
+
 /// ioctl requests refused under every policy, each with its reason. The
 /// values are the asm-generic `_IOC` encodings x86_64 and aarch64 share; the
 /// kernel reads the request as 32 bits, so only those are compared.
@@ -700,6 +729,57 @@ fn allow_if(any_of: Vec<Vec<Cond>>) -> Rule {
     }
 }
 
+/// The `ioctl` calls [`DENIED_IOCTL_ARGS`] refuses, one group each.
+fn refused_ioctl_args() -> Vec<Vec<Cond>> {
+    DENIED_IOCTL_ARGS
+        .iter()
+        .flat_map(|&(_, request, args, _)| {
+            args.iter().map(move |&arg| {
+                vec![
+                    Cond::low32(1, Cmp::Eq(request)),
+                    Cond::full64(2, Cmp::Eq(arg)),
+                ]
+            })
+        })
+        .collect()
+}
+
+/// The `ioctl` calls allowed: every request neither in [`DENIED_IOCTLS`] nor
+/// in [`DENIED_IOCTL_ARGS`]; and each of the latter with an argument it
+/// does not refuse.
+fn allowed_ioctls() -> Vec<Vec<Cond>> {
+    let plain = DENIED_IOCTLS
+        .iter()
+        .map(|&(_, request, _)| request)
+        .chain(DENIED_IOCTL_ARGS.iter().map(|&(_, request, _, _)| request))
+        .map(|request| Cond::low32(1, Cmp::Ne(request)))
+        .collect();
+    std::iter::once(plain)
+        .chain(DENIED_IOCTL_ARGS.iter().map(|&(_, request, args, _)| {
+            std::iter::once(Cond::low32(1, Cmp::Eq(request)))
+                .chain(args.iter().map(|&arg| Cond::full64(2, Cmp::Ne(arg))))
+                .collect()
+        }))
+        .collect()
+}
+
+/// `F_SETLEASE` (fcntl.h; the same on x86_64 and aarch64).
+pub(crate) const F_SETLEASE: u64 = 1024;
+
+/// The answer to `fcntl(F_SETLEASE)`: `EACCES`, the kernel's own answer to
+/// a caller that may not take a lease on the file (not its owner, without
+/// `CAP_LEASE`: `generic_setlease`, fs/locks.c), which lease users (Samba,
+/// NFS servers) take as "no lease here" and go on without one. Why refused:
+/// a lease needs only ownership of the file and any fd, read-only included,
+/// and a root command with its capabilities dropped owns every root file it
+/// can read; the lease holder is asked to give way (`SIGIO`) and a host
+/// process opening the file for writing or truncating it blocks for up to
+/// `lease-break-time` (45 s), which the run may take again at once.
+/// Landlock, which checks rights when a file is opened, cannot see it.
+/// Not `EPERM`, so the broker does not record it: a refused lease changes
+/// nothing the command relies on.
+pub(crate) const LEASE_REFUSED: crate::spec::Action = crate::spec::Action::Errno(13);
+
 fn row(sys: Sys, rule: Rule, reason: &'static str) -> Entry {
     let (raw, nr, handler) = sys;
     Entry {
@@ -721,6 +801,7 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
                     any_of: DENIED_IOCTLS
                         .iter()
                         .map(|&(_, request, _)| vec![Cond::low32(1, Cmp::Eq(request))])
+                        .chain(refused_ioctl_args())
                         .chain(
                             SOCKET_IOCTLS_REFUSED
                                 .iter()
@@ -730,21 +811,34 @@ fn checked_always(spec: &FilterSpec) -> Vec<Entry> {
                     action: DENY,
                 },
                 "requests in DENIED_IOCTLS change an inode, a filesystem or the terminal without \
-                 a writable fd; egress rules: the socket requests that configure a network \
-                 namespace too (SOCKET_IOCTLS_REFUSED), which the run's datagram namespace would \
-                 be; the kernel reads the request as 32 bits, so only those are compared",
+                 a writable fd, and so do those in DENIED_IOCTL_ARGS with the arguments listed \
+                 there (TCXONC TCOOFF/TCIOFF); egress rules: the socket requests that configure \
+                 a network namespace too (SOCKET_IOCTLS_REFUSED), which the run's datagram \
+                 namespace would be; the kernel reads the request as 32 bits, so only those are \
+                 compared",
             )
         } else {
             row(
                 one!(SYS_ioctl),
-                allow_if(vec![DENIED_IOCTLS
-                    .iter()
-                    .map(|&(_, request, _)| Cond::low32(1, Cmp::Ne(request)))
-                    .collect()]),
+                allow_if(allowed_ioctls()),
                 "requests in DENIED_IOCTLS change an inode, a filesystem or the terminal without \
-                 a writable fd; the kernel reads the request as 32 bits, so only those are compared",
+                 a writable fd, and so do those in DENIED_IOCTL_ARGS with the arguments listed \
+                 there (TCXONC TCOOFF/TCIOFF); the kernel reads the request as 32 bits, so only \
+                 those are compared",
             )
         },
+        row(
+            one!(SYS_fcntl),
+            Rule::RefuseIf {
+                any_of: vec![vec![Cond::low32(1, Cmp::Eq(F_SETLEASE))]],
+                action: LEASE_REFUSED,
+            },
+            "F_SETLEASE (EACCES, the kernel's answer to a lease the caller may not take): \
+             the owner of a file may take a lease through a read-only fd, and a host process \
+             opening it for writing then blocks until the lease is broken (up to \
+             lease-break-time); file locks (flock, F_SETLK) stay allowed (docs/enforcement.md, \
+             Known gaps)",
+        ),
         row(
             one!(SYS_personality),
             allow_if(vec![
@@ -1763,6 +1857,64 @@ mod tests {
         );
         assert_eq!(plain.eval(&[3, 0x890b, 0, 0, 0, 0]), Action::Allow);
         assert_eq!(plain.eval(&[3, DENIED_IOCTLS[0].1, 0, 0, 0, 0]), DENY);
+    }
+
+    /// `tcflow(TCOOFF)` and `tcflow(TCIOFF)` are refused under every spec
+    /// (routed to be recorded where a broker listens); `TCOON`, `TCION`,
+    /// other requests and arguments the kernel rejects itself are not. The
+    /// argument is compared whole: high bits make it none of the four.
+    #[test]
+    fn stopping_the_terminal_is_refused_and_starting_it_allowed() {
+        for spec in FilterSpec::all() {
+            let ioctl = rule(&spec, "ioctl");
+            let refused = if spec.broker { Action::UserNotif } else { DENY };
+            let at = |request: u64, arg: u64| ioctl.eval(&[1, request, arg, 0, 0, 0]);
+            for arg in [TCOOFF, TCIOFF] {
+                assert_eq!(at(TCXONC, arg), refused, "{spec:?} {arg}");
+                assert_eq!(at(TCXONC | 1 << 40, arg), refused, "{spec:?} {arg}");
+            }
+            for arg in [1, 3, 4, u64::MAX, 1 << 32, (1 << 32) | 2] {
+                assert_eq!(at(TCXONC, arg), Action::Allow, "{spec:?} {arg}");
+            }
+            // The twin: the requests beside it, with the same arguments.
+            for request in [0x5409, 0x540b, 0x5401, 0x5402] {
+                assert_eq!(at(request, TCOOFF), Action::Allow, "{spec:?} {request:#x}");
+            }
+        }
+    }
+
+    /// `fcntl(F_SETLEASE)` answers `EACCES` under every spec (never routed:
+    /// the kernel's own answer to a lease it refuses); every other command,
+    /// the locks and `F_GETLEASE` included, stays allowed.
+    #[test]
+    // libc's ioctl request type differs between targets.
+    #[allow(clippy::unnecessary_cast)]
+    fn leases_are_refused_and_locks_allowed() {
+        for spec in FilterSpec::all() {
+            let fcntl = rule(&spec, "fcntl");
+            let at = |cmd: u64, arg: u64| fcntl.eval(&[3, cmd, arg, 0, 0, 0]);
+            for arg in [0, 1, 2] {
+                assert_eq!(at(F_SETLEASE, arg), LEASE_REFUSED, "{spec:?}");
+                assert_eq!(at(F_SETLEASE | 1 << 32, arg), LEASE_REFUSED, "{spec:?}");
+            }
+            assert_eq!(LEASE_REFUSED, Action::Errno(libc::EACCES as u16));
+            for cmd in [
+                libc::F_GETLEASE,
+                libc::F_SETLK,
+                libc::F_SETLKW,
+                libc::F_OFD_SETLK,
+                libc::F_GETFL,
+                libc::F_SETFD,
+                libc::F_DUPFD_CLOEXEC,
+                libc::F_NOTIFY,
+            ] {
+                assert_eq!(at(cmd as u64, 0), Action::Allow, "{spec:?} {cmd}");
+            }
+            assert_eq!(rule(&spec, "flock"), Rule::Allow);
+        }
+        assert_eq!(F_SETLEASE, libc::F_SETLEASE as u64);
+        assert_eq!(TCXONC, libc::TCXONC as u64);
+        assert_eq!((TCOOFF, TCIOFF), (libc::TCOOFF as u64, libc::TCIOFF as u64));
     }
 
     #[test]

@@ -841,6 +841,146 @@ fn terminal_state_that_outlives_the_run_is_refused_on_a_pty() {
     }
 }
 
+/// A pty pair for the test process: (master, slave), neither the
+/// controlling terminal.
+fn pty_pair() -> (libc::c_int, libc::c_int) {
+    // SAFETY: plain pty setup in the test process.
+    unsafe {
+        let master = libc::posix_openpt(libc::O_RDWR | libc::O_NOCTTY);
+        assert!(master >= 0);
+        assert_eq!(libc::grantpt(master), 0);
+        assert_eq!(libc::unlockpt(master), 0);
+        let name = std::ffi::CStr::from_ptr(libc::ptsname(master)).to_owned();
+        let slave = libc::open(
+            name.as_ptr(),
+            libc::O_RDWR | libc::O_NOCTTY | libc::O_NONBLOCK,
+        );
+        assert!(slave >= 0);
+        (master, slave)
+    }
+}
+
+/// Whether a write to the pty's slave goes through now (`false`: the
+/// output is stopped, the non-blocking write answers `EAGAIN`).
+fn pty_writes(slave: libc::c_int) -> bool {
+    // SAFETY: writes one byte from a static buffer.
+    let n = unsafe { libc::write(slave, b"x".as_ptr().cast(), 1) };
+    assert!(n == 1 || errno() == libc::EAGAIN, "write: {}", errno());
+    n == 1
+}
+
+/// R6a F1: `tcflow(TCOOFF)` stopped the user's terminal for good (with
+/// `IXON` cleared, Ctrl-Q is plain input): every later writer, the runner's
+/// summary line and the user's shell, blocked. Refused, as is `TCIOFF`;
+/// `TCOON` and `TCION` work, and termios changes keep working.
+#[test]
+fn stopping_a_terminals_output_is_refused_and_starting_it_works() {
+    let f = filter(true, false);
+    let (master, slave) = pty_pair();
+    let flow = |action: libc::c_int| move || unsafe { status(libc::tcflow(slave, action).into()) };
+    // Twin: unconfined, TCOOFF stops the output, TCOON starts it again.
+    assert!(pty_writes(slave));
+    assert_eq!(unconfined(flow(libc::TCOOFF)), 0);
+    assert!(
+        !pty_writes(slave),
+        "the unconfined TCOOFF stopped the output"
+    );
+    assert_eq!(unconfined(flow(libc::TCOON)), 0);
+    assert!(pty_writes(slave));
+    // Confined: both stops refused, the output still flows.
+    assert_eq!(confined(&f, flow(libc::TCOOFF)), libc::EPERM);
+    assert_eq!(confined(&f, flow(libc::TCIOFF)), libc::EPERM);
+    assert!(pty_writes(slave), "the confined TCOOFF stopped nothing");
+    // The same request with high bits in the action is none of the four.
+    let high = confined(&f, || unsafe {
+        status(libc::ioctl(slave, libc::TCXONC, (1u64 << 32) as libc::c_ulong).into())
+    });
+    assert_eq!(high, libc::EINVAL);
+    // Starting works confined (after an unconfined stop), and so do
+    // TCION and a termios change (IXON cleared).
+    assert_eq!(unconfined(flow(libc::TCOOFF)), 0);
+    assert!(!pty_writes(slave));
+    assert_eq!(confined(&f, flow(libc::TCOON)), 0);
+    assert!(pty_writes(slave), "the confined TCOON started the output");
+    assert_eq!(confined(&f, flow(libc::TCION)), 0);
+    let clear_ixon = confined(&f, || unsafe {
+        let mut t: libc::termios = std::mem::zeroed();
+        if libc::tcgetattr(slave, &mut t) != 0 {
+            return errno();
+        }
+        t.c_iflag &= !libc::IXON;
+        status(libc::tcsetattr(slave, libc::TCSANOW, &t).into())
+    });
+    assert_eq!(clear_ixon, 0);
+    unsafe {
+        libc::close(slave);
+        libc::close(master);
+    }
+}
+
+/// R6a F4: through a read-only fd the owner of a file (a root command owns
+/// every root file it can read) took a read lease on a file outside the
+/// write paths, and a host process opening it for writing blocked for the
+/// lease-break time. `F_SETLEASE` answers `EACCES` (the kernel's answer to
+/// a lease the caller may not take); the lease read and file locks work.
+#[test]
+fn a_lease_is_refused_and_file_locks_work() {
+    let f = filter(true, false);
+    let (_dir, file) = scratch_file(b"data");
+    let path = c_path(&file);
+    let read_only = move || unsafe { libc::open(path.as_ptr(), libc::O_RDONLY) };
+    let lease = |kind: libc::c_int| {
+        let open = read_only.clone();
+        move || unsafe {
+            let fd = open();
+            if fd < 0 {
+                return errno();
+            }
+            status(libc::fcntl(fd, libc::F_SETLEASE, kind).into())
+        }
+    };
+    // Twin: the owner, unconfined, takes the read lease. (EAGAIN while a
+    // writable fd to the file is open anywhere: a concurrent test's fork
+    // may briefly hold the one that wrote it.)
+    let mut twin = libc::EAGAIN;
+    for _ in 0..100 {
+        twin = unconfined(lease(libc::F_RDLCK));
+        if twin != libc::EAGAIN {
+            break;
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    assert_eq!(twin, 0);
+    assert_eq!(confined(&f, lease(libc::F_RDLCK)), libc::EACCES);
+    assert_eq!(confined(&f, lease(libc::F_WRLCK)), libc::EACCES);
+    // The locks and the lease query stay allowed.
+    let open = read_only.clone();
+    let locks = confined(&f, move || unsafe {
+        let fd = open();
+        if fd < 0 {
+            return errno();
+        }
+        if libc::flock(fd, libc::LOCK_SH | libc::LOCK_NB) != 0 {
+            return errno();
+        }
+        let mut lock: libc::flock = std::mem::zeroed();
+        lock.l_type = libc::F_RDLCK as libc::c_short;
+        if libc::fcntl(fd, libc::F_SETLK, &lock) != 0 {
+            return errno();
+        }
+        let held = libc::fcntl(fd, libc::F_GETLEASE);
+        if held != libc::F_UNLCK {
+            return if held < 0 {
+                errno()
+            } else {
+                SUCCEEDED_UNEXPECTEDLY
+            };
+        }
+        0
+    });
+    assert_eq!(locks, 0);
+}
+
 #[test]
 fn limits_and_scheduling_of_other_processes_are_refused() {
     let f = filter(true, false);

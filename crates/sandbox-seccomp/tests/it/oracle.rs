@@ -25,6 +25,12 @@ const SPEC_O_TMPFILE_BIT: u32 = 0o2000_0000;
 const SPEC_SET_ID: u32 = 0o6000;
 const SPEC_NEW_LISTENER: u32 = 8;
 const SPEC_PR_SCHED_CORE: u32 = 62;
+/// `TCXONC` (tcflow), refused with `TCOOFF` (0) and `TCIOFF` (2): the third
+/// argument is an `unsigned long`, compared whole.
+const SPEC_TCXONC: u32 = 0x540a;
+/// `fcntl(F_SETLEASE)`, answered `EACCES`.
+const SPEC_F_SETLEASE: u32 = 1024;
+const RET_EACCES: u32 = 0x0005_0000 | 13;
 /// ioctl requests the specification refuses (terminal state, inode flags,
 /// filesystem changes), restated from the kernel's uapi headers.
 const SPEC_DENIED_IOCTLS: &[u32] = &[
@@ -117,6 +123,11 @@ fn yes_or_notif(b: bool) -> u32 {
     }
 }
 
+/// `ioctl(fd, TCXONC, TCOOFF or TCIOFF)`.
+fn stops_terminal(d: &SeccompData) -> bool {
+    d.args[1] as u32 == SPEC_TCXONC && matches!(d.args[2], 0 | 2)
+}
+
 fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
     if d.arch != AUDIT_ARCH_X86_64 || d.nr >= 0x4000_0000 {
         return RET_KILL_PROCESS;
@@ -142,9 +153,10 @@ fn refusal_oracle(spec: &FilterSpec, d: &SeccompData) -> u32 {
             ];
             let request = lo(1);
             let sockio = (0x8900..=0x89ff).contains(&request) && !READS.contains(&request);
-            yes(!SPEC_DENIED_IOCTLS.contains(&request) && !sockio)
+            yes(!SPEC_DENIED_IOCTLS.contains(&request) && !sockio && !stops_terminal(d))
         }
-        SYS_ioctl => yes(!SPEC_DENIED_IOCTLS.contains(&lo(1))),
+        SYS_ioctl => yes(!SPEC_DENIED_IOCTLS.contains(&lo(1)) && !stops_terminal(d)),
+        SYS_fcntl if lo(1) == SPEC_F_SETLEASE => RET_EACCES,
         SYS_setsockopt | SYS_getsockopt if spec.network && spec.egress => {
             let (level, name) = (lo(1), lo(2));
             let netfilter = (level == 0 && name >= 64) || (level == 41 && matches!(name, 64 | 65 | 68 | 69));
@@ -523,6 +535,8 @@ fn interesting_arg() -> impl Strategy<Value = u64> {
                 Just(SPEC_TIOCLINUX),
                 Just(0x5413u32),
                 Just(0x5423u32),
+                Just(SPEC_TCXONC),
+                Just(SPEC_F_SETLEASE),
                 Just(0x4008_6602u32),
                 Just(0x8008_6601u32),
                 Just(0xffff_ffff),
@@ -576,6 +590,7 @@ fn checked_syscall() -> impl Strategy<Value = u32> {
     use libc::*;
     prop::sample::select(vec![
         SYS_ioctl,
+        SYS_fcntl,
         SYS_personality,
         SYS_utimensat,
         SYS_clone,
