@@ -1209,7 +1209,10 @@ impl Scratch {
     /// write), else in [`scratch_base`].
     pub(crate) fn in_base(trusted: Option<&Path>) -> Result<Self, SetupError> {
         let (base, trusted) = match trusted.and_then(open_trusted) {
-            Some(base) => (base, true),
+            Some(base) => {
+                sweep_stale(&base);
+                (base, true)
+            }
             None => {
                 let base = scratch_base();
                 let base = std::fs::canonicalize(&base)
@@ -1361,6 +1364,34 @@ impl Drop for Scratch {
     fn drop(&mut self) {
         // A link put in its place is removed, never followed.
         let _ = std::fs::remove_dir_all(&self.root.path);
+    }
+}
+
+/// How old a scratch left in the trusted directory must be to be removed
+/// by a later probe: one whose process was killed before it removed its
+/// own (a live probe's is at most [`ATTEMPTS`] launch deadlines old).
+const STALE: Duration = Duration::from_secs(600);
+
+/// Removes the scratches older than [`STALE`] from the trusted directory
+/// `base` (no confined run can write there, so what lies there is the
+/// probes' own); at most 64 per call.
+fn sweep_stale(base: &Dir) {
+    let Ok(names) = base.names() else {
+        return;
+    };
+    let now = std::time::SystemTime::now();
+    for name in names
+        .iter()
+        .filter(|n| n.starts_with("sandbox-probe-"))
+        .take(64)
+    {
+        let path = base.path.join(name);
+        let old = std::fs::symlink_metadata(&path)
+            .and_then(|m| m.modified())
+            .is_ok_and(|t| now.duration_since(t).is_ok_and(|age| age > STALE));
+        if old {
+            let _ = std::fs::remove_dir_all(&path);
+        }
     }
 }
 
@@ -1611,6 +1642,18 @@ mod tests {
             changed.contains("was replaced") || changed.contains("moved appeared"),
             "{changed}"
         );
+        // A scratch left by a killed probe is swept once stale; a fresh one stays.
+        let stale = trusted.join("sandbox-probe-0000000000000000");
+        let fresh = trusted.join("sandbox-probe-1111111111111111");
+        std::fs::create_dir_all(stale.join("grant")).unwrap();
+        std::fs::create_dir(&fresh).unwrap();
+        let long_ago = std::time::SystemTime::now() - Duration::from_secs(3600);
+        std::fs::File::open(&stale)
+            .unwrap()
+            .set_modified(long_ago)
+            .unwrap();
+        let _again = Scratch::in_base(Some(&trusted)).unwrap();
+        assert!(!stale.exists() && fresh.exists());
         // A trusted directory others may write is not used.
         let open = base.path().join("open");
         std::fs::create_dir(&open).unwrap();
