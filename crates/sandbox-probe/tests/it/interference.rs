@@ -224,28 +224,33 @@ fn each_attack(backend: &dyn Backend) {
         Attack::RemoveControl,
         Attack::ReplaceOutside,
     ] {
-        let (_keep, base) = base();
-        let racer = Racer::start(&base, attack);
-        let report = enforcement_self_test_in(backend, Some(&base));
-        let hits = racer.hits();
-        drop(racer);
-        assert!(hits > 0, "{attack:?}: the racer never acted");
-        let interfered = passed_or_interfered(&report);
-        eprintln!(
-            "{} {attack:?}: {} hits, {}",
-            backend.name(),
-            hits,
-            if interfered {
-                format!("interfered: {}", report.problems().join("; "))
-            } else {
-                "passed".into()
+        // Until the racer has acted and the probe said it was interfered
+        // with (at once, unless a loaded host lets the probe finish before
+        // the racer acts: passing is right then too); every self-test is
+        // passed or interfered with, never a verdict on the backend.
+        let (mut hits, mut interfered, mut rounds) = (0, 0, 0);
+        while rounds < 20 && (hits == 0 || interfered == 0) {
+            rounds += 1;
+            let (_keep, base) = base();
+            let racer = Racer::start(&base, attack);
+            let report = enforcement_self_test_in(backend, Some(&base));
+            hits += racer.hits();
+            drop(racer);
+            if passed_or_interfered(&report) {
+                interfered += 1;
+                eprintln!(
+                    "{} {attack:?}: interfered: {}",
+                    backend.name(),
+                    report.problems().join("; ")
+                );
             }
-        );
-        // The racer acts on every scratch before the probe's launches: the
-        // red team's attack is never missed.
-        if attack == Attack::PlantCreated {
-            assert!(interfered, "{report:?}");
         }
+        eprintln!(
+            "{} {attack:?}: {rounds} rounds, {hits} hits, {interfered} interfered",
+            backend.name()
+        );
+        assert!(hits > 0, "{attack:?}: the racer never acted");
+        assert!(interfered > 0, "{attack:?}: never interfered with");
     }
 }
 
