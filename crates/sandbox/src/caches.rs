@@ -22,6 +22,9 @@
 //! the workspace can already leave code there (a `build.rs`, a package
 //! script) that the next run on it executes. A run with no write path has
 //! a key of its own; an unconfined run another ([`CacheKey::unconfined`]).
+//! A session's commands use the session policy's key; a nested run its own
+//! policy's, so a narrower nested run finds no directory of its key that it
+//! may make (the outer run's caches stay readable to its tools).
 //! A run whose write paths hold the caches' directory is given none
 //! ([`tool_cache_dir`] refuses): it could make another domain's directory
 //! and plant code there.
