@@ -231,6 +231,15 @@ impl Target {
             shown, dir, name, ..
         } = self
         else {
+            // On a terminal, bounded as `show::say` is: a stopped terminal
+            // never holds the runner.
+            let fd = match self {
+                Target::Fd(fd) => *fd,
+                _ => libc::STDOUT_FILENO,
+            };
+            if crate::show::bounded::write(fd, &[json, b"\n"].concat()) {
+                return Ok(());
+            }
             if let Target::Fd(fd) = self {
                 // SAFETY: the caller's open descriptor, borrowed: ManuallyDrop
                 // never closes it (a re-run after approval writes again).

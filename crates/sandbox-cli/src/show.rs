@@ -3,14 +3,109 @@
 use sandbox::runner::Outcome;
 
 /// Writes `line` on stderr as one line: text from the command or the file
-/// system in it is shown escaped ([`sandbox::runner::terminal_safe`]).
+/// system in it is shown escaped ([`sandbox::runner::terminal_safe`]). On a
+/// terminal the write is bounded ([`bounded`]).
 pub(crate) fn say(line: &str) {
-    eprintln!("{}", sandbox::runner::terminal_safe(line));
+    let line = format!("{}\n", sandbox::runner::terminal_safe(line));
+    if !bounded::write(libc::STDERR_FILENO, line.as_bytes()) {
+        eprint!("{line}");
+    }
 }
 
-/// Writes `line` on stdout as one line, escaped as [`say`] does.
+/// Writes `line` on stdout as one line, escaped as [`say`] does, bounded
+/// on a terminal as [`say`] is.
 pub(crate) fn out(line: &str) {
-    println!("{}", sandbox::runner::terminal_safe(line));
+    let line = format!("{}\n", sandbox::runner::terminal_safe(line));
+    if !bounded::write(libc::STDOUT_FILENO, line.as_bytes()) {
+        print!("{line}");
+    }
+}
+
+/// Writes to a terminal that never hold the runner (red team R6a F1): a
+/// terminal whose output is stopped (Ctrl-S with `IXON`, another process's
+/// `tcflow(TCOOFF)`) blocks every writer in the kernel, and the runner,
+/// blocked on its summary line, would never exit with the command's
+/// status. On a terminal each write is made by a thread of its own and
+/// waited for [`bounded::WAIT`]; past that the line is given up, and so is
+/// every later line to that fd (the runner goes on and exits; its process
+/// exit ends the blocked thread). Elsewhere (pipes, files) writes block as
+/// before: a reader that is slow is not a stopped terminal.
+pub(crate) mod bounded {
+    use std::os::fd::RawFd;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::time::Duration;
+
+    /// How long one line may wait for a terminal.
+    pub(crate) const WAIT: Duration = Duration::from_secs(2);
+
+    /// stdin, stdout, stderr: a line to it was given up.
+    static STALLED: [AtomicBool; 3] = [const { AtomicBool::new(false) }; 3];
+
+    /// Writes `bytes` to `fd` if it is a terminal, waiting at most [`WAIT`]:
+    /// `true` when handled here (written, or given up), `false` when `fd`
+    /// is no terminal (the caller writes as usual).
+    pub(crate) fn write(fd: RawFd, bytes: &[u8]) -> bool {
+        // SAFETY: isatty only reads the fd's state.
+        if unsafe { libc::isatty(fd) } != 1 {
+            return false;
+        }
+        let stalled = usize::try_from(fd).ok().and_then(|i| STALLED.get(i));
+        if stalled.is_some_and(|s| s.load(Ordering::Relaxed)) {
+            return true;
+        }
+        // Whatever std buffered for this fd goes first (a stalled flush is
+        // the rare case of a partial line printed without a newline).
+        use std::io::Write;
+        let _ = match fd {
+            libc::STDOUT_FILENO => std::io::stdout().flush(),
+            _ => std::io::stderr().flush(),
+        };
+        // The thread's own descriptor, close-on-exec: it may outlive this
+        // call (and a re-run after approval starts a command).
+        // SAFETY: F_DUPFD_CLOEXEC makes a new fd or fails.
+        let own = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+        if own < 0 {
+            return false;
+        }
+        let bytes = bytes.to_vec();
+        let (done, wait) = std::sync::mpsc::sync_channel(1);
+        let writer = std::thread::Builder::new()
+            .name("tty-write".into())
+            .spawn(move || {
+                write_all(own, &bytes);
+                // SAFETY: this thread's own fd.
+                unsafe { libc::close(own) };
+                let _ = done.send(());
+            });
+        if writer.is_err() {
+            // SAFETY: not handed to a thread.
+            unsafe { libc::close(own) };
+            return false;
+        }
+        if wait.recv_timeout(WAIT).is_err() {
+            if let Some(s) = stalled {
+                s.store(true, Ordering::Relaxed);
+            }
+        }
+        true
+    }
+
+    /// `write(2)` until all of `bytes` is written or an error other than
+    /// `EINTR`.
+    fn write_all(fd: RawFd, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            // SAFETY: a valid buffer of that length.
+            let n = unsafe { libc::write(fd, bytes.as_ptr().cast(), bytes.len()) };
+            match usize::try_from(n) {
+                Ok(0) => return,
+                Ok(n) => bytes = &bytes[n.min(bytes.len())..],
+                Err(_)
+                    if std::io::Error::last_os_error().kind()
+                        == std::io::ErrorKind::Interrupted => {}
+                Err(_) => return,
+            }
+        }
+    }
 }
 
 /// The start of the Landlock backend's report line saying that refused

@@ -356,7 +356,15 @@ pub fn launch(
     if let Some(signal) = crate::wait::stop_requested() {
         return Err(LaunchError::Stopped(signal));
     }
+    // The terminals the command inherits are given back as found once the
+    // run has ended, whatever ended it (`terminal`).
+    let terminals = crate::terminal::Saved::of([
+        launch.stdin.unwrap_or(0),
+        launch.stdout.unwrap_or(1),
+        launch.stderr.unwrap_or(2),
+    ]);
     let ended = run(&plan, hooks, &containment, supervisor, domain, launch);
+    drop(terminals);
     // Again (it does nothing the second time) for a run that failed after
     // its main process started.
     if let Some(BeforeRemoval(f)) = launch.before_removal {

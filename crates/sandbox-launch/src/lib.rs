@@ -27,6 +27,7 @@
 //! | the launching thread | its exit fires the main process's parent-death signal; it ends the run from inside the run's Landlock domain | it spawns, waits for, ends and reaps the run itself, so it outlives the child, and is joined before the run returns; what ending the run needs (the cgroup's `cgroup.procs`, `cgroup.kill`, `cgroup.events`) is opened before it enters the domain | `tests/tests/it/launch_threads.rs`, `lifetime.rs` (`a_read_denial_over_the_runs_cgroup_does_not_stop_its_end`) |
 //! | the runner's own work for the run | a flood of brokered calls (CPU per request), callers left waiting in brokered calls (FIFO writers, blocking connects); neither is in the run's cgroup, whose threads are the command's alone | the limits asked for (`LaunchOptions::limits`) reach the backend's supervisor: the broker draws its CPU time from a bucket at the `--cpu` rate and runs at most `--pids` connect workers; FIFO writers hold no runner thread (`sandbox_broker::RunBudget`, docs/broker.md) | `tests/tests/it/broker_budget.rs` |
 //! | the fds a run inherits and the cancel fd ([`Launch::inherit`](launch::Launch), `inherit_also`, `child_layer`, `cancel`) | the command holds the inherited fds (the nest socket, `sandbox::nest`; a session zygote's control socket and signal-scoping ruleset, `sandbox::zygote`, which the zygote makes close-on-exec for its own commands) | only those fds escape the close-on-exec sweep, set in the child after it; the filter admits `landlock_restrict_self` only with the `child_layer` fd number and no flags; the cancel fd is the runner's own | `tests/tests/it/nested.rs`, `tests/tests/it/session.rs` (`a_shared_commands_descriptors_are_its_stdio_and_the_nest_socket`) |
+//! | the terminal the command inherits | its settings (`stty raw -echo -isig -ixon`), its output stopped (`tcflow(TCOOFF)`): both outlive the command, and a stopped output blocks every later writer, the runner's summary and the user's shell | the launch saves each terminal among the command's stdio before it starts and, once every process of the run has ended (exit, timeout, stop signal, a failed launch), sets its settings again where they changed (`TCSANOW`) and restarts its output (`TCOON`), with `SIGTTOU` blocked for a background runner; the filter refuses `TCOOFF` and `TCIOFF` (`sandbox_seccomp::DENIED_IOCTL_ARGS`) | `terminal::tests`, `tests/tests/it/terminal.rs` |
 //! | the broker's listener channel | a child that fails before sending; other forks of the caller holding a copy of the child's end | the broker's receive is shut down when no listener will come | `launch_threads.rs` (`a_child_that_fails_before_its_listener_fails_at_once_while_the_caller_forks`) |
 #![warn(unsafe_op_in_unsafe_fn, clippy::undocumented_unsafe_blocks)]
 
@@ -36,6 +37,7 @@ mod launch;
 pub mod limit;
 mod locate;
 pub mod spawn;
+mod terminal;
 mod wait;
 
 pub use contain::{Containment, ContainmentKind};

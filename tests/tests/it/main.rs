@@ -54,6 +54,7 @@ mod session_ns;
 mod session_refused;
 mod session_socket;
 mod shm;
+mod terminal;
 mod tool_caches;
 mod trusted_state;
 mod unix_sockets;
