@@ -709,7 +709,8 @@ pub(crate) fn runner_summary(outcome: &Outcome) -> Option<String> {
 }
 
 /// One line saying the egress proxy ended connections for bounds of its
-/// own (neither a rule's refusal nor the command's doing), with how many.
+/// own (neither a rule's refusal nor the command's doing: its limits, its
+/// silence cut, clients that are not the run's), with how many.
 pub(crate) fn egress_summary(outcome: &Outcome) -> Option<String> {
     let m = outcome.mediation.as_ref()?;
     let mut parts = Vec::new();
@@ -724,6 +725,12 @@ pub(crate) fn egress_summary(outcome: &Outcome) -> Option<String> {
         parts.push(format!(
             "cut {} whose client had ended its side while the server then sent nothing for 30 s",
             plural(m.egress_cut_silent, "connection")
+        ));
+    }
+    if m.egress_foreign_closed > 0 {
+        parts.push(format!(
+            "closed {} on accept unread, whose client was a process outside the run",
+            plural(m.egress_foreign_closed, "connection")
         ));
     }
     (!parts.is_empty()).then(|| {

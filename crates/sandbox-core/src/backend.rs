@@ -457,6 +457,12 @@ pub struct Mediation {
     /// what had come until then.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub egress_cut_silent: usize,
+    /// Connections to the run's egress proxy or resolver closed on accept
+    /// because their client was not one of the run's processes (another
+    /// local process's socket, by its cgroup or owner): never served,
+    /// asked about or listed as the run's refusals.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub egress_foreign_closed: usize,
 }
 
 impl Mediation {
@@ -481,6 +487,9 @@ impl Mediation {
         self.egress_cut_silent = self
             .egress_cut_silent
             .saturating_add(other.egress_cut_silent);
+        self.egress_foreign_closed = self
+            .egress_foreign_closed
+            .saturating_add(other.egress_foreign_closed);
     }
 }
 

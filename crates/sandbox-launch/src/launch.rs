@@ -106,6 +106,11 @@ pub struct Launch<'a> {
     /// runs it launched [`Launch::within`] this one (their cgroups are
     /// inside this run's, and their requesters among its processes).
     pub before_removal: Option<BeforeRemoval<'a>>,
+    /// Called once the run's containment is made, before the command
+    /// starts, with its cgroup v2 directory (`None`: held by its process
+    /// group): a runner tells its egress proxy there which processes are
+    /// the run's.
+    pub contained: Option<Contained<'a>>,
 }
 
 /// Where one run's processes and limits are held (its cgroups), for a run
@@ -119,6 +124,16 @@ pub struct RunGroups {
 /// What [`Launch::before_removal`] calls.
 #[derive(Clone, Copy)]
 pub struct BeforeRemoval<'a>(pub &'a (dyn Fn() + Sync));
+
+/// What [`Launch::contained`] calls.
+#[derive(Clone, Copy)]
+pub struct Contained<'a>(pub &'a (dyn Fn(Option<&Path>) + Sync));
+
+impl std::fmt::Debug for Contained<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("Contained")
+    }
+}
 
 impl std::fmt::Debug for BeforeRemoval<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
@@ -155,6 +170,7 @@ impl<'a> Launch<'a> {
             groups: None,
             within: None,
             before_removal: None,
+            contained: None,
         }
     }
 }
@@ -284,6 +300,9 @@ pub fn launch(
             v2: containment.cgroup_dir().map(Path::to_path_buf),
             v1: limits.v1_groups(),
         });
+    }
+    if let Some(Contained(tell)) = launch.contained {
+        tell(containment.cgroup_dir());
     }
     let unheld = limits.unheld();
     if !unheld.is_empty() {

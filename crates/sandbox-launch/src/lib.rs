@@ -41,7 +41,7 @@ mod terminal;
 mod wait;
 
 pub use contain::{Containment, ContainmentKind};
-pub use launch::{launch, BeforeRemoval, Launch, LaunchError, Launched, RunGroups};
+pub use launch::{launch, BeforeRemoval, Contained, Launch, LaunchError, Launched, RunGroups};
 pub use limit::{LimitKind, LimitRecord, RunLimits};
 pub use locate::{locate, LocateError};
 pub use wait::{stop_requested, stop_runs_on, StopSignals, Waited, Watch};

@@ -113,6 +113,11 @@ struct Shared {
     /// The datagram queries being answered.
     #[cfg_attr(not(target_os = "linux"), allow(dead_code))]
     datagrams_active: AtomicUsize,
+    /// The processes served over TCP ([`DnsServer::serve_only`]); unset:
+    /// any.
+    peers: std::sync::OnceLock<crate::RunPeers>,
+    /// TCP connections closed on accept: not the run's.
+    foreign: AtomicUsize,
 }
 
 /// The running resolver; stopped when dropped.
@@ -147,6 +152,8 @@ impl DnsServer {
             datagrams: Mutex::new(Vec::new()),
             receiving: Mutex::new(()),
             datagrams_active: AtomicUsize::new(0),
+            peers: std::sync::OnceLock::new(),
+            foreign: AtomicUsize::new(0),
         });
         let accept = {
             let shared = Arc::clone(&shared);
@@ -166,6 +173,23 @@ impl DnsServer {
     /// it runs.
     pub fn datagram_service(&self) -> DatagramService {
         DatagramService(Arc::clone(&self.shared))
+    }
+
+    /// Serves only the processes of one run over TCP ([`crate::RunPeers`],
+    /// as [`crate::ProxyOptions::peers`]): another process's connection,
+    /// or one that cannot be looked up, is closed on accept, unread and
+    /// unrecorded ([`DnsServer::foreign_closed`] counts them). Connections
+    /// accepted before the call are served. Later calls change nothing.
+    /// (The datagram namespace's sockets are the run's own: only its
+    /// processes reach them.)
+    pub fn serve_only(&self, peers: crate::RunPeers) {
+        let _ = self.shared.peers.set(peers);
+    }
+
+    /// How many TCP connections were closed on accept, not the run's
+    /// ([`DnsServer::serve_only`]).
+    pub fn foreign_closed(&self) -> usize {
+        self.shared.foreign.load(Ordering::Relaxed)
     }
 
     /// Where it listens.
@@ -265,11 +289,27 @@ impl DatagramService {
 }
 
 fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener) {
-    for conn in listener.incoming() {
+    let mut gate: Option<crate::peer::Gate> = None;
+    loop {
+        let accepted = listener.accept();
         if shared.stop.load(Ordering::Relaxed) {
             return;
         }
-        let Ok(conn) = conn else { continue };
+        let Ok((conn, peer)) = accepted else { continue };
+        if gate.is_none() {
+            gate = shared.peers.get().cloned().map(crate::peer::Gate::new);
+        }
+        if let Some(gate) = &mut gate {
+            if !listener
+                .local_addr()
+                .is_ok_and(|local| gate.admits(peer, local))
+            {
+                // Counted first: whoever sees it closed sees it counted.
+                shared.foreign.fetch_add(1, Ordering::Relaxed);
+                drop(conn);
+                continue;
+            }
+        }
         if shared.active.fetch_add(1, Ordering::AcqRel) >= MAX_CONNECTIONS {
             shared.active.fetch_sub(1, Ordering::AcqRel);
             continue;
@@ -988,6 +1028,40 @@ mod tests {
             })
         });
         (DnsServer::start(pins.clone(), Some(lookup)).unwrap(), pins)
+    }
+
+    /// Serving one run's peers only: a client that is not the run's (a
+    /// run of another uid) is closed unanswered, unrecorded and counted;
+    /// twin: the run's own (this process's uid) is answered and its refusal
+    /// recorded.
+    #[cfg(target_os = "linux")]
+    #[test]
+    fn a_client_outside_the_run_is_closed_unanswered() {
+        // SAFETY: geteuid has no preconditions.
+        let uid = unsafe { libc::geteuid() };
+        let (theirs, _) = server(&["svc.example.com"]);
+        let peers = crate::RunPeers::new();
+        peers.set(uid ^ 1, None);
+        theirs.serve_only(peers);
+        let mut c = TcpStream::connect(theirs.addr()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        let q = query("unlisted.example.net", TYPE_A);
+        let mut framed = (q.len() as u16).to_be_bytes().to_vec();
+        framed.extend_from_slice(&q);
+        let _ = c.write_all(&framed);
+        let mut got = Vec::new();
+        let _ = c.read_to_end(&mut got);
+        assert!(got.is_empty(), "closed unanswered");
+        assert_eq!(theirs.foreign_closed(), 1);
+        assert!(theirs.refused().0.is_empty(), "not recorded");
+        let (mine, _) = server(&["svc.example.com"]);
+        let peers = crate::RunPeers::new();
+        peers.set(uid, None);
+        mine.serve_only(peers);
+        assert_eq!(ask(&mine, "unlisted.example.net", TYPE_A).0, RCODE_NXDOMAIN);
+        assert_eq!(ask(&mine, "svc.example.com", TYPE_A).0, 0);
+        assert_eq!(mine.foreign_closed(), 0);
+        assert_eq!(mine.refused().0.len(), 1);
     }
 
     #[test]

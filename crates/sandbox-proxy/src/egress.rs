@@ -176,6 +176,8 @@ pub enum EgressError {
 #[derive(Debug)]
 pub struct Egress {
     proxy: Proxy,
+    /// The processes its proxy and resolver serve ([`Egress::peers`]).
+    peers: crate::RunPeers,
     dns: Option<(DnsServer, DnsRoute)>,
     policy: ResolvedPolicy,
     /// The secrets whose placeholders the command gets.
@@ -227,9 +229,13 @@ impl Egress {
         if policy.network_mode() != NetworkMode::Allowlist && !asks_for_all {
             return Ok(None);
         }
+        // Only the run's processes are served, once the launch says which
+        // they are (Egress::peers): before that, no one.
+        let peers = crate::RunPeers::new();
         let mut proxy_opts = ProxyOptions::default()
             .max_connections(MAX_CONNECTIONS_PER_EGRESS)
-            .budget(process_budget());
+            .budget(process_budget())
+            .peers(peers.clone());
         if let Some(decider) = &opts.decider {
             proxy_opts = proxy_opts.decider(Arc::clone(decider));
         }
@@ -285,7 +291,7 @@ impl Egress {
         let proxy =
             Proxy::start(policy.allow_net().to_vec(), proxy_opts).map_err(EgressError::Proxy)?;
         let dns = match pins {
-            Some(pins) => Some(start_dns(pins).map_err(EgressError::Resolver)?),
+            Some(pins) => Some(start_dns(pins, &peers).map_err(EgressError::Resolver)?),
             None => None,
         };
         let mut policy = if asks_for_all {
@@ -308,12 +314,21 @@ impl Egress {
         }
         Ok(Some(Egress {
             proxy,
+            peers,
             dns,
             policy,
             secrets,
             #[cfg(target_os = "linux")]
             ca_files,
         }))
+    }
+
+    /// Whose connections the proxy and the resolver serve: no one until
+    /// the runner sets the run's identity ([`crate::RunPeers::set`]), once
+    /// its containment is made and before its command starts; then only
+    /// the run's processes (its cgroup's subtree, else its uid).
+    pub fn peers(&self) -> &crate::RunPeers {
+        &self.peers
     }
 
     /// The policy the run is confined by: the one it started with, the
@@ -383,6 +398,9 @@ impl Egress {
         let mut m = Mediation::default();
         if let Some((mut server, _)) = self.dns.take() {
             server.shutdown();
+            m.egress_foreign_closed = m
+                .egress_foreign_closed
+                .saturating_add(server.foreign_closed());
             let (refused, omitted) = server.refused();
             m.omitted += omitted;
             m.refused.extend(refused.into_iter().map(dns_call));
@@ -680,8 +698,9 @@ fn proxy_call(r: crate::Refused) -> MediatedCall {
 /// TCP, and over UDP in the run's datagram namespace where one can be made
 /// (Linux; unprivileged, that takes user namespaces), when the run first
 /// asks for a datagram socket.
-fn start_dns(pins: Pins) -> std::io::Result<(DnsServer, DnsRoute)> {
+fn start_dns(pins: Pins, peers: &crate::RunPeers) -> std::io::Result<(DnsServer, DnsRoute)> {
     let server = DnsServer::start(pins.clone(), None)?;
+    server.serve_only(peers.clone());
     let datagrams = datagram_namespace(&server)?;
     let route = DnsRoute {
         resolver: server.addr(),

@@ -144,6 +144,31 @@
 //! `Mediation::egress_cut_silent`), and the CLI says them in one line. [`Proxy::shutdown`] ends every tunnel, and a
 //! session's [`EgressTap::take`] those of the command that ended.
 //!
+//! # Who is served
+//! Any local process may connect to `127.0.0.1`: a run with full network,
+//! an unconfined process of any user, a run whose IP rules admit loopback.
+//! A run's proxy ([`ProxyOptions::peers`], which [`Egress::start`] always
+//! sets) serves only that run's processes: on accept, before a byte is
+//! read or a slot taken, the kernel is asked who made the client's socket
+//! (`SOCK_DIAG_BY_FAMILY` lookup of its exact TCP 4-tuple, sock_diag(7),
+//! which needs no privilege): made in the run's cgroup or one beneath it
+//! (`INET_DIAG_CGROUP_ID`, the cgroup v2 directory's inode), or, for a run
+//! held by its process group (no cgroup: unprivileged without delegation)
+//! or on a kernel before 5.9, owned by the uid the command runs as. Any
+//! other client, and one that cannot be looked up, is closed at once:
+//! never served, asked about ([`Decider`]) or recorded as a refusal, only
+//! counted (`Mediation::egress_foreign_closed`). Held by its process group,
+//! a run cannot tell its own processes from the same user's others (no
+//! per-run kernel identity of a socket is readable unprivileged), so those
+//! are served as the run's. The run's resolver does the same over TCP
+//! ([`dns::DnsServer::serve_only`]); over UDP it answers in the run's own
+//! network namespace ([`island`]), unchecked per sender: a process that
+//! can enter that namespace (root; the runner's user for an unprivileged
+//! run's) is answered, and its refused names recorded, as the run's. The
+//! check costs about 3 µs a connection
+//! (debug build, `peer::tests::the_check_costs_microseconds`). Not on
+//! macOS: there any local process is served.
+//!
 //! # Wiring it into a run
 //! The proxy runs in the unconfined runner. The confined command must reach
 //! the network only through it:
@@ -153,7 +178,8 @@
 //!    the proxy then is the only destination the command reaches directly,
 //!    and every other connect is refused by the broker. Without that broker
 //!    rule the proxy constrains nothing: a command may ignore proxy variables.
-//! 3. The command's environment gets [`Proxy::env`].
+//! 3. The command's environment gets [`Proxy::env`]; once the run's
+//!    containment is made, [`RunPeers::set`] says whose clients to serve.
 //! 4. After the process tree ended, [`Proxy::shutdown`]; [`Proxy::refusals`]
 //!    are denial evidence for the outcome record.
 //!
@@ -181,6 +207,7 @@
 //! | Entry point | What the caller controls | Kept safe by | Attacked by |
 //! |---|---|---|---|
 //! | proxy request head (HTTP, SOCKS5) | host, port, head bytes, timing | a name no rule lists is refused before it is resolved; heads bounded in size and time; at most 256 connections a proxy, and all of a process's egresses (a runner's shared, kept and nested runs) share one budget from its descriptor limit less 256 and a quarter of it kept for the broker, resolvers and launches (8 a connection), so a run's connections cannot take the runner's descriptors, and each proxy keeps an eighth of the budget (at most 16) of its own, so a kept command filling the rest leaves the session's shared proxy its places | `tests/proxy.rs` (refusals, limits, slow heads), `state::tests::two_proxies_share_the_process_budget`, `tests/tests/it/fd_limit.rs` |
+//! | who connects (any local process may reach `127.0.0.1:PORT`: a run with full network, an unconfined one of any user) | the client socket: its creator's cgroup and uid, its 4-tuple, when it connects (before the run starts, while it runs) | a run's proxy and resolver (TCP) serve only its processes: on accept, before a byte, slot, question or record, the socket is looked up by its exact 4-tuple (sock_diag) and must have been made in the run's cgroup or beneath it (its id the directory's inode; ids never reused), or without a cgroup (process-group containment, kernel before 5.9) owned by the command's uid; any other, a socket not found, a listener's or time-wait answer, or no identity yet (before the launch) is closed unread and only counted (`egress_foreign_closed`); same-user processes are served as the run's in process-group mode (documented) | `peer::tests`, `tests/tests/it/egress_peers.rs` (this process, a full-network run as root and as nobody; session twin with `--approval channel`) |
 //! | proxy destination resolution | the name's DNS answers (rebinding) | wildcard names never reach special or own addresses; each address checked before connect | `tests/proxy.rs` wildcard and host-address tests |
 //! | tunnel first flight (`sni.rs`): a `CONNECT` or SOCKS tunnel to a port a request rule intercepts on some host | every byte of the ClientHello, how it is split over records and reads, when it comes, whether the server speaks first | a TLS ClientHello must ask (SNI) for the tunnel's own host (an IP-literal tunnel: for no intercepted one) and not hide it (ECH, ESNI); a strict hand parser reading each record once as the flight grows: whole within 32 KiB over any record split, only handshake records, no repeated extension, one `host_name` that is a host name; a handshake record that does not parse, grow whole within 192 KiB or arrive by the head timeout refused (TLS alert, recorded); an SSLv2-format hello counts as one without a name; a first record of another TLS type (alert, change_cipher_spec, application data, heartbeat, version 3.x: rustls and Go skip a warning alert before the hello) refused; not TLS, or a server speaking first, passes; what TLS carries (`Host`) is not seen (documented) | `sni::tests` (split at every byte and over records, an alert or other record before the hello beside non-TLS bytes starting 0x14-0x18, a 1-byte-record 32 KiB hello in linear steps, each malformed shape beside its twin, real sockets: pieces, half a hello, server first, silence), `tests/tests/it/intercept_routes.rs` |
 //! | intercepted names and the addresses they share (`sandbox_core::Pins`) | any `--allow-net` rule covering an intercepted host (exact, wildcard, the operator's), the names it asks the resolver for, another name at the intercepted host's address | an intercepted name is never answered or pinned, on any port (`NXDOMAIN`, recorded); an exact rule for the same host and port refused at policy resolution; an address where the resolver found an intercepted host (`/etc/hosts`, its lookup at most a minute old) admits no direct connect at that host's intercepted ports (best effort: another resolver's answer is not seen), and a direct connect refused at such an address (any port) names that host so `--explain` proposes no IP rule for it, and the proxy asks no [`Decider`] about an IP literal there ([`RefusalReason::InterceptedAddress`]); through the proxy, an intercepted host at a port no request rule names is reached only where an exact `--allow-net HOST:PORT` lists it (a wildcard, every-port or operator rule does not count: [`RefusalReason::InterceptedElsewhere`]) | `sandbox_core` `pins` and `policy` tests, `dns::tests`, `tests/tests/it/intercept_routes.rs` |
@@ -212,9 +239,10 @@ mod http;
 #[cfg(target_os = "linux")]
 mod intercept;
 #[cfg(target_os = "linux")]
-mod pipes;
-#[cfg(target_os = "linux")]
 pub mod island;
+mod peer;
+#[cfg(target_os = "linux")]
+mod pipes;
 mod relay;
 mod serve;
 #[cfg(target_os = "linux")]
@@ -234,6 +262,7 @@ use std::time::Duration;
 
 pub use egress::{Egress, EgressError, EgressOptions, EgressTap};
 pub use hold::{Decider, Decision, Pending, Reply, Settled, DEFAULT_HOLD_LIMIT, DEFAULT_MAX_HELD};
+pub use peer::RunPeers;
 pub use sandbox_core::net::{EgressRule, EgressRules, NetRule};
 
 /// This host's own addresses (every address on one of its interfaces), which
@@ -277,6 +306,8 @@ pub struct ProxyOptions {
     /// The connections this proxy shares with the process's others (a
     /// run's egress: [`Egress::start`]); none for a proxy of its own.
     budget: Option<Arc<state::Budget>>,
+    /// The processes it serves ([`ProxyOptions::peers`]); none: any.
+    peers: Option<RunPeers>,
 }
 
 /// The interception of the hosts per-request rules name
@@ -427,6 +458,7 @@ impl Default for ProxyOptions {
             max_held: DEFAULT_MAX_HELD,
             shadows: None,
             budget: None,
+            peers: None,
         }
     }
 }
@@ -443,6 +475,7 @@ impl fmt::Debug for ProxyOptions {
             .field("decider", &self.decider)
             .field("max_held", &self.max_held)
             .field("shadows", &self.shadows.is_some())
+            .field("peers", &self.peers)
             .finish()
     }
 }
@@ -517,6 +550,19 @@ impl ProxyOptions {
     /// ([`Decider`]); without one they are refused at once.
     pub fn decider(mut self, decider: Arc<dyn Decider>) -> Self {
         self.decider = Some(decider);
+        self
+    }
+
+    /// Serves only the processes of one run ([`RunPeers`]): on accept,
+    /// before a byte is read, the kernel is asked who made the client's
+    /// socket (sock_diag(7)); another process's connection, or one that
+    /// cannot be looked up, is closed at once, unserved and unrecorded
+    /// (counted: `Mediation::egress_foreign_closed`). Until the run's
+    /// identity is set ([`RunPeers::set`]) no one is served. Without this
+    /// option any local process is served (Linux; elsewhere nothing is
+    /// checked). [`Egress::start`] always sets it ([`Egress::peers`]).
+    pub fn peers(mut self, peers: RunPeers) -> Self {
+        self.peers = Some(peers);
         self
     }
 

@@ -9,6 +9,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use crate::deadline::peek_by;
+use crate::peer::Gate;
 use crate::state::{Shared, Slot};
 
 /// Stack of a connection thread: buffers live on the heap.
@@ -16,6 +17,9 @@ const STACK: usize = 256 * 1024;
 
 /// Accepts connections until `woken` becomes readable (its peer closed).
 pub(crate) fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &UnixStream) {
+    // Who may be served: the run's processes only, when the proxy is a
+    // run's (checked here, before a slot, a byte, a question or a record).
+    let mut gate = shared.opts.peers.clone().map(Gate::new);
     let mut fds = [
         libc::pollfd {
             fd: listener.as_raw_fd(),
@@ -48,7 +52,18 @@ pub(crate) fn accept_loop(shared: &Arc<Shared>, listener: &TcpListener, woken: &
             return;
         }
         match listener.accept() {
-            Ok((stream, _)) => dispatch(shared, stream),
+            Ok((stream, peer)) => {
+                if let Some(gate) = &mut gate {
+                    if !gate.admits(peer, shared.addr) {
+                        // Closed at once, unread (counted first: whoever
+                        // sees it closed sees it counted).
+                        shared.closed_foreign();
+                        drop(stream);
+                        continue;
+                    }
+                }
+                dispatch(shared, stream)
+            }
             Err(e)
                 if matches!(
                     e.kind(),

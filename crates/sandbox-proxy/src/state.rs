@@ -59,6 +59,9 @@ pub(crate) struct Ended {
     /// Cut after the client had ended its side and the upstream stayed
     /// silent [`crate::relay::HALF_CLOSED_IDLE`].
     silent: u64,
+    /// Closed on accept: the client was not one of the run's processes
+    /// ([`crate::RunPeers`]), or could not be looked up.
+    foreign: u64,
 }
 
 impl Ended {
@@ -67,11 +70,17 @@ impl Ended {
         let n = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
         m.egress_closed_at_limit = m.egress_closed_at_limit.saturating_add(n(self.at_limit));
         m.egress_cut_silent = m.egress_cut_silent.saturating_add(n(self.silent));
+        m.egress_foreign_closed = m.egress_foreign_closed.saturating_add(n(self.foreign));
     }
 
     #[cfg(test)]
     pub(crate) fn silent(&self) -> u64 {
         self.silent
+    }
+
+    #[cfg(all(test, target_os = "linux"))]
+    pub(crate) fn foreign(&self) -> u64 {
+        self.foreign
     }
 }
 
@@ -289,6 +298,13 @@ impl Shared {
     pub(crate) fn closed_at_limit(&self) {
         lock(&self.log).ended.at_limit += 1;
         lock(&self.window).ended.at_limit += 1;
+    }
+
+    /// Counts a connection closed on accept because its client is not one
+    /// of the run's processes ([`crate::RunPeers`]). In the run's count
+    /// only, never a window's: nothing says which command it would be.
+    pub(crate) fn closed_foreign(&self) {
+        lock(&self.log).ended.foreign += 1;
     }
 
     /// The current window's refusals since the last call, and how many it

@@ -419,6 +419,16 @@ pub fn run(backend: &dyn Backend, req: &RunRequest) -> Result<Outcome, RunError>
     launch.observe_writes = req.observe_writes;
     launch.require_full = req.require_full;
     launch.dns = egress.as_ref().and_then(Egress::dns_route);
+    // The run's proxy and resolver serve its processes only: its cgroup's
+    // (subtree), else those of the uid its command runs as (this one's).
+    let peers = egress.as_ref().map(|e| e.peers().clone());
+    let tell_peers = move |cgroup: Option<&std::path::Path>| {
+        if let Some(peers) = &peers {
+            // SAFETY: geteuid cannot fail.
+            peers.set(unsafe { libc::geteuid() }, cgroup);
+        }
+    };
+    launch.contained = Some(sandbox_launch::Contained(&tell_peers));
     let nest = door.as_ref().zip(policy.as_deref()).map(|(door, policy)| {
         let outer = crate::nest::Outer {
             backend,

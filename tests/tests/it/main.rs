@@ -15,6 +15,7 @@ mod broker_record;
 mod default_caches;
 mod dns;
 mod egress;
+mod egress_peers;
 mod explain;
 mod fail_closed;
 mod fd_limit;
