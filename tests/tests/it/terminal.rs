@@ -5,6 +5,7 @@
 //! stopped under it. Each run is on a new pty, as an interactive user's
 //! terminal (the runner's controlling terminal, in the foreground or, for
 //! one test, in the background), as root and as nobody.
+#![cfg(target_os = "linux")]
 
 use std::fs;
 use std::io::Read;
