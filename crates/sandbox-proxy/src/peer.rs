@@ -639,6 +639,32 @@ mod tests {
         assert_eq!(other.refusal_count(), 0);
     }
 
+    /// A client on an IPv6 socket connected to the IPv4 listener (a
+    /// v4-mapped address, as Java's dual-stack sockets connect) is found
+    /// and admitted as the IPv4 one is; another uid's gate refuses it.
+    #[test]
+    fn a_v4_mapped_client_is_looked_up_too() {
+        let listener = TcpListener::bind("127.0.0.1:0").unwrap();
+        let local = listener.local_addr().unwrap();
+        let mapped: SocketAddr = format!("[::ffff:127.0.0.1]:{}", local.port())
+            .parse()
+            .unwrap();
+        let Ok(_client) = TcpStream::connect(mapped) else {
+            // No IPv6 on this host: nothing can connect so.
+            return;
+        };
+        let (_served, peer) = listener.accept().unwrap();
+        assert!(peer.is_ipv4(), "{peer}");
+        let gate = |uid: u32, cgroup: Option<PathBuf>| {
+            let peers = RunPeers::new();
+            peers.set(uid, cgroup.as_deref());
+            Gate::new(peers).admits(peer, local)
+        };
+        assert!(gate(uid(), own_cgroup()), "its cgroup");
+        assert!(gate(uid(), None), "its uid");
+        assert!(!gate(uid() ^ 1, None), "another uid");
+    }
+
     /// The cost of one check on accept (printed): a look-up on a kept
     /// netlink socket and the comparison, the run's own cgroup.
     #[test]
