@@ -759,9 +759,19 @@ fn handle(
             };
             answer_with(listener, n.id, tid, name, target, decision, refused)
         }
-        Answer::Fd { fd, cloexec } => {
-            answer_fd(listener, own, n.id, tid, name, target, &fd, cloexec)
-        }
+        Answer::Fd {
+            fd,
+            cloexec,
+            deferred,
+        } => answer_fd(
+            listener,
+            own,
+            (n.id, tid, name),
+            target,
+            &fd,
+            cloexec,
+            deferred,
+        ),
         Answer::Continue => {
             // Not the run's shared memory, and no other rule of the
             // broker's: the kernel decides it with the command's own
@@ -855,7 +865,9 @@ fn socket_call(
         Some(maker) if datagram => match maker.socket(domain, ty & !libc::SOCK_CLOEXEC, protocol) {
             Ok(sock) => {
                 let cloexec = ty & libc::SOCK_CLOEXEC != 0;
-                answer_fd(listener, own, n.id, tid, name, target, &sock, cloexec)
+                let call = (n.id, tid, name);
+                let deferred = entries::Deferred::default();
+                answer_fd(listener, own, call, target, &sock, cloexec, deferred)
             }
             // No namespace (its message says why): refused, as without one.
             Err(e) if e.raw_os_error().is_none() => {
@@ -956,6 +968,7 @@ enum Answer {
     Fd {
         fd: OwnedFd,
         cloexec: bool,
+        deferred: entries::Deferred,
     },
     WaitFifo {
         fd: OwnedFd,
@@ -1064,7 +1077,11 @@ fn decide(
         Request::Nothing => return BrokerDecision::Performed.into(),
         Request::Meta(subject, op) => (subject, op),
         Request::Entry(call) => {
-            return decide_entry(rules, own, &caller, &call, shm_names, umask, target, fatal)
+            let answer = decide_entry(rules, own, &caller, &call, shm_names, umask, target, fatal);
+            return match call {
+                EntryCall::Open { .. } => no_fd_slot(&caller, answer),
+                _ => answer,
+            };
         }
     };
     match &subject {
@@ -1093,6 +1110,26 @@ fn decide(
         Acted::Read(back) => write_back(listener, n.id, &caller, back),
     }
     .into()
+}
+
+/// An open that did not come to an fd for the caller: when the caller's fd
+/// table is full, the kernel answers `EMFILE` before it walks the path
+/// (`get_unused_fd_flags` in `do_sys_openat2`, fs/open.c), so before any of
+/// the path's errors and any refusal, and a `FIFO` open never waits (red-team
+/// R6a F2). An open that came to an fd meets a full table at its install.
+fn no_fd_slot(caller: &Caller, answer: Answer) -> Answer {
+    let failed = matches!(
+        answer,
+        Answer::BrokerDecision(BrokerDecision::Refused { .. } | BrokerDecision::Failed { .. })
+            | Answer::WaitFifo { .. }
+    );
+    if failed && caller.fd_table_full() {
+        return BrokerDecision::Failed {
+            errno: libc::EMFILE,
+        }
+        .into();
+    }
+    answer
 }
 
 /// Records what an entry call names, takes its handles, and decides and
@@ -1155,7 +1192,15 @@ fn decide_entry(
     };
     match acted {
         Ok(Ok(Outcome::Done(decision))) => decision.into(),
-        Ok(Ok(Outcome::Fd { fd, cloexec })) => Answer::Fd { fd, cloexec },
+        Ok(Ok(Outcome::Fd {
+            fd,
+            cloexec,
+            deferred,
+        })) => Answer::Fd {
+            fd,
+            cloexec,
+            deferred,
+        },
         Ok(Ok(Outcome::WaitFifo { fd, flags })) => Answer::WaitFifo {
             fd,
             flags,
@@ -1234,9 +1279,15 @@ fn act(
             .filter(|st| shm.owns_stat(st)),
         _ => None,
     };
-    if let Some(stat) = own_shm {
+    // An inode of no file system the policy names (a pipe, a socket, an
+    // anon_inode): in no path, so no path rule is about it, and the kernel
+    // answers its metadata calls as bare (red-team R6a F7: `fchmod` or
+    // `futimens` of a stdout pipe was refused).
+    let pathless = crate::resolve::pathless(&first);
+    if let Some(stat) = own_shm.or(pathless) {
         let obj = crate::resolve::Object {
-            path: crate::resolve::canonical(&first).unwrap_or_default(),
+            path: std::fs::read_link(format!("/proc/self/fd/{}", first.as_raw_fd()))
+                .unwrap_or_default(),
             fd: first,
             stat,
         };
@@ -1244,12 +1295,27 @@ fn act(
         if let Err(denied) = ops::check(op, identity, &obj.stat) {
             return Acted::Done(denied_decision(denied));
         }
+        if op.is_read() {
+            return match ops::read(op, &obj) {
+                Ok(back) => Acted::Read(back),
+                Err(e) => Acted::Done(BrokerDecision::Failed {
+                    errno: errno_of(&e),
+                }),
+            };
+        }
         return Acted::Done(match ops::perform(op, &obj) {
             Ok(()) => BrokerDecision::Performed,
             Err(e) => BrokerDecision::Failed {
                 errno: errno_of(&e),
             },
         });
+    }
+    // The kernel's answers from an xattr's name and value come before its
+    // permission checks, and so before any refusal of the policy's.
+    if let Ok(st) = crate::resolve::fstat(&first) {
+        if let Some(errno) = ops::xattr_kernel_first(op, identity, &st) {
+            return Acted::Done(BrokerDecision::Failed { errno });
+        }
     }
     let admitted = match access {
         Access::Change => match rules.admit_change(&first) {
@@ -1359,18 +1425,27 @@ fn answer_failed(
 }
 
 /// Hands `fd` to the caller as the call's result; an install that fails
-/// (e.g. `EMFILE`) is answered with its errno.
-#[allow(clippy::too_many_arguments)]
+/// (e.g. `EMFILE`) is answered with its errno, and undoes what the open did
+/// ([`entries::Deferred`]: a file it created is unlinked). What the open left
+/// to do once installed (`O_TRUNC`) is done before the call is answered.
 fn answer_fd(
     listener: &Listener,
     own: &Own,
-    id: u64,
-    tid: i32,
-    name: &str,
+    (id, tid, name): (u64, i32, &str),
     target: BrokerTarget,
     fd: &OwnedFd,
     cloexec: bool,
+    deferred: entries::Deferred,
 ) -> BrokerRecord {
+    let pending = deferred.pending();
+    let finish = |newfd: i32| match deferred.finish(fd) {
+        Ok(()) => listener
+            .send(id, i64::from(newfd), 0)
+            .map(|sent| sent.then_some(newfd)),
+        // Installed already: the caller keeps that fd (nothing can take it
+        // back), the call fails with the kernel's errno for the truncation.
+        Err(e) => Err(e),
+    };
     let sent = match own.cpu.pin(tid) {
         // Installed while pinned; answered once the masks are back.
         Some(pinned) => {
@@ -1379,18 +1454,23 @@ fn answer_fd(
             // On a send error the fd is the caller's already; the call is
             // answered below.
             match added {
-                Ok(Some(newfd)) => listener
-                    .send(id, i64::from(newfd), 0)
-                    .map(|sent| sent.then_some(newfd)),
+                Ok(Some(newfd)) => finish(newfd),
                 other => other,
             }
         }
+        None if pending => match listener.add_fd(id, fd.as_raw_fd(), cloexec, false) {
+            Ok(Some(newfd)) => finish(newfd),
+            other => other,
+        },
         None => listener.add_fd(id, fd.as_raw_fd(), cloexec, true),
     };
     let decision = match sent {
         Ok(Some(fd)) => BrokerDecision::Opened { fd },
         Ok(None) => BrokerDecision::CallerGone,
-        Err(e) => return answer_failed(listener, id, tid, name, target, &e),
+        Err(e) => {
+            deferred.undo(fd);
+            return answer_failed(listener, id, tid, name, target, &e);
+        }
     };
     record(name, tid, target, decision)
 }

@@ -334,6 +334,41 @@ impl Caller {
         Ok(st)
     }
 
+    /// Whether the caller's fd table has no free slot: its lowest unused fd
+    /// number is at or past its `RLIMIT_NOFILE` soft limit, where the
+    /// kernel's `alloc_fd` answers `EMFILE` (`/proc/TID/limits` and
+    /// `/proc/TID/fd`). `false` when either cannot be read.
+    pub(crate) fn fd_table_full(&self) -> bool {
+        let Ok(limits) = std::fs::read_to_string(format!("/proc/{}/limits", self.tid)) else {
+            return false;
+        };
+        let soft = limits
+            .lines()
+            .find_map(|l| l.strip_prefix("Max open files"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<usize>().ok());
+        let Some(soft) = soft else {
+            return false;
+        };
+        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.tid)) else {
+            return false;
+        };
+        // Which numbers below the limit are taken.
+        let mut used = vec![false; soft.min(1 << 20)];
+        for entry in dir.flatten() {
+            if let Some(n) = entry
+                .file_name()
+                .to_str()
+                .and_then(|n| n.parse::<usize>().ok())
+            {
+                if let Some(slot) = used.get_mut(n) {
+                    *slot = true;
+                }
+            }
+        }
+        used.len() == soft && used.iter().all(|&u| u)
+    }
+
     /// An `O_PATH` fd on the caller's working directory.
     pub(crate) fn cwd(&self) -> io::Result<OwnedFd> {
         // SAFETY: openat relative to our /proc/TID fd; the magic link is followed on purpose.

@@ -533,7 +533,7 @@ pub(crate) fn decide_bind(
     };
     let bound = with_credentials(own, &identity, fatal, || {
         own.set_umask(identity.umask);
-        crate::entries::bind_unix(rules, start, &sock, target)
+        crate::entries::bind_unix(rules, start, &sock, &addr, target)
     });
     match bound {
         Ok(Ok(())) => (BrokerDecision::Performed, libc::EACCES),

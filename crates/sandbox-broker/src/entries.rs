@@ -24,10 +24,12 @@ const OPENER_CHECKED: [i64; 4] = [0x9fa0, 0x6265_6572, 0x0027_e0eb, 0x6367_7270]
 /// What an entry call came to.
 pub(crate) enum Outcome {
     Done(BrokerDecision),
-    /// Hand this fd to the caller as the call's result (`ADDFD` + `SEND`).
+    /// Hand this fd to the caller as the call's result (`ADDFD` + `SEND`),
+    /// then what the open left to do ([`Deferred`]).
     Fd {
         fd: OwnedFd,
         cloexec: bool,
+        deferred: Deferred,
     },
     /// A FIFO opened for writing without `O_NONBLOCK` has no reader yet: the
     /// kernel would make the caller wait for one (fifo(7)), so the broker
@@ -37,6 +39,125 @@ pub(crate) enum Outcome {
         fd: OwnedFd,
         flags: i32,
     },
+}
+
+/// What a brokered open leaves until its fd is the caller's: the kernel takes
+/// the caller's fd slot before it walks the path (`do_sys_openat2`,
+/// fs/open.c), so an open that fails `EMFILE` there changes nothing. The
+/// broker learns of a full fd table only when `ADDFD` fails, after its own
+/// open: so it opens without `O_TRUNC` and truncates only once the fd is
+/// installed (before the call is answered), and undoes a creation of its own
+/// when the install fails.
+#[derive(Default)]
+pub(crate) struct Deferred {
+    /// `O_TRUNC` of an existing regular file, opened for writing: truncated
+    /// to 0 once installed, as `handle_truncate` (fs/namei.c) does, with
+    /// `ATTR_MTIME|ATTR_CTIME` even when the file is empty already (so does
+    /// `ftruncate`).
+    truncate: bool,
+    /// The file this very open created (`O_EXCL` made it): unlinked again if
+    /// the install fails.
+    created: Option<Created>,
+}
+
+/// A name a brokered open created: its directory and name there.
+pub(crate) struct Created {
+    dir: OwnedFd,
+    name: CString,
+}
+
+impl Deferred {
+    /// A file `fd` that this open created as `name` in `dir`.
+    pub(crate) fn created(dir: &OwnedFd, name: &CStr) -> Self {
+        Deferred {
+            truncate: false,
+            created: dir.try_clone().ok().map(|dir| Created {
+                dir,
+                name: name.to_owned(),
+            }),
+        }
+    }
+
+    /// Whether [`Deferred::finish`] has work to do after the install (the
+    /// call must then be answered after it, not with the install).
+    pub(crate) fn pending(&self) -> bool {
+        self.truncate
+    }
+
+    /// After the install: applies the open's `O_TRUNC` to `fd` (the
+    /// caller's file description too).
+    pub(crate) fn finish(&self, fd: &OwnedFd) -> io::Result<()> {
+        if !self.truncate {
+            return Ok(());
+        }
+        // SAFETY: ftruncate on our own fd.
+        if unsafe { libc::ftruncate(fd.as_raw_fd(), 0) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// The install failed: the file this open created (still the inode of
+    /// `fd` under its name) is unlinked again, so that the failed call
+    /// leaves nothing, as the kernel's. A name that now means another inode
+    /// is left alone.
+    pub(crate) fn undo(self, fd: &OwnedFd) {
+        let Some(c) = self.created else {
+            return;
+        };
+        let (Ok(mine), Ok(now)) = (fstat(fd), fstatat_nofollow(&c.dir, &c.name)) else {
+            return;
+        };
+        if (mine.st_dev, mine.st_ino) != (now.st_dev, now.st_ino) {
+            return;
+        }
+        // SAFETY: unlinkat on our own directory fd with a NUL-terminated name.
+        if unsafe { libc::unlinkat(c.dir.as_raw_fd(), c.name.as_ptr(), 0) } < 0 {
+            tracing::warn!(
+                err = %io::Error::last_os_error(),
+                "undoing the creation of a file whose fd could not be installed failed"
+            );
+        }
+    }
+}
+
+/// The `O_TRUNC` of an open made without it (`new`, opened with `flags`):
+/// deferred for a regular file ([`Deferred`]); the kernel ignores it for
+/// anything else. An append-only file refuses it (`may_open`, fs/namei.c)
+/// before any install.
+fn truncating(new: &OwnedFd, flags: i32) -> Result<Deferred, Unresolved> {
+    if flags & libc::O_TRUNC == 0 {
+        return Ok(Deferred::default());
+    }
+    let st = fstat(new).map_err(io_errno)?;
+    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+        return Ok(Deferred::default());
+    }
+    if append_only(new) {
+        return Err(errno(libc::EPERM));
+    }
+    Ok(Deferred {
+        truncate: true,
+        created: None,
+    })
+}
+
+/// Whether the inode of `fd` is append-only (`chattr +a`).
+fn append_only(fd: &OwnedFd) -> bool {
+    // SAFETY: statx is plain data; the kernel fills it.
+    let mut stx: libc::statx = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd, empty NUL-terminated path and out-pointer.
+    let rc = unsafe {
+        libc::statx(
+            fd.as_raw_fd(),
+            c"".as_ptr(),
+            libc::AT_EMPTY_PATH,
+            0,
+            &mut stx,
+        )
+    };
+    let append = libc::STATX_ATTR_APPEND as u64;
+    rc == 0 && stx.stx_attributes_mask & append != 0 && stx.stx_attributes & append != 0
 }
 
 /// An open of a FIFO for writing that waits for a reader, as the kernel's
@@ -497,27 +618,104 @@ fn with_path(e: Unresolved, path: &std::path::Path) -> Unresolved {
     }
 }
 
-/// `bind` of a pathname UNIX socket (`unix_bind_bsd`, net/unix/af_unix.c):
-/// the socket file is a new entry, admitted as [`new_entry`] admits one
-/// (`EEXIST` is `EADDRINUSE`), and made by the kernel's own bind of `sock`
-/// to its final name from the admitted parent, which is the thread's working
-/// directory for the call (its own: `unshare(CLONE_FS)`). The thread holds
-/// the caller's credentials and umask.
+/// A pathname `AF_UNIX` bind (`addr`, the caller's own address): the socket
+/// file is a new entry, admitted as `mknod` admits one. The kernel records
+/// the caller's `sun_path` bytes as the socket's address (`getsockname`,
+/// `getpeername`, what `multiprocessing` hands its clients), so the broker
+/// binds those very bytes, from the caller's working directory for a relative
+/// path, and only where they name the admitted parent without a symlink
+/// (`RESOLVE_NO_SYMLINKS`), checked before and after the bind: a directory
+/// swapped for a symlink meanwhile is found, and the socket file made there is
+/// no longer the broker's to find, so the call is refused
+/// ([`Refusal::Moved`]); the socket file the bind made in the admitted parent
+/// is then unlinked. A path through a symlink is bound by its final name in
+/// the admitted parent, as before, and records that name only.
 pub(crate) fn bind_unix(
     rules: &BrokerRules,
     start: Start,
     sock: &OwnedFd,
+    addr: &[u8],
     target: &mut BrokerTarget,
 ) -> Result<(), Unresolved> {
     let in_use = |u| match u {
         Unresolved::Errno(libc::EEXIST) => errno(libc::EADDRINUSE),
         other => other,
     };
+    // The caller's path and where a relative one starts (its cwd).
+    let exact = match &start {
+        Start::Walk { base, path, .. } => {
+            let base = match base {
+                Some(b) => b.try_clone().ok().map(Some),
+                None => Some(None),
+            };
+            base.map(|base| (base, path.clone()))
+        }
+        Start::Object(_) => None,
+    };
     let e = new_entry(rules, start, target, false).map_err(in_use)?;
-    let name = e.at_name.to_bytes();
-    let mut addr = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
-    addr.extend_from_slice(name);
-    // The caller's sun_path held this name (at most 108 bytes): it fits.
+    // The caller's directory part, if it names the admitted parent with no
+    // symlink on the way.
+    let exact = exact.and_then(|(base, path)| {
+        let (dir, Last::Name { name, slash: false }) = split(path.to_bytes())? else {
+            return None;
+        };
+        if name != e.at_name.to_bytes() {
+            return None;
+        }
+        let dir = CString::new(dir).ok()?;
+        same_dir(base.as_ref(), &dir, &e.parent.fd).then_some((base, dir))
+    });
+    let Some((base, dir)) = exact else {
+        let mut name_only = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+        name_only.extend_from_slice(e.at_name.to_bytes());
+        // The caller's sun_path held this name (at most 108 bytes): it fits.
+        return match in_dir(&e.parent.fd, || {
+            crate::connect::bind_raw(sock.as_raw_fd(), &name_only)
+        })? {
+            0 => Ok(()),
+            n => Err(in_use(errno(n))),
+        };
+    };
+    // An absolute path resolves from the root, as the admission's walk; a
+    // relative one from the caller's working directory.
+    let rc = match &base {
+        Some(cwd) => in_dir(cwd, || crate::connect::bind_raw(sock.as_raw_fd(), addr))?,
+        None => crate::connect::bind_raw(sock.as_raw_fd(), addr),
+    };
+    if rc != 0 {
+        return Err(in_use(errno(rc)));
+    }
+    let made = fstatat_nofollow(&e.parent.fd, &e.at_name)
+        .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
+    if made && same_dir(base.as_ref(), &dir, &e.parent.fd) {
+        return Ok(());
+    }
+    if made {
+        // SAFETY: unlinkat on our admitted parent fd with a NUL-terminated name.
+        unsafe { libc::unlinkat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), 0) };
+    }
+    tracing::warn!(path = %e.path.display(), "a directory of a bound socket's path changed during the bind");
+    Err(refused(Refusal::Moved, &e.path))
+}
+
+/// Whether `dir` from `base` (`None`: from the root, an absolute path)
+/// reaches the directory `parent` without a symlink (nor a magic link).
+fn same_dir(base: Option<&OwnedFd>, dir: &CStr, parent: &OwnedFd) -> bool {
+    let at = base.map_or(libc::AT_FDCWD, |b| b.as_raw_fd());
+    let resolve = crate::resolve::RESOLVE_NO_SYMLINKS | crate::resolve::RESOLVE_NO_MAGICLINKS;
+    let flags = libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC;
+    let Ok(found) = crate::resolve::openat2(at, dir, flags, resolve) else {
+        return false;
+    };
+    match (fstat(&found), fstat(parent)) {
+        (Ok(a), Ok(b)) => (a.st_dev, a.st_ino) == (b.st_dev, b.st_ino),
+        _ => false,
+    }
+}
+
+/// Runs `f` with this thread's working directory (its own: `CLONE_FS`
+/// unshared) at `dir`, then goes back.
+fn in_dir<T>(dir: &OwnedFd, f: impl FnOnce() -> T) -> Result<T, Unresolved> {
     // SAFETY: open of "." as a path fd, to come back to.
     let here = owned(unsafe {
         libc::open(
@@ -525,12 +723,9 @@ pub(crate) fn bind_unix(
             libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
         )
     })?;
-    // SAFETY: fchdir to our admitted parent fd (this thread's own cwd).
-    cvt(libc::c_long::from(unsafe {
-        libc::fchdir(e.parent.fd.as_raw_fd())
-    }))
-    .map_err(io_errno)?;
-    let rc = crate::connect::bind_raw(sock.as_raw_fd(), &addr);
+    // SAFETY: fchdir to our own directory fd.
+    cvt(libc::c_long::from(unsafe { libc::fchdir(dir.as_raw_fd()) })).map_err(io_errno)?;
+    let out = f();
     // SAFETY: fchdir back to the directory held above.
     if unsafe { libc::fchdir(here.as_raw_fd()) } != 0 {
         tracing::warn!(
@@ -538,10 +733,7 @@ pub(crate) fn bind_unix(
             "the broker thread could not go back to its working directory after a bind"
         );
     }
-    match rc {
-        0 => Ok(()),
-        e => Err(in_use(errno(e))),
-    }
+    Ok(out)
 }
 
 /// The error the kernel reports for `e`'s name before its permission
@@ -1211,7 +1403,8 @@ fn fs_type(fd: &OwnedFd) -> Option<i64> {
 /// flags, so the kernel's permission checks and `O_TRUNC` apply.
 pub(crate) fn reopen(fd: &OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
     let path = proc_self_fd(fd.as_raw_fd());
-    let strip = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC;
+    // O_TRUNC only once the fd is the caller's ([`Deferred`]).
+    let strip = libc::O_CREAT | libc::O_EXCL | libc::O_NOFOLLOW | libc::O_CLOEXEC | libc::O_TRUNC;
     let how = (flags & !strip) | libc::O_CLOEXEC | libc::O_NOCTTY | libc::O_NONBLOCK;
     // SAFETY: open of a NUL-terminated path naming our own fd.
     let rc = unsafe { libc::open(path.as_ptr(), how) };
@@ -1224,7 +1417,8 @@ pub(crate) fn reopen(fd: &OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
         return Ok(Outcome::WaitFifo { fd, flags });
     }
     let new = owned(rc)?;
-    finish_open(new, flags)
+    let deferred = truncating(&new, flags)?;
+    finish_open(new, flags, deferred)
 }
 
 fn owned(rc: libc::c_int) -> Result<OwnedFd, Unresolved> {
@@ -1236,7 +1430,11 @@ fn owned(rc: libc::c_int) -> Result<OwnedFd, Unresolved> {
 /// The broker opens with `O_NONBLOCK` so that it never waits (a FIFO
 /// without a reader, a lease to break); the caller gets the flag only if it
 /// asked for it.
-pub(crate) fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved> {
+pub(crate) fn finish_open(
+    fd: OwnedFd,
+    flags: i32,
+    deferred: Deferred,
+) -> Result<Outcome, Unresolved> {
     if flags & libc::O_NONBLOCK == 0 {
         let fl = status_flags(&fd);
         if fl < 0
@@ -1249,6 +1447,7 @@ pub(crate) fn finish_open(fd: OwnedFd, flags: i32) -> Result<Outcome, Unresolved
     Ok(Outcome::Fd {
         fd,
         cloexec: flags & libc::O_CLOEXEC != 0,
+        deferred,
     })
 }
 
@@ -1317,6 +1516,7 @@ fn create_new(
     Some(Ok(Outcome::Fd {
         fd,
         cloexec: flags & libc::O_CLOEXEC != 0,
+        deferred: Deferred::created(&e.parent.fd, &e.at_name),
     }))
 }
 
@@ -1411,19 +1611,22 @@ fn create(
             mode,
         )
     };
+    let mut made = rc >= 0;
     if rc < 0
         && flags & libc::O_EXCL == 0
         && io::Error::last_os_error().raw_os_error() == Some(libc::EEXIST)
     {
+        // O_TRUNC only once the fd is the caller's ([`Deferred`]).
         // SAFETY: as above.
         rc = unsafe {
             libc::openat(
                 e.parent.fd.as_raw_fd(),
                 e.at_name.as_ptr(),
-                how | libc::O_NOFOLLOW,
+                (how & !libc::O_TRUNC) | libc::O_NOFOLLOW,
                 mode,
             )
         };
+        made = false;
     }
     let new = owned(rc)?;
     // Something appeared there meanwhile (no O_EXCL): never a deny path's inode.
@@ -1434,7 +1637,12 @@ fn create(
     if let Some(git) = &rules.git {
         git.noted(&e.parent.fd, e.at_name.to_bytes());
     }
-    finish_open(new, flags)
+    let deferred = if made {
+        Deferred::created(&e.parent.fd, &e.at_name)
+    } else {
+        truncating(&new, flags)?
+    };
+    finish_open(new, flags, deferred)
 }
 
 /// `O_TMPFILE`: an unnamed file in an admitted directory that is not denied.
@@ -1464,9 +1672,11 @@ fn tmpfile(
     // SAFETY: openat of "." on our admitted directory fd.
     let rc = unsafe { libc::openat(dir.fd.as_raw_fd(), c".".as_ptr(), how, mode) };
     let new = owned(rc)?;
+    // Unnamed: a failed install leaves nothing behind.
     Ok(Outcome::Fd {
         fd: new,
         cloexec: flags & libc::O_CLOEXEC != 0,
+        deferred: Deferred::default(),
     })
 }
 

@@ -46,6 +46,93 @@ pub(crate) fn is_acl(name: &std::ffi::CStr) -> bool {
     )
 }
 
+/// The errno the kernel answers an xattr write with before any permission
+/// check or policy, from its name and value alone (after the path lookup):
+/// `security.capability`'s header (`cap_convert_nscap`, security/commoncap.c,
+/// in `vfs_setxattr`), a POSIX ACL's encoding (`posix_acl_from_xattr` and
+/// `posix_acl_valid`, fs/posix_acl.c, in `do_set_acl`), and a name in no
+/// namespace the kernel knows, which no filesystem handles (`EOPNOTSUPP` from
+/// `xattr_resolve_name`, fs/xattr.c, once `xattr_permission`'s
+/// `inode_permission` passed: `EACCES` without write permission). A refusal of
+/// the policy's comes after these (red-team R6a F7).
+pub(crate) fn xattr_kernel_first(op: &Op, id: &Identity, st: &libc::stat) -> Option<i32> {
+    let (name, value) = match op {
+        Op::SetXattr { name, value, .. } => (name.to_bytes(), Some(value.as_slice())),
+        Op::RemoveXattr { name } => (name.to_bytes(), None),
+        _ => return None,
+    };
+    if let Some(value) = value.filter(|v| !v.is_empty()) {
+        if name == b"security.capability" && !valid_caps_header(value) {
+            return Some(libc::EINVAL);
+        }
+        if matches!(
+            name,
+            b"system.posix_acl_access" | b"system.posix_acl_default"
+        ) {
+            if let Err(errno) = valid_acl(value) {
+                return Some(errno);
+            }
+        }
+    }
+    let known = [b"user.".as_slice(), b"trusted.", b"security.", b"system."];
+    if !known.iter().any(|p| name.starts_with(p)) {
+        return Some(if may_write(id, st) {
+            libc::EOPNOTSUPP
+        } else {
+            libc::EACCES
+        });
+    }
+    None
+}
+
+/// `validheader` (security/commoncap.c): a revision and its exact size.
+fn valid_caps_header(value: &[u8]) -> bool {
+    let Some(magic) = value.get(..4) else {
+        return false;
+    };
+    let magic = u32::from_le_bytes([magic[0], magic[1], magic[2], magic[3]]) & 0xff00_0000;
+    matches!(
+        (magic, value.len()),
+        (0x0100_0000, 12) | (0x0200_0000, 20) | (0x0300_0000, 24)
+    )
+}
+
+/// `posix_acl_from_xattr` and `posix_acl_valid` (fs/posix_acl.c), as far as
+/// the value alone tells: the version, a whole number of entries, known
+/// tags, one owner, group and other entry, a mask where named entries are.
+fn valid_acl(value: &[u8]) -> Result<(), i32> {
+    const VERSION: u32 = 2;
+    if value.len() < 4 {
+        return Err(libc::EINVAL);
+    }
+    if u32::from_le_bytes([value[0], value[1], value[2], value[3]]) != VERSION {
+        return Err(libc::EOPNOTSUPP);
+    }
+    let entries = &value[4..];
+    if entries.len() % 8 != 0 {
+        return Err(libc::EINVAL);
+    }
+    let (mut user_obj, mut group_obj, mut other, mut mask, mut named) = (0, 0, 0, 0, 0);
+    for e in entries.chunks_exact(8) {
+        match u16::from_le_bytes([e[0], e[1]]) {
+            0x01 => user_obj += 1,
+            0x04 => group_obj += 1,
+            0x20 => other += 1,
+            0x10 => mask += 1,
+            0x02 | 0x08 => named += 1,
+            _ => return Err(libc::EINVAL),
+        }
+    }
+    // An empty ACL (a header only) removes it: no error.
+    if entries.is_empty() {
+        return Ok(());
+    }
+    if user_obj != 1 || group_obj != 1 || other != 1 || mask > 1 || (named > 0 && mask == 0) {
+        return Err(libc::EINVAL);
+    }
+    Ok(())
+}
+
 /// Why [`check`] turned a call down.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub(crate) enum Denied {
@@ -109,6 +196,9 @@ pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Denie
             // made with the caller's credentials), as bare.
             if is_acl(name) {
                 return Ok(());
+            }
+            if let Some(errno) = xattr_kernel_first(op, id, st) {
+                return Err(Denied::Kernel(errno));
             }
             if !name.as_bytes().starts_with(b"user.") {
                 return Err(Denied::Policy(Refusal::XattrNamespace));

@@ -16,8 +16,8 @@ use crate::log::Refusal;
 use crate::syscalls::Subject;
 use sandbox_core::net::NetRule;
 
-const RESOLVE_NO_SYMLINKS: u64 = 0x04;
-const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
+pub(crate) const RESOLVE_NO_SYMLINKS: u64 = 0x04;
+pub(crate) const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_BENEATH: u64 = 0x08;
 
 /// `struct open_how` (libc's is `#[non_exhaustive]`).
@@ -849,6 +849,26 @@ pub(crate) fn walk(base: Option<&OwnedFd>, path: &CStr, flags: i32) -> Result<Ow
         return Err(Unresolved::Refused(Refusal::ProcfsPath, None));
     }
     Ok(fd)
+}
+
+/// The `stat` of `fd` when its inode lies on no file system a path can
+/// name: pipefs, sockfs or the anon_inode file system (an anonymous pipe, a
+/// socket, an eventfd...).
+pub(crate) fn pathless(fd: &OwnedFd) -> Option<libc::stat> {
+    /// include/uapi/linux/magic.h
+    const PATHLESS: [i64; 3] = [0x5049_5045, 0x534f_434b, 0x0904_1934];
+    // SAFETY: statfs is plain data; fstatfs fills it.
+    let mut sfs: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: valid fd and out-pointer.
+    if unsafe { libc::fstatfs(fd.as_raw_fd(), &mut sfs) } != 0 {
+        return None;
+    }
+    #[allow(clippy::unnecessary_cast)]
+    let kind = sfs.f_type as i64;
+    if !PATHLESS.contains(&kind) {
+        return None;
+    }
+    fstat(fd).ok()
 }
 
 /// The canonical path of the object `fd` refers to, from `/proc/self/fd`; an

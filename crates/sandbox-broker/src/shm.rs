@@ -28,7 +28,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
 use crate::caller::{cvt, errno_of, Caller};
-use crate::entries::{finish_open, fstatat_nofollow, reopen, Outcome};
+use crate::entries::{finish_open, fstatat_nofollow, reopen, Deferred, Outcome};
 use crate::resolve::{fstat, Unresolved};
 use crate::syscalls::{EntryCall, PathArg, O_TMPFILE_BIT};
 
@@ -245,7 +245,8 @@ impl SharedMemory {
                     // SAFETY: fresh fd.
                     let fd = unsafe { OwnedFd::from_raw_fd(rc) };
                     self.record(&fd, name);
-                    return Some(finish_open(fd, flags));
+                    let made = Deferred::created(&self.dir, name);
+                    return Some(finish_open(fd, flags, made));
                 }
                 Err(_) => return None,
             }

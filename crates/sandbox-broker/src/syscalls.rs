@@ -270,12 +270,18 @@ fn decode_meta(form: MetaForm, a: [u64; 6], caller: &Caller) -> io::Result<(Subj
                 times: timevals(caller, a[1])?,
             },
         ),
-        MetaForm::Futimesat => (
-            at(a[0], path(a[1])?, true, 0),
-            Op::Times {
+        MetaForm::Futimesat => {
+            let times = Op::Times {
                 times: timevals(caller, a[2])?,
-            },
-        ),
+            };
+            // do_utimes (fs/utimes.c): a NULL path with a real dirfd acts on
+            // the fd itself (EBADF for a bad one), as utimensat's.
+            if a[1] == 0 && a[0] as i32 != libc::AT_FDCWD {
+                (Subject::Fd(a[0] as i32), times)
+            } else {
+                (at(a[0], path(a[1])?, true, 0), times)
+            }
+        }
         MetaForm::Utime => (
             at(libc::AT_FDCWD as u64, path(a[0])?, true, 0),
             Op::Times {

@@ -126,6 +126,24 @@ def calls(base):
         ("fchmod_unlinked", lambda p: fchmod_unlinked(p)),
         ("mkdir_in_deleted_cwd", lambda p: mkdir_in_deleted_cwd(base)),
         ("chmod_nofollow", lambda p: fchmodat2(p, 0o640, AT_SYMLINK_NOFOLLOW)),
+        # Red-team R6a F2: with every fd slot used, an open fails EMFILE and
+        # changes nothing (the kernel takes the slot before the walk).
+        ("creat_trunc_emfile", lambda p: emfile(p, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)),
+        ("creat_excl_emfile", lambda p: emfile(p, os.O_WRONLY | os.O_CREAT | os.O_EXCL)),
+        ("trunc_emfile", lambda p: emfile(p, os.O_RDWR | os.O_TRUNC | os.O_NONBLOCK)),
+        # O_TRUNC sets mtime and ctime even of an empty file.
+        ("trunc_empty_mtime", lambda p: trunc_empty_mtime(p)),
+        # Red-team R6a F7: the kernel's answers from an xattr's name and value.
+        ("xattr_nonamespace", lambda p: os.setxattr(p, "foo", b"v")),
+        ("caps_junk", lambda p: os.setxattr(p, "security.capability", b"v")),
+        ("acl_junk", lambda p: os.setxattr(p, "system.posix_acl_access", b"v")),
+        # futimesat(fd, NULL, NULL) acts on the fd; a bad fd is EBADF.
+        ("futimesat_null", lambda p: futimesat_null(p)),
+        ("futimesat_badfd", lambda p: futimesat(987, None)),
+        # fchmod, fchown, futimens of an anonymous pipe: no path, the kernel's.
+        ("pipe_meta", lambda p: pipe_meta()),
+        # fchmodat(opath_fd, "", ...) without AT_EMPTY_PATH: ENOENT.
+        ("fchmodat_empty", lambda p: fchmodat_empty(p)),
         # Beyond the write path (compared with -w in every region).
         ("link_from_beyond", lambda p: os.link(outside(base) + "/exists", p)),
         ("link_to_beyond", lambda p: os.link(p, outside(base) + "/exists")),
@@ -138,6 +156,90 @@ def calls(base):
 
 
 AT_SYMLINK_NOFOLLOW = 0x100
+SYS_FUTIMESAT = 261
+SYS_FCHMODAT = 268
+
+
+def libc_call(*args):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.syscall(*args) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def state(p):
+    try:
+        st = os.lstat(p)
+    except OSError as e:
+        return errno.errorcode.get(e.errno, str(e.errno))
+    return f"size={st.st_size}" if stat.S_ISREG(st.st_mode) else "exists"
+
+
+def emfile(p, flags):
+    """The open with no fd slot free, and what it changed."""
+    import resource
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    before = state(p)
+    held = []
+    resource.setrlimit(resource.RLIMIT_NOFILE, (64, hard))
+    try:
+        while True:
+            try:
+                held.append(os.open("/dev/null", os.O_RDONLY))
+            except OSError:
+                break
+        try:
+            os.close(os.open(p, flags, 0o600))
+            result = "opened"
+        except OSError as e:
+            result = errno.errorcode.get(e.errno, str(e.errno))
+    finally:
+        for fd in held:
+            os.close(fd)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    after = state(p)
+    return f"{result} {'unchanged' if after == before else before + '->' + after}"
+
+
+def trunc_empty_mtime(p):
+    os.close(os.open(p, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK))
+    os.utime(p, (1, 1))
+    os.close(os.open(p, os.O_WRONLY | os.O_TRUNC | os.O_NONBLOCK))
+    return None if os.stat(p).st_mtime != 1 else "mtime kept"
+
+
+def futimesat(fd, path):
+    import ctypes
+    libc_call(ctypes.c_long(SYS_FUTIMESAT), ctypes.c_int(fd), path, None)
+
+
+def futimesat_null(p):
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        futimesat(fd, None)
+    finally:
+        os.close(fd)
+
+
+def pipe_meta():
+    r, w = os.pipe()
+    try:
+        os.fchmod(r, 0o600)
+        os.fchown(r, -1, -1)
+        os.utime(r)
+    finally:
+        os.close(r)
+        os.close(w)
+
+
+def fchmodat_empty(p):
+    import ctypes
+    fd = os.open(p, os.O_PATH)
+    try:
+        libc_call(ctypes.c_long(SYS_FCHMODAT), ctypes.c_int(fd), b"", 0o640)
+    finally:
+        os.close(fd)
 
 
 def fchmodat2(p, mode, flags):

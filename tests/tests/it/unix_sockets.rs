@@ -252,10 +252,11 @@ fn a_datagram_socket_as_stdio_cannot_send_with_the_network_off() {
     }
 }
 
-/// Binds a pathname socket at each argument; prints `ok` or the errno name.
+/// Binds a pathname socket at each argument; prints `ok` and the address
+/// `getsockname` reports, or the errno name.
 const BIND: &str = "import errno, os, socket, sys\n\
 os.mkdir(sys.argv[1])\n\
-for p in sys.argv[2:]:\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    try:\n        s.bind(p); print('ok')\n    except OSError as e:\n        print(errno.errorcode[e.errno])\n";
+for p in sys.argv[2:]:\n    s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)\n    try:\n        s.bind(p); print('ok', s.getsockname())\n    except OSError as e:\n        print(errno.errorcode[e.errno])\n";
 
 /// Binding a UNIX socket in a directory the run made, under workspace-write
 /// (a deny path beneath the write path: the broker keeps entries, and
@@ -277,12 +278,18 @@ fn a_unix_socket_binds_in_a_directory_the_run_made_under_workspace_write() {
                 .unwrap();
         }
         let made = w.join("made");
+        // Relative ones from the working directory (w), as the caller
+        // wrote them: the kernel records the caller's bytes (red-team R6a
+        // F3: the broker recorded the final name only).
         let paths = [
             made.join("app.sock"),
             made.join("app.sock"),
             w.join("top.sock"),
             w.join("deny/x.sock"),
             o.join("x.sock"),
+            "rel.sock".into(),
+            "made/rel.sock".into(),
+            "./made/../made/dots.sock".into(),
         ];
         let as_who = |program: &Path| {
             let mut c = std::process::Command::new("setpriv");
@@ -298,10 +305,11 @@ fn a_unix_socket_binds_in_a_directory_the_run_made_under_workspace_write() {
             .args(["-c", BIND])
             .arg(&made)
             .args(&paths)
+            .current_dir(&w)
             .output()
             .unwrap();
         for p in &paths {
-            let _ = std::fs::remove_file(p);
+            let _ = std::fs::remove_file(w.join(p));
         }
         let _ = std::fs::remove_dir(&made);
         let confined = as_who(&sandbox_tests::sandbox_bin())
@@ -319,19 +327,75 @@ fn a_unix_socket_binds_in_a_directory_the_run_made_under_workspace_write() {
             .output()
             .unwrap();
         let text = |o: &std::process::Output| String::from_utf8_lossy(&o.stdout).into_owned();
+        let ok = |p: &Path| format!("ok {}\n", p.display());
+        let (made_sock, top) = (ok(&paths[0]), ok(&paths[2]));
+        let rel = "ok rel.sock\nok made/rel.sock\nok ./made/../made/dots.sock\n";
         assert_eq!(
             text(&bare),
-            "ok\nEADDRINUSE\nok\nok\nok\n",
+            format!(
+                "{made_sock}EADDRINUSE\n{top}{}{}{rel}",
+                ok(&paths[3]),
+                ok(&paths[4])
+            ),
             "{}",
             String::from_utf8_lossy(&bare.stderr)
         );
         assert_eq!(
             text(&confined),
-            "ok\nEADDRINUSE\nok\nEACCES\nEACCES\n",
+            format!("{made_sock}EADDRINUSE\n{top}EACCES\nEACCES\n{rel}"),
             "nobody: {nobody}: {}",
             String::from_utf8_lossy(&confined.stderr)
         );
+        assert!(w.join("made/dots.sock").exists() && w.join("rel.sock").exists());
         assert!(made.join("app.sock").exists());
         assert!(!w.join("deny/x.sock").exists() && !o.join("x.sock").exists());
+    }
+}
+
+/// `multiprocessing.Manager()` serves on a UNIX socket in its temporary
+/// directory and hands clients the address `getsockname` reports; a
+/// brokered bind recorded the final name only, so every Manager failed
+/// `FileNotFoundError` (red-team R6a F3), in the default workspace-write
+/// mode and under `-w` with a deny path, as root and as nobody. The client
+/// also connects by that address and sees it in `getpeername`.
+#[test]
+fn multiprocessing_manager_works_where_binds_are_brokered() {
+    const MANAGER: &str = "import multiprocessing as mp, os, socket, sys\n\
+if __name__ == '__main__':\n    os.chdir('/')\n    with mp.Manager() as m:\n        d = m.dict(); d['k'] = 1\n        assert os.path.isabs(m.address), m.address\n        c = socket.socket(socket.AF_UNIX); c.connect(m.address)\n        assert c.getpeername() == m.address, c.getpeername()\n        print('manager', d['k'])\n";
+    for nobody in [false, true] {
+        for workspace_write in [false, true] {
+            let t = tempfile::tempdir().unwrap();
+            let w = std::fs::canonicalize(t.path()).unwrap();
+            std::fs::create_dir(w.join("deny")).unwrap();
+            for d in [&w, &w.join("deny")] {
+                std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                    .unwrap();
+            }
+            let mut c = if nobody {
+                sandbox_tests::sandbox_as_nobody()
+            } else {
+                sandbox()
+            };
+            c.arg("run");
+            if workspace_write {
+                c.args(["--mode", "workspace-write", "--workspace"]).arg(&w);
+            } else {
+                // TMPDIR in the write path: the socket is bound by the broker.
+                c.arg("-w").arg(&w).env("TMPDIR", &w);
+            }
+            let out = c
+                .arg("--write-deny")
+                .arg(w.join("deny"))
+                .args(["--", "/usr/bin/python3", "-c", MANAGER])
+                .env("HOME", "/nonexistent/sandbox-tests-home")
+                .output()
+                .unwrap();
+            assert_eq!(
+                String::from_utf8_lossy(&out.stdout),
+                "manager 1\n",
+                "nobody {nobody}, workspace-write {workspace_write}: {}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }

@@ -256,14 +256,23 @@ fn xattrs_user_namespace_inside_only() {
     let fx = Fixture::new();
     let inside = fx.file(&fx.w.join("f"), 0o644);
     let outside = fx.file(&fx.o.join("f"), 0o644);
-    let set = |path: &Path, name: &'static str| {
+    let set_value = |path: &Path, name: &'static str, value: Vec<u8>| {
         let p = cstr(path);
         let n = std::ffi::CString::new(name).unwrap();
         confined(fx.rules(&[]), move || {
             // SAFETY (child): one syscall with live buffers.
-            result(unsafe { libc::setxattr(p.as_ptr(), n.as_ptr(), b"v1".as_ptr().cast(), 2, 0) })
+            result(unsafe {
+                libc::setxattr(
+                    p.as_ptr(),
+                    n.as_ptr(),
+                    value.as_ptr().cast(),
+                    value.len(),
+                    0,
+                )
+            })
         })
     };
+    let set = |path: &Path, name: &'static str| set_value(path, name, b"v1".to_vec());
     assert_eq!(set(&inside, "user.test").code, 0);
     assert_eq!(get_xattr(&inside, "user.test").as_deref(), Some(&b"v1"[..]));
 
@@ -271,11 +280,31 @@ fn xattrs_user_namespace_inside_only() {
     assert_eq!(run.code, libc::EPERM);
     assert_eq!(get_xattr(&outside, "user.test"), None);
 
-    for name in ["trusted.x", "security.capability"] {
-        let run = set(&inside, name);
+    // A well-formed file capability (revision 2, 20 bytes): the policy's
+    // namespace refusal.
+    let mut caps = 0x0200_0000u32.to_le_bytes().to_vec();
+    caps.resize(20, 0);
+    for (name, value) in [("trusted.x", b"v1".to_vec()), ("security.capability", caps)] {
+        let run = set_value(&inside, name, value);
         assert_eq!(run.code, libc::EPERM, "{name}");
         assert_eq!(refusals(&run.log), vec![Refusal::XattrNamespace]);
         assert_eq!(get_xattr(&inside, name), None);
+    }
+    // Red-team R6a F7: what the kernel answers from the name and value alone
+    // comes first, inside and outside the write path, and is no refusal: a
+    // malformed capability or ACL is EINVAL, a name in no namespace
+    // EOPNOTSUPP.
+    for path in [&inside, &outside] {
+        for (name, want) in [
+            ("security.capability", libc::EINVAL),
+            ("system.posix_acl_access", libc::EINVAL),
+            ("foo", libc::EOPNOTSUPP),
+        ] {
+            let run = set_value(path, name, b"v".to_vec());
+            assert_eq!(run.code, want, "{name} {}", path.display());
+            assert!(refusals(&run.log).is_empty(), "{name}: {:?}", run.log);
+            assert_eq!(get_xattr(path, name), None);
+        }
     }
 
     let p = cstr(&inside);
