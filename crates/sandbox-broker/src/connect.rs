@@ -535,6 +535,9 @@ pub(crate) fn decide_bind(
         own.set_umask(identity.umask);
         crate::entries::bind_unix(rules, start, &sock, &addr, target)
     });
+    // Settled with the broker's own credentials (SIOCUNIXFILE needs
+    // CAP_NET_ADMIN).
+    let bound = bound.map(|b| b.and_then(|b| b.settle(&sock)));
     match bound {
         Ok(Ok(())) => (BrokerDecision::Performed, libc::EACCES),
         Ok(Err(u)) => (unresolved_decision(u, target), libc::EACCES),

@@ -624,19 +624,18 @@ fn with_path(e: Unresolved, path: &std::path::Path) -> Unresolved {
 /// `getpeername`, what `multiprocessing` hands its clients), so the broker
 /// binds those very bytes, from the caller's working directory for a relative
 /// path, and only where they name the admitted parent without a symlink
-/// (`RESOLVE_NO_SYMLINKS`), checked before and after the bind: a directory
-/// swapped for a symlink meanwhile is found, and the socket file made there is
-/// no longer the broker's to find, so the call is refused
-/// ([`Refusal::Moved`]); the socket file the bind made in the admitted parent
-/// is then unlinked. A path through a symlink is bound by its final name in
-/// the admitted parent, as before, and records that name only.
+/// (`RESOLVE_NO_SYMLINKS`), checked before and after the bind; then
+/// [`Bound::settle`], with the broker's own credentials, makes sure the
+/// socket file is the one in the admitted parent. A path through a symlink is
+/// bound by its final name in the admitted parent, as before, and records
+/// that name only.
 pub(crate) fn bind_unix(
     rules: &BrokerRules,
     start: Start,
     sock: &OwnedFd,
     addr: &[u8],
     target: &mut BrokerTarget,
-) -> Result<(), Unresolved> {
+) -> Result<Bound, Unresolved> {
     let in_use = |u| match u {
         Unresolved::Errno(libc::EEXIST) => errno(libc::EADDRINUSE),
         other => other,
@@ -669,10 +668,9 @@ pub(crate) fn bind_unix(
         let mut name_only = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
         name_only.extend_from_slice(e.at_name.to_bytes());
         // The caller's sun_path held this name (at most 108 bytes): it fits.
-        return match in_dir(&e.parent.fd, || {
-            crate::connect::bind_raw(sock.as_raw_fd(), &name_only)
-        })? {
-            0 => Ok(()),
+        let bind = || crate::connect::bind_raw(sock.as_raw_fd(), &name_only);
+        return match in_dir(&e.parent.fd, bind)? {
+            0 => Ok(Bound::new(*e, false)),
             n => Err(in_use(errno(n))),
         };
     };
@@ -687,15 +685,86 @@ pub(crate) fn bind_unix(
     }
     let made = fstatat_nofollow(&e.parent.fd, &e.at_name)
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
-    if made && same_dir(base.as_ref(), &dir, &e.parent.fd) {
-        return Ok(());
+    let moved = !made || !same_dir(base.as_ref(), &dir, &e.parent.fd);
+    Ok(Bound::new(*e, moved))
+}
+
+/// A socket file a brokered bind made (or may have made elsewhere), to be
+/// settled with the broker's own credentials ([`Bound::settle`]).
+pub(crate) struct Bound {
+    entry: Entry,
+    /// The checks with the caller's credentials found the directory swapped
+    /// or no socket file in the admitted parent.
+    moved: bool,
+}
+
+/// `SIOCUNIXFILE` (include/uapi/linux/sockios.h, `SIOCPROTOPRIVATE`):
+/// an `O_PATH` fd on a bound socket's file; needs `CAP_NET_ADMIN`.
+const SIOCUNIXFILE: libc::c_ulong = 0x89e0;
+
+impl Bound {
+    fn new(entry: Entry, moved: bool) -> Self {
+        Bound { entry, moved }
     }
-    if made {
-        // SAFETY: unlinkat on our admitted parent fd with a NUL-terminated name.
-        unsafe { libc::unlinkat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), 0) };
+
+    /// Makes sure the socket file of `sock` is the one in the admitted
+    /// parent: by its inode where the kernel tells it (`SIOCUNIXFILE`, with
+    /// the broker's `CAP_NET_ADMIN`: a root runner), else by the checks made
+    /// around the bind. A socket file found elsewhere (a directory of the
+    /// path swapped for a symlink during the bind) is unlinked there, and
+    /// the call is refused ([`Refusal::Moved`]); without `SIOCUNIXFILE` the
+    /// file the swap led to cannot be found (docs/broker.md, Known limits),
+    /// and a socket file at the name in the admitted parent is unlinked.
+    pub(crate) fn settle(self, sock: &OwnedFd) -> Result<(), Unresolved> {
+        let e = &self.entry;
+        // SAFETY: an ioctl without argument on our own socket fd.
+        let rc = unsafe { libc::ioctl(sock.as_raw_fd(), SIOCUNIXFILE as _) };
+        let here = fstatat_nofollow(&e.parent.fd, &e.at_name).ok();
+        let Ok(file) = owned(rc) else {
+            if !self.moved {
+                return Ok(());
+            }
+            if here.is_some_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK) {
+                // SAFETY: unlinkat on our admitted parent fd with a NUL-terminated name.
+                unsafe { libc::unlinkat(e.parent.fd.as_raw_fd(), e.at_name.as_ptr(), 0) };
+            }
+            tracing::warn!(path = %e.path.display(), "a directory of a bound socket's path changed during the bind");
+            return Err(refused(Refusal::Moved, &e.path));
+        };
+        let st = fstat(&file).map_err(io_errno)?;
+        if here.is_some_and(|h| (h.st_dev, h.st_ino) == (st.st_dev, st.st_ino)) {
+            return Ok(());
+        }
+        unlink_socket_file(&file, &st);
+        tracing::warn!(path = %e.path.display(), "a bound socket's file was made outside its admitted directory");
+        Err(refused(Refusal::Moved, &e.path))
     }
-    tracing::warn!(path = %e.path.display(), "a directory of a bound socket's path changed during the bind");
-    Err(refused(Refusal::Moved, &e.path))
+}
+
+/// Unlinks the socket file `file` (`st`) where it lies now, if its name
+/// there still means that inode.
+fn unlink_socket_file(file: &OwnedFd, st: &libc::stat) {
+    let Ok(link) = std::fs::read_link(format!("/proc/self/fd/{}", file.as_raw_fd())) else {
+        return;
+    };
+    let (Some(dir), Some(name)) = (link.parent(), link.file_name()) else {
+        return;
+    };
+    let (Ok(dir), Ok(name)) = (
+        CString::new(dir.as_os_str().as_bytes()),
+        CString::new(name.as_bytes()),
+    ) else {
+        return;
+    };
+    let Ok(dir) = walk(None, &dir, libc::O_DIRECTORY) else {
+        return;
+    };
+    if fstatat_nofollow(&dir, &name)
+        .is_ok_and(|now| (now.st_dev, now.st_ino) == (st.st_dev, st.st_ino))
+    {
+        // SAFETY: unlinkat on our directory fd with a NUL-terminated name.
+        unsafe { libc::unlinkat(dir.as_raw_fd(), name.as_ptr(), 0) };
+    }
 }
 
 /// Whether `dir` from `base` (`None`: from the root, an absolute path)

@@ -399,3 +399,86 @@ if __name__ == '__main__':\n    os.chdir('/')\n    with mp.Manager() as m:\n    
         }
     }
 }
+
+/// A bind whose directory is swapped for a symlink to a place outside the
+/// write path, again and again (`renameat2(RENAME_EXCHANGE)` by another
+/// thread), while the broker binds the caller's own address (red-team R6a
+/// F3 fix): no socket file is ever made outside; the binds that found the
+/// directory are made in it (positive control), the others refused
+/// (`EACCES`). Root (the broker checks the socket file's inode,
+/// `SIOCUNIXFILE`) and nobody (checks around the bind).
+#[test]
+fn a_bind_racing_a_swapped_directory_makes_no_socket_outside() {
+    const RACE: &str = "import os, socket, sys, threading, ctypes, time, errno\n\
+W, E = sys.argv[1], sys.argv[2]\n\
+libc = ctypes.CDLL(None, use_errno=True)\n\
+os.makedirs(W + '/a/b')\n\
+os.symlink(E, W + '/alink')\n\
+stop = False\n\
+def swap():\n    while not stop:\n        libc.renameat2(-100, (W + '/a').encode(), -100, (W + '/alink').encode(), 2)\n\
+t = threading.Thread(target=swap); t.start()\n\
+res = {}\n\
+end = time.time() + 2\n\
+n = 0\n\
+while time.time() < end:\n    s = socket.socket(socket.AF_UNIX)\n    try:\n        s.bind(W + '/a/b/s%d.sock' % n); r = 'ok'\n    except OSError as e:\n        r = errno.errorcode[e.errno]\n    n += 1\n    res[r] = res.get(r, 0) + 1\n    s.close()\n\
+stop = True; t.join()\n\
+print(res.get('ok', 0), res.get('EACCES', 0), sum(res.values()))\n";
+    for nobody in [false, true] {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let (w, e) = (root.join("w"), root.join("e"));
+        std::fs::create_dir_all(w.join("deny")).unwrap();
+        std::fs::create_dir_all(e.join("b")).unwrap();
+        for d in [&root, &w, &w.join("deny"), &e, &e.join("b")] {
+            std::fs::set_permissions(d, std::os::unix::fs::PermissionsExt::from_mode(0o777))
+                .unwrap();
+        }
+        let mut c = if nobody {
+            sandbox_tests::sandbox_as_nobody()
+        } else {
+            sandbox()
+        };
+        let out = c
+            .arg("run")
+            .arg("-w")
+            .arg(&w)
+            .arg("--write-deny")
+            .arg(w.join("deny"))
+            .args(["--", "/usr/bin/python3", "-c", RACE])
+            .arg(&w)
+            .arg(&e)
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        let counts: Vec<u64> = text
+            .split_whitespace()
+            .map(|n| n.parse().unwrap())
+            .collect();
+        assert_eq!(
+            counts.len(),
+            3,
+            "nobody {nobody}: {text} {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let (ok, refused, all) = (counts[0], counts[1], counts[2]);
+        assert_eq!(
+            ok + refused,
+            all,
+            "nobody {nobody}: only ok and EACCES: {text}"
+        );
+        assert!(
+            ok > 0 && refused > 0,
+            "nobody {nobody}: both sides raced: {text}"
+        );
+        let outside = std::fs::read_dir(e.join("b")).unwrap().count();
+        assert_eq!(outside, 0, "nobody {nobody}: sockets made outside");
+        // Every bind that succeeded made its file in the write path.
+        let dir = ["a", "alink"]
+            .iter()
+            .map(|n| w.join(n))
+            .find(|p| std::fs::symlink_metadata(p).unwrap().is_dir())
+            .unwrap();
+        let inside = std::fs::read_dir(dir.join("b")).unwrap().count() as u64;
+        assert_eq!(inside, ok, "nobody {nobody}: files for the binds made");
+    }
+}
