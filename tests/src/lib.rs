@@ -291,3 +291,53 @@ pub fn thread_group_gone(pid: i32) -> bool {
         })
     })
 }
+
+/// A new pty (master, slave), both close-on-exec: a run started by
+/// another test meanwhile must not inherit them (as its fd 3, say): every
+/// test that needs a pty takes it here. (Elsewhere than Linux, `openpty`
+/// then `FD_CLOEXEC`: not atomic, those hosts run few such tests.)
+#[cfg(not(target_os = "linux"))]
+pub fn new_pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let (mut master, mut slave) = (-1, -1);
+    // SAFETY: openpty with valid out-pointers and null name/termios/winsize;
+    // both fds checked, then owned.
+    unsafe {
+        let rc = libc::openpty(
+            &mut master,
+            &mut slave,
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+            std::ptr::null_mut(),
+        );
+        assert_eq!(rc, 0, "openpty");
+        let (master, slave) = (OwnedFd::from_raw_fd(master), OwnedFd::from_raw_fd(slave));
+        for fd in [master.as_raw_fd(), slave.as_raw_fd()] {
+            assert_eq!(libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC), 0);
+        }
+        (master, slave)
+    }
+}
+
+/// A new pty (master, slave), both close-on-exec, made so at once.
+#[cfg(target_os = "linux")]
+pub fn new_pty() -> (std::os::fd::OwnedFd, std::os::fd::OwnedFd) {
+    use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
+    // SAFETY: plain pty set-up; each fd checked, then owned.
+    unsafe {
+        let master = libc::posix_openpt(flags);
+        assert!(master >= 0, "posix_openpt");
+        let master = OwnedFd::from_raw_fd(master);
+        assert_eq!(libc::grantpt(master.as_raw_fd()), 0);
+        assert_eq!(libc::unlockpt(master.as_raw_fd()), 0);
+        let mut name = [0 as libc::c_char; 128];
+        assert_eq!(
+            libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len()),
+            0
+        );
+        let slave = libc::open(name.as_ptr(), flags);
+        assert!(slave >= 0, "open the pty's slave");
+        (master, OwnedFd::from_raw_fd(slave))
+    }
+}

@@ -5,7 +5,7 @@
 
 use std::fs;
 use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::os::fd::AsRawFd;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Child, Stdio};
@@ -51,8 +51,7 @@ fn start_with(
 
 /// Starts `cmd` on a new pty as its controlling terminal.
 fn on_pty(mut cmd: std::process::Command) -> Session {
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let slave: OwnedFd = pty.slave;
+    let (master, slave) = sandbox_tests::new_pty();
     cmd.stdin(Stdio::from(slave.try_clone().unwrap()))
         .stdout(Stdio::from(slave.try_clone().unwrap()))
         .stderr(Stdio::from(slave));
@@ -68,7 +67,7 @@ fn on_pty(mut cmd: std::process::Command) -> Session {
     let child = cmd.spawn().expect("spawn sandbox");
     Session {
         child,
-        master: fs::File::from(pty.master),
+        master: fs::File::from(master),
     }
 }
 

@@ -3,7 +3,6 @@
 //! records, never on what the command printed.
 
 use std::io::Read;
-use std::os::fd::OwnedFd;
 use std::process::Stdio;
 use std::time::{Duration, Instant};
 
@@ -12,8 +11,7 @@ use sandbox_tests::sandbox;
 /// Runs `sandbox run extra -- sh -c script` with a pty as stdin, stdout and
 /// stderr; returns what the terminal showed.
 fn on_pty(extra: &[&str], script: &str) -> String {
-    let pty = nix::pty::openpty(None, None).expect("openpty");
-    let slave: OwnedFd = pty.slave;
+    let (master, slave) = sandbox_tests::new_pty();
     let mut child = sandbox()
         .arg("run")
         .args(extra)
@@ -24,7 +22,7 @@ fn on_pty(extra: &[&str], script: &str) -> String {
         .stderr(Stdio::from(slave))
         .spawn()
         .unwrap();
-    let mut master = std::fs::File::from(pty.master);
+    let mut master = std::fs::File::from(master);
     let status = child.wait().unwrap();
     assert!(status.success(), "{status}");
     // Everything the command wrote is in the pty's buffer by now.

@@ -524,26 +524,7 @@ fn an_acquired_terminal_is_not_writable_through_dev_tty() {
 /// A new pty: its master, and its slave's path (no session holds it).
 #[cfg(target_os = "linux")]
 fn open_pty() -> (std::os::fd::OwnedFd, std::path::PathBuf) {
-    use std::os::fd::FromRawFd;
-    let (mut master, mut slave) = (-1, -1);
-    // SAFETY: openpty with valid out-pointers and null name/termios/winsize.
-    let rc = unsafe {
-        libc::openpty(
-            &mut master,
-            &mut slave,
-            std::ptr::null_mut(),
-            std::ptr::null(),
-            std::ptr::null(),
-        )
-    };
-    assert_eq!(rc, 0, "openpty: {}", std::io::Error::last_os_error());
-    // SAFETY: both fds were just returned by openpty and are owned here.
-    let (master, slave) = unsafe {
-        (
-            std::os::fd::OwnedFd::from_raw_fd(master),
-            std::os::fd::OwnedFd::from_raw_fd(slave),
-        )
-    };
+    let (master, slave) = sandbox_tests::new_pty();
     let path = std::fs::read_link(format!(
         "/proc/self/fd/{}",
         std::os::fd::AsRawFd::as_raw_fd(&slave)

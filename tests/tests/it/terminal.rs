@@ -31,7 +31,7 @@ struct OnPty {
 /// session holds the terminal's foreground, so the runner is a background
 /// job (as after a shell's `&`).
 fn start(nobody: bool, args: &[&str], background: bool) -> OnPty {
-    let (master, slave) = new_pty();
+    let (master, slave) = sandbox_tests::new_pty();
     let before = settings(slave.as_raw_fd());
     let mut cmd = if nobody {
         sandbox_as_nobody()
@@ -79,29 +79,6 @@ fn start(nobody: bool, args: &[&str], background: bool) -> OnPty {
         slave,
         before,
         seen: String::new(),
-    }
-}
-
-/// A new pty (master, slave), both close-on-exec: a run started by
-/// another test meanwhile must not inherit them (as its fd 3, say).
-fn new_pty() -> (OwnedFd, OwnedFd) {
-    use std::os::fd::FromRawFd;
-    let flags = libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC;
-    // SAFETY: plain pty set-up; each fd checked, then owned.
-    unsafe {
-        let master = libc::posix_openpt(flags);
-        assert!(master >= 0, "posix_openpt");
-        let master = OwnedFd::from_raw_fd(master);
-        assert_eq!(libc::grantpt(master.as_raw_fd()), 0);
-        assert_eq!(libc::unlockpt(master.as_raw_fd()), 0);
-        let mut name = [0 as libc::c_char; 128];
-        assert_eq!(
-            libc::ptsname_r(master.as_raw_fd(), name.as_mut_ptr(), name.len()),
-            0
-        );
-        let slave = libc::open(name.as_ptr(), flags);
-        assert!(slave >= 0, "open the pty's slave");
-        (master, OwnedFd::from_raw_fd(slave))
     }
 }
 
