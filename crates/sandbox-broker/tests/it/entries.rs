@@ -546,3 +546,77 @@ fn everyday_tools_work_with_entries_brokered() {
     assert!(fx.w.join("m").exists());
     println!("tools: {}", log.explain(0).trim());
 }
+
+/// Red-team R6a F2: with every fd slot used, an open fails `EMFILE` and
+/// changes nothing, as the kernel (which takes the slot before it walks the
+/// path): an existing file keeps its bytes (`O_TRUNC` is applied only once
+/// the fd is installed), a new name is not left behind (the creation is
+/// undone when the install fails), an `O_CREAT|O_EXCL` lockfile can be
+/// taken on retry, and an open the policy refuses answers `EMFILE` first
+/// (no refusal). Twins with one slot free: the lockfile is taken, a second
+/// existing file truncated.
+#[test]
+fn an_open_with_no_fd_slot_free_changes_nothing() {
+    let fx = fixture();
+    let (kept, emptied) = (fx.w.join("kept"), fx.w.join("emptied"));
+    for f in [&kept, &emptied] {
+        std::fs::write(f, "precious data\n").unwrap();
+    }
+    let (new, lock, outside) = (fx.w.join("new"), fx.w.join("lock"), fx.o.join("x"));
+    let [k, e, n, l, o] = [&kept, &emptied, &new, &lock, &outside].map(|p| cstr(p));
+    let run = confined_entries(rules(&fx), move || {
+        let trunc = libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC;
+        let excl = libc::O_WRONLY | libc::O_CREAT | libc::O_EXCL;
+        // SAFETY (child): plain syscalls on live NUL-terminated paths.
+        unsafe {
+            let lim = libc::rlimit {
+                rlim_cur: 32,
+                rlim_max: 32,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &lim) != 0 {
+                return 100;
+            }
+            let mut last = -1;
+            loop {
+                let fd = libc::open(c"/dev/null".as_ptr(), libc::O_RDONLY);
+                if fd < 0 {
+                    break;
+                }
+                last = fd;
+            }
+            let emfile = |path: &std::ffi::CString, flags| {
+                libc::open(path.as_ptr(), flags, 0o644) < 0 && errno() == libc::EMFILE
+            };
+            let mut bad = 0;
+            for (bit, path, flags) in [
+                (1, &k, trunc),
+                (2, &n, trunc),
+                (4, &l, excl),
+                (8, &o, trunc),
+            ] {
+                if !emfile(path, flags) {
+                    bad |= bit;
+                }
+            }
+            // One slot free: the twins.
+            libc::close(last);
+            let fd = libc::open(l.as_ptr(), excl, 0o644);
+            if fd < 0 {
+                bad |= 16;
+            }
+            libc::close(fd);
+            let fd = libc::open(e.as_ptr(), trunc, 0o644);
+            if fd < 0 {
+                bad |= 32;
+            }
+            libc::close(fd);
+            bad
+        }
+    });
+    assert_eq!(run.code, 0, "{}", run.log.explain(20));
+    assert_eq!(refusals(&run.log), vec![], "{}", run.log.explain(20));
+    assert_eq!(read(&kept), "precious data\n");
+    assert!(!new.exists() && !outside.exists());
+    assert!(lock.exists());
+    assert_eq!(read(&emptied), "");
+}
