@@ -99,7 +99,13 @@
 //! the new name's (`do_linkat`); for `open` with `O_CREAT`, `EISDIR` for a
 //! trailing slash (`open_last_lookups`); for `truncate`, `EISDIR` and `EINVAL`
 //! (`vfs_truncate`, fs/open.c); `utimensat` with both times `UTIME_OMIT`
-//! returns 0 without a look at the path (fs/utimes.c). `tests/tests/it/fidelity.rs`
+//! returns 0 without a look at the path (fs/utimes.c); for an open, `EMFILE`
+//! when the caller's fd table is full, before the path and with nothing
+//! created or truncated (`O_TRUNC` applied only after the install, a creation
+//! undone when the install fails); for `setxattr`, the name's and value's
+//! errors (`EOPNOTSUPP`, `EINVAL`) before any refusal; `bind` records the
+//! caller's own `sun_path` (`getsockname`); metadata calls on a pipe, socket
+//! or anon_inode are the kernel's (red-team R6a). `tests/tests/it/fidelity.rs`
 //! in the workspace holds this: one syscall matrix run bare, under `-w`,
 //! under `-w` with a deny path and under workspace-write, compared call by
 //! call, as root and as an unprivileged user; `tests/tests/it/real_tools.rs`
