@@ -367,19 +367,28 @@ mod diag {
             unsafe { std::mem::zeroed() }
         };
         kernel.nl_family = libc::AF_NETLINK as libc::sa_family_t;
-        // SAFETY: sendto reads `req` and the address of the sizes given.
-        let sent = unsafe {
-            libc::sendto(
-                fd.as_raw_fd(),
-                req.as_ptr().cast(),
-                req.len(),
-                0,
-                std::ptr::from_ref(&kernel).cast(),
-                std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
-            )
-        };
-        if sent != req.len() as isize {
-            return Err(io::Error::last_os_error());
+        loop {
+            // SAFETY: sendto reads `req` and the address of the sizes given.
+            let sent = unsafe {
+                libc::sendto(
+                    fd.as_raw_fd(),
+                    req.as_ptr().cast(),
+                    req.len(),
+                    0,
+                    std::ptr::from_ref(&kernel).cast(),
+                    std::mem::size_of::<libc::sockaddr_nl>() as libc::socklen_t,
+                )
+            };
+            if sent == req.len() as isize {
+                break;
+            }
+            let e = io::Error::last_os_error();
+            // A signal before anything was sent: send again (a run's own
+            // client must not be refused for it).
+            if sent < 0 && e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(if sent < 0 { e } else { bad("a short send") });
         }
         let mut buf = [0u8; 1024];
         loop {
