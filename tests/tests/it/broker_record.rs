@@ -150,16 +150,20 @@ fn the_kernels_own_eperm_is_no_refusal() {
         "bare: {bare_out}"
     );
     assert!(bare_out.contains("Operation not permitted"), "{bare_out}");
+    // As nobody, `-w W`, the record to `report_path`; the script fails.
+    let confined = |report_path: &Path, f: &Path| {
+        sandbox_as_nobody()
+            .args(["run", "-w"])
+            .arg(&w)
+            .arg("--report")
+            .arg(report_path)
+            .args(["--", "/bin/sh", "-c"])
+            .arg(format!("{}; exit 1", script(f)))
+            .output()
+            .unwrap()
+    };
     let report_path = w.join("notowner.json");
-    let out = sandbox_as_nobody()
-        .args(["run", "-w"])
-        .arg(&w)
-        .arg("--report")
-        .arg(&report_path)
-        .args(["--", "/bin/sh", "-c"])
-        .arg(format!("{}; exit 1", script(&roots)))
-        .output()
-        .unwrap();
+    let out = confined(&report_path, &roots);
     let confined_out = String::from_utf8_lossy(&out.stdout).into_owned();
     assert_eq!(confined_out, bare_out, "confined answers as bare");
     let v = report(&report_path);
@@ -175,15 +179,7 @@ fn the_kernels_own_eperm_is_no_refusal() {
     // Control: nobody's own file outside the write path, refused and recorded
     // (bare it would be changed).
     let report_path = w.join("outside.json");
-    let out = sandbox_as_nobody()
-        .args(["run", "-w"])
-        .arg(&w)
-        .arg("--report")
-        .arg(&report_path)
-        .args(["--", "/bin/sh", "-c"])
-        .arg(format!("{}; exit 1", script(&mine_out)))
-        .output()
-        .unwrap();
+    let out = confined(&report_path, &mine_out);
     let v = report(&report_path);
     assert_eq!(v["classification"]["class"], "sandbox_denial", "{v}");
     let refused = v["mediation"]["refused"].as_array().unwrap();

@@ -11,7 +11,7 @@ use std::process::Output;
 use sandbox_tests::sandbox;
 
 /// An HTTP server on 127.0.0.1 answering every request with `body`; its port.
-fn http_server(body: &'static str) -> u16 {
+pub(crate) fn http_server(body: &'static str) -> u16 {
     let listener = TcpListener::bind("127.0.0.1:0").unwrap();
     let port = listener.local_addr().unwrap().port();
     std::thread::spawn(move || {

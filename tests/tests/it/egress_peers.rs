@@ -19,35 +19,8 @@ use std::time::{Duration, Instant};
 use sandbox_tests::{is_root, sandbox, sandbox_as_nobody, sandbox_bin, shared_dir, users};
 use serde_json::{json, Value};
 
+use crate::egress::http_server;
 use crate::session_ns::{events_of, next_event, EVENT_WAIT};
-
-/// An HTTP server on 127.0.0.1 answering every request with `body`; its
-/// port.
-fn http_server(body: &'static str) -> u16 {
-    let listener = TcpListener::bind("127.0.0.1:0").unwrap();
-    let port = listener.local_addr().unwrap().port();
-    std::thread::spawn(move || {
-        for stream in listener.incoming() {
-            let Ok(mut s) = stream else { continue };
-            std::thread::spawn(move || {
-                let mut buf = [0u8; 4096];
-                let mut head = Vec::new();
-                while !head.windows(4).any(|w| w == b"\r\n\r\n") {
-                    match s.read(&mut buf) {
-                        Ok(0) | Err(_) => return,
-                        Ok(n) => head.extend_from_slice(&buf[..n]),
-                    }
-                }
-                let _ = write!(
-                    s,
-                    "HTTP/1.1 200 OK\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                    body.len()
-                );
-            });
-        }
-    });
-    port
-}
 
 /// The proxy address (`127.0.0.1:PORT`) a run wrote to `file` (its
 /// `HTTP_PROXY`), waited for.
