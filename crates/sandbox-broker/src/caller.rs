@@ -336,26 +336,33 @@ impl Caller {
 
     /// Whether the caller's fd table has no free slot: its lowest unused fd
     /// number is at or past its `RLIMIT_NOFILE` soft limit, where the
-    /// kernel's `alloc_fd` answers `EMFILE` (`/proc/TID/limits` and
-    /// `/proc/TID/fd`). `false` when either cannot be read.
+    /// kernel's `alloc_fd` answers `EMFILE` (`prlimit`, else
+    /// `/proc/TID/limits`; then `/proc/TID/fd`). `false` when they cannot be
+    /// read.
     pub(crate) fn fd_table_full(&self) -> bool {
-        let Ok(limits) = std::fs::read_to_string(format!("/proc/{}/limits", self.tid)) else {
+        let Some(soft) = self.nofile_soft().and_then(|n| usize::try_from(n).ok()) else {
             return false;
         };
-        let soft = limits
-            .lines()
-            .find_map(|l| l.strip_prefix("Max open files"))
-            .and_then(|rest| rest.split_whitespace().next())
-            .and_then(|n| n.parse::<usize>().ok());
-        let Some(soft) = soft else {
+        if soft == 0 {
+            return true;
+        }
+        // The last slot free: there is room (the usual case, one lookup).
+        let Ok(last) = CString::new(format!("/proc/{}/fd/{}", self.tid, soft - 1)) else {
             return false;
         };
-        let Ok(dir) = std::fs::read_dir(format!("/proc/{}/fd", self.tid)) else {
+        // SAFETY: stat is plain data; lstat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: a NUL-terminated path and a live out-pointer; the magic
+        // link itself, not followed.
+        if unsafe { libc::lstat(last.as_ptr(), &mut st) } != 0 {
+            return false;
+        }
+        let Ok(fds) = std::fs::read_dir(format!("/proc/{}/fd", self.tid)) else {
             return false;
         };
         // Which numbers below the limit are taken.
         let mut used = vec![false; soft.min(1 << 20)];
-        for entry in dir.flatten() {
+        for entry in fds.flatten() {
             if let Some(n) = entry
                 .file_name()
                 .to_str()
@@ -367,6 +374,24 @@ impl Caller {
             }
         }
         used.len() == soft && used.iter().all(|&u| u)
+    }
+
+    /// The caller's `RLIMIT_NOFILE` soft limit: `prlimit` (same ids or
+    /// `CAP_SYS_RESOURCE`), else `/proc/TID/limits`.
+    fn nofile_soft(&self) -> Option<u64> {
+        // SAFETY: rlimit is plain data; prlimit fills it.
+        let mut old: libc::rlimit = unsafe { std::mem::zeroed() };
+        // SAFETY: no new limit, a live out-pointer.
+        if unsafe { libc::prlimit(self.tid, libc::RLIMIT_NOFILE, std::ptr::null(), &mut old) } == 0
+        {
+            return Some(old.rlim_cur);
+        }
+        let limits = std::fs::read_to_string(format!("/proc/{}/limits", self.tid)).ok()?;
+        limits
+            .lines()
+            .find_map(|l| l.strip_prefix("Max open files"))
+            .and_then(|rest| rest.split_whitespace().next())
+            .and_then(|n| n.parse::<u64>().ok())
     }
 
     /// An `O_PATH` fd on the caller's working directory.
