@@ -125,14 +125,23 @@ impl Default for SandboxConfig {
 pub const CONFIG_ENV: &str = "SANDBOX_CONFIG";
 
 /// Where the operator config is looked for, in order, when no file is given:
-/// `$SANDBOX_CONFIG`, `$XDG_CONFIG_HOME/sandbox/config.toml` (default
-/// `~/.config/sandbox/config.toml`), `/etc/sandbox/config.toml`. Never the
-/// working directory: a cloned repository or an earlier confined run
-/// controls it. `$SANDBOX_CONFIG` is used even when the file is missing (so
-/// a typo is an error, not a silently different config); the other two only
-/// when they exist.
+/// `$SANDBOX_CONFIG`, then `<home>/.config/sandbox/config.toml` for the
+/// user's passwd home (`trusted_home`, see [`crate::home::trusted_home`]),
+/// then `/etc/sandbox/config.toml`. `$XDG_CONFIG_HOME` and `$HOME` do not
+/// move the user's config: a run started with another environment whose
+/// write paths hold the directory they name could otherwise plant a config
+/// there for this user's next run. Only when there is no usable passwd
+/// home (`trusted_home` is `None`: `nobody`'s `/nonexistent`) is it looked
+/// for at `$XDG_CONFIG_HOME/sandbox/config.toml` (default
+/// `$HOME/.config/sandbox/config.toml`), a known gap for such accounts.
+/// Never the working directory: a cloned repository or an earlier confined
+/// run controls it. `$SANDBOX_CONFIG` is an explicit path the caller
+/// gives, which must lie outside every run's write paths; it is used even
+/// when the file is missing (so a typo is an error, not a silently
+/// different config); the others only when they exist.
 pub fn config_candidates(
     env_config: Option<PathBuf>,
+    trusted_home: Option<PathBuf>,
     xdg_config_home: Option<PathBuf>,
     home: Option<PathBuf>,
 ) -> ConfigSource {
@@ -140,9 +149,11 @@ pub fn config_candidates(
         return ConfigSource::Required(path);
     }
     let absolute = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
-    let user = absolute(xdg_config_home)
-        .or_else(|| absolute(home).map(|h| h.join(".config")))
-        .map(|dir| dir.join("sandbox").join("config.toml"));
+    let user = match absolute(trusted_home) {
+        Some(home) => Some(home.join(".config")),
+        None => absolute(xdg_config_home).or_else(|| absolute(home).map(|h| h.join(".config"))),
+    }
+    .map(|dir| dir.join("sandbox").join("config.toml"));
     ConfigSource::FirstExisting(
         user.into_iter()
             .chain(std::iter::once(PathBuf::from("/etc/sandbox/config.toml")))
@@ -163,7 +174,12 @@ impl ConfigSource {
     /// The discovery of [`config_candidates`] from this process's environment.
     pub fn from_env() -> Self {
         let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
-        config_candidates(var(CONFIG_ENV), var("XDG_CONFIG_HOME"), var("HOME"))
+        config_candidates(
+            var(CONFIG_ENV),
+            crate::home::trusted_home(),
+            var("XDG_CONFIG_HOME"),
+            var("HOME"),
+        )
     }
 
     /// Loads the config: the path it came from (if any) and its contents
@@ -329,26 +345,36 @@ mod tests {
     #[test]
     fn discovery_never_looks_in_the_working_directory() {
         let home = Some(PathBuf::from("/home/u"));
+        let passwd = Some(PathBuf::from("/home/p"));
         assert_eq!(
-            config_candidates(Some("/x/c.toml".into()), None, home.clone()),
+            config_candidates(Some("/x/c.toml".into()), passwd.clone(), None, home.clone()),
             ConfigSource::Required("/x/c.toml".into())
         );
+        // The passwd home wins over whatever the environment says.
         assert_eq!(
-            config_candidates(None, Some("/xdg".into()), home.clone()),
+            config_candidates(None, passwd, Some("/xdg".into()), home.clone()),
+            ConfigSource::FirstExisting(vec![
+                "/home/p/.config/sandbox/config.toml".into(),
+                "/etc/sandbox/config.toml".into()
+            ])
+        );
+        // Without a usable passwd home: the environment (the known gap).
+        assert_eq!(
+            config_candidates(None, None, Some("/xdg".into()), home.clone()),
             ConfigSource::FirstExisting(vec![
                 "/xdg/sandbox/config.toml".into(),
                 "/etc/sandbox/config.toml".into()
             ])
         );
         assert_eq!(
-            config_candidates(None, Some("relative".into()), home),
+            config_candidates(None, None, Some("relative".into()), home),
             ConfigSource::FirstExisting(vec![
                 "/home/u/.config/sandbox/config.toml".into(),
                 "/etc/sandbox/config.toml".into()
             ])
         );
         assert_eq!(
-            config_candidates(Some("".into()), None, None),
+            config_candidates(Some("".into()), None, None, None),
             ConfigSource::FirstExisting(vec!["/etc/sandbox/config.toml".into()])
         );
     }

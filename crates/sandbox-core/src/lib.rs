@@ -36,6 +36,7 @@ mod caches;
 mod config;
 mod env;
 mod error;
+pub mod home;
 mod limits;
 mod mode;
 pub mod net;

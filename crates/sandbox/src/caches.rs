@@ -2,8 +2,10 @@
 //! yarn), so a confined run keeps its downloads between runs without being
 //! given the user's own caches or `$HOME`.
 //!
-//! Each tool gets a directory of its own beneath `$XDG_CACHE_HOME` (else
-//! `~/.cache`) in `sandbox-tools/<key>/`, made writable for the run, and the
+//! Each tool gets a directory of its own beneath `<passwd home>/.cache` in
+//! `sandbox-tools/<key>/` ([`tools_root`]: no environment variable moves it;
+//! `$XDG_CACHE_HOME`, else `$HOME/.cache`, only for an account without a
+//! usable passwd home), made writable for the run, and the
 //! tool's own variable pointing at it. The user's real caches (`~/.npm`,
 //! `~/.cache/pip`, `~/.cargo`) stay as they are: a run could otherwise
 //! plant a package there that the user's next unconfined build would use.
@@ -45,8 +47,12 @@ use sandbox_core::ToolCache;
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ToolCacheError {
-    /// No cache base: neither `$XDG_CACHE_HOME` nor `$HOME` is an absolute path.
-    #[error("no place for the {0} cache: set HOME or XDG_CACHE_HOME to an absolute path")]
+    /// No cache base: no usable passwd home, and neither `$XDG_CACHE_HOME`
+    /// nor `$HOME` is an absolute path.
+    #[error(
+        "no place for the {0} cache: this user has no usable passwd home; set HOME or \
+         XDG_CACHE_HOME to an absolute path"
+    )]
     NoBase(ToolCache),
     /// The directory could not be made or is not one of this user's own.
     #[error("the {tool} cache {}: {reason}", path.display())]
@@ -64,7 +70,7 @@ pub enum ToolCacheError {
     #[error(
         "the write path {} holds the tool caches' directory {}: a run that may write it could \
          plant caches that runs on other workspaces execute, so it gets none (narrow the write \
-         paths, or set XDG_CACHE_HOME outside them)",
+         paths)",
         .root.display(), .tools.display()
     )]
     WritableByRun {
@@ -75,20 +81,26 @@ pub enum ToolCacheError {
     },
 }
 
-/// Where every tool cache lives: `sandbox-tools` beneath `$XDG_CACHE_HOME`,
-/// else `$HOME/.cache`. It is trusted state ([`crate::trusted`]): a run
-/// whose write paths reach it gets it write-denied, so no run can swap it
-/// (or its ancestors) for a link while another run is given a cache.
+/// Where every tool cache lives: `sandbox-tools` beneath `<home>/.cache` of
+/// the user's passwd home ([`sandbox_core::home::trusted_home`]), which no
+/// environment variable moves: a run started with another `$XDG_CACHE_HOME`
+/// or `$HOME` whose write paths hold the directory this user's other runs
+/// name by it could otherwise plant a cache there that they execute. Only
+/// without a usable passwd home (a known gap for such accounts, see
+/// [`sandbox_core::home`]): beneath `$XDG_CACHE_HOME`, else `$HOME/.cache`.
+/// It is trusted state ([`crate::trusted`]): a run whose write paths reach
+/// it gets it write-denied, so no run can swap it (or its ancestors) for a
+/// link while another run is given a cache.
 pub fn tools_root() -> Option<PathBuf> {
-    std::env::var_os("XDG_CACHE_HOME")
-        .map(PathBuf::from)
-        .filter(|p| p.is_absolute())
-        .or_else(|| {
-            std::env::var_os("HOME")
-                .map(PathBuf::from)
-                .filter(|p| p.is_absolute())
-                .map(|h| h.join(".cache"))
-        })
+    let env_dir = |name: &str| {
+        std::env::var_os(name)
+            .map(PathBuf::from)
+            .filter(|p| p.is_absolute())
+    };
+    sandbox_core::home::trusted_home()
+        .map(|h| h.join(".cache"))
+        .or_else(|| env_dir("XDG_CACHE_HOME"))
+        .or_else(|| env_dir("HOME").map(|h| h.join(".cache")))
         .map(|base| base.join(TOOLS))
 }
 
@@ -210,9 +222,7 @@ pub fn tool_cache_dir(tool: ToolCache, key: &CacheKey) -> Result<PathBuf, ToolCa
             Ok(m) if m.file_type().is_symlink() => {
                 return Err(unusable(
                     &walked,
-                    "is a symlink on the way to the cache; give the real directory \
-                     (XDG_CACHE_HOME) or remove the link"
-                        .into(),
+                    "is a symlink on the way to the cache; remove the link".into(),
                 ))
             }
             _ => {}

@@ -9,13 +9,13 @@
 //!
 //! | Trusted state | A later run trusts it to | Kept out of reach by | Attacked by |
 //! |---|---|---|---|
-//! | Operator config directories: `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox`, `<passwd home>/.config/sandbox` (real and effective uid), `/etc/sandbox`; the approval state directories beside them (`$XDG_STATE_HOME/sandbox`, `~/.local/state/sandbox`) | set its backend and bounds; grant an op's declared scope (`approvals.json`, read by `sandbox exec-op`); keep the record of what was approved | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `config_dir_behind_a_replaceable_link`, `harness::no_confined_run_can_write_the_approvals_file` |
+//! | Operator config directories: `<passwd home>/.config/sandbox` (real and effective uid; the one the config is read from, [`sandbox_core::config_candidates`], whatever the environment says), `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox` (read only by a user without a usable passwd home, [`sandbox_core::home`]), `/etc/sandbox`; the approval state directories beside them (`$XDG_STATE_HOME/sandbox`, `~/.local/state/sandbox`; still located by the environment: see [`state_dir`]) | set its backend and bounds; grant an op's declared scope (`approvals.json`, read by `sandbox exec-op`); keep the record of what was approved | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `a_config_planted_under_another_runs_xdg_config_home_is_not_read`, `config_dir_behind_a_replaceable_link`, `harness::no_confined_run_can_write_the_approvals_file` |
 //! | The loaded config file (`--config`, `$SANDBOX_CONFIG`, or the one found) | be the file the operator named | refused when any entry on the way to it, a link or its target included, lies in a write path ([`check_trusted_file`]); a non-regular file or one over [`sandbox_core::MAX_CONFIG_BYTES`] is refused | `trusted_state::config_link_inside_a_write_path`, `config_fifo_and_device` |
 //! | Another name of a trusted file (a hard link to the config, the cached verdict, the approvals file or the approval audit log, made before the run in a place some run may write) | nothing: no walk of the named path sees it | a trusted file must have one name (`st_nlink == 1`, [`single_name`]): the config is refused with one `sandbox:` line, the verdict is not trusted (the self-test runs and records it under a new inode), the approvals file and the audit log are refused (and a symlink at either is never followed); a confined run cannot make the link itself (Landlock refuses a link that would give the file write access it lacks: `EXDEV`) | `trusted_state::a_config_with_a_second_name_is_refused`, the unit tests `verdict::a_verdict_with_a_second_name_is_not_trusted`, `store::a_linked_approvals_file_is_refused` and `audit::a_log_with_a_hard_link_is_refused` |
 //! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root; without a runtime directory `<passwd home>/.cache/sandbox`), places no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir`, `fail_closed::no_confined_run_can_forge_the_cached_verdict` |
 //! | Per-run cgroups and their sweep | end a dead runner's survivors | named by pid, process start time and a random token; alive while that pid has that start time, so a reused pid does not keep survivors alive; a name already taken is never reused | `trusted_state::survivor_with_the_runners_pid` and the unit tests in `contain.rs` |
 //! | The run's cgroups under `/sys/fs/cgroup` (containment and `--memory`/`--pids`/`--cpu`) | hold every process of the run, to its limits | write-denied in every run whose write paths reach them (`-w /`), so no process moves out or raises a limit | `limits::a_command_cannot_raise_or_leave_its_limits`, `trusted_state::cgroups_stay_out_of_reach_under_write_root` |
-//! | The tool caches' directory (`~/.cache/sandbox-tools` for `$XDG_CACHE_HOME`/`$HOME` and each passwd home, see [`crate::runner::tools_root`]) | be given, one tool's directory at a time, as a write path, only to runs of the trust domain that filled it (`sandbox-tools/<key>/<tool>`, the key a hash of the run's write roots: [`crate::runner::CacheKey`]) | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link or makes another key's directory, and such a run gets no cache inside it; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<key>/<tool>` may be a write path inside it | `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused`, `a_cache_planted_in_one_workspace_is_not_seen_from_another`, `a_run_that_may_write_the_caches_directory_gets_no_cache` |
+//! | The tool caches' directory (`<passwd home>/.cache/sandbox-tools`, which no environment variable moves, see [`crate::runner::tools_root`]; write-denied also beneath `$XDG_CACHE_HOME`/`$HOME` and each passwd home) | be given, one tool's directory at a time, as a write path, only to runs of the trust domain that filled it (`sandbox-tools/<key>/<tool>`, the key a hash of the run's write roots: [`crate::runner::CacheKey`]) | write-denied in every run whose write paths reach it, so no run swaps it (or an ancestor) for a link or makes another key's directory, and such a run gets no cache inside it; the way to it may hold no symlink, and it may not lie on a cgroup, sysfs or proc filesystem; only `sandbox-tools/<key>/<tool>` may be a write path inside it | `trusted_state::a_cache_planted_under_another_runs_cache_home_is_not_used`, `tool_caches::the_way_to_the_caches_cannot_be_redirected`, `a_cache_on_a_kernel_filesystem_is_refused`, `a_cache_planted_in_one_workspace_is_not_seen_from_another`, `a_run_that_may_write_the_caches_directory_gets_no_cache` |
 //! | Every trusted directory above | hold what later runs read | a write path inside one is refused outright (one `sandbox:` line) | `trusted_state::a_write_path_inside_trusted_state_is_refused` |
 //! | The outcome record (`--report`) | say what the run did | written to a temporary file of unpredictable name, renamed over the record through a directory fd opened before the run; after the run the directory is looked up by name again, and one the command put in its place takes the record only where the run could write itself (else the record goes to the first directory, wherever it now is), with one line saying so; if it still cannot be written the CLI says so in one line and keeps the command's exit status | `trusted_state::report_tmp_name_unpredictable`, `a_replaced_report_directory_does_not_hide_the_record` |
 //! | The user's screen: every line the CLI prints after or around a run (the refusal summary, `--explain`, warnings, approval prompts, `check`, log events) | show what happened, in the sandbox's own words | text from the command or the file system is shown escaped ([`sandbox_core::terminal_safe`]: controls, escape sequences, line breaks, reordering marks), one printed line per line; the resolver answers a name that is no host name `FORMERR` and records it escaped | `trusted_state::refused_paths_reach_the_terminal_escaped`, `dns::a_name_that_is_no_host_name_is_malformed_and_shown_escaped`, the CLI's unit test `show::every_printer_shows_command_text_escaped_on_its_own_line` |
@@ -110,6 +110,14 @@ pub fn trusted_dirs() -> Vec<PathBuf> {
         .chain([PathBuf::from("/etc/sandbox")])
         .chain(crate::verdict::cache_dir())
         .chain(crate::caches::tools_root())
+        // And where this process's environment would put them: a user
+        // without a usable passwd home has its caches there.
+        .chain(
+            env_dir("XDG_CACHE_HOME")
+                .into_iter()
+                .chain(env_dir("HOME").map(|h| h.join(".cache")))
+                .map(|base| base.join(crate::caches::TOOLS)),
+        )
         // The tool caches of the passwd homes too: a run with another
         // `$HOME` must not reach this user's.
         .chain(
@@ -128,6 +136,11 @@ pub fn trusted_dirs() -> Vec<PathBuf> {
 /// trusts) and their audit log go: `$XDG_STATE_HOME/sandbox`, else
 /// `$HOME/.local/state/sandbox`, else that of the passwd home; never a
 /// shared directory such as `/tmp`, where another user could plant a link.
+///
+/// Known gap (red-team R7 F3, open): unlike the operator config and the
+/// tool caches, this place still follows the environment, so a run started
+/// without `$XDG_STATE_HOME` whose write paths hold the directory another
+/// run of this user names by it can write the grants that run trusts.
 pub fn state_dir() -> Option<PathBuf> {
     env_dir("XDG_STATE_HOME")
         .or_else(|| env_dir("HOME").map(|h| h.join(".local/state")))
@@ -357,47 +370,7 @@ fn passwd_homes() -> Vec<PathBuf> {
 
 /// The passwd home of `uid`, looked up once per process and user.
 pub(crate) fn passwd_home_of(uid: libc::uid_t) -> Option<PathBuf> {
-    use std::sync::Mutex;
-    static KNOWN: Mutex<Vec<(libc::uid_t, Option<PathBuf>)>> = Mutex::new(Vec::new());
-    let mut known = KNOWN.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some((_, home)) = known.iter().find(|(u, _)| *u == uid) {
-        return home.clone();
-    }
-    let home = passwd_home(uid);
-    known.push((uid, home.clone()));
-    home
-}
-
-/// The home directory the user database (NSS) gives `uid`.
-fn passwd_home(uid: libc::uid_t) -> Option<PathBuf> {
-    use std::os::unix::ffi::OsStrExt;
-    let mut buf = vec![0u8; 1024];
-    loop {
-        // SAFETY: passwd is plain data that getpwuid_r fills.
-        let mut pwd: libc::passwd = unsafe { std::mem::zeroed() };
-        let mut result: *mut libc::passwd = std::ptr::null_mut();
-        // SAFETY: valid out-pointers and a buffer of the given length.
-        let rc = unsafe {
-            libc::getpwuid_r(
-                uid,
-                &mut pwd,
-                buf.as_mut_ptr().cast(),
-                buf.len(),
-                &mut result,
-            )
-        };
-        if rc == libc::ERANGE && buf.len() < 1 << 20 {
-            buf.resize(buf.len() * 4, 0);
-            continue;
-        }
-        if rc != 0 || result.is_null() || pwd.pw_dir.is_null() {
-            return None;
-        }
-        // SAFETY: getpwuid_r NUL-terminates pw_dir inside `buf`.
-        let dir = unsafe { std::ffi::CStr::from_ptr(pwd.pw_dir) };
-        let dir = PathBuf::from(OsStr::from_bytes(dir.to_bytes()));
-        return dir.is_absolute().then_some(dir);
-    }
+    sandbox_core::home::passwd_home_of(uid)
 }
 
 #[cfg(test)]
@@ -468,7 +441,7 @@ mod tests {
     fn the_passwd_home_is_found() {
         // SAFETY: geteuid has no preconditions.
         let euid = unsafe { libc::geteuid() };
-        let home = passwd_home(euid);
+        let home = passwd_home_of(euid);
         if euid == 0 {
             assert_eq!(home.as_deref(), Some(Path::new("/root")));
         }

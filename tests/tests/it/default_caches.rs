@@ -185,6 +185,7 @@ fn same(
         text(&bare)
     );
     let s = scene(user, setup);
+    let _gone = Gone(vec![cache_dir(user, &s.home, &s.w)]);
     let before = snapshot(&s.home);
     let got = sh(&s, user, Some(&[]), path, script);
     let strip = |o: &Output, s: &Scene| {
@@ -207,7 +208,7 @@ fn same(
     let Some(cache) = cache else {
         return;
     };
-    let private = cache_dir(&s.home, &s.w).join(cache);
+    let private = cache_dir(user, &s.home, &s.w).join(cache);
     assert!(
         std::fs::read_dir(&private).is_ok_and(|mut d| d.next().is_some()),
         "{name} {user:?}: nothing in {}",
@@ -215,11 +216,30 @@ fn same(
     );
 }
 
-/// The directory of the tool caches of the runs whose one write root is
-/// `w` (the workspace): `sandbox-tools/<key>`.
-fn cache_dir(home: &Path, w: &Path) -> PathBuf {
+/// The directory of the tool caches of the runs of `user` whose one write
+/// root is `w` (the workspace): `sandbox-tools/<key>` beneath the passwd
+/// home's `.cache` (root's), whatever `$HOME` says; beneath `home/.cache`
+/// (the run's `$HOME`) for nobody, whose passwd home (`/nonexistent`) is
+/// no usable directory.
+fn cache_dir(user: User, home: &Path, w: &Path) -> PathBuf {
     let key = sandbox::runner::CacheKey::of_write_roots([w.to_path_buf()]);
-    home.join(".cache/sandbox-tools").join(key.as_str())
+    let base = match user {
+        User::Root => sandbox_core::home::trusted_home().unwrap_or_else(|| home.to_owned()),
+        User::Nobody => home.to_owned(),
+    };
+    base.join(".cache/sandbox-tools").join(key.as_str())
+}
+
+/// Removes the cache directories it names when dropped (root's lie in its
+/// real `~/.cache`).
+struct Gone(Vec<PathBuf>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            let _ = std::fs::remove_dir_all(dir);
+        }
+    }
 }
 
 /// Whether the runs as nobody can be made here (setpriv and chown need
@@ -369,7 +389,7 @@ fn pip_install_into_a_venv(user: User) {
     );
     assert_eq!(
         String::from_utf8_lossy(&got.stdout).trim(),
-        cache_dir(&s.home, &s.w).join("pip").to_str().unwrap(),
+        cache_dir(user, &s.home, &s.w).join("pip").to_str().unwrap(),
         "{}",
         text(&got)
     );
@@ -544,6 +564,10 @@ fn a_cargo_config_planted_from_one_workspace(user: User, path: &str) {
     let a = s.w.parent().unwrap().join("a");
     std::fs::create_dir(&a).unwrap();
     cargo_scene(&a);
+    let _gone = Gone(vec![
+        cache_dir(user, &s.home, &a),
+        cache_dir(user, &s.home, &s.w),
+    ]);
     if user == User::Nobody {
         let st = Command::new("chown")
             .args(["-R", &format!("{NOBODY}:{NOBODY}")])
@@ -561,7 +585,7 @@ fn a_cargo_config_planted_from_one_workspace(user: User, path: &str) {
     let home_a = String::from_utf8_lossy(&planted.stdout).trim().to_owned();
     assert_eq!(
         Path::new(&home_a),
-        cache_dir(&s.home, &a).join("cargo"),
+        cache_dir(user, &s.home, &a).join("cargo"),
         "{user:?}"
     );
     let pwned = |w: &Path| {
@@ -590,7 +614,10 @@ fn a_cargo_config_planted_from_one_workspace(user: User, path: &str) {
     );
     let home_b = out.lines().next().unwrap_or_default();
     assert_ne!(home_b, home_a, "{user:?}");
-    assert_eq!(Path::new(home_b), cache_dir(&s.home, &s.w).join("cargo"));
+    assert_eq!(
+        Path::new(home_b),
+        cache_dir(user, &s.home, &s.w).join("cargo")
+    );
     assert_eq!(pwned(&s.w), "", "{user:?}: A's wrapper ran in B");
     // Positive control: on workspace A the planted wrapper runs.
     let again = sh_in(&s, &a, user, Some(&[]), path, CARGO);

@@ -3,6 +3,12 @@
 //! user's own caches stay out of the run's reach; a cache directory
 //! replaced by a symlink is refused, never followed; what a run on one
 //! workspace leaves in its caches no run on another sees.
+//!
+//! The caches live beneath the passwd home of the user (root's `/root`),
+//! whatever `$HOME` and `$XDG_CACHE_HOME` say; only a user without a
+//! usable passwd home (nobody's `/nonexistent`) has them beneath `$HOME`.
+//! Each test keys its caches by write roots in a temporary directory of its
+//! own, so tests stay apart in root's real `~/.cache`, and removes them.
 
 use std::path::{Path, PathBuf};
 use std::process::Output;
@@ -31,10 +37,50 @@ fn stdout(out: &Output) -> String {
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
+/// The directory the caches' directory lies in for a run with `$HOME` set
+/// to `home`: the passwd home's `.cache` when it is usable, else
+/// `home/.cache` (and `$XDG_CACHE_HOME` is unset in these runs).
+fn cache_base(home: &Path) -> PathBuf {
+    sandbox_core::home::trusted_home()
+        .unwrap_or_else(|| home.to_owned())
+        .join(".cache")
+}
+
 /// `sandbox-tools/<key>` of the runs that may write `roots`.
 fn keyed(home: &Path, roots: &[&Path]) -> PathBuf {
     let key = sandbox::runner::CacheKey::of_write_roots(roots.iter().map(|r| r.to_path_buf()));
-    home.join(".cache/sandbox-tools").join(key.as_str())
+    cache_base(home).join("sandbox-tools").join(key.as_str())
+}
+
+/// Removes the key directories it names when dropped (they may lie in the
+/// user's real `~/.cache`).
+struct Gone(Vec<PathBuf>);
+
+impl Drop for Gone {
+    fn drop(&mut self) {
+        for dir in &self.0 {
+            if std::fs::remove_dir_all(dir).is_err() {
+                let _ = std::fs::remove_file(dir);
+            }
+        }
+    }
+}
+
+/// A workspace directory `name` inside `home`, and the run arguments that
+/// make it the run's one write root.
+fn workspace(home: &Path, name: &str) -> (PathBuf, Vec<String>) {
+    let ws = home.join(name);
+    std::fs::create_dir_all(&ws).unwrap();
+    let args = ["--mode", "workspace-write", "--workspace"]
+        .into_iter()
+        .map(str::to_owned)
+        .chain([ws.to_str().unwrap().to_owned()])
+        .collect();
+    (ws, args)
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
 }
 
 /// What one run leaves in its npm cache the next run reads; the tool's
@@ -45,11 +91,13 @@ fn keyed(home: &Path, roots: &[&Path]) -> PathBuf {
 fn a_tool_cache_persists_and_the_users_cache_stays_untouched() {
     let (_t, home) = home();
     std::fs::create_dir(home.join(".npm")).unwrap();
-    // A run with no write path: the key of no roots.
-    let cache = keyed(&home, &[]).join("npm");
+    let (ws, ws_args) = workspace(&home, "ws");
+    let _gone = Gone(vec![keyed(&home, &[&ws])]);
+    let cache = keyed(&home, &[&ws]).join("npm");
+    let with_cache = [strs(&ws_args), vec!["--cache", "npm"]].concat();
     let out = run(
         &home,
-        &["--cache", "npm"],
+        &with_cache,
         "echo v1 > \"$npm_config_cache/probe\" && echo CACHED; echo x > \"$HOME/.npm/planted\" && echo PLANTED; echo $npm_config_cache",
     );
     let text = stdout(&out);
@@ -61,14 +109,15 @@ fn a_tool_cache_persists_and_the_users_cache_stays_untouched() {
     assert!(!text.contains("PLANTED"), "{text}");
     assert!(text.contains(cache.to_str().unwrap()), "{text}");
     assert!(!home.join(".npm/planted").exists());
+    let out = run(&home, &with_cache, "cat \"$npm_config_cache/probe\"");
+    assert_eq!(stdout(&out), "v1\n");
+    // Without --cache (nor the default caches), the same run has neither
+    // the variable nor the grant.
     let out = run(
         &home,
-        &["--cache", "npm"],
-        "cat \"$npm_config_cache/probe\"",
+        &[strs(&ws_args), vec!["--no-default-caches"]].concat(),
+        &format!("echo v2 > {}/probe", cache.display()),
     );
-    assert_eq!(stdout(&out), "v1\n");
-    // Without --cache, the same run has neither the variable nor the grant.
-    let out = run(&home, &[], &format!("echo v2 > {}/probe", cache.display()));
     assert_ne!(out.status.code(), Some(0));
     assert_eq!(
         std::fs::read_to_string(cache.join("probe")).unwrap(),
@@ -85,17 +134,20 @@ fn a_cache_replaced_by_a_symlink_is_refused() {
     let (_t, home) = home();
     let target = home.join("elsewhere");
     std::fs::create_dir(&target).unwrap();
-    let tools = keyed(&home, &[]);
+    let (ws, ws_args) = workspace(&home, "ws");
+    let tools = keyed(&home, &[&ws]);
+    let _gone = Gone(vec![tools.clone()]);
     std::fs::create_dir_all(&tools).unwrap();
     std::os::unix::fs::symlink(&target, tools.join("pip")).unwrap();
-    let out = run(&home, &["--cache", "pip"], "echo x > \"$PIP_CACHE_DIR/f\"");
+    let args = [strs(&ws_args), vec!["--cache", "pip"]].concat();
+    let out = run(&home, &args, "echo x > \"$PIP_CACHE_DIR/f\"");
     assert_eq!(out.status.code(), Some(125));
     let lines = sandbox_lines(&out);
     assert_eq!(lines.len(), 1, "{lines:?}");
     assert!(lines[0].contains("is a symlink"), "{lines:?}");
     assert!(!target.join("f").exists());
     std::fs::remove_file(tools.join("pip")).unwrap();
-    let out = run(&home, &["--cache", "pip"], "echo x > \"$PIP_CACHE_DIR/f\"");
+    let out = run(&home, &args, "echo x > \"$PIP_CACHE_DIR/f\"");
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -112,14 +164,16 @@ fn config_caches_apply_to_every_run() {
     let (_t, home) = home();
     let config = home.join("config.toml");
     std::fs::write(&config, "[sandbox]\ncaches = [\"cargo\"]\n").unwrap();
+    let (ws, ws_args) = workspace(&home, "ws");
+    let _gone = Gone(vec![keyed(&home, &[&ws])]);
     let out = run(
         &home,
-        &["--config", config.to_str().unwrap()],
+        &[strs(&ws_args), vec!["--config", config.to_str().unwrap()]].concat(),
         "echo $CARGO_HOME; touch \"$CARGO_HOME/ok\" && echo OK",
     );
     let text = stdout(&out);
     assert!(
-        text.contains(keyed(&home, &[]).join("cargo").to_str().unwrap()) && text.contains("OK"),
+        text.contains(keyed(&home, &[&ws]).join("cargo").to_str().unwrap()) && text.contains("OK"),
         "{text}"
     );
     let bad = home.join("bad.toml");
@@ -130,19 +184,50 @@ fn config_caches_apply_to_every_run() {
 }
 
 /// A cache base on a kernel filesystem (where `mkdir` makes a cgroup) is
-/// refused, and nothing is left there. Twin: a real base works.
+/// refused, and nothing is left there; with a usable passwd home the
+/// environment cannot name one (`$XDG_CACHE_HOME` is not followed: the run
+/// is given its cache beneath the passwd home, and nothing is made under
+/// the named base either). Twin: a real base works.
 #[test]
 fn a_cache_on_a_kernel_filesystem_is_refused() {
     let (_t, home) = home();
+    let (ws, ws_args) = workspace(&home, "ws");
+    let _gone = Gone(vec![keyed(&home, &[&ws])]);
     let out = sandbox()
-        .args(["run", "--cache", "npm", "--", "/bin/true"])
+        .arg("run")
+        .args(&ws_args)
+        .args([
+            "--cache",
+            "npm",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $npm_config_cache",
+        ])
         .env("HOME", &home)
         .env("XDG_CACHE_HOME", "/sys/fs/cgroup/pids")
         .output()
         .unwrap();
-    assert_eq!(out.status.code(), Some(125));
     assert!(!Path::new("/sys/fs/cgroup/pids/sandbox-tools").exists());
-    let out = run(&home, &["--cache", "npm"], "true");
+    if sandbox_core::home::trusted_home().is_some() {
+        assert_eq!(
+            out.status.code(),
+            Some(0),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(
+            stdout(&out).trim(),
+            keyed(&home, &[&ws]).join("npm").to_str().unwrap()
+        );
+    } else {
+        assert_eq!(out.status.code(), Some(125));
+    }
+    let out = run(
+        &home,
+        &[strs(&ws_args), vec!["--cache", "npm"]].concat(),
+        "true",
+    );
     assert_eq!(
         out.status.code(),
         Some(0),
@@ -151,40 +236,52 @@ fn a_cache_on_a_kernel_filesystem_is_refused() {
     );
 }
 
-/// A symlink on the way to the caches (`~/.cache` pointing elsewhere, as an
-/// earlier run that could write `$HOME` might leave) is refused, never
-/// followed; and no run that can write `~/.cache` can swap the caches'
-/// directory for one. Twin: that run writes elsewhere in `~/.cache`.
+/// A symlink on the way to the caches (the key's directory pointing
+/// elsewhere, as an earlier run that could write there might leave) is
+/// refused, never followed; and no run that can write the directory the
+/// caches' directory lies in (`~/.cache`) can swap the caches' directory
+/// for one. Twin: that run writes elsewhere in `~/.cache`.
 #[test]
 fn the_way_to_the_caches_cannot_be_redirected() {
     let (_t, home) = home();
+    let (ws, ws_args) = workspace(&home, "ws");
+    let keydir = keyed(&home, &[&ws]);
+    let base = cache_base(&home);
+    let other = base.join(format!("sandbox-test-other-{}", std::process::id()));
+    let _gone = Gone(vec![keydir.clone(), other.clone()]);
     let elsewhere = home.join("elsewhere");
     std::fs::create_dir(&elsewhere).unwrap();
-    std::os::unix::fs::symlink(&elsewhere, home.join(".cache")).unwrap();
-    let out = run(&home, &["--cache", "pip"], "true");
+    std::fs::create_dir_all(keydir.parent().unwrap()).unwrap();
+    std::os::unix::fs::symlink(&elsewhere, &keydir).unwrap();
+    let args = [strs(&ws_args), vec!["--cache", "pip"]].concat();
+    let out = run(&home, &args, "true");
     assert_eq!(out.status.code(), Some(125));
     assert!(
         sandbox_lines(&out)[0].contains("is a symlink on the way"),
         "{:?}",
         sandbox_lines(&out)
     );
-    assert!(!elsewhere.join("sandbox-tools").exists());
+    assert!(!elsewhere.join("pip").exists());
 
-    std::fs::remove_file(home.join(".cache")).unwrap();
-    let out = run(&home, &["--cache", "pip"], "true");
+    std::fs::remove_file(&keydir).unwrap();
+    let out = run(&home, &args, "true");
     assert_eq!(
         out.status.code(),
         Some(0),
         "{}",
         String::from_utf8_lossy(&out.stderr)
     );
-    let cache = home.join(".cache");
+    let (b, t, o) = (base.display(), base.join("sandbox-tools"), other.display());
+    let t = t.display();
     let out = run(
         &home,
-        &["-w", cache.to_str().unwrap()],
-        "mv \"$HOME/.cache/sandbox-tools\" \"$HOME/.cache/moved\" && echo MOVED; \
-         ln -s / \"$HOME/.cache/sandbox-tools/npm\" && echo LINKED; \
-         echo x > \"$HOME/.cache/other\" && echo WROTE",
+        &["-w", base.to_str().unwrap()],
+        &format!(
+            "mv \"{t}\" \"{b}/moved-{pid}\" && echo MOVED; \
+             ln -s / \"{t}/npm\" && echo LINKED; \
+             echo x > \"{o}\" && echo WROTE",
+            pid = std::process::id()
+        ),
     );
     let text = stdout(&out);
     assert!(text.contains("WROTE"), "{text}");
@@ -192,21 +289,28 @@ fn the_way_to_the_caches_cannot_be_redirected() {
         !text.contains("MOVED") && !text.contains("LINKED"),
         "{text}"
     );
-    assert!(keyed(&home, &[]).join("pip").is_dir());
+    assert!(keydir.join("pip").is_dir());
 }
 
 /// A run whose write paths hold the caches' directory (`-w ~/.cache`, a
-/// workspace that is the home directory) could make another domain's key
-/// directory and plant a cache there: `--cache npm` is refused naming the
-/// write path, the default caches are left out with one line, and the
-/// whole caches' directory stays write-denied (no key directory made, no
-/// cache written, nothing moved). Twin: the same run writes elsewhere in
-/// `~/.cache`, and without `-w ~/.cache` it is given the npm cache.
+/// workspace that holds it) could make another domain's key directory and
+/// plant a cache there: `--cache npm` is refused naming the write path, the
+/// default caches are left out with one line, and the whole caches'
+/// directory stays write-denied (no key directory made, no cache written,
+/// nothing moved). Twin: the same run writes elsewhere in `~/.cache`, and
+/// without the write path above it a run is given the npm cache.
 #[test]
 fn a_run_that_may_write_the_caches_directory_gets_no_cache() {
     let (_t, home) = home();
-    let cache = home.join(".cache");
-    let pip = keyed(&home, &[]).join("pip");
+    let cache = cache_base(&home);
+    let (a, a_args) = workspace(&home, "a");
+    let (b, _) = workspace(&home, "b");
+    let pip = keyed(&home, &[&a]).join("pip");
+    // The key a run on workspace `b` would have: predictable, so a run that
+    // may write the caches' directory must not be able to make it.
+    let victim = keyed(&home, &[&b]);
+    let other = cache.join(format!("sandbox-test-other-{}", std::process::id()));
+    let _gone = Gone(vec![keyed(&home, &[&a]), victim.clone(), other.clone()]);
     std::fs::create_dir_all(&pip).unwrap();
     let out = run(
         &home,
@@ -222,23 +326,21 @@ fn a_run_that_may_write_the_caches_directory_gets_no_cache() {
         "{lines:?}"
     );
     assert!(!stdout(&out).contains("ran"));
-    // The key a run on workspace `ws` would have: predictable, so a run that
-    // may write the caches' directory must not be able to make it.
-    let ws = home.join("ws");
-    std::fs::create_dir(&ws).unwrap();
-    let victim = keyed(&home, &[&ws]);
     let out = sandbox()
         .args(["run", "--mode", "workspace-write", "--workspace"])
-        .arg(&home)
+        .arg(&cache)
         .args(["--", "/bin/sh", "-c"])
         .arg(format!(
             "echo \"npm=$npm_config_cache\"; \
              mkdir -p {v}/cargo && echo MADE; \
              echo x > {pip}/planted && echo PIP; \
-             mv \"$HOME/.cache/sandbox-tools\" \"$HOME/.cache/moved\" && echo MOVED; \
-             echo x > \"$HOME/.cache/other\" && echo OTHER",
+             mv \"{c}/sandbox-tools\" \"{c}/moved-{pid}\" && echo MOVED; \
+             echo x > \"{o}\" && echo OTHER",
             v = victim.display(),
-            pip = pip.display()
+            pip = pip.display(),
+            c = cache.display(),
+            o = other.display(),
+            pid = std::process::id(),
         ))
         .env("HOME", &home)
         .env_remove("XDG_CACHE_HOME")
@@ -266,11 +368,11 @@ fn a_run_that_may_write_the_caches_directory_gets_no_cache() {
     // Twin: without the write path above it, the run is given its cache.
     let out = run(
         &home,
-        &["--cache", "npm"],
+        &[strs(&a_args), vec!["--cache", "npm"]].concat(),
         "echo v > \"$npm_config_cache/probe\" && echo NPM",
     );
     assert!(stdout(&out).contains("NPM"), "{}", stdout(&out));
-    assert!(keyed(&home, &[]).join("npm/probe").exists());
+    assert!(keyed(&home, &[&a]).join("npm/probe").exists());
 }
 
 /// Red-team R6b F1: a run on workspace A plants a cargo config and a file
@@ -284,6 +386,11 @@ fn a_cache_planted_in_one_workspace_is_not_seen_from_another() {
     let (a, b) = (home.join("a"), home.join("b"));
     std::fs::create_dir(&a).unwrap();
     std::fs::create_dir(&b).unwrap();
+    let _gone = Gone(vec![
+        keyed(&home, &[&a]),
+        keyed(&home, &[&b]),
+        keyed(&home, &[&a, &b]),
+    ]);
     let ws = |w: &Path, extra: &[&str], script: &str| {
         let mut args = vec![
             "--mode",
@@ -371,6 +478,7 @@ fn a_nested_run_keys_its_caches_by_its_own_write_paths() {
     let ws = home.join("ws");
     let sub = ws.join("sub");
     std::fs::create_dir_all(&sub).unwrap();
+    let _gone = Gone(vec![keyed(&home, &[&ws]), keyed(&home, &[&sub])]);
     let bin = sandbox_tests::sandbox_bin();
     let nested = |w: &Path, script: &str| {
         format!(

@@ -180,6 +180,190 @@ fn plant_the_config_without_home() {
     assert_eq!(twin_ok.as_deref(), Some("ok\n"), "{}", stderr(&out));
 }
 
+/// Red-team R7 F3: a run started without `XDG_CONFIG_HOME` whose write
+/// path holds the directory the victim's runs name by it writes
+/// `sandbox/config.toml` there choosing the noop backend; the victim's next
+/// run (with that `XDG_CONFIG_HOME`) does not read it: the user config lies
+/// in the passwd home whatever the environment says, and the victim's run
+/// stays confined. Positive control: a config at the passwd home's
+/// `.config/sandbox/config.toml` is read by the same run (noop: the write
+/// outside lands). Root only, against a fresh `/root` in a mount namespace
+/// of the test's; nobody (no usable passwd home) locates its config by the
+/// environment, the documented gap (`fail_closed::
+/// the_user_config_is_discovered_and_a_named_missing_one_is_an_error`).
+#[cfg(target_os = "linux")]
+#[test]
+fn a_config_planted_under_another_runs_xdg_config_home_is_not_read() {
+    if !is_root() {
+        cannot_do_its_job(
+            "a_config_planted_under_another_runs_xdg_config_home_is_not_read",
+            "needs root (the passwd home is /root)",
+        );
+        return;
+    }
+    with_private_mounts(&["/root"], plant_a_config_under_xdg_config_home)
+        .expect("a mount namespace with a tmpfs on /root (root)");
+}
+
+#[cfg(target_os = "linux")]
+fn plant_a_config_under_xdg_config_home() {
+    let (_t, root) = canonical_tmp();
+    let (data, home) = (root.join("data"), root.join("home"));
+    let xdg = data.join("config");
+    std::fs::create_dir_all(&xdg).unwrap();
+    std::fs::create_dir_all(&home).unwrap();
+    let noop = "[sandbox]\nbackend = \"noop\"\non_unsupported = \"ignore\"\n";
+    let planted = xdg.join("sandbox/config.toml");
+    let out = sandbox()
+        .env_remove("XDG_CONFIG_HOME")
+        .env("HOME", &home)
+        .args(["run", "--mode", "workspace-write", "--workspace"])
+        .arg(&data)
+        .args(sh(&format!(
+            "mkdir -p {d} && printf '{noop}' > {c} && echo PLANTED",
+            d = xdg.join("sandbox").display(),
+            c = planted.display()
+        )))
+        .current_dir(&data)
+        .output()
+        .unwrap();
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("PLANTED") && planted.is_file(),
+        "the hostile run could not write its own workspace: {}",
+        stderr(&out)
+    );
+    let outside = root.join("outside");
+    let victim = || {
+        sandbox()
+            .env("XDG_CONFIG_HOME", &xdg)
+            .env("HOME", &home)
+            .arg("run")
+            .args(sh(&format!("echo x > {}", outside.display())))
+            .current_dir(&root)
+            .output()
+            .unwrap()
+    };
+    let out = victim();
+    assert_ne!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(!outside.exists(), "the planted config was read");
+    // Positive control: the passwd home's config is read.
+    std::fs::create_dir_all("/root/.config/sandbox").unwrap();
+    std::fs::write("/root/.config/sandbox/config.toml", noop).unwrap();
+    let out = victim();
+    assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+    assert!(outside.exists(), "the passwd home's config was not read");
+}
+
+/// Red-team R7 F1: a run started without `XDG_CACHE_HOME` (or with
+/// another `HOME`) whose write path holds the directory the victim's runs
+/// name by it computes the victim workspace's cache key and plants a cargo
+/// `config.toml` (a `rustc-wrapper`) under
+/// `sandbox-tools/<key>/cargo` there; the victim's next run on its
+/// workspace is given its cargo cache beneath the passwd home instead,
+/// without the plant. Positive control: what the victim's run leaves in
+/// its cache, its next run finds (a warm cache). Root only, against a
+/// fresh `/root` in a mount namespace of the test's; nobody (no usable
+/// passwd home) locates its caches by the environment, the documented gap.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_cache_planted_under_another_runs_cache_home_is_not_used() {
+    if !is_root() {
+        cannot_do_its_job(
+            "a_cache_planted_under_another_runs_cache_home_is_not_used",
+            "needs root (the passwd home is /root)",
+        );
+        return;
+    }
+    with_private_mounts(&["/root"], plant_a_cache_under_xdg_cache_home)
+        .expect("a mount namespace with a tmpfs on /root (root)");
+}
+
+#[cfg(target_os = "linux")]
+fn plant_a_cache_under_xdg_cache_home() {
+    let (_t, root) = canonical_tmp();
+    let (data, home, ws) = (root.join("data"), root.join("home"), root.join("wsA"));
+    for d in [&data, &home, &ws] {
+        std::fs::create_dir_all(d).unwrap();
+    }
+    let key = sandbox::runner::CacheKey::of_write_roots([ws.clone()]);
+    let mut planted = Vec::new();
+    // Under the victim's XDG_CACHE_HOME, and under its HOME's `.cache`.
+    for (var, base) in [
+        ("XDG_CACHE_HOME", data.join("cache")),
+        ("HOME", data.join("home")),
+    ] {
+        let cargo = match var {
+            "HOME" => base.join(".cache"),
+            _ => base.clone(),
+        }
+        .join("sandbox-tools")
+        .join(key.as_str())
+        .join("cargo");
+        let out = sandbox()
+            .env_remove("XDG_CACHE_HOME")
+            .env("HOME", &home)
+            .args(["run", "--mode", "workspace-write", "--workspace"])
+            .arg(&data)
+            .args(sh(&format!(
+                "mkdir -p {c} && printf '[build]\\nrustc-wrapper = \"/bin/false\"\\n' \
+                 > {c}/config.toml && echo PLANTED",
+                c = cargo.display()
+            )))
+            .current_dir(&data)
+            .output()
+            .unwrap();
+        assert!(
+            String::from_utf8_lossy(&out.stdout).contains("PLANTED")
+                && cargo.join("config.toml").is_file(),
+            "the hostile run could not write its own workspace: {}",
+            stderr(&out)
+        );
+        planted.push((var, base));
+    }
+    let want = PathBuf::from("/root/.cache/sandbox-tools")
+        .join(key.as_str())
+        .join("cargo");
+    for (var, base) in planted {
+        let victim = |script: &str| {
+            let mut cmd = sandbox();
+            match var {
+                "HOME" => cmd.env_remove("XDG_CACHE_HOME").env("HOME", &base),
+                _ => cmd.env("XDG_CACHE_HOME", &base).env("HOME", &home),
+            };
+            cmd.args([
+                "run",
+                "--cache",
+                "cargo",
+                "--mode",
+                "workspace-write",
+                "--workspace",
+            ])
+            .arg(&ws)
+            .args(sh(script))
+            .current_dir(&ws)
+            .output()
+            .unwrap()
+        };
+        let out = victim(
+            "echo \"$CARGO_HOME\"; test -e \"$CARGO_HOME/config.toml\" && echo SEEN; \
+             echo warm > \"$CARGO_HOME/warm\"",
+        );
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert_eq!(code(&out), Some(0), "{var}: {}", stderr(&out));
+        assert_eq!(text.lines().next(), want.to_str(), "{var}: {text}");
+        assert!(!text.contains("SEEN"), "{var}: the plant was used: {text}");
+        // Positive control: the victim's own cache is warm on its next run.
+        let out = victim("cat \"$CARGO_HOME/warm\"");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout),
+            "warm\n",
+            "{var}: {}",
+            stderr(&out)
+        );
+        std::fs::remove_file(want.join("warm")).unwrap();
+    }
+}
+
 /// With `~/.config` a link (a dotfiles checkout) that the run could
 /// replace, the run is refused: write-denying the link's target would not
 /// stop the command re-pointing the link. Twin: granted only the directory
