@@ -176,6 +176,14 @@ pub enum UnavailableKind {
     /// says nothing of the host, so it is never a reason to run unconfined:
     /// `on_unsupported` does not apply, resolution fails closed.
     SelfTestInterfered,
+    /// The enforcement self-test was inconclusive: no forbidden action was
+    /// seen to get through, but a control was not seen or a probe launch
+    /// could not start or finish (a fork refused with `EAGAIN` under a full
+    /// `RLIMIT_NPROC`, `ENOMEM`, `EMFILE`, a timeout, ...). It says nothing
+    /// of the backend, so, like [`SelfTestInterfered`](Self::SelfTestInterfered),
+    /// `on_unsupported` does not apply: resolution fails closed, and the
+    /// verdict is not cached.
+    SelfTestInconclusive,
     /// Preparing the confinement failed (ruleset, seccomp program, broker,
     /// helper binary, ...).
     Setup,

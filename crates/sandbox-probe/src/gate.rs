@@ -64,13 +64,58 @@ impl GateReport {
             .into_iter()
             .any(|p| matches!(p.result, ProbeResult::Interfered { .. }))
     }
+
+    /// Whether a probe saw a forbidden action happen
+    /// ([`ProbeResult::Failed`]: a write outside the write paths, or a
+    /// child under `deny_subprocess`) and none was interfered with: the
+    /// backend does not enforce on this host. The only failing report that
+    /// says something of the backend, and the only one `on_unsupported` may
+    /// turn into the noop backend.
+    pub fn failed(&self) -> bool {
+        !self.interfered()
+            && self
+                .probes()
+                .into_iter()
+                .any(|p| matches!(p.result, ProbeResult::Failed { .. }))
+    }
+
+    /// Whether the report did not pass and yet saw no forbidden action get
+    /// through, nor interference: a control not seen, a probe launch that
+    /// could not start or finish (`EAGAIN` from a fork or a thread under a
+    /// full `RLIMIT_NPROC`, `ENOMEM`, `EMFILE`, a timeout, no opener, a
+    /// scratch that could not be made). That says nothing of the backend
+    /// (red team R7 F2): never a reason to run unconfined, and never cached.
+    pub fn inconclusive(&self) -> bool {
+        !self.passed && !self.interfered() && !self.failed()
+    }
+
+    /// The verdict in one word: `passed`, `failed`, `interfered` or `inconclusive`.
+    pub fn verdict(&self) -> &'static str {
+        if self.passed {
+            "passed"
+        } else if self.interfered() {
+            "interfered"
+        } else if self.failed() {
+            "failed"
+        } else {
+            "inconclusive"
+        }
+    }
 }
 
-/// A backend did not pass its enforcement self-test; treat it as absent.
+/// A backend did not pass its enforcement self-test.
+///
+/// Only a [`failed`](GateReport::failed) report (a forbidden action was
+/// seen to happen) means the backend does not enforce here; an
+/// [`interfered`](GateReport::interfered) or
+/// [`inconclusive`](GateReport::inconclusive) one says nothing of it, and
+/// [`to_unavailable`](Self::to_unavailable) gives it a kind that
+/// `on_unsupported` never turns into an unconfined run.
 #[derive(Debug, Clone, thiserror::Error)]
 #[error(
-    "backend `{}` did not pass its enforcement self-test, so it is treated as unavailable: {}",
+    "backend `{}` did not pass its enforcement self-test ({}): {}",
     report.backend,
+    report.verdict(),
     report.problems().join("; ")
 )]
 pub struct GateFailure {
@@ -81,9 +126,13 @@ pub struct GateFailure {
 impl GateFailure {
     /// The same failure as the error backend resolution reports.
     ///
-    /// A self-test that was interfered with is
-    /// [`UnavailableKind::SelfTestInterfered`], which `on_unsupported`
-    /// never turns into an unconfined run.
+    /// Only a [`failed`](GateReport::failed) self-test (a forbidden action
+    /// was seen to happen) is [`UnavailableKind::SelfTestFailed`], which
+    /// `on_unsupported` may turn into the noop backend. One that was
+    /// interfered with is [`UnavailableKind::SelfTestInterfered`], any other
+    /// (a control not seen, a launch that could not start: red team R7 F2)
+    /// [`UnavailableKind::SelfTestInconclusive`]; `on_unsupported` never
+    /// turns those into an unconfined run.
     pub fn to_unavailable(&self) -> SandboxUnavailable {
         let problems = self.report.problems().join("; ");
         let (reason, kind) = if self.report.interfered() {
@@ -94,10 +143,21 @@ impl GateFailure {
                 ),
                 UnavailableKind::SelfTestInterfered,
             )
-        } else {
+        } else if self.report.failed() {
             (
                 format!("enforcement self-test failed: {problems}"),
                 UnavailableKind::SelfTestFailed,
+            )
+        } else {
+            (
+                format!(
+                    "enforcement self-test inconclusive: no forbidden action was seen to get \
+                     through, but a control or a probe launch did not happen as it must (a \
+                     shortage of processes, memory or file descriptors, a timeout, ...), so \
+                     nothing is known of the backend (not run unconfined whatever \
+                     on_unsupported says): {problems}"
+                ),
+                UnavailableKind::SelfTestInconclusive,
             )
         };
         // No source: the failure's text would repeat the reason, and the
@@ -167,9 +227,12 @@ pub fn gate(backend: &dyn Backend) -> Result<&'static GateReport, GateFailure> {
 /// [`gate`] with the self-test's scratch in `trusted` when given (see
 /// [`enforcement_self_test_in`]).
 ///
-/// A report that was interfered with is not cached: the next call runs the
-/// self-test again (another process's interference says nothing of the
-/// backend, and must not fail every later run of a long-lived process).
+/// Only a report that passed or [failed](GateReport::failed) is cached. One
+/// that was interfered with or is [inconclusive](GateReport::inconclusive)
+/// is not: the next call runs the self-test again (another process's
+/// interference, or a passing shortage of processes, says nothing of the
+/// backend, and must not fail every later run of a long-lived process, nor
+/// leave a session on the noop backend: red team R7 F2).
 pub fn gate_in(
     backend: &dyn Backend,
     trusted: Option<&Path>,
@@ -185,9 +248,9 @@ pub fn gate_in(
                 Some(report) => report,
                 None => {
                     let fresh = enforcement_self_test_in(backend, trusted);
-                    if fresh.interfered() {
+                    if !fresh.passed && !fresh.failed() {
                         return Err(GateFailure {
-                            report: keep_interfered(fresh),
+                            report: keep_uncached(fresh),
                         });
                     }
                     cell.get_or_init(|| fresh)
@@ -202,16 +265,23 @@ pub fn gate_in(
     }
 }
 
-/// Keeps an interfered report for the caller's error: each one is kept
-/// for the process (a [`GateFailure`] holds a `'static` report), at most
-/// [`KEPT_INTERFERED`] of them; past that the last kept one is returned
-/// again (an interference too), so a process interfered with forever does
-/// not grow without bound.
-fn keep_interfered(report: GateReport) -> &'static GateReport {
+/// Keeps an uncached (interfered or inconclusive) report for the caller's
+/// error: each one is kept for the process (a [`GateFailure`] holds a
+/// `'static` report), at most [`KEPT_UNCACHED`] of each verdict; past that
+/// the last kept one of the same verdict is returned again (so the error's
+/// kind stays the same), and a process that meets them forever does not
+/// grow without bound.
+fn keep_uncached(report: GateReport) -> &'static GateReport {
     static KEPT: Mutex<Vec<&'static GateReport>> = Mutex::new(Vec::new());
     let mut kept = KEPT.lock().unwrap_or_else(PoisonError::into_inner);
-    match kept.last() {
-        Some(last) if kept.len() >= KEPT_INTERFERED => last,
+    let verdict = report.verdict();
+    let same: Vec<&'static GateReport> = kept
+        .iter()
+        .copied()
+        .filter(|r| r.verdict() == verdict)
+        .collect();
+    match same.last() {
+        Some(last) if same.len() >= KEPT_UNCACHED => last,
         _ => {
             let report: &'static GateReport = Box::leak(Box::new(report));
             kept.push(report);
@@ -220,8 +290,8 @@ fn keep_interfered(report: GateReport) -> &'static GateReport {
     }
 }
 
-/// Interfered reports a process keeps at most ([`keep_interfered`]).
-const KEPT_INTERFERED: usize = 16;
+/// Uncached reports of each verdict a process keeps at most ([`keep_uncached`]).
+const KEPT_UNCACHED: usize = 16;
 
 /// The cached report for `backend_name`, if the gate already ran in this process.
 pub fn cached(backend_name: &'static str) -> Option<&'static GateReport> {

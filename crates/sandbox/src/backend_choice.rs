@@ -19,11 +19,15 @@ pub struct ResolvedBackend {
 /// Picks the backend `config` asks for, and checks it really enforces here.
 ///
 /// A real backend is handed out only after it passes the enforcement
-/// self-test on this host. A missing backend and one that fails its self-test
-/// are treated alike: `on_unsupported` decides between an error, a warning
-/// plus the noop backend, or the noop backend silently. A self-test that was
-/// interfered with ([`UnavailableKind::SelfTestInterfered`]) is always an
-/// error: it says nothing of the host.
+/// self-test on this host. A missing backend (its mechanism absent here,
+/// known before any probe) and one whose self-test saw a forbidden action
+/// get through ([`UnavailableKind::SelfTestFailed`]) are treated alike:
+/// `on_unsupported` decides between an error, a warning plus the noop
+/// backend, or the noop backend silently. Any other self-test failure says
+/// nothing of the host and is always an error: one that was interfered with
+/// ([`UnavailableKind::SelfTestInterfered`]) or was inconclusive
+/// ([`UnavailableKind::SelfTestInconclusive`]: a control not seen, a probe
+/// launch that could not start, as under a full `RLIMIT_NPROC`).
 pub fn resolve_backend(config: &SandboxConfig) -> Result<ResolvedBackend, SandboxUnavailable> {
     resolve(config, None)
 }
@@ -77,9 +81,11 @@ fn resolve_with(
             backend,
             fallback: None,
         }),
-        // A self-test another process interfered with says nothing of the
-        // host: never a reason to run unconfined, whatever on_unsupported says.
-        Err(err) if err.kind() == UnavailableKind::SelfTestInterfered => Err(err),
+        // A self-test another process interfered with, or one that was
+        // inconclusive (a control not seen, a launch that could not start:
+        // red team R7 F2), says nothing of the host: never a reason to run
+        // unconfined, whatever on_unsupported says.
+        Err(err) if refused_whatever_on_unsupported(err.kind()) => Err(err),
         Err(err) => match config.on_unsupported {
             OnUnsupported::Error => Err(err),
             OnUnsupported::Warn => {
@@ -97,6 +103,15 @@ fn resolve_with(
             }),
         },
     }
+}
+
+/// The kinds `on_unsupported` never turns into the noop backend: the
+/// self-test said nothing of the host.
+fn refused_whatever_on_unsupported(kind: UnavailableKind) -> bool {
+    matches!(
+        kind,
+        UnavailableKind::SelfTestInterfered | UnavailableKind::SelfTestInconclusive
+    )
 }
 
 fn platform_backend() -> Result<Arc<dyn Backend>, SandboxUnavailable> {
@@ -180,6 +195,75 @@ mod tests {
         }
     }
 
+    /// A backend whose launches cannot start: each fails `EAGAIN`, as a
+    /// fork does under a full `RLIMIT_NPROC` (red team R7 F2).
+    #[derive(Debug)]
+    struct Starved;
+
+    impl Backend for Starved {
+        fn name(&self) -> &'static str {
+            "starved-for-resolve-tests"
+        }
+        fn axes(&self) -> &'static [Axis] {
+            &[Axis::Write, Axis::Spawn]
+        }
+        fn prepare(
+            &self,
+            policy: &ResolvedPolicy,
+            argv: &[OsString],
+        ) -> Result<Confinement, SandboxUnavailable> {
+            // SAFETY: the closure builds an error from a raw code; no allocation.
+            let hook = unsafe {
+                sandbox_core::PreExecHook::new(|| {
+                    Err(sandbox_core::encode_pre_exec_error(libc::EAGAIN))
+                })
+            };
+            Ok(Confinement::new(
+                argv.to_vec(),
+                Some(hook),
+                NoopBackend.prepare(policy, argv)?.report,
+            ))
+        }
+        fn wrap_argv(
+            &self,
+            _policy: &ResolvedPolicy,
+            _argv: &[OsString],
+        ) -> Result<WrappedArgv, SandboxUnavailable> {
+            Err(SandboxUnavailable::new(self.name(), "no argv form"))
+        }
+    }
+
+    /// A self-test whose launches could not start is inconclusive: refused
+    /// under every `on_unsupported`, never the noop backend, and run again
+    /// on the next resolution (not cached). Twin: the pretender, whose
+    /// self-test sees a forbidden write, falls back under `warn` (above).
+    #[test]
+    fn a_self_test_starved_of_processes_never_falls_back_to_noop() {
+        let make = || Ok(Arc::new(Starved) as Arc<dyn Backend>);
+        let mut config = SandboxConfig::default();
+        for choice in [
+            OnUnsupported::Error,
+            OnUnsupported::Warn,
+            OnUnsupported::Ignore,
+        ] {
+            config.on_unsupported = choice;
+            let err = resolve_with(&config, None, make).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                UnavailableKind::SelfTestInconclusive,
+                "{choice:?}"
+            );
+            let text = err.to_string();
+            assert!(
+                text.contains("inconclusive")
+                    && text.contains("not run unconfined whatever on_unsupported says")
+                    && text.contains("Resource temporarily unavailable"),
+                "{text}"
+            );
+        }
+        assert!(crate::gate::report("starved-for-resolve-tests").is_none());
+    }
+
     #[test]
     fn a_backend_failing_its_self_test_is_demoted_as_on_unsupported_says() {
         let make = || Ok(Arc::new(Pretender) as Arc<dyn Backend>);
@@ -226,6 +310,25 @@ mod tests {
             assert_eq!(
                 err.kind(),
                 UnavailableKind::SelfTestInterfered,
+                "{choice:?}"
+            );
+        }
+        let inconclusive = || {
+            Err(
+                SandboxUnavailable::new("landlock", "enforcement self-test inconclusive")
+                    .with_kind(UnavailableKind::SelfTestInconclusive),
+            )
+        };
+        for choice in [
+            OnUnsupported::Error,
+            OnUnsupported::Warn,
+            OnUnsupported::Ignore,
+        ] {
+            config.on_unsupported = choice;
+            let err = resolve_with(&config, None, inconclusive).unwrap_err();
+            assert_eq!(
+                err.kind(),
+                UnavailableKind::SelfTestInconclusive,
                 "{choice:?}"
             );
         }

@@ -85,6 +85,12 @@ pub enum ErrorKind {
     /// is not [`is_unavailable`](Self::is_unavailable) and never a reason to
     /// run unconfined.
     SelfTestInterfered,
+    /// The enforcement self-test was inconclusive (a control not seen, a
+    /// probe launch that could not start, e.g. under a full
+    /// `RLIMIT_NPROC`): nothing is known of the host, so this is not
+    /// [`is_unavailable`](Self::is_unavailable) and never a reason to run
+    /// unconfined.
+    SelfTestInconclusive,
     /// The program was not found or is not executable.
     Program,
     /// The command could not be started (spawning failed, or the sandbox
@@ -115,6 +121,7 @@ impl Error {
             UnavailableKind::LandlockDisabled => ErrorKind::LandlockDisabled,
             UnavailableKind::SelfTestFailed => ErrorKind::SelfTestFailed,
             UnavailableKind::SelfTestInterfered => ErrorKind::SelfTestInterfered,
+            UnavailableKind::SelfTestInconclusive => ErrorKind::SelfTestInconclusive,
             _ => ErrorKind::Unavailable,
         };
         match self {

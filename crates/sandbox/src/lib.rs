@@ -122,8 +122,10 @@ pub mod backend {
 
 /// The production gate: the enforcement self-test a backend passes (a
 /// write probe and a spawn probe, launched as a run is) before
-/// [`backend::resolve_backend`] hands it out; a failed or unwitnessed probe counts
-/// as no backend.
+/// [`backend::resolve_backend`] hands it out. Only a probe that saw a
+/// forbidden action get through counts as no backend (`on_unsupported`
+/// applies); an unwitnessed (inconclusive) or interfered-with self-test is
+/// refused whatever `on_unsupported` says, and is not cached.
 pub mod gate {
     pub use sandbox_probe::{Check, CheckRole, GateReport, ProbeKind, ProbeReport, ProbeResult};
 

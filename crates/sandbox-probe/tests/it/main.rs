@@ -4,6 +4,7 @@
 
 mod conformance;
 mod gate;
+mod inconclusive;
 mod interference;
 #[cfg(all(target_os = "linux", target_arch = "x86_64"))]
 mod support;

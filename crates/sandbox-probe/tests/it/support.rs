@@ -44,6 +44,14 @@ pub enum Kind {
     /// [`Kind::Working`] without Landlock's TRUNCATE right handled: writes
     /// need a writable fd, but `open(O_RDONLY|O_TRUNC)` still truncates.
     ForgetsTruncate,
+    /// Every launch fails to start with this errno (its pre-exec hook
+    /// returns it): a probe launch refused `EAGAIN` as under a full
+    /// `RLIMIT_NPROC` (red team R7 F2).
+    LaunchFails(i32),
+    /// [`Kind::Working`], and the launch's `RLIMIT_NPROC` set to 0: for a
+    /// user other than root every fork in it fails `EAGAIN` (the kernel's
+    /// own answer; root is exempt, so there it passes).
+    NoProcessesLeft,
 }
 
 /// A backend whose behaviour is one [`Kind`]; counts its `prepare` calls.
@@ -84,16 +92,19 @@ impl Backend for TestBackend {
             _ => argv.to_vec(),
         };
         let landlock = match self.kind {
-            Kind::Working | Kind::ForgetsSpawnRules | Kind::SpawnDeniesEverything => {
-                Some(write_ruleset(self.name, policy, DIR_RIGHTS)?)
-            }
+            Kind::Working
+            | Kind::ForgetsSpawnRules
+            | Kind::SpawnDeniesEverything
+            | Kind::NoProcessesLeft => Some(write_ruleset(self.name, policy, DIR_RIGHTS)?),
             Kind::ForgetsTruncate => {
                 Some(write_ruleset(self.name, policy, DIR_RIGHTS & !TRUNCATE)?)
             }
             _ => None,
         };
         let filter = match self.kind {
-            Kind::Working | Kind::ForgetsTruncate if policy.deny_subprocess() => {
+            Kind::Working | Kind::ForgetsTruncate | Kind::NoProcessesLeft
+                if policy.deny_subprocess() =>
+            {
                 Some(Filter::new(deny_fork_program()))
             }
             Kind::SpawnDeniesEverything if policy.deny_subprocess() => {
@@ -102,11 +113,34 @@ impl Backend for TestBackend {
             Kind::DeniesEverything => Some(Filter::new(kill_everything_program())),
             _ => None,
         };
-        let hook = if landlock.is_none() && filter.is_none() {
-            None
-        } else {
+        let hook = match self.kind {
+            Kind::LaunchFails(errno) => {
+                // SAFETY: the closure builds an error from a raw code; no allocation.
+                Some(unsafe { PreExecHook::new(move || Err(encode_pre_exec_error(errno))) })
+            }
+            Kind::NoProcessesLeft => {
+                // SAFETY: the closure makes raw setrlimit (a valid rlimit),
+                // prctl and syscall calls only; no allocation.
+                Some(unsafe {
+                    PreExecHook::new(move || {
+                        let none = libc::rlimit {
+                            rlim_cur: 0,
+                            rlim_max: 0,
+                        };
+                        if libc::setrlimit(libc::RLIMIT_NPROC, &none) != 0 {
+                            return Err(encode_pre_exec_error(
+                                std::io::Error::last_os_error().raw_os_error().unwrap_or(0),
+                            ));
+                        }
+                        apply(landlock.as_ref(), filter.as_ref())
+                    })
+                })
+            }
+            _ if landlock.is_none() && filter.is_none() => None,
             // SAFETY: the closure makes raw prctl/syscall calls only; no allocation.
-            Some(unsafe { PreExecHook::new(move || apply(landlock.as_ref(), filter.as_ref())) })
+            _ => {
+                Some(unsafe { PreExecHook::new(move || apply(landlock.as_ref(), filter.as_ref())) })
+            }
         };
         Ok(Confinement::new(argv, hook, report(self.name)))
     }
