@@ -9,7 +9,7 @@
 //!
 //! | Trusted state | A later run trusts it to | Kept out of reach by | Attacked by |
 //! |---|---|---|---|
-//! | Operator config directories: `<passwd home>/.config/sandbox` (real and effective uid; the one the config is read from, [`sandbox_core::config_candidates`], whatever the environment says), `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox` (read only by a user without a usable passwd home, [`sandbox_core::home`]), `/etc/sandbox`; the approval state directories beside them (`$XDG_STATE_HOME/sandbox`, `~/.local/state/sandbox`; still located by the environment: see [`state_dir`]) | set its backend and bounds; grant an op's declared scope (`approvals.json`, read by `sandbox exec-op`); keep the record of what was approved | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `a_config_planted_under_another_runs_xdg_config_home_is_not_read`, `config_dir_behind_a_replaceable_link`, `harness::no_confined_run_can_write_the_approvals_file` |
+//! | Operator config directories: `<passwd home>/.config/sandbox` (real and effective uid; the one the config is read from, [`sandbox_core::config_candidates`], whatever the environment says), `$XDG_CONFIG_HOME/sandbox`, `$HOME/.config/sandbox` (read only by a user without a usable passwd home, [`sandbox_core::home`]), `/etc/sandbox`; the approval state directories beside them (`<passwd home>/.local/state/sandbox`, the one [`state_dir`] uses; `$XDG_STATE_HOME/sandbox`, `$HOME/.local/state/sandbox`) | set its backend and bounds; grant an op's declared scope (`approvals.json`, read by `sandbox exec-op`); keep the record of what was approved | write-denied in every run whose write paths reach them, whether a config exists there or not ([`protect_trusted`]); a run is refused when a symlink it could replace lies on the way to one | `trusted_state::config_planted_without_home`, `a_config_planted_under_another_runs_xdg_config_home_is_not_read`, `config_dir_behind_a_replaceable_link`, `harness::no_confined_run_can_write_the_approvals_file` |
 //! | The loaded config file (`--config`, `$SANDBOX_CONFIG`, or the one found) | be the file the operator named | refused when any entry on the way to it, a link or its target included, lies in a write path ([`check_trusted_file`]); a non-regular file or one over [`sandbox_core::MAX_CONFIG_BYTES`] is refused | `trusted_state::config_link_inside_a_write_path`, `config_fifo_and_device` |
 //! | Another name of a trusted file (a hard link to the config, the cached verdict, the approvals file or the approval audit log, made before the run in a place some run may write) | nothing: no walk of the named path sees it | a trusted file must have one name (`st_nlink == 1`, [`single_name`]): the config is refused with one `sandbox:` line, the verdict is not trusted (the self-test runs and records it under a new inode), the approvals file and the audit log are refused (and a symlink at either is never followed); a confined run cannot make the link itself (Landlock refuses a link that would give the file write access it lacks: `EXDEV`) | `trusted_state::a_config_with_a_second_name_is_refused`, the unit tests `verdict::a_verdict_with_a_second_name_is_not_trusted`, `store::a_linked_approvals_file_is_refused` and `audit::a_log_with_a_hard_link_is_refused` |
 //! | The self-test verdict | let it skip the self-test | kept only at `/run/user/<euid>/sandbox` (`/run/sandbox` for root; without a runtime directory `<passwd home>/.cache/sandbox`), places no environment variable moves, in a directory owned by the user that no one else may write; write-denied in every run that reaches it | `trusted_state::verdict_forged_in_a_runtime_dir`, `fail_closed::no_confined_run_can_forge_the_cached_verdict` |
@@ -133,23 +133,19 @@ pub fn trusted_dirs() -> Vec<PathBuf> {
 }
 
 /// Where the approvals (`approvals.json`, the grants `sandbox exec-op`
-/// trusts) and their audit log go: `$XDG_STATE_HOME/sandbox`, else
-/// `$HOME/.local/state/sandbox`, else that of the passwd home; never a
+/// trusts) and their audit log go: `.local/state/sandbox` of the user's
+/// passwd home ([`sandbox_core::home::trusted_home`]), which no environment
+/// variable moves: a run started without `$XDG_STATE_HOME` whose write
+/// paths hold the directory this user's other runs name by it could
+/// otherwise write the grants they trust. Only without a usable passwd
+/// home (a known gap for such accounts, see [`sandbox_core::home`]):
+/// `$XDG_STATE_HOME/sandbox`, else `$HOME/.local/state/sandbox`. Never a
 /// shared directory such as `/tmp`, where another user could plant a link.
-///
-/// Known gap (red-team R7 F3, open): unlike the operator config and the
-/// tool caches, this place still follows the environment, so a run started
-/// without `$XDG_STATE_HOME` whose write paths hold the directory another
-/// run of this user names by it can write the grants that run trusts.
 pub fn state_dir() -> Option<PathBuf> {
-    env_dir("XDG_STATE_HOME")
+    sandbox_core::home::trusted_home()
+        .map(|h| h.join(".local/state"))
+        .or_else(|| env_dir("XDG_STATE_HOME"))
         .or_else(|| env_dir("HOME").map(|h| h.join(".local/state")))
-        .or_else(|| {
-            passwd_homes()
-                .into_iter()
-                .next()
-                .map(|h| h.join(".local/state"))
-        })
         .map(|base| base.join("sandbox"))
 }
 

@@ -245,12 +245,21 @@ fn a_tool_cache_refusal_offers_a_private_cache() {
 /// `y` runs it and stores the grant in the state directory's
 /// `approvals.json`, which then admits the same op with no terminal. Twin:
 /// `n` refuses it (125), runs nothing and stores nothing.
+#[cfg(target_os = "linux")]
 #[test]
 fn exec_op_asks_once_and_remembers_the_grant() {
     let t = tempfile::tempdir().unwrap();
+    let state = fs::canonicalize(t.path()).unwrap().join("state");
+    fs::create_dir_all(&state).unwrap();
+    with_state_dir(&state, |store| exec_op_asks_once(&state, store));
+}
+
+#[cfg(target_os = "linux")]
+fn exec_op_asks_once(state: &Path, store: &Path) {
+    let t = tempfile::tempdir().unwrap();
     let root = fs::canonicalize(t.path()).unwrap();
-    let (ws, other, state) = (root.join("ws"), root.join("other"), root.join("state"));
-    for d in [&ws, &other, &state] {
+    let (ws, other) = (root.join("ws"), root.join("other"));
+    for d in [&ws, &other] {
         fs::create_dir_all(d).unwrap();
     }
     let config = root.join("config.toml");
@@ -281,11 +290,11 @@ fn exec_op_asks_once_and_remembers_the_grant() {
             .arg(&ws)
             .arg("--op")
             .arg(&op)
-            .env("XDG_STATE_HOME", &state);
+            .env("XDG_STATE_HOME", state);
         cmd
     };
     let key = format!("exec-op/file.write{}", other.display());
-    let stored = state.join("sandbox/approvals.json");
+    let stored = store.join("approvals.json");
     let mut s = on_pty(exec());
     let prompt = s.expect("[y/N]");
     assert!(prompt.contains(&key), "the missing key is named: {prompt}");
@@ -309,4 +318,28 @@ fn exec_op_asks_once_and_remembers_the_grant() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(marker.exists());
+}
+
+/// Runs `f` where `sandbox exec-op` keeps its approvals: `.local/state/sandbox`
+/// of the passwd home whatever `$XDG_STATE_HOME` says (root: a fresh
+/// `/root` in a mount namespace of the test's, so the host's approvals are
+/// never read or touched), else (no usable passwd home: nobody)
+/// `$XDG_STATE_HOME/sandbox`, with `XDG_STATE_HOME` the `state` the test
+/// sets. `f` gets that directory.
+#[cfg(target_os = "linux")]
+fn with_state_dir(state: &Path, f: impl FnOnce(&Path) + Send) {
+    match sandbox_core::home::trusted_home() {
+        None => f(&state.join("sandbox")),
+        Some(_) if sandbox_tests::is_root() => {
+            sandbox_tests::with_private_mounts(&["/root"], || {
+                f(Path::new("/root/.local/state/sandbox"))
+            })
+            .expect("a mount namespace with a tmpfs on /root (root)");
+        }
+        Some(home) => panic!(
+            "the approvals live in {}: run this test as root (a private /root) or as a user \
+             without a usable passwd home",
+            home.display()
+        ),
+    }
 }

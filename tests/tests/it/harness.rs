@@ -391,33 +391,142 @@ fn a_pre_approval_in_the_config_admits_the_op_for_its_skill_only() {
 /// A grant stored by an earlier interactive approval (`approvals.json` in
 /// the state directory) admits the op, non-interactively. Twin: a stored
 /// grant for another path does not.
+#[cfg(target_os = "linux")]
 #[test]
 fn a_stored_grant_admits_the_op() {
     let d = Dispatch::new();
-    let config = d.config("");
-    let op = d.op(&d.other, false);
-    let store = d.state.join("sandbox");
-    std::fs::create_dir_all(&store).unwrap();
-    let grant = |path: &Path| {
-        let key = format!("exec-op/file.write{}", path.display());
-        std::fs::write(
-            store.join("approvals.json"),
-            serde_json::json!({
-                "version": 1,
-                "grants": [{"key": key, "granted_at_unix_ms": 1}],
+    with_state_dir(&d.state, |store| {
+        let config = d.config("");
+        let op = d.op(&d.other, false);
+        std::fs::create_dir_all(store).unwrap();
+        let grant = |path: &Path| {
+            let key = format!("exec-op/file.write{}", path.display());
+            std::fs::write(
+                store.join("approvals.json"),
+                serde_json::json!({
+                    "version": 1,
+                    "grants": [{"key": key, "granted_at_unix_ms": 1}],
+                })
+                .to_string(),
+            )
+            .unwrap();
+        };
+        grant(&d.root.join("elsewhere"));
+        let out = d.exec(&config, &op, &[]);
+        assert_exit(&out, 125);
+        assert!(!d.other.join("marker").exists());
+        grant(&d.other);
+        let out = d.exec(&config, &op, &[]);
+        assert_exit(&out, 0);
+        assert!(d.other.join("marker").exists());
+    });
+}
+
+/// Red-team R7 (F1/F3 class, the approvals): a run started without
+/// `XDG_STATE_HOME` whose write path holds the directory the victim's
+/// `sandbox exec-op` names by it writes `sandbox/approvals.json` there,
+/// granting the op's scope; the victim's `exec-op` (with that
+/// `XDG_STATE_HOME`) does not read it: the approvals lie in the passwd
+/// home whatever the environment says, and the op stays refused. Positive
+/// control: the same grant in the passwd home's state directory admits the
+/// op. Root only, against a fresh `/root` in a mount namespace of the
+/// test's; nobody (no usable passwd home) keeps its approvals where its
+/// environment says, the documented gap.
+#[cfg(target_os = "linux")]
+#[test]
+fn approvals_planted_under_another_runs_state_home_are_not_read() {
+    if !sandbox_tests::is_root() {
+        sandbox_tests::cannot_do_its_job(
+            "approvals_planted_under_another_runs_state_home_are_not_read",
+            "needs root (the passwd home is /root)",
+        );
+        return;
+    }
+    let d = Dispatch::new();
+    let data = d.root.join("data");
+    let xdg = data.join("state");
+    std::fs::create_dir_all(&xdg).unwrap();
+    let key = format!("exec-op/file.write{}", d.other.display());
+    let grant = serde_json::json!({
+        "version": 1,
+        "grants": [{"key": key, "granted_at_unix_ms": 1}],
+    })
+    .to_string();
+    sandbox_tests::with_private_mounts(&["/root"], || {
+        let planted = xdg.join("sandbox/approvals.json");
+        let out = sandbox()
+            .env_remove("XDG_STATE_HOME")
+            .env("HOME", d.root.join("home"))
+            .args(["run", "--mode", "workspace-write", "--workspace"])
+            .arg(&data)
+            .args(["--", "/bin/sh", "-c"])
+            .arg(format!(
+                "mkdir -p {s} && printf '%s' '{grant}' > {p} && echo PLANTED",
+                s = xdg.join("sandbox").display(),
+                p = planted.display()
+            ))
+            .stdin(Stdio::null())
+            .output()
+            .unwrap();
+        assert!(
+            text(&out.stdout).contains("PLANTED") && planted.is_file(),
+            "the hostile run could not write its own workspace: {}",
+            text(&out.stderr)
+        );
+        let config = d.config("");
+        let op = d.op(&d.other, false);
+        let victim = || {
+            sandbox()
+                .args(["exec-op", "--config"])
+                .arg(&config)
+                .arg("--workspace")
+                .arg(&d.ws)
+                .arg("--op")
+                .arg(&op)
+                .env("XDG_STATE_HOME", &xdg)
+                .stdin(Stdio::null())
+                .output()
+                .unwrap()
+        };
+        let out = victim();
+        assert_exit(&out, 125);
+        assert!(
+            !d.other.join("marker").exists(),
+            "the planted grant was read"
+        );
+        // Positive control: the grant in the passwd home's state directory.
+        let store = Path::new("/root/.local/state/sandbox");
+        std::fs::create_dir_all(store).unwrap();
+        std::fs::write(store.join("approvals.json"), &grant).unwrap();
+        let out = victim();
+        assert_exit(&out, 0);
+        assert!(d.other.join("marker").exists());
+    })
+    .expect("a mount namespace with a tmpfs on /root (root)");
+}
+
+/// Runs `f` where `sandbox exec-op` keeps its approvals: `.local/state/sandbox`
+/// of the passwd home whatever `$XDG_STATE_HOME` says (root: a fresh
+/// `/root` in a mount namespace of the test's, so the host's approvals are
+/// never read or touched), else (no usable passwd home: nobody)
+/// `$XDG_STATE_HOME/sandbox`, with `XDG_STATE_HOME` the `state` the test
+/// sets. `f` gets that directory.
+#[cfg(target_os = "linux")]
+fn with_state_dir(state: &Path, f: impl FnOnce(&Path) + Send) {
+    match sandbox_core::home::trusted_home() {
+        None => f(&state.join("sandbox")),
+        Some(_) if sandbox_tests::is_root() => {
+            sandbox_tests::with_private_mounts(&["/root"], || {
+                f(Path::new("/root/.local/state/sandbox"))
             })
-            .to_string(),
-        )
-        .unwrap();
-    };
-    grant(&d.root.join("elsewhere"));
-    let out = d.exec(&config, &op, &[]);
-    assert_exit(&out, 125);
-    assert!(!d.other.join("marker").exists());
-    grant(&d.other);
-    let out = d.exec(&config, &op, &[]);
-    assert_exit(&out, 0);
-    assert!(d.other.join("marker").exists());
+            .expect("a mount namespace with a tmpfs on /root (root)");
+        }
+        Some(home) => panic!(
+            "the approvals live in {}: run this test as root (a private /root) or as a user \
+             without a usable passwd home",
+            home.display()
+        ),
+    }
 }
 
 /// The approvals file is trusted state: a confined run whose write path
