@@ -238,8 +238,9 @@ pub(crate) struct PolicyFlags {
 #[derive(Args, Clone, Default)]
 pub(crate) struct ConfigFlags {
     /// Operator config file (default: $SANDBOX_CONFIG, else
-    /// $XDG_CONFIG_HOME/sandbox/config.toml, else /etc/sandbox/config.toml;
-    /// never the working directory).
+    /// ~/.config/sandbox/config.toml of the passwd home (not moved by $HOME
+    /// or $XDG_CONFIG_HOME), else /etc/sandbox/config.toml; never the
+    /// working directory).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
     /// Backend (overrides the config).
