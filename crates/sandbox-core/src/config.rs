@@ -148,17 +148,25 @@ pub fn config_candidates(
     if let Some(path) = env_config.filter(|p| !p.as_os_str().is_empty()) {
         return ConfigSource::Required(path);
     }
-    let absolute = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
-    let user = match absolute(trusted_home) {
-        Some(home) => Some(home.join(".config")),
-        None => absolute(xdg_config_home).or_else(|| absolute(home).map(|h| h.join(".config"))),
-    }
-    .map(|dir| dir.join("sandbox").join("config.toml"));
+    let user = match trusted_home.filter(|p| p.is_absolute()) {
+        Some(home) => Some(home.join(".config/sandbox/config.toml")),
+        None => env_user_config(xdg_config_home, home),
+    };
     ConfigSource::FirstExisting(
         user.into_iter()
             .chain(std::iter::once(PathBuf::from("/etc/sandbox/config.toml")))
             .collect(),
     )
+}
+
+/// Where the environment names the user config:
+/// `$XDG_CONFIG_HOME/sandbox/config.toml`, else
+/// `$HOME/.config/sandbox/config.toml` (absolute paths only).
+fn env_user_config(xdg_config_home: Option<PathBuf>, home: Option<PathBuf>) -> Option<PathBuf> {
+    let absolute = |p: Option<PathBuf>| p.filter(|p| p.is_absolute());
+    absolute(xdg_config_home)
+        .or_else(|| absolute(home).map(|h| h.join(".config")))
+        .map(|dir| dir.join("sandbox").join("config.toml"))
 }
 
 /// Where the operator config comes from.
@@ -168,18 +176,43 @@ pub enum ConfigSource {
     Required(PathBuf),
     /// The first of these that exists, or none.
     FirstExisting(Vec<PathBuf>),
+    /// A user config where the environment names it (`$XDG_CONFIG_HOME`,
+    /// `$HOME`), away from the passwd home's, which is no longer read:
+    /// loading fails and says where it belongs, so restrictions it holds
+    /// are never dropped without a word.
+    NotRead {
+        /// The config found where the environment names it.
+        found: PathBuf,
+        /// Where the user config is read from.
+        read_from: PathBuf,
+    },
 }
 
 impl ConfigSource {
     /// The discovery of [`config_candidates`] from this process's environment.
     pub fn from_env() -> Self {
         let var = |name: &str| std::env::var_os(name).map(PathBuf::from);
-        config_candidates(
+        let trusted = crate::home::trusted_home();
+        let found = config_candidates(
             var(CONFIG_ENV),
-            crate::home::trusted_home(),
+            trusted.clone(),
             var("XDG_CONFIG_HOME"),
             var("HOME"),
-        )
+        );
+        // Where the environment alone would have put it (before the passwd
+        // home was trusted): a config there is refused, not skipped.
+        if let (ConfigSource::FirstExisting(paths), Some(_)) = (&found, &trusted) {
+            let env_path = env_user_config(var("XDG_CONFIG_HOME"), var("HOME"));
+            if let (Some(env_path), Some(read_from)) = (env_path, paths.first()) {
+                if env_path != *read_from && std::fs::symlink_metadata(&env_path).is_ok() {
+                    return ConfigSource::NotRead {
+                        found: env_path,
+                        read_from: read_from.clone(),
+                    };
+                }
+            }
+        }
+        found
     }
 
     /// Loads the config: the path it came from (if any) and its contents
@@ -196,6 +229,10 @@ impl ConfigSource {
                     None => Ok((None, SandboxConfig::default())),
                 }
             }
+            ConfigSource::NotRead { found, read_from } => Err(ConfigError::NotRead {
+                path: found.clone(),
+                read_from: read_from.clone(),
+            }),
         }
     }
 }

@@ -124,6 +124,22 @@ pub enum PolicyError {
 #[derive(Debug, thiserror::Error)]
 #[non_exhaustive]
 pub enum ConfigError {
+    /// A user config where `$XDG_CONFIG_HOME` or `$HOME` names it, which
+    /// is not read: the user config is read from the passwd home only.
+    #[error(
+        "config {} is not read: the user config is read only from {} (the passwd home; \
+         $XDG_CONFIG_HOME and $HOME no longer move it, since a run started with another \
+         environment could write there); move it there, or name it with --config or \
+         SANDBOX_CONFIG (a path outside every run's write paths)",
+        path.display(),
+        read_from.display()
+    )]
+    NotRead {
+        /// The config found where the environment names it.
+        path: PathBuf,
+        /// Where the user config is read from.
+        read_from: PathBuf,
+    },
     /// The file could not be read.
     #[error("cannot read config {}: {source}", path.display())]
     Read {

@@ -63,8 +63,8 @@ fn a_config_in_the_working_directory_is_ignored() {
 }
 
 /// The user config is discovered at `.config/sandbox/config.toml` of the
-/// passwd home, whatever `$XDG_CONFIG_HOME` says (one there, with other
-/// contents, is not read); as root against a fresh `/root` in a mount
+/// passwd home, whatever `$XDG_CONFIG_HOME` says (one there is not read:
+/// the run fails naming it and where to move it); as root against a fresh `/root` in a mount
 /// namespace of the test's. A user without a usable passwd home (nobody's
 /// `/nonexistent`) has it at `$XDG_CONFIG_HOME/sandbox/config.toml`, the
 /// documented gap. A named missing config is an error.
@@ -92,12 +92,28 @@ fn the_user_config_is_discovered_and_a_named_missing_one_is_an_error() {
             );
         } else {
             with_private_mounts(&["/root"], || {
-                // An XDG config is not read: the default policy.
-                std::fs::write(xdg.path().join("sandbox/config.toml"), bounded).unwrap();
-                assert_ne!(network(xdg.path()), false, "the XDG config was read");
+                // An XDG config is not read, nor skipped without a word
+                // (its restrictions would be dropped): an error naming it
+                // and where the user config is read from.
+                let planted = xdg.path().join("sandbox/config.toml");
+                std::fs::write(&planted, bounded).unwrap();
+                let out = sandbox()
+                    .env("XDG_CONFIG_HOME", xdg.path())
+                    .args(["policy"])
+                    .output()
+                    .unwrap();
+                assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+                let text = stderr(&out);
+                assert!(
+                    text.contains(&planted.display().to_string())
+                        && text.contains("/root/.config/sandbox/config.toml")
+                        && text.contains("is not read"),
+                    "{text}"
+                );
+                // Moved to the passwd home: read, and it bounds the policy.
+                std::fs::remove_file(&planted).unwrap();
                 std::fs::create_dir_all("/root/.config/sandbox").unwrap();
                 std::fs::write("/root/.config/sandbox/config.toml", bounded).unwrap();
-                std::fs::write(xdg.path().join("sandbox/config.toml"), "").unwrap();
                 assert_eq!(
                     network(xdg.path()),
                     false,

@@ -185,7 +185,7 @@ fn plant_the_config_without_home() {
 /// `sandbox/config.toml` there choosing the noop backend; the victim's next
 /// run (with that `XDG_CONFIG_HOME`) does not read it: the user config lies
 /// in the passwd home whatever the environment says, and the victim's run
-/// stays confined. Positive control: a config at the passwd home's
+/// fails naming the file (exit 125), so nothing runs unconfined. Positive control: a config at the passwd home's
 /// `.config/sandbox/config.toml` is read by the same run (noop: the write
 /// outside lands). Root only, against a fresh `/root` in a mount namespace
 /// of the test's; nobody (no usable passwd home) locates its config by the
@@ -243,10 +243,18 @@ fn plant_a_config_under_xdg_config_home() {
             .output()
             .unwrap()
     };
+    // Refused, naming the planted file: neither read nor skipped silently.
     let out = victim();
-    assert_ne!(code(&out), Some(0), "{}", stderr(&out));
+    assert_eq!(code(&out), Some(125), "{}", stderr(&out));
+    assert!(
+        stderr(&out).contains(&format!("config {} is not read", planted.display())),
+        "{}",
+        stderr(&out)
+    );
     assert!(!outside.exists(), "the planted config was read");
-    // Positive control: the passwd home's config is read.
+    // Positive control: the passwd home's config is read (the planted one
+    // removed).
+    std::fs::remove_file(&planted).unwrap();
     std::fs::create_dir_all("/root/.config/sandbox").unwrap();
     std::fs::write("/root/.config/sandbox/config.toml", noop).unwrap();
     let out = victim();
