@@ -99,6 +99,60 @@ fn compares(group: &[Cond]) -> Result<Vec<ScmpArgCompare>, SeccompError> {
         .collect())
 }
 
+/// The ioctl shape of [`Rule::AllowIf`] as denials on top of an allow
+/// (libseccomp takes one compare per argument, so a group of `!=` cannot be
+/// one rule): a first group of `!=` on one argument (the requests refused),
+/// then groups of `== request` on that argument and `!=` on others (a
+/// request refused for those values only). Allowed iff the request is none
+/// of the first group's, or a later group holds: so denied for each first
+/// group value that no later group names, and for each later group's
+/// request with each value it refuses. `None` for any other shape.
+fn as_denials(any_of: &[Vec<Cond>]) -> Option<Vec<Vec<ScmpArgCompare>>> {
+    let low = |arg: u8, v: u64| {
+        ScmpArgCompare::new(u32::from(arg), ScmpCompareOp::MaskedEqual(0xffff_ffff), v)
+    };
+    let (first, rest) = any_of.split_first()?;
+    let arg = first.first()?.arg;
+    let refused: Vec<u64> = first
+        .iter()
+        .map(|c| match c.cmp {
+            Cmp::Ne(v) if c.arg == arg && c.width == Width::Low32 => Some(v),
+            _ => None,
+        })
+        .collect::<Option<_>>()?;
+    let mut by_value = Vec::new();
+    let mut denials = Vec::new();
+    for group in rest {
+        let (head, args) = group.split_first()?;
+        let request = match head.cmp {
+            Cmp::Eq(v) if head.arg == arg && head.width == Width::Low32 => v,
+            _ => return None,
+        };
+        by_value.push(request);
+        for c in args {
+            let Cmp::Ne(v) = c.cmp else { return None };
+            if c.arg == arg {
+                return None;
+            }
+            let op = match c.width {
+                Width::Full64 => ScmpCompareOp::Equal,
+                Width::Low32 => ScmpCompareOp::MaskedEqual(0xffff_ffff),
+            };
+            denials.push(vec![
+                low(arg, request),
+                ScmpArgCompare::new(u32::from(c.arg), op, v),
+            ]);
+        }
+    }
+    denials.extend(
+        refused
+            .into_iter()
+            .filter(|v| !by_value.contains(v))
+            .map(|v| vec![low(arg, v)]),
+    );
+    Some(denials)
+}
+
 /// Compiles `spec` with libseccomp.
 pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
     let rows = table(spec);
@@ -125,20 +179,9 @@ pub fn compile_spec(spec: &FilterSpec) -> Result<Filter, SeccompError> {
                 add(&mut ctx, Action::Allow, &[])?;
             }
             Rule::AllowIf { any_of, otherwise } => {
-                let only_ne = any_of.len() == 1
-                    && any_of[0]
-                        .iter()
-                        .all(|c| matches!(c.cmp, Cmp::Ne(_)) && c.width == Width::Low32);
-                if only_ne {
-                    for c in &any_of[0] {
-                        if let Cmp::Ne(v) = c.cmp {
-                            let cmp = ScmpArgCompare::new(
-                                u32::from(c.arg),
-                                ScmpCompareOp::MaskedEqual(0xffff_ffff),
-                                v,
-                            );
-                            add(&mut ctx, *otherwise, &[cmp])?;
-                        }
+                if let Some(denials) = as_denials(any_of) {
+                    for cmps in &denials {
+                        add(&mut ctx, *otherwise, cmps)?;
                     }
                     add(&mut ctx, Action::Allow, &[])?;
                 } else {
