@@ -675,10 +675,34 @@ pub(crate) fn bind_unix(
         };
     };
     // An absolute path resolves from the root, as the admission's walk; a
-    // relative one from the caller's working directory.
-    let rc = match &base {
-        Some(cwd) => in_dir(cwd, || crate::connect::bind_raw(sock.as_raw_fd(), addr))?,
-        None => crate::connect::bind_raw(sock.as_raw_fd(), addr),
+    // relative one from the caller's working directory. The kernel may make
+    // the socket file only beneath the admitted parent ([`bind_confined`]).
+    // A Landlock rule on a parent with a deny path beneath it would cover
+    // that path too: such a parent is bound as it is only when it is a top
+    // write root (no directory of its path can be swapped by the run), else
+    // by name from the parent. Without Landlock here, by name as well.
+    let parent_path = e.path.parent().unwrap_or(std::path::Path::new("/"));
+    let confined = if !rules.ancestor_of_denied(parent_path) {
+        match &base {
+            Some(cwd) => in_dir(cwd, || bind_confined(&e.parent.fd, sock.as_raw_fd(), addr))?,
+            None => bind_confined(&e.parent.fd, sock.as_raw_fd(), addr),
+        }
+    } else if rules.top_write_root(parent_path) {
+        Some(match &base {
+            Some(cwd) => in_dir(cwd, || crate::connect::bind_raw(sock.as_raw_fd(), addr))?,
+            None => crate::connect::bind_raw(sock.as_raw_fd(), addr),
+        })
+    } else {
+        None
+    };
+    let Some(rc) = confined else {
+        let mut name_only = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+        name_only.extend_from_slice(e.at_name.to_bytes());
+        let bind = || crate::connect::bind_raw(sock.as_raw_fd(), &name_only);
+        return match in_dir(&e.parent.fd, bind)? {
+            0 => Ok(Bound::new(*e, false)),
+            n => Err(in_use(errno(n))),
+        };
     };
     if rc != 0 {
         return Err(in_use(errno(rc)));
@@ -687,6 +711,39 @@ pub(crate) fn bind_unix(
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
     let moved = !made || !same_dir(base.as_ref(), &dir, &e.parent.fd);
     Ok(Bound::new(*e, moved))
+}
+
+/// `bind(2)` of `sock` to the caller's own address `addr` on a thread of its
+/// own, restricted by a Landlock domain that lets it make a socket file only
+/// beneath `parent` (the admitted parent), so a directory of the caller's
+/// path swapped for a symlink while the kernel resolves it cannot lead the
+/// bind anywhere else: `EACCES` then (red team R8 F1: an unprivileged runner,
+/// which cannot ask `SIOCUNIXFILE`, left a socket file where the swap led,
+/// e.g. in `.git/hooks`). The thread has the calling broker thread's
+/// credentials and working directory (clone(2) copies the one, `CLONE_FS`
+/// shares the other). `None` when the domain cannot be made (no Landlock
+/// here, or no thread): the caller binds by name from the parent.
+fn bind_confined(parent: &OwnedFd, sock: RawFd, addr: &[u8]) -> Option<i32> {
+    use landlock::{
+        AccessFs, CompatLevel, Compatible, PathBeneath, Ruleset, RulesetAttr, RulesetCreatedAttr,
+    };
+    std::thread::scope(|scope| {
+        let bound = std::thread::Builder::new()
+            .name("sandbox-broker-bind".into())
+            .stack_size(64 * 1024)
+            .spawn_scoped(scope, || {
+                Ruleset::default()
+                    .set_compatibility(CompatLevel::HardRequirement)
+                    .handle_access(AccessFs::MakeSock)
+                    .and_then(|r| r.create())
+                    .and_then(|r| r.add_rule(PathBeneath::new(parent, AccessFs::MakeSock)))
+                    .and_then(|r| r.restrict_self())
+                    .ok()?;
+                Some(crate::connect::bind_raw(sock, addr))
+            })
+            .ok()?;
+        bound.join().ok().flatten()
+    })
 }
 
 /// A socket file a brokered bind made (or may have made elsewhere), to be
@@ -1752,6 +1809,40 @@ fn tmpfile(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The exact-address bind may make its socket file beneath the admitted
+    /// parent only: an address that resolves elsewhere (as a directory of it
+    /// swapped for a symlink during the bind would make it) is refused
+    /// `EACCES` and leaves nothing there (red team R8 F1); twin: the address
+    /// in the parent, and beneath it, binds. Deterministic: the path that
+    /// leads elsewhere is given outright, no race needed.
+    #[test]
+    fn a_confined_bind_makes_its_socket_beneath_the_parent_only() {
+        let t = tempfile::tempdir().unwrap();
+        let root = std::fs::canonicalize(t.path()).unwrap();
+        let (parent, elsewhere) = (root.join("parent"), root.join("hooks"));
+        std::fs::create_dir_all(parent.join("sub")).unwrap();
+        std::fs::create_dir(&elsewhere).unwrap();
+        let fd: OwnedFd = std::fs::File::open(&parent).unwrap().into();
+        let addr = |p: &std::path::Path| {
+            let mut a = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+            a.extend_from_slice(p.as_os_str().as_bytes());
+            a
+        };
+        let socket = || -> OwnedFd {
+            // SAFETY: a new socket, owned at once.
+            unsafe { OwnedFd::from_raw_fd(libc::socket(libc::AF_UNIX, libc::SOCK_STREAM, 0)) }
+        };
+        let bind = |p: &std::path::Path| {
+            let sock = socket();
+            bind_confined(&fd, sock.as_raw_fd(), &addr(p)).expect("Landlock on this host")
+        };
+        assert_eq!(bind(&elsewhere.join("pre-commit")), libc::EACCES);
+        assert!(std::fs::symlink_metadata(elsewhere.join("pre-commit")).is_err());
+        assert_eq!(bind(&parent.join("a.sock")), 0);
+        assert_eq!(bind(&parent.join("sub/b.sock")), 0);
+        assert!(parent.join("a.sock").exists() && parent.join("sub/b.sock").exists());
+    }
 
     fn parts(path: &str) -> Option<(String, String)> {
         split(path.as_bytes()).map(|(dir, last)| {

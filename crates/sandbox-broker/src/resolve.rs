@@ -385,6 +385,15 @@ impl BrokerRules {
         self.git_dirs.iter().any(|g| beneath(path, g))
     }
 
+    /// Whether `dir` is a directory write path that lies beneath no other
+    /// write path: the run can neither rename nor swap it, nor any of its
+    /// ancestors (nothing above it is writable to the run).
+    pub(crate) fn top_write_root(&self, dir: &Path) -> bool {
+        let roots = || self.write.iter().filter(|w| !w.exact);
+        roots().any(|w| w.grant == dir)
+            && !roots().any(|w| w.grant != dir && beneath(dir, &w.grant))
+    }
+
     pub(crate) fn ancestor_of_denied(&self, path: &Path) -> bool {
         self.write_deny
             .iter()
