@@ -200,15 +200,27 @@ impl ConfigSource {
             var("HOME"),
         );
         // Where the environment alone would have put it (before the passwd
-        // home was trusted): a config there is refused, not skipped.
+        // home was trusted): a config file there, other than the one read
+        // (the same file through a symlinked or bind-mounted home is read),
+        // is refused, not skipped. Only a file (links followed): a dangling
+        // link or a FIFO planted there is no user's config.
         if let (ConfigSource::FirstExisting(paths), Some(_)) = (&found, &trusted) {
             let env_path = env_user_config(var("XDG_CONFIG_HOME"), var("HOME"));
             if let (Some(env_path), Some(read_from)) = (env_path, paths.first()) {
-                if env_path != *read_from && std::fs::symlink_metadata(&env_path).is_ok() {
-                    return ConfigSource::NotRead {
-                        found: env_path,
-                        read_from: read_from.clone(),
-                    };
+                use std::os::unix::fs::MetadataExt;
+                let id = |p: &std::path::Path| {
+                    std::fs::metadata(p)
+                        .ok()
+                        .filter(std::fs::Metadata::is_file)
+                        .map(|m| (m.dev(), m.ino()))
+                };
+                if let Some(env_id) = id(&env_path) {
+                    if id(read_from) != Some(env_id) {
+                        return ConfigSource::NotRead {
+                            found: env_path,
+                            read_from: read_from.clone(),
+                        };
+                    }
                 }
             }
         }

@@ -119,6 +119,22 @@ fn the_user_config_is_discovered_and_a_named_missing_one_is_an_error() {
                     false,
                     "the passwd home's config bounds the policy"
                 );
+                // The same file through a symlinked home is read, not
+                // refused (red team R8 F2); a dangling link where the
+                // environment names the config is no config (R8 F3).
+                let link = xdg.path().join("home-link");
+                std::os::unix::fs::symlink("/root", &link).unwrap();
+                let out = sandbox()
+                    .env_remove("XDG_CONFIG_HOME")
+                    .env("HOME", &link)
+                    .args(["policy"])
+                    .output()
+                    .unwrap();
+                assert_eq!(code(&out), Some(0), "{}", stderr(&out));
+                let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+                assert_eq!(v["policy"]["network"], false);
+                std::os::unix::fs::symlink("/nonexistent-target", &planted).unwrap();
+                assert_eq!(network(xdg.path()), false, "a dangling link failed the run");
             })
             .expect("a mount namespace with a tmpfs on /root (root)");
         }
