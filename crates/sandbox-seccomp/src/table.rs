@@ -551,6 +551,7 @@ pub const DENIED_IOCTLS: &[(&str, u64, &str)] = &[
     ("TIOCVHANGUP", 0x5437, "hangs up the terminal for every process using it"),
     ("TIOCSSERIAL", 0x541f, "changes serial line settings beyond the run"),
     ("TIOCSLCKTRMIOS", 0x5457, "locks termios settings beyond the run"),
+    ("KDSKBMETA", 0x4b63, "sets a console keyboard's meta mode, which outlives the run (the kernel checks no permission for it)"),
     ("FS_IOC_SETFLAGS", 0x4008_6602, "sets inode flags (nodump, noatime, sync, immutable)"),
     ("FS_IOC32_SETFLAGS", 0x4004_6602, "sets inode flags (nodump, noatime, sync, immutable)"),
     ("FS_IOC_FSSETXATTR", 0x401c_5820, "sets inode flags and project ids"),
