@@ -665,14 +665,7 @@ pub(crate) fn bind_unix(
         same_dir(base.as_ref(), &dir, &e.parent.fd).then_some((base, dir))
     });
     let Some((base, dir)) = exact else {
-        let mut name_only = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
-        name_only.extend_from_slice(e.at_name.to_bytes());
-        // The caller's sun_path held this name (at most 108 bytes): it fits.
-        let bind = || crate::connect::bind_raw(sock.as_raw_fd(), &name_only);
-        return match in_dir(&e.parent.fd, bind)? {
-            0 => Ok(Bound::new(*e, false)),
-            n => Err(in_use(errno(n))),
-        };
+        return bind_by_name(e, sock).map_err(in_use);
     };
     // An absolute path resolves from the root, as the admission's walk; a
     // relative one from the caller's working directory. The kernel may make
@@ -696,13 +689,7 @@ pub(crate) fn bind_unix(
         None
     };
     let Some(rc) = confined else {
-        let mut name_only = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
-        name_only.extend_from_slice(e.at_name.to_bytes());
-        let bind = || crate::connect::bind_raw(sock.as_raw_fd(), &name_only);
-        return match in_dir(&e.parent.fd, bind)? {
-            0 => Ok(Bound::new(*e, false)),
-            n => Err(in_use(errno(n))),
-        };
+        return bind_by_name(e, sock).map_err(in_use);
     };
     if rc != 0 {
         return Err(in_use(errno(rc)));
@@ -711,6 +698,19 @@ pub(crate) fn bind_unix(
         .is_ok_and(|st| st.st_mode & libc::S_IFMT == libc::S_IFSOCK);
     let moved = !made || !same_dir(base.as_ref(), &dir, &e.parent.fd);
     Ok(Bound::new(*e, moved))
+}
+
+/// Binds `sock` by `e`'s final name from its admitted parent (the address
+/// then records that name only).
+fn bind_by_name(e: Box<Entry>, sock: &OwnedFd) -> Result<Bound, Unresolved> {
+    let mut name_only = (libc::AF_UNIX as u16).to_ne_bytes().to_vec();
+    // The caller's sun_path held this name (at most 108 bytes): it fits.
+    name_only.extend_from_slice(e.at_name.to_bytes());
+    let bind = || crate::connect::bind_raw(sock.as_raw_fd(), &name_only);
+    match in_dir(&e.parent.fd, bind)? {
+        0 => Ok(Bound::new(*e, false)),
+        n => Err(errno(n)),
+    }
 }
 
 /// `bind(2)` of `sock` to the caller's own address `addr` on a thread of its
