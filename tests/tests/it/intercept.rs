@@ -210,6 +210,86 @@ while b"\r\n" not in out:
 print(sys.argv[2], out.split(b"\r\n", 1)[0].decode())
 "#;
 
+/// A raw HTTP/2 client inside the run (no library: frames written by
+/// hand, field values as Python's escapes read them, so a CR or NUL goes
+/// as it is): CONNECT through the proxy, TLS with ALPN `h2` trusting
+/// `SSL_CERT_FILE`, one request on stream 1 from its arguments (`label`,
+/// then `name=value` fields in order, `DATA=...` frames, `TRAILER=name=value`
+/// trailers; the last frame ends the stream); prints the label and the
+/// first line of the response body, or the stream's reset code.
+const RAW_H2: &str = r#"
+import os, socket, ssl, struct, sys
+proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]
+host, port = proxy.rsplit(":", 1)
+s = socket.create_connection((host, int(port)))
+s.sendall(b"CONNECT pkgs.example.com:8443 HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n")
+head = b""
+while b"\r\n\r\n" not in head:
+    head += s.recv(1)
+ctx = ssl.create_default_context(cafile=os.environ["SSL_CERT_FILE"])
+ctx.set_alpn_protocols(["h2"])
+t = ctx.wrap_socket(s, server_hostname="pkgs.example.com")
+label = sys.argv[1]
+if t.selected_alpn_protocol() != "h2":
+    print(label, "alpn", t.selected_alpn_protocol())
+    sys.exit()
+def frame(kind, flags, payload, stream=1):
+    return struct.pack(">I", len(payload))[1:] + bytes([kind, flags]) + struct.pack(">I", stream) + payload
+def field(arg):
+    name, _, value = arg.partition("=")
+    if name.startswith("=:"):
+        name, _, value = arg[1:].partition("=")
+    name, value = [x.encode().decode("unicode_escape").encode("latin-1") for x in (name, value)]
+    return b"\x10" + bytes([len(name)]) + name + bytes([len(value)]) + value
+args = sys.argv[2:]
+block, frames = b"", []
+for a in args:
+    if a.startswith("DATA="):
+        frames.append([0, 0, a[5:].encode()])
+    elif a.startswith("TRAILER="):
+        frames.append([1, 4, field(a[8:])])
+    else:
+        block += field(a)
+frames.insert(0, [1, 4, block])
+frames[-1][1] |= 1
+out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, b"", 0)
+for kind, flags, payload in frames:
+    out += frame(kind, flags, payload)
+t.sendall(out)
+buf, body, headers = b"", b"", False
+t.settimeout(10)
+while True:
+    while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
+        try:
+            more = t.recv(65536)
+        except (OSError, ssl.SSLError):
+            more = b""
+        if not more:
+            print(label, "closed", "headers" if headers else "", body.split(b"\n")[0].decode(errors="replace"))
+            sys.exit()
+        buf += more
+    n = int.from_bytes(buf[:3], "big")
+    kind, flags, stream = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
+    payload, buf = buf[9:9 + n], buf[9 + n:]
+    if kind == 4 and not flags & 1:
+        t.sendall(frame(4, 1, b"", 0))
+    elif kind == 6 and not flags & 1:
+        t.sendall(frame(6, 1, payload, 0))
+    elif kind == 7:
+        print(label, "goaway", int.from_bytes(payload[4:8], "big"))
+        sys.exit()
+    elif stream == 1 and kind == 3:
+        print(label, "reset", int.from_bytes(payload[:4], "big"))
+        sys.exit()
+    elif stream == 1 and kind == 1:
+        headers = True
+    elif stream == 1 and kind == 0:
+        body += payload
+    if stream == 1 and kind in (0, 1) and flags & 1:
+        print(label, body.split(b"\n")[0].decode(errors="replace"))
+        sys.exit()
+"#;
+
 /// Runs `script` in a new network and mount namespace with loopback up,
 /// `/etc/hosts` naming `pkgs.example.com` and `other.example.com` at
 /// 127.0.0.1, and the origin on 127.0.0.1:8443. `$SANDBOX`, `$D` (scratch,
@@ -226,6 +306,7 @@ fn in_private_net(script: &str) -> (Output, tempfile::TempDir) {
     std::fs::write(d.join("origin.py"), ORIGIN).unwrap();
     std::fs::write(d.join("raw.py"), RAW).unwrap();
     std::fs::write(d.join("path_client.py"), PATH_CLIENT).unwrap();
+    std::fs::write(d.join("raw_h2.py"), RAW_H2).unwrap();
     let setup = format!(
         r#"set -e
 mount --bind "$D/hosts" /etc/hosts
@@ -239,11 +320,13 @@ kill $origin 2>/dev/null
 "#
     );
     let (raw, path_client) = (d.join("raw.py"), d.join("path_client.py"));
+    let raw_h2 = d.join("raw_h2.py");
     let out = unshare_output(
         &setup,
         &d,
         &[
             ("RAW", raw.as_os_str()),
+            ("RAW_H2", raw_h2.as_os_str()),
             ("PATH_CLIENT", path_client.as_os_str()),
         ],
         "unshare (util-linux) makes the namespaces",
@@ -263,32 +346,32 @@ fn admitted_requests_pass_and_their_refused_twins_get_403() {
         r#"
 R() {{ "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@"; }}
 U=https://pkgs.example.com:8443
-R -- curl -sS $U/simple/pkg/?v=1 | sed 's/^/curl get /'
-R -- curl -sS -v $U/simple/k1 $U/simple/k2 $U/private 2>&1 | grep -E "^origin saw|Re-using|^sandbox egress" | sed 's/^/keepalive /'
-R -- curl -sS -I $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl head /'
-R -- curl -sS -i -X POST -d abc $U/simple/pkg/ | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl post /'
+R -- curl --http1.1 -sS $U/simple/pkg/?v=1 | sed 's/^/curl get /'
+R -- curl --http1.1 -sS -v $U/simple/k1 $U/simple/k2 $U/private 2>&1 | grep -E "^origin saw|Re-using|^sandbox egress" | sed 's/^/keepalive /'
+R -- curl --http1.1 -sS -I $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl head /'
+R -- curl --http1.1 -sS -i -X POST -d abc $U/simple/pkg/ | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl post /'
 head -c 3000000 /dev/zero > "$D/big"
-R -- curl -sS -i -H 'Expect:' -X POST --data-binary @"$D/big" $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl big post /'
-R -- curl -sS -i $U/private | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl private /'
-R -- curl -sS -i --path-as-is $U/simple/../private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl dots /'
-R -- curl -sS -i --path-as-is $U/simple/%2e%2e/private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded dots /'
-R -- curl -sS -i --path-as-is $U/simple%2f..%2fprivate | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded slash /'
-R -- sh -c 'curl -sS --proxy "$ALL_PROXY" '$U'/simple/socks' | sed 's/^/socks get /'
-R -- sh -c 'curl -sS -i -X POST --proxy "$ALL_PROXY" '$U'/simple/socks' | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/socks post /'
-R -- curl -sS --cacert "$D/ca.pem" $U/simple/pinned 2>&1 | sed 's/^/pinned /'
-"$SANDBOX" run --upstream-ca "$D/ca.pem" {RULE} -- curl -sS --cacert "$D/ca.pem" $U/simple/pinned 2>&1 | grep '^sandbox:' | sed 's/^/pinned summary /'
-R -- curl -sS -i https://other.example.com:8443/simple/ 2>&1 | grep -E '^HTTP/1.1 [0-9]|origin' | head -1 | sed 's/^/curl other host /'
+R -- curl --http1.1 -sS -i -H 'Expect:' -X POST --data-binary @"$D/big" $U/simple/pkg/ | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl big post /'
+R -- curl --http1.1 -sS -i $U/private | grep -E '^(HTTP/1.1 [0-9]|Sandbox-Admit-With)' | sed 's/^/curl private /'
+R -- curl --http1.1 -sS -i --path-as-is $U/simple/../private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl dots /'
+R -- curl --http1.1 -sS -i --path-as-is $U/simple/%2e%2e/private | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded dots /'
+R -- curl --http1.1 -sS -i --path-as-is $U/simple%2f..%2fprivate | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/curl encoded slash /'
+R -- sh -c 'curl --http1.1 -sS --proxy "$ALL_PROXY" '$U'/simple/socks' | sed 's/^/socks get /'
+R -- sh -c 'curl --http1.1 -sS -i -X POST --proxy "$ALL_PROXY" '$U'/simple/socks' | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/socks post /'
+R -- curl --http1.1 -sS --cacert "$D/ca.pem" $U/simple/pinned 2>&1 | sed 's/^/pinned /'
+"$SANDBOX" run --upstream-ca "$D/ca.pem" {RULE} -- curl --http1.1 -sS --cacert "$D/ca.pem" $U/simple/pinned 2>&1 | grep '^sandbox:' | sed 's/^/pinned summary /'
+R -- curl --http1.1 -sS -i https://other.example.com:8443/simple/ 2>&1 | grep -E '^HTTP/1.1 [0-9]|origin' | head -1 | sed 's/^/curl other host /'
 R -- /usr/bin/python3 -c 'import urllib.request; print("python", urllib.request.urlopen("'$U'/simple/py").read().decode().strip())'
 R -- /usr/bin/python3 -c 'import urllib.request, urllib.error
 try:
     urllib.request.urlopen(urllib.request.Request("'$U'/simple/py", data=b"x"))
 except urllib.error.HTTPError as e:
     print("python post", e.code, e.headers["Sandbox-Admit-With"])'
-$SANDBOX run --report "$D/r.json" --upstream-ca $D/ca.pem {RULE} -- curl -sS -f -X DELETE $U/simple/pkg/ 2>"$D/err" >/dev/null
+$SANDBOX run --report "$D/r.json" --upstream-ca $D/ca.pem {RULE} -- curl --http1.1 -sS -f -X DELETE $U/simple/pkg/ 2>"$D/err" >/dev/null
 echo "delete exit $?"
 cat "$D/err" | sed 's/^/stderr /'
-cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -sS $U/simple/nobody | sed 's/^/nobody get /'
-cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl -sS -i -X PUT $U/simple/nobody | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/nobody put /'
+cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl --http1.1 -sS $U/simple/nobody | sed 's/^/nobody get /'
+cd "$D" && $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} -- curl --http1.1 -sS -i -X PUT $U/simple/nobody | grep -E '^HTTP/1.1 [0-9]' | tail -1 | sed 's/^/nobody put /'
 "#
     ));
     let l = lines(&out);
@@ -664,8 +747,8 @@ ln "$D/keys/token" "$D/keys/second"
 fn an_origin_reflecting_the_injected_value_returns_it_masked() {
     let script = r#"
 T="real-secret-valu""e-42"
-INNER='curl -sS -i -H "Authorization: Bearer $TOKEN" -H "Origin: https://$TOKEN.example" -H "X-Api-Key: $TOKEN" https://api.example.com:8443/v1/reflect | sed "s/^/bearer /"
-curl -sS -i -u "me:$TOKEN" https://api.example.com:8443/v1/reflect https://api.example.com:8443/v1/reflect | sed "s/^/basic /"'
+INNER='curl --http1.1 -sS -i -H "Authorization: Bearer $TOKEN" -H "Origin: https://$TOKEN.example" -H "X-Api-Key: $TOKEN" https://api.example.com:8443/v1/reflect | sed "s/^/bearer /"
+curl --http1.1 -sS -i -u "me:$TOKEN" https://api.example.com:8443/v1/reflect https://api.example.com:8443/v1/reflect | sed "s/^/basic /"'
 TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
 "#;
     let (out, d) = in_private_net(script);
@@ -729,20 +812,20 @@ fn ranges_overrides_methods_and_encodings_are_checked_beside_their_twins() {
 T="real/secret+valu""e=42&x y"
 RULES="--allow-request 'GET,HEAD https://api.example.com:8443/v1/**' --allow-request 'GET https://pkgs.example.com:8443/simple/**' --allow-net other.example.com:8080"
 INNER='A=https://api.example.com:8443
-curl -sS -i -r 0-9 -H "Authorization: Bearer $TOKEN" $A/v1/reflect | grep -a "^Authorization\|^Range\|^HTTP" | sed "s/^/$W range /"
-curl -sS -i -H "Authorization: Bearer $TOKEN" $A/v1/partial | sed "s/^/$W partial /"
-curl -sS -H "Authorization: Bearer $TOKEN" $A/v1/quote | sed "s/^/$W quote /"
+curl --http1.1 -sS -i -r 0-9 -H "Authorization: Bearer $TOKEN" $A/v1/reflect | grep -a "^Authorization\|^Range\|^HTTP" | sed "s/^/$W range /"
+curl --http1.1 -sS -i -H "Authorization: Bearer $TOKEN" $A/v1/partial | sed "s/^/$W partial /"
+curl --http1.1 -sS -H "Authorization: Bearer $TOKEN" $A/v1/quote | sed "s/^/$W quote /"
 python3 "$RAW" "* /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n" "$W star"
 python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\r\n" "$W star twin"
 python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nX-HTTP-Method-Override: DELETE\r\n\r\n" "$W override"
 python3 "$RAW" "GET /simple/a HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nX-Original-URL: /private\r\n\r\n" "$W original url"
-curl -sS -H "X-HTTP-Method-Override: HEAD" -H "X-Original-URL: /v1/b" -H "X-Forwarded-Host: evil.example.com" -H "Forwarded: host=evil.example.com" -H "X-Host: evil.example.com" -H "X-Keep: kept" -H "SCRIPT_NAME: /v1" -H "Script-Name: kept" $A/v1/reflect | sed "s/^/$W headers /"
-curl -sS -X "$TOKEN" $A/v1/method | sed "s/^/$W method /"
-curl -sS -X "$TOKEN" http://other.example.com:8080/p | sed "s/^/$W plain method /"
-curl -sS http://other.example.com:8080/p | sed "s/^/$W plain twin /"'
+curl --http1.1 -sS -H "X-HTTP-Method-Override: HEAD" -H "X-Original-URL: /v1/b" -H "X-Forwarded-Host: evil.example.com" -H "Forwarded: host=evil.example.com" -H "X-Host: evil.example.com" -H "X-Keep: kept" -H "SCRIPT_NAME: /v1" -H "Script-Name: kept" $A/v1/reflect | sed "s/^/$W headers /"
+curl --http1.1 -sS -X "$TOKEN" $A/v1/method | sed "s/^/$W method /"
+curl --http1.1 -sS -X "$TOKEN" http://other.example.com:8080/p | sed "s/^/$W plain method /"
+curl --http1.1 -sS http://other.example.com:8080/p | sed "s/^/$W plain twin /"'
 eval "TOKEN=\"\$T\" W=root \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\""
 cd "$D" && eval "TOKEN=\"\$T\" W=nobody $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- sh -c \"\$INNER\""
-"$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://api.example.com:8443/v1/**' -- sh -c 'curl -sS -i -r 0-9 https://api.example.com:8443/v1/reflect | grep -a "^Range\|^HTTP" | sed "s/^/no secrets range /"; curl -sS -i https://api.example.com:8443/v1/partial | sed "s/^/no secrets partial /"'
+"$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET https://api.example.com:8443/v1/**' -- sh -c 'curl --http1.1 -sS -i -r 0-9 https://api.example.com:8443/v1/reflect | grep -a "^Range\|^HTTP" | sed "s/^/no secrets range /"; curl --http1.1 -sS -i https://api.example.com:8443/v1/partial | sed "s/^/no secrets partial /"'
 "#;
     let (out, d) = in_private_net(script);
     let l = lines(&out);
@@ -896,16 +979,16 @@ python3 "$D/plainfetch.py" "$D" > /dev/null 2>&1 < /dev/null &
 plain=$!
 for i in $(seq 100); do python3 -c 'import socket; socket.create_connection(("127.0.0.1", 8080))' 2>/dev/null && break; sleep 0.05; done
 T="real-secret-valu""e-42"
-INNER='curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
-curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch basic /"
-curl -sS -u "ab:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
-curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch ab /"
-curl -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/store >/dev/null
-curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch bearer /"
-curl -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
-curl -sS -i http://other.example.com:8080/fetch | sed "s/^/plain /"'
+INNER='curl --http1.1 -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl --http1.1 -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch basic /"
+curl --http1.1 -sS -u "ab:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl --http1.1 -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch ab /"
+curl --http1.1 -sS -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl --http1.1 -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/fetch bearer /"
+curl --http1.1 -sS -u "me:$TOKEN" https://api.example.com:8443/v1/store >/dev/null
+curl --http1.1 -sS -i http://other.example.com:8080/fetch | sed "s/^/plain /"'
 TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' --allow-net other.example.com:8080 -- sh -c "$INNER"
-TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- curl -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/later /"
+TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- curl --http1.1 -sS -i https://api.example.com:8443/v1/fetch | sed "s/^/later /"
 kill $plain 2>/dev/null
 "#;
     let (out, d) = in_private_net(script);
@@ -971,7 +1054,7 @@ kill $plain 2>/dev/null
 fn a_value_reflected_in_the_reason_phrase_or_a_header_name_is_replaced() {
     let script = r#"
 T="real-secret-valu""e-42"
-INNER='curl -sS -i -H "Authorization: Bearer $TOKEN" -H "X-Api-Key: $TOKEN" https://api.example.com:8443/v1/reason | sed "s/^/reason /"'
+INNER='curl --http1.1 -sS -i -H "Authorization: Bearer $TOKEN" -H "X-Api-Key: $TOKEN" https://api.example.com:8443/v1/reason | sed "s/^/reason /"'
 TOKEN=$T "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://api.example.com:8443/**' -- sh -c "$INNER"
 "#;
     let (out, d) = in_private_net(script);
@@ -1483,4 +1566,228 @@ kill $plain 2>/dev/null
             && x.contains("gzip")),
         "{log}"
     );
+}
+
+/// HTTP/2 (#44): a client that negotiates `h2` with the proxy (curl
+/// `--http2`, which says it spoke HTTP/2) has each stream checked as an
+/// HTTP/1.1 request: the admitted ones reach the origin (over HTTP/1.1),
+/// several on one connection; the refused method, path (plain, with dot
+/// segments, percent-encoded) get the 403 and its explanation over
+/// HTTP/2 and are recorded; a secret is injected for its host only, its
+/// placeholder to another listed host refused and recorded; bodies past
+/// the flow-control window pass whole; root and nobody.
+#[test]
+fn http2_clients_are_checked_as_http1_requests_are() {
+    let (out, d) = in_private_net(
+        r#"
+T="real-secret-valu""e-42"
+RULES="--allow-request 'GET,HEAD https://pkgs.example.com:8443/simple/**' --allow-request 'POST https://pkgs.example.com:8443/simple/up' --allow-request 'GET https://api.example.com:8443/**'"
+R() { eval "TOKEN=$T \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- \"\$@\""; }
+U=https://pkgs.example.com:8443
+C="curl -sS --http2"
+R $C -w '\nversion %{http_version}\n' $U/simple/pkg/?v=1 | sed 's/^/h2 get /'
+R $C -v $U/simple/k1 $U/simple/k2 $U/private 2>&1 | grep -E "^origin saw|Re-using|^sandbox egress|^< HTTP/" | sed 's/^/h2 several /'
+R $C -I $U/simple/pkg/ | grep -E '^HTTP/' | sed 's/^/h2 head /'
+R $C -i -X POST -d abc $U/simple/pkg/ | grep -iE '^(HTTP/|sandbox-admit-with)' | sed 's/^/h2 post /'
+R $C -i $U/private | grep -iE '^(HTTP/|sandbox-admit-with|sandbox egress)' | sed 's/^/h2 private /'
+R $C -i --path-as-is $U/simple/../private | grep -E '^HTTP/' | sed 's/^/h2 dots /'
+R $C -i --path-as-is $U/simple/%2e%2e/private | grep -E '^HTTP/' | sed 's/^/h2 encoded dots /'
+R $C -i --path-as-is $U/simple%2f..%2fprivate | grep -E '^HTTP/' | sed 's/^/h2 encoded slash /'
+head -c 300000 /dev/zero | tr '\0' a > "$D/up"
+R $C --data-binary @"$D/up" $U/simple/up?length | cut -c1-100 | sed 's/^/h2 upload /'
+R sh -c "$C -T - -X POST $U/simple/up?stream < $D/up" | cut -c1-100 | sed 's/^/h2 stream upload /'
+R sh -c 'curl -sS --http2 -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/me' | sed 's/^/h2 bearer /'
+R sh -c 'curl -sS --http2 -H "Authorization: Bearer $TOKEN" '$U'/simple/x -w "\n%{http_code} %{http_version}\n"' | sed 's/^/h2 other host /'
+R sh -c 'curl -sS --http2 https://api.example.com:8443/v1/reflect -H "X-Api-Key: $TOKEN"' | grep -i x-api-key | sed 's/^/h2 reflect /'
+R /usr/bin/python3 "$RAW_H2" raw-twin :method=GET :scheme=https :authority=pkgs.example.com:8443 :path=/simple/raw
+TOKEN=$T "$SANDBOX" run --report "$D/r.json" --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://pkgs.example.com:8443/simple/**' --allow-request 'GET https://api.example.com:8443/**' -- sh -c 'curl -sS -f --http2 -H "X-Key: $TOKEN" '$U'/simple/leak' > /dev/null 2>"$D/err"
+sed 's/^/h2 stderr /' "$D/err"
+cd "$D" && eval "TOKEN=$T $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- $C -w '\nversion %{http_version}\n' $U/simple/nobody" | sed 's/^/nobody h2 get /'
+cd "$D" && eval "TOKEN=$T $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\" --secret TOKEN@api.example.com $RULES -- $C -i -X PUT $U/simple/nobody" | grep -E '^HTTP/' | sed 's/^/nobody h2 put /'
+"#,
+    );
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    has(
+        &l,
+        "h2 get origin saw GET /simple/pkg/?v=1 host=pkgs.example.com:8443",
+    );
+    has(&l, "h2 get version 2");
+    // One connection, several streams, each checked.
+    has(&l, "h2 several origin saw GET /simple/k1");
+    has(&l, "h2 several origin saw GET /simple/k2");
+    has(&l, "h2 several * Re-using existing connection");
+    has(&l, "h2 several < HTTP/2 403");
+    has(
+        &l,
+        "h2 several sandbox egress proxy: refused GET https://pkgs.example.com:8443/private",
+    );
+    has(&l, "h2 head HTTP/2 200");
+    has(&l, "h2 post HTTP/2 403");
+    has(
+        &l,
+        "h2 post sandbox-admit-with: --allow-request 'POST https://pkgs.example.com:8443/simple/pkg/'",
+    );
+    has(&l, "h2 private HTTP/2 403");
+    has(
+        &l,
+        "h2 private sandbox-admit-with: --allow-request 'GET https://pkgs.example.com:8443/private'",
+    );
+    has(&l, "h2 dots HTTP/2 403");
+    has(&l, "h2 encoded dots HTTP/2 403");
+    has(&l, "h2 encoded slash HTTP/2 403");
+    // Past the stream's window (64 KiB): the whole body, in order.
+    has(
+        &l,
+        "h2 upload origin saw POST /simple/up?length host=pkgs.example.com:8443 auth=None body=b'aaaa",
+    );
+    // Without a content-length: chunked to the origin.
+    has(
+        &l,
+        "h2 stream upload origin saw POST /simple/up?stream host=pkgs.example.com:8443 auth=None body=b'aaaa",
+    );
+    has(
+        &l,
+        &format!(
+            "h2 bearer origin saw GET /v1/me host=api.example.com:8443 auth=Bearer {}",
+            "*".repeat(20)
+        ),
+    );
+    has(&l, "h2 other host sandbox egress proxy: refused GET https://pkgs.example.com:8443/simple/x: the request carries the placeholder of the secret TOKEN, which goes only to api.example.com (attempted exfiltration)");
+    has(&l, "h2 other host 403 2");
+    has(&l, "h2 reflect x-api-key: ********************");
+    has(
+        &l,
+        "raw-twin origin saw GET /simple/raw host=pkgs.example.com:8443",
+    );
+    has(&l, "h2 stderr sandbox: refused 1 request");
+    has(&l, "nobody h2 get origin saw GET /simple/nobody");
+    has(&l, "nobody h2 get version 2");
+    has(&l, "nobody h2 put HTTP/2 403");
+    assert!(!l.iter().any(|x| x.contains("real-secret-value")), "{l:#?}");
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    for refused in ["private", "/simple/x", "/simple/leak"] {
+        assert!(!log.contains(refused), "{refused}: {log}");
+    }
+    assert!(
+        log.contains(
+            "origin saw GET /v1/me host=api.example.com:8443 auth=Bearer real-secret-value-42"
+        ),
+        "{log}"
+    );
+    let whole = format!("body=b'{}'", "a".repeat(300_000));
+    for query in ["length", "stream"] {
+        assert!(
+            log.contains(&format!("origin saw POST /simple/up?{query} ")) && log.contains(&whole),
+            "{query}"
+        );
+    }
+    let record: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.path().join("r.json")).unwrap()).unwrap();
+    let refused = record["mediation"]["refused"].as_array().unwrap();
+    assert!(
+        refused.iter().any(|r| r["syscall"] == "request"
+            && r["target"] == "GET https://pkgs.example.com:8443/simple/leak"
+            && r["reason"]
+                .as_str()
+                .unwrap()
+                .contains("attempted exfiltration")),
+        "{record:#}"
+    );
+}
+
+/// HTTP/2 request shapes a gateway could pass on two ways are refused,
+/// each beside its plain twin (which reaches the origin): duplicate or
+/// mismatched content-length, a transfer-encoding field, a CR or NUL in a
+/// value, an `:authority` naming another host or disagreeing with `Host`,
+/// CONNECT, request trailers. None of the refused reaches the origin; the
+/// ones the proxy sees are recorded.
+#[test]
+fn http2_smuggling_shapes_are_refused_beside_their_twins() {
+    let (out, d) = in_private_net(
+        r#"
+R() { "$SANDBOX" run --report "$D/r-$1.json" --upstream-ca "$D/ca.pem" --allow-request 'GET,POST https://pkgs.example.com:8443/simple/**' -- /usr/bin/python3 "$RAW_H2" "$@" 2>&1; }
+A=":method=POST :scheme=https :authority=pkgs.example.com:8443"
+G=":method=GET :scheme=https :authority=pkgs.example.com:8443"
+R twin-length $A :path=/simple/twin-length content-length=3 DATA=abc
+R dup-length $A :path=/simple/bad-dup content-length=3 content-length=3 DATA=abc
+R long-length $A :path=/simple/bad-long content-length=5 DATA=abc
+R short-length $A :path=/simple/bad-short content-length=2 DATA=abc
+R twin-chunked $A :path=/simple/twin-chunked DATA=ab DATA=c
+R te-chunked $A :path=/simple/bad-te transfer-encoding=chunked DATA=abc
+R te-gzip $G :path=/simple/bad-tegzip te=gzip
+R twin-header $G :path=/simple/twin-header x-a=12
+R cr-value $G :path=/simple/bad-cr 'x-a=1\r2'
+R lf-value $G :path=/simple/bad-lf 'x-a=1\n2'
+R nul-value $G :path=/simple/bad-nul 'x-a=1\x002'
+R upper-name $G :path=/simple/bad-upper X-A=1
+R other-authority :method=GET :scheme=https :authority=other.example.com:8443 :path=/simple/bad-authority
+R twin-host $G :path=/simple/twin-host host=pkgs.example.com:8443
+R host-disagrees $G :path=/simple/bad-host host=other.example.com:8443
+R connect :method=CONNECT :authority=pkgs.example.com:8443
+R trailers $A :path=/simple/bad-trailers DATA=abc TRAILER=x-t=1
+R http-scheme :method=GET :scheme=http :authority=pkgs.example.com:8443 :path=/simple/bad-scheme
+R private $G :path=/private
+"#,
+    );
+    let l = lines(&out);
+    eprintln!("{}", String::from_utf8_lossy(&out.stderr));
+    eprintln!("{l:#?}");
+    for twin in ["twin-length", "twin-chunked", "twin-header", "twin-host"] {
+        has(&l, &format!("{twin} origin saw"));
+    }
+    has(&l, "twin-length origin saw POST /simple/twin-length host=pkgs.example.com:8443 auth=None body=b'abc'");
+    has(&l, "twin-chunked origin saw POST /simple/twin-chunked host=pkgs.example.com:8443 auth=None body=b'abc'");
+    // Refused by the proxy: the explanation, recorded.
+    for (label, why) in [
+        ("dup-length", "more than one content-length"),
+        (
+            "other-authority",
+            "the Host header names \"other.example.com:8443\"",
+        ),
+        ("host-disagrees", "disagree"),
+        ("connect", "CONNECT"),
+        ("trailers", "request trailers"),
+        ("http-scheme", "the :scheme \"http\""),
+        ("private", "no request rule admits it"),
+    ] {
+        assert!(
+            l.iter().any(
+                |x| x.starts_with(&format!("{label} sandbox egress proxy: refused"))
+                    && x.contains(why)
+            ),
+            "{label}: {l:#?}"
+        );
+        let report = std::fs::read_to_string(d.path().join(format!("r-{label}.json"))).unwrap();
+        let report: serde_json::Value = serde_json::from_str(&report).unwrap();
+        let refused = report["mediation"]["refused"].as_array().unwrap();
+        assert!(
+            refused
+                .iter()
+                .any(|r| r["reason"].as_str().unwrap().contains(why)),
+            "{label}: {report:#}"
+        );
+    }
+    // Refused by the h2 crate before the proxy reads the request: a
+    // connection-specific field resets the stream (RST_STREAM
+    // PROTOCOL_ERROR, 1), a field the HPACK decoder cannot read as one
+    // ends the connection (GOAWAY PROTOCOL_ERROR).
+    for label in ["te-chunked", "te-gzip"] {
+        has(&l, &format!("{label} reset 1"));
+    }
+    for label in ["cr-value", "lf-value", "nul-value", "upper-name"] {
+        has(&l, &format!("{label} goaway 1"));
+    }
+    // DATA that does not add up to the content-length: the h2 crate
+    // resets the stream, the proxy records it.
+    for label in ["long-length", "short-length"] {
+        has(&l, &format!("{label} reset 1"));
+        let report = std::fs::read_to_string(d.path().join(format!("r-{label}.json"))).unwrap();
+        assert!(
+            report.contains("do not add up to the content-length"),
+            "{label}: {report}"
+        );
+    }
+    let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
+    assert!(!log.contains("bad-") && !log.contains("private"), "{log}");
 }

@@ -179,7 +179,7 @@ for case in every-port wildcard operator nobody; do
   as=""; [ $case = nobody ] && as="$NOBODY" && cd "$D"
   $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@" -- sh "$D/direct.sh" "$DNSQ" $case "$D/ca.pem" | sed "s/^/$case /"
   $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@" -- curl -sS $U/simple/$case | sed "s/^/$case proxied /"
-  $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@" -- curl -sS -i $U/admin-$case | grep -E '^HTTP/1.1 [0-9]' | sed "s/^/$case refused /"
+  $as "$SANDBOX" run -q --upstream-ca "$D/ca.pem" {RULE} "$@" -- curl -sS -i --http1.1 $U/admin-$case | grep -E '^HTTP/1.1 [0-9]' | sed "s/^/$case refused /"
 done
 "$SANDBOX" run --upstream-ca "$D/ca.pem" {RULE} --allow-net '*.example.com:8443' -- sh -c 'python3 "$DNSQ" pkgs.example.com; exit 3' 2>&1 | grep '^sandbox:' | sed 's/^/summary /'
 "#

@@ -108,8 +108,10 @@ impl RunCa {
             .with_no_client_auth()
             .with_single_cert(chain, key)
             .map_err(|e| e.to_string())?;
-        // HTTP/1.1 only: clients that offer h2 fall back to it.
-        config.alpn_protocols = vec![b"http/1.1".to_vec()];
+        // HTTP/2 first (each stream checked as an HTTP/1.1 request,
+        // [`super::h2`]), then HTTP/1.1; a client that offers neither
+        // speaks HTTP/1.1.
+        config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
         // The provider's suite order (AES-128-GCM first), not the client's.
         config.ignore_client_order = true;
         let config = Arc::new(config);

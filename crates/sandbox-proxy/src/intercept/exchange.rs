@@ -130,6 +130,78 @@ fn dropped(name: &str, secrets: bool) -> bool {
 }
 
 type ClientTls = StreamOwned<ServerConnection, TcpStream>;
+
+/// The command's side of an exchange: its TLS connection (HTTP/1.1), or
+/// one end of the socket pair an HTTP/2 stream is served through
+/// ([`super::h2`]), which carries the same HTTP/1.1 bytes in plain.
+pub(crate) trait Client: Read + Write {
+    /// The socket's descriptor (the origin's silence is bounded once the
+    /// command has ended its side of it: [`ReadAhead::heard_by`]).
+    fn fd(&self) -> std::os::fd::RawFd;
+    /// Bounds each read of the socket.
+    fn set_read_timeout(&self, timeout: Option<Duration>);
+    /// Shuts the socket down.
+    fn shutdown(&self, how: std::net::Shutdown);
+    /// Reads from the socket itself (below TLS: what the client still
+    /// sends after a refusal, dropped).
+    fn read_raw(&mut self, buf: &mut [u8]) -> io::Result<usize>;
+    /// Says the connection ends (TLS close_notify; nothing in plain).
+    fn close_notify(&mut self) {}
+    /// Takes `bytes` for the client, written out when a batch is full.
+    fn send_batched(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.write_all(bytes)
+    }
+    /// Writes out what [`Client::send_batched`] holds.
+    fn send_now(&mut self) -> io::Result<()> {
+        self.flush()
+    }
+    /// Holds up to `limit` bytes in a batch (`None`: the default).
+    fn batch(&mut self, _limit: Option<usize>) {}
+}
+
+impl Client for ClientTls {
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(&self.sock)
+    }
+    fn set_read_timeout(&self, timeout: Option<Duration>) {
+        let _ = self.sock.set_read_timeout(timeout);
+    }
+    fn shutdown(&self, how: std::net::Shutdown) {
+        let _ = self.sock.shutdown(how);
+    }
+    fn read_raw(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.sock.read(buf)
+    }
+    fn close_notify(&mut self) {
+        self.conn.send_close_notify();
+    }
+    fn send_batched(&mut self, bytes: &[u8]) -> io::Result<()> {
+        send_batched(self, bytes)
+    }
+    fn send_now(&mut self) -> io::Result<()> {
+        send_now(self)
+    }
+    fn batch(&mut self, limit: Option<usize>) {
+        self.conn
+            .set_buffer_limit(Some(limit.unwrap_or(DEFAULT_BUFFER_LIMIT)));
+    }
+}
+
+impl Client for std::os::unix::net::UnixStream {
+    fn fd(&self) -> std::os::fd::RawFd {
+        std::os::fd::AsRawFd::as_raw_fd(self)
+    }
+    fn set_read_timeout(&self, timeout: Option<Duration>) {
+        let _ = std::os::unix::net::UnixStream::set_read_timeout(self, timeout);
+    }
+    fn shutdown(&self, how: std::net::Shutdown) {
+        let _ = std::os::unix::net::UnixStream::shutdown(self, how);
+    }
+    fn read_raw(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.read(buf)
+    }
+}
+
 type OriginTls = StreamOwned<ClientConnection, ReadAhead>;
 
 /// Bytes of the origin's TLS read per syscall at most: rustls asks for at
@@ -170,9 +242,13 @@ impl ReadAhead {
     /// Reads bound the origin's silence once `client` has ended its side
     /// (its end of stream, half-close or exit) to `idle`
     /// ([`crate::relay::HALF_CLOSED_IDLE`] but in tests), as a tunnel's.
-    fn heard_by(&mut self, client: &TcpStream, idle: Duration, cut: crate::state::SilenceNote) {
-        use std::os::fd::AsRawFd;
-        self.client = Some((client.as_raw_fd(), idle, cut));
+    fn heard_by(
+        &mut self,
+        client: std::os::fd::RawFd,
+        idle: Duration,
+        cut: crate::state::SilenceNote,
+    ) {
+        self.client = Some((client, idle, cut));
     }
 
     /// Whether a read would go to the socket (and might wait).
@@ -248,16 +324,16 @@ fn send_now(client: &mut ClientTls) -> io::Result<()> {
     Ok(())
 }
 
-/// A TLS stream and the bytes read from it but not yet used.
-struct Buffered<S> {
-    stream: S,
-    buf: Vec<u8>,
+/// A stream and the bytes read from it but not yet used.
+pub(crate) struct Buffered<S> {
+    pub(crate) stream: S,
+    pub(crate) buf: Vec<u8>,
     /// Where reads land (allocated once).
     chunk: Box<[u8]>,
 }
 
 impl<S: Read> Buffered<S> {
-    fn new(stream: S) -> Self {
+    pub(crate) fn new(stream: S) -> Self {
         Buffered {
             stream,
             buf: Vec::new(),
@@ -301,15 +377,15 @@ enum Body {
 }
 
 /// Why a request is not forwarded, and how to answer it.
-struct Refusal {
-    code: u16,
-    reason: &'static str,
-    why: String,
+pub(crate) struct Refusal {
+    pub(crate) code: u16,
+    pub(crate) reason: &'static str,
+    pub(crate) why: String,
     /// The rule that would admit it (`METHODS URL`).
-    admit_with: Option<String>,
+    pub(crate) admit_with: Option<String>,
 }
 
-fn refusal(code: u16, reason: &'static str, why: impl Into<String>) -> Refusal {
+pub(crate) fn refusal(code: u16, reason: &'static str, why: impl Into<String>) -> Refusal {
     Refusal {
         code,
         reason,
@@ -342,7 +418,7 @@ fn plain_crlf(head: &[u8]) -> Result<(), String> {
 
 /// Reads one request head (at most `max` bytes); `None` when the client
 /// closed first.
-fn read_head(client: &mut Buffered<ClientTls>, max: usize) -> Result<Option<Head>, Refusal> {
+fn read_head(client: &mut Buffered<impl Client>, max: usize) -> Result<Option<Head>, Refusal> {
     loop {
         let mut slots = [httparse::EMPTY_HEADER; MAX_HEADERS];
         let mut req = httparse::Request::new(&mut slots);
@@ -667,7 +743,7 @@ fn percent_decoded(text: &str) -> String {
 }
 
 /// The URL of a request to `host:port` at `path`, for messages.
-fn url(host: &str, port: u16, path: &str) -> String {
+pub(crate) fn url(host: &str, port: u16, path: &str) -> String {
     if port == 443 {
         format!("https://{host}{path}")
     } else {
@@ -675,9 +751,9 @@ fn url(host: &str, port: u16, path: &str) -> String {
     }
 }
 
-/// Answers a refusal over the client's TLS, the rule that would admit it
-/// in a `Sandbox-Admit-With` header and the body.
-fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
+/// The explanation of a refusal: the `--allow-request` flag that would
+/// admit it (the `Sandbox-Admit-With` header), and the body.
+pub(crate) fn explanation(refused: &Refusal, shown: &str) -> (Option<String>, String) {
     let admit = refused
         .admit_with
         .as_ref()
@@ -687,6 +763,13 @@ fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
         body.push_str(&format!("; to admit it: {flag}"));
     }
     body.push('\n');
+    (admit, body)
+}
+
+/// Answers a refusal over the client's connection, the rule that would
+/// admit it in a `Sandbox-Admit-With` header and the body.
+fn answer(client: &mut impl Client, refused: &Refusal, shown: &str) {
+    let (admit, body) = explanation(refused, shown);
     let mut text = format!(
         "HTTP/1.1 {} {}\r\nContent-Type: text/plain; charset=utf-8\r\nContent-Length: {}\r\nConnection: close\r\n",
         refused.code,
@@ -700,21 +783,22 @@ fn answer(client: &mut ClientTls, refused: &Refusal, shown: &str) {
     text.push_str(&body);
     let _ = client.write_all(text.as_bytes());
     let _ = client.flush();
-    client.conn.send_close_notify();
+    client.close_notify();
     let _ = client.flush();
     // Read (and drop) a little of what the client still sends (a body the
     // proxy refused), so that closing does not reset the connection before
     // the client read the answer.
-    let _ = client.sock.shutdown(std::net::Shutdown::Write);
+    client.shutdown(std::net::Shutdown::Write);
     let deadline = std::time::Instant::now() + Duration::from_millis(500);
     let mut sink = [0u8; 16 * 1024];
     let mut drained = 0usize;
     while drained < crate::http::REFUSED_BODY_DRAIN {
         let left = deadline.saturating_duration_since(std::time::Instant::now());
-        if left.is_zero() || client.sock.set_read_timeout(Some(left)).is_err() {
+        if left.is_zero() {
             break;
         }
-        match client.sock.read(&mut sink) {
+        client.set_read_timeout(Some(left));
+        match client.read_raw(&mut sink) {
             Ok(0) | Err(_) => break,
             Ok(n) => drained += n,
         }
@@ -772,16 +856,22 @@ pub(crate) fn serve(
                          so its requests cannot be intercepted"
                     ),
                 );
-                record(slot, &host, port, "", "", &refused);
+                record(&slot.shared, &host, port, "", "", &refused);
             }
             return;
         }
+    }
+    // HTTP/2 when the client chose it: each stream is checked as an
+    // HTTP/1.1 request by [`exchange`] ([`super::h2`]).
+    if tls.conn.alpn_protocol() == Some(b"h2") {
+        super::h2::serve(slot, interceptor, tls, &host, port);
+        return;
     }
     let mut client = Buffered::new(tls);
     // Request after request while each response can be framed for the
     // client; every one is checked.
     loop {
-        let _ = client.stream.sock.set_read_timeout(Some(opts.head_timeout));
+        client.stream.set_read_timeout(Some(opts.head_timeout));
         if !exchange(slot, interceptor, &mut client, &host, port) {
             return;
         }
@@ -812,10 +902,10 @@ fn unpaced(sock: &TcpStream) {
 
 /// Reads, checks and forwards one request; whether the connection may carry
 /// another.
-fn exchange(
+pub(crate) fn exchange(
     slot: &Slot,
     interceptor: &Interceptor,
-    client: &mut Buffered<ClientTls>,
+    client: &mut Buffered<impl Client>,
     host: &str,
     port: u16,
 ) -> bool {
@@ -825,7 +915,7 @@ fn exchange(
         Ok(Some(head)) => head,
         Ok(None) => return false,
         Err(refused) => {
-            record(slot, &host, port, "", "", &refused);
+            record(&slot.shared, &host, port, "", "", &refused);
             answer(
                 &mut client.stream,
                 &refused,
@@ -837,7 +927,7 @@ fn exchange(
     if let Some(refused) = placeholder_refusal(&head, interceptor, &host, port) {
         let path = head.target.split('?').next().unwrap_or("");
         let shown = format!("{} {}", head.method, url(&host, port, path));
-        record(slot, &host, port, &head.method, path, &refused);
+        record(&slot.shared, &host, port, &head.method, path, &refused);
         answer(&mut client.stream, &refused, &shown);
         return false;
     }
@@ -855,7 +945,7 @@ fn exchange(
         Err(refused) => {
             let path = head.target.split('?').next().unwrap_or("");
             let shown = format!("{} {}", head.method, url(&host, port, path));
-            record(slot, &host, port, &head.method, path, &refused);
+            record(&slot.shared, &host, port, &head.method, path, &refused);
             answer(&mut client.stream, &refused, &shown);
             return false;
         }
@@ -953,8 +1043,15 @@ fn certificate_alert(e: &io::Error) -> Option<String> {
     }
 }
 
-fn record(slot: &Slot, host: &str, port: u16, method: &str, path: &str, refused: &Refusal) {
-    slot.shared.refuse(Refused {
+pub(crate) fn record(
+    shared: &crate::state::Shared,
+    host: &str,
+    port: u16,
+    method: &str,
+    path: &str,
+    refused: &Refusal,
+) {
+    shared.refuse(Refused {
         host: host.to_string(),
         port,
         reason: RefusalReason::Request {
@@ -1088,7 +1185,7 @@ fn write_piece(origin: &mut OriginTls, chunked: bool, bytes: &[u8]) -> io::Resul
 
 /// Copies exactly `n` bytes of the client's body to `sink`.
 fn copy_length(
-    client: &mut Buffered<ClientTls>,
+    client: &mut Buffered<impl Client>,
     sink: &mut BodySink<'_>,
     mut n: u64,
 ) -> Result<(), BodyStop> {
@@ -1122,7 +1219,10 @@ fn copy_length(
 /// its own, extensions dropped), read by the proxy's one chunked decoder
 /// ([`crate::chunked`]); a body with trailers is refused (they are not
 /// forwarded). What follows the body stays in the client's buffer.
-fn copy_chunked(client: &mut Buffered<ClientTls>, sink: &mut BodySink<'_>) -> Result<(), BodyStop> {
+fn copy_chunked(
+    client: &mut Buffered<impl Client>,
+    sink: &mut BodySink<'_>,
+) -> Result<(), BodyStop> {
     use crate::chunked::{Decoder, Error};
     let mut decoder = Decoder::new();
     let mut data = |bytes: &[u8]| sink.data(bytes);
@@ -1176,7 +1276,7 @@ enum Relayed {
 /// range: [`DROPPED_WITH_SECRETS`]).
 fn relay_response(
     origin: &mut Buffered<OriginTls>,
-    client: &mut ClientTls,
+    client: &mut impl Client,
     (head_request, keep, secrets): (bool, bool, bool),
     mut scrub: super::Scrub,
 ) -> io::Result<Relayed> {
@@ -1312,7 +1412,7 @@ fn relay_response(
         return match result {
             Ok(()) if keep => Ok(Relayed::Done(true)),
             Ok(()) => {
-                client.conn.send_close_notify();
+                client.close_notify();
                 client.flush()?;
                 Ok(Relayed::Done(false))
             }
@@ -1335,10 +1435,10 @@ fn relay_response(
         // Nothing to mask: the records read ahead are decrypted and
         // re-encrypted for the client in batches, written when the batch
         // is full or before a read that may wait.
-        client.conn.set_buffer_limit(Some(SEND_BATCH));
+        client.batch(Some(SEND_BATCH));
         let copied = (|| loop {
             if origin.stream.sock.drained() {
-                send_now(client)?;
+                client.send_now()?;
             }
             // The plaintext as rustls holds it, not copied out first.
             let plain = match io::BufRead::fill_buf(&mut origin.stream) {
@@ -1349,13 +1449,13 @@ fn relay_response(
             };
             let n = plain.len();
             if n == 0 {
-                return send_now(client);
+                return client.send_now();
             }
-            send_batched(client, plain)?;
+            client.send_batched(plain)?;
             io::BufRead::consume(&mut origin.stream, n);
             relayed += n as u64;
         })();
-        client.conn.set_buffer_limit(Some(DEFAULT_BUFFER_LIMIT));
+        client.batch(None);
         copied?;
     }
     while !scrub.is_empty() {
@@ -1376,7 +1476,7 @@ fn relay_response(
     if keep && framed == Some(relayed) {
         return Ok(Relayed::Done(true));
     }
-    client.conn.send_close_notify();
+    client.close_notify();
     client.flush()?;
     Ok(Relayed::Done(false))
 }
@@ -1394,7 +1494,7 @@ pub(crate) fn partial_refused() -> String {
 fn forward(
     slot: &Slot,
     interceptor: &Interceptor,
-    client: &mut Buffered<ClientTls>,
+    client: &mut Buffered<impl Client>,
     head: &Head,
     host: &str,
     port: u16,
@@ -1417,11 +1517,11 @@ fn forward(
             return false;
         }
     };
-    let _ = client.stream.sock.set_read_timeout(Some(IDLE));
+    client.stream.set_read_timeout(Some(IDLE));
     // As a tunnel's: once the command has ended its side, the origin may
     // stay silent HALF_CLOSED_IDLE at most (not IDLE).
     origin.sock.heard_by(
-        &client.stream.sock,
+        client.stream.fd(),
         crate::relay::HALF_CLOSED_IDLE,
         slot.silence_note(),
     );
@@ -1480,7 +1580,7 @@ fn forward(
             );
             let path = head.target.split('?').next().unwrap_or("");
             let shown = format!("{} {}", head.method, url(host, port, path));
-            record(slot, host, port, &head.method, path, &refused);
+            record(&slot.shared, host, port, &head.method, path, &refused);
             answer(&mut client.stream, &refused, &shown);
             return false;
         }
@@ -1521,12 +1621,12 @@ fn forward(
         }) => {
             let refused = refusal(502, "Bad Gateway", why);
             let path = head.target.split('?').next().unwrap_or("");
-            record(slot, host, port, &head.method, path, &refused);
+            record(&slot.shared, host, port, &head.method, path, &refused);
             if unsent {
                 let shown = format!("the response to {} {}", head.method, url(host, port, path));
                 answer(&mut client.stream, &refused, &shown);
             } else {
-                let _ = client.stream.sock.shutdown(std::net::Shutdown::Both);
+                client.stream.shutdown(std::net::Shutdown::Both);
             }
             false
         }
@@ -2145,7 +2245,7 @@ mod relay_tests {
             let slot = crate::state::test_slot();
             origin_tls
                 .sock
-                .heard_by(&client.sock, idle, slot.silence_note());
+                .heard_by(client.fd(), idle, slot.silence_note());
             let mut origin_side = Buffered::new(origin_tls);
             let started = std::time::Instant::now();
             let relayed = relay_response(

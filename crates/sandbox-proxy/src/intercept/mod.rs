@@ -1,6 +1,7 @@
 //! Interception of the hosts per-request rules name (Linux): the proxy
 //! answers the command's `CONNECT` itself, terminates its TLS with a leaf of
-//! the run's CA ([`ca`]), reads HTTP/1.1 requests ([`exchange`]), checks each
+//! the run's CA ([`ca`]), reads HTTP/1.1 requests ([`exchange`]; HTTP/2
+//! streams are read as HTTP/1.1 requests, [`h2`]), checks each
 //! against the [`RequestRule`]s and forwards the admitted ones over its own
 //! TLS connection to the origin, verified against the system roots or the
 //! operator's upstream CA file.
@@ -8,6 +9,7 @@
 pub(crate) mod body;
 pub(crate) mod ca;
 mod exchange;
+mod h2;
 
 use std::path::Path;
 use std::sync::{Arc, Mutex};

@@ -1,0 +1,1038 @@
+//! HTTP/2 from the command (a client that chose `h2` in the TLS handshake
+//! with the proxy): an HTTP/2 to HTTP/1.1 gateway in front of the one
+//! request checker. The hyperium `h2` crate reads the connection on a
+//! current-thread tokio runtime made for it alone (HTTP/1.1 connections
+//! and runs without request rules never start one); each stream becomes
+//! one canonical HTTP/1.1 request (method, `:path` as the target, `Host`
+//! from `:authority`, the fields, the body framed with the client's
+//! `content-length` or else chunked) written into a socket pair, whose
+//! other end [`super::exchange::exchange`] reads on a thread of its own as
+//! it reads a request on an HTTP/1.1 connection: the same rules, path
+//! normalisation, override headers, placeholders, secret injection,
+//! masking, refusal records, 403 explanations and approvals. The HTTP/1.1
+//! response it writes back (framed with `Content-Length`, chunks, or the
+//! end of the stream) is read (httparse) into the stream's HEADERS and DATA
+//! frames, HTTP/1.1's connection fields dropped. The origin is reached
+//! over HTTP/1.1 as for every intercepted request.
+//!
+//! Refused at the HTTP/2 layer, before the checker (recorded, answered
+//! with the explanation as an HTTP/2 response): `CONNECT` (also the
+//! extended form), a `:scheme` other than `https`, an `:authority` with
+//! user information or disagreeing with a `Host` field, more than one
+//! `Host` or `content-length`, connection-specific fields (`connection`,
+//! `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`, `te`
+//! other than `trailers`), request trailers (the last body bytes are held
+//! back until the stream's end shows there are none, so a request with
+//! trailers never completes at the origin), DATA frames that do not add
+//! up to the `content-length`. The `h2` crate itself resets a stream whose
+//! fields are malformed (a CR, LF or NUL in a value, an upper-case or
+//! unknown pseudo-header, a connection-specific field) before the proxy
+//! sees it: nothing of it reaches the checker or the origin.
+//!
+//! Bounds: at most [`MAX_STREAMS`] streams at once per connection, and each
+//! stream takes one of the proxy's connection slots (its
+//! `max_connections` and the process's budget bound the origins' sockets
+//! as for HTTP/1.1: a stream over them is refused with `REFUSED_STREAM`);
+//! the header list is bounded as a request head is
+//! ([`crate::ProxyOptions::max_head_bytes`]); flow-control windows of
+//! [`STREAM_WINDOW`] per stream and [`CONNECTION_WINDOW`] per connection
+//! and [`MAX_SEND_BUFFER`] queued per stream bound its memory; a
+//! connection without streams is closed after the head timeout.
+
+use std::io;
+use std::net::{Shutdown, TcpStream};
+use std::os::unix::net::UnixStream as StdUnix;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+use std::task::{Context, Poll};
+
+use bytes::Bytes;
+use h2::server::SendResponse;
+use h2::{RecvStream, SendStream};
+use rustls::{ServerConnection, StreamOwned};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
+use tokio::net::UnixStream;
+
+use super::exchange::{self, explanation, record, refusal, url, Buffered, Refusal};
+use super::Interceptor;
+use crate::state::Slot;
+
+/// Streams open at once on one connection (SETTINGS_MAX_CONCURRENT_STREAMS).
+pub(crate) const MAX_STREAMS: u32 = 100;
+
+/// Each stream's receive window: request body bytes the client may send
+/// before the proxy has passed them on.
+pub(crate) const STREAM_WINDOW: u32 = 64 * 1024;
+
+/// The connection's receive window.
+pub(crate) const CONNECTION_WINDOW: u32 = 1024 * 1024;
+
+/// Response bytes queued per stream for the client at most.
+pub(crate) const MAX_SEND_BUFFER: usize = 64 * 1024;
+
+/// Request body bytes read before the request goes to the checker: a body
+/// that ends within them is checked whole (its length against its
+/// `content-length`, no trailers) before anything reaches the origin.
+const EARLY_BODY: usize = 64 * 1024;
+
+/// A response head from the checker is at most this long.
+const MAX_RESPONSE_HEAD: usize = 64 * 1024;
+
+/// Stack of a stream's thread (as a connection's: buffers are on the heap).
+const STACK: usize = 256 * 1024;
+
+/// Serves an intercepted connection whose client chose `h2`, its TLS
+/// handshake done: until the client closes it, it fails, or it stays
+/// without streams for the head timeout.
+pub(crate) fn serve(
+    slot: &Slot,
+    interceptor: &Arc<Interceptor>,
+    tls: StreamOwned<ServerConnection, TcpStream>,
+    host: &str,
+    port: u16,
+) {
+    let StreamOwned { conn, sock } = tls;
+    let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+        .enable_io()
+        .enable_time()
+        .build()
+    else {
+        return;
+    };
+    // A clone each stream's slot tracks: ending the proxy (or the run's
+    // window) shuts the connection down whichever slot it finds.
+    let Ok(tracked) = sock.try_clone() else {
+        return;
+    };
+    if sock.set_nonblocking(true).is_err() {
+        return;
+    }
+    runtime.block_on(async move {
+        let Ok(sock) = tokio::net::TcpStream::from_std(sock) else {
+            return;
+        };
+        let io = AsyncTls {
+            conn,
+            sock,
+            eof: false,
+        };
+        connection(slot, interceptor, io, tracked, host, port).await;
+    });
+}
+
+/// Counts a connection's open streams; one less when dropped.
+struct Active(Arc<AtomicUsize>);
+
+impl Active {
+    fn new(count: &Arc<AtomicUsize>) -> Active {
+        count.fetch_add(1, Ordering::AcqRel);
+        Active(Arc::clone(count))
+    }
+}
+
+impl Drop for Active {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+async fn connection(
+    slot: &Slot,
+    interceptor: &Arc<Interceptor>,
+    io: AsyncTls,
+    tracked: TcpStream,
+    host: &str,
+    port: u16,
+) {
+    let opts = &slot.shared.opts;
+    let mut builder = h2::server::Builder::new();
+    builder
+        .max_concurrent_streams(MAX_STREAMS)
+        .initial_window_size(STREAM_WINDOW)
+        .initial_connection_window_size(CONNECTION_WINDOW)
+        .max_header_list_size(u32::try_from(opts.max_head_bytes).unwrap_or(u32::MAX))
+        .max_send_buffer_size(MAX_SEND_BUFFER);
+    let Ok(Ok(mut conn)) =
+        tokio::time::timeout(opts.head_timeout, builder.handshake::<_, Bytes>(io)).await
+    else {
+        return;
+    };
+    let active = Arc::new(AtomicUsize::new(0));
+    let mut closing = false;
+    loop {
+        match tokio::time::timeout(opts.head_timeout, conn.accept()).await {
+            Ok(Some(Ok((request, mut respond)))) => {
+                let Some(stream_slot) = slot.shared.claim() else {
+                    // Over the proxy's connections: the client may retry.
+                    slot.shared.closed_at_limit();
+                    respond.send_reset(h2::Reason::REFUSED_STREAM);
+                    continue;
+                };
+                let job = Stream {
+                    slot: stream_slot,
+                    interceptor: Arc::clone(interceptor),
+                    tracked: tracked.try_clone().ok(),
+                    host: host.to_string(),
+                    port,
+                    _active: Active::new(&active),
+                };
+                tokio::spawn(job.serve(request, respond));
+            }
+            Ok(Some(Err(_)) | None) => return,
+            // Idle for the head timeout: closed (gracefully, once).
+            Err(_) if active.load(Ordering::Acquire) == 0 => {
+                if closing {
+                    return;
+                }
+                conn.graceful_shutdown();
+                closing = true;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+/// One stream's request: what serves it.
+struct Stream {
+    slot: Slot,
+    interceptor: Arc<Interceptor>,
+    tracked: Option<TcpStream>,
+    host: String,
+    port: u16,
+    _active: Active,
+}
+
+/// How the HTTP/1.1 request's body is framed.
+#[derive(Clone, Copy, Debug, PartialEq)]
+enum Framing {
+    /// No body.
+    None,
+    /// The client's `content-length` (its DATA add up to it: the `h2`
+    /// crate checks).
+    Length,
+    /// Chunks: the body's end is the stream's.
+    Chunked,
+}
+
+/// The fields HTTP/2 forbids (RFC 9113 8.2.2), refused when present.
+const CONNECTION_SPECIFIC: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+];
+
+/// The HTTP/1.1 head of an HTTP/2 request to `host:port` (the `CONNECT`
+/// it came in), with a body framed as `framing` (`Some(n)`: the whole
+/// body, `n` bytes, is known); shapes the checker could not see in it are
+/// refused.
+fn h1_head(
+    parts: &http::request::Parts,
+    framing: Framing,
+    whole: Option<usize>,
+) -> Result<Vec<u8>, Refusal> {
+    let bad = |why: String| refusal(400, "Bad Request", why);
+    if parts.method == http::Method::CONNECT
+        || parts.extensions.get::<h2::ext::Protocol>().is_some()
+    {
+        return Err(bad(
+            "a CONNECT request inside an intercepted connection (HTTP/2)".into(),
+        ));
+    }
+    if parts.uri.scheme_str() != Some("https") {
+        return Err(bad(format!(
+            "the :scheme {:?} on an intercepted TLS connection (HTTP/2)",
+            parts.uri.scheme_str().unwrap_or("")
+        )));
+    }
+    let authority = parts.uri.authority().map(|a| a.as_str());
+    if authority.is_some_and(|a| a.contains('@')) {
+        return Err(bad("user information in :authority (HTTP/2)".into()));
+    }
+    let hosts: Vec<&[u8]> = parts
+        .headers
+        .get_all(http::header::HOST)
+        .iter()
+        .map(|v| v.as_bytes())
+        .collect();
+    if hosts.len() > 1 {
+        return Err(bad("more than one Host".into()));
+    }
+    if let (Some(a), Some(h)) = (authority, hosts.first()) {
+        if !a.as_bytes().eq_ignore_ascii_case(h) {
+            return Err(bad(format!(
+                "the :authority {a:?} and the Host {:?} disagree (HTTP/2)",
+                String::from_utf8_lossy(h)
+            )));
+        }
+    }
+    if parts
+        .headers
+        .get_all(http::header::CONTENT_LENGTH)
+        .iter()
+        .count()
+        > 1
+    {
+        return Err(bad("more than one content-length".into()));
+    }
+    for name in CONNECTION_SPECIFIC {
+        if parts.headers.contains_key(*name) {
+            return Err(bad(format!(
+                "the connection-specific field {name} (HTTP/2 forbids it)"
+            )));
+        }
+    }
+    if parts
+        .headers
+        .get_all(http::header::TE)
+        .iter()
+        .any(|v| v.as_bytes() != b"trailers")
+    {
+        return Err(bad("a te field other than \"trailers\" (HTTP/2)".into()));
+    }
+    let target = parts
+        .uri
+        .path_and_query()
+        .map(|p| p.as_str())
+        .filter(|p| !p.is_empty())
+        .ok_or_else(|| bad("no :path (HTTP/2)".into()))?;
+    let mut out = format!("{} {target} HTTP/1.1\r\n", parts.method).into_bytes();
+    let host = authority.map(str::as_bytes).or(hosts.first().copied());
+    if let Some(host) = host {
+        out.extend_from_slice(b"Host: ");
+        out.extend_from_slice(host);
+        out.extend_from_slice(b"\r\n");
+    }
+    let mut cookies: Vec<&[u8]> = Vec::new();
+    for (name, value) in &parts.headers {
+        match name.as_str() {
+            // Written above; the proxy frames the body; `te: trailers`
+            // means nothing over HTTP/1.1; the proxy answers no 100.
+            "host" | "te" | "expect" => continue,
+            "content-length" if framing != Framing::Length => continue,
+            // Split into several fields by HTTP/2 (RFC 9113 8.2.3): one
+            // field in HTTP/1.1.
+            "cookie" => {
+                cookies.push(value.as_bytes());
+                continue;
+            }
+            _ => {}
+        }
+        out.extend_from_slice(name.as_str().as_bytes());
+        out.extend_from_slice(b": ");
+        out.extend_from_slice(value.as_bytes());
+        out.extend_from_slice(b"\r\n");
+    }
+    if !cookies.is_empty() {
+        out.extend_from_slice(b"Cookie: ");
+        out.extend_from_slice(&cookies.join(&b"; "[..]));
+        out.extend_from_slice(b"\r\n");
+    }
+    match (framing, whole) {
+        (Framing::Chunked, _) => out.extend_from_slice(b"Transfer-Encoding: chunked\r\n"),
+        (Framing::None, Some(n)) if n > 0 => {
+            out.extend_from_slice(format!("Content-Length: {n}\r\n").as_bytes())
+        }
+        _ => {}
+    }
+    out.extend_from_slice(b"\r\n");
+    Ok(out)
+}
+
+/// Why a request body was not passed on whole.
+enum BodyStop {
+    /// Refused (recorded by the caller, answered if nothing was yet).
+    Refused(Refusal),
+    /// The client reset the stream or the connection failed.
+    Gone,
+}
+
+/// Reads the next DATA of `body` (its capacity released: the window
+/// bounds what is buffered); `None` at its end. A stream error the proxy
+/// raised (DATA beyond the `content-length` or short of it, malformed) is
+/// a refusal.
+async fn next_data(body: &mut RecvStream) -> Result<Option<Bytes>, BodyStop> {
+    match body.data().await {
+        None => Ok(None),
+        Some(Ok(data)) => {
+            let _ = body.flow_control().release_capacity(data.len());
+            Ok(Some(data))
+        }
+        Some(Err(e)) if !e.is_remote() && e.reason() == Some(h2::Reason::PROTOCOL_ERROR) => {
+            Err(BodyStop::Refused(refusal(
+                400,
+                "Bad Request",
+                "the DATA frames do not add up to the content-length, or the stream is \
+                 malformed (HTTP/2)",
+            )))
+        }
+        Some(Err(_)) => Err(BodyStop::Gone),
+    }
+}
+
+/// Refuses trailers at the body's end (as HTTP/1.1 chunked trailers are).
+async fn no_trailers(body: &mut RecvStream) -> Result<(), BodyStop> {
+    match body.trailers().await {
+        Ok(None) => Ok(()),
+        Ok(Some(_)) => Err(BodyStop::Refused(refusal(
+            400,
+            "Bad Request",
+            "request trailers (HTTP/2): they are not forwarded",
+        ))),
+        Err(_) => Err(BodyStop::Gone),
+    }
+}
+
+impl Stream {
+    async fn serve(self, request: http::Request<RecvStream>, mut respond: SendResponse<Bytes>) {
+        let Stream {
+            slot,
+            interceptor,
+            tracked,
+            host,
+            port,
+            _active,
+        } = self;
+        let shared = Arc::clone(&slot.shared);
+        let (parts, mut body) = request.into_parts();
+        let path = parts.uri.path().to_string();
+        let shown = format!("{} {}", parts.method, url(&host, port, &path));
+        let method = parts.method.to_string();
+        let refuse = |refused: Refusal, respond: &mut SendResponse<Bytes>| {
+            record(&shared, &host, port, &method, &path, &refused);
+            answer(respond, &refused, &shown);
+        };
+        // The body's first bytes (all of it, when it ends within them).
+        let mut early = Vec::new();
+        let mut ended = body.is_end_stream();
+        while !ended && early.len() < EARLY_BODY {
+            match next_data(&mut body).await {
+                Ok(Some(data)) => early.extend_from_slice(&data),
+                Ok(None) => ended = true,
+                Err(BodyStop::Refused(r)) => return refuse(r, &mut respond),
+                Err(BodyStop::Gone) => return,
+            }
+        }
+        if ended {
+            match no_trailers(&mut body).await {
+                Ok(()) => {}
+                Err(BodyStop::Refused(r)) => return refuse(r, &mut respond),
+                Err(BodyStop::Gone) => return,
+            }
+        }
+        let framing = if parts.headers.contains_key(http::header::CONTENT_LENGTH) {
+            Framing::Length
+        } else if ended {
+            Framing::None
+        } else {
+            Framing::Chunked
+        };
+        let mut first = match h1_head(&parts, framing, ended.then_some(early.len())) {
+            Ok(head) => head,
+            Err(r) => return refuse(r, &mut respond),
+        };
+        match framing {
+            Framing::Chunked => {
+                chunk(&mut first, &early);
+                if ended {
+                    first.extend_from_slice(b"0\r\n\r\n");
+                }
+            }
+            _ => first.extend_from_slice(&early),
+        }
+        drop(early);
+        let Some((sock, closer, theirs)) = socket_pair() else {
+            return respond.send_reset(h2::Reason::INTERNAL_ERROR);
+        };
+        let head_timeout = shared.opts.head_timeout;
+        let (checker_host, checker_slot) = (host.clone(), slot);
+        let checker = std::thread::Builder::new()
+            .name("sandbox-proxy-h2".into())
+            .stack_size(STACK)
+            .spawn(move || {
+                // Its refusals belong to the window its slot was taken in;
+                // ending the proxy (or the window) shuts the connection.
+                if let Some(tracked) = &tracked {
+                    checker_slot.track(tracked);
+                }
+                let _ = theirs.set_read_timeout(Some(head_timeout));
+                let mut client = Buffered::new(theirs);
+                exchange::exchange(
+                    &checker_slot,
+                    &interceptor,
+                    &mut client,
+                    &checker_host,
+                    port,
+                );
+                // Dropped here: the end of the response.
+            });
+        if checker.is_err() {
+            return respond.send_reset(h2::Reason::REFUSED_STREAM);
+        }
+        // The head and the early body, then the rest as it comes, beside
+        // the response (the checker may answer before the body's end).
+        let pump = {
+            let (sock, closer) = (Arc::clone(&sock), closer.try_clone().ok());
+            tokio::spawn(async move {
+                let sent = async {
+                    write_all(&sock, &first).await.map_err(|_| BodyStop::Gone)?;
+                    if !ended {
+                        pump_body(&sock, body, framing).await?;
+                    }
+                    Ok(())
+                }
+                .await;
+                if sent.is_err() {
+                    // The checker sees the body cut off: nothing of it
+                    // completes at the origin.
+                    if let Some(closer) = closer {
+                        let _ = closer.shutdown(Shutdown::Both);
+                    }
+                }
+                sent
+            })
+        };
+        let head_request = parts.method == http::Method::HEAD;
+        let answered = relay_response(&sock, &mut respond, head_request).await;
+        // A pump that stopped has stopped by now (it shut the pair down
+        // before it returned); one still running is not needed.
+        let pumped = if pump.is_finished() {
+            pump.await.ok()
+        } else {
+            pump.abort();
+            None
+        };
+        let _ = closer.shutdown(Shutdown::Both);
+        if !answered {
+            match pumped {
+                Some(Err(BodyStop::Refused(r))) => refuse(r, &mut respond),
+                _ => respond.send_reset(h2::Reason::INTERNAL_ERROR),
+            }
+        }
+    }
+}
+
+/// A socket pair for one stream: the async end, a handle of it to shut
+/// it down, and the checker's end.
+fn socket_pair() -> Option<(Arc<UnixStream>, StdUnix, StdUnix)> {
+    let (ours, theirs) = StdUnix::pair().ok()?;
+    let closer = ours.try_clone().ok()?;
+    ours.set_nonblocking(true).ok()?;
+    let ours = UnixStream::from_std(ours).ok()?;
+    Some((Arc::new(ours), closer, theirs))
+}
+
+/// Appends `data` to `out` as one chunk (nothing when empty).
+fn chunk(out: &mut Vec<u8>, data: &[u8]) {
+    if data.is_empty() {
+        return;
+    }
+    out.extend_from_slice(format!("{:x}\r\n", data.len()).as_bytes());
+    out.extend_from_slice(data);
+    out.extend_from_slice(b"\r\n");
+}
+
+/// Passes the rest of a request body to the checker, framed as `framing`;
+/// the last DATA is held back until the stream's end shows no trailers.
+async fn pump_body(
+    sock: &UnixStream,
+    mut body: RecvStream,
+    framing: Framing,
+) -> Result<(), BodyStop> {
+    let mut held: Option<Bytes> = None;
+    let mut out = Vec::new();
+    let put = |out: &mut Vec<u8>, data: &[u8]| {
+        out.clear();
+        match framing {
+            Framing::Chunked => chunk(out, data),
+            _ => out.extend_from_slice(data),
+        }
+    };
+    while let Some(data) = next_data(&mut body).await? {
+        if let Some(prev) = held.replace(data) {
+            put(&mut out, &prev);
+            write_all(sock, &out).await.map_err(|_| BodyStop::Gone)?;
+        }
+    }
+    no_trailers(&mut body).await?;
+    put(&mut out, held.as_deref().unwrap_or(&[]));
+    if framing == Framing::Chunked {
+        out.extend_from_slice(b"0\r\n\r\n");
+    }
+    write_all(sock, &out).await.map_err(|_| BodyStop::Gone)
+}
+
+/// Writes all of `bytes` to the pair.
+async fn write_all(sock: &UnixStream, mut bytes: &[u8]) -> io::Result<()> {
+    while !bytes.is_empty() {
+        sock.writable().await?;
+        match sock.try_write(bytes) {
+            Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+            Ok(n) => bytes = &bytes[n..],
+            Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(())
+}
+
+/// Reads from the pair, or fails when the client resets the stream first.
+async fn read_or_reset(
+    sock: &UnixStream,
+    buf: &mut [u8],
+    reset: &mut (dyn FnMut(&mut Context<'_>) -> bool + Send),
+) -> io::Result<usize> {
+    std::future::poll_fn(|cx| {
+        if reset(cx) {
+            return Poll::Ready(Err(io::ErrorKind::ConnectionReset.into()));
+        }
+        loop {
+            match sock.poll_read_ready(cx) {
+                Poll::Pending => return Poll::Pending,
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Ready(Ok(())) => match sock.try_read(buf) {
+                    Ok(n) => return Poll::Ready(Ok(n)),
+                    Err(e) if e.kind() == io::ErrorKind::WouldBlock => continue,
+                    Err(e) => return Poll::Ready(Err(e)),
+                },
+            }
+        }
+    })
+    .await
+}
+
+/// The response's fields HTTP/2 has no place for (connection-specific),
+/// dropped.
+const DROPPED_IN_RESPONSES: &[&str] = &[
+    "connection",
+    "keep-alive",
+    "proxy-connection",
+    "transfer-encoding",
+    "upgrade",
+    "te",
+    "http2-settings",
+];
+
+/// How the checker's response body is framed.
+enum Body {
+    None,
+    Length(u64),
+    Chunked,
+    /// To the end of the pair.
+    Close,
+}
+
+/// Reads the checker's HTTP/1.1 response and sends it on the stream;
+/// whether a response was begun (otherwise the caller answers or resets).
+/// A response cut short is reset, so the client sees it cut.
+async fn relay_response(
+    sock: &UnixStream,
+    respond: &mut SendResponse<Bytes>,
+    head_request: bool,
+) -> bool {
+    let mut buf = Vec::new();
+    let mut chunk_buf = vec![0u8; 16 * 1024];
+    // The final head: its length in `buf`, the response, the body framing.
+    let (len, response, framing) = loop {
+        let mut slots = [httparse::EMPTY_HEADER; 128];
+        let mut parsed = httparse::Response::new(&mut slots);
+        match parsed.parse(&buf) {
+            Ok(httparse::Status::Complete(len)) => {
+                let code = parsed.code.unwrap_or(502);
+                if code < 200 {
+                    // Informational (the origin's 103): not passed on.
+                    buf.drain(..len);
+                    continue;
+                }
+                match response_head(&parsed, head_request) {
+                    Some((response, framing)) => break (len, response, framing),
+                    None => return false,
+                }
+            }
+            Ok(httparse::Status::Partial) if buf.len() <= MAX_RESPONSE_HEAD => {}
+            _ => return false,
+        }
+        let mut reset = |cx: &mut Context<'_>| respond.poll_reset(cx).is_ready();
+        match read_or_reset(sock, &mut chunk_buf, &mut reset).await {
+            Ok(0) | Err(_) => return false,
+            Ok(n) => buf.extend_from_slice(&chunk_buf[..n]),
+        }
+    };
+    buf.drain(..len);
+    let end = matches!(framing, Body::None);
+    let Ok(mut send) = respond.send_response(response, end) else {
+        return true;
+    };
+    if end {
+        return true;
+    }
+    if relay_body(sock, &mut send, framing, buf, &mut chunk_buf)
+        .await
+        .is_err()
+    {
+        send.send_reset(h2::Reason::INTERNAL_ERROR);
+    }
+    true
+}
+
+/// The HTTP/2 response of a parsed HTTP/1.1 head, and how its body is
+/// framed; `None` for a head HTTP/2 cannot carry.
+fn response_head(
+    parsed: &httparse::Response<'_, '_>,
+    head_request: bool,
+) -> Option<(http::Response<()>, Body)> {
+    let code = parsed.code?;
+    let mut response = http::Response::new(());
+    *response.status_mut() = http::StatusCode::from_u16(code).ok()?;
+    let header = |name: &'static str| {
+        parsed
+            .headers
+            .iter()
+            .filter(move |h| h.name.eq_ignore_ascii_case(name))
+            .map(|h| h.value)
+    };
+    let encodings: Vec<&[u8]> = header("transfer-encoding").collect();
+    let lengths: Vec<&[u8]> = header("content-length").collect();
+    let framing = if head_request || code == 204 || code == 304 {
+        Body::None
+    } else {
+        match (encodings.as_slice(), lengths.as_slice()) {
+            ([], [one]) => Body::Length(std::str::from_utf8(one).ok()?.trim().parse().ok()?),
+            ([], []) => Body::Close,
+            ([te], []) if te.eq_ignore_ascii_case(b"chunked") => Body::Chunked,
+            // Another coding, or both: HTTP/2 has no way to say it.
+            _ => return None,
+        }
+    };
+    for h in parsed.headers.iter() {
+        if DROPPED_IN_RESPONSES
+            .iter()
+            .any(|d| h.name.eq_ignore_ascii_case(d))
+        {
+            continue;
+        }
+        // A field HTTP/2 cannot carry (its name or value) is dropped.
+        let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(h.name.as_bytes()),
+            http::HeaderValue::from_bytes(h.value),
+        ) else {
+            continue;
+        };
+        response.headers_mut().append(name, value);
+    }
+    Some((response, framing))
+}
+
+/// Sends the response body read from the pair (`buf`: what was read after
+/// the head) on `send`, as the client's flow control allows; an error
+/// when it ends short of its framing.
+async fn relay_body(
+    sock: &UnixStream,
+    send: &mut SendStream<Bytes>,
+    framing: Body,
+    buf: Vec<u8>,
+    chunk_buf: &mut [u8],
+) -> io::Result<()> {
+    let short = || io::Error::from(io::ErrorKind::UnexpectedEof);
+    let mut left = match framing {
+        Body::Length(n) => Some(n),
+        _ => None,
+    };
+    let mut decoder = matches!(framing, Body::Chunked).then(crate::chunked::Decoder::new);
+    let mut pending = buf;
+    loop {
+        // `pending` holds the raw bytes just read: decode, then send.
+        let mut data = Vec::new();
+        match &mut decoder {
+            Some(decoder) => {
+                let used = decoder
+                    .feed(&pending, &mut |bytes: &[u8]| {
+                        data.extend_from_slice(bytes);
+                        Ok::<(), ()>(())
+                    })
+                    .map_err(|_| io::Error::from(io::ErrorKind::InvalidData))?;
+                pending.drain(..used);
+            }
+            None => {
+                let take = left.map_or(pending.len(), |n| {
+                    usize::try_from(n).unwrap_or(usize::MAX).min(pending.len())
+                });
+                data.extend_from_slice(&pending[..take]);
+                if let Some(n) = &mut left {
+                    *n -= take as u64;
+                }
+                pending.clear();
+            }
+        }
+        send_data(send, Bytes::from(data)).await?;
+        let done = match (&decoder, left) {
+            (Some(decoder), _) => decoder.done(),
+            (None, Some(n)) => n == 0,
+            (None, None) => false,
+        };
+        if done {
+            break;
+        }
+        let mut reset = |cx: &mut Context<'_>| send.poll_reset(cx).is_ready();
+        let n = read_or_reset(sock, chunk_buf, &mut reset).await?;
+        if n == 0 {
+            if left.is_none() && decoder.is_none() {
+                // Framed by the end: this is it.
+                break;
+            }
+            return Err(short());
+        }
+        pending.extend_from_slice(&chunk_buf[..n]);
+    }
+    // A chunked response's trailers (the checker masked them) as HTTP/2
+    // trailers.
+    let trailers: &[(Vec<u8>, Vec<u8>)] = decoder.as_ref().map_or(&[], |d| d.trailers());
+    let mut map = http::HeaderMap::new();
+    for (name, value) in trailers {
+        if let (Ok(name), Ok(value)) = (
+            http::HeaderName::from_bytes(name),
+            http::HeaderValue::from_bytes(value),
+        ) {
+            if !DROPPED_IN_RESPONSES.contains(&name.as_str()) {
+                map.append(name, value);
+            }
+        }
+    }
+    if map.is_empty() {
+        send.send_data(Bytes::new(), true).map_err(io::Error::other)
+    } else {
+        send.send_trailers(map).map_err(io::Error::other)
+    }
+}
+
+/// Sends `data` as the client's window allows.
+async fn send_data(send: &mut SendStream<Bytes>, mut data: Bytes) -> io::Result<()> {
+    while !data.is_empty() {
+        send.reserve_capacity(data.len());
+        let granted = std::future::poll_fn(|cx| send.poll_capacity(cx)).await;
+        let n = match granted {
+            Some(Ok(n)) => n.min(data.len()),
+            Some(Err(e)) => return Err(io::Error::other(e)),
+            None => return Err(io::ErrorKind::ConnectionReset.into()),
+        };
+        if n == 0 {
+            continue;
+        }
+        send.send_data(data.split_to(n), false)
+            .map_err(io::Error::other)?;
+    }
+    Ok(())
+}
+
+/// Answers a refusal on the stream: the explanation, as over HTTP/1.1.
+fn answer(respond: &mut SendResponse<Bytes>, refused: &Refusal, shown: &str) {
+    let (admit, body) = explanation(refused, shown);
+    let mut response = http::Response::new(());
+    *response.status_mut() =
+        http::StatusCode::from_u16(refused.code).unwrap_or(http::StatusCode::FORBIDDEN);
+    let headers = response.headers_mut();
+    headers.insert(
+        http::header::CONTENT_TYPE,
+        http::HeaderValue::from_static("text/plain; charset=utf-8"),
+    );
+    headers.insert(http::header::CONTENT_LENGTH, body.len().into());
+    if let Some(flag) = admit.and_then(|f| http::HeaderValue::from_str(&f).ok()) {
+        headers.insert("sandbox-admit-with", flag);
+    }
+    match respond.send_response(response, false) {
+        // Small: queued whatever the window (MAX_SEND_BUFFER bounds it).
+        Ok(mut send) => {
+            let _ = send.send_data(Bytes::from(body), true);
+        }
+        Err(_) => respond.send_reset(h2::Reason::INTERNAL_ERROR),
+    }
+}
+
+/// The command's TLS connection (handshake done, by the blocking code that
+/// served it until the client chose `h2`) as tokio's `AsyncRead` and
+/// `AsyncWrite`, for the `h2` crate. Written here rather than taken from
+/// `tokio-rustls`, which makes its streams only by running the handshake
+/// itself: the proxy knows the protocol only once the handshake is over.
+/// The same shape as `tokio-rustls`' stream: records read from the socket
+/// when rustls wants them, plaintext taken from its reader; plaintext
+/// given to its writer, records written out as the socket takes them.
+struct AsyncTls {
+    conn: ServerConnection,
+    sock: tokio::net::TcpStream,
+    /// The socket's end was read.
+    eof: bool,
+}
+
+/// The socket as the blocking `Read`/`Write` rustls asks for: not ready
+/// is `WouldBlock` (the task is woken when it is).
+struct SyncIo<'a, 'b> {
+    sock: &'a mut tokio::net::TcpStream,
+    cx: &'a mut Context<'b>,
+}
+
+impl io::Read for SyncIo<'_, '_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let mut buf = ReadBuf::new(buf);
+        match Pin::new(&mut *self.sock).poll_read(self.cx, &mut buf) {
+            Poll::Ready(Ok(())) => Ok(buf.filled().len()),
+            Poll::Ready(Err(e)) => Err(e),
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+impl io::Write for SyncIo<'_, '_> {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match Pin::new(&mut *self.sock).poll_write(self.cx, buf) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match Pin::new(&mut *self.sock).poll_write_vectored(self.cx, bufs) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+    fn flush(&mut self) -> io::Result<()> {
+        match Pin::new(&mut *self.sock).poll_flush(self.cx) {
+            Poll::Ready(result) => result,
+            Poll::Pending => Err(io::ErrorKind::WouldBlock.into()),
+        }
+    }
+}
+
+/// `WouldBlock` as `Pending`.
+fn pending<T>(result: io::Result<T>) -> Poll<io::Result<T>> {
+    match result {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => Poll::Pending,
+        other => Poll::Ready(other),
+    }
+}
+
+impl AsyncTls {
+    /// Writes out the records rustls holds: `Ready(Ok(()))` when none is
+    /// left.
+    fn poll_write_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        while self.conn.wants_write() {
+            let mut io = SyncIo {
+                sock: &mut self.sock,
+                cx,
+            };
+            match pending(self.conn.write_tls(&mut io)) {
+                Poll::Ready(Ok(0)) => return Poll::Ready(Err(io::ErrorKind::WriteZero.into())),
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+        Poll::Ready(Ok(()))
+    }
+
+    /// Reads records from the socket and processes them: `Ready(Ok(0))`
+    /// at its end.
+    fn poll_read_tls(&mut self, cx: &mut Context<'_>) -> Poll<io::Result<usize>> {
+        let mut io = SyncIo {
+            sock: &mut self.sock,
+            cx,
+        };
+        let n = match pending(self.conn.read_tls(&mut io)) {
+            Poll::Ready(Ok(n)) => n,
+            other => return other,
+        };
+        if let Err(e) = self.conn.process_new_packets() {
+            // The alert rustls queued for the client, best effort.
+            let _ = self.poll_write_tls(cx);
+            return Poll::Ready(Err(io::Error::new(io::ErrorKind::InvalidData, e)));
+        }
+        Poll::Ready(Ok(n))
+    }
+}
+
+impl AsyncRead for AsyncTls {
+    fn poll_read(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        loop {
+            match io::Read::read(&mut this.conn.reader(), buf.initialize_unfilled()) {
+                Ok(n) => {
+                    buf.advance(n);
+                    return Poll::Ready(Ok(()));
+                }
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => {}
+                // The client closed without close_notify: its end.
+                Err(e) if e.kind() == io::ErrorKind::UnexpectedEof => return Poll::Ready(Ok(())),
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            if this.eof {
+                return Poll::Ready(Ok(()));
+            }
+            // Records rustls wants to send first (a key update's answer).
+            if let Poll::Ready(Err(e)) = this.poll_write_tls(cx) {
+                return Poll::Ready(Err(e));
+            }
+            match this.poll_read_tls(cx) {
+                Poll::Ready(Ok(0)) => this.eof = true,
+                Poll::Ready(Ok(_)) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+}
+
+impl AsyncWrite for AsyncTls {
+    fn poll_write(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        let this = self.get_mut();
+        let mut taken = 0;
+        loop {
+            match io::Write::write(&mut this.conn.writer(), &buf[taken..]) {
+                Ok(n) => taken += n,
+                Err(e) => return Poll::Ready(Err(e)),
+            }
+            if taken == buf.len() {
+                // Written out now if the socket takes it (h2 flushes too).
+                return match this.poll_write_tls(cx) {
+                    Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+                    _ => Poll::Ready(Ok(taken)),
+                };
+            }
+            // rustls' buffer is full: out with it first.
+            match this.poll_write_tls(cx) {
+                Poll::Ready(Ok(())) => {}
+                Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
+                Poll::Pending if taken > 0 => return Poll::Ready(Ok(taken)),
+                Poll::Pending => return Poll::Pending,
+            }
+        }
+    }
+
+    fn poll_flush(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        if let Err(e) = io::Write::flush(&mut this.conn.writer()) {
+            return Poll::Ready(Err(e));
+        }
+        match this.poll_write_tls(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.sock).poll_flush(cx),
+            other => other,
+        }
+    }
+
+    fn poll_shutdown(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        let this = self.get_mut();
+        this.conn.send_close_notify();
+        match this.poll_write_tls(cx) {
+            Poll::Ready(Ok(())) => Pin::new(&mut this.sock).poll_shutdown(cx),
+            other => other,
+        }
+    }
+}
