@@ -1036,3 +1036,166 @@ impl AsyncWrite for AsyncTls {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn parts(method: &str, uri: &str, fields: &[(&str, &str)]) -> http::request::Parts {
+        let mut request = http::Request::builder().method(method).uri(uri);
+        for (name, value) in fields {
+            request = request.header(*name, *value);
+        }
+        request.body(()).unwrap().into_parts().0
+    }
+
+    fn head(p: &http::request::Parts, framing: Framing, whole: Option<usize>) -> String {
+        String::from_utf8(h1_head(p, framing, whole).map_err(|r| r.why).unwrap()).unwrap()
+    }
+
+    fn why(p: &http::request::Parts) -> String {
+        match h1_head(p, Framing::None, Some(0)) {
+            Ok(head) => panic!("admitted: {}", String::from_utf8_lossy(&head)),
+            Err(refused) => {
+                assert_eq!(refused.code, 400);
+                refused.why
+            }
+        }
+    }
+
+    const U: &str = "https://pkgs.example.com:8443";
+
+    #[test]
+    fn a_stream_becomes_one_canonical_http1_request() {
+        let p = parts(
+            "GET",
+            &format!("{U}/simple/a%2e/?q=1"),
+            &[
+                ("cookie", "a=1"),
+                ("accept", "*/*"),
+                ("cookie", "b=2"),
+                ("te", "trailers"),
+            ],
+        );
+        assert_eq!(
+            head(&p, Framing::None, Some(0)),
+            "GET /simple/a%2e/?q=1 HTTP/1.1\r\nHost: pkgs.example.com:8443\r\naccept: */*\r\n\
+             Cookie: a=1; b=2\r\n\r\n"
+        );
+        // A body known whole gets its length; one that streams, chunks;
+        // the client's content-length is kept (the h2 crate holds the
+        // DATA to it), a `Host` equal to `:authority` written once.
+        let p = parts(
+            "POST",
+            &format!("{U}/simple/up"),
+            &[
+                ("host", "PKGS.example.com:8443"),
+                ("expect", "100-continue"),
+            ],
+        );
+        assert_eq!(
+            head(&p, Framing::None, Some(3)),
+            "POST /simple/up HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nContent-Length: 3\r\n\r\n"
+        );
+        assert_eq!(
+            head(&p, Framing::Chunked, None),
+            "POST /simple/up HTTP/1.1\r\nHost: pkgs.example.com:8443\r\n\
+             Transfer-Encoding: chunked\r\n\r\n"
+        );
+        let p = parts("PUT", &format!("{U}/simple/up"), &[("content-length", "5")]);
+        assert_eq!(
+            head(&p, Framing::Length, None),
+            "PUT /simple/up HTTP/1.1\r\nHost: pkgs.example.com:8443\r\ncontent-length: 5\r\n\r\n"
+        );
+    }
+
+    #[test]
+    fn shapes_the_checker_could_not_see_are_refused_beside_their_twins() {
+        let twin = parts("GET", &format!("{U}/simple/a"), &[("x-a", "1")]);
+        assert!(h1_head(&twin, Framing::None, Some(0)).is_ok());
+        assert!(why(&parts("CONNECT", "pkgs.example.com:8443", &[])).contains("CONNECT"));
+        assert!(
+            why(&parts("GET", "http://pkgs.example.com:8443/simple/a", &[]))
+                .contains(":scheme \"http\"")
+        );
+        assert!(why(&parts(
+            "GET",
+            "https://me@pkgs.example.com:8443/simple/a",
+            &[]
+        ))
+        .contains("user information"));
+        assert!(why(&parts(
+            "GET",
+            &format!("{U}/simple/a"),
+            &[("host", "other.example.com:8443")]
+        ))
+        .contains("disagree"));
+        assert!(why(&parts(
+            "GET",
+            &format!("{U}/simple/a"),
+            &[("host", "a.example.com"), ("host", "b.example.com")]
+        ))
+        .contains("more than one Host"));
+        assert!(why(&parts(
+            "POST",
+            &format!("{U}/simple/a"),
+            &[("content-length", "3"), ("content-length", "3")]
+        ))
+        .contains("more than one content-length"));
+        for name in CONNECTION_SPECIFIC {
+            let refused = why(&parts("GET", &format!("{U}/simple/a"), &[(name, "x")]));
+            assert!(refused.contains(name), "{name}: {refused}");
+        }
+        assert!(
+            why(&parts("GET", &format!("{U}/simple/a"), &[("te", "gzip")])).contains("te field")
+        );
+    }
+
+    fn response(raw: &str, head_request: bool) -> Option<(http::Response<()>, Body)> {
+        let mut slots = [httparse::EMPTY_HEADER; 32];
+        let mut parsed = httparse::Response::new(&mut slots);
+        assert!(parsed.parse(raw.as_bytes()).unwrap().is_complete());
+        response_head(&parsed, head_request)
+    }
+
+    #[test]
+    fn responses_lose_their_connection_fields_and_keep_their_framing() {
+        let (r, body) = response(
+            "HTTP/1.1 200 OK\r\nConnection: close\r\nKeep-Alive: 5\r\nX-A: 1\r\nContent-Length: 7\r\n\r\n",
+            false,
+        )
+        .unwrap();
+        assert!(matches!(body, Body::Length(7)));
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.headers().len(), 2, "{:?}", r.headers());
+        assert_eq!(r.headers()["x-a"], "1");
+        let (r, body) = response(
+            "HTTP/1.1 403 Forbidden\r\nTransfer-Encoding: chunked\r\nSandbox-Admit-With: x\r\n\r\n",
+            false,
+        )
+        .unwrap();
+        assert!(matches!(body, Body::Chunked));
+        assert!(!r.headers().contains_key("transfer-encoding"));
+        assert_eq!(r.headers()["sandbox-admit-with"], "x");
+        let (_, body) = response("HTTP/1.1 200 OK\r\n\r\n", false).unwrap();
+        assert!(matches!(body, Body::Close));
+        for (raw, head_request) in [
+            ("HTTP/1.1 200 OK\r\nContent-Length: 7\r\n\r\n", true),
+            ("HTTP/1.1 204 No Content\r\n\r\n", false),
+            (
+                "HTTP/1.1 304 Not Modified\r\nContent-Length: 7\r\n\r\n",
+                false,
+            ),
+        ] {
+            assert!(matches!(response(raw, head_request).unwrap().1, Body::None));
+        }
+        // A framing HTTP/2 cannot say: no response (the stream is reset).
+        for raw in [
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: gzip, chunked\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\nContent-Length: 3\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Length: 3\r\nContent-Length: 4\r\n\r\n",
+        ] {
+            assert!(response(raw, false).is_none(), "{raw}");
+        }
+    }
+}
