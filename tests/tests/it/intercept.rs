@@ -1588,6 +1588,8 @@ C="curl -sS --http2"
 R $C -w '\nversion %{http_version}\n' $U/simple/pkg/?v=1 | sed 's/^/h2 get /'
 R $C -v $U/simple/k1 $U/simple/k2 $U/private 2>&1 | grep -E "^origin saw|Re-using|^sandbox egress|^< HTTP/" | sed 's/^/h2 several /'
 R $C -I $U/simple/pkg/ | grep -E '^HTTP/' | sed 's/^/h2 head /'
+R $C -Z --parallel-max 20 -w '%{http_version} %{http_code} %{num_connects}\n' $(for i in $(seq 20); do echo $U/simple/par-$i; done) $U/private-par | grep -cE '^(origin saw GET /simple/par-|2 200 [01]$)' | sed 's/^/h2 parallel /'
+R $C -Z -w '%{http_code}\n' $U/simple/par-a $U/private-par | grep -E '^[0-9]+$' | sort | tr '\n' ' ' | sed 's/^/h2 parallel codes /'
 R $C -i -X POST -d abc $U/simple/pkg/ | grep -iE '^(HTTP/|sandbox-admit-with)' | sed 's/^/h2 post /'
 R $C -i $U/private | grep -iE '^(HTTP/|sandbox-admit-with|sandbox egress)' | sed 's/^/h2 private /'
 R $C -i --path-as-is $U/simple/../private | grep -E '^HTTP/' | sed 's/^/h2 dots /'
@@ -1623,6 +1625,10 @@ cd "$D" && eval "TOKEN=$T $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\
         "h2 several sandbox egress proxy: refused GET https://pkgs.example.com:8443/private",
     );
     has(&l, "h2 head HTTP/2 200");
+    // Twenty streams at once on one connection: each reached the origin
+    // and each answer came over HTTP/2; the refused one beside them.
+    has(&l, "h2 parallel 40");
+    has(&l, "h2 parallel codes 200 403");
     has(&l, "h2 post HTTP/2 403");
     has(
         &l,
@@ -1728,6 +1734,12 @@ R connect :method=CONNECT :authority=pkgs.example.com:8443
 R trailers $A :path=/simple/bad-trailers DATA=abc TRAILER=x-t=1
 R http-scheme :method=GET :scheme=http :authority=pkgs.example.com:8443 :path=/simple/bad-scheme
 R private $G :path=/private
+cd "$D"
+N() { $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET,POST https://pkgs.example.com:8443/simple/**' -- /usr/bin/python3 "$RAW_H2" "$@" 2>&1; }
+N nobody-twin $A :path=/simple/nobody-twin content-length=3 DATA=abc
+N nobody-dup-length $A :path=/simple/bad-nobody-dup content-length=3 content-length=3 DATA=abc
+N nobody-trailers $A :path=/simple/bad-nobody-trailers DATA=abc TRAILER=x-t=1
+N nobody-cr-value $G :path=/simple/bad-nobody-cr 'x-a=1\r2'
 "#,
     );
     let l = lines(&out);
@@ -1788,6 +1800,11 @@ R private $G :path=/private
             "{label}: {report}"
         );
     }
+    // As nobody, the same.
+    has(&l, "nobody-twin origin saw POST /simple/nobody-twin");
+    has(&l, "nobody-dup-length sandbox egress proxy: refused POST https://pkgs.example.com:8443/simple/bad-nobody-dup: more than one content-length");
+    has(&l, "nobody-trailers sandbox egress proxy: refused POST https://pkgs.example.com:8443/simple/bad-nobody-trailers: request trailers");
+    has(&l, "nobody-cr-value goaway 1");
     let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
     assert!(!log.contains("bad-") && !log.contains("private"), "{log}");
 }
