@@ -1198,4 +1198,194 @@ mod tests {
             assert!(response(raw, false).is_none(), "{raw}");
         }
     }
+
+    /// A raw HTTP/2 client over TLS trusting `ca` (frames by hand, so a
+    /// stream can be left open).
+    struct RawClient {
+        tls: rustls::StreamOwned<rustls::ClientConnection, std::net::TcpStream>,
+        buf: Vec<u8>,
+    }
+
+    impl RawClient {
+        fn connect(addr: std::net::SocketAddr, ca: &str) -> RawClient {
+            let mut roots = rustls::RootCertStore::empty();
+            for cert in super::super::ca::parse_pem_certs(ca.as_bytes()).unwrap() {
+                roots.add(cert).unwrap();
+            }
+            let mut config = rustls::ClientConfig::builder_with_provider(super::super::provider())
+                .with_safe_default_protocol_versions()
+                .unwrap()
+                .with_root_certificates(roots)
+                .with_no_client_auth();
+            config.alpn_protocols = vec![b"h2".to_vec()];
+            let name = rustls::pki_types::ServerName::try_from("pkgs.example.com").unwrap();
+            let conn = rustls::ClientConnection::new(Arc::new(config), name).unwrap();
+            let tcp = TcpStream::connect(addr).unwrap();
+            tcp.set_read_timeout(Some(std::time::Duration::from_secs(10)))
+                .unwrap();
+            let mut tls = rustls::StreamOwned::new(conn, tcp);
+            while tls.conn.is_handshaking() {
+                tls.conn.complete_io(&mut tls.sock).unwrap();
+            }
+            assert_eq!(tls.conn.alpn_protocol(), Some(&b"h2"[..]));
+            let mut client = RawClient {
+                tls,
+                buf: Vec::new(),
+            };
+            client.send(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n");
+            client.frame(4, 0, 0, b"");
+            client
+        }
+
+        fn send(&mut self, bytes: &[u8]) {
+            io::Write::write_all(&mut self.tls, bytes).unwrap();
+            io::Write::flush(&mut self.tls).unwrap();
+        }
+
+        fn frame(&mut self, kind: u8, flags: u8, stream: u32, payload: &[u8]) {
+            let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+            out.extend_from_slice(&[kind, flags]);
+            out.extend_from_slice(&stream.to_be_bytes());
+            out.extend_from_slice(payload);
+            self.send(&out);
+        }
+
+        /// A GET of `path`, the stream left open unless `end`.
+        fn get(&mut self, stream: u32, path: &str, end: bool) {
+            let mut block = Vec::new();
+            for (name, value) in [
+                (":method", "GET"),
+                (":scheme", "https"),
+                (":authority", "pkgs.example.com"),
+                (":path", path),
+            ] {
+                // A literal field never indexed, no Huffman coding.
+                block.push(0x10);
+                block.push(name.len() as u8);
+                block.extend_from_slice(name.as_bytes());
+                block.push(value.len() as u8);
+                block.extend_from_slice(value.as_bytes());
+            }
+            self.frame(1, 4 | u8::from(end), stream, &block);
+        }
+
+        /// The next frame for a stream (kind, flags, stream, payload);
+        /// SETTINGS acknowledged on the way.
+        fn next(&mut self) -> (u8, u8, u32, Vec<u8>) {
+            loop {
+                while self.buf.len() < 9
+                    || self.buf.len()
+                        < 9 + u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]])
+                            as usize
+                {
+                    let mut more = [0u8; 16 * 1024];
+                    let n = io::Read::read(&mut self.tls, &mut more).unwrap();
+                    assert!(n > 0, "the proxy closed");
+                    self.buf.extend_from_slice(&more[..n]);
+                }
+                let len = u32::from_be_bytes([0, self.buf[0], self.buf[1], self.buf[2]]) as usize;
+                let (kind, flags) = (self.buf[3], self.buf[4]);
+                let stream =
+                    u32::from_be_bytes([self.buf[5] & 0x7f, self.buf[6], self.buf[7], self.buf[8]]);
+                let payload = self.buf[9..9 + len].to_vec();
+                self.buf.drain(..9 + len);
+                if kind == 4 && flags & 1 == 0 {
+                    self.frame(4, 1, 0, b"");
+                }
+                if stream != 0 {
+                    return (kind, flags, stream, payload);
+                }
+            }
+        }
+    }
+
+    /// #44: each HTTP/2 stream takes one of the proxy's connection slots
+    /// (here 3: the connection's and two streams'): a third stream open at
+    /// once is refused (RST_STREAM REFUSED_STREAM) and counted; the twin:
+    /// once a stream has ended (answered 403 over HTTP/2), a new stream is
+    /// served.
+    #[test]
+    fn each_stream_takes_a_connection_slot_and_one_past_the_limit_is_refused() {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("h2-slots-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let upstream = dir.join("upstream.pem");
+        let cert = rcgen::generate_simple_self_signed(vec!["upstream.test".to_string()]).unwrap();
+        std::fs::File::create(&upstream)
+            .unwrap()
+            .write_all(cert.cert.pem().as_bytes())
+            .unwrap();
+        let interceptor = Arc::new(
+            Interceptor::new(
+                vec!["GET https://pkgs.example.com/simple/**".parse().unwrap()],
+                Some(&upstream),
+                Vec::new(),
+            )
+            .unwrap(),
+        );
+        let shared = Arc::new(crate::state::Shared::new(
+            sandbox_core::net::EgressRules::new(Vec::new()),
+            sandbox_core::net::HostAddrs::new([]),
+            crate::ProxyOptions::default().max_connections(3),
+            "127.0.0.1:9".parse().unwrap(),
+        ));
+        let slot = shared.claim().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let server = {
+            let interceptor = Arc::clone(&interceptor);
+            std::thread::spawn(move || {
+                let (tcp, _) = listener.accept().unwrap();
+                slot.track(&tcp);
+                exchange::serve(&slot, &interceptor, tcp, "pkgs.example.com", 443, None);
+            })
+        };
+        let mut client = RawClient::connect(addr, &interceptor.ca_pem());
+        // Two streams left open (their bodies pending) hold two slots.
+        client.get(1, "/private", false);
+        client.get(3, "/private", false);
+        client.get(5, "/private", false);
+        let (kind, _, stream, payload) = client.next();
+        assert_eq!((kind, stream), (3, 5), "RST_STREAM on the third");
+        assert_eq!(payload, 7u32.to_be_bytes(), "REFUSED_STREAM");
+        let mut counted = sandbox_core::Mediation::default();
+        shared.ended().add_to(&mut counted);
+        assert_eq!(counted.egress_closed_at_limit, 1);
+        // Stream 1 ends: its 403 comes over HTTP/2.
+        client.frame(0, 1, 1, b"");
+        let mut body = Vec::new();
+        loop {
+            let (kind, flags, stream, payload) = client.next();
+            assert_eq!(stream, 1, "kind {kind}");
+            if kind == 0 {
+                body.extend_from_slice(&payload);
+            }
+            if flags & 1 != 0 {
+                break;
+            }
+        }
+        let body = String::from_utf8(body).unwrap();
+        assert!(
+            body.starts_with("sandbox egress proxy: refused GET https://pkgs.example.com/private"),
+            "{body}"
+        );
+        // Its slot is free again (once its thread has ended): a new
+        // stream is served.
+        let mut served = false;
+        for stream in (7..60).step_by(2) {
+            client.get(stream, "/private", true);
+            let (kind, _, got, _) = client.next();
+            assert_eq!(got, stream);
+            if kind == 1 {
+                served = true;
+                break;
+            }
+            assert_eq!(kind, 3);
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        assert!(served, "no stream served after one ended");
+        drop(client);
+        server.join().unwrap();
+        let _ = std::fs::remove_dir_all(&dir);
+    }
 }
