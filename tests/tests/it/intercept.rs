@@ -1575,7 +1575,8 @@ kill $plain 2>/dev/null
 /// segments, percent-encoded) get the 403 and its explanation over
 /// HTTP/2 and are recorded; a secret is injected for its host only, its
 /// placeholder to another listed host refused and recorded; bodies past
-/// the flow-control window pass whole; root and nobody.
+/// the flow-control window pass whole; twenty streams at once; Node's
+/// `http2` client too; root and nobody.
 #[test]
 fn http2_clients_are_checked_as_http1_requests_are() {
     let (out, d) = in_private_net(
@@ -1601,6 +1602,30 @@ R sh -c "$C -T - -X POST $U/simple/up?stream < $D/up" | cut -c1-100 | sed 's/^/h
 R sh -c 'curl -sS --http2 -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/me' | sed 's/^/h2 bearer /'
 R sh -c 'curl -sS --http2 -H "Authorization: Bearer $TOKEN" '$U'/simple/x -w "\n%{http_code} %{http_version}\n"' | sed 's/^/h2 other host /'
 R sh -c 'curl -sS --http2 https://api.example.com:8443/v1/reflect -H "X-Api-Key: $TOKEN"' | grep -i x-api-key | sed 's/^/h2 reflect /'
+cat > "$D/node_h2.js" <<'JS'
+const http = require("http"), tls = require("tls"), http2 = require("http2");
+const p = new URL(process.env.HTTPS_PROXY);
+http.request({ host: p.hostname, port: p.port, method: "CONNECT", path: "pkgs.example.com:8443" })
+  .on("connect", (res, sock) => {
+    const t = tls.connect({ socket: sock, servername: "pkgs.example.com", ALPNProtocols: ["h2"] }, () => {
+      const client = http2.connect("https://pkgs.example.com:8443", { createConnection: () => t });
+      let left = 2;
+      for (const path of ["/simple/node-h2", "/private-node"]) {
+        const r = client.request({ ":path": path });
+        let status = 0, body = "";
+        r.on("response", (h) => (status = h[":status"]));
+        r.setEncoding("utf8");
+        r.on("data", (c) => (body += c));
+        r.on("end", () => {
+          console.log("node", t.alpnProtocol, status, body.split("\n")[0]);
+          if (--left === 0) client.close();
+        });
+      }
+    });
+  })
+  .end();
+JS
+R node "$D/node_h2.js"
 R /usr/bin/python3 "$RAW_H2" raw-twin :method=GET :scheme=https :authority=pkgs.example.com:8443 :path=/simple/raw
 TOKEN=$T "$SANDBOX" run --report "$D/r.json" --upstream-ca "$D/ca.pem" --secret TOKEN@api.example.com --allow-request 'GET https://pkgs.example.com:8443/simple/**' --allow-request 'GET https://api.example.com:8443/**' -- sh -c 'curl -sS -f --http2 -H "X-Key: $TOKEN" '$U'/simple/leak' > /dev/null 2>"$D/err"
 sed 's/^/h2 stderr /' "$D/err"
@@ -1665,6 +1690,16 @@ cd "$D" && eval "TOKEN=$T $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\
     has(
         &l,
         "raw-twin origin saw GET /simple/raw host=pkgs.example.com:8443",
+    );
+    // Node's http2 client: two streams on one connection, one admitted,
+    // one refused with the explanation.
+    has(
+        &l,
+        "node h2 200 origin saw GET /simple/node-h2 host=pkgs.example.com:8443",
+    );
+    has(
+        &l,
+        "node h2 403 sandbox egress proxy: refused GET https://pkgs.example.com:8443/private-node",
     );
     has(&l, "h2 stderr sandbox: refused 1 request");
     has(&l, "nobody h2 get origin saw GET /simple/nobody");
