@@ -1599,6 +1599,7 @@ R $C -i --path-as-is $U/simple%2f..%2fprivate | grep -E '^HTTP/' | sed 's/^/h2 e
 head -c 300000 /dev/zero | tr '\0' a > "$D/up"
 R $C --data-binary @"$D/up" $U/simple/up?length | cut -c1-100 | sed 's/^/h2 upload /'
 R sh -c "$C -T - -X POST $U/simple/up?stream < $D/up" | cut -c1-100 | sed 's/^/h2 stream upload /'
+R $C -i --data-binary @"$D/up" $U/simple/pkg/ 2>&1 | grep -E '^HTTP/|curl' | sed 's/^/h2 refused upload /'
 R sh -c 'curl -sS --http2 -H "Authorization: Bearer $TOKEN" https://api.example.com:8443/v1/me' | sed 's/^/h2 bearer /'
 R sh -c 'curl -sS --http2 -H "Authorization: Bearer $TOKEN" '$U'/simple/x -w "\n%{http_code} %{http_version}\n"' | sed 's/^/h2 other host /'
 R sh -c 'curl -sS --http2 https://api.example.com:8443/v1/reflect -H "X-Api-Key: $TOKEN"' | grep -i x-api-key | sed 's/^/h2 reflect /'
@@ -1672,6 +1673,8 @@ cd "$D" && eval "TOKEN=$T $NOBODY \"$SANDBOX\" run -q --upstream-ca \"$D/ca.pem\
         &l,
         "h2 upload origin saw POST /simple/up?length host=pkgs.example.com:8443 auth=None body=b'aaaa",
     );
+    // A refused request's body does not cost the client its answer.
+    has(&l, "h2 refused upload HTTP/2 403");
     // Without a content-length: chunked to the origin.
     has(
         &l,

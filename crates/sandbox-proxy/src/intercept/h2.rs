@@ -76,6 +76,13 @@ pub(crate) const MAX_SEND_BUFFER: usize = 64 * 1024;
 /// `content-length`, no trailers) before anything reaches the origin.
 const EARLY_BODY: usize = 64 * 1024;
 
+/// How long the rest of a request body may still come once the stream is
+/// answered (as [`exchange::answer`] reads it over HTTP/1.1).
+const ANSWERED_BODY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
+
+/// Response bytes read from the checker at a time.
+const RELAY_CHUNK: usize = 64 * 1024;
+
 /// A response head from the checker is at most this long.
 const MAX_RESPONSE_HEAD: usize = 64 * 1024;
 
@@ -497,9 +504,23 @@ impl Stream {
         let head_request = parts.method == http::Method::HEAD;
         let answered = relay_response(&sock, &mut respond, head_request).await;
         // A pump that stopped has stopped by now (it shut the pair down
-        // before it returned); one still running is not needed.
+        // before it returned). One still running after an answer (a
+        // refusal, or an origin that answered early) may finish the body
+        // for a while, as over HTTP/1.1 ([`exchange::answer`] reads it
+        // then), so that the client reads the answer before its stream is
+        // reset (curl 7.88 fails a transfer whose stream is reset, even
+        // with `NO_ERROR` after a whole response); then it is not needed.
+        let mut pump = pump;
         let pumped = if pump.is_finished() {
             pump.await.ok()
+        } else if answered {
+            match tokio::time::timeout(ANSWERED_BODY_WAIT, &mut pump).await {
+                Ok(pumped) => pumped.ok(),
+                Err(_) => {
+                    pump.abort();
+                    None
+                }
+            }
         } else {
             pump.abort();
             None
@@ -633,7 +654,7 @@ async fn relay_response(
     head_request: bool,
 ) -> bool {
     let mut buf = Vec::new();
-    let mut chunk_buf = vec![0u8; 16 * 1024];
+    let mut chunk_buf = vec![0u8; RELAY_CHUNK];
     // The final head: its length in `buf`, the response, the body framing.
     let (len, response, framing) = loop {
         let mut slots = [httparse::EMPTY_HEADER; 128];
