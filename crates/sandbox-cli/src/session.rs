@@ -973,16 +973,23 @@ impl Session {
                 return Ok(None);
             }
         };
-        // Written before the command starts, by this thread (the exit
-        // event waits for it anyway).
-        chan.send(&with_id(
+        // Before anything else of this command; held back until it has
+        // run the watcher's LIVE_POLL (5 ms), so that a command that ends
+        // sooner has it written with its exit event: one wake-up of the
+        // harness, not two (docs/session.md, "started").
+        let started_event = with_id(
             id,
             json!({
                 "event": "started",
                 "argv": fields.argv,
                 "timeout": req.policy.as_ref().map(|p| p.timeout_seconds()),
             }),
-        ));
+        );
+        if self.watcher.watches() {
+            chan.output.defer(&started_event);
+        } else {
+            chan.send(&started_event);
+        }
         let started = Instant::now();
         if let Some(approvals) = &self.approvals {
             approvals.begin(id);

@@ -163,6 +163,42 @@ fn pid_alive(pid: i32) -> bool {
     !zombie && cmdline.starts_with(b"sleep\x001000")
 }
 
+/// A command's `started` event is held back for its first 5 ms only (a
+/// short command has it written with its exit event): a command that runs
+/// longer has it while it runs. The command here waits for a file the
+/// test writes after `started` came; twin: the short command's events come
+/// in order, `started` first (`Harness::answer`).
+#[test]
+fn a_long_commands_started_event_comes_while_it_runs() {
+    let (_dir, dir) = shared_dir();
+    let mut h = Harness::open(false, &["-w", dir.to_str().unwrap()]);
+    let go = dir.join("go");
+    let script = format!(
+        "while [ ! -e {go} ]; do sleep 0.05; done; echo ran",
+        go = go.display()
+    );
+    h.send(&json!({"id": "w", "op": "run", "argv": ["/bin/sh", "-c", script], "output": true}));
+    let started = h.next();
+    assert_eq!(
+        (started["id"].clone(), started["event"].clone()),
+        (json!("w"), json!("started")),
+        "{started}"
+    );
+    std::fs::write(&go, "").unwrap();
+    let exit = h.next();
+    assert_eq!(exit["event"], "exit", "{exit}");
+    assert_eq!(
+        (exit["status"].clone(), exit["stdout"].clone()),
+        (json!(0), json!("ran\n"))
+    );
+    let (started, exit) = h.run("short", &["/bin/true"], json!({}));
+    assert_eq!(
+        (started["id"].clone(), exit["status"].clone()),
+        (json!("short"), json!(0))
+    );
+    h.close();
+}
+
 /// Each `run` is answered with its id and the command's status, a bad
 /// request by an error naming it (and the session goes on), and `close`
 /// ends the session with 0. EOF ends it too.

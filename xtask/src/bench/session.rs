@@ -36,7 +36,7 @@ impl Session {
         Ok(s)
     }
 
-    fn event(&mut self) -> Result<serde_json::Value, String> {
+    fn line(&mut self) -> Result<String, String> {
         let mut line = String::new();
         let n = self
             .events
@@ -45,29 +45,51 @@ impl Session {
         if n == 0 {
             return Err("sandbox session ended".into());
         }
+        Ok(line)
+    }
+
+    fn event(&mut self) -> Result<serde_json::Value, String> {
+        let line = self.line()?;
         serde_json::from_str(&line).map_err(|e| format!("not an event ({e}): {line}"))
     }
 
     /// Wall time from sending a run of `argv` to its exit event, in ms; a
-    /// command that does not exit 0 is an error.
+    /// command that does not exit 0 is an error. The clock stops when the
+    /// exit event's line is read: the events are parsed after (this
+    /// harness is a debug build, whose JSON parsing would be timed too).
     pub(super) fn run(&mut self, argv: &[&str]) -> Result<f64, String> {
         self.next_id += 1;
         let id = self.next_id.to_string();
-        let request = serde_json::json!({"id": id, "op": "run", "argv": argv});
+        // One write per request, as a harness writes a line: `writeln!` on
+        // the unbuffered pipe would write each JSON token on its own, and
+        // each write wakes the session.
+        let mut request = serde_json::json!({"id": id, "op": "run", "argv": argv}).to_string();
+        request.push('\n');
         let t = Instant::now();
         let stdin = self.stdin.as_mut().ok_or("session closed")?;
-        writeln!(stdin, "{request}").map_err(|e| format!("sandbox session: {e}"))?;
-        stdin.flush().map_err(|e| e.to_string())?;
+        stdin
+            .write_all(request.as_bytes())
+            .map_err(|e| format!("sandbox session: {e}"))?;
+        let mut lines = Vec::new();
         loop {
-            let event = self.event()?;
-            if event["id"] != id.as_str() || event["event"] == "started" {
+            let line = self.line()?;
+            let ms = t.elapsed().as_secs_f64() * 1000.0;
+            if !line.contains("\"exit\"") {
+                lines.push(line);
                 continue;
             }
-            let ms = t.elapsed().as_secs_f64() * 1000.0;
-            if event["event"] != "exit" || event["status"] != 0 {
-                return Err(format!("session run of {argv:?} failed: {event}"));
+            lines.push(line);
+            for line in &lines {
+                let event: serde_json::Value = serde_json::from_str(line)
+                    .map_err(|e| format!("not an event ({e}): {line}"))?;
+                if event["id"] != id.as_str() || event["event"] != "exit" {
+                    continue;
+                }
+                if event["status"] != 0 {
+                    return Err(format!("session run of {argv:?} failed: {event}"));
+                }
+                return Ok(ms);
             }
-            return Ok(ms);
         }
     }
 }

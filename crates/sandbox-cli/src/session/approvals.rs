@@ -66,6 +66,23 @@ struct Queue {
     /// Whether a write failed (the harness went away): later events are
     /// dropped.
     broken: bool,
+    /// A line held back ([`Events::defer`]): it goes out before any other,
+    /// with the next one or when released.
+    deferred: Option<Vec<u8>>,
+}
+
+impl Queue {
+    /// Moves the deferred line, if any, to the end of the queue.
+    fn release(&mut self) -> bool {
+        match self.deferred.take() {
+            Some(line) => {
+                self.bytes += line.len();
+                self.lines.push_back(line);
+                true
+            }
+            None => false,
+        }
+    }
 }
 
 impl Events {
@@ -130,10 +147,36 @@ impl Events {
             q = ready.wait(q).unwrap_or_else(|p| p.into_inner());
             q.waiting -= 1;
         }
+        q.release();
         q.bytes += line.len();
         q.lines.push_back(line);
         ready.notify_all();
         true
+    }
+
+    /// Holds one event back until the next is sent (both then go out in
+    /// one write) or [`Events::release`] is called; events sent after it
+    /// never overtake it. For a `started` event: a command that ends
+    /// soon has it written with its exit event, one wake-up of the harness
+    /// instead of two.
+    pub(super) fn defer(&self, event: &Value) {
+        let (m, ready) = &*self.queue;
+        let mut q = lock(m);
+        if q.broken {
+            return;
+        }
+        if q.release() {
+            ready.notify_all();
+        }
+        q.deferred = Some(Self::line(event));
+    }
+
+    /// Queues the deferred event, if any, for the writing thread.
+    pub(super) fn release(&self) {
+        let (m, ready) = &*self.queue;
+        if lock(m).release() {
+            ready.notify_all();
+        }
     }
 
     /// Queues one event as one line (never interleaved with another),
@@ -161,11 +204,16 @@ impl Events {
     /// without the hand-off to the writing thread and back (one wake-up fewer
     /// before the harness reads it).
     pub(super) fn send_now(&self, event: &Value) {
-        let line = Self::line(event);
+        let mut line = Self::line(event);
         let (m, ready) = &*self.queue;
-        let q = until_written(ready, lock(m));
+        let mut q = until_written(ready, lock(m));
         if q.broken {
             return;
+        }
+        // Nothing is queued: the deferred line goes first, in the same write.
+        if let Some(mut first) = q.deferred.take() {
+            first.append(&mut line);
+            line = first;
         }
         let (q, failed) = write_unlocked(m, &self.out, q, &line);
         // The thread waits for `writing` to end only when lines came
@@ -924,5 +972,50 @@ mod tests {
         events.flush();
         drop(events);
         drop(drained);
+    }
+
+    /// A deferred event is never overtaken: it goes out before an event
+    /// queued after it, in one write with a `send_now` after it, or alone
+    /// once released; twin: nothing is written while it is only deferred.
+    #[test]
+    fn a_deferred_event_goes_first_and_only_once() {
+        use std::os::fd::AsRawFd;
+        let (mut read, write) = std::io::pipe().unwrap();
+        let events = Events::new(File::from(std::os::fd::OwnedFd::from(write)));
+        let pending = |read: &std::io::PipeReader| {
+            let mut n: libc::c_int = 0;
+            // SAFETY: FIONREAD writes one int.
+            unsafe { libc::ioctl(read.as_raw_fd(), libc::FIONREAD, &mut n) };
+            n
+        };
+        let lines = |read: &mut std::io::PipeReader, want: usize| {
+            let mut got = Vec::new();
+            while got.iter().filter(|&&b| b == b'\n').count() < want {
+                let mut buf = [0u8; 256];
+                let n = read.read(&mut buf).unwrap();
+                got.extend_from_slice(&buf[..n]);
+            }
+            String::from_utf8(got).unwrap()
+        };
+        // With send_now: one write holds both lines.
+        events.defer(&Value::from("started 1"));
+        std::thread::sleep(Duration::from_millis(50));
+        assert_eq!(pending(&read), 0, "deferred: nothing written yet");
+        events.send_now(&Value::from("exit 1"));
+        assert_eq!(lines(&mut read, 2), "\"started 1\"\n\"exit 1\"\n");
+        // Queued after it (a refusal, a question): it goes first.
+        events.defer(&Value::from("started 2"));
+        assert!(events.try_send(&Value::from("refused 2")));
+        events.send_now(&Value::from("exit 2"));
+        assert_eq!(
+            lines(&mut read, 3),
+            "\"started 2\"\n\"refused 2\"\n\"exit 2\"\n"
+        );
+        // Released: written alone, and not again with the exit.
+        events.defer(&Value::from("started 3"));
+        events.release();
+        assert_eq!(lines(&mut read, 1), "\"started 3\"\n");
+        events.send_now(&Value::from("exit 3"));
+        assert_eq!(lines(&mut read, 1), "\"exit 3\"\n");
     }
 }

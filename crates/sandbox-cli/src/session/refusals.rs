@@ -35,6 +35,9 @@ pub(super) type Watched = (u64, u64, Vec<MediatedCall>);
 /// The one command watched.
 struct Job {
     events: approvals::Events,
+    /// When it began: its deferred `started` event is released once it
+    /// has run [`LIVE_POLL`] ([`Watcher::begin`]).
+    begun: Instant,
     id: Value,
     live: Live,
     had: u64,
@@ -127,6 +130,9 @@ impl Watcher {
                         .map(|(s, _)| s)
                         .unwrap_or_else(|p| p.into_inner().0);
                     if let Some(job) = s.job.as_mut() {
+                        if job.begun.elapsed() >= LIVE_POLL {
+                            job.events.release();
+                        }
                         job.look();
                     }
                 }
@@ -135,8 +141,15 @@ impl Watcher {
         Watcher { state, thread }
     }
 
+    /// Whether its thread runs (else nothing is sent while a command runs).
+    pub(super) fn watches(&self) -> bool {
+        self.thread.is_some()
+    }
+
     /// Watches the command `id` from now on: its refusals, as `live` gives
-    /// them, become `refused` events on `events`.
+    /// them, become `refused` events on `events`, and an event deferred on
+    /// `events` ([`approvals::Events::defer`], its `started`) is released
+    /// once it has run [`LIVE_POLL`], if nothing sent it before.
     pub(super) fn begin(
         &self,
         events: approvals::Events,
@@ -147,6 +160,7 @@ impl Watcher {
         let mut s = lock(m);
         s.job = Some(Job {
             events,
+            begun: Instant::now(),
             id,
             live: Box::new(live),
             had: 0,
