@@ -48,7 +48,7 @@ use crate::{RefusalReason, Refused, Secret};
 const MAX_HEADERS: usize = 128;
 
 /// How long a read from the origin, or of a request body, may wait.
-const IDLE: Duration = Duration::from_secs(300);
+pub(crate) const IDLE: Duration = Duration::from_secs(300);
 
 /// Copy buffer.
 const BUF: usize = 64 * 1024;

@@ -461,9 +461,12 @@ impl Stream {
             .spawn(move || {
                 // Its refusals belong to the window its slot was taken in;
                 // ending the proxy (or the window) shuts the connection.
-                if let Some(tracked) = &tracked {
-                    checker_slot.track(tracked);
+                if let Some(tracked) = tracked {
+                    checker_slot.track(&tracked);
                 }
+                // A response the client does not take (it grants no
+                // window) holds the thread no longer than over HTTP/1.1.
+                let _ = theirs.set_write_timeout(Some(exchange::IDLE));
                 let _ = theirs.set_read_timeout(Some(head_timeout));
                 let mut client = Buffered::new(theirs);
                 exchange::exchange(
