@@ -215,8 +215,9 @@ print(sys.argv[2], out.split(b"\r\n", 1)[0].decode())
 /// as it is): CONNECT through the proxy, TLS with ALPN `h2` trusting
 /// `SSL_CERT_FILE`, one request on stream 1 from its arguments (`label`,
 /// then `name=value` fields in order, `DATA=...` frames, `TRAILER=name=value`
-/// trailers; the last frame ends the stream); prints the label and the
-/// first line of the response body, or the stream's reset code.
+/// trailers, `SLEEP=seconds` pauses, `AWAIT` a wait for an informational
+/// response; the last frame ends the stream unless `OPEN` is given); prints the label and the first line of the response
+/// body, or the stream's reset code, or `closed` after `$WAIT` (10) s.
 const RAW_H2: &str = r#"
 import os, socket, ssl, struct, sys
 proxy = os.environ["HTTPS_PROXY"].rsplit("/", 1)[1]
@@ -254,9 +255,15 @@ def length(s):
         n //= 128
     return bytes(out + [n])
 args = sys.argv[2:]
-block, frames = b"", []
+block, frames, open_stream = b"", [], "OPEN" in args
 for a in args:
-    if a.startswith("DATA="):
+    if a == "OPEN":
+        continue
+    if a == "AWAIT":
+        frames.append(["await", 0, b""])
+    elif a.startswith("SLEEP="):
+        frames.append([None, 0, float(a[6:])])
+    elif a.startswith("DATA="):
         frames.append([0, 0, a[5:].encode()])
     elif a.startswith("TRAILER="):
         frames.append([1, 4, field(a[8:])])
@@ -264,43 +271,89 @@ for a in args:
         block += field(a)
 pieces = [block[i:i + 16384] for i in range(0, len(block), 16384)] or [b""]
 frames[:0] = [[1 if i == 0 else 9, 4 if i == len(pieces) - 1 else 0, p] for i, p in enumerate(pieces)]
-frames[-1][1] |= 1 if frames[-1][0] != 9 else 0
-if frames[-1][0] == 9:
-    frames[0][1] |= 1
+last = [f for f in frames if f[0] not in (None, "await")][-1]
+if not open_stream:
+    last[1] |= 1 if last[0] != 9 else 0
+    if last[0] == 9:
+        frames[0][1] |= 1
+buf, body, headers = b"", b"", False
+t.settimeout(float(os.environ.get("WAIT", "10")))
+def next_frame():
+    # The next frame for stream 1; SETTINGS and PING answered on the way.
+    global buf
+    while True:
+        while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
+            try:
+                more = t.recv(65536)
+            except (OSError, ssl.SSLError):
+                more = b""
+            if not more:
+                print(label, "closed", "headers" if headers else "", body.split(b"\n")[0].decode(errors="replace"))
+                sys.exit()
+            buf += more
+        n = int.from_bytes(buf[:3], "big")
+        kind, flags, stream = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
+        payload, buf = buf[9:9 + n], buf[9 + n:]
+        if kind == 4 and not flags & 1:
+            t.sendall(frame(4, 1, b"", 0))
+        elif kind == 6 and not flags & 1:
+            t.sendall(frame(6, 1, payload, 0))
+        elif kind == 7:
+            print(label, "goaway", int.from_bytes(payload[4:8], "big"))
+            sys.exit()
+        elif stream == 1 and kind == 3:
+            print(label, "reset", int.from_bytes(payload[:4], "big"))
+            sys.exit()
+        elif stream == 1:
+            return kind, flags, payload
+def status(block):
+    # The :status a first HEADERS block begins with: a static entry, or a
+    # literal with the static name (HPACK), its value plain or Huffman
+    # coded (digits: 0-2 in 5 bits, 3-9 in 6, RFC 7541 Appendix B).
+    first = block[0]
+    if first & 0x80:
+        return {8: "200", 9: "204", 10: "206", 11: "304", 12: "400", 13: "404", 14: "500"}.get(first & 0x7f, "?")
+    size, value = block[1] & 0x7f, block[2:2 + (block[1] & 0x7f)]
+    if not block[1] & 0x80:
+        return value.decode()
+    bits = "".join(format(b, "08b") for b in value)
+    codes = {format(d, "05b"): str(d) for d in range(3)}
+    codes.update({format(0x19 + d - 3, "06b"): str(d) for d in range(3, 10)})
+    out, at = "", 0
+    while at + 5 <= len(bits):
+        if bits[at:at + 5] in codes:
+            out, at = out + codes[bits[at:at + 5]], at + 5
+        elif bits[at:at + 6] in codes:
+            out, at = out + codes[bits[at:at + 6]], at + 6
+        else:
+            break
+    return out
 out = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + frame(4, 0, b"", 0)
 for kind, flags, payload in frames:
+    if kind == "await":
+        # Waits for an informational response (HEADERS without END_STREAM).
+        t.sendall(out)
+        out = b""
+        kind, flags, payload = next_frame()
+        if kind == 1 and status(payload).startswith("1"):
+            print(label, "informational", status(payload))
+        elif kind == 1:
+            headers = True
+        continue
+    if kind is None:
+        t.sendall(out)
+        out = b""
+        import time; time.sleep(payload)
+        continue
     out += frame(kind, flags, payload)
 t.sendall(out)
-buf, body, headers = b"", b"", False
-t.settimeout(10)
 while True:
-    while len(buf) < 9 or len(buf) < 9 + int.from_bytes(buf[:3], "big"):
-        try:
-            more = t.recv(65536)
-        except (OSError, ssl.SSLError):
-            more = b""
-        if not more:
-            print(label, "closed", "headers" if headers else "", body.split(b"\n")[0].decode(errors="replace"))
-            sys.exit()
-        buf += more
-    n = int.from_bytes(buf[:3], "big")
-    kind, flags, stream = buf[3], buf[4], int.from_bytes(buf[5:9], "big") & 0x7fffffff
-    payload, buf = buf[9:9 + n], buf[9 + n:]
-    if kind == 4 and not flags & 1:
-        t.sendall(frame(4, 1, b"", 0))
-    elif kind == 6 and not flags & 1:
-        t.sendall(frame(6, 1, payload, 0))
-    elif kind == 7:
-        print(label, "goaway", int.from_bytes(payload[4:8], "big"))
-        sys.exit()
-    elif stream == 1 and kind == 3:
-        print(label, "reset", int.from_bytes(payload[:4], "big"))
-        sys.exit()
-    elif stream == 1 and kind == 1:
+    kind, flags, payload = next_frame()
+    if kind == 1:
         headers = True
-    elif stream == 1 and kind == 0:
+    elif kind == 0:
         body += payload
-    if stream == 1 and kind in (0, 1) and flags & 1:
+    if kind in (0, 1) and flags & 1:
         print(label, body.split(b"\n")[0].decode(errors="replace"))
         sys.exit()
 "#;
@@ -1785,6 +1838,12 @@ R twin-host $G :path=/simple/twin-host host=pkgs.example.com:8443
 R host-disagrees $G :path=/simple/bad-host host=other.example.com:8443
 R connect :method=CONNECT :authority=pkgs.example.com:8443
 R trailers $A :path=/simple/bad-trailers DATA=abc TRAILER=x-t=1
+R expect-continue $A :path=/simple/expect expect=100-continue AWAIT DATA=abc
+R expect-refused :method=PUT :scheme=https :authority=pkgs.example.com:8443 :path=/simple/bad-expect expect=100-continue AWAIT DATA=abc
+WAIT=2 R length-open $A :path=/simple/bad-open content-length=3 DATA=abc OPEN
+R trailers-streamed $A :path=/simple/bad-trailers-streamed DATA=abc SLEEP=0.3 TRAILER=x-t=1
+R long-streamed $A :path=/simple/bad-long-streamed content-length=5 DATA=abc SLEEP=0.3 DATA=def
+R twin-streamed $A :path=/simple/twin-streamed content-length=6 DATA=abc SLEEP=0.3 DATA=def
 R http-scheme :method=GET :scheme=http :authority=pkgs.example.com:8443 :path=/simple/bad-scheme
 R private $G :path=/private
 R twin-big-field $G :path=/simple/twin-big x-big=REPEAT:12000:a
@@ -1815,6 +1874,7 @@ N nobody-cr-value $G :path=/simple/bad-nobody-cr 'x-a=1\r2'
         ("host-disagrees", "disagree"),
         ("connect", "CONNECT"),
         ("trailers", "request trailers"),
+        ("trailers-streamed", "request trailers"),
         ("http-scheme", "the :scheme \"http\""),
         ("private", "no request rule admits it"),
     ] {
@@ -1860,6 +1920,30 @@ N nobody-cr-value $G :path=/simple/bad-nobody-cr 'x-a=1\r2'
     // checker; the twin, 12 KB, passes.
     has(&l, "twin-big-field origin saw GET /simple/twin-big");
     assert!(l.iter().any(|x| x == "big-field "), "{l:#?}");
+    // A client that waits for `100 Continue` before its body gets it once
+    // the request is admitted, then its answer; the twin, refused, gets
+    // no 100, only the refusal.
+    has(&l, "expect-continue informational 100");
+    has(
+        &l,
+        "expect-continue origin saw POST /simple/expect host=pkgs.example.com:8443 auth=None body=b'abc'",
+    );
+    assert!(
+        !l.iter()
+            .any(|x| x.starts_with("expect-refused informational")),
+        "{l:#?}"
+    );
+    has(&l, "expect-refused sandbox egress proxy: refused PUT");
+    // All of the content-length sent, the stream left open: nothing
+    // reaches the origin before its end. A body streamed past the early
+    // bytes: trailers, or DATA past the content-length, and the request
+    // never completes there; the twin, streamed whole, does.
+    has(&l, "length-open closed");
+    has(&l, "long-streamed reset 1");
+    has(
+        &l,
+        "twin-streamed origin saw POST /simple/twin-streamed host=pkgs.example.com:8443 auth=None body=b'abcdef'",
+    );
     // As nobody, the same.
     has(&l, "nobody-twin origin saw POST /simple/nobody-twin");
     has(&l, "nobody-dup-length sandbox egress proxy: refused POST https://pkgs.example.com:8443/simple/bad-nobody-dup: more than one content-length");

@@ -12,8 +12,12 @@
 //! masking, refusal records, 403 explanations and approvals. The HTTP/1.1
 //! response it writes back (framed with `Content-Length`, chunks, or the
 //! end of the stream) is read (httparse) into the stream's HEADERS and DATA
-//! frames, HTTP/1.1's connection fields dropped. The origin is reached
-//! over HTTP/1.1 as for every intercepted request.
+//! frames, HTTP/1.1's connection fields dropped (its `100 Continue`, to a
+//! client that asked for it, as an informational response). The origin is
+//! reached over HTTP/1.1 as for every intercepted request; the checker
+//! sends a request's body before it reads the response, so a client that
+//! waits for an answer before it ends its body (a duplex stream) is not
+//! served.
 //!
 //! Refused at the HTTP/2 layer, before the checker (recorded, answered
 //! with the explanation as an HTTP/2 response): `CONNECT` (also the
@@ -21,10 +25,11 @@
 //! user information or disagreeing with a `Host` field, more than one
 //! `Host` or `content-length`, connection-specific fields (`connection`,
 //! `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`, `te`
-//! other than `trailers`), request trailers (the last body bytes are held
-//! back until the stream's end shows there are none, so a request with
-//! trailers never completes at the origin), DATA frames that do not add
-//! up to the `content-length`. The `h2` crate itself resets a stream whose
+//! other than `trailers`), request trailers, DATA frames that do not add
+//! up to the `content-length` (what would complete the request at the
+//! origin, the chunked body's last chunk or the DATA that reaches the
+//! `content-length`, is held back until the stream's end shows neither,
+//! so such a request never completes there; the rest of a body streams). The `h2` crate itself resets a stream whose
 //! fields are malformed (a CR, LF or NUL in a value, an upper-case or
 //! unknown pseudo-header, a connection-specific field) before the proxy
 //! sees it: nothing of it reaches the checker or the origin.
@@ -75,6 +80,12 @@ pub(crate) const MAX_SEND_BUFFER: usize = 64 * 1024;
 /// that ends within them is checked whole (its length against its
 /// `content-length`, no trailers) before anything reaches the origin.
 const EARLY_BODY: usize = 64 * 1024;
+
+/// How long the next DATA is waited for before the request goes to the
+/// checker without the rest of its early body: a client that waits for
+/// `100 Continue` before its body (the checker answers it once the request
+/// is admitted) is not held.
+const EARLY_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How long the rest of a request body may still come once the stream is
 /// answered (as [`exchange::answer`] reads it over HTTP/1.1).
@@ -315,9 +326,12 @@ fn h1_head(
     let mut cookies: Vec<&[u8]> = Vec::new();
     for (name, value) in &parts.headers {
         match name.as_str() {
-            // Written above; the proxy frames the body; `te: trailers`
-            // means nothing over HTTP/1.1; the proxy answers no 100.
-            "host" | "te" | "expect" => continue,
+            // Written above; `te: trailers` means nothing over HTTP/1.1.
+            "host" | "te" => continue,
+            // Only as the checker reads it: it answers 100 itself once
+            // the request is admitted (sent on as an informational
+            // response), and drops the field.
+            "expect" if !value.as_bytes().eq_ignore_ascii_case(b"100-continue") => continue,
             "content-length" if framing != Framing::Length => continue,
             // Split into several fields by HTTP/2 (RFC 9113 8.2.3): one
             // field in HTTP/1.1.
@@ -411,15 +425,33 @@ impl Stream {
             record(&shared, &host, port, &method, &path, &refused);
             answer(respond, &refused, &shown);
         };
+        // The client's content-length (the h2 crate read it as a number).
+        let length: Option<u64> = parts
+            .headers
+            .get(http::header::CONTENT_LENGTH)
+            .and_then(|v| v.to_str().ok())
+            .and_then(|v| v.trim().parse().ok());
         // The body's first bytes (all of it, when it ends within them).
         let mut early = Vec::new();
         let mut ended = body.is_end_stream();
-        while !ended && early.len() < EARLY_BODY {
-            match next_data(&mut body).await {
-                Ok(Some(data)) => early.extend_from_slice(&data),
-                Ok(None) => ended = true,
-                Err(BodyStop::Refused(r)) => return refuse(r, &mut respond),
-                Err(BodyStop::Gone) => return,
+        while !ended {
+            // All of the content-length is in: only the stream's end (or
+            // trailers) may follow, and nothing goes before it does.
+            let complete = length == Some(early.len() as u64);
+            if !complete && early.len() >= EARLY_BODY {
+                break;
+            }
+            let next = if complete {
+                Ok(next_data(&mut body).await)
+            } else {
+                tokio::time::timeout(EARLY_GAP, next_data(&mut body)).await
+            };
+            match next {
+                Err(_) => break,
+                Ok(Ok(Some(data))) => early.extend_from_slice(&data),
+                Ok(Ok(None)) => ended = true,
+                Ok(Err(BodyStop::Refused(r))) => return refuse(r, &mut respond),
+                Ok(Err(BodyStop::Gone)) => return,
             }
         }
         if ended {
@@ -449,6 +481,8 @@ impl Stream {
             }
             _ => first.extend_from_slice(&early),
         }
+        // What of the content-length is still to come.
+        let left = length.map(|n| n.saturating_sub(early.len() as u64));
         drop(early);
         let Some((sock, closer, theirs)) = socket_pair() else {
             return respond.send_reset(h2::Reason::INTERNAL_ERROR);
@@ -489,7 +523,7 @@ impl Stream {
                 let sent = async {
                     write_all(&sock, &first).await.map_err(|_| BodyStop::Gone)?;
                     if !ended {
-                        pump_body(&sock, body, framing).await?;
+                        pump_body(&sock, body, framing, left).await?;
                     }
                     Ok(())
                 }
@@ -558,30 +592,40 @@ fn chunk(out: &mut Vec<u8>, data: &[u8]) {
     out.extend_from_slice(b"\r\n");
 }
 
-/// Passes the rest of a request body to the checker, framed as `framing`;
-/// the last DATA is held back until the stream's end shows no trailers.
+/// Passes the rest of a request body to the checker, framed as
+/// `framing`, as it comes; what would complete the request at the origin
+/// (the DATA that reaches the content-length, `left` bytes from now, or
+/// the last chunk) goes only once the stream's end shows no trailers.
 async fn pump_body(
     sock: &UnixStream,
     mut body: RecvStream,
     framing: Framing,
+    mut left: Option<u64>,
 ) -> Result<(), BodyStop> {
     let mut held: Option<Bytes> = None;
     let mut out = Vec::new();
-    let put = |out: &mut Vec<u8>, data: &[u8]| {
+    while let Some(data) = next_data(&mut body).await? {
+        if data.is_empty() {
+            continue;
+        }
+        if let Some(n) = &mut left {
+            // The h2 crate refuses DATA past the content-length.
+            *n = n.saturating_sub(data.len() as u64);
+            if *n == 0 {
+                held = Some(data);
+                continue;
+            }
+        }
         out.clear();
         match framing {
-            Framing::Chunked => chunk(out, data),
-            _ => out.extend_from_slice(data),
+            Framing::Chunked => chunk(&mut out, &data),
+            _ => out.extend_from_slice(&data),
         }
-    };
-    while let Some(data) = next_data(&mut body).await? {
-        if let Some(prev) = held.replace(data) {
-            put(&mut out, &prev);
-            write_all(sock, &out).await.map_err(|_| BodyStop::Gone)?;
-        }
+        write_all(sock, &out).await.map_err(|_| BodyStop::Gone)?;
     }
     no_trailers(&mut body).await?;
-    put(&mut out, held.as_deref().unwrap_or(&[]));
+    out.clear();
+    out.extend_from_slice(held.as_deref().unwrap_or(&[]));
     if framing == Framing::Chunked {
         out.extend_from_slice(b"0\r\n\r\n");
     }
@@ -666,7 +710,13 @@ async fn relay_response(
             Ok(httparse::Status::Complete(len)) => {
                 let code = parsed.code.unwrap_or(502);
                 if code < 200 {
-                    // Informational (the origin's 103): not passed on.
+                    // The checker's 100 Continue (the client asked for it)
+                    // goes on; others (an origin's 103) do not.
+                    if code == 100 {
+                        let mut informational = http::Response::new(());
+                        *informational.status_mut() = http::StatusCode::CONTINUE;
+                        let _ = respond.send_informational(informational);
+                    }
                     buf.drain(..len);
                     continue;
                 }
@@ -1112,11 +1162,15 @@ mod tests {
         let p = parts(
             "POST",
             &format!("{U}/simple/up"),
-            &[
-                ("host", "PKGS.example.com:8443"),
-                ("expect", "100-continue"),
-            ],
+            &[("host", "PKGS.example.com:8443"), ("expect", "other")],
         );
+        // `expect: 100-continue` goes to the checker, which answers it.
+        let continues = parts(
+            "POST",
+            &format!("{U}/simple/up"),
+            &[("expect", "100-continue")],
+        );
+        assert!(head(&continues, Framing::Chunked, None).contains("\r\nexpect: 100-continue\r\n"));
         assert_eq!(
             head(&p, Framing::None, Some(3)),
             "POST /simple/up HTTP/1.1\r\nHost: pkgs.example.com:8443\r\nContent-Length: 3\r\n\r\n"
