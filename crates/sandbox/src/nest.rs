@@ -1816,9 +1816,11 @@ mod imp {
 
     /// Bounds each send on `conn` to `wait` (`SO_SNDTIMEO`).
     fn send_wait(conn: &OwnedFd, wait: Duration) {
+        // The fields' own types (`as _`): musl deprecates naming
+        // `time_t` and `suseconds_t` (libc#1848).
         let limit = libc::timeval {
-            tv_sec: wait.as_secs() as libc::time_t,
-            tv_usec: wait.subsec_micros() as libc::suseconds_t,
+            tv_sec: wait.as_secs() as _,
+            tv_usec: wait.subsec_micros() as _,
         };
         // SAFETY: a timeval on the stack, its size given.
         unsafe {

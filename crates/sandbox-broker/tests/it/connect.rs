@@ -247,8 +247,8 @@ fn run_case(c: &Case) -> i32 {
         return 1000 - fd;
     }
     let tv = |ms: i64| libc::timeval {
-        tv_sec: (ms / 1000) as libc::time_t,
-        tv_usec: ((ms % 1000) * 1000) as libc::suseconds_t,
+        tv_sec: (ms / 1000) as _,
+        tv_usec: ((ms % 1000) * 1000) as _,
     };
     let tv_len = std::mem::size_of::<libc::timeval>() as libc::socklen_t;
     if let Some(ms) = c.sndtimeo_ms {
