@@ -573,6 +573,10 @@ struct DenyWalk {
     through: BTreeMap<PathBuf, PathBuf>,
     /// Links met as the last step of a walk (their target is in `paths`).
     final_links: BTreeSet<PathBuf>,
+    /// Directories (not links) met on the way so far: the deny paths of one
+    /// set mostly share their parents (a workspace's protections, a home's),
+    /// which one `lstat` each then answers for all of them.
+    dirs: BTreeSet<PathBuf>,
 }
 
 impl DenyWalk {
@@ -613,6 +617,11 @@ impl DenyWalk {
                 Step::Name(name) if missing => base.push(name),
                 Step::Name(name) => {
                     let here = base.join(&name);
+                    if self.dirs.contains(&here) {
+                        base = here;
+                        base_is_dir = true;
+                        continue;
+                    }
                     match std::fs::symlink_metadata(&here) {
                         Ok(meta) if meta.file_type().is_symlink() => {
                             links += 1;
@@ -632,8 +641,11 @@ impl DenyWalk {
                             push_steps(&mut steps, &target);
                         }
                         Ok(meta) => {
-                            base = here;
                             base_is_dir = meta.is_dir();
+                            if base_is_dir {
+                                self.dirs.insert(here.clone());
+                            }
+                            base = here;
                         }
                         // Not there yet (or not reachable by the runner, which
                         // the command, with the same uid, cannot pass either).
