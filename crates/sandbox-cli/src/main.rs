@@ -69,7 +69,9 @@ extern "C" fn main(argc: libc::c_int, argv: *const *const libc::c_char) -> libc:
     open_missing_standard_fds();
     // SAFETY: the C runtime passes `argc` valid NUL-terminated strings.
     let args = unsafe { arguments(argc, argv) };
-    std::process::exit(run_cli(args))
+    let code = run_cli(args);
+    log::flush();
+    std::process::exit(code)
 }
 
 /// The arguments as the C runtime passed them. `std::env::args` is empty
