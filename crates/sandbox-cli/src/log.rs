@@ -194,12 +194,37 @@ mod tests {
     /// asked for that level.
     #[test]
     fn other_crates_are_quiet_unless_asked() {
-        assert!(!shown("h2::proto::ping_pong", Level::WARN, Level::WARN, false));
+        assert!(!shown(
+            "h2::proto::ping_pong",
+            Level::WARN,
+            Level::WARN,
+            false
+        ));
         assert!(!shown("rustls::conn", Level::ERROR, Level::WARN, false));
-        assert!(shown("h2::proto::ping_pong", Level::WARN, Level::WARN, true));
-        assert!(shown("sandbox_broker::broker", Level::WARN, Level::WARN, false));
-        assert!(!shown("sandbox_broker::broker", Level::DEBUG, Level::WARN, false));
-        assert!(shown("sandbox_broker::broker", Level::DEBUG, Level::DEBUG, true));
+        assert!(shown(
+            "h2::proto::ping_pong",
+            Level::WARN,
+            Level::WARN,
+            true
+        ));
+        assert!(shown(
+            "sandbox_broker::broker",
+            Level::WARN,
+            Level::WARN,
+            false
+        ));
+        assert!(!shown(
+            "sandbox_broker::broker",
+            Level::DEBUG,
+            Level::WARN,
+            false
+        ));
+        assert!(shown(
+            "sandbox_broker::broker",
+            Level::DEBUG,
+            Level::DEBUG,
+            true
+        ));
     }
 
     /// A writer that never finishes (stderr a full pipe nobody reads) holds
