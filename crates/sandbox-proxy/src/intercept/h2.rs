@@ -48,7 +48,7 @@ use std::io;
 use std::net::{Shutdown, TcpStream};
 use std::os::unix::net::UnixStream as StdUnix;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::task::{Context, Poll};
 
@@ -126,6 +126,14 @@ pub(crate) fn serve(
     if sock.set_nonblocking(true).is_err() {
         return;
     }
+    let watch = Arc::new(Watch {
+        shared: Arc::clone(&slot.shared),
+        host: host.to_string(),
+        port,
+        accepted: AtomicU32::new(0),
+        done: AtomicBool::new(false),
+        recorded: AtomicU32::new(0),
+    });
     runtime.block_on(async move {
         let Ok(sock) = tokio::net::TcpStream::from_std(sock) else {
             return;
@@ -134,8 +142,9 @@ pub(crate) fn serve(
             conn,
             sock,
             eof: false,
+            scan: Scan::new(Arc::clone(&watch)),
         };
-        connection(slot, interceptor, io, tracked, host, port).await;
+        connection(slot, interceptor, io, tracked, &watch).await;
     });
 }
 
@@ -160,8 +169,7 @@ async fn connection(
     interceptor: &Arc<Interceptor>,
     io: AsyncTls,
     tracked: TcpStream,
-    host: &str,
-    port: u16,
+    watch: &Arc<Watch>,
 ) {
     let opts = &slot.shared.opts;
     let mut builder = h2::server::Builder::new();
@@ -181,6 +189,10 @@ async fn connection(
     loop {
         match tokio::time::timeout(opts.head_timeout, conn.accept()).await {
             Ok(Some(Ok((request, mut respond)))) => {
+                // Before anything is sent on it: what the proxy writes on
+                // this stream is the proxy's, not the crate's refusal.
+                let id = u32::from(respond.stream_id());
+                watch.accepted.fetch_max(id, Ordering::AcqRel);
                 let Some(stream_slot) = slot.shared.claim() else {
                     // Over the proxy's connections: the client may retry.
                     slot.shared.closed_at_limit();
@@ -191,13 +203,27 @@ async fn connection(
                     slot: stream_slot,
                     interceptor: Arc::clone(interceptor),
                     tracked: tracked.try_clone().ok(),
-                    host: host.to_string(),
-                    port,
+                    host: watch.host.clone(),
+                    port: watch.port,
+                    watch: Arc::clone(watch),
+                    id,
                     _active: Active::new(&active),
                 };
                 tokio::spawn(job.serve(request, respond));
             }
-            Ok(Some(Err(_)) | None) => return,
+            // A connection error the crate raised (it sent GOAWAY): the
+            // command's malformed HTTP/2, recorded (once a connection; the
+            // writer has as a rule recorded it already, as the GOAWAY went
+            // out). One the client sent, or a failed socket, is its end.
+            Ok(Some(Err(e))) => {
+                if e.is_go_away() && e.is_library() {
+                    if let Some(reason) = e.reason().filter(|r| *r != h2::Reason::NO_ERROR) {
+                        watch.goaway(u32::from(reason));
+                    }
+                }
+                return;
+            }
+            Ok(None) => return,
             // Idle for the head timeout: closed (gracefully, once).
             Err(_) if active.load(Ordering::Acquire) == 0 => {
                 if closing {
@@ -218,7 +244,207 @@ struct Stream {
     tracked: Option<TcpStream>,
     host: String,
     port: u16,
+    /// The connection's record of what the crate refused itself.
+    watch: Arc<Watch>,
+    /// The stream's id.
+    id: u32,
     _active: Active,
+}
+
+/// What the `h2` crate refuses by itself, before the proxy sees a request
+/// (it never hands such a stream to `accept`, and a connection error only
+/// ends `accept`): read off the frames the proxy writes ([`Scan`]) and
+/// recorded as a refusal, once a connection, as the frame goes out
+/// (before the client can read it). A `GOAWAY` with an error code (the
+/// proxy itself only ever sends `NO_ERROR`), and on a stream the proxy has
+/// not taken yet (above [`Watch::accepted`]) a `RST_STREAM`
+/// `PROTOCOL_ERROR` or a `HEADERS` (the crate's 431).
+struct Watch {
+    shared: Arc<crate::state::Shared>,
+    host: String,
+    port: u16,
+    /// The highest stream id the accept loop has taken.
+    accepted: AtomicU32,
+    /// A refusal was recorded for the connection.
+    done: AtomicBool,
+    /// The stream it was recorded for (0: the connection).
+    recorded: AtomicU32,
+}
+
+impl Watch {
+    fn record(&self, stream: u32, refused: &Refusal) {
+        if self.done.swap(true, Ordering::AcqRel) {
+            return;
+        }
+        self.recorded.store(stream, Ordering::Release);
+        record(&self.shared, &self.host, self.port, "", "", refused);
+    }
+
+    /// Whether `stream`'s refusal was recorded here (a stream the crate
+    /// reset while it waited to be accepted: the proxy records it not
+    /// twice).
+    fn recorded(&self, stream: u32) -> bool {
+        self.done.load(Ordering::Acquire) && self.recorded.load(Ordering::Acquire) == stream
+    }
+
+    fn goaway(&self, code: u32) {
+        self.record(
+            0,
+            &refusal(
+                400,
+                "Bad Request",
+                format!(
+                    "malformed HTTP/2 from the command: the h2 crate ended the connection \
+                     (GOAWAY {:?}): a field its HPACK decoder does not take (a CR, LF or NUL \
+                     in a value, an upper-case name), a header list past its abuse bound, a \
+                     flood, or another protocol error",
+                    h2::Reason::from(code)
+                ),
+            ),
+        );
+    }
+
+    fn reset(&self, stream: u32, code: u32) {
+        if code != u32::from(h2::Reason::PROTOCOL_ERROR)
+            || stream <= self.accepted.load(Ordering::Acquire)
+        {
+            return;
+        }
+        self.record(
+            stream,
+            &refusal(
+                400,
+                "Bad Request",
+                format!(
+                    "malformed HTTP/2 from the command: the h2 crate reset stream {stream} \
+                     (PROTOCOL_ERROR) before the proxy read its request: a connection-specific \
+                     field, a te other than \"trailers\", a missing, repeated or misplaced \
+                     pseudo-header, or DATA frames that do not add up to the content-length"
+                ),
+            ),
+        );
+    }
+
+    fn headers(&self, stream: u32) {
+        if stream <= self.accepted.load(Ordering::Acquire) {
+            return;
+        }
+        let max = self.shared.opts.max_head_bytes;
+        self.record(
+            stream,
+            &refusal(
+                431,
+                "Request Header Fields Too Large",
+                format!(
+                    "malformed HTTP/2 from the command: a header list past {max} bytes on \
+                     stream {stream} (the h2 crate answered 431)"
+                ),
+            ),
+        );
+    }
+}
+
+/// Reads the frames the proxy writes to the client (the plaintext given to
+/// rustls, frame after frame from the server's preface, a SETTINGS frame)
+/// for what [`Watch`] records.
+struct Scan {
+    watch: Arc<Watch>,
+    /// The current frame's header, `have` bytes of it so far.
+    head: [u8; 9],
+    have: usize,
+    /// Payload bytes of the current frame still to come.
+    left: usize,
+    /// The first payload bytes of a RST_STREAM (its code) or a GOAWAY (the
+    /// last stream and its code), `got` of them so far.
+    first: [u8; 8],
+    got: usize,
+}
+
+const HEADERS: u8 = 0x1;
+const RST_STREAM: u8 = 0x3;
+const GOAWAY: u8 = 0x7;
+
+impl Scan {
+    fn new(watch: Arc<Watch>) -> Scan {
+        Scan {
+            watch,
+            head: [0; 9],
+            have: 0,
+            left: 0,
+            first: [0; 8],
+            got: 0,
+        }
+    }
+
+    fn kind(&self) -> u8 {
+        self.head[3]
+    }
+
+    fn stream(&self) -> u32 {
+        u32::from_be_bytes([
+            self.head[5] & 0x7f,
+            self.head[6],
+            self.head[7],
+            self.head[8],
+        ])
+    }
+
+    /// The bytes written next.
+    fn feed(&mut self, mut bytes: &[u8]) {
+        while !bytes.is_empty() {
+            if self.have < self.head.len() {
+                let n = (self.head.len() - self.have).min(bytes.len());
+                self.head[self.have..self.have + n].copy_from_slice(&bytes[..n]);
+                self.have += n;
+                bytes = &bytes[n..];
+                if self.have == self.head.len() {
+                    self.left =
+                        u32::from_be_bytes([0, self.head[0], self.head[1], self.head[2]]) as usize;
+                    self.got = 0;
+                    if self.kind() == HEADERS {
+                        self.watch.headers(self.stream());
+                    }
+                    self.payload(&[]);
+                }
+                continue;
+            }
+            let n = self.left.min(bytes.len());
+            self.payload(&bytes[..n]);
+            bytes = &bytes[n..];
+        }
+    }
+
+    /// `bytes` of the current frame's payload (none: its header just read).
+    fn payload(&mut self, bytes: &[u8]) {
+        let want = match self.kind() {
+            RST_STREAM => 4,
+            GOAWAY => 8,
+            _ => 0,
+        };
+        if self.got < want {
+            let n = (want - self.got).min(bytes.len());
+            self.first[self.got..self.got + n].copy_from_slice(&bytes[..n]);
+            self.got += n;
+            if self.got == want {
+                let [a, b, c, d, e, f, g, h] = self.first;
+                match self.kind() {
+                    RST_STREAM => self
+                        .watch
+                        .reset(self.stream(), u32::from_be_bytes([a, b, c, d])),
+                    _ => {
+                        let code = u32::from_be_bytes([e, f, g, h]);
+                        if code != u32::from(h2::Reason::NO_ERROR) {
+                            self.watch.goaway(code);
+                        }
+                    }
+                }
+            }
+        }
+        self.left -= bytes.len();
+        if self.left == 0 {
+            self.have = 0;
+        }
+    }
 }
 
 /// How the HTTP/1.1 request's body is framed.
@@ -259,6 +485,11 @@ fn h1_head(
             "a CONNECT request inside an intercepted connection (HTTP/2)".into(),
         ));
     }
+    // Without `:authority` the crate drops `:scheme` from the URI too: it
+    // could no longer be checked.
+    if parts.uri.authority().is_none() {
+        return Err(bad("no :authority (HTTP/2)".into()));
+    }
     if parts.uri.scheme_str() != Some("https") {
         return Err(bad(format!(
             "the :scheme {:?} on an intercepted TLS connection (HTTP/2)",
@@ -295,6 +526,9 @@ fn h1_head(
     {
         return Err(bad("more than one content-length".into()));
     }
+    // A second line: the h2 crate resets a stream with these fields (or a
+    // `te` other than `trailers`) before the proxy sees it, recorded by
+    // [`Watch`]; kept should it ever pass one.
     for name in CONNECTION_SPECIFIC {
         if parts.headers.contains_key(*name) {
             return Err(bad(format!(
@@ -414,6 +648,8 @@ impl Stream {
             tracked,
             host,
             port,
+            watch,
+            id,
             _active,
         } = self;
         let shared = Arc::clone(&slot.shared);
@@ -422,7 +658,10 @@ impl Stream {
         let shown = format!("{} {}", parts.method, url(&host, port, &path));
         let method = parts.method.to_string();
         let refuse = |refused: Refusal, respond: &mut SendResponse<Bytes>| {
-            record(&shared, &host, port, &method, &path, &refused);
+            // Not twice: reset by the crate while it waited to be accepted.
+            if !watch.recorded(id) {
+                record(&shared, &host, port, &method, &path, &refused);
+            }
             answer(respond, &refused, &shown);
         };
         // The client's content-length (the h2 crate read it as a number).
@@ -442,7 +681,22 @@ impl Stream {
                 break;
             }
             let next = if complete {
-                Ok(next_data(&mut body).await)
+                // Only the stream's end may come, within the head timeout
+                // (as a request head must), or the slot would be held.
+                match tokio::time::timeout(shared.opts.head_timeout, next_data(&mut body)).await {
+                    Ok(next) => Ok(next),
+                    Err(_) => {
+                        return refuse(
+                            refusal(
+                                408,
+                                "Request Timeout",
+                                "the stream stayed open after its whole content-length \
+                                 (HTTP/2): its end did not come within the head timeout",
+                            ),
+                            &mut respond,
+                        )
+                    }
+                }
             } else {
                 tokio::time::timeout(EARLY_GAP, next_data(&mut body)).await
             };
@@ -937,6 +1191,8 @@ struct AsyncTls {
     sock: tokio::net::TcpStream,
     /// The socket's end was read.
     eof: bool,
+    /// The frames written, read for what the crate refused itself.
+    scan: Scan,
 }
 
 /// The socket as the blocking `Read`/`Write` rustls asks for: not ready
@@ -1070,7 +1326,11 @@ impl AsyncWrite for AsyncTls {
         let mut taken = 0;
         loop {
             match io::Write::write(&mut this.conn.writer(), &buf[taken..]) {
-                Ok(n) => taken += n,
+                Ok(n) => {
+                    // Recorded before the client can read it.
+                    this.scan.feed(&buf[taken..taken + n]);
+                    taken += n;
+                }
                 Err(e) => return Poll::Ready(Err(e)),
             }
             if taken == buf.len() {
@@ -1227,6 +1487,14 @@ mod tests {
         assert!(
             why(&parts("GET", &format!("{U}/simple/a"), &[("te", "gzip")])).contains("te field")
         );
+        // R9 F3: `Host` without `:authority` (the crate drops `:scheme`
+        // then): refused for what it is, not for a `:scheme` never seen.
+        let refused = why(&parts(
+            "GET",
+            "/simple/a",
+            &[("host", "pkgs.example.com:8443")],
+        ));
+        assert_eq!(refused, "no :authority (HTTP/2)");
     }
 
     fn response(raw: &str, head_request: bool) -> Option<(http::Response<()>, Body)> {
@@ -1330,13 +1598,23 @@ mod tests {
 
         /// A GET of `path`, the stream left open unless `end`.
         fn get(&mut self, stream: u32, path: &str, end: bool) {
+            self.request(
+                stream,
+                &[
+                    (":method", "GET"),
+                    (":scheme", "https"),
+                    (":authority", "pkgs.example.com"),
+                    (":path", path),
+                ],
+                end,
+            );
+        }
+
+        /// A request of `fields` in order, the stream left open unless
+        /// `end`.
+        fn request(&mut self, stream: u32, fields: &[(&str, &str)], end: bool) {
             let mut block = Vec::new();
-            for (name, value) in [
-                (":method", "GET"),
-                (":scheme", "https"),
-                (":authority", "pkgs.example.com"),
-                (":path", path),
-            ] {
+            for &(name, value) in fields {
                 // A literal field never indexed, no Huffman coding.
                 block.push(0x10);
                 block.push(name.len() as u8);
@@ -1482,5 +1760,234 @@ mod tests {
         drop(client);
         server.join().unwrap();
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    /// A proxy serving one intercepted HTTP/2 connection (rules: GET of
+    /// `/simple/**`), its options `opts`; its state, its address, its CA,
+    /// the thread serving it.
+    fn one_connection(
+        opts: crate::ProxyOptions,
+        tag: &str,
+    ) -> (
+        Arc<crate::state::Shared>,
+        std::net::SocketAddr,
+        String,
+        std::thread::JoinHandle<()>,
+    ) {
+        use std::io::Write as _;
+        let dir = std::env::temp_dir().join(format!("h2-{tag}-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let upstream = dir.join("upstream.pem");
+        let cert = rcgen::generate_simple_self_signed(vec!["upstream.test".to_string()]).unwrap();
+        std::fs::File::create(&upstream)
+            .unwrap()
+            .write_all(cert.cert.pem().as_bytes())
+            .unwrap();
+        let interceptor = Arc::new(
+            Interceptor::new(
+                vec!["GET https://pkgs.example.com/simple/**".parse().unwrap()],
+                Some(&upstream),
+                Vec::new(),
+            )
+            .unwrap(),
+        );
+        let _ = std::fs::remove_dir_all(&dir);
+        let shared = Arc::new(crate::state::Shared::new(
+            sandbox_core::net::EgressRules::new(Vec::new()),
+            sandbox_core::net::HostAddrs::new([]),
+            opts,
+            "127.0.0.1:9".parse().unwrap(),
+        ));
+        let slot = shared.claim().unwrap();
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let addr = listener.local_addr().unwrap();
+        let ca = interceptor.ca_pem();
+        let server = std::thread::spawn(move || {
+            let (tcp, _) = listener.accept().unwrap();
+            slot.track(&tcp);
+            exchange::serve(&slot, &interceptor, tcp, "pkgs.example.com", 443, None);
+        });
+        (shared, addr, ca, server)
+    }
+
+    /// The reasons of the refusals the run recorded so far.
+    fn refusals(shared: &crate::state::Shared) -> Vec<String> {
+        shared
+            .refusals()
+            .iter()
+            .map(|r| r.reason.to_string())
+            .collect()
+    }
+
+    /// The body of the answer on `stream` (until its end), or its reset.
+    fn answer_of(client: &mut RawClient, stream: u32) -> Result<String, u32> {
+        let mut body = Vec::new();
+        loop {
+            let (kind, flags, payload) = client.until(stream);
+            match kind {
+                0 => body.extend_from_slice(&payload),
+                3 => return Err(u32::from_be_bytes(payload[..4].try_into().unwrap())),
+                _ => {}
+            }
+            if kind <= 1 && flags & 1 != 0 {
+                return Ok(String::from_utf8(body).unwrap());
+            }
+        }
+    }
+
+    /// R9 F2: a stream the h2 crate resets itself before the proxy sees
+    /// it (a connection-specific field: RST_STREAM PROTOCOL_ERROR) is
+    /// recorded as malformed HTTP/2, once for the connection; the twin
+    /// before it (no such field) is answered by the checker and recorded as
+    /// its refusal only. A GOAWAY the crate sends (an upper-case name) is
+    /// recorded too, on a connection of its own.
+    #[test]
+    fn what_the_h2_crate_refuses_itself_is_recorded_beside_its_twin() {
+        let opts = crate::ProxyOptions::default();
+        let (shared, addr, ca, server) = one_connection(opts, "malformed");
+        let mut client = RawClient::connect(addr, &ca);
+        let base = [
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "pkgs.example.com"),
+            (":path", "/private"),
+        ];
+        client.request(1, &base, true);
+        let twin = answer_of(&mut client, 1).unwrap();
+        assert!(twin.contains("no request rule admits it"), "{twin}");
+        let twin = refusals(&shared);
+        assert_eq!(twin.len(), 1, "{twin:?}");
+        assert!(!twin[0].contains("malformed HTTP/2"), "{twin:?}");
+        for stream in [3, 5] {
+            let mut fields = base.to_vec();
+            fields.push(("connection", "close"));
+            client.request(stream, &fields, true);
+            assert_eq!(answer_of(&mut client, stream), Err(1), "PROTOCOL_ERROR");
+        }
+        let recorded = refusals(&shared);
+        assert_eq!(recorded.len(), 2, "once a connection: {recorded:?}");
+        assert!(
+            recorded[1]
+                .starts_with("malformed HTTP/2 from the command: the h2 crate reset stream 3"),
+            "{recorded:?}"
+        );
+        drop(client);
+        server.join().unwrap();
+
+        let opts = crate::ProxyOptions::default();
+        let (shared, addr, ca, server) = one_connection(opts, "goaway");
+        let mut client = RawClient::connect(addr, &ca);
+        let mut fields = base.to_vec();
+        fields.push(("X-Upper", "1"));
+        client.request(1, &fields, true);
+        // The GOAWAY (on stream 0) then the end: the client reads to it.
+        let mut rest = Vec::new();
+        while let Ok(n) = io::Read::read(&mut client.tls, &mut [0u8; 4096]) {
+            if n == 0 {
+                break;
+            }
+            rest.push(n);
+        }
+        server.join().unwrap();
+        let recorded = refusals(&shared);
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        assert!(
+            recorded[0].starts_with(
+                "malformed HTTP/2 from the command: the h2 crate ended the connection (GOAWAY PROTOCOL_ERROR)"
+            ),
+            "{recorded:?}"
+        );
+    }
+
+    /// R9 F4: a stream whose whole content-length (0 here) has come but
+    /// which stays open is answered 408 within the head timeout and
+    /// recorded (its slot freed); the twin that ends its stream is served
+    /// (by the checker: the refusal of its path).
+    #[test]
+    fn a_stream_left_open_after_its_content_length_is_answered_408() {
+        let timeout = std::time::Duration::from_millis(700);
+        let opts = crate::ProxyOptions::default().head_timeout(timeout);
+        let (shared, addr, ca, server) = one_connection(opts, "open");
+        let mut client = RawClient::connect(addr, &ca);
+        let fields = [
+            (":method", "GET"),
+            (":scheme", "https"),
+            (":authority", "pkgs.example.com"),
+            (":path", "/simple/open"),
+            ("content-length", "0"),
+        ];
+        client.request(1, &fields, true);
+        let twin = answer_of(&mut client, 1).unwrap();
+        assert!(!twin.contains("stayed open"), "{twin}");
+        assert_eq!(refusals(&shared), Vec::<String>::new());
+        let started = std::time::Instant::now();
+        client.request(3, &fields, false);
+        let body = answer_of(&mut client, 3).unwrap();
+        let took = started.elapsed();
+        assert!(
+            body.starts_with("sandbox egress proxy: refused GET https://pkgs.example.com/simple/open: the stream stayed open after its whole content-length"),
+            "{body}"
+        );
+        assert!(took >= timeout && took < timeout * 5, "{took:?}");
+        let recorded = refusals(&shared);
+        assert_eq!(recorded.len(), 1, "{recorded:?}");
+        assert!(recorded[0].contains("stayed open"), "{recorded:?}");
+        // Its slot is free again: a stream after it is served.
+        client.request(5, &fields, true);
+        assert!(answer_of(&mut client, 5).is_ok());
+        drop(client);
+        server.join().unwrap();
+    }
+
+    /// The frames the proxy writes, however split, are read for what the
+    /// crate refused itself: its own answers on accepted streams, other
+    /// reset codes and a graceful GOAWAY are not; a PROTOCOL_ERROR reset
+    /// of a stream never accepted is, once.
+    #[test]
+    fn the_scan_reads_frames_split_anywhere() {
+        let shared = Arc::new(crate::state::Shared::new(
+            sandbox_core::net::EgressRules::new(Vec::new()),
+            sandbox_core::net::HostAddrs::new([]),
+            crate::ProxyOptions::default(),
+            "127.0.0.1:9".parse().unwrap(),
+        ));
+        let watch = Arc::new(Watch {
+            shared: Arc::clone(&shared),
+            host: "pkgs.example.com".into(),
+            port: 443,
+            accepted: AtomicU32::new(3),
+            done: AtomicBool::new(false),
+            recorded: AtomicU32::new(0),
+        });
+        let frame = |kind: u8, stream: u32, payload: &[u8]| {
+            let mut out = (payload.len() as u32).to_be_bytes()[1..].to_vec();
+            out.extend_from_slice(&[kind, 0]);
+            out.extend_from_slice(&stream.to_be_bytes());
+            out.extend_from_slice(payload);
+            out
+        };
+        let mut quiet = frame(4, 0, &[0; 12]);
+        quiet.extend(frame(HEADERS, 3, b"\x88"));
+        quiet.extend(frame(0, 3, &[7; 300]));
+        quiet.extend(frame(RST_STREAM, 3, &1u32.to_be_bytes()));
+        quiet.extend(frame(RST_STREAM, 5, &7u32.to_be_bytes()));
+        quiet.extend(frame(GOAWAY, 0, &[0, 0, 0, 5, 0, 0, 0, 0]));
+        let mut scan = Scan::new(Arc::clone(&watch));
+        for byte in &quiet {
+            scan.feed(std::slice::from_ref(byte));
+        }
+        assert!(shared.refusals().is_empty());
+        let mut reset = frame(RST_STREAM, 7, &1u32.to_be_bytes());
+        reset.extend(frame(RST_STREAM, 9, &1u32.to_be_bytes()));
+        scan.feed(&reset[..5]);
+        scan.feed(&reset[5..]);
+        let recorded = shared.refusals();
+        assert_eq!(recorded.len(), 1);
+        assert!(
+            recorded[0].to_string().contains("reset stream 7"),
+            "{}",
+            recorded[0]
+        );
+        assert!(watch.recorded(7) && !watch.recorded(9));
     }
 }
