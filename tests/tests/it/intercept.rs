@@ -216,7 +216,8 @@ print(sys.argv[2], out.split(b"\r\n", 1)[0].decode())
 /// `SSL_CERT_FILE`, one request on stream 1 from its arguments (`label`,
 /// then `name=value` fields in order, `DATA=...` frames, `TRAILER=name=value`
 /// trailers, `SLEEP=seconds` pauses, `AWAIT` a wait for an informational
-/// response; the last frame ends the stream unless `OPEN` is given); prints the label and the first line of the response
+/// response, `BOMB` an HPACK list bomb: one 4000-byte field in the dynamic
+/// table, then referenced 10000 times; the last frame ends the stream unless `OPEN` is given); prints the label and the first line of the response
 /// body, or the stream's reset code, or `closed` after `$WAIT` (10) s.
 const RAW_H2: &str = r#"
 import os, socket, ssl, struct, sys
@@ -261,6 +262,8 @@ for a in args:
         continue
     if a == "AWAIT":
         frames.append(["await", 0, b""])
+    elif a == "BOMB":
+        block += b"\x40" + length(b"x-big") + b"x-big" + length(b"v" * 4000) + b"v" * 4000 + b"\xbe" * 10000
     elif a.startswith("SLEEP="):
         frames.append([None, 0, float(a[6:])])
     elif a.startswith("DATA="):
@@ -1848,12 +1851,22 @@ R http-scheme :method=GET :scheme=http :authority=pkgs.example.com:8443 :path=/s
 R private $G :path=/private
 R twin-big-field $G :path=/simple/twin-big x-big=REPEAT:12000:a
 R big-field $G :path=/simple/bad-big x-big=REPEAT:20000:a
+R bomb $G :path=/simple/bad-bomb BOMB
+R noauth-host :method=GET :scheme=https :path=/simple/bad-noauth host=pkgs.example.com:8443
+R dup-path $G :path=/simple/bad-dup-path :path=/simple/bad-dup-path2
+R late-pseudo :method=GET :scheme=https x-a=1 :authority=pkgs.example.com:8443 :path=/simple/bad-late
+R connection-field $G :path=/simple/bad-connection connection=close
+R upgrade-field $G :path=/simple/bad-upgrade upgrade=websocket
 cd "$D"
 N() { $NOBODY "$SANDBOX" run -q --upstream-ca "$D/ca.pem" --allow-request 'GET,POST https://pkgs.example.com:8443/simple/**' -- /usr/bin/python3 "$RAW_H2" "$@" 2>&1; }
 N nobody-twin $A :path=/simple/nobody-twin content-length=3 DATA=abc
 N nobody-dup-length $A :path=/simple/bad-nobody-dup content-length=3 content-length=3 DATA=abc
 N nobody-trailers $A :path=/simple/bad-nobody-trailers DATA=abc TRAILER=x-t=1
 N nobody-cr-value $G :path=/simple/bad-nobody-cr 'x-a=1\r2'
+S() { $NOBODY "$SANDBOX" run --explain --upstream-ca "$D/ca.pem" --allow-request 'GET,POST https://pkgs.example.com:8443/simple/**' -- /bin/sh -c '/usr/bin/python3 "$0" "$@"; exit 3' "$RAW_H2" "$@" 2>&1 | sed "s/^/$1 said /"; }
+S nobody-summary-cr $G :path=/simple/bad-nobody-summary-cr 'x-a=1\r2'
+S nobody-summary-te $G :path=/simple/bad-nobody-summary-te te=gzip
+S nobody-summary-twin $G :path=/simple/nobody-summary-twin
 "#,
     );
     let l = lines(&out);
@@ -1877,6 +1890,8 @@ N nobody-cr-value $G :path=/simple/bad-nobody-cr 'x-a=1\r2'
         ("trailers-streamed", "request trailers"),
         ("http-scheme", "the :scheme \"http\""),
         ("private", "no request rule admits it"),
+        // R9 F3: not a false `:scheme ""`.
+        ("noauth-host", "no :authority (HTTP/2)"),
     ] {
         assert!(
             l.iter().any(
@@ -1904,6 +1919,65 @@ N nobody-cr-value $G :path=/simple/bad-nobody-cr 'x-a=1\r2'
     }
     for label in ["cr-value", "lf-value", "nul-value", "upper-name"] {
         has(&l, &format!("{label} goaway 1"));
+    }
+    for label in [
+        "connection-field",
+        "upgrade-field",
+        "dup-path",
+        "late-pseudo",
+    ] {
+        assert!(
+            l.iter()
+                .any(|x| x == &format!("{label} reset 1") || x == &format!("{label} goaway 1")),
+            "{label}: {l:#?}"
+        );
+    }
+    // An HPACK list bomb: the crate ends the connection (GOAWAY
+    // ENHANCE_YOUR_CALM, 11).
+    has(&l, "bomb goaway 11");
+    // R9 F2: each of them recorded as malformed HTTP/2 (the proxy writes
+    // the crate's RST_STREAM or GOAWAY); none of the twins is refused.
+    let report = |label: &str| -> serde_json::Value {
+        let report = std::fs::read_to_string(d.path().join(format!("r-{label}.json"))).unwrap();
+        serde_json::from_str(&report).unwrap()
+    };
+    for label in [
+        "te-chunked",
+        "te-gzip",
+        "cr-value",
+        "lf-value",
+        "nul-value",
+        "upper-name",
+        "connection-field",
+        "upgrade-field",
+        "dup-path",
+        "late-pseudo",
+        "big-field",
+        "bomb",
+    ] {
+        let report = report(label);
+        let refused = report["mediation"]["refused"].as_array().unwrap();
+        assert!(
+            refused.len() == 1
+                && refused[0]["reason"]
+                    .as_str()
+                    .unwrap()
+                    .starts_with("malformed HTTP/2 from the command: "),
+            "{label}: {report:#}"
+        );
+    }
+    assert!(report("bomb").to_string().contains("ENHANCE_YOUR_CALM"));
+    assert!(report("big-field").to_string().contains("431"));
+    for twin in [
+        "twin-length",
+        "twin-chunked",
+        "twin-header",
+        "twin-host",
+        "twin-big-field",
+    ] {
+        let report = report(twin);
+        let refused = report["mediation"]["refused"].as_array().unwrap();
+        assert!(refused.is_empty(), "{twin}: {report:#}");
     }
     // DATA that does not add up to the content-length: the h2 crate
     // resets the stream, the proxy records it.
@@ -1949,6 +2023,29 @@ N nobody-cr-value $G :path=/simple/bad-nobody-cr 'x-a=1\r2'
     has(&l, "nobody-dup-length sandbox egress proxy: refused POST https://pkgs.example.com:8443/simple/bad-nobody-dup: more than one content-length");
     has(&l, "nobody-trailers sandbox egress proxy: refused POST https://pkgs.example.com:8443/simple/bad-nobody-trailers: request trailers");
     has(&l, "nobody-cr-value goaway 1");
+    // As nobody, the run's explanation (its command failed) says so; the
+    // twin's refused nothing.
+    for label in ["nobody-summary-cr", "nobody-summary-te"] {
+        assert!(
+            l.iter().any(|x| x.starts_with(&format!("{label} said "))
+                && x.contains("malformed HTTP/2 from the command")),
+            "{label}: {l:#?}"
+        );
+    }
+    has(
+        &l,
+        "nobody-summary-twin said nobody-summary-twin origin saw GET /simple/nobody-summary-twin",
+    );
+    assert!(
+        l.iter()
+            .any(|x| x.starts_with("nobody-summary-twin said sandbox: explain")),
+        "{l:#?}"
+    );
+    assert!(
+        !l.iter().any(|x| x.starts_with("nobody-summary-twin said")
+            && (x.contains("refused request") || x.contains("malformed"))),
+        "{l:#?}"
+    );
     let log = std::fs::read_to_string(d.path().join("origin.log")).unwrap_or_default();
     assert!(!log.contains("bad-") && !log.contains("private"), "{log}");
 }
