@@ -21,18 +21,29 @@
 //!
 //! Refused at the HTTP/2 layer, before the checker (recorded, answered
 //! with the explanation as an HTTP/2 response): `CONNECT` (also the
-//! extended form), a `:scheme` other than `https`, an `:authority` with
-//! user information or disagreeing with a `Host` field, more than one
-//! `Host` or `content-length`, connection-specific fields (`connection`,
+//! extended form), no `:authority`, a `:scheme` other than `https`, an
+//! `:authority` with user information or disagreeing with a `Host` field,
+//! more than one `Host` or `content-length`, request trailers, DATA frames
+//! that do not add up to the `content-length` (what would complete the
+//! request at the origin, the chunked body's last chunk or the DATA that
+//! reaches the `content-length`, is held back until the stream's end
+//! shows neither, so such a request never completes there; the rest of a
+//! body streams), a stream still open the head timeout after its whole
+//! `content-length` came (408).
+//!
+//! Refused by the `h2` crate itself, before the proxy sees a request:
+//! nothing of it reaches the checker or the origin, and the proxy records
+//! it ([`Watch`], from the frames it writes, once a connection:
+//! "malformed HTTP/2 from the command: ..."). The stream is reset
+//! (`PROTOCOL_ERROR`) for connection-specific fields (`connection`,
 //! `keep-alive`, `proxy-connection`, `transfer-encoding`, `upgrade`, `te`
-//! other than `trailers`), request trailers, DATA frames that do not add
-//! up to the `content-length` (what would complete the request at the
-//! origin, the chunked body's last chunk or the DATA that reaches the
-//! `content-length`, is held back until the stream's end shows neither,
-//! so such a request never completes there; the rest of a body streams). The `h2` crate itself resets a stream whose
-//! fields are malformed (a CR, LF or NUL in a value, an upper-case or
-//! unknown pseudo-header, a connection-specific field) before the proxy
-//! sees it: nothing of it reaches the checker or the origin.
+//! other than `trailers`) and missing, repeated, unknown or misplaced
+//! pseudo-headers; it is answered 431 for a header list over the bound;
+//! the connection ends (`GOAWAY`) for a field its HPACK decoder does not
+//! take (a CR, LF or NUL in a value, an upper-case name), `GOAWAY
+//! ENHANCE_YOUR_CALM` for a header list past its abuse bound (an HPACK
+//! list bomb) or a flood. [`h1_head`] checks the connection-specific
+//! fields again, a second line.
 //!
 //! Bounds: at most [`MAX_STREAMS`] streams at once per connection, and each
 //! stream takes one of the proxy's connection slots (its
@@ -88,7 +99,7 @@ const EARLY_BODY: usize = 64 * 1024;
 const EARLY_GAP: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How long the rest of a request body may still come once the stream is
-/// answered (as [`exchange::answer`] reads it over HTTP/1.1).
+/// answered (as `exchange::answer` reads it over HTTP/1.1).
 const ANSWERED_BODY_WAIT: std::time::Duration = std::time::Duration::from_millis(500);
 
 /// Response bytes read from the checker at a time.
