@@ -33,6 +33,13 @@ pub struct LaunchOptions {
     /// (the session's shared launch, `sandbox::zygote`); backends without
     /// such a layer ignore it.
     pub child_layer: Option<u32>,
+    /// The command's fds 0, 1 and 2 when they are its own for the whole run
+    /// (not a shared launch's, whose commands each get theirs later): the
+    /// files and terminals among them may be opened again by their own
+    /// paths (`/dev/stdout`, `/proc/self/fd/1`, a log file's name) as the
+    /// fd is open (for writing, for reading), which grants nothing the fd
+    /// does not (`sandbox run -- sh -c 'echo x > /dev/stderr' > build.log`).
+    pub stdio: Option<[std::os::fd::RawFd; 3]>,
 }
 
 impl LaunchOptions {
@@ -55,6 +62,11 @@ impl LaunchOptions {
     /// Options with DNS routed to the runner's resolver.
     pub fn with_dns(self, dns: Option<crate::pins::DnsRoute>) -> Self {
         Self { dns, ..self }
+    }
+
+    /// Options whose command's fds 0-2 are `stdio` ([`LaunchOptions::stdio`]).
+    pub fn with_stdio(self, stdio: Option<[std::os::fd::RawFd; 3]>) -> Self {
+        Self { stdio, ..self }
     }
 
     /// Options for a run limited by `limits`.

@@ -318,7 +318,15 @@ pub fn launch(
                 .with_writes_observed(launch.observe_writes)
                 .with_limits(launch.limits)
                 .with_dns(launch.dns.clone())
-                .with_child_layer(launch.child_layer.and_then(|fd| u32::try_from(fd).ok()));
+                .with_child_layer(launch.child_layer.and_then(|fd| u32::try_from(fd).ok()))
+                // A shared launch's commands get their fds later, each its own.
+                .with_stdio(launch.child_layer.is_none().then(|| {
+                    [
+                        launch.stdin.unwrap_or(0),
+                        launch.stdout.unwrap_or(1),
+                        launch.stderr.unwrap_or(2),
+                    ]
+                }));
             let c = backend
                 .prepare_for_launch(policy, launch.argv, options)
                 .map_err(LaunchError::Unavailable)?;

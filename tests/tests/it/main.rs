@@ -55,6 +55,7 @@ mod session_ns;
 mod session_refused;
 mod session_socket;
 mod shm;
+mod stdio_paths;
 mod terminal;
 mod tool_caches;
 mod trusted_state;

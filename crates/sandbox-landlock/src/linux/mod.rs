@@ -69,7 +69,12 @@ pub(crate) fn prepare_with(
     } else {
         rules::Mediation::Split
     };
-    let plan = rules::plan(policy, abi.effective, mediation)?;
+    let mut plan = rules::plan(policy, abi.effective, mediation)?;
+    plan.rules.extend(rules::stdio_rules(
+        options.stdio,
+        plan.handled,
+        abi.effective,
+    ));
     let extras = ruleset::Extras::for_policy(policy, abi.effective);
     let ruleset = ruleset::build(&plan, extras)?;
     // The run's own shared memory: the broker makes it (its domain grants
@@ -84,10 +89,15 @@ pub(crate) fn prepare_with(
         .filter(|_| mediation == rules::Mediation::Entries)
         .and_then(|_| rules::private_shm_dir(policy));
     let launch_ruleset = match &shm_dir {
-        Some(dir) => Some(ruleset::build(
-            &rules::plan_with(policy, abi.effective, mediation, Some(dir))?,
-            extras,
-        )?),
+        Some(dir) => {
+            let mut launch = rules::plan_with(policy, abi.effective, mediation, Some(dir))?;
+            launch.rules.extend(rules::stdio_rules(
+                options.stdio,
+                launch.handled,
+                abi.effective,
+            ));
+            Some(ruleset::build(&launch, extras)?)
+        }
         None => None,
     };
     let channel = match (channel, &shm_dir) {

@@ -31,6 +31,9 @@ pub(crate) struct Rule {
     pub path: PathBuf,
     pub fd: OwnedFd,
     pub access: BitFlags<AccessFs>,
+    /// A rule the kernel may refuse (a standard fd on an internal
+    /// filesystem, such as a memfd: `EBADFD`): left out then.
+    pub optional: bool,
 }
 
 /// The rights the ruleset handles and the rules that grant them.
@@ -194,6 +197,68 @@ pub(crate) fn read_grants(plan: &Plan) -> Vec<(u64, u64)> {
         .collect()
 }
 
+/// Rules for the command's own fds 0-2 (`stdio`): each regular file or
+/// character device (a terminal) among them may be opened again by its
+/// paths as the fd is open: for writing (WRITE_FILE), for reading
+/// (READ_FILE), a device's ioctls (IOCTL_DEV), of the rights `handled`.
+/// The fd already grants all of it, whatever its path (`/dev/stdout` is
+/// `/proc/self/fd/1`, which the kernel opens as the fd's own file, checked
+/// by Landlock on that file). Pipes and sockets need none (no path of
+/// theirs is checked); `/dev/tty` gets none: the command runs in a session
+/// of its own, without a controlling terminal ([`WRITABLE_DEVICES`]).
+pub(crate) fn stdio_rules(
+    stdio: Option<[std::os::fd::RawFd; 3]>,
+    handled: BitFlags<AccessFs>,
+    abi: ABI,
+) -> Vec<Rule> {
+    let Some(stdio) = stdio else {
+        return Vec::new();
+    };
+    let file_rights = AccessFs::from_file(abi) & handled;
+    let mut rules = Vec::new();
+    for (n, fd) in stdio.into_iter().enumerate() {
+        // SAFETY: stat is plain data; fcntl and fstat on an fd number,
+        // filling that local.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: as above.
+        let (flags, rc) = unsafe { (libc::fcntl(fd, libc::F_GETFL), libc::fstat(fd, &mut st)) };
+        if flags < 0 || rc != 0 {
+            continue;
+        }
+        let kind = st.st_mode & libc::S_IFMT;
+        if kind != libc::S_IFREG && kind != libc::S_IFCHR {
+            continue;
+        }
+        let mut access = BitFlags::EMPTY;
+        match flags & libc::O_ACCMODE {
+            libc::O_WRONLY => access |= AccessFs::WriteFile,
+            libc::O_RDWR => access |= AccessFs::WriteFile | AccessFs::ReadFile,
+            libc::O_RDONLY => access |= AccessFs::ReadFile,
+            _ => {}
+        }
+        if kind == libc::S_IFCHR {
+            access |= AccessFs::IoctlDev;
+        }
+        access &= file_rights;
+        if access.is_empty() {
+            continue;
+        }
+        // SAFETY: duplicates an fd number into a new fd this rule owns.
+        let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 3) };
+        if dup < 0 {
+            continue;
+        }
+        rules.push(Rule {
+            path: PathBuf::from(format!("(fd {n})")),
+            // SAFETY: a fresh fd from F_DUPFD_CLOEXEC.
+            fd: unsafe { OwnedFd::from_raw_fd(dup) },
+            access,
+            optional: true,
+        });
+    }
+    rules
+}
+
 /// Whether failing to open a grant's root is an error or a skipped entry.
 #[derive(Clone, Copy, PartialEq, Eq)]
 enum Required {
@@ -334,6 +399,7 @@ impl Planner {
             path: path.to_path_buf(),
             fd,
             access,
+            optional: false,
         });
     }
 }

@@ -68,6 +68,13 @@ pub(crate) fn build(plan: &Plan, extras: Extras) -> Result<OwnedFd, LandlockErro
         .create()
         .map_err(err("creating the ruleset".into()))?;
     for rule in &plan.rules {
+        if rule.optional {
+            // `add_rule` consumes the ruleset: a refused optional rule is
+            // tried on a raw call first and left out (see `Rule::optional`).
+            if !accepts(&rule.fd) {
+                continue;
+            }
+        }
         created = created
             .add_rule(PathBeneath::new(&rule.fd, rule.access))
             .map_err(err(format!(
@@ -118,4 +125,16 @@ pub(crate) fn signal_scope_only(abi: ABI) -> Result<Option<OwnedFd>, LandlockErr
     fd.map(Some).ok_or_else(|| LandlockError::Unsupported {
         reason: "the landlock crate created no ruleset fd".into(),
     })
+}
+
+/// Whether the kernel takes `fd` as a path-beneath rule's object: added to
+/// a throwaway ruleset handling only WRITE_FILE (a file object, as the
+/// standard fds' rules are).
+fn accepts(fd: &OwnedFd) -> bool {
+    Ruleset::default()
+        .set_compatibility(CompatLevel::HardRequirement)
+        .handle_access(AccessFs::WriteFile)
+        .and_then(|r| r.create())
+        .and_then(|r| r.add_rule(PathBeneath::new(fd, AccessFs::WriteFile)))
+        .is_ok()
 }
