@@ -1219,7 +1219,16 @@ impl Session {
             if !cwd.is_dir() {
                 return Err(format!("\"cwd\" {} is not a directory", cwd.display()));
             }
-            req.cwd = Some(cwd.clone());
+            // A relative one is the session's own cwd's, as a launch of its
+            // own resolves it: the shared launch's zygote runs in `/`.
+            let cwd = if cwd.is_relative() {
+                std::env::current_dir()
+                    .map_err(|e| format!("\"cwd\" {}: the session's cwd: {e}", cwd.display()))?
+                    .join(cwd)
+            } else {
+                cwd.clone()
+            };
+            req.cwd = Some(cwd);
         }
         if let Some(changes) = &fields.env {
             let mut env: Vec<(OsString, OsString)> = std::env::vars_os().collect();

@@ -14,8 +14,9 @@
 //! ([`MAX_REQUEST`] bytes at most: the program's path, argv, environment and
 //! working directory, NUL-separated and counted, with the command's three
 //! stdio fds by `SCM_RIGHTS`), or one byte `e` (end the command now).
-//! Zygote to runner: fixed 9-byte answers, one per request (`x` + errno
-//! when the command could not be executed, else `s` + its wait status +
+//! Zygote to runner: fixed 9-byte answers, one per request (`x`, the
+//! errno and the step that failed, [`PreExec`], when the command could not
+//! be executed, else `s` + its wait status +
 //! how many other processes were ended, once nothing of it is left). A
 //! zygote started for a kept command ([`Shared::run_kept`], the environment
 //! variable `SANDBOX_ZYGOTE_KEEP`) serves that one command only: its first
@@ -135,6 +136,61 @@ pub struct ZygoteExit {
     pub timed_out: bool,
     /// Processes besides the command that were still there and ended.
     pub others: usize,
+    /// The step before its exec that failed, and the errno: the command
+    /// never ran (`status` is then 127 << 8). `None` when it ran, or when
+    /// its exec itself failed (`status` says 127 or 126).
+    pub pre_exec: Option<(PreExec, i32)>,
+}
+
+/// A step of a command's child before its exec, as the zygote's `x`
+/// answer names it (its second value).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PreExec {
+    /// Making the received fd its stdin, stdout or stderr (which: 0-2).
+    Stdio(u8),
+    /// Changing to its working directory.
+    Cwd,
+    /// Nesting the signal-scoping Landlock layer.
+    Layer,
+}
+
+/// The step values of the `x` answer (0: the exec itself).
+const STEP_EXEC: u32 = 0;
+const STEP_CWD: u32 = 1;
+const STEP_LAYER: u32 = 2;
+/// Plus the fd (0-2).
+const STEP_STDIO: u32 = 0x100;
+
+impl PreExec {
+    /// The step an answer's value names; `None` for the exec itself;
+    /// `Err` for a value no zygote sends.
+    fn of(v: u32) -> Result<Option<Self>, ()> {
+        match v {
+            STEP_EXEC => Ok(None),
+            STEP_CWD => Ok(Some(PreExec::Cwd)),
+            STEP_LAYER => Ok(Some(PreExec::Layer)),
+            v if (STEP_STDIO..STEP_STDIO + 3).contains(&v) => {
+                Ok(Some(PreExec::Stdio((v - STEP_STDIO) as u8)))
+            }
+            _ => Err(()),
+        }
+    }
+
+    /// The reason a launch of its own would give (`cwd`: the command's
+    /// working directory).
+    pub fn reason(self, errno: i32, cwd: &Path) -> String {
+        let err = std::io::Error::from_raw_os_error(errno);
+        match self {
+            PreExec::Stdio(fd) => format!("cannot set up its fd {fd} (dup2): {err}"),
+            PreExec::Cwd => format!(
+                "cannot change to the working directory {}: {err}",
+                cwd.display()
+            ),
+            PreExec::Layer => {
+                format!("cannot nest its signal-scoping Landlock layer: {err}")
+            }
+        }
+    }
 }
 
 /// The runner's side of a shared launch: the zygote's run, on a thread.
@@ -472,15 +528,25 @@ impl Zygote {
                         status,
                         timed_out,
                         others,
+                        pre_exec: None,
                     });
                 }
                 Ok(a) if a[0] == b'x' => {
-                    // The command never ran; its status says why.
+                    // The command never ran; its status says why, or the
+                    // step before its exec that failed.
                     let errno = i32::from_ne_bytes([a[1], a[2], a[3], a[4]]);
+                    let step = u32::from_ne_bytes([a[5], a[6], a[7], a[8]]);
+                    let Ok(step) = PreExec::of(step) else {
+                        return Err(self.fail("the zygote's answer is malformed".into()));
+                    };
                     return Ok(ZygoteExit {
-                        status: exec_failure_status(errno),
+                        status: match step {
+                            Some(_) => 127 << 8,
+                            None => exec_failure_status(errno),
+                        },
                         timed_out,
                         others: 0,
+                        pre_exec: step.map(|s| (s, errno)),
                     });
                 }
                 Ok(_) => return Err(self.fail("the zygote's answer is malformed".into())),
@@ -521,6 +587,21 @@ fn live_of(
             Some((calls, count))
         }
     }
+}
+
+/// The runner failure for a command whose child failed `pre_exec` (a
+/// step before its exec), said as a launch of its own says it.
+#[cfg(target_os = "linux")]
+fn pre_exec_error(req: &RunRequest, cwd: &Path, pre_exec: Option<(PreExec, i32)>) -> RunError {
+    let program = req.argv.first().cloned().unwrap_or_default();
+    let source = match pre_exec {
+        Some((step, errno)) => {
+            let kind = std::io::Error::from_raw_os_error(errno).kind();
+            std::io::Error::new(kind, step.reason(errno, cwd))
+        }
+        None => std::io::Error::other("the command never ran"),
+    };
+    RunError::Spawn { program, source }
 }
 
 /// The wait status a shell-like runner reports for a program that could
@@ -820,6 +901,7 @@ pub fn serve() -> i32 {
             envp: envp.as_ptr(),
             mask: None,
             errno: 0,
+            step: STEP_EXEC,
         };
         let pid = spawn_child(&mut stack, &mut args);
         drop(fds);
@@ -828,14 +910,14 @@ pub fn serve() -> i32 {
             continue;
         };
         // The child has exec'd or exited (CLONE_VFORK): a failure is known.
-        let failed = (args.errno != 0).then_some(args.errno);
+        let failed = (args.errno != 0).then_some((args.errno, args.step));
         if keep {
             serve_kept(sock, pid, grace, failed);
             return 0;
         }
         let (status, others) = supervise(sock, pid, grace);
         match failed {
-            Some(errno) => reply(sock, b'x', errno, 0),
+            Some((errno, step)) => reply(sock, b'x', errno, step),
             None => reply(sock, b's', status, others),
         }
     }
@@ -907,6 +989,8 @@ struct ChildArgs {
     mask: Option<libc::sigset_t>,
     /// Set by the child when it could not exec (why); 0 when it did.
     errno: i32,
+    /// Set by the child with `errno`: the step that failed (`STEP_*`).
+    step: u32,
 }
 
 /// Starts the command's child, as `posix_spawn` does: `clone` with
@@ -941,8 +1025,9 @@ fn spawn_child(stack: &mut ChildStack, args: &mut ChildArgs) -> Option<libc::pid
             (args as *mut ChildArgs).cast(),
         );
         set_mask(&old, std::ptr::null_mut());
-        // The child wrote `errno` through another pointer.
+        // The child wrote `errno` and `step` through another pointer.
         args.errno = std::ptr::read_volatile(&args.errno);
+        args.step = std::ptr::read_volatile(&args.step);
         (pid > 0).then_some(pid)
     }
 }
@@ -973,9 +1058,10 @@ unsafe fn set_mask(set: *const libc::sigset_t, old: *mut libc::sigset_t) -> libc
 }
 
 /// The command's child: stdio, working directory, the signal-scoping
-/// layer, exec; on failure the errno goes to `args.errno` and the child
-/// exits 127. It runs on [`spawn_child`]'s stack, in the zygote's memory,
-/// until its exec: it writes nothing but `args.errno` and its own stack.
+/// layer, exec; on failure the errno goes to `args.errno`, the step to
+/// `args.step`, and the child exits 127. It runs on [`spawn_child`]'s
+/// stack, in the zygote's memory, until its exec: it writes nothing but
+/// `args.errno`, `args.step` and its own stack.
 #[cfg(target_os = "linux")]
 extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the `ChildArgs` spawn_child passed, valid while
@@ -983,7 +1069,8 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
     // is valid (prepared before the clone). Only async-signal-safe calls.
     unsafe {
         let args = arg.cast::<ChildArgs>();
-        let fail = |e: i32| -> ! {
+        let fail = |e: i32, step: u32| -> ! {
+            std::ptr::write_volatile(&mut (*args).step, step);
             std::ptr::write_volatile(&mut (*args).errno, if e == 0 { libc::EINVAL } else { e });
             libc::_exit(127)
         };
@@ -993,20 +1080,20 @@ extern "C" fn child(arg: *mut libc::c_void) -> libc::c_int {
         }
         for (to, from) in (*args).stdio.iter().enumerate() {
             if libc::dup2(*from, to as RawFd) < 0 {
-                fail(errno());
+                fail(errno(), STEP_STDIO + to as u32);
             }
         }
         if libc::chdir((*args).cwd) != 0 {
-            fail(errno());
+            fail(errno(), STEP_CWD);
         }
         if libc::syscall(libc::SYS_landlock_restrict_self, (*args).layer, 0) != 0 {
-            fail(errno());
+            fail(errno(), STEP_LAYER);
         }
         if let Some(mask) = &(*args).mask {
             set_mask(mask, std::ptr::null_mut());
         }
         libc::execve((*args).path, (*args).argv, (*args).envp);
-        fail(errno())
+        fail(errno(), STEP_EXEC)
     }
 }
 
@@ -1140,20 +1227,20 @@ fn supervise(sock: RawFd, pid: libc::pid_t, grace: Duration) -> (i32, u32) {
 /// kept slot. An end before the main process exited (the timeout,
 /// a stop signal) ends all of it at once, as [`supervise`].
 #[cfg(target_os = "linux")]
-fn serve_kept(sock: RawFd, pid: libc::pid_t, grace: Duration, failed: Option<i32>) {
+fn serve_kept(sock: RawFd, pid: libc::pid_t, grace: Duration, failed: Option<(i32, u32)>) {
     let mut r = Reaper::new(pid);
     if r.wait_main(sock) {
         r.end_all(grace);
         match failed {
-            Some(errno) => reply(sock, b'x', errno, 0),
+            Some((errno, step)) => reply(sock, b'x', errno, step),
             None => reply(sock, b's', r.status.unwrap_or(libc::SIGKILL), r.others),
         }
         return;
     }
     let status = r.status.unwrap_or(libc::SIGKILL);
-    if let Some(errno) = failed {
+    if let Some((errno, step)) = failed {
         r.end_all(grace);
-        reply(sock, b'x', errno, 0);
+        reply(sock, b'x', errno, step);
         return;
     }
     while r.reap(false) {}
@@ -1534,6 +1621,11 @@ impl Shared {
                 // What the broker refused for this command, taken (and its
                 // per-command state reset) now that all of it is gone.
                 match zygote.take_mediation() {
+                    // It never ran: a runner failure, as a launch of its
+                    // own reports it.
+                    Some(_) if exit.pre_exec.is_some() => {
+                        Some(Err(pre_exec_error(req, &cwd, exit.pre_exec)))
+                    }
                     Some(m) => {
                         outcome.classification = outcome.classification.with_refusals(&m);
                         outcome.mediation = Some(m);
@@ -1628,6 +1720,9 @@ impl Shared {
             nested.take().into_outcome(&mut outcome);
         }
         match zygote.end() {
+            Some(Ok(_)) if exit.pre_exec.is_some() => {
+                Some(Err(pre_exec_error(req, &cwd, exit.pre_exec)))
+            }
             Some(Ok(run)) => {
                 if let Some(m) = run.mediation {
                     outcome.classification = outcome.classification.with_refusals(&m);

@@ -34,12 +34,20 @@ impl Harness {
 
     /// [`Harness::open`] with variables set in the session's environment.
     fn open_with(nobody: bool, flags: &[&str], env: &[(&str, &str)]) -> Self {
+        Self::open_in(nobody, flags, env, None)
+    }
+
+    /// [`Harness::open_with`], the session started in `cwd` when given.
+    fn open_in(nobody: bool, flags: &[&str], env: &[(&str, &str)], cwd: Option<&Path>) -> Self {
         let mut cmd = if nobody {
             sandbox_as_nobody()
         } else {
             sandbox()
         };
         cmd.envs(env.iter().copied());
+        if let Some(cwd) = cwd {
+            cmd.current_dir(cwd);
+        }
         cmd.arg("session")
             .args(BACKEND)
             .args(flags)
@@ -1537,6 +1545,98 @@ fn a_command_deaf_to_sigterm_is_ended_at_its_timeout() {
             json!({"output": true}),
         );
         assert_eq!(exit["stdout"], "ok\n", "{exit}");
+        h.close();
+    }
+}
+
+/// A request's relative "cwd" is the session's own cwd's, under either
+/// launch (the shared launch's zygote runs in `/`: it ran nothing, 127,
+/// with no reason): the command runs there, and the next one, without a
+/// "cwd", runs in the session's cwd. Twin: a relative "cwd" that is not
+/// a directory there is refused before anything runs. Root and nobody.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_relative_cwd_is_the_sessions_own_under_either_launch() {
+    use std::os::unix::fs::PermissionsExt;
+    for nobody in users() {
+        for launch in ["shared", "per-command"] {
+            let ctx = format!("nobody={nobody} launch={launch}");
+            let (_dir, dir) = shared_dir();
+            let sub = dir.join("sub");
+            std::fs::create_dir(&sub).unwrap();
+            std::fs::set_permissions(&sub, std::fs::Permissions::from_mode(0o777)).unwrap();
+            let w = dir.to_str().unwrap();
+            let mut h = Harness::open_in(nobody, &["-w", w, "--launch", launch], &[], Some(&dir));
+            let (_, exit) = h.run(
+                "rel",
+                &["/bin/sh", "-c", "pwd; echo x > here"],
+                json!({"cwd": "sub", "output": true}),
+            );
+            assert_eq!(exit["status"], 0, "{ctx}: {exit}");
+            assert_eq!(
+                exit["stdout"],
+                format!("{}\n", sub.display()),
+                "{ctx}: {exit}"
+            );
+            assert!(sub.join("here").is_file(), "{ctx}");
+            let (_, exit) = h.run("own", &["/bin/pwd"], json!({"output": true}));
+            assert_eq!(exit["stdout"], format!("{w}\n"), "{ctx}: {exit}");
+            // Twin: not a directory beneath the session's cwd.
+            h.send(&json!({"id": "none", "op": "run", "argv": ["/bin/pwd"], "cwd": "nope"}));
+            let e = h.next();
+            assert_eq!(e["event"], "error", "{ctx}: {e}");
+            assert!(e.to_string().contains("not a directory"), "{ctx}: {e}");
+            h.close();
+        }
+    }
+}
+
+/// A "cwd" the command cannot enter (mode 0, as nobody, or as the user
+/// running the tests when not root) is a runner failure under either
+/// launch: 125, with a reason naming the step, the directory and the
+/// errno, as a launch of its own says it (the shared launch said 126,
+/// task_failure, no reason). Twin: the next command, in a directory it
+/// can enter, runs in the same session.
+#[cfg(target_os = "linux")]
+#[test]
+fn an_unreachable_cwd_is_a_runner_failure_under_either_launch() {
+    use std::os::unix::fs::PermissionsExt;
+    // Root's own launch enters the directory before its capabilities
+    // are dropped: the unprivileged user is the one this concerns.
+    let nobody = is_root();
+    for launch in ["shared", "per-command"] {
+        let ctx = format!("nobody={nobody} launch={launch}");
+        let (_dir, dir) = shared_dir();
+        let locked = dir.join("locked");
+        let open = dir.join("open");
+        for (d, mode) in [(&locked, 0o000), (&open, 0o777)] {
+            std::fs::create_dir(d).unwrap();
+            std::fs::set_permissions(d, std::fs::Permissions::from_mode(mode)).unwrap();
+        }
+        let w = dir.to_str().unwrap();
+        let mut h = Harness::open(nobody, &["-w", w, "--launch", launch]);
+        let (_, exit) = h.run(
+            "locked",
+            &["/bin/pwd"],
+            json!({"cwd": locked, "output": true}),
+        );
+        assert_eq!(exit["status"], 125, "{ctx}: {exit}");
+        assert_eq!(exit["classification"], "runner_failure", "{ctx}: {exit}");
+        let want = format!(
+            "cannot change to the working directory {}: Permission denied",
+            locked.display()
+        );
+        let reason = exit["reason"].as_str().unwrap_or_default();
+        assert!(reason.contains(&want), "{ctx}: {exit}");
+        assert_eq!(exit["stdout"], "", "{ctx}: {exit}");
+        // Twin: a directory it can enter, in the same session.
+        let (_, exit) = h.run("open", &["/bin/pwd"], json!({"cwd": open, "output": true}));
+        assert_eq!(exit["status"], 0, "{ctx}: {exit}");
+        assert_eq!(
+            exit["stdout"],
+            format!("{}\n", open.display()),
+            "{ctx}: {exit}"
+        );
         h.close();
     }
 }
