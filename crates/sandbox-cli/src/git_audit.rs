@@ -954,7 +954,17 @@ struct Findings {
 /// "not read (outside the write paths)". Within `budget` ([`warnings`]
 /// shares one between repositories): what it found before the budget was
 /// spent, if it was ([`Budget::stopped`]).
-fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findings {
+///
+/// Hook directories in `listed` (device and inode) are left out, and those
+/// listed here added: an audit of several repositories names each
+/// directory once, under the first that has it (a linked worktree's git
+/// directory shares the main one's hooks through `commondir`).
+fn runs_code_beside(
+    dot_git: &Path,
+    scope: &Scope,
+    budget: &mut Budget,
+    listed: &mut HashSet<(u64, u64)>,
+) -> Findings {
     let gitdir = match git_dir_of(dot_git, scope, budget) {
         Ok(gitdir) => gitdir,
         Err(named) => {
@@ -1014,9 +1024,8 @@ fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findi
         }
     }
     // Each directory once, however many names lead to it.
-    let mut listed = HashSet::new();
     for dir in hook_dirs {
-        match list_dir(&dir, scope, budget, &mut listed) {
+        match list_dir(&dir, scope, budget, listed) {
             Ok(Some(listed)) => {
                 out.runs.extend(
                     listed
@@ -1542,13 +1551,14 @@ fn printable(line: &str) -> String {
 fn audit(made: &[PathBuf], scope: &Scope, budget: &mut Budget) -> Vec<String> {
     let mut lines = Vec::new();
     let mut unchecked = Vec::new();
+    let mut hooks_listed = HashSet::new();
     for dot_git in made {
         let at = repo_at(dot_git);
         if !budget.ok() {
             unchecked.push(at.display().to_string());
             continue;
         }
-        let Findings { runs, unknown } = runs_code_within(dot_git, scope, budget);
+        let Findings { runs, unknown } = runs_code_beside(dot_git, scope, budget, &mut hooks_listed);
         let stopped = budget.stopped.as_deref();
         let more = stopped.map_or_else(String::new, |why| {
             format!(" (the git audit stopped in it at {why}: it may run more)")
@@ -1691,6 +1701,11 @@ impl Memory {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// [`runs_code_beside`] alone (nothing listed before).
+    fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findings {
+        runs_code_beside(dot_git, scope, budget, &mut HashSet::new())
+    }
 
     /// [`runs_code_within`] with a budget of its own.
     fn runs_code(dot_git: &Path, scope: &Scope) -> Vec<String> {
@@ -2124,6 +2139,31 @@ mod tests {
         std::fs::write(git.join("config"), "[user]\n\tname = a\n").unwrap();
         std::fs::remove_file(git.join("config.worktree")).unwrap();
         assert!(runs_code(&git, &scope(dir.path(), &[])).is_empty());
+    }
+
+    /// A linked worktree's git directory shares the main one's hooks
+    /// (`commondir`): an audit of both names the hook once, under the main
+    /// repository, not again through `worktrees/wt/../../hooks`. Twin: the
+    /// worktree audited alone names it.
+    #[test]
+    fn a_linked_worktrees_shared_hooks_are_named_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join("repo/.git");
+        let wt = git.join("worktrees/wt");
+        std::fs::create_dir_all(git.join("hooks")).unwrap();
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(git.join("hooks/pre-commit"), "").unwrap();
+        std::fs::write(wt.join("commondir"), "../..\n").unwrap();
+        std::fs::write(wt.join("HEAD"), "ref: refs/heads/feat\n").unwrap();
+        let scope = scope(dir.path(), &[]);
+        let lines = audit(&[git.clone(), wt.clone()], &scope, &mut Budget::new(MAX_TIME));
+        assert_eq!(lines.len(), 1, "{lines:?}");
+        assert!(lines[0].contains("repo/.git/hooks/pre-commit"), "{lines:?}");
+        let alone = runs_code(&wt, &scope);
+        assert!(
+            alone.iter().any(|r| r.ends_with("hooks/pre-commit")),
+            "{alone:?}"
+        );
     }
 
     /// The files a run made are read without blocking and within bounds: a
