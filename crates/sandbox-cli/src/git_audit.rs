@@ -1558,7 +1558,8 @@ fn audit(made: &[PathBuf], scope: &Scope, budget: &mut Budget) -> Vec<String> {
             unchecked.push(at.display().to_string());
             continue;
         }
-        let Findings { runs, unknown } = runs_code_beside(dot_git, scope, budget, &mut hooks_listed);
+        let Findings { runs, unknown } =
+            runs_code_beside(dot_git, scope, budget, &mut hooks_listed);
         let stopped = budget.stopped.as_deref();
         let more = stopped.map_or_else(String::new, |why| {
             format!(" (the git audit stopped in it at {why}: it may run more)")
@@ -2156,7 +2157,11 @@ mod tests {
         std::fs::write(wt.join("commondir"), "../..\n").unwrap();
         std::fs::write(wt.join("HEAD"), "ref: refs/heads/feat\n").unwrap();
         let scope = scope(dir.path(), &[]);
-        let lines = audit(&[git.clone(), wt.clone()], &scope, &mut Budget::new(MAX_TIME));
+        let lines = audit(
+            &[git.clone(), wt.clone()],
+            &scope,
+            &mut Budget::new(MAX_TIME),
+        );
         assert_eq!(lines.len(), 1, "{lines:?}");
         assert!(lines[0].contains("repo/.git/hooks/pre-commit"), "{lines:?}");
         let alone = runs_code(&wt, &scope);
