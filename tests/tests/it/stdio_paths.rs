@@ -100,7 +100,10 @@ fn a_terminal_given_as_stdout_opens_by_its_path() {
             // writable by its mode, as bare.
             use std::os::fd::AsRawFd;
             // SAFETY: fchown on a live fd.
-            assert_eq!(unsafe { libc::fchown(slave.as_raw_fd(), 65534, u32::MAX) }, 0);
+            assert_eq!(
+                unsafe { libc::fchown(slave.as_raw_fd(), 65534, u32::MAX) },
+                0
+            );
         }
         let mut child = cmd(nobody)
             .args(["run", "-q", "-w", w.to_str().unwrap(), "--", "sh", "-c"])
