@@ -547,6 +547,11 @@ fn tool_caches(
         }
     }
     caches.sort();
+    if !caches.is_empty() {
+        // Keys no run used for a month (a fresh workspace per task makes
+        // one each): removed once a day, on a thread of their own.
+        sandbox::runner::prune_unused_tool_caches();
+    }
     Ok(caches)
 }
 
@@ -689,6 +694,8 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
             show::unheld_summary(&outcome),
             show::runner_summary(&outcome),
             show::egress_summary(&outcome),
+            show::leftover_summary(&outcome),
+            show::unobserved_summary(&outcome, report.is_some()),
         ]
         .into_iter()
         .flatten()

@@ -269,7 +269,117 @@ pub fn tool_cache_dir(tool: ToolCache, key: &CacheKey) -> Result<PathBuf, ToolCa
             ),
         ));
     }
+    // Used now: kept [`KEEP_UNUSED`] from here ([`prune_unused_tool_caches`]).
+    touch(&keyed);
     Ok(dir)
+}
+
+/// How long a key's caches are kept without a run of that key: a harness
+/// that gives each task a fresh workspace makes a key per task, whose
+/// caches no later run finds.
+pub const KEEP_UNUSED: std::time::Duration = std::time::Duration::from_secs(30 * 24 * 3600);
+
+/// How often [`prune_unused_tool_caches`] looks.
+const PRUNE_EVERY: std::time::Duration = std::time::Duration::from_secs(24 * 3600);
+
+/// The file in [`tools_root`] whose time says when it was last pruned.
+const PRUNED: &str = ".pruned";
+
+/// Sets `path`'s times to now, not following a link (best effort).
+fn touch(path: &Path) {
+    let Ok(c) = std::ffi::CString::new(path.as_os_str().as_bytes()) else {
+        return;
+    };
+    // SAFETY: a NUL-terminated path; a null `times` means now.
+    unsafe {
+        libc::utimensat(
+            libc::AT_FDCWD,
+            c.as_ptr(),
+            std::ptr::null(),
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    };
+}
+
+/// Removes, at most once a day ([`PRUNE_EVERY`]) and on a thread of its
+/// own without capabilities (it removes only what this user could), the
+/// keys' caches no run used for [`KEEP_UNUSED`] ([`prune`]). Returns at
+/// once; a process that ends first leaves the rest for the next day.
+pub fn prune_unused_tool_caches() {
+    let Some(tools) = tools_root() else {
+        return;
+    };
+    let _ = std::thread::Builder::new()
+        .name("sandbox-cache-prune".into())
+        .spawn(move || {
+            if crate::runner::drop_thread_capabilities().is_ok() {
+                prune(&tools, std::time::SystemTime::now());
+            }
+        });
+}
+
+/// Removes each key's directory in `tools` (this user's own, not a link)
+/// whose last use, the newest time of it and of its tools' directories,
+/// is older than [`KEEP_UNUSED`] at `now`, unless `tools` was pruned
+/// within [`PRUNE_EVERY`] (its [`PRUNED`] file's time, set now). Only
+/// entries named as keys are looked at; a link is never followed
+/// (`remove_dir_all` removes a link, not what it names). How many were
+/// removed.
+fn prune(tools: &Path, now: std::time::SystemTime) -> usize {
+    use std::os::unix::fs::OpenOptionsExt;
+    let stamp = tools.join(PRUNED);
+    let recent = |meta: &std::fs::Metadata, within: std::time::Duration| {
+        meta.modified()
+            .ok()
+            .and_then(|t| now.duration_since(t).ok())
+            .map_or(true, |age| age < within)
+    };
+    if std::fs::symlink_metadata(&stamp).is_ok_and(|m| m.is_file() && recent(&m, PRUNE_EVERY)) {
+        return 0;
+    }
+    let Ok(entries) = std::fs::read_dir(tools) else {
+        return 0;
+    };
+    let made = std::fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&stamp);
+    let times = std::fs::FileTimes::new()
+        .set_modified(now)
+        .set_accessed(now);
+    if made.and_then(|f| f.set_times(times)).is_err() {
+        return 0;
+    }
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        if !name.to_str().is_some_and(is_key_name) {
+            continue;
+        }
+        let path = entry.path();
+        let Ok(meta) = std::fs::symlink_metadata(&path) else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != me || recent(&meta, KEEP_UNUSED) {
+            continue;
+        }
+        // A tool's directory written lately is a use too (keys made
+        // before their use was recorded).
+        let used = std::fs::read_dir(&path).is_ok_and(|tools| {
+            tools
+                .flatten()
+                .any(|t| std::fs::symlink_metadata(t.path()).is_ok_and(|m| recent(&m, KEEP_UNUSED)))
+        });
+        if !used && std::fs::remove_dir_all(&path).is_ok() {
+            removed += 1;
+        }
+    }
+    removed
 }
 
 /// The kind of kernel filesystem `path` lies on (cgroup, sysfs, proc), if any.
@@ -295,6 +405,61 @@ fn kernel_filesystem(path: &Path) -> Option<&'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Sets `path`'s times `days` days before `now`.
+    fn age(path: &Path, now: std::time::SystemTime, days: u64) {
+        let t = now - std::time::Duration::from_secs(days * 24 * 3600);
+        let f = std::fs::File::open(path).unwrap();
+        f.set_times(std::fs::FileTimes::new().set_modified(t).set_accessed(t))
+            .unwrap();
+    }
+
+    /// Keys unused for longer than KEEP_UNUSED are removed, at most once a
+    /// day; kept: a recently used key, an old key whose tool directory was
+    /// written lately, names that are no key, a link named as a key (and
+    /// what it names). A second prune the same day removes nothing.
+    #[test]
+    fn unused_keys_are_pruned_and_nothing_else() {
+        let dir = tempfile::tempdir().unwrap();
+        let tools = dir.path().join(TOOLS);
+        let now = std::time::SystemTime::now();
+        let k = |i: u8| tools.join(format!("{i:032x}"));
+        for i in 1..=4 {
+            std::fs::create_dir_all(k(i).join("npm/sub")).unwrap();
+            std::fs::write(k(i).join("npm/sub/f"), "x").unwrap();
+        }
+        let outside = dir.path().join("outside");
+        std::fs::create_dir_all(&outside).unwrap();
+        std::fs::write(outside.join("keep"), "x").unwrap();
+        std::os::unix::fs::symlink(&outside, k(5)).unwrap();
+        std::fs::create_dir_all(tools.join("npm")).unwrap();
+        // 1: unused for 40 days (and its tool dir too): removed.
+        age(&k(1).join("npm"), now, 40);
+        age(&k(1), now, 40);
+        // 2: used yesterday: kept.
+        age(&k(2).join("npm"), now, 40);
+        age(&k(2), now, 1);
+        // 3: an old key whose npm directory was written 2 days ago: kept.
+        age(&k(3), now, 40);
+        age(&k(3).join("npm"), now, 2);
+        // 4: as 1, for the second prune.
+        age(&k(4).join("npm"), now, 40);
+        age(&k(4), now, 40);
+        age(&tools.join("npm"), now, 400);
+        assert_eq!(prune(&tools, now), 2);
+        assert!(!k(1).exists() && !k(4).exists());
+        assert!(k(2).join("npm/sub/f").exists() && k(3).join("npm/sub/f").exists());
+        assert!(tools.join("npm").exists(), "not a key's name");
+        assert!(outside.join("keep").exists(), "a link is not followed");
+        assert!(std::fs::symlink_metadata(k(5)).is_ok(), "nor removed");
+        // Pruned today: nothing more until tomorrow.
+        std::fs::create_dir_all(k(6)).unwrap();
+        age(&k(6), now, 40);
+        assert_eq!(prune(&tools, now), 0);
+        assert!(k(6).exists());
+        assert_eq!(prune(&tools, now + PRUNE_EVERY), 1);
+        assert!(!k(6).exists());
+    }
 
     fn key(roots: &[&str]) -> CacheKey {
         CacheKey::of_write_roots(roots.iter().map(PathBuf::from))

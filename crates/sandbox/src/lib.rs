@@ -87,7 +87,9 @@ pub mod runner {
     //! codes the CLI gives; what this host can hold a run to
     //! ([`containment`], [`limit_support`], [`datagram_namespace`]); the
     //! tool caches' directories; stopping runs on a signal.
-    pub use crate::caches::{tool_cache_dir, tools_root, CacheKey, ToolCacheError};
+    pub use crate::caches::{
+        prune_unused_tool_caches, tool_cache_dir, tools_root, CacheKey, ToolCacheError, KEEP_UNUSED,
+    };
     pub use crate::host::{
         containment, datagram_namespace, drop_thread_capabilities, limit_support,
     };
