@@ -694,6 +694,8 @@ fn cmd_run(args: RunArgs) -> Result<i32, Fatal> {
             show::unheld_summary(&outcome),
             show::runner_summary(&outcome),
             show::egress_summary(&outcome),
+            show::leftover_summary(&outcome),
+            show::unobserved_summary(&outcome, report.is_some()),
         ]
         .into_iter()
         .flatten()

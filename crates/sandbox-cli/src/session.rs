@@ -1474,7 +1474,7 @@ fn end_kept_runs(
                 ended += run.leftover_processes_ended;
                 timed_out = run.timed_out;
                 if let Some(m) = &run.mediation {
-                    refused.clone_from(&m.refused);
+                    refused = crate::show::with_reasons(&m.refused);
                     omitted = m.omitted;
                     // The git audit over every repository its processes
                     // made, from its start to its end (its broker saw all
@@ -1639,7 +1639,7 @@ fn exit_event(
     let refused = outcome
         .mediation
         .as_ref()
-        .map(|m| m.refused.as_slice())
+        .map(|m| crate::show::with_reasons(&m.refused))
         .unwrap_or_default();
     e.insert("refusals".into(), json!(refused));
     if let Some(m) = &outcome.mediation {

@@ -141,8 +141,23 @@ fn unrecorded(outcome: &Outcome) -> Vec<String> {
              failed reading one, that is why"
         ));
     }
+    // The command runs as the runner's user: root's capabilities are
+    // dropped in a Landlock run (docs/enforcement.md).
+    // SAFETY: geteuid has no preconditions.
+    if outcome.backend == "landlock" && unsafe { libc::geteuid() } == 0 {
+        out.push(ROOT_NOT_RECORDED.into());
+    }
     out
 }
+
+/// What `--explain` says after a failed run as uid 0: the kernel's own
+/// refusals of what root's capabilities would have allowed (never a
+/// refusal of the sandbox's, so never recorded).
+const ROOT_NOT_RECORDED: &str = "  not recorded: the run is uid 0 but root's capabilities \
+     are dropped in it, so changing a file's owner to another user (chown, tar -x keeping \
+     owners: use tar --no-same-owner) and writes or removals past a file's permissions (a \
+     0444 file, rm -rf of a read-only tree) fail with EPERM or EACCES as for an ordinary \
+     user; if the command failed doing one, that is why";
 
 /// Whether `call` is a read a read-deny path refused (an open, an exec, or
 /// an extended-attribute read).
@@ -267,10 +282,14 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
         }
         for (call, n) in distinct.into_iter().take(20) {
             out.push(format!(
-                "    refused {} on {}: {}{}",
+                "    refused {}{}: {}{}",
                 call.syscall,
-                call.target,
-                call.reason,
+                if call.target.is_empty() {
+                    String::new()
+                } else {
+                    format!(" on {}", call.target)
+                },
+                refusal_reason(call),
                 if n > 1 {
                     format!(" ({n} times)")
                 } else {
@@ -295,11 +314,54 @@ pub(crate) fn explain(outcome: &Outcome) -> Vec<String> {
     }
     if outcome.leftover_processes_ended > 0 {
         out.push(format!(
-            "  ended {} leftover process(es) after the command exited",
+            "  ended {} leftover process(es) after the command exited (a run ends with its \
+             command; for background work, a session's \"keep\")",
             outcome.leftover_processes_ended
         ));
     }
     out
+}
+
+/// The start of the reason a call the seccomp filter refused outright
+/// carries (`sandbox_landlock`'s broker records it with no target).
+const FILTER_REFUSED: &str = "refused by the seccomp filter";
+
+/// The reason `call` was refused, as `--explain` and a session's events
+/// say it: a filter refusal of `setsid` or `setpgid` (a run contained by
+/// its process group, without a delegated cgroup) says why and what it
+/// breaks; any other reason as recorded.
+pub(crate) fn refusal_reason(call: &sandbox::runner::MediatedCall) -> std::borrow::Cow<'_, str> {
+    if call.reason != FILTER_REFUSED || !call.target.is_empty() {
+        return std::borrow::Cow::Borrowed(&call.reason);
+    }
+    std::borrow::Cow::Owned(match call.syscall.as_str() {
+        "setsid" => format!(
+            "{FILTER_REFUSED}: runs without a delegated cgroup are contained by process group, \
+             which a new session would leave (git's detached auto-maintenance is one: \
+             git config maintenance.auto false, or gc.autoDetach false)"
+        ),
+        "setpgid" => format!(
+            "{FILTER_REFUSED}: runs without a delegated cgroup are contained by process group, \
+             which a new process group would leave"
+        ),
+        _ => return std::borrow::Cow::Borrowed(&call.reason),
+    })
+}
+
+/// `calls` with each reason as [`refusal_reason`] says it.
+pub(crate) fn with_reasons(
+    calls: &[sandbox::runner::MediatedCall],
+) -> Vec<sandbox::runner::MediatedCall> {
+    calls
+        .iter()
+        .map(|c| {
+            let mut c = c.clone();
+            if let std::borrow::Cow::Owned(reason) = refusal_reason(&c) {
+                c.reason = reason;
+            }
+            c
+        })
+        .collect()
 }
 
 /// What a private `CARGO_HOME` changes, said beside `--cache cargo`.
@@ -738,6 +800,38 @@ pub(crate) fn egress_summary(outcome: &Outcome) -> Option<String> {
             "sandbox: the egress proxy {} (its own bounds, not refusals)",
             parts.join("; ")
         )
+    })
+}
+
+/// One line saying the runner ended processes the command left behind
+/// when it exited (`setsid CMD`, whose parent exits at once, a daemon, a
+/// `cmd &`): printed even when the run succeeded, since what they would
+/// have done was not done.
+pub(crate) fn leftover_summary(outcome: &Outcome) -> Option<String> {
+    let n = outcome.leftover_processes_ended;
+    (n > 0).then(|| {
+        format!(
+            "sandbox: ended {} the command left running when it exited: a run ends with its \
+             command (`setsid CMD` returns at once, leaving CMD behind); for background work, \
+             a session's \"keep\"",
+            plural(n, "process")
+        )
+    })
+}
+
+/// One line after a plain Linux run that failed on its own terms as far
+/// as the runner saw (`observed`: the run's writes went through the
+/// broker, `--explain` or `--report`): the writes the kernel refused left
+/// no record, so no refusal summary names them (`/dev/shm`, a compiler's
+/// `/tmp`, `~/.npm`).
+pub(crate) fn unobserved_summary(outcome: &Outcome, observed: bool) -> Option<String> {
+    // A refusal the broker saw has its summary line, which points to
+    // `--explain` already.
+    let failed = outcome.classification == sandbox::runner::Classification::TaskFailure;
+    (failed && !observed && outcome.backend == "landlock" && outcome.policy.is_some()).then(|| {
+        "sandbox: writes the kernel refused are not recorded in this mode; rerun with \
+         --explain to see them"
+            .to_owned()
     })
 }
 

@@ -1640,3 +1640,55 @@ fn an_unreachable_cwd_is_a_runner_failure_under_either_launch() {
         h.close();
     }
 }
+
+/// A command's `setsid` refused by the filter (a session without a
+/// delegated cgroup: nobody's, contained by process group) is listed, in
+/// its `refused` event and its exit event, with a reason that says why and
+/// what it breaks, beside the filter's own words. Twin: a refusal with a
+/// target in the same command keeps its reason as recorded.
+#[cfg(target_os = "linux")]
+#[test]
+fn a_refused_setsid_says_why_in_the_sessions_events() {
+    // Root's sessions have a delegated cgroup here, which allows setsid.
+    let nobody = is_root();
+    let (_dir, dir) = shared_dir();
+    let (_out, outside) = shared_dir();
+    let w = dir.to_str().unwrap();
+    let mut h = Harness::open(nobody, &["-w", w]);
+    let script = format!("setsid -w true; echo x > {}/f; exit 0", outside.display());
+    h.send(&json!({"id": "s", "op": "run", "argv": ["/bin/sh", "-c", script]}));
+    let started = h.next();
+    assert_eq!(started["event"], "started", "{started}");
+    let mut live = Vec::new();
+    let exit = loop {
+        let e = h.next();
+        if e["event"] != "refused" {
+            break e;
+        }
+        live.push(e);
+    };
+    assert_eq!(exit["event"], "exit", "{exit}");
+    let why = "refused by the seccomp filter: runs without a delegated cgroup are contained \
+               by process group, which a new session would leave (git's detached \
+               auto-maintenance is one";
+    let refusals = exit["refusals"].as_array().unwrap();
+    for (what, list) in [("exit", refusals), ("refused", &live)] {
+        let setsid = list
+            .iter()
+            .find(|r| r["syscall"] == "setsid")
+            .unwrap_or_else(|| panic!("{what}: {exit} {live:?}"));
+        assert!(
+            setsid["reason"].as_str().unwrap().starts_with(why),
+            "{what}: {setsid}"
+        );
+        assert_eq!(setsid["target"], "", "{what}: {setsid}");
+    }
+    // Twin: the write outside, its reason as recorded.
+    let target = outside.join("f").display().to_string();
+    let write = refusals
+        .iter()
+        .find(|r| r["target"] == target.as_str())
+        .unwrap_or_else(|| panic!("{exit}"));
+    assert_eq!(write["reason"], "outside the write paths", "{write}");
+    h.close();
+}

@@ -56,7 +56,8 @@ impl Job {
             return;
         };
         self.had = self.had.max(count);
-        for call in calls {
+        // A filter refusal of setsid says why ([`crate::show::refusal_reason`]).
+        for call in crate::show::with_reasons(&calls) {
             let mut e = Map::new();
             e.insert("id".into(), self.id.clone());
             e.insert("event".into(), "refused".into());
