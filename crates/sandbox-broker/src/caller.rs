@@ -103,7 +103,8 @@ impl Caller {
         Ok(())
     }
 
-    fn proc_dir(&self) -> io::Result<RawFd> {
+    /// The `/proc/TID` fd [`Caller::open_proc`] opened.
+    pub(crate) fn proc_dir(&self) -> io::Result<RawFd> {
         self.proc_dir
             .as_ref()
             .map(AsRawFd::as_raw_fd)
@@ -330,6 +331,23 @@ impl Caller {
         // SAFETY: our /proc/TID fd, a NUL-terminated name, a live out-pointer.
         cvt(libc::c_long::from(unsafe {
             libc::fstatat(self.proc_dir()?, link.as_ptr(), &mut st, 0)
+        }))?;
+        Ok(st)
+    }
+
+    /// The `stat` of `link` in the caller's `/proc/TID`, not followed: the
+    /// entry itself (`fd/N` exists while the caller's fd N is open).
+    pub(crate) fn proc_lstat(&self, link: &std::ffi::CStr) -> io::Result<libc::stat> {
+        // SAFETY: stat is plain data; fstatat fills it.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: our /proc/TID fd, a NUL-terminated name, a live out-pointer.
+        cvt(libc::c_long::from(unsafe {
+            libc::fstatat(
+                self.proc_dir()?,
+                link.as_ptr(),
+                &mut st,
+                libc::AT_SYMLINK_NOFOLLOW,
+            )
         }))?;
         Ok(st)
     }

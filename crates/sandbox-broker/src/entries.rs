@@ -221,6 +221,45 @@ impl FifoOpen {
 pub(crate) struct Starts {
     first: Start,
     second: Option<Start>,
+    /// A link's source named by a `/proc` path and not followed: `first` is
+    /// then the walk of that path, never taken.
+    proc_source: Option<ProcSource>,
+}
+
+/// The source of a `linkat` without `AT_SYMLINK_FOLLOW` named by an
+/// absolute `/proc` path. The kernel looks it up without following its last
+/// component (do_linkat, `filename_lookup` without `LOOKUP_FOLLOW`): the
+/// source is procfs's own inode (`/proc/self/fd/N` the magic link itself,
+/// not the file it names), so once the new name is looked up the answer is
+/// `EXDEV`, before any security hook (Python's `os.link` of a
+/// `/proc/self/fd/N` path; workload sweep P7).
+enum ProcSource {
+    /// The caller's own fd link (`/proc/self/fd/N`, `/proc/thread-self/fd/N`,
+    /// `/proc/TID/fd/N`), found in its fd table: the mount of its `/proc`.
+    Own { mount: Option<u64> },
+    /// Any other `/proc` path: looked up with the caller's credentials when
+    /// the call is decided ([`proc_link`]).
+    Path(CString),
+}
+
+/// [`ProcSource`] of a link's source `path`, not followed; `None` for a
+/// path outside `/proc` (or ending in a slash, which follows the last
+/// component). The caller's own fd link is looked up in its fd table now:
+/// a closed fd is `ENOENT`, as the kernel's lookup answers, before the new
+/// name is looked at.
+fn proc_source(caller: &Caller, path: &CStr) -> Result<Option<ProcSource>, Unresolved> {
+    let bytes = path.to_bytes();
+    if bytes.first() != Some(&b'/') || bytes.ends_with(b"/") || !crate::resolve::is_proc_path(bytes)
+    {
+        return Ok(None);
+    }
+    if let Some(n) = crate::syscalls::proc_fd(bytes, Some(caller.tid())) {
+        let link = CString::new(format!("fd/{n}")).map_err(|_| errno(libc::EINVAL))?;
+        caller.proc_lstat(&link).map_err(io_errno)?;
+        let mount = caller.proc_dir().ok().and_then(|dir| mount_at(dir, c""));
+        return Ok(Some(ProcSource::Own { mount }));
+    }
+    Ok(Some(ProcSource::Path(path.to_owned())))
 }
 
 /// Whether an open with `flags` can change the object it opens.
@@ -283,6 +322,7 @@ pub(crate) fn starts(
             Starts {
                 first: start(at, follow, false)?,
                 second: None,
+                proc_source: None,
             }
         }
         EntryCall::Mknod { at, .. }
@@ -291,20 +331,38 @@ pub(crate) fn starts(
         | EntryCall::Symlink { at, .. } => Starts {
             first: start(at, false, false)?,
             second: None,
+            proc_source: None,
         },
         EntryCall::Rename { from, to, .. } => Starts {
             first: start(from, false, false)?,
             second: Some(start(to, false, false)?),
+            proc_source: None,
         },
         EntryCall::Link {
             from,
             to,
             follow,
             empty_path,
-        } => Starts {
-            first: start(from, *follow, *empty_path)?,
-            second: Some(start(to, false, false)?),
-        },
+        } => {
+            let proc_source = if *follow {
+                None
+            } else {
+                proc_source(caller, &from.path)?
+            };
+            let first = match proc_source {
+                Some(_) => Start::Walk {
+                    base: None,
+                    path: from.path.clone(),
+                    follow: false,
+                },
+                None => start(from, *follow, *empty_path)?,
+            };
+            Starts {
+                first,
+                second: Some(start(to, false, false)?),
+                proc_source,
+            }
+        }
     })
 }
 
@@ -316,7 +374,11 @@ pub(crate) fn act(
     starts: Starts,
     target: &mut BrokerTarget,
 ) -> Result<Outcome, Unresolved> {
-    let Starts { first, second } = starts;
+    let Starts {
+        first,
+        second,
+        proc_source,
+    } = starts;
     let second = || second.ok_or(Unresolved::Errno(libc::EINVAL));
     let done = |rc: libc::c_int| match cvt(libc::c_long::from(rc)) {
         Ok(_) => Ok(Outcome::Done(BrokerDecision::Performed)),
@@ -521,6 +583,9 @@ pub(crate) fn act(
             ..
         } => {
             target.to = Some(String::from_utf8_lossy(to.path.as_bytes()).into_owned());
+            if let Some(source) = proc_source {
+                return proc_link(rules, source, second()?, target);
+            }
             // do_linkat (fs/namei.c): the source's lookup, then the new
             // name's (filename_create: EEXIST, ...), then EXDEV for two
             // mounts, then the security hook. So the source's errors come
@@ -1308,6 +1373,63 @@ pub(crate) fn fstatat_nofollow(dir: &OwnedFd, name: &CStr) -> io::Result<libc::s
         )
     }))?;
     Ok(st)
+}
+
+/// `linkat` without `AT_SYMLINK_FOLLOW` of a `/proc` path ([`ProcSource`]),
+/// decided with the caller's credentials: the source's lookup errors, then
+/// the new name's (`EEXIST`, `ENOENT`, ...), then `EXDEV` for procfs's inode
+/// on another mount than the new name, where the kernel stops before its
+/// security hook: no refusal is recorded for what fails bare too. A lookup
+/// that passes a symlink on the way (`/proc/self/cwd/...`: reached in the
+/// broker's context it would name another object) keeps the refusal.
+fn proc_link(
+    rules: &BrokerRules,
+    source: ProcSource,
+    second: Start,
+    target: &mut BrokerTarget,
+) -> Result<Outcome, Unresolved> {
+    let procfs = || Unresolved::Refused(Refusal::ProcfsPath, None);
+    let source_mount = match source {
+        ProcSource::Own { mount } => mount,
+        ProcSource::Path(path) => {
+            let resolve = crate::resolve::RESOLVE_NO_SYMLINKS;
+            // O_PATH | O_NOFOLLOW: a final symlink is the object itself.
+            match crate::resolve::openat2(
+                libc::AT_FDCWD,
+                &path,
+                libc::O_PATH | libc::O_NOFOLLOW,
+                resolve,
+            ) {
+                Ok(fd) if crate::resolve::on_procfs(&fd) => mount_at(fd.as_raw_fd(), c""),
+                Ok(_) => return Err(procfs()),
+                Err(e) if errno_of(&e) == libc::ELOOP => return Err(procfs()),
+                Err(e) => return Err(io_errno(e)),
+            }
+        }
+    };
+    let mut new_target = BrokerTarget::default();
+    let new_mount = match new_entry(rules, second, &mut new_target, false) {
+        Err(e @ Unresolved::Errno(_)) => return Err(e),
+        Ok(e) => {
+            if let Some(first) = first_error(&e, Intent::Create { dir: false }) {
+                return Err(first);
+            }
+            target.resolved = Some(e.path.clone());
+            entry_mount(&e)
+        }
+        Err(Unresolved::Refused(r, p)) => {
+            let refusal = Unresolved::Refused(r, p.or(new_target.resolved));
+            match refused_dir_mount(&refusal) {
+                Some(mount) => Some(mount),
+                None => return Err(refusal),
+            }
+        }
+    };
+    if two_mounts(source_mount, new_mount) {
+        return Err(errno(libc::EXDEV));
+    }
+    // A new name on procfs too: nothing the broker links.
+    Err(procfs())
 }
 
 /// The source of a hard link: the caller's own fd when it is open for

@@ -164,7 +164,21 @@ pub(crate) fn check(op: &Op, id: &Identity, st: &libc::stat) -> Result<(), Denie
                 return Err(Denied::Kernel(libc::EPERM));
             }
             let added = mode & !(st.st_mode & 0o7777);
-            if added & (libc::S_ISUID | libc::S_ISGID) != 0 {
+            // A directory's S_ISGID only gives its new entries its group
+            // (inode_init_owner): no privilege, and the kernel's own rule
+            // still applies (setattr_prepare clears it unless the caller is
+            // in the directory's group or holds CAP_FSETID, with the
+            // caller's credentials the broker acts with). S_ISUID stays
+            // refused everywhere: Linux ignores it on a directory, but some
+            // systems that may see the tree (FreeBSD's suiddir) give new
+            // files the directory's owner, and no workload needs it.
+            let is_dir = st.st_mode & libc::S_IFMT == libc::S_IFDIR;
+            let refused = if is_dir {
+                libc::S_ISUID
+            } else {
+                libc::S_ISUID | libc::S_ISGID
+            };
+            if added & refused != 0 {
                 return Err(Denied::Policy(Refusal::SetIdBits));
             }
         }
@@ -473,5 +487,57 @@ mod tests {
         // refusal above came from the identity, not from the object.
         perform(&Op::Chmod { mode: 0o600 }, &object(&roots)).expect("root chmods its file");
         assert_eq!(mode(&roots), 0o600);
+    }
+
+    /// `chmod g+s` of a directory is admitted (its new entries take its
+    /// group: no privilege); S_ISGID of anything else and S_ISUID anywhere
+    /// stay refused. Then the kernel's own rule, with the caller's
+    /// credentials: a group the caller is not in loses the bit silently.
+    #[test]
+    fn setgid_is_admitted_on_directories_only() {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let ours = dir.path().join("ours");
+        let foreign = dir.path().join("foreign");
+        let file = dir.path().join("file");
+        for d in [&ours, &foreign] {
+            std::fs::create_dir(d).expect("mkdir");
+        }
+        std::fs::write(&file, b"x").expect("write");
+        std::os::unix::fs::chown(&ours, Some(65534), Some(65534)).expect("chown (as root)");
+        std::os::unix::fs::chown(&foreign, Some(65534), Some(4242)).expect("chown");
+        std::os::unix::fs::chown(&file, Some(65534), Some(65534)).expect("chown");
+        let nobody = Identity {
+            euid: 65534,
+            fsuid: 65534,
+            fsgid: 65534,
+            groups: vec![65534],
+            supplementary: Vec::new(),
+            cap_eff: 0,
+            umask: 0o022,
+        };
+        let (o, f, r) = (object(&ours), object(&foreign), object(&file));
+        let setgid = Op::Chmod { mode: 0o2775 };
+        let setuid = Op::Chmod { mode: 0o4775 };
+        let refused = Err(Denied::Policy(Refusal::SetIdBits));
+        assert_eq!(check(&setgid, &nobody, &o.stat), Ok(()));
+        assert_eq!(check(&setgid, &nobody, &f.stat), Ok(()));
+        assert_eq!(check(&setgid, &nobody, &r.stat), refused);
+        assert_eq!(check(&setuid, &nobody, &o.stat), refused);
+        assert_eq!(check(&setuid, &nobody, &r.stat), refused);
+        // Positive control of the refusal's other side: a plain mode passes.
+        assert_eq!(check(&Op::Chmod { mode: 0o640 }, &nobody, &r.stat), Ok(()));
+        std::thread::spawn(move || {
+            let own = Credentials::current().expect("own");
+            let assumed = assume(&own, &nobody).expect("assume");
+            let got = (perform(&setgid, &o).is_ok(), perform(&setgid, &f).is_ok());
+            assumed.restore().expect("restore");
+            assert_eq!(got, (true, true));
+        })
+        .join()
+        .expect("thread");
+        let mode = |p: &Path| std::fs::metadata(p).expect("stat").mode() & 0o7777;
+        assert_eq!(mode(&ours), 0o2775);
+        // Not in group 4242, no CAP_FSETID: setattr_prepare dropped the bit.
+        assert_eq!(mode(&foreign), 0o775);
     }
 }

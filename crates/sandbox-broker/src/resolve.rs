@@ -915,7 +915,7 @@ fn mount_id(fd: &OwnedFd) -> Option<u64> {
 }
 
 /// `/proc` or beneath it, lexically (also `//proc`, `/./proc`).
-fn is_proc_path(path: &[u8]) -> bool {
+pub(crate) fn is_proc_path(path: &[u8]) -> bool {
     let first = path
         .split(|&b| b == b'/')
         .find(|c| !c.is_empty() && *c != b".");

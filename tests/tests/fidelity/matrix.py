@@ -144,6 +144,25 @@ def calls(base):
         ("pipe_meta", lambda p: pipe_meta()),
         # fchmodat(opath_fd, "", ...) without AT_EMPTY_PATH: ENOENT.
         ("fchmodat_empty", lambda p: fchmodat_empty(p)),
+        # linkat of /proc/self/fd/N without AT_SYMLINK_FOLLOW (Python's
+        # os.link): the source is procfs's magic link itself, EXDEV after
+        # the new name's errors (workload sweep P7); its twins follow it.
+        ("link_procfd", lambda p: link_procfd(p, base + "/new", 0)),
+        ("link_procfd_follow", lambda p: link_procfd(p, base + "/new", AT_SYMLINK_FOLLOW)),
+        ("link_procfd_existing", lambda p: link_procfd(p, base + "/file", 0)),
+        ("link_procfd_tmpfile", lambda p: link_tmpfile(base, base + "/new", 0)),
+        ("link_procfd_tmpfile_follow", lambda p: link_tmpfile(base, base + "/new", AT_SYMLINK_FOLLOW)),
+        ("link_procfd_closed", lambda p: linkat("/proc/self/fd/987", base + "/new", 0)),
+        ("link_procfd_other", lambda p: link_procfd_other(p, base + "/new")),
+        # S_ISGID of a directory is no privilege: admitted, the kernel's
+        # own rules then apply (the bit kept or silently dropped); mkdir
+        # ignores set-id bits in its mode. S_ISUID stays refused (KNOWN).
+        ("chmod_setgid", lambda p: chmod_then(p, lambda: os.chmod(p, 0o2775))),
+        ("fchmod_setgid", lambda p: fchmod_setgid(p)),
+        ("fchmodat2_setgid", lambda p: chmod_then(p, lambda: fchmodat2(p, 0o2775, 0))),
+        ("chmod_setgid_foreign", lambda p: chmod_then(p, lambda: os.chmod(p, 0o2775))),
+        ("chmod_setuid", lambda p: chmod_then(p, lambda: os.chmod(p, 0o4775))),
+        ("mkdir_setgid", lambda p: chmod_then(p, lambda: os.mkdir(p, 0o2775))),
         # Beyond the write path (compared with -w in every region).
         ("link_from_beyond", lambda p: os.link(outside(base) + "/exists", p)),
         ("link_to_beyond", lambda p: os.link(p, outside(base) + "/exists")),
@@ -156,6 +175,65 @@ def calls(base):
 
 
 AT_SYMLINK_NOFOLLOW = 0x100
+AT_SYMLINK_FOLLOW = 0x400
+
+
+def linkat(src, dst, flags):
+    import ctypes
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.linkat(-100, src.encode(), -100, dst.encode(), flags) != 0:
+        e = ctypes.get_errno()
+        raise OSError(e, os.strerror(e))
+
+
+def link_procfd(p, dst, flags):
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        linkat(f"/proc/self/fd/{fd}", dst, flags)
+    finally:
+        os.close(fd)
+
+
+def link_tmpfile(base, dst, flags):
+    """An O_TMPFILE file (no name: deleted) given one through /proc/self/fd."""
+    fd = os.open(base, os.O_TMPFILE | os.O_WRONLY, 0o600)
+    try:
+        linkat(f"/proc/self/fd/{fd}", dst, flags)
+    finally:
+        os.close(fd)
+
+
+def link_procfd_other(p, dst):
+    """/proc/PID/fd/N of another process (a child holding the file open)."""
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    r, w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.close(w)
+        os.read(r, 1)
+        os._exit(0)
+    os.close(r)
+    os.close(fd)
+    try:
+        linkat(f"/proc/{pid}/fd/{fd}", dst, 0)
+    finally:
+        os.close(w)
+        os.waitpid(pid, 0)
+
+
+def chmod_then(p, change):
+    """The change, then the set-id and sticky bits it left."""
+    change()
+    return f"ok {oct(os.stat(p).st_mode & 0o7000)}"
+
+
+def fchmod_setgid(p):
+    fd = os.open(p, os.O_RDONLY | os.O_NONBLOCK)
+    try:
+        os.fchmod(fd, 0o2775)
+    finally:
+        os.close(fd)
+    return f"ok {oct(os.stat(p).st_mode & 0o7000)}"
 SYS_FUTIMESAT = 261
 SYS_FCHMODAT = 268
 
@@ -333,6 +411,11 @@ def main():
             for call in names:
                 for obj in NAMES:
                     fixture(f"{top}/{call}/{obj}")
+                    if call == "chmod_setgid_foreign" and os.geteuid() == 0:
+                        # A group the caller (root without capabilities) is
+                        # not in: chmod keeps S_ISGID only for a member.
+                        for d in ("file", "dir", "empty"):
+                            os.chown(f"{top}/{call}/{obj}/{d}", -1, 4242)
         return
     out = {}
     for region, top in regions(root).items():

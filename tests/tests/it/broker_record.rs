@@ -206,3 +206,90 @@ fn the_kernels_own_eperm_is_no_refusal() {
         "{bare_out}"
     );
 }
+
+/// `linkat` of a `/proc/self/fd/N` path; argv: source file, new name, flags.
+const PROC_LINK: &str = r#"
+import ctypes, errno, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+fd = os.open(sys.argv[1], os.O_RDONLY)
+rc = libc.linkat(-100, f"/proc/self/fd/{fd}".encode(), -100, sys.argv[2].encode(), int(sys.argv[3]))
+print("ok" if rc == 0 else errno.errorcode[ctypes.get_errno()])
+raise SystemExit(1)
+"#;
+
+/// Workload sweep P7: `linkat(AT_FDCWD, "/proc/self/fd/N", AT_FDCWD, name,
+/// 0)` (Python's `os.link`) is EXDEV from the kernel, bare and under plain
+/// `-w`: the source is procfs's magic link itself. Under workspace-write
+/// (the broker handles links) it is the same EXDEV, and no refusal is
+/// recorded: the command failed on its own terms. Twins: the same link with
+/// `AT_SYMLINK_FOLLOW` of the workspace's own file is made; of a file
+/// outside the workspace (opened read-only) it is the sandbox's refusal,
+/// recorded (bare it would be made). Root and nobody.
+#[test]
+fn a_proc_fd_link_not_followed_is_exdev_and_no_refusal() {
+    for nobody in users() {
+        let (_w_dir, w) = shared_dir();
+        let (_o_dir, o) = shared_dir();
+        let (mine, outside) = (w.join("mine"), o.join("outside"));
+        std::fs::write(&mine, b"x").unwrap();
+        std::fs::write(&outside, b"x").unwrap();
+        if nobody {
+            // Its own files (protected_hardlinks: no link to another's).
+            for f in [&mine, &outside] {
+                std::os::unix::fs::chown(f, Some(65534), Some(65534)).unwrap();
+            }
+        }
+        let run = |report_path: &Path, source: &Path, name: &str, flags: &str| {
+            runner(nobody)
+                .args(["run", "--mode", "workspace-write", "--workspace"])
+                .arg(&w)
+                .arg("--report")
+                .arg(report_path)
+                .args(["--", "/usr/bin/python3", "-c", PROC_LINK])
+                .arg(source)
+                .arg(w.join(name))
+                .arg(flags)
+                .output()
+                .expect("spawn sandbox")
+        };
+        let r = w.join("nofollow.json");
+        let out = run(&r, &mine, "new", "0");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "EXDEV",
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        let v = report(&r);
+        assert_eq!(v["classification"]["class"], "task_failure", "{v}");
+        assert_eq!(v["mediation"]["refused"], serde_json::json!([]), "{v}");
+        // Wherever the file lies: outside the workspace too.
+        let r = w.join("nofollow-outside.json");
+        let out = run(&r, &outside, "new", "0");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "EXDEV");
+        assert_eq!(report(&r)["mediation"]["refused"], serde_json::json!([]));
+        // Twins, followed: the workspace's own file is linked...
+        let r = w.join("follow.json");
+        let out = run(&r, &mine, "linked", "1024");
+        assert_eq!(
+            String::from_utf8_lossy(&out.stdout).trim(),
+            "ok",
+            "nobody={nobody}: {}",
+            stderr(&out)
+        );
+        assert_eq!(std::fs::read(w.join("linked")).unwrap(), b"x");
+        // ... and a file outside it is refused (EXDEV, as Landlock answers
+        // under plain -w without the refer right) and recorded.
+        let r = w.join("follow-outside.json");
+        let out = run(&r, &outside, "stolen", "1024");
+        assert_eq!(String::from_utf8_lossy(&out.stdout).trim(), "EXDEV");
+        let v = report(&r);
+        assert_eq!(v["classification"]["class"], "sandbox_denial", "{v}");
+        assert_eq!(
+            v["mediation"]["refused"].as_array().map(Vec::len),
+            Some(1),
+            "{v}"
+        );
+        assert!(!w.join("stolen").exists());
+    }
+}

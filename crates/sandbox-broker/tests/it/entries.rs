@@ -620,3 +620,106 @@ fn an_open_with_no_fd_slot_free_changes_nothing() {
     assert!(lock.exists());
     assert_eq!(read(&emptied), "");
 }
+
+/// `/proc/self/fd/NN` for an fd below 100, in a fixed buffer (async-signal-safe).
+fn proc_fd_path(fd: i32) -> [u8; 17] {
+    let mut buf = *b"/proc/self/fd/\0\0\0";
+    buf[14] = b'0' + (fd / 10) as u8;
+    buf[15] = b'0' + (fd % 10) as u8;
+    buf
+}
+
+/// Opens `file` read-only, then links `/proc/self/fd/N` to `new` with
+/// `flags`: 0, or errno; 99 when the open fails.
+fn link_via_proc<'a>(
+    file: &'a std::ffi::CString,
+    new: &'a std::ffi::CString,
+    flags: i32,
+) -> impl FnOnce() -> i32 + 'a {
+    move || {
+        // SAFETY (child): open, then linkat through the magic link.
+        unsafe {
+            let fd = libc::open(file.as_ptr(), libc::O_RDONLY);
+            if !(0..99).contains(&fd) {
+                return 99;
+            }
+            let from = proc_fd_path(fd);
+            result(libc::linkat(
+                libc::AT_FDCWD,
+                from.as_ptr().cast(),
+                libc::AT_FDCWD,
+                new.as_ptr(),
+                flags,
+            ))
+        }
+    }
+}
+
+/// Workload sweep P7: `linkat` of the caller's `/proc/self/fd/N` without
+/// `AT_SYMLINK_FOLLOW` (Python's `os.link`) links the magic link itself,
+/// procfs's inode: the kernel answers `EXDEV` (after the new name's
+/// `EEXIST`), wherever the file lies, and the broker answers the same with
+/// no refusal; a closed fd's link is `ENOENT`. A `/proc` path through a
+/// symlink on the way stays refused. Twins, followed: the file inside is
+/// linked, the one outside refused.
+#[test]
+fn a_proc_fd_link_not_followed_is_the_kernels_exdev() {
+    let fx = fixture();
+    let inside = cstr(&fx.file(&fx.w.join("f"), 0o644));
+    let outside = cstr(&fx.file(&fx.o.join("f"), 0o644));
+    let new = cstr(&fx.w.join("new"));
+    let existing = cstr(&fx.file(&fx.w.join("existing"), 0o644));
+    for file in [&inside, &outside] {
+        let run = confined_entries(rules(&fx), link_via_proc(file, &new, 0));
+        assert_eq!(run.code, libc::EXDEV, "{file:?}");
+        assert_eq!(refusals(&run.log), vec![], "{file:?}");
+    }
+    let run = confined_entries(rules(&fx), link_via_proc(&inside, &existing, 0));
+    assert_eq!(run.code, libc::EEXIST);
+    assert_eq!(refusals(&run.log), vec![]);
+    let run = confined_entries(rules(&fx), || {
+        // SAFETY (child): linkat of a closed fd's link.
+        result(unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                c"/proc/self/fd/98".as_ptr(),
+                libc::AT_FDCWD,
+                new.as_ptr(),
+                0,
+            )
+        })
+    });
+    assert_eq!(run.code, libc::ENOENT);
+    assert_eq!(refusals(&run.log), vec![]);
+    // Through /proc/self/cwd (a symlink on the way): still refused.
+    let run = confined_entries(rules(&fx), || {
+        // SAFETY (child): linkat through the cwd magic link.
+        result(unsafe {
+            libc::linkat(
+                libc::AT_FDCWD,
+                c"/proc/self/cwd/x".as_ptr(),
+                libc::AT_FDCWD,
+                new.as_ptr(),
+                0,
+            )
+        })
+    });
+    assert_eq!(run.code, libc::EACCES);
+    assert_eq!(refusals(&run.log), vec![Refusal::ProcfsPath]);
+    assert!(!fx.w.join("new").exists());
+    // Twins, followed.
+    let run = confined_entries(
+        rules(&fx),
+        link_via_proc(&outside, &new, libc::AT_SYMLINK_FOLLOW),
+    );
+    assert_ne!(run.code, 0);
+    assert_eq!(refusals(&run.log), vec![Refusal::LinkFromOutside]);
+    assert!(!fx.w.join("new").exists());
+    let run = confined_entries(
+        rules(&fx),
+        link_via_proc(&inside, &new, libc::AT_SYMLINK_FOLLOW),
+    );
+    assert_eq!(run.code, 0);
+    assert_eq!(read(&fx.w.join("new")), "x");
+    assert_eq!(refusals(&run.log), vec![]);
+}
