@@ -301,10 +301,12 @@ fn touch(path: &Path) {
     };
 }
 
-/// Removes, at most once a day ([`PRUNE_EVERY`]) and on a thread of its
-/// own without capabilities (it removes only what this user could), the
-/// keys' caches no run used for [`KEEP_UNUSED`] ([`prune`]). Returns at
-/// once; a process that ends first leaves the rest for the next day.
+/// Removes, at most once a day and on a thread of its own without
+/// capabilities (it removes only what this user could), the keys' caches
+/// no run used for [`KEEP_UNUSED`], in [`tools_root`] (each key's
+/// directory of this user's, not a link, whose newest time and its tools'
+/// directories' are older). Returns at once; a process that ends first
+/// leaves the rest for the next day.
 pub fn prune_unused_tool_caches() {
     let Some(tools) = tools_root() else {
         return;
