@@ -145,6 +145,7 @@ pub struct ZygoteExit {
 /// A step of a command's child before its exec, as the zygote's `x`
 /// answer names it (its second value).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
 pub enum PreExec {
     /// Making the received fd its stdin, stdout or stderr (which: 0-2).
     Stdio(u8),
