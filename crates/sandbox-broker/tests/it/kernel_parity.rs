@@ -106,6 +106,34 @@ fn chmod_setuid(p: &CStr) -> i32 {
     result(unsafe { libc::chmod(p.as_ptr(), 0o4755) })
 }
 
+fn chmod_setgid(p: &CStr) -> i32 {
+    // SAFETY (child): one syscall.
+    result(unsafe { libc::chmod(p.as_ptr(), 0o2775) })
+}
+
+fn fchmod_setgid(p: &CStr) -> i32 {
+    // SAFETY (child): open + fchmod on a live path.
+    unsafe {
+        let fd = libc::open(p.as_ptr(), libc::O_RDONLY | libc::O_CLOEXEC);
+        if fd < 0 {
+            return 200;
+        }
+        let rc = result(libc::fchmod(fd, 0o2775));
+        libc::close(fd);
+        rc
+    }
+}
+
+fn fchmodat2_setgid(p: &CStr) -> i32 {
+    // SAFETY (child): one syscall (fchmodat2, Linux 6.6).
+    result(unsafe { libc::syscall(452, libc::AT_FDCWD, p.as_ptr(), 0o2775, 0) } as libc::c_int)
+}
+
+fn chmod_setuid_dir(p: &CStr) -> i32 {
+    // SAFETY (child): one syscall.
+    result(unsafe { libc::chmod(p.as_ptr(), 0o4775) })
+}
+
 /// Runs `call` on `path` as uid/gid 65534 without capabilities, without
 /// a filter; its errno (0 on success), or 90+ when it could not become it.
 fn bare(call: Call, path: &CStr) -> i32 {
@@ -301,6 +329,64 @@ fn the_policys_refusals_are_still_recorded() {
     assert_eq!(run.code, libc::EPERM);
     assert_eq!(meta(&setuid).mode() & 0o7777, 0o644);
     assert_eq!(refusals(&run.log), vec![Refusal::SetIdBits]);
+}
+
+/// Workload sweep P7: `chmod g+s` of nobody's own directory in the write
+/// path, in every form, answers as bare: kept for the directory's group
+/// (nobody's), silently dropped for a group nobody is not in
+/// (setattr_prepare, no CAP_FSETID), and no refusal either way. Controls:
+/// S_ISGID of a file and S_ISUID of a directory stay the policy's refusals
+/// (bare both succeed).
+#[test]
+fn setgid_on_a_directory_answers_as_bare() {
+    let fx = fixture();
+    let calls: [(&str, Call); 3] = [
+        ("chmod", chmod_setgid),
+        ("fchmod", fchmod_setgid),
+        ("fchmodat2", fchmodat2_setgid),
+    ];
+    for (name, call) in calls {
+        for (group, kept) in [(65534, 0o2000), (4242, 0)] {
+            let mut modes = Vec::new();
+            for how in ["bare", "confined"] {
+                let d = fx.w.join(format!("{name}-{group}-{how}"));
+                std::fs::create_dir(&d).unwrap();
+                set_mode(&d, 0o755);
+                std::os::unix::fs::chown(&d, Some(65534), Some(group)).expect("chown");
+                let code = if how == "bare" {
+                    bare(call, &cstr(&d))
+                } else {
+                    let run = through_broker(&fx, call, &cstr(&d));
+                    assert_eq!(refusals(&run.log), vec![], "{name} {group}");
+                    assert_eq!(run.log.performed().count(), 1, "{name} {group}");
+                    run.code
+                };
+                assert_eq!(code, 0, "{name} {group} {how}");
+                modes.push(meta(&d).mode() & 0o7777);
+            }
+            assert_eq!(modes, vec![0o775 | kept; 2], "{name} group {group}");
+        }
+    }
+    // Controls: a file's S_ISGID and a directory's S_ISUID, refused
+    // confined (bare the kernel allows both).
+    for (what, call) in [("file", chmod_setgid as Call), ("dir", chmod_setuid_dir)] {
+        let [b, c] = ["bare", "confined"].map(|how| {
+            let p = fx.w.join(format!("control-{what}-{how}"));
+            if what == "file" {
+                fx.file(&p, 0o644);
+            } else {
+                std::fs::create_dir(&p).unwrap();
+            }
+            std::os::unix::fs::chown(&p, Some(65534), Some(65534)).expect("chown");
+            p
+        });
+        assert_eq!(bare(call, &cstr(&b)), 0, "{what}");
+        assert_ne!(meta(&b).mode() & 0o6000, 0, "{what}");
+        let run = through_broker(&fx, call, &cstr(&c));
+        assert_eq!(run.code, libc::EPERM, "{what}");
+        assert_eq!(meta(&c).mode() & 0o6000, 0, "{what}");
+        assert_eq!(refusals(&run.log), vec![Refusal::SetIdBits], "{what}");
+    }
 }
 
 /// R6b F4: a flood of performed calls (more than the log keeps of them)
