@@ -99,19 +99,19 @@ unsafe fn arguments(
 /// Opens `/dev/null` on each of fds 0-2 that is closed, as std's start-up
 /// does, so nothing this process opens can land on a standard stream.
 fn open_missing_standard_fds() {
-    let mut fds = [0, 1, 2].map(|fd| libc::pollfd {
-        fd,
-        events: 0,
-        revents: 0,
-    });
-    // SAFETY: three valid pollfds; a zero timeout only reports.
-    if unsafe { libc::poll(fds.as_mut_ptr(), 3, 0) } < 0 {
-        return;
-    }
-    for pollfd in fds.iter().filter(|p| p.revents & libc::POLLNVAL != 0) {
+    for fd in 0..=2 {
+        // Closed only when `F_GETFD` says EBADF: `poll` reports an open
+        // `O_PATH` fd as invalid too (POLLNVAL), and /dev/null opened
+        // then would land elsewhere.
+        // SAFETY: fcntl with F_GETFD only reads the fd's flags.
+        if unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0
+            || std::io::Error::last_os_error().raw_os_error() != Some(libc::EBADF)
+        {
+            continue;
+        }
         // SAFETY: open returns the lowest free fd, which is this one.
-        let fd = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
-        debug_assert!(fd == pollfd.fd || fd < 0);
+        let opened = unsafe { libc::open(c"/dev/null".as_ptr(), libc::O_RDWR) };
+        debug_assert!(opened == fd || opened < 0);
     }
 }
 

@@ -180,6 +180,48 @@ fn a_nested_run_cannot_read_the_outer_runs_secret_file() {
     }
 }
 
+/// Red team R10 F1: an `O_PATH` fd opens without Landlock's check; a
+/// command holding one on a file its run may not read (a read-denied file,
+/// a secret's file) and handing it to a nested run as stdin got that file
+/// granted to the nested command (its stdin's rule). It grants nothing
+/// now: the nested `cat /proc/self/fd/0` is refused. Twin: a file the
+/// command may read, handed open for reading, reads through its path.
+#[test]
+fn an_o_path_stdin_grants_a_nested_run_nothing() {
+    const HAND: &str = r#"
+import os, sys
+fd = os.open(sys.argv[1], os.O_PATH if sys.argv[2] == "path" else os.O_RDONLY)
+os.dup2(fd, 0)
+os.execv(sys.argv[3], sys.argv[3:])
+"#;
+    for nobody in users() {
+        let w = shared(&["denied", "ok"]);
+        let (denied, ok) = (w.path().join("denied/f"), w.path().join("ok/f"));
+        std::fs::write(&denied, "denied-conte\x6et\n").unwrap();
+        std::fs::write(&ok, "readable\n").unwrap();
+        for f in [&denied, &ok] {
+            std::fs::set_permissions(f, std::fs::Permissions::from_mode(0o644)).unwrap();
+        }
+        let sb = sandbox_bin().display().to_string();
+        let hand = |file: &Path, how: &str| {
+            format!(
+                "python3 -c '{HAND}' {} {how} {sb} run -- cat /proc/self/fd/0; echo rc=$?",
+                d(file)
+            )
+        };
+        let script = format!("{}; {}", hand(&denied, "path"), hand(&ok, "read"));
+        let out = outer(nobody)
+            .args(["run", "-q", "--read-deny"])
+            .arg(d(&w.path().join("denied")))
+            .args(["--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(!text(&out).contains("denied-content"), "{ctx}");
+        assert!(text(&out).contains("readable\nrc=0"), "{ctx}");
+    }
+}
+
 /// A nested write path inside a read denial of the outer run is refused
 /// before anything runs, as a run's own policy refuses it (it used to run,
 /// then its record failed to read back); twin: the outer's own write path,

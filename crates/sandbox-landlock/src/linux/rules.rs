@@ -222,7 +222,11 @@ pub(crate) fn stdio_rules(
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         // SAFETY: as above.
         let (flags, rc) = unsafe { (libc::fcntl(fd, libc::F_GETFL), libc::fstat(fd, &mut st)) };
-        if flags < 0 || rc != 0 {
+        // An `O_PATH` fd reads as `O_RDONLY` but reads nothing (open(2));
+        // Landlock does not check its open, so a command can hold one on
+        // a file it may not read and hand it to a nested run as its stdin
+        // (red team R10 F1): it grants nothing.
+        if flags < 0 || rc != 0 || flags & libc::O_PATH != 0 {
             continue;
         }
         let kind = st.st_mode & libc::S_IFMT;
