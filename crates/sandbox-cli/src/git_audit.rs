@@ -955,15 +955,17 @@ struct Findings {
 /// shares one between repositories): what it found before the budget was
 /// spent, if it was ([`Budget::stopped`]).
 ///
-/// Hook directories in `listed` (device and inode) are left out, and those
-/// listed here added: an audit of several repositories names each
-/// directory once, under the first that has it (a linked worktree's git
-/// directory shares the main one's hooks through `commondir`).
+/// A `commondir` that leads to a git directory in `audited` (canonical:
+/// one this audit already named, as a linked worktree's leads to its main
+/// repository's) is not read again: its config and hooks were named under
+/// that repository. Only that exact directory: hooks reached any other way
+/// (a hooks directory that is a link to another repository's) are named
+/// under each repository that has them (red team R10 F3).
 fn runs_code_beside(
     dot_git: &Path,
     scope: &Scope,
     budget: &mut Budget,
-    listed: &mut HashSet<(u64, u64)>,
+    audited: &HashSet<PathBuf>,
 ) -> Findings {
     let gitdir = match git_dir_of(dot_git, scope, budget) {
         Ok(gitdir) => gitdir,
@@ -986,9 +988,12 @@ fn runs_code_beside(
                 common = head;
             }
             let common = gitdir.join(path_of(common));
-            configs.push(common.join("config"));
-            // Git keeps hooks in the common directory (red-team round 4, F1).
-            hook_dirs.push(common.join("hooks"));
+            let named = std::fs::canonicalize(&common).is_ok_and(|c| audited.contains(&c));
+            if !named {
+                configs.push(common.join("config"));
+                // Git keeps hooks in the common directory (red-team round 4, F1).
+                hook_dirs.push(common.join("hooks"));
+            }
         }
         Read::Refused(why) => unread.push(not_read(&commondir, why)),
         Read::Nothing | Read::Stopped => {}
@@ -1024,8 +1029,9 @@ fn runs_code_beside(
         }
     }
     // Each directory once, however many names lead to it.
+    let mut listed = HashSet::new();
     for dir in hook_dirs {
-        match list_dir(&dir, scope, budget, listed) {
+        match list_dir(&dir, scope, budget, &mut listed) {
             Ok(Some(listed)) => {
                 out.runs.extend(
                     listed
@@ -1551,15 +1557,19 @@ fn printable(line: &str) -> String {
 fn audit(made: &[PathBuf], scope: &Scope, budget: &mut Budget) -> Vec<String> {
     let mut lines = Vec::new();
     let mut unchecked = Vec::new();
-    let mut hooks_listed = HashSet::new();
+    let mut audited = HashSet::new();
     for dot_git in made {
         let at = repo_at(dot_git);
         if !budget.ok() {
             unchecked.push(at.display().to_string());
             continue;
         }
-        let Findings { runs, unknown } =
-            runs_code_beside(dot_git, scope, budget, &mut hooks_listed);
+        let Findings { runs, unknown } = runs_code_beside(dot_git, scope, budget, &audited);
+        if let Ok(gitdir) = git_dir_of(dot_git, scope, budget) {
+            if let Ok(canonical) = std::fs::canonicalize(gitdir) {
+                audited.insert(canonical);
+            }
+        }
         let stopped = budget.stopped.as_deref();
         let more = stopped.map_or_else(String::new, |why| {
             format!(" (the git audit stopped in it at {why}: it may run more)")
@@ -1703,9 +1713,9 @@ impl Memory {
 mod tests {
     use super::*;
 
-    /// [`runs_code_beside`] alone (nothing listed before).
+    /// [`runs_code_beside`] alone (nothing audited before).
     fn runs_code_within(dot_git: &Path, scope: &Scope, budget: &mut Budget) -> Findings {
-        runs_code_beside(dot_git, scope, budget, &mut HashSet::new())
+        runs_code_beside(dot_git, scope, budget, &HashSet::new())
     }
 
     /// [`runs_code_within`] with a budget of its own.
@@ -2168,6 +2178,30 @@ mod tests {
         assert!(
             alone.iter().any(|r| r.ends_with("hooks/pre-commit")),
             "{alone:?}"
+        );
+    }
+
+    /// Red team R10 F3: a decoy repository whose hooks directory is a link
+    /// to another repository's, audited first, does not hide the other's
+    /// hook: each repository that has it is named.
+    #[test]
+    fn a_hooks_directory_shared_by_a_link_is_named_under_each_repository() {
+        let dir = tempfile::tempdir().unwrap();
+        let (a, b) = (dir.path().join("a/.git"), dir.path().join("b/.git"));
+        for git in [&a, &b] {
+            std::fs::create_dir_all(git.join("objects")).unwrap();
+            std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        }
+        std::fs::create_dir_all(b.join("hooks")).unwrap();
+        std::fs::write(b.join("hooks/pre-commit"), "").unwrap();
+        std::os::unix::fs::symlink("../../b/.git/hooks", a.join("hooks")).unwrap();
+        let scope = scope(dir.path(), &[]);
+        let lines = audit(&[a, b.clone()], &scope, &mut Budget::new(MAX_TIME));
+        assert!(
+            lines
+                .iter()
+                .any(|l| l.contains(&format!("{}/hooks/pre-commit", b.display()))),
+            "{lines:?}"
         );
     }
 
