@@ -455,6 +455,7 @@ fn run_as(nobody: bool, cwd: &Path, args: &[&str]) -> Output {
 }
 
 /// The `sandbox:` lines saying processes were ended after the command.
+#[cfg(target_os = "linux")]
 fn ended_lines(out: &Output) -> Vec<String> {
     sandbox_tests::sandbox_lines(out)
         .into_iter()
