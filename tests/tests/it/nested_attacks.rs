@@ -222,6 +222,65 @@ os.execv(sys.argv[3], sys.argv[3:])
     }
 }
 
+/// Red team R11 F2: a terminal the command may read but not control (not
+/// its own: its ioctls are refused to it), handed to a nested run as
+/// stdin, is not controlled there either: reopened by its path it reads,
+/// but a window-size ioctl is refused (it set the size of another user's
+/// terminal and signalled its foreground). Twin: the open itself.
+#[test]
+fn a_terminal_handed_to_a_nested_run_is_not_controlled_there() {
+    const HAND: &str = r#"
+import os, sys
+os.dup2(os.open(sys.argv[1], os.O_RDONLY | os.O_NONBLOCK), 0)
+os.execv(sys.argv[2], sys.argv[2:])
+"#;
+    const TRY: &str = r#"
+import fcntl, os, struct, termios
+fd = os.open("/proc/self/fd/0", os.O_RDONLY | os.O_NONBLOCK)
+print("opened")
+try:
+    fcntl.ioctl(fd, termios.TIOCSWINSZ, struct.pack("HHHH", 7, 7, 0, 0))
+    print("ioctl=ok")
+except OSError as e:
+    print("ioctl=errno%d" % e.errno)
+"#;
+    for nobody in users() {
+        let (_master, slave) = sandbox_tests::new_pty();
+        use std::os::fd::AsRawFd;
+        let path = std::fs::read_link(format!("/proc/self/fd/{}", slave.as_raw_fd())).unwrap();
+        if nobody {
+            // SAFETY: fchown on a live fd (nobody may open it by its mode).
+            assert_eq!(
+                unsafe { libc::fchown(slave.as_raw_fd(), 65534, u32::MAX) },
+                0
+            );
+        }
+        let before = winsize(slave.as_raw_fd());
+        let script = format!(
+            "python3 -c '{HAND}' {} {} run -- python3 -c '{TRY}'",
+            d(&path),
+            sandbox_bin().display()
+        );
+        let out = outer(nobody)
+            .args(["run", "-q", "--", "sh", "-c", &script])
+            .output()
+            .unwrap();
+        let ctx = format!("nobody={nobody}: {}", text(&out));
+        assert!(text(&out).contains("opened"), "{ctx}");
+        assert!(text(&out).contains("ioctl=errno13"), "{ctx}");
+        assert_eq!(winsize(slave.as_raw_fd()), before, "{ctx}");
+    }
+}
+
+/// The terminal's window size (rows, columns).
+fn winsize(fd: std::os::fd::RawFd) -> (u16, u16) {
+    // SAFETY: winsize is plain data, filled by TIOCGWINSZ on a live fd.
+    let mut ws: libc::winsize = unsafe { std::mem::zeroed() };
+    // SAFETY: as above.
+    unsafe { libc::ioctl(fd, libc::TIOCGWINSZ, &mut ws) };
+    (ws.ws_row, ws.ws_col)
+}
+
 /// A nested write path inside a read denial of the outer run is refused
 /// before anything runs, as a run's own policy refuses it (it used to run,
 /// then its record failed to read back); twin: the outer's own write path,

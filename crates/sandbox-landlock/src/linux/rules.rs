@@ -200,7 +200,10 @@ pub(crate) fn read_grants(plan: &Plan) -> Vec<(u64, u64)> {
 /// Rules for the command's own fds 0-2 (`stdio`): each regular file or
 /// character device (a terminal) among them may be opened again by its
 /// paths as the fd is open: for writing (WRITE_FILE), for reading
-/// (READ_FILE), a device's ioctls (IOCTL_DEV), of the rights `handled`.
+/// (READ_FILE), of the rights `handled`. Never a device's ioctls
+/// (IOCTL_DEV): the fd's own follow the domain it was opened in, and a
+/// nested run's stdio comes from a confined command, which may hold a
+/// device it may read but not control (red team R11 F2).
 /// The fd already grants all of it, whatever its path (`/dev/stdout` is
 /// `/proc/self/fd/1`, which the kernel opens as the fd's own file, checked
 /// by Landlock on that file). Pipes and sockets need none (no path of
@@ -239,9 +242,6 @@ pub(crate) fn stdio_rules(
             libc::O_RDWR => access |= AccessFs::WriteFile | AccessFs::ReadFile,
             libc::O_RDONLY => access |= AccessFs::ReadFile,
             _ => {}
-        }
-        if kind == libc::S_IFCHR {
-            access |= AccessFs::IoctlDev;
         }
         access &= file_rights;
         if access.is_empty() {
