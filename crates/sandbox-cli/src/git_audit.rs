@@ -955,12 +955,13 @@ struct Findings {
 /// shares one between repositories): what it found before the budget was
 /// spent, if it was ([`Budget::stopped`]).
 ///
-/// A `commondir` that leads to a git directory in `audited` (canonical:
-/// one this audit already named, as a linked worktree's leads to its main
-/// repository's) is not read again: its config and hooks were named under
+/// The hooks of a `commondir` that leads to a git directory in `audited`
+/// (canonical: one this audit already named, as a linked worktree's leads
+/// to its main repository's) are not listed again: they were named under
 /// that repository. Only that exact directory: hooks reached any other way
 /// (a hooks directory that is a link to another repository's) are named
-/// under each repository that has them (red team R10 F3).
+/// under each repository that has them (red team R10 F3); the common
+/// config is read for each (R11 F3).
 fn runs_code_beside(
     dot_git: &Path,
     scope: &Scope,
@@ -988,9 +989,11 @@ fn runs_code_beside(
                 common = head;
             }
             let common = gitdir.join(path_of(common));
-            let named = std::fs::canonicalize(&common).is_ok_and(|c| audited.contains(&c));
-            if !named {
-                configs.push(common.join("config"));
+            // Its config is read for each worktree: a relative
+            // `core.hooksPath` there names each worktree's own directory
+            // (red team R11 F3).
+            configs.push(common.join("config"));
+            if !std::fs::canonicalize(&common).is_ok_and(|c| audited.contains(&c)) {
                 // Git keeps hooks in the common directory (red-team round 4, F1).
                 hook_dirs.push(common.join("hooks"));
             }
@@ -1018,13 +1021,30 @@ fn runs_code_beside(
     unknown.retain(|u| !runs.contains(u));
     let mut out = Findings { runs, unknown };
     out.runs.extend(unread);
-    let worktree = dot_git.parent().unwrap_or(Path::new("/"));
+    // A relative `core.hooksPath` is the worktree's: the `.git` entry's
+    // directory, and for a linked worktree's git directory also the
+    // worktree its `gitdir` file names (gitrepository-layout(5); both,
+    // as git runs in whichever holds a `.git` naming this directory).
+    let mut worktrees = vec![dot_git.parent().unwrap_or(Path::new("/")).to_path_buf()];
+    if gitdir.join("commondir").exists() {
+        if let Read::Text(named) = read_bounded(&gitdir.join("gitdir"), scope, budget) {
+            let mut named = named.as_slice();
+            while let [head @ .., b'\n'] = named {
+                named = head;
+            }
+            if let Some(worktree) = gitdir.join(path_of(named)).parent() {
+                worktrees.push(worktree.to_path_buf());
+            }
+        }
+    }
     let mut values = HashSet::new();
     for (_, name, value) in &found.entries {
         if name == "core.hookspath" && values.insert(value.clone()) {
-            match expand(value, worktree) {
-                Some(dir) => hook_dirs.push(dir),
-                None => out.runs.push(unexpanded(value)),
+            for worktree in &worktrees {
+                match expand(value, worktree) {
+                    Some(dir) => hook_dirs.push(dir),
+                    None => out.runs.push(unexpanded(value)),
+                }
             }
         }
     }
@@ -2203,6 +2223,35 @@ mod tests {
                 .any(|l| l.contains(&format!("{}/hooks/pre-commit", b.display()))),
             "{lines:?}"
         );
+    }
+
+    /// Red team R11 F3: a linked worktree of a repository this audit named
+    /// reads the common config again, its relative `core.hooksPath` naming
+    /// the worktree's own directory (found through the git directory's
+    /// `gitdir` file): its hook is named. Twin: the main repository's
+    /// hook, named under it.
+    #[test]
+    fn a_linked_worktrees_relative_hooks_path_is_its_own() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join("a/.git");
+        let wt = git.join("worktrees/b");
+        std::fs::create_dir_all(git.join("objects")).unwrap();
+        std::fs::create_dir_all(&wt).unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(git.join("config"), "[core]\n\thooksPath = .githooks\n").unwrap();
+        std::fs::write(wt.join("commondir"), "../..\n").unwrap();
+        std::fs::write(wt.join("HEAD"), "ref: refs/heads/b\n").unwrap();
+        let b = dir.path().join("b");
+        std::fs::write(wt.join("gitdir"), format!("{}/.git\n", b.display())).unwrap();
+        for hooks in [dir.path().join("a/.githooks"), b.join(".githooks")] {
+            std::fs::create_dir_all(&hooks).unwrap();
+            std::fs::write(hooks.join("pre-commit"), "").unwrap();
+        }
+        let scope = scope(dir.path(), &[]);
+        let lines = audit(&[git, wt], &scope, &mut Budget::new(MAX_TIME));
+        let all = lines.join("\n");
+        assert!(all.contains("a/.githooks/pre-commit"), "{all}");
+        assert!(all.contains("b/.githooks/pre-commit"), "{all}");
     }
 
     /// The files a run made are read without blocking and within bounds: a
