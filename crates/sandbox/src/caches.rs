@@ -324,9 +324,8 @@ pub fn prune_unused_tool_caches() {
 /// whose last use, the newest time of it and of its tools' directories,
 /// is older than [`KEEP_UNUSED`] at `now`, unless `tools` was pruned
 /// within [`PRUNE_EVERY`] (its [`PRUNED`] file's time, set now). Only
-/// entries named as keys are looked at; a link is never followed
-/// (`remove_dir_all` removes a link, not what it names). How many were
-/// removed.
+/// entries named as keys are looked at; a link is never followed, a tree
+/// of any depth goes ([`crate::remove_tree`]). How many were removed.
 fn prune(tools: &Path, now: std::time::SystemTime) -> usize {
     use std::os::unix::fs::OpenOptionsExt;
     let stamp = tools.join(PRUNED);
@@ -377,7 +376,7 @@ fn prune(tools: &Path, now: std::time::SystemTime) -> usize {
                 .flatten()
                 .any(|t| std::fs::symlink_metadata(t.path()).is_ok_and(|m| recent(&m, KEEP_UNUSED)))
         });
-        if !used && std::fs::remove_dir_all(&path).is_ok() {
+        if !used && crate::remove_tree::remove_tree(&path).is_ok() {
             removed += 1;
         }
     }

@@ -46,6 +46,7 @@ mod builder;
 mod caches;
 pub mod nest;
 mod outcome;
+mod remove_tree;
 // `runner.rs`: the run itself; the public `runner` module below gathers
 // what a caller of it needs.
 #[path = "runner.rs"]
@@ -94,6 +95,7 @@ pub mod runner {
         containment, datagram_namespace, drop_thread_capabilities, limit_support,
     };
     pub use crate::outcome::{Classification, Omitted, Outcome, Termination, SCHEMA_VERSION};
+    pub use crate::remove_tree::remove_tree;
     pub use crate::running::{
         run, RunError, RunRequest, EXIT_NOT_EXECUTABLE, EXIT_NOT_FOUND, EXIT_SANDBOX, EXIT_TIMEOUT,
     };
