@@ -66,6 +66,7 @@ pub fn remove_tree(path: &Path) -> io::Result<()> {
     let mut walk = Walk {
         top: top.as_raw_fd(),
         moved: 0,
+        named: 0,
     };
     let mut first = None;
     for _ in 0..ROUNDS {
@@ -102,7 +103,10 @@ const ROUNDS: usize = 4096;
 /// One removal: the top directory's fd, where what lies too deep is moved.
 struct Walk {
     top: RawFd,
+    /// Directories moved up into `top`.
     moved: u64,
+    /// Fresh names tried in `top`.
+    named: u64,
 }
 
 impl Walk {
@@ -157,17 +161,42 @@ impl Walk {
 
     /// Moves the directory `name` beneath `parent` into the top directory
     /// under a name not in use there (`renameat` between the two fds).
+    ///
+    /// Moving a directory to another parent rewrites its `..`, which needs
+    /// write permission on it: one its owner closed (0500) is given its
+    /// owner's `rwx` first, as [`open_dir`] does (red team R12 F1: the
+    /// move failed and every round walked the tree again). Only a move
+    /// that happened counts in [`Walk::moved`], so a round that moved
+    /// nothing ends the removal.
     fn move_up(&mut self, parent: RawFd, name: &CStr) -> io::Result<()> {
+        let mut opened = false;
         for _ in 0..64 {
-            self.moved += 1;
-            let fresh = CString::new(format!(".sandbox-rm-{}", self.moved))
+            self.named += 1;
+            let fresh = CString::new(format!(".sandbox-rm-{}", self.named))
                 .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
             // SAFETY: live dirfds and NUL-terminated names. An empty
             // directory of that name would be replaced: it is one of the
             // run's, and goes anyway.
             match cvt(unsafe { libc::renameat(parent, name.as_ptr(), self.top, fresh.as_ptr()) }) {
-                Ok(_) => return Ok(()),
+                Ok(_) => {
+                    self.moved += 1;
+                    return Ok(());
+                }
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
+                Err(e) if e.raw_os_error() == Some(libc::EACCES) && !opened => {
+                    opened = true;
+                    // SAFETY: a live dirfd and a NUL-terminated name; the
+                    // entry itself, never a link's target.
+                    cvt(unsafe {
+                        libc::fchmodat(
+                            parent,
+                            name.as_ptr(),
+                            libc::S_IRWXU,
+                            libc::AT_SYMLINK_NOFOLLOW,
+                        )
+                    })
+                    .map_err(|_| e)?;
+                }
                 Err(e) => return Err(e),
             }
         }
@@ -301,5 +330,45 @@ mod tests {
         removed.unwrap();
         assert!(!top.path().join("t").exists());
         assert!(outside.path().join("keep").exists());
+    }
+
+    /// Red team R12 F1: a chain closed (0500) from past the fds held down
+    /// is moved up and removed too, in a few rounds (it failed to move, and
+    /// every one of 4096 rounds walked the chain again). Twin: the same
+    /// chain open.
+    #[test]
+    fn a_chain_closed_past_the_fds_held_is_removed() {
+        for closed in [true, false] {
+            let top = tempfile::tempdir().unwrap();
+            let root = top.path().join("t");
+            let mut path = root.clone();
+            for _ in 0..(DEPTH + 40) {
+                path.push("d");
+            }
+            std::fs::create_dir_all(&path).unwrap();
+            if closed {
+                // From the bottom up, each level from DEPTH - 1 down closed.
+                let mut p = path.clone();
+                for _ in 0..42 {
+                    std::fs::set_permissions(
+                        &p,
+                        std::os::unix::fs::PermissionsExt::from_mode(0o500),
+                    )
+                    .unwrap();
+                    p.pop();
+                }
+            }
+            // As the runner removes: without capabilities (root's would
+            // override the closed modes).
+            let r = root.clone();
+            std::thread::spawn(move || {
+                crate::runner::drop_thread_capabilities()?;
+                remove_tree(&r)
+            })
+            .join()
+            .unwrap()
+            .unwrap();
+            assert!(!root.exists(), "closed={closed}");
+        }
     }
 }
