@@ -612,7 +612,10 @@ const CORE_HARMLESS: &[&str] = &[
     "autocrlf",
     "eol",
     "safecrlf",
-    "worktree",
+    // Not `worktree`: git runs hooks there, so it moves where a relative
+    // `core.hooksPath` points (red team R12 F2): beside one, it is named
+    // and expanded against (`runs_code_beside`); alone (a submodule's git
+    // directory sets it) it is harmless.
     "sparsecheckout",
     "sparsecheckoutcone",
     "quotepath",
@@ -1019,6 +1022,12 @@ fn runs_code_beside(
     let mut unknown = named(Kind::Unknown);
     // A key set once to what runs and once to what is unknown: said once.
     unknown.retain(|u| !runs.contains(u));
+    let relative_hooks = found.entries.iter().any(|(_, name, value)| {
+        name == "core.hookspath" && !matches!(c_str(value).first(), Some(b'/' | b'~'))
+    });
+    if !relative_hooks {
+        unknown.retain(|u| u != "core.worktree");
+    }
     let mut out = Findings { runs, unknown };
     out.runs.extend(unread);
     // A relative `core.hooksPath` is the worktree's: the `.git` entry's
@@ -1026,6 +1035,14 @@ fn runs_code_beside(
     // worktree its `gitdir` file names (gitrepository-layout(5); both,
     // as git runs in whichever holds a `.git` naming this directory).
     let mut worktrees = vec![dot_git.parent().unwrap_or(Path::new("/")).to_path_buf()];
+    // `core.worktree` (relative to the git directory) is where git runs.
+    worktrees.extend(
+        found
+            .entries
+            .iter()
+            .filter(|(_, name, _)| name == "core.worktree")
+            .map(|(_, _, value)| lexical(&gitdir.join(path_of(c_str(value))))),
+    );
     if gitdir.join("commondir").exists() {
         if let Read::Text(named) = read_bounded(&gitdir.join("gitdir"), scope, budget) {
             let mut named = named.as_slice();
@@ -1079,7 +1096,8 @@ fn runs_code_beside(
 /// The config entries an audit keeps of one repository: those that run
 /// programs or that it does not know, and the files it did not (fully)
 /// read (as [`Kind::Runs`]), each once (the value kept only for
-/// `core.hooksPath`, whose directories are listed), at most [`MAX_FOUND`]
+/// `core.hooksPath`, whose directories are listed, and `core.worktree`,
+/// against which they are), at most [`MAX_FOUND`]
 /// (then the budget stops: the audit says so).
 #[derive(Default)]
 struct Found {
@@ -1095,7 +1113,7 @@ impl Found {
         if matches!(kind, Kind::Harmless | Kind::Include) {
             return;
         }
-        let value = if name == "core.hookspath" {
+        let value = if name == "core.hookspath" || name == "core.worktree" {
             value
         } else {
             Vec::new()
@@ -1135,6 +1153,23 @@ fn expand(path: &[u8], base: &Path) -> Option<PathBuf> {
         return Some(Path::new(&home).join(path_of(rest)));
     }
     Some(base.join(path_of(path)))
+}
+
+/// `path` with its `.` and `..` taken out by their names (the audit's
+/// opens refuse a link on the way, so the names are the directories).
+fn lexical(path: &Path) -> PathBuf {
+    use std::path::Component;
+    let mut out = PathBuf::new();
+    for c in path.components() {
+        match c {
+            Component::ParentDir => {
+                out.pop();
+            }
+            Component::CurDir => {}
+            c => out.push(c),
+        }
+    }
+    out
 }
 
 /// How the warning names a path value the audit did not expand.
@@ -2252,6 +2287,37 @@ mod tests {
         let all = lines.join("\n");
         assert!(all.contains("a/.githooks/pre-commit"), "{all}");
         assert!(all.contains("b/.githooks/pre-commit"), "{all}");
+    }
+
+    /// Red team R12 F2: `core.worktree` moves where git runs hooks, and a
+    /// relative `core.hooksPath` with it: beside one, it is named and the
+    /// hooks there are found. Twin: alone it says nothing.
+    #[test]
+    fn a_repository_setting_core_worktree_is_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let git = dir.path().join("r/.git");
+        std::fs::create_dir_all(git.join("objects")).unwrap();
+        std::fs::write(git.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(
+            git.join("config"),
+            "[core]\n\tworktree = ../../w2\n\thooksPath = .githooks\n",
+        )
+        .unwrap();
+        for hooks in [
+            dir.path().join("r/.githooks"),
+            dir.path().join("w2/.githooks"),
+        ] {
+            std::fs::create_dir_all(&hooks).unwrap();
+            std::fs::write(hooks.join("pre-commit"), "").unwrap();
+        }
+        let scope = scope(dir.path(), &[]);
+        let lines = audit(&[git.clone()], &scope, &mut Budget::new(MAX_TIME));
+        let all = lines.join("\n");
+        assert!(all.contains("core.worktree"), "{all}");
+        assert!(all.contains("w2/.githooks/pre-commit"), "{all}");
+        // Alone (as in a submodule's git directory), it says nothing.
+        std::fs::write(git.join("config"), "[core]\n\tworktree = ../../w2\n").unwrap();
+        assert!(audit(&[git], &scope, &mut Budget::new(MAX_TIME)).is_empty());
     }
 
     /// The files a run made are read without blocking and within bounds: a
