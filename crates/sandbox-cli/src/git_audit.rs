@@ -2311,7 +2311,11 @@ mod tests {
             std::fs::write(hooks.join("pre-commit"), "").unwrap();
         }
         let scope = scope(dir.path(), &[]);
-        let lines = audit(std::slice::from_ref(&git), &scope, &mut Budget::new(MAX_TIME));
+        let lines = audit(
+            std::slice::from_ref(&git),
+            &scope,
+            &mut Budget::new(MAX_TIME),
+        );
         let all = lines.join("\n");
         assert!(all.contains("core.worktree"), "{all}");
         assert!(all.contains("w2/.githooks/pre-commit"), "{all}");
