@@ -172,12 +172,19 @@ impl Walk {
         let mut opened = false;
         for _ in 0..64 {
             self.named += 1;
-            let fresh = CString::new(format!(".sandbox-rm-{}", self.named))
+            // A name the run cannot plant ahead (red team R13 F1: a link
+            // named `.sandbox-rm-1` made the first move fail ENOTDIR and
+            // the removal stop), never replacing what is there.
+            let salt = {
+                use std::hash::{BuildHasher, Hasher};
+                // Keys from the OS's randomness (std's RandomState).
+                std::collections::hash_map::RandomState::new()
+                    .build_hasher()
+                    .finish()
+            };
+            let fresh = CString::new(format!(".sandbox-rm-{}-{salt:016x}", self.named))
                 .map_err(|_| io::Error::from_raw_os_error(libc::EINVAL))?;
-            // SAFETY: live dirfds and NUL-terminated names. An empty
-            // directory of that name would be replaced: it is one of the
-            // run's, and goes anyway.
-            match cvt(unsafe { libc::renameat(parent, name.as_ptr(), self.top, fresh.as_ptr()) }) {
+            match rename_noreplace(parent, name, self.top, &fresh) {
                 Ok(_) => {
                     self.moved += 1;
                     return Ok(());
@@ -202,6 +209,35 @@ impl Walk {
         }
         Err(io::Error::from_raw_os_error(libc::EEXIST))
     }
+}
+
+/// Renames `name` beneath `from` to `to_name` beneath `to`, never
+/// replacing an entry there (EEXIST).
+fn rename_noreplace(from: RawFd, name: &CStr, to: RawFd, to_name: &CStr) -> io::Result<()> {
+    #[cfg(target_os = "linux")]
+    // SAFETY: live dirfds and NUL-terminated names.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            from,
+            name.as_ptr(),
+            to,
+            to_name.as_ptr(),
+            libc::RENAME_NOREPLACE,
+        )
+    };
+    #[cfg(target_os = "macos")]
+    // SAFETY: as above.
+    let rc =
+        unsafe { libc::renameatx_np(from, name.as_ptr(), to, to_name.as_ptr(), libc::RENAME_EXCL) };
+    #[cfg(not(any(target_os = "linux", target_os = "macos")))]
+    // SAFETY: as above (without the exclusive flag: an empty directory of
+    // that name, one of the tree's, would be replaced).
+    let rc = unsafe { libc::renameat(from, name.as_ptr(), to, to_name.as_ptr()) };
+    // A c_long from syscall(2), a c_int from the others.
+    #[allow(clippy::useless_conversion)]
+    let rc = libc::c_int::try_from(rc).unwrap_or(-1);
+    cvt(rc).map(drop)
 }
 
 /// The directory `name` beneath `parent` opened without following a
@@ -330,6 +366,26 @@ mod tests {
         removed.unwrap();
         assert!(!top.path().join("t").exists());
         assert!(outside.path().join("keep").exists());
+    }
+
+    /// Red team R13 F1: entries named as the removal's first fresh names
+    /// (a link, a non-empty directory) do not stop it. Twin: the tree
+    /// without them (the closed-chain test).
+    #[test]
+    fn names_planted_in_the_top_do_not_stop_the_removal() {
+        let top = tempfile::tempdir().unwrap();
+        let root = top.path().join("t");
+        let mut path = root.clone();
+        for _ in 0..(DEPTH + 20) {
+            path.push("d");
+        }
+        std::fs::create_dir_all(&path).unwrap();
+        std::os::unix::fs::symlink("/nonexistent", root.join(".sandbox-rm-1")).unwrap();
+        for i in 2..70 {
+            std::fs::create_dir_all(root.join(format!(".sandbox-rm-{i}/x"))).unwrap();
+        }
+        remove_tree(&root).unwrap();
+        assert!(!root.exists());
     }
 
     /// Red team R12 F1: a chain closed (0500) from past the fds held down
