@@ -1035,13 +1035,18 @@ fn runs_code_beside(
     // worktree its `gitdir` file names (gitrepository-layout(5); both,
     // as git runs in whichever holds a `.git` naming this directory).
     let mut worktrees = vec![dot_git.parent().unwrap_or(Path::new("/")).to_path_buf()];
-    // `core.worktree` (relative to the git directory) is where git runs.
+    // `core.worktree` (relative to the git directory) is where git runs:
+    // resolved as git resolves it, through the links on the way (red team
+    // R13 F2: `.git` a link, `..` taken by name named a decoy); one that
+    // does not resolve holds no hooks.
     worktrees.extend(
         found
             .entries
             .iter()
             .filter(|(_, name, _)| name == "core.worktree")
-            .map(|(_, _, value)| lexical(&gitdir.join(path_of(c_str(value))))),
+            .filter_map(|(_, _, value)| {
+                std::fs::canonicalize(gitdir.join(path_of(c_str(value)))).ok()
+            }),
     );
     if gitdir.join("commondir").exists() {
         if let Read::Text(named) = read_bounded(&gitdir.join("gitdir"), scope, budget) {
@@ -1153,23 +1158,6 @@ fn expand(path: &[u8], base: &Path) -> Option<PathBuf> {
         return Some(Path::new(&home).join(path_of(rest)));
     }
     Some(base.join(path_of(path)))
-}
-
-/// `path` with its `.` and `..` taken out by their names (the audit's
-/// opens refuse a link on the way, so the names are the directories).
-fn lexical(path: &Path) -> PathBuf {
-    use std::path::Component;
-    let mut out = PathBuf::new();
-    for c in path.components() {
-        match c {
-            Component::ParentDir => {
-                out.pop();
-            }
-            Component::CurDir => {}
-            c => out.push(c),
-        }
-    }
-    out
 }
 
 /// How the warning names a path value the audit did not expand.
@@ -2319,6 +2307,27 @@ mod tests {
         let all = lines.join("\n");
         assert!(all.contains("core.worktree"), "{all}");
         assert!(all.contains("w2/.githooks/pre-commit"), "{all}");
+        // Through a link (R13 F2): `r2/.git` -> `x/y/g`, `../../w2` from
+        // there is `x/w2`, not `w2` beside `r2`.
+        let real = dir.path().join("x/y/g");
+        std::fs::create_dir_all(real.join("objects")).unwrap();
+        std::fs::write(real.join("HEAD"), "ref: refs/heads/main\n").unwrap();
+        std::fs::write(
+            real.join("config"),
+            "[core]\n\tworktree = ../../w2\n\thooksPath = .githooks\n",
+        )
+        .unwrap();
+        std::fs::create_dir_all(dir.path().join("x/w2/.githooks")).unwrap();
+        std::fs::write(dir.path().join("x/w2/.githooks/pre-commit"), "").unwrap();
+        std::fs::create_dir_all(dir.path().join("r2")).unwrap();
+        std::os::unix::fs::symlink("../x/y/g", dir.path().join("r2/.git")).unwrap();
+        let lines = audit(
+            &[dir.path().join("r2/.git")],
+            &scope,
+            &mut Budget::new(MAX_TIME),
+        );
+        let all = lines.join("\n");
+        assert!(all.contains("x/w2/.githooks/pre-commit"), "{all}");
         // Alone (as in a submodule's git directory), it says nothing.
         std::fs::write(git.join("config"), "[core]\n\tworktree = ../../w2\n").unwrap();
         assert!(audit(&[git], &scope, &mut Budget::new(MAX_TIME)).is_empty());
