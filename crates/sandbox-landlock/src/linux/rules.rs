@@ -236,6 +236,15 @@ pub(crate) fn stdio_rules(
         if kind != libc::S_IFREG && kind != libc::S_IFCHR {
             continue;
         }
+        // /dev/null and /dev/zero (1:3, 1:5) are granted already
+        // ([`WRITABLE_DEVICES`]): no rule, no probe (a launch's usual
+        // stdio when output is thrown away).
+        if kind == libc::S_IFCHR
+            && libc::major(st.st_rdev) == 1
+            && matches!(libc::minor(st.st_rdev), 3 | 5)
+        {
+            continue;
+        }
         let mut access = BitFlags::EMPTY;
         match flags & libc::O_ACCMODE {
             libc::O_WRONLY => access |= AccessFs::WriteFile,
