@@ -192,17 +192,7 @@ impl Walk {
                 Err(e) if matches!(e.raw_os_error(), Some(libc::ENOTEMPTY | libc::EEXIST)) => {}
                 Err(e) if e.raw_os_error() == Some(libc::EACCES) && !opened => {
                     opened = true;
-                    // SAFETY: a live dirfd and a NUL-terminated name; the
-                    // entry itself, never a link's target.
-                    cvt(unsafe {
-                        libc::fchmodat(
-                            parent,
-                            name.as_ptr(),
-                            libc::S_IRWXU,
-                            libc::AT_SYMLINK_NOFOLLOW,
-                        )
-                    })
-                    .map_err(|_| e)?;
+                    give_owner_rwx(parent, name).map_err(|_| e)?;
                 }
                 Err(e) => return Err(e),
             }
@@ -240,6 +230,21 @@ fn rename_noreplace(from: RawFd, name: &CStr, to: RawFd, to_name: &CStr) -> io::
     cvt(rc).map(drop)
 }
 
+/// Gives the entry `name` beneath `parent` its owner's `rwx` (only that):
+/// the entry itself, never a link's target (`AT_SYMLINK_NOFOLLOW`).
+fn give_owner_rwx(parent: RawFd, name: &CStr) -> io::Result<()> {
+    // SAFETY: a live dirfd, a NUL-terminated name, a constant mode.
+    cvt(unsafe {
+        libc::fchmodat(
+            parent,
+            name.as_ptr(),
+            libc::S_IRWXU,
+            libc::AT_SYMLINK_NOFOLLOW,
+        )
+    })
+    .map(drop)
+}
+
 /// The directory `name` beneath `parent` opened without following a
 /// symlink; one its owner closed to itself (the runner's user) is given
 /// back its owner's `rwx` first (`fchmodat` with `AT_SYMLINK_NOFOLLOW`:
@@ -250,16 +255,7 @@ fn open_dir(parent: RawFd, name: &CStr) -> io::Result<OwnedFd> {
     let fd = match cvt(unsafe { libc::openat(parent, name.as_ptr(), flags) }) {
         Ok(fd) => fd,
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
-            // SAFETY: as above; the mode a constant.
-            cvt(unsafe {
-                libc::fchmodat(
-                    parent,
-                    name.as_ptr(),
-                    libc::S_IRWXU,
-                    libc::AT_SYMLINK_NOFOLLOW,
-                )
-            })
-            .map_err(|_| e)?;
+            give_owner_rwx(parent, name).map_err(|_| e)?;
             // SAFETY: as above.
             cvt(unsafe { libc::openat(parent, name.as_ptr(), flags) })?
         }
