@@ -200,15 +200,16 @@ pub(crate) fn read_grants(plan: &Plan) -> Vec<(u64, u64)> {
 /// Rules for the command's own fds 0-2 (`stdio`): each regular file or
 /// character device (a terminal) among them may be opened again by its
 /// paths as the fd is open: for writing (WRITE_FILE), for reading
-/// (READ_FILE), of the rights `handled`. Never a device's ioctls
-/// (IOCTL_DEV): the fd's own follow the domain it was opened in, and a
-/// nested run's stdio comes from a confined command, which may hold a
-/// device it may read but not control (red team R11 F2).
-/// The fd already grants all of it, whatever its path (`/dev/stdout` is
-/// `/proc/self/fd/1`, which the kernel opens as the fd's own file, checked
-/// by Landlock on that file). Pipes and sockets need none (no path of
-/// theirs is checked); `/dev/tty` gets none: the command runs in a session
-/// of its own, without a controlling terminal ([`WRITABLE_DEVICES`]).
+/// (READ_FILE), of the rights `handled`. The fd already grants that,
+/// whatever its path (`/dev/stdout` is `/proc/self/fd/1`, which the kernel
+/// opens as the fd's own file, checked by Landlock on that file).
+///
+/// Never a device's ioctls (IOCTL_DEV): the fd's own follow the domain it
+/// was opened in, and a nested run's stdio comes from a confined command,
+/// which may hold a device it may read but not control (red team R11 F2).
+/// Pipes and sockets need none (no path of theirs is checked); `/dev/tty`
+/// gets none: the command runs in a session of its own, without a
+/// controlling terminal ([`WRITABLE_DEVICES`]).
 pub(crate) fn stdio_rules(
     stdio: Option<[std::os::fd::RawFd; 3]>,
     handled: BitFlags<AccessFs>,

@@ -69,8 +69,9 @@ pub(crate) fn build(plan: &Plan, extras: Extras) -> Result<OwnedFd, LandlockErro
         .map_err(err("creating the ruleset".into()))?;
     for rule in &plan.rules {
         if rule.optional {
-            // `add_rule` consumes the ruleset: a refused optional rule is
-            // tried on a raw call first and left out (see `Rule::optional`).
+            // `add_rule` consumes the ruleset: an optional rule is tried on
+            // a throwaway one first and left out if refused
+            // (`Rule::optional`).
             if !accepts(&rule.fd) {
                 continue;
             }
