@@ -429,6 +429,19 @@ mod tests {
     use crate::creds::{assume, Credentials};
     use crate::resolve::fstat;
 
+    /// nobody's credentials, as the broker assumes a caller's.
+    fn nobody() -> Identity {
+        Identity {
+            euid: 65534,
+            fsuid: 65534,
+            fsgid: 65534,
+            groups: vec![65534],
+            supplementary: Vec::new(),
+            cap_eff: 0,
+            umask: 0o022,
+        }
+    }
+
     fn object(path: &Path) -> Object {
         let c = CString::new(path.as_os_str().as_encoded_bytes()).expect("no NUL");
         // SAFETY: plain open; the fd is owned below.
@@ -462,15 +475,7 @@ mod tests {
         std::thread::spawn(move || {
             let chmod = Op::Chmod { mode: 0o600 };
             let own = Credentials::current().expect("own");
-            let nobody = Identity {
-                euid: 65534,
-                fsuid: 65534,
-                fsgid: 65534,
-                groups: vec![65534],
-                supplementary: Vec::new(),
-                cap_eff: 0,
-                umask: 0o022,
-            };
+            let nobody = nobody();
             let assumed = assume(&own, &nobody).expect("assume");
             let refused = perform(&chmod, &r).map_err(|e| e.raw_os_error());
             let allowed = perform(&chmod, &t).map_err(|e| e.raw_os_error());
@@ -506,15 +511,7 @@ mod tests {
         std::os::unix::fs::chown(&ours, Some(65534), Some(65534)).expect("chown (as root)");
         std::os::unix::fs::chown(&foreign, Some(65534), Some(4242)).expect("chown");
         std::os::unix::fs::chown(&file, Some(65534), Some(65534)).expect("chown");
-        let nobody = Identity {
-            euid: 65534,
-            fsuid: 65534,
-            fsgid: 65534,
-            groups: vec![65534],
-            supplementary: Vec::new(),
-            cap_eff: 0,
-            umask: 0o022,
-        };
+        let nobody = nobody();
         let (o, f, r) = (object(&ours), object(&foreign), object(&file));
         let setgid = Op::Chmod { mode: 0o2775 };
         let setuid = Op::Chmod { mode: 0o4775 };

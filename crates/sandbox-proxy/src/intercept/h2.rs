@@ -1684,23 +1684,7 @@ mod tests {
     /// is served.
     #[test]
     fn each_stream_takes_a_connection_slot_and_one_past_the_limit_is_refused() {
-        use std::io::Write as _;
-        let dir = std::env::temp_dir().join(format!("h2-slots-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        let upstream = dir.join("upstream.pem");
-        let cert = rcgen::generate_simple_self_signed(vec!["upstream.test".to_string()]).unwrap();
-        std::fs::File::create(&upstream)
-            .unwrap()
-            .write_all(cert.cert.pem().as_bytes())
-            .unwrap();
-        let interceptor = Arc::new(
-            Interceptor::new(
-                vec!["GET https://pkgs.example.com/simple/**".parse().unwrap()],
-                Some(&upstream),
-                Vec::new(),
-            )
-            .unwrap(),
-        );
+        let interceptor = test_interceptor("slots");
         let shared = Arc::new(crate::state::Shared::new(
             sandbox_core::net::EgressRules::new(Vec::new()),
             sandbox_core::net::HostAddrs::new([]),
@@ -1770,21 +1754,11 @@ mod tests {
         assert!(served, "no stream served after the others ended");
         drop(client);
         server.join().unwrap();
-        let _ = std::fs::remove_dir_all(&dir);
     }
 
-    /// A proxy serving one intercepted HTTP/2 connection (rules: GET of
-    /// `/simple/**`), its options `opts`; its state, its address, its CA,
-    /// the thread serving it.
-    fn one_connection(
-        opts: crate::ProxyOptions,
-        tag: &str,
-    ) -> (
-        Arc<crate::state::Shared>,
-        std::net::SocketAddr,
-        String,
-        std::thread::JoinHandle<()>,
-    ) {
+    /// The interceptor of these tests: GET of `/simple/**` on
+    /// pkgs.example.com, the origin verified against a throwaway CA.
+    fn test_interceptor(tag: &str) -> Arc<Interceptor> {
         use std::io::Write as _;
         let dir = std::env::temp_dir().join(format!("h2-{tag}-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
@@ -1803,6 +1777,22 @@ mod tests {
             .unwrap(),
         );
         let _ = std::fs::remove_dir_all(&dir);
+        interceptor
+    }
+
+    /// A proxy serving one intercepted HTTP/2 connection (rules: GET of
+    /// `/simple/**`), its options `opts`; its state, its address, its CA,
+    /// the thread serving it.
+    fn one_connection(
+        opts: crate::ProxyOptions,
+        tag: &str,
+    ) -> (
+        Arc<crate::state::Shared>,
+        std::net::SocketAddr,
+        String,
+        std::thread::JoinHandle<()>,
+    ) {
+        let interceptor = test_interceptor(tag);
         let shared = Arc::new(crate::state::Shared::new(
             sandbox_core::net::EgressRules::new(Vec::new()),
             sandbox_core::net::HostAddrs::new([]),
